@@ -1,0 +1,58 @@
+"""``holdfast``: the operator command line. Subcommands register themselves in ``COMMANDS``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from holdfast import __version__
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+# name -> (help, add_arguments(parser), run(args) -> exit code)
+Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+COMMANDS: dict[str, Command] = {}
+
+
+def _add_localaws(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=["auto", "dynamodb-local", "moto"], default="auto")
+    p.add_argument("--env-file", help="also write the environment to this file")
+
+
+def _run_localaws(args: argparse.Namespace) -> int:
+    from holdfast.localaws.__main__ import main as localaws_main
+
+    argv = ["--backend", args.backend] + (["--env-file", args.env_file] if args.env_file else [])
+    return localaws_main(argv)
+
+
+COMMANDS["localaws"] = ("run the embedded local AWS (DynamoDB Local + moto SQS) until Ctrl-C",
+                        _add_localaws, _run_localaws)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="holdfast",
+        description="Holdfast: leased, self-healing fleets of outbound WebSocket connections.")
+    parser.add_argument("--version", action="version", version=f"holdfast {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (help_text, add_args, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_args(p)
+        p.set_defaults(run=run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

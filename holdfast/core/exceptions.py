@@ -1,0 +1,92 @@
+"""Exceptions of ``holdfast.core``; botocore errors never leave the store, these do.
+
+    HoldfastError
+    ├── ConfigError            a setting is missing or out of range
+    ├── MalformedItem          a lease item (or stream image) that breaks the schema
+    └── LeaseError
+        ├── AcquireFailed      someone else holds it, it is STOPPED, in back-off, or gone
+        ├── LeaseLost          a renew/release found another owner, STOPPED, or no item
+        └── StoreUnavailable   DynamoDB did not answer decisively (timeout, 5xx, throttling)
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from holdfast.core.model import LeaseItem
+
+__all__ = [
+    "AcquireFailed",
+    "ConfigError",
+    "HoldfastError",
+    "LeaseError",
+    "LeaseLost",
+    "LossReason",
+    "MalformedItem",
+    "StoreUnavailable",
+]
+
+
+class LossReason(StrEnum):
+    """Why a lease cannot be (or is no longer) used by the caller."""
+
+    HELD = "held"  # another worker owns a live lease
+    LOST = "lost"  # another worker took it over (owner or epoch changed)
+    STOPPED = "stopped"  # desired_state is STOPPED
+    DELETED = "deleted"  # the item is gone
+    BACKOFF = "backoff"  # released after upstream errors; not claimable before its retry time
+    REGRESSION = "regression"  # the stored checkpoint is ahead of ours (someone edited it)
+    INVALID = "invalid"  # the item is malformed
+
+
+class HoldfastError(Exception):
+    """Base class of every Holdfast error."""
+
+
+class ConfigError(HoldfastError):
+    """A setting is missing or out of range; the message names it and says what is allowed."""
+
+
+class MalformedItem(HoldfastError):
+    """A lease item breaks the schema; it is reported and skipped, never fatal to the caller."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"malformed lease item {key!r}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class LeaseError(HoldfastError):
+    """Base class of lease-protocol outcomes that the caller must act on."""
+
+
+class AcquireFailed(LeaseError):
+    """The lease could not be taken; ``current`` is the item as DynamoDB held it (if any)."""
+
+    def __init__(self, conn_id: str, reason: LossReason, current: LeaseItem | None) -> None:
+        holder = f" (held by {current.lease_owner})" if current and current.lease_owner else ""
+        super().__init__(f"cannot acquire {conn_id!r}: {reason}{holder}")
+        self.conn_id = conn_id
+        self.reason = reason
+        self.current = current
+
+
+class LeaseLost(LeaseError):
+    """A lease the caller held is no longer its own: stop using it now."""
+
+    def __init__(self, conn_id: str, reason: LossReason, current: LeaseItem | None) -> None:
+        super().__init__(f"lease {conn_id!r} lost: {reason}")
+        self.conn_id = conn_id
+        self.reason = reason
+        self.current = current
+
+
+class StoreUnavailable(LeaseError):
+    """DynamoDB gave no decisive answer: the outcome is unknown, not a lost lease."""
+
+    def __init__(self, operation: str, detail: str) -> None:
+        super().__init__(f"{operation}: DynamoDB unavailable ({detail})")
+        self.operation = operation
+        self.detail = detail

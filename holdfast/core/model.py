@@ -1,0 +1,164 @@
+"""Typed, validated views of lease items read from DynamoDB (tables and stream images alike).
+
+Items come from a table that other systems write, so every attribute is checked: a missing or
+mistyped attribute, an unknown state or an absurd number becomes a ``MalformedItem`` naming the
+item and the attribute, never a ``KeyError`` in a caller.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from holdfast.core.exceptions import MalformedItem
+from holdfast.core.schema import ATTR, STARTED, STOPPED, conn_id_from_pk
+
+__all__ = [
+    "MAX_EPOCH",
+    "MAX_SEQ",
+    "MAX_TIMESTAMP_MS",
+    "Lease",
+    "LeaseItem",
+    "validate_conn_id",
+]
+
+# Far beyond anything real (year ~2286) but small enough to stay exact in a float/JS number.
+MAX_TIMESTAMP_MS = 10**13
+MAX_SEQ = 2**63 - 1
+MAX_EPOCH = 2**53
+MAX_URL_LEN = 4096
+MAX_OWNER_LEN = 256
+_CONN_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,200}$")
+
+AttributeMap = Mapping[str, Any]
+
+
+def validate_conn_id(conn_id: str) -> str:
+    """Return ``conn_id`` if it is a usable connection id, else raise ``ValueError``."""
+    if not isinstance(conn_id, str) or not _CONN_ID.fullmatch(conn_id):
+        raise ValueError(
+            f"invalid connection id {str(conn_id)[:80]!r}: 1-200 characters of "
+            "letters, digits and ._:@/+=-"
+        )
+    return conn_id
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseItem:
+    """One row of the lease table, as read. ``lease_expires_at_ms`` is None when never set."""
+
+    conn_id: str
+    desired_state: str
+    ws_url: str
+    lease_owner: str | None
+    lease_expires_at_ms: int | None
+    last_seq: int | None
+    epoch: int
+    status: str | None = None
+    last_error: str | None = None
+    error_count: int = 0
+
+    @property
+    def started(self) -> bool:
+        return self.desired_state == STARTED
+
+    @classmethod
+    def from_ddb(cls, item: AttributeMap) -> LeaseItem:
+        """Parse a low-level (``{"S": ...}``) item or stream image; ``MalformedItem`` if bad."""
+        raw_pk = item.get(ATTR.pk)
+        pk = _string(raw_pk) if isinstance(raw_pk, Mapping) else None
+        key = pk or "<no Pk>"
+        if pk is None:
+            raise MalformedItem(key, f"{ATTR.pk} is missing or not a string")
+        try:
+            conn_id = validate_conn_id(conn_id_from_pk(pk))
+        except ValueError as exc:
+            raise MalformedItem(key, str(exc)) from None
+        p = _Parser(key, item)
+        state = p.req_str(ATTR.desired_state, 16)
+        if state not in (STARTED, STOPPED):
+            raise MalformedItem(key, f"{ATTR.desired_state} must be STARTED or STOPPED, not {state[:20]!r}")
+        return cls(
+            conn_id=conn_id,
+            desired_state=state,
+            ws_url=p.req_str(ATTR.ws_url, MAX_URL_LEN),
+            lease_owner=p.opt_str(ATTR.lease_owner, MAX_OWNER_LEN),
+            lease_expires_at_ms=p.opt_int(ATTR.lease_expires_at_ms, 0, MAX_TIMESTAMP_MS),
+            last_seq=p.opt_int(ATTR.last_seq, -1, MAX_SEQ),
+            epoch=p.opt_int(ATTR.epoch, 0, MAX_EPOCH) or 0,
+            status=p.opt_str(ATTR.status, 64),
+            last_error=p.opt_str(ATTR.last_error, 4096),
+            error_count=p.opt_int(ATTR.error_count, 0, 10**6) or 0,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A lease as its holder knows it after a successful acquire or renew."""
+
+    conn_id: str
+    owner: str
+    epoch: int
+    expires_at_ms: int
+    ws_url: str
+    last_seq: int | None
+    error_count: int = 0
+
+
+def _string(value: Mapping[str, Any]) -> str | None:
+    s = value.get("S")
+    return s if isinstance(s, str) else None
+
+
+class _Parser:
+    """Reads typed attributes of one item, raising ``MalformedItem`` with the item's key."""
+
+    def __init__(self, key: str, item: AttributeMap) -> None:
+        self.key = key
+        self.item = item
+
+    def _raw(self, name: str) -> Mapping[str, Any] | None:
+        raw = self.item.get(name)
+        if raw is None or (isinstance(raw, Mapping) and raw.get("NULL") is True):
+            return None
+        if not isinstance(raw, Mapping):
+            raise MalformedItem(self.key, f"{name} is not a DynamoDB attribute value")
+        return raw
+
+    def opt_str(self, name: str, max_len: int) -> str | None:
+        raw = self._raw(name)
+        if raw is None:
+            return None
+        s = _string(raw)
+        if s is None:
+            raise MalformedItem(self.key, f"{name} must be a string, got {_type_of(raw)}")
+        if len(s) > max_len:
+            raise MalformedItem(self.key, f"{name} is longer than {max_len} characters")
+        return s
+
+    def req_str(self, name: str, max_len: int) -> str:
+        s = self.opt_str(name, max_len)
+        if s is None or not s:
+            raise MalformedItem(self.key, f"{name} is missing")
+        return s
+
+    def opt_int(self, name: str, lo: int, hi: int) -> int | None:
+        raw = self._raw(name)
+        if raw is None:
+            return None
+        n = raw.get("N")
+        if not isinstance(n, str):
+            raise MalformedItem(self.key, f"{name} must be a number, got {_type_of(raw)}")
+        try:
+            value = int(n)
+        except ValueError:
+            raise MalformedItem(self.key, f"{name} must be an integer, got {n[:30]!r}") from None
+        if not lo <= value <= hi:
+            raise MalformedItem(self.key, f"{name}={value} is outside [{lo}, {hi}]")
+        return value
+
+
+def _type_of(raw: Mapping[str, Any]) -> str:
+    return next(iter(raw), "nothing")

@@ -1,0 +1,104 @@
+"""The lease rules as pure functions: no clock, no I/O, every time passed in by the caller.
+
+Times are integer milliseconds. Wall-clock values (``*_wall_ms``) are compared across hosts, so
+they carry a clock-skew allowance; monotonic values (``*_mono_ms``) are only compared with the
+same host's monotonic clock and drive self-fencing.
+
+Safety argument (why two workers never use one lease at once): the holder writes
+``expires = wall_at_send + lease``; a challenger only acquires once its own wall clock passes
+``expires + skew``; the holder stops using the lease at ``mono_at_send + lease - skew - margin``.
+With every clock within ``skew`` of true time the holder has stopped before anyone can take over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from holdfast.core.exceptions import ConfigError, LossReason
+from holdfast.core.model import LeaseItem
+
+__all__ = [
+    "LeaseTiming",
+    "acquire_cutoff_ms",
+    "claim_blocker",
+    "classify_loss",
+    "fence_deadline_mono_ms",
+    "is_expired",
+    "next_checkpoint",
+    "renew_due_mono_ms",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTiming:
+    """Lease timings in milliseconds, validated so that self-fencing is possible at all."""
+
+    lease_ms: int = 20_000
+    heartbeat_ms: int = 5_000
+    skew_ms: int = 1_000
+    margin_ms: int = 1_000
+
+    def __post_init__(self) -> None:
+        if self.lease_ms <= 0 or self.heartbeat_ms <= 0 or self.skew_ms < 0 or self.margin_ms < 0:
+            raise ConfigError("lease and heartbeat must be positive; skew and margin not negative")
+        usable = self.lease_ms - self.skew_ms - self.margin_ms
+        # Two heartbeats must fit in the usable window, or one slow renewal fences a healthy holder.
+        if 2 * self.heartbeat_ms > usable:
+            raise ConfigError(
+                f"heartbeat {self.heartbeat_ms} ms is too long for lease {self.lease_ms} ms: "
+                f"2 x heartbeat must be <= lease - skew - margin ({usable} ms)"
+            )
+
+    @property
+    def usable_ms(self) -> int:
+        """How long after sending a renewal the holder may keep using the lease."""
+        return self.lease_ms - self.skew_ms - self.margin_ms
+
+
+def acquire_cutoff_ms(now_wall_ms: int, skew_ms: int) -> int:
+    """Leases expiring at or before this wall time are free for a challenger to take."""
+    return now_wall_ms - skew_ms
+
+
+def is_expired(expires_at_ms: int | None, now_wall_ms: int, skew_ms: int) -> bool:
+    """True when a lease with this expiry is free to take (None: never claimed)."""
+    return expires_at_ms is None or expires_at_ms <= acquire_cutoff_ms(now_wall_ms, skew_ms)
+
+
+def claim_blocker(item: LeaseItem, now_wall_ms: int, skew_ms: int) -> LossReason | None:
+    """Why ``item`` cannot be acquired now, or None if it can (mirrors the store's condition)."""
+    if not item.started:
+        return LossReason.STOPPED
+    if is_expired(item.lease_expires_at_ms, now_wall_ms, skew_ms):
+        return None
+    return LossReason.HELD if item.lease_owner else LossReason.BACKOFF
+
+
+def classify_loss(current: LeaseItem | None, owner: str, epoch: int) -> LossReason | None:
+    """Why a renew/release by (owner, epoch) failed, given the item as it is; None: still ours."""
+    if current is None:
+        return LossReason.DELETED
+    if current.lease_owner != owner or current.epoch != epoch:
+        return LossReason.LOST
+    if not current.started:
+        return LossReason.STOPPED
+    return None
+
+
+def fence_deadline_mono_ms(renew_sent_mono_ms: int, timing: LeaseTiming) -> int:
+    """Monotonic time after which the holder must stop using a lease it last renewed then."""
+    return renew_sent_mono_ms + timing.usable_ms
+
+
+def renew_due_mono_ms(last_renew_sent_mono_ms: int, timing: LeaseTiming) -> int:
+    """Monotonic time of the next heartbeat for a lease renewed at the given time."""
+    return last_renew_sent_mono_ms + timing.heartbeat_ms
+
+
+def next_checkpoint(stored: int | None, handled: int | None) -> int | None:
+    """The checkpoint to write: ``handled`` if it moves forward, else None (nothing to write)."""
+    if handled is None:
+        return None
+    if stored is not None and handled <= stored:
+        return None
+    return handled

