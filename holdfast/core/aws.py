@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 __all__ = [
     "ConditionFailed",
     "InvalidRequest",
+    "call",
     "client_config",
     "dynamodb_client",
     "sqs_client",
     "translate_errors",
-    "call",
 ]
 
 T = TypeVar("T")
@@ -77,12 +77,13 @@ def translate_errors(operation: str) -> Iterator[None]:
         err = exc.response.get("Error", {})
         code = err.get("Code", "")
         if code in ("ConditionalCheckFailedException", "ConditionalCheckFailed"):
-            item = exc.response.get("Item")
+            item: Any = exc.response.get("Item")
             raise ConditionFailed(dict(item) if item else None) from None
         if code == "ValidationException":
             raise InvalidRequest(err.get("Message", code)) from None
         if code == "ResourceNotFoundException":
-            raise ConfigError(f"{operation}: table or index not found ({err.get('Message', '')})")
+            raise ConfigError(
+                f"{operation}: table or index not found ({err.get('Message', '')})") from None
         if code in ("UnrecognizedClientException", "InvalidSignatureException",
                     "AccessDeniedException", "ExpiredTokenException"):
             raise ConfigError(f"{operation}: AWS refused the credentials ({code})") from None

@@ -48,7 +48,8 @@ def renew_many(store: LeaseStore, requests: Sequence[RenewRequest],
     """Renew and checkpoint every request; results come back in request order."""
     results: list[RenewResult] = []
     for start in range(0, len(requests), BATCH_LIMIT if mode == "batch" else 1):
-        chunk = requests[start:start + BATCH_LIMIT] if mode == "batch" else requests[start:start + 1]
+        step = BATCH_LIMIT if mode == "batch" else 1
+        chunk = requests[start:start + step]
         if mode == "batch" and len(chunk) > 1:
             results.extend(_renew_chunk(store, chunk))
         else:
@@ -88,7 +89,7 @@ def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest]) -> list[Renew
     built = [_statement(store, r, now, expires) for r in chunk]
     try:
         resp = call("renew_many", store.client.batch_execute_statement,
-                    Statements=[s for s, _ in built])  # type: ignore[misc]
+                    Statements=[s for s, _ in built])
     except StoreUnavailable:
         # The whole call failed: settle each lease on its own, which resolves unknown outcomes.
         return [_renew_one(store, r) for r in chunk]

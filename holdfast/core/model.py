@@ -79,7 +79,8 @@ class LeaseItem:
         p = _Parser(key, item)
         state = p.req_str(ATTR.desired_state, 16)
         if state not in (STARTED, STOPPED):
-            raise MalformedItem(key, f"{ATTR.desired_state} must be STARTED or STOPPED, not {state[:20]!r}")
+            raise MalformedItem(
+                key, f"{ATTR.desired_state} must be STARTED or STOPPED, not {state[:20]!r}")
         return cls(
             conn_id=conn_id,
             desired_state=state,

@@ -16,19 +16,19 @@ __all__ = [
     "DEFAULT_TABLE_NAME",
     "DLQ_MAX_RECEIVE_COUNT",
     "GSI_NAME",
-    "GSI_PROJECTION",
-    "STREAM_VIEW_TYPE",
-    "table_definition",
     "GSI_PARTITION_KEY",
+    "GSI_PROJECTION",
     "GSI_SORT_KEY",
     "PARTITION_KEY",
     "PK_PREFIX",
     "QUEUE_VISIBILITY_TIMEOUT_S",
     "STARTED",
     "STOPPED",
+    "STREAM_VIEW_TYPE",
     "Attributes",
     "conn_id_from_pk",
     "pk_for",
+    "table_definition",
 ]
 
 DEFAULT_TABLE_NAME: Final = "holdfast-leases"
@@ -87,7 +87,7 @@ def conn_id_from_pk(pk: str) -> str:
 
 
 def table_definition(name: str = DEFAULT_TABLE_NAME) -> dict[str, object]:
-    """``CreateTable`` arguments of the lease table (the local AWS uses them; infra mirrors them)."""
+    """``CreateTable`` arguments of the lease table (the local AWS uses them; infra mirrors)."""
     return {
         "TableName": name,
         "BillingMode": "PAY_PER_REQUEST",

@@ -9,6 +9,7 @@ landed, so a failed condition whose old item shows *us* as holder counts as succ
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Callable
@@ -165,7 +166,7 @@ class LeaseStore:
         raise StoreUnavailable("acquire", "no answer, and the lease is not ours on re-read")
 
     def renew(self, lease: Lease, handled_seq: int | None = None) -> Lease:
-        """Extend ``lease`` and checkpoint ``handled_seq`` in one write; ``LeaseLost`` if not ours."""
+        """Extend ``lease`` and checkpoint ``handled_seq`` in one write; ``LeaseLost`` if lost."""
         now = self.clock()
         expires = now + self.lease_ms
         seq = rules.next_checkpoint(lease.last_seq, handled_seq)
@@ -244,7 +245,8 @@ class LeaseStore:
     def quarantine(self, conn_id: str, owner: str, reason: str) -> None:
         """Park a malformed STARTED item out of the sweep's sight, with the reason recorded."""
         now = self.clock()
-        try:
+        # Best effort: someone else holds or fixed it, or the next sweep tries again.
+        with contextlib.suppress(ConditionFailed, InvalidRequest, StoreUnavailable):
             self._update(
                 "quarantine", conn_id,
                 "SET #status = :invalid, #err = :err, #exp = :until, #upd = :now REMOVE #owner",
@@ -254,11 +256,9 @@ class LeaseStore:
                  ":until": _num(now + QUARANTINE_MS), ":now": _num(now), ":me": _str(owner),
                  ":started": _str(STARTED),
                  ":cutoff": _num(rules.acquire_cutoff_ms(now, self.skew_ms))})
-        except (ConditionFailed, InvalidRequest, StoreUnavailable):
-            pass  # best effort: someone else holds or fixed it, or the next sweep tries again
 
     def normalise(self, conn_id: str) -> bool:
-        """Give an item without ``lease_expires_at_ms`` the value 0 so the GSI (and sweep) sees it."""
+        """Give an item without ``lease_expires_at_ms`` the value 0, so the GSI sees it."""
         try:
             self._update("normalise", conn_id, "SET #exp = :zero",
                          "attribute_exists(#ds) AND attribute_not_exists(#exp)",

@@ -126,7 +126,7 @@ class LocalAws:
     def _client(self, service: Literal["dynamodb", "sqs"]):  # type: ignore[no-untyped-def]
         url = self.dynamodb_url if service == "dynamodb" else self.sqs_url
         return boto3.session.Session().client(
-            service, endpoint_url=url, region_name=REGION,  # type: ignore[call-overload]
+            service, endpoint_url=url, region_name=REGION,
             aws_access_key_id="local", aws_secret_access_key="local")
 
     def _create_resources(self) -> None:

@@ -1,0 +1,5 @@
+"""lambdas package."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
