@@ -13,10 +13,16 @@ from typing import Any
 
 import boto3
 import pytest
+from hypothesis import HealthCheck, settings
 
 from holdfast.localaws import LocalAws
 
 TIMEOUT_SCALE = float(os.environ.get("HOLDFAST_TEST_TIMEOUT_SCALE", "1"))
+
+# No per-example deadline: the first example pays for imports and warm-up on a loaded 2-core box.
+settings.register_profile("holdfast", deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture])
+settings.load_profile("holdfast")
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
     HoldfastError
     ├── ConfigError            a setting is missing or out of range
     ├── MalformedItem          a lease item (or stream image) that breaks the schema
+    ├── UnsafeUrl              a ws_url refused by the URL policy (scheme, address, allow-list)
     └── LeaseError
         ├── AcquireFailed      someone else holds it, it is STOPPED, in back-off, or gone
         ├── LeaseLost          a renew/release found another owner, STOPPED, or no item
@@ -26,6 +27,7 @@ __all__ = [
     "LossReason",
     "MalformedItem",
     "StoreUnavailable",
+    "UnsafeUrl",
 ]
 
 
@@ -56,6 +58,10 @@ class MalformedItem(HoldfastError):
         super().__init__(f"malformed lease item {key!r}: {reason}")
         self.key = key
         self.reason = reason
+
+
+class UnsafeUrl(HoldfastError, ValueError):
+    """A ``ws_url`` the URL policy refuses; the message is safe to log (no credentials)."""
 
 
 class LeaseError(HoldfastError):

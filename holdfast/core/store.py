@@ -188,7 +188,9 @@ class LeaseStore:
             reason = self._loss_of(lease, raw)
             if reason is not None:
                 raise LeaseLost(lease.conn_id, reason, _parse_or_none(raw)) from None
-            if raw is None or _int_of(raw, ATTR.lease_expires_at_ms) != expires:
+            landed = raw is not None and _int_of(raw, ATTR.lease_expires_at_ms) == expires and (
+                seq is None or _int_of(raw, ATTR.last_seq) == seq)
+            if not landed:
                 raise  # still ours but not renewed: the caller retries before its fence
         return _renewed(lease, expires, seq)
 

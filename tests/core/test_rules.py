@@ -1,0 +1,102 @@
+"""Unit tests of the pure lease rules."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from holdfast.core import rules
+from holdfast.core.exceptions import ConfigError, LossReason
+from holdfast.core.model import LeaseItem
+from holdfast.core.rules import LeaseTiming
+
+
+def item(**kw: object) -> LeaseItem:
+    base: dict[str, object] = dict(conn_id="a", desired_state="STARTED", ws_url="ws://h/s/a",
+                                   lease_owner=None, lease_expires_at_ms=0, last_seq=None, epoch=0)
+    base.update(kw)
+    return LeaseItem(**base)  # type: ignore[arg-type]
+
+
+def test_timing_rejects_heartbeat_too_long_for_lease() -> None:
+    """A heartbeat that cannot fit twice in the usable window is a configuration error."""
+    with pytest.raises(ConfigError, match="heartbeat"):
+        LeaseTiming(lease_ms=4000, heartbeat_ms=2000, skew_ms=500, margin_ms=500)
+
+
+def test_timing_rejects_non_positive_values() -> None:
+    """Zero or negative lease and heartbeat values are refused."""
+    with pytest.raises(ConfigError):
+        LeaseTiming(lease_ms=0, heartbeat_ms=1)
+
+
+def test_default_timing_matches_seed_design() -> None:
+    """The defaults are the seed's 20 s lease and 5 s heartbeat."""
+    t = LeaseTiming()
+    assert (t.lease_ms, t.heartbeat_ms) == (20_000, 5_000)
+    assert t.usable_ms == 18_000
+
+
+def test_expiry_needs_skew_allowance() -> None:
+    """A lease is free only once the challenger's clock is past expiry plus the skew."""
+    assert not rules.is_expired(10_000, now_wall_ms=10_500, skew_ms=1_000)
+    assert rules.is_expired(10_000, now_wall_ms=11_000, skew_ms=1_000)
+    assert rules.is_expired(None, now_wall_ms=0, skew_ms=1_000)
+    assert rules.is_expired(0, now_wall_ms=1_000, skew_ms=1_000)
+
+
+def test_claim_blocker_reasons() -> None:
+    """Stopped, held and back-off leases each name their own reason; a free one has none."""
+    now = 100_000
+    assert rules.claim_blocker(item(desired_state="STOPPED"), now, 1000) is LossReason.STOPPED
+    assert rules.claim_blocker(item(lease_owner="w", lease_expires_at_ms=now + 5), now,
+                               1000) is LossReason.HELD
+    assert rules.claim_blocker(item(lease_expires_at_ms=now + 5), now, 1000) is LossReason.BACKOFF
+    assert rules.claim_blocker(item(lease_owner="w", lease_expires_at_ms=now - 2000), now,
+                               1000) is None
+
+
+def test_classify_loss() -> None:
+    """Lost, stopped and deleted are told apart; a matching owner and epoch is still ours."""
+    assert rules.classify_loss(None, "w", 1) is LossReason.DELETED
+    assert rules.classify_loss(item(lease_owner="x", epoch=1), "w", 1) is LossReason.LOST
+    assert rules.classify_loss(item(lease_owner="w", epoch=2), "w", 1) is LossReason.LOST
+    assert rules.classify_loss(item(lease_owner="w", epoch=1, desired_state="STOPPED"), "w",
+                               1) is LossReason.STOPPED
+    assert rules.classify_loss(item(lease_owner="w", epoch=1), "w", 1) is None
+
+
+def test_fence_deadline_and_renew_due() -> None:
+    """The holder stops at send time + lease - skew - margin and renews every heartbeat."""
+    t = LeaseTiming(lease_ms=20_000, heartbeat_ms=5_000, skew_ms=1_000, margin_ms=1_000)
+    assert rules.fence_deadline_mono_ms(1_000, t) == 19_000
+    assert rules.renew_due_mono_ms(1_000, t) == 6_000
+
+
+@given(stored=st.one_of(st.none(), st.integers(-1, 10**6)),
+       handled=st.one_of(st.none(), st.integers(-1, 10**6)))
+def test_next_checkpoint_never_moves_backwards(stored: int | None, handled: int | None) -> None:
+    """The checkpoint to write is always ahead of the stored one, or nothing is written."""
+    nxt = rules.next_checkpoint(stored, handled)
+    if nxt is not None:
+        assert stored is None or nxt > stored
+        assert nxt == handled
+    else:
+        assert handled is None or (stored is not None and handled <= stored)
+
+
+@given(offset_holder=st.integers(-1000, 1000), offset_taker=st.integers(-1000, 1000),
+       latency=st.integers(0, 3000))
+def test_holder_stops_before_anyone_can_take_over(offset_holder: int, offset_taker: int,
+                                                  latency: int) -> None:
+    """With clocks within the skew of true time, the fence precedes every possible takeover."""
+    t = LeaseTiming(lease_ms=20_000, heartbeat_ms=5_000, skew_ms=1_000, margin_ms=1_000)
+    sent_true = 50_000
+    landed_true = sent_true + latency  # the write is evaluated later than it was sent
+    expires = sent_true + offset_holder + t.lease_ms  # written from the holder's wall clock
+    holder_stops_true = rules.fence_deadline_mono_ms(sent_true, t)
+    # Earliest true time at which the taker's clock says the lease is expired.
+    takeover_true = expires + t.skew_ms - offset_taker
+    assert holder_stops_true < takeover_true
+    assert landed_true >= sent_true

@@ -1,0 +1,296 @@
+"""Integration tests of every lease operation, on DynamoDB Local and on moto."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from holdfast.core.exceptions import AcquireFailed, LeaseLost, LossReason, StoreUnavailable
+from holdfast.core.store import LeaseStore
+from holdfast.core.table import create_stream, set_desired_state
+from holdfast.localaws import LocalAws
+from tests.conftest import client_for
+from tests.core.faults import drop_request, lose_response
+
+LEASE_MS = 10_000
+SKEW_MS = 1_000
+
+
+class Clock:
+    """A settable wall clock in milliseconds."""
+
+    def __init__(self, now: int = 1_700_000_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def ddb(any_aws: LocalAws) -> Any:
+    return client_for(any_aws, "dynamodb")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(any_aws: LocalAws, ddb: Any, clock: Clock) -> LeaseStore:
+    return LeaseStore(ddb, any_aws.table, lease_ms=LEASE_MS, skew_ms=SKEW_MS, clock=clock)
+
+
+def put_raw(ddb: Any, table: str, conn_id: str, **attrs: Any) -> None:
+    item = {"Pk": {"S": f"CONN#{conn_id}"}, "desired_state": {"S": "STARTED"},
+            "ws_url": {"S": f"ws://127.0.0.1:9/s/{conn_id}"}}
+    item.update(attrs)
+    ddb.put_item(TableName=table, Item=item)
+
+
+def test_acquire_user_inserted_item(store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """An item with only the seed attributes is acquired: owner, expiry, epoch 1, URL returned."""
+    put_raw(ddb, store.table, unique_id)
+    lease = store.acquire(unique_id, "w1")
+    assert lease.owner == "w1" and lease.epoch == 1
+    assert lease.expires_at_ms == store.clock() + LEASE_MS
+    assert lease.ws_url.endswith(unique_id) and lease.last_seq is None
+
+
+def test_acquire_returns_checkpoint_without_read(store: LeaseStore, ddb: Any,
+                                                 unique_id: str) -> None:
+    """The new owner learns last_seq from the acquire itself."""
+    put_raw(ddb, store.table, unique_id, last_seq={"N": "41"}, lease_expires_at_ms={"N": "0"})
+    assert store.acquire(unique_id, "w1").last_seq == 41
+
+
+def test_acquire_held_reports_holder(store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """A live lease cannot be taken; the failure names its holder from ALL_OLD."""
+    put_raw(ddb, store.table, unique_id)
+    store.acquire(unique_id, "w1")
+    with pytest.raises(AcquireFailed) as info:
+        store.acquire(unique_id, "w2")
+    assert info.value.reason is LossReason.HELD
+    assert info.value.current is not None and info.value.current.lease_owner == "w1"
+
+
+def test_acquire_expired_needs_skew_and_bumps_epoch(store: LeaseStore, clock: Clock, ddb: Any,
+                                                    unique_id: str) -> None:
+    """An expired lease is taken only past expiry + skew, and the epoch rises."""
+    put_raw(ddb, store.table, unique_id)
+    first = store.acquire(unique_id, "w1")
+    clock.now = first.expires_at_ms + SKEW_MS - 1
+    with pytest.raises(AcquireFailed):
+        store.acquire(unique_id, "w2")
+    clock.now += 1
+    second = store.acquire(unique_id, "w2")
+    assert second.epoch == first.epoch + 1
+
+
+@pytest.mark.parametrize(("setup", "reason"), [
+    ("stopped", LossReason.STOPPED), ("missing", LossReason.DELETED),
+    ("backoff", LossReason.BACKOFF)])
+def test_acquire_refusals(store: LeaseStore, ddb: Any, clock: Clock, unique_id: str, setup: str,
+                          reason: LossReason) -> None:
+    """STOPPED, deleted and backing-off items are refused with their own reason."""
+    if setup == "stopped":
+        put_raw(ddb, store.table, unique_id, desired_state={"S": "STOPPED"})
+    elif setup == "backoff":
+        put_raw(ddb, store.table, unique_id,
+                lease_expires_at_ms={"N": str(clock.now + 60_000)}, status={"S": "BACKOFF"})
+    with pytest.raises(AcquireFailed) as info:
+        store.acquire(unique_id, "w1")
+    assert info.value.reason is reason
+
+
+def test_acquire_does_not_create_items(store: LeaseStore, unique_id: str) -> None:
+    """Acquiring an id that does not exist writes nothing."""
+    with pytest.raises(AcquireFailed):
+        store.acquire(unique_id, "w1")
+    assert store.get_raw(unique_id) is None
+
+
+def test_renew_extends_and_checkpoints(store: LeaseStore, clock: Clock, ddb: Any,
+                                       unique_id: str) -> None:
+    """Renew moves the expiry and last_seq in the same write."""
+    put_raw(ddb, store.table, unique_id)
+    lease = store.acquire(unique_id, "w1")
+    clock.now += 3_000
+    renewed = store.renew(lease, 17)
+    item = store.get(unique_id)
+    assert item is not None
+    assert item.lease_expires_at_ms == renewed.expires_at_ms == clock.now + LEASE_MS
+    assert item.last_seq == renewed.last_seq == 17
+
+
+def test_renew_never_moves_checkpoint_backwards(store: LeaseStore, ddb: Any,
+                                                unique_id: str) -> None:
+    """A lower handled seq than the stored checkpoint leaves last_seq alone."""
+    put_raw(ddb, store.table, unique_id)
+    lease = store.renew(store.acquire(unique_id, "w1"), 20)
+    lease = store.renew(lease, 5)
+    item = store.get(unique_id)
+    assert item is not None and item.last_seq == 20 and lease.last_seq == 20
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ("steal", LossReason.LOST), ("stop", LossReason.STOPPED), ("delete", LossReason.DELETED)])
+def test_renew_tells_losses_apart(store: LeaseStore, clock: Clock, ddb: Any, unique_id: str,
+                                  change: str, reason: LossReason) -> None:
+    """Renew distinguishes a lease taken over, STOPPED and deleted."""
+    put_raw(ddb, store.table, unique_id)
+    lease = store.acquire(unique_id, "w1")
+    if change == "steal":
+        clock.now = lease.expires_at_ms + SKEW_MS
+        store.acquire(unique_id, "w2")
+    elif change == "stop":
+        assert set_desired_state(ddb, store.table, unique_id, "STOPPED")
+    else:
+        ddb.delete_item(TableName=store.table, Key={"Pk": {"S": f"CONN#{unique_id}"}})
+    with pytest.raises(LeaseLost) as info:
+        store.renew(lease, 3)
+    assert info.value.reason is reason
+
+
+def test_stale_owner_same_id_is_fenced_by_epoch(store: LeaseStore, clock: Clock, ddb: Any,
+                                                unique_id: str) -> None:
+    """An old lease of the same owner id cannot renew after that owner re-acquired it."""
+    put_raw(ddb, store.table, unique_id)
+    old = store.acquire(unique_id, "w1")
+    clock.now = old.expires_at_ms + SKEW_MS
+    store.acquire(unique_id, "w1")
+    with pytest.raises(LeaseLost) as info:
+        store.renew(old, 1)
+    assert info.value.reason is LossReason.LOST
+
+
+def test_release_checkpoints_and_frees(store: LeaseStore, clock: Clock, ddb: Any,
+                                       unique_id: str) -> None:
+    """Release writes the final checkpoint, expiry 0 and no owner; another worker takes it."""
+    put_raw(ddb, store.table, unique_id)
+    lease = store.acquire(unique_id, "w1")
+    assert store.release(lease, 9) is None
+    item = store.get(unique_id)
+    assert item is not None
+    assert (item.lease_owner, item.lease_expires_at_ms, item.last_seq, item.status) == (
+        None, 0, 9, "RELEASED")
+    assert store.acquire(unique_id, "w2").last_seq == 9
+
+
+def test_release_by_stale_owner_changes_nothing(store: LeaseStore, clock: Clock, ddb: Any,
+                                                unique_id: str) -> None:
+    """A stale holder's release fails and leaves the new owner's lease intact."""
+    put_raw(ddb, store.table, unique_id)
+    old = store.acquire(unique_id, "w1")
+    clock.now = old.expires_at_ms + SKEW_MS
+    new = store.acquire(unique_id, "w2")
+    assert store.release(old, 100) is LossReason.LOST
+    item = store.get(unique_id)
+    assert item is not None and item.lease_owner == "w2" and item.epoch == new.epoch
+    assert item.last_seq is None
+
+
+def test_give_up_release_records_error_and_delays(store: LeaseStore, clock: Clock, ddb: Any,
+                                                  unique_id: str) -> None:
+    """A give-up release records the error and blocks claims until the retry time."""
+    put_raw(ddb, store.table, unique_id)
+    lease = store.acquire(unique_id, "w1")
+    retry_at = clock.now + 30_000
+    store.release(lease, None, error="upstream refused: 403", retry_at_ms=retry_at)
+    item = store.get(unique_id)
+    assert item is not None
+    assert (item.status, item.last_error, item.error_count, item.lease_expires_at_ms) == (
+        "BACKOFF", "upstream refused: 403", 1, retry_at)
+    with pytest.raises(AcquireFailed) as info:
+        store.acquire(unique_id, "w2")
+    assert info.value.reason is LossReason.BACKOFF
+    clock.now = retry_at + SKEW_MS
+    assert store.acquire(unique_id, "w2").error_count == 1
+
+
+def test_lost_acquire_response_is_resolved(store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """An acquire that landed but whose answer was lost is recognised as ours on re-read."""
+    put_raw(ddb, store.table, unique_id)
+    with lose_response(ddb, "UpdateItem") as hits:
+        lease = store.acquire(unique_id, "w1")
+    assert hits and lease.owner == "w1" and lease.epoch == 1
+
+
+def test_unsent_acquire_is_unknown_not_owned(store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """An acquire that never reached DynamoDB raises StoreUnavailable; nothing is held."""
+    put_raw(ddb, store.table, unique_id)
+    with drop_request(ddb, "UpdateItem"), pytest.raises(StoreUnavailable):
+        store.acquire(unique_id, "w1")
+    item = store.get(unique_id)
+    assert item is not None and item.lease_owner is None
+
+
+def test_lost_renew_response_is_success(store: LeaseStore, clock: Clock, ddb: Any,
+                                        unique_id: str) -> None:
+    """A renew that landed but timed out counts as renewed after the re-read."""
+    put_raw(ddb, store.table, unique_id)
+    lease = store.acquire(unique_id, "w1")
+    clock.now += 1_000
+    with lose_response(ddb, "UpdateItem"):
+        renewed = store.renew(lease, 4)
+    assert renewed.expires_at_ms == clock.now + LEASE_MS and renewed.last_seq == 4
+
+
+def test_unsent_renew_keeps_lease_unknown(store: LeaseStore, clock: Clock, ddb: Any,
+                                          unique_id: str) -> None:
+    """A renew that never landed is an unknown outcome (retry), not a lost lease."""
+    put_raw(ddb, store.table, unique_id)
+    lease = store.acquire(unique_id, "w1")
+    with drop_request(ddb, "UpdateItem"), pytest.raises(StoreUnavailable):
+        store.renew(lease, 4)
+    assert store.renew(lease, 4).last_seq == 4
+
+
+def test_lost_release_response_is_done(store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """A release whose answer was lost is confirmed by the re-read."""
+    put_raw(ddb, store.table, unique_id)
+    lease = store.acquire(unique_id, "w1")
+    with lose_response(ddb, "UpdateItem"):
+        assert store.release(lease, 2) is None
+    item = store.get(unique_id)
+    assert item is not None and item.lease_owner is None and item.last_seq == 2
+
+
+def test_malformed_item_is_quarantined_not_fatal(store: LeaseStore, ddb: Any, clock: Clock,
+                                                 unique_id: str) -> None:
+    """A STARTED item with a bad attribute fails acquire as INVALID and is parked with a reason."""
+    put_raw(ddb, store.table, unique_id, ws_url={"N": "12"})
+    with pytest.raises(AcquireFailed) as info:
+        store.acquire(unique_id, "w1")
+    assert info.value.reason is LossReason.INVALID
+    raw = store.get_raw(unique_id)
+    assert raw is not None and raw["status"]["S"] == "INVALID"
+    assert "ws_url" in raw["last_error"]["S"] and "lease_owner" not in raw
+    assert int(raw["lease_expires_at_ms"]["N"]) > clock.now
+
+
+def test_mistyped_epoch_is_quarantined(store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """An epoch stored as a string makes DynamoDB refuse the acquire: reported as INVALID."""
+    put_raw(ddb, store.table, unique_id, lease_epoch={"S": "one"})
+    with pytest.raises(AcquireFailed) as info:
+        store.acquire(unique_id, "w1")
+    assert info.value.reason is LossReason.INVALID
+
+
+def test_normalise_only_items_without_expiry(store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """normalise sets expiry 0 once on a never-claimed item and leaves others alone."""
+    put_raw(ddb, store.table, unique_id)
+    assert store.normalise(unique_id) is True
+    assert store.normalise(unique_id) is False
+    assert store.normalise(unique_id + "-missing") is False
+    item = store.get(unique_id)
+    assert item is not None and item.lease_expires_at_ms == 0
+
+
+def test_create_stream_is_seed_schema(store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """create_stream inserts a STARTED item visible to the orphan index, once."""
+    assert create_stream(ddb, store.table, unique_id, "ws://127.0.0.1:9/s/x")
+    assert not create_stream(ddb, store.table, unique_id, "ws://127.0.0.1:9/s/y")
+    item = store.get(unique_id)
+    assert item is not None and item.started and item.lease_expires_at_ms == 0
