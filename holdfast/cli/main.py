@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 
 from holdfast import __version__
+from holdfast.upstream import cli as upstream_cli
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -29,6 +30,7 @@ def _run_localaws(args: argparse.Namespace) -> int:
 
 COMMANDS["localaws"] = ("run the embedded local AWS (DynamoDB Local + moto SQS) until Ctrl-C",
                         _add_localaws, _run_localaws)
+COMMANDS["upstream"] = upstream_cli.COMMAND
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,82 @@
+"""``python -m worker``: run one worker until SIGTERM/SIGINT (a second signal exits at once).
+
+Exit codes: 0 after a graceful stop, 2 for a configuration error (the message names the
+variable), 1 for a forced exit on the second signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Mapping
+
+from aws_lambda_powertools import Logger
+
+from holdfast.core.aws import client_config, dynamodb_client, sqs_client
+from holdfast.core.exceptions import ConfigError, HoldfastError
+from worker.config import WorkerConfig, load_config
+from worker.handler import load_handler
+from worker.protocol import load_protocol
+from worker.supervisor import Worker
+
+__all__ = ["build_worker", "main"]
+
+
+def build_worker(config: WorkerConfig) -> Worker:
+    """A worker wired to real AWS clients (endpoints from the standard AWS variables)."""
+    # A DynamoDB call must fail well within one heartbeat's slack, not after botocore's 60 s.
+    read_timeout = min(3.0, max(0.5, config.heartbeat_ms / 1000))
+    ddb = dynamodb_client(client_config(read_timeout=read_timeout, max_attempts=3))
+    sqs = sqs_client()
+    return Worker(config, ddb=ddb, sqs=sqs, handler=load_handler(config.handler),
+                  protocol=load_protocol(config.protocol))
+
+
+async def _serve(worker: Worker, logger: Logger) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stop.is_set():
+            logger.warning("second signal: exiting at once, leases will expire",
+                           signal=sig.name, worker_id=worker.worker_id,
+                           streams=len(worker.streams))
+            sys.stdout.flush()
+            os._exit(1)
+        logger.info("signal received: graceful stop", signal=sig.name,
+                    worker_id=worker.worker_id)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    # Fail fast on a missing table or refused credentials; an unreachable DynamoDB is retried.
+    try:
+        await asyncio.to_thread(worker.store.get_raw, "__holdfast_startup_probe__")
+    except ConfigError:
+        raise
+    except HoldfastError as exc:
+        logger.warning("DynamoDB not reachable at startup, carrying on", error=str(exc)[:300])
+    await worker.run(stop.wait)
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    try:
+        config = load_config(env)
+    except ConfigError as exc:
+        print(f"holdfast worker: configuration error: {exc}", file=sys.stderr)
+        return 2
+    logger = Logger(service="holdfast-worker", level=config.log_level)
+    logger.append_keys(worker_id=config.worker_id)
+    try:
+        worker = build_worker(config)
+        asyncio.run(_serve(worker, logger))
+    except ConfigError as exc:
+        print(f"holdfast worker: configuration error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

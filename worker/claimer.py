@@ -1,0 +1,238 @@
+"""Claims: long-poll the nudge queue for as many messages as there is free capacity, and sweep.
+
+A nudge is a JSON object with a string ``conn_id`` (the router adds ``reason`` and ``epoch``;
+anything else in it is ignored). What happens to each message:
+
+- claimed, or a definitive "no" (HELD, STOPPED, DELETED, BACKOFF, INVALID, already ours):
+  deleted; whoever holds the stream now does not need the nudge, and the router or sweep
+  nudges again when it becomes claimable;
+- DynamoDB unavailable: made visible again after a short delay (redelivered; after
+  ``DLQ_MAX_RECEIVE_COUNT`` receives the queue parks it in the dead-letter queue);
+- no capacity any more, or shutting down: made visible at once for another worker;
+- poison (not JSON, no valid ``conn_id``): deleted with a log line.
+
+The reconcile sweep is the safety net for a router that is down: every jittered period it reads
+the orphan index and tries to claim what fits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import random
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from aws_lambda_powertools import Logger
+
+from holdfast.core.aws import call
+from holdfast.core.exceptions import HoldfastError
+from holdfast.core.model import validate_conn_id
+from holdfast.core.table import find_orphans
+from worker.backoff import jittered
+from worker.metrics import WorkerMetrics
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = ["Claim", "Claimer", "Reconciler", "in_daemon_thread", "parse_nudge"]
+
+logger = Logger(service="holdfast-worker", child=True)
+T = TypeVar("T")
+
+
+class Claim(Enum):
+    """The outcome of one claim attempt, as the message handling needs it."""
+
+    CLAIMED = "claimed"
+    CONFLICT = "conflict"  # definitive no: delete the nudge
+    UNAVAILABLE = "unavailable"  # try again later: redeliver after a delay
+    NO_CAPACITY = "no_capacity"  # full or stopping: hand the nudge to another worker now
+
+
+ClaimFn = Callable[[str, str], Awaitable[Claim]]  # (conn_id, source) -> outcome
+
+
+def parse_nudge(body: str) -> str:
+    """The ``conn_id`` of a nudge body; ``ValueError`` says why the message is poison."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        raise ValueError("body is not JSON") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"body is JSON {type(obj).__name__}, not an object")
+    conn_id = obj.get("conn_id")
+    if not isinstance(conn_id, str):
+        raise ValueError("body has no string conn_id")
+    return validate_conn_id(conn_id)
+
+
+def in_daemon_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
+    """Run blocking ``fn`` in a daemon thread: a 20 s long poll must not delay process exit."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, exc: BaseException | None) -> None:
+        if fut.done():
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)  # type: ignore[arg-type]
+
+    def work() -> None:
+        try:
+            result, exc = fn(), None
+        except BaseException as e:  # handed to the awaiting coroutine
+            result, exc = None, e
+        # RuntimeError: the loop is closed, nobody is waiting any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=work, name="holdfast-sqs-poll", daemon=True).start()
+    return fut
+
+
+@dataclass
+class Claimer:
+    """Long-polls the nudge queue while there is capacity, and acts on each message."""
+
+    sqs: SQSClient
+    queue_url: str
+    claim: ClaimFn
+    free_capacity: Callable[[], int]
+    metrics: WorkerMetrics
+    poll_s: int = 20
+    retry_delay_s: int = 2
+    idle_s: float = 0.5
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    _abandon: threading.Event = field(default_factory=threading.Event)
+
+    async def run(self) -> None:
+        """Poll and claim until cancelled; a message received after cancellation is put back."""
+        try:
+            while True:
+                free = self.free_capacity()
+                if free <= 0:
+                    await self.sleep(self.idle_s)  # full: leave the queue to other workers
+                    continue
+                try:
+                    messages = await in_daemon_thread(
+                        functools.partial(self._receive, min(10, free)))
+                except HoldfastError as exc:
+                    logger.warning("cannot poll the nudge queue", error=str(exc)[:300])
+                    await self.sleep(jittered(2.0))
+                    continue
+                if messages:
+                    await self.handle(messages)
+        finally:
+            self._abandon.set()
+
+    def _receive(self, n: int) -> list[dict[str, Any]]:
+        resp = call("ReceiveMessage", self.sqs.receive_message, QueueUrl=self.queue_url,
+                    MaxNumberOfMessages=n, WaitTimeSeconds=self.poll_s,
+                    AttributeNames=["ApproximateReceiveCount"])
+        messages = [dict(m) for m in resp.get("Messages", [])]
+        if messages and self._abandon.is_set():
+            # The worker stopped while this poll was in flight: hand them on at once.
+            self._change_visibility(messages, 0)
+            return []
+        return messages
+
+    async def handle(self, messages: list[dict[str, Any]]) -> None:
+        """Claim what each message names, then delete or return the messages in batches."""
+        outcomes = await asyncio.gather(*(self._one(m) for m in messages))
+        delete = [m for m, o in zip(messages, outcomes, strict=True)
+                  if o in (Claim.CLAIMED, Claim.CONFLICT, None)]
+        later = [m for m, o in zip(messages, outcomes, strict=True) if o is Claim.UNAVAILABLE]
+        now = [m for m, o in zip(messages, outcomes, strict=True) if o is Claim.NO_CAPACITY]
+        await asyncio.to_thread(self._settle, delete, later, now)
+
+    async def _one(self, message: dict[str, Any]) -> Claim | None:
+        body = message.get("Body", "")
+        try:
+            conn_id = parse_nudge(body if isinstance(body, str) else "")
+        except ValueError as exc:
+            self.metrics.incr("PoisonMessages")
+            logger.warning("poison nudge deleted", error=str(exc)[:200],
+                           message_id=message.get("MessageId"), body=str(body)[:200])
+            return None
+        return await self.claim(conn_id, "nudge")
+
+    def _settle(self, delete: list[dict[str, Any]], later: list[dict[str, Any]],
+                now: list[dict[str, Any]]) -> None:
+        try:
+            if delete:
+                call("DeleteMessageBatch", self.sqs.delete_message_batch,
+                     QueueUrl=self.queue_url, Entries=[
+                         {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                         for i, m in enumerate(delete)])
+            self._change_visibility(later, self.retry_delay_s)
+            self._change_visibility(now, 0)
+        except HoldfastError as exc:
+            # The messages come back after the visibility timeout: nothing is lost.
+            logger.warning("cannot settle nudges", error=str(exc)[:300])
+
+    def _change_visibility(self, messages: list[dict[str, Any]], seconds: int) -> None:
+        if messages:
+            call("ChangeMessageVisibilityBatch", self.sqs.change_message_visibility_batch,
+                 QueueUrl=self.queue_url, Entries=[
+                     {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"],
+                      "VisibilityTimeout": seconds} for i, m in enumerate(messages)])
+
+
+@dataclass
+class Reconciler:
+    """The fallback sweep: every jittered ``period_s``, claim orphans that fit in capacity."""
+
+    ddb: DynamoDBClient
+    table: str
+    skew_ms: int
+    claim: ClaimFn
+    free_capacity: Callable[[], int]
+    period_s: float
+    wall_ms: Callable[[], int]
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    rand: Callable[[], float] = random.random
+
+    async def run(self) -> None:
+        while True:
+            await self.sleep(jittered(self.period_s, self.rand))
+            try:
+                await self.sweep()
+            except HoldfastError as exc:
+                logger.warning("reconcile sweep failed", error=str(exc)[:300])
+
+    async def sweep(self) -> int:
+        """One pass; returns how many streams it claimed."""
+        free = self.free_capacity()
+        if free <= 0:
+            return 0
+
+        def read() -> list[str]:
+            found = []
+            # Read a little more than fits: other workers race for the same orphans.
+            for orphan in find_orphans(self.ddb, self.table, now_ms=self.wall_ms(),
+                                       skew_ms=self.skew_ms):
+                found.append(orphan.conn_id)
+                if len(found) >= free * 2:
+                    break
+            return found
+
+        orphans = await asyncio.to_thread(read)
+        random.shuffle(orphans)  # workers sweeping at once should not all fight for the first
+        claimed = 0
+        for conn_id in orphans:
+            if self.free_capacity() <= 0:
+                break
+            if await self.claim(conn_id, "sweep") is Claim.CLAIMED:
+                claimed += 1
+        if claimed:
+            logger.info("reconcile sweep claimed orphans", claimed=claimed, seen=len(orphans))
+        return claimed

@@ -1,0 +1,196 @@
+"""Worker settings from the environment (as an ECS task definition sets them), validated once.
+
+Every bad value is a ``ConfigError`` whose message names the variable and says what is allowed;
+``python -m worker`` prints it and exits 2 instead of starting half-configured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import secrets
+import socket
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from holdfast.core.batch import RenewMode
+from holdfast.core.exceptions import ConfigError
+from holdfast.core.model import MAX_OWNER_LEN
+from holdfast.core.rules import LeaseTiming
+from holdfast.core.urls import UrlPolicy, parse_allow_list
+
+__all__ = ["WorkerConfig", "default_worker_id", "ecs_task_id", "load_config"]
+
+_WORKER_ID = re.compile(rf"^[A-Za-z0-9._:@/+=-]{{1,{MAX_OWNER_LEN}}}$")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """Everything the worker reads from its environment. Times in ms unless named ``_s``."""
+
+    table: str
+    queue_url: str
+    worker_id: str
+    timing: LeaseTiming = field(default_factory=LeaseTiming)
+    max_connections: int = 1000
+    reconcile_s: float = 60.0
+    handler: str | None = None
+    protocol: str = "query"
+    url_policy: UrlPolicy = field(default_factory=UrlPolicy)
+    renew_mode: RenewMode = "batch"
+    health_port: int = 8081
+    max_frame_bytes: int = 2**20
+    compression: bool = False
+    shutdown_s: float = 25.0
+    poll_s: int = 20
+    metrics_s: float = 60.0
+    open_timeout_s: float = 10.0
+    reconnect_base_s: float = 0.5
+    reconnect_cap_s: float = 30.0
+    max_upstream_failures: int = 6
+    retry_base_s: float = 30.0
+    log_level: str = "INFO"
+
+    @property
+    def lease_ms(self) -> int:
+        return self.timing.lease_ms
+
+    @property
+    def heartbeat_ms(self) -> int:
+        return self.timing.heartbeat_ms
+
+
+class _Env:
+    """Typed reads of one environment mapping; each error names its variable."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+
+    def raw(self, name: str) -> str | None:
+        value = self.env.get(name)
+        return value.strip() if value is not None and value.strip() != "" else None
+
+    def required(self, name: str, what: str) -> str:
+        value = self.raw(name)
+        if value is None:
+            raise ConfigError(f"{name} is not set: it must name {what}")
+        return value
+
+    def number(self, name: str, default: float, *, lo: float, hi: float,
+               integer: bool = False) -> float:
+        text = self.raw(name)
+        if text is None:
+            return default
+        try:
+            value = float(int(text)) if integer else float(text)
+        except ValueError:
+            kind = "an integer" if integer else "a number"
+            raise ConfigError(f"{name}={text[:40]!r} is not {kind}") from None
+        if math.isnan(value) or not lo <= value <= hi:
+            raise ConfigError(f"{name}={text[:40]} is out of range: allowed {lo:g} to {hi:g}")
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        text = (self.raw(name) or ("1" if default else "0")).lower()
+        if text not in _TRUE + _FALSE:
+            raise ConfigError(f"{name}={text[:20]!r} must be true or false")
+        return text in _TRUE
+
+    def choice(self, name: str, default: str, allowed: tuple[str, ...]) -> str:
+        text = self.raw(name) or default
+        if text not in allowed:
+            raise ConfigError(f"{name}={text[:40]!r} must be one of {', '.join(allowed)}")
+        return text
+
+
+def load_config(env: Mapping[str, str] | None = None, *,
+                worker_id: Callable[[Mapping[str, str]], str] | None = None) -> WorkerConfig:
+    """Read and validate the worker's settings; ``ConfigError`` names the first bad variable."""
+    e = _Env(os.environ if env is None else env)
+    table = e.required("HOLDFAST_TABLE", "the DynamoDB lease table")
+    queue_url = e.required("HOLDFAST_QUEUE_URL", "the SQS nudge queue URL")
+    if not queue_url.startswith(("https://", "http://")):
+        raise ConfigError(f"HOLDFAST_QUEUE_URL={queue_url[:80]!r} is not a queue URL")
+    lease_s = e.number("HOLDFAST_LEASE_SECONDS", 20, lo=0.5, hi=3600)
+    heartbeat_s = e.number("HOLDFAST_HEARTBEAT_SECONDS", 5, lo=0.05, hi=1200)
+    skew_ms = e.number("HOLDFAST_SKEW_MS", 1000, lo=0, hi=60_000, integer=True)
+    margin_ms = e.number("HOLDFAST_MARGIN_MS", min(1000, lease_s * 100), lo=0, hi=60_000,
+                         integer=True)
+    try:
+        timing = LeaseTiming(round(lease_s * 1000), round(heartbeat_s * 1000), int(skew_ms),
+                             int(margin_ms))
+    except ConfigError as exc:
+        raise ConfigError(f"HOLDFAST_HEARTBEAT_SECONDS / HOLDFAST_LEASE_SECONDS / "
+                          f"HOLDFAST_SKEW_MS: {exc}") from None
+    try:
+        policy = parse_allow_list(e.raw("HOLDFAST_ALLOWED_HOSTS"))
+    except ValueError as exc:
+        raise ConfigError(f"HOLDFAST_ALLOWED_HOSTS: {exc}") from None
+    wid = e.raw("HOLDFAST_WORKER_ID") or (worker_id or default_worker_id)(e.env)
+    if not _WORKER_ID.fullmatch(wid):
+        raise ConfigError(f"HOLDFAST_WORKER_ID={wid[:60]!r} must be 1-{MAX_OWNER_LEN} "
+                          "letters, digits and ._:@/+=-")
+    mode: Literal["batch", "single"] = "batch" if e.choice(
+        "HOLDFAST_RENEW_MODE", "batch", ("batch", "single")) == "batch" else "single"
+    handler = e.raw("HOLDFAST_HANDLER")
+    if handler is not None and not re.fullmatch(r"[\w.]+:[\w.]+", handler):
+        raise ConfigError(f"HOLDFAST_HANDLER={handler[:80]!r} must look like "
+                          "'package.module:function'")
+    shutdown_s = e.number("HOLDFAST_SHUTDOWN_SECONDS", 25, lo=1, hi=7200)
+    return WorkerConfig(
+        table=table, queue_url=queue_url, worker_id=wid, timing=timing,
+        max_connections=int(e.number("HOLDFAST_MAX_CONNECTIONS", 1000, lo=1, hi=100_000,
+                                     integer=True)),
+        reconcile_s=e.number("HOLDFAST_RECONCILE_SECONDS", 60, lo=0, hi=86_400),
+        handler=handler,
+        protocol=e.raw("HOLDFAST_PROTOCOL") or "query",
+        url_policy=policy, renew_mode=mode,
+        health_port=int(e.number("HOLDFAST_HEALTH_PORT", 8081, lo=0, hi=65535, integer=True)),
+        max_frame_bytes=int(e.number("HOLDFAST_MAX_FRAME_BYTES", 2**20, lo=1024, hi=2**30,
+                                     integer=True)),
+        compression=e.boolean("HOLDFAST_COMPRESSION", False),
+        shutdown_s=shutdown_s,
+        poll_s=int(e.number("HOLDFAST_POLL_SECONDS", 20, lo=0, hi=20, integer=True)),
+        metrics_s=e.number("HOLDFAST_METRICS_SECONDS", 60, lo=0.1, hi=3600),
+        open_timeout_s=e.number("HOLDFAST_OPEN_TIMEOUT_SECONDS", 10, lo=0.1, hi=300),
+        reconnect_base_s=e.number("HOLDFAST_RECONNECT_BASE_SECONDS", 0.5, lo=0.01, hi=600),
+        reconnect_cap_s=e.number("HOLDFAST_RECONNECT_CAP_SECONDS", 30, lo=0.01, hi=3600),
+        max_upstream_failures=int(e.number("HOLDFAST_UPSTREAM_MAX_FAILURES", 6, lo=1, hi=1000,
+                                           integer=True)),
+        retry_base_s=e.number("HOLDFAST_RETRY_BASE_SECONDS", 30, lo=0.1, hi=86_400),
+        log_level=e.choice("HOLDFAST_LOG_LEVEL", (e.raw("LOG_LEVEL") or "INFO").upper(),
+                           ("DEBUG", "INFO", "WARNING", "ERROR")),
+    )
+
+
+def ecs_task_id(env: Mapping[str, str], timeout_s: float = 1.0) -> str | None:
+    """The ECS task id from the task metadata endpoint (v4), or None outside ECS."""
+    base = env.get("ECS_CONTAINER_METADATA_URI_V4")
+    if not base or not base.startswith("http://"):
+        return None
+    try:
+        with urllib.request.urlopen(f"{base}/task", timeout=timeout_s) as resp:
+            arn = json.loads(resp.read(1_000_000)).get("TaskARN", "")
+    except (OSError, ValueError, AttributeError):
+        return None
+    task_id = arn.rsplit("/", 1)[-1] if isinstance(arn, str) else ""
+    return task_id if task_id and _WORKER_ID.fullmatch(task_id) else None
+
+
+def default_worker_id(env: Mapping[str, str]) -> str:
+    """ECS task id when running on ECS, else host-pid-random: unique per process.
+
+    The store treats ``lease_owner == me`` as proof of ownership, so two processes must never
+    share an id (a restarted process on the same host gets a new random suffix).
+    """
+    task = ecs_task_id(env)
+    if task:
+        return task
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:100] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"

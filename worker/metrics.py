@@ -1,0 +1,55 @@
+"""Worker metrics: counted in memory, emitted as CloudWatch EMF (Powertools) every period.
+
+Counting locally and emitting one sum per period keeps the EMF output to one line per flush
+however many messages flow; ``ActiveConnections`` is the fleet's autoscaling signal.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
+    AmazonCloudWatchEMFProvider,
+)
+
+__all__ = ["COUNTERS", "NAMESPACE", "WorkerMetrics"]
+
+NAMESPACE = "Holdfast"
+COUNTERS = ("Claims", "ClaimConflicts", "LeasesLost", "LeasesFenced", "Reconnects",
+            "HandlerErrors", "MessagesHandled", "UpstreamGiveUps", "PoisonMessages",
+            "RenewFailures")
+_MAX_SAMPLES = 100  # EMF accepts at most 100 values per metric in one record
+
+
+@dataclass
+class WorkerMetrics:
+    """Counters, the active-connection gauge and renew latency samples of one worker."""
+
+    service: str = "holdfast-worker"
+    namespace: str = NAMESPACE
+    counts: Counter[str] = field(default_factory=Counter)
+    totals: Counter[str] = field(default_factory=Counter)
+    active: int = 0
+    renew_ms: list[float] = field(default_factory=list)
+
+    def incr(self, name: str, n: int = 1) -> None:
+        self.counts[name] += n
+        self.totals[name] += n
+
+    def renew_latency(self, ms: float) -> None:
+        if len(self.renew_ms) < _MAX_SAMPLES:
+            self.renew_ms.append(ms)
+
+    def flush(self) -> None:
+        """Print one EMF record with everything counted since the last flush, then reset."""
+        provider = AmazonCloudWatchEMFProvider(namespace=self.namespace, service=self.service)
+        provider.add_metric("ActiveConnections", MetricUnit.Count, self.active)
+        for name in COUNTERS:
+            provider.add_metric(name, MetricUnit.Count, self.counts.get(name, 0))
+        for ms in self.renew_ms:
+            provider.add_metric("RenewLatency", MetricUnit.Milliseconds, ms)
+        provider.flush_metrics()
+        self.counts.clear()
+        self.renew_ms.clear()

@@ -1,0 +1,155 @@
+"""Resume protocols: how a (re)connection asks the upstream to continue, and how frames carry seq.
+
+The default (``query``) appends ``from_seq=<checkpoint+1>`` to ``ws_url`` and reads JSON text
+frames with an integer ``seq``. ``header`` sends the same number in an ``X-From-Seq`` header and
+``frame`` sends ``{"from_seq": N}`` as the first frame. ``HOLDFAST_PROTOCOL="pkg.mod:factory"``
+plugs in any other: a zero-argument callable returning a ``ResumeProtocol``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from worker.exceptions import HandlerLoadError
+
+__all__ = [
+    "FirstFrameProtocol",
+    "HeaderProtocol",
+    "Parsed",
+    "QueryParamProtocol",
+    "ResumeProtocol",
+    "load_protocol",
+    "parse_json_seq",
+]
+
+_MAX_SEQ = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A frame as the handler sees it: ``seq`` None when the frame carries no integer seq."""
+
+    seq: int | None
+    data: str | bytes
+
+
+@runtime_checkable
+class ResumeProtocol(Protocol):
+    """What a resume protocol decides; ``next_seq`` is None when there is no checkpoint yet."""
+
+    def url(self, ws_url: str, next_seq: int | None) -> str: ...
+
+    def headers(self, next_seq: int | None) -> dict[str, str]: ...
+
+    def first_frames(self, next_seq: int | None) -> list[str]: ...
+
+    def parse(self, frame: str | bytes) -> Parsed: ...
+
+
+def parse_json_seq(frame: str | bytes, key: str = "seq") -> Parsed:
+    """``Parsed(seq, frame)`` for a JSON object frame with an integer ``key``; else seq None."""
+    if isinstance(frame, bytes) or not frame.startswith("{"):
+        return Parsed(None, frame)
+    try:
+        obj = json.loads(frame)
+    except ValueError:
+        return Parsed(None, frame)
+    seq = obj.get(key) if isinstance(obj, dict) else None
+    # bool is an int subclass: {"seq": true} is not a sequence number.
+    if isinstance(seq, int) and not isinstance(seq, bool) and 0 <= seq <= _MAX_SEQ:
+        return Parsed(seq, frame)
+    return Parsed(None, frame)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryParamProtocol:
+    """Resume with a query parameter (default ``from_seq``), replacing any already present."""
+
+    param: str = "from_seq"
+    seq_key: str = "seq"
+
+    def url(self, ws_url: str, next_seq: int | None) -> str:
+        if next_seq is None:
+            return ws_url
+        parts = urlsplit(ws_url)
+        query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
+                 if k != self.param]
+        query.append((self.param, str(next_seq)))
+        return urlunsplit(parts._replace(query=urlencode(query)))
+
+    def headers(self, next_seq: int | None) -> dict[str, str]:
+        return {}
+
+    def first_frames(self, next_seq: int | None) -> list[str]:
+        return []
+
+    def parse(self, frame: str | bytes) -> Parsed:
+        return parse_json_seq(frame, self.seq_key)
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderProtocol:
+    """Resume with a request header on the opening handshake."""
+
+    header: str = "X-From-Seq"
+    seq_key: str = "seq"
+
+    def url(self, ws_url: str, next_seq: int | None) -> str:
+        return ws_url
+
+    def headers(self, next_seq: int | None) -> dict[str, str]:
+        return {} if next_seq is None else {self.header: str(next_seq)}
+
+    def first_frames(self, next_seq: int | None) -> list[str]:
+        return []
+
+    def parse(self, frame: str | bytes) -> Parsed:
+        return parse_json_seq(frame, self.seq_key)
+
+
+@dataclass(frozen=True, slots=True)
+class FirstFrameProtocol:
+    """Resume by sending ``{"<key>": N}`` (or ``{}`` without a checkpoint) as the first frame."""
+
+    key: str = "from_seq"
+    seq_key: str = "seq"
+
+    def url(self, ws_url: str, next_seq: int | None) -> str:
+        return ws_url
+
+    def headers(self, next_seq: int | None) -> dict[str, str]:
+        return {}
+
+    def first_frames(self, next_seq: int | None) -> list[str]:
+        return [json.dumps({} if next_seq is None else {self.key: next_seq})]
+
+    def parse(self, frame: str | bytes) -> Parsed:
+        return parse_json_seq(frame, self.seq_key)
+
+
+_BUILTIN: dict[str, type[QueryParamProtocol | HeaderProtocol | FirstFrameProtocol]] = {
+    "query": QueryParamProtocol, "header": HeaderProtocol, "frame": FirstFrameProtocol}
+
+
+def load_protocol(spec: str | None) -> ResumeProtocol:
+    """``query`` / ``header`` / ``frame``, or ``pkg.mod:factory``; ``HandlerLoadError`` if bad."""
+    if not spec or spec in _BUILTIN:
+        return _BUILTIN[spec or "query"]()
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise HandlerLoadError(f"HOLDFAST_PROTOCOL={spec[:80]!r} must be one of "
+                               f"{', '.join(_BUILTIN)} or 'package.module:factory'")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+        protocol = factory()
+    except Exception as exc:
+        raise HandlerLoadError(f"HOLDFAST_PROTOCOL={spec!r} cannot be loaded: "
+                               f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(protocol, ResumeProtocol):
+        raise HandlerLoadError(f"HOLDFAST_PROTOCOL={spec!r} did not return a ResumeProtocol "
+                               "(needs url, headers, first_frames and parse)")
+    return protocol

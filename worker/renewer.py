@@ -1,0 +1,128 @@
+"""Heartbeats and self-fencing for every lease a worker holds.
+
+Every heartbeat: one ``renew_many`` (batched PartiQL, or single UpdateItems on moto) for all
+held leases, each carrying its checkpoint. Outcomes per lease:
+
+- renewed: new expiry, fence deadline moved to ``sent + lease - skew - margin`` (monotonic);
+- LOST or DELETED: abort the stream at once (another worker may already be connected);
+- STOPPED: drain it (finish the handler call, close) and release with the final checkpoint;
+- StoreUnavailable: keep it, try again next heartbeat; the fence watcher stops it at its
+  deadline, before the lease can expire for anyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aws_lambda_powertools import Logger
+
+from holdfast.core import rules
+from holdfast.core.batch import RenewMode, RenewRequest, renew_many
+from holdfast.core.exceptions import HoldfastError, LeaseLost, LossReason
+from holdfast.core.store import LeaseStore
+from worker.metrics import WorkerMetrics
+from worker.stream import StreamRunner
+
+__all__ = ["Renewer", "monotonic_ms"]
+
+logger = Logger(service="holdfast-worker", child=True)
+_HEALTH_PROBE_ID = "__holdfast_health_probe__"
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass
+class Renewer:
+    """Renews the leases in ``streams`` every heartbeat and fences the ones it cannot renew."""
+
+    store: LeaseStore
+    streams: dict[str, StreamRunner]
+    timing: rules.LeaseTiming
+    metrics: WorkerMetrics
+    mode: RenewMode = "batch"
+    mono: Callable[[], int] = monotonic_ms
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    last_ok_mono_ms: int | None = None  # last decisive answer from DynamoDB (for /health)
+
+    async def run(self) -> None:
+        """Heartbeat until cancelled."""
+        while True:
+            started = self.mono()
+            await self.heartbeat()
+            elapsed_s = (self.mono() - started) / 1000
+            await self.sleep(max(0.0, self.timing.heartbeat_ms / 1000 - elapsed_s))
+
+    async def heartbeat(self) -> None:
+        """Renew every held lease once (one batched call) and act on each outcome."""
+        # Draining streams are renewed too: a slow graceful stop must not run into the fence.
+        held = [r for r in self.streams.values() if not (r.aborted or r.closed)]
+        if not held:
+            await self._probe()
+            return
+        requests = [RenewRequest(r.lease, r.checkpoint) for r in held]
+        sent = self.mono()
+        try:
+            results = await asyncio.to_thread(renew_many, self.store, requests, self.mode)
+        except HoldfastError as exc:  # e.g. ConfigError: table gone, credentials refused
+            logger.error("heartbeat failed", error=str(exc)[:500], leases=len(held))
+            self.metrics.incr("RenewFailures", len(held))
+            return
+        self.metrics.renew_latency(self.mono() - sent)
+        decisive = False
+        for runner, result in zip(held, results, strict=True):
+            if result.lease is not None:
+                decisive = True
+                if not (runner.aborted or runner.closed):
+                    runner.lease = result.lease
+                    runner.fence_mono_ms = rules.fence_deadline_mono_ms(sent, self.timing)
+            elif isinstance(result.error, LeaseLost):
+                decisive = True
+                self._lost(runner, result.error.reason)
+            else:
+                self.metrics.incr("RenewFailures")
+                runner.log("warning", "renew failed, keeping the lease until its fence deadline",
+                           error=str(result.error)[:300],
+                           fence_in_ms=runner.fence_mono_ms - self.mono())
+        if decisive:
+            self.last_ok_mono_ms = sent
+
+    def _lost(self, runner: StreamRunner, reason: LossReason) -> None:
+        if runner.aborted or runner.closed:
+            return
+        if reason is LossReason.STOPPED:
+            if runner.stopping:
+                return
+            runner.log("info", "stream STOPPED, closing")
+            runner.drain("stopped")
+        else:
+            # LOST/DELETED/REGRESSION/INVALID: someone else may hold it now; no more handler
+            # calls and no more bytes from this connection.
+            self.metrics.incr("LeasesLost")
+            runner.log("warning", "lease lost, closing at once", reason=str(reason))
+            runner.abort(f"lost:{reason}")
+
+    async def _probe(self) -> None:
+        """With nothing to renew, one cheap read keeps the health signal honest."""
+        sent = self.mono()
+        try:
+            await asyncio.to_thread(self.store.get_raw, _HEALTH_PROBE_ID)
+        except HoldfastError:
+            return
+        self.last_ok_mono_ms = sent
+
+    async def fence_watch(self, tick_s: float = 0.05) -> None:
+        """Abort every stream whose fence deadline has passed; runs until cancelled."""
+        while True:
+            now = self.mono()
+            for runner in list(self.streams.values()):
+                if now >= runner.fence_mono_ms and not (runner.aborted or runner.closed):
+                    self.metrics.incr("LeasesFenced")
+                    runner.log("error", "self-fencing: lease not renewed in time, stream stopped",
+                               late_ms=now - runner.fence_mono_ms)
+                    runner.abort("fenced")
+            await self.sleep(tick_s)

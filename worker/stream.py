@@ -1,0 +1,227 @@
+"""One held stream: connect to ``ws_url``, resume from the checkpoint, call the handler in order.
+
+The checkpoint is the highest seq whose handler call has returned (or raised: a message the
+handler failed on is not retried, it is logged and counted), so a handover neither loses nor
+skips a message. Drops are retried with jittered back-off while the lease is kept; after
+``max_failures`` in a row ``run`` returns the error and the supervisor hands the lease back.
+
+Three ways to stop, chosen by the caller: ``drain`` (graceful: finish the handler call in
+flight, close), ``abort`` (the lease is gone or fenced: stop handler calls and drop the
+connection now), or the give-up above.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import InvalidURI, WebSocketException
+
+from holdfast.core.exceptions import UnsafeUrl
+from holdfast.core.model import Lease
+from holdfast.core.urls import CheckedUrl, UrlPolicy, check_address, check_url, redact
+from worker.backoff import Backoff
+from worker.handler import Handler, Message
+from worker.metrics import WorkerMetrics
+from worker.protocol import ResumeProtocol
+
+__all__ = ["ConnectOptions", "StreamContext", "StreamRunner", "resolve_checked"]
+
+logger = Logger(service="holdfast-worker", child=True)
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+class _NoRedirects(connect):
+    """``connect`` that never follows a redirect: the target was not checked by the policy."""
+
+    def process_redirect(self, exc: Exception) -> Exception | str:
+        return exc
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectOptions:
+    max_size: int = 2**20
+    compression: bool = False
+    open_timeout_s: float = 10.0
+    ping_interval_s: float = 20.0
+    close_timeout_s: float = 2.0
+
+
+async def _getaddrinfo(host: str, port: int) -> list[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
+
+
+@dataclass
+class StreamContext:
+    """What every stream of one worker shares."""
+
+    worker_id: str
+    handler: Handler
+    protocol: ResumeProtocol
+    metrics: WorkerMetrics
+    policy: UrlPolicy = field(default_factory=UrlPolicy)
+    backoff: Backoff = field(default_factory=Backoff)
+    options: ConnectOptions = field(default_factory=ConnectOptions)
+    resolve: Resolver = _getaddrinfo
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+
+async def resolve_checked(checked: CheckedUrl, policy: UrlPolicy, resolve: Resolver) -> str:
+    """The address to connect to; ``UnsafeUrl`` if the host resolves anywhere it must not."""
+    if checked.address is not None:
+        return str(checked.address)
+    try:
+        addresses = await resolve(checked.host, checked.port)
+    except OSError as exc:
+        raise OSError(f"cannot resolve {checked.host}: {exc}") from None
+    if not addresses:
+        raise OSError(f"{checked.host} resolves to no address")
+    # Any forbidden address refuses the host: a name that also points at the metadata
+    # service is hostile, whichever address the OS would pick.
+    for address in addresses:
+        check_address(address.split("%", 1)[0], policy, url=checked.url,
+                      name_allowed=checked.name_allowed)
+    return addresses[0]
+
+
+class StreamRunner:
+    """The connection task of one lease. ``lease`` and ``fence_mono_ms`` are kept by the renewer."""
+
+    def __init__(self, lease: Lease, ctx: StreamContext, *, fence_mono_ms: int) -> None:
+        self.conn_id = lease.conn_id
+        self.lease = lease
+        self.fence_mono_ms = fence_mono_ms
+        self.ctx = ctx
+        self.checkpoint: int | None = lease.last_seq  # highest seq whose handler returned
+        self.handled = 0
+        self.stop_reason: str | None = None
+        self.task: asyncio.Task[Any] | None = None  # set by the supervisor
+        self._ws: ClientConnection | None = None
+        self._in_handler = False
+        self.aborted = False  # no more handler calls or bytes: renewals are pointless
+        self.closed = False  # the task has ended; the supervisor is releasing or has released
+
+    # -- control, called by the supervisor and the renewer -------------------------------
+    @property
+    def stopping(self) -> bool:
+        return self.stop_reason is not None
+
+    def drain(self, reason: str) -> None:
+        """Stop after the handler call in flight returns; the connection is closed cleanly."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        if self.task is not None and not self._in_handler and not self.closed:
+            self.task.cancel()  # waiting for a frame or a reconnect: nothing in flight to keep
+
+    def abort(self, reason: str) -> None:
+        """Stop now: drop the connection and cancel the handler call in flight."""
+        self.stop_reason = reason
+        self.aborted = True
+        if self._ws is not None:
+            self._ws.transport.abort()
+        if self.task is not None and not self.closed:
+            self.task.cancel()
+
+    def log(self, level: str, msg: str, **extra: Any) -> None:
+        getattr(logger, level)(msg, conn_id=self.conn_id, worker_id=self.ctx.worker_id,
+                               **extra)
+
+    # -- the task ------------------------------------------------------------------------
+    async def run(self) -> str | None:
+        """Hold the stream until stopped (returns None) or given up (returns the error)."""
+        failures = 0
+        try:
+            while not self.stopping:
+                before = self.handled
+                try:
+                    await self._session()
+                    error = "upstream closed the connection"
+                except UnsafeUrl as exc:
+                    self.log("warning", "ws_url refused", error=str(exc))
+                    return str(exc)
+                except InvalidURI:
+                    msg = f"ws_url is not a valid WebSocket URI: {redact(self.lease.ws_url)}"
+                    self.log("warning", "ws_url refused", error=msg)
+                    return msg
+                except (OSError, TimeoutError, WebSocketException) as exc:
+                    error = _describe(exc)
+                if self.stopping:
+                    break
+                failures = 1 if self.handled > before else failures + 1
+                self.ctx.metrics.incr("Reconnects")
+                if self.ctx.backoff.give_up(failures):
+                    self.log("warning", "upstream failing, giving the stream back",
+                             error=error, failures=failures)
+                    return f"{failures} connection failures, last: {error}"
+                delay = self.ctx.backoff.delay_s(failures)
+                self.log("info", "upstream dropped, reconnecting", error=error,
+                         failures=failures, delay_s=round(delay, 3))
+                await self.ctx.sleep(delay)
+        except asyncio.CancelledError:
+            if not self.stopping:
+                raise  # cancelled from outside (second signal): not ours to swallow
+        return None
+
+    async def _session(self) -> None:
+        next_seq = None if self.checkpoint is None else self.checkpoint + 1
+        proto = self.ctx.protocol
+        url = proto.url(self.lease.ws_url, next_seq)
+        checked = check_url(url, self.ctx.policy)
+        address = await resolve_checked(checked, self.ctx.policy, self.ctx.resolve)
+        opts = self.ctx.options
+        headers = {"X-Holdfast-Worker": self.ctx.worker_id, **proto.headers(next_seq)}
+        async with _NoRedirects(
+                url, host=address, port=checked.port, additional_headers=headers,
+                compression="deflate" if opts.compression else None, max_size=opts.max_size,
+                open_timeout=opts.open_timeout_s, ping_interval=opts.ping_interval_s,
+                ping_timeout=opts.ping_interval_s, close_timeout=opts.close_timeout_s,
+                proxy=None, user_agent_header="holdfast-worker") as ws:
+            self._ws = ws
+            try:
+                self.log("info", "connected", url=redact(url), from_seq=next_seq)
+                for first in proto.first_frames(next_seq):
+                    await ws.send(first)
+                async for frame in ws:
+                    await self._deliver(frame)
+                    if self.stopping:
+                        return
+            finally:
+                self._ws = None
+
+    async def _deliver(self, frame: str | bytes) -> None:
+        parsed = self.ctx.protocol.parse(frame)
+        seq, last = parsed.seq, self.checkpoint
+        if seq is not None and last is not None:
+            if seq <= last:
+                return  # a replay of what was already handled (resume overlap): skip it
+            if seq > last + 1:
+                self.log("warning", "gap in upstream sequence", expected=last + 1, got=seq)
+        self._in_handler = True
+        try:
+            await self.ctx.handler(Message(self.conn_id, seq, parsed.data, self.ctx.worker_id))
+        except Exception as exc:
+            self.ctx.metrics.incr("HandlerErrors")
+            self.log("error", "handler raised", seq=seq, error=f"{type(exc).__name__}: {exc}"[:500])
+        finally:
+            self._in_handler = False
+        self.handled += 1
+        self.ctx.metrics.incr("MessagesHandled")
+        if seq is not None:
+            self.checkpoint = seq if last is None else max(last, seq)
+
+    async def close_quietly(self) -> None:
+        if self._ws is not None:
+            with contextlib.suppress(Exception):
+                await self._ws.close()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:500]

@@ -1,0 +1,273 @@
+"""The supervisor: owns the held streams, runs claimer, sweep, renewer, metrics and health.
+
+Shutdown is a parameter (an awaitable that completes when the worker must stop), as in hypercorn.
+The stop is two-phase and bounded by ``shutdown_s`` so that it fits ECS's stop timeout:
+
+1. stop claiming (nudges received in flight go back to the queue at once);
+2. drain every stream: the handler call in flight finishes, the connection closes, then the
+   lease is released with its final checkpoint (``lease_expires_at_ms = 0``) so the router hands
+   it on at once. Renewals and fencing go on meanwhile. What has not drained by 60% of the
+   budget is aborted (the call in flight is not checkpointed) and released all the same.
+
+One log line at the end counts what happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger
+
+from holdfast.core import rules
+from holdfast.core.exceptions import AcquireFailed, HoldfastError, LossReason, StoreUnavailable
+from holdfast.core.store import LeaseStore, wall_clock_ms
+from worker.backoff import Backoff
+from worker.claimer import Claim, Claimer, Reconciler
+from worker.config import WorkerConfig
+from worker.handler import Handler, default_handler
+from worker.health import HealthServer
+from worker.metrics import WorkerMetrics
+from worker.protocol import QueryParamProtocol, ResumeProtocol
+from worker.renewer import Renewer, monotonic_ms
+from worker.stream import ConnectOptions, StreamContext, StreamRunner
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = ["Worker"]
+
+logger = Logger(service="holdfast-worker", child=True)
+_DRAIN_SHARE = 0.6  # of the shutdown budget; the rest is for releases
+
+
+class Worker:
+    """One worker process's state and tasks. ``run(shutdown_trigger)`` until told to stop."""
+
+    def __init__(self, config: WorkerConfig, *, ddb: DynamoDBClient, sqs: SQSClient,
+                 handler: Handler = default_handler, protocol: ResumeProtocol | None = None,
+                 wall: Callable[[], int] = wall_clock_ms, mono: Callable[[], int] = monotonic_ms,
+                 metrics: WorkerMetrics | None = None) -> None:
+        self.config = config
+        self.worker_id = config.worker_id
+        self.ddb, self.sqs = ddb, sqs
+        self.wall, self.mono = wall, mono
+        self.metrics = metrics or WorkerMetrics()
+        self.store = LeaseStore(ddb, config.table, lease_ms=config.lease_ms,
+                                skew_ms=config.timing.skew_ms, clock=wall)
+        self.streams: dict[str, StreamRunner] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._claiming: set[str] = set()
+        self.stopping = False
+        self.started_mono_ms = mono()
+        self.counts: Counter[str] = Counter()
+        self.ctx = StreamContext(
+            worker_id=config.worker_id, handler=handler,
+            protocol=protocol or QueryParamProtocol(), metrics=self.metrics,
+            policy=config.url_policy,
+            backoff=Backoff(config.reconnect_base_s, config.reconnect_cap_s,
+                            config.max_upstream_failures, config.retry_base_s),
+            options=ConnectOptions(max_size=config.max_frame_bytes,
+                                   compression=config.compression,
+                                   open_timeout_s=config.open_timeout_s))
+        self.renewer = Renewer(self.store, self.streams, config.timing, self.metrics,
+                               config.renew_mode, mono=mono)
+
+    # -- capacity and claims ---------------------------------------------------------------
+    def free_capacity(self) -> int:
+        if self.stopping:
+            return 0
+        return self.config.max_connections - len(self.streams) - len(self._claiming)
+
+    async def claim(self, conn_id: str, source: str = "nudge") -> Claim:
+        """Try to acquire ``conn_id`` and start holding it."""
+        if conn_id in self.streams or conn_id in self._claiming:
+            return Claim.CONFLICT  # already ours (a duplicate nudge)
+        if self.free_capacity() <= 0:
+            return Claim.NO_CAPACITY
+        self._claiming.add(conn_id)
+        try:
+            sent = self.mono()
+            lease = await asyncio.to_thread(self.store.acquire, conn_id, self.worker_id)
+        except AcquireFailed as exc:
+            self.metrics.incr("ClaimConflicts")
+            logger.debug("claim refused", conn_id=conn_id, worker_id=self.worker_id,
+                         reason=str(exc.reason), source=source)
+            return Claim.CONFLICT
+        except StoreUnavailable as exc:
+            logger.warning("claim failed, DynamoDB unavailable", conn_id=conn_id,
+                           worker_id=self.worker_id, error=str(exc)[:300])
+            return Claim.UNAVAILABLE
+        except HoldfastError as exc:
+            logger.error("claim failed", conn_id=conn_id, worker_id=self.worker_id,
+                         error=str(exc)[:300])
+            return Claim.UNAVAILABLE
+        finally:
+            self._claiming.discard(conn_id)
+        self.metrics.incr("Claims")
+        self.counts["claimed"] += 1
+        runner = StreamRunner(lease, self.ctx,
+                              fence_mono_ms=rules.fence_deadline_mono_ms(sent, self.config.timing))
+        self.streams[conn_id] = runner
+        runner.log("info", "claimed", source=source, epoch=lease.epoch, last_seq=lease.last_seq)
+        if self.stopping:  # the stop began while we were acquiring: hand it straight back
+            runner.stop_reason = "shutdown"
+        task = asyncio.create_task(self._hold(runner), name=f"stream:{conn_id}")
+        runner.task = task
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return Claim.CLAIMED
+
+    # -- one stream's life -------------------------------------------------------------------
+    async def _hold(self, runner: StreamRunner) -> None:
+        error: str | None = None
+        try:
+            if not runner.stopping:
+                error = await runner.run()
+        except asyncio.CancelledError:
+            if not runner.stopping:
+                runner.stop_reason = "cancelled"
+        except Exception as exc:  # a bug must cost one stream, never the worker
+            error = f"internal error: {type(exc).__name__}: {exc}"[:500]
+            runner.log("exception", "stream task failed")
+        runner.closed = True
+        try:
+            await self._finish(runner, error)
+        finally:
+            self.streams.pop(runner.conn_id, None)
+
+    async def _finish(self, runner: StreamRunner, error: str | None) -> None:
+        reason = runner.stop_reason or ""
+        if reason.startswith("lost:"):
+            self.counts["lost"] += 1
+            return  # not ours any more: nothing to write
+        if reason == "fenced":
+            self.counts["fenced"] += 1
+            await self._release(runner, attempts=1)  # best effort: it may be ours still
+            return
+        if error is not None and not runner.stopping:
+            self.counts["gave_up"] += 1
+            self.metrics.incr("UpstreamGiveUps")
+            retry_s = self.ctx.backoff.retry_after_s(runner.lease.error_count + 1)
+            await self._release(runner, error=error, retry_at_ms=self.wall() + round(
+                retry_s * 1000))
+            runner.log("warning", "stream handed back after errors", error=error,
+                       retry_in_s=round(retry_s, 1))
+            return
+        outcome = await self._release(runner)
+        self.counts["released" if outcome == "released" else f"release_{outcome}"] += 1
+
+    async def _release(self, runner: StreamRunner, *, attempts: int = 20,
+                       error: str | None = None, retry_at_ms: int | None = None) -> str:
+        for attempt in range(attempts):
+            try:
+                lost = await asyncio.to_thread(self.store.release, runner.lease,
+                                               runner.checkpoint, error=error,
+                                               retry_at_ms=retry_at_ms)
+            except StoreUnavailable as exc:
+                if attempt + 1 < attempts and self.mono() < runner.fence_mono_ms:
+                    await asyncio.sleep(0.2 * (attempt + 1))
+                    continue
+                runner.log("warning", "release failed: the lease will expire instead",
+                           error=str(exc)[:300])
+                return "failed"
+            except HoldfastError as exc:
+                runner.log("error", "release failed", error=str(exc)[:300])
+                return "failed"
+            if lost is not None and lost is not LossReason.STOPPED:
+                return f"not_ours_{lost}"
+            runner.log("info", "released", checkpoint=runner.checkpoint,
+                       handled=runner.handled)
+            return "released"
+        return "failed"
+
+    # -- the service loops --------------------------------------------------------------------
+    async def _guard(self, name: str, coro: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run a service loop; an unexpected crash is logged and the loop restarted."""
+        while True:
+            try:
+                await coro()
+                return
+            except Exception:
+                logger.exception("service loop crashed, restarting", loop=name,
+                                 worker_id=self.worker_id)
+                await asyncio.sleep(1.0)
+
+    async def _metrics_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.metrics_s)
+            self.flush_metrics()
+
+    def flush_metrics(self) -> None:
+        self.metrics.active = len(self.streams)
+        self.metrics.flush()
+
+    def healthy(self) -> bool:
+        """False once DynamoDB has not answered decisively for longer than a lease."""
+        last = self.renewer.last_ok_mono_ms
+        since = self.started_mono_ms if last is None else last
+        return self.mono() - since <= self.config.lease_ms
+
+    async def run(self, shutdown_trigger: Callable[[], Awaitable[object]]) -> Counter[str]:
+        """Hold streams until ``shutdown_trigger`` completes, then stop gracefully."""
+        cfg = self.config
+        started = time.monotonic()
+        claimer = Claimer(self.sqs, cfg.queue_url, self.claim, self.free_capacity, self.metrics,
+                          poll_s=cfg.poll_s)
+        health = HealthServer(cfg.health_port, self) if cfg.health_port else None
+        logger.info("worker started", worker_id=self.worker_id, table=cfg.table,
+                    max_connections=cfg.max_connections, lease_ms=cfg.lease_ms,
+                    heartbeat_ms=cfg.heartbeat_ms, renew_mode=cfg.renew_mode)
+        async with asyncio.TaskGroup() as tg:
+            claiming = [tg.create_task(self._guard("claimer", claimer.run))]
+            if cfg.reconcile_s > 0:
+                reconciler = Reconciler(self.ddb, cfg.table, cfg.timing.skew_ms, self.claim,
+                                        self.free_capacity, cfg.reconcile_s, self.wall,
+                                        rand=random.random)
+                claiming.append(tg.create_task(self._guard("reconcile", reconciler.run)))
+            keep = [tg.create_task(self._guard("renewer", self.renewer.run)),
+                    tg.create_task(self._guard("fence", self.renewer.fence_watch)),
+                    tg.create_task(self._guard("metrics", self._metrics_loop))]
+            if health is not None:
+                keep.append(tg.create_task(self._guard("health", health.run)))
+            await shutdown_trigger()
+            logger.info("stopping: no more claims, draining streams", worker_id=self.worker_id,
+                        streams=len(self.streams))
+            self.stopping = True
+            for task in claiming:
+                task.cancel()
+            await self._stop_streams()
+            for task in keep:
+                task.cancel()
+        self.flush_metrics()
+        self.counts["left_running"] = len(self.streams)
+        logger.info("worker stopped", extra={
+            "worker_id": self.worker_id, "duration_s": round(time.monotonic() - started, 3),
+            "messages": self.metrics.totals["MessagesHandled"],
+            "handler_errors": self.metrics.totals["HandlerErrors"], **self.counts})
+        return self.counts
+
+    async def _stop_streams(self) -> None:
+        budget = self.config.shutdown_s
+        t0 = time.monotonic()
+        for runner in list(self.streams.values()):
+            runner.drain("shutdown")
+        await self._wait_tasks(budget * _DRAIN_SHARE)
+        slow = [r for r in self.streams.values() if not r.closed]
+        for runner in slow:
+            runner.log("warning", "handler still busy at the drain deadline: aborting")
+            runner.abort("shutdown-timeout")
+        await self._wait_tasks(max(0.0, budget - (time.monotonic() - t0) - 0.5))
+        for task in list(self.tasks):
+            task.cancel()  # releases still hanging on DynamoDB: the leases will expire
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=0.5)
+
+    async def _wait_tasks(self, timeout_s: float) -> None:
+        if self.tasks and timeout_s > 0:
+            await asyncio.wait(list(self.tasks), timeout=timeout_s)
