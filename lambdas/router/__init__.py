@@ -1,0 +1,5 @@
+"""router Lambda."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,177 @@
+"""The router's decision for one stream record: a pure function of (event, old, new, now).
+
+A STARTED item needs a nudge when a change leaves it with no live owner:
+
+    INSERT of a STARTED item without owner                       -> nudge "inserted"
+    MODIFY STOPPED -> STARTED, no owner                          -> nudge "started"
+    MODIFY owner -> no owner, expiry 0 (a release)               -> nudge "released"
+    MODIFY owner -> no owner, status BACKOFF (a give-up)         -> nudge "gave_up", delayed
+                                                                    until retry time + skew
+    MODIFY owner -> no owner, status INVALID (quarantine)        -> nudge "quarantined", delayed
+    MODIFY no owner -> no owner, not claimable -> claimable      -> nudge "rearmed" (an operator
+                                                                    cleared a back-off)
+    MODIFY whose old image is missing or malformed, no owner     -> nudge "changed" (cannot tell
+                                                                    what changed; a spare nudge
+                                                                    costs one failed acquire)
+    anything with an owner (heartbeat, checkpoint, acquire)      -> skip "owned"
+    new image not STARTED (STARTED -> STOPPED, ...)              -> skip "not_started"
+    REMOVE (delete, TTL delete)                                  -> skip "removed"
+    no owner before and after, nothing newly claimable           -> skip "unchanged"/"normalised"
+
+A STARTED, unowned item without ``lease_expires_at_ms`` is invisible to the sweeper's index, so
+the decision also asks for ``normalise`` (set it to 0). That normalising write produces a MODIFY
+(no expiry -> 0, no owner) which is skipped as "normalised": the record that caused it has
+already nudged, so it causes no second nudge. A back-off longer than SQS's 15-minute maximum
+delay is left to the sweeper ("deferred"). A new image that breaks the schema is "malformed":
+logged, counted and skipped, never retried, so it cannot block the shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from holdfast.core import rules
+from holdfast.core.exceptions import MalformedItem
+from holdfast.core.model import LeaseItem
+from holdfast.core.schema import ATTR, conn_id_from_pk
+from lambdas.nudge import MAX_DELAY_S, Nudge, delay_until
+
+__all__ = ["Decision", "Outcome", "Reason", "decide"]
+
+Image = Mapping[str, Any]
+
+
+class Outcome(StrEnum):
+    NUDGE = "nudge"
+    SKIP = "skip"
+    MALFORMED = "malformed"
+
+
+class Reason(StrEnum):
+    # Why a nudge is sent.
+    INSERTED = "inserted"
+    STARTED = "started"
+    RELEASED = "released"
+    GAVE_UP = "gave_up"
+    QUARANTINED = "quarantined"
+    REARMED = "rearmed"
+    CHANGED = "changed"
+    # Why a record is skipped.
+    OWNED = "owned"
+    NOT_STARTED = "not_started"
+    REMOVED = "removed"
+    UNCHANGED = "unchanged"
+    NORMALISED = "normalised"
+    DEFERRED = "deferred"
+    MALFORMED = "malformed"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do with one record. ``normalise``: give the item ``lease_expires_at_ms = 0``."""
+
+    outcome: Outcome
+    reason: Reason
+    conn_id: str | None = None
+    epoch: int | None = None
+    delay_s: int = 0
+    normalise: bool = False
+    detail: str = ""
+
+    @property
+    def acts(self) -> bool:
+        """True if the router writes anything (a nudge or a normalisation) for this record."""
+        return self.outcome is Outcome.NUDGE or self.normalise
+
+    def nudge(self) -> Nudge | None:
+        if self.outcome is not Outcome.NUDGE or self.conn_id is None:
+            return None
+        return Nudge(self.conn_id, self.reason.value, self.epoch, self.delay_s)
+
+
+def decide(event_name: str | None, old_image: Image | None, new_image: Image | None,
+           now_ms: int, *, skew_ms: int = 1_000) -> Decision:
+    """Decide for one stream record (low-level DynamoDB JSON images); never raises."""
+    if event_name == "REMOVE":
+        return Decision(Outcome.SKIP, Reason.REMOVED, _conn_id_or_none(old_image))
+    if event_name not in ("INSERT", "MODIFY"):
+        return _malformed(new_image, f"unknown eventName {str(event_name)[:40]!r}")
+    if not new_image:
+        return _malformed(old_image, "record has no NewImage (the stream view type must be "
+                                     "NEW_AND_OLD_IMAGES)")
+    try:
+        new = LeaseItem.from_ddb(new_image)
+    except MalformedItem as bad:
+        return _malformed(new_image, bad.reason)
+    if not new.started:
+        return Decision(Outcome.SKIP, Reason.NOT_STARTED, new.conn_id, new.epoch)
+    if new.lease_owner is not None:
+        # Heartbeats, checkpoints and acquisitions: someone holds it (or will be swept).
+        return Decision(Outcome.SKIP, Reason.OWNED, new.conn_id, new.epoch)
+    normalise = new.lease_expires_at_ms is None
+    if event_name == "INSERT":
+        return _nudge(new, Reason.INSERTED, now_ms, skew_ms, normalise)
+    old = _parse_or_none(old_image)
+    if old is None:
+        return _nudge(new, Reason.CHANGED, now_ms, skew_ms, normalise)
+    if not old.started:
+        return _nudge(new, Reason.STARTED, now_ms, skew_ms, normalise)
+    if old.lease_owner is not None:
+        return _nudge(new, _release_reason(new), now_ms, skew_ms, normalise)
+    if old.lease_expires_at_ms is None and new.lease_expires_at_ms is not None:
+        # Our own normalisation (or an equivalent edit): the record that led to it nudged.
+        return Decision(Outcome.SKIP, Reason.NORMALISED, new.conn_id, new.epoch)
+    if (not rules.is_expired(old.lease_expires_at_ms, now_ms, skew_ms)
+            and rules.is_expired(new.lease_expires_at_ms, now_ms, skew_ms)):
+        return _nudge(new, Reason.REARMED, now_ms, skew_ms, normalise)
+    return Decision(Outcome.SKIP, Reason.UNCHANGED, new.conn_id, new.epoch, normalise=normalise)
+
+
+def _release_reason(new: LeaseItem) -> Reason:
+    if new.status == "BACKOFF":
+        return Reason.GAVE_UP
+    if new.status == "INVALID":
+        return Reason.QUARANTINED
+    return Reason.RELEASED
+
+
+def _nudge(new: LeaseItem, reason: Reason, now_ms: int, skew_ms: int,
+           normalise: bool) -> Decision:
+    expires = new.lease_expires_at_ms
+    delay_s = 0
+    if not rules.is_expired(expires, now_ms, skew_ms):
+        assert expires is not None  # is_expired(None, ...) is True
+        # Claimable once a challenger's clock passes expiry + skew (the acquire condition).
+        wait_ms = expires + skew_ms - now_ms
+        if wait_ms > MAX_DELAY_S * 1000:
+            return Decision(Outcome.SKIP, Reason.DEFERRED, new.conn_id, new.epoch,
+                            detail=f"claimable in {wait_ms // 1000} s; the sweeper nudges it")
+        delay_s = delay_until(expires + skew_ms, now_ms)
+    return Decision(Outcome.NUDGE, reason, new.conn_id, new.epoch, delay_s, normalise)
+
+
+def _parse_or_none(image: Image | None) -> LeaseItem | None:
+    if not image:
+        return None
+    try:
+        return LeaseItem.from_ddb(image)
+    except MalformedItem:
+        return None
+
+
+def _conn_id_or_none(image: Image | None) -> str | None:
+    raw = image.get(ATTR.pk) if image else None
+    pk = raw.get("S") if isinstance(raw, Mapping) else None
+    if not isinstance(pk, str):
+        return None
+    try:
+        return conn_id_from_pk(pk)[:200]
+    except ValueError:
+        return None
+
+
+def _malformed(image: Image | None, detail: str) -> Decision:
+    return Decision(Outcome.MALFORMED, Reason.MALFORMED, _conn_id_or_none(image), detail=detail)

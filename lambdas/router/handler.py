@@ -1,0 +1,222 @@
+"""The stream router: DynamoDB Streams records of the lease table -> SQS nudges.
+
+Each invocation (1) decides every record with the pure ``decide``, (2) sends all nudges in
+``SendMessageBatch`` calls of 10 (one nudge per connection and delay, however many records
+asked), (3) normalises items that lack an expiry, then (4) lets Powertools' ``BatchProcessor``
+turn the outcome into a partial batch response: a record whose nudge or normalisation failed is
+reported by sequence number so Lambda retries from it; a malformed record is logged, counted and
+skipped, so it never blocks the shard.
+
+Clients are built on first use from the standard environment (``AWS_ENDPOINT_URL_*``), so the
+module imports without AWS settings; ``configure()`` injects dependencies in tests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+
+from holdfast.core.aws import client_config, dynamodb_client, sqs_client
+from holdfast.core.exceptions import HoldfastError
+from holdfast.core.store import LeaseStore, wall_clock_ms
+from lambdas.exceptions import NudgeNotSent
+from lambdas.nudge import Nudge, send_nudges
+from lambdas.router.decide import Decision, Outcome, decide
+from lambdas.settings import Settings
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = ["METRICS_NAMESPACE", "RouterDeps", "configure", "lambda_handler", "route"]
+
+METRICS_NAMESPACE = "Holdfast"
+logger = Logger(service="holdfast-router")
+metrics = Metrics(namespace=METRICS_NAMESPACE, service="router")
+tracer = Tracer(service="holdfast-router")
+# A batch whose every record failed is still answered with a partial response (all reported),
+# so Lambda's retry, bisect and on-failure settings apply the same way to 1 or N failures.
+processor = BatchProcessor(event_type=EventType.DynamoDBStreams,
+                           raise_on_entire_batch_failure=False)
+
+
+@dataclass
+class RouterDeps:
+    """What the router talks to; built from the environment unless a test injects its own."""
+
+    sqs: SQSClient
+    store: LeaseStore
+    settings: Settings
+    clock: Callable[[], int] = wall_clock_ms
+    sleep: Callable[[float], object] = time.sleep
+
+    @classmethod
+    def from_env(cls) -> RouterDeps:
+        settings = Settings.from_env()
+        # Short timeouts: a stuck call holds the whole shard, and Lambda retries anyway.
+        store = LeaseStore(dynamodb_client(client_config(read_timeout=3.0)), settings.table,
+                           lease_ms=settings.lease_ms, skew_ms=settings.skew_ms)
+        return cls(sqs_client(client_config(read_timeout=5.0)), store, settings)
+
+
+# Warm invocations reuse the clients; a dict rather than a ``global`` rebinding.
+_state: dict[str, RouterDeps] = {}
+
+
+def configure(deps: RouterDeps | None) -> None:
+    """Use ``deps`` for the next invocations (None: rebuild from the environment on next use)."""
+    _state.pop("deps", None)
+    if deps is not None:
+        _state["deps"] = deps
+
+
+def _current_deps() -> RouterDeps:
+    if "deps" not in _state:
+        _state["deps"] = RouterDeps.from_env()
+    return _state["deps"]
+
+
+@dataclass
+class _Plan:
+    """Per-invocation results: decisions by record, and failures by sequence number."""
+
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Lambda entry point (DynamoDB Streams event source mapping, ReportBatchItemFailures)."""
+    return route(event, context, _current_deps())
+
+
+def route(event: dict[str, Any], context: LambdaContext | None,
+          deps: RouterDeps) -> dict[str, Any]:
+    """Handle one batch with explicit dependencies; returns the partial batch response."""
+    records: list[dict[str, Any]] = list(event.get("Records") or [])
+    plan = _decide_all(records, deps)
+    _send(plan, deps)
+    _normalise(plan, deps)
+    _emit_metrics(plan, len(records))
+
+    def record_handler(record: DynamoDBRecord) -> None:
+        seq = _seq(record.raw_event)
+        if seq in plan.failures:
+            decision = plan.decisions.get(seq)
+            conn_id = decision.conn_id if decision and decision.conn_id else "?"
+            raise NudgeNotSent(conn_id, plan.failures[seq])
+
+    response: dict[str, Any] = dict(process_partial_response(
+        event={"Records": records}, record_handler=record_handler, processor=processor,
+        context=context))
+    return response
+
+
+def _seq(raw: dict[str, Any]) -> str:
+    dynamodb = raw.get("dynamodb")
+    seq = dynamodb.get("SequenceNumber") if isinstance(dynamodb, dict) else None
+    return seq if isinstance(seq, str) else ""
+
+
+def _decide_all(records: list[dict[str, Any]], deps: RouterDeps) -> _Plan:
+    plan = _Plan()
+    now = deps.clock()
+    for index, raw in enumerate(records):
+        seq = _seq(raw) or f"#{index}"  # keyed apart; such a record cannot be reported anyway
+        dynamodb = raw.get("dynamodb")
+        if not isinstance(dynamodb, dict):
+            dynamodb = {}
+        event_name = raw.get("eventName")
+        decision = decide(event_name if isinstance(event_name, str) else None,
+                          dynamodb.get("OldImage"), dynamodb.get("NewImage"), now,
+                          skew_ms=deps.settings.skew_ms)
+        if seq.startswith("#") and decision.acts:
+            # Without a sequence number a failure could not be reported; say so loudly.
+            logger.error("stream record has no SequenceNumber", conn_id=decision.conn_id)
+        plan.decisions[seq] = decision
+        plan.counts[decision.outcome.value] += 1
+        fields = {"conn_id": decision.conn_id, "outcome": decision.outcome.value,
+                  "reason": decision.reason.value, "event_name": event_name,
+                  "sequence_number": seq, "epoch": decision.epoch}
+        if decision.outcome is Outcome.MALFORMED:
+            logger.warning("malformed stream record skipped",
+                           extra={**fields, "detail": decision.detail})
+        else:
+            logger.info("router decision", extra={
+                **fields, "delay_s": decision.delay_s, "normalise": decision.normalise})
+    return plan
+
+
+def _send(plan: _Plan, deps: RouterDeps) -> None:
+    # One nudge per (connection, delay): a burst of records about one item nudges it once.
+    wanted: dict[tuple[str, int], Nudge] = {}
+    records_of: dict[tuple[str, int], list[str]] = {}
+    for seq, decision in plan.decisions.items():
+        nudge = decision.nudge()
+        if nudge is not None:
+            key = (nudge.conn_id, nudge.delay_s)
+            wanted[key] = nudge  # the latest record's reason and epoch win
+            records_of.setdefault(key, []).append(seq)
+    if not wanted:
+        return
+    report = send_nudges(deps.sqs, deps.settings.queue_url, list(wanted.values()),
+                         attempts=deps.settings.send_attempts, sleep=deps.sleep)
+    for nudge in report.sent:
+        plan.counts[f"sent:{nudge.reason}"] += 1
+    for nudge, error in report.failed:
+        plan.counts["send_failed"] += 1
+        logger.error("nudge not sent", conn_id=nudge.conn_id, reason=nudge.reason, error=error)
+        for seq in records_of[(nudge.conn_id, nudge.delay_s)]:
+            plan.failures[seq] = error
+
+
+def _normalise(plan: _Plan, deps: RouterDeps) -> None:
+    done: set[str] = set()
+    for seq, decision in plan.decisions.items():
+        if not decision.normalise or decision.conn_id is None or seq in plan.failures:
+            continue
+        if decision.conn_id in done:
+            continue
+        try:
+            changed = deps.store.normalise(decision.conn_id)
+        except HoldfastError as exc:
+            # Until it has an expiry the sweeper cannot see it: retry the record.
+            logger.error("normalise failed", conn_id=decision.conn_id, error=str(exc))
+            plan.failures[seq] = f"normalise failed: {exc}"
+            continue
+        done.add(decision.conn_id)
+        plan.counts["normalised"] += int(changed)
+        logger.info("normalised", conn_id=decision.conn_id, changed=changed)
+
+
+def _emit_metrics(plan: _Plan, n_records: int) -> None:
+    metrics.add_metric(name="Records", unit=MetricUnit.Count, value=n_records)
+    metrics.add_metric(name="RecordsSkipped", unit=MetricUnit.Count,
+                       value=plan.counts[Outcome.SKIP.value])
+    metrics.add_metric(name="MalformedRecords", unit=MetricUnit.Count,
+                       value=plan.counts[Outcome.MALFORMED.value])
+    metrics.add_metric(name="NudgesFailed", unit=MetricUnit.Count,
+                       value=plan.counts["send_failed"])
+    metrics.add_metric(name="Normalised", unit=MetricUnit.Count, value=plan.counts["normalised"])
+    for key, count in sorted(plan.counts.items()):
+        if key.startswith("sent:"):
+            # Per-reason counts need their own dimension, hence one EMF blob per reason.
+            with single_metric(name="Nudges", unit=MetricUnit.Count, value=count,
+                               namespace=METRICS_NAMESPACE,
+                               default_dimensions={"service": "router"}) as metric:
+                metric.add_dimension(name="reason", value=key[5:])

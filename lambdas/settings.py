@@ -1,0 +1,77 @@
+"""Settings of the router and the sweeper, read from environment variables.
+
+Every value is checked once, at first use, and a bad one is a ``ConfigError`` naming the
+variable and the allowed range — not a ``ValueError`` deep inside an invocation.
+
+    HOLDFAST_TABLE                 lease table name (required)
+    HOLDFAST_QUEUE_URL             nudge queue URL (required)
+    HOLDFAST_SKEW_MS               clock-skew allowance, as the workers use it      (1000)
+    HOLDFAST_LEASE_MS              lease length, as the workers use it               (20000)
+    HOLDFAST_NUDGE_SEND_ATTEMPTS   SendMessageBatch rounds per invocation            (3)
+    HOLDFAST_SWEEP_INTERVAL_MS     longest pause between two sweeps                 (1000)
+    HOLDFAST_SWEEP_RENUDGE_MS      first re-nudge of a still-orphaned lease after    (5000)
+    HOLDFAST_SWEEP_RENUDGE_MAX_MS  re-nudges back off up to                          (300000)
+    HOLDFAST_SWEEP_MARGIN_MS       stop looping this long before the Lambda timeout  (3000)
+    HOLDFAST_SWEEP_MAX_RUN_MS      and after at most this long (schedule + overlap)  (61000)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from holdfast.core.exceptions import ConfigError
+
+__all__ = ["Settings", "env_int"]
+
+
+def env_int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    """An integer setting from ``env``, or ``default``; ``ConfigError`` if out of [lo, hi]."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, not {raw[:40]!r}") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name}={value} is outside the allowed range [{lo}, {hi}]")
+    return value
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise ConfigError(f"{name} is not set")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    table: str
+    queue_url: str
+    skew_ms: int = 1_000
+    lease_ms: int = 20_000
+    send_attempts: int = 3
+    sweep_interval_ms: int = 1_000
+    renudge_ms: int = 5_000
+    renudge_max_ms: int = 300_000
+    sweep_margin_ms: int = 3_000
+    sweep_max_run_ms: int = 61_000
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        e = os.environ if env is None else env
+        return cls(
+            table=_required(e, "HOLDFAST_TABLE"),
+            queue_url=_required(e, "HOLDFAST_QUEUE_URL"),
+            skew_ms=env_int(e, "HOLDFAST_SKEW_MS", 1_000, 0, 60_000),
+            lease_ms=env_int(e, "HOLDFAST_LEASE_MS", 20_000, 1_000, 3_600_000),
+            send_attempts=env_int(e, "HOLDFAST_NUDGE_SEND_ATTEMPTS", 3, 1, 10),
+            sweep_interval_ms=env_int(e, "HOLDFAST_SWEEP_INTERVAL_MS", 1_000, 10, 60_000),
+            renudge_ms=env_int(e, "HOLDFAST_SWEEP_RENUDGE_MS", 5_000, 100, 3_600_000),
+            renudge_max_ms=env_int(e, "HOLDFAST_SWEEP_RENUDGE_MAX_MS", 300_000, 100, 86_400_000),
+            sweep_margin_ms=env_int(e, "HOLDFAST_SWEEP_MARGIN_MS", 3_000, 0, 600_000),
+            sweep_max_run_ms=env_int(e, "HOLDFAST_SWEEP_MAX_RUN_MS", 61_000, 0, 900_000),
+        )

@@ -1,0 +1,5 @@
+"""sweeper Lambda."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

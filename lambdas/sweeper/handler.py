@@ -1,0 +1,98 @@
+"""The sweeper Lambda: invoked every minute by an EventBridge schedule, it sweeps every ~second.
+
+A killed worker writes nothing, so its expired leases make no stream record; the sweeper finds
+them (and released or never-claimed leases whose nudge was lost) through the GSI and nudges
+them. It loops until ``HOLDFAST_SWEEP_MAX_RUN_MS`` has passed or the invocation's remaining time
+drops under ``HOLDFAST_SWEEP_MARGIN_MS``, whichever is first. With a 1-minute schedule, a
+function timeout of ~90 s and the default 61 s run, consecutive invocations overlap by about a
+second instead of leaving a gap. ``NudgeMemory`` is module state, so a warm container keeps
+remembering what it nudged across invocations.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+from holdfast.core.aws import client_config, dynamodb_client, sqs_client
+from lambdas.settings import Settings
+from lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
+from lambdas.sweeper.loop import SweepDeps, SweepStats, run_sweeps
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+__all__ = ["configure", "lambda_handler", "sweep_for"]
+
+METRICS_NAMESPACE = "Holdfast"
+logger = Logger(service="holdfast-sweeper")
+metrics = Metrics(namespace=METRICS_NAMESPACE, service="sweeper")
+tracer = Tracer(service="holdfast-sweeper")
+
+# Warm invocations reuse the clients and the memory of recent nudges.
+_state: dict[str, Any] = {}
+
+
+def configure(deps: SweepDeps | None, memory: NudgeMemory | None = None) -> None:
+    """Use ``deps`` (and ``memory``) from now on; None rebuilds from the environment on use."""
+    _state.clear()
+    if deps is not None:
+        _state["deps"] = deps
+        _state["memory"] = memory or _memory_for(deps.settings)
+
+
+def _memory_for(settings: Settings) -> NudgeMemory:
+    return NudgeMemory(RenudgePolicy(first_ms=settings.renudge_ms,
+                                     max_ms=max(settings.renudge_ms, settings.renudge_max_ms)))
+
+
+def _current() -> tuple[SweepDeps, NudgeMemory]:
+    if "deps" not in _state:
+        settings = Settings.from_env()
+        deps = SweepDeps(dynamodb_client(client_config(read_timeout=2.0)),
+                         sqs_client(client_config(read_timeout=5.0)), settings, log=logger)
+        configure(deps)
+    deps, memory = _state["deps"], _state["memory"]
+    assert isinstance(deps, SweepDeps) and isinstance(memory, NudgeMemory)
+    return deps, memory
+
+
+def sweep_for(run_ms: int, remaining_ms: Callable[[], int] | None = None) -> SweepStats:
+    """Sweep for at most ``run_ms`` (and until ``remaining_ms() <`` margin, if given)."""
+    deps, memory = _current()
+    margin = deps.settings.sweep_margin_ms
+    end = time.monotonic() + run_ms / 1000
+
+    def should_stop() -> bool:
+        if remaining_ms is not None and remaining_ms() < margin:
+            return True
+        return time.monotonic() >= end
+
+    return run_sweeps(deps, memory, should_stop=should_stop)
+
+
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Lambda entry point (EventBridge schedule, every minute)."""
+    deps, _ = _current()
+    stats = sweep_for(deps.settings.sweep_max_run_ms, context.get_remaining_time_in_millis)
+    metrics.add_metric(name="Sweeps", unit=MetricUnit.Count, value=stats.sweeps)
+    metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=stats.errors)
+    metrics.add_metric(name="NudgesFailed", unit=MetricUnit.Count, value=stats.failed)
+    metrics.add_metric(name="OldestOrphanAge", unit=MetricUnit.Milliseconds,
+                       value=stats.oldest_age_ms)
+    for reason, count in sorted(stats.nudged.items()):
+        with single_metric(name="Nudges", unit=MetricUnit.Count, value=count,
+                           namespace=METRICS_NAMESPACE,
+                           default_dimensions={"service": "sweeper"}) as metric:
+            metric.add_dimension(name="reason", value=reason)
+    summary = {"sweeps": stats.sweeps, "errors": stats.errors, "nudged": stats.nudged,
+               "failed": stats.failed, "oldest_orphan_age_ms": stats.oldest_age_ms}
+    logger.info("sweeper invocation done", extra=summary)
+    return summary

@@ -1,0 +1,156 @@
+"""The sweep loop: find orphans through the GSI, nudge the ones ``NudgeMemory`` picks, repeat.
+
+Each sweep is one ``find_orphans`` Query (more pages only while orphans exist), so when nothing
+is expired it costs one round trip whatever the fleet size. The query looks ``lookahead_ms``
+ahead: leases that become claimable before the next sweep tell the loop when to wake, so an
+expired lease is nudged within milliseconds of becoming claimable (expiry + skew) instead of up
+to a whole interval later. Clock, sleep and the stop condition are parameters: the Lambda stops
+before its timeout, the local runner on its shutdown event, tests whenever they like.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import TYPE_CHECKING, Protocol
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from holdfast.core import rules
+from holdfast.core.exceptions import HoldfastError
+from holdfast.core.store import wall_clock_ms
+from holdfast.core.table import Orphan, find_orphans
+from lambdas.nudge import Nudge, send_nudges
+from lambdas.settings import Settings
+from lambdas.sweeper.dedup import NudgeMemory
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = ["LogLike", "SweepDeps", "SweepResult", "SweepStats", "run_sweeps", "sweep_once"]
+
+log = logging.getLogger(__name__)
+
+MIN_WAIT_MS = 5  # never spin: DynamoDB Local and the index need a moment between queries
+PAGE_SIZE = 200
+MAX_SCAN = 1_000  # orphans read per sweep; the rest wait for the next sweep (a second later)
+MAX_ERROR_BACKOFF_MS = 5_000
+
+
+class LogLike(Protocol):
+    """What the loop logs through: a ``logging.Logger`` or a Powertools ``Logger``."""
+
+    def info(self, msg: object, *args: object,
+             extra: Mapping[str, object] | None = None) -> None: ...
+
+    def error(self, msg: object, *args: object,
+              extra: Mapping[str, object] | None = None) -> None: ...
+
+
+@dataclass
+class SweepDeps:
+    ddb: DynamoDBClient
+    sqs: SQSClient
+    settings: Settings
+    clock: Callable[[], int] = wall_clock_ms
+    sleep: Callable[[float], object] = time.sleep
+    log: LogLike | None = None
+
+
+@dataclass
+class SweepResult:
+    """One sweep: what was due, what was nudged, and when the next lease becomes claimable."""
+
+    due: list[Orphan]
+    nudged: list[Nudge]
+    failed: list[tuple[Nudge, str]]
+    next_due_ms: int | None
+    complete: bool
+    oldest_age_ms: int = 0
+
+
+@dataclass
+class SweepStats:
+    sweeps: int = 0
+    errors: int = 0
+    nudged: dict[str, int] = field(default_factory=dict)
+    failed: int = 0
+    oldest_age_ms: int = 0
+
+    def add(self, result: SweepResult) -> None:
+        self.sweeps += 1
+        for nudge in result.nudged:
+            self.nudged[nudge.reason] = self.nudged.get(nudge.reason, 0) + 1
+        self.failed += len(result.failed)
+        self.oldest_age_ms = max(self.oldest_age_ms, result.oldest_age_ms)
+
+
+def _reason(orphan: Orphan) -> str:
+    # KEYS_ONLY index: expiry 0 means released or never claimed, anything else expired.
+    return "unclaimed" if orphan.expires_at_ms == 0 else "expired"
+
+
+def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
+    """One sweep; raises ``HoldfastError`` if DynamoDB did not answer (SQS errors are reported)."""
+    s = deps.settings
+    now = deps.clock()
+    items = list(islice(find_orphans(deps.ddb, s.table, now_ms=now + s.sweep_interval_ms,
+                                     skew_ms=s.skew_ms, page_size=PAGE_SIZE), MAX_SCAN))
+    cutoff = rules.acquire_cutoff_ms(now, s.skew_ms)
+    due = [o for o in items if o.expires_at_ms <= cutoff]
+    upcoming = [o.expires_at_ms for o in items if o.expires_at_ms > cutoff]
+    chosen = memory.select(due, now)
+    by_id = {o.conn_id: o for o in chosen}
+    report = send_nudges(deps.sqs, s.queue_url,
+                         [Nudge(o.conn_id, _reason(o), None) for o in chosen],
+                         attempts=s.send_attempts, sleep=deps.sleep)
+    memory.record_sent([by_id[n.conn_id] for n in report.sent], now)
+    complete = len(items) < MAX_SCAN
+    if complete:
+        memory.retain_only(due)
+    else:
+        memory.prune(now)
+    ages = [now - o.expires_at_ms for o in due if o.expires_at_ms > 0]
+    return SweepResult(due, report.sent, report.failed,
+                       min(upcoming) + s.skew_ms if upcoming else None, complete,
+                       max(ages, default=0))
+
+
+def run_sweeps(deps: SweepDeps, memory: NudgeMemory, *, should_stop: Callable[[], bool],
+               stats: SweepStats | None = None) -> SweepStats:
+    """Sweep until ``should_stop()``; errors are logged and retried with a short back-off."""
+    logger: LogLike = deps.log or log
+    stats = stats if stats is not None else SweepStats()
+    interval = deps.settings.sweep_interval_ms
+    errors_in_row = 0
+    while not should_stop():
+        wait_ms = interval
+        try:
+            result = sweep_once(deps, memory)
+        except (HoldfastError, BotoCoreError, ClientError) as exc:
+            errors_in_row += 1
+            stats.errors += 1
+            wait_ms = min(MAX_ERROR_BACKOFF_MS, interval * 2 ** min(errors_in_row - 1, 10))
+            logger.error("sweep failed (%d in a row), next try in %d ms: %s",
+                         errors_in_row, wait_ms, exc)
+        else:
+            errors_in_row = 0
+            stats.add(result)
+            _log_result(logger, result)
+            if result.next_due_ms is not None:
+                wait_ms = min(interval, result.next_due_ms - deps.clock())
+        deps.sleep(max(MIN_WAIT_MS, wait_ms) / 1000)
+    return stats
+
+
+def _log_result(logger: LogLike, result: SweepResult) -> None:
+    for nudge in result.nudged:
+        logger.info("sweeper nudged %s (%s)", nudge.conn_id, nudge.reason,
+                    extra={"conn_id": nudge.conn_id, "reason": nudge.reason})
+    for nudge, error in result.failed:
+        logger.error("sweeper could not nudge %s: %s", nudge.conn_id, error,
+                     extra={"conn_id": nudge.conn_id, "error": error})
