@@ -131,7 +131,7 @@ class StreamRunner:
 
     def log(self, level: str, msg: str, **extra: Any) -> None:
         getattr(logger, level)(msg, conn_id=self.conn_id, worker_id=self.ctx.worker_id,
-                               **extra)
+                               stacklevel=3, **extra)
 
     # -- the task ------------------------------------------------------------------------
     async def run(self) -> str | None:

@@ -27,7 +27,9 @@ class ConnRecord:
     client: str
     worker: str | None
     opened_ns: int
+    opened_wall_ms: int
     closed_ns: int | None = None
+    closed_wall_ms: int | None = None
     from_seq: int | None = None
     first_seq: int | None = None
     last_seq: int | None = None
@@ -55,7 +57,7 @@ class ConnLog:
                from_seq: int | None) -> ConnRecord:
         with self._lock:
             rec = ConnRecord(len(self._records), stream_id, path, client, worker,
-                             time.monotonic_ns(), from_seq=from_seq)
+                             time.monotonic_ns(), time.time_ns() // 10**6, from_seq=from_seq)
             self._records.append(rec)
             self._write("open", rec)
         return rec
@@ -63,6 +65,7 @@ class ConnLog:
     def closed(self, rec: ConnRecord) -> None:
         with self._lock:
             rec.closed_ns = time.monotonic_ns()
+            rec.closed_wall_ms = time.time_ns() // 10**6
             self._write("close", rec)
 
     def records(self, stream_id: str | None = None) -> list[ConnRecord]:
@@ -96,5 +99,4 @@ class ConnLog:
 
     def _write(self, event: str, rec: ConnRecord) -> None:
         if self._file:
-            self._file.write(json.dumps({"event": event, "wall_ms": time.time_ns() // 10**6,
-                                         **asdict(rec)}) + "\n")
+            self._file.write(json.dumps({"event": event, **asdict(rec)}) + "\n")

@@ -1,0 +1,236 @@
+"""Worker test fixtures: a private table and queue per test, a demo upstream, worker processes.
+
+Worker processes run a reconcile sweep over the whole table and poll a whole queue, so tests
+that share one table or queue would steal each other's streams: each test gets its own (cheap
+on DynamoDB Local and moto), on the session's shared servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from holdfast.core.schema import table_definition
+from holdfast.core.table import create_stream
+from holdfast.localaws import LocalAws
+from holdfast.upstream import UpstreamServer
+from tests.conftest import TIMEOUT_SCALE, client_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Short lease timings: fencing at lease - skew - margin = 3000 - 300 - 300 = 2.4 s.
+FAST = {
+    "HOLDFAST_LEASE_SECONDS": "3",
+    "HOLDFAST_HEARTBEAT_SECONDS": "0.5",
+    "HOLDFAST_SKEW_MS": "300",
+    "HOLDFAST_MARGIN_MS": "300",
+    "HOLDFAST_POLL_SECONDS": "1",
+    "HOLDFAST_RECONCILE_SECONDS": "0",
+    "HOLDFAST_HEALTH_PORT": "0",
+    "HOLDFAST_METRICS_SECONDS": "30",
+    "HOLDFAST_SHUTDOWN_SECONDS": "8",
+    "HOLDFAST_RECONNECT_BASE_SECONDS": "0.05",
+    "HOLDFAST_RECONNECT_CAP_SECONDS": "0.2",
+    "HOLDFAST_OPEN_TIMEOUT_SECONDS": "2",
+}
+
+
+@dataclass
+class Fleet:
+    """One test's table + queue on the shared local AWS, and the env a worker needs."""
+
+    aws: LocalAws
+    table: str
+    queue_url: str
+    env: dict[str, str]
+    ddb: Any
+    sqs: Any
+
+    def create(self, conn_id: str, ws_url: str) -> None:
+        assert create_stream(self.ddb, self.table, conn_id, ws_url)
+
+    def nudge(self, conn_id: str, body: str | None = None) -> None:
+        self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=body or json.dumps(
+            {"conn_id": conn_id, "reason": "test", "epoch": None}))
+
+    def item(self, conn_id: str) -> dict[str, Any]:
+        resp = self.ddb.get_item(TableName=self.table, Key={"Pk": {"S": f"CONN#{conn_id}"}},
+                                 ConsistentRead=True)
+        return dict(resp.get("Item") or {})
+
+    def queue_depth(self) -> int:
+        attrs = self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=[
+            "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"]) + int(
+            attrs["ApproximateNumberOfMessagesNotVisible"])
+
+
+def make_fleet(aws: LocalAws, tag: str) -> Fleet:
+    ddb, sqs = client_for(aws, "dynamodb"), client_for(aws, "sqs")
+    table = f"hf-{tag}"
+    ddb.create_table(**table_definition(table))
+    queue_url = sqs.create_queue(QueueName=f"hf-{tag}", Attributes={
+        "VisibilityTimeout": "30"})["QueueUrl"]
+    env = {**aws.env(), "HOLDFAST_TABLE": table, "HOLDFAST_QUEUE_URL": queue_url, **FAST}
+    return Fleet(aws, table, queue_url, env, ddb, sqs)
+
+
+@pytest.fixture
+def fleet(ddb_local: LocalAws, unique_id: str) -> Iterator[Fleet]:
+    """A private lease table and nudge queue on DynamoDB Local + moto SQS."""
+    f = make_fleet(ddb_local, unique_id)
+    yield f
+    f.ddb.delete_table(TableName=f.table)
+    f.sqs.delete_queue(QueueUrl=f.queue_url)
+
+
+class UpstreamThread:
+    """The demo upstream on its own event loop in a thread, usable from sync and async tests."""
+
+    def __init__(self, rate: float) -> None:
+        self.server = UpstreamServer(rate=rate)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
+
+    def url(self, stream_id: str, kind: str = "s") -> str:
+        return self.server.url(stream_id, kind)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture
+def upstream() -> Iterator[UpstreamThread]:
+    """A demo upstream at 20 messages/s per stream."""
+    up = UpstreamThread(rate=20)
+    yield up
+    up.stop()
+
+
+@dataclass
+class WorkerProc:
+    """A real ``python -m worker`` process whose JSON log lines and handled messages we read."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    record_path: Path
+    _log: Any = field(repr=False, default=None)
+
+    def logs(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+        return out
+
+    def messages(self, text: str) -> list[dict[str, Any]]:
+        return [r for r in self.logs() if r.get("message") == text]
+
+    def handled(self) -> list[dict[str, Any]]:
+        if not self.record_path.exists():
+            return []
+        return [json.loads(x) for x in self.record_path.read_text().splitlines() if x.strip()]
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout * TIMEOUT_SCALE)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.signal(signal.SIGKILL)
+            self.proc.wait(10)
+        if self._log:
+            self._log.close()
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
+    """Start worker processes (killed at the end of the test if still running)."""
+    procs: list[WorkerProc] = []
+
+    def start(env: dict[str, str], name: str | None = None, **extra: str) -> WorkerProc:
+        name = name or f"w{len(procs)}-{uuid.uuid4().hex[:4]}"
+        log_path, record_path = tmp_path / f"{name}.log", tmp_path / f"{name}.jsonl"
+        full = {**os.environ, **env, "HOLDFAST_WORKER_ID": name,
+                "HOLDFAST_HANDLER": "tests.worker.recording_handler:record",
+                "HOLDFAST_TEST_RECORD": str(record_path), "PYTHONUNBUFFERED": "1", **extra}
+        log = log_path.open("ab")
+        proc = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=full,
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        wp = WorkerProc(name, proc, log_path, record_path, log)
+        procs.append(wp)
+        return wp
+
+    yield start
+    for wp in procs:
+        wp.stop()
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
+               interval: float = 0.05) -> Any:
+    """Poll ``predicate`` until truthy; fail the test naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout * TIMEOUT_SCALE
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+async def async_wait_until(predicate: Callable[[], Any], timeout: float, what: str,
+                           interval: float = 0.02) -> Any:
+    deadline = time.monotonic() + timeout * TIMEOUT_SCALE
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def seqs_by_stream(records: list[dict[str, Any]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for r in records:
+        if r.get("seq") is not None:
+            out.setdefault(r["conn_id"], []).append(int(r["seq"]))
+    return out
+
+
+def missing_seqs(seqs: list[int]) -> list[int]:
+    """Seqs absent between the first and the last one handled."""
+    have = set(seqs)
+    return [s for s in range(min(have), max(have) + 1) if s not in have] if have else []
+
+
+def worker_config(fleet: Fleet, **overrides: str) -> Any:
+    """A ``WorkerConfig`` for an in-process worker on ``fleet`` (env plus ``overrides``)."""
+    from worker.config import load_config
+
+    env = {**fleet.env, "HOLDFAST_WORKER_ID": f"inproc-{uuid.uuid4().hex[:6]}", **overrides}
+    return load_config(env)

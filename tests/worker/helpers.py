@@ -1,0 +1,66 @@
+"""In-process worker helpers: run a ``Worker`` on the test's event loop with its own trigger."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.conftest import client_for
+from tests.worker.conftest import Fleet, worker_config
+from worker.handler import Handler, Message
+from worker.supervisor import Worker
+
+__all__ = ["Recorder", "running_worker"]
+
+
+@dataclass
+class Recorder:
+    """A handler that records (conn_id, seq) in call order; optionally raises on some seqs."""
+
+    calls: list[Message] = field(default_factory=list)
+    fail_on: set[int] = field(default_factory=set)
+    delay_s: float = 0.0
+
+    async def __call__(self, message: Message) -> None:
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        self.calls.append(message)
+        if message.seq in self.fail_on:
+            raise RuntimeError(f"boom at {message.seq}")
+
+    def seqs(self, conn_id: str) -> list[int]:
+        return [m.seq for m in self.calls if m.conn_id == conn_id and m.seq is not None]
+
+
+@dataclass
+class Running:
+    worker: Worker
+    stop: asyncio.Event
+    task: asyncio.Task[Counter[str]]
+
+
+@contextlib.asynccontextmanager
+async def running_worker(fleet: Fleet, handler: Handler, **env: str) -> AsyncIterator[Running]:
+    """A worker running until the block ends (then stopped gracefully and awaited)."""
+    config = worker_config(fleet, **env)
+    worker = Worker(config, ddb=client_for(fleet.aws, "dynamodb"),
+                    sqs=client_for(fleet.aws, "sqs"), handler=handler)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop.wait))
+    running = Running(worker, stop, task)
+    try:
+        yield running
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+def item_attr(item: dict[str, Any], name: str) -> Any:
+    value = item.get(name)
+    if not value:
+        return None
+    return value.get("S") if "S" in value else int(value["N"]) if "N" in value else value

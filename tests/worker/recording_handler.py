@@ -1,0 +1,44 @@
+"""Test handler plug-ins for worker processes (named by ``HOLDFAST_HANDLER``).
+
+``record`` appends one JSON line per message to ``$HOLDFAST_TEST_RECORD`` (a file per worker),
+so a test can check afterwards that every seq of every stream was handled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+from worker.handler import Message
+
+__all__ = ["explode_on_7", "not_async", "record", "slow_record"]
+
+_FILE = None
+
+
+def _out():  # type: ignore[no-untyped-def]
+    global _FILE
+    if _FILE is None:
+        _FILE = open(os.environ["HOLDFAST_TEST_RECORD"], "a", buffering=1)  # noqa: SIM115
+    return _FILE
+
+
+async def record(message: Message) -> None:
+    _out().write(json.dumps({"conn_id": message.conn_id, "seq": message.seq,
+                             "worker_id": message.worker_id}) + "\n")
+
+
+async def slow_record(message: Message) -> None:
+    await asyncio.sleep(float(os.environ.get("HOLDFAST_TEST_HANDLER_DELAY", "0.2")))
+    await record(message)
+
+
+async def explode_on_7(message: Message) -> None:
+    if message.seq is not None and message.seq % 7 == 0:
+        raise RuntimeError(f"handler exploded on seq {message.seq}")
+    await record(message)
+
+
+def not_async(message: Message) -> None:
+    """Not a valid handler: the worker must refuse it at start-up."""

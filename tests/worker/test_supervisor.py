@@ -1,0 +1,233 @@
+"""In-process workers on DynamoDB Local + moto SQS + the demo upstream: the lease life cycle."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import boto3
+
+from holdfast.core.store import LeaseStore
+from holdfast.core.table import delete_stream, set_desired_state
+from tests.conftest import client_for
+from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
+from tests.worker.helpers import Recorder, item_attr, running_worker
+from tests.worker.proxy import CuttableProxy
+from worker.supervisor import Worker
+
+
+def other_store(fleet: Fleet) -> LeaseStore:
+    return LeaseStore(fleet.ddb, fleet.table, lease_ms=3000, skew_ms=300)
+
+
+async def test_stopped_stream_closes_and_releases_with_checkpoint(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """Setting STOPPED closes the stream within a heartbeat and releases it with its checkpoint."""
+    rec, conn = Recorder(), f"{unique_id}-s"
+    fleet.create(conn, upstream.url(conn))
+    async with running_worker(fleet, rec) as run:
+        fleet.nudge(conn)
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 5, 10, "messages")
+        set_desired_state(fleet.ddb, fleet.table, conn, "STOPPED")
+        t0 = time.monotonic()
+        await async_wait_until(lambda: conn not in run.worker.streams, 5, "stream closed")
+        closed_after = time.monotonic() - t0
+        count = len(rec.calls)
+        await asyncio.sleep(0.3)
+        assert len(rec.calls) == count, "handler called after STOPPED"
+    assert closed_after < 0.5 + 1.0  # one heartbeat (0.5 s) plus slack for a loaded box
+    item = fleet.item(conn)
+    assert "lease_owner" not in item
+    assert item_attr(item, "last_seq") == rec.seqs(conn)[-1]
+    assert upstream.server.connlog.open_count() == 0
+
+
+async def test_stolen_lease_closes_at_once_without_writing(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """When another worker takes the lease over, the holder stops at its next heartbeat."""
+    rec, conn = Recorder(), f"{unique_id}-x"
+    fleet.create(conn, upstream.url(conn))
+    async with running_worker(fleet, rec) as run:
+        fleet.nudge(conn)
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 10, "messages")
+        # Force the lease free (an operator edit), then a rival acquires it: epoch + 1.
+        fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn}"}},
+                              UpdateExpression="SET lease_expires_at_ms = :z",
+                              ExpressionAttributeValues={":z": {"N": "0"}})
+        rival = other_store(fleet).acquire(conn, "rival")
+        await async_wait_until(lambda: conn not in run.worker.streams, 5, "stream closed")
+        assert run.worker.metrics.totals["LeasesLost"] == 1
+    item = fleet.item(conn)
+    assert item_attr(item, "lease_owner") == "rival"
+    assert item_attr(item, "lease_epoch") == rival.epoch
+
+
+async def test_deleted_stream_closes(fleet: Fleet, upstream: UpstreamThread,
+                                     unique_id: str) -> None:
+    """Deleting the item closes the stream within a heartbeat."""
+    rec, conn = Recorder(), f"{unique_id}-d"
+    fleet.create(conn, upstream.url(conn))
+    async with running_worker(fleet, rec) as run:
+        fleet.nudge(conn)
+        await async_wait_until(lambda: rec.seqs(conn), 10, "messages")
+        delete_stream(fleet.ddb, fleet.table, conn)
+        await async_wait_until(lambda: conn not in run.worker.streams, 5, "stream closed")
+    assert fleet.item(conn) == {}
+
+
+async def test_handler_exceptions_are_isolated(fleet: Fleet, upstream: UpstreamThread,
+                                               unique_id: str) -> None:
+    """A raising handler is counted; its stream goes on and other streams are unaffected."""
+    rec = Recorder(fail_on={2, 3, 5, 8})
+    a, b = f"{unique_id}-a", f"{unique_id}-b"
+    fleet.create(a, upstream.url(a))
+    fleet.create(b, upstream.url(b))
+    async with running_worker(fleet, rec) as run:
+        fleet.nudge(a)
+        fleet.nudge(b)
+        await async_wait_until(lambda: len(rec.seqs(a)) >= 12 and len(rec.seqs(b)) >= 12, 10,
+                               "messages on both streams")
+        assert run.worker.metrics.totals["HandlerErrors"] >= 8
+        assert run.worker.metrics.totals["Reconnects"] == 0
+    for conn in (a, b):
+        assert not missing_seqs(rec.seqs(conn))
+        assert item_attr(fleet.item(conn), "last_seq") == rec.seqs(conn)[-1]
+
+
+async def test_capacity_limit_leaves_work_to_others(fleet: Fleet, upstream: UpstreamThread,
+                                                    unique_id: str) -> None:
+    """A full worker claims no more than HOLDFAST_MAX_CONNECTIONS and leaves nudges queued."""
+    rec = Recorder()
+    conns = [f"{unique_id}-{i}" for i in range(5)]
+    for c in conns:
+        fleet.create(c, upstream.url(c))
+    async with running_worker(fleet, rec, HOLDFAST_MAX_CONNECTIONS="2") as run:
+        for c in conns:
+            fleet.nudge(c)
+        await async_wait_until(lambda: len(run.worker.streams) == 2, 10, "two claims")
+        await asyncio.sleep(1.5)
+        assert len(run.worker.streams) == 2
+        assert fleet.queue_depth() == 3
+        owners = [item_attr(fleet.item(c), "lease_owner") for c in conns]
+        assert sum(o is not None for o in owners) == 2
+
+
+async def test_poison_and_conflicting_nudges_are_deleted(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """Unparseable nudges and nudges for streams held elsewhere are deleted, not retried."""
+    held, gone = f"{unique_id}-held", f"{unique_id}-gone"
+    fleet.create(held, upstream.url(held))
+    other_store(fleet).acquire(held, "someone-else")
+    rec = Recorder()
+    async with running_worker(fleet, rec) as run:
+        for body in ("not json", "[1]", '{"conn_id": 5}', '{"conn_id": "has spaces"}',
+                     '{"reason": "no id"}'):
+            fleet.nudge("", body)
+        fleet.nudge(held)
+        fleet.nudge(gone)  # no such item
+        await async_wait_until(lambda: fleet.queue_depth() == 0, 10, "queue drained")
+        assert run.worker.metrics.totals["PoisonMessages"] == 5
+        assert run.worker.metrics.totals["ClaimConflicts"] == 2
+        assert not run.worker.streams
+    assert item_attr(fleet.item(held), "lease_owner") == "someone-else"
+
+
+async def test_hostile_urls_are_refused_and_recorded(fleet: Fleet, unique_id: str) -> None:
+    """Non-ws schemes and metadata addresses are never connected to; the item records why."""
+    urls = {"http": "http://127.0.0.1:1/x", "imds": "ws://169.254.169.254/latest/meta-data",
+            "imds6": "ws://[fd00:ec2::254]/", "mapped": "ws://[::ffff:169.254.169.254]/",
+            "file": "file:///etc/passwd"}
+    rec = Recorder()
+    async with running_worker(fleet, rec) as run:
+        for name, url in urls.items():
+            fleet.create(f"{unique_id}-{name}", url)
+            fleet.nudge(f"{unique_id}-{name}")
+        await async_wait_until(
+            lambda: all(item_attr(fleet.item(f"{unique_id}-{n}"), "status") == "BACKOFF"
+                        for n in urls), 10, "all refused")
+        assert run.worker.metrics.totals["Reconnects"] == 0
+    for name in urls:
+        item = fleet.item(f"{unique_id}-{name}")
+        assert "refused" in item_attr(item, "last_error") or "scheme" in item_attr(
+            item, "last_error") or "metadata" in item_attr(item, "last_error")
+        assert item_attr(item, "lease_expires_at_ms") > time.time() * 1000  # not re-claimable
+        assert "lease_owner" not in item
+    assert not rec.calls
+
+
+async def test_failing_upstream_is_handed_back_with_error(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """After repeated connection failures the lease is released in BACKOFF with the error."""
+    conn, rec = f"{unique_id}-r", Recorder()
+    fleet.create(conn, upstream.url(conn, "reject"))
+    async with running_worker(fleet, rec, HOLDFAST_UPSTREAM_MAX_FAILURES="3") as run:
+        fleet.nudge(conn)
+        await async_wait_until(lambda: item_attr(fleet.item(conn), "status") == "BACKOFF", 10,
+                               "give-up")
+        assert run.worker.metrics.totals["UpstreamGiveUps"] == 1
+    item = fleet.item(conn)
+    assert "503" in item_attr(item, "last_error")
+    assert item_attr(item, "error_count") == 1
+
+
+async def test_graceful_stop_finishes_the_handler_call_in_flight(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """On stop the call in flight completes, and the release checkpoints exactly what ran."""
+    conn, rec = f"{unique_id}-g", Recorder(delay_s=0.3)
+    fleet.create(conn, upstream.url(conn))
+    async with running_worker(fleet, rec) as run:
+        fleet.nudge(conn)
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 2, 10, "messages")
+        await asyncio.sleep(0.1)  # most likely inside a 0.3 s handler call now
+    counts = await run.task
+    assert counts["released"] == 1
+    assert item_attr(fleet.item(conn), "last_seq") == rec.seqs(conn)[-1]
+
+
+async def test_reconcile_sweep_claims_orphans(fleet: Fleet, upstream: UpstreamThread,
+                                              unique_id: str) -> None:
+    """With no nudge at all, the fallback sweep finds and claims STARTED unowned streams."""
+    conns = [f"{unique_id}-{i}" for i in range(3)]
+    for c in conns:
+        fleet.create(c, upstream.url(c))
+    rec = Recorder()
+    async with running_worker(fleet, rec, HOLDFAST_RECONCILE_SECONDS="0.3") as run:
+        await async_wait_until(lambda: len(run.worker.streams) == 3, 10, "sweep claims")
+
+
+async def test_self_fencing_when_dynamodb_is_unreachable(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A worker cut off from DynamoDB stops its stream before the lease could expire."""
+    conn, rec = f"{unique_id}-f", Recorder()
+    fleet.create(conn, upstream.url(conn))
+    ddb_url = fleet.env["AWS_ENDPOINT_URL_DYNAMODB"]
+    host, port = ddb_url.removeprefix("http://").split(":")
+    proxy = CuttableProxy(host, int(port))
+    try:
+        config = __import__("tests.worker.conftest", fromlist=["x"]).worker_config(fleet)
+        ddb = boto3.session.Session().client(
+            "dynamodb", endpoint_url=proxy.url, region_name="us-east-1",
+            aws_access_key_id="local", aws_secret_access_key="local",
+            config=__import__("holdfast.core.aws", fromlist=["x"]).client_config(
+                read_timeout=0.5, max_attempts=1))
+        worker = Worker(config, ddb=ddb, sqs=client_for(fleet.aws, "sqs"), handler=rec)
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop.wait))
+        fleet.nudge(conn)
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 10, "messages")
+        expires = item_attr(fleet.item(conn), "lease_expires_at_ms")
+        proxy.cut()
+        await async_wait_until(lambda: worker.metrics.totals["LeasesFenced"], 6, "fenced")
+        calls = len(rec.calls)
+        await async_wait_until(lambda: upstream.server.connlog.open_count() == 0, 2, "closed")
+        closed = upstream.server.connlog.records(conn)[-1].closed_wall_ms
+        # Closed before anyone could take it over (expiry + skew on a challenger's clock).
+        assert closed is not None and closed < expires + 300
+        await async_wait_until(lambda: not worker.healthy(), 5, "unhealthy")
+        assert len(rec.calls) == calls
+        assert upstream.server.connlog.open_count() == 0
+        stop.set()
+        counts = await asyncio.wait_for(task, 15)
+        assert counts["fenced"] == 1
+    finally:
+        proxy.close()
