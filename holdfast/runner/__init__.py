@@ -1,0 +1,13 @@
+"""The local runner: plays the Lambda event source mapping and the sweeper schedule locally.
+
+    python -m holdfast.runner      (environment as printed by ``holdfast localaws``)
+
+It reads the lease table's stream from DynamoDB Local (every shard, parents before children),
+drops records the ``FILTER_PATTERNS`` drop, batches the rest like the event source mapping,
+invokes the real ``lambdas.router.handler.lambda_handler`` with a Lambda-like context, retries
+reported failures, and runs the sweeper loop in a thread.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,146 @@
+"""The router's pure decision, case by case (table-driven)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lambdas.nudge import Nudge
+from lambdas.router.decide import Outcome, Reason, decide
+from tests.lambdas.records import image
+
+NOW = 1_764_460_800_000
+SKEW = 1_000
+C = "meeting-42"
+LIVE = NOW + 15_000
+
+STARTED_FREE = image(C, expires=0, epoch=3, status="RELEASED")
+HELD = image(C, owner="w1", expires=LIVE, epoch=3, status="RUNNING", last_seq=7)
+
+# (case, event name, old image, new image, outcome, reason, delay_s, normalise)
+CASES: list[tuple[str, str, Any, Any, Outcome, Reason, int, bool]] = [
+    ("insert STARTED", "INSERT", None, image(C, expires=0), Outcome.NUDGE, Reason.INSERTED, 0,
+     False),
+    ("insert seed schema (no expiry)", "INSERT", None, image(C), Outcome.NUDGE,
+     Reason.INSERTED, 0, True),
+    ("insert STOPPED", "INSERT", None, image(C, state="STOPPED"), Outcome.SKIP,
+     Reason.NOT_STARTED, 0, False),
+    ("insert already owned (restore)", "INSERT", None, HELD, Outcome.SKIP, Reason.OWNED, 0,
+     False),
+    ("insert with NULL owner", "INSERT", None,
+     image(C, expires=0, lease_owner={"NULL": True}), Outcome.NUDGE, Reason.INSERTED, 0, False),
+    ("heartbeat", "MODIFY", HELD, image(C, owner="w1", expires=LIVE + 5_000, epoch=3,
+                                         status="RUNNING", last_seq=7),
+     Outcome.SKIP, Reason.OWNED, 0, False),
+    ("checkpoint", "MODIFY", HELD, image(C, owner="w1", expires=LIVE + 5_000, epoch=3,
+                                          status="RUNNING", last_seq=99),
+     Outcome.SKIP, Reason.OWNED, 0, False),
+    ("acquire", "MODIFY", STARTED_FREE, image(C, owner="w2", expires=LIVE, epoch=4,
+                                               status="RUNNING"),
+     Outcome.SKIP, Reason.OWNED, 0, False),
+    ("takeover of an expired lease", "MODIFY", image(C, owner="w1", expires=NOW - 9_000, epoch=3),
+     image(C, owner="w2", expires=LIVE, epoch=4), Outcome.SKIP, Reason.OWNED, 0, False),
+    ("release", "MODIFY", HELD, image(C, expires=0, epoch=3, status="RELEASED", last_seq=9),
+     Outcome.NUDGE, Reason.RELEASED, 0, False),
+    ("give-up with retry in 30 s", "MODIFY", HELD,
+     image(C, expires=NOW + 30_000, epoch=3, status="BACKOFF"),
+     Outcome.NUDGE, Reason.GAVE_UP, 31, False),
+    ("give-up with retry in 0.5 s", "MODIFY", HELD,
+     image(C, expires=NOW + 500, epoch=3, status="BACKOFF"), Outcome.NUDGE, Reason.GAVE_UP, 2,
+     False),
+    ("give-up whose retry time passed", "MODIFY", HELD,
+     image(C, expires=NOW - 5_000, epoch=3, status="BACKOFF"), Outcome.NUDGE, Reason.GAVE_UP, 0,
+     False),
+    ("give-up without retry time", "MODIFY", HELD, image(C, expires=0, epoch=3, status="BACKOFF"),
+     Outcome.NUDGE, Reason.GAVE_UP, 0, False),
+    ("give-up beyond SQS's 15 min delay", "MODIFY", HELD,
+     image(C, expires=NOW + 20 * 60_000, epoch=3, status="BACKOFF"),
+     Outcome.SKIP, Reason.DEFERRED, 0, False),
+    ("quarantine by its holder", "MODIFY", HELD,
+     image(C, expires=NOW + 300_000, epoch=3, status="INVALID"),
+     Outcome.NUDGE, Reason.QUARANTINED, 301, False),
+    ("STOPPED -> STARTED", "MODIFY", image(C, state="STOPPED", expires=0, epoch=3),
+     image(C, expires=0, epoch=3), Outcome.NUDGE, Reason.STARTED, 0, False),
+    ("STOPPED -> STARTED without expiry", "MODIFY", image(C, state="STOPPED"), image(C),
+     Outcome.NUDGE, Reason.STARTED, 0, True),
+    ("STOPPED -> STARTED while the holder still holds it", "MODIFY",
+     image(C, state="STOPPED", owner="w1", expires=LIVE, epoch=3), HELD,
+     Outcome.SKIP, Reason.OWNED, 0, False),
+    ("STARTED -> STOPPED", "MODIFY", HELD,
+     image(C, state="STOPPED", owner="w1", expires=LIVE, epoch=3),
+     Outcome.SKIP, Reason.NOT_STARTED, 0, False),
+    ("release of a STOPPED item", "MODIFY", image(C, state="STOPPED", owner="w1", expires=LIVE),
+     image(C, state="STOPPED", expires=0), Outcome.SKIP, Reason.NOT_STARTED, 0, False),
+    ("normalisation write", "MODIFY", image(C), image(C, expires=0), Outcome.SKIP,
+     Reason.NORMALISED, 0, False),
+    ("edit of an unowned item", "MODIFY", STARTED_FREE,
+     image(C, expires=0, epoch=3, status="RELEASED", ws_url="wss://other.example.test/"),
+     Outcome.SKIP, Reason.UNCHANGED, 0, False),
+    ("edit of an item never normalised", "MODIFY", image(C), image(C, ws_url="wss://o.test/"),
+     Outcome.SKIP, Reason.UNCHANGED, 0, True),
+    ("operator clears a back-off", "MODIFY",
+     image(C, expires=NOW + 60_000, epoch=3, status="BACKOFF"),
+     image(C, expires=0, epoch=3, status="BACKOFF"), Outcome.NUDGE, Reason.REARMED, 0, False),
+    ("back-off already over, then edited", "MODIFY",
+     image(C, expires=NOW - 60_000, epoch=3, status="BACKOFF"),
+     image(C, expires=0, epoch=3, status="BACKOFF"), Outcome.SKIP, Reason.UNCHANGED, 0, False),
+    ("old image malformed", "MODIFY", image(C, state="RUNNING!"), image(C, expires=0),
+     Outcome.NUDGE, Reason.CHANGED, 0, False),
+    ("old image missing", "MODIFY", None, image(C, expires=0), Outcome.NUDGE, Reason.CHANGED, 0,
+     False),
+    ("delete", "REMOVE", HELD, None, Outcome.SKIP, Reason.REMOVED, 0, False),
+    ("new image malformed", "MODIFY", HELD, image(C, expires=0, ws_url=""), Outcome.MALFORMED,
+     Reason.MALFORMED, 0, False),
+    ("moto's key-only INSERT", "INSERT", None, {"Pk": {"S": f"CONN#{C}"}}, Outcome.MALFORMED,
+     Reason.MALFORMED, 0, False),
+    ("expiry of the wrong type", "INSERT", None,
+     image(C, lease_expires_at_ms={"S": "soon"}), Outcome.MALFORMED, Reason.MALFORMED, 0, False),
+    ("no new image", "MODIFY", HELD, None, Outcome.MALFORMED, Reason.MALFORMED, 0, False),
+    ("unknown event name", "UPSERT", None, image(C, expires=0), Outcome.MALFORMED,
+     Reason.MALFORMED, 0, False),
+]
+
+
+@pytest.mark.parametrize(("case", "event_name", "old", "new", "outcome", "reason", "delay_s",
+                          "normalise"), CASES, ids=[c[0] for c in CASES])
+def test_decision_table(case: str, event_name: str, old: Any, new: Any, outcome: Outcome,
+                        reason: Reason, delay_s: int, normalise: bool) -> None:
+    """Each kind of change gets the outcome, reason, delay and normalisation of the table."""
+    d = decide(event_name, old, new, NOW, skew_ms=SKEW)
+    assert (d.outcome, d.reason, d.delay_s, d.normalise) == (outcome, reason, delay_s, normalise)
+    if outcome is not Outcome.MALFORMED or case != "moto's key-only INSERT":
+        assert d.conn_id == C
+
+
+def test_nudge_carries_epoch_and_reason() -> None:
+    """A release's nudge names the connection, the reason and the epoch it saw."""
+    d = decide("MODIFY", HELD, image(C, expires=0, epoch=3, status="RELEASED"), NOW)
+    assert d.nudge() == Nudge(C, "released", 3, 0)
+
+
+def test_skip_and_malformed_have_no_nudge() -> None:
+    """Only a NUDGE outcome yields a message."""
+    assert decide("MODIFY", HELD, HELD, NOW).nudge() is None
+    assert decide("INSERT", None, {"Pk": {"S": "CONN#"}}, NOW).nudge() is None
+
+
+def test_malformed_names_the_problem() -> None:
+    """A malformed record's decision says which attribute is wrong."""
+    d = decide("INSERT", None, image(C, epoch=None, lease_epoch={"N": "-4"}), NOW)
+    assert d.outcome is Outcome.MALFORMED
+    assert "lease_epoch" in d.detail
+
+
+def test_hostile_key_is_not_echoed_unbounded() -> None:
+    """A huge bogus key is cut short in the decision (it ends up in logs)."""
+    d = decide("INSERT", None, {"Pk": {"S": "CONN#" + "x" * 10_000}}, NOW)
+    assert d.outcome is Outcome.MALFORMED
+    assert d.conn_id is not None and len(d.conn_id) <= 200
+
+
+def test_delay_includes_skew() -> None:
+    """A back-off nudge arrives no earlier than a challenger may acquire (expiry + skew)."""
+    d = decide("MODIFY", HELD, image(C, expires=NOW + 10_000, status="BACKOFF"), NOW,
+               skew_ms=2_500)
+    assert d.delay_s == 13

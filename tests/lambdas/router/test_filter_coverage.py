@@ -1,0 +1,138 @@
+"""The event-source-mapping filters never drop a record the router would act on.
+
+The matcher here is deliberately separate from the runner's (``holdfast.runner.matcher``): a
+minimal reading of the EventBridge pattern language (a rule is a list of allowed values or
+``{"exists": bool}``; a nested object matches the nested event object; every key must match).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from holdfast.core.filters import FILTER_PATTERNS, filter_criteria
+from lambdas.router.decide import decide
+from tests.lambdas.records import image, record
+
+NOW = 1_764_460_800_000
+
+
+def eb_match(pattern: dict[str, Any], event: Any) -> bool:
+    """Minimal EventBridge matching: exact values, exists, nesting (AND over keys)."""
+    obj = event if isinstance(event, dict) else {}
+    for key, rule in pattern.items():
+        if isinstance(rule, dict):
+            if not eb_match(rule, obj.get(key)):
+                return False
+            continue
+        present = key in obj and not isinstance(obj[key], dict)
+        ok = False
+        for allowed in rule:
+            if isinstance(allowed, dict) and set(allowed) == {"exists"}:
+                ok = ok or (present is allowed["exists"])
+            elif isinstance(allowed, dict):
+                raise AssertionError(f"test matcher does not know {allowed}")
+            else:
+                ok = ok or (present and obj[key] == allowed)
+        if not ok:
+            return False
+    return True
+
+
+def passes_filter(rec: dict[str, Any]) -> bool:
+    return any(eb_match(p, rec) for p in FILTER_PATTERNS)
+
+
+strings = st.sampled_from(["w1", "worker-b", ""])
+numbers = st.sampled_from([0, 1, NOW - 60_000, NOW - 1_500, NOW - 500, NOW + 500, NOW + 20_000,
+                           NOW + 3_600_000, 10**13])
+# Mostly well-formed values, so that most generated records are ones the router acts on or
+# nearly acts on; the odd ones (NULL, wrong type) probe the edges of both matchers.
+SHAPES = ["absent", "typed", "typed", "null"]
+
+
+@st.composite
+def attr(draw: st.DrawFn, values: st.SearchStrategy[Any], kind: str, broken: bool) -> Any:
+    """An attribute that is absent, NULL, well-typed, or (if ``broken``) of the wrong type."""
+    shape = draw(st.sampled_from([*SHAPES, "wrong"] if broken else SHAPES))
+    if shape == "typed":
+        return {kind: str(draw(values))}
+    if shape == "null":
+        return {"NULL": True}
+    if shape == "wrong":
+        return draw(st.sampled_from([{"N": "12"} if kind == "S" else {"S": "12"},
+                                     {"BOOL": True}]))
+    return None
+
+
+@st.composite
+def images(draw: st.DrawFn) -> dict[str, Any] | None:
+    if draw(st.integers(0, 9)) == 0:
+        return None
+    broken = draw(st.integers(0, 4)) == 0
+    conn = draw(st.sampled_from(["c1", "c2", "bad id!", ""] if broken else ["c1", "c2"]))
+    item = image(conn, ws_url=draw(st.sampled_from(["wss://x.test/", ""] if broken
+                                                   else ["wss://x.test/"])))
+    item["desired_state"] = draw(st.sampled_from(
+        [{"S": "STARTED"}, {"S": "STOPPED"}, {"S": "started"}, None, {"N": "1"}] if broken
+        else [{"S": "STARTED"}, {"S": "STARTED"}, {"S": "STOPPED"}]))
+    for name, values, kind in (
+            ("lease_owner", strings, "S"), ("lease_expires_at_ms", numbers, "N"),
+            ("lease_epoch", st.integers(0, 5), "N"),
+            ("status", st.sampled_from(["RUNNING", "RELEASED", "BACKOFF", "INVALID"]), "S"),
+            ("last_seq", st.integers(-1, 9), "N"), ("error_count", st.integers(0, 3), "N")):
+        value = draw(attr(values, kind, broken))
+        if value is not None:
+            item[name] = value
+    return {k: v for k, v in item.items() if v is not None}
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(event_name=st.sampled_from(["INSERT", "MODIFY", "MODIFY", "MODIFY", "REMOVE"]),
+       old=images(), new=images(),
+       skew=st.sampled_from([0, 1_000, 5_000]))
+def test_every_actionable_record_passes_the_filter(event_name: str, old: Any, new: Any,
+                                                    skew: int) -> None:
+    """Whatever the images, a record the router would nudge or normalise is not filtered out."""
+    decision = decide(event_name, old, new, NOW, skew_ms=skew)
+    event(f"{decision.outcome.value}: {decision.reason.value}")
+    if decision.acts:
+        assert passes_filter(record(event_name, old, new)), decision
+
+
+@given(owner_kept=st.sampled_from(["w1", "w2"]), seq=st.integers(0, 100),
+       state=st.sampled_from(["STARTED", "STOPPED"]))
+def test_heartbeats_and_checkpoints_are_filtered_out(owner_kept: str, seq: int,
+                                                     state: str) -> None:
+    """Records that keep an owner (heartbeat, checkpoint, acquire) never invoke the router."""
+    old = image("c1", owner="w1", expires=NOW, epoch=2, last_seq=seq, state=state)
+    new = image("c1", owner=owner_kept, expires=NOW + 20_000, epoch=2, last_seq=seq + 1,
+                state=state)
+    assert not passes_filter(record("MODIFY", old, new))
+
+
+def test_deletes_and_stops_are_filtered_out() -> None:
+    """REMOVE and TTL deletes, and anything whose new image is STOPPED, are dropped."""
+    held = image("c1", owner="w1", expires=NOW, epoch=2)
+    assert not passes_filter(record("REMOVE", held, None))
+    assert not passes_filter(record("REMOVE", held, None, ttl=True))
+    assert not passes_filter(record("MODIFY", held, image("c1", state="STOPPED", expires=0)))
+    assert not passes_filter(record("INSERT", None, image("c1", state="STOPPED")))
+
+
+def test_filter_matches_the_cases_that_need_nudges() -> None:
+    """Insert, release, give-up and STOPPED -> STARTED pass (the matcher is not vacuous)."""
+    held = image("c1", owner="w1", expires=NOW, epoch=2)
+    assert passes_filter(record("INSERT", None, image("c1")))
+    assert passes_filter(record("MODIFY", held, image("c1", expires=0, status="RELEASED")))
+    assert passes_filter(record("MODIFY", held, image("c1", expires=NOW, status="BACKOFF")))
+    assert passes_filter(record("MODIFY", image("c1", state="STOPPED"), image("c1", expires=0)))
+
+
+def test_filter_criteria_round_trips() -> None:
+    """``filter_criteria()`` is FILTER_PATTERNS as the JSON strings Lambda expects."""
+    patterns = [json.loads(f["Pattern"]) for f in filter_criteria()["Filters"]]
+    assert patterns == [json.loads(json.dumps(p)) for p in FILTER_PATTERNS]
