@@ -7,6 +7,7 @@ variable), 1 for a forced exit on the second signal.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -69,6 +70,10 @@ def main(env: Mapping[str, str] | None = None) -> int:
         return 2
     logger = Logger(service="holdfast-worker", level=config.log_level)
     logger.append_keys(worker_id=config.worker_id)
+    # Powertools child loggers pin their own level at import: let them follow the parent's.
+    for name, child in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("holdfast-worker.") and isinstance(child, logging.Logger):
+            child.setLevel(logging.NOTSET)
     try:
         worker = build_worker(config)
         asyncio.run(_serve(worker, logger))

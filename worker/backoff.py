@@ -26,7 +26,7 @@ class Backoff:
 
     def delay_s(self, failures: int, rand: Callable[[], float] = random.random) -> float:
         """Seconds to wait before reconnect attempt number ``failures`` + 1 (``failures`` >= 1)."""
-        ceiling = min(self.cap_s, self.base_s * 2.0 ** max(0, failures - 1))
+        ceiling = min(self.cap_s, self.base_s * 2.0 ** min(60, max(0, failures - 1)))
         return ceiling * (0.5 + 0.5 * rand())  # half fixed, half jitter: never a tight spin
 
     def give_up(self, failures: int) -> bool:
@@ -35,7 +35,7 @@ class Backoff:
 
     def retry_after_s(self, error_count: int, rand: Callable[[], float] = random.random) -> float:
         """Seconds the lease stays unclaimable after give-up number ``error_count`` (>= 1)."""
-        ceiling = min(self.retry_cap_s, self.retry_base_s * 2.0 ** max(0, error_count - 1))
+        ceiling = min(self.retry_cap_s, self.retry_base_s * 2.0 ** min(60, max(0, error_count - 1)))
         return ceiling * (0.75 + 0.25 * rand())
 
 

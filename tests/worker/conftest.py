@@ -203,8 +203,8 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-async def async_wait_until(predicate: Callable[[], Any], timeout: float, what: str,
-                           interval: float = 0.02) -> Any:
+async def async_wait_until(predicate: Callable[[], Any], timeout: float,  # noqa: ASYNC109
+                           what: str, interval: float = 0.02) -> Any:
     deadline = time.monotonic() + timeout * TIMEOUT_SCALE
     while time.monotonic() < deadline:
         value = predicate()

@@ -9,19 +9,20 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from typing import IO
 
 from worker.handler import Message
 
 __all__ = ["explode_on_7", "not_async", "record", "slow_record"]
 
-_FILE = None
+_FILES: dict[str, IO[str]] = {}
 
 
-def _out():  # type: ignore[no-untyped-def]
-    global _FILE
-    if _FILE is None:
-        _FILE = open(os.environ["HOLDFAST_TEST_RECORD"], "a", buffering=1)  # noqa: SIM115
-    return _FILE
+def _out() -> IO[str]:
+    path = os.environ["HOLDFAST_TEST_RECORD"]
+    if path not in _FILES:
+        _FILES[path] = open(path, "a", buffering=1)  # noqa: SIM115 - open for the process's life
+    return _FILES[path]
 
 
 async def record(message: Message) -> None:

@@ -1,0 +1,98 @@
+"""Worker configuration: defaults, clear errors naming the variable, the worker id."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from holdfast.core.exceptions import ConfigError
+from worker.config import default_worker_id, ecs_task_id, load_config
+
+BASE = {"HOLDFAST_TABLE": "t", "HOLDFAST_QUEUE_URL": "http://127.0.0.1:1/q",
+        "HOLDFAST_WORKER_ID": "w1"}
+
+
+def test_defaults_match_the_issue() -> None:
+    """Lease 20 s, heartbeat 5 s, reconcile 60 s, batch renewals, no compression, 1 MiB frames."""
+    cfg = load_config(BASE)
+    assert (cfg.lease_ms, cfg.heartbeat_ms, cfg.reconcile_s) == (20_000, 5_000, 60)
+    assert cfg.renew_mode == "batch" and not cfg.compression
+    assert cfg.max_frame_bytes == 2**20 and cfg.shutdown_s < 30  # fits ECS's default 30 s
+
+
+@pytest.mark.parametrize(("env", "names"), [
+    ({"HOLDFAST_TABLE": ""}, "HOLDFAST_TABLE"),
+    ({"HOLDFAST_QUEUE_URL": "holdfast-nudges"}, "HOLDFAST_QUEUE_URL"),
+    ({"HOLDFAST_LEASE_SECONDS": "soon"}, "HOLDFAST_LEASE_SECONDS"),
+    ({"HOLDFAST_LEASE_SECONDS": "nan"}, "HOLDFAST_LEASE_SECONDS"),
+    ({"HOLDFAST_HEARTBEAT_SECONDS": "15"}, "HOLDFAST_HEARTBEAT_SECONDS"),
+    ({"HOLDFAST_MAX_CONNECTIONS": "0"}, "HOLDFAST_MAX_CONNECTIONS"),
+    ({"HOLDFAST_MAX_CONNECTIONS": "2.5"}, "HOLDFAST_MAX_CONNECTIONS"),
+    ({"HOLDFAST_RECONCILE_SECONDS": "-1"}, "HOLDFAST_RECONCILE_SECONDS"),
+    ({"HOLDFAST_RENEW_MODE": "turbo"}, "HOLDFAST_RENEW_MODE"),
+    ({"HOLDFAST_ALLOWED_HOSTS": "ok.com,10.0.0.0/99"}, "HOLDFAST_ALLOWED_HOSTS"),
+    ({"HOLDFAST_WORKER_ID": "has space"}, "HOLDFAST_WORKER_ID"),
+    ({"HOLDFAST_HANDLER": "no_colon"}, "HOLDFAST_HANDLER"),
+    ({"HOLDFAST_COMPRESSION": "maybe"}, "HOLDFAST_COMPRESSION"),
+    ({"HOLDFAST_HEALTH_PORT": "70000"}, "HOLDFAST_HEALTH_PORT"),
+])
+def test_bad_values_name_the_variable(env: dict[str, str], names: str) -> None:
+    """Every bad value is a ConfigError whose message names the variable."""
+    with pytest.raises(ConfigError, match=names):
+        load_config({**BASE, **env})
+
+
+def test_missing_required_variable() -> None:
+    """Without a table the error says what HOLDFAST_TABLE must name."""
+    with pytest.raises(ConfigError, match="HOLDFAST_TABLE is not set"):
+        load_config({"HOLDFAST_QUEUE_URL": "http://x/q"})
+
+
+def test_fractional_seconds_and_allow_list() -> None:
+    """Short test timings and an allow-list parse."""
+    cfg = load_config({**BASE, "HOLDFAST_LEASE_SECONDS": "3", "HOLDFAST_HEARTBEAT_SECONDS": "0.5",
+                       "HOLDFAST_SKEW_MS": "300", "HOLDFAST_ALLOWED_HOSTS": ".example.com",
+                       "HOLDFAST_RENEW_MODE": "single", "HOLDFAST_COMPRESSION": "true"})
+    assert cfg.timing.heartbeat_ms == 500 and cfg.timing.skew_ms == 300
+    assert cfg.url_policy.restricted and cfg.renew_mode == "single" and cfg.compression
+
+
+def test_default_worker_id_is_unique_per_process() -> None:
+    """Outside ECS the id is host-pid-random, different for every call (i.e. every process)."""
+    a, b = default_worker_id({}), default_worker_id({})
+    assert a != b and str(__import__("os").getpid()) in a
+
+
+@pytest.fixture
+def metadata_server() -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"TaskARN": "arn:aws:ecs:eu-west-1:123:task/fleet/0123abcd"})
+            self.send_response(200 if self.path.endswith("/task") else 404)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v4/abc"
+    server.shutdown()
+
+
+def test_worker_id_from_ecs_task_metadata(metadata_server: str) -> None:
+    """On ECS the worker id is the task id read from the metadata endpoint."""
+    env = {"ECS_CONTAINER_METADATA_URI_V4": metadata_server}
+    assert ecs_task_id(env) == "0123abcd"
+    cfg = load_config({k: v for k, v in BASE.items() if k != "HOLDFAST_WORKER_ID"} | env)
+    assert cfg.worker_id == "0123abcd"
+
+
+def test_unreachable_metadata_falls_back() -> None:
+    """A metadata endpoint that does not answer falls back to host-pid-random."""
+    assert ecs_task_id({"ECS_CONTAINER_METADATA_URI_V4": "http://127.0.0.1:1/v4"}) is None

@@ -1,0 +1,53 @@
+"""Resume protocols and frame parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.exceptions import HandlerLoadError
+from worker.protocol import (
+    FirstFrameProtocol,
+    HeaderProtocol,
+    QueryParamProtocol,
+    load_protocol,
+    parse_json_seq,
+)
+
+
+def test_query_param_resume() -> None:
+    """from_seq is appended, replacing an existing one, and other parameters are kept."""
+    p = QueryParamProtocol()
+    assert p.url("ws://h/s/1", None) == "ws://h/s/1"
+    assert p.url("ws://h/s/1", 8) == "ws://h/s/1?from_seq=8"
+    assert p.url("ws://h/s/1?token=a&from_seq=2", 9) == "ws://h/s/1?token=a&from_seq=9"
+
+
+def test_header_and_first_frame_resume() -> None:
+    """The header and first-frame protocols carry the same number elsewhere."""
+    assert HeaderProtocol().headers(5) == {"X-From-Seq": "5"}
+    assert HeaderProtocol().headers(None) == {}
+    assert FirstFrameProtocol().first_frames(5) == ['{"from_seq": 5}']
+
+
+@pytest.mark.parametrize(("frame", "seq"), [
+    ('{"seq": 3, "data": "x"}', 3), ('{"seq": "3"}', None), ('{"seq": true}', None),
+    ('{"seq": 1.5}', None), ('{"seq": -1}', None), ("[1]", None), ("not json", None),
+    (b"\x00bin", None), ("{broken", None), ('{"seq": 99999999999999999999999}', None),
+])
+def test_parse_json_seq(frame: str | bytes, seq: int | None) -> None:
+    """Only JSON objects with a non-negative integer seq carry a seq; data is passed unchanged."""
+    parsed = parse_json_seq(frame)
+    assert parsed.seq == seq and parsed.data == frame
+
+
+def test_load_protocol() -> None:
+    """Built-in names and module:factory load; anything else is a clear error."""
+    assert isinstance(load_protocol(None), QueryParamProtocol)
+    assert isinstance(load_protocol("header"), HeaderProtocol)
+    assert isinstance(load_protocol("worker.protocol:FirstFrameProtocol"), FirstFrameProtocol)
+    with pytest.raises(HandlerLoadError, match="HOLDFAST_PROTOCOL"):
+        load_protocol("turbo")
+    with pytest.raises(HandlerLoadError, match="cannot be loaded"):
+        load_protocol("no.such.module:x")
+    with pytest.raises(HandlerLoadError, match="ResumeProtocol"):
+        load_protocol("builtins:dict")

@@ -1,0 +1,125 @@
+"""One stream's connection task against the real demo upstream (drops, junk, huge frames)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from holdfast.core.model import Lease
+from holdfast.core.store import LeaseStore
+from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
+from tests.worker.helpers import Recorder
+from worker.backoff import Backoff
+from worker.metrics import WorkerMetrics
+from worker.protocol import QueryParamProtocol
+from worker.stream import ConnectOptions, StreamContext, StreamRunner
+
+
+def lease_for(fleet: Fleet, conn: str, url: str) -> Lease:
+    fleet.create(conn, url)
+    return LeaseStore(fleet.ddb, fleet.table, lease_ms=3000, skew_ms=300).acquire(conn, "me")
+
+
+def context(rec: Recorder, **kw: object) -> StreamContext:
+    return StreamContext(worker_id="me", handler=rec, protocol=QueryParamProtocol(),
+                         metrics=WorkerMetrics(), backoff=Backoff(0.01, 0.05, 3), **kw)  # type: ignore[arg-type]
+
+
+async def run_until(runner: StreamRunner, done: object, within_s: float) -> str | None:
+    runner.task = asyncio.create_task(runner.run())
+    try:
+        await async_wait_until(done, within_s, "stream progress")  # type: ignore[arg-type]
+    finally:
+        runner.drain("test over")
+    return await asyncio.wait_for(runner.task, 5)
+
+
+async def test_resumes_after_drops_without_gap(fleet: Fleet, upstream: UpstreamThread,
+                                               unique_id: str) -> None:
+    """An upstream that drops every 5 frames is resumed with from_seq: no gap, no duplicate."""
+    conn, rec = f"{unique_id}-drop", Recorder()
+    runner = StreamRunner(lease_for(fleet, conn, upstream.url(conn, "drop")), context(rec),
+                          fence_mono_ms=2**62)
+    assert await run_until(runner, lambda: len(rec.seqs(conn)) >= 23, 15) is None
+    seqs = rec.seqs(conn)
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    records = upstream.server.connlog.records(conn)
+    assert len(records) >= 4
+    for before, after in itertools.pairwise(records):
+        assert after.from_seq == before.last_seq + 1  # resumed right after the last handled
+    assert runner.ctx.metrics.totals["Reconnects"] >= 4
+    assert runner.checkpoint == seqs[-1]
+
+
+async def test_resumes_from_the_stored_checkpoint(fleet: Fleet, upstream: UpstreamThread,
+                                                  unique_id: str) -> None:
+    """A lease acquired with last_seq N connects with from_seq=N+1 and gets N+1 first."""
+    conn, rec = f"{unique_id}-ck", Recorder()
+    upstream.server.start_of(conn)
+    await asyncio.sleep(0.5)  # the stream has ~10 messages by now
+    fleet.create(conn, upstream.url(conn))
+    fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn}"}},
+                          UpdateExpression="SET last_seq = :s",
+                          ExpressionAttributeValues={":s": {"N": "3"}})
+    lease = LeaseStore(fleet.ddb, fleet.table, lease_ms=3000, skew_ms=300).acquire(conn, "me")
+    runner = StreamRunner(lease, context(rec), fence_mono_ms=2**62)
+    await run_until(runner, lambda: len(rec.seqs(conn)) >= 12, 10)
+    assert rec.seqs(conn)[:3] == [4, 5, 6]
+
+
+async def test_junk_frames_pass_with_no_seq(fleet: Fleet, upstream: UpstreamThread,
+                                            unique_id: str) -> None:
+    """Frames without an integer seq reach the handler with seq None and move no checkpoint."""
+    conn, rec = f"{unique_id}-junk", Recorder()
+    runner = StreamRunner(lease_for(fleet, conn, upstream.url(conn, "garbage")), context(rec),
+                          fence_mono_ms=2**62)
+    await run_until(runner, lambda: len(rec.calls) >= 30, 10)
+    junk = [m for m in rec.calls if m.seq is None]
+    assert junk and any(isinstance(m.data, bytes) for m in junk)
+    assert not missing_seqs(rec.seqs(conn)) and runner.checkpoint == max(rec.seqs(conn))
+    assert runner.ctx.metrics.totals["Reconnects"] == 0
+
+
+async def test_oversized_frames_are_refused_and_isolated(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A frame over max_size drops that connection only; the stream resumes without a gap."""
+    big, ok = f"{unique_id}-big", f"{unique_id}-ok"
+    rec = Recorder()
+    ctx = context(rec, options=ConnectOptions(max_size=64 * 1024))
+    r1 = StreamRunner(lease_for(fleet, big, upstream.url(big, "huge") + "?size=200000"), ctx,
+                      fence_mono_ms=2**62)
+    r2 = StreamRunner(lease_for(fleet, ok, upstream.url(ok)), ctx, fence_mono_ms=2**62)
+    r2.task = asyncio.create_task(r2.run())
+    await run_until(r1, lambda: len(rec.seqs(big)) >= 10, 10)
+    r2.drain("test over")
+    await r2.task
+    assert ctx.metrics.totals["Reconnects"] >= 2
+    assert not missing_seqs(rec.seqs(big)) and not missing_seqs(rec.seqs(ok))
+    assert all(len(m.data) < 64 * 1024 for m in rec.calls)
+
+
+async def test_host_resolving_to_metadata_is_refused(fleet: Fleet, unique_id: str) -> None:
+    """A host name that resolves to 169.254.169.254 is never connected to: give-up at once."""
+    async def evil_dns(host: str, port: int) -> list[str]:
+        return ["10.0.0.1", "169.254.169.254"]
+
+    conn, rec = f"{unique_id}-dns", Recorder()
+    runner = StreamRunner(lease_for(fleet, conn, "ws://innocent.example/s/1?token=secret"),
+                          context(rec, resolve=evil_dns), fence_mono_ms=2**62)
+    error = await asyncio.wait_for(runner.run(), 5)
+    assert error is not None and "metadata" in error and "secret" not in error
+    assert runner.ctx.metrics.totals["Reconnects"] == 0
+
+
+async def test_abort_stops_handler_calls_at_once(fleet: Fleet, upstream: UpstreamThread,
+                                                 unique_id: str) -> None:
+    """abort() cancels the handler call in flight and drops the connection."""
+    conn, rec = f"{unique_id}-ab", Recorder(delay_s=1.0)
+    runner = StreamRunner(lease_for(fleet, conn, upstream.url(conn)), context(rec),
+                          fence_mono_ms=2**62)
+    runner.task = asyncio.create_task(runner.run())
+    await async_wait_until(lambda: runner._in_handler, 5, "handler call")
+    runner.abort("fenced")
+    assert await asyncio.wait_for(runner.task, 1) is None
+    assert rec.calls == [] and runner.checkpoint is None
+    await async_wait_until(lambda: upstream.server.connlog.open_count() == 0, 2, "closed")
