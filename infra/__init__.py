@@ -1,4 +1,8 @@
-"""infra package."""
+"""The Holdfast CDK app's constructs: one per logical unit, wired by ``infra.stack``.
+
+``infra.settings`` turns CDK context into validated settings; ``infra.names`` holds the metric
+and environment-variable names shared with the worker and the Lambdas.
+"""
 
 from __future__ import annotations
 

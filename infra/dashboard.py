@@ -1,0 +1,91 @@
+"""The CloudWatch dashboard: one screen from "how many streams are held" down to the DLQ."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cw
+from constructs import Construct
+
+from infra import names
+from infra.metrics import MINUTE, FleetParts, holdfast_metric, running_tasks
+
+__all__ = ["build_dashboard"]
+
+_WIDTH = 8  # three graphs per row (the grid is 24 wide)
+
+
+def _graph(title: str, left: Sequence[cw.IMetric], right: Sequence[cw.IMetric] = (),
+           width: int = _WIDTH) -> cw.GraphWidget:
+    return cw.GraphWidget(title=title, left=list(left), right=list(right), width=width,
+                          height=6)
+
+
+def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
+                    alarms: Sequence[cw.IAlarm]) -> cw.Dashboard:
+    """Rows: alarms; connections and leases; nudges and queues; router; sweeper; tasks."""
+    worker = parts.service_names["worker"]
+    router = parts.service_names["router"]
+    sweeper = parts.service_names["sweeper"]
+
+    def w(name: str, statistic: str = "Sum", label: str | None = None) -> cw.Metric:
+        return holdfast_metric(name, worker, statistic, label)
+
+    q, dlq, svc = parts.queue, parts.dlq, parts.service
+    by_minute = {"period": MINUTE, "statistic": "Maximum"}
+    dashboard = cw.Dashboard(scope, construct_id, default_interval=Duration.hours(3))
+    dashboard.add_widgets(cw.AlarmStatusWidget(title="Alarms", alarms=list(alarms), width=24,
+                                               height=3))
+    dashboard.add_widgets(
+        _graph("Active connections",
+               [w(names.METRIC_ACTIVE_CONNECTIONS, "Sum", "fleet total")],
+               [w(names.METRIC_ACTIVE_CONNECTIONS, "Average", "per task (avg)")]),
+        _graph("Claims and losses",
+               [w(names.METRIC_CLAIMS), w(names.METRIC_CLAIM_CONFLICTS),
+                w(names.METRIC_LEASES_LOST)]),
+        _graph("Renew latency (ms)",
+               [w(names.METRIC_RENEW_LATENCY, "p50", "p50"),
+                w(names.METRIC_RENEW_LATENCY, "p99", "p99")]),
+    )
+    dashboard.add_widgets(
+        _graph("Nudges", [holdfast_metric(names.METRIC_NUDGES_SENT, router, label="router"),
+                          q.metric_number_of_messages_sent(period=MINUTE, label="sent (all)"),
+                          q.metric_number_of_messages_deleted(period=MINUTE, label="claimed")]),
+        _graph("Nudge queue",
+               [q.metric_approximate_number_of_messages_visible(**by_minute, label="visible"),
+                q.metric_approximate_number_of_messages_not_visible(**by_minute,
+                                                                     label="in flight")],
+               [q.metric_approximate_age_of_oldest_message(**by_minute, label="oldest (s)")]),
+        _graph("Dead letters",
+               [dlq.metric_approximate_number_of_messages_visible(**by_minute, label="DLQ"),
+                parts.router_failures.metric_approximate_number_of_messages_visible(
+                    **by_minute, label="router failures")]),
+    )
+    dashboard.add_widgets(
+        _graph("Router invocations and errors",
+               [parts.router.metric_invocations(period=MINUTE),
+                parts.router.metric_errors(period=MINUTE),
+                parts.router.metric_throttles(period=MINUTE)]),
+        _graph("Router iterator age (ms)",
+               [parts.router.metric("IteratorAge", period=MINUTE, statistic="Maximum")]),
+        _graph("Router duration (ms)",
+               [parts.router.metric_duration(period=MINUTE, statistic="p99", label="p99")]),
+    )
+    dashboard.add_widgets(
+        _graph("Orphans found by the sweeper",
+               [holdfast_metric(names.METRIC_ORPHANS_FOUND, sweeper)],
+               [holdfast_metric(names.METRIC_OLDEST_ORPHAN_AGE_MS, sweeper, "Maximum",
+                                "oldest (ms)")]),
+        _graph("Sweeper invocations and errors",
+               [parts.sweeper.metric_invocations(period=MINUTE),
+                parts.sweeper.metric_errors(period=MINUTE)]),
+        _graph("Upstream", [w(names.METRIC_RECONNECTS), w(names.METRIC_HANDLER_ERRORS)]),
+    )
+    dashboard.add_widgets(
+        _graph("Worker tasks", [running_tasks(svc)]),
+        _graph("Worker CPU and memory (%)",
+               [svc.metric_cpu_utilization(period=MINUTE),
+                svc.metric_memory_utilization(period=MINUTE)]),
+    )
+    return dashboard

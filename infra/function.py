@@ -1,0 +1,71 @@
+"""One Holdfast Lambda function: runtime, layer, role, log group — shared by router and sweeper."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.logs import retention
+
+__all__ = ["POWERTOOLS_ACCOUNT", "RUNTIME", "HoldfastFunction", "powertools_layer_arn"]
+
+# The newest Python runtime the CDK offers; the layer name below must match it.
+RUNTIME: Final = lambda_.Runtime.PYTHON_3_14
+_LAYER_PYTHON: Final = "python314"
+# The AWS account that publishes the Powertools for AWS Lambda (Python) layers.
+POWERTOOLS_ACCOUNT: Final = "017000801446"
+
+
+def powertools_layer_arn(region: str, version: int) -> str:
+    """ARN of the AWS-managed Powertools v3 layer for arm64 and :data:`RUNTIME`."""
+    return (f"arn:aws:lambda:{region}:{POWERTOOLS_ACCOUNT}:layer:"
+            f"AWSLambdaPowertoolsPythonV3-{_LAYER_PYTHON}-arm64:{version}")
+
+
+class HoldfastFunction(Construct):
+    """A Python function on arm64 with the Powertools layer and a role that can do nothing yet.
+
+    The role is explicit (not the ``AWSLambdaBasicExecutionRole`` managed policy): it may write
+    to its own log group only, and callers grant exactly what the function needs on top.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, code: lambda_.Code,
+                 handler: str, description: str, environment: Mapping[str, str],
+                 timeout: Duration, memory_mib: int, powertools_layer_version: int,
+                 tracing: bool, log_retention_days: int, removal_policy: RemovalPolicy,
+                 reserved_concurrency: int | None = None) -> None:
+        super().__init__(scope, construct_id)
+        self.log_group = logs.LogGroup(self, "Logs", retention=retention(log_retention_days),
+                                       removal_policy=removal_policy)
+        self.role = iam.Role(self, "Role",
+                             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                             description=f"{description} (least privilege)")
+        # The log group exists before the function, so CreateLogGroup is never needed.
+        self.role.add_to_policy(iam.PolicyStatement(
+            actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+            resources=[self.log_group.log_group_arn]))
+        layer = lambda_.LayerVersion.from_layer_version_arn(
+            self, "Powertools",
+            powertools_layer_arn(Stack.of(self).region, powertools_layer_version))
+        self.function = lambda_.Function(
+            self, "Function",
+            description=description,
+            runtime=RUNTIME,
+            architecture=lambda_.Architecture.ARM_64,
+            code=code,
+            handler=handler,
+            layers=[layer],
+            role=self.role,
+            environment=dict(environment),
+            timeout=timeout,
+            memory_size=memory_mib,
+            log_group=self.log_group,
+            tracing=lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.DISABLED,
+            reserved_concurrent_executions=reserved_concurrency,
+        )

@@ -1,0 +1,62 @@
+"""cdk-nag acknowledgements: every AwsSolutions finding we accept, on the one construct that
+raises it, with the reason we accept it.
+
+cdk-nag 3 reports findings through the CDK's validation framework (a finding fails the synth);
+an acknowledgement is ``Validations.of(construct).acknowledge(...)`` with the id the report
+prints (``AwsSolutions::<rule>[<finding>]``). Anything not acknowledged here fails ``cdk synth``.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Acknowledgment, Validations
+from constructs import IConstruct
+
+from infra.network import Network
+from infra.queue import NudgeQueues
+from infra.router import Router
+from infra.service import WorkerService
+from infra.sweeper import Sweeper
+
+__all__ = ["PACK", "acknowledge", "acknowledge_findings"]
+
+PACK = "AwsSolutions"
+_WILDCARD_RESOURCE = "IAM5[Resource::*]"
+_XRAY = ("xray:PutTraceSegments and xray:PutTelemetryRecords (active tracing) support no "
+         "resource-level permissions, so their resource must be '*'")
+
+
+def acknowledge(scope: IConstruct, rule: str, reason: str) -> None:
+    """Acknowledge the AwsSolutions finding ``rule`` (e.g. ``ECS2``) on ``scope``."""
+    Validations.of(scope).acknowledge(
+        Acknowledgment(id=f"{PACK}::{PACK}-{rule}", reason=reason))
+
+
+def acknowledge_findings(*, router: Router, sweeper: Sweeper, workers: WorkerService,
+                         queues: NudgeQueues, network: Network, tracing: bool) -> None:
+    """Acknowledge the findings this design accepts on purpose (see each reason)."""
+    acknowledge(queues.router_failures, "SQS3",
+                "This queue is itself a dead-letter destination: the router's event source "
+                "mapping sends descriptions of stream batches it gave up on here. A DLQ behind "
+                "it would only move the same records again; an alarm watches its depth.")
+    acknowledge(router.handler.role.node.find_child("DefaultPolicy"), _WILDCARD_RESOURCE,
+                "dynamodb:ListStreams (needed by the stream event source mapping) supports no "
+                "resource-level permissions and only lists stream ARNs"
+                + (f"; {_XRAY}" if tracing else "")
+                + ". Every other statement names its table, stream or queue.")
+    if tracing:
+        acknowledge(sweeper.handler.role.node.find_child("DefaultPolicy"), _WILDCARD_RESOURCE,
+                    f"{_XRAY}. The Query and SendMessage statements name the index and queue.")
+    execution_role = workers.task_definition.execution_role
+    if execution_role is not None:
+        acknowledge(execution_role.node.find_child("DefaultPolicy"), _WILDCARD_RESOURCE,
+                    "ecr:GetAuthorizationToken supports no resource-level permissions; the "
+                    "image pull actions are scoped to the CDK asset repository and log writes "
+                    "to the worker log group.")
+    acknowledge(workers.task_definition, "ECS2",
+                "The container environment holds only non-secret configuration (table name, "
+                "queue URL, lease timings, limits); the worker uses no secrets and gets AWS "
+                "credentials from its task role.")
+    if network.flow_logs_disabled:
+        acknowledge(network, "VPC7",
+                    "VPC flow logs were turned off with the context setting vpcFlowLogs=false "
+                    "by the operator deploying this stack.")

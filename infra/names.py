@@ -1,0 +1,86 @@
+"""Names shared between the stack and the code it runs: environment variables and metrics.
+
+The worker, router and sweeper emit these metrics (Powertools EMF); the stack scales and alarms
+on them. Keeping one list here means a renamed metric breaks a test instead of silently
+flat-lining a dashboard or an alarm.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "DIMENSION_SERVICE",
+    "ENV_ALLOWED_HOSTS",
+    "ENV_HANDLER",
+    "ENV_HEARTBEAT_SECONDS",
+    "ENV_LEASE_SECONDS",
+    "ENV_MAX_CONNECTIONS",
+    "ENV_METRICS_NAMESPACE",
+    "ENV_QUEUE_URL",
+    "ENV_RECONCILE_SECONDS",
+    "ENV_RENEW_MODE",
+    "ENV_SERVICE_NAME",
+    "ENV_SKEW_MS",
+    "ENV_TABLE",
+    "METRIC_ACTIVE_CONNECTIONS",
+    "METRIC_CLAIMS",
+    "METRIC_CLAIM_CONFLICTS",
+    "METRIC_HANDLER_ERRORS",
+    "METRIC_LEASES_LOST",
+    "METRIC_NUDGES_SENT",
+    "METRIC_OLDEST_ORPHAN_AGE_MS",
+    "METRIC_ORPHANS_FOUND",
+    "METRIC_RECONNECTS",
+    "METRIC_RENEW_LATENCY",
+    "NAMESPACE",
+    "WORKER_HEALTH_COMMAND",
+    "service_names",
+]
+
+# --- environment variables read by the worker and the Lambdas -------------------------------
+ENV_TABLE: Final = "HOLDFAST_TABLE"
+ENV_QUEUE_URL: Final = "HOLDFAST_QUEUE_URL"
+ENV_LEASE_SECONDS: Final = "HOLDFAST_LEASE_SECONDS"
+ENV_HEARTBEAT_SECONDS: Final = "HOLDFAST_HEARTBEAT_SECONDS"
+ENV_SKEW_MS: Final = "HOLDFAST_SKEW_MS"
+ENV_MAX_CONNECTIONS: Final = "HOLDFAST_MAX_CONNECTIONS"
+ENV_RECONCILE_SECONDS: Final = "HOLDFAST_RECONCILE_SECONDS"
+ENV_RENEW_MODE: Final = "HOLDFAST_RENEW_MODE"
+ENV_HANDLER: Final = "HOLDFAST_HANDLER"
+ENV_ALLOWED_HOSTS: Final = "HOLDFAST_ALLOWED_HOSTS"
+# Powertools reads these two itself, so no code has to pass a service name or namespace.
+ENV_SERVICE_NAME: Final = "POWERTOOLS_SERVICE_NAME"
+ENV_METRICS_NAMESPACE: Final = "POWERTOOLS_METRICS_NAMESPACE"
+
+# --- metrics (CloudWatch namespace, EMF) ---------------------------------------------------
+NAMESPACE: Final = "Holdfast"
+# Powertools Metrics adds the dimension ``service`` = POWERTOOLS_SERVICE_NAME to every metric.
+DIMENSION_SERVICE: Final = "service"
+
+# Worker (one datapoint per task per flush; the stack averages ActiveConnections across tasks).
+METRIC_ACTIVE_CONNECTIONS: Final = "ActiveConnections"
+METRIC_CLAIMS: Final = "Claims"
+METRIC_CLAIM_CONFLICTS: Final = "ClaimConflicts"
+METRIC_LEASES_LOST: Final = "LeasesLost"
+METRIC_RENEW_LATENCY: Final = "RenewLatency"
+METRIC_RECONNECTS: Final = "Reconnects"
+METRIC_HANDLER_ERRORS: Final = "HandlerErrors"
+# Router: one count per nudge sent to the queue.
+METRIC_NUDGES_SENT: Final = "NudgesSent"
+# Sweeper: per sweep, how many STARTED leases it found expired and the age of the oldest one
+# (now - lease_expires_at_ms, 0 when none). The "wanted but unowned" alarm watches the age.
+METRIC_ORPHANS_FOUND: Final = "OrphansFound"
+METRIC_OLDEST_ORPHAN_AGE_MS: Final = "OldestOrphanAgeMs"
+
+# The container health check: exits 0 while the worker's supervisor loop is alive.
+WORKER_HEALTH_COMMAND: Final = ("python", "-m", "worker.health")
+
+
+def service_names(fleet: str) -> dict[str, str]:
+    """The ``service`` dimension value of each component of the fleet named ``fleet``.
+
+    Two fleets in one account and region (staging, prod) must not average each other's
+    connections, so the fleet name is part of every service name.
+    """
+    return {part: f"{fleet}-{part}" for part in ("worker", "router", "sweeper")}

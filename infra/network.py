@@ -1,0 +1,63 @@
+"""Where the workers run: an existing VPC, or a new two-AZ VPC sized for outbound traffic only."""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.logs import retention
+
+__all__ = ["Network"]
+
+
+class Network(Construct):
+    """``vpc``, the ``subnets`` the tasks use, whether they need a public IP, and their
+    security group (no ingress at all: workers only dial out)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, vpc_id: str | None,
+                 public_subnets: bool, nat_gateways: int, flow_logs: bool,
+                 log_retention_days: int, removal_policy: RemovalPolicy) -> None:
+        super().__init__(scope, construct_id)
+        self.assign_public_ip = public_subnets
+        # True when this construct made a VPC without flow logs (the operator's choice).
+        self.flow_logs_disabled = vpc_id is None and not flow_logs
+        self.vpc: ec2.IVpc
+        if vpc_id is not None:
+            self.vpc = ec2.Vpc.from_lookup(self, "Vpc", vpc_id=vpc_id)
+        else:
+            vpc = self._new_vpc(public_subnets, nat_gateways)
+            if flow_logs:
+                self._add_flow_logs(vpc, log_retention_days, removal_policy)
+            self.vpc = vpc
+        self.subnets = ec2.SubnetSelection(
+            subnet_type=ec2.SubnetType.PUBLIC if public_subnets
+            else ec2.SubnetType.PRIVATE_WITH_EGRESS)
+        self.security_group = ec2.SecurityGroup(
+            self, "WorkerSecurityGroup", vpc=self.vpc, allow_all_outbound=True,
+            description="Holdfast workers: outbound to upstream WebSockets and AWS APIs only")
+
+    def _new_vpc(self, public_only: bool, nat_gateways: int) -> ec2.Vpc:
+        subnets = [ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC,
+                                           cidr_mask=24)]
+        if not public_only:
+            subnets.append(ec2.SubnetConfiguration(
+                name="Workers", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=20))
+        vpc = ec2.Vpc(self, "Vpc", max_azs=2, subnet_configuration=subnets,
+                      nat_gateways=0 if public_only else nat_gateways)
+        # Every heartbeat is a DynamoDB call: the gateway endpoint is free and keeps them off the
+        # NAT gateway (and its per-GB charge).
+        vpc.add_gateway_endpoint("DynamoDb",
+                                 service=ec2.GatewayVpcEndpointAwsService.DYNAMODB)
+        return vpc
+
+    def _add_flow_logs(self, vpc: ec2.Vpc, log_retention_days: int,
+                       removal_policy: RemovalPolicy) -> None:
+        group = logs.LogGroup(self, "FlowLogs", retention=retention(log_retention_days),
+                              removal_policy=removal_policy)
+        # Rejected packets only: workers accept no inbound traffic, so a reject is the anomaly
+        # worth keeping, and logging every accepted WebSocket flow would cost more than it tells.
+        vpc.add_flow_log("FlowLog",
+                         destination=ec2.FlowLogDestination.to_cloud_watch_logs(group),
+                         traffic_type=ec2.FlowLogTrafficType.REJECT)

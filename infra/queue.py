@@ -1,0 +1,44 @@
+"""The nudge queue and its dead-letter queue, plus a queue for failed stream batches."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from holdfast.core import schema
+
+__all__ = ["NudgeQueues"]
+
+# Parked messages wait for an operator: keep them as long as SQS allows.
+_PARKED_RETENTION = Duration.days(14)
+# A nudge older than a day is stale (the sweeper re-finds any lease still unowned), so an
+# outage does not leave a flood of pointless nudges behind.
+_NUDGE_RETENTION = Duration.days(1)
+
+
+class NudgeQueues(Construct):
+    """``queue``: nudges to claim a lease; ``dlq``: nudges no worker could act on;
+    ``router_failures``: stream batches the router failed on after every retry.
+
+    All three use SQS-managed encryption and refuse non-TLS requests.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *,
+                 removal_policy: RemovalPolicy) -> None:
+        super().__init__(scope, construct_id)
+
+        def secure_queue(queue_id: str, retention: Duration,
+                         dead_letter_queue: sqs.DeadLetterQueue | None = None) -> sqs.Queue:
+            return sqs.Queue(
+                self, queue_id, encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
+                removal_policy=removal_policy, retention_period=retention,
+                visibility_timeout=Duration.seconds(schema.QUEUE_VISIBILITY_TIMEOUT_S),
+                dead_letter_queue=dead_letter_queue)
+
+        self.dlq = secure_queue("DeadLetters", _PARKED_RETENTION)
+        self.queue = secure_queue("Nudges", _NUDGE_RETENTION, sqs.DeadLetterQueue(
+            queue=self.dlq, max_receive_count=schema.DLQ_MAX_RECEIVE_COUNT))
+        # The event source mapping's on-failure destination: it receives a description of the
+        # stream records (shard, sequence numbers), not nudges, so it is not the nudge DLQ.
+        self.router_failures = secure_queue("RouterFailures", _PARKED_RETENTION)

@@ -1,0 +1,115 @@
+"""The router: a stream-triggered Lambda that turns "wanted but unowned" changes into nudges."""
+
+from __future__ import annotations
+
+import jsii
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from holdfast.core import schema
+from holdfast.core.filters import FILTER_PATTERNS
+from infra import names
+from infra.function import HoldfastFunction
+
+__all__ = ["ROUTER_HANDLER", "Router", "SendOnlyDestination", "normalise_statement"]
+
+ROUTER_HANDLER = "lambdas.router.handler.lambda_handler"
+
+
+def normalise_statement(table_arn: str) -> iam.PolicyStatement:
+    """The one write the router may make: ``LeaseStore.normalise`` (SET lease_expires_at_ms = 0).
+
+    IAM cannot say "only this update expression", but it can pin what the request touches:
+    - ``dynamodb:Attributes`` (ForAllValues): only the key, the attribute the condition reads
+      and the one it sets; an update naming any other attribute (owner, epoch, checkpoint) is
+      denied, so a bug or a hijacked router cannot steal or corrupt a lease.
+    - ``dynamodb:ReturnValues`` = NONE: the router never reads items back through a write.
+    - ``dynamodb:LeadingKeys`` (ForAllValues, ``CONN#*``): only lease items.
+    """
+    return iam.PolicyStatement(
+        actions=["dynamodb:UpdateItem"],
+        resources=[table_arn],
+        conditions={
+            "ForAllValues:StringEquals": {"dynamodb:Attributes": [
+                schema.PARTITION_KEY, schema.ATTR.desired_state, schema.ATTR.lease_expires_at_ms,
+            ]},
+            "StringEqualsIfExists": {"dynamodb:ReturnValues": "NONE"},
+            "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{schema.PK_PREFIX}*"]},
+        },
+    )
+
+
+@jsii.implements(lambda_.IEventSourceDlq)
+class SendOnlyDestination:
+    """An on-failure SQS destination that grants ``sqs:SendMessage`` only.
+
+    The stock ``SqsDlq`` also grants GetQueueAttributes and GetQueueUrl, which Lambda does not
+    need to deliver a failure record.
+    """
+
+    def __init__(self, queue: sqs.IQueue) -> None:
+        self._queue = queue
+
+    def bind(self, target: lambda_.IEventSourceMapping,
+             target_handler: lambda_.IFunction) -> lambda_.DlqDestinationConfig:
+        """Grant the function's role SendMessage on the queue; return its ARN."""
+        target_handler.add_to_role_policy(iam.PolicyStatement(
+            actions=["sqs:SendMessage"], resources=[self._queue.queue_arn]))
+        return lambda_.DlqDestinationConfig(destination=self._queue.queue_arn)
+
+
+class Router(Construct):
+    """The router function and its event source mapping on the lease table's stream.
+
+    Heartbeats never invoke it: the shared filter patterns drop every record that keeps an
+    owner. A failing batch is bisected and retried a bounded number of times; what still fails
+    is described in ``failures`` (shard and sequence numbers) for an operator, and the sweeper
+    covers any lease it left unnudged.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, code: lambda_.Code,
+                 table: dynamodb.ITable, queue: sqs.IQueue, failures: sqs.IQueue,
+                 service_name: str, batch_size: int, batching_window_seconds: int,
+                 retry_attempts: int, parallelization_factor: int,
+                 powertools_layer_version: int, tracing: bool, log_retention_days: int,
+                 removal_policy: RemovalPolicy) -> None:
+        super().__init__(scope, construct_id)
+        self.handler = HoldfastFunction(
+            self, "Handler", code=code, handler=ROUTER_HANDLER,
+            description="Holdfast router: lease stream -> claim nudges",
+            environment={
+                names.ENV_TABLE: table.table_name,
+                names.ENV_QUEUE_URL: queue.queue_url,
+                names.ENV_SERVICE_NAME: service_name,
+                names.ENV_METRICS_NAMESPACE: names.NAMESPACE,
+            },
+            timeout=Duration.seconds(30), memory_mib=256,
+            powertools_layer_version=powertools_layer_version, tracing=tracing,
+            log_retention_days=log_retention_days, removal_policy=removal_policy)
+        self.function = self.handler.function
+        role = self.handler.role
+        # SendMessage also authorises SendMessageBatch; no GetQueueUrl/Attributes: the URL is
+        # passed in the environment.
+        role.add_to_policy(iam.PolicyStatement(actions=["sqs:SendMessage"],
+                                               resources=[queue.queue_arn]))
+        role.add_to_policy(normalise_statement(table.table_arn))
+        self.function.add_event_source(sources.DynamoEventSource(
+            table,
+            # From the oldest record still in the stream: a re-created mapping must not skip
+            # an INSERT, because an item without an expiry is invisible to the sweeper.
+            starting_position=lambda_.StartingPosition.TRIM_HORIZON,
+            batch_size=batch_size,
+            max_batching_window=(Duration.seconds(batching_window_seconds)
+                                 if batching_window_seconds else None),
+            parallelization_factor=parallelization_factor,
+            bisect_batch_on_error=True,
+            retry_attempts=retry_attempts,
+            report_batch_item_failures=True,
+            on_failure=SendOnlyDestination(failures),
+            filters=[lambda_.FilterCriteria.filter(p) for p in FILTER_PATTERNS],
+        ))

@@ -1,0 +1,61 @@
+"""Worker auto scaling: track average connections per task, and scale out on unclaimed work.
+
+Average load alone never scales out when every worker is full: new streams just wait in the
+nudge queue while the average sits at the maximum. So a second, step policy watches the age of
+the oldest nudge — a nudge no worker took within a visibility timeout is work nobody has room
+for — and adds tasks; the target-tracking policy alone decides when to scale back in.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from aws_cdk import Duration
+from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from holdfast.core import schema
+from infra import names
+from infra.metrics import holdfast_metric
+
+__all__ = ["BACKLOG_STEPS", "WorkerScaling"]
+
+# (oldest nudge age in seconds, tasks to add). Below the first step nothing happens: a nudge
+# is normally claimed within a second, and one older than a visibility timeout was left alone.
+BACKLOG_STEPS: Final = ((schema.QUEUE_VISIBILITY_TIMEOUT_S, 1), (120, 2), (300, 4))
+
+
+class WorkerScaling(Construct):
+    """Scalable task count between ``min_tasks`` and ``max_tasks`` with both policies."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, service: ecs.FargateService,
+                 queue: sqs.IQueue, service_name: str, min_tasks: int, max_tasks: int,
+                 target_connections_per_task: int) -> None:
+        super().__init__(scope, construct_id)
+        self.task_count = service.auto_scale_task_count(min_capacity=min_tasks,
+                                                         max_capacity=max_tasks)
+        self.task_count.scale_to_track_custom_metric(
+            "ConnectionsPerTask",
+            metric=holdfast_metric(names.METRIC_ACTIVE_CONNECTIONS, service_name, "Average"),
+            target_value=target_connections_per_task,
+            # Out fast, in slowly: scaling in moves every lease of the stopped task.
+            scale_out_cooldown=Duration.minutes(1),
+            scale_in_cooldown=Duration.minutes(10),
+        )
+        first, *_ = BACKLOG_STEPS
+        self.task_count.scale_on_metric(
+            "UnclaimedNudges",
+            metric=queue.metric_approximate_age_of_oldest_message(
+                period=Duration.minutes(1), statistic="Maximum"),
+            scaling_steps=[
+                appscaling.ScalingInterval(upper=first[0], change=0),
+                *(appscaling.ScalingInterval(lower=age, change=add)
+                  for age, add in BACKLOG_STEPS),
+            ],
+            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            cooldown=Duration.minutes(2),
+            evaluation_periods=2,
+            datapoints_to_alarm=2,
+        )

@@ -1,0 +1,114 @@
+"""The worker fleet: an ECS cluster and a Fargate service running ``python -m worker``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from aws_cdk import Duration, RemovalPolicy, Size
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra import names
+from infra.logs import retention
+
+__all__ = ["CONTAINER_NAME", "WORKER_QUEUE_ACTIONS", "WORKER_TABLE_ACTIONS", "WorkerService"]
+
+CONTAINER_NAME: Final = "worker"
+# Everything the lease store does (holdfast/core/store.py, batch.py) and nothing more: no
+# Scan, no DeleteItem, no PutItem, no table management.
+WORKER_TABLE_ACTIONS: Final = (
+    "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:Query",
+    "dynamodb:UpdateItem",
+    "dynamodb:PartiQLSelect",
+    "dynamodb:PartiQLUpdate",  # BatchExecuteStatement renewals are authorised per statement
+)
+WORKER_QUEUE_ACTIONS: Final = (
+    "sqs:ReceiveMessage",
+    "sqs:DeleteMessage",
+    "sqs:ChangeMessageVisibility",
+)
+# Each connection is a socket; Fargate's default soft limit would cap a task far below the
+# connection counts a task is sized for.
+_OPEN_FILES: Final = 65_536
+# The awslogs driver buffers this much in non-blocking mode before dropping lines.
+_LOG_BUFFER: Final = Size.mebibytes(25)
+
+
+class WorkerService(Construct):
+    """Cluster (Container Insights), task definition and Fargate service of the workers.
+
+    - ``stop_timeout``: SIGTERM reaches the worker through the ECS init process; it stops
+      claiming, checkpoints and releases every lease, then exits before the SIGKILL.
+    - Rolling deployments keep 100 % of tasks healthy and add new ones first, so a deploy
+      hands leases over instead of dropping them; a failing deployment rolls back.
+    - No ``desiredCount``: a deploy never resets a fleet that auto scaling has grown.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc,
+                 subnets: ec2.SubnetSelection, security_group: ec2.ISecurityGroup,
+                 assign_public_ip: bool, image: ecs.ContainerImage, arm64: bool, cpu: int,
+                 memory_mib: int, environment: Mapping[str, str], stop_timeout: Duration,
+                 table: dynamodb.ITable, index_arn: str, queue: sqs.IQueue,
+                 log_retention_days: int, removal_policy: RemovalPolicy) -> None:
+        super().__init__(scope, construct_id)
+        self.cluster = ecs.Cluster(self, "Cluster", vpc=vpc,
+                                   container_insights_v2=ecs.ContainerInsights.ENABLED)
+        self.log_group = logs.LogGroup(self, "Logs", retention=retention(log_retention_days),
+                                       removal_policy=removal_policy)
+        self.task_definition = ecs.FargateTaskDefinition(
+            self, "Task", cpu=cpu, memory_limit_mib=memory_mib,
+            runtime_platform=ecs.RuntimePlatform(
+                cpu_architecture=ecs.CpuArchitecture.ARM64 if arm64
+                else ecs.CpuArchitecture.X86_64,
+                operating_system_family=ecs.OperatingSystemFamily.LINUX))
+        self.container = self._add_container(image, environment, stop_timeout)
+        self._grant(table, index_arn, queue)
+        self.service = ecs.FargateService(
+            self, "Service", cluster=self.cluster, task_definition=self.task_definition,
+            vpc_subnets=subnets, security_groups=[security_group],
+            assign_public_ip=assign_public_ip,
+            min_healthy_percent=100, max_healthy_percent=200,
+            circuit_breaker=ecs.DeploymentCircuitBreaker(enable=True, rollback=True),
+            enable_ecs_managed_tags=True, propagate_tags=ecs.PropagatedTagSource.SERVICE,
+            platform_version=ecs.FargatePlatformVersion.LATEST)
+
+    def _add_container(self, image: ecs.ContainerImage, environment: Mapping[str, str],
+                       stop_timeout: Duration) -> ecs.ContainerDefinition:
+        container = self.task_definition.add_container(
+            CONTAINER_NAME, image=image, environment=dict(environment),
+            essential=True, stop_timeout=stop_timeout,
+            readonly_root_filesystem=True,
+            # An init as PID 1 forwards SIGTERM to the worker and reaps stray children.
+            linux_parameters=ecs.LinuxParameters(self, "Linux", init_process_enabled=True),
+            health_check=ecs.HealthCheck(
+                command=["CMD", *names.WORKER_HEALTH_COMMAND],
+                interval=Duration.seconds(30), timeout=Duration.seconds(5), retries=3,
+                start_period=Duration.seconds(60)),
+            # Non-blocking: a slow log pipeline must never stall the event loop that renews
+            # leases; at worst a burst of log lines is dropped.
+            logging=ecs.LogDrivers.aws_logs(
+                stream_prefix=CONTAINER_NAME, log_group=self.log_group,
+                mode=ecs.AwsLogDriverMode.NON_BLOCKING, max_buffer_size=_LOG_BUFFER),
+        )
+        container.add_ulimits(ecs.Ulimit(name=ecs.UlimitName.NOFILE, soft_limit=_OPEN_FILES,
+                                         hard_limit=_OPEN_FILES))
+        # The root filesystem is read-only; /tmp is the one writable place (task storage).
+        self.task_definition.add_volume(name="tmp")
+        container.add_mount_points(ecs.MountPoint(container_path="/tmp", source_volume="tmp",
+                                                  read_only=False))
+        return container
+
+    def _grant(self, table: dynamodb.ITable, index_arn: str, queue: sqs.IQueue) -> None:
+        role = self.task_definition.task_role
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=list(WORKER_TABLE_ACTIONS), resources=[table.table_arn, index_arn]))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=list(WORKER_QUEUE_ACTIONS), resources=[queue.queue_arn]))

@@ -1,0 +1,233 @@
+"""Deployment settings: CDK context values -> one validated, typed ``Settings``.
+
+Every setting has a default, so ``cdk deploy`` with no context gives a working fleet. Values come
+from ``cdk.json`` (typed JSON) or ``cdk deploy -c key=value`` (always strings), so each parser
+accepts both forms. A bad value fails synth with a message naming the key and what is allowed,
+rather than a CloudFormation error twenty minutes into a deployment.
+
+No ``aws_cdk`` import here: settings are tested in milliseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, Final
+
+from holdfast.core.exceptions import ConfigError
+from holdfast.core.rules import LeaseTiming
+from infra.exceptions import SettingsError
+
+__all__ = ["LOG_RETENTION_DAYS", "Settings", "context_key"]
+
+# The values CloudWatch Logs accepts for a retention period.
+LOG_RETENTION_DAYS: Final = frozenset({
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
+    3288, 3653,
+})
+# Fargate CPU units -> the memory sizes (MiB) allowed with them.
+_FARGATE_MEMORY: Final[dict[int, range]] = {
+    256: range(512, 2049, 512),
+    512: range(1024, 4097, 1024),
+    1024: range(2048, 8193, 1024),
+    2048: range(4096, 16385, 1024),
+    4096: range(8192, 30721, 1024),
+    8192: range(16384, 61441, 4096),
+    16384: range(32768, 122881, 8192),
+}
+_STACK_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
+_FLEET_RE: Final = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
+_VPC_RE: Final = re.compile(r"^vpc-[0-9a-f]{8,17}$")
+_EMAIL_RE: Final = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_TABLE_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
+# ECS stops a task with SIGKILL this long after SIGTERM at most (the ECS maximum is 120 s).
+_MAX_STOP_TIMEOUT_S: Final = 120
+
+
+def _int(lo: int, hi: int) -> Callable[[str, Any], int]:
+    def parse(key: str, raw: Any) -> int:
+        if isinstance(raw, bool):
+            raise SettingsError(f"{key}={raw!r}: expected an integer in [{lo}, {hi}]")
+        try:
+            value = raw if isinstance(raw, int) else int(str(raw).strip(), 10)
+        except ValueError:
+            raise SettingsError(f"{key}={raw!r}: expected an integer in [{lo}, {hi}]") from None
+        if not lo <= value <= hi:
+            raise SettingsError(f"{key}={value}: must be between {lo} and {hi}")
+        return value
+    return parse
+
+
+def _bool(key: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise SettingsError(f"{key}={raw!r}: expected true or false")
+
+
+def _choice(*allowed: str) -> Callable[[str, Any], str]:
+    def parse(key: str, raw: Any) -> str:
+        value = str(raw).strip().lower()
+        if value not in allowed:
+            raise SettingsError(f"{key}={raw!r}: expected one of {', '.join(allowed)}")
+        return value
+    return parse
+
+
+def _matching(pattern: re.Pattern[str], what: str) -> Callable[[str, Any], str | None]:
+    def parse(key: str, raw: Any) -> str | None:
+        value = str(raw).strip()
+        if value == "":
+            return None  # `-c key=` clears an optional setting
+        if not pattern.match(value):
+            raise SettingsError(f"{key}={raw!r}: expected {what}")
+        return value
+    return parse
+
+
+def _text(key: str, raw: Any) -> str | None:
+    value = str(raw).strip()
+    return value or None
+
+
+def _setting(default: Any, parse: Callable[[str, Any], Any], doc: str) -> Any:
+    return field(default=default, metadata={"parse": parse, "doc": doc})
+
+
+def context_key(name: str) -> str:
+    """The CDK context key of a settings field: ``lease_seconds`` -> ``leaseSeconds``."""
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Everything a deployment may tune; defaults suit a small production fleet."""
+
+    stack_name: str = _setting("Holdfast", _matching(_STACK_RE, "a CloudFormation stack name"),
+                               "CloudFormation stack name")
+    fleet_name: str = _setting("holdfast", _matching(_FLEET_RE, "lowercase a-z0-9- (<= 24)"),
+                               "prefix of the metric service names (several fleets per account)")
+    # Leases (the worker and the sweeper get the same values).
+    lease_seconds: int = _setting(20, _int(3, 300), "lease length")
+    heartbeat_seconds: int = _setting(5, _int(1, 100), "renewal interval")
+    skew_ms: int = _setting(1000, _int(0, 10_000), "clock-skew allowance between hosts")
+    reconcile_seconds: int = _setting(60, _int(5, 3600), "worker full reconcile interval")
+    renew_mode: str = _setting("batch", _choice("batch", "single"), "PartiQL batch or one by one")
+    # Worker service.
+    max_connections_per_task: int = _setting(500, _int(1, 50_000), "connections one task holds")
+    target_utilization_percent: int = _setting(
+        70, _int(10, 100), "scale to keep average connections per task at this % of the max")
+    min_tasks: int = _setting(2, _int(1, 1000), "fewest worker tasks (>= 2 survives one loss)")
+    max_tasks: int = _setting(10, _int(1, 1000), "most worker tasks")
+    task_cpu: int = _setting(512, _int(256, 16384), "Fargate CPU units per task")
+    task_memory_mib: int = _setting(1024, _int(512, 122_880), "Fargate memory per task")
+    worker_architecture: str = _setting("arm64", _choice("arm64", "x86_64"), "task CPU type")
+    stop_timeout_seconds: int = _setting(
+        120, _int(10, _MAX_STOP_TIMEOUT_S), "SIGTERM -> SIGKILL grace for releasing leases")
+    worker_image: str | None = _setting(
+        None, _text, "prebuilt worker image URI (default: build ./Dockerfile)")
+    allowed_hosts: str | None = _setting(None, _text, "upstream host allow-list for ws_url")
+    handler: str | None = _setting(None, _text, "module:callable handling upstream messages")
+    # Lease table.
+    table_name: str | None = _setting(None, _matching(_TABLE_RE, "a DynamoDB table name"),
+                                      "physical table name (default: generated)")
+    table_billing: str = _setting("on-demand", _choice("on-demand", "provisioned"),
+                                  "table capacity mode")
+    table_read_min: int = _setting(5, _int(1, 40_000), "provisioned: min read capacity")
+    table_read_max: int = _setting(100, _int(1, 40_000), "provisioned: max read capacity")
+    table_write_min: int = _setting(5, _int(1, 40_000), "provisioned: min write capacity")
+    table_write_max: int = _setting(200, _int(1, 40_000), "provisioned: max write capacity")
+    deletion_protection: bool = _setting(True, _bool, "table deletion protection")
+    removal_policy: str = _setting("retain", _choice("retain", "destroy"),
+                                   "what `cdk destroy` does to the table, queues and logs")
+    # Network.
+    vpc_id: str | None = _setting(None, _matching(_VPC_RE, "a VPC id like vpc-0123abcd"),
+                                  "existing VPC (needs CDK_DEFAULT_ACCOUNT/REGION)")
+    worker_subnets: str = _setting("private", _choice("private", "public"),
+                                   "private (egress via NAT) or public (public IP, no NAT)")
+    nat_gateways: int = _setting(1, _int(1, 3), "new VPC with private subnets: NAT gateways")
+    vpc_flow_logs: bool = _setting(True, _bool, "new VPC: flow logs to CloudWatch")
+    # Router and sweeper.
+    powertools_layer_version: int = _setting(38, _int(1, 1000), "AWS Powertools layer version")
+    router_batch_size: int = _setting(100, _int(1, 10_000), "stream records per invocation")
+    router_batching_window_seconds: int = _setting(0, _int(0, 300), "wait to fill a batch")
+    router_retry_attempts: int = _setting(10, _int(0, 10_000), "retries of a failing batch")
+    router_parallelization_factor: int = _setting(1, _int(1, 10), "batches per shard at once")
+    sweeper_reserve_concurrency: bool = _setting(
+        True, _bool, "reserve 1 concurrency so sweeps never overlap")
+    tracing: bool = _setting(True, _bool, "X-Ray tracing of the Lambdas")
+    # Operations.
+    log_retention_days: int = _setting(30, _int(1, 3653), "days CloudWatch keeps every log")
+    alarm_email: str | None = _setting(None, _matching(_EMAIL_RE, "an e-mail address"),
+                                       "subscribe this address to the alarm topic")
+
+    def __post_init__(self) -> None:
+        self._check_cross_field()
+
+    @classmethod
+    def from_context(cls, lookup: Callable[[str], Any]) -> Settings:
+        """Build from CDK context (``node.try_get_context``); None means "use the default"."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            key = context_key(f.name)
+            raw = lookup(key)
+            if raw is not None:
+                values[f.name] = f.metadata["parse"](key, raw)
+        return cls(**values)
+
+    @classmethod
+    def describe(cls) -> list[tuple[str, Any, str]]:
+        """(context key, default, meaning) of every setting, for docs and ``--help``-like use."""
+        return [(context_key(f.name), f.default, f.metadata["doc"]) for f in fields(cls)]
+
+    @property
+    def lease_ms(self) -> int:
+        """Lease length in milliseconds."""
+        return self.lease_seconds * 1000
+
+    @property
+    def target_connections_per_task(self) -> int:
+        """The average ActiveConnections per task that target tracking aims for."""
+        return max(1, self.max_connections_per_task * self.target_utilization_percent // 100)
+
+    def _check_cross_field(self) -> None:
+        k = context_key
+        try:
+            LeaseTiming(lease_ms=self.lease_ms, heartbeat_ms=self.heartbeat_seconds * 1000,
+                        skew_ms=self.skew_ms)
+        except ConfigError as exc:
+            raise SettingsError(f"{k('lease_seconds')}/{k('heartbeat_seconds')}/"
+                                f"{k('skew_ms')}: {exc}") from None
+        if self.min_tasks > self.max_tasks:
+            raise SettingsError(f"{k('min_tasks')}={self.min_tasks} is above "
+                                f"{k('max_tasks')}={self.max_tasks}")
+        memory = _FARGATE_MEMORY.get(self.task_cpu)
+        if memory is None:
+            raise SettingsError(f"{k('task_cpu')}={self.task_cpu}: Fargate allows "
+                                f"{', '.join(map(str, _FARGATE_MEMORY))}")
+        if self.task_memory_mib not in memory:
+            raise SettingsError(
+                f"{k('task_memory_mib')}={self.task_memory_mib}: with {self.task_cpu} CPU units "
+                f"Fargate allows {memory.start}..{memory.stop - 1} MiB in steps of {memory.step}")
+        if self.log_retention_days not in LOG_RETENTION_DAYS:
+            raise SettingsError(f"{k('log_retention_days')}={self.log_retention_days}: "
+                                f"CloudWatch allows {sorted(LOG_RETENTION_DAYS)}")
+        # A graceful stop renews one last time and releases every lease: give it a heartbeat
+        # plus time to drain, or ECS kills the task and its leases wait out a full expiry.
+        if self.stop_timeout_seconds < self.heartbeat_seconds + 10:
+            raise SettingsError(
+                f"{k('stop_timeout_seconds')}={self.stop_timeout_seconds}: must be at least "
+                f"{k('heartbeat_seconds')} + 10 = {self.heartbeat_seconds + 10} s")
+        if self.table_read_min > self.table_read_max:
+            raise SettingsError(f"{k('table_read_min')} is above {k('table_read_max')}")
+        if self.table_write_min > self.table_write_max:
+            raise SettingsError(f"{k('table_write_min')} is above {k('table_write_max')}")
+        if self.removal_policy == "destroy" and self.deletion_protection:
+            raise SettingsError(f"{k('removal_policy')}=destroy needs "
+                                f"{k('deletion_protection')}=false, or the delete would fail")

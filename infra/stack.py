@@ -1,0 +1,150 @@
+"""The Holdfast stack: wires table, queues, router, sweeper, workers, scaling and monitoring."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from aws_cdk import CfnOutput, Duration, Environment, RemovalPolicy, Stack
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_ecs as ecs
+from constructs import Construct
+
+from infra import names
+from infra.lambda_asset import REPO_ROOT, lambda_code
+from infra.metrics import FleetParts
+from infra.monitoring import Monitoring
+from infra.nag import acknowledge_findings
+from infra.network import Network
+from infra.queue import NudgeQueues
+from infra.router import Router
+from infra.scaling import WorkerScaling
+from infra.service import WorkerService
+from infra.exceptions import SettingsError
+from infra.settings import Settings, context_key
+from infra.sweeper import Sweeper
+from infra.table import LeaseTable
+
+__all__ = ["HoldfastStack", "stack_environment", "worker_environment"]
+
+
+def stack_environment(s: Settings, environ: Mapping[str, str]) -> Environment | None:
+    """Account and region for the stack, or None for an environment-agnostic template.
+
+    Agnostic by default, so ``cdk synth`` gives the same template on any machine, with or
+    without credentials. Looking up an existing VPC needs a concrete account and region: the
+    CLI provides them (``CDK_DEFAULT_*``) when it has credentials.
+    """
+    if s.vpc_id is None:
+        return None
+    account, region = environ.get("CDK_DEFAULT_ACCOUNT"), environ.get("CDK_DEFAULT_REGION")
+    if not account or not region:
+        raise SettingsError(
+            f"{context_key('vpc_id')}={s.vpc_id}: looking up a VPC needs an account and region; "
+            "run the CDK CLI with AWS credentials or set CDK_DEFAULT_ACCOUNT/CDK_DEFAULT_REGION")
+    return Environment(account=account, region=region)
+
+
+def worker_environment(s: Settings, *, table_name: str, queue_url: str,
+                       service_name: str) -> dict[str, str]:
+    """The worker task's environment (HOLDFAST_WORKER_ID is left to default to the task id)."""
+    env = {
+        names.ENV_TABLE: table_name,
+        names.ENV_QUEUE_URL: queue_url,
+        names.ENV_LEASE_SECONDS: str(s.lease_seconds),
+        names.ENV_HEARTBEAT_SECONDS: str(s.heartbeat_seconds),
+        names.ENV_SKEW_MS: str(s.skew_ms),
+        names.ENV_MAX_CONNECTIONS: str(s.max_connections_per_task),
+        names.ENV_RECONCILE_SECONDS: str(s.reconcile_seconds),
+        names.ENV_RENEW_MODE: s.renew_mode,
+        names.ENV_SERVICE_NAME: service_name,
+        names.ENV_METRICS_NAMESPACE: names.NAMESPACE,
+    }
+    if s.handler:
+        env[names.ENV_HANDLER] = s.handler
+    if s.allowed_hosts:
+        env[names.ENV_ALLOWED_HOSTS] = s.allowed_hosts
+    return env
+
+
+class HoldfastStack(Stack):
+    """Everything one Holdfast fleet needs, configured by :class:`Settings`."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings,
+                 **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        s = settings
+        removal = RemovalPolicy.DESTROY if s.removal_policy == "destroy" else RemovalPolicy.RETAIN
+        service_names = names.service_names(s.fleet_name)
+        logs = {"log_retention_days": s.log_retention_days, "removal_policy": removal}
+        lambdas = {"code": lambda_code(), "powertools_layer_version": s.powertools_layer_version,
+                   "tracing": s.tracing, **logs}
+
+        self.table = LeaseTable(
+            self, "Leases", table_name=s.table_name, provisioned=s.table_billing == "provisioned",
+            read_capacity=(s.table_read_min, s.table_read_max),
+            write_capacity=(s.table_write_min, s.table_write_max),
+            deletion_protection=s.deletion_protection, removal_policy=removal)
+        self.queues = NudgeQueues(self, "Queues", removal_policy=removal)
+        table, queue = self.table.table, self.queues.queue
+        self.router = Router(
+            self, "Router", table=table, queue=queue, failures=self.queues.router_failures,
+            service_name=service_names["router"], batch_size=s.router_batch_size,
+            batching_window_seconds=s.router_batching_window_seconds,
+            retry_attempts=s.router_retry_attempts,
+            parallelization_factor=s.router_parallelization_factor, **lambdas)
+        self.sweeper = Sweeper(
+            self, "Sweeper", table=table, index_arn=self.table.index_arn, queue=queue,
+            service_name=service_names["sweeper"], lease_seconds=s.lease_seconds,
+            skew_ms=s.skew_ms, reserve_concurrency=s.sweeper_reserve_concurrency, **lambdas)
+        self.network = Network(
+            self, "Network", vpc_id=s.vpc_id, public_subnets=s.worker_subnets == "public",
+            nat_gateways=s.nat_gateways, flow_logs=s.vpc_flow_logs, **logs)
+        arm64 = s.worker_architecture == "arm64"
+        self.workers = WorkerService(
+            self, "Workers", vpc=self.network.vpc, subnets=self.network.subnets,
+            security_group=self.network.security_group,
+            assign_public_ip=self.network.assign_public_ip,
+            image=_worker_image(s.worker_image, arm64), arm64=arm64, cpu=s.task_cpu,
+            memory_mib=s.task_memory_mib,
+            environment=worker_environment(s, table_name=table.table_name,
+                                           queue_url=queue.queue_url,
+                                           service_name=service_names["worker"]),
+            stop_timeout=Duration.seconds(s.stop_timeout_seconds), table=table,
+            index_arn=self.table.index_arn, queue=queue, **logs)
+        WorkerScaling(
+            self, "Scaling", service=self.workers.service, queue=queue,
+            service_name=service_names["worker"], min_tasks=s.min_tasks, max_tasks=s.max_tasks,
+            target_connections_per_task=s.target_connections_per_task)
+        self.monitoring = Monitoring(
+            self, "Monitoring", lease_ms=s.lease_ms, alarm_email=s.alarm_email,
+            parts=FleetParts(queue=queue, dlq=self.queues.dlq,
+                             router_failures=self.queues.router_failures,
+                             router=self.router.function, sweeper=self.sweeper.function,
+                             service=self.workers.service, service_names=service_names))
+        self._outputs()
+        acknowledge_findings(router=self.router, sweeper=self.sweeper, workers=self.workers,
+                             queues=self.queues, network=self.network, tracing=s.tracing)
+
+    def _outputs(self) -> None:
+        for output_id, value, description in (
+            ("TableName", self.table.table.table_name, "Lease table (insert items here)"),
+            ("QueueUrl", self.queues.queue.queue_url, "Nudge queue"),
+            ("DeadLetterQueueUrl", self.queues.dlq.queue_url, "Nudges parked for an operator"),
+            ("ClusterName", self.workers.cluster.cluster_name, "ECS cluster of the workers"),
+            ("ServiceName", self.workers.service.service_name, "ECS service of the workers"),
+            ("DashboardUrl", self.monitoring.dashboard_url, "CloudWatch dashboard"),
+            ("AlarmTopicArn", self.monitoring.topic.topic_arn, "SNS topic of every alarm"),
+            ("WorkerLogGroup", self.workers.log_group.log_group_name, "Worker logs"),
+            ("RouterLogGroup", self.router.handler.log_group.log_group_name, "Router logs"),
+            ("SweeperLogGroup", self.sweeper.handler.log_group.log_group_name, "Sweeper logs"),
+        ):
+            CfnOutput(self, output_id, value=value, description=description)
+
+
+def _worker_image(uri: str | None, arm64: bool) -> ecs.ContainerImage:
+    """A prebuilt image, or ./Dockerfile built by ``cdk deploy`` (synth itself needs no Docker)."""
+    if uri:
+        return ecs.ContainerImage.from_registry(uri)
+    platform = ecr_assets.Platform.LINUX_ARM64 if arm64 else ecr_assets.Platform.LINUX_AMD64
+    return ecs.ContainerImage.from_asset(str(REPO_ROOT), platform=platform)

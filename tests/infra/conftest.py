@@ -1,0 +1,148 @@
+"""Shared fixtures for the CDK tests: synthesize once, assert many times.
+
+``cli_assembly`` runs the real CLI (``npx cdk synth``) with the project's ``cdk.json``, no AWS
+credentials and no network calls home; every template test reads its output. ``alt_template``
+is the one in-process synth with every non-default branch of the settings turned on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+STACK = "Holdfast"
+# A cold CLI synth takes ~15-25 s on a 2-core box; the limit only catches a hang.
+SYNTH_TIMEOUT_S = 300
+
+
+def cdk_json() -> dict[str, Any]:
+    """The project's cdk.json."""
+    return dict(json.loads((REPO / "cdk.json").read_text()))
+
+
+def cli_env() -> dict[str, str]:
+    """The environment of a machine with no AWS credentials and no telemetry."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AWS_", "CDK_")) and k != "JSII_RUNTIME"}
+    env.update({
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        # The venv's python first, as `make test` has it.
+        "PATH": f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+    })
+    return env
+
+
+def resources(template: dict[str, Any], rtype: str) -> dict[str, dict[str, Any]]:
+    """Logical id -> resource, for every resource of ``rtype``."""
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == rtype}
+
+
+def one_resource(template: dict[str, Any], rtype: str) -> dict[str, Any]:
+    """The only resource of ``rtype`` (fails if there are zero or several)."""
+    found = list(resources(template, rtype).values())
+    assert len(found) == 1, f"expected one {rtype}, found {len(found)}"
+    return found[0]
+
+
+@pytest.fixture(scope="session")
+def cli_assembly(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Run `npx cdk synth` once; the cloud assembly directory."""
+    if shutil.which("npx") is None or not (REPO / "node_modules" / ".bin" / "cdk").exists():
+        pytest.fail("the CDK CLI is missing: run `npm install` (make deps) first")
+    out = tmp_path_factory.mktemp("cdk.out")
+    started = time.monotonic()
+    proc = subprocess.run(
+        ["npx", "--no", "cdk", "synth", "--quiet", "--output", str(out)],
+        cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=SYNTH_TIMEOUT_S,
+        check=False)
+    elapsed = time.monotonic() - started
+    if proc.returncode != 0:
+        pytest.fail(f"cdk synth failed ({proc.returncode}) after {elapsed:.1f}s:\n"
+                    f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+    (out / "synth-seconds.txt").write_text(f"{elapsed:.1f}\n")
+    yield out
+
+
+@pytest.fixture(scope="session")
+def template_json(cli_assembly: Path) -> dict[str, Any]:
+    """The synthesized CloudFormation template as a dict."""
+    return dict(json.loads((cli_assembly / f"{STACK}.template.json").read_text()))
+
+
+@pytest.fixture(scope="session")
+def template(template_json: dict[str, Any]) -> Any:
+    """The same template for ``aws_cdk.assertions``."""
+    from aws_cdk.assertions import Template
+
+    return Template.from_json(template_json)
+
+
+# Every non-default branch at once, so one extra synth covers them all.
+ALT_CONTEXT: dict[str, Any] = {
+    "stackName": "HoldfastAlt",
+    "fleetName": "alt",
+    "tableBilling": "provisioned",
+    "tableReadMin": "2",
+    "tableReadMax": "20",
+    "tableWriteMin": "3",
+    "tableWriteMax": "30",
+    "tableName": "alt-leases",
+    "deletionProtection": "false",
+    "removalPolicy": "destroy",
+    "workerSubnets": "public",
+    "vpcFlowLogs": "false",
+    "tracing": "false",
+    "sweeperReserveConcurrency": "false",
+    "alarmEmail": "ops@example.com",
+    "workerImage": "public.ecr.aws/example/holdfast-worker:1.0",
+    "workerArchitecture": "x86_64",
+    "handler": "myapp.handlers:on_message",
+    "allowedHosts": "feeds.example.com",
+    "routerBatchingWindowSeconds": "2",
+    "logRetentionDays": "7",
+}
+
+
+@pytest.fixture(scope="session")
+def alt_assembly(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """In-process synth (with cdk-nag) of the stack under ``ALT_CONTEXT``; the assembly."""
+    import aws_cdk as cdk
+    from cdk_nag import AwsSolutionsChecks
+
+    from infra.settings import Settings
+    from infra.stack import HoldfastStack
+
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    context = {**cdk_json()["context"], **ALT_CONTEXT}
+    app = cdk.App(outdir=str(tmp_path_factory.mktemp("alt.out")), context=context)
+    settings = Settings.from_context(app.node.try_get_context)
+    HoldfastStack(app, settings.stack_name, settings=settings)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app.synth()
+
+
+@pytest.fixture(scope="session")
+def alt_template_json(alt_assembly: Any) -> dict[str, Any]:
+    """The alternate template as a dict."""
+    return dict(alt_assembly.get_stack_by_name("HoldfastAlt").template)
+
+
+@pytest.fixture(scope="session")
+def alt_template(alt_template_json: dict[str, Any]) -> Any:
+    """The alternate template for ``aws_cdk.assertions``."""
+    from aws_cdk.assertions import Template
+
+    return Template.from_json(alt_template_json)
