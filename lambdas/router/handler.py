@@ -108,7 +108,17 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
 def route(event: dict[str, Any], context: LambdaContext | None,
           deps: RouterDeps) -> dict[str, Any]:
     """Handle one batch with explicit dependencies; returns the partial batch response."""
-    records: list[dict[str, Any]] = list(event.get("Records") or [])
+    raw_records: list[Any] = event.get("Records") or []
+    if not isinstance(raw_records, list):
+        raw_records = []
+    records = [r for r in raw_records if isinstance(r, dict)]
+    if not records:
+        # Nothing Lambda could retry either: say so and answer "no failures".
+        logger.warning("event has no stream records", extra={"event_keys": sorted(event)[:10]})
+        return {"batchItemFailures": []}
+    if len(records) != len(raw_records):
+        logger.warning("non-object stream records skipped",
+                       extra={"skipped": len(raw_records) - len(records)})
     plan = _decide_all(records, deps)
     _send(plan, deps)
     _normalise(plan, deps)
