@@ -144,12 +144,17 @@ class UpstreamServer:
         client = f"{peer[0]}:{peer[1]}" if peer else "?"
         rec = self.connlog.opened(route.stream_id, urlsplit(ws.request.path).path, client,
                                   ws.request.headers.get("X-Holdfast-Worker"), route.from_seq)
+        # The feed may sleep between frames for 1/rate s: watch for the close separately so the
+        # log says when the client went away, not when the next send noticed it.
+        feed = asyncio.create_task(self._feed(ws, route, rec))
+        closed = asyncio.create_task(ws.wait_closed())
         try:
-            await self._feed(ws, route, rec)
-        except ConnectionClosed:
-            pass
+            await asyncio.wait([feed, closed], return_when=asyncio.FIRST_COMPLETED)
         finally:
             self.connlog.closed(rec)
+            for task in (feed, closed):
+                task.cancel()
+            await asyncio.gather(feed, closed, return_exceptions=True)
 
     async def _feed(self, ws: ServerConnection, route: _Route, rec: ConnRecord) -> None:
         start, _ = self.start_of(route.stream_id)

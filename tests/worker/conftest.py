@@ -234,3 +234,36 @@ def worker_config(fleet: Fleet, **overrides: str) -> Any:
 
     env = {**fleet.env, "HOLDFAST_WORKER_ID": f"inproc-{uuid.uuid4().hex[:6]}", **overrides}
     return load_config(env)
+
+
+class RouterSim:
+    """Stands in for the router Lambda (built elsewhere): nudges released STARTED streams.
+
+    Polls the table every ``period_s`` and sends one nudge per (stream, update) that is STARTED,
+    unowned and claimable now: the same decision the router makes from a stream record.
+    """
+
+    def __init__(self, fleet: Fleet, period_s: float = 0.05) -> None:
+        self.fleet, self.period_s = fleet, period_s
+        self.sent: set[tuple[str, str]] = set()
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        ddb = client_for(self.fleet.aws, "dynamodb")
+        while not self.stop_event.wait(self.period_s):
+            now = time.time() * 1000
+            for raw in ddb.scan(TableName=self.fleet.table).get("Items", []):
+                conn = raw["Pk"]["S"].removeprefix("CONN#")
+                owner = raw.get("lease_owner")
+                exp = int(raw.get("lease_expires_at_ms", {"N": "0"})["N"])
+                key = (conn, raw.get("updated_at_ms", {"N": "0"})["N"])
+                if raw["desired_state"]["S"] == "STARTED" and not owner and exp <= now \
+                        and key not in self.sent:
+                    self.sent.add(key)
+                    self.fleet.nudge(conn)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(5)

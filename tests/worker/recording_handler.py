@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from typing import IO
 
 from worker.handler import Message
@@ -27,7 +28,7 @@ def _out() -> IO[str]:
 
 async def record(message: Message) -> None:
     _out().write(json.dumps({"conn_id": message.conn_id, "seq": message.seq,
-                             "worker_id": message.worker_id}) + "\n")
+                             "worker_id": message.worker_id, "t": time.time()}) + "\n")
 
 
 async def slow_record(message: Message) -> None:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable
+
+import pytest
 
 from tests.worker.conftest import (
     Fleet,
+    RouterSim,
     UpstreamThread,
     WorkerProc,
     missing_seqs,
@@ -34,3 +38,149 @@ def test_claims_on_nudge_and_handles_messages(fleet: Fleet, upstream: UpstreamTh
     assert "lease_owner" not in item and item["lease_expires_at_ms"]["N"] == "0"
     assert int(item["last_seq"]["N"]) == max(seqs)
     assert w.messages("worker stopped")
+
+
+def start_streams(fleet: Fleet, upstream: UpstreamThread, prefix: str, n: int) -> list[str]:
+    conns = [f"{prefix}-{i:03d}" for i in range(n)]
+    for c in conns:
+        fleet.create(c, upstream.url(c))
+    return conns
+
+
+def check_no_gaps(records: list[dict[str, object]], conns: list[str]) -> dict[str, list[int]]:
+    by = seqs_by_stream(records)
+    for c in conns:
+        assert c in by, f"{c} never handled"
+        assert not missing_seqs(by[c]), f"{c} missing {missing_seqs(by[c])[:10]}"
+    return by
+
+
+def test_sigterm_hands_every_stream_to_another_worker(
+        fleet: Fleet, upstream: UpstreamThread, spawn: Callable[..., WorkerProc],
+        unique_id: str) -> None:
+    """SIGTERM releases all leases; a second worker picks all up with no missing or repeated seq."""
+    conns = start_streams(fleet, upstream, unique_id, 10)
+    a = spawn(fleet.env, "a-" + unique_id)
+    for c in conns:
+        fleet.nudge(c)
+    wait_until(lambda: len(seqs_by_stream(a.handled())) == 10, 15, "worker a holds all")
+    b = spawn(fleet.env, "b-" + unique_id)
+    wait_until(lambda: b.messages("worker started"), 15, "worker b up")
+    router = RouterSim(fleet)
+    try:
+        t0 = time.time()
+        a.signal(signal.SIGTERM)
+        assert a.wait(15) == 0
+        wait_until(lambda: len(seqs_by_stream(b.handled())) == 10, 15, "worker b holds all")
+        handover_s = max(min(r["t"] for r in b.handled() if r["conn_id"] == c)
+                         for c in conns) - t0
+        time.sleep(0.5)
+    finally:
+        router.stop()
+    stopped = a.messages("worker stopped")[0]
+    assert stopped["released"] == 10 and stopped.get("left_running", 0) == 0
+    by = check_no_gaps(a.handled() + b.handled(), conns)
+    for c in conns:
+        assert len(by[c]) == len(set(by[c])), f"{c} handled twice across a graceful handover"
+    assert upstream.server.connlog.overlaps() == []
+    print(f"graceful handover of 10 streams: {handover_s:.3f} s")
+
+
+def test_sigkill_is_recovered_by_the_sweep(
+        fleet: Fleet, upstream: UpstreamThread, spawn: Callable[..., WorkerProc],
+        unique_id: str) -> None:
+    """A killed worker writes nothing; another worker's sweep takes its streams after expiry."""
+    conns = start_streams(fleet, upstream, unique_id, 5)
+    a = spawn(fleet.env, "a-" + unique_id)
+    for c in conns:
+        fleet.nudge(c)
+    wait_until(lambda: len(seqs_by_stream(a.handled())) == 5, 15, "worker a holds all")
+    b = spawn(fleet.env, "b-" + unique_id, HOLDFAST_RECONCILE_SECONDS="0.5")
+    wait_until(lambda: b.messages("worker started"), 15, "worker b up")
+    t0 = time.time()
+    a.signal(signal.SIGKILL)
+    a.wait(5)
+    wait_until(lambda: len(seqs_by_stream(b.handled())) == 5, 20, "worker b holds all")
+    failover_s = max(min(r["t"] for r in b.handled() if r["conn_id"] == c) for c in conns) - t0
+    # Nobody may take a lease before it expired (3 s) plus the skew allowance (0.3 s).
+    assert failover_s >= 3.0
+    check_no_gaps(a.handled() + b.handled(), conns)
+    assert upstream.server.connlog.overlaps() == []
+    print(f"crash failover of 5 streams via the sweep: {failover_s:.3f} s")
+
+
+def test_bad_configuration_exits_2_naming_the_variable(
+        fleet: Fleet, spawn: Callable[..., WorkerProc]) -> None:
+    """Bad settings stop the worker at start-up with exit code 2 and a message naming them."""
+    cases = {"HOLDFAST_LEASE_SECONDS": ("soon", "HOLDFAST_LEASE_SECONDS"),
+             "HOLDFAST_HANDLER": ("tests.worker.recording_handler:not_async", "async function"),
+             "HOLDFAST_TABLE": ("no-such-table", "table or index not found")}
+    procs = [(spawn(fleet.env, **{var: value}), why) for var, (value, why) in cases.items()]
+    for proc, why in procs:
+        assert proc.wait(20) == 2
+        text = proc.log_path.read_text()
+        assert "configuration error" in text and why in text and "Traceback" not in text
+
+
+def test_second_signal_exits_at_once(fleet: Fleet, upstream: UpstreamThread,
+                                     spawn: Callable[..., WorkerProc], unique_id: str) -> None:
+    """While a slow handler delays the graceful stop, a second SIGTERM exits immediately."""
+    conn = f"{unique_id}-slow"
+    fleet.create(conn, upstream.url(conn))
+    w = spawn(fleet.env, HOLDFAST_HANDLER="tests.worker.recording_handler:slow_record",
+              HOLDFAST_TEST_HANDLER_DELAY="5", HOLDFAST_SHUTDOWN_SECONDS="20")
+    fleet.nudge(conn)
+    wait_until(lambda: item_owner(fleet, conn), 15, "claimed")
+    time.sleep(0.5)
+    w.signal(signal.SIGTERM)
+    wait_until(lambda: w.messages("stopping: no more claims, draining streams"), 5, "draining")
+    t0 = time.monotonic()
+    w.signal(signal.SIGTERM)
+    assert w.wait(5) == 1
+    assert time.monotonic() - t0 < 2
+    assert w.messages("second signal: exiting at once, leases will expire")
+
+
+def item_owner(fleet: Fleet, conn: str) -> str | None:
+    owner = fleet.item(conn).get("lease_owner")
+    return owner["S"] if owner else None
+
+
+@pytest.mark.slow
+def test_fleet_of_workers_shares_and_moves_60_streams(
+        fleet: Fleet, upstream: UpstreamThread, spawn: Callable[..., WorkerProc],
+        unique_id: str) -> None:
+    """Three workers share 60 streams; SIGKILL one, SIGTERM another: nothing is missed."""
+    conns = start_streams(fleet, upstream, unique_id, 60)
+    env = {**fleet.env, "HOLDFAST_MAX_CONNECTIONS": "40", "HOLDFAST_RECONCILE_SECONDS": "1"}
+    workers = [spawn(env, f"w{i}-{unique_id}") for i in range(3)]
+    for w in workers:
+        wait_until(lambda w=w: w.messages("worker started"), 15, "workers up")
+    router = RouterSim(fleet)
+    try:
+        for c in conns:
+            fleet.nudge(c)
+        every = lambda: sum((w.handled() for w in workers), [])  # noqa: E731
+        wait_until(lambda: len(seqs_by_stream(every())) == 60, 30, "all 60 streams handled")
+        held = {w.name: len(seqs_by_stream(w.handled())) for w in workers}
+        assert all(n > 0 for n in held.values()), held
+        workers[0].signal(signal.SIGKILL)
+        workers[0].wait(5)
+        killed_at = time.time()
+        time.sleep(6)  # expiry (3 s) + skew + a sweep period
+        workers.append(spawn(env, f"w3-{unique_id}"))
+        wait_until(lambda: workers[3].messages("worker started"), 15, "w3 up")
+        workers[1].signal(signal.SIGTERM)
+        assert workers[1].wait(15) == 0
+        time.sleep(3)
+        survivors = workers[2:]
+        now = time.time()
+        for c in conns:
+            last = max((r["t"] for w in survivors for r in w.handled() if r["conn_id"] == c),
+                       default=0)
+            assert now - last < 2, f"{c} is not being handled any more"
+        print(f"killed at {killed_at:.0f}; held before: {held}")
+    finally:
+        router.stop()
+    check_no_gaps(every(), conns)
+    assert upstream.server.connlog.overlaps() == []
