@@ -78,10 +78,10 @@ async def test_connlog_detects_overlaps(tmp_path: Path) -> None:
         await frames(server.url("a"), 2)
         await frames(server.url("a"), 2)
         assert server.connlog.overlaps() == []
-        async with connect(server.url("b"), additional_headers={"X-Holdfast-Worker": "w1"}):
-            async with connect(server.url("b")) as ws2:
-                await ws2.recv()
-                found = server.connlog.overlaps()
+        async with (connect(server.url("b"), additional_headers={"X-Holdfast-Worker": "w1"}),
+                    connect(server.url("b")) as ws2):
+            await ws2.recv()
+            found = server.connlog.overlaps()
         assert len(found) == 1 and found[0].stream_id == "b" and found[0].first.worker == "w1"
         await asyncio.sleep(0.1)
         assert server.connlog.open_count() == 0

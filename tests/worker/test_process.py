@@ -160,7 +160,9 @@ def test_fleet_of_workers_shares_and_moves_60_streams(
     try:
         for c in conns:
             fleet.nudge(c)
-        every = lambda: sum((w.handled() for w in workers), [])  # noqa: E731
+        def every() -> list[dict[str, object]]:
+            return [r for w in workers for r in w.handled()]
+
         wait_until(lambda: len(seqs_by_stream(every())) == 60, 30, "all 60 streams handled")
         held = {w.name: len(seqs_by_stream(w.handled())) for w in workers}
         assert all(n > 0 for n in held.values()), held
