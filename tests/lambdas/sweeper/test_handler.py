@@ -1,0 +1,61 @@
+"""The sweeper Lambda entry point, configured from the environment."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from holdfast.core.store import LeaseStore
+from holdfast.core.table import create_stream
+from holdfast.runner.context import LocalContext
+from lambdas.sweeper import handler
+from tests.lambdas.helpers import receive_nudges
+
+
+@pytest.fixture
+def sweeper_env(aws_env: dict[str, str], table: str, queue_url: str,
+                monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    env = {"HOLDFAST_TABLE": table, "HOLDFAST_QUEUE_URL": queue_url,
+           "HOLDFAST_SKEW_MS": "100", "HOLDFAST_SWEEP_INTERVAL_MS": "200",
+           "HOLDFAST_SWEEP_MAX_RUN_MS": "1500", "HOLDFAST_SWEEP_MARGIN_MS": "1000"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    handler.configure(None)
+    yield env  # type: ignore[misc]
+    handler.configure(None)
+
+
+def test_invocation_sweeps_until_its_run_time_ends(sweeper_env: dict[str, str], ddb: Any,
+                                                   table: str, sqs: Any, queue_url: str,
+                                                   unique_id: str) -> None:
+    """One invocation loops for HOLDFAST_SWEEP_MAX_RUN_MS, nudging a dead holder's lease."""
+    create_stream(ddb, table, unique_id, "wss://feeds.example.test/")
+    LeaseStore(ddb, table, lease_ms=300, skew_ms=100).acquire(unique_id, "dead")
+    started = time.monotonic()
+    summary = handler.lambda_handler({"source": "aws.events"},
+                                     LocalContext("holdfast-sweeper", timeout_ms=60_000))
+    assert 1.4 <= time.monotonic() - started < 10
+    assert summary["nudged"] == {"expired": 1}
+    assert summary["sweeps"] >= 3 and summary["errors"] == 0
+    assert receive_nudges(sqs, queue_url, expect=1)[0]["conn_id"] == unique_id
+
+
+def test_invocation_stops_before_the_lambda_timeout(sweeper_env: dict[str, str]) -> None:
+    """The loop ends when the remaining time drops under the margin, before max run time."""
+    started = time.monotonic()
+    handler.lambda_handler({}, LocalContext("holdfast-sweeper", timeout_ms=1_300))
+    assert time.monotonic() - started < 1.2
+
+
+def test_bad_setting_is_a_clear_error(aws_env: dict[str, str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A malformed setting names the variable instead of failing deep inside a sweep."""
+    from holdfast.core.exceptions import ConfigError
+
+    monkeypatch.setenv("HOLDFAST_SWEEP_INTERVAL_MS", "fast")
+    handler.configure(None)
+    with pytest.raises(ConfigError, match="HOLDFAST_SWEEP_INTERVAL_MS"):
+        handler.lambda_handler({}, LocalContext("holdfast-sweeper"))
+    handler.configure(None)

@@ -1,0 +1,199 @@
+"""The sweep loop against DynamoDB Local and moto's SQS, on a table of each test's own."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from holdfast.core.model import Lease
+from holdfast.core.store import LeaseStore, wall_clock_ms
+from holdfast.core.table import create_stream
+from lambdas.settings import Settings
+from lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
+from lambdas.sweeper.loop import SweepDeps, run_sweeps, sweep_once
+from tests.conftest import TIMEOUT_SCALE
+from tests.lambdas.helpers import receive_nudges
+from tests.lambdas.records import image
+
+LEASE_MS = 1_500
+SKEW_MS = 200
+
+
+def settings_for(table: str, queue_url: str, **kw: Any) -> Settings:
+    return Settings(table=table, queue_url=queue_url, skew_ms=SKEW_MS, **kw)
+
+
+class Store(LeaseStore):
+    """The real store, plus creating the item first (as an operator would)."""
+
+    def take(self, conn_id: str, owner: str) -> Lease:
+        create_stream(self.client, self.table, conn_id, "wss://feeds.example.test/1")
+        return self.acquire(conn_id, owner)
+
+
+@pytest.fixture
+def store(ddb: Any, table: str) -> Store:
+    return Store(ddb, table, lease_ms=LEASE_MS, skew_ms=SKEW_MS)
+
+
+@pytest.fixture
+def memory() -> NudgeMemory:
+    return NudgeMemory(RenudgePolicy(first_ms=5_000, unclaimed_grace_ms=200))
+
+
+class Sweeper:
+    """``run_sweeps`` in a thread, stopped at the end of the test."""
+
+    def __init__(self, deps: SweepDeps, memory: NudgeMemory) -> None:
+        self.stop = threading.Event()
+        deps.sleep = self.stop.wait  # wakes at once when the test ends
+        self.thread = threading.Thread(target=run_sweeps, args=(deps, memory), kwargs={
+            "should_stop": self.stop.is_set}, daemon=True)
+
+    def __enter__(self) -> Sweeper:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def sweeper(ddb: Any, sqs: Any, table: str, queue_url: str,
+            memory: NudgeMemory) -> Iterator[Sweeper]:
+    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url))
+    with Sweeper(deps, memory) as s:
+        yield s
+
+
+def test_crashed_owner_is_nudged_within_lease_plus_a_second(
+        store: Store, sweeper: Sweeper, sqs: Any, queue_url: str, unique_id: str) -> None:
+    """A lease whose holder died is nudged once claimable (expiry + skew), well within 1 s."""
+    lease = store.take(unique_id, "dead-worker")
+    got = receive_nudges(sqs, queue_url, expect=1, timeout_s=LEASE_MS / 1000 + 3)
+    received = wall_clock_ms()
+    assert got == [{"conn_id": unique_id, "reason": "expired", "epoch": None}]
+    # Never before a challenger may acquire; within lease + 1 s of the last renewal.
+    assert received >= lease.expires_at_ms + SKEW_MS
+    assert received - (lease.expires_at_ms - LEASE_MS) <= (LEASE_MS + 1_000) * TIMEOUT_SCALE
+    store.acquire(unique_id, "new-worker")  # the nudge was right: it is claimable
+
+
+def test_released_lease_is_nudged(store: Store, sweeper: Sweeper, sqs: Any,
+                                  queue_url: str, unique_id: str) -> None:
+    """A released lease whose router nudge was lost is nudged after the grace period."""
+    store.release(store.take(unique_id, "w1"))
+    assert receive_nudges(sqs, queue_url, expect=1) == [
+        {"conn_id": unique_id, "reason": "unclaimed", "epoch": None}]
+
+
+def test_never_claimed_lease_is_nudged(ddb: Any, table: str, sweeper: Sweeper, sqs: Any,
+                                       queue_url: str, unique_id: str) -> None:
+    """A STARTED item nobody ever claimed is nudged."""
+    assert create_stream(ddb, table, unique_id, "wss://feeds.example.test/1")
+    assert receive_nudges(sqs, queue_url, expect=1) == [
+        {"conn_id": unique_id, "reason": "unclaimed", "epoch": None}]
+
+
+def test_item_without_expiry_needs_normalising(ddb: Any, sqs: Any, table: str, queue_url: str,
+                                               store: Store, memory: NudgeMemory,
+                                               unique_id: str) -> None:
+    """The index cannot see an item without expiry until the router normalises it."""
+    ddb.put_item(TableName=table, Item=image(unique_id))
+    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url))
+    assert sweep_once(deps, memory).due == []
+    assert store.normalise(unique_id)
+    assert [o.conn_id for o in sweep_once(deps, memory).due] == [unique_id]
+
+
+def test_orphan_is_not_renudged_while_claim_in_flight(store: Store, sweeper: Sweeper,
+                                                      sqs: Any, queue_url: str,
+                                                      unique_id: str) -> None:
+    """Sweeping every second, a still-orphaned lease is nudged once per re-nudge window."""
+    store.take(unique_id, "dead-worker")
+    assert len(receive_nudges(sqs, queue_url, expect=1, timeout_s=5)) == 1
+    assert receive_nudges(sqs, queue_url, expect=1, timeout_s=2.5) == []
+
+
+def test_lost_nudge_is_sent_again(ddb: Any, sqs: Any, table: str, queue_url: str,
+                                  store: Store, unique_id: str) -> None:
+    """If the orphan outlives the re-nudge window (nudge lost), it is nudged again."""
+    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url, sweep_interval_ms=100))
+    memory = NudgeMemory(RenudgePolicy(first_ms=300, max_ms=300))
+    store.release(store.take(unique_id, "w1"), error="upstream 503", retry_at_ms=1)
+    with Sweeper(deps, memory):
+        got = receive_nudges(sqs, queue_url, expect=3, timeout_s=5)
+    assert [n["conn_id"] for n in got] == [unique_id] * 3
+
+
+def test_failed_send_is_retried_next_sweep(ddb: Any, sqs: Any, dead_sqs: Any, table: str,
+                                           queue_url: str, store: Store,
+                                           memory: NudgeMemory, unique_id: str) -> None:
+    """A nudge SQS refused is not remembered: the next sweep sends it."""
+    store.release(store.take(unique_id, "w1"), error="boom", retry_at_ms=1)
+    settings = settings_for(table, queue_url, send_attempts=1)
+    failed = sweep_once(SweepDeps(ddb, dead_sqs, settings), memory)
+    assert [n.conn_id for n, _ in failed.failed] == [unique_id]
+    sent = sweep_once(SweepDeps(ddb, sqs, settings), memory)
+    assert [n.conn_id for n in sent.nudged] == [unique_id]
+
+
+class CountingDdb:
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.queries = 0
+
+    def query(self, **kw: Any) -> Any:
+        self.queries += 1
+        return self.real.query(**kw)
+
+
+def test_one_query_per_sweep_when_nothing_expired(ddb: Any, sqs: Any, table: str,
+                                                  queue_url: str, memory: NudgeMemory,
+                                                  unique_id: str) -> None:
+    """Live leases cost nothing to sweep: one GSI query per sweep, whatever their number."""
+    live = LeaseStore(ddb, table, lease_ms=60_000, skew_ms=SKEW_MS)
+    for i in range(30):
+        create_stream(ddb, table, f"{unique_id}-{i}", "wss://feeds.example.test/")
+        live.acquire(f"{unique_id}-{i}", "w1")
+    counting = CountingDdb(ddb)
+    deps = SweepDeps(counting, sqs, settings_for(table, queue_url))  # type: ignore[arg-type]
+    for _ in range(5):
+        result = sweep_once(deps, memory)
+        assert result.due == [] and result.complete
+    assert counting.queries == 5
+
+
+def test_wakes_when_the_next_lease_becomes_claimable(ddb: Any, sqs: Any, table: str,
+                                                     queue_url: str, store: Store,
+                                                     memory: NudgeMemory,
+                                                     unique_id: str) -> None:
+    """A lease expiring before the next sweep is reported as the next due time."""
+    lease = store.take(unique_id, "w1")
+    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url, sweep_interval_ms=5_000))
+    result = sweep_once(deps, memory)
+    assert result.due == []
+    assert result.next_due_ms == lease.expires_at_ms + SKEW_MS
+
+
+def test_dynamodb_errors_are_survived(sqs: Any, queue_url: str, memory: NudgeMemory) -> None:
+    """With DynamoDB unreachable the loop logs, backs off, and still stops when told."""
+    import boto3
+
+    from holdfast.core.aws import client_config
+    from holdfast.localaws.processes import free_port
+
+    dead = boto3.session.Session().client(
+        "dynamodb", endpoint_url=f"http://127.0.0.1:{free_port()}", region_name="us-east-1",
+        aws_access_key_id="local", aws_secret_access_key="local",
+        config=client_config(max_attempts=1))
+    waits: list[float] = []
+    deps = SweepDeps(dead, sqs, Settings(table="t", queue_url=queue_url,
+                                         sweep_interval_ms=1_000), sleep=waits.append)
+    stats = run_sweeps(deps, memory, should_stop=lambda: len(waits) >= 5)
+    assert stats.errors == 5 and stats.sweeps == 0
+    assert waits == [1.0, 2.0, 4.0, 5.0, 5.0]
