@@ -11,6 +11,7 @@ variable and the allowed range — not a ``ValueError`` deep inside an invocatio
     HOLDFAST_SWEEP_INTERVAL_MS     longest pause between two sweeps                 (1000)
     HOLDFAST_SWEEP_RENUDGE_MS      first re-nudge of a still-orphaned lease after    (5000)
     HOLDFAST_SWEEP_RENUDGE_MAX_MS  re-nudges back off up to                          (300000)
+    HOLDFAST_SWEEP_UNCLAIMED_GRACE_MS  released/never-claimed: the router's turn first  (1000)
     HOLDFAST_SWEEP_MARGIN_MS       stop looping this long before the Lambda timeout  (3000)
     HOLDFAST_SWEEP_MAX_RUN_MS      and after at most this long (schedule + overlap)  (61000)
 """
@@ -57,6 +58,7 @@ class Settings:
     sweep_interval_ms: int = 1_000
     renudge_ms: int = 5_000
     renudge_max_ms: int = 300_000
+    unclaimed_grace_ms: int = 1_000
     sweep_margin_ms: int = 3_000
     sweep_max_run_ms: int = 61_000
 
@@ -72,6 +74,8 @@ class Settings:
             sweep_interval_ms=env_int(e, "HOLDFAST_SWEEP_INTERVAL_MS", 1_000, 10, 60_000),
             renudge_ms=env_int(e, "HOLDFAST_SWEEP_RENUDGE_MS", 5_000, 100, 3_600_000),
             renudge_max_ms=env_int(e, "HOLDFAST_SWEEP_RENUDGE_MAX_MS", 300_000, 100, 86_400_000),
+            unclaimed_grace_ms=env_int(e, "HOLDFAST_SWEEP_UNCLAIMED_GRACE_MS", 1_000, 0,
+                                       3_600_000),
             sweep_margin_ms=env_int(e, "HOLDFAST_SWEEP_MARGIN_MS", 3_000, 0, 600_000),
             sweep_max_run_ms=env_int(e, "HOLDFAST_SWEEP_MAX_RUN_MS", 61_000, 0, 900_000),
         )

@@ -20,8 +20,8 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from lambdas.settings import Settings
-from lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
-from lambdas.sweeper.loop import SweepDeps, SweepStats, run_sweeps
+from lambdas.sweeper.dedup import NudgeMemory
+from lambdas.sweeper.loop import SweepDeps, SweepStats, memory_for, run_sweeps
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -42,12 +42,7 @@ def configure(deps: SweepDeps | None, memory: NudgeMemory | None = None) -> None
     _state.clear()
     if deps is not None:
         _state["deps"] = deps
-        _state["memory"] = memory or _memory_for(deps.settings)
-
-
-def _memory_for(settings: Settings) -> NudgeMemory:
-    return NudgeMemory(RenudgePolicy(first_ms=settings.renudge_ms,
-                                     max_ms=max(settings.renudge_ms, settings.renudge_max_ms)))
+        _state["memory"] = memory or memory_for(deps.settings)
 
 
 def _current() -> tuple[SweepDeps, NudgeMemory]:

@@ -25,13 +25,14 @@ from holdfast.core.store import wall_clock_ms
 from holdfast.core.table import Orphan, find_orphans
 from lambdas.nudge import Nudge, send_nudges
 from lambdas.settings import Settings
-from lambdas.sweeper.dedup import NudgeMemory
+from lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["LogLike", "SweepDeps", "SweepResult", "SweepStats", "run_sweeps", "sweep_once"]
+__all__ = ["LogLike", "SweepDeps", "SweepResult", "SweepStats", "memory_for", "run_sweeps",
+           "sweep_once"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,13 @@ class SweepStats:
             self.nudged[nudge.reason] = self.nudged.get(nudge.reason, 0) + 1
         self.failed += len(result.failed)
         self.oldest_age_ms = max(self.oldest_age_ms, result.oldest_age_ms)
+
+
+def memory_for(settings: Settings) -> NudgeMemory:
+    """A fresh ``NudgeMemory`` with the re-nudge policy of ``settings``."""
+    return NudgeMemory(RenudgePolicy(
+        first_ms=settings.renudge_ms, max_ms=max(settings.renudge_ms, settings.renudge_max_ms),
+        unclaimed_grace_ms=settings.unclaimed_grace_ms))
 
 
 def _reason(orphan: Orphan) -> str:
