@@ -1,0 +1,67 @@
+"""The worker image: slim, runtime dependencies only, non-root, signals, health, small context."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tests.infra.conftest import REPO
+
+DOCKERFILE = (REPO / "Dockerfile").read_text()
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    out = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def test_final_stage_is_slim_non_root_with_health_and_exec_entrypoint() -> None:
+    """Slim Python base, a numeric non-root USER, HEALTHCHECK, exec-form worker entrypoint."""
+    steps = instructions(DOCKERFILE)
+    froms = [i for i, (word, _) in enumerate(steps) if word == "FROM"]
+    final = steps[froms[-1]:]
+    assert re.match(r"python:3\.1[1-3]-slim", final[0][1])
+    (user,) = [arg for word, arg in final if word == "USER"]
+    assert user.split(":")[0].isdigit() and user.split(":")[0] != "0"
+    (health,) = [arg for word, arg in final if word == "HEALTHCHECK"]
+    assert '"worker.health"' in health
+    (entry,) = [arg for word, arg in final if word == "ENTRYPOINT"]
+    assert json.loads(entry) == ["python", "-m", "worker"]  # exec form: signals reach python
+
+
+def test_only_runtime_dependencies_are_installed() -> None:
+    """`pip install .` without extras: no CDK, no test or dev tools in the image."""
+    runs = " ".join(arg for word, arg in instructions(DOCKERFILE) if word == "RUN")
+    assert "pip install" in runs and "install --no-compile ." in runs
+    assert "[" not in runs.split("pip install", 1)[1].split("&&")[0]
+    commands = " ".join(arg for _, arg in instructions(DOCKERFILE))
+    for banned in ("aws-cdk", "pytest", "requirements-dev", "[dev]", "[infra]"):
+        assert banned not in commands
+
+
+def test_dockerignore_keeps_the_build_context_small() -> None:
+    """Allow-list: tests, node_modules, the venv, cdk.out, .git, bench and docs stay out."""
+    lines = [ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert lines[0] == "*"
+    allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
+    assert allowed == {"pyproject.toml", "README.md", "holdfast", "worker"}
+
+
+def test_image_asset_context_excludes_everything_else(cli_assembly: Path) -> None:
+    """The staged Docker context of `cdk synth` holds only what the image needs."""
+    assets = json.loads((cli_assembly / "Holdfast.assets.json").read_text())
+    (image,) = assets["dockerImages"].values()
+    context = cli_assembly / image["source"]["directory"]
+    top = {p.name for p in context.iterdir()}
+    assert top == {"Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "holdfast",
+                   "worker"}
+    assert not list(context.rglob("tests")) and not list(context.rglob("__pycache__"))

@@ -1,0 +1,65 @@
+"""Dashboard and alarms: what an operator watches, wired to one SNS topic."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from infra import names
+from tests.infra.conftest import one_resource, resources
+
+
+def alarms_by_metric(template_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {a["Properties"]["MetricName"]: a["Properties"]
+            for a in resources(template_json, "AWS::CloudWatch::Alarm").values()
+            if "MetricName" in a["Properties"]}
+
+
+def test_required_alarms_exist(template_json: dict[str, Any]) -> None:
+    """DLQ not empty, router errors, iterator age, streams unowned longer than a lease."""
+    alarms = alarms_by_metric(template_json)
+    assert alarms["Errors"]["Namespace"] == "AWS/Lambda"
+    assert alarms["IteratorAge"]["Threshold"] == 60_000
+    unowned = alarms[names.METRIC_OLDEST_ORPHAN_AGE_MS]
+    assert unowned["Namespace"] == names.NAMESPACE
+    assert unowned["Threshold"] == 20_000  # one lease
+    assert unowned["Dimensions"] == [{"Name": names.DIMENSION_SERVICE,
+                                      "Value": "holdfast-sweeper"}]
+    visible = [a for a in resources(template_json, "AWS::CloudWatch::Alarm").values()
+               if a["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"]
+    assert len(visible) == 2  # the nudge DLQ and the router's failure queue
+    assert all(a["Properties"]["Threshold"] == 1 for a in visible)
+
+
+def test_every_operational_alarm_notifies_the_topic(template_json: dict[str, Any]) -> None:
+    """All alarms except the scaling policy's own send alarm and OK actions to the topic."""
+    topic = next(iter(resources(template_json, "AWS::SNS::Topic")))
+    operational = [a["Properties"] for a in resources(template_json,
+                                                      "AWS::CloudWatch::Alarm").values()
+                   if "AlarmActions" in a["Properties"] and
+                   {"Ref": topic} in a["Properties"]["AlarmActions"]]
+    assert len(operational) >= 8
+    assert all({"Ref": topic} in a["OKActions"] for a in operational)
+
+
+def test_alarm_topic_is_tls_only_with_optional_email(template_json: dict[str, Any],
+                                                     alt_template_json: dict[str, Any]) -> None:
+    """The topic refuses plain HTTP; alarmEmail subscribes an address."""
+    policy = one_resource(template_json, "AWS::SNS::TopicPolicy")["Properties"]
+    assert any(s["Effect"] == "Deny" and "aws:SecureTransport" in json.dumps(s)
+               for s in policy["PolicyDocument"]["Statement"])
+    assert not resources(template_json, "AWS::SNS::Subscription")
+    sub = one_resource(alt_template_json, "AWS::SNS::Subscription")["Properties"]
+    assert sub["Protocol"] == "email" and sub["Endpoint"] == "ops@example.com"
+
+
+def test_dashboard_shows_the_fleet(template_json: dict[str, Any]) -> None:
+    """Connections, claims, leases lost, nudges, queue and DLQ depth, router errors, age."""
+    body = json.dumps(one_resource(template_json, "AWS::CloudWatch::Dashboard")
+                      ["Properties"]["DashboardBody"])
+    for metric in (names.METRIC_ACTIVE_CONNECTIONS, names.METRIC_CLAIMS,
+                   names.METRIC_LEASES_LOST, names.METRIC_NUDGES_SENT,
+                   names.METRIC_ORPHANS_FOUND, "ApproximateNumberOfMessagesVisible",
+                   "ApproximateAgeOfOldestMessage", "IteratorAge", "Errors",
+                   "RunningTaskCount"):
+        assert metric in body, metric

@@ -1,0 +1,71 @@
+"""The router function and its stream event source mapping."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_cdk.assertions import Match
+
+from holdfast.core.filters import filter_criteria
+from infra import names
+from infra.function import RUNTIME
+from infra.router import ROUTER_HANDLER
+from tests.infra.conftest import resources
+
+
+def router(template_json: dict[str, Any]) -> dict[str, Any]:
+    (fn,) = [f["Properties"] for f in resources(template_json, "AWS::Lambda::Function").values()
+             if f["Properties"].get("Handler") == ROUTER_HANDLER]
+    return fn
+
+
+def test_router_runs_on_arm64_with_the_powertools_layer(template_json: dict[str, Any]) -> None:
+    """Current Python runtime, arm64, the AWS-managed Powertools layer for that runtime."""
+    fn = router(template_json)
+    assert fn["Runtime"] == RUNTIME.name == "python3.14"
+    assert fn["Architectures"] == ["arm64"]
+    (layer,) = fn["Layers"]
+    arn = json.dumps(layer)
+    assert ":017000801446:layer:AWSLambdaPowertoolsPythonV3-python314-arm64:38" in arn
+    assert fn["TracingConfig"] == {"Mode": "Active"}
+
+
+def test_router_environment(template_json: dict[str, Any]) -> None:
+    """The router gets the table name, queue URL, and Powertools service and namespace."""
+    env = router(template_json)["Environment"]["Variables"]
+    assert set(env) == {names.ENV_TABLE, names.ENV_QUEUE_URL, names.ENV_SERVICE_NAME,
+                        names.ENV_METRICS_NAMESPACE}
+    assert env[names.ENV_SERVICE_NAME] == "holdfast-router"
+    assert env[names.ENV_METRICS_NAMESPACE] == names.NAMESPACE
+
+
+def test_event_source_mapping_is_bounded_and_filtered(template: Any) -> None:
+    """Shared filters, partial batch failures, bisect, bounded retries, on-failure queue."""
+    expected = [json.loads(f["Pattern"]) for f in filter_criteria()["Filters"]]
+    mapping = template.find_resources("AWS::Lambda::EventSourceMapping")
+    (props,) = [m["Properties"] for m in mapping.values()]
+    assert [json.loads(f["Pattern"]) for f in props["FilterCriteria"]["Filters"]] == expected
+    template.has_resource_properties("AWS::Lambda::EventSourceMapping", {
+        "EventSourceArn": {"Fn::GetAtt": [Match.any_value(), "StreamArn"]},
+        "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        "BisectBatchOnFunctionError": True,
+        "MaximumRetryAttempts": 10,
+        "BatchSize": 100,
+        "StartingPosition": "TRIM_HORIZON",
+        "DestinationConfig": {"OnFailure": {"Destination": Match.any_value()}},
+        "MaximumBatchingWindowInSeconds": Match.absent(),
+    })
+
+
+def test_batching_window_setting_reaches_the_mapping(alt_template: Any) -> None:
+    """routerBatchingWindowSeconds becomes the mapping's batching window."""
+    alt_template.has_resource_properties("AWS::Lambda::EventSourceMapping",
+                                         {"MaximumBatchingWindowInSeconds": 2})
+
+
+def test_router_logs_have_retention(template_json: dict[str, Any]) -> None:
+    """The router logs to its own log group with the configured retention."""
+    fn = router(template_json)
+    group = fn["LoggingConfig"]["LogGroup"]["Ref"]
+    assert template_json["Resources"][group]["Properties"]["RetentionInDays"] == 30

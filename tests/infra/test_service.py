@@ -1,0 +1,92 @@
+"""The worker service: Fargate task, graceful stop, health check, deployments, logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk.assertions import Match
+
+from infra import names
+from tests.infra.conftest import one_resource
+
+
+def container(template_json: dict[str, Any]) -> dict[str, Any]:
+    task = one_resource(template_json, "AWS::ECS::TaskDefinition")["Properties"]
+    (c,) = task["ContainerDefinitions"]
+    return dict(c)
+
+
+def test_cluster_has_container_insights(template: Any) -> None:
+    """Container Insights is on (running task counts, CPU and memory per service)."""
+    template.has_resource_properties("AWS::ECS::Cluster", {
+        "ClusterSettings": [{"Name": "containerInsights", "Value": "enabled"}]})
+
+
+def test_task_is_arm64_fargate_with_settings_sizes(template: Any) -> None:
+    """Fargate, arm64 Linux, CPU and memory from the settings."""
+    template.has_resource_properties("AWS::ECS::TaskDefinition", {
+        "RequiresCompatibilities": ["FARGATE"], "Cpu": "512", "Memory": "1024",
+        "RuntimePlatform": {"CpuArchitecture": "ARM64", "OperatingSystemFamily": "LINUX"},
+    })
+
+
+def test_container_stops_gracefully_and_reports_health(template_json: dict[str, Any]) -> None:
+    """An init forwards SIGTERM, stopTimeout covers the release, the health check is wired."""
+    c = container(template_json)
+    assert c["LinuxParameters"]["InitProcessEnabled"] is True
+    assert c["StopTimeout"] == 120
+    assert c["HealthCheck"]["Command"] == ["CMD", *names.WORKER_HEALTH_COMMAND]
+    assert c["ReadonlyRootFilesystem"] is True
+    assert c["MountPoints"] == [{"ContainerPath": "/tmp", "ReadOnly": False,
+                                 "SourceVolume": "tmp"}]
+    assert {"Name": "nofile", "SoftLimit": 65536, "HardLimit": 65536} in c["Ulimits"]
+
+
+def test_container_logs_never_block_the_event_loop(template_json: dict[str, Any]) -> None:
+    """awslogs in non-blocking mode to a log group with retention."""
+    c = container(template_json)
+    options = c["LogConfiguration"]["Options"]
+    assert c["LogConfiguration"]["LogDriver"] == "awslogs"
+    assert options["mode"] == "non-blocking"
+    group = options["awslogs-group"]["Ref"]
+    assert template_json["Resources"][group]["Properties"]["RetentionInDays"] == 30
+
+
+def test_task_environment_comes_from_the_settings(template_json: dict[str, Any]) -> None:
+    """Lease timings, limits, renew mode and the Powertools names reach the worker."""
+    env = {e["Name"]: e["Value"] for e in container(template_json)["Environment"]}
+    assert env[names.ENV_LEASE_SECONDS] == "20"
+    assert env[names.ENV_HEARTBEAT_SECONDS] == "5"
+    assert env[names.ENV_MAX_CONNECTIONS] == "500"
+    assert env[names.ENV_RECONCILE_SECONDS] == "60"
+    assert env[names.ENV_RENEW_MODE] == "batch"
+    assert env[names.ENV_SERVICE_NAME] == "holdfast-worker"
+    assert env[names.ENV_METRICS_NAMESPACE] == names.NAMESPACE
+    assert {names.ENV_TABLE, names.ENV_QUEUE_URL} <= set(env)
+    assert "HOLDFAST_WORKER_ID" not in env  # defaults to the ECS task id
+    assert names.ENV_HANDLER not in env and names.ENV_ALLOWED_HOSTS not in env
+
+
+def test_optional_worker_settings_and_prebuilt_image(alt_template_json: dict[str, Any]) -> None:
+    """Handler, allowed hosts, x86_64 and a prebuilt image URI are honoured."""
+    c = container(alt_template_json)
+    env = {e["Name"]: e["Value"] for e in c["Environment"]}
+    assert env[names.ENV_HANDLER] == "myapp.handlers:on_message"
+    assert env[names.ENV_ALLOWED_HOSTS] == "feeds.example.com"
+    assert c["Image"] == "public.ecr.aws/example/holdfast-worker:1.0"
+    task = one_resource(alt_template_json, "AWS::ECS::TaskDefinition")["Properties"]
+    assert task["RuntimePlatform"]["CpuArchitecture"] == "X86_64"
+
+
+def test_deployments_roll_forward_safely(template: Any) -> None:
+    """New tasks start before old ones stop; a failing deployment rolls back."""
+    template.has_resource_properties("AWS::ECS::Service", {
+        "LaunchType": "FARGATE",
+        "DeploymentConfiguration": {
+            "DeploymentCircuitBreaker": {"Enable": True, "Rollback": True},
+            "MaximumPercent": 200, "MinimumHealthyPercent": 100},
+        # Left to auto scaling, so a deploy never shrinks a grown fleet.
+        "DesiredCount": Match.absent(),
+        "NetworkConfiguration": {"AwsvpcConfiguration": Match.object_like(
+            {"AssignPublicIp": "DISABLED"})},
+    })

@@ -1,0 +1,45 @@
+"""The sweeper: a one-minute schedule, never two at once, leases timings from the settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra import names
+from infra.sweeper import SWEEPER_HANDLER
+from tests.infra.conftest import one_resource, resources
+
+
+def sweeper(template_json: dict[str, Any]) -> dict[str, Any]:
+    (fn,) = [f["Properties"] for f in resources(template_json, "AWS::Lambda::Function").values()
+             if f["Properties"].get("Handler") == SWEEPER_HANDLER]
+    return fn
+
+
+def test_sweeper_runs_alone_for_about_a_minute(template_json: dict[str, Any]) -> None:
+    """Timeout 70 s (a minute of sweeps plus slack), reserved concurrency 1, arm64."""
+    fn = sweeper(template_json)
+    assert fn["Timeout"] == 70
+    assert fn["ReservedConcurrentExecutions"] == 1
+    assert fn["Architectures"] == ["arm64"]
+    env = fn["Environment"]["Variables"]
+    assert env[names.ENV_LEASE_SECONDS] == "20" and env[names.ENV_SKEW_MS] == "1000"
+    assert env[names.ENV_SERVICE_NAME] == "holdfast-sweeper"
+    assert {names.ENV_TABLE, names.ENV_QUEUE_URL} <= set(env)
+
+
+def test_sweeper_is_scheduled_every_minute_without_retries(template_json: dict[str, Any]) -> None:
+    """An EventBridge rule starts it every minute; a missed minute is not retried."""
+    rule = one_resource(template_json, "AWS::Events::Rule")["Properties"]
+    assert rule["ScheduleExpression"] == "rate(1 minute)"
+    (target,) = rule["Targets"]
+    assert target["RetryPolicy"] == {"MaximumEventAgeInSeconds": 60, "MaximumRetryAttempts": 0}
+    config = one_resource(template_json, "AWS::Lambda::EventInvokeConfig")["Properties"]
+    assert config["MaximumRetryAttempts"] == 0
+
+
+def test_reserved_concurrency_can_be_turned_off(alt_template_json: dict[str, Any]) -> None:
+    """Accounts still at the 10-concurrency quota can deploy with the reservation off."""
+    fn = sweeper(alt_template_json)
+    assert "ReservedConcurrentExecutions" not in fn
+    assert "TracingConfig" not in fn or fn["TracingConfig"] == {"Mode": "PassThrough"}
+    assert fn["Environment"]["Variables"][names.ENV_SERVICE_NAME] == "alt-sweeper"
