@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
@@ -22,6 +22,11 @@ def _graph(title: str, left: Sequence[cw.IMetric], right: Sequence[cw.IMetric] =
                           height=6)
 
 
+def peak(metric: Callable[..., cw.Metric], label: str) -> cw.Metric:
+    """A queue gauge as its per-minute maximum (the average hides short spikes)."""
+    return metric(period=MINUTE, statistic="Maximum", label=label)
+
+
 def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
                     alarms: Sequence[cw.IAlarm]) -> cw.Dashboard:
     """Rows: alarms; connections and leases; nudges and queues; router; sweeper; tasks."""
@@ -33,7 +38,6 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
         return holdfast_metric(name, worker, statistic, label)
 
     q, dlq, svc = parts.queue, parts.dlq, parts.service
-    by_minute = {"period": MINUTE, "statistic": "Maximum"}
     dashboard = cw.Dashboard(scope, construct_id, default_interval=Duration.hours(3))
     dashboard.add_widgets(cw.AlarmStatusWidget(title="Alarms", alarms=list(alarms), width=24,
                                                height=3))
@@ -53,14 +57,13 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
                           q.metric_number_of_messages_sent(period=MINUTE, label="sent (all)"),
                           q.metric_number_of_messages_deleted(period=MINUTE, label="claimed")]),
         _graph("Nudge queue",
-               [q.metric_approximate_number_of_messages_visible(**by_minute, label="visible"),
-                q.metric_approximate_number_of_messages_not_visible(**by_minute,
-                                                                     label="in flight")],
-               [q.metric_approximate_age_of_oldest_message(**by_minute, label="oldest (s)")]),
+               [peak(q.metric_approximate_number_of_messages_visible, "visible"),
+                peak(q.metric_approximate_number_of_messages_not_visible, "in flight")],
+               [peak(q.metric_approximate_age_of_oldest_message, "oldest (s)")]),
         _graph("Dead letters",
-               [dlq.metric_approximate_number_of_messages_visible(**by_minute, label="DLQ"),
-                parts.router_failures.metric_approximate_number_of_messages_visible(
-                    **by_minute, label="router failures")]),
+               [peak(dlq.metric_approximate_number_of_messages_visible, "DLQ"),
+                peak(parts.router_failures.metric_approximate_number_of_messages_visible,
+                     "router failures")]),
     )
     dashboard.add_widgets(
         _graph("Router invocations and errors",

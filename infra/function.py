@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final
 
 from aws_cdk import Duration, RemovalPolicy, Stack
@@ -13,7 +14,8 @@ from constructs import Construct
 
 from infra.logs import retention
 
-__all__ = ["POWERTOOLS_ACCOUNT", "RUNTIME", "HoldfastFunction", "powertools_layer_arn"]
+__all__ = ["POWERTOOLS_ACCOUNT", "RUNTIME", "FunctionDefaults", "HoldfastFunction",
+           "powertools_layer_arn"]
 
 # The newest Python runtime the CDK offers; the layer name below must match it.
 RUNTIME: Final = lambda_.Runtime.PYTHON_3_14
@@ -28,6 +30,17 @@ def powertools_layer_arn(region: str, version: int) -> str:
             f"AWSLambdaPowertoolsPythonV3-{_LAYER_PYTHON}-arm64:{version}")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FunctionDefaults:
+    """What every Holdfast function shares: code asset, layer, tracing, log handling."""
+
+    code: lambda_.Code
+    powertools_layer_version: int
+    tracing: bool
+    log_retention_days: int
+    removal_policy: RemovalPolicy
+
+
 class HoldfastFunction(Construct):
     """A Python function on arm64 with the Powertools layer and a role that can do nothing yet.
 
@@ -35,14 +48,14 @@ class HoldfastFunction(Construct):
     to its own log group only, and callers grant exactly what the function needs on top.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, code: lambda_.Code,
+    def __init__(self, scope: Construct, construct_id: str, *, defaults: FunctionDefaults,
                  handler: str, description: str, environment: Mapping[str, str],
-                 timeout: Duration, memory_mib: int, powertools_layer_version: int,
-                 tracing: bool, log_retention_days: int, removal_policy: RemovalPolicy,
+                 timeout: Duration, memory_mib: int,
                  reserved_concurrency: int | None = None) -> None:
         super().__init__(scope, construct_id)
-        self.log_group = logs.LogGroup(self, "Logs", retention=retention(log_retention_days),
-                                       removal_policy=removal_policy)
+        self.log_group = logs.LogGroup(self, "Logs",
+                                       retention=retention(defaults.log_retention_days),
+                                       removal_policy=defaults.removal_policy)
         self.role = iam.Role(self, "Role",
                              assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
                              description=f"{description} (least privilege)")
@@ -52,13 +65,13 @@ class HoldfastFunction(Construct):
             resources=[self.log_group.log_group_arn]))
         layer = lambda_.LayerVersion.from_layer_version_arn(
             self, "Powertools",
-            powertools_layer_arn(Stack.of(self).region, powertools_layer_version))
+            powertools_layer_arn(Stack.of(self).region, defaults.powertools_layer_version))
         self.function = lambda_.Function(
             self, "Function",
             description=description,
             runtime=RUNTIME,
             architecture=lambda_.Architecture.ARM_64,
-            code=code,
+            code=defaults.code,
             handler=handler,
             layers=[layer],
             role=self.role,
@@ -66,6 +79,6 @@ class HoldfastFunction(Construct):
             timeout=timeout,
             memory_size=memory_mib,
             log_group=self.log_group,
-            tracing=lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.DISABLED,
+            tracing=lambda_.Tracing.ACTIVE if defaults.tracing else lambda_.Tracing.DISABLED,
             reserved_concurrent_executions=reserved_concurrency,
         )

@@ -38,7 +38,7 @@ class Monitoring(Construct):
         gte = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
         quiet = cw.TreatMissingData.NOT_BREACHING
 
-        def alarm(alarm_id: str, description: str, metric: cw.IMetric, threshold: float,
+        def alarm(alarm_id: str, description: str, metric: cw.IMetric, threshold: float, *,
                   periods: int = 1, comparison: cw.ComparisonOperator = gte,
                   missing: cw.TreatMissingData = quiet) -> cw.Alarm:
             return cw.Alarm(self, alarm_id, alarm_description=description, metric=metric,

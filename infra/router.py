@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import jsii
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -14,7 +14,7 @@ from constructs import Construct
 from holdfast.core import schema
 from holdfast.core.filters import FILTER_PATTERNS
 from infra import names
-from infra.function import HoldfastFunction
+from infra.function import FunctionDefaults, HoldfastFunction
 
 __all__ = ["ROUTER_HANDLER", "Router", "SendOnlyDestination", "normalise_statement"]
 
@@ -72,15 +72,13 @@ class Router(Construct):
     covers any lease it left unnudged.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, code: lambda_.Code,
+    def __init__(self, scope: Construct, construct_id: str, *, defaults: FunctionDefaults,
                  table: dynamodb.ITable, queue: sqs.IQueue, failures: sqs.IQueue,
                  service_name: str, batch_size: int, batching_window_seconds: int,
-                 retry_attempts: int, parallelization_factor: int,
-                 powertools_layer_version: int, tracing: bool, log_retention_days: int,
-                 removal_policy: RemovalPolicy) -> None:
+                 retry_attempts: int, parallelization_factor: int) -> None:
         super().__init__(scope, construct_id)
         self.handler = HoldfastFunction(
-            self, "Handler", code=code, handler=ROUTER_HANDLER,
+            self, "Handler", defaults=defaults, handler=ROUTER_HANDLER,
             description="Holdfast router: lease stream -> claim nudges",
             environment={
                 names.ENV_TABLE: table.table_name,
@@ -88,9 +86,7 @@ class Router(Construct):
                 names.ENV_SERVICE_NAME: service_name,
                 names.ENV_METRICS_NAMESPACE: names.NAMESPACE,
             },
-            timeout=Duration.seconds(30), memory_mib=256,
-            powertools_layer_version=powertools_layer_version, tracing=tracing,
-            log_retention_days=log_retention_days, removal_policy=removal_policy)
+            timeout=Duration.seconds(30), memory_mib=256)
         self.function = self.handler.function
         role = self.handler.role
         # SendMessage also authorises SendMessageBatch; no GetQueueUrl/Attributes: the URL is

@@ -11,6 +11,8 @@ from aws_cdk import aws_ecs as ecs
 from constructs import Construct
 
 from infra import names
+from infra.exceptions import SettingsError
+from infra.function import FunctionDefaults
 from infra.lambda_asset import REPO_ROOT, lambda_code
 from infra.metrics import FleetParts
 from infra.monitoring import Monitoring
@@ -20,7 +22,6 @@ from infra.queue import NudgeQueues
 from infra.router import Router
 from infra.scaling import WorkerScaling
 from infra.service import WorkerService
-from infra.exceptions import SettingsError
 from infra.settings import Settings, context_key
 from infra.sweeper import Sweeper
 from infra.table import LeaseTable
@@ -76,9 +77,10 @@ class HoldfastStack(Stack):
         s = settings
         removal = RemovalPolicy.DESTROY if s.removal_policy == "destroy" else RemovalPolicy.RETAIN
         service_names = names.service_names(s.fleet_name)
-        logs = {"log_retention_days": s.log_retention_days, "removal_policy": removal}
-        lambdas = {"code": lambda_code(), "powertools_layer_version": s.powertools_layer_version,
-                   "tracing": s.tracing, **logs}
+        defaults = FunctionDefaults(code=lambda_code(),
+                                    powertools_layer_version=s.powertools_layer_version,
+                                    tracing=s.tracing, log_retention_days=s.log_retention_days,
+                                    removal_policy=removal)
 
         self.table = LeaseTable(
             self, "Leases", table_name=s.table_name, provisioned=s.table_billing == "provisioned",
@@ -92,14 +94,16 @@ class HoldfastStack(Stack):
             service_name=service_names["router"], batch_size=s.router_batch_size,
             batching_window_seconds=s.router_batching_window_seconds,
             retry_attempts=s.router_retry_attempts,
-            parallelization_factor=s.router_parallelization_factor, **lambdas)
+            parallelization_factor=s.router_parallelization_factor, defaults=defaults)
         self.sweeper = Sweeper(
             self, "Sweeper", table=table, index_arn=self.table.index_arn, queue=queue,
             service_name=service_names["sweeper"], lease_seconds=s.lease_seconds,
-            skew_ms=s.skew_ms, reserve_concurrency=s.sweeper_reserve_concurrency, **lambdas)
+            skew_ms=s.skew_ms, reserve_concurrency=s.sweeper_reserve_concurrency,
+            defaults=defaults)
         self.network = Network(
             self, "Network", vpc_id=s.vpc_id, public_subnets=s.worker_subnets == "public",
-            nat_gateways=s.nat_gateways, flow_logs=s.vpc_flow_logs, **logs)
+            nat_gateways=s.nat_gateways, flow_logs=s.vpc_flow_logs,
+            log_retention_days=s.log_retention_days, removal_policy=removal)
         arm64 = s.worker_architecture == "arm64"
         self.workers = WorkerService(
             self, "Workers", vpc=self.network.vpc, subnets=self.network.subnets,
@@ -111,7 +115,8 @@ class HoldfastStack(Stack):
                                            queue_url=queue.queue_url,
                                            service_name=service_names["worker"]),
             stop_timeout=Duration.seconds(s.stop_timeout_seconds), table=table,
-            index_arn=self.table.index_arn, queue=queue, **logs)
+            index_arn=self.table.index_arn, queue=queue,
+            log_retention_days=s.log_retention_days, removal_policy=removal)
         WorkerScaling(
             self, "Scaling", service=self.workers.service, queue=queue,
             service_name=service_names["worker"], min_tasks=s.min_tasks, max_tasks=s.max_tasks,

@@ -7,17 +7,16 @@ loops over ~1 s sweeps, which is far cheaper than one invocation per second.
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra import names
-from infra.function import HoldfastFunction
+from infra.function import FunctionDefaults, HoldfastFunction
 
 __all__ = ["SWEEPER_HANDLER", "SWEEPER_TIMEOUT", "Sweeper"]
 
@@ -30,14 +29,12 @@ SWEEPER_TIMEOUT = Duration.seconds(70)
 class Sweeper(Construct):
     """The sweeper function and its one-minute schedule. May only query the index and send."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, code: lambda_.Code,
+    def __init__(self, scope: Construct, construct_id: str, *, defaults: FunctionDefaults,
                  table: dynamodb.ITable, index_arn: str, queue: sqs.IQueue, service_name: str,
-                 lease_seconds: int, skew_ms: int, reserve_concurrency: bool,
-                 powertools_layer_version: int, tracing: bool, log_retention_days: int,
-                 removal_policy: RemovalPolicy) -> None:
+                 lease_seconds: int, skew_ms: int, reserve_concurrency: bool) -> None:
         super().__init__(scope, construct_id)
         self.handler = HoldfastFunction(
-            self, "Handler", code=code, handler=SWEEPER_HANDLER,
+            self, "Handler", defaults=defaults, handler=SWEEPER_HANDLER,
             description="Holdfast sweeper: expired leases -> claim nudges",
             environment={
                 names.ENV_TABLE: table.table_name,
@@ -48,8 +45,6 @@ class Sweeper(Construct):
                 names.ENV_METRICS_NAMESPACE: names.NAMESPACE,
             },
             timeout=SWEEPER_TIMEOUT, memory_mib=256,
-            powertools_layer_version=powertools_layer_version, tracing=tracing,
-            log_retention_days=log_retention_days, removal_policy=removal_policy,
             # One sweeper at a time: overlapping sweeps would only send duplicate nudges.
             # Accounts whose concurrency quota is still 10 cannot reserve any; they turn it off.
             reserved_concurrency=1 if reserve_concurrency else None)

@@ -15,8 +15,8 @@ def instructions(text: str) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
     joined = re.sub(r"\\\n\s*", " ", text)
     out = []
-    for line in joined.splitlines():
-        line = line.strip()
+    for raw in joined.splitlines():
+        line = raw.strip()
         if line and not line.startswith("#"):
             word, _, rest = line.partition(" ")
             out.append((word.upper(), rest.strip()))

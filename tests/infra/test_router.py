@@ -17,7 +17,7 @@ from tests.infra.conftest import resources
 def router(template_json: dict[str, Any]) -> dict[str, Any]:
     (fn,) = [f["Properties"] for f in resources(template_json, "AWS::Lambda::Function").values()
              if f["Properties"].get("Handler") == ROUTER_HANDLER]
-    return fn
+    return dict(fn)
 
 
 def test_router_runs_on_arm64_with_the_powertools_layer(template_json: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ def ecs_target(template_json: dict[str, Any]) -> dict[str, Any]:
     (target,) = [t["Properties"] for t in
                  resources(template_json, "AWS::ApplicationAutoScaling::ScalableTarget").values()
                  if t["Properties"]["ServiceNamespace"] == "ecs"]
-    return target
+    return dict(target)
 
 
 def test_task_count_bounds_come_from_settings(template_json: dict[str, Any]) -> None:

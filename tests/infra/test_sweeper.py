@@ -12,7 +12,7 @@ from tests.infra.conftest import one_resource, resources
 def sweeper(template_json: dict[str, Any]) -> dict[str, Any]:
     (fn,) = [f["Properties"] for f in resources(template_json, "AWS::Lambda::Function").values()
              if f["Properties"].get("Handler") == SWEEPER_HANDLER]
-    return fn
+    return dict(fn)
 
 
 def test_sweeper_runs_alone_for_about_a_minute(template_json: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from tests.infra.conftest import one_resource, resources
 
 def test_table_matches_the_shared_schema(template: Any) -> None:
     """Partition key, KEYS_ONLY GSI and NEW_AND_OLD_IMAGES stream come from holdfast.core."""
-    local = schema.table_definition()
+    local: dict[str, Any] = schema.table_definition()
     template.has_resource_properties("AWS::DynamoDB::Table", {
         "KeySchema": local["KeySchema"],
         "AttributeDefinitions": Match.array_equals(local["AttributeDefinitions"]),
