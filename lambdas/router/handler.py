@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
     EventType,
@@ -32,6 +32,7 @@ from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from lambdas.exceptions import NudgeNotSent
+from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by
 from lambdas.nudge import Nudge, send_nudges
 from lambdas.router.decide import Decision, Outcome, decide
 from lambdas.settings import Settings
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 __all__ = ["METRICS_NAMESPACE", "RouterDeps", "configure", "lambda_handler", "route"]
 
-METRICS_NAMESPACE = "Holdfast"
 logger = Logger(service="holdfast-router")
 metrics = Metrics(namespace=METRICS_NAMESPACE, service="router")
 tracer = Tracer(service="holdfast-router")
@@ -223,10 +223,5 @@ def _emit_metrics(plan: _Plan, n_records: int) -> None:
     metrics.add_metric(name="NudgesFailed", unit=MetricUnit.Count,
                        value=plan.counts["send_failed"])
     metrics.add_metric(name="Normalised", unit=MetricUnit.Count, value=plan.counts["normalised"])
-    for key, count in sorted(plan.counts.items()):
-        if key.startswith("sent:"):
-            # Per-reason counts need their own dimension, hence one EMF blob per reason.
-            with single_metric(name="Nudges", unit=MetricUnit.Count, value=count,
-                               namespace=METRICS_NAMESPACE,
-                               default_dimensions={"service": "router"}) as metric:
-                metric.add_dimension(name="reason", value=key[5:])
+    emit_counts_by("Nudges", "reason", {k[5:]: n for k, n in plan.counts.items()
+                                        if k.startswith("sent:")}, service="router")

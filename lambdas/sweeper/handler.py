@@ -16,9 +16,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.metrics import MetricUnit
 
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
+from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by
 from lambdas.settings import Settings
 from lambdas.sweeper.dedup import NudgeMemory
 from lambdas.sweeper.loop import SweepDeps, SweepStats, memory_for, run_sweeps
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["configure", "lambda_handler", "sweep_for"]
 
-METRICS_NAMESPACE = "Holdfast"
 logger = Logger(service="holdfast-sweeper")
 metrics = Metrics(namespace=METRICS_NAMESPACE, service="sweeper")
 tracer = Tracer(service="holdfast-sweeper")
@@ -82,11 +82,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     metrics.add_metric(name="NudgesFailed", unit=MetricUnit.Count, value=stats.failed)
     metrics.add_metric(name="OldestOrphanAge", unit=MetricUnit.Milliseconds,
                        value=stats.oldest_age_ms)
-    for reason, count in sorted(stats.nudged.items()):
-        with single_metric(name="Nudges", unit=MetricUnit.Count, value=count,
-                           namespace=METRICS_NAMESPACE,
-                           default_dimensions={"service": "sweeper"}) as metric:
-            metric.add_dimension(name="reason", value=reason)
+    emit_counts_by("Nudges", "reason", stats.nudged, service="sweeper")
     summary = {"sweeps": stats.sweeps, "errors": stats.errors, "nudged": stats.nudged,
                "failed": stats.failed, "oldest_orphan_age_ms": stats.oldest_age_ms}
     logger.info("sweeper invocation done", extra=summary)

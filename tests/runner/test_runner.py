@@ -1,0 +1,158 @@
+"""The local runner end to end on DynamoDB Local: stream -> filter -> router -> SQS, + sweeper."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from holdfast.core.schema import ATTR, pk_for
+from holdfast.core.store import LeaseStore
+from holdfast.core.table import create_stream
+from holdfast.runner.config import RunnerConfig
+from tests.conftest import TIMEOUT_SCALE
+from tests.lambdas.helpers import receive_nudges
+from tests.lambdas.records import image
+from tests.runner.conftest import running
+
+URL = "wss://feeds.example.test/1"
+
+
+def config(**kw: Any) -> RunnerConfig:
+    return dataclasses.replace(RunnerConfig.from_env(), **kw)
+
+
+def wait_for(predicate: Any, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s * TIMEOUT_SCALE
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return bool(predicate())
+
+
+def test_insert_puts_a_nudge_on_the_queue(runner_env: dict[str, str], ddb: Any, sqs: Any,
+                                          unique_id: str) -> None:
+    """Creating a STARTED item makes a nudge appear on the queue, quickly."""
+    with running(config(sweeper=False)) as runner:
+        started = time.monotonic()
+        assert create_stream(ddb, runner_env["HOLDFAST_TABLE"], unique_id, URL)
+        got = receive_nudges(sqs, runner_env["HOLDFAST_QUEUE_URL"], expect=1)
+        latency = time.monotonic() - started
+    assert got == [{"conn_id": unique_id, "reason": "inserted", "epoch": 0}]
+    assert latency < 2 * TIMEOUT_SCALE  # measured by bench/router_latency.py, not here
+    assert runner.stats.esm.invocations == 1
+
+
+def test_heartbeats_invoke_nothing(runner_env: dict[str, str], ddb: Any, sqs: Any,
+                                   unique_id: str) -> None:
+    """Acquire, heartbeats and checkpoints are read from the stream but never delivered."""
+    table = runner_env["HOLDFAST_TABLE"]
+    store = LeaseStore(ddb, table, lease_ms=20_000, skew_ms=100)
+    with running(config(sweeper=False)) as runner:
+        create_stream(ddb, table, unique_id, URL)
+        assert wait_for(lambda: runner.stats.esm.invocations == 1)
+        lease = store.acquire(unique_id, "w1")
+        for seq in range(5):
+            lease = store.renew(lease, handled_seq=seq)
+        assert wait_for(lambda: runner.stats.records_read >= 7)
+        time.sleep(0.2)
+    assert runner.stats.esm.invocations == 1
+    assert runner.stats.records_filtered_out == 6
+    assert len(receive_nudges(sqs, runner_env["HOLDFAST_QUEUE_URL"], expect=2,
+                              timeout_s=1)) == 1
+
+
+def test_release_and_stop_start(runner_env: dict[str, str], ddb: Any, sqs: Any,
+                                unique_id: str) -> None:
+    """A release and a STOPPED -> STARTED flip are nudged; the stop itself is not."""
+    from holdfast.core.table import set_desired_state
+
+    table, queue = runner_env["HOLDFAST_TABLE"], runner_env["HOLDFAST_QUEUE_URL"]
+    store = LeaseStore(ddb, table, lease_ms=20_000, skew_ms=100)
+    create_stream(ddb, table, unique_id, URL)
+    lease = store.acquire(unique_id, "w1")
+    with running(config(sweeper=False, start="LATEST")):
+        assert store.release(lease) is None
+        assert receive_nudges(sqs, queue, expect=1) == [
+            {"conn_id": unique_id, "reason": "released", "epoch": 1}]
+        set_desired_state(ddb, table, unique_id, "STOPPED")
+        set_desired_state(ddb, table, unique_id, "STARTED")
+        assert receive_nudges(sqs, queue, expect=2, timeout_s=2) == [
+            {"conn_id": unique_id, "reason": "started", "epoch": 1}]
+
+
+def test_seed_item_is_normalised_through_the_stream(runner_env: dict[str, str], ddb: Any,
+                                                    sqs: Any, unique_id: str) -> None:
+    """An item written without an expiry is nudged once and given expiry 0 for the sweeper."""
+    table = runner_env["HOLDFAST_TABLE"]
+    with running(config(sweeper=False)) as runner:
+        ddb.put_item(TableName=table, Item=image(unique_id))
+        got = receive_nudges(sqs, runner_env["HOLDFAST_QUEUE_URL"], expect=2, timeout_s=2)
+        assert wait_for(lambda: runner.stats.records_read >= 2)
+    item = ddb.get_item(TableName=table, Key={ATTR.pk: {"S": pk_for(unique_id)}},
+                        ConsistentRead=True)["Item"]
+    assert item[ATTR.lease_expires_at_ms] == {"N": "0"}
+    assert got == [{"conn_id": unique_id, "reason": "inserted", "epoch": 0}]
+
+
+def test_sweeper_thread_nudges_an_expired_lease(runner_env: dict[str, str], ddb: Any, sqs: Any,
+                                                unique_id: str) -> None:
+    """With the sweeper on, a lease whose holder died is nudged soon after it expires."""
+    table, queue = runner_env["HOLDFAST_TABLE"], runner_env["HOLDFAST_QUEUE_URL"]
+    create_stream(ddb, table, unique_id, URL)
+    lease = LeaseStore(ddb, table, lease_ms=500, skew_ms=100).acquire(unique_id, "dead")
+    with running(config(start="LATEST")):
+        got = receive_nudges(sqs, queue, expect=1, timeout_s=4)
+        received_ms = time.time() * 1000
+    assert got == [{"conn_id": unique_id, "reason": "expired", "epoch": None}]
+    assert received_ms >= lease.expires_at_ms + 100
+
+
+def test_sqs_outage_is_retried_then_dropped(runner_env: dict[str, str], ddb: Any,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            unique_id: str) -> None:
+    """With SQS down the batch is retried, then dropped and counted; the shard moves on."""
+    from holdfast.localaws.processes import free_port
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("HOLDFAST_NUDGE_SEND_ATTEMPTS", "1")
+    cfg = config(sweeper=False)
+    cfg = dataclasses.replace(cfg, esm=dataclasses.replace(cfg.esm, max_retry_attempts=1,
+                                                           retry_backoff_ms=10))
+    with running(cfg) as runner:
+        create_stream(ddb, runner_env["HOLDFAST_TABLE"], unique_id, URL)
+        assert wait_for(lambda: runner.stats.esm.dropped == 1, timeout_s=30)
+        create_stream(ddb, runner_env["HOLDFAST_TABLE"], f"{unique_id}-2", URL)
+        assert wait_for(lambda: runner.stats.esm.invocations >= 3, timeout_s=30)
+    assert runner.stats.esm.retries >= 1
+
+
+def test_module_entry_point_stops_cleanly_on_sigterm(runner_env: dict[str, str], ddb: Any,
+                                                     sqs: Any, unique_id: str) -> None:
+    """``python -m holdfast.runner`` delivers nudges and exits 0 with a summary on SIGTERM."""
+    env = {**os.environ, **runner_env, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, "-m", "holdfast.runner", "--start", "LATEST"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "runner reading" in line:
+                break
+        create_stream(ddb, runner_env["HOLDFAST_TABLE"], unique_id, URL)
+        assert receive_nudges(sqs, runner_env["HOLDFAST_QUEUE_URL"], expect=1, timeout_s=10)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20 * TIMEOUT_SCALE)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "SIGTERM: stopping" in out
+    assert "runner stopped: 1 records read, 0 filtered out, 1 invocations" in out
+    assert '"_aws"' not in out  # EMF metric lines are off locally unless asked for
