@@ -9,7 +9,7 @@ from aws_cdk import aws_cloudwatch as cw
 from constructs import Construct
 
 from infra import names
-from infra.metrics import MINUTE, FleetParts, holdfast_metric, running_tasks
+from infra.metrics import MINUTE, FleetParts, holdfast_metric, nudges_sent, running_tasks
 
 __all__ = ["build_dashboard"]
 
@@ -47,15 +47,17 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
                [w(names.METRIC_ACTIVE_CONNECTIONS, "Average", "per task (avg)")]),
         _graph("Claims and losses",
                [w(names.METRIC_CLAIMS), w(names.METRIC_CLAIM_CONFLICTS),
-                w(names.METRIC_LEASES_LOST)]),
+                w(names.METRIC_LEASES_LOST), w(names.METRIC_LEASES_FENCED),
+                w(names.METRIC_RENEW_FAILURES)]),
         _graph("Renew latency (ms)",
                [w(names.METRIC_RENEW_LATENCY, "p50", "p50"),
                 w(names.METRIC_RENEW_LATENCY, "p99", "p99")]),
     )
     dashboard.add_widgets(
-        _graph("Nudges", [holdfast_metric(names.METRIC_NUDGES_SENT, router, label="router"),
-                          q.metric_number_of_messages_sent(period=MINUTE, label="sent (all)"),
-                          q.metric_number_of_messages_deleted(period=MINUTE, label="claimed")]),
+        _graph("Nudges", [nudges_sent(router, "by router"), nudges_sent(sweeper, "by sweeper"),
+                          q.metric_number_of_messages_deleted(period=MINUTE, label="consumed"),
+                          holdfast_metric(names.METRIC_NUDGES_FAILED, router,
+                                          label="router send failures")]),
         _graph("Nudge queue",
                [peak(q.metric_approximate_number_of_messages_visible, "visible"),
                 peak(q.metric_approximate_number_of_messages_not_visible, "in flight")],
@@ -69,21 +71,25 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
         _graph("Router invocations and errors",
                [parts.router.metric_invocations(period=MINUTE),
                 parts.router.metric_errors(period=MINUTE),
-                parts.router.metric_throttles(period=MINUTE)]),
+                parts.router.metric_throttles(period=MINUTE),
+                holdfast_metric(names.METRIC_MALFORMED_RECORDS, router, label="malformed"),
+                holdfast_metric(names.METRIC_NORMALISED, router, label="normalised")]),
         _graph("Router iterator age (ms)",
                [parts.router.metric("IteratorAge", period=MINUTE, statistic="Maximum")]),
         _graph("Router duration (ms)",
                [parts.router.metric_duration(period=MINUTE, statistic="p99", label="p99")]),
     )
     dashboard.add_widgets(
-        _graph("Orphans found by the sweeper",
-               [holdfast_metric(names.METRIC_ORPHANS_FOUND, sweeper)],
-               [holdfast_metric(names.METRIC_OLDEST_ORPHAN_AGE_MS, sweeper, "Maximum",
-                                "oldest (ms)")]),
-        _graph("Sweeper invocations and errors",
+        _graph("Expired leases found by the sweeper",
+               [holdfast_metric(names.METRIC_OLDEST_ORPHAN_AGE, sweeper, "Maximum",
+                                "longest expired (ms)")]),
+        _graph("Sweeper runs and errors",
                [parts.sweeper.metric_invocations(period=MINUTE),
-                parts.sweeper.metric_errors(period=MINUTE)]),
-        _graph("Upstream", [w(names.METRIC_RECONNECTS), w(names.METRIC_HANDLER_ERRORS)]),
+                parts.sweeper.metric_errors(period=MINUTE),
+                holdfast_metric(names.METRIC_SWEEPS, sweeper, label="sweeps"),
+                holdfast_metric(names.METRIC_SWEEP_ERRORS, sweeper, label="failed sweeps")]),
+        _graph("Upstream", [w(names.METRIC_RECONNECTS), w(names.METRIC_HANDLER_ERRORS),
+                            w(names.METRIC_UPSTREAM_GIVE_UPS)]),
     )
     dashboard.add_widgets(
         _graph("Worker tasks", [running_tasks(svc)]),

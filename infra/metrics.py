@@ -12,7 +12,7 @@ from aws_cdk import aws_sqs as sqs
 
 from infra import names
 
-__all__ = ["MINUTE", "FleetParts", "holdfast_metric", "running_tasks"]
+__all__ = ["MINUTE", "FleetParts", "holdfast_metric", "nudges_sent", "running_tasks"]
 
 MINUTE = Duration.minutes(1)
 
@@ -36,6 +36,17 @@ def holdfast_metric(name: str, service: str, statistic: str = "Sum",
     return cw.Metric(namespace=names.NAMESPACE, metric_name=name,
                      dimensions_map={names.DIMENSION_SERVICE: service}, statistic=statistic,
                      period=MINUTE, label=label)
+
+
+def nudges_sent(service: str, label: str) -> cw.MathExpression:
+    """Nudges sent by one component, summed over their ``reason`` dimension.
+
+    Each reason is its own metric; SEARCH finds whichever reasons occurred, SUM adds them.
+    """
+    query = (f"{{{names.NAMESPACE},{names.DIMENSION_REASON},{names.DIMENSION_SERVICE}}} "
+             f'MetricName="{names.METRIC_NUDGES}" {names.DIMENSION_SERVICE}="{service}"')
+    return cw.MathExpression(expression=f"SUM(SEARCH('{query}', 'Sum', 60))", label=label,
+                             period=MINUTE)
 
 
 def running_tasks(service: ecs.FargateService) -> cw.Metric:

@@ -64,7 +64,7 @@ class Monitoring(Construct):
                   60_000, periods=3),
             alarm("StreamsUnowned",
                   "A wanted (STARTED) stream has had no owner for longer than a lease.",
-                  holdfast_metric(names.METRIC_OLDEST_ORPHAN_AGE_MS, sweeper, "Maximum"),
+                  holdfast_metric(names.METRIC_OLDEST_ORPHAN_AGE, sweeper, "Maximum"),
                   lease_ms, periods=2, comparison=cw.ComparisonOperator.GREATER_THAN_THRESHOLD),
             alarm("SweeperErrors", "The sweeper function failed.",
                   p.sweeper.metric_errors(period=Duration.minutes(5), statistic="Sum"), 1),

@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "DIMENSION_REASON",
     "DIMENSION_SERVICE",
     "ENV_ALLOWED_HOSTS",
     "ENV_HANDLER",
     "ENV_HEARTBEAT_SECONDS",
+    "ENV_LEASE_MS",
     "ENV_LEASE_SECONDS",
     "ENV_MAX_CONNECTIONS",
     "ENV_METRICS_NAMESPACE",
@@ -21,18 +23,26 @@ __all__ = [
     "ENV_RECONCILE_SECONDS",
     "ENV_RENEW_MODE",
     "ENV_SERVICE_NAME",
+    "ENV_SHUTDOWN_SECONDS",
     "ENV_SKEW_MS",
     "ENV_TABLE",
     "METRIC_ACTIVE_CONNECTIONS",
     "METRIC_CLAIMS",
     "METRIC_CLAIM_CONFLICTS",
     "METRIC_HANDLER_ERRORS",
+    "METRIC_LEASES_FENCED",
     "METRIC_LEASES_LOST",
-    "METRIC_NUDGES_SENT",
-    "METRIC_OLDEST_ORPHAN_AGE_MS",
-    "METRIC_ORPHANS_FOUND",
+    "METRIC_MALFORMED_RECORDS",
+    "METRIC_NORMALISED",
+    "METRIC_NUDGES",
+    "METRIC_NUDGES_FAILED",
+    "METRIC_OLDEST_ORPHAN_AGE",
     "METRIC_RECONNECTS",
+    "METRIC_RENEW_FAILURES",
     "METRIC_RENEW_LATENCY",
+    "METRIC_SWEEPS",
+    "METRIC_SWEEP_ERRORS",
+    "METRIC_UPSTREAM_GIVE_UPS",
     "NAMESPACE",
     "WORKER_HEALTH_COMMAND",
     "service_names",
@@ -41,11 +51,13 @@ __all__ = [
 # --- environment variables read by the worker and the Lambdas -------------------------------
 ENV_TABLE: Final = "HOLDFAST_TABLE"
 ENV_QUEUE_URL: Final = "HOLDFAST_QUEUE_URL"
-ENV_LEASE_SECONDS: Final = "HOLDFAST_LEASE_SECONDS"
+ENV_LEASE_SECONDS: Final = "HOLDFAST_LEASE_SECONDS"  # worker
+ENV_LEASE_MS: Final = "HOLDFAST_LEASE_MS"  # router and sweeper
 ENV_HEARTBEAT_SECONDS: Final = "HOLDFAST_HEARTBEAT_SECONDS"
 ENV_SKEW_MS: Final = "HOLDFAST_SKEW_MS"
 ENV_MAX_CONNECTIONS: Final = "HOLDFAST_MAX_CONNECTIONS"
 ENV_RECONCILE_SECONDS: Final = "HOLDFAST_RECONCILE_SECONDS"
+ENV_SHUTDOWN_SECONDS: Final = "HOLDFAST_SHUTDOWN_SECONDS"
 ENV_RENEW_MODE: Final = "HOLDFAST_RENEW_MODE"
 ENV_HANDLER: Final = "HOLDFAST_HANDLER"
 ENV_ALLOWED_HOSTS: Final = "HOLDFAST_ALLOWED_HOSTS"
@@ -58,20 +70,29 @@ NAMESPACE: Final = "Holdfast"
 # Powertools Metrics adds the dimension ``service`` = POWERTOOLS_SERVICE_NAME to every metric.
 DIMENSION_SERVICE: Final = "service"
 
-# Worker (one datapoint per task per flush; the stack averages ActiveConnections across tasks).
+# Worker (one EMF record per task per flush; the stack averages ActiveConnections across tasks).
 METRIC_ACTIVE_CONNECTIONS: Final = "ActiveConnections"
 METRIC_CLAIMS: Final = "Claims"
 METRIC_CLAIM_CONFLICTS: Final = "ClaimConflicts"
 METRIC_LEASES_LOST: Final = "LeasesLost"
+METRIC_LEASES_FENCED: Final = "LeasesFenced"
+METRIC_RENEW_FAILURES: Final = "RenewFailures"
 METRIC_RENEW_LATENCY: Final = "RenewLatency"
 METRIC_RECONNECTS: Final = "Reconnects"
 METRIC_HANDLER_ERRORS: Final = "HandlerErrors"
-# Router: one count per nudge sent to the queue.
-METRIC_NUDGES_SENT: Final = "NudgesSent"
-# Sweeper: per sweep, how many STARTED leases it found expired and the age of the oldest one
-# (now - lease_expires_at_ms, 0 when none). The "wanted but unowned" alarm watches the age.
-METRIC_ORPHANS_FOUND: Final = "OrphansFound"
-METRIC_OLDEST_ORPHAN_AGE_MS: Final = "OldestOrphanAgeMs"
+METRIC_UPSTREAM_GIVE_UPS: Final = "UpstreamGiveUps"
+# Router and sweeper: nudges sent, one metric per ``reason`` (extra dimension), and failures.
+METRIC_NUDGES: Final = "Nudges"
+DIMENSION_REASON: Final = "reason"
+METRIC_NUDGES_FAILED: Final = "NudgesFailed"
+METRIC_MALFORMED_RECORDS: Final = "MalformedRecords"
+METRIC_NORMALISED: Final = "Normalised"
+# Sweeper, per invocation: sweeps run, sweeps that failed, and the age (now - expiry, ms) of
+# the longest-expired STARTED lease it found unowned. The "wanted but unowned" alarm watches
+# that age.
+METRIC_SWEEPS: Final = "Sweeps"
+METRIC_SWEEP_ERRORS: Final = "SweepErrors"
+METRIC_OLDEST_ORPHAN_AGE: Final = "OldestOrphanAge"
 
 # The container health check: exits 0 while the worker's supervisor loop is alive.
 WORKER_HEALTH_COMMAND: Final = ("python", "-m", "worker.health")

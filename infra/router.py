@@ -74,8 +74,9 @@ class Router(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, defaults: FunctionDefaults,
                  table: dynamodb.ITable, queue: sqs.IQueue, failures: sqs.IQueue,
-                 service_name: str, batch_size: int, batching_window_seconds: int,
-                 retry_attempts: int, parallelization_factor: int) -> None:
+                 service_name: str, lease_ms: int, skew_ms: int, batch_size: int,
+                 batching_window_seconds: int, retry_attempts: int,
+                 parallelization_factor: int) -> None:
         super().__init__(scope, construct_id)
         self.handler = HoldfastFunction(
             self, "Handler", defaults=defaults, handler=ROUTER_HANDLER,
@@ -83,6 +84,8 @@ class Router(Construct):
             environment={
                 names.ENV_TABLE: table.table_name,
                 names.ENV_QUEUE_URL: queue.queue_url,
+                names.ENV_LEASE_MS: str(lease_ms),
+                names.ENV_SKEW_MS: str(skew_ms),
                 names.ENV_SERVICE_NAME: service_name,
                 names.ENV_METRICS_NAMESPACE: names.NAMESPACE,
             },

@@ -192,6 +192,15 @@ class Settings:
         return self.lease_seconds * 1000
 
     @property
+    def shutdown_seconds(self) -> int:
+        """The worker's graceful-stop budget: a lease plus a heartbeat.
+
+        Releasing is only worth waiting for while the leases are still live; after a lease
+        they have expired anyway and the sweeper hands them out.
+        """
+        return self.lease_seconds + self.heartbeat_seconds
+
+    @property
     def target_connections_per_task(self) -> int:
         """The average ActiveConnections per task that target tracking aims for."""
         return max(1, self.max_connections_per_task * self.target_utilization_percent // 100)
@@ -218,12 +227,14 @@ class Settings:
         if self.log_retention_days not in LOG_RETENTION_DAYS:
             raise SettingsError(f"{k('log_retention_days')}={self.log_retention_days}: "
                                 f"CloudWatch allows {sorted(LOG_RETENTION_DAYS)}")
-        # A graceful stop renews one last time and releases every lease: give it a heartbeat
-        # plus time to drain, or ECS kills the task and its leases wait out a full expiry.
-        if self.stop_timeout_seconds < self.heartbeat_seconds + 10:
+        # A graceful stop checkpoints and releases every lease within shutdown_seconds; ECS
+        # must not SIGKILL before that (10 s for exit and log flush), or the task's leases wait
+        # out a full expiry instead of moving at once.
+        need = self.shutdown_seconds + 10
+        if self.stop_timeout_seconds < need:
             raise SettingsError(
                 f"{k('stop_timeout_seconds')}={self.stop_timeout_seconds}: must be at least "
-                f"{k('heartbeat_seconds')} + 10 = {self.heartbeat_seconds + 10} s")
+                f"{k('lease_seconds')} + {k('heartbeat_seconds')} + 10 = {need} s")
         if self.table_read_min > self.table_read_max:
             raise SettingsError(f"{k('table_read_min')} is above {k('table_read_max')}")
         if self.table_write_min > self.table_write_max:

@@ -57,6 +57,7 @@ def worker_environment(s: Settings, *, table_name: str, queue_url: str,
         names.ENV_SKEW_MS: str(s.skew_ms),
         names.ENV_MAX_CONNECTIONS: str(s.max_connections_per_task),
         names.ENV_RECONCILE_SECONDS: str(s.reconcile_seconds),
+        names.ENV_SHUTDOWN_SECONDS: str(s.shutdown_seconds),
         names.ENV_RENEW_MODE: s.renew_mode,
         names.ENV_SERVICE_NAME: service_name,
         names.ENV_METRICS_NAMESPACE: names.NAMESPACE,
@@ -91,13 +92,14 @@ class HoldfastStack(Stack):
         table, queue = self.table.table, self.queues.queue
         self.router = Router(
             self, "Router", table=table, queue=queue, failures=self.queues.router_failures,
-            service_name=service_names["router"], batch_size=s.router_batch_size,
+            service_name=service_names["router"], lease_ms=s.lease_ms, skew_ms=s.skew_ms,
+            batch_size=s.router_batch_size,
             batching_window_seconds=s.router_batching_window_seconds,
             retry_attempts=s.router_retry_attempts,
             parallelization_factor=s.router_parallelization_factor, defaults=defaults)
         self.sweeper = Sweeper(
             self, "Sweeper", table=table, index_arn=self.table.index_arn, queue=queue,
-            service_name=service_names["sweeper"], lease_seconds=s.lease_seconds,
+            service_name=service_names["sweeper"], lease_ms=s.lease_ms,
             skew_ms=s.skew_ms, reserve_concurrency=s.sweeper_reserve_concurrency,
             defaults=defaults)
         self.network = Network(

@@ -31,7 +31,7 @@ class Sweeper(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, defaults: FunctionDefaults,
                  table: dynamodb.ITable, index_arn: str, queue: sqs.IQueue, service_name: str,
-                 lease_seconds: int, skew_ms: int, reserve_concurrency: bool) -> None:
+                 lease_ms: int, skew_ms: int, reserve_concurrency: bool) -> None:
         super().__init__(scope, construct_id)
         self.handler = HoldfastFunction(
             self, "Handler", defaults=defaults, handler=SWEEPER_HANDLER,
@@ -39,7 +39,7 @@ class Sweeper(Construct):
             environment={
                 names.ENV_TABLE: table.table_name,
                 names.ENV_QUEUE_URL: queue.queue_url,
-                names.ENV_LEASE_SECONDS: str(lease_seconds),
+                names.ENV_LEASE_MS: str(lease_ms),
                 names.ENV_SKEW_MS: str(skew_ms),
                 names.ENV_SERVICE_NAME: service_name,
                 names.ENV_METRICS_NAMESPACE: names.NAMESPACE,

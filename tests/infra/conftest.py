@@ -1,8 +1,9 @@
 """Shared fixtures for the CDK tests: synthesize once, assert many times.
 
 ``cli_assembly`` runs the real CLI (``npx cdk synth``) with the project's ``cdk.json``, no AWS
-credentials and no network calls home; every template test reads its output. ``alt_template``
-is the one in-process synth with every non-default branch of the settings turned on.
+credentials and no network calls home; every template test reads its output. ``alt_assembly``
+is a second CLI synth, started at the same time, with every non-default branch of the
+settings turned on through ``-c key=value`` (so the string form of every value is exercised).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = "Holdfast"
+ALT_STACK = "HoldfastAlt"
 # A cold CLI synth takes ~15-25 s on a 2-core box; the limit only catches a hang.
 SYNTH_TIMEOUT_S = 300
 
@@ -57,23 +59,57 @@ def one_resource(template: dict[str, Any], rtype: str) -> dict[str, Any]:
     return found[0]
 
 
+class SynthJob:
+    """One `npx cdk synth` running in the background, into its own output directory."""
+
+    def __init__(self, out: Path, context: dict[str, Any]) -> None:
+        self.out = out
+        args = [f"--context={k}={v}" for k, v in context.items()]
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            ["npx", "--no", "cdk", "synth", "--quiet", "--output", str(out), *args],
+            cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+
+    def wait(self) -> Path:
+        """The cloud assembly directory once the synth succeeded (test failure otherwise)."""
+        try:
+            stdout, stderr = self.proc.communicate(timeout=SYNTH_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            pytest.fail(f"cdk synth into {self.out} hung for {SYNTH_TIMEOUT_S}s")
+        elapsed = time.monotonic() - self.started
+        if self.proc.returncode != 0:
+            pytest.fail(f"cdk synth failed ({self.proc.returncode}) after {elapsed:.1f}s:\n"
+                        f"{stdout[-4000:]}\n{stderr[-8000:]}")
+        return self.out
+
+
 @pytest.fixture(scope="session")
-def cli_assembly(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Run `npx cdk synth` once; the cloud assembly directory."""
+def synth_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, SynthJob]]:
+    """Both synths (defaults and ``ALT_CONTEXT``) started at once: two cores, half the wait."""
     if shutil.which("npx") is None or not (REPO / "node_modules" / ".bin" / "cdk").exists():
         pytest.fail("the CDK CLI is missing: run `npm install` (make deps) first")
-    out = tmp_path_factory.mktemp("cdk.out")
-    started = time.monotonic()
-    proc = subprocess.run(
-        ["npx", "--no", "cdk", "synth", "--quiet", "--output", str(out)],
-        cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=SYNTH_TIMEOUT_S,
-        check=False)
-    elapsed = time.monotonic() - started
-    if proc.returncode != 0:
-        pytest.fail(f"cdk synth failed ({proc.returncode}) after {elapsed:.1f}s:\n"
-                    f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
-    (out / "synth-seconds.txt").write_text(f"{elapsed:.1f}\n")
-    yield out
+    jobs = {"main": SynthJob(tmp_path_factory.mktemp("cdk.out"), {}),
+            "alt": SynthJob(tmp_path_factory.mktemp("alt.out"), ALT_CONTEXT)}
+    yield jobs
+    for job in jobs.values():
+        if job.proc.poll() is None:
+            job.proc.kill()
+            job.proc.communicate()
+
+
+@pytest.fixture(scope="session")
+def cli_assembly(synth_jobs: dict[str, SynthJob]) -> Path:
+    """`npx cdk synth` with the project's cdk.json: the cloud assembly directory."""
+    return synth_jobs["main"].wait()
+
+
+@pytest.fixture(scope="session")
+def alt_assembly(synth_jobs: dict[str, SynthJob]) -> Path:
+    """`npx cdk synth -c ...` with every non-default branch on: the assembly directory."""
+    return synth_jobs["alt"].wait()
 
 
 @pytest.fixture(scope="session")
@@ -92,7 +128,7 @@ def template(template_json: dict[str, Any]) -> Any:
 
 # Every non-default branch at once, so one extra synth covers them all.
 ALT_CONTEXT: dict[str, Any] = {
-    "stackName": "HoldfastAlt",
+    "stackName": ALT_STACK,
     "fleetName": "alt",
     "tableBilling": "provisioned",
     "tableReadMin": "2",
@@ -117,27 +153,9 @@ ALT_CONTEXT: dict[str, Any] = {
 
 
 @pytest.fixture(scope="session")
-def alt_assembly(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """In-process synth (with cdk-nag) of the stack under ``ALT_CONTEXT``; the assembly."""
-    import aws_cdk as cdk
-    from cdk_nag import AwsSolutionsChecks
-
-    from infra.settings import Settings
-    from infra.stack import HoldfastStack
-
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    context = {**cdk_json()["context"], **ALT_CONTEXT}
-    app = cdk.App(outdir=str(tmp_path_factory.mktemp("alt.out")), context=context)
-    settings = Settings.from_context(app.node.try_get_context)
-    HoldfastStack(app, settings.stack_name, settings=settings)
-    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    return app.synth()
-
-
-@pytest.fixture(scope="session")
-def alt_template_json(alt_assembly: Any) -> dict[str, Any]:
+def alt_template_json(alt_assembly: Path) -> dict[str, Any]:
     """The alternate template as a dict."""
-    return dict(alt_assembly.get_stack_by_name("HoldfastAlt").template)
+    return dict(json.loads((alt_assembly / f"{ALT_STACK}.template.json").read_text()))
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-from tests.infra.conftest import cdk_json
+from infra.settings import Settings
+from tests.infra.conftest import REPO, cdk_json
 
 # Every finding we accept on purpose (see infra/nag.py); a new one must be reviewed here.
 EXPECTED_ACKNOWLEDGED = {
@@ -53,9 +55,9 @@ def test_nag_has_no_unacknowledged_findings(cli_assembly: Path) -> None:
         assert len(v["reason"]) >= 80, f"{v['ruleName']}: reason too thin: {v['reason']!r}"
 
 
-def test_nag_passes_with_every_optional_branch(alt_assembly: Any, tmp_path: Path) -> None:
+def test_nag_passes_with_every_optional_branch(alt_assembly: Path) -> None:
     """Provisioned table, public subnets, no tracing, no flow logs: still no open findings."""
-    plugin = nag_report(Path(alt_assembly.directory))
+    plugin = nag_report(alt_assembly)
     assert plugin["conclusion"] == "success" and plugin["violations"] == []
     rules = {v["ruleName"] for v in plugin["suppressedViolations"]}
     # Flow logs off is an operator's choice, acknowledged as such; tracing off removes the
@@ -73,3 +75,37 @@ def test_outputs_name_everything_an_operator_needs(template: Any) -> None:
             "WorkerLogGroup", "RouterLogGroup", "SweeperLogGroup"} <= set(outputs)
     url = json.dumps(outputs["DashboardUrl"]["Value"])
     assert "console.aws.amazon.com/cloudwatch" in url and "#dashboards:name=" in url
+
+
+def deploy_doc() -> str:
+    """The "Deploy to AWS" section: in the README once merged, else docs/deploy.md."""
+    readme = (REPO / "README.md").read_text()
+    if "## Deploy to AWS" in readme:
+        return readme.split("## Deploy to AWS", 1)[1].split("\n## ", 1)[0]
+    return (REPO / "docs" / "deploy.md").read_text()
+
+
+def test_deploy_doc_matches_the_stack(template_json: dict[str, Any]) -> None:
+    """The deploy docs name every setting and every stack output, and only real ones."""
+    doc = deploy_doc()
+    keys = {key for key, _, _ in Settings.describe()}
+    assert [k for k in sorted(keys) if f"`{k}`" not in doc] == []
+    documented = set(re.findall(r"^\| `(\w+)`", doc, re.MULTILINE))
+    documented |= set(re.findall(r"^\| `\w+` / `(\w+)`", doc, re.MULTILINE))
+    assert documented <= keys, f"documented but unknown: {documented - keys}"
+    assert [o for o in template_json["Outputs"] if f"`{o}`" not in doc] == []
+
+
+def test_deploy_doc_defaults_are_the_code_defaults() -> None:
+    """Each default in the docs' settings table is the default the code uses."""
+    defaults = {key: default for key, default, _ in Settings.describe()}
+    rows = re.findall(r"^\| (`\w+`(?: / `\w+`)?) \| ([^|]+) \|", deploy_doc(), re.MULTILINE)
+    assert rows
+    for key_cell, default_cell in rows:
+        keys = re.findall(r"`(\w+)`", key_cell)
+        values = re.findall(r"`([^`]+)`", default_cell) or [default_cell.strip()]
+        for key, shown in zip(keys, values, strict=True):
+            code = defaults[key]
+            expected = ("(none)" if code is None else str(code).lower()
+                        if isinstance(code, bool) else str(code))
+            assert shown == expected, f"{key}: docs say {shown}, code says {expected}"

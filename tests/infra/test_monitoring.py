@@ -20,7 +20,7 @@ def test_required_alarms_exist(template_json: dict[str, Any]) -> None:
     alarms = alarms_by_metric(template_json)
     assert alarms["Errors"]["Namespace"] == "AWS/Lambda"
     assert alarms["IteratorAge"]["Threshold"] == 60_000
-    unowned = alarms[names.METRIC_OLDEST_ORPHAN_AGE_MS]
+    unowned = alarms[names.METRIC_OLDEST_ORPHAN_AGE]
     assert unowned["Namespace"] == names.NAMESPACE
     assert unowned["Threshold"] == 20_000  # one lease
     assert unowned["Dimensions"] == [{"Name": names.DIMENSION_SERVICE,
@@ -58,8 +58,10 @@ def test_dashboard_shows_the_fleet(template_json: dict[str, Any]) -> None:
     body = json.dumps(one_resource(template_json, "AWS::CloudWatch::Dashboard")
                       ["Properties"]["DashboardBody"])
     for metric in (names.METRIC_ACTIVE_CONNECTIONS, names.METRIC_CLAIMS,
-                   names.METRIC_LEASES_LOST, names.METRIC_NUDGES_SENT,
-                   names.METRIC_ORPHANS_FOUND, "ApproximateNumberOfMessagesVisible",
+                   names.METRIC_LEASES_LOST, names.METRIC_NUDGES,
+                   names.METRIC_OLDEST_ORPHAN_AGE, "ApproximateNumberOfMessagesVisible",
                    "ApproximateAgeOfOldestMessage", "IteratorAge", "Errors",
                    "RunningTaskCount"):
         assert metric in body, metric
+    # Nudges carry a reason dimension: the graph sums every reason of each component.
+    assert "SUM(SEARCH(" in body and "holdfast-router" in body and "holdfast-sweeper" in body

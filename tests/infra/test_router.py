@@ -35,7 +35,8 @@ def test_router_environment(template_json: dict[str, Any]) -> None:
     """The router gets the table name, queue URL, and Powertools service and namespace."""
     env = router(template_json)["Environment"]["Variables"]
     assert set(env) == {names.ENV_TABLE, names.ENV_QUEUE_URL, names.ENV_SERVICE_NAME,
-                        names.ENV_METRICS_NAMESPACE}
+                        names.ENV_METRICS_NAMESPACE, names.ENV_LEASE_MS, names.ENV_SKEW_MS}
+    assert env[names.ENV_LEASE_MS] == "20000"
     assert env[names.ENV_SERVICE_NAME] == "holdfast-router"
     assert env[names.ENV_METRICS_NAMESPACE] == names.NAMESPACE
 

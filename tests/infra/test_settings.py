@@ -75,7 +75,7 @@ def test_lease_timing_is_checked_with_the_core_rules() -> None:
     ({"minTasks": 5, "maxTasks": 4}, "minTasks=5 is above maxTasks=4"),
     ({"removalPolicy": "destroy"}, "deletionProtection=false"),
     ({"tableReadMin": 50, "tableReadMax": 10}, "tableReadMin"),
-    ({"stopTimeoutSeconds": 12, "heartbeatSeconds": 5}, "at least"),
+    ({"stopTimeoutSeconds": 34}, "at least"),  # < lease 20 + heartbeat 5 + 10
 ])
 def test_inconsistent_combinations_are_refused(values: dict[str, Any], needle: str) -> None:
     """Values fine alone but contradictory together fail at synth, not mid-deployment."""
