@@ -17,19 +17,19 @@ from constructs import Construct
 from infra import names
 from infra.logs import retention
 
-__all__ = ["CONTAINER_NAME", "WORKER_QUEUE_ACTIONS", "WORKER_TABLE_ACTIONS", "WorkerService"]
+__all__ = ["CONTAINER_NAME", "WORKER_INDEX_ACTIONS", "WORKER_QUEUE_ACTIONS",
+           "WORKER_TABLE_ACTIONS", "WorkerService"]
 
 CONTAINER_NAME: Final = "worker"
-# Everything the lease store does (holdfast/core/store.py, batch.py) and nothing more: no
-# Scan, no DeleteItem, no PutItem, no table management.
+# Everything the worker's lease calls do (holdfast/core/store.py, batch.py, table.py's
+# find_orphans for the reconcile sweep) and nothing more: no Scan, no PutItem, no DeleteItem,
+# no table management.
 WORKER_TABLE_ACTIONS: Final = (
     "dynamodb:GetItem",
-    "dynamodb:BatchGetItem",
-    "dynamodb:Query",
     "dynamodb:UpdateItem",
-    "dynamodb:PartiQLSelect",
     "dynamodb:PartiQLUpdate",  # BatchExecuteStatement renewals are authorised per statement
 )
+WORKER_INDEX_ACTIONS: Final = ("dynamodb:Query",)
 WORKER_QUEUE_ACTIONS: Final = (
     "sqs:ReceiveMessage",
     "sqs:DeleteMessage",
@@ -109,6 +109,8 @@ class WorkerService(Construct):
     def _grant(self, table: dynamodb.ITable, index_arn: str, queue: sqs.IQueue) -> None:
         role = self.task_definition.task_role
         role.add_to_principal_policy(iam.PolicyStatement(
-            actions=list(WORKER_TABLE_ACTIONS), resources=[table.table_arn, index_arn]))
+            actions=list(WORKER_TABLE_ACTIONS), resources=[table.table_arn]))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=list(WORKER_INDEX_ACTIONS), resources=[index_arn]))
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=list(WORKER_QUEUE_ACTIONS), resources=[queue.queue_arn]))

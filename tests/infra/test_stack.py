@@ -6,7 +6,7 @@ from typing import Any
 
 from holdfast.core import schema
 from infra.router import ROUTER_HANDLER
-from infra.service import WORKER_QUEUE_ACTIONS, WORKER_TABLE_ACTIONS
+from infra.service import WORKER_INDEX_ACTIONS, WORKER_QUEUE_ACTIONS, WORKER_TABLE_ACTIONS
 from infra.sweeper import SWEEPER_HANDLER
 from tests.infra.conftest import one_resource, resources
 
@@ -70,12 +70,12 @@ def test_worker_role_reads_and_writes_only_the_table_and_index(
     """The task role: lease-store calls on the table and its index; receive/delete on the queue."""
     task = one_resource(template_json, "AWS::ECS::TaskDefinition")["Properties"]
     statements = role_statements(template_json, task["TaskRoleArn"]["Fn::GetAtt"][0])
-    assert actions_of(statements) == set(WORKER_TABLE_ACTIONS) | set(WORKER_QUEUE_ACTIONS)
-    for s in statements:
-        if any(a.startswith("dynamodb:") for a in _list(s["Action"])):
-            assert len(s["Resource"]) == 2
-            index = s["Resource"][1]["Fn::Join"][1][1]
-            assert index == f"/index/{schema.GSI_NAME}"
+    assert actions_of(statements) == (set(WORKER_TABLE_ACTIONS) | set(WORKER_INDEX_ACTIONS)
+                                      | set(WORKER_QUEUE_ACTIONS))
+    (query,) = [s for s in statements if s["Action"] == "dynamodb:Query"]
+    assert query["Resource"]["Fn::Join"][1][1] == f"/index/{schema.GSI_NAME}"
+    (items,) = [s for s in statements if "dynamodb:UpdateItem" in _list(s["Action"])]
+    assert items["Resource"] == {"Fn::GetAtt": [items["Resource"]["Fn::GetAtt"][0], "Arn"]}
     assert not {"dynamodb:Scan", "dynamodb:DeleteItem", "dynamodb:PutItem"} & actions_of(
         statements)
 
