@@ -27,8 +27,9 @@ __all__ = ["build_worker", "main"]
 
 def build_worker(config: WorkerConfig) -> Worker:
     """A worker wired to real AWS clients (endpoints from the standard AWS variables)."""
-    # A DynamoDB call must fail well within one heartbeat's slack, not after botocore's 60 s.
-    read_timeout = min(3.0, max(0.5, config.heartbeat_ms / 1000))
+    # A DynamoDB call must fail well within the lease's usable window (so a retry still fits
+    # before the fence), not after botocore's 60 s.
+    read_timeout = min(3.0, max(0.5, config.timing.usable_ms / 2000))
     ddb = dynamodb_client(client_config(read_timeout=read_timeout, max_attempts=3))
     sqs = sqs_client()
     return Worker(config, ddb=ddb, sqs=sqs, handler=load_handler(config.handler),

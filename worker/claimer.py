@@ -111,39 +111,74 @@ class Claimer:
     poll_s: int = 20
     retry_delay_s: int = 2
     idle_s: float = 0.5
+    pollers: int = 2
+    # Messages a dying worker received in a poll it could not finish come back this soon.
+    visibility_s: int = 5
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     _abandon: threading.Event = field(default_factory=threading.Event)
+    _reserved: int = 0  # slots asked for by polls in flight
+    _settling: set[asyncio.Task[None]] = field(default_factory=set)
+    _polls_in_flight: int = 0  # receive calls still running in their threads
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     async def run(self) -> None:
         """Poll and claim until cancelled; a message received after cancellation is put back."""
         try:
-            while True:
-                free = self.free_capacity()
-                if free <= 0:
-                    await self.sleep(self.idle_s)  # full: leave the queue to other workers
-                    continue
-                try:
-                    messages = await in_daemon_thread(
-                        functools.partial(self._receive, min(10, free)))
-                except HoldfastError as exc:
-                    logger.warning("cannot poll the nudge queue", error=str(exc)[:300])
-                    await self.sleep(jittered(2.0))
-                    continue
-                if messages:
-                    await self.handle(messages)
+            # A second poller claims the next batch while the first one's claims are written:
+            # a scale-in's burst of released streams is taken up twice as fast.
+            async with asyncio.TaskGroup() as tg:
+                for _ in range(self.pollers):
+                    tg.create_task(self._poll_loop())
         finally:
             self._abandon.set()
 
+    async def _poll_loop(self) -> None:
+        while True:
+            want = min(10, self.free_capacity() - self._reserved)
+            if want <= 0:
+                await self.sleep(self.idle_s)  # full: leave the queue to other workers
+                continue
+            self._reserved += want
+            try:
+                messages = await in_daemon_thread(functools.partial(self._receive, want))
+            except HoldfastError as exc:
+                logger.warning("cannot poll the nudge queue", error=str(exc)[:300])
+                await self.sleep(jittered(2.0))
+                continue
+            finally:
+                self._reserved -= want
+            if messages:
+                await self.handle(messages)
+
     def _receive(self, n: int) -> list[dict[str, Any]]:
-        resp = call("ReceiveMessage", self.sqs.receive_message, QueueUrl=self.queue_url,
-                    MaxNumberOfMessages=n, WaitTimeSeconds=self.poll_s,
-                    AttributeNames=["ApproximateReceiveCount"])
-        messages = [dict(m) for m in resp.get("Messages", [])]
-        if messages and self._abandon.is_set():
-            # The worker stopped while this poll was in flight: hand them on at once.
-            self._change_visibility(messages, 0)
-            return []
-        return messages
+        with self._lock:
+            self._polls_in_flight += 1
+        try:
+            resp = call("ReceiveMessage", self.sqs.receive_message, QueueUrl=self.queue_url,
+                        MaxNumberOfMessages=n, WaitTimeSeconds=self.poll_s,
+                        VisibilityTimeout=self.visibility_s,
+                        AttributeNames=["ApproximateReceiveCount"])
+            messages = [dict(m) for m in resp.get("Messages", [])]
+            if messages and self._abandon.is_set():
+                # The worker stopped while this poll was in flight: hand them on at once.
+                self._change_visibility(messages, 0)
+                return []
+            return messages
+        finally:
+            with self._lock:
+                self._polls_in_flight -= 1
+
+    async def finish_polls(self, timeout_s: float) -> int:
+        """After a stop, wait (bounded) for polls in flight to hand back what they receive.
+
+        A released stream's nudge may land in this worker's own last poll; waiting here lets
+        that poll return it at once instead of after ``visibility_s``. Returns polls left.
+        """
+        self._abandon.set()
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self._polls_in_flight > 0 and asyncio.get_running_loop().time() < deadline:
+            await self.sleep(0.02)
+        return self._polls_in_flight
 
     async def handle(self, messages: list[dict[str, Any]]) -> None:
         """Claim what each message names, then delete or return the messages in batches."""
@@ -152,7 +187,10 @@ class Claimer:
                   if o in (Claim.CLAIMED, Claim.CONFLICT, None)]
         later = [m for m, o in zip(messages, outcomes, strict=True) if o is Claim.UNAVAILABLE]
         now = [m for m, o in zip(messages, outcomes, strict=True) if o is Claim.NO_CAPACITY]
-        await asyncio.to_thread(self._settle, delete, later, now)
+        # Settle in the background: the next poll need not wait for the deletes.
+        task = asyncio.create_task(asyncio.to_thread(self._settle, delete, later, now))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
 
     async def _one(self, message: dict[str, Any]) -> Claim | None:
         body = message.get("Body", "")

@@ -49,6 +49,9 @@ class WorkerConfig:
     compression: bool = False
     shutdown_s: float = 25.0
     poll_s: int = 20
+    pollers: int = 2
+    nudge_visibility_s: int = 5
+    poll_drain_s: float = 3.0
     metrics_s: float = 60.0
     open_timeout_s: float = 10.0
     reconnect_base_s: float = 0.5
@@ -157,6 +160,10 @@ def load_config(env: Mapping[str, str] | None = None, *,
         compression=e.boolean("HOLDFAST_COMPRESSION", False),
         shutdown_s=shutdown_s,
         poll_s=int(e.number("HOLDFAST_POLL_SECONDS", 20, lo=0, hi=20, integer=True)),
+        pollers=int(e.number("HOLDFAST_POLLERS", 2, lo=1, hi=16, integer=True)),
+        nudge_visibility_s=int(e.number("HOLDFAST_NUDGE_VISIBILITY_SECONDS", 5, lo=1,
+                                        hi=43_200, integer=True)),
+        poll_drain_s=e.number("HOLDFAST_POLL_DRAIN_SECONDS", 3, lo=0, hi=20),
         metrics_s=e.number("HOLDFAST_METRICS_SECONDS", 60, lo=0.1, hi=3600),
         open_timeout_s=e.number("HOLDFAST_OPEN_TIMEOUT_SECONDS", 10, lo=0.1, hi=300),
         reconnect_base_s=e.number("HOLDFAST_RECONNECT_BASE_SECONDS", 0.5, lo=0.01, hi=600),

@@ -72,7 +72,11 @@ class Renewer:
             logger.error("heartbeat failed", error=str(exc)[:500], leases=len(held))
             self.metrics.incr("RenewFailures", len(held))
             return
-        self.metrics.renew_latency(self.mono() - sent)
+        took = self.mono() - sent
+        self.metrics.renew_latency(took)
+        if took > self.timing.heartbeat_ms:
+            logger.warning("slow heartbeat: renewals took longer than the heartbeat period",
+                           took_ms=took, leases=len(held))
         decisive = False
         for runner, result in zip(held, results, strict=True):
             if result.lease is not None:

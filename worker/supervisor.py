@@ -218,7 +218,8 @@ class Worker:
         cfg = self.config
         started = time.monotonic()
         claimer = Claimer(self.sqs, cfg.queue_url, self.claim, self.free_capacity, self.metrics,
-                          poll_s=cfg.poll_s)
+                          poll_s=cfg.poll_s, pollers=cfg.pollers,
+                          visibility_s=cfg.nudge_visibility_s)
         health = HealthServer(cfg.health_port, self) if cfg.health_port else None
         logger.info("worker started", worker_id=self.worker_id, table=cfg.table,
                     max_connections=cfg.max_connections, lease_ms=cfg.lease_ms,
@@ -239,9 +240,13 @@ class Worker:
             logger.info("stopping: no more claims, draining streams", worker_id=self.worker_id,
                         streams=len(self.streams))
             self.stopping = True
+            stop_t0 = time.monotonic()
             for task in claiming:
                 task.cancel()
             await self._stop_streams()
+            # Nudges for the streams just released may sit in our own last polls: hand them on.
+            await claimer.finish_polls(min(cfg.poll_drain_s, max(
+                0.0, cfg.shutdown_s - (time.monotonic() - stop_t0))))
             for task in keep:
                 task.cancel()
         self.flush_metrics()
