@@ -13,7 +13,7 @@ variable and the allowed range — not a ``ValueError`` deep inside an invocatio
     HOLDFAST_SWEEP_RENUDGE_MAX_MS  re-nudges back off up to                          (300000)
     HOLDFAST_SWEEP_UNCLAIMED_GRACE_MS  released/never-claimed: the router's turn first  (1000)
     HOLDFAST_SWEEP_MARGIN_MS       stop looping this long before the Lambda timeout  (3000)
-    HOLDFAST_SWEEP_MAX_RUN_MS      and after at most this long (schedule + overlap)  (61000)
+    HOLDFAST_SWEEP_MAX_RUN_MS      and after at most this long (< the schedule)     (59500)
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Settings:
     renudge_max_ms: int = 300_000
     unclaimed_grace_ms: int = 1_000
     sweep_margin_ms: int = 3_000
-    sweep_max_run_ms: int = 61_000
+    sweep_max_run_ms: int = 59_500
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -77,5 +77,5 @@ class Settings:
             unclaimed_grace_ms=env_int(e, "HOLDFAST_SWEEP_UNCLAIMED_GRACE_MS", 1_000, 0,
                                        3_600_000),
             sweep_margin_ms=env_int(e, "HOLDFAST_SWEEP_MARGIN_MS", 3_000, 0, 600_000),
-            sweep_max_run_ms=env_int(e, "HOLDFAST_SWEEP_MAX_RUN_MS", 61_000, 0, 900_000),
+            sweep_max_run_ms=env_int(e, "HOLDFAST_SWEEP_MAX_RUN_MS", 59_500, 0, 900_000),
         )

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 
 from holdfast.core.exceptions import HoldfastError
 
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.emit_metrics:
         os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+        # With nothing to publish, Powertools warns once per handler; that is expected here.
+        warnings.filterwarnings("ignore", "No application metrics to publish")
     # Imported after the environment is final: the Lambdas read it at first use.
     from holdfast.runner.config import RunnerConfig
     from holdfast.runner.runner import Runner

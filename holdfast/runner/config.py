@@ -7,6 +7,7 @@
     HOLDFAST_RUNNER_BATCH_WINDOW_MS    wait for more records before invoking         (0)
     HOLDFAST_RUNNER_MAX_RETRIES        retries of a failing batch before dropping it (3)
     HOLDFAST_RUNNER_SWEEPER            1 to run the sweeper loop too, 0 not to        (1)
+    HOLDFAST_RUNNER_STARTUP_WAIT_MS    wait this long for the table and its stream    (30000)
 
 The router and the sweeper read their own settings (``lambdas.settings``) from the same
 environment, exactly as they would in Lambda.
@@ -34,6 +35,7 @@ class RunnerConfig:
     start: StartPosition = "TRIM_HORIZON"
     poll_ms: int = 50
     refresh_ms: int = 1_000
+    startup_wait_ms: int = 30_000
     sweeper: bool = True
     handler: str = DEFAULT_HANDLER
     esm: EsmConfig = field(default_factory=EsmConfig)
@@ -57,6 +59,7 @@ class RunnerConfig:
             start="LATEST" if start == "LATEST" else "TRIM_HORIZON",
             poll_ms=env_int(e, "HOLDFAST_RUNNER_POLL_MS", 50, 1, 10_000),
             sweeper=sweeper in ("1", "true", "yes"),
+            startup_wait_ms=env_int(e, "HOLDFAST_RUNNER_STARTUP_WAIT_MS", 30_000, 0, 3_600_000),
             esm=EsmConfig(
                 batch_size=env_int(e, "HOLDFAST_RUNNER_BATCH_SIZE", 100, 1, 10_000),
                 batching_window_ms=env_int(e, "HOLDFAST_RUNNER_BATCH_WINDOW_MS", 0, 0, 300_000),

@@ -22,6 +22,7 @@ from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.filters import FILTER_PATTERNS
 from holdfast.runner.config import DEFAULT_HANDLER, RunnerConfig
 from holdfast.runner.esm import Batcher, EsmStats, Handler, Invoker
+from holdfast.runner.exceptions import StreamNotFound
 from holdfast.runner.matcher import FilterSet
 from holdfast.runner.stream import StreamReader, stream_arn_of, to_lambda_record
 from lambdas.settings import Settings
@@ -83,7 +84,9 @@ class Runner:
 
     def run(self) -> RunnerStats:
         """Run until ``stop`` is set; returns the counts (also logged)."""
-        arn = stream_arn_of(self.ddb, self.config.table)
+        arn = self._wait_for_stream()
+        if arn is None:
+            return self.stats
         reader = StreamReader(self.streams, arn, start=self.config.start,
                               refresh_s=self.config.refresh_ms / 1000)
         reader.refresh()
@@ -107,6 +110,25 @@ class Runner:
                 self._sweeper.join(10)
             log.info("runner stopped: %s", self.stats.summary())
         return self.stats
+
+    def _wait_for_stream(self) -> str | None:
+        """The stream ARN, waiting up to ``startup_wait_ms`` for the local AWS and the table."""
+        deadline = time.monotonic() + self.config.startup_wait_ms / 1000
+        logged = False
+        while True:
+            try:
+                return stream_arn_of(self.ddb, self.config.table)
+            except (StreamNotFound, BotoCoreError) as exc:
+                if time.monotonic() >= deadline:
+                    if isinstance(exc, StreamNotFound):
+                        raise
+                    raise StreamNotFound(f"cannot reach DynamoDB for table "
+                                         f"{self.config.table!r}: {exc}") from None
+                if not logged:
+                    log.info("waiting for table %s and its stream: %s", self.config.table, exc)
+                    logged = True
+            if self.stop.wait(0.5):
+                return None
 
     def _loop(self, reader: StreamReader, batcher: Batcher, invoker: Invoker, arn: str) -> None:
         errors_in_row = 0

@@ -32,7 +32,7 @@ from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from lambdas.exceptions import NudgeNotSent
-from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by
+from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, service_name
 from lambdas.nudge import Nudge, send_nudges
 from lambdas.router.decide import Decision, Outcome, decide
 from lambdas.settings import Settings
@@ -43,9 +43,10 @@ if TYPE_CHECKING:
 
 __all__ = ["METRICS_NAMESPACE", "RouterDeps", "configure", "lambda_handler", "route"]
 
-logger = Logger(service="holdfast-router")
-metrics = Metrics(namespace=METRICS_NAMESPACE, service="router")
-tracer = Tracer(service="holdfast-router")
+SERVICE = service_name("holdfast-router")
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE)
+tracer = Tracer(service=SERVICE)
 # A batch whose every record failed is still answered with a partial response (all reported),
 # so Lambda's retry, bisect and on-failure settings apply the same way to 1 or N failures.
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams,
@@ -215,6 +216,8 @@ def _normalise(plan: _Plan, deps: RouterDeps) -> None:
 
 
 def _emit_metrics(plan: _Plan, n_records: int) -> None:
+    if not metrics_enabled():
+        return
     metrics.add_metric(name="Records", unit=MetricUnit.Count, value=n_records)
     metrics.add_metric(name="RecordsSkipped", unit=MetricUnit.Count,
                        value=plan.counts[Outcome.SKIP.value])
@@ -224,4 +227,4 @@ def _emit_metrics(plan: _Plan, n_records: int) -> None:
                        value=plan.counts["send_failed"])
     metrics.add_metric(name="Normalised", unit=MetricUnit.Count, value=plan.counts["normalised"])
     emit_counts_by("Nudges", "reason", {k[5:]: n for k, n in plan.counts.items()
-                                        if k.startswith("sent:")}, service="router")
+                                        if k.startswith("sent:")}, service=SERVICE)

@@ -2,10 +2,11 @@
 
 A killed worker writes nothing, so its expired leases make no stream record; the sweeper finds
 them (and released or never-claimed leases whose nudge was lost) through the GSI and nudges
-them. It loops until ``HOLDFAST_SWEEP_MAX_RUN_MS`` has passed or the invocation's remaining time
-drops under ``HOLDFAST_SWEEP_MARGIN_MS``, whichever is first. With a 1-minute schedule, a
-function timeout of ~90 s and the default 61 s run, consecutive invocations overlap by about a
-second instead of leaving a gap. ``NudgeMemory`` is module state, so a warm container keeps
+them. It loops until ``HOLDFAST_SWEEP_MAX_RUN_MS`` (59.5 s) has passed or the invocation's
+remaining time drops under ``HOLDFAST_SWEEP_MARGIN_MS``, whichever is first. Ending just before
+the next one-minute tick lets the next run start on time even with a reserved concurrency of
+one (an overlapping run would be throttled and retried later), so the sweep pauses for about
+half a second per minute. ``NudgeMemory`` is module state, so a warm container keeps
 remembering what it nudged across invocations.
 """
 
@@ -19,7 +20,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
-from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by
+from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, service_name
 from lambdas.settings import Settings
 from lambdas.sweeper.dedup import NudgeMemory
 from lambdas.sweeper.loop import SweepDeps, SweepStats, memory_for, run_sweeps
@@ -29,9 +30,10 @@ if TYPE_CHECKING:
 
 __all__ = ["configure", "lambda_handler", "sweep_for"]
 
-logger = Logger(service="holdfast-sweeper")
-metrics = Metrics(namespace=METRICS_NAMESPACE, service="sweeper")
-tracer = Tracer(service="holdfast-sweeper")
+SERVICE = service_name("holdfast-sweeper")
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE)
+tracer = Tracer(service=SERVICE)
 
 # Warm invocations reuse the clients and the memory of recent nudges.
 _state: dict[str, Any] = {}
@@ -77,13 +79,18 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     """Lambda entry point (EventBridge schedule, every minute)."""
     deps, _ = _current()
     stats = sweep_for(deps.settings.sweep_max_run_ms, context.get_remaining_time_in_millis)
+    if metrics_enabled():
+        _emit(stats)
+    summary = {"sweeps": stats.sweeps, "errors": stats.errors, "nudged": stats.nudged,
+               "failed": stats.failed, "oldest_orphan_age_ms": stats.oldest_age_ms}
+    logger.info("sweeper invocation done", extra=summary)
+    return summary
+
+
+def _emit(stats: SweepStats) -> None:
     metrics.add_metric(name="Sweeps", unit=MetricUnit.Count, value=stats.sweeps)
     metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=stats.errors)
     metrics.add_metric(name="NudgesFailed", unit=MetricUnit.Count, value=stats.failed)
     metrics.add_metric(name="OldestOrphanAge", unit=MetricUnit.Milliseconds,
                        value=stats.oldest_age_ms)
-    emit_counts_by("Nudges", "reason", stats.nudged, service="sweeper")
-    summary = {"sweeps": stats.sweeps, "errors": stats.errors, "nudged": stats.nudged,
-               "failed": stats.failed, "oldest_orphan_age_ms": stats.oldest_age_ms}
-    logger.info("sweeper invocation done", extra=summary)
-    return summary
+    emit_counts_by("Nudges", "reason", stats.nudged, service=SERVICE)

@@ -156,3 +156,56 @@ def test_module_entry_point_stops_cleanly_on_sigterm(runner_env: dict[str, str],
     assert "SIGTERM: stopping" in out
     assert "runner stopped: 1 records read, 0 filtered out, 1 invocations" in out
     assert '"_aws"' not in out  # EMF metric lines are off locally unless asked for
+
+
+def test_waits_for_the_table_to_appear(runner_env: dict[str, str], ddb: Any, sqs: Any,
+                                       monkeypatch: pytest.MonkeyPatch, unique_id: str) -> None:
+    """Started before its table exists, the runner waits for it, then reads from its start."""
+    import threading
+
+    from holdfast.core.schema import table_definition
+
+    table = f"late-{unique_id}"
+    monkeypatch.setenv("HOLDFAST_TABLE", table)
+    timer = threading.Timer(1.0, lambda: ddb.create_table(**table_definition(table)))
+    timer.start()
+    try:
+        with running(config(sweeper=False)):
+            create_stream(ddb, table, unique_id, URL)
+            assert receive_nudges(sqs, runner_env["HOLDFAST_QUEUE_URL"], expect=1)
+    finally:
+        timer.cancel()
+
+
+def test_missing_table_is_a_clear_error(runner_env: dict[str, str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no such table (and no waiting), the runner fails naming the table."""
+    from holdfast.runner.exceptions import StreamNotFound
+    from holdfast.runner.runner import Runner
+
+    monkeypatch.setenv("HOLDFAST_TABLE", "no-such-table")
+    with pytest.raises(StreamNotFound, match="no-such-table"):
+        Runner(config(sweeper=False, startup_wait_ms=0)).run()
+
+
+def test_runs_on_moto_streams_too(moto_local: Any, monkeypatch: pytest.MonkeyPatch,
+                                  unique_id: str) -> None:
+    """On moto (server mode), an UpdateItem that creates an item is nudged exactly once."""
+    from tests.conftest import client_for
+    from tests.lambdas.helpers import new_queue, new_table
+
+    env = {**moto_local.env(), "HOLDFAST_TABLE": new_table(moto_local),
+           "HOLDFAST_QUEUE_URL": new_queue(moto_local)}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    ddb, sqs = client_for(moto_local, "dynamodb"), client_for(moto_local, "sqs")
+    with running(config(sweeper=False)) as runner:
+        # moto emits two INSERT records for this write, the first with only the key.
+        ddb.update_item(TableName=env["HOLDFAST_TABLE"], Key={ATTR.pk: {"S": pk_for(unique_id)}},
+                        UpdateExpression="SET desired_state = :s, ws_url = :u, "
+                                         "lease_expires_at_ms = :z",
+                        ExpressionAttributeValues={":s": {"S": "STARTED"}, ":u": {"S": URL},
+                                                   ":z": {"N": "0"}})
+        got = receive_nudges(sqs, env["HOLDFAST_QUEUE_URL"], expect=2, timeout_s=2)
+    assert got == [{"conn_id": unique_id, "reason": "inserted", "epoch": 0}]
+    assert runner.stats.esm.invocations == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -143,10 +144,12 @@ def test_garbage_records_are_skipped(deps: RouterDeps) -> None:
 
 def test_lambda_handler_from_environment(aws_env: dict[str, str], queue_url: str, sqs: Any,
                                          unique_id: str, monkeypatch: pytest.MonkeyPatch,
-                                         caplog: pytest.LogCaptureFixture) -> None:
-    """The entry point builds its clients from the environment and logs one JSON line."""
+                                         caplog: pytest.LogCaptureFixture,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The entry point builds its clients from the environment, logs and emits EMF metrics."""
     monkeypatch.setenv("HOLDFAST_QUEUE_URL", queue_url)
     handler.configure(None)
+    handler.metrics.clear_metrics()  # other tests call route() without flushing
     try:
         resp = handler.lambda_handler(event(record("INSERT", None, image(unique_id, expires=0))),
                                       LocalContext("holdfast-router"))  # type: ignore[arg-type]
@@ -157,6 +160,14 @@ def test_lambda_handler_from_environment(aws_env: dict[str, str], queue_url: str
     decisions = [r for r in caplog.records if r.getMessage() == "router decision"]
     assert [getattr(r, "conn_id", None) for r in decisions] == [unique_id]
     assert getattr(decisions[0], "reason", None) == "inserted"
+    emf = [json.loads(x) for x in capsys.readouterr().out.splitlines() if '"_aws"' in x]
+    by_reason = [x for x in emf if x.get("reason") == "inserted"]
+    assert by_reason and by_reason[0]["Nudges"] == [1.0]
+    assert by_reason[0]["service"] == handler.SERVICE
+    assert ["reason", "service"] in [sorted(d) for d in
+                                     by_reason[0]["_aws"]["CloudWatchMetrics"][0]["Dimensions"]]
+    totals = [x for x in emf if "Records" in x]
+    assert totals and totals[0]["Records"] == [1.0] and totals[0]["MalformedRecords"] == [0.0]
 
 
 def test_handlers_import_without_aws_settings(tmp_path: Any) -> None:
