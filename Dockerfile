@@ -12,7 +12,7 @@ COPY pyproject.toml README.md ./
 COPY holdfast ./holdfast
 COPY worker ./worker
 RUN python -m venv /opt/holdfast \
- && /opt/holdfast/bin/pip install --no-compile . \
+ && /opt/holdfast/bin/pip install . \
  && /opt/holdfast/bin/python -c "import holdfast.core, worker"
 
 FROM python:3.12-slim-bookworm

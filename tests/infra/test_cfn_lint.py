@@ -6,17 +6,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.infra.conftest import REPO, STACK
+from tests.infra.conftest import ALT_STACK, REPO, STACK
 
 CONFIG = REPO / "infra" / "cfn-lint.yaml"
 CFN_LINT = Path(sys.executable).parent / "cfn-lint"
 
 
-def test_template_passes_cfn_lint(cli_assembly: Path) -> None:
-    """cfn-lint exits 0 with the project's config (ignored checks are justified there)."""
+def test_templates_pass_cfn_lint(cli_assembly: Path, alt_assembly: Path) -> None:
+    """Both templates (defaults, every option) pass cfn-lint with the project's config."""
     proc = subprocess.run(
         [str(CFN_LINT), "--config-file", str(CONFIG),
-         str(cli_assembly / f"{STACK}.template.json")],
+         str(cli_assembly / f"{STACK}.template.json"),
+         str(alt_assembly / f"{ALT_STACK}.template.json")],
         capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

@@ -40,7 +40,7 @@ def test_final_stage_is_slim_non_root_with_health_and_exec_entrypoint() -> None:
 def test_only_runtime_dependencies_are_installed() -> None:
     """`pip install .` without extras: no CDK, no test or dev tools in the image."""
     runs = " ".join(arg for word, arg in instructions(DOCKERFILE) if word == "RUN")
-    assert "pip install" in runs and "install --no-compile ." in runs
+    assert re.search(r"pip install (--\S+ )*\.( |$)", runs), runs
     assert "[" not in runs.split("pip install", 1)[1].split("&&")[0]
     commands = " ".join(arg for _, arg in instructions(DOCKERFILE))
     for banned in ("aws-cdk", "pytest", "requirements-dev", "[dev]", "[infra]"):
