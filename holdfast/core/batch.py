@@ -71,9 +71,9 @@ def _statement(store: LeaseStore, request: RenewRequest, now: int,
     sets = [f"SET {ATTR.lease_expires_at_ms} = ?", f"SET {ATTR.updated_at_ms} = ?"]
     params: list[dict[str, str]] = [_num(expires), _num(now)]
     where = (f"WHERE {ATTR.pk} = ? AND {ATTR.lease_owner} = ? AND {ATTR.epoch} = ? "
-             f"AND {ATTR.desired_state} = ?")
+             f"AND {ATTR.desired_state} = ? AND {ATTR.lease_expires_at_ms} <= ?")
     params_where = [_str(pk_for(lease.conn_id)), _str(lease.owner), _num(lease.epoch),
-                    _str(STARTED)]
+                    _str(STARTED), _num(expires)]
     if seq is not None:
         sets.append(f"SET {ATTR.last_seq} = ?")
         params.append(_num(seq))

@@ -69,6 +69,7 @@ class Attributes:
     last_error: str = "last_error"
     error_count: str = "error_count"  # consecutive upstream give-ups, drives the retry delay
     updated_at_ms: str = "updated_at_ms"
+    token: str = "lease_token"  # random per acquire call: tells our replayed write from others
 
 
 ATTR: Final = Attributes()

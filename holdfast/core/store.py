@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import secrets
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ _NAMES = {
     "#upd": ATTR.updated_at_ms,
     "#err": ATTR.last_error,
     "#errs": ATTR.error_count,
+    "#token": ATTR.token,
 }
 
 
@@ -114,23 +116,25 @@ class LeaseStore:
         """Take a STARTED lease that is unowned or expired; bump the epoch; return it as written."""
         now = self.clock()
         expires = now + self.lease_ms
+        token = secrets.token_hex(8)
         try:
             new = self._update(
                 "acquire", conn_id,
-                "SET #owner = :me, #exp = :exp, #status = :running, #upd = :now "
+                "SET #owner = :me, #exp = :exp, #status = :running, #upd = :now, #token = :token "
                 "ADD #epoch :one",
                 "#ds = :started AND (attribute_not_exists(#exp) OR #exp <= :cutoff)",
                 {":me": _str(owner), ":exp": _num(expires), ":running": _str("RUNNING"),
+                 ":token": _str(token),
                  ":now": _num(now), ":one": _num(1), ":started": _str(STARTED),
                  ":cutoff": _num(rules.acquire_cutoff_ms(now, self.skew_ms))},
                 return_new=True)
         except ConditionFailed as failed:
-            return self._acquire_failed(conn_id, owner, failed.item, now)
+            return self._acquire_failed(conn_id, owner, failed.item, now, token)
         except InvalidRequest as bad:
             self.quarantine(conn_id, owner, f"cannot acquire: {bad.message}")
             raise AcquireFailed(conn_id, LossReason.INVALID, None) from None
         except StoreUnavailable:
-            return self._acquire_unknown(conn_id, owner)
+            return self._acquire_unknown(conn_id, owner, token)
         return self._as_lease(conn_id, owner, new)
 
     def _as_lease(self, conn_id: str, owner: str, raw: dict[str, Any]) -> Lease:
@@ -145,23 +149,23 @@ class LeaseStore:
                      item.last_seq, item.error_count)
 
     def _acquire_failed(self, conn_id: str, owner: str, raw: dict[str, Any] | None,
-                        now: int) -> Lease:
+                        now: int, token: str) -> Lease:
         if raw is None:
             raise AcquireFailed(conn_id, LossReason.DELETED, None)
         try:
             current = LeaseItem.from_ddb(raw)
         except MalformedItem:
             raise AcquireFailed(conn_id, LossReason.INVALID, None) from None
-        if current.lease_owner == owner and current.started and not rules.is_expired(
-                current.lease_expires_at_ms, now, 0):
-            # A botocore retry replayed our own successful write.
+        if _is_our_write(raw, owner, token):
+            # A botocore retry replayed our own successful write. The per-call token tells it
+            # apart from an older lease of ours, which must not be handed back as a new one.
             return self._as_lease(conn_id, owner, raw)
         reason = rules.claim_blocker(current, now, self.skew_ms) or LossReason.HELD
         raise AcquireFailed(conn_id, reason, current)
 
-    def _acquire_unknown(self, conn_id: str, owner: str) -> Lease:
+    def _acquire_unknown(self, conn_id: str, owner: str, token: str) -> Lease:
         raw = self.get_raw(conn_id)  # may raise StoreUnavailable: then we really don't know
-        if raw is not None and _owner_of(raw) == owner:
+        if raw is not None and _is_our_write(raw, owner, token):
             return self._as_lease(conn_id, owner, raw)
         raise StoreUnavailable("acquire", "no answer, and the lease is not ours on re-read")
 
@@ -171,7 +175,9 @@ class LeaseStore:
         expires = now + self.lease_ms
         seq = rules.next_checkpoint(lease.last_seq, handled_seq)
         update = "SET #exp = :exp, #upd = :now"
-        condition = "#owner = :me AND #epoch = :epoch AND #ds = :started"
+        # ``#exp <= :exp``: a delayed write of an older renewal (sent, timed out, landed late)
+        # must never shorten the lease below what a later renewal promised its holder.
+        condition = "#owner = :me AND #epoch = :epoch AND #ds = :started AND #exp <= :exp"
         values: dict[str, Any] = {":exp": _num(expires), ":now": _num(now),
                                   ":me": _str(lease.owner), ":epoch": _num(lease.epoch),
                                   ":started": _str(STARTED)}
@@ -273,6 +279,11 @@ class LeaseStore:
 def _renewed(lease: Lease, expires: int, seq: int | None) -> Lease:
     return Lease(lease.conn_id, lease.owner, lease.epoch, expires, lease.ws_url,
                  seq if seq is not None else lease.last_seq, lease.error_count)
+
+
+def _is_our_write(raw: dict[str, Any], owner: str, token: str) -> bool:
+    value = raw.get(ATTR.token)
+    return _owner_of(raw) == owner and isinstance(value, dict) and value.get("S") == token
 
 
 def _owner_of(raw: dict[str, Any]) -> str | None:

@@ -1,0 +1,89 @@
+"""Integration tests of batched renewals (PartiQL on DynamoDB Local, single calls on moto)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from holdfast.core.batch import RenewRequest, renew_many
+from holdfast.core.exceptions import LeaseLost, LossReason, StoreUnavailable
+from holdfast.core.store import LeaseStore
+from holdfast.core.table import create_stream, set_desired_state
+from holdfast.localaws import LocalAws
+from tests.conftest import client_for
+from tests.core.faults import drop_request
+from tests.core.test_store import LEASE_MS, SKEW_MS, Clock
+
+
+@pytest.fixture
+def setup(any_aws: LocalAws) -> tuple[LeaseStore, Any, Clock, str]:
+    ddb = client_for(any_aws, "dynamodb")
+    clock = Clock()
+    store = LeaseStore(ddb, any_aws.table, lease_ms=LEASE_MS, skew_ms=SKEW_MS, clock=clock)
+    mode = any_aws.env()["HOLDFAST_RENEW_MODE"]
+    return store, ddb, clock, mode
+
+
+def test_renew_many_across_batches_with_losses(setup: tuple[LeaseStore, Any, Clock, str],
+                                               unique_id: str) -> None:
+    """60 leases over three batches: healthy ones renew, lost/stopped/deleted are told apart."""
+    store, ddb, clock, mode = setup
+    ids = [f"{unique_id}-{i}" for i in range(60)]
+    for cid in ids:
+        create_stream(ddb, store.table, cid, "ws://127.0.0.1:9/s/x")
+    leases = [store.acquire(cid, "w1") for cid in ids]
+    ddb.update_item(TableName=store.table, Key={"Pk": {"S": f"CONN#{ids[3]}"}},
+                    UpdateExpression="SET lease_owner = :o, lease_epoch = :e",
+                    ExpressionAttributeValues={":o": {"S": "w2"}, ":e": {"N": "9"}})
+    set_desired_state(ddb, store.table, ids[30], "STOPPED")
+    ddb.delete_item(TableName=store.table, Key={"Pk": {"S": f"CONN#{ids[55]}"}})
+    clock.now += 2_000
+    results = renew_many(store, [RenewRequest(lease, i) for i, lease in enumerate(leases)], mode)
+    assert [r.conn_id for r in results] == ids
+    failed = {r.conn_id: r.error for r in results if r.error is not None}
+    assert set(failed) == {ids[3], ids[30], ids[55]}
+    reasons = {cid: err.reason for cid, err in failed.items() if isinstance(err, LeaseLost)}
+    assert reasons == {ids[3]: LossReason.LOST, ids[30]: LossReason.STOPPED,
+                       ids[55]: LossReason.DELETED}
+    item = store.get(ids[10])
+    assert item is not None and item.last_seq == 10
+    assert item.lease_expires_at_ms == clock.now + LEASE_MS
+    renewed = results[10].lease
+    assert renewed is not None and renewed.expires_at_ms == clock.now + LEASE_MS
+
+
+def test_renew_many_checkpoint_never_regresses(setup: tuple[LeaseStore, Any, Clock, str],
+                                               unique_id: str) -> None:
+    """A batch never lowers last_seq below what is stored."""
+    store, ddb, _, mode = setup
+    ids = [f"{unique_id}-{i}" for i in range(3)]
+    for cid in ids:
+        create_stream(ddb, store.table, cid, "ws://127.0.0.1:9/s/x")
+    leases = [store.renew(store.acquire(cid, "w1"), 50) for cid in ids]
+    results = renew_many(store, [RenewRequest(lease, 7) for lease in leases], mode)
+    assert all(r.error is None for r in results)
+    for cid in ids:
+        item = store.get(cid)
+        assert item is not None and item.last_seq == 50
+
+
+def test_renew_many_store_down_is_unknown(setup: tuple[LeaseStore, Any, Clock, str],
+                                          unique_id: str) -> None:
+    """When DynamoDB cannot be reached every result is StoreUnavailable, none is lost."""
+    store, ddb, _, mode = setup
+    ids = [f"{unique_id}-{i}" for i in range(4)]
+    for cid in ids:
+        create_stream(ddb, store.table, cid, "ws://127.0.0.1:9/s/x")
+    leases = [store.acquire(cid, "w1") for cid in ids]
+    op = "BatchExecuteStatement" if mode == "batch" else "UpdateItem"
+    with drop_request(ddb, op, times=100), drop_request(ddb, "UpdateItem", times=100), \
+            drop_request(ddb, "GetItem", times=100):
+        results = renew_many(store, [RenewRequest(lease, 1) for lease in leases], mode)
+    assert all(isinstance(r.error, StoreUnavailable) for r in results)
+
+
+def test_empty_renew_many_makes_no_call(setup: tuple[LeaseStore, Any, Clock, str]) -> None:
+    """Renewing nothing returns nothing."""
+    store, _, _, mode = setup
+    assert renew_many(store, [], mode) == []
