@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, Environment, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, Duration, Environment, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from constructs import Construct
@@ -76,6 +76,9 @@ class HoldfastStack(Stack):
                  **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         s = settings
+        # Every taggable resource (tasks too, via the service) carries its fleet: cost
+        # allocation and IAM conditions can tell fleets apart.
+        Tags.of(self).add("holdfast:fleet", s.fleet_name)
         removal = RemovalPolicy.DESTROY if s.removal_policy == "destroy" else RemovalPolicy.RETAIN
         service_names = names.service_names(s.fleet_name)
         defaults = FunctionDefaults(code=lambda_code(),

@@ -68,6 +68,16 @@ def test_nag_passes_with_every_optional_branch(alt_assembly: Path) -> None:
     assert not any(p.startswith("HoldfastAlt/Sweeper/") for p in paths)
 
 
+def test_resources_are_tagged_with_their_fleet(template_json: dict[str, Any],
+                                             alt_template_json: dict[str, Any]) -> None:
+    """The table, queues and service carry the holdfast:fleet tag of their fleet."""
+    for tmpl, fleet in ((template_json, "holdfast"), (alt_template_json, "alt")):
+        for rtype in ("AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::ECS::Service"):
+            for res in tmpl["Resources"].values():
+                if res["Type"] == rtype:
+                    assert {"Key": "holdfast:fleet", "Value": fleet} in res["Properties"]["Tags"]
+
+
 def test_outputs_name_everything_an_operator_needs(template: Any) -> None:
     """Table name, queue URL, service name and dashboard URL are stack outputs."""
     outputs = template.to_json()["Outputs"]
