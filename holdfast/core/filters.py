@@ -1,10 +1,14 @@
 """Event-source-mapping filter patterns for the router: data shared by ``infra/`` and the runner.
 
 Every heartbeat is a MODIFY record that keeps ``lease_owner`` set, so a record can only need a
-nudge when its new image is STARTED and (a) it is an INSERT, or (b) it has no owner (released,
-given up after upstream errors, stopped → started while unowned, normalised). Both patterns
-match the DynamoDB-JSON shape of the stream record. ``exists`` works on leaf nodes only, hence
-``lease_owner.S``.
+nudge when its new image is STARTED and has no owner: an insert, a release, a give-up after
+upstream errors, STOPPED -> STARTED while unowned, a normalisation. One pattern says exactly
+that; REMOVE records have no new image, so they never match. ``exists`` works on leaf nodes
+only, hence ``lease_owner.S``.
+
+The pattern deliberately uses only the ``dynamodb`` key of the record (no ``eventName``): AWS
+documents that DynamoDB event source mappings filter on that key, and the router skips an
+INSERT that already has an owner anyway, so an ``eventName`` condition would add nothing.
 
 The router's pure decision function must never want a record these patterns drop; a property
 test over generated images checks that with an independent matcher.
@@ -21,11 +25,6 @@ __all__ = ["FILTER_PATTERNS", "filter_criteria"]
 
 FILTER_PATTERNS: Final[tuple[dict[str, Any], ...]] = (
     {
-        "eventName": ["INSERT"],
-        "dynamodb": {"NewImage": {ATTR.desired_state: {"S": [STARTED]}}},
-    },
-    {
-        "eventName": ["MODIFY"],
         "dynamodb": {"NewImage": {
             ATTR.desired_state: {"S": [STARTED]},
             ATTR.lease_owner: {"S": [{"exists": False}]},
