@@ -16,6 +16,7 @@ It also checks that no stream ever had two upstream connections open at once.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -39,19 +40,23 @@ ROOT = Path(__file__).resolve().parents[1]
 def client(env: dict[str, str], service: str) -> Any:
     url = env["AWS_ENDPOINT_URL_SQS" if service == "sqs" else "AWS_ENDPOINT_URL_DYNAMODB"]
     return boto3.session.Session().client(service, endpoint_url=url, region_name="us-east-1",
-                                          aws_access_key_id="l", aws_secret_access_key="l")
+                                          aws_access_key_id="local", aws_secret_access_key="local")
 
 
 def router_stand_in(env: dict[str, str], stop: threading.Event) -> None:
     ddb, sqs, sent = client(env, "dynamodb"), client(env, "sqs"), set()
     while not stop.wait(0.05):
+        todo = []
         for raw in ddb.scan(TableName=env["HOLDFAST_TABLE"])["Items"]:
             key = (raw["Pk"]["S"], raw.get("updated_at_ms", {}).get("N"))
             if "lease_owner" not in raw and raw["lease_expires_at_ms"]["N"] == "0" \
                     and key not in sent:
                 sent.add(key)
-                sqs.send_message(QueueUrl=env["HOLDFAST_QUEUE_URL"], MessageBody=json.dumps(
-                    {"conn_id": raw["Pk"]["S"].removeprefix("CONN#"), "reason": "released"}))
+                todo.append(raw["Pk"]["S"].removeprefix("CONN#"))
+        for i in range(0, len(todo), 10):  # the router sends batches of 10 too
+            sqs.send_message_batch(QueueUrl=env["HOLDFAST_QUEUE_URL"], Entries=[
+                {"Id": str(j), "MessageBody": json.dumps({"conn_id": c, "reason": "released"})}
+                for j, c in enumerate(todo[i:i + 10])])
 
 
 def opens(conn_log: Path, worker: str) -> dict[str, int]:
@@ -72,7 +77,7 @@ def overlaps(conn_log: Path) -> int:
     bad = 0
     for s in spans.values():
         s.sort()
-        bad += sum(1 for a, b in zip(s, s[1:], strict=False) if b[0] < a[1])
+        bad += sum(1 for a, b in itertools.pairwise(s) if b[0] < a[1])
     return bad
 
 
@@ -98,6 +103,7 @@ def main() -> int:
     p.add_argument("--lease", default="20")
     p.add_argument("--heartbeat", default="5")
     p.add_argument("--sweep", default="2", help="reconcile period of the surviving worker (s)")
+    p.add_argument("--log-level", default="WARNING")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="holdfast-handover-"))
     conn_log = work / "conns.jsonl"
@@ -110,7 +116,7 @@ def main() -> int:
         port = int(up.stdout.readline().split(":")[2].split(" ")[0])
         base = {**os.environ, **env, "HOLDFAST_LEASE_SECONDS": args.lease,
                 "HOLDFAST_HEARTBEAT_SECONDS": args.heartbeat, "HOLDFAST_HEALTH_PORT": "0",
-                "HOLDFAST_RECONCILE_SECONDS": "0", "HOLDFAST_LOG_LEVEL": "WARNING",
+                "HOLDFAST_RECONCILE_SECONDS": "0", "HOLDFAST_LOG_LEVEL": args.log_level,
                 "HOLDFAST_POLL_SECONDS": "20"}
         procs: list[subprocess.Popen[bytes]] = []
 
@@ -156,7 +162,7 @@ def main() -> int:
                     proc.wait(60)
             up.terminate()
             up.wait(10)
-        print(json.dumps({"streams": args.streams, "lease_s": args.lease,
+        print(json.dumps({"logs": str(work), "streams": args.streams, "lease_s": args.lease,
                           "heartbeat_s": args.heartbeat, "sweep_s": args.sweep,
                           "graceful_handover": graceful, "graceful_exit_code": a_exit,
                           "crash_failover": crash, "overlapping_connections":

@@ -13,9 +13,11 @@ held leases, each carrying its checkpoint. Outcomes per lease:
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from aws_lambda_powertools import Logger
 
@@ -48,6 +50,13 @@ class Renewer:
     mono: Callable[[], int] = monotonic_ms
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     last_ok_mono_ms: int | None = None  # last decisive answer from DynamoDB (for /health)
+    # Renewals get threads of their own: a burst of claims or releases queued on the default
+    # executor must never delay a heartbeat into the fence.
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
+        max_workers=2, thread_name_prefix="holdfast-renew"))
+
+    async def _in_executor(self, fn: Callable[[], object]) -> object:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
 
     async def run(self) -> None:
         """Heartbeat until cancelled."""
@@ -67,7 +76,8 @@ class Renewer:
         requests = [RenewRequest(r.lease, r.checkpoint) for r in held]
         sent = self.mono()
         try:
-            results = await asyncio.to_thread(renew_many, self.store, requests, self.mode)
+            results = await asyncio.get_running_loop().run_in_executor(
+                self.executor, functools.partial(renew_many, self.store, requests, self.mode))
         except HoldfastError as exc:  # e.g. ConfigError: table gone, credentials refused
             logger.error("heartbeat failed", error=str(exc)[:500], leases=len(held))
             self.metrics.incr("RenewFailures", len(held))
@@ -114,7 +124,7 @@ class Renewer:
         """With nothing to renew, one cheap read keeps the health signal honest."""
         sent = self.mono()
         try:
-            await asyncio.to_thread(self.store.get_raw, _HEALTH_PROBE_ID)
+            await self._in_executor(functools.partial(self.store.get_raw, _HEALTH_PROBE_ID))
         except HoldfastError:
             return
         self.last_ok_mono_ms = sent
