@@ -88,17 +88,24 @@ class SendReport:
 
 
 def send_nudges(sqs: SQSClient, queue_url: str, nudges: Sequence[Nudge], *, attempts: int = 3,
-                backoff_s: float = 0.05,
-                sleep: Callable[[float], object] = time.sleep) -> SendReport:
-    """Send ``nudges`` in batches of 10; retry retryable failures up to ``attempts`` rounds."""
+                backoff_s: float = 0.05, sleep: Callable[[float], object] = time.sleep,
+                out_of_time: Callable[[], bool] = lambda: False) -> SendReport:
+    """Send ``nudges`` in batches of 10; retry retryable failures up to ``attempts`` rounds.
+
+    ``out_of_time()`` is asked before every call but the first: once it says so, what is
+    still pending fails at once (a Lambda about to time out should report, not hang).
+    """
     sender = _Sender(sqs, queue_url, dict(enumerate(nudges)))
     for attempt in range(max(1, attempts)):
         if attempt:
             sleep(backoff_s * 2 ** (attempt - 1))
         ids = list(sender.pending)
         for start in range(0, len(ids), SQS_BATCH_LIMIT):
+            if sender.report.calls and out_of_time():
+                sender.errors.update((i, "out of time") for i in sender.pending)
+                break
             sender.send(ids[start:start + SQS_BATCH_LIMIT])
-        if not sender.pending:
+        if not sender.pending or (sender.report.calls and out_of_time()):
             break
     sender.report.failed.extend(
         (n, sender.errors.get(i, "not sent")) for i, n in sender.pending.items())

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["METRICS_NAMESPACE", "RouterDeps", "configure", "lambda_handler", "route"]
 
 SERVICE = service_name("holdfast-router")
+SEND_RESERVE_MS = 12_000
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE)
 tracer = Tracer(service=SERVICE)
@@ -69,7 +70,8 @@ class RouterDeps:
         # Short timeouts: a stuck call holds the whole shard, and Lambda retries anyway.
         store = LeaseStore(dynamodb_client(client_config(read_timeout=3.0)), settings.table,
                            lease_ms=settings.lease_ms, skew_ms=settings.skew_ms)
-        return cls(sqs_client(client_config(read_timeout=5.0)), store, settings)
+        sqs = sqs_client(client_config(read_timeout=3.0, max_attempts=2))
+        return cls(sqs, store, settings)
 
 
 # Warm invocations reuse the clients; a dict rather than a ``global`` rebinding.
@@ -121,7 +123,7 @@ def route(event: dict[str, Any], context: LambdaContext | None,
         logger.warning("non-object stream records skipped",
                        extra={"skipped": len(raw_records) - len(records)})
     plan = _decide_all(records, deps)
-    _send(plan, deps)
+    _send(plan, deps, _out_of_time(context))
     _normalise(plan, deps)
     _emit_metrics(plan, len(records))
 
@@ -173,7 +175,15 @@ def _decide_all(records: list[dict[str, Any]], deps: RouterDeps) -> _Plan:
     return plan
 
 
-def _send(plan: _Plan, deps: RouterDeps) -> None:
+def _out_of_time(context: LambdaContext | None) -> Callable[[], bool]:
+    if context is None:
+        return lambda: False
+    # Room for one more SendMessageBatch at its worst (2 attempts x (connect + read timeout))
+    # and the partial response, before Lambda kills the invocation.
+    return lambda: context.get_remaining_time_in_millis() < SEND_RESERVE_MS
+
+
+def _send(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> None:
     # One nudge per (connection, delay): a burst of records about one item nudges it once.
     wanted: dict[tuple[str, int], Nudge] = {}
     records_of: dict[tuple[str, int], list[str]] = {}
@@ -186,7 +196,8 @@ def _send(plan: _Plan, deps: RouterDeps) -> None:
     if not wanted:
         return
     report = send_nudges(deps.sqs, deps.settings.queue_url, list(wanted.values()),
-                         attempts=deps.settings.send_attempts, sleep=deps.sleep)
+                         attempts=deps.settings.send_attempts, sleep=deps.sleep,
+                         out_of_time=out_of_time)
     for nudge in report.sent:
         plan.counts[f"sent:{nudge.reason}"] += 1
     for nudge, error in report.failed:

@@ -121,3 +121,12 @@ def test_unreachable_sqs_fails_everything(dead_sqs: Any) -> None:
     assert [n.conn_id for n, _ in report.failed] == ["a", "b"]
     assert all("EndpointConnectionError" in e for _, e in report.failed)
     assert report.calls == 2
+
+
+def test_out_of_time_stops_after_the_first_call() -> None:
+    """When time is short, only the first batch is tried; the rest fail as out of time."""
+    sqs = FlakySqs({}, set())
+    report = send_nudges(sqs, "q", [Nudge(f"c{i}", "r") for i in range(15)],  # type: ignore[arg-type]
+                         out_of_time=lambda: True, sleep=lambda _s: None)
+    assert len(sqs.calls) == 1 and len(report.sent) == 10
+    assert {e for _, e in report.failed} == {"out of time"} and len(report.failed) == 5
