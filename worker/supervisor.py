@@ -249,6 +249,7 @@ class Worker:
                 0.0, cfg.shutdown_s - (time.monotonic() - stop_t0))))
             for task in keep:
                 task.cancel()
+        self.renewer.executor.shutdown(wait=False, cancel_futures=True)
         self.flush_metrics()
         self.counts["left_running"] = len(self.streams)
         logger.info("worker stopped", extra={
