@@ -157,8 +157,9 @@ class Invoker:
         failed_from = self._failed_from(batch, response)
         delivered = len(batch) if failed_from is None else failed_from
         self.stats.records_delivered += delivered
-        log.info("invoked %s: %d records from shard %s in %.0f ms%s", self.config.function_name,
-                 len(batch), shard_id, elapsed,
+        log.info("invoked %s: %d record%s from shard %s in %.0f ms%s",
+                 self.config.function_name, len(batch), "" if len(batch) == 1 else "s", shard_id,
+                 elapsed,
                  "" if failed_from is None else f", retrying from record {failed_from}")
         return failed_from, False
 

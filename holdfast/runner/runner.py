@@ -37,6 +37,7 @@ __all__ = ["Runner", "RunnerStats", "load_handler"]
 
 log = logging.getLogger("holdfast.runner")
 MAX_ERROR_WAIT_S = 5.0
+SUMMARY_EVERY_S = 60.0  # a progress line while records flow; silence while idle
 
 
 @dataclass
@@ -132,7 +133,13 @@ class Runner:
 
     def _loop(self, reader: StreamReader, batcher: Batcher, invoker: Invoker, arn: str) -> None:
         errors_in_row = 0
+        next_summary, read_at_summary = time.monotonic() + SUMMARY_EVERY_S, 0
         while not self.stop.is_set():
+            if time.monotonic() >= next_summary:
+                if self.stats.records_read != read_at_summary:
+                    log.info("runner so far: %s", self.stats.summary())
+                next_summary = time.monotonic() + SUMMARY_EVERY_S
+                read_at_summary = self.stats.records_read
             try:
                 polled = reader.poll()
             except (BotoCoreError, ClientError) as exc:
