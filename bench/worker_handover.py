@@ -97,6 +97,36 @@ def summary(t0_ms: float, got: dict[str, int]) -> dict[str, float]:
             "min_s": round(d[0], 3)}
 
 
+def scenario(args: argparse.Namespace, env: dict[str, str], port: int, conn_log: Path, *,
+             worker: Any, stop: threading.Event) -> dict[str, object]:
+    """A holds all; SIGTERM A (B takes over); C idle; SIGKILL B (C's sweep takes over)."""
+    ddb, sqs = client(env, "dynamodb"), client(env, "sqs")
+    conns = [f"ho-{i:04d}" for i in range(args.streams)]
+    for c in conns:
+        create_stream(ddb, env["HOLDFAST_TABLE"], c, f"ws://127.0.0.1:{port}/s/{c}")
+    a = worker("A")
+    time.sleep(2)
+    for i in range(0, len(conns), 10):
+        sqs.send_message_batch(QueueUrl=env["HOLDFAST_QUEUE_URL"], Entries=[
+            {"Id": str(j), "MessageBody": json.dumps({"conn_id": c})}
+            for j, c in enumerate(conns[i:i + 10])])
+    wait_all(conn_log, "A", len(conns), 300)
+    b = worker("B")
+    threading.Thread(target=router_stand_in, args=(env, stop), daemon=True).start()
+    time.sleep(3)
+    t0 = time.time() * 1000
+    a.send_signal(signal.SIGTERM)
+    graceful = summary(t0, wait_all(conn_log, "B", len(conns), 120))
+    a_exit = a.wait(60)
+    worker("C", HOLDFAST_RECONCILE_SECONDS=args.sweep)
+    time.sleep(float(args.heartbeat) + 2)
+    t1 = time.time() * 1000
+    b.send_signal(signal.SIGKILL)
+    crash = summary(t1, wait_all(conn_log, "C", len(conns), 300))
+    return {"graceful_handover": graceful, "graceful_exit_code": a_exit,
+            "crash_failover": crash}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--streams", type=int, default=100)
@@ -130,30 +160,7 @@ def main() -> int:
 
         stop = threading.Event()
         try:
-            ddb, sqs = client(env, "dynamodb"), client(env, "sqs")
-            conns = [f"ho-{i:04d}" for i in range(args.streams)]
-            for c in conns:
-                create_stream(ddb, env["HOLDFAST_TABLE"], c, f"ws://127.0.0.1:{port}/s/{c}")
-            a = worker("A")
-            time.sleep(2)
-            for i in range(0, len(conns), 10):
-                sqs.send_message_batch(QueueUrl=env["HOLDFAST_QUEUE_URL"], Entries=[
-                    {"Id": str(j), "MessageBody": json.dumps({"conn_id": c})}
-                    for j, c in enumerate(conns[i:i + 10])])
-            wait_all(conn_log, "A", len(conns), 300)
-            worker("B")
-            threading.Thread(target=router_stand_in, args=(env, stop), daemon=True).start()
-            time.sleep(3)
-            t0 = time.time() * 1000
-            a.send_signal(signal.SIGTERM)
-            graceful = summary(t0, wait_all(conn_log, "B", len(conns), 120))
-            a_exit = a.wait(60)
-            b = procs[1]
-            worker("C", HOLDFAST_RECONCILE_SECONDS=args.sweep)
-            time.sleep(float(args.heartbeat) + 2)
-            t1 = time.time() * 1000
-            b.send_signal(signal.SIGKILL)
-            crash = summary(t1, wait_all(conn_log, "C", len(conns), 300))
+            result = scenario(args, env, port, conn_log, worker=worker, stop=stop)
         finally:
             stop.set()
             for proc in procs:
@@ -163,10 +170,8 @@ def main() -> int:
             up.terminate()
             up.wait(10)
         print(json.dumps({"logs": str(work), "streams": args.streams, "lease_s": args.lease,
-                          "heartbeat_s": args.heartbeat, "sweep_s": args.sweep,
-                          "graceful_handover": graceful, "graceful_exit_code": a_exit,
-                          "crash_failover": crash, "overlapping_connections":
-                          overlaps(conn_log)}, indent=2))
+                          "heartbeat_s": args.heartbeat, "sweep_s": args.sweep, **result,
+                          "overlapping_connections": overlaps(conn_log)}, indent=2))
     return 0
 
 
