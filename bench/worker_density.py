@@ -68,7 +68,8 @@ def main() -> int:
             aws_access_key_id="local", aws_secret_access_key="local")
         upstream = subprocess.Popen(
             [sys.executable, "-m", "holdfast.cli.main", "upstream", "--port", "0", "--rate",
-             str(args.rate)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+             str(args.rate), *(["--compression"] if args.compression else [])],
+            stdout=subprocess.PIPE, text=True, cwd=ROOT)
         assert upstream.stdout is not None
         port = int(upstream.stdout.readline().split(":")[2].split(" ")[0])
         worker_env = {**os.environ, **env, "HOLDFAST_WORKER_ID": "bench-worker",

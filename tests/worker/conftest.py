@@ -85,10 +85,12 @@ def make_fleet(aws: LocalAws, tag: str) -> Fleet:
     queue_url = sqs.create_queue(QueueName=f"hf-{tag}", Attributes={
         "VisibilityTimeout": "30"})["QueueUrl"]
     env = {**aws.env(), "HOLDFAST_TABLE": table, "HOLDFAST_QUEUE_URL": queue_url, **FAST}
-    # DynamoDB Local compiles its PartiQL path on first use (can take > 1 s): warm it up so a
-    # worker's first batched renewal is not fenced by the emulator's warm-up.
-    ddb.batch_execute_statement(Statements=[{
-        "Statement": f'SELECT * FROM "{table}" WHERE Pk = ?', "Parameters": [{"S": "CONN#x"}]}])
+    if aws.backend == "dynamodb-local":
+        # DynamoDB Local compiles its PartiQL path on first use (can take > 1 s): warm it up so
+        # a worker's first batched renewal is not fenced by the emulator's warm-up.
+        ddb.batch_execute_statement(Statements=[{
+            "Statement": f'SELECT * FROM "{table}" WHERE Pk = ?',
+            "Parameters": [{"S": "CONN#x"}]}])
     return Fleet(aws, table, queue_url, env, ddb, sqs)
 
 

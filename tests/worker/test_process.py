@@ -186,3 +186,23 @@ def test_fleet_of_workers_shares_and_moves_60_streams(
         router.stop()
     check_no_gaps(every(), conns)
     assert upstream.server.connlog.overlaps() == []
+
+
+
+def test_nudges_caught_by_the_last_polls_are_handed_back(
+        fleet: Fleet, spawn: Callable[..., WorkerProc], unique_id: str) -> None:
+    """A nudge landing in a stopping worker's long poll is handed back, not hidden 30 s."""
+    w = spawn(fleet.env, HOLDFAST_POLL_SECONDS="5", HOLDFAST_NUDGE_VISIBILITY_SECONDS="30",
+              HOLDFAST_POLL_DRAIN_SECONDS="4")
+    wait_until(lambda: w.messages("worker started"), 15, "worker up")
+    time.sleep(1.0)  # both pollers are in a long poll now
+    w.signal(signal.SIGTERM)
+    wait_until(lambda: w.messages("stopping: no more claims, draining streams"), 5, "stopping")
+    time.sleep(0.2)
+    assert w.proc.poll() is None, "exited without waiting for its polls"
+    t0 = time.monotonic()
+    fleet.nudge(f"{unique_id}-late")
+    assert w.wait(10) == 0
+    assert time.monotonic() - t0 < 3.5  # the poll returned with the nudge, ending the wait
+    got = fleet.sqs.receive_message(QueueUrl=fleet.queue_url, WaitTimeSeconds=2)
+    assert got.get("Messages"), "the nudge stayed invisible"

@@ -231,3 +231,21 @@ async def test_self_fencing_when_dynamodb_is_unreachable(
         assert counts["fenced"] == 1
     finally:
         proxy.close()
+
+
+async def test_works_on_moto_with_single_renewals(moto_local: object, upstream: UpstreamThread,
+                                                  unique_id: str) -> None:
+    """On moto (whose PartiQL ignores conditions) the worker renews one item at a time."""
+    from tests.worker.conftest import make_fleet
+
+    fleet = make_fleet(moto_local, unique_id)  # type: ignore[arg-type]
+    assert fleet.env["HOLDFAST_RENEW_MODE"] == "single"
+    conn, rec = f"{unique_id}-m", Recorder()
+    fleet.create(conn, upstream.url(conn))
+    async with running_worker(fleet, rec) as run:
+        fleet.nudge(conn)
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 5, 15, "messages")
+        await asyncio.sleep(1.2)  # a few heartbeats
+        assert conn in run.worker.streams and run.worker.metrics.totals["RenewFailures"] == 0
+    assert item_attr(fleet.item(conn), "last_seq") == rec.seqs(conn)[-1]
+
