@@ -123,6 +123,7 @@ class Claimer:
 
     async def run(self) -> None:
         """Poll and claim until cancelled; a message received after cancellation is put back."""
+        self._abandon.clear()  # a restart after a crash polls for real again
         try:
             # A second poller claims the next batch while the first one's claims are written:
             # a scale-in's burst of released streams is taken up twice as fast.

@@ -253,7 +253,8 @@ class Worker:
         self.flush_metrics()
         self.counts["left_running"] = len(self.streams)
         logger.info("worker stopped", extra={
-            "worker_id": self.worker_id, "duration_s": round(time.monotonic() - started, 3),
+            "worker_id": self.worker_id, "uptime_s": round(time.monotonic() - started, 3),
+            "stop_s": round(time.monotonic() - stop_t0, 3),
             "messages": self.metrics.totals["MessagesHandled"],
             "handler_errors": self.metrics.totals["HandlerErrors"], **self.counts})
         return self.counts

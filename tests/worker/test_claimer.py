@@ -1,0 +1,96 @@
+"""Nudge handling against moto SQS: what is deleted, returned later, or handed on at once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+import pytest
+
+from holdfast.localaws import LocalAws
+from tests.conftest import client_for
+from tests.worker.conftest import async_wait_until
+from worker.claimer import Claim, Claimer, in_daemon_thread, parse_nudge
+from worker.metrics import WorkerMetrics
+
+
+def test_parse_nudge_is_lenient_but_not_credulous() -> None:
+    """Any JSON object with a valid string conn_id is a nudge; anything else is poison."""
+    assert parse_nudge('{"conn_id": "abc", "reason": "x", "epoch": 3, "extra": [1]}') == "abc"
+    assert parse_nudge('{"conn_id": "abc", "epoch": null}') == "abc"
+    for body in ("", "nope", "[]", '"abc"', '{"conn_id": 1}', '{"conn_id": ""}',
+                 '{"conn_id": "a b"}', '{"id": "abc"}'):
+        with pytest.raises(ValueError):
+            parse_nudge(body)
+
+
+async def test_in_daemon_thread_returns_and_raises() -> None:
+    """Results and exceptions of the blocking call reach the awaiting coroutine."""
+    assert await in_daemon_thread(lambda: 41 + 1) == 42
+    with pytest.raises(ZeroDivisionError):
+        await in_daemon_thread(lambda: 1 / 0)
+
+
+@pytest.fixture
+def queue(moto_local: LocalAws, unique_id: str) -> Any:
+    sqs = client_for(moto_local, "sqs")
+    url = sqs.create_queue(QueueName=f"claimer-{unique_id}")["QueueUrl"]
+    yield sqs, url
+    sqs.delete_queue(QueueUrl=url)
+
+
+def send(sqs: Any, url: str, *conn_ids: str) -> None:
+    for c in conn_ids:
+        sqs.send_message(QueueUrl=url, MessageBody=json.dumps({"conn_id": c}))
+
+
+def visible(sqs: Any, url: str) -> list[str]:
+    resp = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0,
+                               VisibilityTimeout=0)
+    return sorted(json.loads(m["Body"])["conn_id"] for m in resp.get("Messages", []))
+
+
+async def test_outcomes_decide_each_message(queue: Any) -> None:
+    """CLAIMED/CONFLICT delete, NO_CAPACITY returns at once, UNAVAILABLE returns after a delay."""
+    sqs, url = queue
+    outcomes = {"a": Claim.CLAIMED, "b": Claim.CONFLICT, "c": Claim.NO_CAPACITY,
+                "d": Claim.UNAVAILABLE}
+
+    async def claim(conn_id: str, source: str) -> Claim:
+        return outcomes[conn_id]
+
+    claimer = Claimer(sqs, url, claim, lambda: 10, WorkerMetrics(), poll_s=1, retry_delay_s=2)
+    send(sqs, url, *outcomes)
+    resp = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    await claimer.handle([dict(m) for m in resp["Messages"]])
+    await asyncio.gather(*claimer._settling)
+    assert visible(sqs, url) == ["c"]
+    await asyncio.sleep(2.3)
+    assert visible(sqs, url) == ["c", "d"]
+
+
+async def test_asks_only_for_free_capacity(queue: Any) -> None:
+    """With 3 free slots the claimer takes at most 3 nudges and leaves the rest queued."""
+    sqs, url = queue
+    seen: list[str] = []
+    free = [3]
+
+    async def claim(conn_id: str, source: str) -> Claim:
+        seen.append(conn_id)
+        free[0] -= 1
+        return Claim.CLAIMED
+
+    send(sqs, url, *(f"s{i}" for i in range(8)))
+    claimer = Claimer(sqs, url, claim, lambda: free[0], WorkerMetrics(), poll_s=1, idle_s=0.05)
+    task = asyncio.create_task(claimer.run())
+    await async_wait_until(lambda: len(seen) >= 3, 5, "three claims")
+    await asyncio.sleep(1.0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await claimer.finish_polls(2)
+    assert len(seen) == 3
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+    assert int(attrs["Attributes"]["ApproximateNumberOfMessages"]) == 5
