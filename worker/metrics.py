@@ -6,6 +6,7 @@ however many messages flow; ``ActiveConnections`` is the fleet's autoscaling sig
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -23,12 +24,23 @@ COUNTERS = ("Claims", "ClaimConflicts", "LeasesLost", "LeasesFenced", "Reconnect
 _MAX_SAMPLES = 100  # EMF accepts at most 100 values per metric in one record
 
 
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name) or default
+
+
 @dataclass
 class WorkerMetrics:
-    """Counters, the active-connection gauge and renew latency samples of one worker."""
+    """Counters, the active-connection gauge and renew latency samples of one worker.
 
-    service: str = "holdfast-worker"
-    namespace: str = NAMESPACE
+    The ``service`` dimension and namespace follow Powertools' own variables
+    (``POWERTOOLS_SERVICE_NAME``, ``POWERTOOLS_METRICS_NAMESPACE``), which the stack sets to
+    what its scaling policy and alarms query.
+    """
+
+    service: str = field(default_factory=lambda: _env("POWERTOOLS_SERVICE_NAME",
+                                                      "holdfast-worker"))
+    namespace: str = field(default_factory=lambda: _env("POWERTOOLS_METRICS_NAMESPACE",
+                                                        NAMESPACE))
     counts: Counter[str] = field(default_factory=Counter)
     totals: Counter[str] = field(default_factory=Counter)
     active: int = 0

@@ -25,3 +25,14 @@ def test_flush_prints_one_emf_record(capsys: pytest.CaptureFixture[str]) -> None
     m.flush()  # counters reset per period; totals do not
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert record["Claims"] in (0.0, [0.0]) and m.totals["Claims"] == 3
+
+
+def test_service_and_namespace_follow_powertools_variables(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stack's POWERTOOLS_SERVICE_NAME / _METRICS_NAMESPACE become the EMF dimension."""
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "fleet-a-worker")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "Custom")
+    WorkerMetrics().flush()
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert record["service"] == "fleet-a-worker"
+    assert record["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Custom"
