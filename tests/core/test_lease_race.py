@@ -75,6 +75,15 @@ class LeaseRace(RuleBasedStateMachine):
     def advance(self, ms: int) -> None:
         self.true_now += ms
 
+    @precondition(lambda self: any(s.lease for s in self.sims))
+    @rule(holder=st.integers(0, WORKERS - 1), taker=st.integers(0, WORKERS - 1))
+    def jump_to_takeover(self, holder: int, taker: int) -> None:
+        """Jump to the first instant at which ``taker``'s clock sees the lease as expired."""
+        lease = self.sims[holder].lease
+        if lease is not None:
+            edge = lease.expires_at_ms + TIMING.skew_ms - self.sims[taker].skew
+            self.true_now = max(self.true_now, edge)
+
     @rule(i=st.integers(0, WORKERS - 1), lost=st.booleans())
     def acquire(self, i: int, lost: bool) -> None:
         sim, store = self.sims[i], self.stores[i]
