@@ -67,7 +67,7 @@ def main() -> int:
             "sqs", endpoint_url=env["AWS_ENDPOINT_URL_SQS"], region_name="us-east-1",
             aws_access_key_id="local", aws_secret_access_key="local")
         upstream = subprocess.Popen(
-            [sys.executable, "-m", "holdfast.cli.main", "upstream", "--port", "0", "--rate",
+            [sys.executable, "-m", "holdfast.upstream", "--port", "0", "--rate",
              str(args.rate), *(["--compression"] if args.compression else [])],
             stdout=subprocess.PIPE, text=True, cwd=ROOT)
         assert upstream.stdout is not None

@@ -139,7 +139,7 @@ def main() -> int:
     conn_log = work / "conns.jsonl"
     with LocalAws(backend="dynamodb-local") as aws:
         env = aws.env()
-        up = subprocess.Popen([sys.executable, "-m", "holdfast.cli.main", "upstream", "--port",
+        up = subprocess.Popen([sys.executable, "-m", "holdfast.upstream", "--port",
                                "0", "--rate", "10", "--conn-log", str(conn_log)],
                               stdout=subprocess.PIPE, text=True, cwd=ROOT)
         assert up.stdout is not None

@@ -3,9 +3,11 @@
 A nudge is a JSON object with a string ``conn_id`` (the router adds ``reason`` and ``epoch``;
 anything else in it is ignored). What happens to each message:
 
-- claimed, or a definitive "no" (HELD, STOPPED, DELETED, BACKOFF, INVALID, already ours):
-  deleted; whoever holds the stream now does not need the nudge, and the router or sweep
-  nudges again when it becomes claimable;
+- claimed, or a definitive "no" (HELD, STOPPED, DELETED, INVALID, already ours): deleted;
+  whoever holds the stream now does not need the nudge, and the router or sweep nudges again
+  when it becomes claimable;
+- in back-off that ends within 15 minutes: shown again when it ends (later ones: deleted, the
+  sweep finds the stream then);
 - DynamoDB unavailable: made visible again after a short delay (redelivered; after
   ``DLQ_MAX_RECEIVE_COUNT`` receives the queue parks it in the dead-letter queue);
 - no capacity any more, or shutting down: made visible at once for another worker;
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["Claim", "Claimer", "Reconciler", "in_daemon_thread", "parse_nudge"]
+__all__ = ["Claim", "Claimer", "Later", "Reconciler", "in_daemon_thread", "parse_nudge"]
 
 logger = Logger(service="holdfast-worker", child=True)
 T = TypeVar("T")
@@ -56,7 +58,14 @@ class Claim(Enum):
     NO_CAPACITY = "no_capacity"  # full or stopping: hand the nudge to another worker now
 
 
-ClaimFn = Callable[[str, str], Awaitable[Claim]]  # (conn_id, source) -> outcome
+@dataclass(frozen=True, slots=True)
+class Later:
+    """Not claimable yet (in back-off) but soon: show the nudge again in ``seconds``."""
+
+    seconds: int
+
+
+ClaimFn = Callable[[str, str], Awaitable["Claim | Later"]]  # (conn_id, source) -> outcome
 
 
 def parse_nudge(body: str) -> str:
@@ -184,16 +193,23 @@ class Claimer:
     async def handle(self, messages: list[dict[str, Any]]) -> None:
         """Claim what each message names, then delete or return the messages in batches."""
         outcomes = await asyncio.gather(*(self._one(m) for m in messages))
-        delete = [m for m, o in zip(messages, outcomes, strict=True)
-                  if o in (Claim.CLAIMED, Claim.CONFLICT, None)]
-        later = [m for m, o in zip(messages, outcomes, strict=True) if o is Claim.UNAVAILABLE]
-        now = [m for m, o in zip(messages, outcomes, strict=True) if o is Claim.NO_CAPACITY]
+        delete: list[dict[str, Any]] = []
+        again: list[tuple[dict[str, Any], int]] = []
+        for message, outcome in zip(messages, outcomes, strict=True):
+            if isinstance(outcome, Later):
+                again.append((message, outcome.seconds))
+            elif outcome is Claim.UNAVAILABLE:
+                again.append((message, self.retry_delay_s))
+            elif outcome is Claim.NO_CAPACITY:
+                again.append((message, 0))
+            else:  # claimed, a definitive no, or poison
+                delete.append(message)
         # Settle in the background: the next poll need not wait for the deletes.
-        task = asyncio.create_task(asyncio.to_thread(self._settle, delete, later, now))
+        task = asyncio.create_task(asyncio.to_thread(self._settle, delete, again))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
-    async def _one(self, message: dict[str, Any]) -> Claim | None:
+    async def _one(self, message: dict[str, Any]) -> Claim | Later | None:
         body = message.get("Body", "")
         try:
             conn_id = parse_nudge(body if isinstance(body, str) else "")
@@ -204,16 +220,19 @@ class Claimer:
             return None
         return await self.claim(conn_id, "nudge")
 
-    def _settle(self, delete: list[dict[str, Any]], later: list[dict[str, Any]],
-                now: list[dict[str, Any]]) -> None:
+    def _settle(self, delete: list[dict[str, Any]],
+                again: list[tuple[dict[str, Any], int]]) -> None:
         try:
             if delete:
                 call("DeleteMessageBatch", self.sqs.delete_message_batch,
                      QueueUrl=self.queue_url, Entries=[
                          {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
                          for i, m in enumerate(delete)])
-            self._change_visibility(later, self.retry_delay_s)
-            self._change_visibility(now, 0)
+            if again:
+                call("ChangeMessageVisibilityBatch", self.sqs.change_message_visibility_batch,
+                     QueueUrl=self.queue_url, Entries=[
+                         {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"],
+                          "VisibilityTimeout": seconds} for i, (m, seconds) in enumerate(again)])
         except HoldfastError as exc:
             # The messages come back after the visibility timeout: nothing is lost.
             logger.warning("cannot settle nudges", error=str(exc)[:300])

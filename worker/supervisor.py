@@ -27,7 +27,7 @@ from holdfast.core import rules
 from holdfast.core.exceptions import AcquireFailed, HoldfastError, LossReason, StoreUnavailable
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from worker.backoff import Backoff
-from worker.claimer import Claim, Claimer, Reconciler
+from worker.claimer import Claim, Claimer, Later, Reconciler
 from worker.config import WorkerConfig
 from worker.handler import Handler, default_handler
 from worker.health import HealthServer
@@ -44,6 +44,9 @@ __all__ = ["Worker"]
 
 logger = Logger(service="holdfast-worker", child=True)
 _DRAIN_SHARE = 0.6  # of the shutdown budget; the rest is for releases
+# A nudge for a stream in back-off comes back when the back-off ends, if that is this soon
+# (SQS's DelaySeconds limit, as the router uses); later ones are left to the sweep.
+_MAX_LATER_S = 900
 
 
 class Worker:
@@ -84,7 +87,7 @@ class Worker:
             return 0
         return self.config.max_connections - len(self.streams) - len(self._claiming)
 
-    async def claim(self, conn_id: str, source: str = "nudge") -> Claim:
+    async def claim(self, conn_id: str, source: str = "nudge") -> Claim | Later:
         """Try to acquire ``conn_id`` and start holding it."""
         if conn_id in self.streams or conn_id in self._claiming:
             return Claim.CONFLICT  # already ours (a duplicate nudge)
@@ -98,7 +101,7 @@ class Worker:
             self.metrics.incr("ClaimConflicts")
             logger.debug("claim refused", conn_id=conn_id, worker_id=self.worker_id,
                          reason=str(exc.reason), source=source)
-            return Claim.CONFLICT
+            return self._later(exc) or Claim.CONFLICT
         except StoreUnavailable as exc:
             logger.warning("claim failed, DynamoDB unavailable", conn_id=conn_id,
                            worker_id=self.worker_id, error=str(exc)[:300])
@@ -122,6 +125,16 @@ class Worker:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return Claim.CLAIMED
+
+    def _later(self, exc: AcquireFailed) -> Later | None:
+        """For a stream in back-off: when its nudge should come back (None: let it go)."""
+        current = exc.current
+        if exc.reason is not LossReason.BACKOFF or current is None or (
+                current.lease_expires_at_ms is None):
+            return None
+        wait_ms = current.lease_expires_at_ms + self.config.timing.skew_ms - self.wall()
+        seconds = -(-wait_ms // 1000) + 1  # round up, plus a second for clock jitter
+        return Later(int(seconds)) if 0 < seconds <= _MAX_LATER_S else None
 
     # -- one stream's life -------------------------------------------------------------------
     async def _hold(self, runner: StreamRunner) -> None:

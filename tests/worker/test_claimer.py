@@ -12,7 +12,7 @@ import pytest
 from holdfast.localaws import LocalAws
 from tests.conftest import client_for
 from tests.worker.conftest import async_wait_until
-from worker.claimer import Claim, Claimer, in_daemon_thread, parse_nudge
+from worker.claimer import Claim, Claimer, Later, in_daemon_thread, parse_nudge
 from worker.metrics import WorkerMetrics
 
 
@@ -94,3 +94,20 @@ async def test_asks_only_for_free_capacity(queue: Any) -> None:
     assert len(seen) == 3
     attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
     assert int(attrs["Attributes"]["ApproximateNumberOfMessages"]) == 5
+
+
+async def test_later_outcome_returns_the_nudge_after_its_delay(queue: Any) -> None:
+    """A Later(n) outcome hides the nudge for n seconds instead of deleting it."""
+    sqs, url = queue
+
+    async def claim(conn_id: str, source: str) -> Later:
+        return Later(2)
+
+    claimer = Claimer(sqs, url, claim, lambda: 10, WorkerMetrics(), poll_s=1)
+    send(sqs, url, "x")
+    resp = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    await claimer.handle([dict(m) for m in resp["Messages"]])
+    await asyncio.gather(*claimer._settling)
+    assert visible(sqs, url) == []
+    await asyncio.sleep(2.3)
+    assert visible(sqs, url) == ["x"]

@@ -249,3 +249,20 @@ async def test_works_on_moto_with_single_renewals(moto_local: object, upstream: 
         assert conn in run.worker.streams and run.worker.metrics.totals["RenewFailures"] == 0
     assert item_attr(fleet.item(conn), "last_seq") == rec.seqs(conn)[-1]
 
+
+
+async def test_nudge_for_a_stream_in_backoff_returns_when_it_ends(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A nudge arriving during a back-off is shown again when the back-off ends, then claimed."""
+    conn, rec = f"{unique_id}-bo", Recorder()
+    fleet.create(conn, upstream.url(conn))
+    store = other_store(fleet)
+    lease = store.acquire(conn, "gave-up-worker")
+    store.release(lease, None, error="upstream down", retry_at_ms=int(time.time() * 1000) + 2000)
+    async with running_worker(fleet, rec) as run:
+        t0 = time.monotonic()
+        fleet.nudge(conn)
+        await async_wait_until(lambda: conn in run.worker.streams, 10, "claimed after back-off")
+        waited = time.monotonic() - t0
+    assert waited >= 2.0  # not before the back-off ended
+    assert item_attr(fleet.item(conn), "error_count") == 0  # a clean release resets it
