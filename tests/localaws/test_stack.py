@@ -1,0 +1,89 @@
+"""Tests of the embedded local AWS: it starts, serves, writes its env, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+
+from holdfast.core.schema import GSI_NAME
+from holdfast.localaws import LocalAws, LocalAwsError
+from holdfast.localaws import stack as stack_module
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is gone once reaped, which stop() does.
+    return True
+
+
+def test_table_and_queues_match_schema(ddb_local: LocalAws) -> None:
+    """The table has the GSI and a NEW_AND_OLD_IMAGES stream; the queue redrives to the DLQ."""
+    env = ddb_local.env()
+    ddb = boto3.client("dynamodb", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB"],
+                       region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    table = ddb.describe_table(TableName=env["HOLDFAST_TABLE"])["Table"]
+    assert [g["IndexName"] for g in table["GlobalSecondaryIndexes"]] == [GSI_NAME]
+    assert table["StreamSpecification"]["StreamViewType"] == "NEW_AND_OLD_IMAGES"
+    sqs = boto3.client("sqs", endpoint_url=env["AWS_ENDPOINT_URL_SQS"], region_name="us-east-1",
+                       aws_access_key_id="x", aws_secret_access_key="x")
+    attrs = sqs.get_queue_attributes(QueueUrl=env["HOLDFAST_QUEUE_URL"],
+                                     AttributeNames=["RedrivePolicy"])["Attributes"]
+    assert "holdfast-nudges-dlq" in attrs["RedrivePolicy"]
+    assert env["HOLDFAST_RENEW_MODE"] == "batch"
+
+
+def test_stop_leaves_no_process(tmp_path: Path) -> None:
+    """Stopping the local AWS ends every child process it started."""
+    aws = LocalAws(backend="moto", workdir=tmp_path).start()
+    pids = [c.proc.pid for c in aws.children]
+    assert pids and all(pid_alive(p) for p in pids)
+    aws.stop()
+    assert not any(pid_alive(p) for p in pids)
+
+
+def test_env_file_is_sourceable(tmp_path: Path) -> None:
+    """write_env writes KEY=value lines a shell (and python -m worker) can read."""
+    with LocalAws(backend="moto", workdir=tmp_path) as aws:
+        path = tmp_path / "env"
+        aws.write_env(path)
+        out = subprocess.run(["bash", "-c", f"set -a; . {path}; echo $HOLDFAST_QUEUE_URL"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert out == aws.queue_url
+        assert aws.env()["HOLDFAST_RENEW_MODE"] == "single"
+
+
+def test_falls_back_to_moto_without_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    """Without Java, 'auto' serves DynamoDB from moto and says so."""
+    monkeypatch.setattr(stack_module.shutil, "which", lambda _name: None)
+    with caplog.at_level(logging.WARNING), LocalAws(workdir=tmp_path) as aws:
+        assert aws.backend == "moto"
+        assert aws.dynamodb_url == aws.sqs_url
+    assert "falling back to moto" in caplog.text
+
+
+def test_explicit_dynamodb_local_without_java_fails_clearly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asking for DynamoDB Local without Java is an error naming what is missing."""
+    monkeypatch.setattr(stack_module.shutil, "which", lambda _name: None)
+    with pytest.raises(LocalAwsError, match="java"):
+        LocalAws(backend="dynamodb-local", workdir=tmp_path).start()
+
+
+def test_command_once_prints_environment(tmp_path: Path) -> None:
+    """`python -m holdfast.localaws --once` prints exports and writes the env file."""
+    env_file = tmp_path / "local.env"
+    out = subprocess.run([sys.executable, "-m", "holdfast.localaws", "--backend", "moto",
+                          "--once", "--env-file", str(env_file)],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "export AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:" in out
+    assert "HOLDFAST_TABLE=holdfast-leases" in env_file.read_text()
