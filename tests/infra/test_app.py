@@ -88,11 +88,10 @@ def test_outputs_name_everything_an_operator_needs(template: Any) -> None:
 
 
 def deploy_doc() -> str:
-    """The "Deploy to AWS" section: in the README once merged, else docs/deploy.md."""
+    """The README's "Deploy to AWS" section."""
     readme = (REPO / "README.md").read_text()
-    if "## Deploy to AWS" in readme:
-        return readme.split("## Deploy to AWS", 1)[1].split("\n## ", 1)[0]
-    return (REPO / "docs" / "deploy.md").read_text()
+    assert "## Deploy to AWS" in readme
+    return readme.split("## Deploy to AWS", 1)[1].split("\n## ", 1)[0]
 
 
 def test_deploy_doc_matches_the_stack(template_json: dict[str, Any]) -> None:
