@@ -96,7 +96,7 @@ class Renewer:
                     runner.fence_mono_ms = rules.fence_deadline_mono_ms(sent, self.timing)
             elif isinstance(result.error, LeaseLost):
                 decisive = True
-                self._lost(runner, result.error.reason)
+                self.on_lost(runner, result.error.reason)
             else:
                 self.metrics.incr("RenewFailures")
                 runner.log("warning", "renew failed, keeping the lease until its fence deadline",
@@ -105,7 +105,8 @@ class Renewer:
         if decisive:
             self.last_ok_mono_ms = sent
 
-    def _lost(self, runner: StreamRunner, reason: LossReason) -> None:
+    def on_lost(self, runner: StreamRunner, reason: LossReason) -> None:
+        """Act on a lease found lost: drain a STOPPED stream, abort any other."""
         if runner.aborted or runner.closed:
             return
         if reason is LossReason.STOPPED:

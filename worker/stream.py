@@ -71,6 +71,9 @@ class StreamContext:
     options: ConnectOptions = field(default_factory=ConnectOptions)
     resolve: Resolver = _getaddrinfo
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    # Writes a first checkpoint (seq - 1) before a never-checkpointed stream's first handler
+    # call, so a crash before the first heartbeat cannot skip what this worker handled.
+    anchor: Callable[[StreamRunner, int], Awaitable[None]] | None = None
 
 
 async def resolve_checked(checked: CheckedUrl, policy: UrlPolicy, resolve: Resolver) -> str:
@@ -197,6 +200,11 @@ class StreamRunner:
 
     async def _deliver(self, frame: str | bytes) -> None:
         parsed = self.ctx.protocol.parse(frame)
+        if parsed.seq is not None and self.checkpoint is None:
+            # No checkpoint anywhere yet: the stream starts here for whoever holds it next.
+            if self.ctx.anchor is not None:
+                await self.ctx.anchor(self, parsed.seq - 1)
+            self.checkpoint = parsed.seq - 1
         seq, last = parsed.seq, self.checkpoint
         if seq is not None and last is not None:
             if seq <= last:

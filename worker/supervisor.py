@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger
 
 from holdfast.core import rules
-from holdfast.core.exceptions import AcquireFailed, HoldfastError, LossReason, StoreUnavailable
+from holdfast.core.exceptions import (
+    AcquireFailed,
+    HoldfastError,
+    LeaseLost,
+    LossReason,
+    StoreUnavailable,
+)
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from worker.backoff import Backoff
 from worker.claimer import Claim, Claimer, Later, Reconciler
@@ -77,7 +83,8 @@ class Worker:
                             config.max_upstream_failures, config.retry_base_s),
             options=ConnectOptions(max_size=config.max_frame_bytes,
                                    compression=config.compression,
-                                   open_timeout_s=config.open_timeout_s))
+                                   open_timeout_s=config.open_timeout_s),
+            anchor=self._anchor)
         self.renewer = Renewer(self.store, self.streams, config.timing, self.metrics,
                                config.renew_mode, mono=mono)
 
@@ -135,6 +142,22 @@ class Worker:
         wait_ms = current.lease_expires_at_ms + self.config.timing.skew_ms - self.wall()
         seconds = -(-wait_ms // 1000) + 1  # round up, plus a second for clock jitter
         return Later(int(seconds)) if 0 < seconds <= _MAX_LATER_S else None
+
+    async def _anchor(self, runner: StreamRunner, seq: int) -> None:
+        """Write a never-checkpointed stream's starting point before its first handler call."""
+        sent = self.mono()
+        try:
+            lease = await asyncio.get_running_loop().run_in_executor(
+                self.renewer.executor, self.store.renew, runner.lease, seq)
+        except LeaseLost as exc:
+            self.renewer.on_lost(runner, exc.reason)
+            return
+        except HoldfastError as exc:  # the next heartbeat writes the checkpoint instead
+            runner.log("warning", "cannot write the first checkpoint", error=str(exc)[:300])
+            return
+        if not (runner.aborted or runner.closed):
+            runner.lease = lease
+            runner.fence_mono_ms = rules.fence_deadline_mono_ms(sent, self.config.timing)
 
     # -- one stream's life -------------------------------------------------------------------
     async def _hold(self, runner: StreamRunner) -> None:

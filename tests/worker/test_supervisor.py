@@ -13,6 +13,7 @@ from tests.conftest import client_for
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
 from tests.worker.helpers import Recorder, item_attr, running_worker
 from tests.worker.proxy import CuttableProxy
+from worker.handler import Message
 from worker.supervisor import Worker
 
 
@@ -266,3 +267,21 @@ async def test_nudge_for_a_stream_in_backoff_returns_when_it_ends(
         waited = time.monotonic() - t0
     assert waited >= 2.0  # not before the back-off ended
     assert item_attr(fleet.item(conn), "error_count") == 0  # a clean release resets it
+
+
+async def test_first_checkpoint_is_written_before_the_first_handler_call(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A never-checkpointed stream records its start, so a crash right after cannot skip it."""
+    conn = f"{unique_id}-first"
+    fleet.create(conn, upstream.url(conn))
+    seen: list[tuple[int | None, object]] = []
+
+    async def handler(message: Message) -> None:
+        if not seen:
+            seen.append((message.seq, item_attr(fleet.item(conn), "last_seq")))
+
+    async with running_worker(fleet, handler):
+        fleet.nudge(conn)
+        await async_wait_until(lambda: seen, 10, "first message")
+    first_seq, stored = seen[0]
+    assert first_seq is not None and stored == first_seq - 1
