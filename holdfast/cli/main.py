@@ -7,6 +7,8 @@ import sys
 from collections.abc import Callable
 
 from holdfast import __version__
+from holdfast.cli.ops import OPS_COMMANDS
+from holdfast.fleet.cli import FLEET_COMMANDS
 from holdfast.upstream import cli as upstream_cli
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -31,6 +33,8 @@ def _run_localaws(args: argparse.Namespace) -> int:
 COMMANDS["localaws"] = ("run the embedded local AWS (DynamoDB Local + moto SQS) until Ctrl-C",
                         _add_localaws, _run_localaws)
 COMMANDS["upstream"] = upstream_cli.COMMAND
+COMMANDS.update(OPS_COMMANDS)
+COMMANDS.update(FLEET_COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,117 @@
+"""Fleet summaries computed from the lease items, as pure functions (no clock, no boto3).
+
+``ls`` shows one row per item; ``status`` groups the items by lease owner: the owners of live
+leases *are* the workers (there is no other registry), and STARTED items nobody holds are the
+streams waiting for a claim.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from holdfast.core.exceptions import MalformedItem
+from holdfast.core.model import LeaseItem
+
+__all__ = ["FleetStatus", "StreamRow", "fleet_status", "stream_row"]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRow:
+    """One line of ``holdfast ls``."""
+
+    conn_id: str
+    desired_state: str
+    owner: str | None
+    lease_left_ms: int | None  # None: nobody holds a live lease
+    last_seq: int | None
+    status: str | None
+    last_error: str | None
+    epoch: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.conn_id, "desired_state": self.desired_state, "owner": self.owner,
+                "lease_left_ms": self.lease_left_ms, "last_seq": self.last_seq,
+                "status": self.status, "last_error": self.last_error, "epoch": self.epoch}
+
+
+def _live(item: LeaseItem, now_ms: int) -> bool:
+    return bool(item.lease_owner) and (item.lease_expires_at_ms or 0) > now_ms
+
+
+def stream_row(item: LeaseItem, now_ms: int) -> StreamRow:
+    """The ``ls`` row of one item at wall time ``now_ms``."""
+    live = _live(item, now_ms)
+    return StreamRow(
+        conn_id=item.conn_id, desired_state=item.desired_state,
+        owner=item.lease_owner if live else None,
+        lease_left_ms=(item.lease_expires_at_ms or 0) - now_ms if live else None,
+        last_seq=item.last_seq, status=item.status, last_error=item.last_error,
+        epoch=item.epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetStatus:
+    """What ``holdfast status`` reports."""
+
+    workers: dict[str, int]  # owner -> live leases
+    streams: int
+    started: int
+    stopped: int
+    unowned_started: list[str]
+    backoff: list[str]
+    malformed: list[str]
+    queue_depth: int | None = None
+    dlq_depth: int | None = None
+    oldest_unowned_ms: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workers": self.workers, "streams": self.streams, "started": self.started,
+                "stopped": self.stopped, "unowned_started": self.unowned_started,
+                "oldest_unowned_ms": self.oldest_unowned_ms, "backoff": self.backoff,
+                "malformed": self.malformed, "queue_depth": self.queue_depth,
+                "dlq_depth": self.dlq_depth, "notes": self.notes}
+
+
+def fleet_status(items: list[LeaseItem | MalformedItem], now_ms: int,
+                 updated_ms: dict[str, int] | None = None) -> FleetStatus:
+    """Group the items by owner; list the STARTED ones nobody holds (BACKOFF ones apart).
+
+    An unowned stream's age counts from its lease expiry, or, for a released or never-claimed
+    one (expiry 0), from its last write (``updated_ms``, from ``updated_at_ms``) when known.
+    """
+    updated_ms = updated_ms or {}
+    workers: Counter[str] = Counter()
+    unowned: list[str] = []
+    backoff: list[str] = []
+    malformed: list[str] = []
+    oldest: int | None = None
+    started = stopped = 0
+    for item in items:
+        if isinstance(item, MalformedItem):
+            malformed.append(item.key)
+            continue
+        if item.started:
+            started += 1
+        else:
+            stopped += 1
+        if _live(item, now_ms):
+            workers[str(item.lease_owner)] += 1
+            continue
+        if not item.started:
+            continue
+        expires = item.lease_expires_at_ms or 0
+        if item.status == "BACKOFF" and expires > now_ms:
+            backoff.append(item.conn_id)  # waiting for its retry time on purpose
+            continue
+        unowned.append(item.conn_id)
+        since = expires if expires > 0 else updated_ms.get(item.conn_id, 0)
+        if since > 0:
+            age = max(0, now_ms - since)
+            oldest = age if oldest is None else max(oldest, age)
+    return FleetStatus(workers=dict(sorted(workers.items())), streams=started + stopped,
+                       started=started, stopped=stopped, unowned_started=sorted(unowned),
+                       backoff=sorted(backoff), malformed=sorted(malformed),
+                       oldest_unowned_ms=oldest)

@@ -1,0 +1,284 @@
+"""Operator commands: ``start``, ``stop``, ``rm``, ``ls``, ``status``.
+
+They work against the local stack (the env ``holdfast localaws`` / ``holdfast up`` writes) or a
+real AWS account (standard AWS configuration). Exit codes, for scripts:
+
+    0  done
+    1  the operation failed: unknown id, id already exists, ``stop --wait`` timed out
+    2  usage: bad arguments, an invalid id, a refused (hostile) URL, no table named
+    3  AWS or configuration: table missing, credentials refused or absent, AWS unreachable
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from holdfast.cli.fleetstate import fleet_status, stream_row
+from holdfast.core.aws import call, client_config, dynamodb_client, sqs_client
+from holdfast.core.exceptions import ConfigError, HoldfastError, MalformedItem, StoreUnavailable
+from holdfast.core.model import LeaseItem, validate_conn_id
+from holdfast.core.schema import ATTR, STARTED, STOPPED, pk_for
+from holdfast.core.table import create_stream, delete_stream, set_desired_state
+from holdfast.core.urls import check_url, parse_allow_list, redact
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+__all__ = ["EXIT_AWS", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "OPS_COMMANDS", "scan_all"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AWS = 0, 1, 2, 3
+
+
+class _Exit(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--table", default=None,
+                   help="lease table (default: $HOLDFAST_TABLE)")
+
+
+def _table(args: argparse.Namespace) -> str:
+    table: str = args.table or os.environ.get("HOLDFAST_TABLE", "").strip()
+    if not table:
+        raise _Exit(EXIT_USAGE, "no table: pass --table or set HOLDFAST_TABLE "
+                    "(for the local stack: source the env file `holdfast up` writes)")
+    return table
+
+
+def _ddb() -> DynamoDBClient:
+    # An operator waits for an answer; two attempts with short timeouts say "unreachable" fast.
+    return dynamodb_client(client_config(read_timeout=5, max_attempts=2))
+
+
+def _id(text: str) -> str:
+    try:
+        return validate_conn_id(text)
+    except ValueError as exc:
+        raise _Exit(EXIT_USAGE, f"invalid id {text[:80]!r}: {exc}") from None
+
+
+def _guard(run: Any) -> Any:
+    """Turn our exceptions into one clear stderr line and a distinct exit code."""
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            code: int = run(args)
+            return code
+        except _Exit as exc:
+            print(f"holdfast {args.command}: {exc}", file=sys.stderr)
+            return exc.code
+        except ConfigError as exc:
+            hint = ""
+            if "not found" in str(exc):
+                hint = " (check --table / HOLDFAST_TABLE, region and endpoint)"
+            print(f"holdfast {args.command}: {exc}{hint}", file=sys.stderr)
+            return EXIT_AWS
+        except StoreUnavailable as exc:
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or os.environ.get(
+                "AWS_ENDPOINT_URL") or "the AWS endpoint"
+            print(f"holdfast {args.command}: cannot reach DynamoDB at {endpoint}: {exc}",
+                  file=sys.stderr)
+            return EXIT_AWS
+        except HoldfastError as exc:
+            print(f"holdfast {args.command}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    return wrapped
+
+
+# -- start / stop / rm ------------------------------------------------------------------------
+def _add_start(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", help="stream (connection) id")
+    p.add_argument("url", help="upstream ws:// or wss:// URL")
+    _common(p)
+
+
+def _run_start(args: argparse.Namespace) -> int:
+    conn_id = _id(args.id)
+    try:
+        policy = parse_allow_list(os.environ.get("HOLDFAST_ALLOWED_HOSTS") or None)
+        check_url(args.url, policy)
+    except ValueError as exc:  # UnsafeUrl is a ValueError too
+        raise _Exit(EXIT_USAGE, f"refused URL: {exc}") from None
+    if not create_stream(_ddb(), _table(args), conn_id, args.url):
+        raise _Exit(EXIT_FAILED, f"{conn_id!r} already exists (use `holdfast stop`/`rm` first)")
+    print(f"started {conn_id} -> {redact(args.url)}")
+    return EXIT_OK
+
+
+def _add_stop(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", help="stream (connection) id")
+    p.add_argument("--wait", type=float, default=0, metavar="SECONDS",
+                   help="wait until its holder has released the lease")
+    _common(p)
+
+
+def _get(client: DynamoDBClient, table: str, conn_id: str) -> LeaseItem | None:
+    resp = call("get", client.get_item, TableName=table, Key={ATTR.pk: {"S": pk_for(conn_id)}},
+                ConsistentRead=True)
+    raw = resp.get("Item")
+    return LeaseItem.from_ddb(raw) if raw else None
+
+
+def _run_stop(args: argparse.Namespace) -> int:
+    conn_id, table, client = _id(args.id), _table(args), _ddb()
+    if not set_desired_state(client, table, conn_id, STOPPED):
+        raise _Exit(EXIT_FAILED, f"unknown id {conn_id!r}")
+    print(f"stopped {conn_id}")
+    deadline = time.monotonic() + args.wait
+    while args.wait > 0:
+        item = _get(client, table, conn_id)
+        if item is None or not item.lease_owner or (item.lease_expires_at_ms or 0) <= int(
+                time.time() * 1000):
+            print(f"{conn_id}: lease released (last_seq {item.last_seq if item else None})")
+            break
+        if time.monotonic() > deadline:
+            raise _Exit(EXIT_FAILED, f"{conn_id}: still held by {item.lease_owner} after "
+                        f"{args.wait:g} s")
+        time.sleep(0.2)
+    return EXIT_OK
+
+
+def _add_rm(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", help="stream (connection) id")
+    _common(p)
+
+
+def _run_rm(args: argparse.Namespace) -> int:
+    conn_id = _id(args.id)
+    if not delete_stream(_ddb(), _table(args), conn_id):
+        raise _Exit(EXIT_FAILED, f"unknown id {conn_id!r}")
+    print(f"removed {conn_id} (its holder drops it at its next heartbeat)")
+    return EXIT_OK
+
+
+# -- ls / status -----------------------------------------------------------------------------
+def scan_all(client: DynamoDBClient, table: str) -> tuple[list[LeaseItem | MalformedItem],
+                                                          dict[str, int]]:
+    """Every item, parsed, plus ``updated_at_ms`` per id (for unowned ages)."""
+    items: list[LeaseItem | MalformedItem] = []
+    updated: dict[str, int] = {}
+    kwargs: dict[str, Any] = {"TableName": table}
+    while True:
+        resp = call("scan", client.scan, **kwargs)
+        for raw in resp.get("Items", []):
+            try:
+                item = LeaseItem.from_ddb(raw)
+            except MalformedItem as bad:
+                items.append(bad)
+                continue
+            items.append(item)
+            with_updated = raw.get(ATTR.updated_at_ms, {}).get("N")
+            if with_updated and with_updated.isdigit():
+                updated[item.conn_id] = int(with_updated)
+        if not resp.get("LastEvaluatedKey"):
+            return items, updated
+        kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+
+def _add_ls(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    _common(p)
+
+
+def _secs(ms: int | None) -> str:
+    return "-" if ms is None else f"{ms / 1000:.1f}s"
+
+
+def _run_ls(args: argparse.Namespace) -> int:
+    items, _ = scan_all(_ddb(), _table(args))
+    now = int(time.time() * 1000)
+    rows = sorted((stream_row(i, now) for i in items if isinstance(i, LeaseItem)),
+                  key=lambda r: r.conn_id)
+    bad = [i for i in items if isinstance(i, MalformedItem)]
+    if args.json:
+        print(json.dumps({"streams": [r.to_json() for r in rows],
+                          "malformed": [{"key": b.key, "reason": b.reason} for b in bad]}))
+        return EXIT_OK
+    table = Table("id", "desired", "owner", "lease left", "last_seq", "status / last error",
+                  box=None, header_style="bold")
+    for r in rows:
+        state = r.desired_state if r.desired_state == STOPPED else f"[green]{STARTED}[/]"
+        owner = r.owner or ("[red]unowned[/]" if r.desired_state == STARTED else "-")
+        detail = (r.status or "-") + (f": {r.last_error[:60]}" if r.last_error else "")
+        table.add_row(r.conn_id, state, owner, _secs(r.lease_left_ms),
+                      "-" if r.last_seq is None else str(r.last_seq), detail)
+    console = Console(width=max(Console().width, 120) if not sys.stdout.isatty() else None)
+    console.print(table)
+    for b in bad:
+        console.print(f"[yellow]malformed[/] {b.key}: {b.reason}")
+    console.print(f"{len(rows)} streams")
+    return EXIT_OK
+
+
+def _add_status(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument("--queue-url", default=None, help="nudge queue (default: $HOLDFAST_QUEUE_URL)")
+    p.add_argument("--dlq-url", default=None, help="dead-letter queue (default: $HOLDFAST_DLQ_URL)")
+    _common(p)
+
+
+def _depth(url: str | None, notes: list[str]) -> int | None:
+    if not url:
+        return None
+    try:
+        sqs = sqs_client(client_config(read_timeout=5, max_attempts=2))
+        attrs = sqs.get_queue_attributes(QueueUrl=url,
+                                         AttributeNames=["ApproximateNumberOfMessages"])
+        return int(attrs["Attributes"]["ApproximateNumberOfMessages"])
+    except Exception as exc:  # the queue is a detail of the status: report, do not fail it
+        notes.append(f"queue {url}: {type(exc).__name__}: {str(exc)[:120]}")
+        return None
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    items, updated = scan_all(_ddb(), _table(args))
+    st = fleet_status(items, int(time.time() * 1000), updated)
+    notes: list[str] = []
+    queue = args.queue_url or os.environ.get("HOLDFAST_QUEUE_URL")
+    dlq = args.dlq_url or os.environ.get("HOLDFAST_DLQ_URL")
+    st = dataclasses.replace(st, queue_depth=_depth(queue, notes),
+                             dlq_depth=_depth(dlq, notes), notes=notes)
+    if args.json:
+        print(json.dumps(st.to_json()))
+        return EXIT_OK
+    console = Console()
+    console.print(f"[bold]{len(st.workers)} workers[/], {st.streams} streams "
+                  f"({st.started} started, {st.stopped} stopped)")
+    for owner, n in st.workers.items():
+        console.print(f"  {owner}: {n} leases")
+    color = "red" if st.unowned_started else "green"
+    console.print(f"[{color}]unowned STARTED streams: {len(st.unowned_started)}[/]"
+                  + (f" (oldest {_secs(st.oldest_unowned_ms)})" if st.oldest_unowned_ms
+                     is not None else "")
+                  + (f": {', '.join(st.unowned_started[:10])}" if st.unowned_started else ""))
+    if st.backoff:
+        console.print(f"in back-off: {len(st.backoff)}: {', '.join(st.backoff[:10])}")
+    if st.malformed:
+        console.print(f"[yellow]malformed items: {len(st.malformed)}[/]")
+    console.print(f"nudge queue depth: {'-' if st.queue_depth is None else st.queue_depth}, "
+                  f"DLQ depth: {'-' if st.dlq_depth is None else st.dlq_depth}")
+    for note in notes:
+        console.print(f"[yellow]note[/] {note}")
+    return EXIT_OK
+
+
+OPS_COMMANDS = {
+    "start": ("insert a STARTED stream (refuses a hostile URL)", _add_start, _guard(_run_start)),
+    "stop": ("set a stream to STOPPED: its holder closes it and releases the lease",
+             _add_stop, _guard(_run_stop)),
+    "rm": ("delete a stream's item", _add_rm, _guard(_run_rm)),
+    "ls": ("list streams: owner, lease time left, last_seq, status", _add_ls, _guard(_run_ls)),
+    "status": ("fleet summary: workers, unowned streams, queue and DLQ depth",
+               _add_status, _guard(_run_status)),
+}

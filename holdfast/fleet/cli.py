@@ -1,0 +1,210 @@
+"""``holdfast up`` (the local fleet, optionally a scenario) and ``holdfast runner``.
+
+Exit codes of ``up``: 0 clean (scenario passed, or stopped by Ctrl-C/SIGTERM without a
+scenario), 1 the scenario failed (a stream left unowned, a missed seq, a crashed child),
+3 the local AWS or a part of the fleet could not start, 130 interrupted during a scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from holdfast.fleet.procs import Fleet, FleetError, FleetTiming
+from holdfast.fleet.recorder import read_records
+from holdfast.fleet.report import Incident, check_seqs, summary_rows, summary_table
+from holdfast.fleet.scenario import ScenarioFailed, failover
+from holdfast.fleet.session import Interrupted, Session
+from holdfast.fleet.view import View, make_view
+from holdfast.localaws import LocalAwsError
+
+__all__ = ["FLEET_COMMANDS"]
+
+
+def _add_up(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
+    p.add_argument("--streams", type=int, default=12, help="demo streams (default 12)")
+    p.add_argument("--scenario", choices=["failover"], help="run a scenario, then exit")
+    p.add_argument("--env-file", type=Path, help="write the environment a worker needs here")
+    p.add_argument("--run-dir", type=Path, help="logs and results (default: a new temp dir)")
+    p.add_argument("--rate", type=float, default=10.0, help="upstream msgs/s per stream")
+    p.add_argument("--backend", choices=["auto", "dynamodb-local", "moto"], default="auto")
+    p.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
+
+
+def _install_signals(stop: threading.Event) -> None:
+    def handler(signum: int, _frame: object) -> None:
+        stop.set()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+
+
+def _verdict(console: Console, session: Session, incidents: list[Incident],
+             run_dir: Path) -> int:
+    """Summary table, seq check, timeline; 0 if every stream recovered and no seq was missed."""
+    checkpoints = {c: i.last_seq for c, i in session.items.items()}
+    seqs = check_seqs(read_records(session.fleet.record_dir), checkpoints)
+    rows = summary_rows(incidents, seqs)
+    console.print()
+    console.print(summary_table(rows))
+    failures: list[str] = []
+    for inc in incidents:
+        if inc.note:
+            console.print(f"  {inc.name}: {inc.note}")
+        if inc.unrecovered():
+            failures.append(f"{inc.name}: never recovered: {', '.join(inc.unrecovered())}")
+    for check in seqs.values():
+        if check.missing:
+            failures.append(f"{check.conn_id}: {len(check.missing)} seqs missed "
+                            f"(first {check.missing[:5]})")
+        if check.handled == 0:
+            failures.append(f"{check.conn_id}: no message handled at all")
+    failures += session.crashes
+    (run_dir / "summary.json").write_text(json.dumps({"rows": rows, "failures": failures,
+                                                      "seqs": {c: _seq_json(s) for c, s in
+                                                               seqs.items()}}, indent=1))
+    try:
+        from holdfast.fleet.timeline import write_timeline
+        png = write_timeline(run_dir / "timeline.png", session.observer, incidents,
+                             session.now())
+        console.print(f"timeline: {png}")
+    except Exception as exc:  # a missing plot must not hide the verdict
+        console.print(f"[yellow]timeline not written: {type(exc).__name__}: {exc}[/]")
+    console.print(f"summary: {run_dir / 'summary.json'}")
+    if failures:
+        for f in failures:
+            console.print(f"[red]FAIL[/] {f}")
+        return 1
+    console.print("[green]PASS[/]: every stream recovered, no sequence number missed")
+    return 0
+
+
+def _seq_json(s: Any) -> dict[str, Any]:
+    return {"first": s.first, "last": s.last, "handled": s.handled,
+            "missing": s.missing[:100], "duplicates": s.duplicates, "checkpoint": s.checkpoint}
+
+
+def _env_only(console: Console, fleet: Fleet, stop: threading.Event) -> int:
+    console.print("local AWS and runner up (no workers, no streams); Ctrl-C to stop",
+                  highlight=False)
+    while not stop.wait(0.5):
+        for proc in fleet.crashed():
+            console.print(f"[red]{proc.name} exited with code {proc.returncode()}; log: "
+                          f"{proc.log_path}[/]\n{proc.tail()}", highlight=False)
+            return 1
+    return 0
+
+
+def _run_up(args: argparse.Namespace) -> int:
+    if args.workers < 0 or args.streams < 0 or args.rate <= 0:
+        print("holdfast up: --workers/--streams must be >= 0 and --rate > 0", file=sys.stderr)
+        return 2
+    if args.scenario and args.workers < 1:
+        print("holdfast up: a scenario needs at least one worker", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    _install_signals(stop)
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="holdfast-up-"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    console = Console(highlight=False)
+    if not console.is_terminal:  # CI logs and pipes: wide enough for the summary table
+        console = Console(highlight=False, width=120)
+    live = console.is_terminal and not args.plain
+    console.print(f"run directory (logs, results): {run_dir}")
+    fleet = Fleet(run_dir, FleetTiming(rate=args.rate), backend=args.backend)
+    view: View | None = None
+    session: Session | None = None
+    incidents: list[Incident] | None = None
+    rc = 0
+    try:
+        fleet.start_aws()
+        assert fleet.aws is not None
+        console.print(f"local AWS: DynamoDB ({fleet.aws.backend}) {fleet.aws.dynamodb_url}, "
+                      f"SQS {fleet.aws.sqs_url}")
+        fleet.start_runner()
+        console.print(f"runner (router + sweeper) pid {fleet.runner.pid if fleet.runner else '-'}"
+                      f"; log {run_dir / 'runner.log'}")
+        if args.env_file:
+            fleet.write_env(args.env_file)
+            console.print(f"environment written to {args.env_file}")
+        if args.workers == 0 and args.streams == 0:
+            return _env_only(console, fleet, stop)
+        base = fleet.start_upstream()
+        console.print(f"demo upstream {base} ({args.rate:g} msgs/s per stream)")
+        for i in range(1, args.workers + 1):
+            fleet.start_worker(f"w{i}")
+        console.print(f"{args.workers} workers; logs {run_dir}/worker-*.log")
+        view = make_view(console, live)
+        session = Session(fleet, view, stop, title=f"holdfast up ({run_dir})")
+        if not session.wait_workers_ready():
+            session.say("not every worker reported started within 30 s", "yellow")
+        ids = session.create_streams(args.streams, base, spread_s=0.15)
+        session.say(f"inserted {len(ids)} STARTED streams")
+        if args.scenario == "failover":
+            counter = iter(range(args.workers + 1, 10_000))
+
+            def next_worker() -> str:
+                wid = f"w{next(counter)}"
+                fleet.start_worker(wid)
+                return wid
+
+            incidents = failover(session, ids, base, next_worker)
+        else:
+            while True:
+                session.sleep(1)
+    except Interrupted:
+        rc = 130 if args.scenario else 0
+    except ScenarioFailed as exc:
+        console.print(f"[red]scenario failed: {exc}[/]")
+        rc = 1
+    except (LocalAwsError, FleetError) as exc:
+        console.print(f"[red]cannot start the fleet: {exc}[/]")
+        rc = 3
+    finally:
+        if view is not None:
+            view.close()
+        console.print("stopping: workers first (graceful), then runner, upstream, local AWS")
+        t0 = time.monotonic()
+        for line in fleet.stop_workers():
+            console.print(f"  {line}")
+        if session is not None and args.scenario and rc in (0, 1):
+            with_final = session
+            try:
+                with_final.tick_final()
+            except Exception as exc:
+                console.print(f"[yellow]final scan failed: {exc}[/]")
+            verdict = _verdict(console, with_final, incidents or [], run_dir)
+            rc = rc or verdict
+        for line in fleet.close():
+            console.print(f"  {line}")
+        console.print(f"stopped in {time.monotonic() - t0:.1f} s; logs in {run_dir}")
+    if session is not None and session.crashes and rc == 0:
+        rc = 1
+    return rc
+
+
+def _add_runner(p: argparse.ArgumentParser) -> None:
+    p.add_argument("args", nargs=argparse.REMAINDER,
+                   help="passed to python -m holdfast.runner (try: holdfast runner --help)")
+
+
+def _run_runner(args: argparse.Namespace) -> int:
+    from holdfast.runner.__main__ import main as runner_main
+    return runner_main(list(args.args))
+
+
+FLEET_COMMANDS = {
+    "up": ("run the local fleet: local AWS, runner, upstream, workers, demo streams",
+           _add_up, _run_up),
+    "runner": ("run the local router runner and sweeper (env from `holdfast localaws`)",
+               _add_runner, _run_runner),
+}

@@ -1,0 +1,146 @@
+"""What the table says happened, derived from periodic scans: pure, no clock and no I/O.
+
+Each ``observe(t, wall_ms, items)`` compares the lease items with the previous scan and emits
+events (claimed, released, expired, moved, resumed from seq N) and closes or opens ownership
+segments for the timeline. ``t`` is seconds since the run started (monotonic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from holdfast.core.model import LeaseItem
+
+__all__ = ["Event", "Observer", "Segment", "StreamView"]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One line of the event log."""
+
+    t: float
+    kind: str  # claimed / released / expired / moved / stopped / removed / note / action
+    conn_id: str | None
+    text: str
+
+
+@dataclass(slots=True)
+class Segment:
+    """``owner`` held ``conn_id`` from ``start`` to ``end`` (None: still holds it)."""
+
+    conn_id: str
+    owner: str
+    start: float
+    end: float | None = None
+
+
+@dataclass(slots=True)
+class StreamView:
+    """The latest known state of one stream, for the live view."""
+
+    conn_id: str
+    desired_state: str
+    owner: str | None
+    epoch: int
+    last_seq: int | None
+    lease_left_ms: int | None
+    status: str | None
+    rate: float = 0.0  # checkpointed messages per second, smoothed
+    seq_at: tuple[float, int] | None = None
+
+
+@dataclass
+class Observer:
+    """Turns successive scans into events, segments and per-stream views."""
+
+    streams: dict[str, StreamView] = field(default_factory=dict)
+    segments: list[Segment] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    _open: dict[str, Segment] = field(default_factory=dict)
+
+    def owner_of(self, conn_id: str) -> str | None:
+        view = self.streams.get(conn_id)
+        return view.owner if view else None
+
+    def loads(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for v in self.streams.values():
+            if v.owner:
+                out[v.owner] = out.get(v.owner, 0) + 1
+        return out
+
+    def observe(self, t: float, wall_ms: int, items: list[LeaseItem]) -> list[Event]:
+        new: list[Event] = []
+        seen: set[str] = set()
+        for item in items:
+            seen.add(item.conn_id)
+            live = bool(item.lease_owner) and (item.lease_expires_at_ms or 0) > wall_ms
+            owner = item.lease_owner if live else None
+            old = self.streams.get(item.conn_id)
+            view = StreamView(item.conn_id, item.desired_state, owner, item.epoch,
+                              item.last_seq, (item.lease_expires_at_ms or 0) - wall_ms
+                              if live else None, item.status)
+            if old is not None:
+                view.rate, view.seq_at = old.rate, old.seq_at
+                if old.desired_state != item.desired_state:
+                    new.append(Event(t, item.desired_state.lower(), item.conn_id,
+                                     f"{item.conn_id} set to {item.desired_state}"))
+            self._rate(view, t)
+            self.streams[item.conn_id] = view
+            prev_owner = old.owner if old else None
+            prev_epoch = old.epoch if old else item.epoch
+            if owner == prev_owner and item.epoch == prev_epoch:
+                continue
+            if prev_owner is not None:
+                self._close(item.conn_id, t)
+            resume = "" if item.last_seq is None else f", resumed from seq {item.last_seq + 1}"
+            if owner is not None:
+                self._open[item.conn_id] = seg = Segment(item.conn_id, owner, t)
+                self.segments.append(seg)
+                if prev_owner is not None and prev_owner != owner:
+                    new.append(Event(t, "moved", item.conn_id,
+                                     f"{item.conn_id} moved {prev_owner} -> {owner}{resume}"))
+                else:
+                    new.append(Event(t, "claimed", item.conn_id,
+                                     f"{item.conn_id} claimed by {owner}{resume}"))
+            elif prev_owner is not None:
+                released = item.lease_owner is None
+                kind = "released" if released else "expired"
+                how = "released by" if released else "lease expired, was held by"
+                new.append(Event(t, kind, item.conn_id,
+                                 f"{item.conn_id} {how} {prev_owner} (last_seq "
+                                 f"{item.last_seq})"))
+        for gone in [c for c in self.streams if c not in seen]:
+            if self.streams[gone].owner is not None:
+                self._close(gone, t)
+            del self.streams[gone]
+            new.append(Event(t, "removed", gone, f"{gone} removed from the table"))
+        self.events.extend(new)
+        return new
+
+    def note(self, t: float, text: str, kind: str = "note") -> Event:
+        event = Event(t, kind, None, text)
+        self.events.append(event)
+        return event
+
+    def finish(self, t: float) -> None:
+        for conn_id in list(self._open):
+            self._close(conn_id, t)
+
+    def _close(self, conn_id: str, t: float) -> None:
+        seg = self._open.pop(conn_id, None)
+        if seg is not None:
+            seg.end = t
+
+    @staticmethod
+    def _rate(view: StreamView, t: float) -> None:
+        if view.last_seq is None:
+            return
+        if view.seq_at is None:
+            view.seq_at = (t, view.last_seq)
+            return
+        t0, s0 = view.seq_at
+        if t - t0 >= 1.0:  # checkpoints move once per heartbeat: measure over >= 1 s
+            inst = max(0.0, (view.last_seq - s0) / (t - t0))
+            view.rate = inst if view.rate == 0 else 0.5 * view.rate + 0.5 * inst
+            view.seq_at = (t, view.last_seq)

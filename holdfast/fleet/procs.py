@@ -1,0 +1,227 @@
+"""The fleet's processes: local AWS, runner, upstream and workers, started and stopped in order.
+
+Every child runs in a session of its own, so a Ctrl-C in the terminal reaches only ``holdfast
+up``, which then stops the children itself in order: workers first (gracefully, so they release
+their leases), then the runner, the upstream, and the local AWS. Output goes to log files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from holdfast.fleet.recorder import RECORD_DIR_ENV
+from holdfast.localaws import LocalAws
+from holdfast.localaws.processes import free_port, wait_for_port
+
+__all__ = ["REPO_ROOT", "Fleet", "FleetTiming", "Proc"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetTiming:
+    """Short lease timings so that a failover shows in seconds (the worker validates them)."""
+
+    lease_s: float = 4.0
+    heartbeat_s: float = 1.0
+    skew_ms: int = 500
+    margin_ms: int = 400
+    sweep_interval_ms: int = 500
+    rate: float = 10.0  # upstream messages per second per stream
+    shutdown_s: float = 8.0
+
+    def worker_env(self) -> dict[str, str]:
+        return {
+            "HOLDFAST_LEASE_SECONDS": f"{self.lease_s:g}",
+            "HOLDFAST_HEARTBEAT_SECONDS": f"{self.heartbeat_s:g}",
+            "HOLDFAST_SKEW_MS": str(self.skew_ms), "HOLDFAST_MARGIN_MS": str(self.margin_ms),
+            "HOLDFAST_SHUTDOWN_SECONDS": f"{self.shutdown_s:g}",
+            # Short polls and drains: a stopping demo worker should not idle in a long poll.
+            "HOLDFAST_POLL_SECONDS": "2", "HOLDFAST_POLL_DRAIN_SECONDS": "1",
+            "HOLDFAST_NUDGE_VISIBILITY_SECONDS": "2", "HOLDFAST_RECONCILE_SECONDS": "15",
+            "HOLDFAST_RECONNECT_BASE_SECONDS": "0.2", "HOLDFAST_RECONNECT_CAP_SECONDS": "2",
+            "HOLDFAST_HEALTH_PORT": "0", "HOLDFAST_METRICS_SECONDS": "3600",
+        }
+
+    def runner_env(self) -> dict[str, str]:
+        return {
+            "HOLDFAST_LEASE_MS": str(round(self.lease_s * 1000)),
+            "HOLDFAST_SKEW_MS": str(self.skew_ms),
+            "HOLDFAST_SWEEP_INTERVAL_MS": str(self.sweep_interval_ms),
+            "HOLDFAST_SWEEP_RENUDGE_MS": "2000",
+            "HOLDFAST_SWEEP_UNCLAIMED_GRACE_MS": "1000",
+        }
+
+
+@dataclass
+class Proc:
+    """One child process with its log file; ``expected_exit`` is set when we stop it."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    expected_exit: bool = False
+    reported: bool = False
+    termed: bool = False  # a second SIGTERM makes a worker exit at once: send only one
+    started_at: float = field(default_factory=time.monotonic)
+    _log: IO[bytes] | None = None
+
+    def start(self) -> Proc:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=self.env, cwd=REPO_ROOT,
+                                     start_new_session=True)
+        self.started_at = time.monotonic()
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc else -1
+
+    def returncode(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: signal.Signals) -> None:
+        if sig == signal.SIGTERM:
+            if self.termed:
+                return
+            self.termed = True
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, sig)
+
+    def stop(self, timeout_s: float) -> int | None:
+        """SIGTERM, wait ``timeout_s``, then SIGKILL; the exit code (negative: a signal)."""
+        self.expected_exit = True
+        if self.proc is None:
+            return None
+        self.signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
+        if self._log:
+            self._log.close()
+            self._log = None
+        return self.proc.returncode
+
+    def tail(self, lines: int = 8) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+
+class FleetError(RuntimeError):
+    """A part of the fleet did not start; the message names it and its log."""
+
+
+class Fleet:
+    """Owns every process of one ``holdfast up`` run; ``close()`` stops them in order."""
+
+    def __init__(self, run_dir: Path, timing: FleetTiming, *, backend: str = "auto") -> None:
+        self.run_dir = run_dir
+        self.timing = timing
+        self.backend = backend
+        self.aws: LocalAws | None = None
+        self.runner: Proc | None = None
+        self.upstream: Proc | None = None
+        self.upstream_port = 0
+        self.workers: dict[str, Proc] = {}
+        self.env: dict[str, str] = {}
+        self.record_dir = run_dir / "handled"
+        self.conn_log = run_dir / "upstream-connections.jsonl"
+
+    def _child_env(self, extra: dict[str, str]) -> dict[str, str]:
+        env = {**os.environ, **self.env, **extra}
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def start_aws(self) -> None:
+        self.aws = LocalAws(backend=self.backend,  # type: ignore[arg-type]
+                            workdir=self.run_dir / "localaws")
+        self.aws.start()
+        self.env = {**self.aws.env(), **self.timing.runner_env(), **self.timing.worker_env()}
+
+    def start_runner(self) -> None:
+        self.runner = Proc("runner", [sys.executable, "-m", "holdfast.runner"],
+                           self.run_dir / "runner.log", self._child_env({})).start()
+
+    def start_upstream(self) -> str:
+        self.upstream_port = free_port()
+        self.upstream = Proc("upstream", [
+            sys.executable, "-m", "holdfast.cli.main", "upstream", "--port",
+            str(self.upstream_port), "--rate", f"{self.timing.rate:g}",
+            "--conn-log", str(self.conn_log)], self.run_dir / "upstream.log",
+            self._child_env({})).start()
+        if not wait_for_port(self.upstream_port, 20, self.upstream.proc):
+            raise FleetError(f"the demo upstream did not start; see {self.upstream.log_path}:\n"
+                             f"{self.upstream.tail()}")
+        return f"ws://127.0.0.1:{self.upstream_port}"
+
+    def start_worker(self, worker_id: str) -> Proc:
+        proc = Proc(worker_id, [sys.executable, "-m", "worker"],
+                    self.run_dir / f"worker-{worker_id}.log", self._child_env({
+                        "HOLDFAST_WORKER_ID": worker_id,
+                        "HOLDFAST_HANDLER": "holdfast.fleet.recorder:handle",
+                        RECORD_DIR_ENV: str(self.record_dir)})).start()
+        self.workers[worker_id] = proc
+        return proc
+
+    def write_env(self, path: Path) -> None:
+        """The environment a worker (or the CLI) needs, as ``KEY=value`` lines."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{k}={v}\n" for k, v in sorted(self.env.items())))
+
+    def crashed(self) -> list[Proc]:
+        """Children that exited on their own since the last call (each reported once)."""
+        out = []
+        for proc in [*self.workers.values(), self.runner, self.upstream]:
+            if proc and not proc.expected_exit and not proc.reported and not proc.alive():
+                proc.reported = True
+                out.append(proc)
+        return out
+
+    def stop_workers(self) -> list[str]:
+        """SIGTERM every live worker at once (graceful stops run in parallel), then reap."""
+        lines: list[str] = []
+        live = [w for w in self.workers.values() if w.alive()]
+        for w in live:  # all at once: graceful stops run in parallel
+            w.expected_exit = True
+            w.signal(signal.SIGTERM)
+        for w in live:
+            code = w.stop(self.timing.shutdown_s + 3)
+            lines.append(f"worker {w.name} stopped (exit {code})")
+        for w in self.workers.values():
+            w.stop(0)  # already exited ones: close their log files
+        return lines
+
+    def close(self) -> list[str]:
+        """Stop everything, workers first; one line per child saying how it ended."""
+        lines = self.stop_workers()
+        for proc in (self.runner, self.upstream):
+            if proc is not None and proc.proc is not None:
+                was_alive = proc.alive()
+                code = proc.stop(10)
+                lines.append(f"{proc.name} stopped (exit {code})" if was_alive else
+                             f"{proc.name} had already exited (code {code})")
+        if self.aws is not None:
+            self.aws.stop()
+            lines.append("local AWS stopped")
+        return lines

@@ -1,0 +1,75 @@
+"""A handler plug-in that records every handled message, for the "no missed seq" check.
+
+``HOLDFAST_HANDLER=holdfast.fleet.recorder:handle`` with ``HOLDFAST_RECORD_DIR=<dir>``: each
+worker appends ``conn_id seq worker_id wall_ms`` lines to ``<dir>/<worker_id>.seqs``.
+
+Each line is one ``os.write`` on an ``O_APPEND`` descriptor, not a buffered file: the worker
+checkpoints a seq once this call returns, so the line must reach the kernel before that, or a
+SIGKILLed worker would lose lines for seqs it had checkpointed (a false "missed seq").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+__all__ = ["RECORD_DIR_ENV", "Handled", "handle", "read_records"]
+
+RECORD_DIR_ENV = "HOLDFAST_RECORD_DIR"
+_fd: int | None = None
+
+
+class _Message(Protocol):
+    @property
+    def conn_id(self) -> str: ...
+    @property
+    def seq(self) -> int | None: ...
+    @property
+    def worker_id(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """One recorded handler call."""
+
+    conn_id: str
+    seq: int
+    worker_id: str
+    wall_ms: int
+
+
+def _open(worker_id: str) -> int:
+    global _fd
+    if _fd is None:
+        folder = Path(os.environ.get(RECORD_DIR_ENV) or ".")
+        folder.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", worker_id) or "worker"
+        _fd = os.open(folder / f"{name}.seqs", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    return _fd
+
+
+async def handle(message: _Message) -> None:
+    """Record (conn_id, seq, worker, time); messages without a seq are not sequenced: skipped."""
+    if message.seq is None:
+        return
+    line = f"{message.conn_id} {message.seq} {message.worker_id} {time.time_ns() // 10**6}\n"
+    os.write(_open(message.worker_id), line.encode())
+
+
+def read_records(folder: Path) -> Iterator[Handled]:
+    """Every record of every ``*.seqs`` file in ``folder``; torn or foreign lines are skipped."""
+    for path in sorted(folder.glob("*.seqs")):
+        yield from _parse(path.read_text(errors="replace").splitlines())
+
+
+def _parse(lines: Iterable[str]) -> Iterator[Handled]:
+    for line in lines:
+        parts = line.split()
+        if len(parts) != 4 or not parts[1].isdigit() or not parts[3].isdigit():
+            continue
+        yield Handled(parts[0], int(parts[1]), parts[2], int(parts[3]))

@@ -1,0 +1,122 @@
+"""The end-of-run verdict: per event, how long streams went unowned; per stream, missed seqs.
+
+Pure functions over the scenario's records and the handler's recorded seqs, so the verdict is
+testable without a fleet.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.table import Table
+
+from holdfast.fleet.recorder import Handled
+
+__all__ = ["Incident", "SeqCheck", "check_seqs", "summary_rows", "summary_table"]
+
+
+@dataclass(slots=True)
+class Incident:
+    """One scenario action and the streams it left without an owner."""
+
+    name: str
+    t: float
+    affected: list[str]
+    # conn_id -> seconds from the action until another worker held it (None: never)
+    recovered: dict[str, float | None] = field(default_factory=dict)
+    note: str = ""
+    expect_owner: bool = True  # False for a stop: its streams are meant to end unowned
+
+    def gaps(self) -> list[float]:
+        return [v for v in self.recovered.values() if v is not None]
+
+    def unrecovered(self) -> list[str]:
+        if not self.expect_owner:
+            return []
+        return [c for c in self.affected if self.recovered.get(c) is None]
+
+
+@dataclass(frozen=True, slots=True)
+class SeqCheck:
+    """The handled seqs of one stream: first..last, what is missing, how many repeats."""
+
+    conn_id: str
+    first: int | None
+    last: int | None
+    handled: int
+    missing: list[int]
+    duplicates: int
+    checkpoint: int | None
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing
+
+
+def check_seqs(records: Iterable[Handled],
+               checkpoints: dict[str, int | None]) -> dict[str, SeqCheck]:
+    """For each stream: every seq from the first handled one to the last (and to the stored
+    checkpoint, which claims they were all handled) must have been handled at least once."""
+    seen: dict[str, list[int]] = {c: [] for c in checkpoints}
+    for rec in records:
+        seen.setdefault(rec.conn_id, []).append(rec.seq)
+    out: dict[str, SeqCheck] = {}
+    for conn_id, seqs in seen.items():
+        checkpoint = checkpoints.get(conn_id)
+        unique = set(seqs)
+        if not unique:
+            missing = list(range(0, checkpoint + 1)) if checkpoint is not None else []
+            out[conn_id] = SeqCheck(conn_id, None, None, 0, missing, 0, checkpoint)
+            continue
+        first, last = min(unique), max(unique)
+        top = max(last, checkpoint) if checkpoint is not None else last
+        missing = [s for s in range(first, top + 1) if s not in unique]
+        out[conn_id] = SeqCheck(conn_id, first, last, len(seqs), missing,
+                                len(seqs) - len(unique), checkpoint)
+    return out
+
+
+def _fmt(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.2f} s"
+
+
+def summary_rows(incidents: list[Incident], seqs: dict[str, SeqCheck]) -> list[dict[str, Any]]:
+    """One dict per incident (plus a total row): the numbers of the summary table."""
+    rows: list[dict[str, Any]] = []
+    for inc in incidents:
+        gaps = inc.gaps()
+        rows.append({
+            "event": inc.name, "affected": len(inc.affected),
+            "max_unowned_s": max(gaps) if gaps else None,
+            "p50_unowned_s": statistics.median(gaps) if gaps else None,
+            "unrecovered": inc.unrecovered(),
+            "missed": sum(len(seqs[c].missing) for c in inc.affected if c in seqs),
+            "duplicates": sum(seqs[c].duplicates for c in inc.affected if c in seqs),
+            "note": inc.note})
+    rows.append({
+        "event": "all streams, whole run", "affected": len(seqs),
+        "max_unowned_s": None, "p50_unowned_s": None, "unrecovered": [],
+        "missed": sum(len(s.missing) for s in seqs.values()),
+        "duplicates": sum(s.duplicates for s in seqs.values()),
+        "handled": sum(s.handled for s in seqs.values()), "note": ""})
+    return rows
+
+
+def summary_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table("event", "streams affected", "max unowned", "p50 unowned", "missed seqs",
+                  "duplicates", title="Holdfast failover summary", title_justify="left",
+                  header_style="bold")
+    for r in rows:
+        missed = r["missed"]
+        unrec = r["unrecovered"]
+        status = (f"[red]{missed}[/]" if missed else "[green]0[/]")
+        affected = str(r["affected"]) + (f" ([red]{len(unrec)} never recovered[/])"
+                                         if unrec else "")
+        if "handled" in r:
+            affected += f" ({r['handled']} msgs handled)"
+        table.add_row(r["event"], affected, _fmt(r["max_unowned_s"]),
+                      _fmt(r["p50_unowned_s"]), status, str(r["duplicates"]))
+    return table

@@ -1,0 +1,178 @@
+"""The failover scenario ``make demo`` runs: settle, SIGTERM one worker, SIGKILL another, start a
+replacement, add streams, stop a few; each step is an ``Incident`` with measured gaps.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from holdfast.core.schema import STOPPED
+from holdfast.core.table import set_desired_state
+from holdfast.fleet.report import Incident
+from holdfast.fleet.session import Session
+
+__all__ = ["ScenarioFailed", "failover", "open_connections"]
+
+
+class ScenarioFailed(Exception):
+    """A step did not reach its goal in time; the message says which."""
+
+
+def open_connections(conn_log: Path) -> dict[str, int]:
+    """Stream id -> connections the upstream holds open now (from its JSONL connection log)."""
+    opened: dict[int, str] = {}
+    try:
+        lines = conn_log.read_text(errors="replace").splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        try:
+            rec = json.loads(line)
+            if rec["event"] == "open":
+                opened[int(rec["conn_no"])] = str(rec["stream_id"])
+            elif rec["event"] == "close":
+                opened.pop(int(rec["conn_no"]), None)
+        except (ValueError, KeyError, TypeError):
+            continue
+    out: dict[str, int] = {}
+    for stream in opened.values():
+        out[stream] = out.get(stream, 0) + 1
+    return out
+
+
+def _gap_s(s: Session, conn_id: str, victim: str, ev_wall: int, graceful: bool) -> float | None:
+    """Seconds ``conn_id`` had no serving owner after the victim was signalled at ``ev_wall``."""
+    claims = [at for owner, at in s.claimed_wall.get(conn_id, []) if owner != victim
+              and at >= ev_wall - 1000]
+    if not claims:
+        return None
+    claimed = min(claims)
+    start = ev_wall
+    if graceful:  # a graceful holder serves until it releases: count from the release
+        releases = [at for at in s.released_wall.get(conn_id, []) if ev_wall <= at <= claimed]
+        start = max(releases) if releases else ev_wall
+    return max(0.0, (claimed - start) / 1000)
+
+
+def _disrupt(s: Session, name: str, victim: str, sig: signal.Signals,
+             timeout_s: float) -> Incident:
+    affected = sorted(c for c, v in s.observer.streams.items() if v.owner == victim)
+    s.action(f"{name}: {victim} holds {len(affected)} streams")
+    ev_wall = int(time.time() * 1000)
+    inc = Incident(name, s.now(), affected)
+    s.fleet.workers[victim].expected_exit = True
+    s.fleet.workers[victim].signal(sig)
+
+    def recovered() -> bool:
+        return all((o := s.observer.owner_of(c)) and o != victim for c in affected)
+
+    s.poll_s, saved = 0.1, s.poll_s  # finer observation while streams move
+    try:
+        s.wait_until(recovered, timeout_s)
+    finally:
+        s.poll_s = saved
+    inc.recovered = {c: _gap_s(s, c, victim, ev_wall, sig == signal.SIGTERM) for c in affected
+                     if (o := s.observer.owner_of(c)) and o != victim}
+    proc = s.fleet.workers[victim]
+    s.wait_until(lambda: not proc.alive(), timing_budget(s))
+    code = proc.returncode()
+    inc.note = f"{victim} exit code {code}"
+    gaps = inc.gaps()
+    s.say(f"{name}: {len(inc.recovered)}/{len(affected)} streams recovered"
+          + (f", max unowned {max(gaps):.2f} s" if gaps else ""),
+          "green" if len(inc.recovered) == len(affected) else "red")
+    return inc
+
+
+def timing_budget(s: Session) -> float:
+    return s.fleet.timing.shutdown_s + 3
+
+
+def _busiest(s: Session) -> str | None:
+    """The running worker holding the most streams (the most instructive one to lose)."""
+    loads = s.observer.loads()
+    live = [w for w, p in s.fleet.workers.items() if p.alive() and not p.expected_exit]
+    if len(live) < 2:
+        return None
+    return max(live, key=lambda w: (loads.get(w, 0), -live.index(w)))
+
+
+def _claim_latency(s: Session, name: str, new_ids: list[str], add: Callable[[], None],
+                   timeout_s: float) -> Incident:
+    s.action(name)
+    ev_wall = int(time.time() * 1000)
+    add()
+    inc = Incident(name, s.now(), new_ids)
+    s.wait_until(lambda: s.all_owned(new_ids), timeout_s)
+    for c in new_ids:
+        claims = [at for _, at in s.claimed_wall.get(c, [])]
+        if claims:
+            inc.recovered[c] = max(0.0, (min(claims) - ev_wall) / 1000)
+    owners = sorted({o for c in new_ids if (o := s.observer.owner_of(c))})
+    inc.note = f"claimed by {', '.join(owners) or 'nobody'}"
+    return inc
+
+
+def _stop_streams(s: Session, ids: list[str], timeout_s: float) -> Incident:
+    s.action(f"holdfast stop {' '.join(ids)}")
+    inc = Incident(f"stop {len(ids)} streams", s.now(), ids, expect_owner=False)
+    t0 = time.monotonic()
+    for c in ids:
+        set_desired_state(s.ddb, s.table, c, STOPPED)
+
+    def done() -> bool:
+        conns = open_connections(s.fleet.conn_log)
+        return all(s.observer.owner_of(c) is None and not conns.get(c) for c in ids)
+
+    ok = s.wait_until(done, timeout_s)
+    took = time.monotonic() - t0
+    conns = open_connections(s.fleet.conn_log)
+    inc.note = (f"leases released and upstream connections closed in {took:.2f} s" if ok else
+                f"NOT released: owners {[s.observer.owner_of(c) for c in ids]}, open "
+                f"connections {[conns.get(c, 0) for c in ids]}")
+    s.say(inc.note, "green" if ok else "red")
+    if not ok:
+        raise ScenarioFailed(f"stopped streams not released within {timeout_s:g} s")
+    return inc
+
+
+def failover(s: Session, ids: list[str], base_url: str, next_worker: Callable[[], str],
+             ) -> list[Incident]:
+    """Run the failover scenario on a started fleet; the incidents, in order."""
+    timing = s.fleet.timing
+    recover_s = timing.lease_s + timing.skew_ms / 1000 + 15
+    s.action(f"settling: waiting until all {len(ids)} streams are owned")
+    if not s.wait_until(lambda: s.all_owned(ids), 40):
+        raise ScenarioFailed(f"fleet did not settle: unowned {s.unowned_started(ids)}")
+    s.sleep(3)  # let messages flow and checkpoints move
+    incidents: list[Incident] = []
+    victim = _busiest(s)
+    if victim:
+        incidents.append(_disrupt(s, f"SIGTERM {victim} (graceful stop)", victim,
+                                  signal.SIGTERM, recover_s))
+        s.sleep(2)
+    victim = _busiest(s)
+    if victim:
+        incidents.append(_disrupt(s, f"SIGKILL {victim} (crash)", victim, signal.SIGKILL,
+                                  recover_s))
+        s.sleep(1)
+    wid = next_worker()
+    s.action(f"replacement worker {wid} started")
+    extra = [f"demo-{i:02d}" for i in range(len(ids) + 1, len(ids) + 3)]
+
+    def add() -> None:
+        s.create_streams_named(extra, base_url)
+
+    s.sleep(2)
+    incidents.append(_claim_latency(s, f"start {len(extra)} new streams", extra, add, 20))
+    s.sleep(2)
+    incidents.append(_stop_streams(s, ids[:2], 20))
+    s.action("final check: every STARTED stream owned")
+    if not s.wait_until(lambda: not s.unowned_started(), recover_s):
+        raise ScenarioFailed(f"streams left unowned: {s.unowned_started()}")
+    s.sleep(2)
+    return incidents

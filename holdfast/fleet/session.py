@@ -1,0 +1,192 @@
+"""One ``holdfast up`` run: watch the table, drive the fleet, report crashes, stop on a signal.
+
+``tick()`` scans the table (every ~300 ms), feeds the observer, prints new events and checks
+that no child died unexpectedly. Scenarios are plain sequential code on top of ``wait_until``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from holdfast.cli.ops import scan_all
+from holdfast.core.aws import client_config
+from holdfast.core.exceptions import HoldfastError
+from holdfast.core.model import LeaseItem
+from holdfast.core.schema import STARTED
+from holdfast.core.table import create_stream
+from holdfast.fleet.observer import Observer
+from holdfast.fleet.procs import Fleet
+from holdfast.fleet.view import Snapshot, View
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+__all__ = ["Interrupted", "Session"]
+
+_STYLE = {"claimed": "green", "moved": "cyan", "released": "yellow", "expired": "red",
+          "removed": "magenta", "action": "bold", "crash": "bold red"}
+
+
+def _started(log: Path) -> bool:
+    try:
+        return b'"worker started"' in log.read_bytes()
+    except OSError:
+        return False
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM: stop the scenario and shut the fleet down."""
+
+
+class Session:
+    def __init__(self, fleet: Fleet, view: View, stop: threading.Event, *,
+                 poll_s: float = 0.3, title: str = "holdfast up") -> None:
+        self.fleet = fleet
+        self.view = view
+        self.stop = stop
+        self.poll_s = poll_s
+        self.title = title
+        self.observer = Observer()
+        self.t0 = time.monotonic()
+        self.crashes: list[str] = []
+        self.items: dict[str, LeaseItem] = {}
+        self.updated_ms: dict[str, int] = {}
+        self._ddb: DynamoDBClient | None = None
+        # Wall ms of the last write seen with each claim / release (the item's updated_at_ms):
+        # finer than the scan period, for the unowned-time figures.
+        self.claimed_wall: dict[str, list[tuple[str, int]]] = {}
+        self.released_wall: dict[str, list[int]] = {}
+
+    @property
+    def ddb(self) -> DynamoDBClient:
+        if self._ddb is None:
+            # The fleet's endpoints, not this process's environment: pass them explicitly.
+            import boto3
+            env = self.fleet.env
+            self._ddb = boto3.session.Session(
+                aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                region_name=env["AWS_DEFAULT_REGION"]).client(
+                "dynamodb", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB"],
+                config=client_config(read_timeout=3, max_attempts=2))
+        return self._ddb
+
+    @property
+    def table(self) -> str:
+        return self.fleet.env["HOLDFAST_TABLE"]
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def say(self, text: str, style: str = "") -> None:
+        self.view.line(self.now(), text, style)
+
+    def action(self, text: str) -> None:
+        self.observer.note(self.now(), text, "action")
+        self.say(f"==> {text}", "bold")
+
+    def create_streams(self, count: int, base_url: str, prefix: str = "demo",
+                       spread_s: float = 0.0) -> list[str]:
+        return self.create_streams_named([f"{prefix}-{i:02d}" for i in range(1, count + 1)],
+                                         base_url, spread_s)
+
+    def wait_workers_ready(self, timeout_s: float = 30) -> bool:
+        """Until every worker logged "worker started" (claims made before are all one's)."""
+        def ready() -> bool:
+            return all(_started(p.log_path) for p in self.fleet.workers.values() if p.alive())
+        return self.wait_until(ready, timeout_s)
+
+    def create_streams_named(self, ids: list[str], base_url: str,
+                             spread_s: float = 0.0) -> list[str]:
+        for n, conn_id in enumerate(ids):
+            if n and spread_s:
+                # One at a time: each nudge wakes a different waiting poller, so the streams
+                # spread over the workers instead of one receive taking a batch of ten.
+                self.sleep(spread_s)
+            # Exactly what a user does: insert a STARTED item with the seed attributes.
+            create_stream(self.ddb, self.table, conn_id, f"{base_url}/s/{conn_id}")
+        return ids
+
+    def tick(self) -> None:
+        if self.stop.is_set():
+            raise Interrupted()
+        t = self.now()
+        try:
+            scanned, self.updated_ms = scan_all(self.ddb, self.table)
+        except HoldfastError as exc:
+            self.say(f"table scan failed: {exc}", "red")
+            scanned = []
+        else:
+            items = [i for i in scanned if isinstance(i, LeaseItem)]
+            self.items = {i.conn_id: i for i in items}
+            wall = int(time.time() * 1000)
+            for ev in self.observer.observe(t, wall, items):
+                self.say(ev.text, _STYLE.get(ev.kind, ""))
+                if ev.conn_id is None:
+                    continue
+                at = self.updated_ms.get(ev.conn_id, wall)
+                owner = self.observer.owner_of(ev.conn_id)
+                if ev.kind in ("claimed", "moved") and owner:
+                    self.claimed_wall.setdefault(ev.conn_id, []).append((owner, at))
+                elif ev.kind == "released":
+                    self.released_wall.setdefault(ev.conn_id, []).append(at)
+        for proc in self.fleet.crashed():
+            msg = (f"{proc.name} (pid {proc.pid}) exited unexpectedly with code "
+                   f"{proc.returncode()}; log: {proc.log_path}")
+            self.crashes.append(msg)
+            self.say(msg, "bold red")
+            for line in proc.tail(5).splitlines():
+                self.say(f"    {line[:200]}", "red")
+        self.view.refresh(self.snapshot())
+
+    def tick_final(self) -> None:
+        """One last scan after the workers stopped (their final checkpoints), even if stopping."""
+        was = self.stop.is_set()
+        self.stop.clear()
+        try:
+            self.tick()
+        finally:
+            if was:
+                self.stop.set()
+
+    def snapshot(self) -> Snapshot:
+        states = {}
+        for wid, proc in self.fleet.workers.items():
+            code = proc.returncode()
+            states[wid] = ("running" if code is None and not proc.expected_exit else
+                           "stopping" if code is None else f"exited {code}")
+        return Snapshot(self.now(), states, self.observer.loads(),
+                        list(self.observer.streams.values()), self.title)
+
+    def sleep(self, seconds: float) -> None:
+        self.wait_until(lambda: False, seconds)
+
+    def wait_until(self, pred: Callable[[], bool], timeout_s: float) -> bool:
+        """Tick until ``pred()`` holds (True) or ``timeout_s`` passes (False)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            started = time.monotonic()
+            self.tick()
+            if pred():
+                return True
+            if started >= deadline:
+                return False
+            self.stop.wait(max(0.0, min(self.poll_s - (time.monotonic() - started),
+                                        deadline - time.monotonic())))
+
+    # -- predicates ------------------------------------------------------------------------
+    def unowned_started(self, ids: list[str] | None = None) -> list[str]:
+        return [c for c, v in self.observer.streams.items()
+                if v.desired_state == STARTED and v.owner is None and (ids is None or c in ids)]
+
+    def all_owned(self, ids: list[str]) -> bool:
+        return all(self.observer.owner_of(c) for c in ids)
+
+    def write_log_index(self, path: Path) -> None:
+        lines = [f"{p.name}: {p.log_path}" for p in
+                 [self.fleet.runner, self.fleet.upstream, *self.fleet.workers.values()] if p]
+        path.write_text("\n".join(lines) + "\n")

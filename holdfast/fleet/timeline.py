@@ -1,0 +1,54 @@
+"""The PNG timeline: who owned each stream when (one colour per worker), with the actions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from holdfast.fleet.observer import Observer
+from holdfast.fleet.report import Incident
+
+__all__ = ["write_timeline"]
+
+
+def write_timeline(path: Path, observer: Observer, incidents: list[Incident],
+                   end_t: float) -> Path:
+    """Draw ownership segments per stream and a marker per action; returns ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed: CI, ssh, a pipe
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    streams = sorted({s.conn_id for s in observer.segments} | set(observer.streams),
+                     reverse=True)
+    workers = sorted({s.owner for s in observer.segments})
+    cmap = plt.get_cmap("tab10")
+    color = {w: cmap(i % 10) for i, w in enumerate(workers)}
+    row = {c: i for i, c in enumerate(streams)}
+    fig, ax = plt.subplots(figsize=(12, max(3.0, 0.35 * len(streams) + 1.8)))
+    for seg in observer.segments:
+        end = seg.end if seg.end is not None else end_t
+        ax.broken_barh([(seg.start, max(0.05, end - seg.start))], (row[seg.conn_id] - 0.35, 0.7),
+                       facecolors=color[seg.owner])
+    for ev in observer.events:
+        if ev.kind == "action":
+            ax.axvline(ev.t, color="black", linestyle="--", linewidth=0.8)
+            ax.text(ev.t, len(streams) - 0.4, " " + ev.text.split(":")[0][:40], rotation=90,
+                    va="top", ha="left", fontsize=7)
+    ax.set_yticks(range(len(streams)), streams, fontsize=7)
+    ax.set_xlabel("seconds since start")
+    ax.set_xlim(0, max(end_t, 1.0))
+    ax.set_ylim(-0.8, len(streams) - 0.2)
+    gaps = [f"{i.name}: max {max(i.gaps()):.2f} s unowned" for i in incidents
+            if i.gaps() and i.expect_owner]
+    ax.set_title("Holdfast: ownership per stream" + (f"\n{'; '.join(gaps)}" if gaps else ""),
+                 fontsize=9)
+    handles = [Rectangle((0, 0), 1, 1, color=color[w]) for w in workers]
+    if handles:
+        ax.legend(handles, workers, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8,
+                  title="owner")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
