@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,80 @@ def _env_only(console: Console, fleet: Fleet, stop: threading.Event) -> int:
     return 0
 
 
+def _start_base(console: Console, fleet: Fleet, args: argparse.Namespace) -> None:
+    """Local AWS, runner, and the env file: what even ``--workers 0 --streams 0`` runs."""
+    fleet.start_aws()
+    assert fleet.aws is not None
+    console.print(f"local AWS: DynamoDB ({fleet.aws.backend}) {fleet.aws.dynamodb_url}, "
+                  f"SQS {fleet.aws.sqs_url}")
+    fleet.start_runner()
+    console.print(f"runner (router + sweeper) pid {fleet.runner.pid if fleet.runner else '-'}"
+                  f"; log {fleet.run_dir / 'runner.log'}")
+    if args.env_file:
+        fleet.write_env(args.env_file)
+        console.print(f"environment written to {args.env_file}")
+
+
+def _shutdown(run: _Run, rc: int) -> int:
+    """Workers first (gracefully), the verdict from their final checkpoints, then the rest."""
+    console, fleet, session = run.console, run.fleet, run.session
+    console.print("stopping: workers first (graceful), then runner, upstream, local AWS")
+    t0 = time.monotonic()
+    for line in fleet.stop_workers():
+        console.print(f"  {line}")
+    if session is not None and run.scenario and rc in (0, 1):
+        try:
+            session.tick_final()
+        except Exception as exc:
+            console.print(f"[yellow]final scan failed: {exc}[/]")
+        rc = rc or _verdict(console, session, run.incidents or [], fleet.run_dir)
+    for line in fleet.close():
+        console.print(f"  {line}")
+    console.print(f"stopped in {time.monotonic() - t0:.1f} s; logs in {fleet.run_dir}")
+    return rc
+
+
+@dataclass
+class _Run:
+    """What the shutdown needs to know about a run, whatever point it reached."""
+
+    console: Console
+    fleet: Fleet
+    stop: threading.Event
+    scenario: bool
+    view: View | None = None
+    session: Session | None = None
+    incidents: list[Incident] | None = None
+
+
+def _drive(run: _Run, args: argparse.Namespace) -> None:
+    """Upstream, workers, streams; then the scenario, or watch until Ctrl-C/SIGTERM."""
+    fleet, console = run.fleet, run.console
+    base = fleet.start_upstream()
+    console.print(f"demo upstream {base} ({args.rate:g} msgs/s per stream)")
+    for i in range(1, args.workers + 1):
+        fleet.start_worker(f"w{i}")
+    console.print(f"{args.workers} workers; logs {fleet.run_dir}/worker-*.log")
+    run.view = make_view(console, console.is_terminal and not args.plain)
+    run.session = session = Session(fleet, run.view, run.stop,
+                                    title=f"holdfast up ({fleet.run_dir})")
+    if not session.wait_workers_ready():
+        session.say("not every worker reported started within 30 s", "yellow")
+    ids = session.create_streams(args.streams, base, spread_s=0.15)
+    session.say(f"inserted {len(ids)} STARTED streams")
+    if args.scenario != "failover":
+        while True:
+            session.sleep(1)
+    counter = iter(range(args.workers + 1, 10_000))
+
+    def next_worker() -> str:
+        wid = f"w{next(counter)}"
+        fleet.start_worker(wid)
+        return wid
+
+    run.incidents = failover(session, ids, base, next_worker)
+
+
 def _run_up(args: argparse.Namespace) -> int:
     if args.workers < 0 or args.streams < 0 or args.rate <= 0:
         print("holdfast up: --workers/--streams must be >= 0 and --rate > 0", file=sys.stderr)
@@ -118,49 +193,16 @@ def _run_up(args: argparse.Namespace) -> int:
     console = Console(highlight=False)
     if not console.is_terminal:  # CI logs and pipes: wide enough for the summary table
         console = Console(highlight=False, width=120)
-    live = console.is_terminal and not args.plain
     console.print(f"run directory (logs, results): {run_dir}")
-    fleet = Fleet(run_dir, FleetTiming(rate=args.rate), backend=args.backend)
-    view: View | None = None
-    session: Session | None = None
-    incidents: list[Incident] | None = None
+    run = _Run(console, Fleet(run_dir, FleetTiming(rate=args.rate), backend=args.backend),
+               stop, bool(args.scenario))
     rc = 0
     try:
-        fleet.start_aws()
-        assert fleet.aws is not None
-        console.print(f"local AWS: DynamoDB ({fleet.aws.backend}) {fleet.aws.dynamodb_url}, "
-                      f"SQS {fleet.aws.sqs_url}")
-        fleet.start_runner()
-        console.print(f"runner (router + sweeper) pid {fleet.runner.pid if fleet.runner else '-'}"
-                      f"; log {run_dir / 'runner.log'}")
-        if args.env_file:
-            fleet.write_env(args.env_file)
-            console.print(f"environment written to {args.env_file}")
+        _start_base(console, run.fleet, args)
         if args.workers == 0 and args.streams == 0:
-            return _env_only(console, fleet, stop)
-        base = fleet.start_upstream()
-        console.print(f"demo upstream {base} ({args.rate:g} msgs/s per stream)")
-        for i in range(1, args.workers + 1):
-            fleet.start_worker(f"w{i}")
-        console.print(f"{args.workers} workers; logs {run_dir}/worker-*.log")
-        view = make_view(console, live)
-        session = Session(fleet, view, stop, title=f"holdfast up ({run_dir})")
-        if not session.wait_workers_ready():
-            session.say("not every worker reported started within 30 s", "yellow")
-        ids = session.create_streams(args.streams, base, spread_s=0.15)
-        session.say(f"inserted {len(ids)} STARTED streams")
-        if args.scenario == "failover":
-            counter = iter(range(args.workers + 1, 10_000))
-
-            def next_worker() -> str:
-                wid = f"w{next(counter)}"
-                fleet.start_worker(wid)
-                return wid
-
-            incidents = failover(session, ids, base, next_worker)
+            rc = _env_only(console, run.fleet, stop)
         else:
-            while True:
-                session.sleep(1)
+            _drive(run, args)
     except Interrupted:
         rc = 130 if args.scenario else 0
     except ScenarioFailed as exc:
@@ -170,24 +212,10 @@ def _run_up(args: argparse.Namespace) -> int:
         console.print(f"[red]cannot start the fleet: {exc}[/]")
         rc = 3
     finally:
-        if view is not None:
-            view.close()
-        console.print("stopping: workers first (graceful), then runner, upstream, local AWS")
-        t0 = time.monotonic()
-        for line in fleet.stop_workers():
-            console.print(f"  {line}")
-        if session is not None and args.scenario and rc in (0, 1):
-            with_final = session
-            try:
-                with_final.tick_final()
-            except Exception as exc:
-                console.print(f"[yellow]final scan failed: {exc}[/]")
-            verdict = _verdict(console, with_final, incidents or [], run_dir)
-            rc = rc or verdict
-        for line in fleet.close():
-            console.print(f"  {line}")
-        console.print(f"stopped in {time.monotonic() - t0:.1f} s; logs in {run_dir}")
-    if session is not None and session.crashes and rc == 0:
+        if run.view is not None:
+            run.view.close()
+        rc = _shutdown(run, rc)
+    if run.session is not None and run.session.crashes and rc == 0:
         rc = 1
     return rc
 

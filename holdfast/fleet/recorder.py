@@ -21,7 +21,7 @@ from typing import Protocol
 __all__ = ["RECORD_DIR_ENV", "Handled", "handle", "read_records"]
 
 RECORD_DIR_ENV = "HOLDFAST_RECORD_DIR"
-_fd: int | None = None
+_fds: dict[str, int] = {}  # worker id -> descriptor (one per process in practice)
 
 
 class _Message(Protocol):
@@ -44,13 +44,14 @@ class Handled:
 
 
 def _open(worker_id: str) -> int:
-    global _fd
-    if _fd is None:
+    fd = _fds.get(worker_id)
+    if fd is None:
         folder = Path(os.environ.get(RECORD_DIR_ENV) or ".")
         folder.mkdir(parents=True, exist_ok=True)
         name = re.sub(r"[^A-Za-z0-9._-]", "_", worker_id) or "worker"
-        _fd = os.open(folder / f"{name}.seqs", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    return _fd
+        fd = _fds[worker_id] = os.open(folder / f"{name}.seqs",
+                                       os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    return fd
 
 
 async def handle(message: _Message) -> None:

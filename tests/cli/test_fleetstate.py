@@ -1,0 +1,45 @@
+"""Pure fleet summaries: owners from live leases, unowned STARTED streams and their age."""
+
+from __future__ import annotations
+
+from holdfast.cli.fleetstate import fleet_status, stream_row
+from holdfast.core.exceptions import MalformedItem
+from holdfast.core.model import LeaseItem
+
+NOW = 1_000_000
+
+
+def item(cid: str, *, owner: str | None = None, exp: int | None = 0, state: str = "STARTED",
+         status: str | None = None) -> LeaseItem:
+    return LeaseItem(cid, state, "ws://h/s", owner, exp, 5, 1, status)
+
+
+def test_live_leases_are_grouped_by_owner() -> None:
+    """Only unexpired leases count as a worker's load."""
+    st = fleet_status([item("a", owner="w1", exp=NOW + 10), item("b", owner="w1", exp=NOW + 10),
+                       item("c", owner="w2", exp=NOW + 10)], NOW)
+    assert st.workers == {"w1": 2, "w2": 1} and st.unowned_started == []
+
+
+def test_expired_and_released_streams_are_unowned_with_age() -> None:
+    """An expired lease's age counts from expiry; a released one's from its last write."""
+    st = fleet_status([item("dead", owner="w1", exp=NOW - 3000), item("rel", exp=0)], NOW,
+                      {"rel": NOW - 7000})
+    assert st.unowned_started == ["dead", "rel"] and st.oldest_unowned_ms == 7000
+    assert st.workers == {}
+
+
+def test_stopped_backoff_and_malformed_are_apart() -> None:
+    """STOPPED items are not unowned; BACKOFF ones waiting for retry are listed separately."""
+    st = fleet_status([item("s", state="STOPPED"),
+                       item("b", exp=NOW + 5000, status="BACKOFF"),
+                       MalformedItem("CONN#x", "bad")], NOW)
+    assert st.unowned_started == [] and st.backoff == ["b"] and st.malformed == ["CONN#x"]
+    assert (st.started, st.stopped) == (1, 1)
+
+
+def test_stream_row_shows_owner_only_while_live() -> None:
+    """ls shows lease time left for a live lease and no owner for an expired one."""
+    assert stream_row(item("a", owner="w", exp=NOW + 1500), NOW).lease_left_ms == 1500
+    expired = stream_row(item("a", owner="w", exp=NOW - 1), NOW)
+    assert expired.owner is None and expired.lease_left_ms is None

@@ -1,0 +1,149 @@
+"""The operator commands against DynamoDB Local, including their error paths and exit codes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from holdfast.cli.main import main
+from holdfast.core.store import LeaseStore
+from holdfast.localaws import LocalAws
+from holdfast.localaws.processes import free_port
+from tests.conftest import client_for
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def ls_json(capsys: pytest.CaptureFixture[str], prefix: str) -> dict[str, dict[str, Any]]:
+    code, out, _ = run(capsys, "ls", "--json")
+    assert code == 0
+    return {s["id"]: s for s in json.loads(out)["streams"] if s["id"].startswith(prefix)}
+
+
+def test_start_stop_rm_round_trip(aws_env: dict[str, str], unique_id: str,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """start inserts a STARTED unowned item, stop sets STOPPED, rm deletes it; each exits 0."""
+    sid = f"{unique_id}-a"
+    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/a")[0] == 0
+    row = ls_json(capsys, unique_id)[sid]
+    assert (row["desired_state"], row["owner"], row["last_seq"]) == ("STARTED", None, None)
+    assert run(capsys, "stop", sid)[0] == 0
+    assert ls_json(capsys, unique_id)[sid]["desired_state"] == "STOPPED"
+    assert run(capsys, "rm", sid)[0] == 0
+    assert sid not in ls_json(capsys, unique_id)
+
+
+def test_start_twice_fails_with_1(aws_env: dict[str, str], unique_id: str,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A second start of the same id exits 1 and leaves the first URL in place."""
+    assert run(capsys, "start", unique_id, "ws://127.0.0.1:9/s/one")[0] == 0
+    code, _, err = run(capsys, "start", unique_id, "ws://127.0.0.1:9/s/two")
+    assert code == 1 and "already exists" in err
+
+
+@pytest.mark.parametrize("url", [
+    "ws://169.254.169.254/latest/meta-data", "http://127.0.0.1/s/x", "ws://[fe80::1]/x",
+    "ws://user:secret@", "file:///etc/passwd"])
+def test_hostile_url_is_refused_with_2(aws_env: dict[str, str], unique_id: str, url: str,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A hostile or non-WebSocket URL exits 2, inserts nothing and never echoes secrets."""
+    code, _, err = run(capsys, "start", unique_id, url)
+    assert code == 2 and "refused URL" in err and "secret" not in err
+    assert unique_id not in ls_json(capsys, unique_id)
+
+
+def test_unknown_id_exits_1(aws_env: dict[str, str], unique_id: str,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    """stop and rm of an id that does not exist exit 1 with 'unknown id'."""
+    for cmd in ("stop", "rm"):
+        code, _, err = run(capsys, cmd, unique_id)
+        assert code == 1 and "unknown id" in err
+
+
+def test_invalid_id_exits_2(aws_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """An id the schema refuses is a usage error."""
+    code, _, err = run(capsys, "start", "bad id\n", "ws://127.0.0.1/s/x")
+    assert code == 2 and "invalid id" in err
+
+
+def test_missing_table_exits_3(aws_env: dict[str, str], unique_id: str,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A table that does not exist is a configuration error with a hint."""
+    code, _, err = run(capsys, "ls", "--table", f"no-such-{unique_id}")
+    assert code == 3 and "not found" in err and "--table" in err
+
+
+def test_no_table_named_exits_2(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --table or HOLDFAST_TABLE the command says how to name one."""
+    monkeypatch.delenv("HOLDFAST_TABLE")
+    code, _, err = run(capsys, "ls")
+    assert code == 2 and "HOLDFAST_TABLE" in err
+
+
+def test_unreachable_endpoint_exits_3(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing listening at the endpoint: exit 3 naming the endpoint."""
+    url = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", url)
+    code, _, err = run(capsys, "status")
+    assert code == 3 and url in err
+
+
+def test_no_credentials_exits_3(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """No credentials anywhere: exit 3 with botocore's message, not a traceback."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    code, _, err = run(capsys, "ls")
+    assert code == 3 and "credentials" in err.lower()
+
+
+def test_status_counts_owners_and_unowned(aws_env: dict[str, str], ddb_local: LocalAws,
+                                          unique_id: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """status groups live leases by owner, lists unowned STARTED ids and reads queue depths."""
+    held, free = f"{unique_id}-held", f"{unique_id}-free"
+    for sid in (held, free):
+        assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/x")[0] == 0
+    owner = f"{unique_id}-worker"
+    LeaseStore(client_for(ddb_local, "dynamodb"), aws_env["HOLDFAST_TABLE"],
+               lease_ms=30_000, skew_ms=0).acquire(held, owner)
+    code, out, _ = run(capsys, "status", "--json")
+    st = json.loads(out)
+    assert code == 0 and st["workers"][owner] == 1
+    assert free in st["unowned_started"] and held not in st["unowned_started"]
+    assert isinstance(st["queue_depth"], int) and isinstance(st["dlq_depth"], int)
+    code, out, _ = run(capsys, "ls")
+    assert code == 0 and owner in out and held in out
+    code, out, _ = run(capsys, "status")
+    assert code == 0 and "unowned STARTED streams" in out
+
+
+def test_stop_wait_sees_release(aws_env: dict[str, str], unique_id: str,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    """stop --wait on a stream nobody holds returns at once with 'lease released'."""
+    assert run(capsys, "start", unique_id, "ws://127.0.0.1:9/s/x")[0] == 0
+    code, out, _ = run(capsys, "stop", unique_id, "--wait", "5")
+    assert code == 0 and "lease released" in out
+
+
+def test_stop_wait_times_out_while_held(aws_env: dict[str, str], ddb_local: LocalAws,
+                                        unique_id: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """stop --wait exits 1 naming the holder when no worker releases the lease in time."""
+    assert run(capsys, "start", unique_id, "ws://127.0.0.1:9/s/x")[0] == 0
+    LeaseStore(client_for(ddb_local, "dynamodb"), aws_env["HOLDFAST_TABLE"],
+               lease_ms=30_000, skew_ms=0).acquire(unique_id, "stuck-worker")
+    code, _, err = run(capsys, "stop", unique_id, "--wait", "0.5")
+    assert code == 1 and "stuck-worker" in err
