@@ -1,0 +1,52 @@
+"""Events and ownership segments derived from successive table scans."""
+
+from __future__ import annotations
+
+from holdfast.core.model import LeaseItem
+from holdfast.fleet.observer import Observer
+
+NOW = 10_000
+
+
+def item(owner: str | None, epoch: int, seq: int | None = None, exp: int = NOW + 4000,
+         state: str = "STARTED") -> LeaseItem:
+    return LeaseItem("s1", state, "ws://h/s/s1", owner, exp if owner else 0, seq, epoch)
+
+
+def test_claim_move_release_sequence() -> None:
+    """claimed, moved (with the resume seq), released; segments close where ownership ends."""
+    obs = Observer()
+    assert [e.kind for e in obs.observe(0.0, NOW, [item(None, 0)])] == []
+    assert [e.kind for e in obs.observe(1.0, NOW, [item("w1", 1)])] == ["claimed"]
+    moved = obs.observe(2.0, NOW, [item("w2", 2, seq=41)])
+    assert [e.kind for e in moved] == ["moved"] and "resumed from seq 42" in moved[0].text
+    assert [e.kind for e in obs.observe(3.0, NOW, [item(None, 2, seq=50)])] == ["released"]
+    assert [(s.owner, s.start, s.end) for s in obs.segments] == [("w1", 1.0, 2.0),
+                                                                 ("w2", 2.0, 3.0)]
+
+
+def test_expired_lease_is_not_an_owner() -> None:
+    """A lease still naming a (dead) owner but past its expiry reads as 'expired', unowned."""
+    obs = Observer()
+    obs.observe(0.0, NOW, [item("w1", 1)])
+    events = obs.observe(5.0, NOW + 5000, [item("w1", 1)])
+    assert [e.kind for e in events] == ["expired"] and obs.owner_of("s1") is None
+
+
+def test_same_owner_new_epoch_is_a_new_claim() -> None:
+    """A worker re-acquiring its own stream (epoch +1) opens a new segment."""
+    obs = Observer()
+    obs.observe(0.0, NOW, [item("w1", 1)])
+    assert [e.kind for e in obs.observe(1.0, NOW, [item("w1", 2)])] == ["claimed"]
+    assert len(obs.segments) == 2
+
+
+def test_state_change_and_removal_are_reported() -> None:
+    """STOPPED and a deleted item each produce an event; loads follow owners."""
+    obs = Observer()
+    obs.observe(0.0, NOW, [item("w1", 1)])
+    assert obs.loads() == {"w1": 1}
+    assert "stopped" in [e.kind for e in obs.observe(1.0, NOW, [item("w1", 1,
+                                                                     state="STOPPED")])]
+    assert [e.kind for e in obs.observe(2.0, NOW, [])] == ["removed"]
+    assert obs.loads() == {} and obs.segments[0].end == 2.0

@@ -1,0 +1,98 @@
+"""``holdfast up`` end to end, as subprocesses: the env-file mode and the failover scenario."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+
+from holdfast.core.table import create_stream
+from holdfast.fleet.procs import REPO_ROOT
+from tests.conftest import TIMEOUT_SCALE
+
+pytestmark = pytest.mark.slow
+
+
+def _wait(pred: object, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s * TIMEOUT_SCALE
+    while time.monotonic() < deadline:
+        if pred():  # type: ignore[operator]
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _listening(url: str) -> bool:
+    host, _, port = url.removeprefix("http://").partition(":")
+    try:
+        with socket.create_connection((host, int(port)), 0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "holdfast.cli.main", "up", *args]
+
+
+def test_env_file_mode_serves_a_worker_we_bring(tmp_path: Path) -> None:
+    """--workers 0 --streams 0 writes an env a worker can use; SIGTERM stops all, cleanly."""
+    env_file = tmp_path / "fleet.env"
+    up = subprocess.Popen(_cmd("--workers", "0", "--streams", "0", "--env-file", str(env_file),
+                               "--run-dir", str(tmp_path / "run")), cwd=REPO_ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL)
+    worker: subprocess.Popen[bytes] | None = None
+    try:
+        assert _wait(env_file.exists, 60), "env file never written"
+        env = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "worker"], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **env, "HOLDFAST_WORKER_ID": "brought", "PYTHONPATH":
+                 str(REPO_ROOT), "HOLDFAST_HEALTH_PORT": "0"})
+        ddb = boto3.session.Session().client(
+            "dynamodb", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB"], region_name="us-east-1",
+            aws_access_key_id="local", aws_secret_access_key="local")
+        time.sleep(2)
+        assert create_stream(ddb, env["HOLDFAST_TABLE"], "own-1", "ws://127.0.0.1:9/s/own-1")
+
+        def owned() -> bool:
+            item = ddb.get_item(TableName=env["HOLDFAST_TABLE"],
+                                Key={"Pk": {"S": "CONN#own-1"}})["Item"]
+            return item.get("lease_owner", {}).get("S") == "brought"
+
+        assert _wait(owned, 30), "the stream was never claimed by our worker"
+    finally:
+        if worker is not None:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(30)
+        up.send_signal(signal.SIGTERM)
+        out = up.communicate(timeout=60)[0].decode()
+    assert up.returncode == 0, out
+    assert "local AWS stopped" in out and "runner stopped" in out
+    assert not _listening(env["AWS_ENDPOINT_URL_DYNAMODB"])
+    assert not _listening(env["AWS_ENDPOINT_URL_SQS"])
+
+
+def test_failover_scenario_passes(tmp_path: Path) -> None:
+    """The failover scenario exits 0 with a summary table, a PASS line and a PNG timeline."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(_cmd("--scenario", "failover", "--workers", "3", "--streams", "6",
+                               "--run-dir", str(run_dir)), cwd=REPO_ROOT,
+                          capture_output=True, timeout=120 * TIMEOUT_SCALE,
+                          stdin=subprocess.DEVNULL)
+    out = proc.stdout.decode() + proc.stderr.decode()
+    assert proc.returncode == 0, out[-4000:]
+    assert "Holdfast failover summary" in out and "PASS" in out
+    assert "SIGKILL" in out and "SIGTERM" in out
+    png = run_dir / "timeline.png"
+    assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
+    assert (run_dir / "summary.json").is_file()
