@@ -29,6 +29,7 @@ class Incident:
     recovered: dict[str, float | None] = field(default_factory=dict)
     note: str = ""
     expect_owner: bool = True  # False for a stop: its streams are meant to end unowned
+    crashed: str | None = None  # worker killed at ``t``: its leases were dead from then on
 
     def gaps(self) -> list[float]:
         return [v for v in self.recovered.values() if v is not None]

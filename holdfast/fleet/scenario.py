@@ -63,7 +63,8 @@ def _disrupt(s: Session, name: str, victim: str, sig: signal.Signals,
     affected = sorted(c for c, v in s.observer.streams.items() if v.owner == victim)
     s.action(f"{name}: {victim} holds {len(affected)} streams")
     ev_wall = int(time.time() * 1000)
-    inc = Incident(name, s.now(), affected)
+    inc = Incident(name, s.now(), affected,
+                   crashed=victim if sig == signal.SIGKILL else None)
     s.fleet.workers[victim].expected_exit = True
     s.fleet.workers[victim].signal(sig)
 

@@ -26,10 +26,16 @@ def write_timeline(path: Path, observer: Observer, incidents: list[Incident],
     color = {w: cmap(i % 10) for i, w in enumerate(workers)}
     row = {c: i for i, c in enumerate(streams)}
     fig, ax = plt.subplots(figsize=(12, max(3.0, 0.35 * len(streams) + 1.8)))
+    deaths = {i.crashed: i.t for i in incidents if i.crashed}
     for seg in observer.segments:
         end = seg.end if seg.end is not None else end_t
-        ax.broken_barh([(seg.start, max(0.05, end - seg.start))], (row[seg.conn_id] - 0.35, 0.7),
-                       facecolors=color[seg.owner])
+        died = deaths.get(seg.owner)
+        alive_end = min(end, died) if died is not None and died > seg.start else end
+        ax.broken_barh([(seg.start, max(0.05, alive_end - seg.start))],
+                       (row[seg.conn_id] - 0.35, 0.7), facecolors=color[seg.owner])
+        if alive_end < end:  # the table still names a killed worker until its lease expires
+            ax.broken_barh([(alive_end, end - alive_end)], (row[seg.conn_id] - 0.35, 0.7),
+                           facecolors="none", edgecolors="grey", hatch="///", linewidth=0.5)
     for ev in observer.events:
         if ev.kind == "action":
             ax.axvline(ev.t, color="black", linestyle="--", linewidth=0.8)
@@ -44,8 +50,12 @@ def write_timeline(path: Path, observer: Observer, incidents: list[Incident],
     ax.set_title("Holdfast: ownership per stream" + (f"\n{'; '.join(gaps)}" if gaps else ""),
                  fontsize=9)
     handles = [Rectangle((0, 0), 1, 1, color=color[w]) for w in workers]
+    labels = list(workers)
+    if deaths:
+        handles.append(Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="grey", hatch="///"))
+        labels.append("lease of a killed worker")
     if handles:
-        ax.legend(handles, workers, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8,
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8,
                   title="owner")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
