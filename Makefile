@@ -42,7 +42,7 @@ unit: deps
 test: lint typecheck unit
 
 demo: deps
-	$(BIN)/holdfast localaws
+	$(BIN)/holdfast up --scenario failover
 
 localaws: deps
 	$(BIN)/holdfast localaws
