@@ -1,0 +1,65 @@
+"""The renewer's reactions to lost leases, on DynamoDB Local with real leases."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from holdfast.core.exceptions import LeaseLost, LossReason
+from holdfast.core.rules import LeaseTiming
+from holdfast.core.store import LeaseStore
+from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
+from tests.worker.helpers import Recorder, item_attr, running_worker
+from worker.metrics import WorkerMetrics
+from worker.protocol import QueryParamProtocol
+from worker.renewer import Renewer
+from worker.stream import StreamContext, StreamRunner
+
+
+def runner_for(fleet: Fleet, conn: str, checkpoint: int | None) -> tuple[Renewer, StreamRunner]:
+    fleet.create(conn, "ws://127.0.0.1:1/s/x")
+    store = LeaseStore(fleet.ddb, fleet.table, lease_ms=3000, skew_ms=300)
+    lease = store.acquire(conn, "me")
+    ctx = StreamContext(worker_id="me", handler=Recorder(), protocol=QueryParamProtocol(),
+                        metrics=WorkerMetrics())
+    runner = StreamRunner(lease, ctx, fence_mono_ms=2**62)
+    runner.checkpoint = checkpoint
+    renewer = Renewer(store, {conn: runner}, LeaseTiming(3000, 500, 300, 300), ctx.metrics)
+    return renewer, runner
+
+
+def test_unexplained_refusal_keeps_the_lease(fleet: Fleet, unique_id: str) -> None:
+    """A refusal whose item shows our own checkpoint is not a loss: the stream goes on."""
+    renewer, runner = runner_for(fleet, f"{unique_id}-a", 7)
+    current = renewer.store.get(runner.conn_id)
+    assert current is not None
+    current = dataclasses.replace(current, last_seq=7)
+    renewer.on_lost(runner, LeaseLost(runner.conn_id, LossReason.REGRESSION, current))
+    assert not runner.stopping
+    assert renewer.metrics.totals["LeasesLost"] == 0
+
+
+def test_foreign_checkpoint_is_a_loss(fleet: Fleet, unique_id: str) -> None:
+    """A stored checkpoint ahead of anything we handled means someone else wrote it: stop."""
+    renewer, runner = runner_for(fleet, f"{unique_id}-b", 7)
+    current = renewer.store.get(runner.conn_id)
+    assert current is not None
+    current = dataclasses.replace(current, last_seq=1000)
+    renewer.on_lost(runner, LeaseLost(runner.conn_id, LossReason.REGRESSION, current))
+    assert runner.aborted and runner.stop_reason == "lost:regression"
+
+
+async def test_checkpoint_moved_ahead_by_an_operator_stops_the_stream(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """An edit that moves last_seq past the holder's checkpoint makes the holder stop."""
+    conn, rec = f"{unique_id}-op", Recorder()
+    fleet.create(conn, upstream.url(conn))
+    async with running_worker(fleet, rec) as run:
+        fleet.nudge(conn)
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 10, "messages")
+        fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn}"}},
+                              UpdateExpression="SET last_seq = :s",
+                              ExpressionAttributeValues={":s": {"N": "1000000"}})
+        await async_wait_until(lambda: conn not in run.worker.streams, 5, "stream stopped")
+        await asyncio.sleep(0)
+    assert item_attr(fleet.item(conn), "last_seq") == 1000000
