@@ -12,10 +12,11 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from infra import names
 from infra.logs import retention
 
 __all__ = ["POWERTOOLS_ACCOUNT", "RUNTIME", "FunctionDefaults", "HoldfastFunction",
-           "powertools_layer_arn"]
+           "lease_environment", "powertools_layer_arn"]
 
 # The newest Python runtime the CDK offers; the layer name below must match it.
 RUNTIME: Final = lambda_.Runtime.PYTHON_3_14
@@ -28,6 +29,19 @@ def powertools_layer_arn(region: str, version: int) -> str:
     """ARN of the AWS-managed Powertools v3 layer for arm64 and :data:`RUNTIME`."""
     return (f"arn:aws:lambda:{region}:{POWERTOOLS_ACCOUNT}:layer:"
             f"AWSLambdaPowertoolsPythonV3-{_LAYER_PYTHON}-arm64:{version}")
+
+
+def lease_environment(*, table_name: str, queue_url: str, lease_ms: int, skew_ms: int,
+                      service_name: str) -> dict[str, str]:
+    """The environment router and sweeper share: where the leases are and how they are timed."""
+    return {
+        names.ENV_TABLE: table_name,
+        names.ENV_QUEUE_URL: queue_url,
+        names.ENV_LEASE_MS: str(lease_ms),
+        names.ENV_SKEW_MS: str(skew_ms),
+        names.ENV_SERVICE_NAME: service_name,
+        names.ENV_METRICS_NAMESPACE: names.NAMESPACE,
+    }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,8 +13,7 @@ from constructs import Construct
 
 from holdfast.core import schema
 from holdfast.core.filters import FILTER_PATTERNS
-from infra import names
-from infra.function import FunctionDefaults, HoldfastFunction
+from infra.function import FunctionDefaults, HoldfastFunction, lease_environment
 
 __all__ = ["ROUTER_HANDLER", "Router", "SendOnlyDestination", "normalise_statement"]
 
@@ -81,14 +80,9 @@ class Router(Construct):
         self.handler = HoldfastFunction(
             self, "Handler", defaults=defaults, handler=ROUTER_HANDLER,
             description="Holdfast router: lease stream -> claim nudges",
-            environment={
-                names.ENV_TABLE: table.table_name,
-                names.ENV_QUEUE_URL: queue.queue_url,
-                names.ENV_LEASE_MS: str(lease_ms),
-                names.ENV_SKEW_MS: str(skew_ms),
-                names.ENV_SERVICE_NAME: service_name,
-                names.ENV_METRICS_NAMESPACE: names.NAMESPACE,
-            },
+            environment=lease_environment(
+                table_name=table.table_name, queue_url=queue.queue_url, lease_ms=lease_ms,
+                skew_ms=skew_ms, service_name=service_name),
             timeout=Duration.seconds(30), memory_mib=256)
         self.function = self.handler.function
         role = self.handler.role

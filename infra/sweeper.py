@@ -15,8 +15,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra import names
-from infra.function import FunctionDefaults, HoldfastFunction
+from infra.function import FunctionDefaults, HoldfastFunction, lease_environment
 
 __all__ = ["SWEEPER_HANDLER", "SWEEPER_TIMEOUT", "Sweeper"]
 
@@ -36,14 +35,9 @@ class Sweeper(Construct):
         self.handler = HoldfastFunction(
             self, "Handler", defaults=defaults, handler=SWEEPER_HANDLER,
             description="Holdfast sweeper: expired leases -> claim nudges",
-            environment={
-                names.ENV_TABLE: table.table_name,
-                names.ENV_QUEUE_URL: queue.queue_url,
-                names.ENV_LEASE_MS: str(lease_ms),
-                names.ENV_SKEW_MS: str(skew_ms),
-                names.ENV_SERVICE_NAME: service_name,
-                names.ENV_METRICS_NAMESPACE: names.NAMESPACE,
-            },
+            environment=lease_environment(
+                table_name=table.table_name, queue_url=queue.queue_url, lease_ms=lease_ms,
+                skew_ms=skew_ms, service_name=service_name),
             timeout=SWEEPER_TIMEOUT, memory_mib=256,
             # One sweeper at a time: overlapping sweeps would only send duplicate nudges.
             # Accounts whose concurrency quota is still 10 cannot reserve any; they turn it off.
