@@ -3,7 +3,6 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMPS := .stamps
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PYTHONDONTWRITEBYTECODE := 1
@@ -15,20 +14,24 @@ help:
 	@echo "make test      lint, type-check and run the test suite"
 	@echo "make localaws  run only the embedded local AWS until Ctrl-C"
 
-$(STAMPS)/venv: pyproject.toml
-	@mkdir -p $(STAMPS)
+# The stamps live inside what they describe: deleting .venv or node_modules reinstalls.
+VENV_STAMP := $(VENV)/.holdfast-installed
+NPM_STAMP := node_modules/.holdfast-installed
+
+$(VENV_STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Holdfast needs Python 3.11+ (set PYTHON=...)")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $@
 
-$(STAMPS)/npm: package.json
-	@mkdir -p $(STAMPS)
-	npm install --no-audit --no-fund --loglevel=error
+$(NPM_STAMP): package.json package-lock.json
+	@command -v npm >/dev/null || { echo "npm (Node 20+) is needed for DynamoDB Local and the CDK CLI"; exit 1; }
+	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
 .PHONY: deps
-deps: $(STAMPS)/venv $(STAMPS)/npm
+deps: $(VENV_STAMP) $(NPM_STAMP)
 
 lint: deps
 	$(BIN)/ruff check .
@@ -48,4 +51,4 @@ localaws: deps
 	$(BIN)/holdfast localaws
 
 clean:
-	rm -rf $(VENV) $(STAMPS) node_modules cdk.out .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) node_modules cdk.out .mypy_cache .ruff_cache .pytest_cache
