@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
 __all__ = ["Child", "free_port", "wait_for_port"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+# Loaded before any fork: the child must not dlopen between fork and exec.
+_LIBC = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM this child when its parent dies, even by SIGKILL (no orphaned servers)."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
 def free_port() -> int:
@@ -47,7 +61,9 @@ class Child:
         # A session of its own, so stop() can signal the whole group (Java forks nothing,
         # but a wrapper script or werkzeug's reloader would).
         self.proc = subprocess.Popen(list(argv), stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                     # Only a prctl call runs between fork and exec.
+                                     preexec_fn=_die_with_parent)  # noqa: PLW1509
 
     def alive(self) -> bool:
         return self.proc.poll() is None
