@@ -1,0 +1,87 @@
+"""A thin layer over ``holdfast.fleet.procs.Fleet`` for the soak and the benchmarks: workers
+started through the clock-skew launcher, DynamoDB reached through a ``FaultProxy``, and a direct
+(unproxied) client for the driver's own reads and writes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from holdfast.chaos.launch import OFFSET_ENV
+from holdfast.chaos.proxy import FaultProxy
+from holdfast.core.aws import client_config
+from holdfast.fleet.procs import REPO_ROOT, Fleet, FleetTiming, Proc
+from holdfast.fleet.recorder import RECORD_DIR_ENV
+
+__all__ = ["ProxiedFleet"]
+
+
+class ProxiedFleet:
+    """Local AWS + runner (direct) + upstream + workers whose DynamoDB (and SQS) go through
+    counting proxies. ``with_runner=False`` is the seed's polling design: no router, no sweeper."""
+
+    def __init__(self, run_dir: Path, timing: FleetTiming, *, with_runner: bool = True,
+                 worker_env: dict[str, str] | None = None) -> None:
+        self.fleet = Fleet(run_dir, timing, backend="dynamodb-local")
+        self.with_runner = with_runner
+        self.worker_env = worker_env or {}
+        self.ddb_proxy: FaultProxy | None = None
+        self.sqs_proxy: FaultProxy | None = None
+        self.direct_env: dict[str, str] = {}
+        self.base_url = ""
+        self._n = 0
+
+    def start(self) -> ProxiedFleet:
+        f = self.fleet
+        f.start_aws()
+        self.direct_env = dict(f.env)
+        if self.with_runner:
+            f.start_runner()
+        self.ddb_proxy = FaultProxy(f.env["AWS_ENDPOINT_URL_DYNAMODB"], name="ddb-proxy").start()
+        self.sqs_proxy = FaultProxy(f.env["AWS_ENDPOINT_URL_SQS"], name="sqs-proxy").start()
+        f.env["AWS_ENDPOINT_URL_DYNAMODB"] = self.ddb_proxy.url
+        f.env["AWS_ENDPOINT_URL_SQS"] = self.sqs_proxy.url
+        self.base_url = f.start_upstream()
+        return self
+
+    @property
+    def table(self) -> str:
+        return self.direct_env["HOLDFAST_TABLE"]
+
+    def client(self, service: str) -> Any:
+        """A client straight to the backend (never faulted, never counted)."""
+        env = self.direct_env
+        key = "AWS_ENDPOINT_URL_SQS" if service == "sqs" else "AWS_ENDPOINT_URL_DYNAMODB"
+        session: Any = boto3.session.Session(
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+            region_name=env["AWS_DEFAULT_REGION"])
+        return session.client(service, endpoint_url=env[key],
+                              config=client_config(read_timeout=10, max_attempts=5))
+
+    def start_worker(self, worker_id: str | None = None, *, clock_offset_ms: int = 0,
+                     **extra: str) -> Proc:
+        self._n += 1
+        wid = worker_id or f"w{self._n}"
+        f = self.fleet
+        env = {**os.environ, **f.env, **self.worker_env, **extra,
+               "HOLDFAST_WORKER_ID": wid, "HOLDFAST_HANDLER": "holdfast.fleet.recorder:handle",
+               RECORD_DIR_ENV: str(f.record_dir), OFFSET_ENV: str(clock_offset_ms),
+               "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT),
+                                                         os.environ.get("PYTHONPATH", "")) if p)}
+        proc = Proc(wid, [sys.executable, "-m", "holdfast.chaos.launch"],
+                    f.run_dir / f"worker-{wid}.log", env).start()
+        f.workers[wid] = proc
+        return proc
+
+    def close(self) -> list[str]:
+        lines = self.fleet.close()
+        for p in (self.ddb_proxy, self.sqs_proxy):
+            if p is not None:
+                p.close()
+        return lines

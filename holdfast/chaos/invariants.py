@@ -1,0 +1,276 @@
+"""The invariants of a soak, checked from evidence only (no clock, no I/O).
+
+Tolerances, and why:
+- connection overlap: none (monotonic ns from one upstream process), except a connection whose
+  worker was SIGSTOPped: a paused process cannot close its socket. That connection is "stale",
+  allowed if it closes within ``resume_grace_ms`` of SIGCONT, and any message it handles after
+  another worker took over is caught by the handling check, which has no such exception;
+- handling overlap: none beyond the recorder's 1 ms resolution (both sides read one clock);
+- re-ownership: measured from the moment the lease ended (its expiry, or the release write),
+  allowed ``skew + sweep interval + scan period + 1 s`` (the claim rule waits out the skew, the
+  sweeper runs every interval, the checker sees the table once per scan). Since a lease ends at
+  most ``lease`` after its owner's last renewal, this is "owned again within lease + skew + sweep
+  + 1 s of losing its owner". If a DynamoDB fault window overlaps, the clock starts at the end of
+  the window instead, plus the 2 s after which a refused nudge comes back;
+- stop: every connection of a STOPPED stream closed within ``heartbeat + 1 s`` of the write (the
+  worker learns it at its next renewal), later if its worker was paused or DynamoDB was faulted.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from holdfast.chaos.evidence import Action, ConnSpan, Evidence, Sample
+from holdfast.chaos.proxy import FaultWindow
+from holdfast.fleet.report import check_seqs
+
+__all__ = ["Limits", "Verdict", "Violation", "check", "pauses_of"]
+
+NUDGE_RETRY_MS = 2000  # a nudge refused as "DynamoDB unavailable" comes back after 2 s
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    lease_ms: int
+    heartbeat_ms: int
+    skew_ms: int
+    sweep_ms: int
+    scan_ms: int = 300
+    slack_ms: int = 1000
+    resume_grace_ms: int = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    kind: str
+    conn_id: str | None
+    at_ms: int
+    text: str
+
+
+@dataclass
+class Verdict:
+    violations: list[Violation] = field(default_factory=list)
+    stats: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def pauses_of(actions: list[Action]) -> dict[str, list[tuple[int, int]]]:
+    """Worker -> [(SIGSTOP ms, SIGCONT ms)]; a pause never resumed lasts forever."""
+    out: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    started: dict[str, int] = {}
+    for a in sorted(actions, key=lambda a: a.wall_ms):
+        if a.kind == "sigstop":
+            started[a.target] = a.wall_ms
+        elif a.kind in ("sigcont", "sigkill") and a.target in started:
+            out[a.target].append((started.pop(a.target), a.wall_ms))
+    for worker, t in started.items():
+        out[worker].append((t, 2**62))
+    return out
+
+
+def _paused(pauses: dict[str, list[tuple[int, int]]], worker: str, at_ms: int,
+            grace_ms: int) -> tuple[int, int] | None:
+    for start, end in pauses.get(worker, []):
+        if start <= at_ms <= end + grace_ms:
+            return start, end
+    return None
+
+
+def check_conn_overlaps(conns: list[ConnSpan], pauses: dict[str, list[tuple[int, int]]],
+                        limits: Limits, verdict: Verdict) -> None:
+    by_stream: dict[str, list[ConnSpan]] = defaultdict(list)
+    for c in conns:
+        by_stream[c.stream].append(c)
+    stale = 0
+    for stream, spans in by_stream.items():
+        spans.sort(key=lambda c: c.open_ns)
+        for i, a in enumerate(spans):
+            for b in spans[i + 1:]:
+                if a.close_ns is not None and b.open_ns >= a.close_ns:
+                    break
+                pause = _paused(pauses, a.worker, b.open_ms, 0)
+                if (pause and a.worker != b.worker and a.close_ms is not None
+                        and a.close_ms <= pause[1] + limits.resume_grace_ms):
+                    stale += 1
+                    continue
+                verdict.violations.append(Violation(
+                    "connection-overlap", stream, b.open_ms,
+                    f"{stream}: connection #{a.conn_no} of {a.worker} (open {a.open_ms}, close "
+                    f"{a.close_ms}) still open when #{b.conn_no} of {b.worker} opened"))
+    verdict.stats["stale_connections_of_paused_workers"] = stale
+
+
+def check_handling(ev: Evidence, verdict: Verdict) -> None:
+    """Each handled message belongs to its worker's latest connection to that stream; the spans
+    (first..last handled) of different workers' connections to one stream must not overlap."""
+    opens: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+    for c in ev.conns:
+        opens[(c.stream, c.worker)].append((c.open_ms, c.conn_no))
+    for lst in opens.values():
+        lst.sort()
+    tenure: dict[tuple[str, str, int], list[int]] = {}
+    for h in ev.handled:
+        lst = opens.get((h.conn_id, h.worker_id), [])
+        i = bisect.bisect_right(lst, (h.wall_ms + 1, 2**62)) - 1
+        key = (h.conn_id, h.worker_id, lst[i][1] if i >= 0 else -1)
+        span = tenure.setdefault(key, [h.wall_ms, h.wall_ms])
+        span[0], span[1] = min(span[0], h.wall_ms), max(span[1], h.wall_ms)
+    by_stream: dict[str, list[tuple[int, int, str, int]]] = defaultdict(list)
+    for (stream, worker, no), (lo, hi) in tenure.items():
+        by_stream[stream].append((lo, hi, worker, no))
+    for stream, spans in by_stream.items():
+        spans.sort()
+        for i, (lo, hi, worker, no) in enumerate(spans):
+            for lo2, hi2, worker2, no2 in spans[i + 1:]:
+                if lo2 >= hi:
+                    break
+                if worker2 != worker and lo2 < hi and lo < hi2:
+                    verdict.violations.append(Violation(
+                        "handling-overlap", stream, lo2,
+                        f"{stream}: {worker} handled messages until {hi} (connection #{no}) "
+                        f"while {worker2} handled from {lo2} (connection #{no2})"))
+
+
+def check_loss(ev: Evidence, final: dict[str, Sample], verdict: Verdict) -> None:
+    good = {c: s.last_seq for c, s in final.items() if c not in ev.expected_bad}
+    seqs = check_seqs([h for h in ev.handled if h.conn_id in good], good)
+    dups = handled = 0
+    for c in seqs.values():
+        dups += c.duplicates
+        handled += c.handled
+        if c.missing:
+            verdict.violations.append(Violation(
+                "lost-messages", c.conn_id, 0,
+                f"{c.conn_id}: {len(c.missing)} seqs never handled (first {c.missing[:8]}); "
+                f"handled {c.first}..{c.last}, checkpoint {c.checkpoint}"))
+    verdict.stats.update(handled=handled, duplicates=dups, streams_checked=len(seqs))
+
+
+def check_last_seq(samples: list[Sample], verdict: Verdict) -> None:
+    best: dict[str, Sample] = {}
+    for s in sorted(samples, key=lambda s: s.wall_ms):
+        prev = best.get(s.conn_id)
+        if s.last_seq is None:
+            continue
+        if prev is not None and prev.last_seq is not None and s.last_seq < prev.last_seq:
+            verdict.violations.append(Violation(
+                "last-seq-backwards", s.conn_id, s.wall_ms,
+                f"{s.conn_id}: last_seq {prev.last_seq} (owner {prev.owner}) went back to "
+                f"{s.last_seq} (owner {s.owner})"))
+        if prev is None or prev.last_seq is None or s.last_seq >= prev.last_seq:
+            best[s.conn_id] = s
+
+
+def _fault_extension(faults: list[FaultWindow], lo: int, hi: int, lease_ms: int) -> int:
+    ext = 0
+    for f in faults:
+        if f.start_ms <= hi and f.end_ms >= lo - lease_ms:
+            ext = max(ext, f.end_ms - lo + NUDGE_RETRY_MS)
+    return ext
+
+
+def check_reown(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict) -> None:
+    """Every STARTED, healthy stream whose lease ended is owned again within the bound."""
+    base = limits.skew_ms + limits.sweep_ms + limits.scan_ms + limits.slack_ms
+    by_conn: dict[str, list[Sample]] = defaultdict(list)
+    for s in ev.samples:
+        if s.conn_id not in ev.expected_bad and s.wall_ms <= until_ms:
+            by_conn[s.conn_id].append(s)
+    gaps: list[int] = []
+    for conn_id, samples in by_conn.items():
+        samples.sort(key=lambda s: s.wall_ms)
+        free_since: int | None = None
+        for s in samples:
+            if s.state != "STARTED" or s.status in ("BACKOFF", "INVALID"):
+                free_since = None
+                continue
+            if s.live_owner():
+                if free_since is not None:
+                    gaps.append(s.wall_ms - free_since)
+                    _judge(ev, limits, base, conn_id, free_since=free_since, seen_ms=s.wall_ms,
+                           verdict=verdict)
+                free_since = None
+            elif free_since is None:
+                ended = s.expires_ms if s.expires_ms else (s.updated_ms or s.wall_ms)
+                free_since = min(ended, s.wall_ms)
+        if free_since is not None and samples:
+            _judge(ev, limits, base, conn_id, free_since=free_since,
+                   seen_ms=samples[-1].wall_ms, verdict=verdict, final=True)
+    gaps.sort()
+    verdict.stats["reown_gaps_ms"] = {"count": len(gaps), "max": gaps[-1] if gaps else None,
+                                      "p50": gaps[len(gaps) // 2] if gaps else None}
+    verdict.stats["reown_bound_ms"] = base
+
+
+def _judge(ev: Evidence, limits: Limits, base: int, conn_id: str, *, free_since: int,
+           seen_ms: int, verdict: Verdict, final: bool = False) -> None:
+    allowed = base + _fault_extension(ev.faults, free_since, seen_ms, limits.lease_ms)
+    if seen_ms - free_since > allowed:
+        what = "still unowned at the end" if final else "owned again only"
+        verdict.violations.append(Violation(
+            "slow-reown", conn_id, free_since,
+            f"{conn_id}: lease ended at {free_since}, {what} {seen_ms - free_since} ms later "
+            f"(allowed {allowed} ms)"))
+
+
+def check_stops(ev: Evidence, limits: Limits, pauses: dict[str, list[tuple[int, int]]],
+                verdict: Verdict) -> None:
+    starts: dict[str, list[int]] = defaultdict(list)
+    for a in ev.actions:
+        if a.kind in ("start", "create"):
+            starts[a.target].append(a.wall_ms)
+    latencies: list[int] = []
+    for a in ev.actions:
+        if a.kind != "stop":
+            continue
+        nxt = min((t for t in starts[a.target] if t > a.wall_ms), default=2**62)
+        for c in ev.conns:
+            if c.stream != a.target or c.open_ms >= nxt:
+                continue
+            if c.close_ms is not None and c.close_ms <= a.wall_ms:
+                continue
+            closed = c.close_ms if c.close_ms is not None else 2**62
+            deadline = a.wall_ms + limits.heartbeat_ms + limits.slack_ms
+            deadline += _fault_extension(ev.faults, a.wall_ms, closed, 0)
+            pause = _paused(pauses, c.worker, closed, 0) or _paused(
+                pauses, c.worker, a.wall_ms, 0)
+            if pause:
+                deadline = max(deadline, pause[1] + limits.resume_grace_ms)
+            latencies.append(closed - a.wall_ms)
+            if closed > deadline:
+                verdict.violations.append(Violation(
+                    "slow-stop", a.target, a.wall_ms,
+                    f"{a.target}: STOPPED at {a.wall_ms}, connection #{c.conn_no} of {c.worker} "
+                    f"closed {'never' if closed == 2**62 else closed - a.wall_ms} ms later "
+                    f"(allowed {deadline - a.wall_ms} ms)"))
+    latencies.sort()
+    verdict.stats["stop_close_ms"] = {"count": len(latencies),
+                                      "max": latencies[-1] if latencies else None}
+
+
+def check(ev: Evidence, limits: Limits, *, until_ms: int) -> Verdict:
+    """Run every check; ``until_ms``: end of the chaos phase (the final shutdown is not judged
+    for re-ownership)."""
+    verdict = Verdict()
+    pauses = pauses_of(ev.actions)
+    final: dict[str, Sample] = {}
+    for s in sorted(ev.samples, key=lambda s: s.wall_ms):
+        final[s.conn_id] = s
+    check_conn_overlaps(ev.conns, pauses, limits, verdict)
+    check_handling(ev, verdict)
+    check_loss(ev, final, verdict)
+    check_last_seq(ev.samples, verdict)
+    check_reown(ev, limits, until_ms, verdict)
+    check_stops(ev, limits, pauses, verdict)
+    for worker, code in sorted(ev.exits.items()):
+        verdict.violations.append(Violation("worker-crash", None, 0,
+                                            f"worker {worker} exited on its own (code {code})"))
+    verdict.stats.update(connections=len(ev.conns), faults=len(ev.faults),
+                         actions=len(ev.actions))
+    return verdict

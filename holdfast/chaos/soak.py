@@ -1,0 +1,269 @@
+"""The soak: a local fleet under faults for N minutes, then the invariant check.
+
+Actions (seeded, one every ``interval_s``): SIGKILL / SIGTERM a worker (a replacement starts),
+SIGSTOP one past its lease then SIGCONT, DynamoDB faults through the proxy (errors, timeouts,
+lost responses, latency), streams stopped / restarted / created, hostile items inserted. One
+worker runs with its lease clock skewed inside the allowance. Upstream drops and garbage frames
+come from the misbehaving upstream paths (``/drop/``, ``/garbage/``, ``/huge/``, ``/reject/``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from holdfast.chaos.evidence import Action, Evidence, load_conn_log
+from holdfast.chaos.exceptions import SoakAborted
+from holdfast.chaos.fleetctl import ProxiedFleet
+from holdfast.chaos.invariants import Limits, Verdict, check
+from holdfast.chaos.proxy import FaultKind
+from holdfast.chaos.sampler import Sampler
+from holdfast.core.schema import STARTED, STOPPED
+from holdfast.core.table import create_stream, set_desired_state
+from holdfast.fleet.procs import FleetTiming
+from holdfast.fleet.recorder import read_records
+
+__all__ = ["SoakConfig", "SoakResult", "hostile_items", "run_soak"]
+
+
+def _ms() -> int:
+    return time.time_ns() // 10**6
+
+
+@dataclass(frozen=True, slots=True)
+class SoakConfig:
+    minutes: float = 10.0
+    workers: int = 3
+    streams: int = 10
+    seed: int = 7
+    interval_s: float = 3.0
+    settle_s: float = 20.0
+    skew_ms: int = 300  # the skewed worker's offset (the allowance is FleetTiming.skew_ms)
+    timing: FleetTiming = field(default_factory=FleetTiming)
+
+
+@dataclass
+class SoakResult:
+    verdict: Verdict
+    evidence: Evidence
+    run_dir: Path
+    hostile: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def hostile_items(pk: str, base_url: str) -> dict[str, dict[str, Any]]:
+    """Raw items a careless or hostile writer could insert, each with a STARTED-looking face."""
+    def item(cid: str, **attrs: dict[str, str]) -> dict[str, Any]:
+        return {"Pk": {"S": f"{pk}{cid}"}, "lease_expires_at_ms": {"N": "0"}, **attrs}
+    s = {"S": STARTED}
+    return {
+        "bad-no-url": item("bad-no-url", desired_state=s),
+        "bad-url-type": item("bad-url-type", desired_state=s, ws_url={"N": "5"}),
+        "bad-state": item("bad-state", desired_state={"S": "PAUSED"},
+                          ws_url={"S": f"{base_url}/s/bad-state"}),
+        "bad-metadata": item("bad-metadata", desired_state=s,
+                             ws_url={"S": "ws://169.254.169.254/latest/meta-data/"}),
+        "bad-file": item("bad-file", desired_state=s, ws_url={"S": "file:///etc/passwd"}),
+        "bad-http": item("bad-http", desired_state=s,
+                         ws_url={"S": base_url.replace("ws://", "http://") + "/s/bad-http"}),
+        "bad-seq-type": item("bad-seq-type", desired_state=s, last_seq={"S": "abc"},
+                             ws_url={"S": f"{base_url}/s/bad-seq-type"}),
+        "bad-owner-type": item("bad-owner-type", desired_state=s, lease_owner={"N": "1"},
+                               ws_url={"S": f"{base_url}/s/bad-owner-type"}),
+        "bad id spaces": item("bad id spaces", desired_state=s,
+                              ws_url={"S": f"{base_url}/s/spaces"}),
+    }
+
+
+class Soak:
+    def __init__(self, cfg: SoakConfig, run_dir: Path, say: Any = print) -> None:
+        self.cfg, self.run_dir, self.say = cfg, run_dir, say
+        self.rng = random.Random(cfg.seed)
+        self.pf = ProxiedFleet(run_dir, cfg.timing)
+        self.actions: list[Action] = []
+        self.exits: dict[str, int | None] = {}
+        self.good: list[str] = []
+        self.stopped: set[str] = set()
+        self.bad: set[str] = set()
+        self.paused: dict[str, float] = {}  # worker -> monotonic time to SIGCONT
+        self.restarts: list[float] = []  # monotonic times to start a replacement
+        self.t0 = time.monotonic()
+
+    def act(self, kind: str, target: str, detail: str = "") -> None:
+        self.actions.append(Action(_ms(), kind, target, detail))
+        self.say(f"[{time.monotonic() - self.t0:7.2f}s] {kind} {target} {detail}".rstrip())
+
+    # -- set-up ------------------------------------------------------------------------------
+    def start(self) -> None:
+        try:
+            self.pf.start()
+        except Exception as exc:
+            raise SoakAborted(f"the local fleet did not start: {exc}") from exc
+        self.ddb = self.pf.client("dynamodb")
+        self.sampler = Sampler(self.ddb, self.pf.table, self.run_dir / "samples.jsonl").start()
+        for i in range(self.cfg.workers):
+            self.pf.start_worker(clock_offset_ms=self.cfg.skew_ms if i == 1 else 0)
+        base = self.pf.base_url
+        kinds = ["s"] * max(1, self.cfg.streams - 4) + ["garbage", "garbage", "drop", "drop"]
+        for i, kind in enumerate(kinds[:max(self.cfg.streams, 1)]):
+            cid = f"c{i:02d}-{kind}"
+            url = f"{base}/{kind}/{cid}" + ("?every=40" if kind == "drop" else "")
+            create_stream(self.ddb, self.pf.table, cid, url)
+            self.act("create", cid)
+            self.good.append(cid)
+        for kind in ("reject", "huge"):
+            cid = f"x-{kind}"
+            create_stream(self.ddb, self.pf.table, cid, f"{base}/{kind}/{cid}")
+            self.bad.add(cid)
+        self.act("hostile", "upstream", "x-reject (503 handshakes), x-huge (2 MiB frame)")
+
+    def insert_hostile(self) -> None:
+        for cid, raw in hostile_items("CONN#", self.pf.base_url).items():
+            self.ddb.put_item(TableName=self.pf.table, Item=raw)
+            self.bad.add(cid)
+        self.act("hostile", "table", f"{len(hostile_items('', ''))} malformed/hostile items")
+
+    # -- actions -----------------------------------------------------------------------------
+    def live(self) -> list[str]:
+        return [w for w, p in self.pf.fleet.workers.items()
+                if p.alive() and not p.expected_exit and w not in self.paused]
+
+    def step(self) -> None:
+        choices = ["sigkill", "sigterm", "sigstop", "fault", "fault", "stop", "start", "create"]
+        kind = self.rng.choice(choices)
+        live = self.live()
+        if kind in ("sigkill", "sigterm", "sigstop") and len(live) >= 2 and not self.paused:
+            victim = self.rng.choice(live)
+            proc = self.pf.fleet.workers[victim]
+            if kind == "sigstop":
+                proc.signal(signal.SIGSTOP)
+                self.paused[victim] = time.monotonic() + self.cfg.timing.lease_s + 1.5
+                self.act("sigstop", victim, f"paused for {self.cfg.timing.lease_s + 1.5:g} s")
+                return
+            proc.expected_exit = True
+            proc.signal(signal.SIGKILL if kind == "sigkill" else signal.SIGTERM)
+            self.act(kind, victim)
+            self.restarts.append(time.monotonic() + (1.0 if kind == "sigkill" else 0.0))
+        elif kind == "fault":
+            fk: FaultKind = self.rng.choice(["error", "timeout", "lost", "latency"])
+            seconds = round(self.rng.uniform(1.0, 3.0), 1)
+            assert self.pf.ddb_proxy is not None
+            self.pf.ddb_proxy.inject(fk, seconds, delay_s=0.3)
+            self.act("fault", "dynamodb", f"{fk} for {seconds:g} s")
+        elif kind == "stop" and len(self.good) - len(self.stopped) > 2:
+            cid = self.rng.choice([c for c in self.good if c not in self.stopped])
+            set_desired_state(self.ddb, self.pf.table, cid, STOPPED)
+            self.stopped.add(cid)
+            self.act("stop", cid)
+        elif kind == "start" and self.stopped:
+            cid = self.rng.choice(sorted(self.stopped))
+            set_desired_state(self.ddb, self.pf.table, cid, STARTED)
+            self.stopped.discard(cid)
+            self.act("start", cid)
+        elif kind == "create":
+            cid = f"n{len(self.good):02d}-s"
+            create_stream(self.ddb, self.pf.table, cid, f"{self.pf.base_url}/s/{cid}")
+            self.good.append(cid)
+            self.act("create", cid)
+
+    def housekeeping(self) -> None:
+        now = time.monotonic()
+        for w, until in list(self.paused.items()):
+            if now >= until:
+                self.pf.fleet.workers[w].signal(signal.SIGCONT)
+                del self.paused[w]
+                self.act("sigcont", w)
+        for due in [d for d in self.restarts if d <= now]:
+            self.restarts.remove(due)
+            self.act("restart", self.pf.start_worker().name)
+        for proc in self.pf.fleet.crashed():
+            self.exits[proc.name] = proc.returncode()
+            self.act("crash", proc.name, f"exit {proc.returncode()}")
+
+    def sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            self.housekeeping()
+            time.sleep(min(0.1, left))
+        self.housekeeping()
+
+    # -- the run -----------------------------------------------------------------------------
+    def owned_all(self) -> bool:
+        latest = self.sampler.latest
+        return all((s := latest.get(c)) is not None and s.live_owner() is not None
+                   for c in self.good if c not in self.stopped)
+
+    def run(self) -> SoakResult:
+        cfg = self.cfg
+        self.start()
+        self.sleep(2)
+        if not self._wait(self.owned_all, 40):
+            raise SoakAborted("the fleet did not own every stream within 40 s of start")
+        self.insert_hostile()
+        chaos_end = time.monotonic() + max(10.0, cfg.minutes * 60 - cfg.settle_s)
+        while time.monotonic() < chaos_end:
+            self.step()
+            self.sleep(cfg.interval_s * self.rng.uniform(0.6, 1.4))
+        for w in list(self.paused):
+            self.paused[w] = 0
+        assert self.pf.ddb_proxy is not None
+        self.pf.ddb_proxy.clear()
+        self.sleep(0)
+        self.act("settle", "fleet", "no more faults")
+        settled = self._wait(self.owned_all, cfg.settle_s)
+        self.sleep(2)
+        until_ms = _ms()
+        self.act("shutdown", "fleet", "graceful stop of every worker"
+                 + ("" if settled else " (NOT settled)"))
+        self.pf.fleet.stop_workers()
+        self.housekeeping()
+        self.sampler.scan_once()
+        self.sampler.stop()
+        return self.judge(until_ms)
+
+    def _wait(self, pred: Any, timeout_s: float) -> bool:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if pred():
+                return True
+            self.sleep(0.25)
+        return bool(pred())
+
+    def judge(self, until_ms: int) -> SoakResult:
+        t = self.cfg.timing
+        f = self.pf.fleet
+        assert self.pf.ddb_proxy is not None
+        ev = Evidence(conns=load_conn_log(f.conn_log), handled=list(read_records(f.record_dir)),
+                      samples=self.sampler.samples, actions=self.actions,
+                      faults=self.pf.ddb_proxy.windows, exits=self.exits,
+                      expected_bad=set(self.bad))
+        limits = Limits(lease_ms=round(t.lease_s * 1000), heartbeat_ms=round(t.heartbeat_s * 1000),
+                        skew_ms=t.skew_ms, sweep_ms=t.sweep_interval_ms,
+                        scan_ms=round(self.sampler.period_s * 1000) + 100)
+        verdict = check(ev, limits, until_ms=until_ms)
+        hostile = {c: asdict(s) for c, s in self.sampler.latest.items() if c in self.bad}
+        verdict.stats["dynamodb_calls"] = dict(self.pf.ddb_proxy.counts)
+        verdict.stats["dynamodb_faulted_calls"] = dict(self.pf.ddb_proxy.faulted)
+        (self.run_dir / "verdict.json").write_text(json.dumps({
+            "ok": verdict.ok, "violations": [asdict(v) for v in verdict.violations],
+            "stats": verdict.stats, "hostile": hostile,
+            "actions": [asdict(a) for a in self.actions]}, indent=1, default=str))
+        return SoakResult(verdict, ev, self.run_dir, hostile)
+
+    def close(self) -> None:
+        for w in list(self.paused):
+            self.pf.fleet.workers[w].signal(signal.SIGCONT)
+        self.paused.clear()
+        self.pf.close()
+
+
+def run_soak(cfg: SoakConfig, run_dir: Path, say: Any = print) -> SoakResult:
+    soak = Soak(cfg, run_dir, say)
+    try:
+        return soak.run()
+    finally:
+        soak.close()
