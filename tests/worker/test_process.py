@@ -152,7 +152,10 @@ def test_fleet_of_workers_shares_and_moves_60_streams(
         unique_id: str) -> None:
     """Three workers share 60 streams; SIGKILL one, SIGTERM another: nothing is missed."""
     conns = start_streams(fleet, upstream, unique_id, 60)
-    env = {**fleet.env, "HOLDFAST_MAX_CONNECTIONS": "40", "HOLDFAST_RECONCILE_SECONDS": "1"}
+    # Four workers at a 0.5 s heartbeat would ask DynamoDB Local for more writes per second
+    # than it serves; a 1 s heartbeat keeps the emulator, not the worker, out of the picture.
+    env = {**fleet.env, "HOLDFAST_MAX_CONNECTIONS": "40", "HOLDFAST_RECONCILE_SECONDS": "1",
+           "HOLDFAST_LEASE_SECONDS": "6", "HOLDFAST_HEARTBEAT_SECONDS": "1"}
     workers = [spawn(env, f"w{i}-{unique_id}") for i in range(3)]
     for w in workers:
         wait_until(lambda w=w: w.messages("worker started"), 15, "workers up")
@@ -169,7 +172,7 @@ def test_fleet_of_workers_shares_and_moves_60_streams(
         workers[0].signal(signal.SIGKILL)
         workers[0].wait(5)
         killed_at = time.time()
-        time.sleep(6)  # expiry (3 s) + skew + a sweep period
+        time.sleep(9)  # expiry (6 s) + skew + a sweep period
         workers.append(spawn(env, f"w3-{unique_id}"))
         wait_until(lambda: workers[3].messages("worker started"), 15, "w3 up")
         workers[1].signal(signal.SIGTERM)
