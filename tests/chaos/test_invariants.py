@@ -1,0 +1,130 @@
+"""The invariant checker on hand-made evidence: each check finds its violation, and only it."""
+
+from __future__ import annotations
+
+from holdfast.chaos.evidence import Action, ConnSpan, Evidence, Sample
+from holdfast.chaos.invariants import Limits, check
+from holdfast.chaos.proxy import FaultWindow
+from holdfast.chaos.timeline import timeline
+from holdfast.fleet.recorder import Handled
+
+LIMITS = Limits(lease_ms=4000, heartbeat_ms=1000, skew_ms=500, sweep_ms=500)
+T0 = 1_000_000
+
+
+def _span(no: int, worker: str, open_ms: int, close_ms: int | None) -> ConnSpan:
+    return ConnSpan(no, "c1", worker, open_ms * 10**6, open_ms,
+                    None if close_ms is None else close_ms * 10**6, close_ms)
+
+
+def _sample(at: int, owner: str | None, expires: int, last_seq: int,
+            state: str = "STARTED") -> Sample:
+    return Sample(at, "c1", state, owner, expires, last_seq, "RUNNING", 1, at)
+
+
+def clean() -> Evidence:
+    """A moves c1 to B cleanly at T0+1000: A handled 0..9, B 10..19."""
+    ev = Evidence()
+    ev.conns = [_span(0, "A", T0, T0 + 1000), _span(1, "B", T0 + 1001, T0 + 3000)]
+    ev.handled = ([Handled("c1", s, "A", T0 + 10 + s * 10) for s in range(10)]
+                  + [Handled("c1", s, "B", T0 + 1100 + s * 10) for s in range(10, 20)])
+    ev.samples = [_sample(T0 + 500, "A", T0 + 4500, 5), _sample(T0 + 1050, "B", T0 + 5000, 9),
+                  _sample(T0 + 2900, "B", T0 + 6000, 19)]
+    return ev
+
+
+def kinds(ev: Evidence, until: int = T0 + 3000) -> list[str]:
+    return [v.kind for v in check(ev, LIMITS, until_ms=until).violations]
+
+
+def test_clean_handover_passes() -> None:
+    """A clean move with no gap, no overlap and no loss has no violation."""
+    verdict = check(clean(), LIMITS, until_ms=T0 + 3000)
+    assert verdict.ok, verdict.violations
+    assert verdict.stats["handled"] == 20 and verdict.stats["duplicates"] == 0
+
+
+def test_overlapping_connections_found() -> None:
+    """Two workers with the upstream connection open at once is a violation."""
+    ev = clean()
+    ev.conns[0] = _span(0, "A", T0, T0 + 1500)
+    assert kinds(ev) == ["connection-overlap"]
+
+
+def test_paused_worker_connection_is_stale_but_handling_is_not() -> None:
+    """A SIGSTOPped owner's open socket is excused; a message it handles after B took over is
+    not."""
+    ev = clean()
+    ev.conns[0] = _span(0, "A", T0, T0 + 2500)
+    ev.actions = [Action(T0 + 200, "sigstop", "A"), Action(T0 + 2400, "sigcont", "A")]
+    verdict = check(ev, LIMITS, until_ms=T0 + 3000)
+    assert verdict.ok and verdict.stats["stale_connections_of_paused_workers"] == 1
+    ev.handled.append(Handled("c1", 9, "A", T0 + 2450))
+    assert kinds(ev) == ["handling-overlap"]
+
+
+def test_lost_seq_found_and_duplicates_counted() -> None:
+    """A seq nobody handled is loss; a seq handled twice (sequentially) is only counted."""
+    ev = clean()
+    ev.handled = [h for h in ev.handled if h.seq != 12]
+    assert kinds(ev) == ["lost-messages"]
+    ev = clean()
+    ev.handled.append(Handled("c1", 9, "B", T0 + 1099))
+    verdict = check(ev, LIMITS, until_ms=T0 + 3000)
+    assert verdict.ok and verdict.stats["duplicates"] == 1
+
+
+def test_checkpoint_beyond_handled_is_loss() -> None:
+    """A stored checkpoint above every handled seq claims messages nobody handled."""
+    ev = clean()
+    ev.samples.append(_sample(T0 + 2950, "B", T0 + 6000, 25))
+    assert kinds(ev) == ["lost-messages"]
+
+
+def test_last_seq_backwards_found() -> None:
+    """A checkpoint that moves back between samples is a violation."""
+    ev = clean()
+    ev.samples.insert(2, _sample(T0 + 1500, "B", T0 + 5000, 3))
+    assert "last-seq-backwards" in kinds(ev)
+
+
+def test_slow_reown_found_unless_dynamodb_was_down() -> None:
+    """A lease free for longer than the bound is a violation, unless a fault window covers it."""
+    ev = clean()
+    ev.samples = [_sample(T0, "A", T0 + 100, 0), _sample(T0 + 200, "A", T0 + 100, 0),
+                  _sample(T0 + 2800, None, 0, 0), _sample(T0 + 2900, "B", T0 + 6000, 19)]
+    assert kinds(ev) == ["slow-reown"]
+    ev.faults = [FaultWindow("error", T0 - 500, T0 + 1500)]
+    assert kinds(ev) == []
+
+
+def test_unowned_at_the_end_is_slow_reown() -> None:
+    """A STARTED stream never owned again before the end is reported."""
+    ev = clean()
+    ev.samples.append(_sample(T0 + 2950, None, 0, 19))
+    ev.samples.append(_sample(T0 + 9000, None, 0, 19))
+    assert kinds(ev, until=T0 + 9000) == ["slow-reown"]
+
+
+def test_slow_stop_found() -> None:
+    """A connection still open heartbeat + 1 s after STOPPED is a violation."""
+    ev = clean()
+    ev.actions = [Action(T0 + 1200, "stop", "c1")]
+    ev.samples = [s for s in ev.samples if s.wall_ms < T0 + 1200]
+    ev.conns[1] = _span(1, "B", T0 + 1001, T0 + 3500)
+    assert kinds(ev) == ["slow-stop"]
+    ev.conns[1] = _span(1, "B", T0 + 1001, T0 + 1900)
+    assert kinds(ev) == []
+
+
+def test_crash_reported_and_timeline_rendered() -> None:
+    """An unexpected exit is a violation; a violation's timeline lists what happened."""
+    ev = clean()
+    ev.exits = {"A": 1}
+    assert kinds(ev) == ["worker-crash"]
+    ev = clean()
+    ev.conns[0] = _span(0, "A", T0, T0 + 1500)
+    verdict = check(ev, LIMITS, until_ms=T0 + 3000)
+    lines = timeline(ev, verdict.violations[0])
+    assert any("opened by B" in line for line in lines)
+    assert any("handled: A seq 0..9" in line for line in lines)

@@ -1,0 +1,59 @@
+"""The fault proxy in front of DynamoDB Local: counts at the client, injects each fault kind."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
+
+from holdfast.chaos.proxy import FaultProxy, operation_of
+from holdfast.core.table import create_stream
+from holdfast.localaws import LocalAws
+
+
+def _client(url: str, env: dict[str, str]) -> Any:
+    return boto3.session.Session().client(
+        "dynamodb", endpoint_url=url, region_name=env["AWS_REGION"], aws_access_key_id="local",
+        aws_secret_access_key="local",
+        config=Config(read_timeout=0.5, connect_timeout=1, retries={"total_max_attempts": 1}))
+
+
+def test_operation_of_reads_target_or_action() -> None:
+    """The op name comes from X-Amz-Target (JSON protocols) or Action= (query protocol)."""
+    assert operation_of({"x-amz-target": "DynamoDB_20120810.UpdateItem"}, b"") == "UpdateItem"
+    assert operation_of({}, b"Action=ReceiveMessage&QueueUrl=x") == "ReceiveMessage"
+    assert operation_of({}, b"\xff") == "unknown"
+
+
+def test_counts_and_faults(ddb_local: LocalAws, unique_id: str) -> None:
+    """Forwarded calls are counted; error/timeout apply nothing; lost applies but never answers."""
+    env = ddb_local.env()
+    table = env["HOLDFAST_TABLE"]
+    with FaultProxy(env["AWS_ENDPOINT_URL_DYNAMODB"]) as proxy:
+        ddb = _client(proxy.url, env)
+        direct = _client(env["AWS_ENDPOINT_URL_DYNAMODB"], env)
+        assert create_stream(ddb, table, f"{unique_id}-a", "ws://127.0.0.1:1/s/a")
+        assert proxy.snapshot() == {"PutItem": 1}
+        proxy.inject("error", 5)
+        with pytest.raises(ClientError) as err:
+            ddb.get_item(TableName=table, Key={"Pk": {"S": f"CONN#{unique_id}-a"}})
+        assert err.value.response["Error"]["Code"] == "InternalServerError"
+        proxy.inject("timeout", 1.0)
+        with pytest.raises((ReadTimeoutError, ConnectionClosedError)):
+            ddb.put_item(TableName=table, Item={"Pk": {"S": f"CONN#{unique_id}-t"}})
+        assert "Item" not in direct.get_item(TableName=table,
+                                             Key={"Pk": {"S": f"CONN#{unique_id}-t"}})
+        time.sleep(0.6)
+        proxy.inject("lost", 5)
+        with pytest.raises(Exception):  # noqa: B017 - botocore raises a connection error type
+            ddb.put_item(TableName=table, Item={"Pk": {"S": f"CONN#{unique_id}-l"}})
+        assert "Item" in direct.get_item(TableName=table,
+                                         Key={"Pk": {"S": f"CONN#{unique_id}-l"}})
+        proxy.clear()
+        assert "Item" in ddb.get_item(TableName=table, Key={"Pk": {"S": f"CONN#{unique_id}-l"}})
+        assert proxy.faulted["PutItem"] == 2 and proxy.faulted["GetItem"] == 1
+        assert [w.kind for w in proxy.windows] == ["error", "timeout", "lost"]
