@@ -105,19 +105,10 @@ class Renewer:
         if decisive:
             self.last_ok_mono_ms = sent
 
-    def on_lost(self, runner: StreamRunner, lost: LeaseLost, source: str = "heartbeat",
-                requested: int | None = None) -> None:
+    def on_lost(self, runner: StreamRunner, lost: LeaseLost, source: str = "heartbeat") -> None:
         """Act on a lease found lost: drain a STOPPED stream, abort any other."""
         reason = lost.reason
         if runner.aborted or runner.closed:
-            return
-        if reason is LossReason.REGRESSION and not _foreign_checkpoint(runner, lost, requested):
-            # The write was refused although the item shows us as holder with a checkpoint we
-            # wrote ourselves: an unexplained refusal (DynamoDB Local does this under concurrent
-            # writes to one item), not a loss. Keep the lease; the fence still protects it.
-            self.metrics.incr("RenewFailures")
-            runner.log("warning", "renewal refused without cause, keeping the lease",
-                       source=source, checkpoint=runner.checkpoint)
             return
         if reason is LossReason.STOPPED:
             if runner.stopping:
@@ -156,12 +147,3 @@ class Renewer:
                                late_ms=now - runner.fence_mono_ms)
                     runner.abort("fenced")
             await self.sleep(tick_s)
-
-
-def _foreign_checkpoint(runner: StreamRunner, lost: LeaseLost, requested: int | None) -> bool:
-    """True when the stored checkpoint is ahead of anything this holder wrote or handled."""
-    stored = lost.current.last_seq if lost.current is not None else None
-    ours = [s for s in (runner.checkpoint, requested) if s is not None]
-    if stored is None:
-        return False
-    return not ours or stored > max(ours)

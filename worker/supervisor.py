@@ -150,7 +150,7 @@ class Worker:
             lease = await asyncio.get_running_loop().run_in_executor(
                 self.renewer.executor, self.store.renew, runner.lease, seq)
         except LeaseLost as exc:
-            self.renewer.on_lost(runner, exc, "first checkpoint", requested=seq)
+            self.renewer.on_lost(runner, exc, "first checkpoint")
             return
         except HoldfastError as exc:  # the next heartbeat writes the checkpoint instead
             runner.log("warning", "cannot write the first checkpoint", error=str(exc)[:300])

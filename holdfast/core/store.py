@@ -188,7 +188,10 @@ class LeaseStore:
         try:
             self._update("renew", lease.conn_id, update, condition, values)
         except ConditionFailed as failed:
-            raise self._lost(lease, failed.item) from None
+            raced = _overtaken(lease, failed.item, expires)
+            if raced is None:
+                raise self._lost(lease, failed.item) from None
+            return raced
         except StoreUnavailable:
             raw = self.get_raw(lease.conn_id)
             reason = self._loss_of(lease, raw)
@@ -274,6 +277,25 @@ class LeaseStore:
         except ConditionFailed:
             return False
         return True
+
+
+def _overtaken(lease: Lease, raw: dict[str, Any] | None, expires: int) -> Lease | None:
+    """The lease as stored if a later write of our own (same owner and epoch) landed first.
+
+    Two renewals of one lease can race (a heartbeat and a first checkpoint); the one computed
+    earlier then fails ``#exp <= :exp`` (or the checkpoint condition, since the later one carried
+    a later checkpoint). Only the holder writes while owner and epoch match, so the lease is ours
+    and lasts at least as long as this renewal meant: it counts as renewed.
+    """
+    current = _parse_or_none(raw)
+    if current is None or rules.classify_loss(current, lease.owner, lease.epoch) is not None:
+        return None
+    stored_exp = current.lease_expires_at_ms or 0
+    if stored_exp < expires:
+        # Not overtaken by a later renewal: the checkpoint was moved past ours by someone else.
+        return None
+    return Lease(lease.conn_id, lease.owner, lease.epoch, stored_exp, lease.ws_url,
+                 current.last_seq, lease.error_count)
 
 
 def _renewed(lease: Lease, expires: int, seq: int | None) -> Lease:

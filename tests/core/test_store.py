@@ -294,3 +294,31 @@ def test_create_stream_is_seed_schema(store: LeaseStore, ddb: Any, unique_id: st
     assert not create_stream(ddb, store.table, unique_id, "ws://127.0.0.1:9/s/y")
     item = store.get(unique_id)
     assert item is not None and item.started and item.lease_expires_at_ms == 0
+
+
+def test_renewal_overtaken_by_our_own_later_renewal(store: LeaseStore, clock: Clock, ddb: Any,
+                                                    unique_id: str) -> None:
+    """An older renewal landing after a newer one of the same holder succeeds without shortening."""
+    put_raw(ddb, store.table, unique_id)
+    lease = store.acquire(unique_id, "w1")
+    clock.now += 2_000
+    newer = store.renew(lease, 5)
+    clock.now -= 1_000  # the older renewal was computed earlier and lands late
+    older = store.renew(lease, 3)
+    item = store.get(unique_id)
+    assert item is not None and item.lease_expires_at_ms == newer.expires_at_ms
+    assert older.expires_at_ms == newer.expires_at_ms and item.last_seq == 5
+
+
+def test_checkpoint_moved_past_ours_is_regression(store: LeaseStore, clock: Clock, ddb: Any,
+                                                  unique_id: str) -> None:
+    """A stored checkpoint ahead of the holder's (someone edited it) is reported as REGRESSION."""
+    put_raw(ddb, store.table, unique_id)
+    lease = store.acquire(unique_id, "w1")
+    ddb.update_item(TableName=store.table, Key={"Pk": {"S": f"CONN#{unique_id}"}},
+                    UpdateExpression="SET last_seq = :s", ExpressionAttributeValues={
+                        ":s": {"N": "100"}})
+    clock.now += 1_000
+    with pytest.raises(LeaseLost) as info:
+        store.renew(lease, 7)
+    assert info.value.reason is LossReason.REGRESSION

@@ -28,17 +28,6 @@ def runner_for(fleet: Fleet, conn: str, checkpoint: int | None) -> tuple[Renewer
     return renewer, runner
 
 
-def test_unexplained_refusal_keeps_the_lease(fleet: Fleet, unique_id: str) -> None:
-    """A refusal whose item shows our own checkpoint is not a loss: the stream goes on."""
-    renewer, runner = runner_for(fleet, f"{unique_id}-a", 7)
-    current = renewer.store.get(runner.conn_id)
-    assert current is not None
-    current = dataclasses.replace(current, last_seq=7)
-    renewer.on_lost(runner, LeaseLost(runner.conn_id, LossReason.REGRESSION, current))
-    assert not runner.stopping
-    assert renewer.metrics.totals["LeasesLost"] == 0
-
-
 def test_foreign_checkpoint_is_a_loss(fleet: Fleet, unique_id: str) -> None:
     """A stored checkpoint ahead of anything we handled means someone else wrote it: stop."""
     renewer, runner = runner_for(fleet, f"{unique_id}-b", 7)
