@@ -31,6 +31,7 @@ class ProxiedFleet:
         self.worker_env = worker_env or {}
         self.ddb_proxy: FaultProxy | None = None
         self.sqs_proxy: FaultProxy | None = None
+        self.runner_proxies: list[FaultProxy] = []
         self.direct_env: dict[str, str] = {}
         self.base_url = ""
         self._n = 0
@@ -40,7 +41,18 @@ class ProxiedFleet:
         f.start_aws()
         self.direct_env = dict(f.env)
         if self.with_runner:
+            # The runner plays the router and sweeper Lambdas: its DynamoDB (index queries)
+            # and SQS (nudges) calls are counted too; its Streams reads stay direct (free to a
+            # Lambda event source mapping).
+            rd = FaultProxy(f.env["AWS_ENDPOINT_URL_DYNAMODB"], name="runner-ddb").start()
+            rs = FaultProxy(f.env["AWS_ENDPOINT_URL_SQS"], name="runner-sqs").start()
+            self.runner_proxies = [rd, rs]
+            saved = dict(f.env)
+            f.env.update(AWS_ENDPOINT_URL_DYNAMODB=rd.url, AWS_ENDPOINT_URL_SQS=rs.url,
+                         AWS_ENDPOINT_URL_DYNAMODB_STREAMS=saved["AWS_ENDPOINT_URL_DYNAMODB"])
             f.start_runner()
+            f.env.clear()
+            f.env.update(saved)
         self.ddb_proxy = FaultProxy(f.env["AWS_ENDPOINT_URL_DYNAMODB"], name="ddb-proxy").start()
         self.sqs_proxy = FaultProxy(f.env["AWS_ENDPOINT_URL_SQS"], name="sqs-proxy").start()
         f.env["AWS_ENDPOINT_URL_DYNAMODB"] = self.ddb_proxy.url
@@ -81,7 +93,7 @@ class ProxiedFleet:
 
     def close(self) -> list[str]:
         lines = self.fleet.close()
-        for p in (self.ddb_proxy, self.sqs_proxy):
+        for p in (self.ddb_proxy, self.sqs_proxy, *self.runner_proxies):
             if p is not None:
                 p.close()
         return lines

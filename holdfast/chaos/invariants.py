@@ -175,9 +175,16 @@ def _fault_extension(faults: list[FaultWindow], lo: int, hi: int, lease_ms: int)
     return ext
 
 
-def check_reown(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict) -> None:
-    """Every STARTED, healthy stream whose lease ended is owned again within the bound."""
+def check_reown(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict,
+                from_ms: int = 0) -> None:
+    """Every STARTED, healthy stream whose lease ended is owned again within the bound (the
+    clock starts no earlier than the write that made it STARTED, and no earlier than
+    ``from_ms``: the fleet's start-up is not a failover)."""
     base = limits.skew_ms + limits.sweep_ms + limits.scan_ms + limits.slack_ms
+    started: dict[str, list[int]] = defaultdict(list)
+    for a in ev.actions:
+        if a.kind in ("start", "create"):
+            started[a.target].append(a.wall_ms)
     by_conn: dict[str, list[Sample]] = defaultdict(list)
     for s in ev.samples:
         if s.conn_id not in ev.expected_bad and s.wall_ms <= until_ms:
@@ -198,7 +205,8 @@ def check_reown(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict) -
                 free_since = None
             elif free_since is None:
                 ended = s.expires_ms if s.expires_ms else (s.updated_ms or s.wall_ms)
-                free_since = min(ended, s.wall_ms)
+                made = max((t for t in started[conn_id] if t <= s.wall_ms), default=0)
+                free_since = max(min(ended, s.wall_ms), made, from_ms)
         if free_since is not None and samples:
             _judge(ev, limits, base, conn_id, free_since=free_since,
                    seen_ms=samples[-1].wall_ms, verdict=verdict, final=True)
@@ -254,7 +262,7 @@ def check_stops(ev: Evidence, limits: Limits, pauses: dict[str, list[tuple[int, 
                                       "max": latencies[-1] if latencies else None}
 
 
-def check(ev: Evidence, limits: Limits, *, until_ms: int) -> Verdict:
+def check(ev: Evidence, limits: Limits, *, until_ms: int, from_ms: int = 0) -> Verdict:
     """Run every check; ``until_ms``: end of the chaos phase (the final shutdown is not judged
     for re-ownership)."""
     verdict = Verdict()
@@ -266,7 +274,7 @@ def check(ev: Evidence, limits: Limits, *, until_ms: int) -> Verdict:
     check_handling(ev, verdict)
     check_loss(ev, final, verdict)
     check_last_seq(ev.samples, verdict)
-    check_reown(ev, limits, until_ms, verdict)
+    check_reown(ev, limits, until_ms, verdict, from_ms)
     check_stops(ev, limits, pauses, verdict)
     for worker, code in sorted(ev.exits.items()):
         verdict.violations.append(Violation("worker-crash", None, 0,

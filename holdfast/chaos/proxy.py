@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["FaultKind", "FaultProxy", "FaultWindow", "operation_of"]
+__all__ = ["FaultKind", "FaultProxy", "FaultWindow", "items_of", "operation_of"]
 
 FaultKind = Literal["error", "timeout", "lost", "latency"]
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection"}
@@ -53,6 +53,26 @@ def operation_of(headers: dict[str, str], body: bytes) -> str:
     return action or "unknown"
 
 
+def items_of(op: str, body: bytes) -> int:
+    """Items one request touches: statements of a PartiQL batch, entries of an SQS batch (what
+    DynamoDB bills per item and SQS per 64 KB chunk of a request), else 1."""
+    if op not in ("BatchExecuteStatement", "SendMessageBatch", "DeleteMessageBatch",
+                  "BatchWriteItem", "TransactWriteItems"):
+        return 1
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return 1
+    if not isinstance(doc, dict):
+        return 1
+    for key in ("Statements", "Entries", "TransactItems"):
+        if isinstance(doc.get(key), list):
+            return len(doc[key])
+    if isinstance(doc.get("RequestItems"), dict):
+        return sum(len(v) for v in doc["RequestItems"].values() if isinstance(v, list))
+    return 1
+
+
 class _QuietServer(ThreadingHTTPServer):
     def handle_error(self, request: object, client_address: object) -> None:
         # A client that timed out and hung up (the faults make them) is not worth a traceback.
@@ -68,6 +88,7 @@ class FaultProxy:
         self.target = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.counts: Counter[str] = Counter()
         self.faulted: Counter[str] = Counter()
+        self.items: Counter[str] = Counter()  # op -> items (see ``items_of``)
         self.windows: list[FaultWindow] = []
         self._lock = threading.Lock()
         self._fault: tuple[FaultKind, float, float] | None = None  # kind, until (mono), delay
@@ -117,9 +138,14 @@ class FaultProxy:
         with self._lock:
             return dict(self.counts)
 
-    def _count(self, op: str, faulted: bool) -> None:
+    def snapshot_items(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.items)
+
+    def _count(self, op: str, faulted: bool, items: int = 1) -> None:
         with self._lock:
             self.counts[op] += 1
+            self.items[op] += items
             if faulted:
                 self.faulted[op] += 1
 
@@ -144,7 +170,8 @@ class FaultProxy:
                 body = self.rfile.read(length) if length else b""
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 fault = proxy.current_fault()
-                proxy._count(operation_of(headers, body), fault is not None)
+                op = operation_of(headers, body)
+                proxy._count(op, fault is not None, items_of(op, body))
                 if fault is not None:
                     kind, until, delay = fault
                     if kind == "error":

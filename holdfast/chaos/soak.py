@@ -92,6 +92,7 @@ class Soak:
         self.paused: dict[str, float] = {}  # worker -> monotonic time to SIGCONT
         self.restarts: list[float] = []  # monotonic times to start a replacement
         self.t0 = time.monotonic()
+        self.chaos_from_ms = 0
 
     def act(self, kind: str, target: str, detail: str = "") -> None:
         self.actions.append(Action(_ms(), kind, target, detail))
@@ -203,6 +204,7 @@ class Soak:
         self.sleep(2)
         if not self._wait(self.owned_all, 40):
             raise SoakAborted("the fleet did not own every stream within 40 s of start")
+        self.chaos_from_ms = _ms()
         self.insert_hostile()
         chaos_end = time.monotonic() + max(10.0, cfg.minutes * 60 - cfg.settle_s)
         while time.monotonic() < chaos_end:
@@ -244,7 +246,7 @@ class Soak:
         limits = Limits(lease_ms=round(t.lease_s * 1000), heartbeat_ms=round(t.heartbeat_s * 1000),
                         skew_ms=t.skew_ms, sweep_ms=t.sweep_interval_ms,
                         scan_ms=round(self.sampler.period_s * 1000) + 100)
-        verdict = check(ev, limits, until_ms=until_ms)
+        verdict = check(ev, limits, until_ms=until_ms, from_ms=self.chaos_from_ms)
         hostile = {c: asdict(s) for c, s in self.sampler.latest.items() if c in self.bad}
         verdict.stats["dynamodb_calls"] = dict(self.pf.ddb_proxy.counts)
         verdict.stats["dynamodb_faulted_calls"] = dict(self.pf.ddb_proxy.faulted)
