@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +75,8 @@ class StreamContext:
     # Writes a first checkpoint (seq - 1) before a never-checkpointed stream's first handler
     # call, so a crash before the first heartbeat cannot skip what this worker handled.
     anchor: Callable[[StreamRunner, int], Awaitable[None]] | None = None
+    # Monotonic ms, the clock ``fence_mono_ms`` is on (the renewer's default clock).
+    mono: Callable[[], int] = field(default=lambda: time.monotonic_ns() // 1_000_000)
 
 
 async def resolve_checked(checked: CheckedUrl, policy: UrlPolicy, resolve: Resolver) -> str:
@@ -211,6 +214,16 @@ class StreamRunner:
                 return  # a replay of what was already handled (resume overlap): skip it
             if seq > last + 1:
                 self.log("warning", "gap in upstream sequence", expected=last + 1, got=seq)
+        if self.aborted or self.ctx.mono() >= self.fence_mono_ms:
+            # Past the fence (the process was paused: SIGSTOP, a stalled VM): another worker
+            # may hold the lease by now, and frames buffered during the pause must not reach
+            # the handler before the fence watcher runs. Found by the chaos soak.
+            if not self.aborted:
+                self.ctx.metrics.incr("LeasesFenced")
+                self.log("error", "self-fencing: past the fence deadline, frame not handled",
+                         seq=seq)
+                self.abort("fenced")
+            return
         self._in_handler = True
         try:
             await self.ctx.handler(Message(self.conn_id, seq, parsed.data, self.ctx.worker_id))
