@@ -1,0 +1,127 @@
+"""``python -m bench [--quick] [--no-density]``: run the benchmarks, write the report.
+
+Full run: about 15 minutes; ``--quick``: a few minutes with fewer repetitions (the same
+figures, wider error bars) and density at 1,000 connections only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.cost import PRICES, monthly_cost
+from bench.density import run_density
+from bench.harness import BASELINE_RECONCILE_S, BenchFleet
+from bench.report import write_report
+from bench.scenarios import handover, start_latency, steady_cost, stop_latency
+from holdfast.fleet.procs import REPO_ROOT, FleetTiming
+
+__all__ = ["main"]
+
+RESULTS = REPO_ROOT / "bench" / "results"
+
+
+def run_mode(mode: str, run_dir: Path, quick: bool, say: Any) -> dict[str, Any]:
+    timing = FleetTiming()
+    bf = BenchFleet(run_dir, mode, timing).start()
+    out: dict[str, Any] = {}
+    slow = mode == "baseline"
+    budget = 2 * BASELINE_RECONCILE_S + 20 if slow else 30
+    try:
+        plan = [("graceful_n10", 10, signal.SIGTERM, 1 if quick else 3),
+                ("graceful_n100", 100, signal.SIGTERM, 1 if quick else 2),
+                ("crash_n10", 10, signal.SIGKILL, 1 if quick else 3),
+                ("crash_n100", 100, signal.SIGKILL, 0 if quick else 1)]
+        for name, n, sig, rounds in plan:
+            if rounds:
+                say(f"[{mode}] {name}: {rounds} round(s)")
+                out[name] = handover(bf, n, sig, rounds=rounds, timeout_s=budget + 60,
+                                     tag=name.replace("_", "-"))
+                say(f"[{mode}] {name}: {out[name]['latency_s']}, gap {out[name]['seq_gap']}")
+        bf.worker(f"{mode}-a")
+        bf.worker(f"{mode}-b")
+        say(f"[{mode}] start latency")
+        out["start"] = start_latency(bf, 8 if quick else 20, 0.4, budget)
+        say(f"[{mode}] start: {out['start']['latency_s']}")
+        if mode == "ours":
+            out["stop"] = stop_latency(bf, 8 if quick else 20, 30)
+            say(f"[{mode}] stop: {out['stop']['latency_s']}")
+        out["steady"] = steady_cost(bf, 20 if quick else 50, 15 if quick else 60, budget)
+        say(f"[{mode}] steady: {json.dumps(out['steady'])}")
+    finally:
+        lines = bf.close()
+        runner_log = bf.pf.fleet.run_dir / "runner.log"
+        if runner_log.exists():
+            stopped = [ln for ln in runner_log.read_text(errors="replace").splitlines()
+                       if "runner stopped" in ln]
+            out["runner_summary"] = stopped[-1][-300:] if stopped else None
+        out["close"] = lines
+    out["cost"] = monthly_cost(out.get("steady", {}), bench_heartbeat_s=timing.heartbeat_s,
+                               mode=mode)
+    out["timing"] = {"lease_s": timing.lease_s, "heartbeat_s": timing.heartbeat_s,
+                     "skew_ms": timing.skew_ms, "sweep_interval_ms": timing.sweep_interval_ms,
+                     "reconcile_s": BASELINE_RECONCILE_S if slow else 15.0}
+    return out
+
+
+def renew_cost() -> dict[str, Any] | None:
+    """Client CPU per renewal (single UpdateItem vs PartiQL batch) from ``bench/renew_cost.py``."""
+    out = Path(tempfile.mkdtemp()) / "renew.json"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "renew_cost.py"),
+                           "--leases", "500", "--rounds", "2", "--out", str(out)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)
+    if proc.returncode != 0 or not out.exists():
+        return {"error": proc.stderr[-500:]}
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="fewer repetitions (a few minutes)")
+    p.add_argument("--no-density", action="store_true")
+    p.add_argument("--modes", default="ours,baseline")
+    p.add_argument("--out-dir", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+
+    run_dir = Path(tempfile.mkdtemp(prefix="holdfast-bench-"))
+    started = time.monotonic()
+    result: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                              "quick": args.quick, "prices_usd": PRICES, "logs": str(run_dir)}
+    for mode in args.modes.split(","):
+        result[mode] = run_mode(mode, run_dir, args.quick, say)
+    say("renewal client CPU")
+    result["renew_cost"] = renew_cost()
+    if not args.no_density:
+        sizes = [(1000, 5.0, 20.0)] if args.quick else [(1000, 5.0, 20.0), (5000, 20.0, 80.0)]
+        result["density"] = []
+        for n, hb, lease in sizes:
+            say(f"density {n}")
+            try:
+                result["density"].append(run_density(n, heartbeat_s=hb, lease_s=lease,
+                                                      work=run_dir / f"density-{n}"))
+            except Exception as exc:  # report what failed, keep the other figures
+                result["density"].append({"streams": n, "error": f"{type(exc).__name__}: {exc}"})
+            say(f"density {n}: {result['density'][-1]}")
+    result["runtime_s"] = round(time.monotonic() - started, 1)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stem = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+    paths = write_report(result, args.out_dir, stem)
+    say("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

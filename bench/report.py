@@ -1,0 +1,171 @@
+"""The report: ``<stem>.json`` (everything), ``<stem>.md`` (tables, targets, verdicts) and PNG
+plots (latency distributions, ours beside the baseline)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["markdown", "write_report"]
+
+FIGURES = [("start", "start latency (insert -> first message handled)"),
+           ("graceful_n10", "graceful handover, N = 10 (SIGTERM -> handling again)"),
+           ("graceful_n100", "graceful handover, N = 100"),
+           ("crash_n10", "crash failover, N = 10 (SIGKILL -> handling again)"),
+           ("crash_n100", "crash failover, N = 100"),
+           ("stop", "stop latency (STOPPED written -> upstream connection closed)")]
+
+
+def _fmt(d: dict[str, Any] | None) -> str:
+    if not d or not d.get("n"):
+        return "-"
+    return f"{d['p50']:.2f} / {d['p99']:.2f} / {d['max']:.2f} (n={d['n']})"
+
+
+def _targets(r: dict[str, Any]) -> list[tuple[str, str, str]]:
+    ours = r.get("ours", {})
+    lease = ours.get("timing", {}).get("lease_s", 4.0)
+
+    def p(name: str, key: str) -> float | None:
+        v = ours.get(name, {}).get("latency_s", {}).get(key)
+        return float(v) if v is not None else None
+
+    def judge(value: float | None, limit: float) -> str:
+        return "not measured" if value is None else ("met" if value <= limit else "NOT met")
+
+    rows = [("start p99 <= 1 s", f"{p('start', 'p99')}", judge(p("start", "p99"), 1.0)),
+            ("graceful handover p99 <= 1 s at N = 100, zero seq gap",
+             f"{p('graceful_n100', 'p99')} s, gap {ours.get('graceful_n100', {}).get('seq_gap')}",
+             judge(p("graceful_n100", "p99"), 1.0)
+             if not ours.get("graceful_n100", {}).get("seq_gap") else "NOT met (gap)"),
+            (f"crash failover max <= lease + 1 s ({lease + 1:g} s)",
+             f"{max(filter(None, [p('crash_n10', 'max'), p('crash_n100', 'max')]), default=None)}",
+             judge(max(filter(None, [p("crash_n10", "max"), p("crash_n100", "max")]),
+                       default=None), lease + 1)),
+            ("stop p99 <= 1 s", f"{p('stop', 'p99')}", judge(p("stop", "p99"), 1.0))]
+    for d in r.get("density", []):
+        if "rss_per_connection_kb" in d:
+            rows.append((f"<= 64 KB RSS per connection ({d['streams']} connections)",
+                         f"{d['rss_per_connection_kb']} KB",
+                         "met" if d["rss_per_connection_kb"] <= 64 else "NOT met"))
+    cost = ours.get("cost", {})
+    if cost:
+        rows.append(("lease writes per connection-hour <= seed's 720 (5 s heartbeat)",
+                     f"{cost['lease_writes_per_conn_hour']} writes in "
+                     f"{cost['write_round_trips_per_conn_hour']} round trips",
+                     "met" if cost["lease_writes_per_conn_hour"] <= 720 * 1.05 else "NOT met"))
+    return rows
+
+
+def markdown(r: dict[str, Any]) -> str:
+    t = r.get("ours", {}).get("timing", {})
+    out = [f"# Holdfast benchmark report ({r['date']}{', quick' if r.get('quick') else ''})", "",
+           f"Local fleet on one machine: DynamoDB Local + moto SQS, lease {t.get('lease_s')} s, "
+           f"heartbeat {t.get('heartbeat_s')} s, skew allowance {t.get('skew_ms')} ms, sweep "
+           f"every {t.get('sweep_interval_ms')} ms. **Baseline** = the seed's polling design: "
+           "the same worker with no router and no sweeper (nudges never arrive), reconciling "
+           "through the index every 12 s (60 s scaled like the lease, 20 s -> 4 s). Figures are "
+           "p50 / p99 / max in seconds over every stream of every repetition (n).", "",
+           "## Latency: ours vs baseline", "", "| figure | ours | baseline |", "|---|---|---|"]
+    for key, title in FIGURES:
+        out.append(f"| {title} | {_fmt(r.get('ours', {}).get(key, {}).get('latency_s'))} | "
+                   f"{_fmt(r.get('baseline', {}).get(key, {}).get('latency_s'))} |")
+    out += ["", "Seq gap (seqs never handled) and duplicates across each handover run:", "",
+            "| run | ours gap / dups | baseline gap / dups | ours max / lease |",
+            "|---|---|---|---|"]
+    for key in ("graceful_n10", "graceful_n100", "crash_n10", "crash_n100"):
+        o, b = r.get("ours", {}).get(key, {}), r.get("baseline", {}).get(key, {})
+        if o or b:
+            out.append(f"| {key} | {o.get('seq_gap')} / {o.get('duplicates')} | "
+                       f"{b.get('seq_gap')} / {b.get('duplicates')} | "
+                       f"{o.get('lease_ratio_max')} |")
+    out += ["", "## Targets", "", "| target | measured | verdict |", "|---|---|---|"]
+    out += [f"| {a} | {b} | {c} |" for a, b, c in _targets(r)]
+    out += ["", "## Density (one worker process)", "",
+            "| connections | heartbeat | RSS/conn | CPU cores | CPU per 1,000 conns | claim all |",
+            "|---|---|---|---|---|---|"]
+    for d in r.get("density", []):
+        if "error" in d:
+            out.append(f"| {d['streams']} | failed: {d['error'][:120]} | | | | |")
+        else:
+            out.append(f"| {d['streams']} | {d['heartbeat_s']} s | {d['rss_per_connection_kb']} "
+                       f"KB | {d['cpu_cores']} | {d['cpu_cores_per_1000']} | "
+                       f"{d['claim_all_s']} s |")
+    rc = r.get("renew_cost") or {}
+    if "batch" in rc:
+        out += ["", f"Client CPU per renewal (boto3 serialisation + signing, {rc['leases']} "
+                f"leases): single UpdateItem {rc['single']['client_cpu_ms_per_renewal']} ms "
+                f"({rc['single']['calls']} calls), PartiQL batch of 25 "
+                f"{rc['batch']['client_cpu_ms_per_renewal']} ms ({rc['batch']['calls']} calls)."]
+    out += ["", "## Cost (counted at the client by a loopback proxy)", ""]
+    for mode in ("ours", "baseline"):
+        m = r.get(mode, {})
+        if not m.get("steady"):
+            continue
+        s = m["steady"]
+        out.append(f"**{mode}**, {s['streams']} streams held for {s['seconds']} s "
+                   f"(heartbeat {s['heartbeat_s']} s), per connection-hour:")
+        out.append("")
+        out.append("| party | operation | calls | items |")
+        out.append("|---|---|---|---|")
+        for party in ("worker_dynamodb", "worker_sqs", "runner_dynamodb", "runner_sqs"):
+            for op, v in sorted(s.get(party, {}).items()):
+                out.append(f"| {party} | {op} | {v['calls_per_conn_hour']} | "
+                           f"{v['items_per_conn_hour']} |")
+        c = m["cost"]
+        out += ["", f"Projected to production timing (heartbeat {c['prod_heartbeat_s']} s), "
+                f"{c['connections']} connections on {c['workers']} workers: "
+                f"{c['lease_writes_per_conn_hour']} lease writes per connection-hour in "
+                f"{c['write_round_trips_per_conn_hour']} round trips; monthly on-demand "
+                f"**${c['monthly_usd_total']}** ({c['monthly_usd']})."]
+        if m.get("runner_summary"):
+            out.append(f"Router (runner) over the whole {mode} run: `{m['runner_summary']}`")
+        out.append("")
+    out += ["Prices assumed (us-east-1 on-demand, free tiers ignored): "
+            f"{json.dumps(r.get('prices_usd'))}. Lease items are < 1 KB (1 WRU per write).", "",
+            f"Runtime {r.get('runtime_s')} s; logs in `{r.get('logs')}`."]
+    return "\n".join(out) + "\n"
+
+
+def _plots(r: dict[str, Any], folder: Path, stem: str) -> list[Path]:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    keys = [k for k, _ in FIGURES if r.get("ours", {}).get(k, {}).get("samples")]
+    if not keys:
+        return []
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    data, labels = [], []
+    for k in keys:
+        for mode in ("ours", "baseline"):
+            samples = r.get(mode, {}).get(k, {}).get("samples")
+            if samples:
+                data.append(samples)
+                labels.append(f"{k}\n{mode}")
+    ax.boxplot(data, whis=(0, 100))
+    ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
+    ax.set_ylabel("seconds")
+    ax.set_title("Holdfast vs the seed's polling design (lease 4 s, heartbeat 1 s)")
+    ax.axhline(r.get("ours", {}).get("timing", {}).get("lease_s", 4.0), ls="--", lw=0.8,
+               color="grey")
+    fig.tight_layout()
+    path = folder / f"{stem}-latency.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+def write_report(r: dict[str, Any], folder: Path, stem: str) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    js, md = folder / f"{stem}.json", folder / f"{stem}.md"
+    js.write_text(json.dumps(r, indent=1, default=str) + "\n")
+    pngs = _plots(r, folder, stem)
+    text = markdown(r)
+    if pngs:
+        text += "\n" + "".join(f"![{p.stem}]({p.name})\n" for p in pngs)
+    md.write_text(text)
+    return [js, md, *pngs]
