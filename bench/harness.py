@@ -85,7 +85,7 @@ class BenchFleet:
 
     def __init__(self, run_dir: Path, mode: str, timing: FleetTiming) -> None:
         self.mode = mode
-        extra = {"HOLDFAST_LOG_LEVEL": "WARNING"}
+        extra = {"HOLDFAST_LOG_LEVEL": "INFO"}  # "worker started" is an INFO line
         if mode == "baseline":
             extra["HOLDFAST_RECONCILE_SECONDS"] = f"{BASELINE_RECONCILE_S:g}"
         self.pf = ProxiedFleet(run_dir / mode, timing, with_runner=mode == "ours",
