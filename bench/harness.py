@@ -3,6 +3,7 @@ scenarios need: who handled what when (incrementally read), and the upstream con
 
 from __future__ import annotations
 
+import math
 import signal
 import statistics
 import time
@@ -32,7 +33,7 @@ def dist(values: list[float]) -> dict[str, float | int | None]:
     v = sorted(values)
 
     def rank(p: float) -> float:
-        return v[min(len(v) - 1, max(0, round(p * len(v) + 0.5) - 1))]
+        return v[min(len(v) - 1, max(0, math.ceil(p * len(v) - 1e-9) - 1))]
 
     return {"n": len(v), "p50": round(statistics.median(v), 3), "p99": round(rank(0.99), 3),
             "max": round(v[-1], 3)}
