@@ -50,5 +50,11 @@ demo: deps
 localaws: deps
 	$(BIN)/holdfast localaws
 
+bench: deps
+	$(BIN)/python -m bench
+
+chaos: deps
+	$(BIN)/python -m holdfast.chaos --minutes 10
+
 clean:
 	rm -rf $(VENV) node_modules cdk.out .mypy_cache .ruff_cache .pytest_cache
