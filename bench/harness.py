@@ -89,6 +89,8 @@ class BenchFleet:
         extra = {"HOLDFAST_LOG_LEVEL": "INFO"}  # "worker started" is an INFO line
         if mode == "baseline":
             extra["HOLDFAST_RECONCILE_SECONDS"] = f"{BASELINE_RECONCILE_S:g}"
+            # The seed renews each lease with its own UpdateItem: count its round trips so.
+            extra["HOLDFAST_RENEW_MODE"] = "single"
         self.pf = ProxiedFleet(run_dir / mode, timing, with_runner=mode == "ours",
                                worker_env=extra)
         self.timing = timing
