@@ -11,7 +11,10 @@ Tolerances, and why:
   sweeper runs every interval, the checker sees the table once per scan). Since a lease ends at
   most ``lease`` after its owner's last renewal, this is "owned again within lease + skew + sweep
   + 1 s of losing its owner". If a DynamoDB fault window overlaps, the clock starts at the end of
-  the window instead, plus the 2 s after which a refused nudge comes back;
+  the window instead, plus the 2 s after which a refused nudge comes back. If a worker was
+  killed or paused meanwhile, add the nudge visibility timeout (2 s in the fleet): a nudge that
+  worker had just received stays invisible that long before another worker (or the sweeper's
+  re-nudge) gets it;
 - stop: every connection of a STOPPED stream closed within ``heartbeat + 1 s`` of the write (the
   worker learns it at its next renewal), later if its worker was paused or DynamoDB was faulted.
 """
@@ -40,6 +43,7 @@ class Limits:
     scan_ms: int = 300
     slack_ms: int = 1000
     resume_grace_ms: int = 2000
+    nudge_visibility_ms: int = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +194,7 @@ def check_reown(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict,
         if s.conn_id not in ev.expected_bad and s.wall_ms <= until_ms:
             by_conn[s.conn_id].append(s)
     gaps: list[int] = []
+    worst: list[tuple[int, int, str, int]] = []  # (gap, allowed, conn, lease ended)
     for conn_id, samples in by_conn.items():
         samples.sort(key=lambda s: s.wall_ms)
         free_since: int | None = None
@@ -200,6 +205,8 @@ def check_reown(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict,
             if s.live_owner():
                 if free_since is not None:
                     gaps.append(s.wall_ms - free_since)
+                    worst.append((s.wall_ms - free_since, _allowed(
+                        ev, limits, base, free_since, s.wall_ms), conn_id, free_since))
                     _judge(ev, limits, base, conn_id, free_since=free_since, seen_ms=s.wall_ms,
                            verdict=verdict)
                 free_since = None
@@ -214,11 +221,20 @@ def check_reown(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict,
     verdict.stats["reown_gaps_ms"] = {"count": len(gaps), "max": gaps[-1] if gaps else None,
                                       "p50": gaps[len(gaps) // 2] if gaps else None}
     verdict.stats["reown_bound_ms"] = base
+    verdict.stats["reown_worst"] = sorted(worst, reverse=True)[:5]
+
+
+def _allowed(ev: Evidence, limits: Limits, base: int, free_since: int, seen_ms: int) -> int:
+    allowed = base + _fault_extension(ev.faults, free_since, seen_ms, limits.lease_ms)
+    if any(a.kind in ("sigkill", "sigstop", "sigterm") and
+           free_since - limits.lease_ms <= a.wall_ms <= seen_ms for a in ev.actions):
+        allowed += limits.nudge_visibility_ms
+    return allowed
 
 
 def _judge(ev: Evidence, limits: Limits, base: int, conn_id: str, *, free_since: int,
            seen_ms: int, verdict: Verdict, final: bool = False) -> None:
-    allowed = base + _fault_extension(ev.faults, free_since, seen_ms, limits.lease_ms)
+    allowed = _allowed(ev, limits, base, free_since, seen_ms)
     if seen_ms - free_since > allowed:
         what = "still unowned at the end" if final else "owned again only"
         verdict.violations.append(Violation(

@@ -128,3 +128,13 @@ def test_crash_reported_and_timeline_rendered() -> None:
     lines = timeline(ev, verdict.violations[0])
     assert any("opened by B" in line for line in lines)
     assert any("handled: A seq 0..9" in line for line in lines)
+
+
+def test_kill_extends_reown_bound_by_nudge_visibility() -> None:
+    """A worker killed around the loss may have swallowed a nudge: 2 s more are allowed."""
+    ev = clean()
+    ev.samples = [_sample(T0, "A", T0 + 100, 0), _sample(T0 + 200, None, T0 + 100, 0),
+                  _sample(T0 + 3500, "B", T0 + 6000, 19)]
+    assert kinds(ev) == ["slow-reown"]
+    ev.actions = [Action(T0 - 3000, "sigkill", "A")]
+    assert kinds(ev) == []
