@@ -135,6 +135,6 @@ def test_kill_extends_reown_bound_by_nudge_visibility() -> None:
     ev = clean()
     ev.samples = [_sample(T0, "A", T0 + 100, 0), _sample(T0 + 200, None, T0 + 100, 0),
                   _sample(T0 + 3500, "B", T0 + 6000, 19)]
-    assert kinds(ev) == ["slow-reown"]
+    assert kinds(ev, until=T0 + 4000) == ["slow-reown"]
     ev.actions = [Action(T0 - 3000, "sigkill", "A")]
-    assert kinds(ev) == []
+    assert kinds(ev, until=T0 + 4000) == []
