@@ -156,7 +156,32 @@ def _plots(r: dict[str, Any], folder: Path, stem: str) -> list[Path]:
     path = folder / f"{stem}-latency.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return [path]
+    paths = [path]
+    dens = [d for d in r.get("density", []) if "rss_per_connection_kb" in d]
+    costs = {m: r[m]["cost"]["monthly_usd"] for m in ("ours", "baseline")
+             if r.get(m, {}).get("cost")}
+    if dens or costs:
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.8))
+        if dens:
+            xs = [str(d["streams"]) for d in dens]
+            a1.bar(xs, [d["rss_per_connection_kb"] for d in dens], color="tab:blue")
+            a1.axhline(64, ls="--", lw=0.8, color="grey")
+            a1.set_title("RSS per connection (KB; target 64)")
+            a1.set_xlabel("connections in one worker")
+        if costs:
+            bottom = [0.0] * len(costs)
+            for part in next(iter(costs.values())):
+                vals = [c.get(part, 0.0) for c in costs.values()]
+                a2.bar(list(costs), vals, bottom=bottom, label=part)
+                bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+            a2.set_title("monthly on-demand USD, 500 connections")
+            a2.legend(fontsize=7)
+        fig.tight_layout()
+        p2 = folder / f"{stem}-density-cost.png"
+        fig.savefig(p2, dpi=110)
+        plt.close(fig)
+        paths.append(p2)
+    return paths
 
 
 def write_report(r: dict[str, Any], folder: Path, stem: str) -> list[Path]:

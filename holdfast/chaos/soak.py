@@ -253,6 +253,7 @@ class Soak:
         (self.run_dir / "verdict.json").write_text(json.dumps({
             "ok": verdict.ok, "violations": [asdict(v) for v in verdict.violations],
             "stats": verdict.stats, "hostile": hostile,
+            "faults": [asdict(w) for w in self.pf.ddb_proxy.windows],
             "actions": [asdict(a) for a in self.actions]}, indent=1, default=str))
         return SoakResult(verdict, ev, self.run_dir, hostile)
 

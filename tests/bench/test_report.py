@@ -64,5 +64,5 @@ def test_report_files_and_targets(tmp_path: Path) -> None:
     assert "crash failover max <= lease + 1 s (5 s) | 6.0 | NOT met" in text
     assert "<= 64 KB RSS per connection (1000 connections) | 30.0 KB | met" in text
     paths = write_report(r, tmp_path, "x")
-    assert [p.name for p in paths] == ["x.json", "x.md", "x-latency.png"]
+    assert [p.name for p in paths] == ["x.json", "x.md", "x-latency.png", "x-density-cost.png"]
     assert json.loads(paths[0].read_text())["quick"] is True
