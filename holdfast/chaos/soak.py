@@ -248,6 +248,10 @@ class Soak:
                         scan_ms=round(self.sampler.period_s * 1000) + 100)
         verdict = check(ev, limits, until_ms=until_ms, from_ms=self.chaos_from_ms)
         hostile = {c: asdict(s) for c, s in self.sampler.latest.items() if c in self.bad}
+        # Proof the skew was applied: the skewed worker's writes carry times ahead of ours.
+        leads = [s.updated_ms - s.wall_ms for s in self.sampler.samples
+                 if s.owner == "w2" and s.updated_ms is not None]
+        verdict.stats["skewed_worker_w2_max_lead_ms"] = max(leads) if leads else None
         verdict.stats["dynamodb_calls"] = dict(self.pf.ddb_proxy.counts)
         verdict.stats["dynamodb_faulted_calls"] = dict(self.pf.ddb_proxy.faulted)
         (self.run_dir / "verdict.json").write_text(json.dumps({

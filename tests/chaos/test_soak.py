@@ -24,6 +24,8 @@ def _soak(tmp_path: Path, minutes: float) -> None:
     kinds = {a.kind for a in result.evidence.actions}
     assert {"fault", "hostile"} <= kinds, text  # the soak did disturb the fleet
     assert not result.evidence.exits, text
+    # The skewed worker ran with its lease clock ahead (+300 ms): its writes show it.
+    assert int(str(stats["skewed_worker_w2_max_lead_ms"])) > 100, text
     # Bad input was isolated: no unusable or unsafe item ends up held and running.
     for cid in UNUSABLE:
         assert cid in result.hostile, text
