@@ -171,7 +171,7 @@ class Claimer:
             messages = [dict(m) for m in resp.get("Messages", [])]
             if messages and self._abandon.is_set():
                 # The worker stopped while this poll was in flight: hand them on at once.
-                self._change_visibility(messages, 0)
+                self._hand_on(messages)
                 return []
             return messages
         finally:
@@ -236,6 +236,23 @@ class Claimer:
         except HoldfastError as exc:
             # The messages come back after the visibility timeout: nothing is lost.
             logger.warning("cannot settle nudges", error=str(exc)[:300])
+
+    def _hand_on(self, messages: list[dict[str, Any]]) -> None:
+        """Give nudges to the other workers now: send fresh copies, then delete ours.
+
+        Making them visible again (visibility 0) would do on SQS, but a long poll already in
+        flight elsewhere is only woken by a send on some implementations (moto), which cost a
+        graceful handover about a second. A failed send falls back to visibility 0; a failed
+        delete leaves a duplicate nudge, which costs one refused acquire.
+        """
+        try:
+            call("SendMessageBatch", self.sqs.send_message_batch, QueueUrl=self.queue_url,
+                 Entries=[{"Id": str(i), "MessageBody": str(m.get("Body", ""))}
+                          for i, m in enumerate(messages)])
+        except HoldfastError:
+            self._change_visibility(messages, 0)
+            return
+        self._settle(messages, [])
 
     def _change_visibility(self, messages: list[dict[str, Any]], seconds: int) -> None:
         if messages:

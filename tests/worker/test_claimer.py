@@ -111,3 +111,17 @@ async def test_later_outcome_returns_the_nudge_after_its_delay(queue: Any) -> No
     assert visible(sqs, url) == []
     await asyncio.sleep(2.3)
     assert visible(sqs, url) == ["x"]
+
+
+async def test_stopping_worker_hands_caught_nudges_on(queue: Any) -> None:
+    """A nudge caught by a stopped worker's last poll is at once receivable by others, once."""
+    sqs, url = queue
+
+    async def never(conn_id: str, source: str) -> Claim:
+        raise AssertionError("a stopping worker must not claim")
+
+    stopping = Claimer(sqs, url, never, lambda: 10, WorkerMetrics(), poll_s=2)
+    stopping._abandon.set()  # the worker stopped while this poll was in flight
+    send(sqs, url, "handed-on")
+    assert await in_daemon_thread(lambda: stopping._receive(1)) == []
+    assert visible(sqs, url) == ["handed-on"]
