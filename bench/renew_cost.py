@@ -1,4 +1,4 @@
-"""Cost of renewing 1,000 leases: single conditional UpdateItems vs PartiQL batches of 25.
+"""Cost of renewing 1,000 leases: single UpdateItems vs PartiQL batches of 25 (serial or 4-wide).
 
 Runs on the real DynamoDB Local; counts API calls at the client (botocore events), wall time and
 the client's CPU time (boto3 serialisation and signing). Prints a table and writes JSON.
@@ -12,6 +12,7 @@ import argparse
 import json
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +44,15 @@ def main() -> None:
             create_stream(ddb, aws.table, cid, "ws://127.0.0.1:9/s/x")
         leases = [store.acquire(cid, "bench-worker") for cid in ids]
         results: dict[str, Any] = {"leases": args.leases, "backend": "dynamodb-local"}
-        for mode in ("single", "batch"):
+        pool = ThreadPoolExecutor(max_workers=4)  # what the worker's renewer uses
+        for mode in ("single", "batch", "batch-pool4"):
             walls, cpus, ncalls = [], [], []
             for r in range(args.rounds):
                 calls.clear()
                 reqs = [RenewRequest(lease, r * 10 + 1) for lease in leases]
                 w0, c0 = time.perf_counter(), time.process_time()
-                out = renew_many(store, reqs, mode_of(mode))
+                out = renew_many(store, reqs, mode_of(mode),
+                                 pool=pool if mode.endswith("pool4") else None)
                 walls.append(time.perf_counter() - w0)
                 cpus.append(time.process_time() - c0)
                 ncalls.append(len(calls))
@@ -67,7 +70,7 @@ def main() -> None:
 
 
 def mode_of(name: str) -> RenewMode:
-    return "batch" if name == "batch" else "single"
+    return "batch" if name.startswith("batch") else "single"
 
 
 if __name__ == "__main__":

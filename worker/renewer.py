@@ -54,6 +54,10 @@ class Renewer:
     # executor must never delay a heartbeat into the fence.
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=2, thread_name_prefix="holdfast-renew"))
+    # The batch calls of one heartbeat run side by side (boto3 clients are thread-safe), so
+    # thousands of leases renew in a few round-trip times, not one per 25 leases.
+    chunk_pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
+        max_workers=4, thread_name_prefix="holdfast-renew-chunk"))
 
     async def _in_executor(self, fn: Callable[[], object]) -> object:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
@@ -77,7 +81,8 @@ class Renewer:
         sent = self.mono()
         try:
             results = await asyncio.get_running_loop().run_in_executor(
-                self.executor, functools.partial(renew_many, self.store, requests, self.mode))
+                self.executor, functools.partial(renew_many, self.store, requests, self.mode,
+                                                 pool=self.chunk_pool))
         except HoldfastError as exc:  # e.g. ConfigError: table gone, credentials refused
             logger.error("heartbeat failed", error=str(exc)[:500], leases=len(held))
             self.metrics.incr("RenewFailures", len(held))

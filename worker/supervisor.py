@@ -286,6 +286,7 @@ class Worker:
             for task in keep:
                 task.cancel()
         self.renewer.executor.shutdown(wait=False, cancel_futures=True)
+        self.renewer.chunk_pool.shutdown(wait=False, cancel_futures=True)
         self.flush_metrics()
         self.counts["left_running"] = len(self.streams)
         logger.info("worker stopped", extra={

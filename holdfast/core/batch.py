@@ -12,6 +12,7 @@ from ALL_OLD and resolves unknown outcomes; that path is rare and keeps one set 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -43,18 +44,24 @@ class RenewResult:
     error: LeaseError | None = None
 
 
-def renew_many(store: LeaseStore, requests: Sequence[RenewRequest],
-               mode: RenewMode = "batch") -> list[RenewResult]:
-    """Renew and checkpoint every request; results come back in request order."""
-    results: list[RenewResult] = []
-    for start in range(0, len(requests), BATCH_LIMIT if mode == "batch" else 1):
-        step = BATCH_LIMIT if mode == "batch" else 1
-        chunk = requests[start:start + step]
-        if mode == "batch" and len(chunk) > 1:
-            results.extend(_renew_chunk(store, chunk))
-        else:
-            results.extend(_renew_one(store, r) for r in chunk)
-    return results
+def renew_many(store: LeaseStore, requests: Sequence[RenewRequest], mode: RenewMode = "batch",
+               *, pool: Executor | None = None) -> list[RenewResult]:
+    """Renew and checkpoint every request; results come back in request order.
+
+    With ``pool`` the calls run concurrently: 5,000 leases are 200 batch calls, about 3 s
+    back to back at 15 ms each, which would eat most of a 5 s heartbeat.
+    """
+    step = BATCH_LIMIT if mode == "batch" else 1
+    chunks = [requests[i:i + step] for i in range(0, len(requests), step)]
+
+    def run(chunk: Sequence[RenewRequest]) -> list[RenewResult]:
+        if len(chunk) > 1:
+            return _renew_chunk(store, chunk)
+        return [_renew_one(store, r) for r in chunk]
+
+    if pool is None or len(chunks) <= 1:
+        return [result for chunk in chunks for result in run(chunk)]
+    return [result for done in pool.map(run, chunks) for result in done]
 
 
 def _renew_one(store: LeaseStore, request: RenewRequest) -> RenewResult:

@@ -87,3 +87,22 @@ def test_empty_renew_many_makes_no_call(setup: tuple[LeaseStore, Any, Clock, str
     """Renewing nothing returns nothing."""
     store, _, _, mode = setup
     assert renew_many(store, [], mode) == []
+
+
+def test_renew_many_in_a_pool_keeps_order(setup: tuple[LeaseStore, Any, Clock, str],
+                                          unique_id: str) -> None:
+    """Chunks renewed concurrently in a pool still come back in request order, all renewed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store, ddb, clock, mode = setup
+    ids = [f"{unique_id}-{i}" for i in range(55)]
+    for cid in ids:
+        create_stream(ddb, store.table, cid, "ws://127.0.0.1:9/s/x")
+    leases = [store.acquire(cid, "w1") for cid in ids]
+    clock.now += 1_000
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = renew_many(store, [RenewRequest(lease, 2) for lease in leases], mode,
+                             pool=pool)
+    assert [r.conn_id for r in results] == ids
+    assert all(r.lease is not None and r.lease.expires_at_ms == clock.now + LEASE_MS
+               for r in results)
