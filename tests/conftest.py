@@ -57,6 +57,18 @@ def client_for(aws: LocalAws, service: str) -> Any:
 
 
 @pytest.fixture
+def ddb(ddb_local: LocalAws) -> Any:
+    """A DynamoDB client on DynamoDB Local."""
+    return client_for(ddb_local, "dynamodb")
+
+
+@pytest.fixture
+def sqs(ddb_local: LocalAws) -> Any:
+    """An SQS client on the local AWS's moto server."""
+    return client_for(ddb_local, "sqs")
+
+
+@pytest.fixture
 def aws_env(ddb_local: LocalAws, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Point this process's boto3 at DynamoDB Local for one test (standard AWS variables)."""
     env = ddb_local.env()

@@ -10,7 +10,6 @@ import pytest
 from holdfast.core.aws import client_config
 from holdfast.localaws import LocalAws
 from holdfast.localaws.processes import free_port
-from tests.conftest import client_for
 from tests.lambdas.helpers import new_queue, new_table
 
 
@@ -25,15 +24,6 @@ def table(ddb_local: LocalAws) -> str:
     """A lease table of this test's own on DynamoDB Local (the sweeper reads the whole GSI)."""
     return new_table(ddb_local)
 
-
-@pytest.fixture
-def sqs(ddb_local: LocalAws) -> Any:
-    return client_for(ddb_local, "sqs")
-
-
-@pytest.fixture
-def ddb(ddb_local: LocalAws) -> Any:
-    return client_for(ddb_local, "dynamodb")
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from holdfast.localaws import LocalAws
 from holdfast.runner.config import RunnerConfig
 from holdfast.runner.runner import Runner
-from tests.conftest import TIMEOUT_SCALE, client_for
+from tests.conftest import TIMEOUT_SCALE
 from tests.lambdas.helpers import new_queue, new_table
 
 RunnerFactory = Callable[..., Any]
@@ -28,15 +28,6 @@ def runner_env(aws_env: dict[str, str], ddb_local: LocalAws,
         monkeypatch.setenv(key, value)
     return {**aws_env, **env}
 
-
-@pytest.fixture
-def sqs(ddb_local: LocalAws) -> Any:
-    return client_for(ddb_local, "sqs")
-
-
-@pytest.fixture
-def ddb(ddb_local: LocalAws) -> Any:
-    return client_for(ddb_local, "dynamodb")
 
 
 @contextmanager
