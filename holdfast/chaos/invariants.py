@@ -171,11 +171,19 @@ def check_last_seq(samples: list[Sample], verdict: Verdict) -> None:
             best[s.conn_id] = s
 
 
-def _fault_extension(faults: list[FaultWindow], lo: int, hi: int, lease_ms: int) -> int:
+def _fault_extension(faults: list[FaultWindow], lo: int, base: int, lease_ms: int) -> int:
+    """Extra time allowed after ``lo`` for faults that overlap the period in which the work
+    was due (``lo - lease`` to the deadline); a fault starting after the deadline excuses
+    nothing. Chains of faults extend the deadline step by step."""
     ext = 0
-    for f in faults:
-        if f.start_ms <= hi and f.end_ms >= lo - lease_ms:
-            ext = max(ext, f.end_ms - lo + NUDGE_RETRY_MS)
+    changed = True
+    while changed:
+        changed = False
+        for f in faults:
+            if f.end_ms >= lo - lease_ms and f.start_ms <= lo + base + ext:
+                need = f.end_ms - lo + NUDGE_RETRY_MS
+                if need > ext:
+                    ext, changed = need, True
     return ext
 
 
@@ -212,7 +220,9 @@ def check_reown(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict,
                 free_since = None
             elif free_since is None:
                 ended = s.expires_ms if s.expires_ms else (s.updated_ms or s.wall_ms)
-                made = max((t for t in started[conn_id] if t <= s.wall_ms), default=0)
+                # A scan reads an item up to a scan period after the time it is stamped with.
+                made = max((t for t in started[conn_id] if t <= s.wall_ms + limits.scan_ms),
+                           default=0)
                 free_since = max(min(ended, s.wall_ms), made, from_ms)
         if free_since is not None and samples:
             _judge(ev, limits, base, conn_id, free_since=free_since,
@@ -225,7 +235,7 @@ def check_reown(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict,
 
 
 def _allowed(ev: Evidence, limits: Limits, base: int, free_since: int, seen_ms: int) -> int:
-    allowed = base + _fault_extension(ev.faults, free_since, seen_ms, limits.lease_ms)
+    allowed = base + _fault_extension(ev.faults, free_since, base, limits.lease_ms)
     if any(a.kind in ("sigkill", "sigstop", "sigterm") and
            free_since - limits.lease_ms <= a.wall_ms <= seen_ms for a in ev.actions):
         allowed += limits.nudge_visibility_ms
@@ -261,7 +271,8 @@ def check_stops(ev: Evidence, limits: Limits, pauses: dict[str, list[tuple[int, 
                 continue
             closed = c.close_ms if c.close_ms is not None else 2**62
             deadline = a.wall_ms + limits.heartbeat_ms + limits.slack_ms
-            deadline += _fault_extension(ev.faults, a.wall_ms, closed, 0)
+            deadline += _fault_extension(ev.faults, a.wall_ms,
+                                         limits.heartbeat_ms + limits.slack_ms, 0)
             pause = _paused(pauses, c.worker, closed, 0) or _paused(
                 pauses, c.worker, a.wall_ms, 0)
             if pause:

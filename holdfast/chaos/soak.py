@@ -94,8 +94,9 @@ class Soak:
         self.t0 = time.monotonic()
         self.chaos_from_ms = 0
 
-    def act(self, kind: str, target: str, detail: str = "") -> None:
-        self.actions.append(Action(_ms(), kind, target, detail))
+    def act(self, kind: str, target: str, detail: str = "", at: int | None = None) -> None:
+        """Record an action; ``at``: the wall ms taken just before its write (for writes)."""
+        self.actions.append(Action(_ms() if at is None else at, kind, target, detail))
         self.say(f"[{time.monotonic() - self.t0:7.2f}s] {kind} {target} {detail}".rstrip())
 
     # -- set-up ------------------------------------------------------------------------------
@@ -113,8 +114,9 @@ class Soak:
         for i, kind in enumerate(kinds[:max(self.cfg.streams, 1)]):
             cid = f"c{i:02d}-{kind}"
             url = f"{base}/{kind}/{cid}" + ("?every=40" if kind == "drop" else "")
+            at = _ms()
             create_stream(self.ddb, self.pf.table, cid, url)
-            self.act("create", cid)
+            self.act("create", cid, at=at)
             self.good.append(cid)
         for kind in ("reject", "huge"):
             cid = f"x-{kind}"
@@ -157,19 +159,22 @@ class Soak:
             self.act("fault", "dynamodb", f"{fk} for {seconds:g} s")
         elif kind == "stop" and len(self.good) - len(self.stopped) > 2:
             cid = self.rng.choice([c for c in self.good if c not in self.stopped])
+            at = _ms()
             set_desired_state(self.ddb, self.pf.table, cid, STOPPED)
             self.stopped.add(cid)
-            self.act("stop", cid)
+            self.act("stop", cid, at=at)
         elif kind == "start" and self.stopped:
             cid = self.rng.choice(sorted(self.stopped))
+            at = _ms()
             set_desired_state(self.ddb, self.pf.table, cid, STARTED)
             self.stopped.discard(cid)
-            self.act("start", cid)
+            self.act("start", cid, at=at)
         elif kind == "create":
             cid = f"n{len(self.good):02d}-s"
+            at = _ms()
             create_stream(self.ddb, self.pf.table, cid, f"{self.pf.base_url}/s/{cid}")
             self.good.append(cid)
-            self.act("create", cid)
+            self.act("create", cid, at=at)
 
     def housekeeping(self) -> None:
         now = time.monotonic()
