@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from holdfast.chaos.exceptions import SoakAborted
-from holdfast.chaos.soak import SoakConfig, SoakResult, run_soak
+from holdfast.chaos.soak import SoakConfig, SoakResult, recheck, run_soak
 from holdfast.chaos.timeline import timeline
 
 __all__ = ["main", "render"]
@@ -52,7 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--interval", type=float, default=3.0, help="seconds between actions")
     p.add_argument("--run-dir", type=Path)
+    p.add_argument("--recheck", type=Path, metavar="RUN_DIR",
+                   help="judge a finished soak's evidence again, without running anything")
     args = p.parse_args(argv)
+    if args.recheck:
+        result = recheck(args.recheck)
+        print("\n".join(render(result)), flush=True)
+        return 0 if result.verdict.ok else 1
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="holdfast-chaos-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     print(f"chaos soak: {args.minutes:g} min, {args.workers} workers, {args.streams} streams, "

@@ -28,7 +28,7 @@ from holdfast.core.table import create_stream, set_desired_state
 from holdfast.fleet.procs import FleetTiming
 from holdfast.fleet.recorder import read_records
 
-__all__ = ["SoakConfig", "SoakResult", "hostile_items", "run_soak"]
+__all__ = ["SoakConfig", "SoakResult", "hostile_items", "recheck", "run_soak"]
 
 
 def _ms() -> int:
@@ -263,6 +263,7 @@ class Soak:
             "ok": verdict.ok, "violations": [asdict(v) for v in verdict.violations],
             "stats": verdict.stats, "hostile": hostile,
             "faults": [asdict(w) for w in self.pf.ddb_proxy.windows],
+            "limits": asdict(limits), "until_ms": until_ms, "from_ms": self.chaos_from_ms,
             "actions": [asdict(a) for a in self.actions]}, indent=1, default=str))
         return SoakResult(verdict, ev, self.run_dir, hostile)
 
@@ -279,3 +280,20 @@ def run_soak(cfg: SoakConfig, run_dir: Path, say: Any = print) -> SoakResult:
         return soak.run()
     finally:
         soak.close()
+
+
+def recheck(run_dir: Path) -> SoakResult:
+    """Judge a finished soak again from its files (after a checker change, or to inspect)."""
+    from holdfast.chaos.evidence import load_samples
+    from holdfast.chaos.proxy import FaultWindow
+    saved = json.loads((run_dir / "verdict.json").read_text())
+    ev = Evidence(conns=load_conn_log(run_dir / "upstream-connections.jsonl"),
+                  handled=list(read_records(run_dir / "handled")),
+                  samples=load_samples(run_dir / "samples.jsonl"),
+                  actions=[Action(**a) for a in saved["actions"]],
+                  faults=[FaultWindow(**f) for f in saved.get("faults", [])],
+                  exits={a["target"]: None for a in saved["actions"] if a["kind"] == "crash"},
+                  expected_bad=set(saved.get("hostile", {})))
+    verdict = check(ev, Limits(**saved["limits"]), until_ms=saved["until_ms"],
+                    from_ms=saved.get("from_ms", 0))
+    return SoakResult(verdict, ev, run_dir, saved.get("hostile", {}))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from holdfast.chaos.__main__ import render
-from holdfast.chaos.soak import SoakConfig, run_soak
+from holdfast.chaos.soak import SoakConfig, recheck, run_soak
 
 UNUSABLE = ("bad-no-url", "bad-url-type", "bad-metadata", "bad-file", "bad-http",
             "bad-seq-type", "bad id spaces", "x-reject")
@@ -24,6 +24,9 @@ def _soak(tmp_path: Path, minutes: float) -> None:
     kinds = {a.kind for a in result.evidence.actions}
     assert {"fault", "hostile"} <= kinds, text  # the soak did disturb the fleet
     assert not result.evidence.exits, text
+    # The files on disk carry the same verdict (``python -m holdfast.chaos --recheck DIR``).
+    again = recheck(tmp_path)
+    assert again.verdict.ok and again.verdict.stats["handled"] == stats["handled"], text
     # The skewed worker ran with its lease clock ahead (+300 ms): its writes show it.
     assert int(str(stats["skewed_worker_w2_max_lead_ms"])) > 100, text
     # Bad input was isolated: no unusable or unsafe item ends up held and running.
