@@ -91,12 +91,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-density", action="store_true")
     p.add_argument("--modes", default="ours,baseline")
     p.add_argument("--out-dir", type=Path, default=RESULTS)
+    p.add_argument("--density-only", type=int, metavar="N",
+                   help="only the density run at N connections; merged into --merge's report")
+    p.add_argument("--merge", type=Path, help="an earlier report JSON to add the figures to")
     args = p.parse_args(argv)
 
     def say(text: str) -> None:
         print(text, flush=True)
 
     run_dir = Path(tempfile.mkdtemp(prefix="holdfast-bench-"))
+    if args.density_only:
+        base: dict[str, Any] = json.loads(args.merge.read_text()) if args.merge else {}
+        hb, lease = (5.0, 20.0) if args.density_only <= 1000 else (20.0, 80.0)
+        entry = run_density(args.density_only, heartbeat_s=hb, lease_s=lease,
+                            work=run_dir / f"density-{args.density_only}")
+        say(f"density {args.density_only}: {entry}")
+        base["density"] = [d for d in base.get("density", [])
+                           if d.get("streams") != args.density_only] + [entry]
+        base["density"].sort(key=lambda d: d["streams"])
+        stem = args.merge.stem if args.merge else dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+        say("wrote " + ", ".join(str(p) for p in write_report(base, args.out_dir, stem)))
+        return 0
     started = time.monotonic()
     result: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                               "quick": args.quick, "prices_usd": PRICES, "logs": str(run_dir)}

@@ -54,7 +54,7 @@ def _held_by(ddb: Any, table: str, owner: str) -> int:
 
 
 def run_density(n: int, *, heartbeat_s: float, lease_s: float, rate: float = 1.0,
-                settle_s: float = 10.0, measure_s: float = 10.0,
+                settle_s: float = 10.0, measure_s: float = 10.0, claim_timeout_s: float = 420,
                 work: Path | None = None) -> dict[str, Any]:
     work = work or Path(f"/tmp/holdfast-density-{n}")
     work.mkdir(parents=True, exist_ok=True)
@@ -72,7 +72,9 @@ def run_density(n: int, *, heartbeat_s: float, lease_s: float, rate: float = 1.0
         port = int(upstream.stdout.readline().split(":")[2].split(" ")[0])
         worker_env = {**os.environ, **env, "HOLDFAST_WORKER_ID": "density",
                       "HOLDFAST_MAX_CONNECTIONS": str(n), "HOLDFAST_HEALTH_PORT": "0",
-                      "HOLDFAST_RECONCILE_SECONDS": "0", "HOLDFAST_METRICS_SECONDS": "3600",
+                      # The fallback sweep picks up nudges that went to the DLQ while the
+                      # worker was busy claiming thousands (as in production).
+                      "HOLDFAST_RECONCILE_SECONDS": "15", "HOLDFAST_METRICS_SECONDS": "3600",
                       "HOLDFAST_LOG_LEVEL": "WARNING", "HOLDFAST_LEASE_SECONDS": f"{lease_s:g}",
                       "HOLDFAST_HEARTBEAT_SECONDS": f"{heartbeat_s:g}",
                       "PYTHONPATH": str(REPO_ROOT)}
@@ -92,9 +94,9 @@ def run_density(n: int, *, heartbeat_s: float, lease_s: float, rate: float = 1.0
                     {"Id": str(j), "MessageBody": json.dumps({"conn_id": c})}
                     for j, c in enumerate(conns[i:i + 10])])
             while (held := _held_by(ddb, env["HOLDFAST_TABLE"], "density")) < n:
-                if time.monotonic() - t0 > 120 + n / 20:
-                    raise RuntimeError(f"only {held}/{n} streams held")
-                time.sleep(1)
+                if time.monotonic() - t0 > claim_timeout_s:
+                    break  # measure what is held; the report says how many
+                time.sleep(2)
             claim_s = time.monotonic() - t0
             time.sleep(settle_s)
             c0, w0 = cpu_s(worker.pid), time.monotonic()
@@ -102,14 +104,15 @@ def run_density(n: int, *, heartbeat_s: float, lease_s: float, rate: float = 1.0
             cpu = (cpu_s(worker.pid) - c0) / (time.monotonic() - w0)
             rss1 = rss_kb(worker.pid)
             fds = len(os.listdir(f"/proc/{worker.pid}/fd"))
+            held = _held_by(ddb, env["HOLDFAST_TABLE"], "density")
         finally:
             worker.terminate()
             code = worker.wait(120)
             upstream.terminate()
             upstream.wait(20)
-    return {"streams": n, "rate_per_stream": rate, "heartbeat_s": heartbeat_s,
+    return {"streams": n, "held": held, "rate_per_stream": rate, "heartbeat_s": heartbeat_s,
             "lease_s": lease_s, "claim_all_s": round(claim_s, 1),
             "rss_idle_mb": round(rss0 / 1024, 1), "rss_loaded_mb": round(rss1 / 1024, 1),
-            "rss_per_connection_kb": round((rss1 - rss0) / n, 1),
-            "cpu_cores": round(cpu, 3), "cpu_cores_per_1000": round(cpu * 1000 / n, 3),
+            "rss_per_connection_kb": round((rss1 - rss0) / max(held, 1), 1),
+            "cpu_cores": round(cpu, 3), "cpu_cores_per_1000": round(cpu * 1000 / max(held, 1), 3),
             "open_fds": fds, "graceful_exit_code": code}

@@ -89,7 +89,9 @@ def markdown(r: dict[str, Any]) -> str:
         if "error" in d:
             out.append(f"| {d['streams']} | failed: {d['error'][:120]} | | | | |")
         else:
-            out.append(f"| {d['streams']} | {d['heartbeat_s']} s | {d['rss_per_connection_kb']} "
+            held = f" ({d['held']} held)" if d.get("held", d["streams"]) != d["streams"] else ""
+            out.append(f"| {d['streams']}{held} | {d['heartbeat_s']} s | "
+                       f"{d['rss_per_connection_kb']} "
                        f"KB | {d['cpu_cores']} | {d['cpu_cores_per_1000']} | "
                        f"{d['claim_all_s']} s |")
     rc = r.get("renew_cost") or {}
