@@ -98,7 +98,9 @@ def check_conn_overlaps(conns: list[ConnSpan], pauses: dict[str, list[tuple[int,
             for b in spans[i + 1:]:
                 if a.close_ns is not None and b.open_ns >= a.close_ns:
                     break
-                pause = _paused(pauses, a.worker, b.open_ms, 0)
+                # A paused worker cannot close its socket until it runs again: the new owner
+                # may connect during the pause or just after SIGCONT, before the fence closes it.
+                pause = _paused(pauses, a.worker, b.open_ms, limits.resume_grace_ms)
                 if (pause and a.worker != b.worker and a.close_ms is not None
                         and a.close_ms <= pause[1] + limits.resume_grace_ms):
                     stale += 1

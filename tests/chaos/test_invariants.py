@@ -63,6 +63,17 @@ def test_paused_worker_connection_is_stale_but_handling_is_not() -> None:
     assert kinds(ev) == ["handling-overlap"]
 
 
+def test_new_owner_connecting_just_after_sigcont_is_stale() -> None:
+    """B connecting moments after A's SIGCONT, before A's fence closes the socket, is excused."""
+    ev = clean()
+    ev.conns[0] = _span(0, "A", T0, T0 + 1020)
+    ev.actions = [Action(T0 + 200, "sigstop", "A"), Action(T0 + 990, "sigcont", "A")]
+    verdict = check(ev, LIMITS, until_ms=T0 + 3000)
+    assert verdict.ok and verdict.stats["stale_connections_of_paused_workers"] == 1
+    ev.conns[0] = _span(0, "A", T0, T0 + 1000 + LIMITS.resume_grace_ms + 500)
+    assert kinds(ev) == ["connection-overlap"]
+
+
 def test_lost_seq_found_and_duplicates_counted() -> None:
     """A seq nobody handled is loss; a seq handled twice (sequentially) is only counted."""
     ev = clean()
