@@ -8,12 +8,21 @@ import pytest
 
 from holdfast.core.batch import RenewRequest, renew_many
 from holdfast.core.exceptions import LeaseLost, LossReason, StoreUnavailable
+from holdfast.core.model import Lease
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream, set_desired_state
 from holdfast.localaws import LocalAws
 from tests.conftest import client_for
 from tests.core.faults import drop_request
 from tests.core.test_store import LEASE_MS, SKEW_MS, Clock
+
+
+def held(store: LeaseStore, ddb: Any, prefix: str, n: int) -> tuple[list[str], list[Lease]]:
+    """Create ``n`` streams and acquire them all as worker w1."""
+    ids = [f"{prefix}-{i}" for i in range(n)]
+    for cid in ids:
+        create_stream(ddb, store.table, cid, "ws://127.0.0.1:9/s/x")
+    return ids, [store.acquire(cid, "w1") for cid in ids]
 
 
 @pytest.fixture
@@ -29,10 +38,7 @@ def test_renew_many_across_batches_with_losses(setup: tuple[LeaseStore, Any, Clo
                                                unique_id: str) -> None:
     """60 leases over three batches: healthy ones renew, lost/stopped/deleted are told apart."""
     store, ddb, clock, mode = setup
-    ids = [f"{unique_id}-{i}" for i in range(60)]
-    for cid in ids:
-        create_stream(ddb, store.table, cid, "ws://127.0.0.1:9/s/x")
-    leases = [store.acquire(cid, "w1") for cid in ids]
+    ids, leases = held(store, ddb, unique_id, 60)
     ddb.update_item(TableName=store.table, Key={"Pk": {"S": f"CONN#{ids[3]}"}},
                     UpdateExpression="SET lease_owner = :o, lease_epoch = :e",
                     ExpressionAttributeValues={":o": {"S": "w2"}, ":e": {"N": "9"}})
@@ -57,10 +63,8 @@ def test_renew_many_checkpoint_never_regresses(setup: tuple[LeaseStore, Any, Clo
                                                unique_id: str) -> None:
     """A batch never lowers last_seq below what is stored."""
     store, ddb, _, mode = setup
-    ids = [f"{unique_id}-{i}" for i in range(3)]
-    for cid in ids:
-        create_stream(ddb, store.table, cid, "ws://127.0.0.1:9/s/x")
-    leases = [store.renew(store.acquire(cid, "w1"), 50) for cid in ids]
+    ids, acquired = held(store, ddb, unique_id, 3)
+    leases = [store.renew(lease, 50) for lease in acquired]
     results = renew_many(store, [RenewRequest(lease, 7) for lease in leases], mode)
     assert all(r.error is None for r in results)
     for cid in ids:
@@ -72,10 +76,7 @@ def test_renew_many_store_down_is_unknown(setup: tuple[LeaseStore, Any, Clock, s
                                           unique_id: str) -> None:
     """When DynamoDB cannot be reached every result is StoreUnavailable, none is lost."""
     store, ddb, _, mode = setup
-    ids = [f"{unique_id}-{i}" for i in range(4)]
-    for cid in ids:
-        create_stream(ddb, store.table, cid, "ws://127.0.0.1:9/s/x")
-    leases = [store.acquire(cid, "w1") for cid in ids]
+    _, leases = held(store, ddb, unique_id, 4)
     op = "BatchExecuteStatement" if mode == "batch" else "UpdateItem"
     with drop_request(ddb, op, times=100), drop_request(ddb, "UpdateItem", times=100), \
             drop_request(ddb, "GetItem", times=100):
@@ -95,10 +96,7 @@ def test_renew_many_in_a_pool_keeps_order(setup: tuple[LeaseStore, Any, Clock, s
     from concurrent.futures import ThreadPoolExecutor
 
     store, ddb, clock, mode = setup
-    ids = [f"{unique_id}-{i}" for i in range(55)]
-    for cid in ids:
-        create_stream(ddb, store.table, cid, "ws://127.0.0.1:9/s/x")
-    leases = [store.acquire(cid, "w1") for cid in ids]
+    ids, leases = held(store, ddb, unique_id, 55)
     clock.now += 1_000
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = renew_many(store, [RenewRequest(lease, 2) for lease in leases], mode,
