@@ -55,17 +55,25 @@ def check_no_gaps(records: list[dict[str, object]], conns: list[str]) -> dict[st
     return by
 
 
+def holder_and_standby(fleet: Fleet, upstream: UpstreamThread,
+                       spawn: Callable[..., WorkerProc], unique_id: str, n: int,
+                       **standby_env: str) -> tuple[list[str], WorkerProc, WorkerProc]:
+    """``n`` streams all held by worker a, and worker b started beside it with nothing."""
+    conns = start_streams(fleet, upstream, unique_id, n)
+    a = spawn(fleet.env, "a-" + unique_id)
+    for c in conns:
+        fleet.nudge(c)
+    wait_until(lambda: len(seqs_by_stream(a.handled())) == n, 15, "worker a holds all")
+    b = spawn(fleet.env, "b-" + unique_id, **standby_env)
+    wait_until(lambda: b.messages("worker started"), 15, "worker b up")
+    return conns, a, b
+
+
 def test_sigterm_hands_every_stream_to_another_worker(
         fleet: Fleet, upstream: UpstreamThread, spawn: Callable[..., WorkerProc],
         unique_id: str) -> None:
     """SIGTERM releases all leases; a second worker picks all up with no missing or repeated seq."""
-    conns = start_streams(fleet, upstream, unique_id, 10)
-    a = spawn(fleet.env, "a-" + unique_id)
-    for c in conns:
-        fleet.nudge(c)
-    wait_until(lambda: len(seqs_by_stream(a.handled())) == 10, 15, "worker a holds all")
-    b = spawn(fleet.env, "b-" + unique_id)
-    wait_until(lambda: b.messages("worker started"), 15, "worker b up")
+    conns, a, b = holder_and_standby(fleet, upstream, spawn, unique_id, 10)
     router = RouterSim(fleet)
     try:
         t0 = time.time()
@@ -90,13 +98,8 @@ def test_sigkill_is_recovered_by_the_sweep(
         fleet: Fleet, upstream: UpstreamThread, spawn: Callable[..., WorkerProc],
         unique_id: str) -> None:
     """A killed worker writes nothing; another worker's sweep takes its streams after expiry."""
-    conns = start_streams(fleet, upstream, unique_id, 5)
-    a = spawn(fleet.env, "a-" + unique_id)
-    for c in conns:
-        fleet.nudge(c)
-    wait_until(lambda: len(seqs_by_stream(a.handled())) == 5, 15, "worker a holds all")
-    b = spawn(fleet.env, "b-" + unique_id, HOLDFAST_RECONCILE_SECONDS="0.5")
-    wait_until(lambda: b.messages("worker started"), 15, "worker b up")
+    conns, a, b = holder_and_standby(fleet, upstream, spawn, unique_id, 5,
+                                     HOLDFAST_RECONCILE_SECONDS="0.5")
     t0 = time.time()
     a.signal(signal.SIGKILL)
     a.wait(5)
