@@ -1,7 +1,7 @@
 """The Holdfast CDK app's constructs: one per logical unit, wired by ``infra.stack``.
 
-``infra.settings`` turns CDK context into validated settings; ``infra.names`` holds the metric
-and environment-variable names shared with the worker and the Lambdas.
+``infra.settings`` turns CDK context into validated settings; ``holdfast.core.names`` holds the
+metric and environment-variable names shared with the worker and the Lambdas.
 """
 
 from __future__ import annotations

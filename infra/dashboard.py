@@ -8,7 +8,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
 from constructs import Construct
 
-from infra import names
+from holdfast.core import names
 from infra.metrics import MINUTE, FleetParts, holdfast_metric, nudges_sent, running_tasks
 
 __all__ = ["build_dashboard"]

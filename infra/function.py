@@ -12,7 +12,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra import names
+from holdfast.core import names
 from infra.logs import retention
 
 __all__ = ["POWERTOOLS_ACCOUNT", "RUNTIME", "FunctionDefaults", "HoldfastFunction",

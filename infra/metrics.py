@@ -10,7 +10,7 @@ from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 
-from infra import names
+from holdfast.core import names
 
 __all__ = ["MINUTE", "FleetParts", "holdfast_metric", "nudges_sent", "running_tasks"]
 

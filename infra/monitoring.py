@@ -9,7 +9,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from infra import names
+from holdfast.core import names
 from infra.dashboard import build_dashboard
 from infra.metrics import MINUTE, FleetParts, holdfast_metric, running_tasks
 

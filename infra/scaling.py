@@ -16,8 +16,7 @@ from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from holdfast.core import schema
-from infra import names
+from holdfast.core import names, schema
 from infra.metrics import holdfast_metric
 
 __all__ = ["BACKLOG_STEPS", "WorkerScaling"]

@@ -14,7 +14,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra import names
+from holdfast.core import names
 from infra.logs import retention
 
 __all__ = ["CONTAINER_NAME", "WORKER_INDEX_ACTIONS", "WORKER_QUEUE_ACTIONS",

@@ -10,7 +10,7 @@ from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from constructs import Construct
 
-from infra import names
+from holdfast.core import names
 from infra.exceptions import SettingsError
 from infra.function import FunctionDefaults
 from infra.lambda_asset import REPO_ROOT, lambda_code

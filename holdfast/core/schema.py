@@ -7,39 +7,61 @@ table cannot drift from the deployed one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Final
 
 __all__ = [
     "ATTR",
+    "BACKSTOP_MS",
     "DEFAULT_DLQ_NAME",
     "DEFAULT_QUEUE_NAME",
+    "DEFAULT_SESSION_TABLE_NAME",
     "DEFAULT_TABLE_NAME",
     "DLQ_MAX_RECEIVE_COUNT",
     "GSI_NAME",
     "GSI_PARTITION_KEY",
     "GSI_PROJECTION",
     "GSI_SORT_KEY",
+    "OWNER_INDEX_NAME",
     "PARTITION_KEY",
     "PK_PREFIX",
     "QUEUE_VISIBILITY_TIMEOUT_S",
+    "SESSION",
+    "SESSION_PREFIX",
     "STARTED",
     "STOPPED",
     "STREAM_VIEW_TYPE",
     "Attributes",
+    "LeaseStatus",
+    "SessionAttributes",
+    "SessionState",
     "conn_id_from_pk",
+    "owner_for",
     "pk_for",
+    "session_of_owner",
+    "session_pk_for",
+    "session_table_definition",
     "table_definition",
+    "worker_of_session_pk",
 ]
 
 DEFAULT_TABLE_NAME: Final = "holdfast-leases"
 DEFAULT_QUEUE_NAME: Final = "holdfast-nudges"
 DEFAULT_DLQ_NAME: Final = "holdfast-nudges-dlq"
+DEFAULT_SESSION_TABLE_NAME: Final = "holdfast-sessions"
 
 PARTITION_KEY: Final = "Pk"
 PK_PREFIX: Final = "CONN#"
 GSI_NAME: Final = "desired_state-lease_expires_at_ms-index"
 GSI_PARTITION_KEY: Final = "desired_state"
 GSI_SORT_KEY: Final = "lease_expires_at_ms"
+# Finds a dead session's streams without a scan. Its key changes only when ownership does
+# (acquire sets lease_owner, release removes it), so checkpoints never write to it.
+OWNER_INDEX_NAME: Final = "lease_owner-index"
+SESSION_PREFIX: Final = "WORKER#"
+# While a live session holds a stream, the stream's own expiry is only a far backstop for a
+# reaper that never came: refreshed when half of it is gone, so about twice an hour.
+BACKSTOP_MS: Final = 3_600_000
 
 STARTED: Final = "STARTED"
 STOPPED: Final = "STOPPED"
@@ -75,6 +97,76 @@ class Attributes:
 ATTR: Final = Attributes()
 
 
+class LeaseStatus(StrEnum):
+    """The ``status`` attribute of a lease item (informational; conditions use owner/expiry)."""
+
+    RUNNING = "RUNNING"
+    RELEASED = "RELEASED"
+    BACKOFF = "BACKOFF"
+    INVALID = "INVALID"
+
+
+class SessionState(StrEnum):
+    """A worker session's life: ALIVE while it heartbeats; ENDED when it said goodbye; DEAD
+    when the sweeper (or a successor with the same worker id) found it silent past its TTL."""
+
+    ALIVE = "ALIVE"
+    ENDED = "ENDED"
+    DEAD = "DEAD"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionAttributes:
+    """Attribute names of a session item (table of its own, one item per worker id)."""
+
+    pk: str = PARTITION_KEY  # "WORKER#<worker id>"
+    incarnation: str = "incarnation"  # random per process: a restart is a new session
+    state: str = "session_state"
+    expires_at_ms: str = "session_expires_at_ms"
+    heartbeat_at_ms: str = "heartbeat_at_ms"
+    started_at_ms: str = "started_at_ms"
+    held: str = "held"  # streams held at the last heartbeat
+    capacity: str = "capacity"  # HOLDFAST_MAX_CONNECTIONS
+    orders: str = "orders"  # string set of orders for this worker ("stop:<conn id>")
+    ended_at_ms: str = "ended_at_ms"
+    end_reason: str = "end_reason"
+    reaped_at_ms: str = "reaped_at_ms"  # all its streams released: nothing left to do
+    ttl: str = "expire_at_s"  # DynamoDB TTL (epoch seconds), set once reaped
+
+
+SESSION: Final = SessionAttributes()
+
+
+def session_pk_for(worker_id: str) -> str:
+    """The key of the session item of ``worker_id``."""
+    return f"{SESSION_PREFIX}{worker_id}"
+
+
+def worker_of_session_pk(pk: str) -> str:
+    """The worker id of a session key; ``ValueError`` if it is not a ``WORKER#`` key."""
+    if not pk.startswith(SESSION_PREFIX) or len(pk) == len(SESSION_PREFIX):
+        raise ValueError(f"not a session key: {pk[:80]!r}")
+    return pk[len(SESSION_PREFIX):]
+
+
+def owner_for(worker_id: str, incarnation: str) -> str:
+    """``lease_owner`` of a stream held by one session: worker id and incarnation.
+
+    Worker ids never contain ``#``, so the owner names both unambiguously, and a restarted
+    process with the same id is a different owner: it can never inherit (or renew) the streams
+    of its predecessor.
+    """
+    return f"{worker_id}#{incarnation}"
+
+
+def session_of_owner(owner: str) -> tuple[str, str] | None:
+    """(worker id, incarnation) of a session owner; None for an owner without a session."""
+    worker_id, sep, incarnation = owner.rpartition("#")
+    if not sep or not worker_id or not incarnation:
+        return None
+    return worker_id, incarnation
+
+
 def pk_for(conn_id: str) -> str:
     """The partition key of a connection id."""
     return f"{PK_PREFIX}{conn_id}"
@@ -96,6 +188,7 @@ def table_definition(name: str = DEFAULT_TABLE_NAME) -> dict[str, object]:
             {"AttributeName": PARTITION_KEY, "AttributeType": "S"},
             {"AttributeName": GSI_PARTITION_KEY, "AttributeType": "S"},
             {"AttributeName": GSI_SORT_KEY, "AttributeType": "N"},
+            {"AttributeName": ATTR.lease_owner, "AttributeType": "S"},
         ],
         "KeySchema": [{"AttributeName": PARTITION_KEY, "KeyType": "HASH"}],
         "GlobalSecondaryIndexes": [{
@@ -106,6 +199,25 @@ def table_definition(name: str = DEFAULT_TABLE_NAME) -> dict[str, object]:
             ],
             # The sweep needs only keys: the cheapest projection keeps index writes small.
             "Projection": {"ProjectionType": GSI_PROJECTION},
+        }, {
+            "IndexName": OWNER_INDEX_NAME,
+            "KeySchema": [{"AttributeName": ATTR.lease_owner, "KeyType": "HASH"}],
+            "Projection": {"ProjectionType": "KEYS_ONLY"},
         }],
         "StreamSpecification": {"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE},
+    }
+
+
+def session_table_definition(name: str = DEFAULT_SESSION_TABLE_NAME) -> dict[str, object]:
+    """``CreateTable`` arguments of the session table: no index, no stream.
+
+    The sweeper reads it whole (one small Scan per sweep: one item per worker), so a
+    heartbeat writes one item and never an index entry; every worker heartbeats on its own
+    partition key.
+    """
+    return {
+        "TableName": name,
+        "BillingMode": "PAY_PER_REQUEST",
+        "AttributeDefinitions": [{"AttributeName": PARTITION_KEY, "AttributeType": "S"}],
+        "KeySchema": [{"AttributeName": PARTITION_KEY, "KeyType": "HASH"}],
     }

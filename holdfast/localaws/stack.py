@@ -26,6 +26,7 @@ from holdfast.core.schema import (
     DEFAULT_TABLE_NAME,
     DLQ_MAX_RECEIVE_COUNT,
     QUEUE_VISIBILITY_TIMEOUT_S,
+    session_table_definition,
     table_definition,
 )
 from holdfast.localaws.processes import Child, free_port, wait_for_port
@@ -58,6 +59,8 @@ class LocalAws:
                  dlq: str = DEFAULT_DLQ_NAME) -> None:
         self.requested = backend
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="holdfast-localaws-"))
+        # The session table is named after the lease table, so several local fleets never share.
+        self.session_table = f"{table}-sessions"
         self.table, self.queue, self.dlq = table, queue, dlq
         self.children: list[Child] = []
         self.dynamodb_url = self.sqs_url = self.queue_url = self.dlq_url = ""
@@ -137,6 +140,7 @@ class LocalAws:
         while True:  # DynamoDB Local accepts connections a moment before it serves requests
             try:
                 ddb.create_table(**table_definition(self.table))
+                ddb.create_table(**session_table_definition(self.session_table))
                 break
             except Exception as exc:
                 if time.monotonic() > deadline or "ResourceInUse" in type(exc).__name__:
@@ -164,6 +168,7 @@ class LocalAws:
             "AWS_ACCESS_KEY_ID": "local",
             "AWS_SECRET_ACCESS_KEY": "local",
             "HOLDFAST_TABLE": self.table,
+            "HOLDFAST_SESSION_TABLE": self.session_table,
             "HOLDFAST_QUEUE_URL": self.queue_url,
             "HOLDFAST_DLQ_URL": self.dlq_url,
             # moto's PartiQL ignores conditions, so batched renewals would be unsafe there.

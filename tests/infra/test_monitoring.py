@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from infra import names
+from holdfast.core import names
 from tests.infra.conftest import one_resource, resources
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import names
+from holdfast.core import names
 from tests.infra.conftest import REPO
 
 WORKER_METRICS = (names.METRIC_ACTIVE_CONNECTIONS, names.METRIC_CLAIMS,

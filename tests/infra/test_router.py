@@ -7,8 +7,8 @@ from typing import Any
 
 from aws_cdk.assertions import Match
 
+from holdfast.core import names
 from holdfast.core.filters import filter_criteria
-from infra import names
 from infra.function import RUNTIME
 from infra.router import ROUTER_HANDLER
 from tests.infra.conftest import resources

@@ -6,7 +6,7 @@ from typing import Any
 
 from aws_cdk.assertions import Match
 
-from infra import names
+from holdfast.core import names
 from tests.infra.conftest import one_resource
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra import names
+from holdfast.core import names
 from infra.sweeper import SWEEPER_HANDLER
 from tests.infra.conftest import one_resource, resources
 

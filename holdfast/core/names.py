@@ -13,22 +13,26 @@ __all__ = [
     "DIMENSION_REASON",
     "DIMENSION_SERVICE",
     "ENV_ALLOWED_HOSTS",
+    "ENV_CHECKPOINT_SECONDS",
     "ENV_HANDLER",
     "ENV_HEARTBEAT_SECONDS",
     "ENV_LEASE_MS",
     "ENV_LEASE_SECONDS",
+    "ENV_LIVENESS",
     "ENV_MAX_CONNECTIONS",
     "ENV_METRICS_NAMESPACE",
     "ENV_QUEUE_URL",
     "ENV_RECONCILE_SECONDS",
     "ENV_RENEW_MODE",
     "ENV_SERVICE_NAME",
+    "ENV_SESSION_TABLE",
     "ENV_SHUTDOWN_SECONDS",
     "ENV_SKEW_MS",
     "ENV_TABLE",
     "METRIC_ACTIVE_CONNECTIONS",
     "METRIC_CLAIMS",
     "METRIC_CLAIM_CONFLICTS",
+    "METRIC_DEAD_SESSIONS",
     "METRIC_HANDLER_ERRORS",
     "METRIC_LEASES_FENCED",
     "METRIC_LEASES_LOST",
@@ -40,6 +44,8 @@ __all__ = [
     "METRIC_RECONNECTS",
     "METRIC_RENEW_FAILURES",
     "METRIC_RENEW_LATENCY",
+    "METRIC_SESSION_RENEW_FAILURES",
+    "METRIC_STREAMS_REAPED",
     "METRIC_SWEEPS",
     "METRIC_SWEEP_ERRORS",
     "METRIC_UPSTREAM_GIVE_UPS",
@@ -50,6 +56,12 @@ __all__ = [
 
 # --- environment variables read by the worker and the Lambdas -------------------------------
 ENV_TABLE: Final = "HOLDFAST_TABLE"
+ENV_SESSION_TABLE: Final = "HOLDFAST_SESSION_TABLE"  # worker sessions (one item per worker)
+# How often a running stream's last_seq is written; also the replay window after a crash.
+ENV_CHECKPOINT_SECONDS: Final = "HOLDFAST_CHECKPOINT_SECONDS"
+# "session" (one heartbeat per worker) or "lease" (the seed's per-stream heartbeats, kept for
+# the side-by-side benchmark).
+ENV_LIVENESS: Final = "HOLDFAST_LIVENESS"
 ENV_QUEUE_URL: Final = "HOLDFAST_QUEUE_URL"
 ENV_LEASE_SECONDS: Final = "HOLDFAST_LEASE_SECONDS"  # worker
 ENV_LEASE_MS: Final = "HOLDFAST_LEASE_MS"  # router and sweeper
@@ -81,6 +93,7 @@ METRIC_RENEW_LATENCY: Final = "RenewLatency"
 METRIC_RECONNECTS: Final = "Reconnects"
 METRIC_HANDLER_ERRORS: Final = "HandlerErrors"
 METRIC_UPSTREAM_GIVE_UPS: Final = "UpstreamGiveUps"
+METRIC_SESSION_RENEW_FAILURES: Final = "SessionRenewFailures"
 # Router and sweeper: nudges sent, one metric per ``reason`` (extra dimension), and failures.
 METRIC_NUDGES: Final = "Nudges"
 DIMENSION_REASON: Final = "reason"
@@ -93,6 +106,10 @@ METRIC_NORMALISED: Final = "Normalised"
 METRIC_SWEEPS: Final = "Sweeps"
 METRIC_SWEEP_ERRORS: Final = "SweepErrors"
 METRIC_OLDEST_ORPHAN_AGE: Final = "OldestOrphanAge"
+# Sessions the sweeper declared dead (silent past their TTL), and the streams it released
+# from dead or ended sessions. The dead-session alarm watches the first.
+METRIC_DEAD_SESSIONS: Final = "DeadSessions"
+METRIC_STREAMS_REAPED: Final = "StreamsReaped"
 
 # The container health check: exits 0 while the worker's supervisor loop is alive.
 WORKER_HEALTH_COMMAND: Final = ("python", "-m", "worker.health")
