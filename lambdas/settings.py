@@ -5,6 +5,7 @@ variable and the allowed range — not a ``ValueError`` deep inside an invocatio
 
     HOLDFAST_TABLE                 lease table name (required)
     HOLDFAST_QUEUE_URL             nudge queue URL (required)
+    HOLDFAST_SESSION_TABLE         worker session table (unset: no session sweep / orders)
     HOLDFAST_SKEW_MS               clock-skew allowance, as the workers use it      (1000)
     HOLDFAST_LEASE_MS              lease length, as the workers use it               (20000)
     HOLDFAST_NUDGE_SEND_ATTEMPTS   SendMessageBatch rounds per invocation            (3)
@@ -52,6 +53,7 @@ def _required(env: Mapping[str, str], name: str) -> str:
 class Settings:
     table: str
     queue_url: str
+    session_table: str | None = None
     skew_ms: int = 1_000
     lease_ms: int = 20_000
     send_attempts: int = 3
@@ -68,6 +70,7 @@ class Settings:
         return cls(
             table=_required(e, "HOLDFAST_TABLE"),
             queue_url=_required(e, "HOLDFAST_QUEUE_URL"),
+            session_table=e.get("HOLDFAST_SESSION_TABLE", "").strip() or None,
             skew_ms=env_int(e, "HOLDFAST_SKEW_MS", 1_000, 0, 60_000),
             lease_ms=env_int(e, "HOLDFAST_LEASE_MS", 20_000, 1_000, 3_600_000),
             send_attempts=env_int(e, "HOLDFAST_NUDGE_SEND_ATTEMPTS", 3, 1, 10),

@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from holdfast.core import rules
 from holdfast.core.aws import call
 from holdfast.core.exceptions import LeaseError, StoreUnavailable
 from holdfast.core.model import Lease
-from holdfast.core.schema import ATTR, STARTED, pk_for
-from holdfast.core.store import LeaseStore, _num, _renewed, _str
+from holdfast.core.schema import pk_for
+from holdfast.core.store import LeaseStore, _renewed, renew_clauses
 
 __all__ = ["BATCH_LIMIT", "RenewMode", "RenewRequest", "RenewResult", "renew_many"]
 
@@ -31,8 +31,11 @@ RenewMode = Literal["batch", "single"]
 
 @dataclass(frozen=True, slots=True)
 class RenewRequest:
+    """Renew ``lease`` (``extend``) and/or checkpoint ``handled_seq``."""
+
     lease: Lease
     handled_seq: int | None = None
+    extend: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,14 @@ def renew_many(store: LeaseStore, requests: Sequence[RenewRequest], mode: RenewM
     With ``pool`` the calls run concurrently: 5,000 leases are 200 batch calls, about 3 s
     back to back at 15 ms each, which would eat most of a 5 s heartbeat.
     """
+    # A checkpoint-only request whose checkpoint did not move has nothing to write.
+    idle = {i for i, r in enumerate(requests) if not r.extend and rules.next_checkpoint(
+        r.lease.last_seq, r.handled_seq) is None}
+    if idle:
+        busy = [r for i, r in enumerate(requests) if i not in idle]
+        done = iter(renew_many(store, busy, mode, pool=pool))
+        return [RenewResult(r.lease.conn_id, r.lease) if i in idle else next(done)
+                for i, r in enumerate(requests)]
     step = BATCH_LIMIT if mode == "batch" else 1
     chunks = [requests[i:i + step] for i in range(0, len(requests), step)]
 
@@ -66,42 +77,29 @@ def renew_many(store: LeaseStore, requests: Sequence[RenewRequest], mode: RenewM
 
 def _renew_one(store: LeaseStore, request: RenewRequest) -> RenewResult:
     try:
-        return RenewResult(request.lease.conn_id, store.renew(request.lease, request.handled_seq))
+        return RenewResult(request.lease.conn_id, store.renew(
+            request.lease, request.handled_seq, extend=request.extend))
     except LeaseError as exc:
         return RenewResult(request.lease.conn_id, None, exc)
 
 
-def _statement(store: LeaseStore, request: RenewRequest, now: int,
-               expires: int) -> tuple[dict[str, Any], int | None]:
-    lease = request.lease
-    seq = rules.next_checkpoint(lease.last_seq, request.handled_seq)
-    sets = [f"SET {ATTR.lease_expires_at_ms} = ?", f"SET {ATTR.updated_at_ms} = ?"]
-    params: list[dict[str, str]] = [_num(expires), _num(now)]
-    where = (f"WHERE {ATTR.pk} = ? AND {ATTR.lease_owner} = ? AND {ATTR.epoch} = ? "
-             f"AND {ATTR.desired_state} = ? AND {ATTR.lease_expires_at_ms} <= ?")
-    params_where = [_str(pk_for(lease.conn_id)), _str(lease.owner), _num(lease.epoch),
-                    _str(STARTED), _num(expires)]
-    if seq is not None:
-        sets.append(f"SET {ATTR.last_seq} = ?")
-        params.append(_num(seq))
-        where += f" AND ({ATTR.last_seq} IS MISSING OR {ATTR.last_seq} <= ?)"
-        params_where.append(_num(seq))
-    statement = f'UPDATE "{store.table}" {" ".join(sets)} {where}'
-    return {"Statement": statement, "Parameters": params + params_where}, seq
-
-
 def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest]) -> list[RenewResult]:
     now = store.clock()
-    expires = now + store.lease_ms
-    built = [_statement(store, r, now, expires) for r in chunk]
+    built = []
+    for r in chunk:
+        expires = now + store.lease_ms if r.extend else None
+        seq = rules.next_checkpoint(r.lease.last_seq, r.handled_seq)
+        clauses = renew_clauses(r.lease, now, expires, seq)
+        built.append((clauses.partiql(store.table, pk_for(r.lease.conn_id)), seq, expires))
     try:
         resp = call("renew_many", store.client.batch_execute_statement,
-                    Statements=[s for s, _ in built])
+                    Statements=[s for s, _, _ in built])
     except StoreUnavailable:
         # The whole call failed: settle each lease on its own, which resolves unknown outcomes.
         return [_renew_one(store, r) for r in chunk]
     out: list[RenewResult] = []
-    for request, (_, seq), answer in zip(chunk, built, resp.get("Responses", []), strict=True):
+    for request, (_, seq, expires), answer in zip(chunk, built, resp.get("Responses", []),
+                                                 strict=True):
         if "Error" in answer:
             out.append(_renew_one(store, request))
         else:

@@ -4,9 +4,11 @@
     ├── ConfigError            a setting is missing or out of range
     ├── MalformedItem          a lease item (or stream image) that breaks the schema
     ├── UnsafeUrl              a ws_url refused by the URL policy (scheme, address, allow-list)
+    ├── SessionConflict        another live process already runs with this worker id
     └── LeaseError
         ├── AcquireFailed      someone else holds it, it is STOPPED, in back-off, or gone
         ├── LeaseLost          a renew/release found another owner, STOPPED, or no item
+        ├── SessionLost        the worker's session is DEAD, ended or replaced: stop everything
         └── StoreUnavailable   DynamoDB did not answer decisively (timeout, 5xx, throttling)
 """
 
@@ -26,6 +28,8 @@ __all__ = [
     "LeaseLost",
     "LossReason",
     "MalformedItem",
+    "SessionConflict",
+    "SessionLost",
     "StoreUnavailable",
     "UnsafeUrl",
 ]
@@ -96,3 +100,26 @@ class StoreUnavailable(LeaseError):
         super().__init__(f"{operation}: DynamoDB unavailable ({detail})")
         self.operation = operation
         self.detail = detail
+
+
+class SessionConflict(HoldfastError):
+    """A live session already uses this worker id: a second process must not share it."""
+
+    def __init__(self, worker_id: str, incarnation: str, expires_in_ms: int) -> None:
+        super().__init__(
+            f"worker id {worker_id!r} is in use by a live process (incarnation {incarnation}, "
+            f"its session expires in {max(0, expires_in_ms)} ms unless renewed): give each "
+            "process its own HOLDFAST_WORKER_ID")
+        self.worker_id = worker_id
+        self.incarnation = incarnation
+        self.expires_in_ms = expires_in_ms
+
+
+class SessionLost(LeaseError):
+    """The worker's session is no longer alive: every stream it owned must stop now."""
+
+    def __init__(self, worker_id: str, incarnation: str, why: str) -> None:
+        super().__init__(f"session {worker_id}#{incarnation} lost: {why}")
+        self.worker_id = worker_id
+        self.incarnation = incarnation
+        self.why = why

@@ -19,9 +19,11 @@ __all__ = [
     "MAX_EPOCH",
     "MAX_SEQ",
     "MAX_TIMESTAMP_MS",
+    "MAX_WORKER_ID_LEN",
     "Lease",
     "LeaseItem",
     "validate_conn_id",
+    "validate_worker_id",
 ]
 
 # Far beyond anything real (year ~2286) but small enough to stay exact in a float/JS number.
@@ -30,7 +32,10 @@ MAX_SEQ = 2**63 - 1
 MAX_EPOCH = 2**53
 MAX_URL_LEN = 4096
 MAX_OWNER_LEN = 256
+# A worker id never contains "#": lease_owner is "<worker id>#<incarnation>" (schema.owner_for).
+MAX_WORKER_ID_LEN = 200
 _CONN_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,200}$")
+_WORKER_ID = re.compile(rf"^[A-Za-z0-9._:@/+=-]{{1,{MAX_WORKER_ID_LEN}}}$")
 
 AttributeMap = Mapping[str, Any]
 
@@ -43,6 +48,15 @@ def validate_conn_id(conn_id: str) -> str:
             "letters, digits and ._:@/+=-"
         )
     return conn_id
+
+
+def validate_worker_id(worker_id: str) -> str:
+    """Return ``worker_id`` if it is a usable worker id, else raise ``ValueError``."""
+    if not isinstance(worker_id, str) or not _WORKER_ID.fullmatch(worker_id):
+        raise ValueError(
+            f"invalid worker id {str(worker_id)[:80]!r}: 1-{MAX_WORKER_ID_LEN} characters of "
+            "letters, digits and ._:@/+=-")
+    return worker_id
 
 
 @dataclass(frozen=True, slots=True)

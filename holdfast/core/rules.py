@@ -26,6 +26,7 @@ __all__ = [
     "is_expired",
     "next_checkpoint",
     "renew_due_mono_ms",
+    "session_action",
 ]
 
 
@@ -102,3 +103,15 @@ def next_checkpoint(stored: int | None, handled: int | None) -> int | None:
     if stored is not None and handled <= stored:
         return None
     return handled
+
+
+def session_action(state: str, expires_at_ms: int, reaped: bool, now_wall_ms: int,
+                   skew_ms: int) -> str:
+    """What the sweeper does with a session: "declare_dead", "reap", "wait" or "none".
+
+    ALIVE and silent past TTL + skew: declare it dead (then reap). ALIVE otherwise: wait for
+    its expiry. DEAD or ENDED and not yet reaped: release what it still owns.
+    """
+    if state == "ALIVE":
+        return "declare_dead" if is_expired(expires_at_ms, now_wall_ms, skew_ms) else "wait"
+    return "none" if reaped else "reap"

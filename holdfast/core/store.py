@@ -14,6 +14,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules
@@ -26,12 +27,12 @@ from holdfast.core.exceptions import (
     StoreUnavailable,
 )
 from holdfast.core.model import Lease, LeaseItem
-from holdfast.core.schema import ATTR, STARTED, pk_for
+from holdfast.core.schema import ATTR, STARTED, LeaseStatus, pk_for
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["QUARANTINE_MS", "LeaseStore", "wall_clock_ms"]
+__all__ = ["QUARANTINE_MS", "LeaseStore", "RenewClauses", "renew_clauses", "wall_clock_ms"]
 
 # How long a malformed STARTED item is parked before the sweep looks at it again.
 QUARANTINE_MS = 300_000
@@ -123,7 +124,7 @@ class LeaseStore:
                 "SET #owner = :me, #exp = :exp, #status = :running, #upd = :now, #token = :token "
                 "ADD #epoch :one",
                 "#ds = :started AND (attribute_not_exists(#exp) OR #exp <= :cutoff)",
-                {":me": _str(owner), ":exp": _num(expires), ":running": _str("RUNNING"),
+                {":me": _str(owner), ":exp": _num(expires), ":running": _str(LeaseStatus.RUNNING),
                  ":token": _str(token),
                  ":now": _num(now), ":one": _num(1), ":started": _str(STARTED),
                  ":cutoff": _num(rules.acquire_cutoff_ms(now, self.skew_ms))},
@@ -169,26 +170,24 @@ class LeaseStore:
             return self._as_lease(conn_id, owner, raw)
         raise StoreUnavailable("acquire", "no answer, and the lease is not ours on re-read")
 
-    def renew(self, lease: Lease, handled_seq: int | None = None) -> Lease:
-        """Extend ``lease`` and checkpoint ``handled_seq`` in one write; ``LeaseLost`` if lost."""
+    def renew(self, lease: Lease, handled_seq: int | None = None, *,
+              extend: bool = True) -> Lease:
+        """Extend ``lease`` and checkpoint ``handled_seq`` in one write; ``LeaseLost`` if lost.
+
+        With ``extend=False`` only the checkpoint is written (a session keeps the stream alive):
+        no index key moves, and nothing is written at all if the checkpoint did not move.
+        """
         now = self.clock()
-        expires = now + self.lease_ms
+        expires = now + self.lease_ms if extend else None
         seq = rules.next_checkpoint(lease.last_seq, handled_seq)
-        update = "SET #exp = :exp, #upd = :now"
-        # ``#exp <= :exp``: a delayed write of an older renewal (sent, timed out, landed late)
-        # must never shorten the lease below what a later renewal promised its holder.
-        condition = "#owner = :me AND #epoch = :epoch AND #ds = :started AND #exp <= :exp"
-        values: dict[str, Any] = {":exp": _num(expires), ":now": _num(now),
-                                  ":me": _str(lease.owner), ":epoch": _num(lease.epoch),
-                                  ":started": _str(STARTED)}
-        if seq is not None:
-            update += ", #seq = :seq"
-            condition += " AND (attribute_not_exists(#seq) OR #seq <= :seq)"
-            values[":seq"] = _num(seq)
+        if expires is None and seq is None:
+            return lease
+        clauses = renew_clauses(lease, now, expires, seq)
+        update, condition, values = clauses.update_expression()
         try:
             self._update("renew", lease.conn_id, update, condition, values)
         except ConditionFailed as failed:
-            raced = _overtaken(lease, failed.item, expires)
+            raced = _overtaken(lease, failed.item, expires, seq)
             if raced is None:
                 raise self._lost(lease, failed.item) from None
             return raced
@@ -197,7 +196,8 @@ class LeaseStore:
             reason = self._loss_of(lease, raw)
             if reason is not None:
                 raise LeaseLost(lease.conn_id, reason, _parse_or_none(raw)) from None
-            landed = raw is not None and _int_of(raw, ATTR.lease_expires_at_ms) == expires and (
+            landed = raw is not None and (
+                expires is None or _int_of(raw, ATTR.lease_expires_at_ms) == expires) and (
                 seq is None or _int_of(raw, ATTR.last_seq) == seq)
             if not landed:
                 raise  # still ours but not renewed: the caller retries before its fence
@@ -227,7 +227,9 @@ class LeaseStore:
         update = "SET #exp = :exp, #status = :status, #upd = :now, #errs = :errs"
         values: dict[str, Any] = {
             ":exp": _num(retry_at_ms if error is not None and retry_at_ms else 0),
-            ":status": _str("BACKOFF" if error is not None else "RELEASED"), ":now": _num(now),
+            ":status": _str(LeaseStatus.BACKOFF if error is not None
+                            else LeaseStatus.RELEASED),
+            ":now": _num(now),
             ":errs": _num(lease.error_count + 1 if error is not None else 0),
             ":me": _str(lease.owner), ":epoch": _num(lease.epoch)}
         condition = "#owner = :me AND #epoch = :epoch"
@@ -263,7 +265,8 @@ class LeaseStore:
                 "SET #status = :invalid, #err = :err, #exp = :until, #upd = :now REMOVE #owner",
                 "#ds = :started AND (attribute_not_exists(#owner) OR #owner = :me "
                 "OR attribute_not_exists(#exp) OR #exp <= :cutoff)",
-                {":invalid": _str("INVALID"), ":err": _str(f"malformed item: {reason}"[:1000]),
+                {":invalid": _str(LeaseStatus.INVALID),
+                 ":err": _str(f"malformed item: {reason}"[:1000]),
                  ":until": _num(now + QUARANTINE_MS), ":now": _num(now), ":me": _str(owner),
                  ":started": _str(STARTED),
                  ":cutoff": _num(rules.acquire_cutoff_ms(now, self.skew_ms))})
@@ -279,7 +282,76 @@ class LeaseStore:
         return True
 
 
-def _overtaken(lease: Lease, raw: dict[str, Any] | None, expires: int) -> Lease | None:
+@dataclass(frozen=True, slots=True)
+class RenewClauses:
+    """The renew/checkpoint write as data, rendered for UpdateItem and for PartiQL alike.
+
+    Conditions: owner and epoch (the fencing pair), STARTED, the expiry never shortened (a late
+    older renewal must not cut a lease short) and the checkpoint never backwards.
+    """
+
+    sets: tuple[tuple[str, dict[str, str]], ...]
+    equals: tuple[tuple[str, dict[str, str]], ...]
+    at_most: tuple[tuple[str, dict[str, str]], ...]  # attribute <= value
+    at_most_or_missing: tuple[tuple[str, dict[str, str]], ...]
+
+    def update_expression(self) -> tuple[str, str, dict[str, Any]]:
+        """(UpdateExpression, ConditionExpression, values) with ``_NAMES`` placeholders."""
+        alias = {v: k for k, v in _NAMES.items()}
+        values: dict[str, Any] = {}
+
+        def val(attr: str, kind: str, value: dict[str, str]) -> str:
+            name = f":{kind}_{alias[attr][1:]}"
+            values[name] = value
+            return name
+
+        update = "SET " + ", ".join(f"{alias[a]} = {val(a, 'set', v)}" for a, v in self.sets)
+        conds = [f"{alias[a]} = {val(a, 'eq', v)}" for a, v in self.equals]
+        conds += [f"{alias[a]} <= {val(a, 'max', v)}" for a, v in self.at_most]
+        conds += [f"(attribute_not_exists({alias[a]}) OR {alias[a]} <= {val(a, 'max', v)})"
+                  for a, v in self.at_most_or_missing]
+        return update, " AND ".join(conds), values
+
+    def partiql(self, table: str, pk: str) -> dict[str, Any]:
+        """One PartiQL UPDATE statement with the same effect and condition."""
+        params: list[dict[str, str]] = [v for _, v in self.sets]
+        where = [f"{ATTR.pk} = ?"]
+        params.append(_str(pk))
+        for a, v in self.equals:
+            where.append(f"{a} = ?")
+            params.append(v)
+        for a, v in self.at_most:
+            where.append(f"{a} <= ?")
+            params.append(v)
+        for a, v in self.at_most_or_missing:
+            where.append(f"({a} IS MISSING OR {a} <= ?)")
+            params.append(v)
+        sets = " ".join(f"SET {a} = ?" for a, _ in self.sets)
+        return {"Statement": f'UPDATE "{table}" {sets} WHERE {" AND ".join(where)}',
+                "Parameters": params}
+
+
+def renew_clauses(lease: Lease, now: int, expires: int | None, seq: int | None) -> RenewClauses:
+    """The one definition of a renew (``expires`` set) or checkpoint-only write."""
+    sets: list[tuple[str, dict[str, str]]] = []
+    at_most: list[tuple[str, dict[str, str]]] = []
+    if expires is not None:
+        sets.append((ATTR.lease_expires_at_ms, _num(expires)))
+        at_most.append((ATTR.lease_expires_at_ms, _num(expires)))
+    sets.append((ATTR.updated_at_ms, _num(now)))
+    seq_clause: tuple[tuple[str, dict[str, str]], ...] = ()
+    if seq is not None:
+        sets.append((ATTR.last_seq, _num(seq)))
+        seq_clause = ((ATTR.last_seq, _num(seq)),)
+    return RenewClauses(
+        sets=tuple(sets),
+        equals=((ATTR.lease_owner, _str(lease.owner)), (ATTR.epoch, _num(lease.epoch)),
+                (ATTR.desired_state, _str(STARTED))),
+        at_most=tuple(at_most), at_most_or_missing=seq_clause)
+
+
+def _overtaken(lease: Lease, raw: dict[str, Any] | None, expires: int | None,
+               seq: int | None) -> Lease | None:
     """The lease as stored if a later write of our own (same owner and epoch) landed first.
 
     Two renewals of one lease can race (a heartbeat and a first checkpoint); the one computed
@@ -291,15 +363,18 @@ def _overtaken(lease: Lease, raw: dict[str, Any] | None, expires: int) -> Lease 
     if current is None or rules.classify_loss(current, lease.owner, lease.epoch) is not None:
         return None
     stored_exp = current.lease_expires_at_ms or 0
-    if stored_exp < expires:
+    if expires is not None and stored_exp < expires:
         # Not overtaken by a later renewal: the checkpoint was moved past ours by someone else.
+        return None
+    if expires is None and (seq is None or (current.last_seq or -1) < seq):
         return None
     return Lease(lease.conn_id, lease.owner, lease.epoch, stored_exp, lease.ws_url,
                  current.last_seq, lease.error_count)
 
 
-def _renewed(lease: Lease, expires: int, seq: int | None) -> Lease:
-    return Lease(lease.conn_id, lease.owner, lease.epoch, expires, lease.ws_url,
+def _renewed(lease: Lease, expires: int | None, seq: int | None) -> Lease:
+    return Lease(lease.conn_id, lease.owner, lease.epoch,
+                 lease.expires_at_ms if expires is None else expires, lease.ws_url,
                  seq if seq is not None else lease.last_seq, lease.error_count)
 
 

@@ -26,7 +26,7 @@ from holdfast.runner.exceptions import StreamNotFound
 from holdfast.runner.matcher import FilterSet
 from holdfast.runner.stream import StreamReader, stream_arn_of, to_lambda_record
 from lambdas.settings import Settings
-from lambdas.sweeper.loop import SweepDeps, memory_for, run_sweeps
+from lambdas.sweeper.loop import SweepDeps, memory_for, run_sweeps, session_store_for
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -169,7 +169,8 @@ class Runner:
         settings = Settings.from_env()
         sqs = self.sqs or sqs_client(client_config(read_timeout=5.0))
         deps = SweepDeps(self.ddb, sqs, settings, sleep=self.stop.wait,
-                         log=logging.getLogger("holdfast.runner.sweeper"))
+                         log=logging.getLogger("holdfast.runner.sweeper"),
+                         sessions=session_store_for(self.ddb, settings))
         memory = memory_for(settings)
 
         def sweep() -> None:

@@ -19,11 +19,18 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
+from holdfast.core import names
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, service_name
 from lambdas.settings import Settings
 from lambdas.sweeper.dedup import NudgeMemory
-from lambdas.sweeper.loop import SweepDeps, SweepStats, memory_for, run_sweeps
+from lambdas.sweeper.loop import (
+    SweepDeps,
+    SweepStats,
+    memory_for,
+    run_sweeps,
+    session_store_for,
+)
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -50,8 +57,9 @@ def configure(deps: SweepDeps | None, memory: NudgeMemory | None = None) -> None
 def _current() -> tuple[SweepDeps, NudgeMemory]:
     if "deps" not in _state:
         settings = Settings.from_env()
-        deps = SweepDeps(dynamodb_client(client_config(read_timeout=2.0)),
-                         sqs_client(client_config(read_timeout=5.0)), settings, log=logger)
+        ddb = dynamodb_client(client_config(read_timeout=2.0))
+        deps = SweepDeps(ddb, sqs_client(client_config(read_timeout=5.0)), settings, log=logger,
+                         sessions=session_store_for(ddb, settings))
         configure(deps)
     deps, memory = _state["deps"], _state["memory"]
     assert isinstance(deps, SweepDeps) and isinstance(memory, NudgeMemory)
@@ -82,7 +90,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     if metrics_enabled():
         _emit(stats)
     summary = {"sweeps": stats.sweeps, "errors": stats.errors, "nudged": stats.nudged,
-               "failed": stats.failed, "oldest_orphan_age_ms": stats.oldest_age_ms}
+               "failed": stats.failed, "oldest_orphan_age_ms": stats.oldest_age_ms,
+               "dead_sessions": stats.dead_sessions, "streams_reaped": stats.reaped,
+               "malformed_sessions": stats.malformed_sessions}
     logger.info("sweeper invocation done", extra=summary)
     return summary
 
@@ -93,4 +103,8 @@ def _emit(stats: SweepStats) -> None:
     metrics.add_metric(name="NudgesFailed", unit=MetricUnit.Count, value=stats.failed)
     metrics.add_metric(name="OldestOrphanAge", unit=MetricUnit.Milliseconds,
                        value=stats.oldest_age_ms)
+    metrics.add_metric(name=names.METRIC_DEAD_SESSIONS, unit=MetricUnit.Count,
+                       value=stats.dead_sessions)
+    metrics.add_metric(name=names.METRIC_STREAMS_REAPED, unit=MetricUnit.Count,
+                       value=stats.reaped)
     emit_counts_by("Nudges", "reason", stats.nudged, service=SERVICE)

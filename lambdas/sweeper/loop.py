@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Protocol
 from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core import rules
-from holdfast.core.exceptions import HoldfastError
+from holdfast.core.exceptions import HoldfastError, MalformedItem
+from holdfast.core.schema import SessionState
+from holdfast.core.sessions import SessionItem, SessionStore
 from holdfast.core.store import wall_clock_ms
 from holdfast.core.table import Orphan, find_orphans
 from lambdas.nudge import Nudge, send_nudges
@@ -31,8 +33,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["LogLike", "SweepDeps", "SweepResult", "SweepStats", "memory_for", "run_sweeps",
-           "sweep_once"]
+__all__ = ["LogLike", "SessionSweep", "SweepDeps", "SweepResult", "SweepStats", "memory_for",
+           "run_sweeps", "session_store_for", "sweep_once", "sweep_sessions"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,7 @@ class SweepDeps:
     clock: Callable[[], int] = wall_clock_ms
     sleep: Callable[[float], object] = time.sleep
     log: LogLike | None = None
+    sessions: SessionStore | None = None  # None: no session table, leases only
 
 
 @dataclass
@@ -72,6 +75,9 @@ class SweepResult:
     next_due_ms: int | None
     complete: bool
     oldest_age_ms: int = 0
+    dead: list[str] = field(default_factory=list)  # owners declared dead by this sweep
+    reaped: int = 0  # streams released from dead or ended sessions
+    malformed_sessions: int = 0
 
 
 @dataclass
@@ -81,13 +87,27 @@ class SweepStats:
     nudged: dict[str, int] = field(default_factory=dict)
     failed: int = 0
     oldest_age_ms: int = 0
+    dead_sessions: int = 0
+    reaped: int = 0
+    malformed_sessions: int = 0
 
     def add(self, result: SweepResult) -> None:
         self.sweeps += 1
+        self.dead_sessions += len(result.dead)
+        self.reaped += result.reaped
+        self.malformed_sessions += result.malformed_sessions
         for nudge in result.nudged:
             self.nudged[nudge.reason] = self.nudged.get(nudge.reason, 0) + 1
         self.failed += len(result.failed)
         self.oldest_age_ms = max(self.oldest_age_ms, result.oldest_age_ms)
+
+
+def session_store_for(ddb: DynamoDBClient, settings: Settings) -> SessionStore | None:
+    """The session store the sweeper (and router) use; None when no session table is set."""
+    if settings.session_table is None:
+        return None
+    return SessionStore(ddb, settings.session_table, settings.table, ttl_ms=settings.lease_ms,
+                        skew_ms=settings.skew_ms)
 
 
 def memory_for(settings: Settings) -> NudgeMemory:
@@ -102,10 +122,63 @@ def _reason(orphan: Orphan) -> str:
     return "unclaimed" if orphan.expires_at_ms == 0 else "expired"
 
 
+@dataclass
+class SessionSweep:
+    dead: list[str] = field(default_factory=list)
+    reaped: int = 0
+    malformed: int = 0
+    next_due_ms: int | None = None
+
+
+def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
+                   logger: LogLike) -> SessionSweep:
+    """Declare silent sessions dead and release the streams of dead or ended ones.
+
+    One Scan of the session table (one item per worker). A malformed or foreign item is
+    logged and skipped; it never stops the others from being handled.
+    """
+    out = SessionSweep()
+    for item in store.scan():
+        if isinstance(item, MalformedItem):
+            out.malformed += 1
+            logger.error("skipping malformed session item: %s", item,
+                         extra={"key": item.key[:200], "reason": item.reason[:300]})
+            continue
+        action = rules.session_action(item.state.value, item.expires_at_ms, item.reaped,
+                                      now, skew_ms)
+        if action == "wait":
+            due = item.expires_at_ms + skew_ms
+            out.next_due_ms = due if out.next_due_ms is None else min(out.next_due_ms, due)
+            continue
+        target = item
+        if action == "declare_dead" and store.mark_dead(item):
+            out.dead.append(item.owner)
+            logger.info("session %s declared dead (silent %d ms past its TTL)", item.owner,
+                        now - item.expires_at_ms,
+                        extra={"owner": item.owner, "held": item.held})
+            target = _as_dead(item)
+        if action in ("declare_dead", "reap"):
+            # A session that lost the race (a late heartbeat renewed it) is still ALIVE here,
+            # and reap() leaves an ALIVE session alone.
+            released = store.reap(target)
+            out.reaped += released
+            if released:
+                logger.info("released %d streams of session %s", released, item.owner,
+                            extra={"owner": item.owner, "released": released})
+    return out
+
+
+def _as_dead(item: SessionItem) -> SessionItem:
+    return SessionItem(item.worker_id, item.incarnation, SessionState.DEAD, item.expires_at_ms,
+                       item.heartbeat_at_ms, item.held, item.capacity, item.orders, item.reaped)
+
+
 def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     """One sweep; raises ``HoldfastError`` if DynamoDB did not answer (SQS errors are reported)."""
     s = deps.settings
     now = deps.clock()
+    sessions = (sweep_sessions(deps.sessions, now, s.skew_ms, deps.log or log)
+                if deps.sessions is not None else SessionSweep())
     items = list(islice(find_orphans(deps.ddb, s.table, now_ms=now + s.sweep_interval_ms,
                                      skew_ms=s.skew_ms, page_size=PAGE_SIZE), MAX_SCAN))
     cutoff = rules.acquire_cutoff_ms(now, s.skew_ms)
@@ -123,9 +196,10 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     else:
         memory.prune(now)
     ages = [now - o.expires_at_ms for o in due if o.expires_at_ms > 0]
-    return SweepResult(due, report.sent, report.failed,
-                       min(upcoming) + s.skew_ms if upcoming else None, complete,
-                       max(ages, default=0))
+    wake = [t for t in (min(upcoming) + s.skew_ms if upcoming else None, sessions.next_due_ms)
+            if t is not None]
+    return SweepResult(due, report.sent, report.failed, min(wake, default=None), complete,
+                       max(ages, default=0), sessions.dead, sessions.reaped, sessions.malformed)
 
 
 def run_sweeps(deps: SweepDeps, memory: NudgeMemory, *, should_stop: Callable[[], bool],
