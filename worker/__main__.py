@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from aws_lambda_powertools import Logger
 
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
-from holdfast.core.exceptions import ConfigError, HoldfastError
+from holdfast.core.exceptions import ConfigError, HoldfastError, SessionConflict
 from worker.config import WorkerConfig, load_config
 from worker.handler import load_handler
 from worker.protocol import load_protocol
@@ -80,6 +80,10 @@ def main(env: Mapping[str, str] | None = None) -> int:
         asyncio.run(_serve(worker, logger))
     except ConfigError as exc:
         print(f"holdfast worker: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except SessionConflict as exc:
+        logger.error("refusing to start: worker id in use", error=str(exc))
+        print(f"holdfast worker: {exc}", file=sys.stderr)
         return 2
     return 0
 

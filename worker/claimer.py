@@ -35,6 +35,7 @@ from aws_lambda_powertools import Logger
 from holdfast.core.aws import call
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.model import validate_conn_id
+from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.table import find_orphans
 from worker.backoff import jittered
 from worker.metrics import WorkerMetrics
@@ -275,6 +276,9 @@ class Reconciler:
     wall_ms: Callable[[], int]
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rand: Callable[[], float] = random.random
+    # The session half of the sweeper, as a safety net for a sweeper that is down: declare
+    # silent sessions dead and release their streams (the router then nudges them).
+    sessions: SessionStore | None = None
 
     async def run(self) -> None:
         while True:
@@ -286,6 +290,12 @@ class Reconciler:
 
     async def sweep(self) -> int:
         """One pass; returns how many streams it claimed."""
+        if self.sessions is not None:
+            swept = await asyncio.to_thread(sweep_sessions, self.sessions, self.wall_ms(),
+                                            self.skew_ms, logger)
+            if swept.dead or swept.reaped:
+                logger.info("reconcile sweep reaped sessions", dead=len(swept.dead),
+                            released=swept.reaped)
         free = self.free_capacity()
         if free <= 0:
             return 0

@@ -17,15 +17,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from holdfast.core import names
 from holdfast.core.batch import RenewMode
 from holdfast.core.exceptions import ConfigError
-from holdfast.core.model import MAX_OWNER_LEN
+from holdfast.core.model import MAX_WORKER_ID_LEN
 from holdfast.core.rules import LeaseTiming
 from holdfast.core.urls import UrlPolicy, parse_allow_list
 
-__all__ = ["WorkerConfig", "default_worker_id", "ecs_task_id", "load_config"]
+__all__ = ["Liveness", "WorkerConfig", "default_worker_id", "ecs_task_id", "load_config"]
 
-_WORKER_ID = re.compile(rf"^[A-Za-z0-9._:@/+=-]{{1,{MAX_OWNER_LEN}}}$")
+_WORKER_ID = re.compile(rf"^[A-Za-z0-9._:@/+=-]{{1,{MAX_WORKER_ID_LEN}}}$")
+Liveness = Literal["session", "lease"]
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
@@ -37,7 +39,12 @@ class WorkerConfig:
     table: str
     queue_url: str
     worker_id: str
-    timing: LeaseTiming = field(default_factory=LeaseTiming)
+    timing: LeaseTiming = field(default_factory=lambda: LeaseTiming(8_000, 2_000))
+    # "session": one heartbeat per worker keeps all its streams (the default); "lease": the
+    # seed's per-stream heartbeats, kept as the benchmark's baseline.
+    liveness: Liveness = "session"
+    session_table: str | None = None
+    checkpoint_ms: int = 20_000
     max_connections: int = 1000
     reconcile_s: float = 60.0
     handler: str | None = None
@@ -120,8 +127,16 @@ def load_config(env: Mapping[str, str] | None = None, *,
     queue_url = e.required("HOLDFAST_QUEUE_URL", "the SQS nudge queue URL")
     if not queue_url.startswith(("https://", "http://")):
         raise ConfigError(f"HOLDFAST_QUEUE_URL={queue_url[:80]!r} is not a queue URL")
-    lease_s = e.number("HOLDFAST_LEASE_SECONDS", 20, lo=0.5, hi=3600)
-    heartbeat_s = e.number("HOLDFAST_HEARTBEAT_SECONDS", 5, lo=0.05, hi=1200)
+    liveness: Liveness = "lease" if e.choice(
+        names.ENV_LIVENESS, "session", ("session", "lease")) == "lease" else "session"
+    session_table = e.raw(names.ENV_SESSION_TABLE)
+    if liveness == "session" and session_table is None:
+        raise ConfigError(f"{names.ENV_SESSION_TABLE} is not set: it must name the worker "
+                          f"session table (or set {names.ENV_LIVENESS}=lease)")
+    # With sessions the lease is the session's TTL: how long a silent worker keeps its streams.
+    lease_s = e.number(names.ENV_LEASE_SECONDS, 8, lo=0.5, hi=3600)
+    heartbeat_s = e.number(names.ENV_HEARTBEAT_SECONDS, 2, lo=0.05, hi=1200)
+    checkpoint_s = e.number(names.ENV_CHECKPOINT_SECONDS, 20, lo=0.05, hi=3600)
     skew_ms = e.number("HOLDFAST_SKEW_MS", 1000, lo=0, hi=60_000, integer=True)
     margin_ms = e.number("HOLDFAST_MARGIN_MS", min(1000, lease_s * 100), lo=0, hi=60_000,
                          integer=True)
@@ -137,7 +152,7 @@ def load_config(env: Mapping[str, str] | None = None, *,
         raise ConfigError(f"HOLDFAST_ALLOWED_HOSTS: {exc}") from None
     wid = e.raw("HOLDFAST_WORKER_ID") or (worker_id or default_worker_id)(e.env)
     if not _WORKER_ID.fullmatch(wid):
-        raise ConfigError(f"HOLDFAST_WORKER_ID={wid[:60]!r} must be 1-{MAX_OWNER_LEN} "
+        raise ConfigError(f"HOLDFAST_WORKER_ID={wid[:60]!r} must be 1-{MAX_WORKER_ID_LEN} "
                           "letters, digits and ._:@/+=-")
     mode: Literal["batch", "single"] = "batch" if e.choice(
         "HOLDFAST_RENEW_MODE", "batch", ("batch", "single")) == "batch" else "single"
@@ -147,7 +162,8 @@ def load_config(env: Mapping[str, str] | None = None, *,
                           "'package.module:function'")
     shutdown_s = e.number("HOLDFAST_SHUTDOWN_SECONDS", 25, lo=1, hi=7200)
     return WorkerConfig(
-        table=table, queue_url=queue_url, worker_id=wid, timing=timing,
+        table=table, queue_url=queue_url, worker_id=wid, timing=timing, liveness=liveness,
+        session_table=session_table, checkpoint_ms=round(checkpoint_s * 1000),
         max_connections=int(e.number("HOLDFAST_MAX_CONNECTIONS", 1000, lo=1, hi=100_000,
                                      integer=True)),
         reconcile_s=e.number("HOLDFAST_RECONCILE_SECONDS", 60, lo=0, hi=86_400),

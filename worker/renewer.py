@@ -1,6 +1,9 @@
-"""Heartbeats and self-fencing for every lease a worker holds.
+"""Per-stream writes and self-fencing for every lease a worker holds.
 
-Every heartbeat: one ``renew_many`` (batched PartiQL, or single UpdateItems on moto) for all
+With sessions (the default) the session keeps streams alive, and this writes each running
+stream's checkpoint every ``checkpoint_ms`` when its seq moved (no index key changes), plus,
+about twice an hour, the far backstop expiry. In the seed's ``lease`` mode, every heartbeat is
+one ``renew_many`` (batched PartiQL, or single UpdateItems on moto) for all
 held leases, each carrying its checkpoint. Outcomes per lease:
 
 - renewed: new expiry, fence deadline moved to ``sent + lease - skew - margin`` (monotonic);
@@ -24,7 +27,9 @@ from aws_lambda_powertools import Logger
 from holdfast.core import rules
 from holdfast.core.batch import RenewMode, RenewRequest, renew_many
 from holdfast.core.exceptions import HoldfastError, LeaseLost, LossReason
-from holdfast.core.store import LeaseStore
+from holdfast.core.model import Lease
+from holdfast.core.schema import BACKSTOP_MS
+from holdfast.core.store import LeaseStore, wall_clock_ms
 from worker.metrics import WorkerMetrics
 from worker.stream import StreamRunner
 
@@ -48,6 +53,10 @@ class Renewer:
     metrics: WorkerMetrics
     mode: RenewMode = "batch"
     mono: Callable[[], int] = monotonic_ms
+    # Sessions: write checkpoints every ``checkpoint_ms``; the lease's own expiry is a backstop.
+    session_mode: bool = False
+    checkpoint_ms: int = 20_000
+    wall: Callable[[], int] = wall_clock_ms
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     last_ok_mono_ms: int | None = None  # last decisive answer from DynamoDB (for /health)
     # Renewals get threads of their own: a burst of claims or releases queued on the default
@@ -64,20 +73,35 @@ class Renewer:
 
     async def run(self) -> None:
         """Heartbeat until cancelled."""
+        period_ms = self.checkpoint_ms if self.session_mode else self.timing.heartbeat_ms
         while True:
             started = self.mono()
             await self.heartbeat()
             elapsed_s = (self.mono() - started) / 1000
-            await self.sleep(max(0.0, self.timing.heartbeat_ms / 1000 - elapsed_s))
+            await self.sleep(max(0.0, period_ms / 1000 - elapsed_s))
+
+    def _backstop_due(self, lease: Lease) -> bool:
+        """Refresh a stream's backstop expiry once half of it is gone."""
+        return lease.expires_at_ms - self.wall() < BACKSTOP_MS // 2
+
+    def _fence_after(self, sent: int) -> int:
+        if self.session_mode:
+            return sent + BACKSTOP_MS - self.timing.skew_ms - self.timing.margin_ms
+        return rules.fence_deadline_mono_ms(sent, self.timing)
 
     async def heartbeat(self) -> None:
         """Renew every held lease once (one batched call) and act on each outcome."""
         # Draining streams are renewed too: a slow graceful stop must not run into the fence.
         held = [r for r in self.streams.values() if not (r.aborted or r.closed)]
         if not held:
-            await self._probe()
+            if not self.session_mode:
+                await self._probe()
             return
-        requests = [RenewRequest(r.lease, r.checkpoint) for r in held]
+        if self.session_mode:
+            requests = [RenewRequest(r.lease, r.checkpoint, extend=self._backstop_due(r.lease))
+                        for r in held]
+        else:
+            requests = [RenewRequest(r.lease, r.checkpoint) for r in held]
         sent = self.mono()
         try:
             results = await asyncio.get_running_loop().run_in_executor(
@@ -93,12 +117,13 @@ class Renewer:
             logger.warning("slow heartbeat: renewals took longer than the heartbeat period",
                            took_ms=took, leases=len(held))
         decisive = False
-        for runner, result in zip(held, results, strict=True):
+        for runner, request, result in zip(held, requests, results, strict=True):
             if result.lease is not None:
                 decisive = True
                 if not (runner.aborted or runner.closed):
                     runner.lease = result.lease
-                    runner.fence_mono_ms = rules.fence_deadline_mono_ms(sent, self.timing)
+                    if request.extend:
+                        runner.fence_mono_ms = self._fence_after(sent)
             elif isinstance(result.error, LeaseLost):
                 decisive = True
                 self.on_lost(runner, result.error)
@@ -146,9 +171,10 @@ class Renewer:
         while True:
             now = self.mono()
             for runner in list(self.streams.values()):
-                if now >= runner.fence_mono_ms and not (runner.aborted or runner.closed):
+                deadline = runner.fence_deadline()
+                if now >= deadline and not (runner.aborted or runner.closed):
                     self.metrics.incr("LeasesFenced")
                     runner.log("error", "self-fencing: lease not renewed in time, stream stopped",
-                               late_ms=now - runner.fence_mono_ms)
+                               late_ms=now - deadline)
                     runner.abort("fenced")
             await self.sleep(tick_s)

@@ -77,6 +77,8 @@ class StreamContext:
     anchor: Callable[[StreamRunner, int], Awaitable[None]] | None = None
     # Monotonic ms, the clock ``fence_mono_ms`` is on (the renewer's default clock).
     mono: Callable[[], int] = field(default=lambda: time.monotonic_ns() // 1_000_000)
+    # The worker session's fence (monotonic ms); streams stop at the earlier of it and their own.
+    session_fence: Callable[[], int] = field(default=lambda: 2**62)
 
 
 async def resolve_checked(checked: CheckedUrl, policy: UrlPolicy, resolve: Resolver) -> str:
@@ -115,6 +117,10 @@ class StreamRunner:
         self.closed = False  # the task has ended; the supervisor is releasing or has released
 
     # -- control, called by the supervisor and the renewer -------------------------------
+    def fence_deadline(self) -> int:
+        """Monotonic ms after which this stream must not be used: its own or its session's."""
+        return min(self.fence_mono_ms, self.ctx.session_fence())
+
     @property
     def stopping(self) -> bool:
         return self.stop_reason is not None
@@ -214,7 +220,7 @@ class StreamRunner:
                 return  # a replay of what was already handled (resume overlap): skip it
             if seq > last + 1:
                 self.log("warning", "gap in upstream sequence", expected=last + 1, got=seq)
-        if self.aborted or self.ctx.mono() >= self.fence_mono_ms:
+        if self.aborted or self.ctx.mono() >= self.fence_deadline():
             # Past the fence (the process was paused: SIGSTOP, a stalled VM): another worker
             # may hold the lease by now, and frames buffered during the pause must not reach
             # the handler before the fence watcher runs. Found by the chaos soak.

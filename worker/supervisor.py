@@ -15,6 +15,7 @@ One log line at the end counts what happened.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections import Counter
@@ -23,14 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
-from holdfast.core import rules
 from holdfast.core.exceptions import (
     AcquireFailed,
     HoldfastError,
     LeaseLost,
     LossReason,
+    SessionConflict,
+    SessionLost,
     StoreUnavailable,
 )
+from holdfast.core.schema import BACKSTOP_MS
+from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from worker.backoff import Backoff
 from worker.claimer import Claim, Claimer, Later, Reconciler
@@ -40,6 +44,7 @@ from worker.health import HealthServer
 from worker.metrics import WorkerMetrics
 from worker.protocol import QueryParamProtocol, ResumeProtocol
 from worker.renewer import Renewer, monotonic_ms
+from worker.session import SessionKeeper
 from worker.stream import ConnectOptions, StreamContext, StreamRunner
 
 if TYPE_CHECKING:
@@ -67,8 +72,18 @@ class Worker:
         self.ddb, self.sqs = ddb, sqs
         self.wall, self.mono = wall, mono
         self.metrics = metrics or WorkerMetrics()
-        self.store = LeaseStore(ddb, config.table, lease_ms=config.lease_ms,
+        self.session_mode = config.liveness == "session"
+        # With sessions a stream's own expiry is a far backstop; the session keeps it alive.
+        self.store = LeaseStore(ddb, config.table,
+                                lease_ms=BACKSTOP_MS if self.session_mode else config.lease_ms,
                                 skew_ms=config.timing.skew_ms, clock=wall)
+        self.sessions = SessionStore(
+            ddb, config.session_table or "", config.table, ttl_ms=config.lease_ms,
+            skew_ms=config.timing.skew_ms, clock=wall) if self.session_mode else None
+        self.keeper: SessionKeeper | None = None
+        # lease_owner of what we acquire: the session's owner (worker id and incarnation), or
+        # the bare worker id in the seed's lease mode. None: no live session, claim nothing.
+        self.owner: str | None = None if self.session_mode else config.worker_id
         self.streams: dict[str, StreamRunner] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self._claiming: set[str] = set()
@@ -84,13 +99,19 @@ class Worker:
             options=ConnectOptions(max_size=config.max_frame_bytes,
                                    compression=config.compression,
                                    open_timeout_s=config.open_timeout_s),
-            anchor=self._anchor)
+            anchor=self._anchor, session_fence=self._session_fence)
         self.renewer = Renewer(self.store, self.streams, config.timing, self.metrics,
-                               config.renew_mode, mono=mono)
+                               config.renew_mode, mono=mono, session_mode=self.session_mode,
+                               checkpoint_ms=config.checkpoint_ms, wall=wall)
+
+    def _session_fence(self) -> int:
+        if self.keeper is None:
+            return 2**62  # lease mode: each stream's own lease fences it
+        return self.keeper.fence_mono_ms
 
     # -- capacity and claims ---------------------------------------------------------------
     def free_capacity(self) -> int:
-        if self.stopping:
+        if self.stopping or self.owner is None:
             return 0
         return self.config.max_connections - len(self.streams) - len(self._claiming)
 
@@ -98,12 +119,13 @@ class Worker:
         """Try to acquire ``conn_id`` and start holding it."""
         if conn_id in self.streams or conn_id in self._claiming:
             return Claim.CONFLICT  # already ours (a duplicate nudge)
-        if self.free_capacity() <= 0:
+        owner = self.owner
+        if self.free_capacity() <= 0 or owner is None:
             return Claim.NO_CAPACITY
         self._claiming.add(conn_id)
         try:
             sent = self.mono()
-            lease = await asyncio.to_thread(self.store.acquire, conn_id, self.worker_id)
+            lease = await asyncio.to_thread(self.store.acquire, conn_id, owner)
         except AcquireFailed as exc:
             self.metrics.incr("ClaimConflicts")
             logger.debug("claim refused", conn_id=conn_id, worker_id=self.worker_id,
@@ -121,8 +143,9 @@ class Worker:
             self._claiming.discard(conn_id)
         self.metrics.incr("Claims")
         self.counts["claimed"] += 1
-        runner = StreamRunner(lease, self.ctx,
-                              fence_mono_ms=rules.fence_deadline_mono_ms(sent, self.config.timing))
+        runner = StreamRunner(lease, self.ctx, fence_mono_ms=self.renewer._fence_after(sent))
+        if self.owner != owner:  # the session was lost while we were acquiring
+            runner.stop_reason = "lost:session"
         self.streams[conn_id] = runner
         runner.log("info", "claimed", source=source, epoch=lease.epoch, last_seq=lease.last_seq)
         if self.stopping:  # the stop began while we were acquiring: hand it straight back
@@ -148,7 +171,8 @@ class Worker:
         sent = self.mono()
         try:
             lease = await asyncio.get_running_loop().run_in_executor(
-                self.renewer.executor, self.store.renew, runner.lease, seq)
+                self.renewer.executor, functools.partial(
+                    self.store.renew, runner.lease, seq, extend=not self.session_mode))
         except LeaseLost as exc:
             self.renewer.on_lost(runner, exc, "first checkpoint")
             return
@@ -157,7 +181,65 @@ class Worker:
             return
         if not (runner.aborted or runner.closed):
             runner.lease = lease
-            runner.fence_mono_ms = rules.fence_deadline_mono_ms(sent, self.config.timing)
+            if not self.session_mode:
+                runner.fence_mono_ms = self.renewer._fence_after(sent)
+
+    # -- the session ----------------------------------------------------------------------
+    async def _start_session(self) -> None:
+        """Start a new incarnation; wait out a predecessor with our id, refuse a live twin."""
+        assert self.sessions is not None
+        timing = self.config.timing
+        # A crashed predecessor stops counting as alive after TTL + skew; one that still
+        # heartbeats after that long is a second live process with our id.
+        deadline = self.mono() + timing.lease_ms + timing.skew_ms + 2 * timing.heartbeat_ms
+        warned = False
+        while True:
+            sent = self.mono()
+            try:
+                session = await asyncio.to_thread(
+                    self.sessions.start, self.worker_id, self.config.max_connections)
+                break
+            except SessionConflict as conflict:
+                if self.mono() >= deadline:
+                    raise
+                if not warned:
+                    logger.warning("worker id in use by a live session: waiting for it to "
+                                   "expire", worker_id=self.worker_id,
+                                   incarnation=conflict.incarnation,
+                                   expires_in_ms=conflict.expires_in_ms)
+                    warned = True
+            except StoreUnavailable as exc:
+                logger.warning("cannot start the session yet", error=str(exc)[:300])
+            await asyncio.sleep(min(1.0, timing.heartbeat_ms / 1000))
+        if self.keeper is None:
+            self.keeper = SessionKeeper(
+                self.sessions, session, timing, self.metrics, held=lambda: len(self.streams),
+                capacity=self.config.max_connections, stop_stream=self._stop_order,
+                on_lost=self._session_lost, mono=self.mono)
+        self.keeper.started(session, sent)
+        self.owner = session.owner
+        logger.info("session started", worker_id=self.worker_id, owner=session.owner)
+
+    def _stop_order(self, conn_id: str) -> bool:
+        runner = self.streams.get(conn_id)
+        if runner is None or runner.stopping:
+            return False
+        runner.log("info", "stream STOPPED (order), closing")
+        runner.drain("stopped")
+        return True
+
+    async def _session_lost(self, lost: SessionLost) -> None:
+        """Our session is dead or replaced: nothing of it may be used any more."""
+        self.owner = None
+        self.counts["sessions_lost"] += 1
+        for runner in list(self.streams.values()):
+            if not (runner.aborted or runner.closed):
+                self.metrics.incr("LeasesLost")
+                runner.log("warning", "session lost, closing at once", why=lost.why)
+                runner.abort("lost:session")
+        await self._wait_tasks(5.0)
+        if not self.stopping:
+            await self._start_session()
 
     # -- one stream's life -------------------------------------------------------------------
     async def _hold(self, runner: StreamRunner) -> None:
@@ -245,7 +327,8 @@ class Worker:
 
     def healthy(self) -> bool:
         """False once DynamoDB has not answered decisively for longer than a lease."""
-        last = self.renewer.last_ok_mono_ms
+        last = (self.keeper.last_ok_mono_ms if self.keeper is not None
+                else self.renewer.last_ok_mono_ms)
         since = self.started_mono_ms if last is None else last
         return self.mono() - since <= self.config.lease_ms
 
@@ -257,17 +340,22 @@ class Worker:
                           poll_s=cfg.poll_s, pollers=cfg.pollers,
                           visibility_s=cfg.nudge_visibility_s)
         health = HealthServer(cfg.health_port, self) if cfg.health_port else None
+        if self.session_mode:
+            await self._start_session()
         logger.info("worker started", worker_id=self.worker_id, table=cfg.table,
                     max_connections=cfg.max_connections, lease_ms=cfg.lease_ms,
-                    heartbeat_ms=cfg.heartbeat_ms, renew_mode=cfg.renew_mode)
+                    heartbeat_ms=cfg.heartbeat_ms, renew_mode=cfg.renew_mode,
+                    liveness=cfg.liveness, checkpoint_ms=cfg.checkpoint_ms, owner=self.owner)
         async with asyncio.TaskGroup() as tg:
             claiming = [tg.create_task(self._guard("claimer", claimer.run))]
             if cfg.reconcile_s > 0:
                 reconciler = Reconciler(self.ddb, cfg.table, cfg.timing.skew_ms, self.claim,
                                         self.free_capacity, cfg.reconcile_s, self.wall,
-                                        rand=random.random)
+                                        rand=random.random, sessions=self.sessions)
                 claiming.append(tg.create_task(self._guard("reconcile", reconciler.run)))
             keep = [tg.create_task(self._guard("renewer", self.renewer.run)),
+                    *([tg.create_task(self._guard("session", self.keeper.run))]
+                      if self.keeper is not None else []),
                     tg.create_task(self._guard("fence", self.renewer.fence_watch)),
                     tg.create_task(self._guard("metrics", self._metrics_loop))]
             if health is not None:
@@ -283,8 +371,17 @@ class Worker:
             # Nudges for the streams just released may sit in our own last polls: hand them on.
             await claimer.finish_polls(min(cfg.poll_drain_s, max(
                 0.0, cfg.shutdown_s - (time.monotonic() - stop_t0))))
+            if self.keeper is not None and self.sessions is not None:
+                # Goodbye: the sweeper releases whatever we could not, without waiting a TTL.
+                try:
+                    await asyncio.to_thread(self.sessions.end, self.keeper.session)
+                except HoldfastError as exc:
+                    logger.warning("cannot end the session; it will expire",
+                                   error=str(exc)[:300])
             for task in keep:
                 task.cancel()
+        if self.keeper is not None:
+            self.keeper.executor.shutdown(wait=False, cancel_futures=True)
         self.renewer.executor.shutdown(wait=False, cancel_futures=True)
         self.renewer.chunk_pool.shutdown(wait=False, cancel_futures=True)
         self.flush_metrics()

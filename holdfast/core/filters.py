@@ -1,6 +1,6 @@
 """Event-source-mapping filter patterns for the router: data shared by ``infra/`` and the runner.
 
-Every heartbeat is a MODIFY record that keeps ``lease_owner`` set, so a record can only need a
+Every checkpoint is a MODIFY record that keeps ``lease_owner`` set, so a record can only need a
 nudge when its new image is STARTED and has no owner: an insert, a release, a give-up after
 upstream errors, STOPPED -> STARTED while unowned, a normalisation. One pattern says exactly
 that; REMOVE records have no new image, so they never match. ``exists`` works on leaf nodes
@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from holdfast.core.schema import ATTR, STARTED
+from holdfast.core.schema import ATTR, STARTED, STOPPED
 
 __all__ = ["FILTER_PATTERNS", "filter_criteria"]
 
@@ -29,6 +29,18 @@ FILTER_PATTERNS: Final[tuple[dict[str, Any], ...]] = (
             ATTR.desired_state: {"S": [STARTED]},
             ATTR.lease_owner: {"S": [{"exists": False}]},
         }},
+    },
+    # A held stream set STOPPED: the router orders its holder's session to stop it.
+    {
+        "dynamodb": {"NewImage": {
+            ATTR.desired_state: {"S": [STOPPED]},
+            ATTR.lease_owner: {"S": [{"exists": True}]},
+        }},
+    },
+    # A held stream deleted: the same order. Only REMOVE records have no new image.
+    {
+        "dynamodb": {"OldImage": {ATTR.lease_owner: {"S": [{"exists": True}]}},
+                     "NewImage": {ATTR.pk: {"S": [{"exists": False}]}}},
     },
 )
 

@@ -21,7 +21,7 @@ import contextlib
 import secrets
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from holdfast.core import rules
 from holdfast.core.aws import ConditionFailed, call
@@ -50,14 +50,27 @@ __all__ = [
     "Session",
     "SessionItem",
     "SessionStore",
+    "SessionSweep",
+    "SweepLog",
     "new_incarnation",
     "order_stop",
     "parse_order",
+    "sweep_sessions",
 ]
 
 # How long a reaped session item stays visible (holdfast status: recent deaths) before TTL.
 REAPED_TTL_S = 86_400
 _ORDER_STOP = "stop"
+
+
+class SweepLog(Protocol):
+    """What a session sweep logs through: a ``logging.Logger`` or a Powertools ``Logger``."""
+
+    def info(self, msg: object, *args: object,
+             extra: Mapping[str, object] | None = None) -> None: ...
+
+    def error(self, msg: object, *args: object,
+              extra: Mapping[str, object] | None = None) -> None: ...
 
 
 def new_incarnation() -> str:
@@ -376,6 +389,57 @@ class SessionStore:
         except (ConditionFailed, ValueError):
             return False
         return True
+
+
+@dataclass
+class SessionSweep:
+    dead: list[str] = field(default_factory=list)
+    reaped: int = 0
+    malformed: int = 0
+    next_due_ms: int | None = None
+
+
+def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
+                   logger: SweepLog) -> SessionSweep:
+    """Declare silent sessions dead and release the streams of dead or ended ones.
+
+    One Scan of the session table (one item per worker). A malformed or foreign item is
+    logged and skipped; it never stops the others from being handled.
+    """
+    out = SessionSweep()
+    for item in store.scan():
+        if isinstance(item, MalformedItem):
+            out.malformed += 1
+            logger.error("skipping malformed session item: %s", item,
+                         extra={"key": item.key[:200], "reason": item.reason[:300]})
+            continue
+        action = rules.session_action(item.state.value, item.expires_at_ms, item.reaped,
+                                      now, skew_ms)
+        if action == "wait":
+            due = item.expires_at_ms + skew_ms
+            out.next_due_ms = due if out.next_due_ms is None else min(out.next_due_ms, due)
+            continue
+        target = item
+        if action == "declare_dead" and store.mark_dead(item):
+            out.dead.append(item.owner)
+            logger.info("session %s declared dead (silent %d ms past its TTL)", item.owner,
+                        now - item.expires_at_ms,
+                        extra={"owner": item.owner, "held": item.held})
+            target = _as_dead(item)
+        if action in ("declare_dead", "reap"):
+            # A session that lost the race (a late heartbeat renewed it) is still ALIVE here,
+            # and reap() leaves an ALIVE session alone.
+            released = store.reap(target)
+            out.reaped += released
+            if released:
+                logger.info("released %d streams of session %s", released, item.owner,
+                            extra={"owner": item.owner, "released": released})
+    return out
+
+
+def _as_dead(item: SessionItem) -> SessionItem:
+    return SessionItem(item.worker_id, item.incarnation, SessionState.DEAD, item.expires_at_ms,
+                       item.heartbeat_at_ms, item.held, item.capacity, item.orders, item.reaped)
 
 
 def _why_lost(raw: Mapping[str, Any] | None, incarnation: str) -> str:

@@ -13,6 +13,9 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
     MODIFY whose old image is missing or malformed, no owner     -> nudge "changed" (cannot tell
                                                                     what changed; a spare nudge
                                                                     costs one failed acquire)
+    MODIFY -> STOPPED while owned (a stop of a held stream)      -> order "stop" to the owner's
+                                                                    session (its next heartbeat)
+    REMOVE of an owned item (``holdfast rm`` of a held stream)   -> order "stop" to the owner
     anything with an owner (heartbeat, checkpoint, acquire)      -> skip "owned"
     new image not STARTED (STARTED -> STOPPED, ...)              -> skip "not_started"
     REMOVE (delete, TTL delete)                                  -> skip "removed"
@@ -46,6 +49,7 @@ Image = Mapping[str, Any]
 
 class Outcome(StrEnum):
     NUDGE = "nudge"
+    ORDER = "order"  # an order to the session that owns the stream
     SKIP = "skip"
     MALFORMED = "malformed"
 
@@ -59,6 +63,8 @@ class Reason(StrEnum):
     QUARANTINED = "quarantined"
     REARMED = "rearmed"
     CHANGED = "changed"
+    # Why an order is given.
+    STOP = "stop"
     # Why a record is skipped.
     OWNED = "owned"
     NOT_STARTED = "not_started"
@@ -80,11 +86,12 @@ class Decision:
     delay_s: int = 0
     normalise: bool = False
     detail: str = ""
+    owner: str | None = None  # with ORDER: the lease_owner the order goes to
 
     @property
     def acts(self) -> bool:
-        """True if the router writes anything (a nudge or a normalisation) for this record."""
-        return self.outcome is Outcome.NUDGE or self.normalise
+        """True if the router writes anything (nudge, order, normalisation) for this record."""
+        return self.outcome in (Outcome.NUDGE, Outcome.ORDER) or self.normalise
 
     def nudge(self) -> Nudge | None:
         if self.outcome is not Outcome.NUDGE or self.conn_id is None:
@@ -96,6 +103,10 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
            now_ms: int, *, skew_ms: int = 1_000) -> Decision:
     """Decide for one stream record (low-level DynamoDB JSON images); never raises."""
     if event_name == "REMOVE":
+        gone = _parse_or_none(old_image)
+        if gone is not None and gone.lease_owner is not None:
+            return Decision(Outcome.ORDER, Reason.STOP, gone.conn_id, gone.epoch,
+                            owner=gone.lease_owner)
         return Decision(Outcome.SKIP, Reason.REMOVED, _conn_id_or_none(old_image))
     if event_name not in ("INSERT", "MODIFY"):
         return _malformed(new_image, f"unknown eventName {str(event_name)[:40]!r}")
@@ -107,6 +118,12 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
     except MalformedItem as bad:
         return _malformed(new_image, bad.reason)
     if not new.started:
+        old_state = _parse_or_none(old_image)
+        if new.lease_owner is not None and (old_state is None or old_state.started):
+            # Its holder learns of the stop from its session's next heartbeat, not from a
+            # per-stream write that may be a checkpoint interval away.
+            return Decision(Outcome.ORDER, Reason.STOP, new.conn_id, new.epoch,
+                            owner=new.lease_owner)
         return Decision(Outcome.SKIP, Reason.NOT_STARTED, new.conn_id, new.epoch)
     if new.lease_owner is not None:
         # Heartbeats, checkpoints and acquisitions: someone holds it (or will be swept).

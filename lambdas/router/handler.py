@@ -30,12 +30,14 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import HoldfastError
+from holdfast.core.sessions import SessionStore, order_stop
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from lambdas.exceptions import NudgeNotSent
 from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, service_name
 from lambdas.nudge import Nudge, send_nudges
 from lambdas.router.decide import Decision, Outcome, decide
 from lambdas.settings import Settings
+from lambdas.sweeper.loop import session_store_for
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -63,15 +65,17 @@ class RouterDeps:
     settings: Settings
     clock: Callable[[], int] = wall_clock_ms
     sleep: Callable[[float], object] = time.sleep
+    sessions: SessionStore | None = None
 
     @classmethod
     def from_env(cls) -> RouterDeps:
         settings = Settings.from_env()
         # Short timeouts: a stuck call holds the whole shard, and Lambda retries anyway.
-        store = LeaseStore(dynamodb_client(client_config(read_timeout=3.0)), settings.table,
-                           lease_ms=settings.lease_ms, skew_ms=settings.skew_ms)
+        ddb = dynamodb_client(client_config(read_timeout=3.0))
+        store = LeaseStore(ddb, settings.table, lease_ms=settings.lease_ms,
+                           skew_ms=settings.skew_ms)
         sqs = sqs_client(client_config(read_timeout=3.0, max_attempts=2))
-        return cls(sqs, store, settings)
+        return cls(sqs, store, settings, sessions=session_store_for(ddb, settings))
 
 
 # Warm invocations reuse the clients; a dict rather than a ``global`` rebinding.
@@ -124,6 +128,7 @@ def route(event: dict[str, Any], context: LambdaContext | None,
                        extra={"skipped": len(raw_records) - len(records)})
     plan = _decide_all(records, deps)
     _send(plan, deps, _out_of_time(context))
+    _order(plan, deps)
     _normalise(plan, deps)
     _emit_metrics(plan, len(records))
 
@@ -205,6 +210,23 @@ def _send(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> Non
         logger.error("nudge not sent", conn_id=nudge.conn_id, reason=nudge.reason, error=error)
         for seq in records_of[(nudge.conn_id, nudge.delay_s)]:
             plan.failures[seq] = error
+
+
+def _order(plan: _Plan, deps: RouterDeps) -> None:
+    """Give each stop order to the owner's session; a dead session gets none (it is reaped)."""
+    for seq, decision in plan.decisions.items():
+        if decision.outcome is not Outcome.ORDER or decision.conn_id is None or (
+                decision.owner is None or deps.sessions is None):
+            continue
+        try:
+            given = deps.sessions.add_order(decision.owner, order_stop(decision.conn_id))
+        except HoldfastError as exc:
+            logger.error("order not given", conn_id=decision.conn_id, owner=decision.owner,
+                         error=str(exc)[:300])
+            plan.failures[seq] = f"order failed: {exc}"
+            continue
+        plan.counts["ordered" if given else "order_no_session"] += 1
+        logger.info("stop order", conn_id=decision.conn_id, owner=decision.owner, given=given)
 
 
 def _normalise(plan: _Plan, deps: RouterDeps) -> None:

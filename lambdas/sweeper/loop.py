@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Protocol
 from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core import rules
-from holdfast.core.exceptions import HoldfastError, MalformedItem
-from holdfast.core.schema import SessionState
-from holdfast.core.sessions import SessionItem, SessionStore
+from holdfast.core.exceptions import HoldfastError
+from holdfast.core.sessions import SessionStore, SessionSweep, sweep_sessions
 from holdfast.core.store import wall_clock_ms
 from holdfast.core.table import Orphan, find_orphans
 from lambdas.nudge import Nudge, send_nudges
@@ -33,8 +32,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["LogLike", "SessionSweep", "SweepDeps", "SweepResult", "SweepStats", "memory_for",
-           "run_sweeps", "session_store_for", "sweep_once", "sweep_sessions"]
+__all__ = ["LogLike", "SweepDeps", "SweepResult", "SweepStats", "memory_for", "run_sweeps",
+           "session_store_for", "sweep_once"]
 
 log = logging.getLogger(__name__)
 
@@ -120,57 +119,6 @@ def memory_for(settings: Settings) -> NudgeMemory:
 def _reason(orphan: Orphan) -> str:
     # KEYS_ONLY index: expiry 0 means released or never claimed, anything else expired.
     return "unclaimed" if orphan.expires_at_ms == 0 else "expired"
-
-
-@dataclass
-class SessionSweep:
-    dead: list[str] = field(default_factory=list)
-    reaped: int = 0
-    malformed: int = 0
-    next_due_ms: int | None = None
-
-
-def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
-                   logger: LogLike) -> SessionSweep:
-    """Declare silent sessions dead and release the streams of dead or ended ones.
-
-    One Scan of the session table (one item per worker). A malformed or foreign item is
-    logged and skipped; it never stops the others from being handled.
-    """
-    out = SessionSweep()
-    for item in store.scan():
-        if isinstance(item, MalformedItem):
-            out.malformed += 1
-            logger.error("skipping malformed session item: %s", item,
-                         extra={"key": item.key[:200], "reason": item.reason[:300]})
-            continue
-        action = rules.session_action(item.state.value, item.expires_at_ms, item.reaped,
-                                      now, skew_ms)
-        if action == "wait":
-            due = item.expires_at_ms + skew_ms
-            out.next_due_ms = due if out.next_due_ms is None else min(out.next_due_ms, due)
-            continue
-        target = item
-        if action == "declare_dead" and store.mark_dead(item):
-            out.dead.append(item.owner)
-            logger.info("session %s declared dead (silent %d ms past its TTL)", item.owner,
-                        now - item.expires_at_ms,
-                        extra={"owner": item.owner, "held": item.held})
-            target = _as_dead(item)
-        if action in ("declare_dead", "reap"):
-            # A session that lost the race (a late heartbeat renewed it) is still ALIVE here,
-            # and reap() leaves an ALIVE session alone.
-            released = store.reap(target)
-            out.reaped += released
-            if released:
-                logger.info("released %d streams of session %s", released, item.owner,
-                            extra={"owner": item.owner, "released": released})
-    return out
-
-
-def _as_dead(item: SessionItem) -> SessionItem:
-    return SessionItem(item.worker_id, item.incarnation, SessionState.DEAD, item.expires_at_ms,
-                       item.heartbeat_at_ms, item.held, item.capacity, item.orders, item.reaped)
 
 
 def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:

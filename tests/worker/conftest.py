@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -23,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from holdfast.core.schema import table_definition
+from holdfast.core.schema import session_table_definition, table_definition
+from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
 from holdfast.upstream import UpstreamServer
@@ -35,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FAST = {
     "HOLDFAST_LEASE_SECONDS": "3",
     "HOLDFAST_HEARTBEAT_SECONDS": "0.5",
+    "HOLDFAST_CHECKPOINT_SECONDS": "0.5",
     "HOLDFAST_SKEW_MS": "300",
     "HOLDFAST_MARGIN_MS": "300",
     "HOLDFAST_POLL_SECONDS": "1",
@@ -59,6 +62,16 @@ class Fleet:
     ddb: Any
     sqs: Any
 
+    @property
+    def session_table(self) -> str:
+        return self.env["HOLDFAST_SESSION_TABLE"]
+
+    def sessions(self) -> SessionStore:
+        """The session store of this fleet, at the fleet's TTL and skew."""
+        return SessionStore(self.ddb, self.session_table, self.table,
+                            ttl_ms=int(float(self.env["HOLDFAST_LEASE_SECONDS"]) * 1000),
+                            skew_ms=int(self.env["HOLDFAST_SKEW_MS"]))
+
     def create(self, conn_id: str, ws_url: str) -> None:
         assert create_stream(self.ddb, self.table, conn_id, ws_url)
 
@@ -82,9 +95,11 @@ def make_fleet(aws: LocalAws, tag: str) -> Fleet:
     ddb, sqs = client_for(aws, "dynamodb"), client_for(aws, "sqs")
     table = f"hf-{tag}"
     ddb.create_table(**table_definition(table))
+    ddb.create_table(**session_table_definition(f"{table}-sessions"))
     queue_url = sqs.create_queue(QueueName=f"hf-{tag}", Attributes={
         "VisibilityTimeout": "30"})["QueueUrl"]
-    env = {**aws.env(), "HOLDFAST_TABLE": table, "HOLDFAST_QUEUE_URL": queue_url, **FAST}
+    env = {**aws.env(), "HOLDFAST_TABLE": table, "HOLDFAST_SESSION_TABLE": f"{table}-sessions",
+           "HOLDFAST_QUEUE_URL": queue_url, **FAST}
     if aws.backend == "dynamodb-local":
         # DynamoDB Local compiles its PartiQL path on first use (can take > 1 s): warm it up so
         # a worker's first batched renewal is not fenced by the emulator's warm-up.
@@ -100,6 +115,7 @@ def fleet(ddb_local: LocalAws, unique_id: str) -> Iterator[Fleet]:
     f = make_fleet(ddb_local, unique_id)
     yield f
     f.ddb.delete_table(TableName=f.table)
+    f.ddb.delete_table(TableName=f.session_table)
     f.sqs.delete_queue(QueueUrl=f.queue_url)
 
 
@@ -258,7 +274,12 @@ class RouterSim:
 
     def _run(self) -> None:
         ddb = client_for(self.fleet.aws, "dynamodb")
+        sessions = self.fleet.sessions()
         while not self.stop_event.wait(self.period_s):
+            # The sweeper's session half: silent sessions are declared dead, their streams
+            # released (the scan below then nudges them, as the router would).
+            sweep_sessions(sessions, int(time.time() * 1000), sessions.skew_ms,
+                           logging.getLogger("tests.routersim"))
             now = time.time() * 1000
             for raw in ddb.scan(TableName=self.fleet.table).get("Items", []):
                 conn = raw["Pk"]["S"].removeprefix("CONN#")

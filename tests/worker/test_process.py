@@ -29,7 +29,7 @@ def test_claims_on_nudge_and_handles_messages(fleet: Fleet, upstream: UpstreamTh
     fleet.nudge(conn)
     wait_until(lambda: len(seqs_by_stream(w.handled()).get(conn, [])) >= 10, 15, "messages")
     item = fleet.item(conn)
-    assert item["lease_owner"]["S"] == w.name
+    assert item["lease_owner"]["S"].startswith(f"{w.name}#")  # worker id and incarnation
     w.signal(signal.SIGTERM)
     assert w.wait(15) == 0
     seqs = seqs_by_stream(w.handled())[conn]
