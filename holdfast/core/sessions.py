@@ -216,7 +216,8 @@ class SessionStore:
                 old.expires_at_ms, now, self.skew_ms):
             raise SessionConflict(worker_id, old.incarnation, old.expires_at_ms - now)
         if old is not None and not old.reaped:
-            self.mark_dead(old, reason=f"replaced by incarnation {incarnation}")
+            if self.mark_dead(old, reason=f"replaced by incarnation {incarnation}"):
+                old = _as_dead(old)
             self.reap(old)
         expires = now + self.ttl_ms
         item = {**self._key(worker_id), SESSION.incarnation: {"S": incarnation},
@@ -226,9 +227,9 @@ class SessionStore:
         cond, names, values = "attribute_not_exists(#pk)", {"#pk": SESSION.pk}, {}
         if old is not None:
             # Only over the predecessor we looked at: a concurrent starter wins or loses whole.
-            cond = "#inc = :old"
-            names = {"#inc": SESSION.incarnation}
-            values = {":old": {"S": old.incarnation}}
+            cond = "#inc = :old AND #state <> :alive"
+            names = {"#inc": SESSION.incarnation, "#state": SESSION.state}
+            values = {":old": {"S": old.incarnation}, ":alive": {"S": SessionState.ALIVE}}
         try:
             call("start_session", self.client.put_item, TableName=self.table, Item=item,
                  ConditionExpression=cond, ExpressionAttributeNames=names,

@@ -13,13 +13,14 @@ from holdfast.core.exceptions import ConfigError
 from worker.config import default_worker_id, ecs_task_id, load_config
 
 BASE = {"HOLDFAST_TABLE": "t", "HOLDFAST_QUEUE_URL": "http://127.0.0.1:1/q",
-        "HOLDFAST_WORKER_ID": "w1"}
+        "HOLDFAST_WORKER_ID": "w1", "HOLDFAST_SESSION_TABLE": "s"}
 
 
 def test_defaults_match_the_issue() -> None:
-    """Lease 20 s, heartbeat 5 s, reconcile 60 s, batch renewals, no compression, 1 MiB frames."""
+    """Sessions: TTL 8 s, heartbeat 2 s, checkpoints every 20 s; batch writes, 1 MiB frames."""
     cfg = load_config(BASE)
-    assert (cfg.lease_ms, cfg.heartbeat_ms, cfg.reconcile_s) == (20_000, 5_000, 60)
+    assert (cfg.lease_ms, cfg.heartbeat_ms, cfg.reconcile_s) == (8_000, 2_000, 60)
+    assert (cfg.liveness, cfg.session_table, cfg.checkpoint_ms) == ("session", "s", 20_000)
     assert cfg.renew_mode == "batch" and not cfg.compression
     assert cfg.max_frame_bytes == 2**20 and cfg.shutdown_s < 30  # fits ECS's default 30 s
 
@@ -30,6 +31,10 @@ def test_defaults_match_the_issue() -> None:
     ({"HOLDFAST_LEASE_SECONDS": "soon"}, "HOLDFAST_LEASE_SECONDS"),
     ({"HOLDFAST_LEASE_SECONDS": "nan"}, "HOLDFAST_LEASE_SECONDS"),
     ({"HOLDFAST_HEARTBEAT_SECONDS": "15"}, "HOLDFAST_HEARTBEAT_SECONDS"),
+    ({"HOLDFAST_SESSION_TABLE": ""}, "HOLDFAST_SESSION_TABLE"),
+    ({"HOLDFAST_LIVENESS": "vibes"}, "HOLDFAST_LIVENESS"),
+    ({"HOLDFAST_CHECKPOINT_SECONDS": "0"}, "HOLDFAST_CHECKPOINT_SECONDS"),
+    ({"HOLDFAST_WORKER_ID": "has#hash"}, "HOLDFAST_WORKER_ID"),
     ({"HOLDFAST_MAX_CONNECTIONS": "0"}, "HOLDFAST_MAX_CONNECTIONS"),
     ({"HOLDFAST_MAX_CONNECTIONS": "2.5"}, "HOLDFAST_MAX_CONNECTIONS"),
     ({"HOLDFAST_RECONCILE_SECONDS": "-1"}, "HOLDFAST_RECONCILE_SECONDS"),

@@ -1,0 +1,179 @@
+"""Worker sessions on DynamoDB Local: start, heartbeat, orders, death, reaping, identity."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from holdfast.core.exceptions import LeaseLost, LossReason, SessionConflict, SessionLost
+from holdfast.core.model import Lease
+from holdfast.core.schema import BACKSTOP_MS, GSI_NAME, OWNER_INDEX_NAME, SessionState
+from holdfast.core.sessions import SessionStore, order_stop, parse_order, sweep_sessions
+from holdfast.core.store import LeaseStore, renew_clauses
+from holdfast.core.table import create_stream
+from holdfast.localaws import LocalAws
+from tests.conftest import client_for
+from tests.core.test_store import Clock
+
+TTL_MS = 8_000
+SKEW_MS = 1_000
+LOG = logging.getLogger("tests.sessions")
+
+
+@pytest.fixture
+def ddb(ddb_local: LocalAws) -> Any:
+    return client_for(ddb_local, "dynamodb")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def sessions(ddb_local: LocalAws, ddb: Any, clock: Clock) -> SessionStore:
+    return SessionStore(ddb, ddb_local.session_table, ddb_local.table, ttl_ms=TTL_MS,
+                        skew_ms=SKEW_MS, clock=clock)
+
+
+@pytest.fixture
+def leases(ddb_local: LocalAws, ddb: Any, clock: Clock) -> LeaseStore:
+    return LeaseStore(ddb, ddb_local.table, lease_ms=BACKSTOP_MS, skew_ms=SKEW_MS, clock=clock)
+
+
+def held_streams(leases: LeaseStore, owner: str, ids: list[str]) -> list[Lease]:
+    for conn in ids:
+        assert create_stream(leases.client, leases.table, conn, f"ws://127.0.0.1:9/{conn}")
+    return [leases.acquire(conn, owner) for conn in ids]
+
+
+def test_heartbeat_extends_and_returns_orders(sessions: SessionStore, clock: Clock,
+                                              unique_id: str) -> None:
+    """A heartbeat moves the expiry; an order shows up once and is gone after its ack."""
+    s = sessions.start(unique_id, capacity=10)
+    clock.now += 2_000
+    s2, orders = sessions.heartbeat(s, held=3, capacity=10)
+    assert s2.expires_at_ms == clock.now + TTL_MS and orders == frozenset()
+    assert sessions.add_order(s.owner, order_stop("c1"))
+    _, orders = sessions.heartbeat(s2, held=3, capacity=10)
+    assert orders == {order_stop("c1")} and parse_order(order_stop("c1")) == ("stop", "c1")
+    _, orders = sessions.heartbeat(s2, held=2, capacity=10, done=orders)
+    assert orders == frozenset()
+    item = sessions.get(unique_id)
+    assert item is not None and item.held == 2 and item.state is SessionState.ALIVE
+
+
+def test_a_live_twin_is_refused(sessions: SessionStore, clock: Clock, unique_id: str) -> None:
+    """A second process with the id of a live session gets SessionConflict, not the session."""
+    sessions.start(unique_id, capacity=1)
+    clock.now += TTL_MS  # not yet past TTL + skew
+    with pytest.raises(SessionConflict, match="in use by a live process"):
+        sessions.start(unique_id, capacity=1)
+
+
+def test_restart_with_same_id_reaps_the_predecessor(sessions: SessionStore, leases: LeaseStore,
+                                                    clock: Clock, unique_id: str) -> None:
+    """A new incarnation never inherits: the silent predecessor's streams are released."""
+    old = sessions.start(unique_id, capacity=5)
+    held = held_streams(leases, old.owner, [f"{unique_id}-{i}" for i in range(3)])
+    clock.now += TTL_MS + SKEW_MS + 1
+    new = sessions.start(unique_id, capacity=5)
+    assert new.owner != old.owner and new.worker_id == old.worker_id
+    for lease in held:
+        item = leases.get(lease.conn_id)
+        assert item is not None and item.lease_owner is None and item.lease_expires_at_ms == 0
+    with pytest.raises(SessionLost):
+        sessions.heartbeat(old, held=3, capacity=5)
+
+
+def test_dead_only_after_ttl_and_skew_and_a_late_heartbeat_cannot_undo_it(
+        sessions: SessionStore, clock: Clock, unique_id: str) -> None:
+    """mark_dead refuses a session inside TTL + skew; once dead, its heartbeat is refused."""
+    s = sessions.start(unique_id, capacity=1)
+    item = sessions.get(unique_id)
+    assert item is not None
+    clock.now += TTL_MS + SKEW_MS - 1
+    assert not sessions.mark_dead(item)
+    clock.now += 1
+    assert sessions.mark_dead(item)
+    with pytest.raises(SessionLost, match="DEAD"):
+        sessions.heartbeat(s, held=0, capacity=1)
+    dead = sessions.get(unique_id)
+    assert dead is not None and dead.state is SessionState.DEAD
+
+
+def test_reap_releases_only_what_the_dead_session_still_owns(
+        sessions: SessionStore, leases: LeaseStore, clock: Clock, unique_id: str) -> None:
+    """The sweep releases the dead session's streams; one already taken by another is untouched,
+    and the dead holder's late checkpoint is refused."""
+    s = sessions.start(unique_id, capacity=5)
+    a, b = held_streams(leases, s.owner, [f"{unique_id}-a", f"{unique_id}-b"])
+    leases.release(b)
+    other = leases.acquire(b.conn_id, "someone#else")
+    clock.now += TTL_MS + SKEW_MS
+    swept = sweep_sessions(sessions, clock.now, SKEW_MS, LOG)
+    assert s.owner in swept.dead and swept.reaped == 1
+    released = leases.get(a.conn_id)
+    assert released is not None and released.lease_owner is None
+    assert leases.get(b.conn_id).lease_owner == other.owner  # type: ignore[union-attr]
+    with pytest.raises(LeaseLost) as lost:
+        leases.renew(a, 41, extend=False)
+    assert lost.value.reason is LossReason.LOST
+    # Nothing left: the next sweep marks it reaped, and then leaves it alone.
+    sweep_sessions(sessions, clock.now, SKEW_MS, LOG)
+    item = sessions.get(unique_id)
+    assert item is not None and item.reaped
+
+
+def test_ended_session_leftovers_are_released(sessions: SessionStore, leases: LeaseStore,
+                                              clock: Clock, unique_id: str) -> None:
+    """A worker that said goodbye without releasing a stream has it released without a TTL."""
+    s = sessions.start(unique_id, capacity=5)
+    (a,) = held_streams(leases, s.owner, [f"{unique_id}-a"])
+    assert sessions.end(s)
+    swept = sweep_sessions(sessions, clock.now, SKEW_MS, LOG)
+    assert swept.reaped == 1 and not swept.dead
+    assert leases.get(a.conn_id).lease_owner is None  # type: ignore[union-attr]
+
+
+def test_malformed_session_items_are_skipped(sessions: SessionStore, ddb: Any, clock: Clock,
+                                             unique_id: str) -> None:
+    """Foreign or broken items in the session table are counted and never block the sweep."""
+    ddb.put_item(TableName=sessions.table, Item={"Pk": {"S": f"junk-{unique_id}"}})
+    ddb.put_item(TableName=sessions.table, Item={
+        "Pk": {"S": f"WORKER#{unique_id}-bad"}, "incarnation": {"S": "x"},
+        "session_state": {"S": "ZOMBIE"}, "session_expires_at_ms": {"N": "0"}})
+    sessions.start(unique_id, capacity=1)
+    clock.now += TTL_MS + SKEW_MS
+    swept = sweep_sessions(sessions, clock.now, SKEW_MS, LOG)
+    assert swept.malformed >= 2
+    assert any(owner.startswith(f"{unique_id}#") for owner in swept.dead)
+
+
+def test_checkpoint_without_extend_touches_no_index(leases: LeaseStore, ddb: Any,
+                                                    unique_id: str) -> None:
+    """The checkpoint write consumes 1 write unit and no index unit; a backstop refresh moves
+    the seed index, and neither touches the owner index."""
+    (lease,) = held_streams(leases, "w#1", [unique_id])
+
+    def units(expires: int | None, seq: int) -> dict[str, float]:
+        update, condition, values = renew_clauses(lease, leases.clock(), expires,
+                                                  seq).update_expression()
+        from holdfast.core.store import _names
+        resp = ddb.update_item(TableName=leases.table, Key={"Pk": {"S": f"CONN#{unique_id}"}},
+                               UpdateExpression=update, ConditionExpression=condition,
+                               ExpressionAttributeNames=_names(update + condition),
+                               ExpressionAttributeValues=values,
+                               ReturnConsumedCapacity="INDEXES")
+        cap = resp["ConsumedCapacity"]
+        out = {"table": cap["Table"]["CapacityUnits"]}
+        for name, v in (cap.get("GlobalSecondaryIndexes") or {}).items():
+            out[name] = v["CapacityUnits"]
+        return out
+
+    assert units(None, 5) == {"table": 1.0}
+    refreshed = units(leases.clock() + BACKSTOP_MS + 1, 6)
+    assert refreshed["table"] == 1.0 and refreshed.get(GSI_NAME) == 2.0
+    assert OWNER_INDEX_NAME not in refreshed
