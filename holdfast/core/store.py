@@ -366,7 +366,9 @@ def _overtaken(lease: Lease, raw: dict[str, Any] | None, expires: int | None,
     if expires is not None and stored_exp < expires:
         # Not overtaken by a later renewal: the checkpoint was moved past ours by someone else.
         return None
-    if expires is None and (seq is None or (current.last_seq or -1) < seq):
+    if expires is None:
+        # A checkpoint-only write has no racing twin of ours (the first checkpoint is written
+        # before any periodic one can carry a seq), so a later stored seq is someone else's.
         return None
     return Lease(lease.conn_id, lease.owner, lease.epoch, stored_exp, lease.ws_url,
                  current.last_seq, lease.error_count)

@@ -11,7 +11,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from holdfast.core.schema import GSI_NAME
+from holdfast.core.schema import GSI_NAME, OWNER_INDEX_NAME
 from holdfast.localaws import LocalAws, LocalAwsError
 from holdfast.localaws import stack as stack_module
 
@@ -26,12 +26,16 @@ def pid_alive(pid: int) -> bool:
 
 
 def test_table_and_queues_match_schema(ddb_local: LocalAws) -> None:
-    """The table has the GSI and a NEW_AND_OLD_IMAGES stream; the queue redrives to the DLQ."""
+    """The table has both GSIs and a NEW_AND_OLD_IMAGES stream, the session table exists; the
+    queue redrives to the DLQ."""
     env = ddb_local.env()
     ddb = boto3.client("dynamodb", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB"],
                        region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     table = ddb.describe_table(TableName=env["HOLDFAST_TABLE"])["Table"]
-    assert [g["IndexName"] for g in table["GlobalSecondaryIndexes"]] == [GSI_NAME]
+    assert sorted(g["IndexName"] for g in table["GlobalSecondaryIndexes"]) == sorted(
+        [GSI_NAME, OWNER_INDEX_NAME])
+    sessions = ddb.describe_table(TableName=env["HOLDFAST_SESSION_TABLE"])["Table"]
+    assert [k["AttributeName"] for k in sessions["KeySchema"]] == ["Pk"]
     assert table["StreamSpecification"]["StreamViewType"] == "NEW_AND_OLD_IMAGES"
     sqs = boto3.client("sqs", endpoint_url=env["AWS_ENDPOINT_URL_SQS"], region_name="us-east-1",
                        aws_access_key_id="x", aws_secret_access_key="x")

@@ -63,5 +63,6 @@ def test_shared_patterns_compile_and_separate_heartbeats() -> None:
     assert f(record("INSERT", None, image("c1")))
     assert f(record("MODIFY", held, image("c1", expires=0)))
     assert not f(record("MODIFY", held, image("c1", owner="w1", expires=20, epoch=1)))
-    assert not f(record("REMOVE", held, None))
+    assert not f(record("REMOVE", image("c1", expires=0), None))
+    assert f(record("REMOVE", held, None))  # a held stream deleted: its holder gets an order
     assert not f(record("INSERT", None, image("c1", state="STOPPED")))
