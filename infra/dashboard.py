@@ -47,8 +47,9 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
 
     q, dlq, svc = parts.queue, parts.dlq, parts.service
     dashboard = cw.Dashboard(scope, construct_id, default_interval=Duration.hours(3))
+    # Nineteen alarms: three rows of status boxes at full width.
     dashboard.add_widgets(cw.AlarmStatusWidget(title="Alarms", alarms=list(alarms), width=24,
-                                               height=3))
+                                               height=4))
     dashboard.add_widgets(
         _graph("Active connections",
                [w(names.METRIC_ACTIVE_CONNECTIONS, "Sum", "fleet total")],
@@ -67,7 +68,8 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
                 holdfast_metric(names.METRIC_STREAMS_REAPED, sweeper, label="streams reaped")],
                [w(names.METRIC_SESSION_RENEW_FAILURES, label="heartbeat failures")]),
         _graph("DynamoDB throttles",
-               [throttle_events(t, kind) for t in parts.throttle_watches()
+               [throttle_events(t, kind, f"{t.label} {kind.lower()}s")
+                for t in parts.throttle_watches()
                 for kind in ("Read", "Write")], width=16),
     )
     dashboard.add_widgets(

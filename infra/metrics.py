@@ -87,8 +87,9 @@ def running_tasks(service: ecs.FargateService) -> cw.Metric:
                      statistic="Minimum", period=MINUTE)
 
 
-def throttle_events(watch: TableWatch, kind: str, period: Duration = MINUTE) -> cw.Metric:
-    """``ReadThrottleEvents`` or ``WriteThrottleEvents`` (``kind``) of a table or an index.
+def throttle_events(watch: TableWatch, kind: str, label: str | None = None) -> cw.Metric:
+    """``ReadThrottleEvents`` or ``WriteThrottleEvents`` (``kind``) of a table or an index,
+    summed per minute.
 
     An index's throttles are reported under the ``GlobalSecondaryIndexName`` dimension only.
     """
@@ -96,5 +97,4 @@ def throttle_events(watch: TableWatch, kind: str, period: Duration = MINUTE) -> 
     if watch.index_name is not None:
         dimensions["GlobalSecondaryIndexName"] = watch.index_name
     return cw.Metric(namespace="AWS/DynamoDB", metric_name=f"{kind}ThrottleEvents",
-                     dimensions_map=dimensions, statistic="Sum", period=period,
-                     label=f"{watch.label} {kind.lower()}s")
+                     dimensions_map=dimensions, statistic="Sum", period=MINUTE, label=label)
