@@ -47,7 +47,7 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
 
     q, dlq, svc = parts.queue, parts.dlq, parts.service
     dashboard = cw.Dashboard(scope, construct_id, default_interval=Duration.hours(3))
-    # Nineteen alarms: three rows of status boxes at full width.
+    # Taller than for the first eight alarms: nineteen status boxes need the room.
     dashboard.add_widgets(cw.AlarmStatusWidget(title="Alarms", alarms=list(alarms), width=24,
                                                height=4))
     dashboard.add_widgets(

@@ -97,14 +97,13 @@ class Router(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, defaults: FunctionDefaults,
                  table: dynamodb.ITable, session_table: dynamodb.ITable, queue: sqs.IQueue,
-                 failures: sqs.IQueue,
-                 service_name: str, lease_ms: int, skew_ms: int, batch_size: int,
-                 batching_window_seconds: int, retry_attempts: int,
+                 failures: sqs.IQueue, service_name: str, lease_ms: int, skew_ms: int,
+                 batch_size: int, batching_window_seconds: int, retry_attempts: int,
                  parallelization_factor: int) -> None:
         super().__init__(scope, construct_id)
         self.handler = HoldfastFunction(
             self, "Handler", defaults=defaults, handler=ROUTER_HANDLER,
-            description="Holdfast router: lease stream -> claim nudges",
+            description="Holdfast router: lease stream -> claim nudges and stop orders",
             environment=lease_environment(
                 table_name=table.table_name, session_table_name=session_table.table_name,
                 queue_url=queue.queue_url, lease_ms=lease_ms, skew_ms=skew_ms,
