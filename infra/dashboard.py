@@ -9,7 +9,14 @@ from aws_cdk import aws_cloudwatch as cw
 from constructs import Construct
 
 from holdfast.core import names
-from infra.metrics import MINUTE, FleetParts, holdfast_metric, nudges_sent, running_tasks
+from infra.metrics import (
+    MINUTE,
+    FleetParts,
+    holdfast_metric,
+    nudges_sent,
+    running_tasks,
+    throttle_events,
+)
 
 __all__ = ["build_dashboard"]
 
@@ -29,7 +36,8 @@ def peak(metric: Callable[..., cw.Metric], label: str) -> cw.Metric:
 
 def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
                     alarms: Sequence[cw.IAlarm]) -> cw.Dashboard:
-    """Rows: alarms; connections and leases; nudges and queues; router; sweeper; tasks."""
+    """Rows: alarms; connections and leases; sessions and throttles; nudges and queues;
+    router; sweeper; tasks."""
     worker = parts.service_names["worker"]
     router = parts.service_names["router"]
     sweeper = parts.service_names["sweeper"]
@@ -39,8 +47,9 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
 
     q, dlq, svc = parts.queue, parts.dlq, parts.service
     dashboard = cw.Dashboard(scope, construct_id, default_interval=Duration.hours(3))
+    # Taller than for the first eight alarms: nineteen status boxes need the room.
     dashboard.add_widgets(cw.AlarmStatusWidget(title="Alarms", alarms=list(alarms), width=24,
-                                               height=3))
+                                               height=4))
     dashboard.add_widgets(
         _graph("Active connections",
                [w(names.METRIC_ACTIVE_CONNECTIONS, "Sum", "fleet total")],
@@ -52,6 +61,16 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
         _graph("Renew latency (ms)",
                [w(names.METRIC_RENEW_LATENCY, "p50", "p50"),
                 w(names.METRIC_RENEW_LATENCY, "p99", "p99")]),
+    )
+    dashboard.add_widgets(
+        _graph("Worker sessions",
+               [holdfast_metric(names.METRIC_DEAD_SESSIONS, sweeper, label="died silently"),
+                holdfast_metric(names.METRIC_STREAMS_REAPED, sweeper, label="streams reaped")],
+               [w(names.METRIC_SESSION_RENEW_FAILURES, label="heartbeat failures")]),
+        _graph("DynamoDB throttles",
+               [throttle_events(t, kind, f"{t.label} {kind.lower()}s")
+                for t in parts.throttle_watches()
+                for kind in ("Read", "Write")], width=16),
     )
     dashboard.add_widgets(
         _graph("Nudges", [nudges_sent(router, "by router"), nudges_sent(sweeper, "by sweeper"),

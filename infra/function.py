@@ -31,11 +31,13 @@ def powertools_layer_arn(region: str, version: int) -> str:
             f"AWSLambdaPowertoolsPythonV3-{_LAYER_PYTHON}-arm64:{version}")
 
 
-def lease_environment(*, table_name: str, queue_url: str, lease_ms: int, skew_ms: int,
-                      service_name: str) -> dict[str, str]:
-    """The environment router and sweeper share: where the leases are and how they are timed."""
+def lease_environment(*, table_name: str, session_table_name: str, queue_url: str,
+                      lease_ms: int, skew_ms: int, service_name: str) -> dict[str, str]:
+    """The environment router and sweeper share: where the leases and sessions are and how
+    they are timed."""
     return {
         names.ENV_TABLE: table_name,
+        names.ENV_SESSION_TABLE: session_table_name,
         names.ENV_QUEUE_URL: queue_url,
         names.ENV_LEASE_MS: str(lease_ms),
         names.ENV_SKEW_MS: str(skew_ms),

@@ -6,15 +6,28 @@ from dataclasses import dataclass
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 
-from holdfast.core import names
+from holdfast.core import names, schema
 
-__all__ = ["MINUTE", "FleetParts", "holdfast_metric", "nudges_sent", "running_tasks"]
+__all__ = ["MINUTE", "FleetParts", "TableWatch", "holdfast_metric", "nudges_sent",
+           "running_tasks", "throttle_events"]
 
 MINUTE = Duration.minutes(1)
+
+
+@dataclass(frozen=True, slots=True)
+class TableWatch:
+    """A table, or one index of it, as alarms and graphs name it."""
+
+    construct_id: str
+    label: str
+    table: dynamodb.ITable
+    index_name: str | None
+    impact: str  # what throttling it costs, for the alarm description
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +41,23 @@ class FleetParts:
     sweeper: lambda_.IFunction
     service: ecs.FargateService
     service_names: dict[str, str]
+    lease_table: dynamodb.ITable
+    session_table: dynamodb.ITable
+
+    def throttle_watches(self) -> list[TableWatch]:
+        """Every table and index whose throttling hurts: each lease index separately, since
+        an index that cannot keep up throttles the table's writes too."""
+        return [
+            TableWatch("LeaseTable", "lease table", self.lease_table, None,
+                       "claims, releases and checkpoints are delayed"),
+            TableWatch("SeedIndex", "seed index", self.lease_table, schema.GSI_NAME,
+                       "expired leases are found late, and its writes hold up the table's"),
+            TableWatch("OwnerIndex", "owner index", self.lease_table, schema.OWNER_INDEX_NAME,
+                       "dead sessions' streams are reaped late, and its writes hold up the "
+                       "table's"),
+            TableWatch("SessionTable", "session table", self.session_table, None,
+                       "a worker whose heartbeats are late loses its streams"),
+        ]
 
 
 def holdfast_metric(name: str, service: str, statistic: str = "Sum",
@@ -55,3 +85,16 @@ def running_tasks(service: ecs.FargateService) -> cw.Metric:
                      dimensions_map={"ClusterName": service.cluster.cluster_name,
                                      "ServiceName": service.service_name},
                      statistic="Minimum", period=MINUTE)
+
+
+def throttle_events(watch: TableWatch, kind: str, label: str | None = None) -> cw.Metric:
+    """``ReadThrottleEvents`` or ``WriteThrottleEvents`` (``kind``) of a table or an index,
+    summed per minute.
+
+    An index's throttles are reported under the ``GlobalSecondaryIndexName`` dimension only.
+    """
+    dimensions = {"TableName": watch.table.table_name}
+    if watch.index_name is not None:
+        dimensions["GlobalSecondaryIndexName"] = watch.index_name
+    return cw.Metric(namespace="AWS/DynamoDB", metric_name=f"{kind}ThrottleEvents",
+                     dimensions_map=dimensions, statistic="Sum", period=MINUTE, label=label)

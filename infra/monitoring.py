@@ -11,9 +11,17 @@ from constructs import Construct
 
 from holdfast.core import names
 from infra.dashboard import build_dashboard
-from infra.metrics import MINUTE, FleetParts, holdfast_metric, running_tasks
+from infra.metrics import MINUTE, FleetParts, holdfast_metric, running_tasks, throttle_events
 
-__all__ = ["Monitoring"]
+__all__ = ["ALARM_WINDOW", "Monitoring"]
+
+# Alarms on "did this happen at all" sum over this window: one event is worth a look, and a
+# window longer than a minute gives one alarm per incident rather than one that flaps.
+ALARM_WINDOW = Duration.minutes(5)
+_GTE = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+_GT = cw.ComparisonOperator.GREATER_THAN_THRESHOLD
+_LT = cw.ComparisonOperator.LESS_THAN_THRESHOLD
+
 
 class Monitoring(Construct):
     """Alarms (to ``topic``) and one dashboard; ``dashboard_url`` opens it in the console."""
@@ -24,7 +32,8 @@ class Monitoring(Construct):
         self.topic = sns.Topic(self, "Alarms", display_name="Holdfast alarms", enforce_ssl=True)
         if alarm_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
-        self.alarms = self._alarms(parts, lease_ms)
+        self.alarms = [*self._pipeline_alarms(parts, lease_ms), *self._worker_alarms(parts),
+                       *self._throttle_alarms(parts)]
         action = cw_actions.SnsAction(self.topic)
         for alarm in self.alarms:
             alarm.add_alarm_action(action)
@@ -34,48 +43,84 @@ class Monitoring(Construct):
             "https://", Aws.REGION, ".console.aws.amazon.com/cloudwatch/home?region=",
             Aws.REGION, "#dashboards:name=", self.dashboard.dashboard_name])
 
-    def _alarms(self, p: FleetParts, lease_ms: int) -> list[cw.Alarm]:
-        gte = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
-        quiet = cw.TreatMissingData.NOT_BREACHING
+    def _alarm(self, alarm_id: str, description: str, metric: cw.IMetric, threshold: float, *,
+               periods: int = 1, comparison: cw.ComparisonOperator = _GTE,
+               missing: cw.TreatMissingData = cw.TreatMissingData.NOT_BREACHING) -> cw.Alarm:
+        return cw.Alarm(self, alarm_id, alarm_description=description, metric=metric,
+                        threshold=threshold, evaluation_periods=periods,
+                        datapoints_to_alarm=periods, comparison_operator=comparison,
+                        treat_missing_data=missing)
 
-        def alarm(alarm_id: str, description: str, metric: cw.IMetric, threshold: float, *,
-                  periods: int = 1, comparison: cw.ComparisonOperator = gte,
-                  missing: cw.TreatMissingData = quiet) -> cw.Alarm:
-            return cw.Alarm(self, alarm_id, alarm_description=description, metric=metric,
-                            threshold=threshold, evaluation_periods=periods,
-                            datapoints_to_alarm=periods, comparison_operator=comparison,
-                            treat_missing_data=missing)
+    def _any(self, alarm_id: str, description: str, metric: cw.Metric) -> cw.Alarm:
+        """An alarm on a count that should stay zero: sum > 0 over :data:`ALARM_WINDOW`."""
+        return self._alarm(alarm_id, description, metric.with_(period=ALARM_WINDOW,
+                                                               statistic="Sum"),
+                           0, comparison=_GT)
 
+    def _pipeline_alarms(self, p: FleetParts, lease_ms: int) -> list[cw.Alarm]:
+        """Nudges, router and sweeper: is every wanted stream on its way to an owner?"""
         sweeper = p.service_names["sweeper"]
         return [
-            alarm("DeadLettersNotEmpty",
-                  "Nudges no worker could act on were parked in the DLQ: inspect and redrive.",
-                  p.dlq.metric_approximate_number_of_messages_visible(
-                      period=MINUTE, statistic="Maximum"), 1),
-            alarm("RouterFailuresNotEmpty",
-                  "The router gave up on stream records after every retry (see the queue).",
-                  p.router_failures.metric_approximate_number_of_messages_visible(
-                      period=MINUTE, statistic="Maximum"), 1),
-            alarm("RouterErrors", "The router function failed whole batches.",
-                  p.router.metric_errors(period=Duration.minutes(5), statistic="Sum"), 1),
-            alarm("RouterIteratorAge",
-                  "The router is more than a minute behind the lease table's stream.",
-                  p.router.metric("IteratorAge", period=MINUTE, statistic="Maximum"),
-                  60_000, periods=3),
-            alarm("StreamsUnowned",
-                  "A wanted (STARTED) stream has had no owner for longer than a lease.",
-                  holdfast_metric(names.METRIC_OLDEST_ORPHAN_AGE, sweeper, "Maximum"),
-                  lease_ms, periods=2, comparison=cw.ComparisonOperator.GREATER_THAN_THRESHOLD),
-            alarm("SweeperErrors", "The sweeper function failed.",
-                  p.sweeper.metric_errors(period=Duration.minutes(5), statistic="Sum"), 1),
-            alarm("SweeperNotRunning",
-                  "The sweeper has not run for 5 minutes: expired leases are not being found.",
-                  p.sweeper.metric_invocations(period=Duration.minutes(5), statistic="Sum"), 1,
-                  comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
-                  missing=cw.TreatMissingData.BREACHING),
-            alarm("NoWorkersRunning", "No worker task is running: no stream is being held.",
-                  running_tasks(p.service), 1, periods=3,
-                  comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
-                  missing=cw.TreatMissingData.BREACHING),
+            self._alarm(
+                "DeadLettersNotEmpty",
+                "Nudges no worker could act on were parked in the DLQ: inspect and redrive.",
+                p.dlq.metric_approximate_number_of_messages_visible(
+                    period=MINUTE, statistic="Maximum"), 1),
+            self._alarm(
+                "RouterFailuresNotEmpty",
+                "The router gave up on stream records after every retry (see the queue).",
+                p.router_failures.metric_approximate_number_of_messages_visible(
+                    period=MINUTE, statistic="Maximum"), 1),
+            self._alarm("RouterErrors", "The router function failed whole batches.",
+                        p.router.metric_errors(period=Duration.minutes(5), statistic="Sum"), 1),
+            self._alarm("RouterIteratorAge",
+                        "The router is more than a minute behind the lease table's stream.",
+                        p.router.metric("IteratorAge", period=MINUTE, statistic="Maximum"),
+                        60_000, periods=3),
+            self._alarm("StreamsUnowned",
+                        "A wanted (STARTED) stream has had no owner for longer than a lease.",
+                        holdfast_metric(names.METRIC_OLDEST_ORPHAN_AGE, sweeper, "Maximum"),
+                        lease_ms, periods=2, comparison=_GT),
+            self._alarm("SweeperErrors", "The sweeper function failed.",
+                        p.sweeper.metric_errors(period=Duration.minutes(5), statistic="Sum"),
+                        1),
+            self._alarm("SweeperNotRunning",
+                        "The sweeper has not run for 5 minutes: dead sessions and expired "
+                        "leases are not being found.",
+                        p.sweeper.metric_invocations(period=Duration.minutes(5),
+                                                     statistic="Sum"), 1,
+                        comparison=_LT, missing=cw.TreatMissingData.BREACHING),
         ]
 
+    def _worker_alarms(self, p: FleetParts) -> list[cw.Alarm]:
+        """Workers: running at all, dying silently, losing their grip on streams."""
+        worker, sweeper = p.service_names["worker"], p.service_names["sweeper"]
+        return [
+            self._alarm("NoWorkersRunning", "No worker task is running: no stream is being held.",
+                        running_tasks(p.service), 1, periods=3, comparison=_LT,
+                        missing=cw.TreatMissingData.BREACHING),
+            # A deploy or scale-in ends sessions with a goodbye; only a crash, OOM kill or a
+            # worker cut off from DynamoDB for a lease leaves one to be declared dead.
+            self._any("DeadSessions",
+                      "A worker died without saying goodbye: the sweeper found its session "
+                      "silent past a lease and released its streams. Look for the stopped "
+                      "task's reason (crash, out of memory) in the worker logs and ECS events.",
+                      holdfast_metric(names.METRIC_DEAD_SESSIONS, sweeper)),
+            self._any("LeasesFenced",
+                      "A worker stopped using streams it could no longer prove it held "
+                      "(renewals too slow or failing): expect reconnects and replays.",
+                      holdfast_metric(names.METRIC_LEASES_FENCED, worker)),
+            self._any("RenewFailures",
+                      "Worker renewals failed (DynamoDB errors or throttling): streams are at "
+                      "risk of being fenced.",
+                      holdfast_metric(names.METRIC_RENEW_FAILURES, worker)),
+        ]
+
+    def _throttle_alarms(self, p: FleetParts) -> list[cw.Alarm]:
+        """Any DynamoDB throttling of either table or a lease index, reads and writes apart."""
+        return [
+            self._any(f"{w.construct_id}{kind}Throttles",
+                      f"DynamoDB throttled {kind.lower()}s of the {w.label}: {w.impact}.",
+                      throttle_events(w, kind))
+            for w in p.throttle_watches() for kind in ("Read", "Write")
+        ]

@@ -45,7 +45,8 @@ def acknowledge_findings(*, router: Router, sweeper: Sweeper, workers: WorkerSer
                 + ". Every other statement names its table, stream or queue.")
     if tracing:
         acknowledge(sweeper.handler.role.node.find_child("DefaultPolicy"), _WILDCARD_RESOURCE,
-                    f"{_XRAY}. The Query and SendMessage statements name the index and queue.")
+                    f"{_XRAY}. Every DynamoDB and SQS statement names its tables, indexes "
+                    "and queue.")
     execution_role = workers.task_definition.execution_role
     if execution_role is not None:
         acknowledge(execution_role.node.find_child("DefaultPolicy"), _WILDCARD_RESOURCE,

@@ -12,12 +12,17 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from holdfast.core import schema
-from holdfast.core.filters import FILTER_PATTERNS
+from holdfast.core.filters import filter_criteria
 from infra.function import FunctionDefaults, HoldfastFunction, lease_environment
 
-__all__ = ["ROUTER_HANDLER", "Router", "SendOnlyDestination", "normalise_statement"]
+__all__ = ["ROUTER_HANDLER", "ROUTER_SESSION_ATTRIBUTES", "Router", "SendOnlyDestination",
+           "normalise_statement", "stop_order_statement"]
 
 ROUTER_HANDLER = "lambdas.router.handler.lambda_handler"
+# The session attributes a stop order may name: the key, the order set it ADDs to, and what
+# its condition may read to address the holder's own incarnation while it is alive.
+ROUTER_SESSION_ATTRIBUTES = (schema.PARTITION_KEY, schema.SESSION.orders,
+                             schema.SESSION.incarnation, schema.SESSION.state)
 
 
 def normalise_statement(table_arn: str) -> iam.PolicyStatement:
@@ -39,6 +44,24 @@ def normalise_statement(table_arn: str) -> iam.PolicyStatement:
             ]},
             "StringEqualsIfExists": {"dynamodb:ReturnValues": "NONE"},
             "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{schema.PK_PREFIX}*"]},
+        },
+    )
+
+
+def stop_order_statement(session_table_arn: str) -> iam.PolicyStatement:
+    """The router's one session write: ``ADD orders`` on the holder's session item.
+
+    Pinned like :func:`normalise_statement`: only :data:`ROUTER_SESSION_ATTRIBUTES`, no values
+    returned, only ``WORKER#`` items. A hijacked router can queue stop orders, but can never
+    mark a session dead, forge a heartbeat or end one.
+    """
+    return iam.PolicyStatement(
+        actions=["dynamodb:UpdateItem"],
+        resources=[session_table_arn],
+        conditions={
+            "ForAllValues:StringEquals": {"dynamodb:Attributes": list(ROUTER_SESSION_ATTRIBUTES)},
+            "StringEqualsIfExists": {"dynamodb:ReturnValues": "NONE"},
+            "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{schema.SESSION_PREFIX}*"]},
         },
     )
 
@@ -65,24 +88,26 @@ class SendOnlyDestination:
 class Router(Construct):
     """The router function and its event source mapping on the lease table's stream.
 
-    Heartbeats never invoke it: the shared filter patterns drop every record that keeps an
+    It nudges wanted-but-unowned streams and passes a stop to the holder's session item.
+    Checkpoints never invoke it: the shared filter patterns drop every record that keeps an
     owner. A failing batch is bisected and retried a bounded number of times; what still fails
     is described in ``failures`` (shard and sequence numbers) for an operator, and the sweeper
     covers any lease it left unnudged.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, defaults: FunctionDefaults,
-                 table: dynamodb.ITable, queue: sqs.IQueue, failures: sqs.IQueue,
-                 service_name: str, lease_ms: int, skew_ms: int, batch_size: int,
-                 batching_window_seconds: int, retry_attempts: int,
+                 table: dynamodb.ITable, session_table: dynamodb.ITable, queue: sqs.IQueue,
+                 failures: sqs.IQueue, service_name: str, lease_ms: int, skew_ms: int,
+                 batch_size: int, batching_window_seconds: int, retry_attempts: int,
                  parallelization_factor: int) -> None:
         super().__init__(scope, construct_id)
         self.handler = HoldfastFunction(
             self, "Handler", defaults=defaults, handler=ROUTER_HANDLER,
-            description="Holdfast router: lease stream -> claim nudges",
+            description="Holdfast router: lease stream -> claim nudges and stop orders",
             environment=lease_environment(
-                table_name=table.table_name, queue_url=queue.queue_url, lease_ms=lease_ms,
-                skew_ms=skew_ms, service_name=service_name),
+                table_name=table.table_name, session_table_name=session_table.table_name,
+                queue_url=queue.queue_url, lease_ms=lease_ms, skew_ms=skew_ms,
+                service_name=service_name),
             timeout=Duration.seconds(30), memory_mib=256)
         self.function = self.handler.function
         role = self.handler.role
@@ -91,6 +116,7 @@ class Router(Construct):
         role.add_to_policy(iam.PolicyStatement(actions=["sqs:SendMessage"],
                                                resources=[queue.queue_arn]))
         role.add_to_policy(normalise_statement(table.table_arn))
+        role.add_to_policy(stop_order_statement(session_table.table_arn))
         self.function.add_event_source(sources.DynamoEventSource(
             table,
             # From the oldest record still in the stream: a re-created mapping must not skip
@@ -104,5 +130,7 @@ class Router(Construct):
             retry_attempts=retry_attempts,
             report_batch_item_failures=True,
             on_failure=SendOnlyDestination(failures),
-            filters=[lambda_.FilterCriteria.filter(p) for p in FILTER_PATTERNS],
+            # Verbatim from holdfast.core.filters: the runner and the property tests use the
+            # same strings.
+            filters=[{"pattern": f["Pattern"]} for f in filter_criteria()["Filters"]],
         ))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from aws_cdk import Duration, RemovalPolicy, Size
@@ -18,22 +18,29 @@ from holdfast.core import names
 from infra.logs import retention
 
 __all__ = ["CONTAINER_NAME", "WORKER_INDEX_ACTIONS", "WORKER_QUEUE_ACTIONS",
-           "WORKER_TABLE_ACTIONS", "WorkerService"]
+           "WORKER_SESSION_ACTIONS", "WORKER_TABLE_ACTIONS", "WorkerService"]
 
 CONTAINER_NAME: Final = "worker"
 # Everything the worker's lease calls do (holdfast/core/store.py, batch.py, table.py's
-# find_orphans for the reconcile sweep) and nothing more: no Scan, no PutItem, no DeleteItem,
-# no table management.
+# find_orphans for the reconcile sweep, a new session reaping its predecessor's streams through
+# the owner index) and nothing more: no Scan, no PutItem, no DeleteItem, no table management.
 WORKER_TABLE_ACTIONS: Final = (
     "dynamodb:GetItem",
     "dynamodb:UpdateItem",
     "dynamodb:PartiQLUpdate",  # BatchExecuteStatement renewals are authorised per statement
 )
 WORKER_INDEX_ACTIONS: Final = ("dynamodb:Query",)
+# The worker's own session item: start (Put or Update), heartbeat, end. No Scan, no Delete.
+WORKER_SESSION_ACTIONS: Final = (
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+)
 WORKER_QUEUE_ACTIONS: Final = (
     "sqs:ReceiveMessage",
     "sqs:DeleteMessage",
     "sqs:ChangeMessageVisibility",
+    "sqs:SendMessage",  # nudges for streams it releases or reaps (authorises the batch call)
 )
 # Each connection is a socket; Fargate's default soft limit would cap a task far below the
 # connection counts a task is sized for.
@@ -56,7 +63,8 @@ class WorkerService(Construct):
                  subnets: ec2.SubnetSelection, security_group: ec2.ISecurityGroup,
                  assign_public_ip: bool, image: ecs.ContainerImage, arm64: bool, cpu: int,
                  memory_mib: int, environment: Mapping[str, str], stop_timeout: Duration,
-                 table: dynamodb.ITable, index_arn: str, queue: sqs.IQueue,
+                 table: dynamodb.ITable, index_arns: Sequence[str],
+                 session_table: dynamodb.ITable, queue: sqs.IQueue,
                  log_retention_days: int, removal_policy: RemovalPolicy) -> None:
         super().__init__(scope, construct_id)
         self.cluster = ecs.Cluster(self, "Cluster", vpc=vpc,
@@ -70,7 +78,7 @@ class WorkerService(Construct):
                 else ecs.CpuArchitecture.X86_64,
                 operating_system_family=ecs.OperatingSystemFamily.LINUX))
         self.container = self._add_container(image, environment, stop_timeout)
-        self._grant(table, index_arn, queue)
+        self._grant(table, index_arns, session_table, queue)
         self.service = ecs.FargateService(
             self, "Service", cluster=self.cluster, task_definition=self.task_definition,
             vpc_subnets=subnets, security_groups=[security_group],
@@ -106,11 +114,14 @@ class WorkerService(Construct):
                                                   read_only=False))
         return container
 
-    def _grant(self, table: dynamodb.ITable, index_arn: str, queue: sqs.IQueue) -> None:
+    def _grant(self, table: dynamodb.ITable, index_arns: Sequence[str],
+               session_table: dynamodb.ITable, queue: sqs.IQueue) -> None:
         role = self.task_definition.task_role
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=list(WORKER_TABLE_ACTIONS), resources=[table.table_arn]))
         role.add_to_principal_policy(iam.PolicyStatement(
-            actions=list(WORKER_INDEX_ACTIONS), resources=[index_arn]))
+            actions=list(WORKER_INDEX_ACTIONS), resources=list(index_arns)))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=list(WORKER_SESSION_ACTIONS), resources=[session_table.table_arn]))
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=list(WORKER_QUEUE_ACTIONS), resources=[queue.queue_arn]))

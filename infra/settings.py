@@ -10,6 +10,7 @@ No ``aws_cdk`` import here: settings are tested in milliseconds.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -40,7 +41,9 @@ _STACK_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
 _FLEET_RE: Final = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
 _VPC_RE: Final = re.compile(r"^vpc-[0-9a-f]{8,17}$")
 _EMAIL_RE: Final = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-_TABLE_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
+# The session table is named "<tableName>-sessions": 246 + 9 is DynamoDB's limit of 255.
+_SESSION_SUFFIX: Final = "-sessions"
+_TABLE_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{3,246}$")
 # ECS stops a task with SIGKILL this long after SIGTERM at most (the ECS maximum is 120 s).
 _MAX_STOP_TIMEOUT_S: Final = 120
 
@@ -113,9 +116,12 @@ class Settings:
                                "CloudFormation stack name")
     fleet_name: str = _setting("holdfast", _matching(_FLEET_RE, "lowercase a-z0-9- (<= 24)"),
                                "prefix of the metric service names (several fleets per account)")
-    # Leases (the worker and the sweeper get the same values).
-    lease_seconds: int = _setting(20, _int(3, 300), "lease length")
-    heartbeat_seconds: int = _setting(5, _int(1, 100), "renewal interval")
+    # Liveness (the worker, router and sweeper get the same values): one session heartbeat per
+    # worker; a worker silent for a lease loses its streams.
+    lease_seconds: int = _setting(8, _int(3, 300), "how long a silent worker keeps its streams")
+    heartbeat_seconds: int = _setting(2, _int(1, 100), "session heartbeat interval (per worker)")
+    checkpoint_seconds: int = _setting(
+        20, _int(1, 3600), "how often a stream's position is saved (replay window on a crash)")
     skew_ms: int = _setting(1000, _int(0, 10_000), "clock-skew allowance between hosts")
     reconcile_seconds: int = _setting(60, _int(5, 3600), "worker full reconcile interval")
     renew_mode: str = _setting("batch", _choice("batch", "single"), "PartiQL batch or one by one")
@@ -135,8 +141,9 @@ class Settings:
     allowed_hosts: str | None = _setting(None, _text, "upstream host allow-list for ws_url")
     handler: str | None = _setting(None, _text, "module:callable handling upstream messages")
     # Lease table.
-    table_name: str | None = _setting(None, _matching(_TABLE_RE, "a DynamoDB table name"),
-                                      "physical table name (default: generated)")
+    table_name: str | None = _setting(
+        None, _matching(_TABLE_RE, "a DynamoDB table name of at most 246 characters"),
+        "physical lease table name (default: generated)")
     table_billing: str = _setting("on-demand", _choice("on-demand", "provisioned"),
                                   "table capacity mode")
     table_read_min: int = _setting(5, _int(1, 40_000), "provisioned: min read capacity")
@@ -199,6 +206,23 @@ class Settings:
         they have expired anyway and the sweeper hands them out.
         """
         return self.lease_seconds + self.heartbeat_seconds
+
+    @property
+    def session_table_name(self) -> str | None:
+        """``<tableName>-sessions`` (as the local AWS names it), or None for a generated name."""
+        return f"{self.table_name}{_SESSION_SUFFIX}" if self.table_name else None
+
+    @property
+    def session_write_capacity(self) -> tuple[int, int]:
+        """Provisioned write range of the session table: never below one heartbeat per
+        ``heartbeatSeconds`` from every task of the largest fleet during a deployment.
+
+        A throttled session heartbeat is not a slow write: a worker silent for a lease loses
+        every stream it holds, so the floor must not wait for auto scaling to catch up. A
+        rolling deployment runs up to twice ``maxTasks`` (new tasks start before old ones stop).
+        """
+        floor = max(self.table_write_min, math.ceil(2 * self.max_tasks / self.heartbeat_seconds))
+        return floor, max(floor, self.table_write_max)
 
     @property
     def target_connections_per_task(self) -> int:

@@ -1,4 +1,4 @@
-"""The Holdfast stack: wires table, queues, router, sweeper, workers, scaling and monitoring."""
+"""The Holdfast stack: wires tables, queues, router, sweeper, workers, scaling and monitoring."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from infra.queue import NudgeQueues
 from infra.router import Router
 from infra.scaling import WorkerScaling
 from infra.service import WorkerService
+from infra.sessions import SessionTable
 from infra.settings import Settings, context_key
 from infra.sweeper import Sweeper
 from infra.table import LeaseTable
@@ -46,14 +47,16 @@ def stack_environment(s: Settings, environ: Mapping[str, str]) -> Environment | 
     return Environment(account=account, region=region)
 
 
-def worker_environment(s: Settings, *, table_name: str, queue_url: str,
-                       service_name: str) -> dict[str, str]:
+def worker_environment(s: Settings, *, table_name: str, session_table_name: str,
+                       queue_url: str, service_name: str) -> dict[str, str]:
     """The worker task's environment (HOLDFAST_WORKER_ID is left to default to the task id)."""
     env = {
         names.ENV_TABLE: table_name,
+        names.ENV_SESSION_TABLE: session_table_name,
         names.ENV_QUEUE_URL: queue_url,
         names.ENV_LEASE_SECONDS: str(s.lease_seconds),
         names.ENV_HEARTBEAT_SECONDS: str(s.heartbeat_seconds),
+        names.ENV_CHECKPOINT_SECONDS: str(s.checkpoint_seconds),
         names.ENV_SKEW_MS: str(s.skew_ms),
         names.ENV_MAX_CONNECTIONS: str(s.max_connections_per_task),
         names.ENV_RECONCILE_SECONDS: str(s.reconcile_seconds),
@@ -86,22 +89,30 @@ class HoldfastStack(Stack):
                                     tracing=s.tracing, log_retention_days=s.log_retention_days,
                                     removal_policy=removal)
 
+        provisioned = s.table_billing == "provisioned"
+        reads = (s.table_read_min, s.table_read_max)
         self.table = LeaseTable(
-            self, "Leases", table_name=s.table_name, provisioned=s.table_billing == "provisioned",
-            read_capacity=(s.table_read_min, s.table_read_max),
-            write_capacity=(s.table_write_min, s.table_write_max),
+            self, "Leases", table_name=s.table_name, provisioned=provisioned,
+            read_capacity=reads, write_capacity=(s.table_write_min, s.table_write_max),
+            deletion_protection=s.deletion_protection, removal_policy=removal)
+        self.sessions = SessionTable(
+            self, "Sessions", table_name=s.session_table_name, provisioned=provisioned,
+            read_capacity=reads, write_capacity=s.session_write_capacity,
             deletion_protection=s.deletion_protection, removal_policy=removal)
         self.queues = NudgeQueues(self, "Queues", removal_policy=removal)
-        table, queue = self.table.table, self.queues.queue
+        table, sessions, queue = self.table.table, self.sessions.table, self.queues.queue
+        index_arns = [self.table.index_arn, self.table.owner_index_arn]
         self.router = Router(
-            self, "Router", table=table, queue=queue, failures=self.queues.router_failures,
+            self, "Router", table=table, session_table=sessions, queue=queue,
+            failures=self.queues.router_failures,
             service_name=service_names["router"], lease_ms=s.lease_ms, skew_ms=s.skew_ms,
             batch_size=s.router_batch_size,
             batching_window_seconds=s.router_batching_window_seconds,
             retry_attempts=s.router_retry_attempts,
             parallelization_factor=s.router_parallelization_factor, defaults=defaults)
         self.sweeper = Sweeper(
-            self, "Sweeper", table=table, index_arn=self.table.index_arn, queue=queue,
+            self, "Sweeper", table=table, index_arns=index_arns, session_table=sessions,
+            queue=queue,
             service_name=service_names["sweeper"], lease_ms=s.lease_ms,
             skew_ms=s.skew_ms, reserve_concurrency=s.sweeper_reserve_concurrency,
             defaults=defaults)
@@ -117,10 +128,11 @@ class HoldfastStack(Stack):
             image=_worker_image(s.worker_image, arm64), arm64=arm64, cpu=s.task_cpu,
             memory_mib=s.task_memory_mib,
             environment=worker_environment(s, table_name=table.table_name,
+                                           session_table_name=sessions.table_name,
                                            queue_url=queue.queue_url,
                                            service_name=service_names["worker"]),
             stop_timeout=Duration.seconds(s.stop_timeout_seconds), table=table,
-            index_arn=self.table.index_arn, queue=queue,
+            index_arns=index_arns, session_table=sessions, queue=queue,
             log_retention_days=s.log_retention_days, removal_policy=removal)
         WorkerScaling(
             self, "Scaling", service=self.workers.service, queue=queue,
@@ -131,7 +143,8 @@ class HoldfastStack(Stack):
             parts=FleetParts(queue=queue, dlq=self.queues.dlq,
                              router_failures=self.queues.router_failures,
                              router=self.router.function, sweeper=self.sweeper.function,
-                             service=self.workers.service, service_names=service_names))
+                             service=self.workers.service, service_names=service_names,
+                             lease_table=table, session_table=sessions))
         self._outputs()
         acknowledge_findings(router=self.router, sweeper=self.sweeper, workers=self.workers,
                              queues=self.queues, network=self.network, tracing=s.tracing)
@@ -139,6 +152,8 @@ class HoldfastStack(Stack):
     def _outputs(self) -> None:
         for output_id, value, description in (
             ("TableName", self.table.table.table_name, "Lease table (insert items here)"),
+            ("SessionTableName", self.sessions.table.table_name,
+             "Session table (one item per worker: liveness and stop orders)"),
             ("QueueUrl", self.queues.queue.queue_url, "Nudge queue"),
             ("DeadLetterQueueUrl", self.queues.dlq.queue_url, "Nudges parked for an operator"),
             ("ClusterName", self.workers.cluster.cluster_name, "ECS cluster of the workers"),

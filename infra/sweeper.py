@@ -1,11 +1,16 @@
-"""The sweeper: every minute, a Lambda that sweeps the index for expired leases about once a second.
+"""The sweeper: every minute, a Lambda that sweeps for dead sessions and expired leases about
+once a second.
 
-A killed worker writes nothing, so its leases only show up by time passing: the sweeper finds
-them through the KEYS_ONLY index and nudges them like the router does. One invocation per minute
-loops over ~1 s sweeps, which is far cheaper than one invocation per second.
+A killed worker writes nothing, so its death only shows up by time passing: the sweeper scans
+the session table for sessions silent past their expiry, marks them dead, releases their
+streams (found through the owner index) and nudges them like the router does; the seed index
+still finds any lease whose own expiry passed. One invocation per minute loops over ~1 s
+sweeps, which is far cheaper than one invocation per second.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
@@ -17,27 +22,38 @@ from constructs import Construct
 
 from infra.function import FunctionDefaults, HoldfastFunction, lease_environment
 
-__all__ = ["SWEEPER_HANDLER", "SWEEPER_TIMEOUT", "Sweeper"]
+__all__ = ["SWEEPER_HANDLER", "SWEEPER_LEASE_ACTIONS", "SWEEPER_SESSION_ACTIONS",
+           "SWEEPER_TIMEOUT", "Sweeper"]
 
 SWEEPER_HANDLER = "lambdas.sweeper.handler.lambda_handler"
 # The handler sweeps until the minute is nearly over; ten seconds of slack covers a last
 # query and the metrics flush without overlapping the next scheduled run by much.
 SWEEPER_TIMEOUT = Duration.seconds(70)
+# Sessions: read them all, mark dead or reaped. Never Put or Delete (TTL removes them).
+SWEEPER_SESSION_ACTIONS = ("dynamodb:Scan", "dynamodb:UpdateItem")
+# Leases: release a dead session's streams, conditional on the owner (one by one or batched).
+SWEEPER_LEASE_ACTIONS = ("dynamodb:UpdateItem", "dynamodb:PartiQLUpdate")
 
 
 class Sweeper(Construct):
-    """The sweeper function and its one-minute schedule. May only query the index and send."""
+    """The sweeper function and its one-minute schedule.
+
+    May scan and update sessions, query both lease indexes, release leases and send nudges;
+    it never reads a lease item whole, creates or deletes anything.
+    """
 
     def __init__(self, scope: Construct, construct_id: str, *, defaults: FunctionDefaults,
-                 table: dynamodb.ITable, index_arn: str, queue: sqs.IQueue, service_name: str,
+                 table: dynamodb.ITable, index_arns: Sequence[str],
+                 session_table: dynamodb.ITable, queue: sqs.IQueue, service_name: str,
                  lease_ms: int, skew_ms: int, reserve_concurrency: bool) -> None:
         super().__init__(scope, construct_id)
         self.handler = HoldfastFunction(
             self, "Handler", defaults=defaults, handler=SWEEPER_HANDLER,
-            description="Holdfast sweeper: expired leases -> claim nudges",
+            description="Holdfast sweeper: dead sessions and expired leases -> claim nudges",
             environment=lease_environment(
-                table_name=table.table_name, queue_url=queue.queue_url, lease_ms=lease_ms,
-                skew_ms=skew_ms, service_name=service_name),
+                table_name=table.table_name, session_table_name=session_table.table_name,
+                queue_url=queue.queue_url, lease_ms=lease_ms, skew_ms=skew_ms,
+                service_name=service_name),
             timeout=SWEEPER_TIMEOUT, memory_mib=256,
             # One sweeper at a time: overlapping sweeps would only send duplicate nudges.
             # Accounts whose concurrency quota is still 10 cannot reserve any; they turn it off.
@@ -45,7 +61,11 @@ class Sweeper(Construct):
         self.function = self.handler.function
         role = self.handler.role
         role.add_to_policy(iam.PolicyStatement(actions=["dynamodb:Query"],
-                                               resources=[index_arn]))
+                                               resources=list(index_arns)))
+        role.add_to_policy(iam.PolicyStatement(actions=list(SWEEPER_LEASE_ACTIONS),
+                                               resources=[table.table_arn]))
+        role.add_to_policy(iam.PolicyStatement(actions=list(SWEEPER_SESSION_ACTIONS),
+                                               resources=[session_table.table_arn]))
         role.add_to_policy(iam.PolicyStatement(actions=["sqs:SendMessage"],
                                                resources=[queue.queue_arn]))
         # A missed or failed minute is simply followed by the next: no retries, and an event

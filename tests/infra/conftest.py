@@ -59,6 +59,40 @@ def one_resource(template: dict[str, Any], rtype: str) -> dict[str, Any]:
     return found[0]
 
 
+def logical_id(template: dict[str, Any], rtype: str, prefix: str) -> str:
+    """The logical id of the only ``rtype`` resource whose id starts with ``prefix`` (the
+    construct path, e.g. ``LeasesTable`` for ``Leases/Table``)."""
+    found = [k for k in resources(template, rtype) if k.startswith(prefix)]
+    assert len(found) == 1, f"expected one {rtype} named {prefix}*, found {found}"
+    return found[0]
+
+
+def lease_table_id(template: dict[str, Any]) -> str:
+    """Logical id of the lease table."""
+    return logical_id(template, "AWS::DynamoDB::Table", "LeasesTable")
+
+
+def session_table_id(template: dict[str, Any]) -> str:
+    """Logical id of the session table."""
+    return logical_id(template, "AWS::DynamoDB::Table", "SessionsTable")
+
+
+def scalable_targets(template_json: dict[str, Any], table_id: str) -> dict[tuple[str, str], Any]:
+    """(index name or "", scalable dimension) -> properties, for one table's DynamoDB targets."""
+    out: dict[tuple[str, str], Any] = {}
+    for target in resources(template_json,
+                            "AWS::ApplicationAutoScaling::ScalableTarget").values():
+        props = target["Properties"]
+        if props["ServiceNamespace"] != "dynamodb":
+            continue
+        _, parts = props["ResourceId"]["Fn::Join"]
+        if parts[1] != {"Ref": table_id}:
+            continue
+        index = parts[2].removeprefix("/index/") if len(parts) > 2 else ""
+        out[(index, props["ScalableDimension"])] = props
+    return out
+
+
 class SynthJob:
     """One `npx cdk synth` running in the background, into its own output directory."""
 

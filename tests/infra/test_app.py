@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.settings import Settings
-from tests.infra.conftest import REPO, cdk_json
+from tests.infra.conftest import REPO, cdk_json, session_table_id
 
 # Every finding we accept on purpose (see infra/nag.py); a new one must be reviewed here.
 EXPECTED_ACKNOWLEDGED = {
@@ -79,10 +79,11 @@ def test_resources_are_tagged_with_their_fleet(template_json: dict[str, Any],
 
 
 def test_outputs_name_everything_an_operator_needs(template: Any) -> None:
-    """Table name, queue URL, service name and dashboard URL are stack outputs."""
+    """Both table names, queue URL, service name and dashboard URL are stack outputs."""
     outputs = template.to_json()["Outputs"]
-    assert {"TableName", "QueueUrl", "ServiceName", "DashboardUrl", "ClusterName",
-            "WorkerLogGroup", "RouterLogGroup", "SweeperLogGroup"} <= set(outputs)
+    assert outputs["SessionTableName"]["Value"] == {"Ref": session_table_id(template.to_json())}
+    assert {"TableName", "SessionTableName", "QueueUrl", "ServiceName", "DashboardUrl",
+            "ClusterName", "WorkerLogGroup", "RouterLogGroup", "SweeperLogGroup"} <= set(outputs)
     url = json.dumps(outputs["DashboardUrl"]["Value"])
     assert "console.aws.amazon.com/cloudwatch" in url and "#dashboards:name=" in url
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from holdfast.core import names
-from tests.infra.conftest import one_resource, resources
+from holdfast.core import names, schema
+from tests.infra.conftest import lease_table_id, one_resource, resources, session_table_id
 
 
 def alarms_by_metric(template_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -22,7 +22,7 @@ def test_required_alarms_exist(template_json: dict[str, Any]) -> None:
     assert alarms["IteratorAge"]["Threshold"] == 60_000
     unowned = alarms[names.METRIC_OLDEST_ORPHAN_AGE]
     assert unowned["Namespace"] == names.NAMESPACE
-    assert unowned["Threshold"] == 20_000  # one lease
+    assert unowned["Threshold"] == 8_000  # one lease
     assert unowned["Dimensions"] == [{"Name": names.DIMENSION_SERVICE,
                                       "Value": "holdfast-sweeper"}]
     visible = [a for a in resources(template_json, "AWS::CloudWatch::Alarm").values()
@@ -38,7 +38,8 @@ def test_every_operational_alarm_notifies_the_topic(template_json: dict[str, Any
                                                       "AWS::CloudWatch::Alarm").values()
                    if "AlarmActions" in a["Properties"] and
                    {"Ref": topic} in a["Properties"]["AlarmActions"]]
-    assert len(operational) >= 8
+    # Eight pipeline and worker alarms, three session/fencing ones, eight throttle alarms.
+    assert len(operational) == 19
     assert all({"Ref": topic} in a["OKActions"] for a in operational)
 
 
@@ -61,7 +62,50 @@ def test_dashboard_shows_the_fleet(template_json: dict[str, Any]) -> None:
                    names.METRIC_LEASES_LOST, names.METRIC_NUDGES,
                    names.METRIC_OLDEST_ORPHAN_AGE, "ApproximateNumberOfMessagesVisible",
                    "ApproximateAgeOfOldestMessage", "IteratorAge", "Errors",
-                   "RunningTaskCount"):
+                   "RunningTaskCount", names.METRIC_DEAD_SESSIONS,
+                   names.METRIC_STREAMS_REAPED, names.METRIC_SESSION_RENEW_FAILURES,
+                   "ReadThrottleEvents", "WriteThrottleEvents", schema.OWNER_INDEX_NAME):
         assert metric in body, metric
     # Nudges carry a reason dimension: the graph sums every reason of each component.
     assert "SUM(SEARCH(" in body and "holdfast-router" in body and "holdfast-sweeper" in body
+
+
+def alarm_metrics(template_json: dict[str, Any]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(namespace, metric name) -> the single-metric alarms on it."""
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for a in resources(template_json, "AWS::CloudWatch::Alarm").values():
+        props = a["Properties"]
+        if "MetricName" in props:
+            out.setdefault((props["Namespace"], props["MetricName"]), []).append(props)
+    return out
+
+
+def test_sessions_and_fencing_alarm_on_any_occurrence(template_json: dict[str, Any]) -> None:
+    """DeadSessions (sweeper), LeasesFenced and RenewFailures (worker): sum > 0 in 5 minutes."""
+    alarms = alarm_metrics(template_json)
+    for metric, service in ((names.METRIC_DEAD_SESSIONS, "holdfast-sweeper"),
+                            (names.METRIC_LEASES_FENCED, "holdfast-worker"),
+                            (names.METRIC_RENEW_FAILURES, "holdfast-worker")):
+        (alarm,) = alarms[(names.NAMESPACE, metric)]
+        assert alarm["Dimensions"] == [{"Name": names.DIMENSION_SERVICE, "Value": service}]
+        assert (alarm["Statistic"], alarm["Period"]) == ("Sum", 300), metric
+        assert (alarm["ComparisonOperator"], alarm["Threshold"]) == (
+            "GreaterThanThreshold", 0), metric
+        assert alarm["TreatMissingData"] == "notBreaching", metric
+
+
+def test_throttling_alarms_cover_both_tables_and_both_indexes(
+        template_json: dict[str, Any]) -> None:
+    """Read and write throttles of the lease table, each of its GSIs and the session table."""
+    leases, sessions = lease_table_id(template_json), session_table_id(template_json)
+    alarms = alarm_metrics(template_json)
+    for kind in ("Read", "Write"):
+        watched = set()
+        for alarm in alarms[("AWS/DynamoDB", f"{kind}ThrottleEvents")]:
+            assert (alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"]) == (
+                "Sum", "GreaterThanThreshold", 0)
+            dims = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
+            watched.add((dims.pop("TableName")["Ref"], dims.pop("GlobalSecondaryIndexName", "")))
+            assert dims == {}
+        assert watched == {(leases, ""), (leases, schema.GSI_NAME),
+                           (leases, schema.OWNER_INDEX_NAME), (sessions, "")}, kind

@@ -17,6 +17,9 @@ WORKER_METRICS = (names.METRIC_ACTIVE_CONNECTIONS, names.METRIC_CLAIMS,
 LAMBDA_METRICS = (names.METRIC_NUDGES, names.METRIC_NUDGES_FAILED,
                   names.METRIC_MALFORMED_RECORDS, names.METRIC_NORMALISED, names.METRIC_SWEEPS,
                   names.METRIC_SWEEP_ERRORS, names.METRIC_OLDEST_ORPHAN_AGE)
+# Watched since the session change; worker/ and lambdas/ emit them once that change lands.
+SESSION_METRICS = {"worker": (names.METRIC_SESSION_RENEW_FAILURES,),
+                   "lambdas": (names.METRIC_DEAD_SESSIONS, names.METRIC_STREAMS_REAPED)}
 
 
 def source_of(folder: str) -> str:
@@ -37,6 +40,18 @@ def test_lambdas_emit_every_metric_the_stack_uses() -> None:
     """Each router/sweeper metric on the dashboard or in an alarm appears in lambdas/."""
     source = source_of("lambdas")
     missing = [m for m in LAMBDA_METRICS if f'"{m}"' not in source]
+    assert missing == []
+
+
+# strict: once the code emits them this XPASSes and fails, so the marker cannot outlive its
+# reason (remove it and fold SESSION_METRICS into the two lists above).
+@pytest.mark.xfail(strict=True, reason="the session metrics are not emitted by worker/ and "
+                   "lambdas/ yet (the lead's change)")
+@pytest.mark.parametrize("folder", sorted(SESSION_METRICS))
+def test_session_metrics_the_stack_watches_are_emitted(folder: str) -> None:
+    """DeadSessions/StreamsReaped (sweeper) and SessionRenewFailures (worker) are emitted."""
+    source = source_of(folder)
+    missing = [m for m in SESSION_METRICS[folder] if f'"{m}"' not in source]
     assert missing == []
 
 

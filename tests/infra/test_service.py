@@ -7,7 +7,7 @@ from typing import Any
 from aws_cdk.assertions import Match
 
 from holdfast.core import names
-from tests.infra.conftest import one_resource
+from tests.infra.conftest import one_resource, session_table_id
 
 
 def container(template_json: dict[str, Any]) -> dict[str, Any]:
@@ -53,18 +53,20 @@ def test_container_logs_never_block_the_event_loop(template_json: dict[str, Any]
 
 
 def test_task_environment_comes_from_the_settings(template_json: dict[str, Any]) -> None:
-    """Lease timings, limits, renew mode and the Powertools names reach the worker."""
+    """Liveness timings, limits, renew mode and the Powertools names reach the worker."""
     env = {e["Name"]: e["Value"] for e in container(template_json)["Environment"]}
-    assert env[names.ENV_LEASE_SECONDS] == "20"
-    assert env[names.ENV_HEARTBEAT_SECONDS] == "5"
+    assert env[names.ENV_LEASE_SECONDS] == "8"
+    assert env[names.ENV_HEARTBEAT_SECONDS] == "2"
+    assert env[names.ENV_CHECKPOINT_SECONDS] == "20"
     assert env[names.ENV_MAX_CONNECTIONS] == "500"
     assert env[names.ENV_RECONCILE_SECONDS] == "60"
     # Graceful stop budget: a lease plus a heartbeat, well inside the 120 s stopTimeout.
-    assert env[names.ENV_SHUTDOWN_SECONDS] == "25"
+    assert env[names.ENV_SHUTDOWN_SECONDS] == "10"
     assert env[names.ENV_RENEW_MODE] == "batch"
     assert env[names.ENV_SERVICE_NAME] == "holdfast-worker"
     assert env[names.ENV_METRICS_NAMESPACE] == names.NAMESPACE
     assert {names.ENV_TABLE, names.ENV_QUEUE_URL} <= set(env)
+    assert env[names.ENV_SESSION_TABLE] == {"Ref": session_table_id(template_json)}
     assert "HOLDFAST_WORKER_ID" not in env  # defaults to the ECS task id
     assert names.ENV_HANDLER not in env and names.ENV_ALLOWED_HOSTS not in env
 

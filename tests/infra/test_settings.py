@@ -20,19 +20,21 @@ def test_defaults_need_no_context() -> None:
     """With no context at all the settings are the documented defaults."""
     s = from_context()
     assert s == Settings()
-    assert (s.lease_seconds, s.heartbeat_seconds, s.table_billing) == (20, 5, "on-demand")
+    assert (s.lease_seconds, s.heartbeat_seconds, s.checkpoint_seconds) == (8, 2, 20)
+    assert s.table_billing == "on-demand" and s.shutdown_seconds == 10
     assert s.deletion_protection and s.removal_policy == "retain"
     assert s.vpc_id is None and s.min_tasks >= 2
 
 
 def test_cli_strings_and_json_values_parse_alike() -> None:
     """`-c key=value` gives strings, cdk.json gives typed JSON: both mean the same."""
-    typed = from_context(leaseSeconds=30, heartbeatSeconds=6, deletionProtection=False,
-                         tableBilling="provisioned")
-    strings = from_context(leaseSeconds="30", heartbeatSeconds=" 6 ",
+    typed = from_context(leaseSeconds=30, heartbeatSeconds=6, checkpointSeconds=45,
+                         deletionProtection=False, tableBilling="provisioned")
+    strings = from_context(leaseSeconds="30", heartbeatSeconds=" 6 ", checkpointSeconds="45",
                            deletionProtection="false", tableBilling="PROVISIONED")
     assert typed == strings
     assert typed.lease_seconds == 30 and typed.deletion_protection is False
+    assert typed.checkpoint_seconds == 45
 
 
 def test_context_keys_are_camel_case() -> None:
@@ -55,6 +57,10 @@ def test_context_keys_are_camel_case() -> None:
     ("taskCpu", 300, "Fargate allows"),
     ("taskMemoryMib", 600, "with 512 CPU units"),
     ("stopTimeoutSeconds", 121, "between 10 and 120"),
+    ("checkpointSeconds", 0, "between 1 and 3600"),
+    ("checkpointSeconds", 3601, "between 1 and 3600"),
+    ("checkpointSeconds", "often", "expected an integer"),
+    ("tableName", "x" * 247, "at most 246"),
 ])
 def test_bad_values_name_the_key_and_what_is_allowed(key: str, value: Any, needle: str) -> None:
     """A bad context value fails with a message naming the key and the allowed values."""
@@ -69,18 +75,48 @@ def test_lease_timing_is_checked_with_the_core_rules() -> None:
     with pytest.raises(ConfigError, match="heartbeat"):
         from_context(leaseSeconds=10, heartbeatSeconds=5)
     assert from_context(leaseSeconds=12, heartbeatSeconds=5).lease_ms == 12_000
+    # The default lease of 8 s fits two heartbeats of at most 3 s (8 - skew 1 - margin 1).
+    assert from_context(heartbeatSeconds=3).heartbeat_seconds == 3
+    with pytest.raises(ConfigError, match="heartbeat"):
+        from_context(heartbeatSeconds=4)
 
 
 @pytest.mark.parametrize(("values", "needle"), [
     ({"minTasks": 5, "maxTasks": 4}, "minTasks=5 is above maxTasks=4"),
     ({"removalPolicy": "destroy"}, "deletionProtection=false"),
     ({"tableReadMin": 50, "tableReadMax": 10}, "tableReadMin"),
-    ({"stopTimeoutSeconds": 34}, "at least"),  # < lease 20 + heartbeat 5 + 10
+    ({"stopTimeoutSeconds": 19}, "at least"),  # < lease 8 + heartbeat 2 + 10
 ])
 def test_inconsistent_combinations_are_refused(values: dict[str, Any], needle: str) -> None:
     """Values fine alone but contradictory together fail at synth, not mid-deployment."""
     with pytest.raises(SettingsError, match=needle):
         from_context(**values)
+
+
+def test_checkpoint_range_edges_are_accepted() -> None:
+    """checkpointSeconds accepts 1 and 3600; the shortest stop timeout is accepted too."""
+    assert from_context(checkpointSeconds=1).checkpoint_seconds == 1
+    assert from_context(checkpointSeconds="3600").checkpoint_seconds == 3600
+    assert from_context(stopTimeoutSeconds=20).stop_timeout_seconds == 20
+
+
+def test_session_table_is_named_after_the_lease_table() -> None:
+    """tableName=x gives x-sessions; no tableName leaves both names to CloudFormation."""
+    assert from_context(tableName="prod-leases").session_table_name == "prod-leases-sessions"
+    assert from_context(tableName="x" * 246).session_table_name == "x" * 246 + "-sessions"
+    assert from_context().session_table_name is None
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ({}, (10, 200)),  # 10 tasks x 2 (deploying) / 2 s
+    ({"tableWriteMin": 50}, (50, 200)),  # the configured minimum is higher
+    ({"maxTasks": 100, "heartbeatSeconds": 3}, (67, 200)),  # rounded up
+    ({"maxTasks": 400}, (400, 400)),  # the floor lifts the maximum too
+])
+def test_session_write_floor_covers_every_heartbeat(values: dict[str, Any],
+                                                    expected: tuple[int, int]) -> None:
+    """Provisioned session writes never start below 2 x maxTasks / heartbeatSeconds."""
+    assert from_context(**values).session_write_capacity == expected
 
 
 def test_empty_optional_value_means_unset() -> None:
@@ -102,3 +138,12 @@ def test_cdk_json_context_is_valid_and_known() -> None:
     assert ours, "cdk.json should show the main settings"
     assert set(ours) <= known, f"unknown settings in cdk.json: {set(ours) - known}"
     Settings.from_context(context.get)
+
+
+def test_cdk_json_shows_the_code_defaults() -> None:
+    """cdk.json's Holdfast values are the defaults, so it never silently overrides them."""
+    context = cdk_json()["context"]
+    defaults = {key: default for key, default, _ in Settings.describe()}
+    shown = {k: v for k, v in context.items() if k in defaults}
+    assert {"leaseSeconds", "heartbeatSeconds", "checkpointSeconds"} <= set(shown)
+    assert {k: v for k, v in shown.items() if v != defaults[k]} == {}

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from holdfast.core import schema
-from infra.router import ROUTER_HANDLER
-from infra.service import WORKER_INDEX_ACTIONS, WORKER_QUEUE_ACTIONS, WORKER_TABLE_ACTIONS
+from infra.router import ROUTER_HANDLER, ROUTER_SESSION_ATTRIBUTES
 from infra.sweeper import SWEEPER_HANDLER
-from tests.infra.conftest import one_resource, resources
+from tests.infra.conftest import (
+    lease_table_id,
+    logical_id,
+    one_resource,
+    resources,
+    session_table_id,
+)
 
 # Actions that support no resource-level permissions (the only statements allowed on "*").
 RESOURCE_STAR_ALLOWED = {"xray:PutTraceSegments", "xray:PutTelemetryRecords",
@@ -65,51 +71,104 @@ def test_resource_star_only_where_iam_offers_nothing_narrower(
             assert set(_list(s["Action"])) <= RESOURCE_STAR_ALLOWED, s
 
 
-def test_worker_role_reads_and_writes_only_the_table_and_index(
+def arn_name(resource: Any) -> str:
+    """A statement resource as text: ``<logical id>`` for a resource's ARN, then e.g.
+    ``<logical id>/index/<name>``, ``<logical id>.StreamArn``, ``*``."""
+    if isinstance(resource, str):
+        return resource
+    if "Fn::GetAtt" in resource:
+        logical, attribute = resource["Fn::GetAtt"]
+        return str(logical) if attribute == "Arn" else f"{logical}.{attribute}"
+    if "Fn::Join" in resource:
+        return "".join(arn_name(part) for part in resource["Fn::Join"][1])
+    return json.dumps(resource, sort_keys=True)
+
+
+def grants(statements: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Action -> every resource it is allowed on (however the statements were merged)."""
+    out: dict[str, set[str]] = {}
+    for s in statements:
+        for action in _list(s["Action"]):
+            out.setdefault(action, set()).update(arn_name(r) for r in _list(s["Resource"]))
+    return out
+
+
+def names_of(template_json: dict[str, Any]) -> tuple[str, str, str, str, str]:
+    """Logical ids of lease table, session table, nudge queue, and the two index ARNs."""
+    leases = lease_table_id(template_json)
+    return (leases, session_table_id(template_json),
+            logical_id(template_json, "AWS::SQS::Queue", "QueuesNudges"),
+            f"{leases}/index/{schema.GSI_NAME}", f"{leases}/index/{schema.OWNER_INDEX_NAME}")
+
+
+def test_worker_role_has_exactly_the_lease_session_and_queue_calls(
         template_json: dict[str, Any]) -> None:
-    """The task role: lease-store calls on the table and its index; receive/delete on the queue."""
+    """Task role: lease calls, both indexes, its own session item, receive and send nudges."""
     task = one_resource(template_json, "AWS::ECS::TaskDefinition")["Properties"]
     statements = role_statements(template_json, task["TaskRoleArn"]["Fn::GetAtt"][0])
-    assert actions_of(statements) == (set(WORKER_TABLE_ACTIONS) | set(WORKER_INDEX_ACTIONS)
-                                      | set(WORKER_QUEUE_ACTIONS))
-    (query,) = [s for s in statements if s["Action"] == "dynamodb:Query"]
-    assert query["Resource"]["Fn::Join"][1][1] == f"/index/{schema.GSI_NAME}"
-    (items,) = [s for s in statements if "dynamodb:UpdateItem" in _list(s["Action"])]
-    assert items["Resource"] == {"Fn::GetAtt": [items["Resource"]["Fn::GetAtt"][0], "Arn"]}
-    assert not {"dynamodb:Scan", "dynamodb:DeleteItem", "dynamodb:PutItem"} & actions_of(
-        statements)
+    leases, sessions, queue, seed_index, owner_index = names_of(template_json)
+    assert grants(statements) == {
+        "dynamodb:GetItem": {leases, sessions},
+        "dynamodb:UpdateItem": {leases, sessions},
+        "dynamodb:PartiQLUpdate": {leases},
+        "dynamodb:PutItem": {sessions},
+        "dynamodb:Query": {seed_index, owner_index},
+        **{action: {queue} for action in ("sqs:ReceiveMessage", "sqs:DeleteMessage",
+                                          "sqs:ChangeMessageVisibility", "sqs:SendMessage")},
+    }
+    assert all("Condition" not in s for s in statements)
 
 
-def test_router_role_reads_the_stream_sends_and_normalises(
+def test_router_role_reads_the_stream_sends_normalises_and_orders_stops(
         template_json: dict[str, Any]) -> None:
-    """Router: stream read, SendMessage to its queues, and one tightly conditioned UpdateItem."""
+    """Router: stream read, SendMessage to its queues, two tightly conditioned UpdateItems."""
     statements = role_statements(template_json,
                                  function_role(template_json, ROUTER_HANDLER))
-    assert actions_of(statements) == {
-        "logs:CreateLogStream", "logs:PutLogEvents",
-        "xray:PutTraceSegments", "xray:PutTelemetryRecords",
-        "dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator",
-        "dynamodb:ListStreams", "sqs:SendMessage", "dynamodb:UpdateItem",
+    leases, sessions, queue, _, _ = names_of(template_json)
+    failures = logical_id(template_json, "AWS::SQS::Queue", "QueuesRouterFailures")
+    log_group = logical_id(template_json, "AWS::Logs::LogGroup", "RouterHandlerLogs")
+    assert grants(statements) == {
+        "logs:CreateLogStream": {log_group}, "logs:PutLogEvents": {log_group},
+        "xray:PutTraceSegments": {"*"}, "xray:PutTelemetryRecords": {"*"},
+        "dynamodb:ListStreams": {"*"},
+        **{a: {f"{leases}.StreamArn"} for a in ("dynamodb:DescribeStream",
+                                                "dynamodb:GetRecords",
+                                                "dynamodb:GetShardIterator")},
+        "sqs:SendMessage": {queue, failures},
+        "dynamodb:UpdateItem": {leases, sessions},
     }
-    (update,) = [s for s in statements if s["Action"] == "dynamodb:UpdateItem"]
-    conditions = update["Condition"]
-    assert conditions["ForAllValues:StringEquals"]["dynamodb:Attributes"] == [
+    updates = {arn_name(s["Resource"]): s["Condition"] for s in statements
+               if s["Action"] == "dynamodb:UpdateItem"}
+    assert updates[leases]["ForAllValues:StringEquals"]["dynamodb:Attributes"] == [
         schema.PARTITION_KEY, schema.ATTR.desired_state, schema.ATTR.lease_expires_at_ms]
-    assert conditions["StringEqualsIfExists"]["dynamodb:ReturnValues"] == "NONE"
-    assert conditions["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == [
-        f"{schema.PK_PREFIX}*"]
+    assert updates[sessions]["ForAllValues:StringEquals"]["dynamodb:Attributes"] == list(
+        ROUTER_SESSION_ATTRIBUTES)
+    assert schema.SESSION.orders in ROUTER_SESSION_ATTRIBUTES
+    # Never the heartbeat, expiry or TTL: a router cannot keep a session alive or kill it.
+    assert not {schema.SESSION.expires_at_ms, schema.SESSION.heartbeat_at_ms,
+                schema.SESSION.ttl, schema.SESSION.reaped_at_ms} & set(ROUTER_SESSION_ATTRIBUTES)
+    for table, prefix in ((leases, schema.PK_PREFIX), (sessions, schema.SESSION_PREFIX)):
+        assert updates[table]["StringEqualsIfExists"]["dynamodb:ReturnValues"] == "NONE"
+        assert updates[table]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == [
+            f"{prefix}*"]
 
 
-def test_sweeper_role_queries_the_index_and_sends(template_json: dict[str, Any]) -> None:
-    """Sweeper: Query on the index only (not the table) and SendMessage."""
+def test_sweeper_role_scans_sessions_queries_indexes_releases_and_sends(
+        template_json: dict[str, Any]) -> None:
+    """Sweeper: Scan/UpdateItem on sessions, Query on both indexes only, lease releases."""
     statements = role_statements(template_json, function_role(template_json, SWEEPER_HANDLER))
-    assert actions_of(statements) == {
-        "logs:CreateLogStream", "logs:PutLogEvents",
-        "xray:PutTraceSegments", "xray:PutTelemetryRecords",
-        "dynamodb:Query", "sqs:SendMessage",
+    leases, sessions, queue, seed_index, owner_index = names_of(template_json)
+    found = grants(statements)
+    assert {a: r for a, r in found.items() if not a.startswith(("logs:", "xray:"))} == {
+        "dynamodb:Scan": {sessions},
+        "dynamodb:UpdateItem": {leases, sessions},
+        "dynamodb:PartiQLUpdate": {leases},
+        "dynamodb:Query": {seed_index, owner_index},
+        "sqs:SendMessage": {queue},
     }
-    (query,) = [s for s in statements if s["Action"] == "dynamodb:Query"]
-    assert query["Resource"]["Fn::Join"][1][1] == f"/index/{schema.GSI_NAME}"
+    assert {a for a in found if a.startswith(("logs:", "xray:"))} == {
+        "logs:CreateLogStream", "logs:PutLogEvents",
+        "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 
 
 def test_lambda_roles_use_no_managed_policies(template_json: dict[str, Any]) -> None:
@@ -117,3 +176,12 @@ def test_lambda_roles_use_no_managed_policies(template_json: dict[str, Any]) -> 
     for handler in (ROUTER_HANDLER, SWEEPER_HANDLER):
         role = template_json["Resources"][function_role(template_json, handler)]
         assert "ManagedPolicyArns" not in role["Properties"]
+
+
+def test_nothing_deletes_items_and_only_sessions_are_scanned(
+        template_json: dict[str, Any]) -> None:
+    """No role may delete an item or scan the lease table (TTL removes finished sessions)."""
+    found = grants(allow_statements(template_json))
+    assert not {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
+                "dynamodb:PartiQLDelete"} & set(found)
+    assert found["dynamodb:Scan"] == {session_table_id(template_json)}

@@ -6,7 +6,7 @@ from typing import Any
 
 from holdfast.core import names
 from infra.sweeper import SWEEPER_HANDLER
-from tests.infra.conftest import one_resource, resources
+from tests.infra.conftest import one_resource, resources, session_table_id
 
 
 def sweeper(template_json: dict[str, Any]) -> dict[str, Any]:
@@ -22,9 +22,10 @@ def test_sweeper_runs_alone_for_about_a_minute(template_json: dict[str, Any]) ->
     assert fn["ReservedConcurrentExecutions"] == 1
     assert fn["Architectures"] == ["arm64"]
     env = fn["Environment"]["Variables"]
-    assert env[names.ENV_LEASE_MS] == "20000" and env[names.ENV_SKEW_MS] == "1000"
+    assert env[names.ENV_LEASE_MS] == "8000" and env[names.ENV_SKEW_MS] == "1000"
     assert env[names.ENV_SERVICE_NAME] == "holdfast-sweeper"
     assert {names.ENV_TABLE, names.ENV_QUEUE_URL} <= set(env)
+    assert env[names.ENV_SESSION_TABLE] == {"Ref": session_table_id(template_json)}
 
 
 def test_sweeper_is_scheduled_every_minute_without_retries(template_json: dict[str, Any]) -> None:
