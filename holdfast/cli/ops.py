@@ -28,9 +28,10 @@ from holdfast.cli.urlinput import UrlInputError, read_url
 from holdfast.core.aws import call, client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import ConfigError, HoldfastError, MalformedItem, StoreUnavailable
 from holdfast.core.model import LeaseItem, validate_conn_id
+from holdfast.core.redact import redact
 from holdfast.core.schema import ATTR, STARTED, STOPPED, pk_for
 from holdfast.core.table import create_stream, delete_stream, set_desired_state
-from holdfast.core.urls import UrlPolicy, check_url, policy_from_env, redact
+from holdfast.core.urls import UrlPolicy, check_url, log_paths_from_env, policy_from_env
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -214,7 +215,11 @@ def _secs(ms: int | None) -> str:
 
 def _run_ls(args: argparse.Namespace) -> int:
     items, _ = scan_all(_ddb(), _table(args))
-    now, paths = int(time.time() * 1000), _url_policy().log_paths
+    try:
+        paths = log_paths_from_env(os.environ)
+    except ValueError as exc:
+        raise _Exit(EXIT_USAGE, str(exc)) from None
+    now = int(time.time() * 1000)
     rows = sorted((stream_row(i, now, log_paths=paths) for i in items
                    if isinstance(i, LeaseItem)),
                   key=lambda r: r.conn_id)

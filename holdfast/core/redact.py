@@ -77,8 +77,11 @@ def scrub(text: str, url: str, *, paths: bool = False) -> str:
         for segment in parts.path.split("/"):
             secrets += [p.partition("=")[2] or p for p in segment.split(";")[1:]]
         swaps = {url: redact(url, paths=paths)}
-        if not paths and len(parts.path) > 1:
-            swaps[parts.path] = f"/<{path_hash(parts.path)}>"
+        if not paths:
+            bare = "/".join(segment.partition(";")[0] for segment in parts.path.split("/"))
+            for path in (bare, parts.path):  # with and without matrix parameters
+                if len(path) >= _MIN_SECRET:
+                    swaps[path] = f"/<{path_hash(parts.path)}>"
         swaps.update((s, MASK) for s in secrets if len(s) >= _MIN_SECRET and s not in swaps)
         out = text
         for secret in sorted(swaps, key=len, reverse=True):

@@ -47,6 +47,7 @@ __all__ = [
     "UrlPolicy",
     "check_address",
     "check_url",
+    "log_paths_from_env",
     "parse_allow_list",
     "policy_from_env",
     "redact",
@@ -161,11 +162,16 @@ def policy_from_env(env: Mapping[str, str]) -> UrlPolicy:
         policy = parse_allow_list((env.get(ENV_ALLOWED_HOSTS) or "").strip() or None)
     except ValueError as exc:
         raise ValueError(f"{ENV_ALLOWED_HOSTS}: {exc}") from None
+    return UrlPolicy(policy.names, policy.suffixes, policy.networks, policy.restricted,
+                     log_paths=log_paths_from_env(env))
+
+
+def log_paths_from_env(env: Mapping[str, str]) -> bool:
+    """``HOLDFAST_LOG_URL_PATHS``: show URL paths in logs and output (default: a hash)."""
     paths = (env.get(ENV_LOG_URL_PATHS) or "").strip().lower()
     if paths not in _TRUE + _FALSE:
         raise ValueError(f"{ENV_LOG_URL_PATHS}={paths[:20]!r} must be true or false")
-    return UrlPolicy(policy.names, policy.suffixes, policy.networks, policy.restricted,
-                     log_paths=paths in _TRUE)
+    return paths in _TRUE
 
 
 def check_url(url: str, policy: UrlPolicy | None = None) -> CheckedUrl:
@@ -227,10 +233,11 @@ def check_address(address: IPAddress | str, policy: UrlPolicy | None = None, *,
     shown = f": {redact(url, paths=policy.log_paths)}" if url else ""
     judged = judged_addresses(ip)
     for candidate in judged:
-        inside = "" if candidate == ip else f" (embedded in {ip})"
         if is_metadata(candidate):
-            raise UnsafeUrl(f"ws_url refused: {candidate}{inside} is an instance or task "
-                            f"metadata address, never allowed{shown}")
+            raise UnsafeUrl(f"ws_url refused: {candidate}{_inside(candidate, ip)} is an "
+                            f"instance or task metadata address, never allowed{shown}")
+    for candidate in reversed(judged):  # embedded addresses first: the clearer reason
+        inside = _inside(candidate, ip)
         forbidden = forbidden_range(candidate)
         if forbidden is not None and not policy.opens(candidate, forbidden):
             raise UnsafeUrl(
@@ -239,6 +246,10 @@ def check_address(address: IPAddress | str, policy: UrlPolicy | None = None, *,
                 f"{ENV_ALLOWED_HOSTS}{shown}")
     if policy.restricted and not name_allowed and not policy.network_allows(judged[0]):
         raise UnsafeUrl(f"ws_url refused: address {judged[0]} is not in the allow-list{shown}")
+
+
+def _inside(candidate: IPAddress, ip: IPAddress) -> str:
+    return "" if candidate == ip else f" (embedded in {ip})"
 
 
 def _loopback_name(host: str) -> bool:
