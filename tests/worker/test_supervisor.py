@@ -134,10 +134,7 @@ async def test_poison_and_conflicting_nudges_are_deleted(
 
 
 async def test_hostile_urls_are_refused_and_recorded(fleet: Fleet, unique_id: str) -> None:
-    """Non-ws schemes, private and metadata addresses are never connected to; the item says why.
-
-    The stream goes to BACKOFF at once (no reconnect attempts), unclaimable for a while.
-    """
+    """Bad schemes, private and metadata addresses: BACKOFF at once, no connect, reason kept."""
     urls = {"http": "http://127.0.0.1:1/x", "imds": "ws://169.254.169.254/latest/meta-data",
             "imds6": "ws://[fd00:ec2::254]/", "mapped": "ws://[::ffff:169.254.169.254]/",
             "file": "file:///etc/passwd", "private": "ws://10.0.0.2/p?token=secret",
