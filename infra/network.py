@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Final
+
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
@@ -9,16 +12,23 @@ from constructs import Construct
 
 from infra.logs import retention
 
-__all__ = ["Network"]
+__all__ = ["AWS_API_PORT", "Network"]
+
+
+# AWS APIs (DynamoDB, SQS, CloudWatch, ECR and S3 for the image) are all HTTPS. DNS to the
+# VPC resolver and the task metadata endpoint are not filtered by security groups.
+AWS_API_PORT: Final = 443
 
 
 class Network(Construct):
     """``vpc``, the ``subnets`` the tasks use, whether they need a public IP, and their
-    security group (no ingress at all: workers only dial out)."""
+    security group: no ingress at all, and egress only to TCP 443 (AWS APIs) and the
+    ``upstream_ports`` (so a hostile ``ws_url`` cannot reach any other port, anywhere)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, vpc_id: str | None,
                  public_subnets: bool, nat_gateways: int, flow_logs: bool,
-                 log_retention_days: int, removal_policy: RemovalPolicy) -> None:
+                 log_retention_days: int, removal_policy: RemovalPolicy,
+                 upstream_ports: Sequence[int] = (AWS_API_PORT,)) -> None:
         super().__init__(scope, construct_id)
         self.assign_public_ip = public_subnets
         # True when this construct made a VPC without flow logs (the operator's choice).
@@ -35,8 +45,15 @@ class Network(Construct):
             subnet_type=ec2.SubnetType.PUBLIC if public_subnets
             else ec2.SubnetType.PRIVATE_WITH_EGRESS)
         self.security_group = ec2.SecurityGroup(
-            self, "WorkerSecurityGroup", vpc=self.vpc, allow_all_outbound=True,
+            self, "WorkerSecurityGroup", vpc=self.vpc, allow_all_outbound=False,
+            allow_all_ipv6_outbound=False,
             description="Holdfast workers: outbound to upstream WebSockets and AWS APIs only")
+        for port in sorted({AWS_API_PORT, *upstream_ports}):
+            what = " and ".join(name for name, used in (
+                ("AWS APIs", port == AWS_API_PORT), ("upstreams", port in upstream_ports)) if used)
+            for peer in (ec2.Peer.any_ipv4(), ec2.Peer.any_ipv6()):
+                self.security_group.add_egress_rule(peer, ec2.Port.tcp(port),
+                                                    f"{what} on TCP {port}")
 
     def _new_vpc(self, public_only: bool, nat_gateways: int) -> ec2.Vpc:
         subnets = [ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC,

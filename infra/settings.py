@@ -44,6 +44,8 @@ _EMAIL_RE: Final = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 # The session table is named "<tableName>-sessions": 246 + 9 is DynamoDB's limit of 255.
 _SESSION_SUFFIX: Final = "-sessions"
 _TABLE_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{3,246}$")
+# Upstream ports the workers may dial: each is one egress rule of a security group (60 max).
+_MAX_PORTS: Final = 20
 # ECS stops a task with SIGKILL this long after SIGTERM at most (the ECS maximum is 120 s).
 _MAX_STOP_TIMEOUT_S: Final = 120
 
@@ -93,6 +95,21 @@ def _matching(pattern: re.Pattern[str], what: str) -> Callable[[str, Any], str |
     return parse
 
 
+def _ports(key: str, raw: Any) -> tuple[int, ...]:
+    """``443``, ``"443,8443"`` or ``[443, 8443]``: distinct TCP ports, at most ``_MAX_PORTS``."""
+    items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+    ports: list[int] = []
+    for item in items:
+        text = str(item).strip()
+        if isinstance(item, bool) or not text.isdigit() or not 1 <= int(text) <= 65535:
+            raise SettingsError(f"{key}={raw!r}: expected TCP ports 1-65535, comma-separated")
+        if int(text) not in ports:
+            ports.append(int(text))
+    if not 1 <= len(ports) <= _MAX_PORTS:
+        raise SettingsError(f"{key}={raw!r}: expected 1 to {_MAX_PORTS} ports")
+    return tuple(ports)
+
+
 def _text(key: str, raw: Any) -> str | None:
     value = str(raw).strip()
     return value or None
@@ -139,6 +156,8 @@ class Settings:
     worker_image: str | None = _setting(
         None, _text, "prebuilt worker image URI (default: build ./Dockerfile)")
     allowed_hosts: str | None = _setting(None, _text, "upstream host allow-list for ws_url")
+    upstream_ports: tuple[int, ...] = _setting(
+        (443,), _ports, "TCP ports workers may dial upstreams on (443 is open for AWS anyway)")
     handler: str | None = _setting(None, _text, "module:callable handling upstream messages")
     # Lease table.
     table_name: str | None = _setting(

@@ -119,7 +119,8 @@ class HoldfastStack(Stack):
         self.network = Network(
             self, "Network", vpc_id=s.vpc_id, public_subnets=s.worker_subnets == "public",
             nat_gateways=s.nat_gateways, flow_logs=s.vpc_flow_logs,
-            log_retention_days=s.log_retention_days, removal_policy=removal)
+            log_retention_days=s.log_retention_days, removal_policy=removal,
+            upstream_ports=s.upstream_ports)
         arm64 = s.worker_architecture == "arm64"
         self.workers = WorkerService(
             self, "Workers", vpc=self.network.vpc, subnets=self.network.subnets,

@@ -22,7 +22,7 @@ from holdfast.core.batch import RenewMode
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.model import MAX_WORKER_ID_LEN
 from holdfast.core.rules import LeaseTiming
-from holdfast.core.urls import UrlPolicy, parse_allow_list
+from holdfast.core.urls import UrlPolicy, policy_from_env
 
 __all__ = ["Liveness", "WorkerConfig", "default_worker_id", "ecs_task_id", "load_config"]
 
@@ -50,6 +50,7 @@ class WorkerConfig:
     handler: str | None = None
     protocol: str = "query"
     url_policy: UrlPolicy = field(default_factory=UrlPolicy)
+    send_worker_id: bool = False  # the X-Holdfast-Worker header on upstream handshakes
     renew_mode: RenewMode = "batch"
     health_port: int = 8081
     max_frame_bytes: int = 2**20
@@ -146,10 +147,10 @@ def load_config(env: Mapping[str, str] | None = None, *,
     except ConfigError as exc:
         raise ConfigError(f"HOLDFAST_HEARTBEAT_SECONDS / HOLDFAST_LEASE_SECONDS / "
                           f"HOLDFAST_SKEW_MS: {exc}") from None
-    try:
-        policy = parse_allow_list(e.raw("HOLDFAST_ALLOWED_HOSTS"))
+    try:  # HOLDFAST_ALLOWED_HOSTS and HOLDFAST_LOG_URL_PATHS (names in holdfast.core.urls)
+        policy = policy_from_env(e.env)
     except ValueError as exc:
-        raise ConfigError(f"HOLDFAST_ALLOWED_HOSTS: {exc}") from None
+        raise ConfigError(str(exc)) from None
     wid = e.raw("HOLDFAST_WORKER_ID") or (worker_id or default_worker_id)(e.env)
     if not _WORKER_ID.fullmatch(wid):
         raise ConfigError(f"HOLDFAST_WORKER_ID={wid[:60]!r} must be 1-{MAX_WORKER_ID_LEN} "
@@ -170,6 +171,7 @@ def load_config(env: Mapping[str, str] | None = None, *,
         handler=handler,
         protocol=e.raw("HOLDFAST_PROTOCOL") or "query",
         url_policy=policy, renew_mode=mode,
+        send_worker_id=e.boolean("HOLDFAST_SEND_WORKER_ID", False),
         health_port=int(e.number("HOLDFAST_HEALTH_PORT", 8081, lo=0, hi=65535, integer=True)),
         max_frame_bytes=int(e.number("HOLDFAST_MAX_FRAME_BYTES", 2**20, lo=1024, hi=2**30,
                                      integer=True)),

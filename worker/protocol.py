@@ -12,7 +12,7 @@ import importlib
 import json
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote_plus
 
 from worker.exceptions import HandlerLoadError
 
@@ -24,6 +24,7 @@ __all__ = [
     "ResumeProtocol",
     "load_protocol",
     "parse_json_seq",
+    "with_query_param",
 ]
 
 _MAX_SEQ = 2**63 - 1
@@ -50,6 +51,26 @@ class ResumeProtocol(Protocol):
     def parse(self, frame: str | bytes) -> Parsed: ...
 
 
+def with_query_param(url: str, name: str, value: str) -> str:
+    """``url`` with ``name=value`` in its query, as text: an existing ``name`` parameter is
+    replaced where it stands (later duplicates dropped), else the pair is appended. Every
+    other character of the URL is kept as written."""
+    base, hash_, fragment = url.partition("#")
+    path, _, query = base.partition("?")
+    pair = f"{name}={value}"
+    out: list[str] = []
+    for component in query.split("&") if query else []:
+        if unquote_plus(component.partition("=")[0]) != name:
+            out.append(component)
+        elif pair not in out:
+            out.append(pair)
+    if pair not in out:
+        if out and out[-1] == "":
+            out.pop()  # a trailing "&": reuse it
+        out.append(pair)
+    return f"{path}?{'&'.join(out)}{hash_}{fragment}"
+
+
 def parse_json_seq(frame: str | bytes, key: str = "seq") -> Parsed:
     """``Parsed(seq, frame)`` for a JSON object frame with an integer ``key``; else seq None."""
     if isinstance(frame, bytes) or not frame.startswith("{"):
@@ -67,7 +88,11 @@ def parse_json_seq(frame: str | bytes, key: str = "seq") -> Parsed:
 
 @dataclass(frozen=True, slots=True)
 class QueryParamProtocol:
-    """Resume with a query parameter (default ``from_seq``), replacing any already present."""
+    """Resume with a query parameter (default ``from_seq``), replacing any already present.
+
+    The rest of the URL is kept byte for byte (a signed URL stays valid): the parameter is
+    appended as text, never re-encoded with the user's query.
+    """
 
     param: str = "from_seq"
     seq_key: str = "seq"
@@ -75,11 +100,7 @@ class QueryParamProtocol:
     def url(self, ws_url: str, next_seq: int | None) -> str:
         if next_seq is None:
             return ws_url
-        parts = urlsplit(ws_url)
-        query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-                 if k != self.param]
-        query.append((self.param, str(next_seq)))
-        return urlunsplit(parts._replace(query=urlencode(query)))
+        return with_query_param(ws_url, self.param, str(next_seq))
 
     def headers(self, next_seq: int | None) -> dict[str, str]:
         return {}

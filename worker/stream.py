@@ -52,6 +52,7 @@ class ConnectOptions:
     open_timeout_s: float = 10.0
     ping_interval_s: float = 20.0
     close_timeout_s: float = 2.0
+    send_worker_id: bool = False  # opt-in: tells every upstream which worker connects
 
 
 async def _getaddrinfo(host: str, port: int) -> list[str]:
@@ -159,7 +160,8 @@ class StreamRunner:
                     self.log("warning", "ws_url refused", error=str(exc))
                     return str(exc)
                 except InvalidURI:
-                    msg = f"ws_url is not a valid WebSocket URI: {redact(self.lease.ws_url)}"
+                    msg = (f"ws_url refused: not a valid WebSocket URI: "
+                           f"{redact(self.lease.ws_url, paths=self.ctx.policy.log_paths)}")
                     self.log("warning", "ws_url refused", error=msg)
                     return msg
                 except (OSError, TimeoutError, WebSocketException) as exc:
@@ -188,7 +190,9 @@ class StreamRunner:
         checked = check_url(url, self.ctx.policy)
         address = await resolve_checked(checked, self.ctx.policy, self.ctx.resolve)
         opts = self.ctx.options
-        headers = {"X-Holdfast-Worker": self.ctx.worker_id, **proto.headers(next_seq)}
+        headers = proto.headers(next_seq)
+        if opts.send_worker_id:
+            headers = {"X-Holdfast-Worker": self.ctx.worker_id, **headers}
         async with _NoRedirects(
                 url, host=address, port=checked.port, additional_headers=headers,
                 compression="deflate" if opts.compression else None, max_size=opts.max_size,
@@ -197,7 +201,8 @@ class StreamRunner:
                 proxy=None, user_agent_header="holdfast-worker") as ws:
             self._ws = ws
             try:
-                self.log("info", "connected", url=redact(url), from_seq=next_seq)
+                self.log("info", "connected", url=redact(url, paths=self.ctx.policy.log_paths),
+                         from_seq=next_seq)
                 for first in proto.first_frames(next_seq):
                     await ws.send(first)
                 async for frame in ws:

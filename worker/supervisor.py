@@ -98,7 +98,8 @@ class Worker:
                             config.max_upstream_failures, config.retry_base_s),
             options=ConnectOptions(max_size=config.max_frame_bytes,
                                    compression=config.compression,
-                                   open_timeout_s=config.open_timeout_s),
+                                   open_timeout_s=config.open_timeout_s,
+                                   send_worker_id=config.send_worker_id),
             anchor=self._anchor, session_fence=self._session_fence)
         self.renewer = Renewer(self.store, self.streams, config.timing, self.metrics,
                                config.renew_mode, mono=mono, session_mode=self.session_mode,

@@ -13,6 +13,7 @@ from typing import Any
 
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.model import LeaseItem
+from holdfast.core.redact import scrub
 
 __all__ = ["FleetStatus", "StreamRow", "fleet_status", "stream_row"]
 
@@ -40,14 +41,19 @@ def _live(item: LeaseItem, now_ms: int) -> bool:
     return bool(item.lease_owner) and (item.lease_expires_at_ms or 0) > now_ms
 
 
-def stream_row(item: LeaseItem, now_ms: int) -> StreamRow:
-    """The ``ls`` row of one item at wall time ``now_ms``."""
+def stream_row(item: LeaseItem, now_ms: int, *, log_paths: bool = False) -> StreamRow:
+    """The ``ls`` row of one item at wall time ``now_ms``.
+
+    ``last_error`` is scrubbed of the item's ``ws_url`` secrets: older workers and other
+    writers may have stored them there.
+    """
     live = _live(item, now_ms)
     return StreamRow(
         conn_id=item.conn_id, desired_state=item.desired_state,
         owner=item.lease_owner if live else None,
         lease_left_ms=(item.lease_expires_at_ms or 0) - now_ms if live else None,
-        last_seq=item.last_seq, status=item.status, last_error=item.last_error,
+        last_seq=item.last_seq, status=item.status,
+        last_error=item.last_error and scrub(item.last_error, item.ws_url, paths=log_paths),
         epoch=item.epoch)
 
 

@@ -17,18 +17,21 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from holdfast.cli.fleetstate import fleet_status, stream_row
+from holdfast.cli.urlinput import UrlInputError, read_url
 from holdfast.core.aws import call, client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import ConfigError, HoldfastError, MalformedItem, StoreUnavailable
 from holdfast.core.model import LeaseItem, validate_conn_id
+from holdfast.core.redact import redact
 from holdfast.core.schema import ATTR, STARTED, STOPPED, pk_for
 from holdfast.core.table import create_stream, delete_stream, set_desired_state
-from holdfast.core.urls import check_url, parse_allow_list, redact
+from holdfast.core.urls import UrlPolicy, check_url, log_paths_from_env, policy_from_env
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -99,20 +102,35 @@ def _guard(run: Any) -> Any:
 # -- start / stop / rm ------------------------------------------------------------------------
 def _add_start(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="stream (connection) id")
-    p.add_argument("url", help="upstream ws:// or wss:// URL")
+    p.add_argument("url", nargs="?", default=None,
+                   help="upstream ws:// or wss:// URL, or - to read it from stdin (keeps a "
+                        "secret URL out of ps and shell history)")
+    p.add_argument("--url-file", type=Path, default=None, metavar="FILE",
+                   help="read the URL from FILE instead")
     _common(p)
+
+
+def _url_policy() -> UrlPolicy:
+    try:
+        return policy_from_env(os.environ)
+    except ValueError as exc:
+        raise _Exit(EXIT_USAGE, str(exc)) from None
 
 
 def _run_start(args: argparse.Namespace) -> int:
     conn_id = _id(args.id)
+    policy = _url_policy()
     try:
-        policy = parse_allow_list(os.environ.get("HOLDFAST_ALLOWED_HOSTS") or None)
-        check_url(args.url, policy)
-    except ValueError as exc:  # UnsafeUrl is a ValueError too
+        url = read_url(args.url, args.url_file, sys.stdin)
+    except UrlInputError as exc:
+        raise _Exit(EXIT_USAGE, str(exc)) from None
+    try:
+        check_url(url, policy)
+    except ValueError as exc:  # UnsafeUrl is a ValueError too; its message is redacted
         raise _Exit(EXIT_USAGE, f"refused URL: {exc}") from None
-    if not create_stream(_ddb(), _table(args), conn_id, args.url):
+    if not create_stream(_ddb(), _table(args), conn_id, url):
         raise _Exit(EXIT_FAILED, f"{conn_id!r} already exists (use `holdfast stop`/`rm` first)")
-    print(f"started {conn_id} -> {redact(args.url)}")
+    print(f"started {conn_id} -> {redact(url, paths=policy.log_paths)}")
     return EXIT_OK
 
 
@@ -197,8 +215,13 @@ def _secs(ms: int | None) -> str:
 
 def _run_ls(args: argparse.Namespace) -> int:
     items, _ = scan_all(_ddb(), _table(args))
+    try:
+        paths = log_paths_from_env(os.environ)
+    except ValueError as exc:
+        raise _Exit(EXIT_USAGE, str(exc)) from None
     now = int(time.time() * 1000)
-    rows = sorted((stream_row(i, now) for i in items if isinstance(i, LeaseItem)),
+    rows = sorted((stream_row(i, now, log_paths=paths) for i in items
+                   if isinstance(i, LeaseItem)),
                   key=lambda r: r.conn_id)
     bad = [i for i in items if isinstance(i, MalformedItem)]
     if args.json:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from holdfast.core import urls
+
 __all__ = [
     "DIMENSION_REASON",
     "DIMENSION_SERVICE",
@@ -72,7 +74,7 @@ ENV_RECONCILE_SECONDS: Final = "HOLDFAST_RECONCILE_SECONDS"
 ENV_SHUTDOWN_SECONDS: Final = "HOLDFAST_SHUTDOWN_SECONDS"
 ENV_RENEW_MODE: Final = "HOLDFAST_RENEW_MODE"
 ENV_HANDLER: Final = "HOLDFAST_HANDLER"
-ENV_ALLOWED_HOSTS: Final = "HOLDFAST_ALLOWED_HOSTS"
+ENV_ALLOWED_HOSTS: Final = urls.ENV_ALLOWED_HOSTS  # defined once, with the URL policy
 # Powertools reads these two itself, so no code has to pass a service name or namespace.
 ENV_SERVICE_NAME: Final = "POWERTOOLS_SERVICE_NAME"
 ENV_METRICS_NAMESPACE: Final = "POWERTOOLS_METRICS_NAMESPACE"

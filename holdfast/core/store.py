@@ -27,6 +27,7 @@ from holdfast.core.exceptions import (
     StoreUnavailable,
 )
 from holdfast.core.model import Lease, LeaseItem
+from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, STARTED, LeaseStatus, pk_for
 
 if TYPE_CHECKING:
@@ -235,7 +236,8 @@ class LeaseStore:
         condition = "#owner = :me AND #epoch = :epoch"
         if error is not None:
             update += ", #err = :err"
-            values[":err"] = _str(error[:1000])
+            # Whatever wrote the error text, the URL's secrets never reach the item.
+            values[":err"] = _str(scrub(error, lease.ws_url)[:1000])
         if seq is not None:
             update += ", #seq = :seq"
             condition += " AND (attribute_not_exists(#seq) OR #seq <= :seq)"

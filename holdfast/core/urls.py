@@ -1,58 +1,80 @@
 """The ``ws_url`` policy as pure functions, shared by the worker and the operator CLI.
 
-``ws_url`` comes from a table other systems write, so it is hostile input:
+``ws_url`` comes from a table other systems write, so it is hostile input. A URL is accepted
+only when:
 
-- only ``ws://`` and ``wss://``;
-- never a link-local or instance-metadata address (169.254.0.0/16, fe80::/10, fd00:ec2::/64,
-  also when written as an IPv4-mapped IPv6 address) unless a CIDR of the allow-list covers it;
-- when an allow-list is set, the host must match one entry: an exact host name, a suffix
-  (``.example.com`` or ``*.example.com``) or a CIDR (``10.0.0.0/8``, ``::1/128``).
+- its scheme is ``ws://`` or ``wss://`` and its host a valid name or IP address (decimal, hex
+  and octal IPv4 forms are read as the resolver reads them: ``0xA9FEA9FE`` is 169.254.169.254);
+- no address it stands for (IPv4 addresses embedded in IPv6 ones are unwrapped) is an instance
+  or task metadata address: never, whatever the settings;
+- no such address is in a non-public range (loopback, ``0.0.0.0/8``, RFC 1918, ``100.64/10``,
+  ``fc00::/7``, link-local, multicast, reserved, documentation) unless an allow-list CIDR that
+  lies inside that range opens it (``127.0.0.0/8`` does, ``0.0.0.0/0`` does not);
+- when an allow-list is set, the host matches one entry: an exact host name, a suffix
+  (``.example.com`` or ``*.example.com``) or a CIDR. An allowed *name* gives no right to a
+  non-public address: what it resolves to is judged like a literal address.
 
 No DNS here: ``check_url`` judges the URL as written, and the worker checks every address the
-host name resolves to with ``check_address`` before it connects (a name may point at the
-metadata service). ``redact`` makes any URL safe for a log line.
+host name resolves to with ``check_address`` before it connects. ``redact`` makes any URL safe
+for a log line. The environment variable names are defined here, once.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import SplitResult, parse_qsl, quote, urlsplit, urlunsplit
+from typing import Final
+from urllib.parse import urlsplit
 
+from holdfast.core.addresses import (
+    Forbidden,
+    IPAddress,
+    IPNetwork,
+    forbidden_range,
+    is_metadata,
+    judged_addresses,
+    parse_host_address,
+)
 from holdfast.core.exceptions import UnsafeUrl
+from holdfast.core.redact import redact, scrub
 
 __all__ = [
-    "FORBIDDEN_NETWORKS",
+    "ENV_ALLOWED_HOSTS",
+    "ENV_LOG_URL_PATHS",
+    "LOOPBACK_ALLOW_LIST",
     "CheckedUrl",
     "UrlPolicy",
     "check_address",
     "check_url",
+    "log_paths_from_env",
     "parse_allow_list",
+    "policy_from_env",
     "redact",
+    "scrub",
 ]
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-# Link-local and cloud instance-metadata ranges: credentials live behind these addresses.
-FORBIDDEN_NETWORKS: tuple[IPNetwork, ...] = (
-    ipaddress.ip_network("169.254.0.0/16"),
-    ipaddress.ip_network("fe80::/10"),
-    ipaddress.ip_network("fd00:ec2::/64"),
-)
-_SCHEMES = ("ws", "wss")
-_MAX_URL = 4096
+ENV_ALLOWED_HOSTS: Final = "HOLDFAST_ALLOWED_HOSTS"
+ENV_LOG_URL_PATHS: Final = "HOLDFAST_LOG_URL_PATHS"
+# What the local fleet (demo upstream, chaos soak, bench, tests) allows: loopback only.
+LOOPBACK_ALLOW_LIST: Final = "127.0.0.0/8,::1/128"
+_SCHEMES: Final = ("ws", "wss")
+_MAX_URL: Final = 4096
+_TRUE: Final = ("1", "true", "yes", "on")
+_FALSE: Final = ("0", "false", "no", "off", "")
+# Names that are loopback by definition (RFC 6761), judged as 127.0.0.1 without DNS.
+_LOOPBACK_NAME: Final = ipaddress.ip_address("127.0.0.1")
 
 
 @dataclass(frozen=True, slots=True)
 class UrlPolicy:
-    """Allow-list entries, parsed. Empty ``names``, ``suffixes`` and ``networks``: any host."""
+    """Allow-list entries, parsed. No entries: any public host. ``log_paths``: see ``redact``."""
 
     names: frozenset[str] = frozenset()
     suffixes: tuple[str, ...] = ()
     networks: tuple[IPNetwork, ...] = ()
     restricted: bool = field(default=False)
+    log_paths: bool = False
 
     def name_allowed(self, host: str) -> bool:
         host = host.lower().rstrip(".")
@@ -61,6 +83,12 @@ class UrlPolicy:
 
     def network_allows(self, address: IPAddress) -> bool:
         return any(address.version == n.version and address in n for n in self.networks)
+
+    def opens(self, address: IPAddress, forbidden: Forbidden) -> bool:
+        """True when an allow-list CIDR covering ``address`` lies inside ``forbidden``."""
+        return any(address.version == n.version and address in n
+                   and n.subnet_of(forbidden.network)  # type: ignore[arg-type]
+                   for n in self.networks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +115,12 @@ def parse_allow_list(text: str | Iterable[str] | None) -> UrlPolicy:
         entry = raw.strip().lower()
         if not entry:
             continue
-        if "/" in entry or _is_ip(entry):
-            try:
-                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
-            except ValueError:
-                raise ValueError(f"allow-list entry {raw.strip()!r} is not a valid CIDR") from None
+        network = _network_or_none(raw.strip(), entry)
+        if network is not None:
+            if network.num_addresses == 1 and is_metadata(network.network_address):
+                raise ValueError(f"allow-list entry {raw.strip()!r} is a metadata address: "
+                                 "never allowed")
+            networks.append(network)
             continue
         if entry.startswith("*."):
             entry = entry[1:]
@@ -105,33 +134,85 @@ def parse_allow_list(text: str | Iterable[str] | None) -> UrlPolicy:
     return UrlPolicy(frozenset(names), tuple(suffixes), tuple(networks), restricted)
 
 
+def _network_or_none(raw: str, entry: str) -> IPNetwork | None:
+    """An IP or CIDR entry as a network; None for a name; ``ValueError`` if malformed."""
+    bad = ValueError(f"allow-list entry {raw!r} is not a valid CIDR")
+    if "/" in entry:
+        address, _, prefix = entry.partition("/")
+        try:
+            ip = parse_host_address(address)
+            if ip is None:
+                raise bad
+            return ipaddress.ip_network(f"{ip}/{prefix}", strict=False)
+        except ValueError:
+            raise bad from None
+    try:
+        ip = parse_host_address(entry)
+    except ValueError:
+        raise bad from None
+    return None if ip is None else ipaddress.ip_network(ip)
+
+
+def policy_from_env(env: Mapping[str, str]) -> UrlPolicy:
+    """The policy ``HOLDFAST_ALLOWED_HOSTS`` and ``HOLDFAST_LOG_URL_PATHS`` describe.
+
+    ``ValueError`` names the variable that is wrong.
+    """
+    try:
+        policy = parse_allow_list((env.get(ENV_ALLOWED_HOSTS) or "").strip() or None)
+    except ValueError as exc:
+        raise ValueError(f"{ENV_ALLOWED_HOSTS}: {exc}") from None
+    return UrlPolicy(policy.names, policy.suffixes, policy.networks, policy.restricted,
+                     log_paths=log_paths_from_env(env))
+
+
+def log_paths_from_env(env: Mapping[str, str]) -> bool:
+    """``HOLDFAST_LOG_URL_PATHS``: show URL paths in logs and output (default: a hash)."""
+    paths = (env.get(ENV_LOG_URL_PATHS) or "").strip().lower()
+    if paths not in _TRUE + _FALSE:
+        raise ValueError(f"{ENV_LOG_URL_PATHS}={paths[:20]!r} must be true or false")
+    return paths in _TRUE
+
+
 def check_url(url: str, policy: UrlPolicy | None = None) -> CheckedUrl:
     """Accept ``url`` as written or raise ``UnsafeUrl`` (its message never holds secrets)."""
     policy = policy or UrlPolicy()
     if not isinstance(url, str) or not url or len(url) > _MAX_URL:
-        raise UnsafeUrl("ws_url is empty or too long")
+        raise UnsafeUrl("ws_url refused: it is empty or too long")
+
+    def refuse(why: str) -> UnsafeUrl:
+        return UnsafeUrl(f"ws_url refused: {why}: {redact(url, paths=policy.log_paths)}")
+
     if any(ord(c) < 0x21 or c == "\x7f" for c in url):
-        raise UnsafeUrl(f"ws_url contains whitespace or control characters: {redact(url)}")
+        raise refuse("it contains whitespace or control characters")
     try:
         parts = urlsplit(url)
         port = parts.port
         host = parts.hostname
     except ValueError:
-        raise UnsafeUrl(f"ws_url is not a valid URL: {redact(url)}") from None
+        raise refuse("not a valid URL") from None
     if parts.scheme.lower() not in _SCHEMES:
-        raise UnsafeUrl(f"ws_url scheme must be ws or wss, not {parts.scheme[:10]!r}: "
-                        f"{redact(url)}")
+        raise refuse(f"the scheme must be ws or wss, not {parts.scheme[:10]!r}")
     if not host:
-        raise UnsafeUrl(f"ws_url has no host: {redact(url)}")
+        raise refuse("it has no host")
+    if port == 0:
+        raise refuse("port 0 is not a valid port")
     scheme = parts.scheme.lower()
-    address = _ip_or_none(host)
+    try:
+        address = parse_host_address(host)
+    except ValueError as exc:
+        raise refuse(f"the host is not a valid host name or address ({exc})") from None
     if address is None and not _valid_name(host):
-        raise UnsafeUrl(f"ws_url host is not a valid host name: {redact(url)}")
+        raise refuse("the host is not a valid host name")
+    if address is None and "[" in parts.netloc.rpartition("@")[2]:
+        raise refuse("the host in brackets is not an IPv6 address")
     name_ok = address is None and policy.name_allowed(host)
     if address is not None:
         check_address(address, policy, url=url)
+    elif _loopback_name(host):
+        check_address(_LOOPBACK_NAME, policy, url=url)
     elif policy.restricted and not name_ok and not policy.networks:
-        raise UnsafeUrl(f"ws_url host is not in the allow-list: {redact(url)}")
+        raise refuse("the host is not in the allow-list")
     return CheckedUrl(url, scheme, host, port or (443 if scheme == "wss" else 80), address,
                       name_ok)
 
@@ -140,44 +221,40 @@ def check_address(address: IPAddress | str, policy: UrlPolicy | None = None, *,
                   url: str = "", name_allowed: bool = False) -> None:
     """Refuse an address the URL (or its resolved host name) must not reach: ``UnsafeUrl``."""
     policy = policy or UrlPolicy()
-    ip = ipaddress.ip_address(address) if isinstance(address, str) else address
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped  # ::ffff:169.254.169.254 is the metadata service too
-    shown = redact(url) if url else str(ip)
-    if any(ip.version == n.version and ip in n for n in FORBIDDEN_NETWORKS) and not (
-            policy.network_allows(ip)):
-        raise UnsafeUrl(f"ws_url reaches a link-local or instance-metadata address ({ip}): "
-                        f"{shown}")
-    if policy.restricted and not name_allowed and not policy.network_allows(ip):
-        raise UnsafeUrl(f"ws_url address {ip} is not in the allow-list: {shown}")
+    if isinstance(address, str):
+        try:
+            ip = parse_host_address(address)
+        except ValueError:
+            ip = None
+        if ip is None:
+            raise UnsafeUrl(f"ws_url refused: {address[:60]!r} is not an IP address")
+    else:
+        ip = address
+    shown = f": {redact(url, paths=policy.log_paths)}" if url else ""
+    judged = judged_addresses(ip)
+    for candidate in judged:
+        if is_metadata(candidate):
+            raise UnsafeUrl(f"ws_url refused: {candidate}{_inside(candidate, ip)} is an "
+                            f"instance or task metadata address, never allowed{shown}")
+    for candidate in reversed(judged):  # embedded addresses first: the clearer reason
+        inside = _inside(candidate, ip)
+        forbidden = forbidden_range(candidate)
+        if forbidden is not None and not policy.opens(candidate, forbidden):
+            raise UnsafeUrl(
+                f"ws_url refused: {candidate}{inside} is {forbidden.label} "
+                f"({forbidden.network}), allowed only by a CIDR inside that range in "
+                f"{ENV_ALLOWED_HOSTS}{shown}")
+    if policy.restricted and not name_allowed and not policy.network_allows(judged[0]):
+        raise UnsafeUrl(f"ws_url refused: address {judged[0]} is not in the allow-list{shown}")
 
 
-def redact(url: str) -> str:
-    """``url`` without credentials, query values or fragment: safe for a log line. Never raises."""
-    try:
-        text = str(url)[:_MAX_URL]
-        parts = urlsplit(text)
-        netloc = parts.netloc.rpartition("@")[2]
-        if "@" in parts.netloc:
-            netloc = f"***@{netloc}"
-        query = "&".join(f"{quote(k, safe='')}=***" for k, _ in parse_qsl(
-            parts.query, keep_blank_values=True))
-        if parts.query and not query:
-            query = "***"
-        return urlunsplit(SplitResult(parts.scheme, netloc, parts.path, query, ""))
-    except Exception:  # a log helper must not fail on garbage
-        return "<unparseable url>"
+def _inside(candidate: IPAddress, ip: IPAddress) -> str:
+    return "" if candidate == ip else f" (embedded in {ip})"
 
 
-def _is_ip(text: str) -> bool:
-    return _ip_or_none(text) is not None
-
-
-def _ip_or_none(host: str) -> IPAddress | None:
-    try:
-        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
-    except ValueError:
-        return None
+def _loopback_name(host: str) -> bool:
+    host = host.lower().rstrip(".")
+    return host == "localhost" or host.endswith(".localhost")
 
 
 def _valid_name(host: str) -> bool:

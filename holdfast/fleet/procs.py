@@ -49,6 +49,8 @@ class FleetTiming:
             "HOLDFAST_NUDGE_VISIBILITY_SECONDS": "2", "HOLDFAST_RECONCILE_SECONDS": "15",
             "HOLDFAST_RECONNECT_BASE_SECONDS": "0.2", "HOLDFAST_RECONNECT_CAP_SECONDS": "2",
             "HOLDFAST_HEALTH_PORT": "0", "HOLDFAST_METRICS_SECONDS": "3600",
+            # The upstream's connection log (the chaos checker) tells workers apart by it.
+            "HOLDFAST_SEND_WORKER_ID": "true",
         }
 
     def runner_env(self) -> dict[str, str]:

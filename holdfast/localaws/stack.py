@@ -29,6 +29,7 @@ from holdfast.core.schema import (
     session_table_definition,
     table_definition,
 )
+from holdfast.core.urls import ENV_ALLOWED_HOSTS, LOOPBACK_ALLOW_LIST
 from holdfast.localaws.processes import Child, free_port, wait_for_port
 
 __all__ = ["Backend", "LocalAws", "LocalAwsError", "find_dynamodb_local"]
@@ -174,6 +175,9 @@ class LocalAws:
             # moto's PartiQL ignores conditions, so batched renewals would be unsafe there.
             "HOLDFAST_RENEW_MODE": "batch" if self.backend == "dynamodb-local" else "single",
             "HOLDFAST_LOCAL_BACKEND": self.backend,
+            # Local upstreams (the demo upstream, your own) listen on loopback, which the URL
+            # policy refuses unless it is allowed explicitly.
+            ENV_ALLOWED_HOSTS: LOOPBACK_ALLOW_LIST,
         }
 
     def write_env(self, path: Path) -> None:

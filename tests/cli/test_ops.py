@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -56,6 +58,85 @@ def test_hostile_url_is_refused_with_2(aws_env: dict[str, str], unique_id: str, 
     code, _, err = run(capsys, "start", unique_id, url)
     assert code == 2 and "refused URL" in err and "secret" not in err
     assert unique_id not in ls_json(capsys, unique_id)
+
+
+@pytest.mark.parametrize("url", [
+    "ws://127.0.0.1:8081/", "ws://10.0.0.2/", "ws://[::1]/", "ws://[::ffff:127.0.0.1]/",
+    "ws://100.64.0.1/", "ws://0.0.0.0/", "ws://2852039166/", "ws://0xA9FEA9FE/",
+    "ws://0251.0376.0251.0376/", "ws://localhost/"])
+def test_private_url_in_any_spelling_is_refused_with_2(
+        aws_env: dict[str, str], unique_id: str, url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Without an allow-list, private and metadata addresses in any form exit 2, insert nothing."""
+    monkeypatch.delenv("HOLDFAST_ALLOWED_HOSTS", raising=False)
+    code, _, err = run(capsys, "start", unique_id, url)
+    assert code == 2 and "refused URL" in err
+    assert unique_id not in ls_json(capsys, unique_id)
+
+
+def test_metadata_is_refused_whatever_the_allow_list(
+        aws_env: dict[str, str], unique_id: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """0.0.0.0/0 (or 169.254.0.0/16) in the allow-list never opens the metadata services."""
+    monkeypatch.setenv("HOLDFAST_ALLOWED_HOSTS", "0.0.0.0/0,::/0,169.254.0.0/16")
+    for url in ("ws://169.254.169.254/", "ws://169.254.170.2/v2/credentials",
+                "ws://[::ffff:a9fe:a9fe]/"):
+        code, _, err = run(capsys, "start", unique_id, url)
+        assert code == 2 and "metadata" in err
+    monkeypatch.setenv("HOLDFAST_ALLOWED_HOSTS", "10.0.0.0/99")
+    code, _, err = run(capsys, "start", unique_id, "wss://feeds.example.com/x")
+    assert code == 2 and "HOLDFAST_ALLOWED_HOSTS" in err
+    assert unique_id not in ls_json(capsys, unique_id)
+
+
+SECRET_URL = "ws://127.0.0.1:9/s/path-secret;sid=matrix-secret?token=query-secret"
+
+
+def stored_url(ddb_local: LocalAws, table: str, conn_id: str) -> str:
+    item = client_for(ddb_local, "dynamodb").get_item(
+        TableName=table, Key={"Pk": {"S": f"CONN#{conn_id}"}})["Item"]
+    return str(item["ws_url"]["S"])
+
+
+def test_start_reads_the_url_from_stdin_or_a_file(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`start ID -` and `--url-file F` keep the URL off the command line and out of the output."""
+    monkeypatch.setattr("sys.stdin", io.StringIO(SECRET_URL + "\n"))
+    code, out, _ = run(capsys, "start", f"{unique_id}-in", "-")
+    assert code == 0 and "secret" not in out and "127.0.0.1:9" in out
+    url_file = tmp_path / "url"
+    url_file.write_text(SECRET_URL + "\n")
+    code, out, _ = run(capsys, "start", f"{unique_id}-f", "--url-file", str(url_file))
+    assert code == 0 and "secret" not in out
+    for conn in (f"{unique_id}-in", f"{unique_id}-f"):
+        assert stored_url(ddb_local, aws_env["HOLDFAST_TABLE"], conn) == SECRET_URL
+    for argv in ([], ["-", "--url-file", str(url_file)],
+                 ["--url-file", str(tmp_path / "missing")]):
+        code, _, err = run(capsys, "start", f"{unique_id}-x", *argv)
+        assert code == 2 and "URL" in err
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"{SECRET_URL}\nws://other/\n"))
+    assert run(capsys, "start", f"{unique_id}-x", "-")[0] == 2
+    assert f"{unique_id}-x" not in ls_json(capsys, unique_id)
+
+
+def test_output_never_shows_url_secrets(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """start's echo and ls (a last_error quoting the URL) show no path, token or matrix value."""
+    code, out, _ = run(capsys, "start", unique_id, SECRET_URL)
+    assert code == 0 and "secret" not in out
+    client_for(ddb_local, "dynamodb").update_item(
+        TableName=aws_env["HOLDFAST_TABLE"], Key={"Pk": {"S": f"CONN#{unique_id}"}},
+        UpdateExpression="SET last_error = :e, #s = :b",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":e": {"S": f"InvalidURI: {SECRET_URL} isn't valid"},
+                                   ":b": {"S": "BACKOFF"}})
+    row = ls_json(capsys, unique_id)[unique_id]
+    assert row["last_error"].startswith("InvalidURI: ws://127.0.0.1:9/<")
+    assert "secret" not in json.dumps(row)
+    code, out, _ = run(capsys, "ls")
+    assert code == 0 and unique_id in out and "secret" not in out
 
 
 def test_unknown_id_exits_1(aws_env: dict[str, str], unique_id: str,

@@ -209,6 +209,20 @@ def test_give_up_release_records_error_and_delays(store: LeaseStore, clock: Cloc
     assert store.acquire(unique_id, "w2").error_count == 1
 
 
+def test_give_up_error_never_stores_url_secrets(store: LeaseStore, ddb: Any,
+                                                unique_id: str) -> None:
+    """Whatever error text a give-up carries, last_error keeps none of the ws_url's secrets."""
+    url = "wss://u:pass-secret@h.example/tok/path-secret;sid=matrix-secret?t=query-secret"
+    put_raw(ddb, store.table, unique_id, ws_url={"S": url})
+    lease = store.acquire(unique_id, "w1")
+    store.release(lease, None, error=f"InvalidURI: {url} isn't valid (query-secret)",
+                  retry_at_ms=store.clock() + 1000)
+    item = store.get(unique_id)
+    assert item is not None and item.last_error is not None
+    assert item.last_error.startswith("InvalidURI: wss://h.example/<")
+    assert "secret" not in item.last_error
+
+
 def test_lost_acquire_response_is_resolved(store: LeaseStore, ddb: Any, unique_id: str) -> None:
     """An acquire that landed but whose answer was lost is recognised as ours on re-read."""
     put_raw(ddb, store.table, unique_id)

@@ -1,4 +1,4 @@
-"""The ws_url policy: schemes, link-local and metadata addresses, allow-lists, redaction."""
+"""The ws_url policy: schemes, non-public and metadata addresses, allow-lists, settings."""
 
 from __future__ import annotations
 
@@ -9,15 +9,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from holdfast.core.exceptions import UnsafeUrl
-from holdfast.core.urls import check_address, check_url, parse_allow_list, redact
+from holdfast.core.urls import (
+    LOOPBACK_ALLOW_LIST,
+    check_address,
+    check_url,
+    parse_allow_list,
+    policy_from_env,
+    redact,
+)
 
 
 @pytest.mark.parametrize("url", [
-    "ws://example.com/s/1", "wss://example.com:8443/feed?token=x", "ws://127.0.0.1:8765/s/a",
-    "ws://[::1]:9000/", "WSS://Example.COM/x", "ws://10.1.2.3/x",
+    "ws://example.com/s/1", "wss://example.com:8443/feed?token=x", "WSS://Example.COM/x",
+    "ws://8.8.8.8:9000/", "ws://[2606:4700:4700::1111]/", "ws://134744072/x",
 ])
-def test_accepts_ws_urls(url: str) -> None:
-    """Ordinary ws/wss URLs pass with no allow-list."""
+def test_accepts_public_ws_urls(url: str) -> None:
+    """Ordinary ws/wss URLs to public hosts pass with no allow-list."""
     checked = check_url(url)
     assert checked.scheme in ("ws", "wss")
 
@@ -25,26 +32,113 @@ def test_accepts_ws_urls(url: str) -> None:
 @pytest.mark.parametrize(("url", "why"), [
     ("http://example.com/", "scheme"), ("https://example.com/", "scheme"),
     ("file:///etc/passwd", "scheme"), ("javascript:alert(1)", "scheme"),
-    ("ws://169.254.169.254/latest/meta-data/", "metadata"),
-    ("ws://169.254.170.2/v2/credentials", "metadata"),
-    ("ws://[fd00:ec2::254]/", "metadata"), ("ws://[fe80::1]/", "metadata"),
-    ("ws://[::ffff:169.254.169.254]/", "metadata"),
     ("ws:///nohost", "no host"), ("ws://exa mple.com/", "whitespace"),
     ("", "empty"), ("ws://" + "a" * 5000, "too long"), ("ws://host:99999/", "not a valid"),
-    ("ws://bad_host!/", "host name"),
+    ("ws://host:0/", "port 0"), ("ws://bad_host!/", "host name"),
+    ("ws://1.2.3.256/", "not a valid IPv4"), ("ws://example.123/", "not a valid IPv4"),
 ])
-def test_refuses_hostile_urls(url: str, why: str) -> None:
-    """Other schemes, link-local/metadata addresses and malformed URLs raise UnsafeUrl."""
+def test_refuses_malformed_urls(url: str, why: str) -> None:
+    """Other schemes and malformed URLs raise UnsafeUrl saying why."""
     with pytest.raises(UnsafeUrl, match=why):
         check_url(url)
 
 
-def test_metadata_allowed_only_by_an_explicit_cidr() -> None:
-    """A CIDR in the allow-list that covers a link-local address lets it through."""
-    policy = parse_allow_list("169.254.0.0/16")
-    assert check_url("ws://169.254.10.1/x", policy).address is not None
-    with pytest.raises(UnsafeUrl):
-        check_url("ws://169.254.10.1/x", parse_allow_list("example.com"))
+# Every example of the issue, and one of each kind of non-public range.
+PRIVATE = [
+    ("ws://10.0.0.2/", "private"), ("ws://172.16.5.4/", "private"),
+    ("ws://192.168.1.1/", "private"), ("ws://127.0.0.1:8081/", "loopback"),
+    ("ws://127.8.9.10/", "loopback"), ("ws://[::1]/", "loopback"),
+    ("ws://[::ffff:127.0.0.1]/", "loopback"), ("ws://100.64.0.1/", "shared"),
+    ("ws://0.0.0.0/", "unspecified"), ("ws://[::]/", "unspecified"),
+    ("ws://[fc00::1]/", "unique local"), ("ws://[fd12:3456::1]/", "unique local"),
+    ("ws://169.254.10.1/", "link-local"), ("ws://[fe80::1]/", "link-local"),
+    ("ws://[fe80::1%25eth0]/", "link-local"), ("ws://224.0.0.1/", "multicast"),
+    ("ws://[ff02::1]/", "multicast"), ("ws://240.0.0.1/", "reserved"),
+    ("ws://255.255.255.255/", "reserved"), ("ws://198.18.0.1/", "reserved"),
+    ("ws://192.0.2.1/", "documentation"), ("ws://198.51.100.1/", "documentation"),
+    ("ws://203.0.113.9/", "documentation"), ("ws://[2001:db8::1]/", "documentation"),
+    ("ws://[4000::1]/", "reserved"), ("ws://localhost:8080/", "loopback"),
+    ("ws://a.b.localhost/", "loopback"),
+]
+
+
+@pytest.mark.parametrize(("url", "kind"), PRIVATE)
+def test_non_public_addresses_are_refused_by_default(url: str, kind: str) -> None:
+    """Loopback, RFC 1918, CGNAT, ULA, link-local, multicast, reserved, documentation: refused."""
+    with pytest.raises(UnsafeUrl, match=f"ws_url refused: .*{kind}.*HOLDFAST_ALLOWED_HOSTS"):
+        check_url(url)
+
+
+@pytest.mark.parametrize("url", [
+    "ws://169.254.169.254/latest/meta-data/", "ws://169.254.170.2/v2/credentials",
+    "ws://[fd00:ec2::254]/", "ws://[::ffff:169.254.169.254]/", "ws://2852039166/",
+    "ws://0xA9FEA9FE/", "ws://0xa9.0xfe.0xa9.0xfe/", "ws://0251.0376.0251.0376/",
+    "ws://169.254.43518/", "ws://169.16689662/", "ws://169.254.169.254./",
+    "ws://[::a9fe:a9fe]/", "ws://[::ffff:0:a9fe:a9fe]/", "ws://[64:ff9b::a9fe:a9fe]/",
+    "ws://[2002:a9fe:a9fe::1]/", "ws://[2001:0:a9fe:a9fe::1]/",
+    "ws://[2001:0:4136:e378:8000:63bf:5601:5601]/",  # Teredo client 169.254.169.254
+])
+@pytest.mark.parametrize("allow", [None, "0.0.0.0/0,::/0", "169.254.0.0/16,::/0",
+                                   "169.254.169.254/31", "fd00:ec2::/32,::ffff:0:0/96"])
+def test_metadata_addresses_are_never_allowed(url: str, allow: str | None) -> None:
+    """The metadata services in any spelling or embedding are refused whatever the allow-list."""
+    with pytest.raises(UnsafeUrl, match="metadata"):
+        check_url(url, parse_allow_list(allow))
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("ws://[::ffff:10.1.2.3]/", "10.1.2.3"), ("ws://[64:ff9b::a01:203]/", "10.1.2.3"),
+    ("ws://[2002:a01:203::1]/", "10.1.2.3"), ("ws://[::a01:203]/", "10.1.2.3"),
+    ("ws://167838211/", "10.1.2.3"), ("ws://0xA010203/", "10.1.2.3"),
+    ("ws://012.1.2.3/", "10.1.2.3"), ("ws://10.66051/", "10.1.2.3"),
+])
+def test_embedded_and_numeric_forms_are_unwrapped(url: str, shown: str) -> None:
+    """IPv6 embeddings and decimal, hex and octal IPv4 forms are judged as the IPv4 address."""
+    with pytest.raises(UnsafeUrl, match=f"{shown}.* private"):
+        check_url(url)
+    assert check_url(url, parse_allow_list("10.0.0.0/8,::/0")).address is not None
+
+
+def test_only_a_cidr_inside_a_range_opens_it() -> None:
+    """10.0.0.0/8 opens 10/8 and loopback CIDRs open loopback; 0.0.0.0/0 opens nothing."""
+    check_url("ws://10.0.0.2/", parse_allow_list("10.0.0.0/8"))
+    check_url("ws://10.9.0.2/", parse_allow_list("10.9.0.0/16"))
+    check_url("ws://10.9.0.2/", parse_allow_list("10.9.0.2"))
+    check_url("ws://169.254.10.1/", parse_allow_list("169.254.0.0/16"))
+    local = parse_allow_list(LOOPBACK_ALLOW_LIST)
+    for url in ("ws://127.0.0.1:8765/s/a", "ws://[::1]:9000/", "ws://[::ffff:127.0.0.1]/",
+                "ws://localhost:1/", "ws://2130706433/"):
+        check_url(url, local)
+    for allow in ("0.0.0.0/0", "0.0.0.0/1", "8.0.0.0/7", "::/0", "192.168.0.0/15"):
+        with pytest.raises(UnsafeUrl, match="refused"):
+            check_url("ws://10.0.0.2/", parse_allow_list(f"{allow},::/0"))
+        with pytest.raises(UnsafeUrl, match="refused"):
+            check_url("ws://[::1]/", parse_allow_list(allow))
+    with pytest.raises(UnsafeUrl, match="private"):
+        check_url("ws://192.168.1.1/", local)
+    # Public plus loopback: 0.0.0.0/0 and ::/0 stand for "any public address".
+    both = parse_allow_list(f"{LOOPBACK_ALLOW_LIST},0.0.0.0/0,::/0")
+    check_url("ws://8.8.8.8/", both)
+    check_url("ws://127.0.0.1/", both)
+    with pytest.raises(UnsafeUrl, match="not in the allow-list"):
+        check_url("ws://8.8.8.8/", local)
+
+
+def test_allowed_name_resolving_into_a_forbidden_range_is_refused() -> None:
+    """An allowed name gives no right to a private address, unless that range is allowed too."""
+    policy = parse_allow_list("feed.example.com")
+    checked = check_url("ws://feed.example.com/x?token=secret", policy)
+    assert checked.name_allowed
+    check_address("93.184.216.34", policy, url=checked.url, name_allowed=True)
+    for address in ("10.0.0.7", "127.0.0.1", "::1", "::ffff:10.0.0.7", "169.254.169.254"):
+        with pytest.raises(UnsafeUrl, match="refused") as err:
+            check_address(address, policy, url=checked.url, name_allowed=True)
+        assert "secret" not in str(err.value)
+    opened = parse_allow_list("feed.example.com,10.0.0.0/8")
+    check_address("10.0.0.7", opened, url=checked.url, name_allowed=True)
+    with pytest.raises(UnsafeUrl, match="metadata"):
+        check_address("169.254.169.254", parse_allow_list("feed.example.com,169.254.0.0/16"),
+                      url=checked.url, name_allowed=True)
 
 
 def test_allow_list_names_suffixes_and_cidrs() -> None:
@@ -66,45 +160,37 @@ def test_allow_list_names_suffixes_and_cidrs() -> None:
             check_url(url, names_only)
 
 
-def test_resolved_addresses_are_checked() -> None:
-    """A host name resolving to the metadata service is refused at connect time."""
-    with pytest.raises(UnsafeUrl, match="metadata"):
-        check_address("169.254.169.254", url="ws://innocent.example/x")
-    with pytest.raises(UnsafeUrl, match="allow-list"):
-        check_address("8.8.8.8", parse_allow_list("10.0.0.0/8"))
-    check_address("10.0.0.5", parse_allow_list("10.0.0.0/8"))
-    check_address("8.8.8.8", parse_allow_list("example.com"), name_allowed=True)
-
-
-@pytest.mark.parametrize("entry", ["10.0.0.0/33", "bad host!", "a..b", "-x.com"])
+@pytest.mark.parametrize("entry", ["10.0.0.0/33", "bad host!", "a..b", "-x.com", "1.2.3.256",
+                                   "169.254.169.254", "0xA9FEA9FE", "[fd00:ec2::254]"])
 def test_bad_allow_list_entries_are_named(entry: str) -> None:
-    """A malformed allow-list entry is a ValueError naming it."""
+    """A malformed or metadata allow-list entry is a ValueError naming it."""
     with pytest.raises(ValueError, match="allow-list entry"):
         parse_allow_list(f"ok.com,{entry}")
 
 
-def test_redact_strips_credentials_and_query_values() -> None:
-    """User info, query values and fragments never reach a log line."""
-    out = redact("wss://user:s3cret@feed.example.com:8443/p?token=abc&from_seq=5#frag")
-    assert out == "wss://***@feed.example.com:8443/p?token=***&from_seq=***"
-    assert redact("ws://h/p?justatoken") == "ws://h/p?justatoken=***"
-    assert redact("ws://h/p") == "ws://h/p"
+def test_policy_from_env_names_the_variable() -> None:
+    """The allow-list and the log-paths switch come from the environment; errors name them."""
+    policy = policy_from_env({"HOLDFAST_ALLOWED_HOSTS": LOOPBACK_ALLOW_LIST,
+                              "HOLDFAST_LOG_URL_PATHS": "true"})
+    assert policy.restricted and policy.log_paths
+    assert not policy_from_env({}).restricted and not policy_from_env({}).log_paths
+    with pytest.raises(ValueError, match="HOLDFAST_ALLOWED_HOSTS"):
+        policy_from_env({"HOLDFAST_ALLOWED_HOSTS": "10.0.0.0/99"})
+    with pytest.raises(ValueError, match="HOLDFAST_LOG_URL_PATHS"):
+        policy_from_env({"HOLDFAST_LOG_URL_PATHS": "maybe"})
 
 
-@given(user=st.text(min_size=1, max_size=20), secret=st.text(min_size=4, max_size=30),
-       value=st.text(min_size=4, max_size=30))
-def test_redact_never_leaks(user: str, secret: str, value: str) -> None:
-    """Whatever the credentials or token values, redact's output does not contain them."""
-    from urllib.parse import quote
-
-    url = f"wss://{quote(user, safe='')}:{quote(secret, safe='')}@h.example/p?t={quote(value)}"
-    out = redact(url)
-    assert quote(secret, safe="") not in out and quote(value) not in out
+def test_refusals_never_hold_secrets() -> None:
+    """The refusal message shows host and path hash, never user info, path, query or fragment."""
+    url = "ws://user:pw-secret@10.0.0.2/token/path-secret;sid=matrix-secret?q=query-secret#frag"
+    with pytest.raises(UnsafeUrl) as err:
+        check_url(url)
+    assert "10.0.0.2" in str(err.value) and "secret" not in str(err.value)
+    assert redact(url) in str(err.value)
 
 
 @given(st.text(max_size=300))
-def test_redact_never_raises_and_check_raises_only_unsafe(text: str) -> None:
-    """Arbitrary input: redact returns a string, check_url accepts or raises UnsafeUrl."""
-    assert isinstance(redact(text), str)
+def test_check_raises_only_unsafe(text: str) -> None:
+    """Arbitrary input: check_url accepts or raises UnsafeUrl, nothing else."""
     with contextlib.suppress(UnsafeUrl):
         check_url(text)

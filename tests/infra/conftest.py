@@ -181,6 +181,7 @@ ALT_CONTEXT: dict[str, Any] = {
     "workerArchitecture": "x86_64",
     "handler": "myapp.handlers:on_message",
     "allowedHosts": "feeds.example.com",
+    "upstreamPorts": "8443,9000",
     "routerBatchingWindowSeconds": "2",
     "logRetentionDays": "7",
 }

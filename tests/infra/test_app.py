@@ -117,5 +117,6 @@ def test_deploy_doc_defaults_are_the_code_defaults() -> None:
         for key, shown in zip(keys, values, strict=True):
             code = defaults[key]
             expected = ("(none)" if code is None else str(code).lower()
-                        if isinstance(code, bool) else str(code))
+                        if isinstance(code, bool) else ",".join(map(str, code))
+                        if isinstance(code, tuple) else str(code))
             assert shown == expected, f"{key}: docs say {shown}, code says {expected}"

@@ -31,6 +31,48 @@ def test_workers_accept_no_inbound_traffic(template_json: dict[str, Any]) -> Non
     assert not resources(template_json, "AWS::EC2::SecurityGroupIngress")
 
 
+def egress_ports(template: dict[str, Any]) -> set[tuple[str, int, int, str]]:
+    """(protocol, from port, to port, peer) of every egress rule of the workers' group."""
+    group = one_resource(template, "AWS::EC2::SecurityGroup")["Properties"]
+    rules = group.get("SecurityGroupEgress", [])
+    rules += [r["Properties"] for r in resources(template, "AWS::EC2::SecurityGroupEgress")
+              .values()]
+    return {(r["IpProtocol"], r.get("FromPort", -1), r.get("ToPort", -1),
+             r.get("CidrIp") or r.get("CidrIpv6") or "?") for r in rules}
+
+
+def test_worker_egress_is_https_only_by_default(template_json: dict[str, Any]) -> None:
+    """With the default upstreamPorts the workers can dial TCP 443 and nothing else."""
+    assert egress_ports(template_json) == {("tcp", 443, 443, "0.0.0.0/0"),
+                                           ("tcp", 443, 443, "::/0")}
+
+
+def test_worker_egress_follows_upstream_ports(alt_template_json: dict[str, Any]) -> None:
+    """upstreamPorts=8443,9000: those ports plus 443 for the AWS APIs, TCP only."""
+    ports = egress_ports(alt_template_json)
+    assert {(p, lo) for p, lo, hi, _ in ports if lo == hi} == {
+        ("tcp", 443), ("tcp", 8443), ("tcp", 9000)}
+    assert len(ports) == 6 and all(lo == hi for _, lo, hi, _ in ports)
+
+
+@pytest.mark.parametrize(("raw", "ports"), [
+    (None, (443,)), ("8443", (8443,)), (" 443, 8443 ,443", (443, 8443)), ([443, 9000],
+                                                                        (443, 9000)),
+    (8443, (8443,)),
+])
+def test_upstream_ports_parse(raw: Any, ports: tuple[int, ...]) -> None:
+    """upstreamPorts takes a port, a comma list or a JSON list; duplicates collapse."""
+    assert Settings.from_context({"upstreamPorts": raw}.get).upstream_ports == ports
+
+
+@pytest.mark.parametrize("raw", ["", "0", "65536", "http", "443,-1", "1-100", [True],
+                                 ",".join(str(p) for p in range(1000, 1021))])
+def test_bad_upstream_ports_are_refused(raw: Any) -> None:
+    """A port outside 1-65535, a range, junk or more than 20 ports fail the synth by name."""
+    with pytest.raises(SettingsError, match="upstreamPorts"):
+        Settings.from_context({"upstreamPorts": raw}.get)
+
+
 def test_public_subnets_skip_the_nat_gateway(alt_template_json: dict[str, Any]) -> None:
     """workerSubnets=public: no NAT gateway, tasks get a public IP, no flow logs if off."""
     assert not resources(alt_template_json, "AWS::EC2::NatGateway")

@@ -27,6 +27,7 @@ import pytest
 from holdfast.core.schema import session_table_definition, table_definition
 from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.table import create_stream
+from holdfast.core.urls import ENV_ALLOWED_HOSTS, LOOPBACK_ALLOW_LIST, parse_allow_list
 from holdfast.localaws import LocalAws
 from holdfast.upstream import UpstreamServer
 from tests.conftest import TIMEOUT_SCALE, client_for
@@ -48,7 +49,10 @@ FAST = {
     "HOLDFAST_RECONNECT_BASE_SECONDS": "0.05",
     "HOLDFAST_RECONNECT_CAP_SECONDS": "0.2",
     "HOLDFAST_OPEN_TIMEOUT_SECONDS": "2",
+    # The demo upstream listens on 127.0.0.1: loopback must be allowed explicitly.
+    ENV_ALLOWED_HOSTS: LOOPBACK_ALLOW_LIST,
 }
+LOOPBACK_POLICY = parse_allow_list(LOOPBACK_ALLOW_LIST)
 
 
 @dataclass

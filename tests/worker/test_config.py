@@ -44,6 +44,9 @@ def test_defaults_match_the_issue() -> None:
     ({"HOLDFAST_HANDLER": "no_colon"}, "HOLDFAST_HANDLER"),
     ({"HOLDFAST_COMPRESSION": "maybe"}, "HOLDFAST_COMPRESSION"),
     ({"HOLDFAST_HEALTH_PORT": "70000"}, "HOLDFAST_HEALTH_PORT"),
+    ({"HOLDFAST_SEND_WORKER_ID": "sometimes"}, "HOLDFAST_SEND_WORKER_ID"),
+    ({"HOLDFAST_LOG_URL_PATHS": "sometimes"}, "HOLDFAST_LOG_URL_PATHS"),
+    ({"HOLDFAST_ALLOWED_HOSTS": "169.254.169.254"}, "HOLDFAST_ALLOWED_HOSTS"),
 ])
 def test_bad_values_name_the_variable(env: dict[str, str], names: str) -> None:
     """Every bad value is a ConfigError whose message names the variable."""
@@ -64,6 +67,18 @@ def test_fractional_seconds_and_allow_list() -> None:
                        "HOLDFAST_RENEW_MODE": "single", "HOLDFAST_COMPRESSION": "true"})
     assert cfg.timing.heartbeat_ms == 500 and cfg.timing.skew_ms == 300
     assert cfg.url_policy.restricted and cfg.renew_mode == "single" and cfg.compression
+
+
+def test_upstreams_learn_nothing_by_default() -> None:
+    """No worker-id header, no URL paths in logs and no private address unless opted in."""
+    cfg = load_config(BASE)
+    assert not cfg.send_worker_id and not cfg.url_policy.log_paths
+    assert not cfg.url_policy.restricted and not cfg.url_policy.networks
+    opted = load_config({**BASE, "HOLDFAST_SEND_WORKER_ID": "true",
+                         "HOLDFAST_LOG_URL_PATHS": "1",
+                         "HOLDFAST_ALLOWED_HOSTS": "127.0.0.0/8,::1/128"})
+    assert opted.send_worker_id and opted.url_policy.log_paths
+    assert len(opted.url_policy.networks) == 2
 
 
 def test_default_worker_id_is_unique_per_process() -> None:

@@ -22,6 +22,20 @@ def test_query_param_resume() -> None:
     assert p.url("ws://h/s/1?token=a&from_seq=2", 9) == "ws://h/s/1?token=a&from_seq=9"
 
 
+@pytest.mark.parametrize(("url", "resumed"), [
+    ("ws://h/p?a=1;b=2", "ws://h/p?a=1;b=2&from_seq=7"),
+    ("wss://h/p?sig=a%2Fb%3D&exp=9", "wss://h/p?sig=a%2Fb%3D&exp=9&from_seq=7"),
+    ("ws://h/p?q=a+b%20c&x", "ws://h/p?q=a+b%20c&x&from_seq=7"),
+    ("ws://h/p?from_seq=1&sig=Zz%3D", "ws://h/p?from_seq=7&sig=Zz%3D"),
+    ("ws://h/p?a=1&from%5Fseq=1&from_seq=2&b=%7E", "ws://h/p?a=1&from_seq=7&b=%7E"),
+    ("ws://h/p?", "ws://h/p?from_seq=7"), ("ws://h/p?a=1&", "ws://h/p?a=1&from_seq=7"),
+    ("ws://h/p;m=1?a=1#frag", "ws://h/p;m=1?a=1&from_seq=7#frag"),
+])
+def test_query_resume_keeps_the_user_query_byte_for_byte(url: str, resumed: str) -> None:
+    """Only from_seq is added or replaced; the rest of a (signed) URL is never re-encoded."""
+    assert QueryParamProtocol().url(url, 7) == resumed
+
+
 def test_header_and_first_frame_resume() -> None:
     """The header and first-frame protocols carry the same number elsewhere."""
     assert HeaderProtocol().headers(5) == {"X-From-Seq": "5"}

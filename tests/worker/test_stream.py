@@ -5,9 +5,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import pytest
+
 from holdfast.core.model import Lease
 from holdfast.core.store import LeaseStore
-from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
+from holdfast.core.urls import UrlPolicy
+from tests.worker.conftest import (
+    LOOPBACK_POLICY,
+    Fleet,
+    UpstreamThread,
+    async_wait_until,
+    missing_seqs,
+)
 from tests.worker.helpers import Recorder
 from worker.backoff import Backoff
 from worker.metrics import WorkerMetrics
@@ -21,6 +30,7 @@ def lease_for(fleet: Fleet, conn: str, url: str) -> Lease:
 
 
 def context(rec: Recorder, **kw: object) -> StreamContext:
+    kw.setdefault("policy", LOOPBACK_POLICY)  # the demo upstream listens on 127.0.0.1
     return StreamContext(worker_id="me", handler=rec, protocol=QueryParamProtocol(),
                          metrics=WorkerMetrics(), backoff=Backoff(0.01, 0.05, 3), **kw)  # type: ignore[arg-type]
 
@@ -101,14 +111,44 @@ async def test_oversized_frames_are_refused_and_isolated(
 async def test_host_resolving_to_metadata_is_refused(fleet: Fleet, unique_id: str) -> None:
     """A host name that resolves to 169.254.169.254 is never connected to: give-up at once."""
     async def evil_dns(host: str, port: int) -> list[str]:
-        return ["10.0.0.1", "169.254.169.254"]
+        return ["93.184.216.34", "169.254.169.254"]
 
     conn, rec = f"{unique_id}-dns", Recorder()
-    runner = StreamRunner(lease_for(fleet, conn, "ws://innocent.example/s/1?token=secret"),
-                          context(rec, resolve=evil_dns), fence_mono_ms=2**62)
+    ctx = context(rec, resolve=evil_dns, policy=UrlPolicy())
+    runner = StreamRunner(lease_for(fleet, conn, "ws://innocent.example/s/1?token=secret"), ctx,
+                          fence_mono_ms=2**62)
     error = await asyncio.wait_for(runner.run(), 5)
     assert error is not None and "metadata" in error and "secret" not in error
     assert runner.ctx.metrics.totals["Reconnects"] == 0
+
+
+async def test_loopback_is_refused_without_an_explicit_allow_list(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """With the default policy the loopback upstream is never connected to: give-up at once."""
+    conn, rec = f"{unique_id}-lo", Recorder()
+    runner = StreamRunner(lease_for(fleet, conn, upstream.url(conn) + "?token=secret"),
+                          context(rec, policy=UrlPolicy()), fence_mono_ms=2**62)
+    error = await asyncio.wait_for(runner.run(), 5)
+    assert error is not None and error.startswith("ws_url refused") and "loopback" in error
+    assert "secret" not in error and not upstream.server.connlog.records(conn)
+
+
+async def test_worker_id_header_is_opt_in_and_logs_hide_the_url(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """No X-Holdfast-Worker header unless enabled; the connect log shows no path or token."""
+    rec = Recorder()
+    for conn, options in ((f"{unique_id}-h0", ConnectOptions()),
+                          (f"{unique_id}-h1", ConnectOptions(send_worker_id=True))):
+        runner = StreamRunner(lease_for(fleet, conn, upstream.url(conn) + "?token=s3cr3t"),
+                              context(rec, options=options), fence_mono_ms=2**62)
+        await run_until(runner, lambda c=conn: len(rec.seqs(c)) >= 2, 10)
+    assert [r.worker for r in upstream.server.connlog.records(f"{unique_id}-h0")] == [None]
+    assert [r.worker for r in upstream.server.connlog.records(f"{unique_id}-h1")] == ["me"]
+    connected = [vars(r) for r in caplog.records if r.getMessage() == "connected"]
+    assert len(connected) == 2 and all("token=***" in c["url"] for c in connected)
+    assert f"/s/{unique_id}-h0" not in str(connected) and "s3cr3t" not in caplog.text + str(
+        connected)
 
 
 async def test_abort_stops_handler_calls_at_once(fleet: Fleet, upstream: UpstreamThread,
