@@ -25,13 +25,14 @@ from typing import Any
 import boto3
 
 from bench import design_ops as ops
+from bench.meter import role_of
 from holdfast.chaos.consumed import reported_units
-from holdfast.core.schema import GSI_NAME, OWNER_INDEX_NAME, owner_for, pk_for
+from holdfast.core.schema import owner_for, pk_for
 from holdfast.core.table import create_stream
 from holdfast.fleet.procs import REPO_ROOT
 from holdfast.localaws import LocalAws
 
-__all__ = ["ROLES", "main", "measure", "roles_of"]
+__all__ = ["OUT", "ROLES", "main", "measure", "roles_of", "run_local"]
 
 ROLES = ("lease_table", "seed_index", "owner_index", "session_table")
 OUT = REPO_ROOT / "bench" / "results" / "capacity.json"
@@ -42,12 +43,10 @@ Client = Any
 
 def roles_of(consumed: Any, lease: str, session: str, kind: str = "write") -> dict[str, float]:
     """A ``ConsumedCapacity`` value as units per role (lease_table, seed_index, ...)."""
-    names = {(lease, "table"): "lease_table", (lease, GSI_NAME): "seed_index",
-             (lease, OWNER_INDEX_NAME): "owner_index", (session, "table"): "session_table"}
     out: dict[str, float] = {}
     entries = consumed if isinstance(consumed, list) else [consumed]
     for key, units in reported_units("op", "read" if kind == "read" else "write", entries):
-        role = names.get((key.table, key.part), f"{key.table}/{key.part}")
+        role = role_of(key.table, key.part, lease, session)
         out[role] = out.get(role, 0.0) + units
     return out
 
@@ -214,11 +213,8 @@ def measure(ddb: Client, lease: str, session: str) -> dict[str, Any]:
             "partiql_reports_capacity": any(b.partiql_reported)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.capacity", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=OUT)
-    args = p.parse_args(argv)
+def run_local(out: Path | None = OUT) -> dict[str, Any]:
+    """Start DynamoDB Local, measure, write ``out`` (if given); the result."""
     with LocalAws(backend="dynamodb-local") as aws:
         ddb = boto3.session.Session().client(
             "dynamodb", endpoint_url=aws.dynamodb_url, region_name="us-east-1",
@@ -227,8 +223,18 @@ def main(argv: list[str] | None = None) -> int:
                   "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                   "tables": {"lease": aws.table, "session": aws.session_table},
                   **measure(ddb, aws.table, aws.session_table)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.capacity", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+    result = run_local(args.out)
     for name, op in result["ops"].items():
         print(f"{name:24} {op['form']:22} {op['total']:>6} per {op['per']:4} {op['units']}")
     print(f"wrote {args.out}")
