@@ -150,7 +150,7 @@ def consumed_md(prod: dict[str, Any]) -> list[str]:
         t = r["timing"]
         out.append(f"- **{m}**: {w['streams']} streams on {w['workers']} workers for "
                    f"{w['seconds']} s; lease {t['lease_s']:g} s, heartbeat {t['heartbeat_s']:g} "
-                   f"s, checkpoint {t['checkpoint_s']} s, liveness `{t['liveness']}`"
+                   f"s, checkpoint {t['checkpoint_s'] or '-'} s, liveness `{t['liveness']}`"
                    + (f"; **{r['error']}**" if r.get("error") else ""))
     out += ["", "Per connection-hour (everything the workers and the sweeper/router sent):", "",
             "| what | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]

@@ -13,7 +13,9 @@ nor for a write whose condition failed (AWS bills it all the same). Those are *e
   REMOVEs, 2 (old entry deleted, new one put: what DynamoDB Local reports for the equivalent
   ``UpdateItem``, see ``bench/capacity.py``; an upper bound when the entry is only added or
   removed), and 1 per index for an ``INSERT`` or ``DELETE``;
-- a statement or write refused by its condition: 1 write unit for the item, no index.
+- a statement or write refused by its condition: 1 write unit for the item, no index;
+- a ``GetItem`` / ``Query`` / ``Scan`` reported as 0 (DynamoDB Local, for an empty answer):
+  the least AWS bills a read request, 0.5 (eventually consistent) or 1 (strongly consistent).
 
 Estimated units are kept apart from reported ones (``source``), so a report can say how much of
 a total it guessed.
@@ -44,6 +46,7 @@ CAPACITY_OPS = frozenset({
 _READ_OPS = frozenset({"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"})
 _WRITE_OPS = frozenset({"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem",
                         "TransactWriteItems"})
+_SINGLE_READS = frozenset({"GetItem", "Query", "Scan"})
 _PARTIQL = frozenset({"ExecuteStatement", "BatchExecuteStatement", "ExecuteTransaction"})
 _TARGET_PREFIX = "DynamoDB_20120810."  # not DynamoDBStreams_20120810: streams reads are free
 IndexKeys = Mapping[str, Mapping[str, frozenset[str]]]  # table -> index -> key attributes
@@ -180,7 +183,13 @@ def consumed_of(op: str, request_body: bytes, status: int, response_body: bytes,
     kind = _kind(op, request)
     consumed = response.get("ConsumedCapacity")
     if consumed:
-        return reported_units(op, kind, consumed if isinstance(consumed, list) else [consumed])
+        found = reported_units(op, kind, consumed if isinstance(consumed, list) else [consumed])
+        if found or op not in _SINGLE_READS:
+            return found
+        part = str(request.get("IndexName") or "table")
+        least = 1.0 if request.get("ConsistentRead") else 0.5
+        return [(CapacityKey(op, "read", str(request.get("TableName", "?")), part, "estimated"),
+                 least)]
     error = str(response.get("__type", "")).rsplit("#", 1)[-1]
     if status != 200:
         if kind == "write" and error == "ConditionalCheckFailedException" and op in _WRITE_OPS:

@@ -118,3 +118,16 @@ def test_unpriceable_answers_are_none() -> None:
     assert consumed_of("GetItem", b"{}", 200, b"{}", KEYS) is None
     assert consumed_of("DescribeTable", b"{}", 200, b"{}", KEYS) == []
     assert consumed_of("UpdateItem", b"{", 200, b"{}", KEYS) is None
+
+
+def test_empty_read_costs_the_least_billed() -> None:
+    """A query reported as 0 units is estimated at 0.5 on its index (1 if strongly consistent)."""
+    zero = _body({"ConsumedCapacity": {"TableName": T, "CapacityUnits": 0.0,
+                                       "Table": {"CapacityUnits": 0.0}}})
+    query = _body({"TableName": T, "IndexName": GSI_NAME})
+    assert consumed_of("Query", query, 200, zero, KEYS) == [
+        (CapacityKey("Query", "read", T, GSI_NAME, "estimated"), 0.5)]
+    get = _body({"TableName": T, "ConsistentRead": True})
+    assert consumed_of("GetItem", get, 200, zero, KEYS) == [
+        (CapacityKey("GetItem", "read", T, "table", "estimated"), 1.0)]
+    assert consumed_of("UpdateItem", get, 200, zero, KEYS) == []
