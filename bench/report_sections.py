@@ -5,8 +5,10 @@ model (``bench.hotkeys``) and consumed capacity at production timings (``bench.c
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from bench.cost import FLEETS, HOURS_PER_MONTH, PRICES
 from bench.hotkeys import (
     DOCUMENTED,
     PARTITION_WCU_LIMIT,
@@ -24,6 +26,7 @@ from bench.hotkeys import (
 __all__ = ["capacity_md", "consumed_md", "model_md", "model_summary"]
 
 ROLES = ("lease_table", "seed_index", "owner_index", "session_table")
+TABLE_QUOTA = 40_000  # default on-demand quota per table, read and write units/s (adjustable)
 DESIGNS = {"sessions": "sessions (ours)", "seed": "seed: per-stream heartbeats"}
 
 
@@ -53,6 +56,11 @@ def model_summary(capacity: dict[str, Any] | None, fleet: Fleet | None = None,
         safe = pace_for_limit(design, f, u=units, headroom=0.8)
         naive = failover(design, f, naive_rate_s, naive_rate_s, u=units)
         out["designs"][design] = {
+            "monthly_writes_usd": [
+                {"connections": c, "workers": w, "usd": round(
+                    per_connection_hour(design, replace(f, streams=c, workers=w), units)["total"]
+                    * c * HOURS_PER_MONTH / 1e6 * PRICES["wru_per_million"], 2)}
+                for c, w in FLEETS],
             "steady": _load(steady(design, f, units)),
             "per_conn_hour": per_connection_hour(design, f, units),
             "failover_paced": None if paced is None else {
@@ -127,7 +135,12 @@ def model_md(m: dict[str, Any]) -> list[str]:
         h = d["per_conn_hour"]
         out.append(f"| {DESIGNS[design]} | " + " | ".join(f"{h[r]:g}" for r in ROLES)
                    + f" | **{h['total']:g}** | {h['reads']:g} |")
-    out.append("")
+    out += ["", "Monthly on-demand DynamoDB writes by the model (same timings; the session "
+            "table's share depends on streams per worker): " + "; ".join(
+                f"{DESIGNS[d]}: " + ", ".join(f"{c['connections']:,} connections on "
+                                             f"{c['workers']} workers ${c['usd']:,.2f}"
+                                             for c in m["designs"][d]["monthly_writes_usd"])
+                for d in m["designs"]) + ".", ""]
     for design, d in m["designs"].items():
         p, q = d["failover_paced"], d.get("failover_paced_80")
         out.append(f"- {DESIGNS[design]}: " + (
@@ -137,6 +150,10 @@ def model_md(m: dict[str, Any]) -> list[str]:
             "and a sweep)." if p and q else
             "no failover pace keeps `STARTED` under the limit: the steady state alone is "
             f"{d['steady']['started_key'] / m['limit_wcu_s']:.0f}x over it."))
+        total = d["steady"]["total_wcu_s"]
+        if total > TABLE_QUOTA:
+            out.append(f"  Its steady {total:,.0f} write units/s are also above the default "
+                       f"on-demand quota of {TABLE_QUOTA:,} per table (adjustable).")
     return [*out, ""]
 
 

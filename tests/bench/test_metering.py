@@ -126,3 +126,11 @@ def test_report_renders_capacity_model_and_consumed_sections() -> None:
     assert "| WRU lease_table (worker) | 180.00 | 180.00 |" in text
     assert "## Latency" not in text and "Runtime" not in text
     assert json.dumps(model_summary(None))  # the model's figures are plain JSON
+
+
+def test_model_monthly_write_bill() -> None:
+    """500 connections: the seed's 2,160 WRU/conn-hour cost $492.75 a month; sessions (180 +
+    4 + 1,800 heartbeats / 250 streams per worker = 191.2) $43.62."""
+    bills = {d: v["monthly_writes_usd"][0] for d, v in model_summary(None)["designs"].items()}
+    assert bills["seed"] == {"connections": 500, "workers": 2, "usd": 492.75}
+    assert bills["sessions"]["usd"] == pytest.approx(191.2 * 500 * 730 / 1e6 * 0.625, abs=0.01)
