@@ -65,8 +65,9 @@ def window(before: Snapshot, after: Snapshot, *, streams: int, workers: int, sec
 
     ``calls``: party -> op -> calls and items per connection-hour (the older report's shape);
     ``consumed_per_hour``: party -> kind -> role -> units per hour; ``consumed_by_op``: party
-    -> op -> {read, write, estimated} per connection-hour; ``unpriced``: calls that reported no
-    capacity; ``sqs_requests_per_hour``, ``router``: invocations and GB-s per hour (256 MB).
+    -> op -> {read, write, estimated_read, estimated_write} per connection-hour;
+    ``unpriced``: calls that reported no capacity; ``sqs_requests_per_hour``; ``router``:
+    invocations and GB-s per hour (256 MB).
     """
     hours = seconds / 3600
     conn_hours = streams * hours
@@ -89,10 +90,11 @@ def window(before: Snapshot, after: Snapshot, *, streams: int, workers: int, sec
             role = role_of(key.table, key.part, lease, session)
             kind = by_role.setdefault(key.kind, {})
             kind[role] = kind.get(role, 0.0) + units / hours
-            op = by_op.setdefault(key.op, {"read": 0.0, "write": 0.0, "estimated": 0.0})
+            op = by_op.setdefault(key.op, {"read": 0.0, "write": 0.0, "estimated_read": 0.0,
+                                           "estimated_write": 0.0})
             op[key.kind] += units / conn_hours
             if key.source == "estimated":
-                op["estimated"] += units / conn_hours
+                op[f"estimated_{key.kind}"] += units / conn_hours
         out["consumed_per_hour"][party] = {
             k: {r: round(v, 2) for r, v in sorted(roles.items())} for k, roles in by_role.items()}
         out["consumed_by_op"][party] = {

@@ -186,10 +186,13 @@ def consumed_md(prod: dict[str, Any]) -> list[str]:
     for key in sorted(rows):
         out.append(f"| {key} | " + " | ".join(f"{rows[key].get(m, 0):.2f}" for m in modes)
                    + " |")
-    est = {m: sum(v["estimated"] for p in prod[m]["metered"]["consumed_by_op"].values()
-                  for v in p.values()) for m in modes}
-    out += ["", "Estimated (PartiQL statements DynamoDB Local does not report, refused writes) "
-            "within the WRU: " + ", ".join(f"{m} {v:.1f}/conn-hour" for m, v in est.items())
+    est = {m: {k: sum(v.get(f"estimated_{k}", 0.0)
+                      for p in prod[m]["metered"]["consumed_by_op"].values() for v in p.values())
+               for k in ("write", "read")} for m in modes}
+    out += ["", "Estimated, not reported by DynamoDB Local (PartiQL statements, refused writes, "
+            "empty reads billed at the minimum), per connection-hour: " + ", ".join(
+                f"{m} {v['write']:.1f} of the WRU and {v['read']:.1f} of the RRU"
+                for m, v in est.items())
             + ". The baseline's SQS polls are our worker's; the seed has no queue, so they are "
             "not billed to it.", "", "| monthly on-demand | " + " | ".join(modes) + " |",
             "|---|" + "---|" * len(modes)]

@@ -50,7 +50,7 @@ def test_window_per_hour_and_per_connection_hour() -> None:
     assert w["consumed_per_hour"]["worker_dynamodb"]["write"] == {
         "lease_table": 600.0, "seed_index": 200.0, "session_table": 60.0}
     assert w["consumed_by_op"]["worker_dynamodb"]["BatchExecuteStatement"] == {
-        "read": 0.0, "write": 50.0, "estimated": 50.0}
+        "read": 0.0, "write": 50.0, "estimated_read": 0.0, "estimated_write": 50.0}
     assert w["calls"]["worker_dynamodb"]["BatchExecuteStatement"] == {
         "calls_per_conn_hour": 2.0, "items_per_conn_hour": 50.0}
     assert w["sqs_requests_per_hour"] == {"worker_sqs": 100.0}
