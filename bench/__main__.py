@@ -1,7 +1,13 @@
 """``python -m bench [--quick] [--no-density]``: run the benchmarks, write the report.
 
-Full run: about 15 minutes; ``--quick``: a few minutes with fewer repetitions (the same
-figures, wider error bars) and density at 1,000 connections only.
+Full run: about 20 minutes; ``--quick``: a few minutes with fewer repetitions (the same
+figures, wider error bars) and density at 1,000 connections only. Parts alone (each merged
+into ``--merge``'s report if given, else written as ``<date>-<part>``):
+
+    --capacity-only   DynamoDB units per operation on DynamoDB Local, and the model (~20 s)
+    --model-only      the hot-key model from bench/results/capacity.json (instant)
+    --cost-only       consumed capacity at production timings, each mode (~3 min per mode
+                      with the default --cost-seconds 120)
 """
 
 from __future__ import annotations
@@ -17,10 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import capacity
 from bench.cost import PRICES, monthly_cost
+from bench.cost_scenario import production_cost
 from bench.density import run_density
 from bench.harness import BASELINE_RECONCILE_S, BenchFleet
 from bench.report import write_report
+from bench.report_sections import model_summary
 from bench.scenarios import handover, start_latency, steady_cost, stop_latency
 from holdfast.fleet.procs import REPO_ROOT, FleetTiming
 
@@ -85,8 +94,43 @@ def renew_cost() -> dict[str, Any] | None:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+def capacity_and_model(measure: bool) -> dict[str, Any]:
+    """Per-operation units (measured now, or the last measurement) and the model on them."""
+    cap: dict[str, Any] | None = None
+    if measure:
+        cap = capacity.run_local(capacity.OUT)
+    elif capacity.OUT.exists():
+        cap = json.loads(capacity.OUT.read_text())
+    return {"capacity": cap, "model": model_summary(cap)}
+
+
+def cost_scenarios(modes: list[str], run_dir: Path, streams: int, seconds: float,
+                   say: Any) -> dict[str, Any]:
+    """``production_cost`` for each mode, one after the other (each its own fleet)."""
+    out: dict[str, Any] = {}
+    for mode in modes:
+        say(f"[{mode}] consumed capacity at production timings")
+        try:
+            out[mode] = production_cost(run_dir, mode, streams=streams, seconds=seconds, say=say)
+        except Exception as exc:  # report what failed, keep the other figures
+            out[mode] = {"error": f"{type(exc).__name__}: {exc}"}
+        say(f"[{mode}] monthly: {[c['monthly_usd_total'] for c in out[mode].get('monthly', [])]}")
+    return out
+
+
+def _partial(args: argparse.Namespace, part: str, figures: dict[str, Any], say: Any) -> int:
+    base: dict[str, Any] = json.loads(args.merge.read_text()) if args.merge else {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "prices_usd": PRICES}
+    base.update(figures)
+    stem = args.merge.stem if args.merge else (
+        dt.datetime.now(dt.UTC).strftime("%Y-%m-%d") + f"-{part}")
+    say("wrote " + ", ".join(str(p) for p in write_report(base, args.out_dir, stem)))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer repetitions (a few minutes)")
     p.add_argument("--no-density", action="store_true")
     p.add_argument("--modes", default="ours,baseline")
@@ -94,12 +138,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--density-only", type=int, metavar="N",
                    help="only the density run at N connections; merged into --merge's report")
     p.add_argument("--merge", type=Path, help="an earlier report JSON to add the figures to")
-    args = p.parse_args(argv)
+    p.add_argument("--capacity-only", action="store_true",
+                   help="only measure DynamoDB units per operation (and run the model)")
+    p.add_argument("--model-only", action="store_true",
+                   help="only the hot-key model, from the last capacity measurement")
+    p.add_argument("--cost-only", action="store_true",
+                   help="only the consumed-capacity scenario at production timings")
+    p.add_argument("--no-cost-scenario", action="store_true",
+                   help="skip the production-timing cost scenario in a full run")
+    p.add_argument("--cost-seconds", type=float, default=120.0,
+                   help="metered window of the cost scenario, per mode (default 120)")
+    p.add_argument("--cost-streams", type=int, default=100,
+                   help="streams held by the cost scenario's 2 workers (default 100)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
 
     def say(text: str) -> None:
         print(text, flush=True)
 
     run_dir = Path(tempfile.mkdtemp(prefix="holdfast-bench-"))
+    if args.capacity_only or args.model_only:
+        figures = capacity_and_model(measure=args.capacity_only)
+        say(json.dumps(figures["model"]["designs"], indent=1))
+        return _partial(args, "capacity" if args.capacity_only else "model", figures, say)
+    if args.cost_only:
+        figures = {"production_cost": cost_scenarios(args.modes.split(","), run_dir,
+                                                     args.cost_streams, args.cost_seconds, say),
+                   "logs": str(run_dir)}
+        return _partial(args, "cost", figures, say)
     if args.density_only:
         base: dict[str, Any] = json.loads(args.merge.read_text()) if args.merge else {}
         hb, lease = (5.0, 20.0) if args.density_only <= 1000 else (20.0, 80.0)
@@ -119,6 +188,12 @@ def main(argv: list[str] | None = None) -> int:
         result[mode] = run_mode(mode, run_dir, args.quick, say)
     say("renewal client CPU")
     result["renew_cost"] = renew_cost()
+    say("DynamoDB units per operation, and the hot-key model")
+    result.update(capacity_and_model(measure=True))
+    if not args.no_cost_scenario:
+        result["production_cost"] = cost_scenarios(
+            args.modes.split(","), run_dir, args.cost_streams,
+            min(args.cost_seconds, 60.0) if args.quick else args.cost_seconds, say)
     if not args.no_density:
         sizes = [(1000, 5.0, 20.0)] if args.quick else [(1000, 5.0, 20.0), (5000, 20.0, 80.0)]
         result["density"] = []

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.meter import Snapshot, snapshot
 from holdfast.chaos.evidence import ConnSpan, load_conn_log
 from holdfast.chaos.fleetctl import ProxiedFleet
 from holdfast.core.table import create_stream
@@ -82,17 +83,25 @@ class HandledLog:
 
 
 class BenchFleet:
-    """One mode's fleet ("ours" with the runner, "baseline" without)."""
+    """One mode's fleet ("ours" with the runner, "baseline" without). Every DynamoDB call of
+    the workers and the runner goes through a counting proxy that also adds up the consumed
+    capacity. ``worker_env`` / ``runner_env`` override the timing's variables."""
 
-    def __init__(self, run_dir: Path, mode: str, timing: FleetTiming) -> None:
+    def __init__(self, run_dir: Path, mode: str, timing: FleetTiming, *,
+                 worker_env: dict[str, str] | None = None,
+                 runner_env: dict[str, str] | None = None, name: str | None = None) -> None:
         self.mode = mode
         extra = {"HOLDFAST_LOG_LEVEL": "INFO"}  # "worker started" is an INFO line
         if mode == "baseline":
             extra["HOLDFAST_RECONCILE_SECONDS"] = f"{BASELINE_RECONCILE_S:g}"
             # The seed renews each lease with its own UpdateItem: count its round trips so.
             extra["HOLDFAST_RENEW_MODE"] = "single"
-        self.pf = ProxiedFleet(run_dir / mode, timing, with_runner=mode == "ours",
-                               worker_env=extra)
+            # The seed's liveness: every stream heartbeats its own lease (the default is one
+            # session heartbeat per worker).
+            extra["HOLDFAST_LIVENESS"] = "lease"
+        extra.update(worker_env or {})
+        self.pf = ProxiedFleet(run_dir / (name or mode), timing, with_runner=mode == "ours",
+                               worker_env=extra, runner_env=runner_env, capacity=True)
         self.timing = timing
         self.handled = HandledLog(self.pf.fleet.record_dir)
 
@@ -103,6 +112,19 @@ class BenchFleet:
 
     def close(self) -> list[str]:
         return self.pf.close()
+
+    @property
+    def session_table(self) -> str:
+        return self.pf.direct_env.get("HOLDFAST_SESSION_TABLE", f"{self.pf.table}-sessions")
+
+    def meter(self) -> Snapshot:
+        """The proxies' counters and the router invocations so far (see ``bench.meter``)."""
+        pf = self.pf
+        proxies = {"worker_dynamodb": pf.ddb_proxy, "worker_sqs": pf.sqs_proxy}
+        if pf.runner_proxies:
+            proxies.update(runner_dynamodb=pf.runner_proxies[0],
+                           runner_sqs=pf.runner_proxies[1])
+        return snapshot(proxies, pf.fleet.run_dir / "runner.log" if pf.with_runner else None)
 
     def worker(self, wid: str) -> Proc:
         proc = self.pf.start_worker(wid)

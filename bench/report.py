@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.report_sections import capacity_md, consumed_md, model_md
+
 __all__ = ["markdown", "write_report"]
 
 FIGURES = [("start", "start latency (insert -> first message handled)"),
@@ -59,9 +61,30 @@ def _targets(r: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def markdown(r: dict[str, Any]) -> str:
+    """The whole report; a partial run (capacity, model or cost scenario only) renders only
+    the sections it has figures for."""
+    quick = ", quick" if r.get("quick") else ""
+    out = [f"# Holdfast benchmark report ({r.get('date', '?')}{quick})", ""]
+    if r.get("ours") or r.get("baseline") or r.get("density"):
+        out += _latency_and_density(r)
+    if r.get("capacity"):
+        out += capacity_md(r["capacity"])
+    if r.get("model"):
+        out += model_md(r["model"])
+    if r.get("production_cost"):
+        out += consumed_md(r["production_cost"])
+    if r.get("ours", {}).get("steady") or r.get("baseline", {}).get("steady"):
+        out += _bench_timing_cost(r)
+    out += ["Prices assumed (us-east-1 on-demand, free tiers ignored): "
+            f"{json.dumps(r.get('prices_usd'))}. Lease items are < 1 KB (1 WRU per write).", ""]
+    if r.get("runtime_s") is not None or r.get("logs"):
+        out.append(f"Runtime {r.get('runtime_s')} s; logs in `{r.get('logs')}`.")
+    return "\n".join(out) + "\n"
+
+
+def _latency_and_density(r: dict[str, Any]) -> list[str]:
     t = r.get("ours", {}).get("timing", {})
-    out = [f"# Holdfast benchmark report ({r['date']}{', quick' if r.get('quick') else ''})", "",
-           f"Local fleet on one machine: DynamoDB Local + moto SQS, lease {t.get('lease_s')} s, "
+    out = [f"Local fleet on one machine: DynamoDB Local + moto SQS, lease {t.get('lease_s')} s, "
            f"heartbeat {t.get('heartbeat_s')} s, skew allowance {t.get('skew_ms')} ms, sweep "
            f"every {t.get('sweep_interval_ms')} ms. **Baseline** = the seed's polling design: "
            "the same worker with no router and no sweeper (nudges never arrive), reconciling "
@@ -100,7 +123,11 @@ def markdown(r: dict[str, Any]) -> str:
                 f"leases): single UpdateItem {rc['single']['client_cpu_ms_per_renewal']} ms "
                 f"({rc['single']['calls']} calls), PartiQL batch of 25 "
                 f"{rc['batch']['client_cpu_ms_per_renewal']} ms ({rc['batch']['calls']} calls)."]
-    out += ["", "## Cost (counted at the client by a loopback proxy)", ""]
+    return [*out, ""]
+
+
+def _bench_timing_cost(r: dict[str, Any]) -> list[str]:
+    out = ["## Cost at bench timings (counted at the client by a loopback proxy)", ""]
     for mode in ("ours", "baseline"):
         m = r.get(mode, {})
         if not m.get("steady"):
@@ -115,19 +142,19 @@ def markdown(r: dict[str, Any]) -> str:
             for op, v in sorted(s.get(party, {}).items()):
                 out.append(f"| {party} | {op} | {v['calls_per_conn_hour']} | "
                            f"{v['items_per_conn_hour']} |")
-        c = m["cost"]
-        out += ["", f"Projected to production timing (heartbeat {c['prod_heartbeat_s']} s), "
-                f"{c['connections']} connections on {c['workers']} workers: "
-                f"{c['lease_writes_per_conn_hour']} lease writes per connection-hour in "
-                f"{c['write_round_trips_per_conn_hour']} round trips; monthly on-demand "
-                f"**${c['monthly_usd_total']}** ({c['monthly_usd']})."]
+        c = m.get("cost")
+        if c:
+            out += ["", f"Projected to production timing (heartbeat {c['prod_heartbeat_s']} s), "
+                    f"{c['connections']} connections on {c['workers']} workers: "
+                    f"{c['lease_writes_per_conn_hour']} lease writes per connection-hour in "
+                    f"{c['write_round_trips_per_conn_hour']} round trips, "
+                    f"{c.get('write_units_per_lease_write', 1)} write units each (table + "
+                    f"indexes, as consumed); monthly on-demand **${c['monthly_usd_total']}** "
+                    f"({c['monthly_usd']})."]
         if m.get("runner_summary"):
             out.append(f"Router (runner) over the whole {mode} run: `{m['runner_summary']}`")
         out.append("")
-    out += ["Prices assumed (us-east-1 on-demand, free tiers ignored): "
-            f"{json.dumps(r.get('prices_usd'))}. Lease items are < 1 KB (1 WRU per write).", "",
-            f"Runtime {r.get('runtime_s')} s; logs in `{r.get('logs')}`."]
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _plots(r: dict[str, Any], folder: Path, stem: str) -> list[Path]:

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from bench.harness import BenchFleet, dist, now_ms
+from bench.meter import window
 from holdfast.core.schema import STOPPED
 from holdfast.core.table import set_desired_state
 
@@ -105,32 +106,20 @@ def stop_latency(bf: BenchFleet, n: int, timeout_s: float) -> dict[str, Any]:
 
 
 def steady_cost(bf: BenchFleet, n: int, seconds: float, timeout_s: float) -> dict[str, Any]:
-    """Calls and items per connection-hour while ``n`` streams are held steadily by 2 workers."""
+    """Calls, items and consumed units per connection-hour while ``n`` streams are held
+    steadily by 2 workers (see ``bench.meter.window``)."""
     ids = [f"{bf.mode}-cost-{i:03d}" for i in range(n)]
     t_ins = now_ms()
     bf.create(ids)
     bf.wait(lambda: all(bf.handled.first_after(c, t_ins) for c in ids), timeout_s)
     time.sleep(bf.timing.heartbeat_s * 2)
-    proxies = {"worker_dynamodb": bf.pf.ddb_proxy, "worker_sqs": bf.pf.sqs_proxy}
-    if bf.pf.runner_proxies:
-        proxies.update(runner_dynamodb=bf.pf.runner_proxies[0],
-                       runner_sqs=bf.pf.runner_proxies[1])
-    before = {k: (p.snapshot(), p.snapshot_items()) for k, p in proxies.items() if p}
+    before = bf.meter()
     t0 = time.monotonic()
     time.sleep(seconds)
     took = time.monotonic() - t0
-    conn_hours = n * took / 3600
-    out: dict[str, Any] = {"streams": n, "seconds": round(took, 1),
-                           "heartbeat_s": bf.timing.heartbeat_s}
-    for k, p in proxies.items():
-        if p is None:
-            continue
-        calls0, items0 = before[k]
-        calls1, items1 = p.snapshot(), p.snapshot_items()
-        out[k] = {op: {"calls_per_conn_hour": round((calls1[op] - calls0.get(op, 0))
-                                                    / conn_hours, 1),
-                       "items_per_conn_hour": round((items1[op] - items0.get(op, 0))
-                                                    / conn_hours, 1)}
-                  for op in calls1 if calls1[op] - calls0.get(op, 0) > 0}
+    w = window(before, bf.meter(), streams=n, workers=2, seconds=took, lease=bf.pf.table,
+               session=bf.session_table)
     _retire(bf, ids)
-    return out
+    # The older report's shape: party -> op -> calls/items at the top level.
+    return {"streams": n, "seconds": w["seconds"], "heartbeat_s": bf.timing.heartbeat_s,
+            **w["calls"], "metered": w}

@@ -11,9 +11,11 @@ from typing import Any
 
 import boto3
 
+from holdfast.chaos.consumed import index_keys_of
 from holdfast.chaos.launch import OFFSET_ENV
 from holdfast.chaos.proxy import FaultProxy
 from holdfast.core.aws import client_config
+from holdfast.core.schema import table_definition
 from holdfast.fleet.procs import REPO_ROOT, Fleet, FleetTiming, Proc
 from holdfast.fleet.recorder import RECORD_DIR_ENV
 
@@ -22,12 +24,16 @@ __all__ = ["ProxiedFleet"]
 
 class ProxiedFleet:
     """Local AWS + runner (direct) + upstream + workers whose DynamoDB (and SQS) go through
-    counting proxies. ``with_runner=False`` is the seed's polling design: no router, no sweeper."""
+    counting proxies. ``with_runner=False`` is the seed's polling design: no router, no sweeper.
+    ``capacity=True``: the DynamoDB proxies also add up consumed capacity (the benchmarks)."""
 
     def __init__(self, run_dir: Path, timing: FleetTiming, *, with_runner: bool = True,
-                 worker_env: dict[str, str] | None = None) -> None:
+                 worker_env: dict[str, str] | None = None, runner_env: dict[str, str] | None = None,
+                 capacity: bool = False) -> None:
         self.fleet = Fleet(run_dir, timing, backend="dynamodb-local")
         self.with_runner = with_runner
+        self.capacity = capacity
+        self.runner_env = runner_env or {}
         self.worker_env = worker_env or {}
         self.ddb_proxy: FaultProxy | None = None
         self.sqs_proxy: FaultProxy | None = None
@@ -40,20 +46,26 @@ class ProxiedFleet:
         f = self.fleet
         f.start_aws()
         self.direct_env = dict(f.env)
+        table = f.env["HOLDFAST_TABLE"]
+        ddb_opts: dict[str, Any] = {"capacity": self.capacity,
+                                    "index_keys": {table: index_keys_of(table_definition(table))}}
         if self.with_runner:
             # The runner plays the router and sweeper Lambdas: its DynamoDB (index queries)
             # and SQS (nudges) calls are counted too; its Streams reads stay direct (free to a
             # Lambda event source mapping).
-            rd = FaultProxy(f.env["AWS_ENDPOINT_URL_DYNAMODB"], name="runner-ddb").start()
+            rd = FaultProxy(f.env["AWS_ENDPOINT_URL_DYNAMODB"], name="runner-ddb",
+                            **ddb_opts).start()
             rs = FaultProxy(f.env["AWS_ENDPOINT_URL_SQS"], name="runner-sqs").start()
             self.runner_proxies = [rd, rs]
             saved = dict(f.env)
             f.env.update(AWS_ENDPOINT_URL_DYNAMODB=rd.url, AWS_ENDPOINT_URL_SQS=rs.url,
-                         AWS_ENDPOINT_URL_DYNAMODB_STREAMS=saved["AWS_ENDPOINT_URL_DYNAMODB"])
+                         AWS_ENDPOINT_URL_DYNAMODB_STREAMS=saved["AWS_ENDPOINT_URL_DYNAMODB"],
+                         **self.runner_env)
             f.start_runner()
             f.env.clear()
             f.env.update(saved)
-        self.ddb_proxy = FaultProxy(f.env["AWS_ENDPOINT_URL_DYNAMODB"], name="ddb-proxy").start()
+        self.ddb_proxy = FaultProxy(f.env["AWS_ENDPOINT_URL_DYNAMODB"], name="ddb-proxy",
+                                    **ddb_opts).start()
         self.sqs_proxy = FaultProxy(f.env["AWS_ENDPOINT_URL_SQS"], name="sqs-proxy").start()
         f.env["AWS_ENDPOINT_URL_DYNAMODB"] = self.ddb_proxy.url
         f.env["AWS_ENDPOINT_URL_SQS"] = self.sqs_proxy.url

@@ -10,7 +10,12 @@ backend fail for a while without touching the worker's code:
 - ``lost``:     forward (the write IS applied), then drop the connection: the ambiguous case;
 - ``latency``:  forward after ``delay_s``.
 
-Signatures are not re-computed: DynamoDB Local and moto do not verify them.
+With ``capacity=True`` (the benchmarks) it also asks DynamoDB for ``ReturnConsumedCapacity=
+INDEXES`` on every call that accepts it and adds up the units the answers report (or, where
+DynamoDB Local reports none, estimates them): see ``holdfast.chaos.consumed``.
+
+Signatures are not re-computed: DynamoDB Local and moto do not verify them (a test checks that
+DynamoDB Local accepts a body the proxy changed after signing).
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ import http.client
 import json
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
 from urllib.parse import parse_qs, urlsplit
+
+from holdfast.chaos.consumed import CapacityKey, ask_for_capacity, consumed_of
 
 __all__ = ["FaultKind", "FaultProxy", "FaultWindow", "items_of", "operation_of"]
 
@@ -82,9 +90,14 @@ class _QuietServer(ThreadingHTTPServer):
 class FaultProxy:
     """Forward every request to ``target_url``; ``inject`` a fault for a while; count ops."""
 
-    def __init__(self, target_url: str, *, name: str = "proxy") -> None:
+    def __init__(self, target_url: str, *, name: str = "proxy", capacity: bool = False,
+                 index_keys: Mapping[str, Mapping[str, frozenset[str]]] | None = None) -> None:
         parts = urlsplit(target_url)
         self.name = name
+        self.capacity = capacity  # ask for and add up ConsumedCapacity (DynamoDB only)
+        self.index_keys = dict(index_keys or {})  # table -> index -> keys, for estimates
+        self.consumed: defaultdict[CapacityKey, float] = defaultdict(float)  # units
+        self.unpriced: Counter[str] = Counter()  # op -> calls that reported no capacity
         self.target = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.counts: Counter[str] = Counter()
         self.faulted: Counter[str] = Counter()
@@ -142,6 +155,23 @@ class FaultProxy:
         with self._lock:
             return dict(self.items)
 
+    def snapshot_consumed(self) -> dict[CapacityKey, float]:
+        with self._lock:
+            return dict(self.consumed)
+
+    def snapshot_unpriced(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.unpriced)
+
+    def _account(self, op: str, body: bytes, status: int, reply: bytes) -> None:
+        found = consumed_of(op, body, status, reply, self.index_keys)
+        with self._lock:
+            if found is None:
+                self.unpriced[op] += 1
+                return
+            for key, units in found:
+                self.consumed[key] += units
+
     def _count(self, op: str, faulted: bool, items: int = 1) -> None:
         with self._lock:
             self.counts[op] += 1
@@ -172,6 +202,8 @@ class FaultProxy:
                 fault = proxy.current_fault()
                 op = operation_of(headers, body)
                 proxy._count(op, fault is not None, items_of(op, body))
+                if proxy.capacity:
+                    body = ask_for_capacity(headers, body)
                 if fault is not None:
                     kind, until, delay = fault
                     if kind == "error":
@@ -190,6 +222,8 @@ class FaultProxy:
                 except (OSError, http.client.HTTPException):
                     self.close_connection = True
                     return
+                if proxy.capacity:
+                    proxy._account(op, body, status, reply)  # a "lost" write is billed too
                 if fault is not None and fault[0] == "lost":
                     self.close_connection = True  # applied, but the client never hears it
                     return
