@@ -72,8 +72,9 @@ def hostile_items(pk: str, base_url: str) -> dict[str, dict[str, Any]]:
                          ws_url={"S": base_url.replace("ws://", "http://") + "/s/bad-http"}),
         "bad-seq-type": item("bad-seq-type", desired_state=s, last_seq={"S": "abc"},
                              ws_url={"S": f"{base_url}/s/bad-seq-type"}),
-        "bad-owner-type": item("bad-owner-type", desired_state=s, lease_owner={"N": "1"},
-                               ws_url={"S": f"{base_url}/s/bad-owner-type"}),
+        # (A number in lease_owner is refused by DynamoDB itself: it keys the owner index.)
+        "bad-epoch-type": item("bad-epoch-type", desired_state=s, lease_epoch={"S": "one"},
+                               ws_url={"S": f"{base_url}/s/bad-epoch-type"}),
         "bad id spaces": item("bad id spaces", desired_state=s,
                               ws_url={"S": f"{base_url}/s/spaces"}),
     }
@@ -255,7 +256,7 @@ class Soak:
         hostile = {c: asdict(s) for c, s in self.sampler.latest.items() if c in self.bad}
         # Proof the skew was applied: the skewed worker's writes carry times ahead of ours.
         leads = [s.updated_ms - s.wall_ms for s in self.sampler.samples
-                 if s.owner == "w2" and s.updated_ms is not None]
+                 if (s.owner or "").partition("#")[0] == "w2" and s.updated_ms is not None]
         verdict.stats["skewed_worker_w2_max_lead_ms"] = max(leads) if leads else None
         verdict.stats["dynamodb_calls"] = dict(self.pf.ddb_proxy.counts)
         verdict.stats["dynamodb_faulted_calls"] = dict(self.pf.ddb_proxy.faulted)

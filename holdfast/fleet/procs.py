@@ -32,6 +32,8 @@ class FleetTiming:
 
     lease_s: float = 4.0
     heartbeat_s: float = 1.0
+    # Checkpoints (and so the replay window after a crash) every 2 s, scaled like the lease.
+    checkpoint_s: float = 2.0
     skew_ms: int = 500
     margin_ms: int = 400
     sweep_interval_ms: int = 500
@@ -42,6 +44,7 @@ class FleetTiming:
         return {
             "HOLDFAST_LEASE_SECONDS": f"{self.lease_s:g}",
             "HOLDFAST_HEARTBEAT_SECONDS": f"{self.heartbeat_s:g}",
+            "HOLDFAST_CHECKPOINT_SECONDS": f"{self.checkpoint_s:g}",
             "HOLDFAST_SKEW_MS": str(self.skew_ms), "HOLDFAST_MARGIN_MS": str(self.margin_ms),
             "HOLDFAST_SHUTDOWN_SECONDS": f"{self.shutdown_s:g}",
             # Short polls and drains: a stopping demo worker should not idle in a long poll.
