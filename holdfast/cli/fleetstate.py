@@ -14,8 +14,43 @@ from typing import Any
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.model import LeaseItem
 from holdfast.core.redact import scrub
+from holdfast.core.sessions import SessionItem
 
-__all__ = ["FleetStatus", "StreamRow", "fleet_status", "stream_row"]
+__all__ = ["FleetStatus", "SessionRow", "StreamRow", "fleet_status", "session_rows",
+           "stream_row"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    """One worker session in ``holdfast status``: who is alive, and who died recently."""
+
+    owner: str
+    state: str  # ALIVE, ENDED, DEAD; "SILENT" for an ALIVE one past its expiry (not yet swept)
+    held: int
+    capacity: int
+    heartbeat_age_ms: int
+    expires_in_ms: int
+    reaped: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"owner": self.owner, "state": self.state, "held": self.held,
+                "capacity": self.capacity, "heartbeat_age_ms": self.heartbeat_age_ms,
+                "expires_in_ms": self.expires_in_ms, "reaped": self.reaped}
+
+
+def session_rows(items: list[SessionItem | MalformedItem], now_ms: int) -> list[SessionRow]:
+    """Sessions, live ones first; malformed session items are left out (the sweeper logs them)."""
+    rows = []
+    for item in items:
+        if isinstance(item, MalformedItem):
+            continue
+        state = item.state.value
+        if state == "ALIVE" and item.expires_at_ms <= now_ms:
+            state = "SILENT"
+        rows.append(SessionRow(item.owner, state, item.held, item.capacity,
+                               now_ms - item.heartbeat_at_ms, item.expires_at_ms - now_ms,
+                               item.reaped))
+    return sorted(rows, key=lambda r: (r.state != "ALIVE", r.owner))
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +107,11 @@ class FleetStatus:
     dlq_depth: int | None = None
     oldest_unowned_ms: int | None = None
     notes: list[str] = field(default_factory=list)
+    sessions: list[SessionRow] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"workers": self.workers, "streams": self.streams, "started": self.started,
+        return {"sessions": [r.to_json() for r in self.sessions], "workers": self.workers,
+                "streams": self.streams, "started": self.started,
                 "stopped": self.stopped, "unowned_started": self.unowned_started,
                 "oldest_unowned_ms": self.oldest_unowned_ms, "backoff": self.backoff,
                 "malformed": self.malformed, "queue_depth": self.queue_depth,

@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from holdfast.cli.fleetstate import fleet_status, stream_row
+from holdfast.cli.fleetstate import SessionRow, fleet_status, session_rows, stream_row
 from holdfast.cli.urlinput import UrlInputError, read_url
 from holdfast.core.aws import call, client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import ConfigError, HoldfastError, MalformedItem, StoreUnavailable
 from holdfast.core.model import LeaseItem, validate_conn_id
 from holdfast.core.redact import redact
 from holdfast.core.schema import ATTR, STARTED, STOPPED, pk_for
+from holdfast.core.sessions import SessionStore
 from holdfast.core.table import create_stream, delete_stream, set_desired_state
 from holdfast.core.urls import UrlPolicy, check_url, log_paths_from_env, policy_from_env
 
@@ -264,6 +265,18 @@ def _depth(url: str | None, notes: list[str]) -> int | None:
         return None
 
 
+def _sessions(notes: list[str]) -> list[SessionRow]:
+    table = os.environ.get("HOLDFAST_SESSION_TABLE")
+    if not table:
+        return []
+    try:
+        store = SessionStore(_ddb(), table, "", ttl_ms=0, skew_ms=0)
+        return session_rows(list(store.scan()), int(time.time() * 1000))
+    except Exception as exc:  # sessions are a detail of the status: report, do not fail it
+        notes.append(f"sessions {table}: {type(exc).__name__}: {str(exc)[:120]}")
+        return []
+
+
 def _run_status(args: argparse.Namespace) -> int:
     items, updated = scan_all(_ddb(), _table(args))
     st = fleet_status(items, int(time.time() * 1000), updated)
@@ -271,11 +284,18 @@ def _run_status(args: argparse.Namespace) -> int:
     queue = args.queue_url or os.environ.get("HOLDFAST_QUEUE_URL")
     dlq = args.dlq_url or os.environ.get("HOLDFAST_DLQ_URL")
     st = dataclasses.replace(st, queue_depth=_depth(queue, notes),
-                             dlq_depth=_depth(dlq, notes), notes=notes)
+                             dlq_depth=_depth(dlq, notes), notes=notes,
+                             sessions=_sessions(notes))
     if args.json:
         print(json.dumps(st.to_json()))
         return EXIT_OK
     console = Console()
+    for r in st.sessions:
+        color = {"ALIVE": "green", "SILENT": "red", "DEAD": "red"}.get(r.state, "yellow")
+        console.print(f"  session [{color}]{r.state}[/] {r.owner}: {r.held}/{r.capacity} "
+                      f"streams, heartbeat {_secs(r.heartbeat_age_ms)} ago"
+                      + (f", expires in {_secs(r.expires_in_ms)}" if r.state == "ALIVE" else "")
+                      + ("" if r.reaped or r.state == "ALIVE" else ", streams being released"))
     console.print(f"[bold]{len(st.workers)} workers[/], {st.streams} streams "
                   f"({st.started} started, {st.stopped} stopped)")
     for owner, n in st.workers.items():

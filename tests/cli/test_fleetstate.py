@@ -43,3 +43,20 @@ def test_stream_row_shows_owner_only_while_live() -> None:
     assert stream_row(item("a", owner="w", exp=NOW + 1500), NOW).lease_left_ms == 1500
     expired = stream_row(item("a", owner="w", exp=NOW - 1), NOW)
     assert expired.owner is None and expired.lease_left_ms is None
+
+
+def test_session_rows_tell_alive_silent_and_dead_apart() -> None:
+    """status lists live sessions first, and an ALIVE one past its expiry as SILENT."""
+    from holdfast.cli.fleetstate import session_rows
+    from holdfast.core.schema import SessionState
+    from holdfast.core.sessions import SessionItem
+
+    now = 1_000_000
+    rows = session_rows([
+        SessionItem("b", "i2", SessionState.ALIVE, now - 1, now - 9_000, 3, 10),
+        SessionItem("a", "i1", SessionState.ALIVE, now + 5_000, now - 1_000, 4, 10),
+        SessionItem("c", "i3", SessionState.DEAD, now - 20_000, now - 30_000, 2, 10),
+    ], now)
+    assert [(r.owner, r.state) for r in rows] == [("a#i1", "ALIVE"), ("b#i2", "SILENT"),
+                                                  ("c#i3", "DEAD")]
+    assert rows[0].expires_in_ms == 5_000 and rows[0].heartbeat_age_ms == 1_000
