@@ -105,7 +105,6 @@ def test_sigkill_is_recovered_by_the_sweep(
     a.wait(5)
     wait_until(lambda: len(seqs_by_stream(b.handled())) == 5, 20, "worker b holds all")
     failover_s = max(min(r["t"] for r in b.handled() if r["conn_id"] == c) for c in conns) - t0
-    # Nobody may take a lease before it expired (3 s) plus the skew allowance (0.3 s).
     # Nobody may take over before the session expired: it was last renewed up to one heartbeat
     # (0.5 s) before the kill, and is claimable TTL (3 s) + skew (0.3 s) after that renewal.
     assert failover_s >= 3.0 + 0.3 - 0.5
