@@ -15,6 +15,7 @@ variable and the allowed range — not a ``ValueError`` deep inside an invocatio
     HOLDFAST_SWEEP_UNCLAIMED_GRACE_MS  released/never-claimed: the router's turn first  (1000)
     HOLDFAST_SWEEP_MARGIN_MS       stop looping this long before the Lambda timeout  (3000)
     HOLDFAST_SWEEP_MAX_RUN_MS      and after at most this long (< the schedule)     (59500)
+    HOLDFAST_SWEEP_UNINDEXED_SCAN_MS  a pass for items without an expiry, every (0: off) (300000)
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class Settings:
     unclaimed_grace_ms: int = 1_000
     sweep_margin_ms: int = 3_000
     sweep_max_run_ms: int = 59_500
+    unindexed_scan_ms: int = 300_000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -81,4 +83,6 @@ class Settings:
                                        3_600_000),
             sweep_margin_ms=env_int(e, "HOLDFAST_SWEEP_MARGIN_MS", 3_000, 0, 600_000),
             sweep_max_run_ms=env_int(e, "HOLDFAST_SWEEP_MAX_RUN_MS", 59_500, 0, 900_000),
+            unindexed_scan_ms=env_int(e, "HOLDFAST_SWEEP_UNINDEXED_SCAN_MS", 300_000, 0,
+                                      86_400_000),
         )

@@ -26,6 +26,7 @@ __all__ = [
     "create_stream",
     "delete_stream",
     "find_orphans",
+    "find_unindexed",
     "scan_items",
     "set_desired_state",
 ]
@@ -98,6 +99,29 @@ def set_desired_state(client: DynamoDBClient, table: str, conn_id: str, state: s
     except ConditionFailed:
         return False
     return True
+
+
+def find_unindexed(client: DynamoDBClient, table: str, *, start_key: dict[str, Any] | None,
+                   page_size: int = 1_000) -> tuple[list[str], dict[str, Any] | None]:
+    """One Scan page of STARTED items without ``lease_expires_at_ms``: the sparse index cannot
+    see them, and only the router's normalisation (which may have failed) would. Returns their
+    connection ids and where the next page starts (None: the pass is complete)."""
+    kwargs: dict[str, Any] = {
+        "TableName": table, "Limit": page_size, "ProjectionExpression": "#pk",
+        "FilterExpression": "#ds = :started AND attribute_not_exists(#exp)",
+        "ExpressionAttributeNames": {"#pk": ATTR.pk, "#ds": ATTR.desired_state,
+                                     "#exp": ATTR.lease_expires_at_ms},
+        "ExpressionAttributeValues": {":started": {"S": STARTED}}}
+    if start_key:
+        kwargs["ExclusiveStartKey"] = start_key
+    resp = call("find_unindexed", client.scan, **kwargs)
+    found = []
+    for raw in resp.get("Items", []):
+        try:
+            found.append(validate_conn_id(conn_id_from_pk(raw[ATTR.pk]["S"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("skipping unindexed item with a malformed key %r: %s", str(raw)[:200], exc)
+    return found, resp.get("LastEvaluatedKey") or None
 
 
 def delete_stream(client: DynamoDBClient, table: str, conn_id: str) -> bool:

@@ -74,6 +74,12 @@ class NudgeMemory:
             return now_ms - entry.first_seen_ms >= self.policy.unclaimed_grace_ms
         return True
 
+    def unowned_since_ms(self, orphan: Orphan) -> int | None:
+        """When this process first saw ``orphan`` (None: never). For a released or never-claimed
+        item (expiry 0) this is the only age there is: the KEYS_ONLY index has no timestamp."""
+        entry = self._entries.get((orphan.conn_id, orphan.expires_at_ms))
+        return None if entry is None else entry.first_seen_ms
+
     def record_sent(self, orphans: Iterable[Orphan], now_ms: int) -> None:
         """Note that these orphans were nudged at ``now_ms`` (call only for nudges SQS took)."""
         for orphan in orphans:

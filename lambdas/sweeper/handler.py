@@ -92,7 +92,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     summary = {"sweeps": stats.sweeps, "errors": stats.errors, "nudged": stats.nudged,
                "failed": stats.failed, "oldest_orphan_age_ms": stats.oldest_age_ms,
                "dead_sessions": stats.dead_sessions, "streams_reaped": stats.reaped,
-               "malformed_sessions": stats.malformed_sessions}
+               "malformed_sessions": stats.malformed_sessions, "normalised": stats.normalised}
     logger.info("sweeper invocation done", extra=summary)
     return summary
 
@@ -107,4 +107,5 @@ def _emit(stats: SweepStats) -> None:
                        value=stats.dead_sessions)
     metrics.add_metric(name=names.METRIC_STREAMS_REAPED, unit=MetricUnit.Count,
                        value=stats.reaped)
+    metrics.add_metric(name="Normalised", unit=MetricUnit.Count, value=stats.normalised)
     emit_counts_by("Nudges", "reason", stats.nudged, service=SERVICE)

@@ -22,11 +22,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from holdfast.core import rules
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.sessions import SessionStore, SessionSweep, sweep_sessions
-from holdfast.core.store import wall_clock_ms
+from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import Orphan, find_orphans
 from lambdas.nudge import Nudge, send_nudges
 from lambdas.settings import Settings
 from lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
+from lambdas.sweeper.unindexed import UnindexedPass, scan_step
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -62,6 +63,8 @@ class SweepDeps:
     sleep: Callable[[float], object] = time.sleep
     log: LogLike | None = None
     sessions: SessionStore | None = None  # None: no session table, leases only
+    # The slow pass for items without an expiry; made from the settings on first use.
+    unindexed: UnindexedPass | None = None
 
 
 @dataclass
@@ -77,6 +80,7 @@ class SweepResult:
     dead: list[str] = field(default_factory=list)  # owners declared dead by this sweep
     reaped: int = 0  # streams released from dead or ended sessions
     malformed_sessions: int = 0
+    normalised: int = 0  # items the index could not see, given an expiry by this sweep
 
 
 @dataclass
@@ -89,9 +93,11 @@ class SweepStats:
     dead_sessions: int = 0
     reaped: int = 0
     malformed_sessions: int = 0
+    normalised: int = 0
 
     def add(self, result: SweepResult) -> None:
         self.sweeps += 1
+        self.normalised += result.normalised
         self.dead_sessions += len(result.dead)
         self.reaped += result.reaped
         self.malformed_sessions += result.malformed_sessions
@@ -127,6 +133,7 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     now = deps.clock()
     sessions = (sweep_sessions(deps.sessions, now, s.skew_ms, deps.log or log)
                 if deps.sessions is not None else SessionSweep())
+    normalised = _unindexed_step(deps, now)
     items = list(islice(find_orphans(deps.ddb, s.table, now_ms=now + s.sweep_interval_ms,
                                      skew_ms=s.skew_ms, page_size=PAGE_SIZE), MAX_SCAN))
     cutoff = rules.acquire_cutoff_ms(now, s.skew_ms)
@@ -143,11 +150,24 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
         memory.retain_only(due)
     else:
         memory.prune(now)
-    ages = [now - o.expires_at_ms for o in due if o.expires_at_ms > 0]
+    # An expired lease is unowned since its expiry; a released or never-claimed one (expiry 0)
+    # since this sweeper first saw it: a lower bound after a cold start, but never "not at all",
+    # so a stream that no worker can take still raises the orphan-age alarm.
+    ages = [now - (o.expires_at_ms if o.expires_at_ms > 0 else
+                   (memory.unowned_since_ms(o) or now)) for o in due]
     wake = [t for t in (min(upcoming) + s.skew_ms if upcoming else None, sessions.next_due_ms)
             if t is not None]
     return SweepResult(due, report.sent, report.failed, min(wake, default=None), complete,
-                       max(ages, default=0), sessions.dead, sessions.reaped, sessions.malformed)
+                       max(ages, default=0), sessions.dead, sessions.reaped, sessions.malformed,
+                       normalised)
+
+
+def _unindexed_step(deps: SweepDeps, now: int) -> int:
+    s = deps.settings
+    if deps.unindexed is None:
+        deps.unindexed = UnindexedPass(s.unindexed_scan_ms)
+    store = LeaseStore(deps.ddb, s.table, lease_ms=s.lease_ms, skew_ms=s.skew_ms)
+    return scan_step(deps.ddb, s.table, deps.unindexed, now, store.normalise)
 
 
 def run_sweeps(deps: SweepDeps, memory: NudgeMemory, *, should_stop: Callable[[], bool],

@@ -155,12 +155,13 @@ def test_router_role_reads_the_stream_sends_normalises_and_orders_stops(
 
 def test_sweeper_role_scans_sessions_queries_indexes_releases_and_sends(
         template_json: dict[str, Any]) -> None:
-    """Sweeper: Scan/UpdateItem on sessions, Query on both indexes only, lease releases."""
+    """Sweeper: Scan/UpdateItem on sessions and leases (the unindexed pass), Query on both
+    indexes only, lease releases."""
     statements = role_statements(template_json, function_role(template_json, SWEEPER_HANDLER))
     leases, sessions, queue, seed_index, owner_index = names_of(template_json)
     found = grants(statements)
     assert {a: r for a, r in found.items() if not a.startswith(("logs:", "xray:"))} == {
-        "dynamodb:Scan": {sessions},
+        "dynamodb:Scan": {sessions, leases},
         "dynamodb:UpdateItem": {leases, sessions},
         "dynamodb:PartiQLUpdate": {leases},
         "dynamodb:Query": {seed_index, owner_index},

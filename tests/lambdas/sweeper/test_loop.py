@@ -104,10 +104,42 @@ def test_item_without_expiry_needs_normalising(ddb: Any, sqs: Any, table: str, q
                                                unique_id: str) -> None:
     """The index cannot see an item without expiry until the router normalises it."""
     ddb.put_item(TableName=table, Item=image(unique_id))
-    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url))
+    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url, unindexed_scan_ms=0))
     assert sweep_once(deps, memory).due == []
     assert store.normalise(unique_id)
     assert [o.conn_id for o in sweep_once(deps, memory).due] == [unique_id]
+
+
+def test_item_whose_router_record_was_lost_is_found_by_the_slow_pass(
+        ddb: Any, sqs: Any, table: str, queue_url: str, memory: NudgeMemory,
+        unique_id: str) -> None:
+    """A STARTED item without expiry is normalised by the sweeper's pass, then nudged."""
+    ddb.put_item(TableName=table, Item=image(unique_id))
+    ddb.put_item(TableName=table, Item=image(f"{unique_id}-stopped", state="STOPPED"))
+    now = [wall_clock_ms()]
+    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url, unindexed_scan_ms=60_000),
+                     clock=lambda: now[0])
+    first = sweep_once(deps, memory)
+    assert first.normalised == 1
+    item = ddb.get_item(TableName=table, Key={"Pk": {"S": f"CONN#{unique_id}"}})["Item"]
+    assert item["lease_expires_at_ms"] == {"N": "0"}
+    stopped = ddb.get_item(TableName=table, Key={"Pk": {"S": f"CONN#{unique_id}-stopped"}})
+    assert "lease_expires_at_ms" not in stopped["Item"]
+    now[0] += 300  # past the unclaimed grace (200 ms)
+    assert [n.conn_id for n in sweep_once(deps, memory).nudged] == [unique_id]
+    assert sweep_once(deps, memory).normalised == 0  # the next pass waits out its period
+
+
+def test_orphan_age_counts_released_and_never_claimed_items(
+        ddb: Any, sqs: Any, table: str, queue_url: str, store: Store, memory: NudgeMemory,
+        unique_id: str) -> None:
+    """A released item nobody takes ages from its first sighting, so the orphan alarm sees it."""
+    store.release(store.take(unique_id, "w1"))
+    now = [wall_clock_ms()]
+    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url), clock=lambda: now[0])
+    assert sweep_once(deps, memory).oldest_age_ms == 0
+    now[0] += 40_000
+    assert sweep_once(deps, memory).oldest_age_ms == 40_000
 
 
 def test_orphan_is_not_renudged_while_claim_in_flight(store: Store, sweeper: Sweeper,
@@ -150,6 +182,9 @@ class CountingDdb:
     def query(self, **kw: Any) -> Any:
         self.queries += 1
         return self.real.query(**kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)  # the slow unindexed pass's Scan, and the like
 
 
 def test_one_query_per_sweep_when_nothing_expired(ddb: Any, sqs: Any, table: str,
