@@ -25,6 +25,7 @@ __all__ = [
     "ENV_METRICS_NAMESPACE",
     "ENV_QUEUE_URL",
     "ENV_RECONCILE_SECONDS",
+    "ENV_RECORD_AWS_CALLS",
     "ENV_RENEW_MODE",
     "ENV_SERVICE_NAME",
     "ENV_SESSION_TABLE",
@@ -75,6 +76,7 @@ ENV_SHUTDOWN_SECONDS: Final = "HOLDFAST_SHUTDOWN_SECONDS"
 ENV_RENEW_MODE: Final = "HOLDFAST_RENEW_MODE"
 ENV_HANDLER: Final = "HOLDFAST_HANDLER"
 ENV_ALLOWED_HOSTS: Final = urls.ENV_ALLOWED_HOSTS  # defined once, with the URL policy
+ENV_RECORD_AWS_CALLS: Final = "HOLDFAST_RECORD_AWS_CALLS"  # tests: a directory to log calls in
 # Powertools reads these two itself, so no code has to pass a service name or namespace.
 ENV_SERVICE_NAME: Final = "POWERTOOLS_SERVICE_NAME"
 ENV_METRICS_NAMESPACE: Final = "POWERTOOLS_METRICS_NAMESPACE"
