@@ -1,13 +1,20 @@
 """``python -m bench [--quick] [--no-density]``: run the benchmarks, write the report.
 
-Full run: about 20 minutes; ``--quick``: a few minutes with fewer repetitions (the same
-figures, wider error bars) and density at 1,000 connections only. Parts alone (each merged
+Full run: about 35 minutes (about 20 with --no-crash-production --no-density-cpu);
+``--quick``: a few minutes more than before, with fewer repetitions (the same figures, wider
+error bars) and density at 1,000 connections only. Parts alone (each merged
 into ``--merge``'s report if given, else written as ``<date>-<part>``):
 
     --capacity-only   DynamoDB units per operation on DynamoDB Local, and the model (~20 s)
     --model-only      the hot-key model from bench/results/capacity.json (instant)
     --cost-only       consumed capacity at production timings, each mode (~3 min per mode
                       with the default --cost-seconds 120)
+    --crash-production-only
+                      SIGKILL failover at production defaults, N = 20: ours --crash-rounds
+                      rounds (3), the seed 1 round (~6 min)
+    --density-cpu-only SIZES
+                      CPU on liveness and checkpoints at production defaults, e.g. 5000 or
+                      2000,5000: two worker runs per size (~6 min each at 5,000)
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -26,7 +34,9 @@ from typing import Any
 from bench import capacity
 from bench.cost import PRICES, monthly_cost
 from bench.cost_scenario import production_cost
+from bench.crash_production import crash_production
 from bench.density import run_density
+from bench.density_cpu import density_cpu
 from bench.harness import BASELINE_RECONCILE_S, BenchFleet
 from bench.report import write_report
 from bench.report_sections import model_summary
@@ -118,9 +128,29 @@ def cost_scenarios(modes: list[str], run_dir: Path, streams: int, seconds: float
     return out
 
 
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def density_cpu_sizes(sizes: list[int], run_dir: Path, seconds: float,
+                      say: Any) -> list[dict[str, Any]]:
+    """``density_cpu`` at each size, with one fresh per-write client CPU measurement."""
+    say("client CPU per write (renew_cost)")
+    renew = renew_cost()
+    return [density_cpu(n, work=run_dir, renew=renew, measure_s=seconds, say=say)
+            for n in sizes]
+
+
 def _partial(args: argparse.Namespace, part: str, figures: dict[str, Any], say: Any) -> int:
     base: dict[str, Any] = json.loads(args.merge.read_text()) if args.merge else {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "prices_usd": PRICES}
+    if "load_average" in figures:
+        figures["load_average"] = {**base.get("load_average", {}), **figures["load_average"]}
+    if "density_cpu" in figures:
+        sizes = {d["streams"] for d in figures["density_cpu"]}
+        figures["density_cpu"] = sorted(
+            [d for d in base.get("density_cpu", []) if d.get("streams") not in sizes]
+            + figures["density_cpu"], key=lambda d: int(d["streams"]))
     base.update(figures)
     stem = args.merge.stem if args.merge else (
         dt.datetime.now(dt.UTC).strftime("%Y-%m-%d") + f"-{part}")
@@ -150,6 +180,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="metered window of the cost scenario, per mode (default 120)")
     p.add_argument("--cost-streams", type=int, default=100,
                    help="streams held by the cost scenario's 2 workers (default 100)")
+    p.add_argument("--crash-production-only", action="store_true",
+                   help="only the SIGKILL failover at production defaults, ours and the seed")
+    p.add_argument("--crash-rounds", type=int, default=3,
+                   help="rounds of ours in the production crash failover (the seed: 1)")
+    p.add_argument("--no-crash-production", action="store_true",
+                   help="skip the production crash failover in a full run")
+    p.add_argument("--density-cpu-only", metavar="SIZES",
+                   help="only the liveness/checkpoint CPU at these sizes (comma-separated)")
+    p.add_argument("--density-cpu-seconds", type=float, default=60.0,
+                   help="CPU window of each density-CPU run (default 60: 3 checkpoint cycles)")
+    p.add_argument("--no-density-cpu", action="store_true",
+                   help="skip the liveness/checkpoint CPU in a full run")
     return p
 
 
@@ -169,6 +211,21 @@ def main(argv: list[str] | None = None) -> int:
                                                      args.cost_streams, args.cost_seconds, say),
                    "logs": str(run_dir)}
         return _partial(args, "cost", figures, say)
+    if args.crash_production_only:
+        load0 = _load()
+        figures = {"crash_production": crash_production(
+            run_dir, rounds=args.crash_rounds, modes=tuple(args.modes.split(",")), say=say),
+            "logs": str(run_dir)}
+        figures["load_average"] = {"crash production start": load0,
+                                   "crash production end": _load()}
+        return _partial(args, "crash-production", figures, say)
+    if args.density_cpu_only:
+        load0 = _load()
+        figures = {"density_cpu": density_cpu_sizes(
+            [int(x) for x in args.density_cpu_only.split(",")], run_dir,
+            args.density_cpu_seconds, say), "logs": str(run_dir)}
+        figures["load_average"] = {"density CPU start": load0, "density CPU end": _load()}
+        return _partial(args, "density-cpu", figures, say)
     if args.density_only:
         base: dict[str, Any] = json.loads(args.merge.read_text()) if args.merge else {}
         hb, lease = (5.0, 20.0) if args.density_only <= 1000 else (20.0, 80.0)
@@ -181,9 +238,15 @@ def main(argv: list[str] | None = None) -> int:
         stem = args.merge.stem if args.merge else dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
         say("wrote " + ", ".join(str(p) for p in write_report(base, args.out_dir, stem)))
         return 0
+    return full_run(args, run_dir, say)
+
+
+def full_run(args: argparse.Namespace, run_dir: Path, say: Any) -> int:
+    """Every part, one report ``<date>.md/.json``."""
     started = time.monotonic()
     result: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                              "quick": args.quick, "prices_usd": PRICES, "logs": str(run_dir)}
+                              "quick": args.quick, "prices_usd": PRICES, "logs": str(run_dir),
+                              "load_average": {"start": _load()}}
     for mode in args.modes.split(","):
         result[mode] = run_mode(mode, run_dir, args.quick, say)
     say("renewal client CPU")
@@ -194,6 +257,15 @@ def main(argv: list[str] | None = None) -> int:
         result["production_cost"] = cost_scenarios(
             args.modes.split(","), run_dir, args.cost_streams,
             min(args.cost_seconds, 60.0) if args.quick else args.cost_seconds, say)
+    if not args.no_crash_production:
+        say("crash failover at production defaults")
+        result["crash_production"] = crash_production(
+            run_dir, rounds=1 if args.quick else args.crash_rounds,
+            modes=tuple(args.modes.split(",")), say=say)
+    if not args.no_density_cpu:
+        result["density_cpu"] = density_cpu_sizes(
+            [1000 if args.quick else 5000], run_dir,
+            min(args.density_cpu_seconds, 40.0) if args.quick else args.density_cpu_seconds, say)
     if not args.no_density:
         sizes = [(1000, 5.0, 20.0)] if args.quick else [(1000, 5.0, 20.0), (5000, 20.0, 80.0)]
         result["density"] = []
@@ -205,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # report what failed, keep the other figures
                 result["density"].append({"streams": n, "error": f"{type(exc).__name__}: {exc}"})
             say(f"density {n}: {result['density'][-1]}")
+    result["load_average"]["end"] = _load()
     result["runtime_s"] = round(time.monotonic() - started, 1)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     stem = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")

@@ -23,7 +23,7 @@ from holdfast.core.table import create_stream
 from holdfast.fleet.procs import REPO_ROOT
 from holdfast.localaws import LocalAws
 
-__all__ = ["cpu_s", "rss_kb", "run_density"]
+__all__ = ["checkpoint_progress", "cpu_s", "rss_kb", "run_density"]
 
 
 def rss_kb(pid: int) -> int:
@@ -53,9 +53,42 @@ def _held_by(ddb: Any, table: str, owner: str) -> int:
         kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
 
 
+def _checkpoints(ddb: Any, table: str) -> dict[str, int]:
+    """conn_id -> stored ``last_seq`` of every stream that has one."""
+    out: dict[str, int] = {}
+    kwargs = {"TableName": table, "ProjectionExpression": "conn_id, last_seq"}
+    while True:
+        resp = ddb.scan(**kwargs)
+        for item in resp["Items"]:
+            if "N" in item.get("last_seq", {}) and "S" in item.get("conn_id", {}):
+                out[item["conn_id"]["S"]] = int(item["last_seq"]["N"])
+        if "LastEvaluatedKey" not in resp:
+            return out
+        kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+
+def _cpu_window(pid: int, seconds: float, sample_s: float | None) -> tuple[float, list[float]]:
+    """The process's CPU cores over ``seconds``; with ``sample_s`` also its CPU seconds at
+    every sample (a time series, for bursts)."""
+    c0, w0 = cpu_s(pid), time.monotonic()
+    series = [c0]
+    while sample_s and time.monotonic() - w0 < seconds - 1e-3:
+        time.sleep(max(0.0, min(sample_s, seconds - (time.monotonic() - w0))))
+        series.append(cpu_s(pid))
+    if not sample_s:
+        time.sleep(seconds)
+    return (cpu_s(pid) - c0) / (time.monotonic() - w0), series
+
+
 def run_density(n: int, *, heartbeat_s: float, lease_s: float, rate: float = 1.0,
                 settle_s: float = 10.0, measure_s: float = 10.0, claim_timeout_s: float = 420,
-                work: Path | None = None) -> dict[str, Any]:
+                work: Path | None = None, checkpoint_s: float | None = None,
+                sample_s: float | None = None, track_checkpoints: bool = False
+                ) -> dict[str, Any]:
+    """One worker holding ``n`` streams. ``checkpoint_s`` sets HOLDFAST_CHECKPOINT_SECONDS
+    (unset: the worker's default); ``sample_s`` adds a CPU time series of the window;
+    ``track_checkpoints`` reads every stored checkpoint before and after the window and the
+    worker's slow-checkpoint warnings in it (did the checkpoints keep up?)."""
     work = work or Path(f"/tmp/holdfast-density-{n}")
     work.mkdir(parents=True, exist_ok=True)
     with LocalAws(backend="dynamodb-local", workdir=work / "localaws") as aws:
@@ -77,7 +110,9 @@ def run_density(n: int, *, heartbeat_s: float, lease_s: float, rate: float = 1.0
                       "HOLDFAST_RECONCILE_SECONDS": "15", "HOLDFAST_METRICS_SECONDS": "3600",
                       "HOLDFAST_LOG_LEVEL": "WARNING", "HOLDFAST_LEASE_SECONDS": f"{lease_s:g}",
                       "HOLDFAST_HEARTBEAT_SECONDS": f"{heartbeat_s:g}",
-                      "PYTHONPATH": str(REPO_ROOT)}
+                      "PYTHONPATH": str(REPO_ROOT),
+                      **({"HOLDFAST_CHECKPOINT_SECONDS": f"{checkpoint_s:g}"}
+                         if checkpoint_s is not None else {})}
         log = (work / "worker.log").open("wb")
         worker = subprocess.Popen([sys.executable, "-m", "worker"], env=worker_env,
                                   cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
@@ -99,9 +134,18 @@ def run_density(n: int, *, heartbeat_s: float, lease_s: float, rate: float = 1.0
                 time.sleep(2)
             claim_s = time.monotonic() - t0
             time.sleep(settle_s)
-            c0, w0 = cpu_s(worker.pid), time.monotonic()
-            time.sleep(measure_s)
-            cpu = (cpu_s(worker.pid) - c0) / (time.monotonic() - w0)
+            extra: dict[str, Any] = {}
+            if track_checkpoints:
+                seq0, s0, log0 = (_checkpoints(ddb, env["HOLDFAST_TABLE"]), time.monotonic(),
+                                  (work / "worker.log").stat().st_size)
+            cpu, series = _cpu_window(worker.pid, measure_s, sample_s)
+            if sample_s:
+                extra["cpu_series_s"] = [round(c - series[0], 3) for c in series]
+                extra["sample_s"] = sample_s
+            if track_checkpoints:
+                extra["checkpoints"] = checkpoint_progress(
+                    seq0, _checkpoints(ddb, env["HOLDFAST_TABLE"]), time.monotonic() - s0,
+                    (work / "worker.log").read_bytes()[log0:], rate)
             rss1 = rss_kb(worker.pid)
             fds = len(os.listdir(f"/proc/{worker.pid}/fd"))
             held = _held_by(ddb, env["HOLDFAST_TABLE"], "density")
@@ -115,4 +159,35 @@ def run_density(n: int, *, heartbeat_s: float, lease_s: float, rate: float = 1.0
             "rss_idle_mb": round(rss0 / 1024, 1), "rss_loaded_mb": round(rss1 / 1024, 1),
             "rss_per_connection_kb": round((rss1 - rss0) / max(held, 1), 1),
             "cpu_cores": round(cpu, 3), "cpu_cores_per_1000": round(cpu * 1000 / max(held, 1), 3),
-            "open_fds": fds, "graceful_exit_code": code}
+            "open_fds": fds, "graceful_exit_code": code, "measure_s": measure_s,
+            **({"checkpoint_s": checkpoint_s} if checkpoint_s is not None else {}), **extra}
+
+
+def checkpoint_progress(before: dict[str, int], after: dict[str, int], seconds: float,
+                        log: bytes, rate: float) -> dict[str, Any]:
+    """How the stored checkpoints moved over ``seconds`` (each stream's seq moves ``rate``
+    per second), and the worker's "slow heartbeat" warnings in ``log`` (a checkpoint cycle
+    that took longer than the heartbeat; ``took_ms`` is how long)."""
+    moved = [after[c] - before[c] for c in before if c in after]
+    took: dict[str, list[int]] = {"cycle": [], "session": []}
+    session_errors = 0
+    for line in log.decode(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+            msg = str(rec.get("message", ""))
+            if msg.startswith("slow heartbeat"):
+                took["cycle"].append(int(rec.get("took_ms", 0)))
+            elif msg.startswith("slow session heartbeat"):
+                took["session"].append(int(rec.get("took_ms", 0)))
+            session_errors += msg.startswith(("session fenced", "session lost",
+                                              "session heartbeat failed"))
+        except (ValueError, AttributeError, TypeError):
+            continue
+    advanced = sum(1 for m in moved if m > 0)
+    return {"streams_read": len(moved), "advanced": advanced, "seconds": round(seconds, 1),
+            "mean_advance_per_s": round(sum(moved) / len(moved) / seconds, 3) if moved else None,
+            "expected_advance_per_s": rate, "slow_cycles": len(took["cycle"]),
+            "slowest_cycle_ms": max(took["cycle"], default=None),
+            "slow_session_heartbeats": len(took["session"]),
+            "slowest_session_heartbeat_ms": max(took["session"], default=None),
+            "session_errors": session_errors}

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.report_production import crash_production_md, density_cpu_md, load_md
 from bench.report_sections import capacity_md, consumed_md, model_md
 
 __all__ = ["markdown", "write_report"]
@@ -71,6 +72,11 @@ def markdown(r: dict[str, Any]) -> str:
         out += capacity_md(r["capacity"])
     if r.get("model"):
         out += model_md(r["model"])
+    if r.get("crash_production"):
+        out += crash_production_md(r["crash_production"])
+    if r.get("density_cpu"):
+        out += density_cpu_md(r["density_cpu"])
+    out += load_md(r)
     if r.get("production_cost"):
         out += consumed_md(r["production_cost"])
     if r.get("ours", {}).get("steady") or r.get("baseline", {}).get("steady"):

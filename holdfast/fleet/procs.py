@@ -40,6 +40,18 @@ class FleetTiming:
     rate: float = 10.0  # upstream messages per second per stream
     shutdown_s: float = 8.0
 
+    @classmethod
+    def production(cls, *, lease_s: float = 8.0, heartbeat_s: float = 2.0,
+                   checkpoint_s: float = 20.0, skew_ms: int = 1000,
+                   sweep_interval_ms: int = 1000) -> FleetTiming:
+        """The worker's and the sweeper's production defaults (lease 8 s, heartbeat 2 s,
+        checkpoint 20 s, skew 1 s, margin min(1 s, lease / 10), sweep every 1 s); the rest
+        (upstream rate, shutdown) as the defaults. The seed's: ``production(lease_s=20,
+        heartbeat_s=5)``."""
+        return cls(lease_s=lease_s, heartbeat_s=heartbeat_s, checkpoint_s=checkpoint_s,
+                   skew_ms=skew_ms, margin_ms=min(1000, round(lease_s * 100)),
+                   sweep_interval_ms=sweep_interval_ms)
+
     def worker_env(self) -> dict[str, str]:
         return {
             "HOLDFAST_LEASE_SECONDS": f"{self.lease_s:g}",
