@@ -84,10 +84,19 @@ def test_renew_many_store_down_is_unknown(setup: tuple[LeaseStore, Any, Clock, s
     assert all(isinstance(r.error, StoreUnavailable) for r in results)
 
 
+class _NoCalls:
+    """A DynamoDB client that fails the test on any call."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"renewing nothing called DynamoDB: {name}")
+
+
 def test_empty_renew_many_makes_no_call(setup: tuple[LeaseStore, Any, Clock, str]) -> None:
-    """Renewing nothing returns nothing."""
-    store, _, _, mode = setup
-    assert renew_many(store, [], mode) == []
+    """Renewing nothing returns nothing and sends no request."""
+    store, _, clock, mode = setup
+    silent = LeaseStore(_NoCalls(), store.table, lease_ms=LEASE_MS,  # type: ignore[arg-type]
+                        skew_ms=SKEW_MS, clock=clock)
+    assert renew_many(silent, [], mode) == []
 
 
 def test_renew_many_in_a_pool_keeps_order(setup: tuple[LeaseStore, Any, Clock, str],
