@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
@@ -21,7 +24,8 @@ class NudgeQueues(Construct):
     """``queue``: nudges to claim a lease; ``dlq``: nudges no worker could act on;
     ``router_failures``: stream batches the router failed on after every retry.
 
-    All three use SQS-managed encryption and refuse non-TLS requests.
+    All three use SQS-managed encryption and refuse non-TLS requests; once the fleet's roles
+    exist, :meth:`only_senders` keeps everyone else from sending nudges.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *,
@@ -42,3 +46,17 @@ class NudgeQueues(Construct):
         # The event source mapping's on-failure destination: it receives a description of the
         # stream records (shard, sequence numbers), not nudges, so it is not the nudge DLQ.
         self.router_failures = secure_queue("RouterFailures", _PARKED_RETENTION)
+
+    def only_senders(self, roles: Sequence[iam.IRole]) -> None:
+        """Deny ``sqs:SendMessage`` on the nudge queue to every principal but ``roles``.
+
+        A forged nudge only costs a refused acquire, but a flood of them would hide real work
+        and scale the fleet out. Nobody else needs to send: a nudge older than a day is stale
+        and the sweeper re-finds any lease still unowned, so parked nudges are never redriven.
+        (``aws:PrincipalArn`` of a role session is the role's ARN.)
+        """
+        self.queue.add_to_resource_policy(iam.PolicyStatement(
+            sid="OnlyTheFleetSendsNudges", effect=iam.Effect.DENY,
+            principals=[iam.AnyPrincipal()], actions=["sqs:SendMessage"],
+            resources=[self.queue.queue_arn],
+            conditions={"ArnNotEquals": {"aws:PrincipalArn": [r.role_arn for r in roles]}}))

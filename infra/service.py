@@ -14,28 +14,45 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from holdfast.core import names
+from holdfast.core import names, schema
 from infra.logs import retention
 
-__all__ = ["CONTAINER_NAME", "WORKER_INDEX_ACTIONS", "WORKER_QUEUE_ACTIONS",
-           "WORKER_SESSION_ACTIONS", "WORKER_TABLE_ACTIONS", "WorkerService"]
+__all__ = ["CONTAINER_NAME", "WORKER_INDEX_ACTIONS", "WORKER_LEASE_ATTRIBUTES",
+           "WORKER_QUEUE_ACTIONS", "WORKER_SESSION_ACTIONS", "WORKER_SESSION_ATTRIBUTES",
+           "WORKER_TABLE_ACTIONS", "WorkerService", "conditioned_update"]
 
 CONTAINER_NAME: Final = "worker"
 # Everything the worker's lease calls do (holdfast/core/store.py, batch.py, table.py's
 # find_orphans for the reconcile sweep, a new session reaping its predecessor's streams through
 # the owner index) and nothing more: no Scan, no PutItem, no DeleteItem, no table management.
+# UpdateItem is granted separately, pinned to WORKER_LEASE_ATTRIBUTES and lease keys.
 WORKER_TABLE_ACTIONS: Final = (
     "dynamodb:GetItem",
-    "dynamodb:UpdateItem",
     "dynamodb:PartiQLUpdate",  # BatchExecuteStatement renewals are authorised per statement
 )
+# Every lease attribute a worker's UpdateItem names (acquire, renew, checkpoint, release,
+# quarantine, releasing a dead session's streams): all but ``ws_url``, so a worker can never
+# point a stream at another upstream.
+WORKER_LEASE_ATTRIBUTES: Final = (
+    schema.PARTITION_KEY, schema.ATTR.desired_state, schema.ATTR.lease_owner,
+    schema.ATTR.lease_expires_at_ms, schema.ATTR.last_seq, schema.ATTR.epoch,
+    schema.ATTR.status, schema.ATTR.updated_at_ms, schema.ATTR.last_error,
+    schema.ATTR.error_count, schema.ATTR.token)
 WORKER_INDEX_ACTIONS: Final = ("dynamodb:Query",)
-# The worker's own session item: start (Put or Update), heartbeat, end. No Scan, no Delete.
+# Sessions: its own (start with Get and Put, heartbeat, end) and, in the reconcile sweep and
+# at start, silent ones (Scan, mark dead, mark reaped). No Delete: TTL removes them.
+# UpdateItem is granted separately, pinned to WORKER_SESSION_ATTRIBUTES and session keys.
 WORKER_SESSION_ACTIONS: Final = (
     "dynamodb:GetItem",
     "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
+    "dynamodb:Scan",  # the reconcile sweep's session half (holdfast.core.sessions.sweep_sessions)
 )
+# Every session attribute a worker's UpdateItem names: all but ``started_at_ms`` (Put only).
+WORKER_SESSION_ATTRIBUTES: Final = (
+    schema.PARTITION_KEY, schema.SESSION.incarnation, schema.SESSION.state,
+    schema.SESSION.expires_at_ms, schema.SESSION.heartbeat_at_ms, schema.SESSION.held,
+    schema.SESSION.capacity, schema.SESSION.orders, schema.SESSION.ended_at_ms,
+    schema.SESSION.end_reason, schema.SESSION.reaped_at_ms, schema.SESSION.ttl)
 WORKER_QUEUE_ACTIONS: Final = (
     "sqs:ReceiveMessage",
     "sqs:DeleteMessage",
@@ -121,7 +138,28 @@ class WorkerService(Construct):
             actions=list(WORKER_TABLE_ACTIONS), resources=[table.table_arn]))
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=list(WORKER_INDEX_ACTIONS), resources=list(index_arns)))
+        role.add_to_principal_policy(conditioned_update(
+            table.table_arn, WORKER_LEASE_ATTRIBUTES, schema.PK_PREFIX))
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=list(WORKER_SESSION_ACTIONS), resources=[session_table.table_arn]))
+        role.add_to_principal_policy(conditioned_update(
+            session_table.table_arn, WORKER_SESSION_ATTRIBUTES, schema.SESSION_PREFIX))
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=list(WORKER_QUEUE_ACTIONS), resources=[queue.queue_arn]))
+
+
+def conditioned_update(table_arn: str, attributes: Sequence[str],
+                       key_prefix: str) -> iam.PolicyStatement:
+    """UpdateItem on ``table_arn`` naming only ``attributes``, on keys starting ``key_prefix``.
+
+    Like the router's statements (``infra.router``) but without the ReturnValues pin: the worker
+    reads whole items anyway (GetItem), and its acquire and heartbeat return ALL_NEW.
+    """
+    return iam.PolicyStatement(
+        actions=["dynamodb:UpdateItem"],
+        resources=[table_arn],
+        conditions={
+            "ForAllValues:StringEquals": {"dynamodb:Attributes": list(attributes)},
+            "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{key_prefix}*"]},
+        },
+    )

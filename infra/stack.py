@@ -135,6 +135,8 @@ class HoldfastStack(Stack):
             stop_timeout=Duration.seconds(s.stop_timeout_seconds), table=table,
             index_arns=index_arns, session_table=sessions, queue=queue,
             log_retention_days=s.log_retention_days, removal_policy=removal)
+        self.queues.only_senders([self.workers.task_definition.task_role,
+                                  self.router.handler.role, self.sweeper.handler.role])
         WorkerScaling(
             self, "Scaling", service=self.workers.service, queue=queue,
             service_name=service_names["worker"], min_tasks=s.min_tasks, max_tasks=s.max_tasks,

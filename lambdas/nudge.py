@@ -1,20 +1,12 @@
-"""The nudge message (router and sweeper -> workers) and sending it in ``SendMessageBatch`` calls.
+"""Sending nudges (``holdfast.core.nudge``) in ``SendMessageBatch`` calls, bounded.
 
-Body: ``{"conn_id": str, "reason": str, "epoch": int | null}`` — the worker parses exactly this.
-``epoch`` is the fencing epoch the sender saw (null when it did not see the item, e.g. the
-sweeper's keys-only index); a worker may use it to ignore a stale nudge, but a nudge is only a
-hint: the conditional acquire decides. A back-off nudge carries ``DelaySeconds`` so it arrives
-when the lease becomes claimable.
-
-Sending is bounded: up to ``attempts`` rounds, each retrying only the entries that failed for a
-reason worth retrying (SQS said it was its fault, or the call did not answer). What is still
-unsent is returned so the caller can report it (the router fails that stream record).
+Up to ``attempts`` rounds, each retrying only the entries that failed for a reason worth
+retrying (SQS said it was its fault, or the call did not answer). What is still unsent is
+returned so the caller can report it (the router fails that change record).
 """
 
 from __future__ import annotations
 
-import json
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,60 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from holdfast.core.nudge import Nudge
+
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = [
-    "MAX_DELAY_S",
-    "SQS_BATCH_LIMIT",
-    "Nudge",
-    "SendReport",
-    "delay_until",
-    "send_nudges",
-]
+__all__ = ["SQS_BATCH_LIMIT", "SendReport", "send_nudges"]
 
-MAX_DELAY_S = 900  # SQS's maximum DelaySeconds
 SQS_BATCH_LIMIT = 10  # SQS's maximum entries per SendMessageBatch
-
-
-@dataclass(frozen=True, slots=True)
-class Nudge:
-    """One "go and claim this connection" hint."""
-
-    conn_id: str
-    reason: str
-    epoch: int | None = None
-    delay_s: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.conn_id:
-            raise ValueError("a nudge needs a connection id")
-        if not 0 <= self.delay_s <= MAX_DELAY_S:
-            raise ValueError(f"delay_s must be within [0, {MAX_DELAY_S}], not {self.delay_s}")
-
-    def body(self) -> str:
-        """The message body, compact JSON."""
-        return json.dumps({"conn_id": self.conn_id, "reason": self.reason, "epoch": self.epoch},
-                          separators=(",", ":"))
-
-    @classmethod
-    def from_body(cls, body: str) -> Nudge:
-        """Parse a message body; ``ValueError`` naming the problem if it is not a nudge."""
-        try:
-            data = json.loads(body)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"nudge body is not JSON: {exc}") from None
-        if not isinstance(data, dict) or not isinstance(data.get("conn_id"), str):
-            raise ValueError("nudge body must be an object with a string conn_id")
-        epoch = data.get("epoch")
-        if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool)):
-            raise ValueError("nudge epoch must be an integer or null")
-        return cls(data["conn_id"], str(data.get("reason", "")), epoch)
-
-
-def delay_until(target_ms: int, now_ms: int) -> int:
-    """Whole seconds to wait from ``now_ms`` until ``target_ms`` (rounded up), within SQS limits."""
-    return max(0, min(MAX_DELAY_S, math.ceil((target_ms - now_ms) / 1000)))
 
 
 @dataclass

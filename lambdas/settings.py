@@ -24,6 +24,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from holdfast.core import names
 from holdfast.core.exceptions import ConfigError
 
 __all__ = ["Settings", "env_int"]
@@ -70,11 +71,11 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         e = os.environ if env is None else env
         return cls(
-            table=_required(e, "HOLDFAST_TABLE"),
-            queue_url=_required(e, "HOLDFAST_QUEUE_URL"),
-            session_table=e.get("HOLDFAST_SESSION_TABLE", "").strip() or None,
-            skew_ms=env_int(e, "HOLDFAST_SKEW_MS", 1_000, 0, 60_000),
-            lease_ms=env_int(e, "HOLDFAST_LEASE_MS", 20_000, 1_000, 3_600_000),
+            table=_required(e, names.ENV_TABLE),
+            queue_url=_required(e, names.ENV_QUEUE_URL),
+            session_table=e.get(names.ENV_SESSION_TABLE, "").strip() or None,
+            skew_ms=env_int(e, names.ENV_SKEW_MS, 1_000, 0, 60_000),
+            lease_ms=env_int(e, names.ENV_LEASE_MS, 20_000, 1_000, 3_600_000),
             send_attempts=env_int(e, "HOLDFAST_NUDGE_SEND_ATTEMPTS", 3, 1, 10),
             sweep_interval_ms=env_int(e, "HOLDFAST_SWEEP_INTERVAL_MS", 1_000, 10, 60_000),
             renudge_ms=env_int(e, "HOLDFAST_SWEEP_RENUDGE_MS", 5_000, 100, 3_600_000),

@@ -20,23 +20,23 @@ from holdfast.core.exceptions import ConfigError, HoldfastError, SessionConflict
 from worker.config import WorkerConfig, load_config
 from worker.handler import load_handler
 from worker.protocol import load_protocol
-from worker.supervisor import Worker
+from worker.supervisor import Supervisor
 
 __all__ = ["build_worker", "main"]
 
 
-def build_worker(config: WorkerConfig) -> Worker:
+def build_worker(config: WorkerConfig) -> Supervisor:
     """A worker wired to real AWS clients (endpoints from the standard AWS variables)."""
     # A DynamoDB call must fail well within the lease's usable window (so a retry still fits
     # before the fence), not after botocore's 60 s.
     read_timeout = min(3.0, max(0.5, config.timing.usable_ms / 2000))
     ddb = dynamodb_client(client_config(read_timeout=read_timeout, max_attempts=3))
     sqs = sqs_client()
-    return Worker(config, ddb=ddb, sqs=sqs, handler=load_handler(config.handler),
+    return Supervisor(config, ddb=ddb, sqs=sqs, handler=load_handler(config.handler),
                   protocol=load_protocol(config.protocol))
 
 
-async def _serve(worker: Worker, logger: Logger) -> None:
+async def _serve(worker: Supervisor, logger: Logger) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 

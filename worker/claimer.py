@@ -1,7 +1,7 @@
 """Claims: long-poll the nudge queue for as many messages as there is free capacity, and sweep.
 
-A nudge is a JSON object with a string ``conn_id`` (the router adds ``reason`` and ``epoch``;
-anything else in it is ignored). What happens to each message:
+A nudge (``holdfast.core.nudge``) is a JSON object with a string ``conn_id``; the router adds
+``reason`` and ``epoch``, and anything else in it is ignored. What happens to each message:
 
 - claimed, or a definitive "no" (HELD, STOPPED, DELETED, INVALID, already ours): deleted;
   whoever holds the stream now does not need the nudge, and the router or sweep nudges again
@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import random
 import threading
 from collections.abc import Awaitable, Callable
@@ -34,7 +33,7 @@ from aws_lambda_powertools import Logger
 
 from holdfast.core.aws import call
 from holdfast.core.exceptions import HoldfastError
-from holdfast.core.model import validate_conn_id
+from holdfast.core.nudge import parse_nudge
 from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.table import find_orphans
 from worker.backoff import jittered
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["Claim", "Claimer", "Later", "Reconciler", "in_daemon_thread", "parse_nudge"]
+__all__ = ["Claim", "Claimer", "Later", "Reconciler", "in_daemon_thread"]
 
 logger = Logger(service="holdfast-worker", child=True)
 T = TypeVar("T")
@@ -67,20 +66,6 @@ class Later:
 
 
 ClaimFn = Callable[[str, str], Awaitable["Claim | Later"]]  # (conn_id, source) -> outcome
-
-
-def parse_nudge(body: str) -> str:
-    """The ``conn_id`` of a nudge body; ``ValueError`` says why the message is poison."""
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        raise ValueError("body is not JSON") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"body is JSON {type(obj).__name__}, not an object")
-    conn_id = obj.get("conn_id")
-    if not isinstance(conn_id, str):
-        raise ValueError("body has no string conn_id")
-    return validate_conn_id(conn_id)
 
 
 def in_daemon_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
@@ -213,7 +198,7 @@ class Claimer:
     async def _one(self, message: dict[str, Any]) -> Claim | Later | None:
         body = message.get("Body", "")
         try:
-            conn_id = parse_nudge(body if isinstance(body, str) else "")
+            conn_id = parse_nudge(body if isinstance(body, str) else "").conn_id
         except ValueError as exc:
             self.metrics.incr("PoisonMessages")
             logger.warning("poison nudge deleted", error=str(exc)[:200],

@@ -124,10 +124,10 @@ def load_config(env: Mapping[str, str] | None = None, *,
                 worker_id: Callable[[Mapping[str, str]], str] | None = None) -> WorkerConfig:
     """Read and validate the worker's settings; ``ConfigError`` names the first bad variable."""
     e = _Env(os.environ if env is None else env)
-    table = e.required("HOLDFAST_TABLE", "the DynamoDB lease table")
-    queue_url = e.required("HOLDFAST_QUEUE_URL", "the SQS nudge queue URL")
+    table = e.required(names.ENV_TABLE, "the DynamoDB lease table")
+    queue_url = e.required(names.ENV_QUEUE_URL, "the SQS nudge queue URL")
     if not queue_url.startswith(("https://", "http://")):
-        raise ConfigError(f"HOLDFAST_QUEUE_URL={queue_url[:80]!r} is not a queue URL")
+        raise ConfigError(f"{names.ENV_QUEUE_URL}={queue_url[:80]!r} is not a queue URL")
     liveness: Liveness = "lease" if e.choice(
         names.ENV_LIVENESS, "session", ("session", "lease")) == "lease" else "session"
     session_table = e.raw(names.ENV_SESSION_TABLE)
@@ -138,15 +138,15 @@ def load_config(env: Mapping[str, str] | None = None, *,
     lease_s = e.number(names.ENV_LEASE_SECONDS, 8, lo=0.5, hi=3600)
     heartbeat_s = e.number(names.ENV_HEARTBEAT_SECONDS, 2, lo=0.05, hi=1200)
     checkpoint_s = e.number(names.ENV_CHECKPOINT_SECONDS, 20, lo=0.05, hi=3600)
-    skew_ms = e.number("HOLDFAST_SKEW_MS", 1000, lo=0, hi=60_000, integer=True)
+    skew_ms = e.number(names.ENV_SKEW_MS, 1000, lo=0, hi=60_000, integer=True)
     margin_ms = e.number("HOLDFAST_MARGIN_MS", min(1000, lease_s * 100), lo=0, hi=60_000,
                          integer=True)
     try:
         timing = LeaseTiming(round(lease_s * 1000), round(heartbeat_s * 1000), int(skew_ms),
                              int(margin_ms))
     except ConfigError as exc:
-        raise ConfigError(f"HOLDFAST_HEARTBEAT_SECONDS / HOLDFAST_LEASE_SECONDS / "
-                          f"HOLDFAST_SKEW_MS: {exc}") from None
+        raise ConfigError(f"{names.ENV_HEARTBEAT_SECONDS} / {names.ENV_LEASE_SECONDS} / "
+                          f"{names.ENV_SKEW_MS}: {exc}") from None
     try:  # HOLDFAST_ALLOWED_HOSTS and HOLDFAST_LOG_URL_PATHS (names in holdfast.core.urls)
         policy = policy_from_env(e.env)
     except ValueError as exc:
@@ -156,18 +156,18 @@ def load_config(env: Mapping[str, str] | None = None, *,
         raise ConfigError(f"HOLDFAST_WORKER_ID={wid[:60]!r} must be 1-{MAX_WORKER_ID_LEN} "
                           "letters, digits and ._:@/+=-")
     mode: Literal["batch", "single"] = "batch" if e.choice(
-        "HOLDFAST_RENEW_MODE", "batch", ("batch", "single")) == "batch" else "single"
-    handler = e.raw("HOLDFAST_HANDLER")
+        names.ENV_RENEW_MODE, "batch", ("batch", "single")) == "batch" else "single"
+    handler = e.raw(names.ENV_HANDLER)
     if handler is not None and not re.fullmatch(r"[\w.]+:[\w.]+", handler):
-        raise ConfigError(f"HOLDFAST_HANDLER={handler[:80]!r} must look like "
+        raise ConfigError(f"{names.ENV_HANDLER}={handler[:80]!r} must look like "
                           "'package.module:function'")
-    shutdown_s = e.number("HOLDFAST_SHUTDOWN_SECONDS", 25, lo=1, hi=7200)
+    shutdown_s = e.number(names.ENV_SHUTDOWN_SECONDS, 25, lo=1, hi=7200)
     return WorkerConfig(
         table=table, queue_url=queue_url, worker_id=wid, timing=timing, liveness=liveness,
         session_table=session_table, checkpoint_ms=round(checkpoint_s * 1000),
-        max_connections=int(e.number("HOLDFAST_MAX_CONNECTIONS", 1000, lo=1, hi=100_000,
+        max_connections=int(e.number(names.ENV_MAX_CONNECTIONS, 1000, lo=1, hi=100_000,
                                      integer=True)),
-        reconcile_s=e.number("HOLDFAST_RECONCILE_SECONDS", 60, lo=0, hi=86_400),
+        reconcile_s=e.number(names.ENV_RECONCILE_SECONDS, 60, lo=0, hi=86_400),
         handler=handler,
         protocol=e.raw("HOLDFAST_PROTOCOL") or "query",
         url_policy=policy, renew_mode=mode,

@@ -1,13 +1,16 @@
-"""One held stream: connect to ``ws_url``, resume from the checkpoint, call the handler in order.
+"""The connection task of one held stream: connect to ``ws_url``, resume, call the handler.
 
-The checkpoint is the highest seq whose handler call has returned (or raised: a message the
-handler failed on is not retried, it is logged and counted), so a handover neither loses nor
-skips a message. Drops are retried with jittered back-off while the lease is kept; after
-``max_failures`` in a row ``run`` returns the error and the supervisor hands the lease back.
+The stream's lease state (lease, fence deadline, checkpoint, why it stopped) is its
+``HeldStream`` (``worker.held``), and which frame reaches the handler is decided by the pure
+rules of ``worker.delivery``; this module does the I/O around them. A handover neither loses
+nor skips a message: the checkpoint is the highest seq whose handler call has returned (or
+raised: a message the handler failed on is not retried, it is logged and counted). Drops are
+retried with jittered back-off while the lease is kept; after ``max_failures`` in a row
+``run`` returns the error and the supervisor hands the lease back.
 
-Three ways to stop, chosen by the caller: ``drain`` (graceful: finish the handler call in
-flight, close), ``abort`` (the lease is gone or fenced: stop handler calls and drop the
-connection now), or the give-up above.
+Ways to stop, chosen by the caller: ``drain`` (graceful: finish the handler call in flight,
+close), ``abort``, ``fence`` and ``lose`` (stop handler calls and drop the connection now), or
+the give-up above.
 """
 
 from __future__ import annotations
@@ -25,14 +28,15 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidURI, WebSocketException
 
 from holdfast.core.exceptions import UnsafeUrl
-from holdfast.core.model import Lease
 from holdfast.core.urls import CheckedUrl, UrlPolicy, check_address, check_url, redact
 from worker.backoff import Backoff
+from worker.delivery import Step
 from worker.handler import Handler, Message
+from worker.held import HeldStream
 from worker.metrics import WorkerMetrics
 from worker.protocol import ResumeProtocol
 
-__all__ = ["ConnectOptions", "StreamContext", "StreamRunner", "resolve_checked"]
+__all__ = ["ConnectOptions", "Connection", "ConnectionContext", "resolve_checked"]
 
 logger = Logger(service="holdfast-worker", child=True)
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -61,7 +65,7 @@ async def _getaddrinfo(host: str, port: int) -> list[str]:
 
 
 @dataclass
-class StreamContext:
+class ConnectionContext:
     """What every stream of one worker shares."""
 
     worker_id: str
@@ -75,11 +79,9 @@ class StreamContext:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     # Writes a first checkpoint (seq - 1) before a never-checkpointed stream's first handler
     # call, so a crash before the first heartbeat cannot skip what this worker handled.
-    anchor: Callable[[StreamRunner, int], Awaitable[None]] | None = None
-    # Monotonic ms, the clock ``fence_mono_ms`` is on (the renewer's default clock).
+    anchor: Callable[[Connection, int], Awaitable[None]] | None = None
+    # Monotonic ms, the clock fence deadlines are on (the renewer's default clock).
     mono: Callable[[], int] = field(default=lambda: time.monotonic_ns() // 1_000_000)
-    # The worker session's fence (monotonic ms); streams stop at the earlier of it and their own.
-    session_fence: Callable[[], int] = field(default=lambda: 2**62)
 
 
 async def resolve_checked(checked: CheckedUrl, policy: UrlPolicy, resolve: Resolver) -> str:
@@ -100,46 +102,46 @@ async def resolve_checked(checked: CheckedUrl, policy: UrlPolicy, resolve: Resol
     return addresses[0]
 
 
-class StreamRunner:
-    """The connection task of one lease. ``lease`` and ``fence_mono_ms`` are kept by the renewer."""
+class Connection:
+    """The connection task of one held stream; its lease state is ``held`` (``worker.held``)."""
 
-    def __init__(self, lease: Lease, ctx: StreamContext, *, fence_mono_ms: int) -> None:
-        self.conn_id = lease.conn_id
-        self.lease = lease
-        self.fence_mono_ms = fence_mono_ms
+    def __init__(self, held: HeldStream, ctx: ConnectionContext) -> None:
+        self.conn_id = held.conn_id
+        self.held = held
         self.ctx = ctx
-        self.checkpoint: int | None = lease.last_seq  # highest seq whose handler returned
-        self.handled = 0
-        self.stop_reason: str | None = None
         self.task: asyncio.Task[Any] | None = None  # set by the supervisor
+        self.ended = False  # ``run`` has returned: what is left is the release
         self._ws: ClientConnection | None = None
         self._in_handler = False
-        self.aborted = False  # no more handler calls or bytes: renewals are pointless
-        self.closed = False  # the task has ended; the supervisor is releasing or has released
 
-    # -- control, called by the supervisor and the renewer -------------------------------
-    def fence_deadline(self) -> int:
-        """Monotonic ms after which this stream must not be used: its own or its session's."""
-        return min(self.fence_mono_ms, self.ctx.session_fence())
-
-    @property
-    def stopping(self) -> bool:
-        return self.stop_reason is not None
-
+    # -- control, called by the supervisor, the renewer and the session ------------------
     def drain(self, reason: str) -> None:
         """Stop after the handler call in flight returns; the connection is closed cleanly."""
-        if self.stop_reason is None:
-            self.stop_reason = reason
-        if self.task is not None and not self._in_handler and not self.closed:
+        self.held.drain(reason)
+        if self.task is not None and not self._in_handler and not self.ended:
             self.task.cancel()  # waiting for a frame or a reconnect: nothing in flight to keep
 
     def abort(self, reason: str) -> None:
-        """Stop now: drop the connection and cancel the handler call in flight."""
-        self.stop_reason = reason
-        self.aborted = True
+        """Stop now (the shutdown budget ran out)."""
+        self.held.abort(reason)
+        self._kill()
+
+    def fence(self) -> None:
+        """Past the fence deadline: stop now, someone else may hold the lease."""
+        self.held.fence()
+        self._kill()
+
+    def lose(self, why: str) -> None:
+        """Not ours any more: stop now."""
+        self.held.lose(why)
+        self._kill()
+
+    def _kill(self) -> None:
+        """Drop the connection and cancel the handler call in flight (whatever the state was:
+        a second stop of a stopped stream costs nothing)."""
         if self._ws is not None:
             self._ws.transport.abort()
-        if self.task is not None and not self.closed:
+        if self.task is not None and not self.ended:
             self.task.cancel()
 
     def log(self, level: str, msg: str, **extra: Any) -> None:
@@ -149,10 +151,20 @@ class StreamRunner:
     # -- the task ------------------------------------------------------------------------
     async def run(self) -> str | None:
         """Hold the stream until stopped (returns None) or given up (returns the error)."""
-        failures = 0
         try:
-            while not self.stopping:
-                before = self.handled
+            if self.held.stopping:
+                return None  # stopped before it started (shutdown or session lost meanwhile)
+            self.held.started()
+            return await self._reconnecting()
+        finally:
+            self.ended = True
+
+    async def _reconnecting(self) -> str | None:
+        failures = 0
+        held = self.held
+        try:
+            while not held.stopping:
+                before = held.handled
                 try:
                     await self._session()
                     error = "upstream closed the connection"
@@ -161,14 +173,14 @@ class StreamRunner:
                     return str(exc)
                 except InvalidURI:
                     msg = (f"ws_url refused: not a valid WebSocket URI: "
-                           f"{redact(self.lease.ws_url, paths=self.ctx.policy.log_paths)}")
+                           f"{redact(held.lease.ws_url, paths=self.ctx.policy.log_paths)}")
                     self.log("warning", "ws_url refused", error=msg)
                     return msg
                 except (OSError, TimeoutError, WebSocketException) as exc:
                     error = _describe(exc)
-                if self.stopping:
+                if held.stopping:
                     break
-                failures = 1 if self.handled > before else failures + 1
+                failures = 1 if held.handled > before else failures + 1
                 self.ctx.metrics.incr("Reconnects")
                 if self.ctx.backoff.give_up(failures):
                     self.log("warning", "upstream failing, giving the stream back",
@@ -179,14 +191,14 @@ class StreamRunner:
                          failures=failures, delay_s=round(delay, 3))
                 await self.ctx.sleep(delay)
         except asyncio.CancelledError:
-            if not self.stopping:
+            if not held.stopping:
                 raise  # cancelled from outside (second signal): not ours to swallow
         return None
 
     async def _session(self) -> None:
-        next_seq = None if self.checkpoint is None else self.checkpoint + 1
+        next_seq = self.held.next_seq
         proto = self.ctx.protocol
-        url = proto.url(self.lease.ws_url, next_seq)
+        url = proto.url(self.held.lease.ws_url, next_seq)
         checked = check_url(url, self.ctx.policy)
         address = await resolve_checked(checked, self.ctx.policy, self.ctx.resolve)
         opts = self.ctx.options
@@ -207,34 +219,38 @@ class StreamRunner:
                     await ws.send(first)
                 async for frame in ws:
                     await self._deliver(frame)
-                    if self.stopping:
+                    if self.held.stopping:
                         return
             finally:
                 self._ws = None
 
     async def _deliver(self, frame: str | bytes) -> None:
+        """Apply the delivery rules (``worker.delivery``) to one frame; here only the I/O."""
+        held = self.held
         parsed = self.ctx.protocol.parse(frame)
-        if parsed.seq is not None and self.checkpoint is None:
+        seq = parsed.seq
+        anchor = held.anchor_for(seq)
+        if anchor is not None:
             # No checkpoint anywhere yet: the stream starts here for whoever holds it next.
             if self.ctx.anchor is not None:
-                await self.ctx.anchor(self, parsed.seq - 1)
-            self.checkpoint = parsed.seq - 1
-        seq, last = parsed.seq, self.checkpoint
-        if seq is not None and last is not None:
-            if seq <= last:
-                return  # a replay of what was already handled (resume overlap): skip it
-            if seq > last + 1:
-                self.log("warning", "gap in upstream sequence", expected=last + 1, got=seq)
-        if self.aborted or self.ctx.mono() >= self.fence_deadline():
+                await self.ctx.anchor(self, anchor)
+            held.anchored(anchor)
+        if not held.live:
+            return  # aborted, fenced or lost meanwhile: no more handler calls
+        verdict = held.admit(seq, self.ctx.mono())
+        if verdict.step is Step.SKIP_REPLAY:
+            return  # a replay of what was already handled (resume overlap)
+        if verdict.step is Step.FENCED:
             # Past the fence (the process was paused: SIGSTOP, a stalled VM): another worker
             # may hold the lease by now, and frames buffered during the pause must not reach
             # the handler before the fence watcher runs. Found by the chaos soak.
-            if not self.aborted:
-                self.ctx.metrics.incr("LeasesFenced")
-                self.log("error", "self-fencing: past the fence deadline, frame not handled",
-                         seq=seq)
-                self.abort("fenced")
+            self.ctx.metrics.incr("LeasesFenced")
+            self.log("error", "self-fencing: past the fence deadline, frame not handled",
+                     seq=seq)
+            self.fence()
             return
+        if verdict.step is Step.GAP:
+            self.log("warning", "gap in upstream sequence", expected=verdict.expected, got=seq)
         self._in_handler = True
         try:
             await self.ctx.handler(Message(self.conn_id, seq, parsed.data, self.ctx.worker_id))
@@ -243,10 +259,8 @@ class StreamRunner:
             self.log("error", "handler raised", seq=seq, error=f"{type(exc).__name__}: {exc}"[:500])
         finally:
             self._in_handler = False
-        self.handled += 1
+        held.done(seq)
         self.ctx.metrics.incr("MessagesHandled")
-        if seq is not None:
-            self.checkpoint = seq if last is None else max(last, seq)
 
     async def close_quietly(self) -> None:
         if self._ws is not None:

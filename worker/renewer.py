@@ -30,8 +30,8 @@ from holdfast.core.exceptions import HoldfastError, LeaseLost, LossReason
 from holdfast.core.model import Lease
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore, wall_clock_ms
+from worker.connection import Connection
 from worker.metrics import WorkerMetrics
-from worker.stream import StreamRunner
 
 __all__ = ["Renewer", "monotonic_ms"]
 
@@ -48,7 +48,7 @@ class Renewer:
     """Renews the leases in ``streams`` every heartbeat and fences the ones it cannot renew."""
 
     store: LeaseStore
-    streams: dict[str, StreamRunner]
+    streams: dict[str, Connection]
     timing: rules.LeaseTiming
     metrics: WorkerMetrics
     mode: RenewMode = "batch"
@@ -84,7 +84,8 @@ class Renewer:
         """Refresh a stream's backstop expiry once half of it is gone."""
         return lease.expires_at_ms - self.wall() < BACKSTOP_MS // 2
 
-    def _fence_after(self, sent: int) -> int:
+    def fence_after(self, sent: int) -> int:
+        """The fence deadline of a lease whose renewal (or acquire) was sent at ``sent``."""
         if self.session_mode:
             return sent + BACKSTOP_MS - self.timing.skew_ms - self.timing.margin_ms
         return rules.fence_deadline_mono_ms(sent, self.timing)
@@ -92,16 +93,16 @@ class Renewer:
     async def heartbeat(self) -> None:
         """Renew every held lease once (one batched call) and act on each outcome."""
         # Draining streams are renewed too: a slow graceful stop must not run into the fence.
-        held = [r for r in self.streams.values() if not (r.aborted or r.closed)]
+        held = [c for c in self.streams.values() if c.held.live]
         if not held:
             if not self.session_mode:
                 await self._probe()
             return
         if self.session_mode:
-            requests = [RenewRequest(r.lease, r.checkpoint, extend=self._backstop_due(r.lease))
-                        for r in held]
+            requests = [RenewRequest(c.held.lease, c.held.checkpoint,
+                                     extend=self._backstop_due(c.held.lease)) for c in held]
         else:
-            requests = [RenewRequest(r.lease, r.checkpoint) for r in held]
+            requests = [RenewRequest(c.held.lease, c.held.checkpoint) for c in held]
         sent = self.mono()
         try:
             results = await asyncio.get_running_loop().run_in_executor(
@@ -117,45 +118,44 @@ class Renewer:
             logger.warning("slow heartbeat: renewals took longer than the heartbeat period",
                            took_ms=took, leases=len(held))
         decisive = False
-        for runner, request, result in zip(held, requests, results, strict=True):
+        for conn, request, result in zip(held, requests, results, strict=True):
             if result.lease is not None:
                 decisive = True
-                if not (runner.aborted or runner.closed):
-                    runner.lease = result.lease
-                    if request.extend:
-                        runner.fence_mono_ms = self._fence_after(sent)
+                # Ignored by a stream that stopped meanwhile (its release has begun).
+                conn.held.renewed(result.lease,
+                                  self.fence_after(sent) if request.extend else None)
             elif isinstance(result.error, LeaseLost):
                 decisive = True
-                self.on_lost(runner, result.error)
+                self.on_lost(conn, result.error)
             else:
                 self.metrics.incr("RenewFailures")
-                runner.log("warning", "renew failed, keeping the lease until its fence deadline",
-                           error=str(result.error)[:300],
-                           fence_in_ms=runner.fence_mono_ms - self.mono())
+                conn.log("warning", "renew failed, keeping the lease until its fence deadline",
+                         error=str(result.error)[:300],
+                         fence_in_ms=conn.held.fence_mono_ms - self.mono())
         if decisive:
             self.last_ok_mono_ms = sent
 
-    def on_lost(self, runner: StreamRunner, lost: LeaseLost, source: str = "heartbeat") -> None:
-        """Act on a lease found lost: drain a STOPPED stream, abort any other."""
+    def on_lost(self, conn: Connection, lost: LeaseLost, source: str = "heartbeat") -> None:
+        """Act on a lease found lost: drain a STOPPED stream, stop any other at once."""
         reason = lost.reason
-        if runner.aborted or runner.closed:
+        if not conn.held.live:
             return
         if reason is LossReason.STOPPED:
-            if runner.stopping:
+            if conn.held.stopping:
                 return
-            runner.log("info", "stream STOPPED, closing")
-            runner.drain("stopped")
+            conn.log("info", "stream STOPPED, closing")
+            conn.drain("stopped")
         else:
             # LOST/DELETED/REGRESSION/INVALID: someone else may hold it now; no more handler
             # calls and no more bytes from this connection.
             self.metrics.incr("LeasesLost")
             current = lost.current
-            runner.log("warning", "lease lost, closing at once", reason=str(reason),
-                       owner=current.lease_owner if current else None,
-                       epoch=current.epoch if current else None, my_epoch=runner.lease.epoch,
-                       stored_seq=current.last_seq if current else None,
-                       checkpoint=runner.checkpoint, source=source)
-            runner.abort(f"lost:{reason}")
+            conn.log("warning", "lease lost, closing at once", reason=str(reason),
+                     owner=current.lease_owner if current else None,
+                     epoch=current.epoch if current else None, my_epoch=conn.held.epoch,
+                     stored_seq=current.last_seq if current else None,
+                     checkpoint=conn.held.checkpoint, source=source)
+            conn.lose(str(reason))
 
     async def _probe(self) -> None:
         """With nothing to renew, one cheap read keeps the health signal honest."""
@@ -170,11 +170,11 @@ class Renewer:
         """Abort every stream whose fence deadline has passed; runs until cancelled."""
         while True:
             now = self.mono()
-            for runner in list(self.streams.values()):
-                deadline = runner.fence_deadline()
-                if now >= deadline and not (runner.aborted or runner.closed):
+            for conn in list(self.streams.values()):
+                deadline = conn.held.deadline()
+                if now >= deadline and conn.held.live:
                     self.metrics.incr("LeasesFenced")
-                    runner.log("error", "self-fencing: lease not renewed in time, stream stopped",
-                               late_ms=now - deadline)
-                    runner.abort("fenced")
+                    conn.log("error", "self-fencing: lease not renewed in time, stream stopped",
+                             late_ms=now - deadline)
+                    conn.fence()
             await self.sleep(tick_s)

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 
 from holdfast.core.exceptions import ConfigError, LossReason
 from holdfast.core.model import LeaseItem
+from holdfast.core.schema import SessionState
 
 __all__ = [
     "LeaseTiming",
     "acquire_cutoff_ms",
     "claim_blocker",
+    "claimable_at_ms",
     "classify_loss",
     "fence_deadline_mono_ms",
     "is_expired",
@@ -59,6 +61,12 @@ class LeaseTiming:
 def acquire_cutoff_ms(now_wall_ms: int, skew_ms: int) -> int:
     """Leases expiring at or before this wall time are free for a challenger to take."""
     return now_wall_ms - skew_ms
+
+
+def claimable_at_ms(expires_at_ms: int, skew_ms: int) -> int:
+    """The wall time from which a challenger may acquire a lease (or declare a session dead)
+    that expires at ``expires_at_ms``: the other side of ``acquire_cutoff_ms``."""
+    return expires_at_ms + skew_ms
 
 
 def is_expired(expires_at_ms: int | None, now_wall_ms: int, skew_ms: int) -> bool:
@@ -112,6 +120,6 @@ def session_action(state: str, expires_at_ms: int, reaped: bool, now_wall_ms: in
     ALIVE and silent past TTL + skew: declare it dead (then reap). ALIVE otherwise: wait for
     its expiry. DEAD or ENDED and not yet reaped: release what it still owns.
     """
-    if state == "ALIVE":
+    if state == SessionState.ALIVE:
         return "declare_dead" if is_expired(expires_at_ms, now_wall_ms, skew_ms) else "wait"
     return "none" if reaped else "reap"

@@ -414,10 +414,10 @@ def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
             logger.error("skipping malformed session item: %s", item,
                          extra={"key": item.key[:200], "reason": item.reason[:300]})
             continue
-        action = rules.session_action(item.state.value, item.expires_at_ms, item.reaped,
+        action = rules.session_action(item.state, item.expires_at_ms, item.reaped,
                                       now, skew_ms)
         if action == "wait":
-            due = item.expires_at_ms + skew_ms
+            due = rules.claimable_at_ms(item.expires_at_ms, skew_ms)
             out.next_due_ms = due if out.next_due_ms is None else min(out.next_due_ms, due)
             continue
         target = item

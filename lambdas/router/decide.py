@@ -39,8 +39,8 @@ from typing import Any
 from holdfast.core import rules
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.model import LeaseItem
-from holdfast.core.schema import ATTR, conn_id_from_pk
-from lambdas.nudge import MAX_DELAY_S, Nudge, delay_until
+from holdfast.core.nudge import MAX_DELAY_S, Nudge, delay_until
+from holdfast.core.schema import ATTR, LeaseStatus, conn_id_from_pk
 
 __all__ = ["Decision", "Outcome", "Reason", "decide"]
 
@@ -148,9 +148,9 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
 
 
 def _release_reason(new: LeaseItem) -> Reason:
-    if new.status == "BACKOFF":
+    if new.status == LeaseStatus.BACKOFF:
         return Reason.GAVE_UP
-    if new.status == "INVALID":
+    if new.status == LeaseStatus.INVALID:
         return Reason.QUARANTINED
     return Reason.RELEASED
 
@@ -162,11 +162,12 @@ def _nudge(new: LeaseItem, reason: Reason, now_ms: int, skew_ms: int,
     if not rules.is_expired(expires, now_ms, skew_ms):
         assert expires is not None  # is_expired(None, ...) is True
         # Claimable once a challenger's clock passes expiry + skew (the acquire condition).
-        wait_ms = expires + skew_ms - now_ms
+        claimable_at = rules.claimable_at_ms(expires, skew_ms)
+        wait_ms = claimable_at - now_ms
         if wait_ms > MAX_DELAY_S * 1000:
             return Decision(Outcome.SKIP, Reason.DEFERRED, new.conn_id, new.epoch,
                             detail=f"claimable in {wait_ms // 1000} s; the sweeper nudges it")
-        delay_s = delay_until(expires + skew_ms, now_ms)
+        delay_s = delay_until(claimable_at, now_ms)
     return Decision(Outcome.NUDGE, reason, new.conn_id, new.epoch, delay_s, normalise)
 
 

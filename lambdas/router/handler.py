@@ -30,11 +30,12 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import HoldfastError
+from holdfast.core.nudge import Nudge
 from holdfast.core.sessions import SessionStore, order_stop
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from lambdas.exceptions import NudgeNotSent
 from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, service_name
-from lambdas.nudge import Nudge, send_nudges
+from lambdas.nudge import send_nudges
 from lambdas.router.decide import Decision, Outcome, decide
 from lambdas.settings import Settings
 from lambdas.sweeper.loop import session_store_for

@@ -21,10 +21,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core import rules
 from holdfast.core.exceptions import HoldfastError
+from holdfast.core.nudge import Nudge
 from holdfast.core.sessions import SessionStore, SessionSweep, sweep_sessions
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import Orphan, find_orphans
-from lambdas.nudge import Nudge, send_nudges
+from lambdas.nudge import send_nudges
 from lambdas.settings import Settings
 from lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
 from lambdas.sweeper.unindexed import UnindexedPass, scan_step
@@ -155,8 +156,8 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     # so a stream that no worker can take still raises the orphan-age alarm.
     ages = [now - (o.expires_at_ms if o.expires_at_ms > 0 else
                    (memory.unowned_since_ms(o) or now)) for o in due]
-    wake = [t for t in (min(upcoming) + s.skew_ms if upcoming else None, sessions.next_due_ms)
-            if t is not None]
+    next_claimable = rules.claimable_at_ms(min(upcoming), s.skew_ms) if upcoming else None
+    wake = [t for t in (next_claimable, sessions.next_due_ms) if t is not None]
     return SweepResult(due, report.sent, report.failed, min(wake, default=None), complete,
                        max(ages, default=0), sessions.dead, sessions.reaped, sessions.malformed,
                        normalised)

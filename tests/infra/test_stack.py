@@ -7,6 +7,7 @@ from typing import Any
 
 from holdfast.core import schema
 from infra.router import ROUTER_HANDLER, ROUTER_SESSION_ATTRIBUTES
+from infra.service import WORKER_LEASE_ATTRIBUTES, WORKER_SESSION_ATTRIBUTES
 from infra.sweeper import SWEEPER_HANDLER
 from tests.infra.conftest import (
     lease_table_id,
@@ -103,7 +104,7 @@ def names_of(template_json: dict[str, Any]) -> tuple[str, str, str, str, str]:
 
 def test_worker_role_has_exactly_the_lease_session_and_queue_calls(
         template_json: dict[str, Any]) -> None:
-    """Task role: lease calls, both indexes, its own session item, receive and send nudges."""
+    """Task role: lease calls, both indexes, sessions, receive and send nudges."""
     task = one_resource(template_json, "AWS::ECS::TaskDefinition")["Properties"]
     statements = role_statements(template_json, task["TaskRoleArn"]["Fn::GetAtt"][0])
     leases, sessions, queue, seed_index, owner_index = names_of(template_json)
@@ -112,11 +113,22 @@ def test_worker_role_has_exactly_the_lease_session_and_queue_calls(
         "dynamodb:UpdateItem": {leases, sessions},
         "dynamodb:PartiQLUpdate": {leases},
         "dynamodb:PutItem": {sessions},
+        "dynamodb:Scan": {sessions},
         "dynamodb:Query": {seed_index, owner_index},
         **{action: {queue} for action in ("sqs:ReceiveMessage", "sqs:DeleteMessage",
                                           "sqs:ChangeMessageVisibility", "sqs:SendMessage")},
     }
-    assert all("Condition" not in s for s in statements)
+    # Only UpdateItem is conditioned: pinned attributes and keys, like the router's.
+    updates = {arn_name(s["Resource"]): s["Condition"] for s in statements if "Condition" in s}
+    assert all(s["Action"] == "dynamodb:UpdateItem" for s in statements if "Condition" in s)
+    assert updates[leases]["ForAllValues:StringEquals"]["dynamodb:Attributes"] == list(
+        WORKER_LEASE_ATTRIBUTES)
+    assert schema.ATTR.ws_url not in WORKER_LEASE_ATTRIBUTES
+    assert updates[sessions]["ForAllValues:StringEquals"]["dynamodb:Attributes"] == list(
+        WORKER_SESSION_ATTRIBUTES)
+    for table, prefix in ((leases, schema.PK_PREFIX), (sessions, schema.SESSION_PREFIX)):
+        assert updates[table]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == [
+            f"{prefix}*"]
 
 
 def test_router_role_reads_the_stream_sends_normalises_and_orders_stops(

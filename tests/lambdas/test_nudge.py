@@ -1,54 +1,13 @@
-"""The nudge message format and batched, bounded sending."""
+"""Batched, bounded sending of nudges (the format itself: tests/core/test_nudge.py)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-import pytest
-
-from lambdas.nudge import MAX_DELAY_S, Nudge, delay_until, send_nudges
+from holdfast.core.nudge import Nudge
+from lambdas.nudge import send_nudges
 from tests.lambdas.helpers import receive_nudges
-
-
-def test_body_is_the_documented_json() -> None:
-    """The body has exactly conn_id, reason and epoch (null when unknown)."""
-    assert json.loads(Nudge("c-1", "inserted", 4).body()) == {
-        "conn_id": "c-1", "reason": "inserted", "epoch": 4}
-    assert json.loads(Nudge("c-1", "expired").body())["epoch"] is None
-
-
-def test_body_round_trips() -> None:
-    """``from_body`` reads back what ``body`` wrote (the delay is not part of the body)."""
-    nudge = Nudge("c/1:x", "gave_up", 7, delay_s=30)
-    assert Nudge.from_body(nudge.body()) == Nudge("c/1:x", "gave_up", 7)
-
-
-@pytest.mark.parametrize("body", ["not json", "[]", '{"reason": "x"}', '{"conn_id": 5}',
-                                  '{"conn_id": "c", "epoch": true}',
-                                  '{"conn_id": "c", "epoch": "3"}'])
-def test_bad_bodies_are_rejected(body: str) -> None:
-    """A body that is not a nudge raises ValueError rather than a KeyError or TypeError."""
-    with pytest.raises(ValueError):
-        Nudge.from_body(body)
-
-
-def test_delay_is_bounded() -> None:
-    """A nudge's delay must fit SQS's 0..900 s, and a connection id is required."""
-    with pytest.raises(ValueError):
-        Nudge("c", "x", delay_s=MAX_DELAY_S + 1)
-    with pytest.raises(ValueError):
-        Nudge("c", "x", delay_s=-1)
-    with pytest.raises(ValueError):
-        Nudge("", "x")
-
-
-@pytest.mark.parametrize(("target", "now", "expected"), [
-    (10_000, 10_000, 0), (10_001, 10_000, 1), (11_000, 10_000, 1), (11_001, 10_000, 2),
-    (5_000, 10_000, 0), (10_000 + 3_600_000, 10_000, MAX_DELAY_S)])
-def test_delay_until_rounds_up_and_clamps(target: int, now: int, expected: int) -> None:
-    """Delays round up (never early) and clamp to SQS's limits."""
-    assert delay_until(target, now) == expected
 
 
 class CountingSqs:

@@ -1,4 +1,4 @@
-"""In-process worker helpers: run a ``Worker`` on the test's event loop with its own trigger."""
+"""In-process worker helpers: run a ``Supervisor`` on the test loop with its own trigger."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from tests.conftest import client_for
 from tests.worker.conftest import Fleet, worker_config
 from worker.handler import Handler, Message
-from worker.supervisor import Worker
+from worker.supervisor import Supervisor
 
 __all__ = ["Recorder", "running_worker"]
 
@@ -38,7 +38,7 @@ class Recorder:
 
 @dataclass
 class Running:
-    worker: Worker
+    worker: Supervisor
     stop: asyncio.Event
     task: asyncio.Task[Counter[str]]
 
@@ -47,7 +47,7 @@ class Running:
 async def running_worker(fleet: Fleet, handler: Handler, **env: str) -> AsyncIterator[Running]:
     """A worker running until the block ends (then stopped gracefully and awaited)."""
     config = worker_config(fleet, **env)
-    worker = Worker(config, ddb=client_for(fleet.aws, "dynamodb"),
+    worker = Supervisor(config, ddb=client_for(fleet.aws, "dynamodb"),
                     sqs=client_for(fleet.aws, "sqs"), handler=handler)
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop.wait))

@@ -12,18 +12,8 @@ import pytest
 from holdfast.localaws import LocalAws
 from tests.conftest import client_for
 from tests.worker.conftest import async_wait_until
-from worker.claimer import Claim, Claimer, Later, in_daemon_thread, parse_nudge
+from worker.claimer import Claim, Claimer, Later, in_daemon_thread
 from worker.metrics import WorkerMetrics
-
-
-def test_parse_nudge_is_lenient_but_not_credulous() -> None:
-    """Any JSON object with a valid string conn_id is a nudge; anything else is poison."""
-    assert parse_nudge('{"conn_id": "abc", "reason": "x", "epoch": 3, "extra": [1]}') == "abc"
-    assert parse_nudge('{"conn_id": "abc", "epoch": null}') == "abc"
-    for body in ("", "nope", "[]", '"abc"', '{"conn_id": 1}', '{"conn_id": ""}',
-                 '{"conn_id": "a b"}', '{"id": "abc"}'):
-        with pytest.raises(ValueError):
-            parse_nudge(body)
 
 
 async def test_in_daemon_thread_returns_and_raises() -> None:

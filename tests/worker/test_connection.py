@@ -1,4 +1,4 @@
-"""One stream's connection task against the real demo upstream (drops, junk, huge frames)."""
+"""One held stream's connection task against the real demo upstream (drops, junk, huge frames)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ from tests.worker.conftest import (
 )
 from tests.worker.helpers import Recorder
 from worker.backoff import Backoff
+from worker.connection import Connection, ConnectionContext, ConnectOptions
+from worker.held import NO_FENCE_MS, HeldStream
 from worker.metrics import WorkerMetrics
 from worker.protocol import QueryParamProtocol
-from worker.stream import ConnectOptions, StreamContext, StreamRunner
 
 
 def lease_for(fleet: Fleet, conn: str, url: str) -> Lease:
@@ -29,13 +30,17 @@ def lease_for(fleet: Fleet, conn: str, url: str) -> Lease:
     return LeaseStore(fleet.ddb, fleet.table, lease_ms=3000, skew_ms=300).acquire(conn, "me")
 
 
-def context(rec: Recorder, **kw: object) -> StreamContext:
+def context(rec: Recorder, **kw: object) -> ConnectionContext:
     kw.setdefault("policy", LOOPBACK_POLICY)  # the demo upstream listens on 127.0.0.1
-    return StreamContext(worker_id="me", handler=rec, protocol=QueryParamProtocol(),
+    return ConnectionContext(worker_id="me", handler=rec, protocol=QueryParamProtocol(),
                          metrics=WorkerMetrics(), backoff=Backoff(0.01, 0.05, 3), **kw)  # type: ignore[arg-type]
 
 
-async def run_until(runner: StreamRunner, done: object, within_s: float) -> str | None:
+def connection(lease: Lease, ctx: ConnectionContext) -> Connection:
+    return Connection(HeldStream(lease, fence_mono_ms=NO_FENCE_MS), ctx)
+
+
+async def run_until(runner: Connection, done: object, within_s: float) -> str | None:
     runner.task = asyncio.create_task(runner.run())
     try:
         await async_wait_until(done, within_s, "stream progress")  # type: ignore[arg-type]
@@ -48,8 +53,7 @@ async def test_resumes_after_drops_without_gap(fleet: Fleet, upstream: UpstreamT
                                                unique_id: str) -> None:
     """An upstream that drops every 5 frames is resumed with from_seq: no gap, no duplicate."""
     conn, rec = f"{unique_id}-drop", Recorder()
-    runner = StreamRunner(lease_for(fleet, conn, upstream.url(conn, "drop")), context(rec),
-                          fence_mono_ms=2**62)
+    runner = connection(lease_for(fleet, conn, upstream.url(conn, "drop")), context(rec))
     assert await run_until(runner, lambda: len(rec.seqs(conn)) >= 23, 15) is None
     seqs = rec.seqs(conn)
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
@@ -58,7 +62,7 @@ async def test_resumes_after_drops_without_gap(fleet: Fleet, upstream: UpstreamT
     for before, after in itertools.pairwise(records):
         assert after.from_seq == before.last_seq + 1  # resumed right after the last handled
     assert runner.ctx.metrics.totals["Reconnects"] >= 4
-    assert runner.checkpoint == seqs[-1]
+    assert runner.held.checkpoint == seqs[-1]
 
 
 async def test_resumes_from_the_stored_checkpoint(fleet: Fleet, upstream: UpstreamThread,
@@ -72,7 +76,7 @@ async def test_resumes_from_the_stored_checkpoint(fleet: Fleet, upstream: Upstre
                           UpdateExpression="SET last_seq = :s",
                           ExpressionAttributeValues={":s": {"N": "3"}})
     lease = LeaseStore(fleet.ddb, fleet.table, lease_ms=3000, skew_ms=300).acquire(conn, "me")
-    runner = StreamRunner(lease, context(rec), fence_mono_ms=2**62)
+    runner = connection(lease, context(rec))
     await run_until(runner, lambda: len(rec.seqs(conn)) >= 12, 10)
     assert rec.seqs(conn)[:3] == [4, 5, 6]
 
@@ -81,12 +85,11 @@ async def test_junk_frames_pass_with_no_seq(fleet: Fleet, upstream: UpstreamThre
                                             unique_id: str) -> None:
     """Frames without an integer seq reach the handler with seq None and move no checkpoint."""
     conn, rec = f"{unique_id}-junk", Recorder()
-    runner = StreamRunner(lease_for(fleet, conn, upstream.url(conn, "garbage")), context(rec),
-                          fence_mono_ms=2**62)
+    runner = connection(lease_for(fleet, conn, upstream.url(conn, "garbage")), context(rec))
     await run_until(runner, lambda: len(rec.calls) >= 30, 10)
     junk = [m for m in rec.calls if m.seq is None]
     assert junk and any(isinstance(m.data, bytes) for m in junk)
-    assert not missing_seqs(rec.seqs(conn)) and runner.checkpoint == max(rec.seqs(conn))
+    assert not missing_seqs(rec.seqs(conn)) and runner.held.checkpoint == max(rec.seqs(conn))
     assert runner.ctx.metrics.totals["Reconnects"] == 0
 
 
@@ -96,9 +99,8 @@ async def test_oversized_frames_are_refused_and_isolated(
     big, ok = f"{unique_id}-big", f"{unique_id}-ok"
     rec = Recorder()
     ctx = context(rec, options=ConnectOptions(max_size=64 * 1024))
-    r1 = StreamRunner(lease_for(fleet, big, upstream.url(big, "huge") + "?size=200000"), ctx,
-                      fence_mono_ms=2**62)
-    r2 = StreamRunner(lease_for(fleet, ok, upstream.url(ok)), ctx, fence_mono_ms=2**62)
+    r1 = connection(lease_for(fleet, big, upstream.url(big, "huge") + "?size=200000"), ctx)
+    r2 = connection(lease_for(fleet, ok, upstream.url(ok)), ctx)
     r2.task = asyncio.create_task(r2.run())
     await run_until(r1, lambda: len(rec.seqs(big)) >= 10, 10)
     r2.drain("test over")
@@ -115,8 +117,7 @@ async def test_host_resolving_to_metadata_is_refused(fleet: Fleet, unique_id: st
 
     conn, rec = f"{unique_id}-dns", Recorder()
     ctx = context(rec, resolve=evil_dns, policy=UrlPolicy())
-    runner = StreamRunner(lease_for(fleet, conn, "ws://innocent.example/s/1?token=secret"), ctx,
-                          fence_mono_ms=2**62)
+    runner = connection(lease_for(fleet, conn, "ws://innocent.example/s/1?token=secret"), ctx)
     error = await asyncio.wait_for(runner.run(), 5)
     assert error is not None and "metadata" in error and "secret" not in error
     assert runner.ctx.metrics.totals["Reconnects"] == 0
@@ -126,8 +127,8 @@ async def test_loopback_is_refused_without_an_explicit_allow_list(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
     """With the default policy the loopback upstream is never connected to: give-up at once."""
     conn, rec = f"{unique_id}-lo", Recorder()
-    runner = StreamRunner(lease_for(fleet, conn, upstream.url(conn) + "?token=secret"),
-                          context(rec, policy=UrlPolicy()), fence_mono_ms=2**62)
+    runner = connection(lease_for(fleet, conn, upstream.url(conn) + "?token=secret"),
+                        context(rec, policy=UrlPolicy()))
     error = await asyncio.wait_for(runner.run(), 5)
     assert error is not None and error.startswith("ws_url refused") and "loopback" in error
     assert "secret" not in error and not upstream.server.connlog.records(conn)
@@ -140,8 +141,8 @@ async def test_worker_id_header_is_opt_in_and_logs_hide_the_url(
     rec = Recorder()
     for conn, options in ((f"{unique_id}-h0", ConnectOptions()),
                           (f"{unique_id}-h1", ConnectOptions(send_worker_id=True))):
-        runner = StreamRunner(lease_for(fleet, conn, upstream.url(conn) + "?token=s3cr3t"),
-                              context(rec, options=options), fence_mono_ms=2**62)
+        runner = connection(lease_for(fleet, conn, upstream.url(conn) + "?token=s3cr3t"),
+                            context(rec, options=options))
         await run_until(runner, lambda c=conn: len(rec.seqs(c)) >= 2, 10)
     assert [r.worker for r in upstream.server.connlog.records(f"{unique_id}-h0")] == [None]
     assert [r.worker for r in upstream.server.connlog.records(f"{unique_id}-h1")] == ["me"]
@@ -155,12 +156,11 @@ async def test_abort_stops_handler_calls_at_once(fleet: Fleet, upstream: Upstrea
                                                  unique_id: str) -> None:
     """abort() cancels the handler call in flight and drops the connection."""
     conn, rec = f"{unique_id}-ab", Recorder(delay_s=1.0)
-    runner = StreamRunner(lease_for(fleet, conn, upstream.url(conn)), context(rec),
-                          fence_mono_ms=2**62)
+    runner = connection(lease_for(fleet, conn, upstream.url(conn)), context(rec))
     runner.task = asyncio.create_task(runner.run())
     await async_wait_until(lambda: runner._in_handler, 5, "handler call")
     runner.abort("fenced")
     assert await asyncio.wait_for(runner.task, 1) is None
     # Nothing handled: the checkpoint only marks where this holder started (first seq - 1).
-    assert rec.calls == [] and runner.checkpoint == -1
+    assert rec.calls == [] and runner.held.checkpoint == -1
     await async_wait_until(lambda: upstream.server.connlog.open_count() == 0, 2, "closed")

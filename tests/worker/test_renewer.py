@@ -10,20 +10,22 @@ from holdfast.core.rules import LeaseTiming
 from holdfast.core.store import LeaseStore
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
 from tests.worker.helpers import Recorder, item_attr, running_worker
+from worker.connection import Connection, ConnectionContext
+from worker.held import NO_FENCE_MS, HeldState, HeldStream
 from worker.metrics import WorkerMetrics
 from worker.protocol import QueryParamProtocol
 from worker.renewer import Renewer
-from worker.stream import StreamContext, StreamRunner
 
 
-def runner_for(fleet: Fleet, conn: str, checkpoint: int | None) -> tuple[Renewer, StreamRunner]:
+def runner_for(fleet: Fleet, conn: str, checkpoint: int) -> tuple[Renewer, Connection]:
     fleet.create(conn, "ws://127.0.0.1:1/s/x")
     store = LeaseStore(fleet.ddb, fleet.table, lease_ms=3000, skew_ms=300)
     lease = store.acquire(conn, "me")
-    ctx = StreamContext(worker_id="me", handler=Recorder(), protocol=QueryParamProtocol(),
+    ctx = ConnectionContext(worker_id="me", handler=Recorder(), protocol=QueryParamProtocol(),
                         metrics=WorkerMetrics())
-    runner = StreamRunner(lease, ctx, fence_mono_ms=2**62)
-    runner.checkpoint = checkpoint
+    held = HeldStream(lease, fence_mono_ms=NO_FENCE_MS)
+    held.anchored(checkpoint)
+    runner = Connection(held, ctx)
     renewer = Renewer(store, {conn: runner}, LeaseTiming(3000, 500, 300, 300), ctx.metrics)
     return renewer, runner
 
@@ -35,7 +37,7 @@ def test_foreign_checkpoint_is_a_loss(fleet: Fleet, unique_id: str) -> None:
     assert current is not None
     current = dataclasses.replace(current, last_seq=1000)
     renewer.on_lost(runner, LeaseLost(runner.conn_id, LossReason.REGRESSION, current))
-    assert runner.aborted and runner.stop_reason == "lost:regression"
+    assert runner.held.state is HeldState.LOST and runner.held.stop_reason == "lost:regression"
 
 
 async def test_checkpoint_moved_ahead_by_an_operator_stops_the_stream(

@@ -14,7 +14,7 @@ from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missi
 from tests.worker.helpers import Recorder, item_attr, running_worker
 from tests.worker.proxy import CuttableProxy
 from worker.handler import Message
-from worker.supervisor import Worker
+from worker.supervisor import Supervisor
 
 
 def other_store(fleet: Fleet) -> LeaseStore:
@@ -212,7 +212,7 @@ async def test_self_fencing_when_dynamodb_is_unreachable(
             aws_access_key_id="local", aws_secret_access_key="local",
             config=__import__("holdfast.core.aws", fromlist=["x"]).client_config(
                 read_timeout=0.5, max_attempts=1))
-        worker = Worker(config, ddb=ddb, sqs=client_for(fleet.aws, "sqs"), handler=rec)
+        worker = Supervisor(config, ddb=ddb, sqs=client_for(fleet.aws, "sqs"), handler=rec)
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop.wait))
         fleet.nudge(conn)

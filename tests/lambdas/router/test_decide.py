@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from lambdas.nudge import Nudge
+from holdfast.core.nudge import Nudge
 from lambdas.router.decide import Outcome, Reason, decide
 from tests.lambdas.records import image
 
