@@ -1,0 +1,65 @@
+"""The nudge: the message router and sweeper send and workers receive ("go and claim this").
+
+Body: ``{"conn_id": str, "reason": str, "epoch": int | null}``, compact JSON. ``epoch`` is the
+fencing epoch the sender saw (null when it did not see the item, e.g. the sweeper's keys-only
+index); a nudge is only a hint and the conditional acquire decides, so the one parser below is
+strict about ``conn_id`` (without it there is nothing to claim) and lenient about the rest: a
+missing or malformed ``reason`` or ``epoch`` is read as empty, and unknown keys are ignored.
+A back-off nudge is sent with ``DelaySeconds`` (not part of the body) so it arrives when the
+lease becomes claimable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from holdfast.core.model import validate_conn_id
+
+__all__ = ["MAX_DELAY_S", "Nudge", "delay_until", "parse_nudge"]
+
+MAX_DELAY_S = 900  # SQS's maximum DelaySeconds
+
+
+@dataclass(frozen=True, slots=True)
+class Nudge:
+    """One "go and claim this connection" hint."""
+
+    conn_id: str
+    reason: str
+    epoch: int | None = None
+    delay_s: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.conn_id:
+            raise ValueError("a nudge needs a connection id")
+        if not 0 <= self.delay_s <= MAX_DELAY_S:
+            raise ValueError(f"delay_s must be within [0, {MAX_DELAY_S}], not {self.delay_s}")
+
+    def body(self) -> str:
+        """The message body, compact JSON."""
+        return json.dumps({"conn_id": self.conn_id, "reason": self.reason, "epoch": self.epoch},
+                          separators=(",", ":"))
+
+
+def parse_nudge(body: str) -> Nudge:
+    """The nudge in a message body; ``ValueError`` says why the message is poison."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        raise ValueError("body is not JSON") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"body is JSON {type(obj).__name__}, not an object")
+    conn_id = obj.get("conn_id")
+    if not isinstance(conn_id, str):
+        raise ValueError("body has no string conn_id")
+    reason = obj.get("reason")
+    epoch = obj.get("epoch")
+    return Nudge(validate_conn_id(conn_id), reason if isinstance(reason, str) else "",
+                 epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None)
+
+
+def delay_until(target_ms: int, now_ms: int) -> int:
+    """Whole seconds to wait from ``now_ms`` until ``target_ms`` (rounded up), within SQS limits."""
+    return max(0, min(MAX_DELAY_S, math.ceil((target_ms - now_ms) / 1000)))

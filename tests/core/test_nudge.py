@@ -1,0 +1,64 @@
+"""The nudge message format and its one parser, shared by the Lambdas and the worker."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from holdfast.core.nudge import MAX_DELAY_S, Nudge, delay_until, parse_nudge
+
+
+def test_body_is_the_documented_json() -> None:
+    """The body has exactly conn_id, reason and epoch (null when unknown)."""
+    assert json.loads(Nudge("c-1", "inserted", 4).body()) == {
+        "conn_id": "c-1", "reason": "inserted", "epoch": 4}
+    assert json.loads(Nudge("c-1", "expired").body())["epoch"] is None
+
+
+def test_body_round_trips() -> None:
+    """``parse_nudge`` reads back what ``body`` wrote (the delay is not part of the body)."""
+    nudge = Nudge("c/1:x", "gave_up", 7, delay_s=30)
+    assert parse_nudge(nudge.body()) == Nudge("c/1:x", "gave_up", 7)
+
+
+def test_parse_is_lenient_but_not_credulous() -> None:
+    """Any JSON object with a valid string conn_id is a nudge; extra keys are ignored."""
+    assert parse_nudge('{"conn_id": "abc", "reason": "x", "epoch": 3, "extra": [1]}') == Nudge(
+        "abc", "x", 3)
+    assert parse_nudge('{"conn_id": "abc", "epoch": null}') == Nudge("abc", "", None)
+
+
+@pytest.mark.parametrize("body", ['{"conn_id": "c", "epoch": true}',
+                                  '{"conn_id": "c", "epoch": "3"}',
+                                  '{"conn_id": "c", "reason": 5, "epoch": 1.5}'])
+def test_malformed_hints_are_dropped(body: str) -> None:
+    """A reason or epoch of the wrong type is read as empty: a nudge is only a hint."""
+    assert parse_nudge(body) == Nudge("c", "", None)
+
+
+@pytest.mark.parametrize("body", ["", "not json", "nope", "[]", '"abc"', '{"reason": "x"}',
+                                  '{"conn_id": 5}', '{"conn_id": ""}', '{"conn_id": "a b"}',
+                                  '{"id": "abc"}'])
+def test_poison_bodies_are_rejected(body: str) -> None:
+    """A body without a valid string conn_id raises ValueError, not a KeyError or TypeError."""
+    with pytest.raises(ValueError):
+        parse_nudge(body)
+
+
+def test_delay_is_bounded() -> None:
+    """A nudge's delay must fit SQS's 0..900 s, and a connection id is required."""
+    with pytest.raises(ValueError):
+        Nudge("c", "x", delay_s=MAX_DELAY_S + 1)
+    with pytest.raises(ValueError):
+        Nudge("c", "x", delay_s=-1)
+    with pytest.raises(ValueError):
+        Nudge("", "x")
+
+
+@pytest.mark.parametrize(("target", "now", "expected"), [
+    (10_000, 10_000, 0), (10_001, 10_000, 1), (11_000, 10_000, 1), (11_001, 10_000, 2),
+    (5_000, 10_000, 0), (10_000 + 3_600_000, 10_000, MAX_DELAY_S)])
+def test_delay_until_rounds_up_and_clamps(target: int, now: int, expected: int) -> None:
+    """Delays round up (never early) and clamp to SQS's limits."""
+    assert delay_until(target, now) == expected

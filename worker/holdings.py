@@ -1,0 +1,212 @@
+"""Claims and releases: acquire a lease, start its connection, and hand it back when it ends.
+
+Each held stream is a ``Connection`` (the I/O) with its ``HeldStream`` (the lease state) in
+``streams``, from the acquire until its release has been written (or given up). How it ended
+decides the release:
+
+- lost (taken over, deleted, our session gone): nothing to write, it is not ours;
+- fenced: one best-effort release (it may still be ours, or already someone else's);
+- given up after upstream failures: released in BACKOFF with the error and a retry time;
+- anything else (drained, aborted at the shutdown deadline, cancelled): released with its
+  final checkpoint and ``lease_expires_at_ms = 0``, so the router hands it on at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import Counter
+from collections.abc import Callable
+
+from aws_lambda_powertools import Logger
+
+from holdfast.core import rules
+from holdfast.core.exceptions import (
+    AcquireFailed,
+    HoldfastError,
+    LeaseLost,
+    LossReason,
+    StoreUnavailable,
+)
+from holdfast.core.store import LeaseStore
+from worker.backoff import Backoff
+from worker.claimer import Claim, Later
+from worker.config import WorkerConfig
+from worker.connection import Connection, ConnectionContext, ConnectOptions
+from worker.handler import Handler
+from worker.held import HeldState, HeldStream
+from worker.metrics import WorkerMetrics
+from worker.protocol import ResumeProtocol
+from worker.renewer import Renewer
+
+__all__ = ["Holdings"]
+
+logger = Logger(service="holdfast-worker", child=True)
+# A nudge for a stream in back-off comes back when the back-off ends, if that is this soon
+# (SQS's DelaySeconds limit, as the router uses); later ones are left to the sweep.
+_MAX_LATER_S = 900
+
+
+class Holdings:
+    """The streams one worker holds. ``owner()`` is the ``lease_owner`` to acquire as (None:
+    no live session, claim nothing); ``stopping()`` is True once the worker is stopping."""
+
+    def __init__(self, config: WorkerConfig, store: LeaseStore, renewer: Renewer, *,
+                 handler: Handler, protocol: ResumeProtocol, streams: dict[str, Connection],
+                 owner: Callable[[], str | None], stopping: Callable[[], bool],
+                 session_fence: Callable[[], int], wall: Callable[[], int],
+                 mono: Callable[[], int], metrics: WorkerMetrics, counts: Counter[str]) -> None:
+        self.config, self.store, self.renewer = config, store, renewer
+        self.ctx = ConnectionContext(
+            worker_id=config.worker_id, handler=handler, protocol=protocol, metrics=metrics,
+            policy=config.url_policy,
+            backoff=Backoff(config.reconnect_base_s, config.reconnect_cap_s,
+                            config.max_upstream_failures, config.retry_base_s),
+            options=ConnectOptions(max_size=config.max_frame_bytes,
+                                   compression=config.compression,
+                                   open_timeout_s=config.open_timeout_s,
+                                   send_worker_id=config.send_worker_id),
+            anchor=self.anchor, mono=mono)
+        self.streams = streams
+        self.owner, self.stopping, self.session_fence = owner, stopping, session_fence
+        self.wall, self.mono = wall, mono
+        self.metrics, self.counts = metrics, counts
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._claiming: set[str] = set()
+        self.session_mode = config.liveness == "session"
+
+    def free_capacity(self) -> int:
+        if self.stopping() or self.owner() is None:
+            return 0
+        return self.config.max_connections - len(self.streams) - len(self._claiming)
+
+    async def claim(self, conn_id: str, source: str = "nudge") -> Claim | Later:
+        """Try to acquire ``conn_id`` and start holding it."""
+        if conn_id in self.streams or conn_id in self._claiming:
+            return Claim.CONFLICT  # already ours (a duplicate nudge)
+        owner = self.owner()
+        if self.free_capacity() <= 0 or owner is None:
+            return Claim.NO_CAPACITY
+        self._claiming.add(conn_id)
+        try:
+            sent = self.mono()
+            lease = await asyncio.to_thread(self.store.acquire, conn_id, owner)
+        except AcquireFailed as exc:
+            self.metrics.incr("ClaimConflicts")
+            logger.debug("claim refused", conn_id=conn_id, worker_id=self.config.worker_id,
+                         reason=str(exc.reason), source=source)
+            return self._later(exc) or Claim.CONFLICT
+        except StoreUnavailable as exc:
+            logger.warning("claim failed, DynamoDB unavailable", conn_id=conn_id,
+                           worker_id=self.config.worker_id, error=str(exc)[:300])
+            return Claim.UNAVAILABLE
+        except HoldfastError as exc:
+            logger.error("claim failed", conn_id=conn_id, worker_id=self.config.worker_id,
+                         error=str(exc)[:300])
+            return Claim.UNAVAILABLE
+        finally:
+            self._claiming.discard(conn_id)
+        self.metrics.incr("Claims")
+        self.counts["claimed"] += 1
+        held = HeldStream(lease, fence_mono_ms=self.renewer.fence_after(sent),
+                          session_fence=self.session_fence)
+        if self.stopping():  # the stop began while we were acquiring: hand it straight back
+            held.drain("shutdown")
+        elif self.owner() != owner:  # the session was lost while we were acquiring
+            held.lose("session")
+        conn = Connection(held, self.ctx)
+        self.streams[conn_id] = conn
+        conn.log("info", "claimed", source=source, epoch=lease.epoch, last_seq=lease.last_seq)
+        task = asyncio.create_task(self._hold(conn), name=f"stream:{conn_id}")
+        conn.task = task
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return Claim.CLAIMED
+
+    def _later(self, exc: AcquireFailed) -> Later | None:
+        """For a stream in back-off: when its nudge should come back (None: let it go)."""
+        current = exc.current
+        if exc.reason is not LossReason.BACKOFF or current is None or (
+                current.lease_expires_at_ms is None):
+            return None
+        wait_ms = rules.claimable_at_ms(current.lease_expires_at_ms,
+                                        self.config.timing.skew_ms) - self.wall()
+        seconds = -(-wait_ms // 1000) + 1  # round up, plus a second for clock jitter
+        return Later(int(seconds)) if 0 < seconds <= _MAX_LATER_S else None
+
+    async def anchor(self, conn: Connection, seq: int) -> None:
+        """Write a never-checkpointed stream's starting point before its first handler call."""
+        sent = self.mono()
+        try:
+            lease = await asyncio.get_running_loop().run_in_executor(
+                self.renewer.executor, functools.partial(
+                    self.store.renew, conn.held.lease, seq, extend=not self.session_mode))
+        except LeaseLost as exc:
+            self.renewer.on_lost(conn, exc, "first checkpoint")
+            return
+        except HoldfastError as exc:  # the next heartbeat writes the checkpoint instead
+            conn.log("warning", "cannot write the first checkpoint", error=str(exc)[:300])
+            return
+        conn.held.renewed(lease, None if self.session_mode else self.renewer.fence_after(sent))
+
+    # -- one stream's life -------------------------------------------------------------------
+    async def _hold(self, conn: Connection) -> None:
+        error: str | None = None
+        try:
+            error = await conn.run()
+        except asyncio.CancelledError:
+            conn.held.drain("cancelled")  # a no-op if it was already stopping
+        except Exception as exc:  # a bug must cost one stream, never the worker
+            error = f"internal error: {type(exc).__name__}: {exc}"[:500]
+            conn.log("exception", "stream task failed")
+        conn.held.close()
+        try:
+            await self._finish(conn, error)
+        finally:
+            self.streams.pop(conn.conn_id, None)
+
+    async def _finish(self, conn: Connection, error: str | None) -> None:
+        held = conn.held
+        if held.state is HeldState.LOST:
+            self.counts["lost"] += 1
+            return  # not ours any more: nothing to write
+        if held.state is HeldState.FENCED:
+            self.counts["fenced"] += 1
+            await self._release(conn, attempts=1)  # best effort: it may be ours still
+            return
+        if error is not None and not held.stopping:
+            self.counts["gave_up"] += 1
+            self.metrics.incr("UpstreamGiveUps")
+            retry_s = self.ctx.backoff.retry_after_s(held.lease.error_count + 1)
+            await self._release(conn, error=error, retry_at_ms=self.wall() + round(
+                retry_s * 1000))
+            conn.log("warning", "stream handed back after errors", error=error,
+                     retry_in_s=round(retry_s, 1))
+            return
+        outcome = await self._release(conn)
+        self.counts["released" if outcome == "released" else f"release_{outcome}"] += 1
+
+    async def _release(self, conn: Connection, *, attempts: int = 20,
+                       error: str | None = None, retry_at_ms: int | None = None) -> str:
+        held = conn.held
+        for attempt in range(attempts):
+            try:
+                lost = await asyncio.to_thread(self.store.release, held.lease,
+                                               held.checkpoint, error=error,
+                                               retry_at_ms=retry_at_ms)
+            except StoreUnavailable as exc:
+                if attempt + 1 < attempts and self.mono() < held.fence_mono_ms:
+                    await asyncio.sleep(0.2 * (attempt + 1))
+                    continue
+                conn.log("warning", "release failed: the lease will expire instead",
+                         error=str(exc)[:300])
+                return "failed"
+            except HoldfastError as exc:
+                conn.log("error", "release failed", error=str(exc)[:300])
+                return "failed"
+            if lost is not None and lost is not LossReason.STOPPED:
+                return f"not_ours_{lost}"
+            conn.log("info", "released", checkpoint=held.checkpoint, handled=held.handled)
+            return "released"
+        return "failed"
+
