@@ -1,0 +1,90 @@
+"""The delivery rules of one held stream, as a pure cursor: no socket, clock or DynamoDB."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.delivery import Delivery, Step, Verdict
+
+FAR = 2**62  # a fence deadline that never comes
+
+
+def test_next_message_is_delivered() -> None:
+    """checkpoint + 1 is delivered, with no gap."""
+    assert Delivery(4).admit(5, 0, FAR) == Verdict(Step.DELIVER)
+
+
+@pytest.mark.parametrize("seq", [4, 3, 0, -7])
+def test_replay_at_or_below_the_checkpoint_is_skipped(seq: int) -> None:
+    """A seq at or below the checkpoint is a replay (resume overlap): not delivered."""
+    assert Delivery(4).admit(seq, 0, FAR).step is Step.SKIP_REPLAY
+
+
+def test_gap_is_reported_and_delivered() -> None:
+    """A jump past checkpoint + 1 names the expected seq and is delivered all the same."""
+    verdict = Delivery(4).admit(9, 0, FAR)
+    assert verdict == Verdict(Step.GAP, expected=5) and verdict.step.delivers
+
+
+def test_past_the_fence_nothing_is_delivered() -> None:
+    """At or after the fence deadline a frame is FENCED, whatever its seq."""
+    cursor = Delivery(4)
+    for seq in (5, 9, None):
+        assert cursor.admit(seq, 1000, 1000).step is Step.FENCED
+        assert cursor.admit(seq, 1001, 1000).step is Step.FENCED
+    assert cursor.admit(5, 999, 1000).step is Step.DELIVER
+
+
+def test_replay_is_skipped_even_past_the_fence() -> None:
+    """A replay is skipped before the fence is looked at: it reaches no handler either way."""
+    assert Delivery(4).admit(4, 2000, 1000).step is Step.SKIP_REPLAY
+
+
+def test_frame_without_seq_is_delivered_and_moves_nothing() -> None:
+    """A frame without a seq is delivered and leaves the checkpoint where it was."""
+    cursor = Delivery(4)
+    assert cursor.admit(None, 0, FAR).step is Step.DELIVER
+    cursor.done(None)
+    assert (cursor.checkpoint, cursor.handled) == (4, 1)
+
+
+def test_checkpoint_moves_only_when_the_handler_returned() -> None:
+    """Admitting a frame moves nothing; ``done`` (the handler returned) moves the checkpoint."""
+    cursor = Delivery(4)
+    cursor.admit(5, 0, FAR)
+    assert (cursor.checkpoint, cursor.handled, cursor.next_seq) == (4, 0, 5)
+    cursor.done(5)
+    assert (cursor.checkpoint, cursor.handled, cursor.next_seq) == (5, 1, 6)
+
+
+def test_checkpoint_never_goes_back() -> None:
+    """A lower seq handled after a higher one leaves the checkpoint at the higher."""
+    cursor = Delivery(4)
+    cursor.done(9)
+    cursor.done(6)
+    assert cursor.checkpoint == 9 and cursor.handled == 2
+
+
+def test_never_checkpointed_stream_is_anchored_before_its_first_seq() -> None:
+    """With no checkpoint, the first seq asks for an anchor at seq - 1; then it is delivered."""
+    cursor = Delivery(None)
+    assert cursor.next_seq is None and cursor.anchor_for(None) is None
+    assert cursor.anchor_for(10) == 9
+    cursor.anchored(9)
+    assert cursor.anchor_for(10) is None and cursor.admit(10, 0, FAR).step is Step.DELIVER
+
+
+def test_anchor_never_moves_an_existing_checkpoint() -> None:
+    """``anchored`` is a no-op once the stream has a checkpoint."""
+    cursor = Delivery(4)
+    assert cursor.anchor_for(10) is None
+    cursor.anchored(99)
+    assert cursor.checkpoint == 4
+
+
+def test_unanchored_cursor_delivers_without_skip_or_gap() -> None:
+    """Without a checkpoint nothing is a replay or a gap; ``done`` gives it its first one."""
+    cursor = Delivery(None)
+    assert cursor.admit(50, 0, FAR).step is Step.DELIVER
+    cursor.done(50)
+    assert cursor.checkpoint == 50
