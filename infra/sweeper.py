@@ -31,9 +31,9 @@ SWEEPER_HANDLER = "lambdas.sweeper.handler.lambda_handler"
 SWEEPER_TIMEOUT = Duration.seconds(70)
 # Sessions: read them all, mark dead or reaped. Never Put or Delete (TTL removes them).
 SWEEPER_SESSION_ACTIONS = ("dynamodb:Scan", "dynamodb:UpdateItem")
-# Leases: release a dead session's streams, conditional on the owner (one by one or batched);
-# the slow pass scans for items the sparse index cannot see and gives them an expiry.
-SWEEPER_LEASE_ACTIONS = ("dynamodb:Scan", "dynamodb:UpdateItem", "dynamodb:PartiQLUpdate")
+# Leases: release a dead session's streams, one conditional UpdateItem each (no PartiQL); the
+# slow pass scans for items the sparse index cannot see and gives them an expiry.
+SWEEPER_LEASE_ACTIONS = ("dynamodb:Scan", "dynamodb:UpdateItem")
 
 
 class Sweeper(Construct):

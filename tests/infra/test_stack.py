@@ -175,7 +175,6 @@ def test_sweeper_role_scans_sessions_queries_indexes_releases_and_sends(
     assert {a: r for a, r in found.items() if not a.startswith(("logs:", "xray:"))} == {
         "dynamodb:Scan": {sessions, leases},
         "dynamodb:UpdateItem": {leases, sessions},
-        "dynamodb:PartiQLUpdate": {leases},
         "dynamodb:Query": {seed_index, owner_index},
         "sqs:SendMessage": {queue},
     }
@@ -191,10 +190,14 @@ def test_lambda_roles_use_no_managed_policies(template_json: dict[str, Any]) -> 
         assert "ManagedPolicyArns" not in role["Properties"]
 
 
-def test_nothing_deletes_items_and_only_sessions_are_scanned(
+def test_nothing_deletes_items_and_only_the_sweeper_scans_leases(
         template_json: dict[str, Any]) -> None:
-    """No role may delete an item or scan the lease table (TTL removes finished sessions)."""
+    """No role may delete an item; only the sweeper (its unindexed pass) scans the lease table."""
     found = grants(allow_statements(template_json))
     assert not {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
                 "dynamodb:PartiQLDelete"} & set(found)
-    assert found["dynamodb:Scan"] == {session_table_id(template_json)}
+    leases, sessions = lease_table_id(template_json), session_table_id(template_json)
+    assert found["dynamodb:Scan"] == {sessions, leases}
+    sweeper = role_statements(template_json, function_role(template_json, SWEEPER_HANDLER))
+    others = [s for s in allow_statements(template_json) if s not in sweeper]
+    assert leases not in grants(others).get("dynamodb:Scan", set())

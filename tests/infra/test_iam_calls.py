@@ -1,0 +1,303 @@
+"""IAM that matches the code: every AWS call the worker, router and sweeper make is allowed by
+its synthesized role, and no role grants what nothing calls.
+
+One module-scoped scenario drives each component through its real code paths with
+``HOLDFAST_RECORD_AWS_CALLS`` set: a real ``python -m worker`` process (reaping a silent
+predecessor, claims from nudges and the reconcile sweep, a nudge put back for a stream in
+back-off, batched checkpoints, session heartbeats, a stop order, release and nudge hand-on at
+shutdown), the router handler (insert -> normalise + nudge, stop order) and the sweeper handler
+(dead session -> reap, expired lease -> nudge, the unindexed pass). Nothing in the local AWS
+enforces IAM; this test replays what was called against the template.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from holdfast.core import names, schema
+from holdfast.core.sessions import SessionStore
+from holdfast.core.store import LeaseStore, wall_clock_ms
+from holdfast.core.table import set_desired_state
+from holdfast.localaws import LocalAws
+from holdfast.runner.context import LocalContext
+from tests.infra.conftest import lease_table_id, logical_id, resources, session_table_id
+from tests.infra.iam import AWS_SIDE_ACTIONS, allows, arn_name, needs_of, role_ids, role_statements
+from tests.lambdas.records import event, image, record
+from tests.worker.conftest import ROOT, Fleet, UpstreamThread, make_fleet, wait_until
+
+COMPONENTS = ("worker", "router", "sweeper")
+# What each component must have been seen doing, as (operation, resource kind): a scenario
+# that silently stopped exercising a path cannot pass.
+MINIMUM = {
+    "worker": {("GetItem", "leases"), ("UpdateItem", "leases"), ("BatchExecuteStatement", ""),
+               ("Query", "seed index"), ("Query", "owner index"), ("GetItem", "sessions"),
+               ("PutItem", "sessions"), ("UpdateItem", "sessions"), ("Scan", "sessions"),
+               ("ReceiveMessage", "queue"), ("DeleteMessageBatch", "queue"),
+               ("ChangeMessageVisibilityBatch", "queue"), ("SendMessageBatch", "queue")},
+    "router": {("SendMessageBatch", "queue"), ("UpdateItem", "leases"),
+               ("UpdateItem", "sessions")},
+    "sweeper": {("Scan", "sessions"), ("UpdateItem", "sessions"), ("Query", "owner index"),
+                ("UpdateItem", "leases"), ("Query", "seed index"), ("Scan", "leases"),
+                ("SendMessageBatch", "queue")},
+}
+
+
+def _calls(folder: Path) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(folder.glob("aws-calls-*.jsonl")):
+        complete = path.read_text().rpartition("\n")[0]
+        out += [json.loads(line) for line in complete.splitlines() if line.strip()]
+    return out
+
+
+def _seen(folder: Path, component: str, operation: str) -> bool:
+    return any(c["component"] == component and c["operation"] == operation
+               for c in _calls(folder))
+
+
+def _owner(fleet: Fleet, conn_id: str) -> str | None:
+    value = fleet.item(conn_id).get(schema.ATTR.lease_owner)
+    return str(value["S"]) if value else None
+
+
+def _stale_session(fleet: Fleet, worker_id: str, conn_id: str, url: str) -> str:
+    """A session silent for a minute that still owns ``conn_id`` (a long lease backstop);
+    returns its owner."""
+    past = wall_clock_ms() - 60_000
+    store = SessionStore(fleet.ddb, fleet.session_table, fleet.table, ttl_ms=3_000,
+                         skew_ms=300, clock=lambda: past)
+    old = store.start(worker_id, 10)
+    fleet.create(conn_id, url)
+    owner = schema.owner_for(worker_id, old.incarnation)
+    LeaseStore(fleet.ddb, fleet.table, lease_ms=3_600_000, skew_ms=300).acquire(conn_id, owner)
+    return owner
+
+
+def _drive_worker(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> str:
+    """Run one worker through claim, checkpoint, heartbeat, stop order and shutdown."""
+    wid = f"w-{tag}"
+    stale = _stale_session(fleet, wid, f"{tag}-p", up.url("p"))
+    for name in ("a", "b", "c", "k"):
+        fleet.create(f"{tag}-{name}", up.url(name))
+    # k is in back-off: its nudge is put back until the retry time (ChangeMessageVisibility).
+    fleet.ddb.update_item(
+        TableName=fleet.table, Key={"Pk": {"S": schema.pk_for(f"{tag}-k")}},
+        UpdateExpression="SET lease_expires_at_ms = :t",
+        ExpressionAttributeValues={":t": {"N": str(wall_clock_ms() + 60_000)}})
+    env = {**os.environ, **fleet.env, "HOLDFAST_WORKER_ID": wid,
+           "HOLDFAST_RECONCILE_SECONDS": "1", "HOLDFAST_POLL_SECONDS": "10",
+           "HOLDFAST_POLL_DRAIN_SECONDS": "5", names.ENV_RECORD_AWS_CALLS: str(folder),
+           "PYTHONUNBUFFERED": "1"}
+    with (folder.parent / f"{wid}.log").open("ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env,
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        for name in ("a", "b", "k"):
+            fleet.nudge(f"{tag}-{name}")
+        held = [f"{tag}-{n}" for n in ("a", "b", "c", "p")]
+
+        def ours(conn_id: str) -> bool:
+            owner = _owner(fleet, conn_id) or stale
+            return owner != stale and owner.startswith(f"{wid}#")
+
+        wait_until(lambda: all(ours(c) for c in held), 20, "the worker holds a, b, c and p")
+        wait_until(lambda: _seen(folder, "worker", "BatchExecuteStatement"), 10,
+                   "a batched checkpoint")
+        wait_until(lambda: _seen(folder, "worker", "ChangeMessageVisibilityBatch"), 10,
+                   "the back-off nudge put back")
+        _drive_router(fleet, up, folder, tag)
+        wait_until(lambda: _owner(fleet, f"{tag}-a") is None, 10, "the stop order obeyed")
+        proc.send_signal(signal.SIGTERM)
+        # Once its streams are released the worker only waits on its last long polls: a nudge
+        # sent now lands in one of them and is handed on (SendMessageBatch).
+        wait_until(lambda: not any(_owner(fleet, c) for c in held[1:]), 10, "the releases")
+        time.sleep(0.3)
+        fleet.nudge(f"{tag}-b")
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    return wid
+
+
+def _lambda_env(aws: LocalAws, fleet: Fleet, folder: Path) -> dict[str, str]:
+    return {**aws.env(), "HOLDFAST_TABLE": fleet.table,
+            "HOLDFAST_SESSION_TABLE": fleet.session_table, "HOLDFAST_QUEUE_URL": fleet.queue_url,
+            "HOLDFAST_LEASE_MS": "3000", "HOLDFAST_SKEW_MS": "300",
+            names.ENV_RECORD_AWS_CALLS: str(folder)}
+
+
+def _drive_router(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> None:
+    """One batch: an insert without expiry (normalise + nudge) and a held stream stopped."""
+    from lambdas.router import handler as router
+
+    n, a = f"{tag}-n", f"{tag}-a"
+    fleet.ddb.put_item(TableName=fleet.table, Item={
+        "Pk": {"S": schema.pk_for(n)}, "desired_state": {"S": schema.STARTED},
+        "ws_url": {"S": up.url("n")}})
+    before = fleet.item(a)
+    assert set_desired_state(fleet.ddb, fleet.table, a, schema.STOPPED)
+    after = fleet.item(a)
+    batch = event(record("INSERT", None, image(n, ws_url=up.url("n"))),
+                  record("MODIFY", before, after))
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in _lambda_env(fleet.aws, fleet, folder).items():
+            mp.setenv(key, value)
+        router.configure(None)
+        try:
+            resp = router.lambda_handler(batch, LocalContext("holdfast-router"))  # type: ignore[arg-type]
+        finally:
+            router.configure(None)
+    assert resp == {"batchItemFailures": []}
+
+
+def _drive_sweeper(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> None:
+    """A dead session owning a stream, an expired lease and an item without an expiry."""
+    from lambdas.sweeper import handler as sweeper
+
+    _stale_session(fleet, f"ghost-{tag}", f"{tag}-g", up.url("g"))
+    fleet.create(f"{tag}-e", up.url("e"))
+    LeaseStore(fleet.ddb, fleet.table, lease_ms=1_000, skew_ms=300,
+               clock=lambda: wall_clock_ms() - 60_000).acquire(f"{tag}-e", "gone-holder")
+    fleet.ddb.put_item(TableName=fleet.table, Item={
+        "Pk": {"S": schema.pk_for(f"{tag}-u")}, "desired_state": {"S": schema.STARTED},
+        "ws_url": {"S": up.url("u")}})
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {**_lambda_env(fleet.aws, fleet, folder),
+                           "HOLDFAST_SWEEP_INTERVAL_MS": "200", "HOLDFAST_SWEEP_MAX_RUN_MS": "1500",
+                           "HOLDFAST_SWEEP_MARGIN_MS": "1000",
+                           "HOLDFAST_SWEEP_UNINDEXED_SCAN_MS": "500"}.items():
+            mp.setenv(key, value)
+        sweeper.configure(None)
+        try:
+            summary = sweeper.lambda_handler({}, LocalContext("holdfast-sweeper",
+                                                              timeout_ms=60_000))
+        finally:
+            sweeper.configure(None)
+    assert summary["errors"] == 0 and summary["streams_reaped"] >= 1, summary
+
+
+@pytest.fixture(scope="module")
+def recorded(ddb_local: LocalAws,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Every call of the scenario, and the real resource names -> what they are."""
+    tag = f"iam{uuid.uuid4().hex[:8]}"
+    fleet = make_fleet(ddb_local, tag)
+    folder = tmp_path_factory.mktemp("aws-calls")
+    up = UpstreamThread(rate=20)
+    try:
+        _drive_worker(fleet, up, folder, tag)
+        _drive_sweeper(fleet, up, folder, tag)
+    finally:
+        up.stop()
+    kinds = {f"dynamodb:{fleet.table}": "leases", f"dynamodb:{fleet.session_table}": "sessions",
+             f"dynamodb:{fleet.table}/index/{schema.GSI_NAME}": "seed index",
+             f"dynamodb:{fleet.table}/index/{schema.OWNER_INDEX_NAME}": "owner index",
+             f"sqs:{fleet.queue_url.rstrip('/').rpartition('/')[2]}": "queue"}
+    yield {"calls": _calls(folder), "kinds": kinds}
+    fleet.ddb.delete_table(TableName=fleet.table)
+    fleet.ddb.delete_table(TableName=fleet.session_table)
+    fleet.sqs.delete_queue(QueueUrl=fleet.queue_url)
+
+
+def _kind(recorded: dict[str, Any], call: dict[str, Any]) -> str:
+    """What a call's resource is (``leases``, ``queue``, ...), "" if it names none."""
+    return str(recorded["kinds"].get(f"{call['service']}:{call.get('resource', '')}", ""))
+
+
+def _logical(template: dict[str, Any]) -> dict[str, str]:
+    """Resource kind -> logical name as ``tests.infra.iam.arn_name`` renders it."""
+    leases = lease_table_id(template)
+    return {"leases": leases, "sessions": session_table_id(template),
+            "seed index": f"{leases}/index/{schema.GSI_NAME}",
+            "owner index": f"{leases}/index/{schema.OWNER_INDEX_NAME}",
+            "queue": logical_id(template, "AWS::SQS::Queue", "QueuesNudges")}
+
+
+def _used(recorded: dict[str, Any], template: dict[str, Any],
+          component: str) -> list[tuple[str, str, dict[str, Any], str]]:
+    """(IAM action, logical resource, request context, operation) of every call made."""
+    logical = _logical(template)
+    out = []
+    for call in recorded["calls"]:
+        if call["component"] != component:
+            continue
+        for need in needs_of(call):
+            kind = recorded["kinds"].get(f"{call['service']}:{need.resource}")
+            assert kind is not None, f"{component} called {call} on a resource of no test"
+            out.append((need.action, logical[kind], need.context, call["operation"]))
+    return out
+
+
+def test_each_component_was_seen_on_every_path(recorded: dict[str, Any]) -> None:
+    """The scenario recorded the minimum set of operations of each component."""
+    for component in COMPONENTS:
+        seen = {(c["operation"], _kind(recorded, c))
+                for c in recorded["calls"] if c["component"] == component}
+        assert MINIMUM[component] <= seen, (component, sorted(MINIMUM[component] - seen))
+    assert {c["component"] for c in recorded["calls"]} <= set(COMPONENTS)
+
+
+def test_every_call_is_allowed_by_its_role(recorded: dict[str, Any],
+                                           template_json: dict[str, Any]) -> None:
+    """Each recorded call's IAM action, resource and condition keys pass its role's policy."""
+    roles = role_ids(template_json)
+    denied = set()
+    for component in COMPONENTS:
+        statements = role_statements(template_json, roles[component])
+        for action, resource, context, operation in _used(recorded, template_json, component):
+            if not allows(statements, action, resource, context):
+                denied.add((component, operation, action, resource, json.dumps(context)))
+    assert sorted(denied) == []
+
+
+def test_no_role_grants_what_nothing_calls(recorded: dict[str, Any],
+                                           template_json: dict[str, Any]) -> None:
+    """Every (action, resource) a role grants is called by its code or needed by AWS."""
+    roles = role_ids(template_json)
+    unused = set()
+    for component in COMPONENTS:
+        used = {(a, r) for a, r, _, _ in _used(recorded, template_json, component)}
+        aws_side = AWS_SIDE_ACTIONS.get(component, {})
+        for s in role_statements(template_json, roles[component]):
+            for action in s["Action"] if isinstance(s["Action"], list) else [s["Action"]]:
+                for res in s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]]:
+                    name = arn_name(res)
+                    if (action, name) in used or any(
+                            a == action and (p == "*" == name or (name.startswith(p) and p != "*"))
+                            for a, p in aws_side):
+                        continue
+                    unused.add((component, action, name))
+    assert sorted(unused) == []
+
+
+def test_only_the_fleet_roles_send_nudges(recorded: dict[str, Any],
+                                          template_json: dict[str, Any]) -> None:
+    """The nudge queue denies SendMessage to every principal but the roles seen sending."""
+    roles = role_ids(template_json)
+    queue = _logical(template_json)["queue"]
+    senders = {c["component"] for c in recorded["calls"]
+               if c["operation"] == "SendMessageBatch" and _kind(recorded, c) == "queue"}
+    assert senders == set(COMPONENTS)
+    (policy,) = [p["Properties"] for p in resources(template_json, "AWS::SQS::QueuePolicy")
+                 .values() if {"Ref": queue} in p["Properties"]["Queues"]]
+    statements = policy["PolicyDocument"]["Statement"]
+    (deny,) = [s for s in statements if s["Effect"] == "Deny" and s["Action"] == "sqs:SendMessage"]
+    assert deny["Principal"] == {"AWS": "*"}
+    assert arn_name(deny["Resource"]) == queue
+    assert deny["Condition"] == {"ArnNotEquals": {"aws:PrincipalArn": [
+        {"Fn::GetAtt": [roles[c], "Arn"]} for c in COMPONENTS]}}
+    assert any(s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
+               for s in statements)
