@@ -2,10 +2,10 @@
 
     python -m holdfast.runner      (environment as printed by ``holdfast localaws``)
 
-It reads the lease table's stream from DynamoDB Local (every shard, parents before children),
-drops records the ``FILTER_PATTERNS`` drop, batches the rest like the event source mapping,
-invokes the real ``lambdas.router.handler.lambda_handler`` with a Lambda-like context, retries
-reported failures, and runs the sweeper loop in a thread.
+It reads the lease table's change records (DynamoDB Streams) from DynamoDB Local (every
+shard, parents before children), drops records the ``FILTER_PATTERNS`` drop, batches the rest
+like the event source mapping, invokes the real ``lambdas.router.handler.lambda_handler`` with
+a Lambda-like context, retries reported failures, and runs the sweeper loop in a thread.
 """
 
 from __future__ import annotations

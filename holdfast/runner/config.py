@@ -1,13 +1,13 @@
 """Settings of the local runner, from ``HOLDFAST_RUNNER_*`` variables (flags override them).
 
-    HOLDFAST_TABLE                     the lease table whose stream is read (required)
+    HOLDFAST_TABLE                     the lease table whose changes are read (required)
     HOLDFAST_RUNNER_START              TRIM_HORIZON (default) or LATEST
     HOLDFAST_RUNNER_POLL_MS            GetRecords pause when a poll found nothing    (50)
     HOLDFAST_RUNNER_BATCH_SIZE         records per invocation at most                (100)
     HOLDFAST_RUNNER_BATCH_WINDOW_MS    wait for more records before invoking         (0)
     HOLDFAST_RUNNER_MAX_RETRIES        retries of a failing batch before dropping it (3)
     HOLDFAST_RUNNER_SWEEPER            1 to run the sweeper loop too, 0 not to        (1)
-    HOLDFAST_RUNNER_STARTUP_WAIT_MS    wait this long for the table and its stream    (30000)
+    HOLDFAST_RUNNER_STARTUP_WAIT_MS    wait this long for the table and its changes   (30000)
 
 The router and the sweeper read their own settings (``lambdas.settings``) from the same
 environment, exactly as they would in Lambda.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from holdfast.core.exceptions import ConfigError
 from holdfast.runner.esm import EsmConfig
-from holdfast.runner.stream import StartPosition
+from holdfast.runner.shards import StartPosition
 from lambdas.settings import env_int
 
 __all__ = ["DEFAULT_HANDLER", "RunnerConfig"]

@@ -3,14 +3,14 @@
     HoldfastError (holdfast.core)
     └── RunnerError
         ├── PatternError     a filter pattern uses syntax the local matcher does not implement
-        └── StreamNotFound   the table has no enabled stream to read
+        └── ChangesNotFound  the table has no enabled DynamoDB Streams to read
 """
 
 from __future__ import annotations
 
 from holdfast.core.exceptions import HoldfastError
 
-__all__ = ["PatternError", "RunnerError", "StreamNotFound"]
+__all__ = ["ChangesNotFound", "PatternError", "RunnerError"]
 
 
 class RunnerError(HoldfastError):
@@ -21,5 +21,5 @@ class PatternError(RunnerError):
     """A filter pattern is invalid, or uses an operator the local matcher does not know."""
 
 
-class StreamNotFound(RunnerError):
-    """The table has no stream (or it is disabled); the message names the table."""
+class ChangesNotFound(RunnerError):
+    """The table has no DynamoDB Streams (or they are disabled); the message names the table."""

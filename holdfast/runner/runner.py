@@ -1,8 +1,8 @@
-"""The local runner: stream -> filter -> batch -> router handler, plus the sweeper loop.
+"""The local runner: change records -> filter -> batch -> router handler, plus the sweeper.
 
-One thread polls the stream (every ``poll_ms`` when idle, at once while records keep coming)
+One thread polls the table's shards (every ``poll_ms`` when idle, at once while records keep coming)
 and invokes the handler; a second thread runs the sweeper loop with no deadline. Both stop
-when ``stop`` is set (SIGTERM/SIGINT in ``__main__``). ``ready`` is set once the stream
+when ``stop`` is set (SIGTERM/SIGINT in ``__main__``). ``ready`` is set once the shards
 position is fixed, so a caller writing after it is sure to be seen (even from LATEST).
 """
 
@@ -22,9 +22,9 @@ from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.filters import FILTER_PATTERNS
 from holdfast.runner.config import DEFAULT_HANDLER, RunnerConfig
 from holdfast.runner.esm import Batcher, EsmStats, Handler, Invoker
-from holdfast.runner.exceptions import StreamNotFound
+from holdfast.runner.exceptions import ChangesNotFound
 from holdfast.runner.matcher import FilterSet
-from holdfast.runner.stream import StreamReader, stream_arn_of, to_lambda_record
+from holdfast.runner.shards import ShardReader, changes_arn_of, to_lambda_record
 from lambdas.settings import Settings
 from lambdas.sweeper.loop import SweepDeps, memory_for, run_sweeps, session_store_for
 
@@ -44,7 +44,7 @@ SUMMARY_EVERY_S = 60.0  # a progress line while records flow; silence while idle
 class RunnerStats:
     records_read: int = 0
     records_filtered_out: int = 0
-    stream_errors: int = 0
+    read_errors: int = 0
     esm: EsmStats = field(default_factory=EsmStats)
 
     def summary(self) -> str:
@@ -52,7 +52,7 @@ class RunnerStats:
         return (f"{self.records_read} records read, {self.records_filtered_out} filtered out, "
                 f"{e.invocations} invocations ({e.records_delivered} records delivered, "
                 f"{e.retries} retries, {e.function_errors} function errors, {e.dropped} "
-                f"dropped), {self.stream_errors} stream errors")
+                f"dropped), {self.read_errors} read errors")
 
 
 def load_handler(spec: str) -> Handler:
@@ -69,12 +69,12 @@ class Runner:
     """Plays the event source mapping and the sweeper schedule for one table."""
 
     def __init__(self, config: RunnerConfig, *, ddb: DynamoDBClient | None = None,
-                 streams: DynamoDBStreamsClient | None = None, sqs: SQSClient | None = None,
+                 changes: DynamoDBStreamsClient | None = None, sqs: SQSClient | None = None,
                  handler: Handler | None = None, stop: threading.Event | None = None) -> None:
         self.config = config
         self.ddb = ddb or dynamodb_client()
-        # The streams endpoint comes from AWS_ENDPOINT_URL_DYNAMODB_STREAMS, like any client.
-        self.streams = streams or _streams_client()
+        # Its endpoint comes from AWS_ENDPOINT_URL_DYNAMODB_STREAMS, like any client's.
+        self.changes = changes or _changes_client()
         self.sqs = sqs
         self.handler = handler or load_handler(config.handler)
         self.stop = stop or threading.Event()
@@ -85,10 +85,10 @@ class Runner:
 
     def run(self) -> RunnerStats:
         """Run until ``stop`` is set; returns the counts (also logged)."""
-        arn = self._wait_for_stream()
+        arn = self._wait_for_changes()
         if arn is None:
             return self.stats
-        reader = StreamReader(self.streams, arn, start=self.config.start,
+        reader = ShardReader(self.changes, arn, start=self.config.start,
                               refresh_s=self.config.refresh_ms / 1000)
         reader.refresh()
         reader.prime()
@@ -112,26 +112,27 @@ class Runner:
             log.info("runner stopped: %s", self.stats.summary())
         return self.stats
 
-    def _wait_for_stream(self) -> str | None:
-        """The stream ARN, waiting up to ``startup_wait_ms`` for the local AWS and the table."""
+    def _wait_for_changes(self) -> str | None:
+        """The table's DynamoDB Streams ARN, waiting up to ``startup_wait_ms`` for it."""
         deadline = time.monotonic() + self.config.startup_wait_ms / 1000
         logged = False
         while True:
             try:
-                return stream_arn_of(self.ddb, self.config.table)
-            except (StreamNotFound, BotoCoreError) as exc:
+                return changes_arn_of(self.ddb, self.config.table)
+            except (ChangesNotFound, BotoCoreError) as exc:
                 if time.monotonic() >= deadline:
-                    if isinstance(exc, StreamNotFound):
+                    if isinstance(exc, ChangesNotFound):
                         raise
-                    raise StreamNotFound(f"cannot reach DynamoDB for table "
+                    raise ChangesNotFound(f"cannot reach DynamoDB for table "
                                          f"{self.config.table!r}: {exc}") from None
                 if not logged:
-                    log.info("waiting for table %s and its stream: %s", self.config.table, exc)
+                    log.info("waiting for table %s and its DynamoDB Streams: %s",
+                             self.config.table, exc)
                     logged = True
             if self.stop.wait(0.5):
                 return None
 
-    def _loop(self, reader: StreamReader, batcher: Batcher, invoker: Invoker, arn: str) -> None:
+    def _loop(self, reader: ShardReader, batcher: Batcher, invoker: Invoker, arn: str) -> None:
         errors_in_row = 0
         next_summary, read_at_summary = time.monotonic() + SUMMARY_EVERY_S, 0
         while not self.stop.is_set():
@@ -144,9 +145,9 @@ class Runner:
                 polled = reader.poll()
             except (BotoCoreError, ClientError) as exc:
                 errors_in_row += 1
-                self.stats.stream_errors += 1
+                self.stats.read_errors += 1
                 wait = min(MAX_ERROR_WAIT_S, 0.1 * 2 ** min(errors_in_row, 10))
-                log.error("reading the stream failed (%d in a row, next try in %.1f s): %s",
+                log.error("reading the shards failed (%d in a row, next try in %.1f s): %s",
                           errors_in_row, wait, exc)
                 self.stop.wait(wait)
                 continue
@@ -185,5 +186,5 @@ class Runner:
         self._sweeper.start()
 
 
-def _streams_client() -> DynamoDBStreamsClient:
+def _changes_client() -> DynamoDBStreamsClient:
     return boto3.session.Session().client("dynamodbstreams", config=client_config())

@@ -1,8 +1,11 @@
-"""Read every shard of a DynamoDB stream in order, parents before children, as Lambda does.
+"""Read the lease table's change records (DynamoDB Streams) shard by shard, parents first.
+
+This is what Lambda's event source mapping does; in Holdfast a "stream" is always one held
+connection, so here the DynamoDB side is "changes", "shards" and "change records".
 
 Shards are listed with ``DescribeStream`` (all pages), again every ``refresh_s`` and at once
 when a shard ends. A shard is read only when its parent is fully read (or gone from the
-stream), so records of one item never overtake each other across a shard split. Shards present
+listing), so records of one item never overtake each other across a shard split. Shards present
 at start begin at ``start`` (TRIM_HORIZON or LATEST); shards found later begin at their start.
 An expired iterator resumes after the last sequence number read; trimmed data restarts at the
 trim horizon. ``poll()`` does one ``GetRecords`` per readable shard and never blocks.
@@ -20,36 +23,36 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
 
-from holdfast.runner.exceptions import StreamNotFound
+from holdfast.runner.exceptions import ChangesNotFound
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
-__all__ = ["ShardState", "StartPosition", "StreamReader", "stream_arn_of", "to_lambda_record"]
+__all__ = ["ShardReader", "ShardState", "StartPosition", "changes_arn_of", "to_lambda_record"]
 
 log = logging.getLogger(__name__)
 StartPosition = Literal["TRIM_HORIZON", "LATEST"]
 GET_RECORDS_LIMIT = 1000  # the API maximum
 
 
-def stream_arn_of(ddb: DynamoDBClient, table: str) -> str:
-    """The table's current stream ARN; ``StreamNotFound`` if streams are off."""
+def changes_arn_of(ddb: DynamoDBClient, table: str) -> str:
+    """The table's current DynamoDB Streams ARN; ``ChangesNotFound`` if they are off."""
     try:
         desc = ddb.describe_table(TableName=table)["Table"]
     except ClientError as exc:
-        raise StreamNotFound(f"cannot describe table {table!r}: {exc}") from None
+        raise ChangesNotFound(f"cannot describe table {table!r}: {exc}") from None
     arn = desc.get("LatestStreamArn")
     if not arn or not desc.get("StreamSpecification", {}).get("StreamEnabled", True):
-        raise StreamNotFound(f"table {table!r} has no enabled stream")
+        raise ChangesNotFound(f"table {table!r} has no enabled DynamoDB Streams")
     return arn
 
 
-def to_lambda_record(raw: dict[str, Any], stream_arn: str) -> dict[str, Any]:
+def to_lambda_record(raw: dict[str, Any], source_arn: str) -> dict[str, Any]:
     """A ``GetRecords`` record as Lambda delivers it: epoch-second times, base64 binaries."""
     rec = _jsonable(raw)
     assert isinstance(rec, dict)
-    rec["eventSourceARN"] = stream_arn
+    rec["eventSourceARN"] = source_arn
     return rec
 
 
@@ -76,14 +79,14 @@ class ShardState:
     listed: bool = True  # present in the latest DescribeStream
 
 
-class StreamReader:
-    """Follows one stream's shards; ``poll()`` returns ``[(shard_id, records)]``."""
+class ShardReader:
+    """Follows the shards of one table's changes; ``poll()`` returns ``[(shard_id, records)]``."""
 
-    def __init__(self, client: DynamoDBStreamsClient, stream_arn: str, *,
+    def __init__(self, client: DynamoDBStreamsClient, arn: str, *,
                  start: StartPosition = "TRIM_HORIZON", refresh_s: float = 1.0,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.client = client
-        self.stream_arn = stream_arn
+        self.arn = arn
         self.start = start
         self.refresh_s = refresh_s
         self.monotonic = monotonic
@@ -95,7 +98,7 @@ class StreamReader:
     def refresh(self) -> None:
         """List the shards (all pages); learn new ones, forget finished ones that are gone."""
         listed: dict[str, str | None] = {}
-        kwargs: dict[str, Any] = {"StreamArn": self.stream_arn}
+        kwargs: dict[str, Any] = {"StreamArn": self.arn}
         while True:
             desc = self.client.describe_stream(**kwargs)["StreamDescription"]
             for shard in desc.get("Shards", []):
@@ -108,7 +111,7 @@ class StreamReader:
             if shard_id not in self.shards:
                 start: StartPosition = self.start if self._first_listing else "TRIM_HORIZON"
                 self.shards[shard_id] = ShardState(shard_id, parent, start)
-                log.info("stream shard %s found (parent %s, starting at %s)",
+                log.info("shard %s found (parent %s, starting at %s)",
                          shard_id, parent or "none", start)
         for state in self.shards.values():
             state.listed = state.shard_id in listed
@@ -135,7 +138,7 @@ class StreamReader:
 
     # -- reading ---------------------------------------------------------------------------
     def poll(self) -> list[tuple[str, list[dict[str, Any]]]]:
-        """One GetRecords per readable shard; records in stream order per shard."""
+        """One GetRecords per readable shard; change records in order per shard."""
         if self.monotonic() >= self._next_refresh:
             self.refresh()
         out: list[tuple[str, list[dict[str, Any]]]] = []
@@ -144,12 +147,12 @@ class StreamReader:
             if records:
                 out.append((state.shard_id, records))
             if state.finished:
-                log.info("stream shard %s read to its end", state.shard_id)
+                log.info("shard %s read to its end", state.shard_id)
                 self._next_refresh = 0.0  # look for its children now
         return out
 
     def _iterator(self, state: ShardState) -> str | None:
-        kwargs: dict[str, Any] = {"StreamArn": self.stream_arn, "ShardId": state.shard_id}
+        kwargs: dict[str, Any] = {"StreamArn": self.arn, "ShardId": state.shard_id}
         if state.last_seq is not None:
             kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER",
                           SequenceNumber=state.last_seq)
@@ -187,7 +190,7 @@ class StreamReader:
                         state.shard_id)
             state.last_seq, state.start = None, "TRIM_HORIZON"
         elif code == "ResourceNotFoundException":
-            log.warning("shard %s is gone from the stream", state.shard_id)
+            log.warning("shard %s is gone from the table's changes", state.shard_id)
             state.finished = True
         else:
             raise exc

@@ -12,7 +12,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-__all__ = ["FakeStreams"]
+__all__ = ["FakeChangesApi"]
 
 
 @dataclass
@@ -24,7 +24,7 @@ class Shard:
     trimmed_before: int = 0
 
 
-class FakeStreams:
+class FakeChangesApi:
     def __init__(self) -> None:
         self.shards: dict[str, Shard] = {}
         self.seq = 0

@@ -180,11 +180,11 @@ def test_waits_for_the_table_to_appear(runner_env: dict[str, str], ddb: Any, sqs
 def test_missing_table_is_a_clear_error(runner_env: dict[str, str],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """With no such table (and no waiting), the runner fails naming the table."""
-    from holdfast.runner.exceptions import StreamNotFound
+    from holdfast.runner.exceptions import ChangesNotFound
     from holdfast.runner.runner import Runner
 
     monkeypatch.setenv("HOLDFAST_TABLE", "no-such-table")
-    with pytest.raises(StreamNotFound, match="no-such-table"):
+    with pytest.raises(ChangesNotFound, match="no-such-table"):
         Runner(config(sweeper=False, startup_wait_ms=0)).run()
 
 

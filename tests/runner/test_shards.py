@@ -1,4 +1,4 @@
-"""Reading DynamoDB streams: shard lineage (in-memory API) and DynamoDB Local itself."""
+"""Reading change records (DynamoDB Streams): shard lineage (in-memory API) and DynamoDB Local."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import pytest
 
 from holdfast.core.aws import client_config
 from holdfast.localaws import LocalAws
-from holdfast.runner.exceptions import StreamNotFound
-from holdfast.runner.stream import StreamReader, stream_arn_of, to_lambda_record
+from holdfast.runner.exceptions import ChangesNotFound
+from holdfast.runner.shards import ShardReader, changes_arn_of, to_lambda_record
 from tests.conftest import client_for
 from tests.lambdas.records import image
-from tests.runner.fake_streams import FakeStreams
+from tests.runner.fake_shards import FakeChangesApi
 
 
-def read_all(reader: StreamReader, rounds: int = 10) -> list[tuple[str, list[str]]]:
+def read_all(reader: ShardReader, rounds: int = 10) -> list[tuple[str, list[str]]]:
     out = []
     for _ in range(rounds):
         for shard_id, records in reader.poll():
@@ -27,12 +27,12 @@ def read_all(reader: StreamReader, rounds: int = 10) -> list[tuple[str, list[str
 
 def test_children_are_read_after_their_parent() -> None:
     """A child shard is not read until its parent is read to its end."""
-    api = FakeStreams()
+    api = FakeChangesApi()
     api.add_shard("p")
     parent_seqs = api.write("p", 3)
     api.add_shard("c", parent="p")
     child_seqs = api.write("c", 2)
-    reader = StreamReader(api, "arn", refresh_s=0)  # type: ignore[arg-type]
+    reader = ShardReader(api, "arn", refresh_s=0)  # type: ignore[arg-type]
     assert read_all(reader, 2) == [("p", parent_seqs)]
     assert "c" not in api.get_records_calls
     api.shards["p"].closed = True
@@ -41,10 +41,10 @@ def test_children_are_read_after_their_parent() -> None:
 
 def test_new_shards_are_found_and_read_from_their_start() -> None:
     """A shard appearing later is discovered and read from its first record, even from LATEST."""
-    api = FakeStreams()
+    api = FakeChangesApi()
     api.add_shard("s1")
     api.write("s1", 2)
-    reader = StreamReader(api, "arn", start="LATEST", refresh_s=0)  # type: ignore[arg-type]
+    reader = ShardReader(api, "arn", start="LATEST", refresh_s=0)  # type: ignore[arg-type]
     reader.refresh()
     reader.prime()
     assert read_all(reader, 1) == []
@@ -56,10 +56,10 @@ def test_new_shards_are_found_and_read_from_their_start() -> None:
 
 def test_expired_iterator_resumes_after_the_last_record() -> None:
     """An expired iterator is replaced without losing or repeating records."""
-    api = FakeStreams()
+    api = FakeChangesApi()
     api.add_shard("s")
     first = api.write("s", 2)
-    reader = StreamReader(api, "arn", refresh_s=60)  # type: ignore[arg-type]
+    reader = ShardReader(api, "arn", refresh_s=60)  # type: ignore[arg-type]
     assert read_all(reader, 1) == [("s", first)]
     second = api.write("s", 2)
     api.expire_next = True
@@ -68,10 +68,10 @@ def test_expired_iterator_resumes_after_the_last_record() -> None:
 
 def test_trimmed_shard_restarts_at_the_horizon() -> None:
     """If the position was trimmed away, reading restarts at the oldest record kept."""
-    api = FakeStreams()
+    api = FakeChangesApi()
     api.add_shard("s")
     api.write("s", 3)
-    reader = StreamReader(api, "arn", start="TRIM_HORIZON", refresh_s=60)  # type: ignore[arg-type]
+    reader = ShardReader(api, "arn", start="TRIM_HORIZON", refresh_s=60)  # type: ignore[arg-type]
     reader.refresh()
     reader.prime()
     api.shards["s"].trimmed_before = 2
@@ -80,10 +80,10 @@ def test_trimmed_shard_restarts_at_the_horizon() -> None:
 
 def test_finished_shards_are_forgotten_once_gone() -> None:
     """A finished shard that left DescribeStream is dropped from the reader's state."""
-    api = FakeStreams()
+    api = FakeChangesApi()
     api.add_shard("old")
     api.shards["old"].closed = True
-    reader = StreamReader(api, "arn", refresh_s=0)  # type: ignore[arg-type]
+    reader = ShardReader(api, "arn", refresh_s=0)  # type: ignore[arg-type]
     read_all(reader, 2)
     del api.shards["old"]
     api.add_shard("new", parent="old")
@@ -106,7 +106,7 @@ def test_dynamodb_local_records_in_order(ddb_local: LocalAws, streams: Any,
     """From LATEST, a put, update and delete come back as INSERT, MODIFY, REMOVE in order."""
     ddb = client_for(ddb_local, "dynamodb")
     table = ddb_local.table
-    reader = StreamReader(streams, stream_arn_of(ddb, table), start="LATEST")
+    reader = ShardReader(streams, changes_arn_of(ddb, table), start="LATEST")
     reader.refresh()
     reader.prime()
     item = image(unique_id, expires=0)
@@ -122,8 +122,8 @@ def test_dynamodb_local_records_in_order(ddb_local: LocalAws, streams: Any,
             mine += [r for r in records if r["dynamodb"]["Keys"]["Pk"] == item["Pk"]]
         time.sleep(0.02)
     assert [r["eventName"] for r in mine] == ["INSERT", "MODIFY", "REMOVE"]
-    lam = to_lambda_record(mine[1], reader.stream_arn)
-    assert lam["eventSourceARN"] == reader.stream_arn
+    lam = to_lambda_record(mine[1], reader.arn)
+    assert lam["eventSourceARN"] == reader.arn
     assert isinstance(lam["dynamodb"]["ApproximateCreationDateTime"], float)
     assert lam["dynamodb"]["OldImage"] == item
     assert lam["dynamodb"]["NewImage"]["lease_owner"] == {"S": "w1"}
@@ -141,7 +141,7 @@ def test_table_without_stream_is_a_clear_error(ddb_local: LocalAws, unique_id: s
     ddb.create_table(TableName=unique_id, BillingMode="PAY_PER_REQUEST",
                      AttributeDefinitions=[{"AttributeName": "Pk", "AttributeType": "S"}],
                      KeySchema=[{"AttributeName": "Pk", "KeyType": "HASH"}])
-    with pytest.raises(StreamNotFound, match=unique_id):
-        stream_arn_of(ddb, unique_id)
-    with pytest.raises(StreamNotFound, match="no-such"):
-        stream_arn_of(ddb, "no-such-table")
+    with pytest.raises(ChangesNotFound, match=unique_id):
+        changes_arn_of(ddb, unique_id)
+    with pytest.raises(ChangesNotFound, match="no-such"):
+        changes_arn_of(ddb, "no-such-table")
