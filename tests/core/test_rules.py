@@ -108,3 +108,10 @@ def test_no_margin_is_unsafe_at_the_worst_offsets() -> None:
     t = LeaseTiming(lease_ms=20_000, heartbeat_ms=5_000, skew_ms=1_000, margin_ms=0)
     expires = 50_000 - 1_000 + t.lease_ms
     assert rules.fence_deadline_mono_ms(50_000, t) >= expires + t.skew_ms - 1_000
+
+
+@given(st.integers(0, 2**40), st.integers(0, 60_000), st.integers(-100_000, 100_000))
+def test_claimable_at_is_where_expiry_ends(expires: int, skew: int, offset: int) -> None:
+    """A lease is expired for a challenger exactly from ``claimable_at_ms`` on."""
+    now = rules.claimable_at_ms(expires, skew) + offset
+    assert rules.is_expired(expires, now, skew) == (offset >= 0)
