@@ -40,6 +40,13 @@ def _add_up(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=10.0, help="upstream msgs/s per stream")
     p.add_argument("--backend", choices=["auto", "dynamodb-local", "moto"], default="auto")
     p.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
+    p.add_argument("--handler", metavar="MODULE:FUNCTION",
+                   help="your async handler (importable from the current directory or the "
+                        "active environment); the recorder wraps it")
+    p.add_argument("--url", metavar="TEMPLATE",
+                   help="your upstream for the streams, {id} replaced by the stream id "
+                        "(e.g. ws://127.0.0.1:9000/feed/{id}); the demo upstream is not "
+                        "started")
 
 
 def _install_signals(stop: threading.Event) -> None:
@@ -154,11 +161,16 @@ class _Run:
 def _drive(run: _Run, args: argparse.Namespace) -> None:
     """Upstream, workers, streams; then the scenario, or watch until Ctrl-C/SIGTERM."""
     fleet, console = run.fleet, run.console
-    base = fleet.start_upstream()
-    console.print(f"demo upstream {base} ({args.rate:g} msgs/s per stream)")
+    if args.url:
+        base = args.url
+        console.print(f"streams use your upstream: {base}")
+    else:
+        base = fleet.start_upstream()
+        console.print(f"demo upstream {base} ({args.rate:g} msgs/s per stream)")
     for i in range(1, args.workers + 1):
         fleet.start_worker(f"w{i}")
-    console.print(f"{args.workers} workers; logs {fleet.run_dir}/worker-*.log")
+    console.print(f"{args.workers} workers (handler {fleet.handler or 'the recorder alone'})"
+                  f"; logs {fleet.run_dir}/worker-*.log")
     run.view = make_view(console, console.is_terminal and not args.plain)
     run.session = session = Session(fleet, run.view, run.stop,
                                     title=f"holdfast up ({fleet.run_dir})")
@@ -186,16 +198,26 @@ def _run_up(args: argparse.Namespace) -> int:
     if args.scenario and args.workers < 1:
         print("holdfast up: a scenario needs at least one worker", file=sys.stderr)
         return 2
+    if args.url and not args.url.startswith(("ws://", "wss://")):
+        print("holdfast up: --url must be a ws:// or wss:// URL template", file=sys.stderr)
+        return 2
+    # The user's package: importable from where they run `holdfast up` (as `python -m` would).
+    fleet = Fleet(args.run_dir or Path(tempfile.mkdtemp(prefix="holdfast-up-")),
+                  FleetTiming(rate=args.rate), backend=args.backend, handler=args.handler,
+                  pythonpath=[Path.cwd()] if args.handler else [])
+    why = fleet.check_handler()
+    if why:
+        print(f"holdfast up: --handler {args.handler}: {why}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     _install_signals(stop)
-    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="holdfast-up-"))
+    run_dir = fleet.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     console = Console(highlight=False)
     if not console.is_terminal:  # CI logs and pipes: wide enough for the summary table
         console = Console(highlight=False, width=120)
     console.print(f"run directory (logs, results): {run_dir}")
-    run = _Run(console, Fleet(run_dir, FleetTiming(rate=args.rate), backend=args.backend),
-               stop, bool(args.scenario))
+    run = _Run(console, fleet, stop, bool(args.scenario))
     rc = 0
     try:
         _start_base(console, run.fleet, args)

@@ -13,13 +13,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from holdfast.fleet.recorder import RECORD_DIR_ENV
+from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORD_WRAPS_ENV, RECORDER_SPEC
 from holdfast.localaws import LocalAws
-from holdfast.localaws.processes import free_port, wait_for_port
+from holdfast.localaws.processes import _die_with_parent, free_port, wait_for_port
 
 __all__ = ["REPO_ROOT", "Fleet", "FleetTiming", "Proc"]
 
@@ -90,6 +91,7 @@ class Proc:
     expected_exit: bool = False
     reported: bool = False
     termed: bool = False  # a second SIGTERM makes a worker exit at once: send only one
+    die_with_parent: bool = False  # Linux: SIGTERMed if the parent dies, even by SIGKILL
     started_at: float = field(default_factory=time.monotonic)
     _log: IO[bytes] | None = None
 
@@ -98,7 +100,10 @@ class Proc:
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=self.env, cwd=REPO_ROOT,
-                                     start_new_session=True)
+                                     start_new_session=True,
+                                     # Only a prctl call runs between fork and exec.
+                                     preexec_fn=_die_with_parent  # noqa: PLW1509
+                                     if self.die_with_parent else None)
         self.started_at = time.monotonic()
         return self
 
@@ -150,10 +155,19 @@ class FleetError(RuntimeError):
 class Fleet:
     """Owns every process of one ``holdfast up`` run; ``close()`` stops them in order."""
 
-    def __init__(self, run_dir: Path, timing: FleetTiming, *, backend: str = "auto") -> None:
+    def __init__(self, run_dir: Path, timing: FleetTiming, *, backend: str = "auto",
+                 handler: str | None = None, pythonpath: Sequence[Path] = (),
+                 worker_env: Mapping[str, str] | None = None,
+                 die_with_parent: bool = False) -> None:
         self.run_dir = run_dir
         self.timing = timing
         self.backend = backend
+        # The user's handler (``package.module:function``), wrapped by the recorder; None: the
+        # recorder alone. ``pythonpath``: where children import it from (after our own code).
+        self.handler = handler
+        self.pythonpath = [Path(p).resolve() for p in pythonpath]
+        self.worker_env = dict(worker_env or {})
+        self.die_with_parent = die_with_parent
         self.aws: LocalAws | None = None
         self.runner: Proc | None = None
         self.upstream: Proc | None = None
@@ -166,7 +180,8 @@ class Fleet:
     def _child_env(self, extra: dict[str, str]) -> dict[str, str]:
         env = {**os.environ, **self.env, **extra}
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+            p for p in (str(REPO_ROOT), *map(str, self.pythonpath),
+                        os.environ.get("PYTHONPATH", "")) if p)
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
@@ -176,28 +191,53 @@ class Fleet:
         self.aws.start()
         self.env = {**self.aws.env(), **self.timing.runner_env(), **self.timing.worker_env()}
 
+    def check_handler(self) -> str | None:
+        """Why ``handler`` cannot be loaded in a worker (None: it can), tried in a child with
+        the workers' import path and the worker's own loader, before anything starts."""
+        if not self.handler:
+            return None
+        code = ("import sys\nfrom worker.handler import load_handler\n"
+                "try:\n    load_handler(sys.argv[1])\n"
+                "except Exception as exc:\n    print(exc)\n    sys.exit(1)\n")
+        env = self._child_env(self.worker_env)
+        proc = subprocess.run([sys.executable, "-c", code, self.handler], env=env,
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                              check=False)
+        if proc.returncode == 0:
+            return None
+        why = (proc.stdout.strip() or proc.stderr.strip()[-2000:]).splitlines()[-1:] or ["?"]
+        where = ", ".join(str(p) for p in self.pythonpath) or "-"
+        return (f"{why[0]} (searched: {where}, then the environment of {sys.executable}; "
+                f"run from the directory that holds the package, or install it there)")
+
     def start_runner(self) -> None:
-        self.runner = Proc("runner", [sys.executable, "-m", "holdfast.runner"],
-                           self.run_dir / "runner.log", self._child_env({})).start()
+        self.runner = self._proc("runner", [sys.executable, "-m", "holdfast.runner"],
+                                 self.run_dir / "runner.log", {}).start()
+
+    def _proc(self, name: str, argv: list[str], log_path: Path, extra: dict[str, str]) -> Proc:
+        return Proc(name, argv, log_path, self._child_env(extra),
+                    die_with_parent=self.die_with_parent)
 
     def start_upstream(self) -> str:
         self.upstream_port = free_port()
-        self.upstream = Proc("upstream", [
+        self.upstream = self._proc("upstream", [
             sys.executable, "-m", "holdfast.cli.main", "upstream", "--port",
             str(self.upstream_port), "--rate", f"{self.timing.rate:g}",
-            "--conn-log", str(self.conn_log)], self.run_dir / "upstream.log",
-            self._child_env({})).start()
+            "--conn-log", str(self.conn_log)], self.run_dir / "upstream.log", {}).start()
         if not wait_for_port(self.upstream_port, 20, self.upstream.proc):
             raise FleetError(f"the demo upstream did not start; see {self.upstream.log_path}:\n"
                              f"{self.upstream.tail()}")
         return f"ws://127.0.0.1:{self.upstream_port}"
 
     def start_worker(self, worker_id: str) -> Proc:
-        proc = Proc(worker_id, [sys.executable, "-m", "worker"],
-                    self.run_dir / f"worker-{worker_id}.log", self._child_env({
-                        "HOLDFAST_WORKER_ID": worker_id,
-                        "HOLDFAST_HANDLER": "holdfast.fleet.recorder:handle",
-                        RECORD_DIR_ENV: str(self.record_dir)})).start()
+        # The recorder always runs, wrapping the user's handler if there is one: the missed-seq
+        # check sees every message the user's code saw.
+        proc = self._proc(worker_id, [sys.executable, "-m", "worker"],
+                          self.run_dir / f"worker-{worker_id}.log", {
+                              **self.worker_env, "HOLDFAST_WORKER_ID": worker_id,
+                              "HOLDFAST_HANDLER": RECORDER_SPEC,
+                              RECORD_WRAPS_ENV: self.handler or "",
+                              RECORD_DIR_ENV: str(self.record_dir)}).start()
         self.workers[worker_id] = proc
         return proc
 

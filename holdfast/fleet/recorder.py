@@ -3,6 +3,11 @@
 ``HOLDFAST_HANDLER=holdfast.fleet.recorder:handle`` with ``HOLDFAST_RECORD_DIR=<dir>``: each
 worker appends ``conn_id seq worker_id wall_ms`` lines to ``<dir>/<worker_id>.seqs``.
 
+With ``HOLDFAST_RECORD_WRAPS=package.module:function`` it wraps that (the user's) handler
+instead of replacing it: each message is first awaited by the wrapped handler, then recorded.
+A message the wrapped handler raised on is recorded all the same (the worker moves past it,
+checkpoints included: it was delivered) and the exception is re-raised for the worker to count.
+
 Each line is one ``os.write`` on an ``O_APPEND`` descriptor, not a buffered file: the worker
 checkpoints a seq once this call returns, so the line must reach the kernel before that, or a
 SIGKILLed worker would lose lines for seqs it had checkpointed (a false "missed seq").
@@ -13,15 +18,20 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-__all__ = ["RECORD_DIR_ENV", "Handled", "handle", "read_records"]
+__all__ = ["RECORDER_SPEC", "RECORD_DIR_ENV", "RECORD_WRAPS_ENV", "Handled", "handle",
+           "read_records"]
 
+RECORDER_SPEC = "holdfast.fleet.recorder:handle"
 RECORD_DIR_ENV = "HOLDFAST_RECORD_DIR"
+RECORD_WRAPS_ENV = "HOLDFAST_RECORD_WRAPS"
 _fds: dict[str, int] = {}  # worker id -> descriptor (one per process in practice)
+# The wrapped handler, loaded on first use (spec -> callable); None: nothing to wrap.
+_wrapped: dict[str, Callable[[Any], Awaitable[object]] | None] = {}
 
 
 class _Message(Protocol):
@@ -54,8 +64,31 @@ def _open(worker_id: str) -> int:
     return fd
 
 
+def _inner() -> Callable[[Any], Awaitable[object]] | None:
+    spec = os.environ.get(RECORD_WRAPS_ENV, "")
+    if spec not in _wrapped:
+        if not spec or spec == RECORDER_SPEC:
+            _wrapped[spec] = None
+        else:  # the worker's own loader: the same import rules and errors as HOLDFAST_HANDLER
+            from worker.handler import load_handler
+            _wrapped[spec] = load_handler(spec)
+    return _wrapped[spec]
+
+
 async def handle(message: _Message) -> None:
-    """Record (conn_id, seq, worker, time); messages without a seq are not sequenced: skipped."""
+    """Await the wrapped handler (if any), then record (conn_id, seq, worker, time); messages
+    without a seq are not sequenced: not recorded."""
+    inner = _inner()
+    if inner is None:
+        _record(message)
+        return
+    try:
+        await inner(message)
+    finally:
+        _record(message)
+
+
+def _record(message: _Message) -> None:
     if message.seq is None:
         return
     line = f"{message.conn_id} {message.seq} {message.worker_id} {time.time_ns() // 10**6}\n"
@@ -74,3 +107,9 @@ def _parse(lines: Iterable[str]) -> Iterator[Handled]:
         if len(parts) != 4 or not parts[1].isdigit() or not parts[3].isdigit():
             continue
         yield Handled(parts[0], int(parts[1]), parts[2], int(parts[3]))
+
+
+if os.environ.get(RECORD_WRAPS_ENV):
+    # Inside a worker: load the wrapped handler now, so a bad spec fails the worker's start-up
+    # (as a bad HOLDFAST_HANDLER does) instead of every message.
+    _inner()

@@ -108,7 +108,10 @@ class Session:
                 # spread over the workers instead of one receive taking a batch of ten.
                 self.sleep(spread_s)
             # Exactly what a user does: insert a STARTED item with the seed attributes.
-            create_stream(self.ddb, self.table, conn_id, f"{base_url}/s/{conn_id}")
+            # ``base_url``: the demo upstream's base, or a user's template with ``{id}``.
+            url = (base_url.replace("{id}", conn_id) if "{id}" in base_url
+                   else f"{base_url}/s/{conn_id}")
+            create_stream(self.ddb, self.table, conn_id, url)
         return ids
 
     def tick(self) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from holdfast.fleet import recorder
+from worker.exceptions import HandlerLoadError
 from worker.handler import Message, load_handler
 
 
@@ -26,3 +27,38 @@ def test_records_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     got = [(r.conn_id, r.seq, r.worker_id) for r in recorder.read_records(tmp_path)]
     assert got == [("c1", 0, "w/1"), ("c1", 1, "w/1"), ("c1", 2, "w/1")]
     assert (tmp_path / "w_1.seqs").is_file()
+
+
+_calls: list[tuple[str, int | None]] = []
+
+
+async def _inner(message: Message) -> None:
+    _calls.append(("inner", message.seq))
+    if message.seq == 2:
+        raise ValueError("boom")
+
+
+def test_wraps_the_users_handler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With HOLDFAST_RECORD_WRAPS the user's handler runs first; a raise is recorded, re-raised."""
+    monkeypatch.setenv(recorder.RECORD_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(recorder.RECORD_WRAPS_ENV, f"{__name__}:_inner")
+    monkeypatch.setattr(recorder, "_fds", {})
+    monkeypatch.setattr(recorder, "_wrapped", {})
+    _calls.clear()
+
+    async def feed() -> None:
+        await recorder.handle(Message("c1", 1, "{}", "w1"))
+        with pytest.raises(ValueError, match="boom"):
+            await recorder.handle(Message("c1", 2, "{}", "w1"))
+
+    asyncio.run(feed())
+    assert _calls == [("inner", 1), ("inner", 2)]
+    assert [r.seq for r in recorder.read_records(tmp_path)] == [1, 2]
+
+
+def test_unloadable_wrapped_handler_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrapped spec that cannot be imported raises the worker's HandlerLoadError."""
+    monkeypatch.setenv(recorder.RECORD_WRAPS_ENV, "nosuchpkg.x:y")
+    monkeypatch.setattr(recorder, "_wrapped", {})
+    with pytest.raises(HandlerLoadError, match="nosuchpkg"):
+        recorder._inner()

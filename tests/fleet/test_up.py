@@ -83,9 +83,11 @@ def test_env_file_mode_serves_a_worker_we_bring(tmp_path: Path) -> None:
 
 
 def test_failover_scenario_passes(tmp_path: Path) -> None:
-    """The failover scenario exits 0 with a summary table, a PASS line and a PNG timeline."""
+    """With a user handler: exit 0, summary, PASS, PNG, and the handler saw every message."""
     run_dir = tmp_path / "run"
+    # With a user's handler: the recorder wraps it, and the verdict is the same.
     proc = subprocess.run(_cmd("--scenario", "failover", "--workers", "3", "--streams", "6",
+                               "--handler", "tests.fleet.user_handler:handle",
                                "--run-dir", str(run_dir)), check=False, cwd=REPO_ROOT,
                           capture_output=True, timeout=120 * TIMEOUT_SCALE,
                           stdin=subprocess.DEVNULL)
@@ -96,3 +98,7 @@ def test_failover_scenario_passes(tmp_path: Path) -> None:
     png = run_dir / "timeline.png"
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
     assert (run_dir / "summary.json").is_file()
+    user_seen = (run_dir / "user-handler.log").read_text().splitlines()
+    recorded = [line.split()[:2] for f in (run_dir / "handled").glob("*.seqs")
+                for line in f.read_text().splitlines()]
+    assert user_seen and len(user_seen) == len(recorded)

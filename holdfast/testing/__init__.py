@@ -1,0 +1,11 @@
+"""Test your own handler on the local fleet: the ``holdfast_fleet`` pytest fixture.
+
+Installed with Holdfast as a pytest plugin (entry point ``pytest11``); see
+``holdfast.testing.plugin`` for its settings and ``LocalFleet`` for what a test can do.
+"""
+
+from __future__ import annotations
+
+from holdfast.testing.harness import FAST_TIMING, FleetOptions, LocalFleet, Setup
+
+__all__ = ["FAST_TIMING", "FleetOptions", "LocalFleet", "Setup"]

@@ -1,0 +1,285 @@
+"""``LocalFleet``: the local fleet of ``holdfast up`` (``holdfast.fleet.procs.Fleet``), driven
+from a test: local AWS, the router runner, the demo upstream and N real ``python -m worker``
+processes running the user's handler wrapped by the recorder.
+
+Every child runs in a process group of its own and, on Linux, dies with the test process even
+if that is SIGKILLed; ``close()`` (also run at exit) stops them all, workers first.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import signal
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from holdfast.core.aws import client_config
+from holdfast.core.model import LeaseItem
+from holdfast.core.schema import STOPPED
+from holdfast.core.table import create_stream, set_desired_state
+from holdfast.fleet.procs import Fleet, FleetError, FleetTiming, Proc
+from holdfast.fleet.recorder import Handled, read_records
+from holdfast.fleet.report import SeqCheck, check_seqs
+from holdfast.fleet.scenario import open_connections
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+__all__ = ["FAST_TIMING", "FleetOptions", "LocalFleet", "Setup"]
+
+# Short timings so that a SIGKILL failover takes ~4 s: session TTL 3 s, skew 300 ms, sweep
+# every 500 ms; checkpoints every 0.5 s keep the replay after a crash short.
+FAST_TIMING = FleetTiming(lease_s=3.0, heartbeat_s=0.5, checkpoint_s=0.5, skew_ms=300,
+                          margin_ms=300, sweep_interval_ms=500, rate=20.0, shutdown_s=6.0)
+
+# Called once the local AWS is up, before any worker starts, with the fleet's environment
+# (endpoints, credentials, table names); returns extra environment for the workers (or None).
+Setup = Callable[[Mapping[str, str]], Mapping[str, str] | None]
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """What to start. Equal options share one fleet (``holdfast_fleet`` reuses it)."""
+
+    handler: str | None = None  # "package.module:function"; None: the recorder alone
+    workers: int = 2
+    timing: FleetTiming = FAST_TIMING
+    pythonpath: tuple[Path, ...] = ()  # where the workers import the handler from
+    worker_env: Mapping[str, str] = field(default_factory=dict)
+    setup: Setup | None = None
+    backend: str = "auto"  # "dynamodb-local" (needs Java), "moto", or auto
+
+
+def _wait(pred: Callable[[], object], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.1)
+
+
+class LocalFleet:
+    """One running local fleet; ``timeout_scale`` stretches every wait (slow CI)."""
+
+    def __init__(self, options: FleetOptions, run_dir: Path | None = None, *,
+                 timeout_scale: float = 1.0) -> None:
+        self.options = options
+        self.scale = timeout_scale
+        self.run_dir = run_dir or Path(tempfile.mkdtemp(prefix="holdfast-fleet-"))
+        self.fleet = Fleet(self.run_dir, options.timing, backend=options.backend,
+                           handler=options.handler, pythonpath=options.pythonpath,
+                           worker_env=options.worker_env, die_with_parent=True)
+        self.base_url = ""
+        self.crashes: list[str] = []
+        self.started: list[str] = []  # streams start_stream inserted, in order
+        self._ddb: DynamoDBClient | None = None
+        self._next = 1
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> LocalFleet:
+        """Check the handler loads, then local AWS, setup hook, runner, upstream, workers."""
+        why = self.fleet.check_handler()
+        if why:
+            raise FleetError(f"handler {self.options.handler}: {why}")
+        atexit.register(self.close)
+        try:
+            self.fleet.start_aws()
+            if self.options.setup is not None:
+                self.fleet.worker_env.update(self.options.setup(dict(self.fleet.env)) or {})
+            self.fleet.start_runner()
+            self.base_url = self.fleet.start_upstream()
+            for _ in range(self.options.workers):
+                self.start_worker(wait=False)
+            self.wait_workers_ready()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Stop every child, workers first (gracefully); safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.close)
+        self.fleet.close()
+
+    def __enter__(self) -> LocalFleet:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- what a test reads -----------------------------------------------------------------
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment a client of this fleet needs (endpoints, credentials, tables)."""
+        return dict(self.fleet.env)
+
+    @property
+    def table(self) -> str:
+        return self.fleet.env["HOLDFAST_TABLE"]
+
+    @property
+    def ddb(self) -> DynamoDBClient:
+        """A DynamoDB client on the fleet's local DynamoDB."""
+        if self._ddb is None:
+            import boto3
+            env = self.fleet.env
+            self._ddb = boto3.session.Session(
+                aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                region_name=env["AWS_DEFAULT_REGION"]).client(
+                "dynamodb", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB"],
+                config=client_config(read_timeout=5, max_attempts=3))
+        return self._ddb
+
+    def url(self, stream_id: str, kind: str = "s") -> str:
+        """The demo upstream's URL for ``stream_id``; ``kind``: s, garbage, huge, drop, reject."""
+        return f"{self.base_url}/{kind}/{stream_id}"
+
+    def item(self, conn_id: str) -> LeaseItem | None:
+        raw = self.ddb.get_item(TableName=self.table, Key={"Pk": {"S": f"CONN#{conn_id}"}},
+                                ConsistentRead=True).get("Item")
+        return LeaseItem.from_ddb(raw) if raw else None
+
+    def owner(self, conn_id: str) -> str | None:
+        """The worker id holding ``conn_id`` now (None: nobody)."""
+        item = self.item(conn_id)
+        return item.lease_owner.partition("#")[0] if item and item.lease_owner else None
+
+    def handled(self, conn_id: str | None = None) -> list[Handled]:
+        """Every recorded handler call (of ``conn_id`` only, if given), in file order."""
+        return [h for h in read_records(self.fleet.record_dir)
+                if conn_id is None or h.conn_id == conn_id]
+
+    def upstream_connections(self) -> dict[str, int]:
+        """Stream id -> connections the demo upstream holds open now."""
+        return open_connections(self.fleet.conn_log)
+
+    def live_workers(self) -> list[str]:
+        return [w for w, p in self.fleet.workers.items() if p.alive() and not p.expected_exit]
+
+    # -- what a test does ------------------------------------------------------------------
+    def new_id(self, prefix: str = "s") -> str:
+        return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+    def start_stream(self, conn_id: str | None = None, url: str | None = None) -> str:
+        """Insert a STARTED stream (the demo upstream's ``/s/<id>`` unless ``url``)."""
+        conn_id = conn_id or self.new_id()
+        if not create_stream(self.ddb, self.table, conn_id, url or self.url(conn_id)):
+            raise AssertionError(f"stream {conn_id} already exists")
+        self.started.append(conn_id)
+        return conn_id
+
+    def stop_stream(self, conn_id: str, *, wait: bool = True, timeout_s: float = 15) -> None:
+        """Set STOPPED; with ``wait``, until its lease is released."""
+        set_desired_state(self.ddb, self.table, conn_id, STOPPED)
+        if wait:
+            _wait(lambda: self.owner(conn_id) is None, timeout_s * self.scale,
+                  f"{conn_id} to be released")
+
+    def wait_owned(self, conn_id: str, *, not_by: str | None = None,
+                   timeout_s: float = 20) -> str:
+        """Until a worker (other than ``not_by``) holds ``conn_id``; its id."""
+        got: list[str] = []
+
+        def held() -> bool:
+            owner = self.owner(conn_id)
+            if owner and owner != not_by:
+                got.append(owner)
+            return bool(got)
+
+        _wait(held, timeout_s * self.scale, f"{conn_id} to be owned"
+              + (f" by a worker other than {not_by}" if not_by else ""))
+        return got[0]
+
+    def wait_handled(self, conn_id: str, count: int = 1, *, after: int = 0,
+                     timeout_s: float = 20) -> list[Handled]:
+        """Until ``count`` more messages of ``conn_id`` than ``after`` were handled."""
+        _wait(lambda: len(self.handled(conn_id)) >= after + count, timeout_s * self.scale,
+              f"{count} messages of {conn_id} handled")
+        return self.handled(conn_id)
+
+    def start_worker(self, *, wait: bool = True) -> str:
+        while f"w{self._next}" in self.fleet.workers:
+            self._next += 1
+        wid = f"w{self._next}"
+        self.fleet.start_worker(wid)
+        if wait:
+            self.wait_workers_ready()
+        return wid
+
+    def kill_worker(self, worker_id: str, *, hard: bool = False,
+                    timeout_s: float | None = None) -> int | None:
+        """SIGKILL (``hard``) or SIGTERM one worker and wait until it exited; its exit code."""
+        proc = self.fleet.workers[worker_id]
+        proc.expected_exit = True
+        proc.signal(signal.SIGKILL if hard else signal.SIGTERM)
+        budget = timeout_s or (self.options.timing.shutdown_s + 5) * self.scale
+        _wait(lambda: not proc.alive(), budget, f"worker {worker_id} to exit")
+        return proc.stop(0)
+
+    def ensure_workers(self, count: int | None = None) -> None:
+        """Start workers until ``count`` (default: the options') are running; a worker that
+        exited on its own is recorded in ``crashes`` first."""
+        self.collect_crashes()
+        missing = (self.options.workers if count is None else count) - len(self.live_workers())
+        for _ in range(missing):
+            self.start_worker(wait=False)
+        if missing > 0:
+            self.wait_workers_ready()
+
+    def collect_crashes(self) -> list[str]:
+        """Add children that exited on their own since the last call to ``crashes``."""
+        self.crashes += [_crash_line(proc) for proc in self.fleet.crashed()]
+        return self.crashes
+
+    def wait_workers_ready(self, timeout_s: float = 30) -> None:
+        """Until every live worker logged "worker started"; FleetError if one died."""
+        def ready() -> bool:
+            for proc in self.fleet.crashed():
+                raise FleetError(_crash_line(proc))
+            return all(_started(p) for p in self.fleet.workers.values() if p.alive())
+        _wait(ready, timeout_s * self.scale, "the workers to start")
+
+    # -- verdicts ----------------------------------------------------------------------------
+    def check(self, conn_ids: Iterable[str]) -> dict[str, SeqCheck]:
+        """Per stream: handled seqs against its checkpoint (``last_seq``) in the table."""
+        ids = list(conn_ids)
+        # The table first: a checkpoint only ever covers seqs already recorded.
+        checkpoints = {c: (i.last_seq if (i := self.item(c)) else None) for c in ids}
+        records = [h for h in read_records(self.fleet.record_dir) if h.conn_id in checkpoints]
+        return check_seqs(records, checkpoints)
+
+    def assert_no_loss(self, conn_ids: Iterable[str]) -> dict[str, SeqCheck]:
+        """Every seq from the first handled one to the checkpoint was handled; no crash."""
+        checks = self.check(conn_ids)
+        problems = [f"{c}: missed {s.missing[:10]}" for c, s in checks.items() if s.missing]
+        problems += [f"{c}: nothing handled" for c, s in checks.items() if not s.handled]
+        self.collect_crashes()
+        problems += self.crashes
+        assert not problems, "; ".join(problems)
+        return checks
+
+
+def _started(proc: Proc) -> bool:
+    try:
+        return b'"worker started"' in proc.log_path.read_bytes()
+    except OSError:
+        return False
+
+
+def _crash_line(proc: Proc) -> str:
+    return (f"{proc.name} exited on its own with code {proc.returncode()} (log "
+            f"{proc.log_path}):\n{proc.tail()}")

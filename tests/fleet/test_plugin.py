@@ -1,0 +1,122 @@
+"""The ``holdfast_fleet`` fixture (the pytest11 plugin) on a real local fleet."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from holdfast.fleet.procs import REPO_ROOT, Fleet, FleetTiming
+from holdfast.testing import LocalFleet
+from tests.conftest import TIMEOUT_SCALE
+
+pytestmark = pytest.mark.slow
+
+
+def _user_seen(fleet: LocalFleet, conn_id: str) -> set[int]:
+    path = fleet.run_dir / "user-handler.log"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return {int(s) for c, _, s in (line.partition(" ") for line in lines) if c == conn_id}
+
+
+def test_user_handler_is_wrapped_and_stop_releases(holdfast_fleet: LocalFleet) -> None:
+    """The user's handler sees every recorded message; stopping releases and disconnects."""
+    conn = holdfast_fleet.start_stream()
+    holdfast_fleet.wait_owned(conn)
+    handled = holdfast_fleet.wait_handled(conn, 10)
+    assert {h.seq for h in handled} <= _user_seen(holdfast_fleet, conn)
+    holdfast_fleet.stop_stream(conn)
+    deadline = time.monotonic() + 10 * TIMEOUT_SCALE
+    while holdfast_fleet.upstream_connections().get(conn) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not holdfast_fleet.upstream_connections().get(conn)
+    holdfast_fleet.assert_no_loss([conn])
+
+
+@pytest.mark.parametrize("hard", [True, False], ids=["sigkill", "sigterm"])
+def test_failover_loses_nothing(holdfast_fleet: LocalFleet, hard: bool) -> None:
+    """Killing the holder (hard or gracefully) moves the stream with no seq missed."""
+    conns = [holdfast_fleet.start_stream() for _ in range(3)]
+    owners = {c: holdfast_fleet.wait_owned(c) for c in conns}
+    victim = owners[conns[0]]
+    before = len(holdfast_fleet.handled(conns[0]))
+    holdfast_fleet.wait_handled(conns[0], 5, after=before)
+    code = holdfast_fleet.kill_worker(victim, hard=hard)
+    assert code == (-9 if hard else 0)
+    for c in conns:
+        if owners[c] == victim:
+            holdfast_fleet.wait_owned(c, not_by=victim)
+    after = len(holdfast_fleet.handled(conns[0]))
+    holdfast_fleet.wait_handled(conns[0], 10, after=after)
+    checks = holdfast_fleet.assert_no_loss(conns)
+    assert all(s.handled for s in checks.values())
+    assert victim not in holdfast_fleet.live_workers()
+
+
+def test_next_test_gets_its_workers_back(holdfast_fleet: LocalFleet) -> None:
+    """After a test killed a worker, the next one starts with the configured count again."""
+    assert len(holdfast_fleet.live_workers()) == 2
+
+
+def test_bad_handler_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    """A handler that is missing or not async is named in the error before anything starts."""
+    fleet = Fleet(tmp_path, FleetTiming(), handler="nosuchpkg.mod:fn", pythonpath=[tmp_path])
+    why = fleet.check_handler()
+    assert why and "No module named 'nosuchpkg'" in why and str(tmp_path) in why
+    fleet.handler = "tests.fleet.user_handler:not_async"
+    assert "must be an async function" in (fleet.check_handler() or "")
+    fleet.handler = "tests.fleet.user_handler:handle"
+    assert fleet.check_handler() is None
+
+
+def test_up_with_unloadable_handler_exits_2(tmp_path: Path) -> None:
+    """`holdfast up --handler` that cannot be imported exits 2 and says why, starting nothing."""
+    proc = subprocess.run([sys.executable, "-m", "holdfast.cli.main", "up", "--handler",
+                           "nosuchpkg.mod:fn", "--run-dir", str(tmp_path / "run")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "No module named 'nosuchpkg'" in proc.stderr and "local AWS" not in proc.stdout
+
+
+def test_interrupted_session_leaves_no_process(tmp_path: Path) -> None:
+    """A test suite interrupted by Ctrl-C (KeyboardInterrupt) still stops every child."""
+    (tmp_path / "test_interrupt.py").write_text(textwrap.dedent("""
+        import os
+        from pathlib import Path
+
+        def test_interrupted(holdfast_fleet):
+            pids = [p.pid for p in holdfast_fleet.fleet.workers.values()]
+            pids += [holdfast_fleet.fleet.runner.pid, holdfast_fleet.fleet.upstream.pid]
+            pids += [c.proc.pid for c in holdfast_fleet.fleet.aws.children]
+            Path(os.environ["PIDS_FILE"]).write_text(" ".join(map(str, pids)))
+            raise KeyboardInterrupt
+    """))
+    pids_file = tmp_path / "pids"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "--holdfast-handler", "tests.fleet.user_handler:handle",
+                           "-o", "holdfast_workers=1", str(tmp_path / "test_interrupt.py")],
+                          cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120 * TIMEOUT_SCALE, check=False,
+                          env={**os.environ, "PIDS_FILE": str(pids_file),
+                               "PYTHONPATH": str(REPO_ROOT)})
+    assert proc.returncode == 2, proc.stdout[-3000:]  # pytest's "interrupted"
+    pids = [int(p) for p in pids_file.read_text().split()]
+    assert len(pids) >= 5
+    alive = [p for p in pids if _alive(p)]
+    assert not alive, f"left running: {alive}\n{proc.stdout[-3000:]}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie of an exited child is not running (its parent, pytest, is gone).
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0] != "Z"
