@@ -17,16 +17,18 @@ from collections.abc import Mapping
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
+from holdfast.core import names
+
 __all__ = ["METRICS_NAMESPACE", "emit_counts_by", "metrics_enabled", "service_name"]
 
 # The stack sets POWERTOOLS_METRICS_NAMESPACE and POWERTOOLS_SERVICE_NAME (its dashboards and
 # alarms select on them); these defaults apply where it does not (tests, the local runner).
-METRICS_NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "Holdfast"
+METRICS_NAMESPACE = os.environ.get(names.ENV_METRICS_NAMESPACE) or "Holdfast"
 
 
 def service_name(default: str) -> str:
     """The ``service`` (log field and metric dimension): the environment's, else ``default``."""
-    return os.environ.get("POWERTOOLS_SERVICE_NAME") or default
+    return os.environ.get(names.ENV_SERVICE_NAME) or default
 
 
 def metrics_enabled() -> bool:

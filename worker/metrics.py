@@ -15,6 +15,8 @@ from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
     AmazonCloudWatchEMFProvider,
 )
 
+from holdfast.core import names
+
 __all__ = ["COUNTERS", "NAMESPACE", "WorkerMetrics"]
 
 NAMESPACE = "Holdfast"
@@ -37,9 +39,9 @@ class WorkerMetrics:
     what its scaling policy and alarms query.
     """
 
-    service: str = field(default_factory=lambda: _env("POWERTOOLS_SERVICE_NAME",
+    service: str = field(default_factory=lambda: _env(names.ENV_SERVICE_NAME,
                                                       "holdfast-worker"))
-    namespace: str = field(default_factory=lambda: _env("POWERTOOLS_METRICS_NAMESPACE",
+    namespace: str = field(default_factory=lambda: _env(names.ENV_METRICS_NAMESPACE,
                                                         NAMESPACE))
     counts: Counter[str] = field(default_factory=Counter)
     totals: Counter[str] = field(default_factory=Counter)
