@@ -11,6 +11,7 @@ from bench.density import checkpoint_progress
 from bench.density_cpu import burst_excess, kept_up, summarize
 from bench.density_cpu import verdict as cpu_verdict
 from bench.report import markdown
+from bench.report_production import per_round
 from holdfast.fleet.procs import FleetTiming
 
 
@@ -131,3 +132,10 @@ def test_report_renders_production_sections() -> None:
     assert "| 2000 | 0.330 | 0.300 | 0.030 |" in text and "| <= 0.2 | met |" in text
     assert "| 5000 | failed: on: RuntimeError: x |" in text
     assert "kept up: True" in text and "start: 1.00 / 0.90 / 0.80" in text
+
+
+def test_per_round_needs_every_sample() -> None:
+    """Rounds are split from the samples only when every stream of every round resumed."""
+    e = {"samples": [7.0, 8.0, 9.0, 11.0], "expected_samples": 4}
+    assert per_round(e, 2) == [(7.0, 8.0), (9.0, 11.0)]
+    assert per_round({**e, "expected_samples": 6}, 2) == []
