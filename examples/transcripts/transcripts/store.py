@@ -1,0 +1,67 @@
+"""The segment table: one item per handled message, written at most once.
+
+The key is ``conn_id#seq``. Holdfast delivers at least once: after a crash the new owner
+resumes from the last checkpoint, so a few messages arrive twice. ``put`` is conditional on
+the key being new, so a replay is refused by DynamoDB and the first write stays as written.
+
+The key would be ``conn_id#epoch#seq`` if the handler's ``Message`` carried the lease epoch:
+it does not (yet), so ``conn_id#seq`` it is. That is the right key for an upstream whose seq
+n is the same message on every connection (like the demo upstream).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+__all__ = ["TABLE_ENV", "SegmentStore", "segment_key", "table_definition"]
+
+TABLE_ENV = "TRANSCRIPTS_TABLE"
+
+
+def segment_key(conn_id: str, seq: int) -> str:
+    return f"{conn_id}#{seq}"
+
+
+def table_definition(name: str) -> dict[str, Any]:
+    """``create_table`` arguments (the CDK app defines the same key)."""
+    return {"TableName": name, "BillingMode": "PAY_PER_REQUEST",
+            "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}],
+            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}]}
+
+
+class SegmentStore:
+    """Idempotent writes of segments into one table."""
+
+    def __init__(self, client: DynamoDBClient, table: str) -> None:
+        self.client, self.table = client, table
+
+    def put(self, conn_id: str, seq: int, text: str, worker_id: str) -> bool:
+        """Write the segment; False if it was already written (a replay), True otherwise."""
+        try:
+            self.client.put_item(
+                TableName=self.table, ConditionExpression="attribute_not_exists(pk)",
+                Item={"pk": {"S": segment_key(conn_id, seq)}, "conn_id": {"S": conn_id},
+                      "seq": {"N": str(seq)}, "text": {"S": text},
+                      "worker_id": {"S": worker_id},
+                      "written_at_ms": {"N": str(time.time_ns() // 10**6)}})
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def segments(self, conn_id: str) -> dict[int, dict[str, Any]]:
+        """seq -> item of every segment of ``conn_id`` (a scan: for tests and small tables)."""
+        out: dict[int, dict[str, Any]] = {}
+        kwargs: dict[str, Any] = {"TableName": self.table, "ConsistentRead": True,
+                                  "FilterExpression": "conn_id = :c",
+                                  "ExpressionAttributeValues": {":c": {"S": conn_id}}}
+        while True:
+            resp = self.client.scan(**kwargs)
+            for item in resp.get("Items", []):
+                out[int(item["seq"]["N"])] = dict(item)
+            if "LastEvaluatedKey" not in resp:
+                return out
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]

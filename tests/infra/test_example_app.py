@@ -1,0 +1,49 @@
+"""The transcripts example's CDK app: our stack unchanged, plus its table, IAM and env."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.infra.conftest import REPO, SYNTH_TIMEOUT_S, cli_env, resources
+
+EXAMPLE = REPO / "examples" / "transcripts"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/transcripts:1"
+
+
+@pytest.fixture(scope="module")
+def example_template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`cdk synth` run in examples/transcripts with its cdk.json and a workerImage."""
+    out: Path = tmp_path_factory.mktemp("example.out")
+    proc = subprocess.run([str(REPO / "node_modules" / ".bin" / "cdk"), "synth", "--quiet",
+                           "--output", str(out), f"--context=workerImage={IMAGE}"],
+                          cwd=EXAMPLE, env=cli_env(), capture_output=True, text=True,
+                          timeout=SYNTH_TIMEOUT_S, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return dict(json.loads((out / "HoldfastTranscripts.template.json").read_text()))
+
+
+def test_example_adds_its_table_iam_and_handler(example_template: dict[str, Any]) -> None:
+    """Segments table (PITR), PutItem on it for the task role only, handler/image/env set."""
+    tables = resources(example_template, "AWS::DynamoDB::Table")
+    (seg_id,) = [k for k in tables if k.startswith("Segments")]
+    assert tables[seg_id]["Properties"]["PointInTimeRecoverySpecification"] == {
+        "PointInTimeRecoveryEnabled": True}
+    grants = [p for p in resources(example_template, "AWS::IAM::Policy").values()
+              for st in p["Properties"]["PolicyDocument"]["Statement"]
+              if st.get("Resource") == {"Fn::GetAtt": [seg_id, "Arn"]}]
+    assert len(grants) == 1
+    (stmt,) = [st for st in grants[0]["Properties"]["PolicyDocument"]["Statement"]
+               if st.get("Resource") == {"Fn::GetAtt": [seg_id, "Arn"]}]
+    assert stmt["Action"] == "dynamodb:PutItem"
+    assert any("TaskRole" in r["Ref"] for r in grants[0]["Properties"]["Roles"])
+    (task,) = resources(example_template, "AWS::ECS::TaskDefinition").values()
+    (container,) = task["Properties"]["ContainerDefinitions"]
+    env = {e["Name"]: e["Value"] for e in container["Environment"]}
+    assert env["HOLDFAST_HANDLER"] == "transcripts.handler:handle"
+    assert env["TRANSCRIPTS_TABLE"] == {"Ref": seg_id}
+    assert container["Image"] == IMAGE
