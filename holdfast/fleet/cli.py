@@ -2,7 +2,8 @@
 
 Exit codes of ``up``: 0 clean (scenario passed, or stopped by Ctrl-C/SIGTERM without a
 scenario), 1 the scenario failed (a stream left unowned, a missed seq, a crashed child),
-3 the local AWS or a part of the fleet could not start, 130 interrupted during a scenario.
+2 bad arguments or a ``--handler`` that cannot be loaded, 3 the local AWS or a part of the
+fleet could not start, 130 interrupted during a scenario.
 """
 
 from __future__ import annotations
