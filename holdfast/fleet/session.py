@@ -25,7 +25,7 @@ from holdfast.fleet.view import Snapshot, View
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["Interrupted", "Session"]
+__all__ = ["Interrupted", "Session", "stream_url"]
 
 _STYLE = {"claimed": "green", "moved": "cyan", "released": "yellow", "expired": "red",
           "removed": "magenta", "action": "bold", "crash": "bold red"}
@@ -36,6 +36,13 @@ def _started(log: Path) -> bool:
         return b'"worker started"' in log.read_bytes()
     except OSError:
         return False
+
+
+def stream_url(base_url: str, conn_id: str) -> str:
+    """The demo upstream's ``<base>/s/<id>``, or a user's template with ``{id}`` replaced."""
+    if "{id}" in base_url:
+        return base_url.replace("{id}", conn_id)
+    return f"{base_url}/s/{conn_id}"
 
 
 class Interrupted(Exception):
@@ -108,10 +115,7 @@ class Session:
                 # spread over the workers instead of one receive taking a batch of ten.
                 self.sleep(spread_s)
             # Exactly what a user does: insert a STARTED item with the seed attributes.
-            # ``base_url``: the demo upstream's base, or a user's template with ``{id}``.
-            url = (base_url.replace("{id}", conn_id) if "{id}" in base_url
-                   else f"{base_url}/s/{conn_id}")
-            create_stream(self.ddb, self.table, conn_id, url)
+            create_stream(self.ddb, self.table, conn_id, stream_url(base_url, conn_id))
         return ids
 
     def tick(self) -> None:

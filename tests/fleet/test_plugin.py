@@ -120,3 +120,11 @@ def _alive(pid: int) -> bool:
     # A zombie of an exited child is not running (its parent, pytest, is gone).
     with open(f"/proc/{pid}/stat") as f:
         return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_stream_urls_from_a_template() -> None:
+    """--url templates replace {id}; the demo upstream's base gets /s/<id>."""
+    from holdfast.fleet.session import stream_url
+
+    assert stream_url("ws://127.0.0.1:9000/feed/{id}?x=1", "a") == "ws://127.0.0.1:9000/feed/a?x=1"
+    assert stream_url("ws://127.0.0.1:5", "b") == "ws://127.0.0.1:5/s/b"
