@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from holdfast.core.model import LeaseItem
+from holdfast.core.schema import session_of_owner
 
 __all__ = ["Event", "Observer", "Segment", "StreamView"]
 
@@ -63,10 +64,14 @@ class Observer:
         return view.owner if view else None
 
     def loads(self) -> dict[str, int]:
+        """Streams held per worker id (a session owner ``<worker>#<incarnation>`` counts for
+        its worker, so the scenario's "busiest worker" and the live view see real loads)."""
         out: dict[str, int] = {}
         for v in self.streams.values():
             if v.owner:
-                out[v.owner] = out.get(v.owner, 0) + 1
+                session = session_of_owner(v.owner)
+                worker = session[0] if session else v.owner
+                out[worker] = out.get(worker, 0) + 1
         return out
 
     def observe(self, t: float, wall_ms: int, items: list[LeaseItem]) -> list[Event]:

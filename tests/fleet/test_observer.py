@@ -9,8 +9,9 @@ NOW = 10_000
 
 
 def item(owner: str | None, epoch: int, seq: int | None = None, exp: int = NOW + 4000,
-         state: str = "STARTED") -> LeaseItem:
-    return LeaseItem("s1", state, "ws://h/s/s1", owner, exp if owner else 0, seq, epoch)
+         state: str = "STARTED", conn_id: str = "s1") -> LeaseItem:
+    return LeaseItem(conn_id, state, f"ws://h/s/{conn_id}", owner, exp if owner else 0, seq,
+                     epoch)
 
 
 def test_claim_move_release_sequence() -> None:
@@ -39,6 +40,14 @@ def test_same_owner_new_epoch_is_a_new_claim() -> None:
     obs.observe(0.0, NOW, [item("w1", 1)])
     assert [e.kind for e in obs.observe(1.0, NOW, [item("w1", 2)])] == ["claimed"]
     assert len(obs.segments) == 2
+
+
+def test_loads_count_session_owners_for_their_worker() -> None:
+    """Streams owned by ``w1#<incarnation>`` are w1's load."""
+    obs = Observer()
+    obs.observe(0.0, NOW, [item("w1#aaaa", 1, conn_id="c1"), item("w1#aaaa", 1, conn_id="c2"),
+                           item("w2#bbbb", 1, conn_id="c3")])
+    assert obs.loads() == {"w1": 2, "w2": 1}
 
 
 def test_state_change_and_removal_are_reported() -> None:
