@@ -19,6 +19,7 @@ from typing import Any
 
 import boto3
 
+from holdfast.core.schema import ATTR
 from holdfast.core.table import create_stream
 from holdfast.fleet.procs import REPO_ROOT
 from holdfast.localaws import LocalAws
@@ -56,12 +57,13 @@ def _held_by(ddb: Any, table: str, owner: str) -> int:
 def _checkpoints(ddb: Any, table: str) -> dict[str, int]:
     """conn_id -> stored ``last_seq`` of every stream that has one."""
     out: dict[str, int] = {}
-    kwargs = {"TableName": table, "ProjectionExpression": "conn_id, last_seq"}
+    kwargs = {"TableName": table, "ProjectionExpression": "#k, #s",
+              "ExpressionAttributeNames": {"#k": ATTR.pk, "#s": ATTR.last_seq}}
     while True:
         resp = ddb.scan(**kwargs)
         for item in resp["Items"]:
-            if "N" in item.get("last_seq", {}) and "S" in item.get("conn_id", {}):
-                out[item["conn_id"]["S"]] = int(item["last_seq"]["N"])
+            if "N" in item.get(ATTR.last_seq, {}) and "S" in item.get(ATTR.pk, {}):
+                out[item[ATTR.pk]["S"]] = int(item[ATTR.last_seq]["N"])
         if "LastEvaluatedKey" not in resp:
             return out
         kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]

@@ -88,6 +88,11 @@ def test_cpu_verdict_and_keeping_up() -> None:
     assert kept_up({**CP_OK, "slowest_cycle_ms": 25_000}, 20.0) is False
     assert kept_up({**CP_OK, "advanced": 1500}, 20.0) is False
     assert kept_up(None, 20.0) is None
+    cycles_only = {"streams_read": 0, "seconds": 60.1, "slow_cycles": 3,
+                   "slowest_cycle_ms": 5400}
+    assert kept_up(cycles_only, 20.0) is True
+    assert kept_up({**cycles_only, "slow_cycles": 1}, 20.0) is None
+    assert cpu_verdict(0.1, None) == "met (whether checkpoints kept up: not measured)"
 
 
 def test_checkpoint_progress_reads_the_log() -> None:
