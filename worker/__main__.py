@@ -30,7 +30,12 @@ def build_worker(config: WorkerConfig) -> Supervisor:
     # A DynamoDB call must fail well within the lease's usable window (so a retry still fits
     # before the fence), not after botocore's 60 s.
     read_timeout = min(3.0, max(0.5, config.timing.usable_ms / 2000))
-    ddb = dynamodb_client(client_config(read_timeout=read_timeout, max_attempts=3))
+    # ONE DynamoDB client for the whole process (sessions, checkpoints, claims, releases,
+    # sweeps), in adaptive mode: its token bucket is the process's one shared back-off, so
+    # a throttled table sees this worker slow down as a whole rather than every caller
+    # retrying on its own. Two attempts: the heartbeat retries itself, bounded by its fence.
+    ddb = dynamodb_client(client_config(read_timeout=read_timeout, max_attempts=2,
+                                        retry_mode="adaptive"))
     sqs = sqs_client()
     return Supervisor(config, ddb=ddb, sqs=sqs, handler=load_handler(config.handler),
                   protocol=load_protocol(config.protocol))

@@ -10,7 +10,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Backoff", "jittered"]
+__all__ = ["Backoff", "claim_retry_s", "jittered", "retry_before_s"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,3 +43,24 @@ def jittered(period_s: float, rand: Callable[[], float] = random.random,
              spread: float = 0.5) -> float:
     """``period_s`` +/- ``spread``/2 of itself, so a fleet's periodic work does not line up."""
     return period_s * (1.0 - spread / 2 + spread * rand())
+
+
+def retry_before_s(failures: int, left_ms: int, base_s: float, cap_s: float,
+                   rand: Callable[[], float] = random.random) -> float:
+    """Pause before retry ``failures`` + 1 of a call that must land within ``left_ms``.
+
+    Exponential from ``base_s`` to ``cap_s`` with half of it jittered (a throttled fleet must
+    not retry in step), and never past the deadline: the last retry still goes out before it.
+    """
+    ceiling = min(cap_s, base_s * 2.0 ** min(60, max(0, failures - 1)))
+    return max(0.0, min(ceiling * (0.5 + 0.5 * rand()), left_ms / 1000 / 2))
+
+
+def claim_retry_s(receives: int, base_s: float = 2.0, cap_s: float = 4.0,
+                  rand: Callable[[], float] = random.random) -> int:
+    """Whole seconds (SQS visibility) before a nudge whose claim met an unavailable DynamoDB
+    comes back, after its ``receives``-th delivery: doubling from ``base_s`` to ``cap_s``, full
+    jitter above one second, so a throttled fleet's refused claims neither spin nor return
+    in one herd when DynamoDB recovers."""
+    ceiling = min(cap_s, base_s * 2.0 ** min(60, max(0, receives - 1)))
+    return max(1, round(1 + (ceiling - 1) * rand()))

@@ -7,14 +7,19 @@ Each heartbeat is one conditional write of the session item (its incarnation, AL
   with the next heartbeat;
 - ``SessionLost`` (the sweeper declared it DEAD after a pause, or a successor replaced it):
   every stream is aborted at once; ``on_lost`` lets the supervisor start a new incarnation;
-- no decisive answer: keep going; the fence watcher stops every stream at the session fence,
-  before the sweeper may declare the session dead (TTL + skew after the last renewal).
+- no decisive answer (throttled, timed out): retried after a short jittered pause until it lands
+  or the session fence passes. Every attempt is bounded by the time left to the fence (the
+  earliest fence deadline of every stream the session keeps), so one slow call cannot carry a
+  renewal past it, and a throttle shorter than the usable window minus one heartbeat fences
+  nothing. At the fence the streams stop, before the sweeper may declare the session dead
+  (TTL + skew after the last renewal).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import random
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +29,7 @@ from aws_lambda_powertools import Logger
 from holdfast.core import names, rules
 from holdfast.core.exceptions import HoldfastError, SessionLost
 from holdfast.core.sessions import Session, SessionStore, parse_order
+from worker.backoff import retry_before_s
 from worker.metrics import WorkerMetrics
 
 __all__ = ["SessionKeeper"]
@@ -47,8 +53,11 @@ class SessionKeeper:
     fence_mono_ms: int = 0
     last_ok_mono_ms: int | None = None
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    rand: Callable[[], float] = random.random
+    # Two threads: an attempt abandoned at the fence may still be waiting on its socket, and
+    # the next incarnation's first heartbeat must not queue behind it.
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
-        max_workers=1, thread_name_prefix="holdfast-session"))
+        max_workers=2, thread_name_prefix="holdfast-session"))
     _done: frozenset[str] = frozenset()
 
     def started(self, session: Session, sent_mono_ms: int) -> None:
@@ -67,34 +76,53 @@ class SessionKeeper:
             await self.sleep(max(0.0, self.timing.heartbeat_ms / 1000 - elapsed_s))
 
     async def heartbeat(self) -> None:
-        sent = self.mono()
-        session = self.session
-        if sent >= self.fence_mono_ms:
-            # Past the fence (paused, or DynamoDB silent too long): every stream has stopped
-            # without a release we can trust, so this incarnation must never be renewed
-            # again; a new one reaps it once its TTL has passed.
-            logger.error("session fenced: no heartbeat landed in time", owner=session.owner,
-                         late_ms=sent - self.fence_mono_ms)
-            await self.on_lost(SessionLost(session.worker_id, session.incarnation,
-                                           "fenced: not renewed within TTL - skew - margin"))
+        """Renew once, retrying until it lands, the session is lost, or the fence passes."""
+        failures = 0
+        while True:
+            sent = self.mono()
+            session = self.session
+            if sent >= self.fence_mono_ms:
+                # Past the fence (paused, or DynamoDB silent too long): every stream has
+                # stopped without a release we can trust, so this incarnation must never be
+                # renewed again; a new one reaps it once its TTL has passed.
+                logger.error("session fenced: no heartbeat landed in time", owner=session.owner,
+                             late_ms=sent - self.fence_mono_ms, attempts=failures)
+                await self.on_lost(SessionLost(session.worker_id, session.incarnation,
+                                               "fenced: not renewed within TTL - skew - margin"))
+                return
+            try:
+                renewed, orders = await asyncio.wait_for(
+                    asyncio.get_running_loop().run_in_executor(
+                        self.executor, functools.partial(
+                            self.store.heartbeat, session, held=self.held(),
+                            capacity=self.capacity, done=self._done)),
+                    (self.fence_mono_ms - sent) / 1000)
+            except TimeoutError:
+                continue  # the fence has passed: the check above ends this incarnation
+            except SessionLost as lost:
+                self.last_ok_mono_ms = sent
+                if session is self.session:  # not already replaced by a new incarnation
+                    logger.error("session lost: stopping every stream", owner=session.owner,
+                                 why=lost.why)
+                    await self.on_lost(lost)
+                return
+            except HoldfastError as exc:
+                failures += 1
+                self.metrics.incr(names.METRIC_SESSION_RENEW_FAILURES)
+                left = self.fence_mono_ms - self.mono()
+                if failures == 1 or failures % 10 == 0:
+                    logger.warning("session heartbeat failed; retrying until the fence",
+                                   error=str(exc)[:300], fence_in_ms=left, attempts=failures)
+                if session is not self.session:
+                    return
+                hb_s = self.timing.heartbeat_ms / 1000
+                await self.sleep(retry_before_s(failures, left, hb_s / 10, hb_s / 2, self.rand))
+                continue
+            self._landed(session, sent, renewed, orders)
             return
-        try:
-            renewed, orders = await asyncio.get_running_loop().run_in_executor(
-                self.executor, functools.partial(
-                    self.store.heartbeat, session, held=self.held(), capacity=self.capacity,
-                    done=self._done))
-        except SessionLost as lost:
-            self.last_ok_mono_ms = sent
-            if session is self.session:  # not already replaced by a new incarnation
-                logger.error("session lost: stopping every stream", owner=session.owner,
-                             why=lost.why)
-                await self.on_lost(lost)
-            return
-        except HoldfastError as exc:
-            self.metrics.incr(names.METRIC_SESSION_RENEW_FAILURES)
-            logger.warning("session heartbeat failed; streams keep running until the fence",
-                           error=str(exc)[:300], fence_in_ms=self.fence_mono_ms - self.mono())
-            return
+
+    def _landed(self, session: Session, sent: int, renewed: Session,
+                orders: frozenset[str]) -> None:
         if session is not self.session:
             return
         took = self.mono() - sent

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import boto3
 from botocore.config import Config
@@ -34,8 +34,10 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 __all__ = [
+    "THROTTLING_CODES",
     "ConditionFailed",
     "InvalidRequest",
+    "RetryMode",
     "call",
     "call_record",
     "client_config",
@@ -46,14 +48,28 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+# DynamoDB's throttling answers: whole-call error codes, and BatchExecuteStatement's
+# per-statement codes (which drop the "Exception" suffix).
+THROTTLING_CODES = frozenset({
+    "ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded",
+    "ThrottlingError", "ProvisionedThroughputExceeded"})
 
 
-def client_config(*, read_timeout: float = 3.0, max_attempts: int = 3) -> Config:
-    """Short timeouts and few retries: a heartbeat must not hang longer than its fence allows."""
+RetryMode = Literal["standard", "adaptive"]
+
+
+def client_config(*, read_timeout: float = 3.0, max_attempts: int = 3,
+                  retry_mode: RetryMode = "standard") -> Config:
+    """Short timeouts and few retries: a heartbeat must not hang longer than its fence allows.
+
+    ``adaptive`` adds botocore's client-side rate limiter (a token bucket that shrinks on every
+    throttling answer): a process whose DynamoDB calls all go through one such client backs off
+    as one, instead of each caller retrying on its own.
+    """
     return Config(
         connect_timeout=2,
         read_timeout=read_timeout,
-        retries={"mode": "standard", "max_attempts": max_attempts},
+        retries={"mode": retry_mode, "max_attempts": max_attempts},
         tcp_keepalive=True,
         max_pool_connections=32,
     )

@@ -2,8 +2,15 @@
 
 Each statement carries the same condition as a single renew (owner, epoch, STARTED, checkpoint
 never backwards) and fails on its own, so one lost lease does not fail the other 24. A statement
-that fails for any reason is settled by a single ``LeaseStore.renew``, which classifies the loss
-from ALL_OLD and resolves unknown outcomes; that path is rare and keeps one set of rules.
+that fails on its condition is settled by a single ``LeaseStore.renew``, which classifies the
+loss from ALL_OLD; that path is rare and keeps one set of rules.
+
+Throttling is the exception: re-trying each throttled statement alone (and re-reading it) turns
+one throttled batch into 25 more calls against a table that is already refusing them. Throttled
+statements are instead sent again *together*, in one batch call after a short jittered back-off
+(the client's adaptive rate limiter spaces the calls of the whole process); what is still
+throttled after ``THROTTLE_ROUNDS`` comes back as ``StoreUnavailable``, to be written with the
+next checkpoint. A whole call refused as throttled is not split up either.
 
 ``mode="single"`` renews one UpdateItem at a time, for backends whose PartiQL ignores conditions
 (moto) and as the measured baseline.
@@ -11,22 +18,33 @@ from ALL_OLD and resolves unknown outcomes; that path is rare and keeps one set 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Literal
 
 from holdfast.core import rules
-from holdfast.core.aws import call
+from holdfast.core.aws import THROTTLING_CODES, call
 from holdfast.core.exceptions import LeaseError, StoreUnavailable
 from holdfast.core.model import Lease
 from holdfast.core.schema import pk_for
 from holdfast.core.store import LeaseStore, _renewed, renew_clauses
 
-__all__ = ["BATCH_LIMIT", "RenewMode", "RenewRequest", "RenewResult", "renew_many"]
+__all__ = ["BATCH_LIMIT", "THROTTLE_ROUNDS", "RenewMode", "RenewRequest", "RenewResult",
+           "renew_many", "throttle_pause_s"]
 
 BATCH_LIMIT = 25  # DynamoDB's maximum statements per BatchExecuteStatement
+THROTTLE_ROUNDS = 2  # extra batch calls for throttled statements before giving up till later
 RenewMode = Literal["batch", "single"]
+
+
+def throttle_pause_s(round_: int, rand: Callable[[], float] = random.random) -> float:
+    """Pause before re-sending round ``round_`` (>= 1) of throttled statements: 50 ms doubling,
+    full jitter, so the chunks of one heartbeat that were throttled together do not retry
+    together."""
+    return 0.05 * 2.0 ** (round_ - 1) * rand()
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +101,8 @@ def _renew_one(store: LeaseStore, request: RenewRequest) -> RenewResult:
         return RenewResult(request.lease.conn_id, None, exc)
 
 
-def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest]) -> list[RenewResult]:
+def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest],
+                 sleep: Callable[[float], None] = time.sleep) -> list[RenewResult]:
     now = store.clock()
     built = []
     for r in chunk:
@@ -91,17 +110,35 @@ def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest]) -> list[Renew
         seq = rules.next_checkpoint(r.lease.last_seq, r.handled_seq)
         clauses = renew_clauses(r.lease, now, expires, seq)
         built.append((clauses.partiql(store.table, pk_for(r.lease.conn_id)), seq, expires))
-    try:
-        resp = call("renew_many", store.client.batch_execute_statement,
-                    Statements=[s for s, _, _ in built])
-    except StoreUnavailable:
-        # The whole call failed: settle each lease on its own, which resolves unknown outcomes.
-        return [_renew_one(store, r) for r in chunk]
-    out: list[RenewResult] = []
-    for request, (_, seq, expires), answer in zip(chunk, built, resp.get("Responses", []),
-                                                 strict=True):
-        if "Error" in answer:
-            out.append(_renew_one(store, request))
-        else:
-            out.append(RenewResult(request.lease.conn_id, _renewed(request.lease, expires, seq)))
-    return out
+    out: dict[int, RenewResult] = {}
+    pending = list(range(len(chunk)))
+    for round_ in range(THROTTLE_ROUNDS + 1):
+        if round_:
+            sleep(throttle_pause_s(round_))
+        try:
+            resp = call("renew_many", store.client.batch_execute_statement,
+                        Statements=[built[i][0] for i in pending])
+        except StoreUnavailable as exc:
+            if exc.detail in THROTTLING_CODES:
+                break  # refused whole: nothing applied, and splitting it up only adds calls
+            # Unknown outcome (timeout, 5xx): settle each lease on its own, which resolves it.
+            out.update((i, _renew_one(store, chunk[i])) for i in pending)
+            pending = []
+            break
+        throttled = []
+        for i, answer in zip(pending, resp.get("Responses", []), strict=True):
+            request, (_, seq, expires) = chunk[i], built[i]
+            error = answer.get("Error")
+            if error is None:
+                out[i] = RenewResult(request.lease.conn_id, _renewed(request.lease, expires, seq))
+            elif error.get("Code") in THROTTLING_CODES:
+                throttled.append(i)  # not applied: the same statement may simply be sent again
+            else:
+                out[i] = _renew_one(store, request)
+        pending = throttled
+        if not pending:
+            break
+    for i in pending:
+        out[i] = RenewResult(chunk[i].lease.conn_id, None,
+                             StoreUnavailable("renew_many", "throttled"))
+    return [out[i] for i in range(len(chunk))]
