@@ -8,8 +8,10 @@ A nudge (``holdfast.core.nudge``) is a JSON object with a string ``conn_id``; th
   when it becomes claimable;
 - in back-off that ends within 15 minutes: shown again when it ends (later ones: deleted, the
   sweep finds the stream then);
-- DynamoDB unavailable: made visible again after a short delay (redelivered; after
-  ``DLQ_MAX_RECEIVE_COUNT`` receives the queue parks it in the dead-letter queue);
+- DynamoDB unavailable (throttled, down): made visible again after a jittered delay that doubles
+  with each receive (``worker.backoff.claim_retry_s``), so a throttled fleet's claims neither
+  spin nor all come back at once when it recovers (after ``DLQ_MAX_RECEIVE_COUNT`` receives
+  the queue parks it in the dead-letter queue);
 - no capacity any more, or shutting down: made visible at once for another worker;
 - poison (not JSON, no valid ``conn_id``): deleted with a log line.
 
@@ -36,7 +38,7 @@ from holdfast.core.exceptions import HoldfastError
 from holdfast.core.nudge import parse_nudge
 from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.table import find_orphans
-from worker.backoff import jittered
+from worker.backoff import claim_retry_s, jittered
 from worker.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
@@ -104,12 +106,13 @@ class Claimer:
     free_capacity: Callable[[], int]
     metrics: WorkerMetrics
     poll_s: int = 20
-    retry_delay_s: int = 2
+    retry_delay_s: int = 2  # the first redelivery after "unavailable"; doubles per receive
     idle_s: float = 0.5
     pollers: int = 2
     # Messages a dying worker received in a poll it could not finish come back this soon.
     visibility_s: int = 5
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    rand: Callable[[], float] = random.random
     _abandon: threading.Event = field(default_factory=threading.Event)
     _reserved: int = 0  # slots asked for by polls in flight
     _settling: set[asyncio.Task[None]] = field(default_factory=set)
@@ -185,7 +188,9 @@ class Claimer:
             if isinstance(outcome, Later):
                 again.append((message, outcome.seconds))
             elif outcome is Claim.UNAVAILABLE:
-                again.append((message, self.retry_delay_s))
+                again.append((message, claim_retry_s(
+                    _receives(message), self.retry_delay_s, 2.0 * self.retry_delay_s,
+                    self.rand)))
             elif outcome is Claim.NO_CAPACITY:
                 again.append((message, 0))
             else:  # claimed, a definitive no, or poison
@@ -246,6 +251,14 @@ class Claimer:
                  QueueUrl=self.queue_url, Entries=[
                      {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"],
                       "VisibilityTimeout": seconds} for i, m in enumerate(messages)])
+
+
+def _receives(message: dict[str, Any]) -> int:
+    """How often SQS has delivered ``message`` (1 if it does not say)."""
+    try:
+        return max(1, int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1)))
+    except (TypeError, ValueError):
+        return 1
 
 
 @dataclass

@@ -11,10 +11,10 @@ Tolerances, and why:
   sweeper runs every interval, the checker sees the table once per scan). Since a lease ends at
   most ``lease`` after its owner's last renewal, this is "owned again within lease + skew + sweep
   + 1 s of losing its owner". If a DynamoDB fault window overlaps, the clock starts at the end of
-  the window instead, plus the 2 s after which a refused nudge comes back. If a worker was
-  killed or paused meanwhile, add the nudge visibility timeout (2 s in the fleet): a nudge that
-  worker had just received stays invisible that long before another worker (or the sweeper's
-  re-nudge) gets it;
+  the window instead, plus the up to 4 s (jittered) after which a refused nudge comes back. If
+  a worker was killed or paused meanwhile, add the nudge visibility timeout (2 s in the fleet):
+  a nudge that worker had just received stays invisible that long before another worker (or the
+  sweeper's re-nudge) gets it;
 - stop: every connection of a STOPPED stream closed within ``heartbeat + 1 s`` of the write (the
   worker learns it at its next renewal), later if its worker was paused or DynamoDB was faulted.
 """
@@ -31,7 +31,8 @@ from holdfast.fleet.report import check_seqs
 
 __all__ = ["Limits", "Verdict", "Violation", "check", "pauses_of"]
 
-NUDGE_RETRY_MS = 2000  # a nudge refused as "DynamoDB unavailable" comes back after 2 s
+# A nudge refused as "DynamoDB unavailable" comes back within 4 s (worker.backoff.claim_retry_s).
+NUDGE_RETRY_MS = 4000
 
 
 @dataclass(frozen=True, slots=True)

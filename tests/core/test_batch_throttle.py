@@ -20,7 +20,7 @@ class FakeDdb:
         self.batches: list[int] = []
         self.singles: list[str] = []
 
-    def batch_execute_statement(self, Statements: list[str]) -> dict[str, Any]:  # noqa: N803
+    def batch_execute_statement(self, Statements: list[str]) -> dict[str, Any]:
         self.batches.append(len(Statements))
         step = self.script.pop(0)
         if isinstance(step, Exception):
