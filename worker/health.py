@@ -1,8 +1,12 @@
 """Health for ECS: a tiny loopback HTTP endpoint and a probe command for the task definition.
 
-``GET /health`` answers 200 while DynamoDB has answered within the last lease period, else 503
-(a worker that cannot renew is fencing its streams and should be replaced). The container's
-health check runs ``python -m worker.health`` (no curl needed in the image).
+``GET /health`` reports the *process's* liveness: 200 while the event loop keeps time (a task
+stamps the monotonic clock every tick; the lag is how late the last stamp is), 503 once it lags
+more than ``max_lag_s``, and no answer at all when the loop is stuck. It deliberately says
+nothing about DynamoDB: when DynamoDB is slow or throttled in a whole region every task would
+fail together and ECS would replace the fleet at once, which helps nobody; a worker that cannot
+renew fences its own streams and starts a new session by itself. The container's health check
+runs ``python -m worker.health`` (no curl needed in the image).
 """
 
 from __future__ import annotations
@@ -13,13 +17,16 @@ import contextlib
 import json
 import os
 import sys
+import time
 import urllib.error
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 import urllib.request
 from typing import Protocol
 
 from aws_lambda_powertools import Logger
 
-__all__ = ["HealthServer", "main", "probe"]
+__all__ = ["HealthServer", "LoopMonitor", "main", "probe"]
 
 logger = Logger(service="holdfast-worker", child=True)
 
@@ -28,16 +35,52 @@ class _Subject(Protocol):
     worker_id: str
     stopping: bool
 
-    def healthy(self) -> bool: ...
-
     def free_capacity(self) -> int: ...
+
+
+def _mono_s() -> float:
+    return time.monotonic()
+
+
+@dataclass
+class LoopMonitor:
+    """Event-loop lag: ``run`` stamps the clock every ``tick_s``; ``lag_s`` is how far behind."""
+
+    tick_s: float = 0.5
+    max_lag_s: float = 5.0
+    clock: Callable[[], float] = _mono_s
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    stamped: float | None = None
+    worst_s: float = 0.0  # the largest lag seen (logged, for diagnosis)
+
+    async def run(self) -> None:
+        while True:
+            self.stamp()
+            await self.sleep(self.tick_s)
+
+    def stamp(self) -> None:
+        now = self.clock()
+        if self.stamped is not None:
+            self.worst_s = max(self.worst_s, now - self.stamped - self.tick_s)
+        self.stamped = now
+
+    def lag_s(self) -> float:
+        """Seconds the next stamp is overdue (0 while the loop keeps time)."""
+        if self.stamped is None:
+            return 0.0
+        return max(0.0, self.clock() - self.stamped - self.tick_s)
+
+    def healthy(self) -> bool:
+        return self.lag_s() <= self.max_lag_s
 
 
 class HealthServer:
     """Serve ``/health`` on 127.0.0.1:``port`` until cancelled; a busy port is logged, not fatal."""
 
-    def __init__(self, port: int, subject: _Subject, host: str = "127.0.0.1") -> None:
+    def __init__(self, port: int, subject: _Subject, host: str = "127.0.0.1",
+                 monitor: LoopMonitor | None = None) -> None:
         self.port, self.host, self.subject = port, host, subject
+        self.monitor = monitor or LoopMonitor()
         self.server: asyncio.Server | None = None
 
     async def run(self) -> None:
@@ -47,7 +90,8 @@ class HealthServer:
             logger.error("health endpoint cannot listen", port=self.port, error=str(exc))
             return
         try:
-            async with self.server:
+            async with self.server, asyncio.TaskGroup() as tg:
+                tg.create_task(self.monitor.run())
                 await self.server.serve_forever()
         finally:
             self.server = None
@@ -66,9 +110,10 @@ class HealthServer:
             if path not in (b"/health", b"/"):
                 status, body = "404 Not Found", {"error": "try /health"}
             else:
-                ok = self.subject.healthy()
+                ok = self.monitor.healthy()
                 status = "200 OK" if ok else "503 Service Unavailable"
-                body = {"status": "ok" if ok else "dynamodb unreachable",
+                body = {"status": "ok" if ok else "event loop lagging",
+                        "loop_lag_ms": round(self.monitor.lag_s() * 1000),
                         "worker_id": self.subject.worker_id, "stopping": self.subject.stopping,
                         "free_capacity": self.subject.free_capacity()}
             data = json.dumps(body).encode()

@@ -184,7 +184,10 @@ class Supervisor:
         self.metrics.flush()
 
     def healthy(self) -> bool:
-        """False once DynamoDB has not answered decisively for longer than a lease."""
+        """False once DynamoDB has not answered decisively for longer than a lease.
+
+        A diagnostic, not the ECS health check: ``/health`` reports event-loop lag only, so a
+        regional DynamoDB problem does not get every task replaced at once."""
         last = (self.keeper.last_ok_mono_ms if self.keeper is not None
                 else self.renewer.last_ok_mono_ms)
         since = self.started_mono_ms if last is None else last
