@@ -19,9 +19,9 @@ import os
 import sys
 import time
 import urllib.error
+import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-import urllib.request
 from typing import Protocol
 
 from aws_lambda_powertools import Logger

@@ -38,7 +38,11 @@ async def test_health_follows_event_loop_lag_not_dynamodb() -> None:
     clock[0] += 0.9  # the loop is 0.85 s late: within the bound
     monitor.stamped = 100.0
     assert await asyncio.to_thread(probe, port)
-    monitor.sleep = lambda _: asyncio.Event().wait()  # type: ignore[assignment,misc]
+
+    async def forever(_: float) -> None:
+        await asyncio.Event().wait()
+
+    monitor.sleep = forever
     await asyncio.sleep(0.1)  # the monitor's last tick: it never stamps again
     clock[0] += 5.0
     assert not await asyncio.to_thread(probe, port)
