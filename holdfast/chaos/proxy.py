@@ -8,7 +8,12 @@ backend fail for a while without touching the worker's code:
 - ``timeout``:  hold the request until the window ends, then drop the connection (the client's
                 read timeout fires first: an unknown outcome, nothing applied);
 - ``lost``:     forward (the write IS applied), then drop the connection: the ambiguous case;
-- ``latency``:  forward after ``delay_s``.
+- ``latency``:  forward after ``delay_s``;
+- ``throttle``: answer HTTP 400 ``ThrottlingException`` or ``ProvisionedThroughputExceeded
+                Exception`` (alternately) without forwarding, on ``fraction`` of the calls.
+
+Every request's wall time is kept (``calls_between``), so a checker can compare call rates in
+and before a fault window.
 
 With ``capacity=True`` (the benchmarks) it also asks DynamoDB for ``ReturnConsumedCapacity=
 INDEXES`` on every call that accepts it and adds up the units the answers report (or, where
@@ -20,8 +25,10 @@ DynamoDB Local accepts a body the proxy changed after signing).
 
 from __future__ import annotations
 
+import bisect
 import http.client
 import json
+import random
 import threading
 import time
 from collections import Counter, defaultdict
@@ -35,7 +42,8 @@ from holdfast.chaos.consumed import CapacityKey, ask_for_capacity, consumed_of
 
 __all__ = ["FaultKind", "FaultProxy", "FaultWindow", "items_of", "operation_of"]
 
-FaultKind = Literal["error", "timeout", "lost", "latency"]
+FaultKind = Literal["error", "timeout", "lost", "latency", "throttle"]
+_THROTTLES = ("ThrottlingException", "ProvisionedThroughputExceededException")
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection"}
 
 
@@ -47,6 +55,7 @@ class FaultWindow:
     start_ms: int
     end_ms: int
     delay_s: float = 0.0
+    fraction: float = 1.0  # of the calls faulted (throttle)
 
 
 def operation_of(headers: dict[str, str], body: bytes) -> str:
@@ -105,6 +114,10 @@ class FaultProxy:
         self.windows: list[FaultWindow] = []
         self._lock = threading.Lock()
         self._fault: tuple[FaultKind, float, float] | None = None  # kind, until (mono), delay
+        self._fraction = 1.0
+        self._rng = random.Random(0)  # which calls a partial throttle hits: reproducible
+        self._throttled = 0
+        self.stamps: list[int] = []  # wall ms of every request, in arrival order
         self._server = _QuietServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name=name,
@@ -128,14 +141,30 @@ class FaultProxy:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def inject(self, kind: FaultKind, seconds: float, delay_s: float = 0.3) -> FaultWindow:
-        """Apply ``kind`` to every request for ``seconds`` from now."""
+    def inject(self, kind: FaultKind, seconds: float, delay_s: float = 0.3,
+               fraction: float = 1.0) -> FaultWindow:
+        """Apply ``kind`` to every request (``throttle``: to ``fraction`` of them) for
+        ``seconds`` from now."""
         now_ms = time.time_ns() // 10**6
-        window = FaultWindow(kind, now_ms, now_ms + round(seconds * 1000), delay_s)
+        window = FaultWindow(kind, now_ms, now_ms + round(seconds * 1000), delay_s, fraction)
         with self._lock:
             self._fault = (kind, time.monotonic() + seconds, delay_s)
+            self._fraction = fraction
             self.windows.append(window)
         return window
+
+    def calls_between(self, lo_ms: int, hi_ms: int) -> int:
+        """Requests that arrived in [lo_ms, hi_ms) (wall ms)."""
+        with self._lock:
+            return bisect.bisect_left(self.stamps, hi_ms) - bisect.bisect_left(self.stamps, lo_ms)
+
+    def _throttle_code(self) -> str | None:
+        """The error code for this request under a throttle window, or None to let it pass."""
+        with self._lock:
+            if self._rng.random() >= self._fraction:
+                return None
+            self._throttled += 1
+            return _THROTTLES[self._throttled % 2]
 
     def clear(self) -> None:
         with self._lock:
@@ -174,6 +203,9 @@ class FaultProxy:
 
     def _count(self, op: str, faulted: bool, items: int = 1) -> None:
         with self._lock:
+            # Appended under the lock, so the list stays sorted (up to the clock's resolution).
+            self.stamps.append(max(time.time_ns() // 10**6, self.stamps[-1] if self.stamps
+                                   else 0))
             self.counts[op] += 1
             self.items[op] += items
             if faulted:
@@ -200,12 +232,22 @@ class FaultProxy:
                 body = self.rfile.read(length) if length else b""
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 fault = proxy.current_fault()
+                throttle = None
+                if fault is not None and fault[0] == "throttle":
+                    throttle = proxy._throttle_code()
+                    fault = None if throttle is None else fault
                 op = operation_of(headers, body)
                 proxy._count(op, fault is not None, items_of(op, body))
                 if proxy.capacity:
                     body = ask_for_capacity(headers, body)
                 if fault is not None:
                     kind, until, delay = fault
+                    if throttle is not None:
+                        self._answer(400, json.dumps({
+                            "__type": f"com.amazonaws.dynamodb.v20120810#{throttle}",
+                            "message": "Rate exceeded (injected by the chaos proxy)"}).encode(),
+                            {})
+                        return
                     if kind == "error":
                         self._answer(500, json.dumps({
                             "__type": "com.amazonaws.dynamodb.v20120810#InternalServerError",

@@ -100,3 +100,26 @@ def test_counting_mode_leaves_bodies_alone(ddb_local: LocalAws, unique_id: str) 
         resp = ddb.get_item(TableName=env["HOLDFAST_TABLE"],
                             Key={"Pk": {"S": pk_for(f"{unique_id}-n")}})
         assert "ConsumedCapacity" not in resp and proxy.snapshot_consumed() == {}
+
+
+def test_throttle_fault_refuses_a_fraction_with_throttling_codes(ddb_local: LocalAws) -> None:
+    """A 50 % throttle refuses about half the calls with DynamoDB's two throttling errors."""
+    env = ddb_local.env()
+    table = env["HOLDFAST_TABLE"]
+    with FaultProxy(env["AWS_ENDPOINT_URL_DYNAMODB"]) as proxy:
+        ddb = _client(proxy.url, env, read_timeout=5)
+        t0 = time.time_ns() // 10**6
+        window = proxy.inject("throttle", 30, fraction=0.5)
+        codes: list[str] = []
+        for _ in range(60):
+            try:
+                ddb.get_item(TableName=table, Key={"Pk": {"S": pk_for("nothing")}})
+                codes.append("ok")
+            except ClientError as exc:
+                codes.append(exc.response["Error"]["Code"])
+        assert window.fraction == 0.5
+        assert set(codes) == {"ok", "ThrottlingException",
+                              "ProvisionedThroughputExceededException"}
+        assert 15 <= codes.count("ok") <= 45
+        assert proxy.calls_between(t0, time.time_ns() // 10**6 + 1) == 60
+        assert proxy.faulted["GetItem"] == 60 - codes.count("ok")
