@@ -59,6 +59,7 @@ def worker_environment(s: Settings, *, table_name: str, session_table_name: str,
         names.ENV_CHECKPOINT_SECONDS: str(s.checkpoint_seconds),
         names.ENV_SKEW_MS: str(s.skew_ms),
         names.ENV_MAX_CONNECTIONS: str(s.max_connections_per_task),
+        names.ENV_TASK_MEMORY_MIB: str(s.task_memory_mib),  # the worker checks its buffers fit
         names.ENV_RECONCILE_SECONDS: str(s.reconcile_seconds),
         names.ENV_SHUTDOWN_SECONDS: str(s.shutdown_seconds),
         names.ENV_RENEW_MODE: s.renew_mode,

@@ -24,12 +24,16 @@ from holdfast.core.model import MAX_WORKER_ID_LEN
 from holdfast.core.rules import LeaseTiming
 from holdfast.core.urls import UrlPolicy, policy_from_env
 
-__all__ = ["Liveness", "WorkerConfig", "default_worker_id", "ecs_task_id", "load_config"]
+__all__ = ["MEMORY_RESERVE_MIB", "Liveness", "WorkerConfig", "buffer_bytes", "default_worker_id",
+           "ecs_task_id", "load_config"]
 
 _WORKER_ID = re.compile(rf"^[A-Za-z0-9._:@/+=-]{{1,{MAX_WORKER_ID_LEN}}}$")
 Liveness = Literal["session", "lease"]
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
+# What the task needs besides frame buffers: the interpreter, boto3, and each connection's
+# socket, TLS and parser state.
+MEMORY_RESERVE_MIB = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +57,14 @@ class WorkerConfig:
     send_worker_id: bool = False  # the X-Holdfast-Worker header on upstream handshakes
     renew_mode: RenewMode = "batch"
     health_port: int = 8081
-    max_frame_bytes: int = 2**20
+    # 256 KiB (was 1 MiB): the stack's default 500 connections x 1 MiB frames could not fit a
+    # 1 GiB task (see ``buffer_bytes``).
+    max_frame_bytes: int = 2**18
+    max_queue: int = 2  # websockets' max_queue: frames buffered per connection
+    task_memory_mib: int | None = None  # None: not known (outside the stack), not checked
+    max_seq_jump: int | None = 1_000_000  # None: no bound
+    poison_replays: int = 3
+    handler_timeout_s: float = 30.0
     compression: bool = False
     shutdown_s: float = 25.0
     poll_s: int = 20
@@ -162,19 +173,36 @@ def load_config(env: Mapping[str, str] | None = None, *,
         raise ConfigError(f"{names.ENV_HANDLER}={handler[:80]!r} must look like "
                           "'package.module:function'")
     shutdown_s = e.number(names.ENV_SHUTDOWN_SECONDS, 25, lo=1, hi=7200)
+    max_connections = int(e.number(names.ENV_MAX_CONNECTIONS, 1000, lo=1, hi=100_000,
+                                   integer=True))
+    max_frame = int(e.number(names.ENV_MAX_FRAME_BYTES, 2**18, lo=1024, hi=2**30, integer=True))
+    max_queue = int(e.number(names.ENV_MAX_QUEUE, 2, lo=1, hi=1024, integer=True))
+    memory = e.raw(names.ENV_TASK_MEMORY_MIB)
+    task_memory = None if memory is None else int(e.number(
+        names.ENV_TASK_MEMORY_MIB, 0, lo=1, hi=10**7, integer=True))
+    if task_memory is not None:
+        _check_memory(max_connections, max_frame, max_queue, task_memory)
+    jump = int(e.number(names.ENV_MAX_SEQ_JUMP, 1_000_000, lo=0, hi=2**63, integer=True))
+    max_failures = int(e.number("HOLDFAST_UPSTREAM_MAX_FAILURES", 6, lo=1, hi=1000,
+                                integer=True))
+    poison = int(e.number(names.ENV_POISON_REPLAYS, 3, lo=1, hi=1000, integer=True))
+    if poison > max_failures:
+        raise ConfigError(f"{names.ENV_POISON_REPLAYS}={poison} must not exceed "
+                          f"HOLDFAST_UPSTREAM_MAX_FAILURES={max_failures}: the stream would "
+                          "be given up before its poison frame is skipped")
     return WorkerConfig(
         table=table, queue_url=queue_url, worker_id=wid, timing=timing, liveness=liveness,
         session_table=session_table, checkpoint_ms=round(checkpoint_s * 1000),
-        max_connections=int(e.number(names.ENV_MAX_CONNECTIONS, 1000, lo=1, hi=100_000,
-                                     integer=True)),
+        max_connections=max_connections,
         reconcile_s=e.number(names.ENV_RECONCILE_SECONDS, 60, lo=0, hi=86_400),
         handler=handler,
         protocol=e.raw("HOLDFAST_PROTOCOL") or "query",
         url_policy=policy, renew_mode=mode,
         send_worker_id=e.boolean("HOLDFAST_SEND_WORKER_ID", False),
         health_port=int(e.number("HOLDFAST_HEALTH_PORT", 8081, lo=0, hi=65535, integer=True)),
-        max_frame_bytes=int(e.number("HOLDFAST_MAX_FRAME_BYTES", 2**20, lo=1024, hi=2**30,
-                                     integer=True)),
+        max_frame_bytes=max_frame, max_queue=max_queue, task_memory_mib=task_memory,
+        max_seq_jump=jump or None, poison_replays=poison,
+        handler_timeout_s=e.number(names.ENV_HANDLER_TIMEOUT_SECONDS, 30, lo=0.01, hi=86_400),
         compression=e.boolean("HOLDFAST_COMPRESSION", False),
         shutdown_s=shutdown_s,
         poll_s=int(e.number("HOLDFAST_POLL_SECONDS", 20, lo=0, hi=20, integer=True)),
@@ -186,12 +214,34 @@ def load_config(env: Mapping[str, str] | None = None, *,
         open_timeout_s=e.number("HOLDFAST_OPEN_TIMEOUT_SECONDS", 10, lo=0.1, hi=300),
         reconnect_base_s=e.number("HOLDFAST_RECONNECT_BASE_SECONDS", 0.5, lo=0.01, hi=600),
         reconnect_cap_s=e.number("HOLDFAST_RECONNECT_CAP_SECONDS", 30, lo=0.01, hi=3600),
-        max_upstream_failures=int(e.number("HOLDFAST_UPSTREAM_MAX_FAILURES", 6, lo=1, hi=1000,
-                                           integer=True)),
+        max_upstream_failures=max_failures,
         retry_base_s=e.number("HOLDFAST_RETRY_BASE_SECONDS", 30, lo=0.1, hi=86_400),
         log_level=e.choice("HOLDFAST_LOG_LEVEL", (e.raw("LOG_LEVEL") or "INFO").upper(),
                            ("DEBUG", "INFO", "WARNING", "ERROR")),
     )
+
+
+def buffer_bytes(max_connections: int, max_frame: int, max_queue: int) -> int:
+    """The most frame data the worker can hold at once, each connection at its worst.
+
+    Per connection (websockets 17): the queue pauses reading only once it holds more than
+    ``max_queue`` frames, so ``max_queue + 1`` queued; one message in the handler's hands; one
+    frame half-read in the parser. Each up to ``max_frame`` bytes: ``max_queue + 3``.
+    """
+    return max_connections * max_frame * (max_queue + 3)
+
+
+def _check_memory(max_connections: int, max_frame: int, max_queue: int, task_mib: int) -> None:
+    # An OOM kill releases nothing: every stream waits out its lease. Refuse to start instead.
+    need = buffer_bytes(max_connections, max_frame, max_queue)
+    have = (task_mib - MEMORY_RESERVE_MIB) * 2**20
+    if need > have:
+        raise ConfigError(
+            f"{names.ENV_MAX_CONNECTIONS}={max_connections} x {names.ENV_MAX_FRAME_BYTES}="
+            f"{max_frame} x ({names.ENV_MAX_QUEUE}={max_queue} + 3) = {need / 2**20:.0f} MiB of "
+            f"frame buffers does not fit {names.ENV_TASK_MEMORY_MIB}={task_mib} minus "
+            f"{MEMORY_RESERVE_MIB} MiB reserve: lower one of the first three or give the task "
+            "more memory")
 
 
 def ecs_task_id(env: Mapping[str, str], timeout_s: float = 1.0) -> str | None:

@@ -25,8 +25,10 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import InvalidURI, WebSocketException
+from websockets.exceptions import ConnectionClosedError, InvalidURI, WebSocketException
+from websockets.frames import CloseCode
 
+from holdfast.core import names
 from holdfast.core.exceptions import UnsafeUrl
 from holdfast.core.urls import CheckedUrl, UrlPolicy, check_address, check_url, redact
 from worker.backoff import Backoff
@@ -34,7 +36,7 @@ from worker.delivery import Step
 from worker.handler import Handler, Message
 from worker.held import HeldStream
 from worker.metrics import WorkerMetrics
-from worker.protocol import ResumeProtocol
+from worker.protocol import Parsed, ResumeProtocol
 
 __all__ = ["ConnectOptions", "Connection", "ConnectionContext", "resolve_checked"]
 
@@ -51,7 +53,10 @@ class _NoRedirects(connect):
 
 @dataclass(frozen=True, slots=True)
 class ConnectOptions:
-    max_size: int = 2**20
+    max_size: int = 2**18
+    # websockets' default is 16 frames per connection; few are enough to keep a handler busy,
+    # and the memory check in ``worker.config`` counts them (``buffer_bytes``).
+    max_queue: int = 2
     compression: bool = False
     open_timeout_s: float = 10.0
     ping_interval_s: float = 20.0
@@ -82,6 +87,13 @@ class ConnectionContext:
     anchor: Callable[[Connection, int], Awaitable[None]] | None = None
     # Monotonic ms, the clock fence deadlines are on (the renewer's default clock).
     mono: Callable[[], int] = field(default=lambda: time.monotonic_ns() // 1_000_000)
+    # A handler call longer than this is cancelled and counted as failed (``HandlerTimeouts``).
+    # The fence deadline is the other bound: the fence watcher cancels the call at it.
+    handler_timeout_s: float = 30.0
+    # Connection deaths in a row on one frame (at one resume point) before it is skipped.
+    poison_replays: int = 3
+    # Records a skipped poison frame on the lease item (``LeaseStore.record_poison``).
+    record_poison: Callable[[Connection, int, str], Awaitable[None]] | None = None
 
 
 async def resolve_checked(checked: CheckedUrl, policy: UrlPolicy, resolve: Resolver) -> str:
@@ -113,6 +125,7 @@ class Connection:
         self.ended = False  # ``run`` has returned: what is left is the release
         self._ws: ClientConnection | None = None
         self._in_handler = False
+        self._logged: set[str] = set()  # warnings logged once per held stream, not per frame
 
     # -- control, called by the supervisor, the renewer and the session ------------------
     def drain(self, reason: str) -> None:
@@ -159,12 +172,18 @@ class Connection:
         finally:
             self.ended = True
 
+    def log_once(self, key: str, level: str, msg: str, **extra: Any) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            self.log(level, msg, once=True, **extra)
+
     async def _reconnecting(self) -> str | None:
-        failures = 0
+        failures = deaths = 0
+        poison_at: int | None = None  # the resume point of the last death by a frame
         held = self.held
         try:
             while not held.stopping:
-                before = held.handled
+                before, killed = held.handled, False
                 try:
                     await self._session()
                     error = "upstream closed the connection"
@@ -177,10 +196,16 @@ class Connection:
                     self.log("warning", "ws_url refused", error=msg)
                     return msg
                 except (OSError, TimeoutError, WebSocketException) as exc:
-                    error = _describe(exc)
+                    error, killed = _describe(exc), _killed_by_a_frame(exc)
                 if held.stopping:
                     break
                 failures = 1 if held.handled > before else failures + 1
+                if killed:  # by a frame; again at the same resume point: the same frame
+                    deaths = deaths + 1 if held.next_seq == poison_at else 1
+                    poison_at = held.next_seq
+                if deaths >= self.ctx.poison_replays and await self._skip_poison(error):
+                    failures = deaths = 0
+                    continue
                 self.ctx.metrics.incr("Reconnects")
                 if self.ctx.backoff.give_up(failures):
                     self.log("warning", "upstream failing, giving the stream back",
@@ -195,6 +220,24 @@ class Connection:
                 raise  # cancelled from outside (second signal): not ours to swallow
         return None
 
+    async def _skip_poison(self, error: str) -> bool:
+        """Skip the frame at the resume point, unhandled; False when there is no seq to skip.
+
+        The resume point is the checkpoint + 1 (the first frame a resumed upstream sends).
+        Without a checkpoint nothing says which seq it is: the stream is given up as before.
+        """
+        seq = self.held.next_seq
+        if seq is None or not self.held.skip_poison(seq):
+            self.log_once("poison-unknown", "error", "a frame keeps killing the connection "
+                          "and no seq is known to skip", error=error)
+            return False
+        self.ctx.metrics.incr(names.METRIC_FRAMES_SKIPPED)
+        self.log("error", "poison frame skipped: it killed the connection on every replay",
+                 seq=seq, replays=self.ctx.poison_replays, error=error)
+        if self.ctx.record_poison is not None:
+            await self.ctx.record_poison(self, seq, error)
+        return True
+
     async def _session(self) -> None:
         next_seq = self.held.next_seq
         proto = self.ctx.protocol
@@ -208,6 +251,7 @@ class Connection:
         async with _NoRedirects(
                 url, host=address, port=checked.port, additional_headers=headers,
                 compression="deflate" if opts.compression else None, max_size=opts.max_size,
+                max_queue=opts.max_queue,
                 open_timeout=opts.open_timeout_s, ping_interval=opts.ping_interval_s,
                 ping_timeout=opts.ping_interval_s, close_timeout=opts.close_timeout_s,
                 proxy=None, user_agent_header="holdfast-worker") as ws:
@@ -227,7 +271,14 @@ class Connection:
     async def _deliver(self, frame: str | bytes) -> None:
         """Apply the delivery rules (``worker.delivery``) to one frame; here only the I/O."""
         held = self.held
-        parsed = self.ctx.protocol.parse(frame)
+        try:
+            parsed = self.ctx.protocol.parse(frame)
+        except Exception:  # a plugged-in protocol's bug must not kill the stream on every replay
+            parsed = Parsed(None, frame, malformed=True)
+        if parsed.malformed:
+            self.ctx.metrics.incr(names.METRIC_MALFORMED_FRAMES)
+            self.log_once("malformed", "warning", "frame not parseable, handed on without seq",
+                          size=len(frame))
         seq = parsed.seq
         anchor = held.anchor_for(seq)
         if anchor is not None:
@@ -240,6 +291,11 @@ class Connection:
         verdict = held.admit(seq, self.ctx.mono())
         if verdict.step is Step.SKIP_REPLAY:
             return  # a replay of what was already handled (resume overlap)
+        if verdict.step is Step.REFUSED_JUMP:
+            self.ctx.metrics.incr(names.METRIC_FRAMES_SKIPPED)
+            self.log_once("jump", "error", "seq jumps too far past the checkpoint: frame not "
+                          "handled, checkpoint kept", expected=verdict.expected, got=seq)
+            return
         if verdict.step is Step.FENCED:
             # Past the fence (the process was paused: SIGSTOP, a stalled VM): another worker
             # may hold the lease by now, and frames buffered during the pause must not reach
@@ -252,11 +308,21 @@ class Connection:
         if verdict.step is Step.GAP:
             self.log("warning", "gap in upstream sequence", expected=verdict.expected, got=seq)
         self._in_handler = True
+        limit = asyncio.timeout(self.ctx.handler_timeout_s)
         try:
-            await self.ctx.handler(Message(self.conn_id, seq, parsed.data, self.ctx.worker_id))
+            async with limit:
+                await self.ctx.handler(Message(self.conn_id, seq, parsed.data,
+                                               self.ctx.worker_id, epoch=held.epoch))
         except Exception as exc:
-            self.ctx.metrics.incr("HandlerErrors")
-            self.log("error", "handler raised", seq=seq, error=f"{type(exc).__name__}: {exc}"[:500])
+            if isinstance(exc, TimeoutError) and limit.expired():
+                # Treated like a raise: the message is not retried, the checkpoint moves on.
+                self.ctx.metrics.incr(names.METRIC_HANDLER_TIMEOUTS)
+                self.log("error", "handler timed out, call cancelled", seq=seq,
+                         timeout_s=self.ctx.handler_timeout_s)
+            else:
+                self.ctx.metrics.incr("HandlerErrors")
+                self.log("error", "handler raised", seq=seq,
+                         error=f"{type(exc).__name__}: {exc}"[:500])
         finally:
             self._in_handler = False
         held.done(seq)
@@ -266,6 +332,13 @@ class Connection:
         if self._ws is not None:
             with contextlib.suppress(Exception):
                 await self._ws.close()
+
+
+def _killed_by_a_frame(exc: BaseException) -> bool:
+    """We closed the connection over a frame: too big (1009) or not UTF-8 text (1007)."""
+    sent = exc.sent if isinstance(exc, ConnectionClosedError) else None
+    return sent is not None and sent.code in (CloseCode.MESSAGE_TOO_BIG,
+                                              CloseCode.INVALID_DATA)
 
 
 def _describe(exc: BaseException) -> str:

@@ -6,14 +6,18 @@ For every parsed frame the connection asks ``admit(seq, now_mono_ms, fence_mono_
   (the resume overlap after a reconnect or a handover): not handed to the handler;
 - ``FENCED``: the fence deadline has passed (the process was paused: SIGSTOP, a stalled VM);
   another worker may hold the lease by now, so nothing more reaches the handler;
-- ``GAP``: ``seq`` jumps past ``checkpoint + 1``; logged, and delivered all the same (the
-  upstream lost them, waiting would not bring them back);
+- ``REFUSED_JUMP``: ``seq`` is more than ``max_jump`` past the checkpoint: not handed to the
+  handler and the checkpoint stays. One absurd seq (``{"seq": 9223372036854775807}``) would
+  otherwise become the checkpoint, and every later frame would be skipped as a replay forever;
+- ``GAP``: ``seq`` jumps past ``checkpoint + 1`` (by at most ``max_jump``); logged, and
+  delivered all the same (the upstream lost them, waiting would not bring them back);
 - ``DELIVER``: the next message (or a frame without a seq, which moves no checkpoint).
 
 A replay is skipped before the fence is looked at: skipping hands nothing to the handler, so it
-is safe either way. The checkpoint moves only in ``done(seq)``, which the connection calls
-after the handler call has returned (or raised: a failed message is not retried), and it never
-moves backwards.
+is safe either way. The jump bound needs a checkpoint to measure from: the very first seq of a
+never-checkpointed stream is taken as it comes. The checkpoint moves only in ``done(seq)``,
+which the connection calls after the handler call has returned (or raised: a failed message is
+not retried), and in ``skip_poison``; it never moves backwards.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class Step(Enum):
     """What to do with one frame."""
 
     SKIP_REPLAY = "skip_replay"
+    REFUSED_JUMP = "refused_jump"  # seq too far ahead of the checkpoint: not delivered
     FENCED = "fenced"
     GAP = "gap"  # deliver, and log the seqs that never came
     DELIVER = "deliver"
@@ -39,7 +44,7 @@ class Step(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """A step and, for ``GAP``, the seq that was expected instead."""
+    """A step and, for ``GAP`` and ``REFUSED_JUMP``, the seq that was expected instead."""
 
     step: Step
     expected: int | None = None
@@ -52,11 +57,12 @@ class Delivery:
     has one (never checkpointed, and no frame with a seq seen yet).
     """
 
-    __slots__ = ("_checkpoint", "_handled")
+    __slots__ = ("_checkpoint", "_handled", "_max_jump")
 
-    def __init__(self, checkpoint: int | None) -> None:
+    def __init__(self, checkpoint: int | None, *, max_jump: int | None = None) -> None:
         self._checkpoint = checkpoint
         self._handled = 0
+        self._max_jump = max_jump  # None: any jump forward is a gap, delivered
 
     @property
     def checkpoint(self) -> int | None:
@@ -89,11 +95,22 @@ class Delivery:
         last = self._checkpoint
         if seq is not None and last is not None and seq <= last:
             return Verdict(Step.SKIP_REPLAY)
+        if (seq is not None and last is not None and self._max_jump is not None
+                and seq > last + self._max_jump):
+            return Verdict(Step.REFUSED_JUMP, expected=last + 1)
         if now_mono_ms >= fence_mono_ms:
             return Verdict(Step.FENCED)
         if seq is not None and last is not None and seq > last + 1:
             return Verdict(Step.GAP, expected=last + 1)
         return Verdict(Step.DELIVER)
+
+    def skip_poison(self, seq: int) -> bool:
+        """Give up on ``seq`` (the frame at the resume point kept killing the connection): the
+        checkpoint moves to it without a handler call. False if it is already behind us."""
+        if self._checkpoint is not None and seq <= self._checkpoint:
+            return False
+        self._checkpoint = seq
+        return True
 
     def done(self, seq: int | None) -> None:
         """The handler call for ``seq`` has returned (or raised): the checkpoint may move."""

@@ -1,8 +1,14 @@
 """The handler plug-in: one async function called per upstream message, in order per stream.
 
 ``HOLDFAST_HANDLER="package.module:function"`` names it. It receives a ``Message`` with
-``conn_id``, ``seq`` (int or None), ``data`` (str or bytes) and ``worker_id``. Whatever it raises
-is logged and counted by the caller; it never ends the stream or the worker.
+``conn_id``, ``seq`` (int or None), ``data`` (str or bytes), ``worker_id`` and ``epoch``.
+Whatever it raises is logged and counted by the caller; it never ends the stream or the worker.
+
+``epoch`` is the lease epoch, a fencing token: +1 on every acquisition of the stream, so a
+later holder always has a higher one. A downstream that remembers the highest epoch it has
+seen per ``conn_id`` can refuse a late write from a holder that lost the lease (a paused
+process); ``conn_id:epoch:seq`` names one delivery attempt uniquely. Deduplicate replays on
+``conn_id:seq``: after a handover the new holder replays the overlap under a new epoch.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ class Message:
     seq: int | None
     data: str | bytes
     worker_id: str
+    # Last and defaulted, so ``Message(conn_id, seq, data, worker_id)`` still constructs.
+    epoch: int = 0
 
 
 Handler = Callable[[Message], Awaitable[object]]

@@ -51,11 +51,12 @@ class HeldStream:
     __slots__ = ("_cursor", "_fence_mono_ms", "_lease", "_reason", "_session_fence", "_state")
 
     def __init__(self, lease: Lease, *, fence_mono_ms: int,
-                 session_fence: Callable[[], int] = lambda: NO_FENCE_MS) -> None:
+                 session_fence: Callable[[], int] = lambda: NO_FENCE_MS,
+                 max_seq_jump: int | None = None) -> None:
         self._lease = lease
         self._fence_mono_ms = fence_mono_ms
         self._session_fence = session_fence
-        self._cursor = Delivery(lease.last_seq)
+        self._cursor = Delivery(lease.last_seq, max_jump=max_seq_jump)
         self._state = HeldState.CLAIMED
         self._reason: str | None = None
 
@@ -174,6 +175,10 @@ class HeldStream:
     def admit(self, seq: int | None, now_mono_ms: int) -> Verdict:
         """What to do with a frame carrying ``seq`` at ``now_mono_ms``."""
         return self._cursor.admit(seq, now_mono_ms, self.deadline())
+
+    def skip_poison(self, seq: int) -> bool:
+        """Move the checkpoint past ``seq`` unhandled (a poison frame); False if behind us."""
+        return self._cursor.skip_poison(seq)
 
     def done(self, seq: int | None) -> None:
         """The handler call for ``seq`` has returned or raised: the checkpoint may move."""

@@ -63,10 +63,12 @@ class Holdings:
             backoff=Backoff(config.reconnect_base_s, config.reconnect_cap_s,
                             config.max_upstream_failures, config.retry_base_s),
             options=ConnectOptions(max_size=config.max_frame_bytes,
+                                   max_queue=config.max_queue,
                                    compression=config.compression,
                                    open_timeout_s=config.open_timeout_s,
                                    send_worker_id=config.send_worker_id),
-            anchor=self.anchor, mono=mono)
+            anchor=self.anchor, mono=mono, handler_timeout_s=config.handler_timeout_s,
+            poison_replays=config.poison_replays, record_poison=self.record_poison)
         self.streams = streams
         self.owner, self.stopping, self.session_fence = owner, stopping, session_fence
         self.wall, self.mono = wall, mono
@@ -109,7 +111,8 @@ class Holdings:
         self.metrics.incr("Claims")
         self.counts["claimed"] += 1
         held = HeldStream(lease, fence_mono_ms=self.renewer.fence_after(sent),
-                          session_fence=self.session_fence)
+                          session_fence=self.session_fence,
+                          max_seq_jump=self.config.max_seq_jump)
         if self.stopping():  # the stop began while we were acquiring: hand it straight back
             held.drain("shutdown")
         elif self.owner() != owner:  # the session was lost while we were acquiring
@@ -133,6 +136,12 @@ class Holdings:
                                         self.config.timing.skew_ms) - self.wall()
         seconds = -(-wait_ms // 1000) + 1  # round up, plus a second for clock jitter
         return Later(int(seconds)) if 0 < seconds <= _MAX_LATER_S else None
+
+    async def record_poison(self, conn: Connection, seq: int, error: str) -> None:
+        """Note a skipped poison frame on the lease item (best effort: it is in the log)."""
+        await asyncio.get_running_loop().run_in_executor(
+            self.renewer.executor, functools.partial(
+                self.store.record_poison, conn.held.lease, seq, error))
 
     async def anchor(self, conn: Connection, seq: int) -> None:
         """Write a never-checkpointed stream's starting point before its first handler call."""

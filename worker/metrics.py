@@ -22,7 +22,8 @@ __all__ = ["COUNTERS", "NAMESPACE", "WorkerMetrics"]
 NAMESPACE = "Holdfast"
 COUNTERS = ("Claims", "ClaimConflicts", "LeasesLost", "LeasesFenced", "Reconnects",
             "HandlerErrors", "MessagesHandled", "UpstreamGiveUps", "PoisonMessages",
-            "RenewFailures")
+            "RenewFailures", names.METRIC_MALFORMED_FRAMES, names.METRIC_FRAMES_SKIPPED,
+            names.METRIC_HANDLER_TIMEOUTS)
 _MAX_SAMPLES = 100  # EMF accepts at most 100 values per metric in one record
 
 

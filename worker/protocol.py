@@ -32,10 +32,15 @@ _MAX_SEQ = 2**63 - 1
 
 @dataclass(frozen=True, slots=True)
 class Parsed:
-    """A frame as the handler sees it: ``seq`` None when the frame carries no integer seq."""
+    """A frame as the handler sees it: ``seq`` None when the frame carries no integer seq.
+
+    ``malformed``: a text frame that is not JSON at all (or nests too deep to parse); it is
+    still handed on, with seq None, and the connection counts it (``MalformedFrames``).
+    """
 
     seq: int | None
     data: str | bytes
+    malformed: bool = False
 
 
 @runtime_checkable
@@ -72,18 +77,39 @@ def with_query_param(url: str, name: str, value: str) -> str:
 
 
 def parse_json_seq(frame: str | bytes, key: str = "seq") -> Parsed:
-    """``Parsed(seq, frame)`` for a JSON object frame with an integer ``key``; else seq None."""
-    if isinstance(frame, bytes) or not frame.startswith("{"):
+    """``Parsed(seq, frame)`` for a JSON object frame with an integer ``key``; else seq None.
+
+    Never raises. A binary frame is opaque (no seq, not parsed: its bytes need not be UTF-8).
+    A text frame that is not JSON is ``malformed`` (for one that does not start with ``{``,
+    judged by its first character); so is one nesting deeper than the
+    interpreter's recursion limit (~1000), which ``json.loads`` refuses with RecursionError:
+    uncaught, that one frame killed the stream on every replay.
+    """
+    if isinstance(frame, bytes):
         return Parsed(None, frame)
+    if not frame.startswith("{"):
+        # Only an object can carry a seq; the cheap test spares parsing arrays and scalars.
+        return Parsed(None, frame, malformed=not _looks_like_json(frame))
     try:
         obj = json.loads(frame)
-    except ValueError:
-        return Parsed(None, frame)
+    except (ValueError, RecursionError):
+        return Parsed(None, frame, malformed=True)
     seq = obj.get(key) if isinstance(obj, dict) else None
     # bool is an int subclass: {"seq": true} is not a sequence number.
     if isinstance(seq, int) and not isinstance(seq, bool) and 0 <= seq <= _MAX_SEQ:
         return Parsed(seq, frame)
     return Parsed(None, frame)
+
+
+def _looks_like_json(frame: str) -> bool:
+    """Whether a text frame that is not an object could be JSON (an array, a number...).
+
+    Judged by its first character only: parsing a large array just to count it would cost
+    more than the frame is worth, and such a frame carries no seq either way.
+    """
+    head = frame.lstrip()[:1]
+    return head != "" and (head in '[{"-0123456789' or frame.strip() in ("true", "false",
+                                                                           "null"))
 
 
 @dataclass(frozen=True, slots=True)

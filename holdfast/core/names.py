@@ -17,12 +17,17 @@ __all__ = [
     "ENV_ALLOWED_HOSTS",
     "ENV_CHECKPOINT_SECONDS",
     "ENV_HANDLER",
+    "ENV_HANDLER_TIMEOUT_SECONDS",
     "ENV_HEARTBEAT_SECONDS",
     "ENV_LEASE_MS",
     "ENV_LEASE_SECONDS",
     "ENV_LIVENESS",
     "ENV_MAX_CONNECTIONS",
+    "ENV_MAX_FRAME_BYTES",
+    "ENV_MAX_QUEUE",
+    "ENV_MAX_SEQ_JUMP",
     "ENV_METRICS_NAMESPACE",
+    "ENV_POISON_REPLAYS",
     "ENV_QUEUE_URL",
     "ENV_RECONCILE_SECONDS",
     "ENV_RECORD_AWS_CALLS",
@@ -32,13 +37,17 @@ __all__ = [
     "ENV_SHUTDOWN_SECONDS",
     "ENV_SKEW_MS",
     "ENV_TABLE",
+    "ENV_TASK_MEMORY_MIB",
     "METRIC_ACTIVE_CONNECTIONS",
     "METRIC_CLAIMS",
     "METRIC_CLAIM_CONFLICTS",
     "METRIC_DEAD_SESSIONS",
+    "METRIC_FRAMES_SKIPPED",
     "METRIC_HANDLER_ERRORS",
+    "METRIC_HANDLER_TIMEOUTS",
     "METRIC_LEASES_FENCED",
     "METRIC_LEASES_LOST",
+    "METRIC_MALFORMED_FRAMES",
     "METRIC_MALFORMED_RECORDS",
     "METRIC_NORMALISED",
     "METRIC_NUDGES",
@@ -75,6 +84,15 @@ ENV_RECONCILE_SECONDS: Final = "HOLDFAST_RECONCILE_SECONDS"
 ENV_SHUTDOWN_SECONDS: Final = "HOLDFAST_SHUTDOWN_SECONDS"
 ENV_RENEW_MODE: Final = "HOLDFAST_RENEW_MODE"
 ENV_HANDLER: Final = "HOLDFAST_HANDLER"
+# Poison frames and memory: the frame size limit, websockets' max_queue (frames buffered per
+# connection), the task's memory (set by the stack: the settings must fit in it), how far past
+# the checkpoint a seq may jump, and how many deaths at one resume point make it poison.
+ENV_MAX_FRAME_BYTES: Final = "HOLDFAST_MAX_FRAME_BYTES"
+ENV_MAX_QUEUE: Final = "HOLDFAST_MAX_QUEUE"
+ENV_TASK_MEMORY_MIB: Final = "HOLDFAST_TASK_MEMORY_MIB"
+ENV_MAX_SEQ_JUMP: Final = "HOLDFAST_MAX_SEQ_JUMP"
+ENV_POISON_REPLAYS: Final = "HOLDFAST_POISON_REPLAYS"
+ENV_HANDLER_TIMEOUT_SECONDS: Final = "HOLDFAST_HANDLER_TIMEOUT_SECONDS"
 ENV_ALLOWED_HOSTS: Final = urls.ENV_ALLOWED_HOSTS  # defined once, with the URL policy
 ENV_RECORD_AWS_CALLS: Final = "HOLDFAST_RECORD_AWS_CALLS"  # tests: a directory to log calls in
 # Powertools reads these two itself, so no code has to pass a service name or namespace.
@@ -97,6 +115,11 @@ METRIC_RENEW_LATENCY: Final = "RenewLatency"
 METRIC_RECONNECTS: Final = "Reconnects"
 METRIC_HANDLER_ERRORS: Final = "HandlerErrors"
 METRIC_UPSTREAM_GIVE_UPS: Final = "UpstreamGiveUps"
+# Text frames that are not JSON (handed on without a seq); frames not delivered (a seq jump
+# past HOLDFAST_MAX_SEQ_JUMP, a poison frame skipped); handler calls cut by the timeout.
+METRIC_MALFORMED_FRAMES: Final = "MalformedFrames"
+METRIC_FRAMES_SKIPPED: Final = "FramesSkipped"
+METRIC_HANDLER_TIMEOUTS: Final = "HandlerTimeouts"
 METRIC_SESSION_RENEW_FAILURES: Final = "SessionRenewFailures"
 # Router and sweeper: nudges sent, one metric per ``reason`` (extra dimension), and failures.
 METRIC_NUDGES: Final = "Nudges"

@@ -50,6 +50,7 @@ _NAMES = {
     "#err": ATTR.last_error,
     "#errs": ATTR.error_count,
     "#token": ATTR.token,
+    "#poison": ATTR.poison_seq,
 }
 
 
@@ -256,6 +257,19 @@ class LeaseStore:
                 raise
             return None if raw is None or _owner_of(raw) is None else LossReason.LOST
         return None
+
+    def record_poison(self, lease: Lease, seq: int, error: str) -> bool:
+        """Note on the item that ``seq`` was skipped unhandled (a poison frame); False if not
+        written. One small update on owner and epoch, no key or index attribute touched."""
+        with contextlib.suppress(ConditionFailed, StoreUnavailable):  # lost, or best effort
+            self._update("record_poison", lease.conn_id,
+                         "SET #poison = :seq, #err = :err, #upd = :now",
+                         "#owner = :me AND #epoch = :epoch",
+                         {":seq": _num(seq), ":err": _str(scrub(error, lease.ws_url)[:1000]),
+                          ":now": _num(self.clock()), ":me": _str(lease.owner),
+                          ":epoch": _num(lease.epoch)})
+            return True
+        return False
 
     def quarantine(self, conn_id: str, owner: str, reason: str) -> None:
         """Park a malformed STARTED item out of the sweep's sight, with the reason recorded."""

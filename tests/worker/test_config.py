@@ -10,19 +10,57 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from holdfast.core.exceptions import ConfigError
-from worker.config import default_worker_id, ecs_task_id, load_config
+from worker.config import (
+    MEMORY_RESERVE_MIB,
+    buffer_bytes,
+    default_worker_id,
+    ecs_task_id,
+    load_config,
+)
 
 BASE = {"HOLDFAST_TABLE": "t", "HOLDFAST_QUEUE_URL": "http://127.0.0.1:1/q",
         "HOLDFAST_WORKER_ID": "w1", "HOLDFAST_SESSION_TABLE": "s"}
 
 
 def test_defaults_match_the_issue() -> None:
-    """Sessions: TTL 8 s, heartbeat 2 s, checkpoints every 20 s; batch writes, 1 MiB frames."""
+    """Sessions: TTL 8 s, heartbeat 2 s, checkpoints every 20 s; batch writes, 256 KiB frames."""
     cfg = load_config(BASE)
     assert (cfg.lease_ms, cfg.heartbeat_ms, cfg.reconcile_s) == (8_000, 2_000, 60)
     assert (cfg.liveness, cfg.session_table, cfg.checkpoint_ms) == ("session", "s", 20_000)
     assert cfg.renew_mode == "batch" and not cfg.compression
-    assert cfg.max_frame_bytes == 2**20 and cfg.shutdown_s < 30  # fits ECS's default 30 s
+    assert cfg.max_frame_bytes == 2**18 and cfg.shutdown_s < 30  # fits ECS's default 30 s
+    assert (cfg.max_queue, cfg.max_seq_jump, cfg.poison_replays) == (2, 1_000_000, 3)
+    assert cfg.handler_timeout_s == 30 and cfg.task_memory_mib is None
+
+
+def test_the_stacks_default_task_fits_its_frame_buffers() -> None:
+    """500 connections in 1024 MiB (the CDK defaults) validate with the default frame limits."""
+    cfg = load_config({**BASE, "HOLDFAST_MAX_CONNECTIONS": "500",
+                       "HOLDFAST_TASK_MEMORY_MIB": "1024"})
+    assert buffer_bytes(cfg.max_connections, cfg.max_frame_bytes, cfg.max_queue) <= (
+        1024 - MEMORY_RESERVE_MIB) * 2**20
+
+
+@pytest.mark.parametrize("env", [
+    {"HOLDFAST_MAX_FRAME_BYTES": str(2**20)},  # 500 x 1 MiB x 5: the old default
+    {"HOLDFAST_MAX_QUEUE": "16"},  # websockets' default queue
+    {"HOLDFAST_MAX_CONNECTIONS": "1000"},
+])
+def test_frame_buffers_that_cannot_fit_the_task_are_refused(env: dict[str, str]) -> None:
+    """connections x frame size x (queue + 3) over the task memory is a ConfigError naming all."""
+    with pytest.raises(ConfigError) as err:
+        load_config({**BASE, "HOLDFAST_MAX_CONNECTIONS": "500",
+                     "HOLDFAST_TASK_MEMORY_MIB": "1024", **env})
+    for name in ("HOLDFAST_MAX_CONNECTIONS", "HOLDFAST_MAX_FRAME_BYTES", "HOLDFAST_MAX_QUEUE",
+                 "HOLDFAST_TASK_MEMORY_MIB"):
+        assert name in str(err.value)
+
+
+def test_seq_jump_bound_zero_means_none() -> None:
+    """HOLDFAST_MAX_SEQ_JUMP=0 turns the bound off; a poison count over the give-up is refused."""
+    assert load_config({**BASE, "HOLDFAST_MAX_SEQ_JUMP": "0"}).max_seq_jump is None
+    with pytest.raises(ConfigError, match="HOLDFAST_POISON_REPLAYS"):
+        load_config({**BASE, "HOLDFAST_POISON_REPLAYS": "7"})
 
 
 @pytest.mark.parametrize(("env", "names"), [
@@ -47,6 +85,10 @@ def test_defaults_match_the_issue() -> None:
     ({"HOLDFAST_SEND_WORKER_ID": "sometimes"}, "HOLDFAST_SEND_WORKER_ID"),
     ({"HOLDFAST_LOG_URL_PATHS": "sometimes"}, "HOLDFAST_LOG_URL_PATHS"),
     ({"HOLDFAST_ALLOWED_HOSTS": "169.254.169.254"}, "HOLDFAST_ALLOWED_HOSTS"),
+    ({"HOLDFAST_MAX_QUEUE": "0"}, "HOLDFAST_MAX_QUEUE"),
+    ({"HOLDFAST_TASK_MEMORY_MIB": "lots"}, "HOLDFAST_TASK_MEMORY_MIB"),
+    ({"HOLDFAST_MAX_SEQ_JUMP": "-1"}, "HOLDFAST_MAX_SEQ_JUMP"),
+    ({"HOLDFAST_HANDLER_TIMEOUT_SECONDS": "0"}, "HOLDFAST_HANDLER_TIMEOUT_SECONDS"),
 ])
 def test_bad_values_name_the_variable(env: dict[str, str], names: str) -> None:
     """Every bad value is a ConfigError whose message names the variable."""

@@ -32,8 +32,9 @@ def lease_for(fleet: Fleet, conn: str, url: str) -> Lease:
 
 def context(rec: Recorder, **kw: object) -> ConnectionContext:
     kw.setdefault("policy", LOOPBACK_POLICY)  # the demo upstream listens on 127.0.0.1
+    kw.setdefault("backoff", Backoff(0.01, 0.05, 3))
     return ConnectionContext(worker_id="me", handler=rec, protocol=QueryParamProtocol(),
-                         metrics=WorkerMetrics(), backoff=Backoff(0.01, 0.05, 3), **kw)  # type: ignore[arg-type]
+                         metrics=WorkerMetrics(), **kw)  # type: ignore[arg-type]
 
 
 def connection(lease: Lease, ctx: ConnectionContext) -> Connection:

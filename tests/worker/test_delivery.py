@@ -88,3 +88,26 @@ def test_unanchored_cursor_delivers_without_skip_or_gap() -> None:
     assert cursor.admit(50, 0, FAR).step is Step.DELIVER
     cursor.done(50)
     assert cursor.checkpoint == 50
+
+
+def test_a_seq_too_far_ahead_is_refused_and_moves_nothing() -> None:
+    """A seq past checkpoint + max_jump is REFUSED_JUMP; the next normal frame still flows."""
+    cursor = Delivery(4, max_jump=10)
+    assert cursor.admit(2**63 - 1, 0, FAR) == Verdict(Step.REFUSED_JUMP, expected=5)
+    assert not Step.REFUSED_JUMP.delivers and cursor.checkpoint == 4
+    assert cursor.admit(14, 0, FAR) == Verdict(Step.GAP, expected=5)  # at the bound: a gap
+    assert cursor.admit(15, 0, FAR).step is Step.REFUSED_JUMP
+    assert cursor.admit(5, 0, FAR).step is Step.DELIVER
+
+
+def test_no_jump_bound_without_a_checkpoint_or_a_limit() -> None:
+    """The first seq of a new stream and any seq without a limit are taken as they come."""
+    assert Delivery(None, max_jump=10).admit(10**9, 0, FAR).step is Step.DELIVER
+    assert Delivery(4).admit(2**63 - 1, 0, FAR).step is Step.GAP
+
+
+def test_skip_poison_moves_the_checkpoint_forward_only() -> None:
+    """A poison seq becomes the checkpoint unhandled; one already behind is refused."""
+    cursor = Delivery(4)
+    assert cursor.skip_poison(5) and cursor.checkpoint == 5 and cursor.handled == 0
+    assert not cursor.skip_poison(5) and not cursor.skip_poison(3) and cursor.next_seq == 6

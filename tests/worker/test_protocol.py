@@ -54,6 +54,20 @@ def test_parse_json_seq(frame: str | bytes, seq: int | None) -> None:
     assert parsed.seq == seq and parsed.data == frame
 
 
+@pytest.mark.parametrize(("frame", "malformed"), [
+    ('{"a": ' * 100_000 + "1" + "}" * 100_000, True),  # RecursionError in json.loads
+    ('{"seq": 1, "a": ' + "[" * 50_000 + "]" * 50_000 + "}", True),
+    ("not json", True), ("{broken", True), ("", True), ("\u00e9t\u00e9", True),
+    ("[1]", False), ('"x"', False), ("null", False), ("-3", False), (b"\xff\xfe", False),
+    ('{"seq": 3}', False),
+])
+def test_unparseable_frames_never_raise(frame: str | bytes, malformed: bool) -> None:
+    """Deep nesting or non-JSON text is malformed with seq None, never an exception."""
+    parsed = parse_json_seq(frame)
+    assert parsed.malformed is malformed and parsed.data == frame
+    assert parsed.seq == (3 if frame == '{"seq": 3}' else None)
+
+
 def test_load_protocol() -> None:
     """Built-in names and module:factory load; anything else is a clear error."""
     assert isinstance(load_protocol(None), QueryParamProtocol)
