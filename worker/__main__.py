@@ -30,15 +30,20 @@ def build_worker(config: WorkerConfig) -> Supervisor:
     # A DynamoDB call must fail well within the lease's usable window (so a retry still fits
     # before the fence), not after botocore's 60 s.
     read_timeout = min(3.0, max(0.5, config.timing.usable_ms / 2000))
-    # ONE DynamoDB client for the whole process (sessions, checkpoints, claims, releases,
-    # sweeps), in adaptive mode: its token bucket is the process's one shared back-off, so
-    # a throttled table sees this worker slow down as a whole rather than every caller
-    # retrying on its own. Two attempts: the heartbeat retries itself, bounded by its fence.
+    # ONE DynamoDB client for all the bulk work of the process (checkpoints, claims,
+    # releases, sweeps), in adaptive mode: its token bucket is the process's one shared
+    # back-off, so a throttled table sees this worker slow down as a whole rather than every
+    # caller retrying on its own.
     ddb = dynamodb_client(client_config(read_timeout=read_timeout, max_attempts=2,
                                         retry_mode="adaptive"))
+    # The session heartbeat (one call per heartbeat for every stream) must not wait in that
+    # bucket: throttled, the bucket drops to half a call a second and the heartbeat would miss
+    # its fence. It makes one attempt per call and retries itself, jittered and bounded by the
+    # fence (worker.session).
+    session_ddb = dynamodb_client(client_config(read_timeout=read_timeout, max_attempts=1))
     sqs = sqs_client()
     return Supervisor(config, ddb=ddb, sqs=sqs, handler=load_handler(config.handler),
-                  protocol=load_protocol(config.protocol))
+                      protocol=load_protocol(config.protocol), session_ddb=session_ddb)
 
 
 async def _serve(worker: Supervisor, logger: Logger) -> None:

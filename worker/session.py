@@ -72,7 +72,10 @@ class SessionKeeper:
         while True:
             started = self.mono()
             await self.heartbeat()
-            elapsed_s = (self.mono() - started) / 1000
+            # The next one is a period after the attempt that landed: a heartbeat that needed
+            # retries (throttled) is not followed at once by another one.
+            anchor = max(started, self.last_ok_mono_ms or started)
+            elapsed_s = (self.mono() - anchor) / 1000
             await self.sleep(max(0.0, self.timing.heartbeat_ms / 1000 - elapsed_s))
 
     async def heartbeat(self) -> None:
@@ -116,7 +119,7 @@ class SessionKeeper:
                 if session is not self.session:
                     return
                 hb_s = self.timing.heartbeat_ms / 1000
-                await self.sleep(retry_before_s(failures, left, hb_s / 10, hb_s / 2, self.rand))
+                await self.sleep(retry_before_s(failures, left, hb_s / 5, hb_s / 2, self.rand))
                 continue
             self._landed(session, sent, renewed, orders)
             return

@@ -43,6 +43,7 @@ from worker.metrics import WorkerMetrics
 from worker.protocol import QueryParamProtocol, ResumeProtocol
 from worker.renewer import Renewer, monotonic_ms
 from worker.session import SessionKeeper
+from worker.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -64,7 +65,8 @@ class Supervisor:
     def __init__(self, config: WorkerConfig, *, ddb: DynamoDBClient, sqs: SQSClient,
                  handler: Handler = default_handler, protocol: ResumeProtocol | None = None,
                  wall: Callable[[], int] = wall_clock_ms, mono: Callable[[], int] = monotonic_ms,
-                 metrics: WorkerMetrics | None = None) -> None:
+                 metrics: WorkerMetrics | None = None,
+                 session_ddb: DynamoDBClient | None = None) -> None:
         self.config = config
         self.worker_id = config.worker_id
         self.ddb, self.sqs = ddb, sqs
@@ -75,7 +77,15 @@ class Supervisor:
         self.store = LeaseStore(ddb, config.table,
                                 lease_ms=BACKSTOP_MS if self.session_mode else config.lease_ms,
                                 skew_ms=config.timing.skew_ms, clock=wall)
+        # The session's own calls (start, heartbeat, end) may have a client of their own
+        # (``session_ddb``): under throttling the heartbeat is the one call that must not queue
+        # behind the shared rate limiter of everything else; it bounds its own retries by its
+        # fence. The reconcile sweep's session reads and releases are bulk work: ``ddb``.
         self.sessions = SessionStore(
+            session_ddb or ddb, config.session_table or "", config.table,
+            ttl_ms=config.lease_ms, skew_ms=config.timing.skew_ms,
+            clock=wall) if self.session_mode else None
+        self.sweep_sessions = SessionStore(
             ddb, config.session_table or "", config.table, ttl_ms=config.lease_ms,
             skew_ms=config.timing.skew_ms, clock=wall) if self.session_mode else None
         self.keeper: SessionKeeper | None = None
@@ -105,6 +115,11 @@ class Supervisor:
     def free_capacity(self) -> int:
         return self.holdings.free_capacity()
 
+    def earliest_fence(self) -> int:
+        """The first fence deadline (monotonic ms) among the streams still handling frames."""
+        return min((c.held.deadline() for c in self.streams.values() if c.held.live),
+                   default=NO_FENCE_MS)
+
     # -- the session ----------------------------------------------------------------------
     async def _start_session(self) -> None:
         """Start a new incarnation; wait out a predecessor with our id, refuse a live twin."""
@@ -131,7 +146,8 @@ class Supervisor:
                     warned = True
             except StoreUnavailable as exc:
                 logger.warning("cannot start the session yet", error=str(exc)[:300])
-            await asyncio.sleep(min(1.0, timing.heartbeat_ms / 1000))
+            # Jittered: after a regional problem the fleet's restarts do not retry in step.
+            await asyncio.sleep(min(1.0, timing.heartbeat_ms / 1000) * (0.5 + random.random()))
         if self.keeper is None:
             self.keeper = SessionKeeper(
                 self.sessions, session, timing, self.metrics, held=lambda: len(self.streams),
@@ -201,6 +217,8 @@ class Supervisor:
                           self.metrics, poll_s=cfg.poll_s, pollers=cfg.pollers,
                           visibility_s=cfg.nudge_visibility_s)
         health = HealthServer(cfg.health_port, self) if cfg.health_port else None
+        # A handler blocking the loop past a fence ends the process (``worker.watchdog``).
+        watchdog = Watchdog(self.earliest_fence, self.mono) if cfg.watchdog else None
         if self.session_mode:
             await self._start_session()
         logger.info("worker started", worker_id=self.worker_id, table=cfg.table,
@@ -213,7 +231,7 @@ class Supervisor:
                 reconciler = Reconciler(self.ddb, cfg.table, cfg.timing.skew_ms,
                                         self.holdings.claim, self.free_capacity,
                                         cfg.reconcile_s, self.wall, rand=random.random,
-                                        sessions=self.sessions)
+                                        sessions=self.sweep_sessions)
                 claiming.append(tg.create_task(self._guard("reconcile", reconciler.run)))
             keep = [tg.create_task(self._guard("renewer", self.renewer.run)),
                     *([tg.create_task(self._guard("session", self.keeper.run))]
@@ -222,6 +240,9 @@ class Supervisor:
                     tg.create_task(self._guard("metrics", self._metrics_loop))]
             if health is not None:
                 keep.append(tg.create_task(self._guard("health", health.run)))
+            if watchdog is not None:
+                keep.append(tg.create_task(self._guard("watchdog", watchdog.beat)))
+                watchdog.start()
             await shutdown_trigger()
             logger.info("stopping: no more claims, draining streams", worker_id=self.worker_id,
                         streams=len(self.streams))
@@ -240,6 +261,8 @@ class Supervisor:
                 except HoldfastError as exc:
                     logger.warning("cannot end the session; it will expire",
                                    error=str(exc)[:300])
+            if watchdog is not None:
+                watchdog.stop()
             for task in keep:
                 task.cancel()
         if self.keeper is not None:

@@ -1,0 +1,95 @@
+"""The throttling scenario: DynamoDB refuses 50 % of calls for 5 s, then 100 % for 2 s.
+
+Two figures judge it (``throttle_figures``), counted at the worker-side proxy and read from the
+workers' own logs:
+
+- streams fenced (or sessions fenced) during the window: none, when the fully throttled part is
+  shorter than the usable window minus one heartbeat (``tolerated``), since every heartbeat is
+  retried until its fence;
+- call rate during the window over the rate in the same span before it: at most 2 (adaptive
+  retry: one token bucket per worker process, heartbeat retries jittered and bounded).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from holdfast.chaos.proxy import FaultProxy, FaultWindow
+
+__all__ = ["FENCE_MESSAGES", "ThrottlePlan", "fences_in", "run_throttle", "throttle_figures",
+           "tolerated"]
+
+# What a worker logs when it stops a stream (or its whole session) for want of a renewal.
+FENCE_MESSAGES = ("self-fencing", "session fenced")
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottlePlan:
+    partial_s: float = 5.0
+    partial_fraction: float = 0.5
+    full_s: float = 2.0
+
+    @property
+    def seconds(self) -> float:
+        return self.partial_s + self.full_s
+
+
+def tolerated(plan: ThrottlePlan, usable_ms: int, heartbeat_ms: int) -> bool:
+    """True if no stream may be fenced: the fully throttled part fits in the usable window
+    after one heartbeat (the last renewal may have been sent a heartbeat before it began)."""
+    return plan.full_s * 1000 < usable_ms - heartbeat_ms
+
+
+def run_throttle(proxy: FaultProxy, plan: ThrottlePlan,
+                 sleep: Callable[[float], None] = time.sleep) -> list[FaultWindow]:
+    """Throttle ``proxy`` as planned (blocking); returns the two fault windows."""
+    windows = [proxy.inject("throttle", plan.partial_s, fraction=plan.partial_fraction)]
+    sleep(plan.partial_s)
+    windows.append(proxy.inject("throttle", plan.full_s, fraction=1.0))
+    sleep(plan.full_s)
+    proxy.clear()
+    return windows
+
+
+def _wall_ms(stamp: str) -> int | None:
+    try:
+        return int(datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f%z").timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+def fences_in(logs: Iterable[Path], lo_ms: int, hi_ms: int) -> list[tuple[str, int, str]]:
+    """(worker log, wall ms, message) of every fence logged in [lo_ms, hi_ms)."""
+    out = []
+    for path in logs:
+        if not path.exists():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            if not line.startswith("{") or not any(m in line for m in FENCE_MESSAGES):
+                continue
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            at = _wall_ms(str(doc.get("timestamp", "")))
+            if at is not None and lo_ms <= at < hi_ms:
+                out.append((path.name, at, str(doc.get("message", ""))[:120]))
+    return out
+
+
+def throttle_figures(proxy: FaultProxy, windows: list[FaultWindow], logs: Iterable[Path],
+                     after_ms: int) -> dict[str, object]:
+    """Call rates before and during the throttle, and the fences from its start until
+    ``after_ms`` past its end (a fence it caused may land after it)."""
+    start, end = windows[0].start_ms, windows[-1].end_ms
+    span = max(1, end - start)
+    before = proxy.calls_between(start - span, start)
+    during = proxy.calls_between(start, end)
+    return {"calls_before": before, "calls_during": during, "span_ms": span,
+            "rate_ratio": round(during / max(1, before), 2),
+            "fences": fences_in(logs, start, end + after_ms)}

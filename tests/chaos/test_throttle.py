@@ -1,0 +1,55 @@
+"""One worker through a throttling DynamoDB: nothing fenced, call rate within twice normal."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from holdfast.chaos.fleetctl import ProxiedFleet
+from holdfast.chaos.throttle import ThrottlePlan, run_throttle, throttle_figures, tolerated
+from holdfast.core.table import create_stream
+from holdfast.fleet.procs import FleetTiming
+
+# Usable window 5 s, one heartbeat 1.5 s: a 2 s full throttle must fence nothing.
+TIMING = FleetTiming(lease_s=6.0, heartbeat_s=1.5, checkpoint_s=2.0, skew_ms=500, margin_ms=500)
+STREAMS = [f"t{i}" for i in range(4)]
+
+
+def _owners(pf: ProxiedFleet) -> dict[str, tuple[str, str]]:
+    ddb = pf.client("dynamodb")
+    items = ddb.scan(TableName=pf.table, ConsistentRead=True)["Items"]
+    return {i["Pk"]["S"].partition("#")[2]: (i["lease_owner"]["S"], i["lease_epoch"]["N"])
+            for i in items if "lease_owner" in i}
+
+
+@pytest.mark.timeout(90)
+def test_throttling_fences_nothing_and_calls_stay_within_twice_normal(tmp_path: Path) -> None:
+    """50 % throttled for 5 s then 100 % for 2 s: no fence, no re-own, call rate <= 2x."""
+    plan = ThrottlePlan()
+    assert tolerated(plan, usable_ms=5000, heartbeat_ms=1500)
+    pf = ProxiedFleet(tmp_path, TIMING)
+    try:
+        pf.start()
+        ddb = pf.client("dynamodb")
+        for cid in STREAMS:
+            create_stream(ddb, pf.table, cid, f"{pf.base_url}/s/{cid}")
+        worker = pf.start_worker()
+        deadline = time.monotonic() + 30
+        while set(_owners(pf)) != set(STREAMS) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        before = _owners(pf)
+        assert set(before) == set(STREAMS)
+        time.sleep(plan.seconds + 1)  # a quiet span as long as the throttle: the normal rate
+        assert pf.ddb_proxy is not None
+        windows = run_throttle(pf.ddb_proxy, plan)
+        time.sleep(TIMING.lease_s)  # any fence the throttle caused would have happened
+        figures = throttle_figures(pf.ddb_proxy, windows, [worker.log_path], 5000)
+        print("throttle figures:", figures)
+        assert figures["fences"] == [], figures
+        assert _owners(pf) == before, figures  # same owner, same epoch: never re-owned
+        assert 0 < float(str(figures["rate_ratio"])) <= 2.0, figures
+        assert worker.alive()
+    finally:
+        pf.close()
