@@ -65,6 +65,7 @@ class WorkerConfig:
     max_seq_jump: int | None = 1_000_000  # None: no bound
     poison_replays: int = 3
     handler_timeout_s: float = 30.0
+    watchdog: bool = True  # exit 70 when a handler blocks the event loop past a fence
     compression: bool = False
     shutdown_s: float = 25.0
     poll_s: int = 20
@@ -203,6 +204,7 @@ def load_config(env: Mapping[str, str] | None = None, *,
         max_frame_bytes=max_frame, max_queue=max_queue, task_memory_mib=task_memory,
         max_seq_jump=jump or None, poison_replays=poison,
         handler_timeout_s=e.number(names.ENV_HANDLER_TIMEOUT_SECONDS, 30, lo=0.01, hi=86_400),
+        watchdog=e.boolean(names.ENV_WATCHDOG, True),
         compression=e.boolean("HOLDFAST_COMPRESSION", False),
         shutdown_s=shutdown_s,
         poll_s=int(e.number("HOLDFAST_POLL_SECONDS", 20, lo=0, hi=20, integer=True)),

@@ -38,6 +38,7 @@ __all__ = [
     "ENV_SKEW_MS",
     "ENV_TABLE",
     "ENV_TASK_MEMORY_MIB",
+    "ENV_WATCHDOG",
     "METRIC_ACTIVE_CONNECTIONS",
     "METRIC_CLAIMS",
     "METRIC_CLAIM_CONFLICTS",
@@ -93,6 +94,8 @@ ENV_TASK_MEMORY_MIB: Final = "HOLDFAST_TASK_MEMORY_MIB"
 ENV_MAX_SEQ_JUMP: Final = "HOLDFAST_MAX_SEQ_JUMP"
 ENV_POISON_REPLAYS: Final = "HOLDFAST_POISON_REPLAYS"
 ENV_HANDLER_TIMEOUT_SECONDS: Final = "HOLDFAST_HANDLER_TIMEOUT_SECONDS"
+# "false" turns off the thread that exits the process when the loop is blocked past a fence.
+ENV_WATCHDOG: Final = "HOLDFAST_WATCHDOG"
 ENV_ALLOWED_HOSTS: Final = urls.ENV_ALLOWED_HOSTS  # defined once, with the URL policy
 ENV_RECORD_AWS_CALLS: Final = "HOLDFAST_RECORD_AWS_CALLS"  # tests: a directory to log calls in
 # Powertools reads these two itself, so no code has to pass a service name or namespace.

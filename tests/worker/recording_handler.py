@@ -14,7 +14,7 @@ from typing import IO
 
 from worker.handler import Message
 
-__all__ = ["explode_on_7", "not_async", "record", "slow_record"]
+__all__ = ["block_on_3", "explode_on_7", "not_async", "record", "slow_record"]
 
 _FILES: dict[str, IO[str]] = {}
 
@@ -44,3 +44,10 @@ async def explode_on_7(message: Message) -> None:
 
 def not_async(message: Message) -> None:
     """Not a valid handler: the worker must refuse it at start-up."""
+
+
+async def block_on_3(message: Message) -> None:
+    """Blocks the event loop (a synchronous sleep) on seq 3: the watchdog must end the process."""
+    await record(message)
+    if message.seq == 3:
+        time.sleep(float(os.environ.get("HOLDFAST_TEST_BLOCK_SECONDS", "30")))  # noqa: ASYNC251

@@ -1,0 +1,88 @@
+"""The handler's limits: a per-call timeout, and the watchdog for a handler blocking the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+from tests.worker.conftest import Fleet, WorkerProc, seqs_by_stream
+from tests.worker.scripted import scripted_upstream
+from tests.worker.test_connection import connection, context, lease_for, run_until
+from worker.handler import Message
+from worker.held import NO_FENCE_MS
+from worker.watchdog import EXIT_CODE, Watchdog
+
+
+async def test_a_handler_call_over_the_timeout_is_cancelled_and_passed(
+        fleet: Fleet, unique_id: str) -> None:
+    """Seq 2 hangs: its call is cut at the timeout, counted, and seqs 3.. are handled."""
+    conn, handled = f"{unique_id}-slow", []
+    frames = [json.dumps({"seq": n}) for n in range(1, 6)]
+
+    async def hang_on_2(message: Message) -> None:
+        if message.seq == 2:
+            await asyncio.sleep(3600)
+        handled.append(message.seq)
+
+    async with scripted_upstream(lambda _: frames) as up:
+        ctx = context(None, handler_timeout_s=0.2)  # type: ignore[arg-type]
+        ctx.handler = hang_on_2
+        runner = connection(lease_for(fleet, conn, up.url), ctx)
+        assert await run_until(runner, lambda: handled == [1, 3, 4, 5], 10) is None
+    assert ctx.metrics.totals["HandlerTimeouts"] == 1 and ctx.metrics.totals["HandlerErrors"] == 0
+    assert runner.held.checkpoint == 5
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def test_watchdog_exits_only_when_the_loop_is_stuck_past_a_fence() -> None:
+    """A stale stamp alone, or a passed fence alone, is not enough; both together exit 70."""
+    clock, exits, fence = Clock(), [], [5000]
+    dog = Watchdog(lambda: fence[0], clock, stall_ms=1000, exit=exits.append)
+    dog.stamp()
+    clock.now = 4000  # stuck 4 s, fence not reached
+    assert not dog.check()
+    dog.stamp()
+    clock.now = 5500  # past the fence, and no stamp for 1.5 s: stuck
+    assert dog.check() and exits == [EXIT_CODE]
+    exits.clear()
+    fence[0] = NO_FENCE_MS  # stuck, but holding nothing: never
+    clock.now = 10**9
+    assert not dog.check() and not exits
+
+
+def test_watchdog_spares_a_loop_that_keeps_stamping() -> None:
+    """Past the fence with a fresh stamp is the fence watcher's job, not the watchdog's."""
+    clock, exits = Clock(), []
+    dog = Watchdog(lambda: 100, clock, stall_ms=1000, exit=exits.append)
+    clock.now = 5000
+    dog.stamp()
+    clock.now = 5900
+    assert not dog.check() and not exits
+
+
+def test_a_handler_blocking_the_loop_past_the_fence_ends_the_process(
+        fleet: Fleet, spawn: Callable[..., WorkerProc], unique_id: str) -> None:
+    """time.sleep in the handler past the fence: the watchdog exits 70 mid-call."""
+    async def serve_and_wait() -> int:
+        frames = [json.dumps({"seq": n}) for n in range(1, 10)]
+        async with scripted_upstream(lambda _: frames) as up:
+            conn = f"{unique_id}-block"
+            fleet.create(conn, up.url)
+            w = spawn(fleet.env, HOLDFAST_HANDLER="tests.worker.recording_handler:block_on_3",
+                      HOLDFAST_ALLOWED_HOSTS="127.0.0.1", HOLDFAST_TEST_BLOCK_SECONDS="60")
+            fleet.nudge(conn)
+            loop = asyncio.get_running_loop()
+            code = await loop.run_in_executor(None, w.wait, 30)
+            assert seqs_by_stream(w.handled())[conn] == [1, 2, 3]
+            assert "holdfast watchdog: event loop blocked" in w.log_path.read_text()
+            return code
+
+    assert asyncio.run(serve_and_wait()) == EXIT_CODE
