@@ -17,22 +17,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aws_lambda_powertools import Logger
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosedError, InvalidURI, WebSocketException
-from websockets.frames import CloseCode
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import InvalidURI, WebSocketException
 
 from holdfast.core import names
 from holdfast.core.exceptions import UnsafeUrl
-from holdfast.core.urls import CheckedUrl, UrlPolicy, check_address, check_url, redact
+from holdfast.core.urls import UrlPolicy, check_url, redact
 from worker.backoff import Backoff
 from worker.delivery import Step
+from worker.dial import (
+    NoRedirects,
+    Resolver,
+    describe,
+    getaddrinfo,
+    killed_by_a_frame,
+    resolve_checked,
+)
 from worker.handler import Handler, Message
 from worker.held import HeldStream
 from worker.metrics import WorkerMetrics
@@ -41,14 +47,6 @@ from worker.protocol import Parsed, ResumeProtocol
 __all__ = ["ConnectOptions", "Connection", "ConnectionContext", "resolve_checked"]
 
 logger = Logger(service="holdfast-worker", child=True)
-Resolver = Callable[[str, int], Awaitable[list[str]]]
-
-
-class _NoRedirects(connect):
-    """``connect`` that never follows a redirect: the target was not checked by the policy."""
-
-    def process_redirect(self, exc: Exception) -> Exception | str:
-        return exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +62,6 @@ class ConnectOptions:
     send_worker_id: bool = False  # opt-in: tells every upstream which worker connects
 
 
-async def _getaddrinfo(host: str, port: int) -> list[str]:
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return [str(info[4][0]) for info in infos]
-
-
 @dataclass
 class ConnectionContext:
     """What every stream of one worker shares."""
@@ -80,7 +73,7 @@ class ConnectionContext:
     policy: UrlPolicy = field(default_factory=UrlPolicy)
     backoff: Backoff = field(default_factory=Backoff)
     options: ConnectOptions = field(default_factory=ConnectOptions)
-    resolve: Resolver = _getaddrinfo
+    resolve: Resolver = getaddrinfo
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     # Writes a first checkpoint (seq - 1) before a never-checkpointed stream's first handler
     # call, so a crash before the first heartbeat cannot skip what this worker handled.
@@ -94,24 +87,6 @@ class ConnectionContext:
     poison_replays: int = 3
     # Records a skipped poison frame on the lease item (``LeaseStore.record_poison``).
     record_poison: Callable[[Connection, int, str], Awaitable[None]] | None = None
-
-
-async def resolve_checked(checked: CheckedUrl, policy: UrlPolicy, resolve: Resolver) -> str:
-    """The address to connect to; ``UnsafeUrl`` if the host resolves anywhere it must not."""
-    if checked.address is not None:
-        return str(checked.address)
-    try:
-        addresses = await resolve(checked.host, checked.port)
-    except OSError as exc:
-        raise OSError(f"cannot resolve {checked.host}: {exc}") from None
-    if not addresses:
-        raise OSError(f"{checked.host} resolves to no address")
-    # Any forbidden address refuses the host: a name that also points at the metadata
-    # service is hostile, whichever address the OS would pick.
-    for address in addresses:
-        check_address(address.split("%", 1)[0], policy, url=checked.url,
-                      name_allowed=checked.name_allowed)
-    return addresses[0]
 
 
 class Connection:
@@ -196,7 +171,7 @@ class Connection:
                     self.log("warning", "ws_url refused", error=msg)
                     return msg
                 except (OSError, TimeoutError, WebSocketException) as exc:
-                    error, killed = _describe(exc), _killed_by_a_frame(exc)
+                    error, killed = describe(exc), killed_by_a_frame(exc)
                 if held.stopping:
                     break
                 failures = 1 if held.handled > before else failures + 1
@@ -248,7 +223,7 @@ class Connection:
         headers = proto.headers(next_seq)
         if opts.send_worker_id:
             headers = {"X-Holdfast-Worker": self.ctx.worker_id, **headers}
-        async with _NoRedirects(
+        async with NoRedirects(
                 url, host=address, port=checked.port, additional_headers=headers,
                 compression="deflate" if opts.compression else None, max_size=opts.max_size,
                 max_queue=opts.max_queue,
@@ -332,15 +307,3 @@ class Connection:
         if self._ws is not None:
             with contextlib.suppress(Exception):
                 await self._ws.close()
-
-
-def _killed_by_a_frame(exc: BaseException) -> bool:
-    """We closed the connection over a frame: too big (1009) or not UTF-8 text (1007)."""
-    sent = exc.sent if isinstance(exc, ConnectionClosedError) else None
-    return sent is not None and sent.code in (CloseCode.MESSAGE_TOO_BIG,
-                                              CloseCode.INVALID_DATA)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"[:500]
