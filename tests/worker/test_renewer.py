@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
-from holdfast.core.exceptions import LeaseLost, LossReason
 from holdfast.core.rules import LeaseTiming
 from holdfast.core.store import LeaseStore
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
@@ -30,14 +28,18 @@ def runner_for(fleet: Fleet, conn: str, checkpoint: int) -> tuple[Renewer, Conne
     return renewer, runner
 
 
-def test_foreign_checkpoint_is_a_loss(fleet: Fleet, unique_id: str) -> None:
+async def test_foreign_checkpoint_is_a_loss(fleet: Fleet, unique_id: str) -> None:
     """A stored checkpoint ahead of anything we handled means someone else wrote it: stop."""
-    renewer, runner = runner_for(fleet, f"{unique_id}-b", 7)
-    current = renewer.store.get(runner.conn_id)
-    assert current is not None
-    current = dataclasses.replace(current, last_seq=1000)
-    renewer.on_lost(runner, LeaseLost(runner.conn_id, LossReason.REGRESSION, current))
+    conn = f"{unique_id}-b"
+    renewer, runner = runner_for(fleet, conn, 7)
+    fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn}"}},
+                          UpdateExpression="SET last_seq = :s",
+                          ExpressionAttributeValues={":s": {"N": "1000"}})
+    # The real path: the heartbeat's renewal fails, the store classifies it, on_lost acts.
+    await renewer.heartbeat()
     assert runner.held.state is HeldState.LOST and runner.held.stop_reason == "lost:regression"
+    assert renewer.metrics.totals["LeasesLost"] == 1
+    assert item_attr(fleet.item(conn), "last_seq") == 1000  # nothing written over it
 
 
 async def test_checkpoint_moved_ahead_by_an_operator_stops_the_stream(

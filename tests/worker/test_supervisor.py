@@ -175,15 +175,25 @@ async def test_failing_upstream_is_handed_back_with_error(
 async def test_graceful_stop_finishes_the_handler_call_in_flight(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
     """On stop the call in flight completes, and the release checkpoints exactly what ran."""
-    conn, rec = f"{unique_id}-g", Recorder(delay_s=0.3)
+    conn = f"{unique_id}-g"
+    started: list[int | None] = []
+    finished: list[int | None] = []
+
+    async def slow(message: Message) -> None:
+        started.append(message.seq)
+        await asyncio.sleep(0.3)
+        finished.append(message.seq)  # after the sleep: an aborted call never gets here
+
     fleet.create(conn, upstream.url(conn))
-    async with running_worker(fleet, rec) as run:
+    async with running_worker(fleet, slow) as run:
         fleet.nudge(conn)
-        await async_wait_until(lambda: len(rec.seqs(conn)) >= 2, 10, "messages")
-        await asyncio.sleep(0.1)  # most likely inside a 0.3 s handler call now
+        await async_wait_until(lambda: len(finished) >= 2 and len(started) > len(finished),
+                               10, "a call in flight")
+        in_flight = started[-1]
     counts = await run.task
     assert counts["released"] == 1
-    assert item_attr(fleet.item(conn), "last_seq") == rec.seqs(conn)[-1]
+    assert in_flight in finished and finished == started  # no call was cut short
+    assert item_attr(fleet.item(conn), "last_seq") == finished[-1]
 
 
 async def test_reconcile_sweep_claims_orphans(fleet: Fleet, upstream: UpstreamThread,
