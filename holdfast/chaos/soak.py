@@ -2,7 +2,9 @@
 
 Actions (seeded, one every ``interval_s``): SIGKILL / SIGTERM a worker (a replacement starts),
 SIGSTOP one past its lease then SIGCONT, DynamoDB faults through the proxy (errors, timeouts,
-lost responses, latency), streams stopped / restarted / created, hostile items inserted. One
+lost responses, latency), streams stopped / restarted / created, hostile items inserted. First
+of all, on a quiet fleet, the throttling scenario (``holdfast.chaos.throttle``: 50 % of calls
+throttled for 5 s, then 100 % for 2 s), judged by its own figures. One
 worker runs with its lease clock skewed inside the allowance. Upstream drops and garbage frames
 come from the misbehaving upstream paths (``/drop/``, ``/garbage/``, ``/huge/``, ``/reject/``).
 """
@@ -21,8 +23,9 @@ from holdfast.chaos.evidence import Action, Evidence, load_conn_log
 from holdfast.chaos.exceptions import SoakAborted
 from holdfast.chaos.fleetctl import ProxiedFleet
 from holdfast.chaos.invariants import Limits, Verdict, check
-from holdfast.chaos.proxy import FaultKind
+from holdfast.chaos.proxy import FaultKind, FaultWindow
 from holdfast.chaos.sampler import Sampler
+from holdfast.chaos.throttle import ThrottlePlan, judge_throttle, run_throttle
 from holdfast.core.schema import STARTED, STOPPED
 from holdfast.core.table import create_stream, set_desired_state
 from holdfast.fleet.procs import FleetTiming
@@ -94,6 +97,8 @@ class Soak:
         self.restarts: list[float] = []  # monotonic times to start a replacement
         self.t0 = time.monotonic()
         self.chaos_from_ms = 0
+        self.throttle_plan = ThrottlePlan()
+        self.throttle_windows: list[FaultWindow] = []
 
     def act(self, kind: str, target: str, detail: str = "", at: int | None = None) -> None:
         """Record an action; ``at``: the wall ms taken just before its write (for writes)."""
@@ -191,6 +196,17 @@ class Soak:
             self.exits[proc.name] = proc.returncode()
             self.act("crash", proc.name, f"exit {proc.returncode()}")
 
+    def throttle(self) -> None:
+        """The throttling scenario on a quiet fleet: a quiet span as long as the throttle
+        (the normal call rate), the throttle, then a lease for any fence it causes."""
+        plan = self.throttle_plan
+        assert self.pf.ddb_proxy is not None
+        self.sleep(plan.seconds)
+        self.act("throttle", "dynamodb", f"{plan.partial_fraction:.0%} for {plan.partial_s:g} s, "
+                                         f"then 100% for {plan.full_s:g} s")
+        self.throttle_windows = run_throttle(self.pf.ddb_proxy, plan, self.sleep)
+        self.sleep(self.cfg.timing.lease_s)
+
     def sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds
         while (left := end - time.monotonic()) > 0:
@@ -213,6 +229,7 @@ class Soak:
         self.chaos_from_ms = _ms()
         self.insert_hostile()
         chaos_end = time.monotonic() + max(10.0, cfg.minutes * 60 - cfg.settle_s)
+        self.throttle()
         while time.monotonic() < chaos_end:
             self.step()
             self.sleep(cfg.interval_s * self.rng.uniform(0.6, 1.4))
@@ -253,6 +270,7 @@ class Soak:
                         skew_ms=t.skew_ms, sweep_ms=t.sweep_interval_ms,
                         scan_ms=round(self.sampler.period_s * 1000) + 100)
         verdict = check(ev, limits, until_ms=until_ms, from_ms=self.chaos_from_ms)
+        self.judge_throttle(verdict)
         hostile = {c: asdict(s) for c, s in self.sampler.latest.items() if c in self.bad}
         # Proof the skew was applied: the skewed worker's writes carry times ahead of ours.
         leads = [s.updated_ms - s.wall_ms for s in self.sampler.samples
@@ -267,6 +285,13 @@ class Soak:
             "limits": asdict(limits), "until_ms": until_ms, "from_ms": self.chaos_from_ms,
             "actions": [asdict(a) for a in self.actions]}, indent=1, default=str))
         return SoakResult(verdict, ev, self.run_dir, hostile)
+
+    def judge_throttle(self, verdict: Verdict) -> None:
+        if self.throttle_windows:
+            assert self.pf.ddb_proxy is not None
+            judge_throttle(verdict, self.pf.ddb_proxy, self.throttle_windows,
+                           logs=[p.log_path for p in self.pf.fleet.workers.values()],
+                           plan=self.throttle_plan, timing=self.cfg.timing)
 
     def close(self) -> None:
         for w in list(self.paused):

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from holdfast.chaos.invariants import Verdict, Violation
 from holdfast.chaos.proxy import FaultProxy, FaultWindow
+from holdfast.fleet.procs import FleetTiming
 
-__all__ = ["FENCE_MESSAGES", "ThrottlePlan", "fences_in", "run_throttle", "throttle_figures",
-           "tolerated"]
+__all__ = ["FENCE_MESSAGES", "ThrottlePlan", "fences_in", "judge_throttle", "run_throttle",
+           "throttle_figures", "tolerated"]
 
 # What a worker logs when it stops a stream (or its whole session) for want of a renewal.
 FENCE_MESSAGES = ("self-fencing", "session fenced")
@@ -41,8 +43,9 @@ class ThrottlePlan:
 
 def tolerated(plan: ThrottlePlan, usable_ms: int, heartbeat_ms: int) -> bool:
     """True if no stream may be fenced: the fully throttled part fits in the usable window
-    after one heartbeat (the last renewal may have been sent a heartbeat before it began)."""
-    return plan.full_s * 1000 < usable_ms - heartbeat_ms
+    after one heartbeat (the last renewal may have been sent a heartbeat before it began) and
+    one retry pause (at most half a heartbeat, ``worker.session``) after it ended."""
+    return plan.full_s * 1000 + heartbeat_ms * 1.5 < usable_ms
 
 
 def run_throttle(proxy: FaultProxy, plan: ThrottlePlan,
@@ -93,3 +96,26 @@ def throttle_figures(proxy: FaultProxy, windows: list[FaultWindow], logs: Iterab
     return {"calls_before": before, "calls_during": during, "span_ms": span,
             "rate_ratio": round(during / max(1, before), 2),
             "fences": fences_in(logs, start, end + after_ms)}
+
+
+def judge_throttle(verdict: Verdict, proxy: FaultProxy, windows: list[FaultWindow], *,
+                   logs: Iterable[Path], plan: ThrottlePlan, timing: FleetTiming) -> None:
+    """Add the throttle figures to ``verdict.stats`` and a violation for each figure missed:
+    call rate above twice the rate before; any fence, if the throttle was ``tolerated``."""
+    lease_ms = round(timing.lease_s * 1000)
+    figures = throttle_figures(proxy, windows, logs, lease_ms)
+    figures["tolerated"] = tolerated(plan, lease_ms - timing.skew_ms - timing.margin_ms,
+                                     round(timing.heartbeat_s * 1000))
+    verdict.stats["throttle"] = figures
+    start = windows[0].start_ms
+    if float(str(figures["rate_ratio"])) > 2.0:
+        verdict.violations.append(Violation(
+            "throttle_call_rate", None, start,
+            f"{figures['calls_during']} DynamoDB calls while throttled against "
+            f"{figures['calls_before']} in the span before: more than twice normal"))
+    fences = figures["fences"]
+    if figures["tolerated"] and isinstance(fences, list) and fences:
+        verdict.violations.append(Violation(
+            "throttle_fenced", None, start,
+            f"{len(fences)} fences during a throttle shorter than the usable window: "
+            f"{fences[:3]}"))

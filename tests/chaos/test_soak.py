@@ -24,6 +24,9 @@ def _soak(tmp_path: Path, minutes: float) -> None:
     kinds = {a.kind for a in result.evidence.actions}
     assert {"fault", "hostile"} <= kinds, text  # the soak did disturb the fleet
     assert not result.evidence.exits, text
+    # The throttling scenario ran and was judged (a miss is a violation above).
+    throttle = stats["throttle"]
+    assert isinstance(throttle, dict) and throttle["calls_during"], text
     # The files on disk carry the same verdict (``python -m holdfast.chaos --recheck DIR``).
     again = recheck(tmp_path)
     assert again.verdict.ok and again.verdict.stats["handled"] == stats["handled"], text
