@@ -9,14 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import boto3
-
 from holdfast.chaos.consumed import index_keys_of
 from holdfast.chaos.launch import OFFSET_ENV
 from holdfast.chaos.proxy import FaultProxy
-from holdfast.core.aws import client_config
 from holdfast.core.schema import table_definition
-from holdfast.fleet.procs import REPO_ROOT, Fleet, FleetTiming, Proc
+from holdfast.fleet.procs import REPO_ROOT, Fleet, FleetTiming, Proc, client_for_env
 from holdfast.fleet.recorder import RECORD_DIR_ENV
 
 __all__ = ["ProxiedFleet"]
@@ -78,14 +75,7 @@ class ProxiedFleet:
 
     def client(self, service: str) -> Any:
         """A client straight to the backend (never faulted, never counted)."""
-        env = self.direct_env
-        key = "AWS_ENDPOINT_URL_SQS" if service == "sqs" else "AWS_ENDPOINT_URL_DYNAMODB"
-        session: Any = boto3.session.Session(
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-            region_name=env["AWS_DEFAULT_REGION"])
-        return session.client(service, endpoint_url=env[key],
-                              config=client_config(read_timeout=10, max_attempts=5))
+        return client_for_env(self.direct_env, service, read_timeout=10, max_attempts=5)
 
     def start_worker(self, worker_id: str | None = None, *, clock_offset_ms: int = 0,
                      **extra: str) -> Proc:

@@ -16,13 +16,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORD_WRAPS_ENV, RECORDER_SPEC
 from holdfast.localaws import LocalAws
 from holdfast.localaws.processes import _die_with_parent, free_port, wait_for_port
 
-__all__ = ["REPO_ROOT", "Fleet", "FleetTiming", "Proc"]
+__all__ = ["REPO_ROOT", "Fleet", "FleetTiming", "Proc", "client_for_env"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,6 +146,24 @@ class Proc:
         with contextlib.suppress(OSError):
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         return ""
+
+
+def client_for_env(env: Mapping[str, str], service: str, *, read_timeout: float = 5,
+                   max_attempts: int = 3) -> Any:
+    """A boto3 client on the local AWS that ``env`` names (its endpoints and credentials),
+    not this process's environment, which may point elsewhere."""
+    import boto3
+
+    from holdfast.core.aws import client_config
+
+    key = "AWS_ENDPOINT_URL_SQS" if service == "sqs" else "AWS_ENDPOINT_URL_DYNAMODB"
+    session: Any = boto3.session.Session(
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_DEFAULT_REGION"])
+    return session.client(service, endpoint_url=env[key],
+                          config=client_config(read_timeout=read_timeout,
+                                               max_attempts=max_attempts))
 
 
 class FleetError(RuntimeError):

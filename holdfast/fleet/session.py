@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from holdfast.cli.ops import scan_all
-from holdfast.core.aws import client_config
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.model import LeaseItem
 from holdfast.core.schema import STARTED
 from holdfast.core.table import create_stream
 from holdfast.fleet.observer import Observer
-from holdfast.fleet.procs import Fleet
+from holdfast.fleet.procs import Fleet, client_for_env
 from holdfast.fleet.view import Snapshot, View
 
 if TYPE_CHECKING:
@@ -71,15 +70,8 @@ class Session:
     @property
     def ddb(self) -> DynamoDBClient:
         if self._ddb is None:
-            # The fleet's endpoints, not this process's environment: pass them explicitly.
-            import boto3
-            env = self.fleet.env
-            self._ddb = boto3.session.Session(
-                aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-                region_name=env["AWS_DEFAULT_REGION"]).client(
-                "dynamodb", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB"],
-                config=client_config(read_timeout=3, max_attempts=2))
+            self._ddb = client_for_env(self.fleet.env, "dynamodb", read_timeout=3,
+                                       max_attempts=2)
         return self._ddb
 
     @property

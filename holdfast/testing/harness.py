@@ -20,11 +20,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from holdfast.core.aws import client_config
 from holdfast.core.model import LeaseItem
 from holdfast.core.schema import STOPPED
 from holdfast.core.table import create_stream, set_desired_state
-from holdfast.fleet.procs import Fleet, FleetError, FleetTiming, Proc
+from holdfast.fleet.procs import Fleet, FleetError, FleetTiming, Proc, client_for_env
 from holdfast.fleet.recorder import Handled, read_records
 from holdfast.fleet.report import SeqCheck, check_seqs
 from holdfast.fleet.scenario import open_connections
@@ -134,14 +133,7 @@ class LocalFleet:
     def ddb(self) -> DynamoDBClient:
         """A DynamoDB client on the fleet's local DynamoDB."""
         if self._ddb is None:
-            import boto3
-            env = self.fleet.env
-            self._ddb = boto3.session.Session(
-                aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-                region_name=env["AWS_DEFAULT_REGION"]).client(
-                "dynamodb", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB"],
-                config=client_config(read_timeout=5, max_attempts=3))
+            self._ddb = client_for_env(self.fleet.env, "dynamodb")
         return self._ddb
 
     def url(self, stream_id: str, kind: str = "s") -> str:
