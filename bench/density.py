@@ -45,10 +45,14 @@ def _raise_fd_limit() -> None:
 
 
 def _held_by(ddb: Any, table: str, owner: str) -> int:
+    """Streams held by worker ``owner``: its lease owner is the worker id (the seed's lease
+    liveness) or its session, ``<worker id>#<incarnation>``."""
     count, kwargs = 0, {"TableName": table, "ProjectionExpression": "lease_owner"}
     while True:
         resp = ddb.scan(**kwargs)
-        count += sum(1 for i in resp["Items"] if i.get("lease_owner", {}).get("S") == owner)
+        count += sum(1 for i in resp["Items"]
+                     if (o := i.get("lease_owner", {}).get("S", "")) == owner
+                     or o.startswith(f"{owner}#"))
         if "LastEvaluatedKey" not in resp:
             return count
         kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
