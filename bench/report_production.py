@@ -150,5 +150,12 @@ def density_cpu_md(entries: list[dict[str, Any]]) -> list[str]:
                    f"{cp.get('session_errors')}: **kept up: {e['kept_up']}**. {rss}. "
                    f"Write rate {e['write_rate_per_s']}/s; client CPU per write: batched "
                    f"{e['client_cpu_ms_per_write']['batch']} ms, single "
-                   f"{e['client_cpu_ms_per_write']['single']} ms.")
+                   f"{e['client_cpu_ms_per_write']['single']} ms."
+                   + "".join(f" {label}: {e[key]}." for key, label in NOTES if e.get(key))
+                   + "".join(f" Held counted from {r['held_from']}." for r in
+                             list(e.get("runs", {}).values())[:1] if r.get("held_from")))
     return [*out, ""]
+
+
+NOTES = (("kept_up_from", "Kept up judged from"),
+         ("session_fences_before_window", "Outside the window"))
