@@ -58,6 +58,11 @@ def test_sigkill_failover_loses_and_duplicates_nothing(holdfast_fleet: LocalFlee
         replays = [s for s, n in Counter(h.seq for h in handled).items() if n > 1]
         # A replayed seq was refused: the item is still the first handler's write.
         assert all(stored[s]["worker_id"]["S"] == first[s] for s in replays)
+        # Each item carries the epoch of the lease it was written under; the failover shows
+        # as a later epoch on the segments after it.
+        epochs = [int(stored[s]["epoch"]["N"]) for s in sorted(stored)]
+        assert min(epochs) >= 1 and epochs == sorted(epochs)
+        assert c != conns[0] or len(set(epochs)) >= 2  # the killed worker's stream moved on
         assert checks[c].duplicates == len(handled) - len(stored)
 
 

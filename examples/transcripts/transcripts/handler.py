@@ -36,7 +36,7 @@ def text_of(data: str | bytes) -> str:
     raw = data.decode(errors="replace") if isinstance(data, bytes) else data
     try:
         obj = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
         return raw
     return str(obj.get("data", raw)) if isinstance(obj, dict) else raw
 
@@ -47,7 +47,8 @@ async def handle(message: Message) -> None:
         return
     # boto3 blocks: run it off the event loop that keeps the leases alive.
     written = await asyncio.to_thread(_store().put, message.conn_id, message.seq,
-                                      text_of(message.data), message.worker_id)
+                                      text_of(message.data), message.worker_id,
+                                      message.epoch)
     if not written:
         logger.info("replayed segment already stored", conn_id=message.conn_id,
                     seq=message.seq)

@@ -4,9 +4,13 @@ The key is ``conn_id#seq``. Holdfast delivers at least once: after a crash the n
 resumes from the last checkpoint, so a few messages arrive twice. ``put`` is conditional on
 the key being new, so a replay is refused by DynamoDB and the first write stays as written.
 
-The key would be ``conn_id#epoch#seq`` if the handler's ``Message`` carried the lease epoch:
-it does not (yet), so ``conn_id#seq`` it is. That is the right key for an upstream whose seq
-n is the same message on every connection (like the demo upstream).
+The key is deliberately not ``conn_id#epoch#seq``: the epoch (``Message.epoch``, +1 on every
+acquisition of the stream) changes at a handover, and the replay after it comes under the new
+epoch, so that key would store every replayed segment twice. ``conn_id#seq`` is the right key
+for an upstream whose seq n is the same message on every connection (like the demo upstream).
+The epoch is kept on the item (``epoch``): which holder wrote it, and the fencing token a store
+that overwrites (instead of writing once) would compare: refuse a write whose epoch is lower
+than the stored one, so a holder that overslept its lease cannot overwrite its successor.
 """
 
 from __future__ import annotations
@@ -39,14 +43,14 @@ class SegmentStore:
     def __init__(self, client: DynamoDBClient, table: str) -> None:
         self.client, self.table = client, table
 
-    def put(self, conn_id: str, seq: int, text: str, worker_id: str) -> bool:
+    def put(self, conn_id: str, seq: int, text: str, worker_id: str, epoch: int = 0) -> bool:
         """Write the segment; False if it was already written (a replay), True otherwise."""
         try:
             self.client.put_item(
                 TableName=self.table, ConditionExpression="attribute_not_exists(pk)",
                 Item={"pk": {"S": segment_key(conn_id, seq)}, "conn_id": {"S": conn_id},
                       "seq": {"N": str(seq)}, "text": {"S": text},
-                      "worker_id": {"S": worker_id},
+                      "worker_id": {"S": worker_id}, "epoch": {"N": str(epoch)},
                       "written_at_ms": {"N": str(time.time_ns() // 10**6)}})
         except self.client.exceptions.ConditionalCheckFailedException:
             return False
