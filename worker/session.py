@@ -84,6 +84,12 @@ class SessionKeeper:
         while True:
             sent = self.mono()
             session = self.session
+            if sent >= self.fence_mono_ms and failures:
+                # Retried up to the fence: the fence watcher stops every stream now (fenced,
+                # with a best-effort release); the next heartbeat, a period on, ends the
+                # incarnation (as it did before heartbeats were retried).
+                await self.sleep(self.timing.heartbeat_ms / 1000)
+                return
             if sent >= self.fence_mono_ms:
                 # Past the fence (paused, or DynamoDB silent too long): every stream has
                 # stopped without a release we can trust, so this incarnation must never be
@@ -101,7 +107,8 @@ class SessionKeeper:
                             capacity=self.capacity, done=self._done)),
                     (self.fence_mono_ms - sent) / 1000)
             except TimeoutError:
-                continue  # the fence has passed: the check above ends this incarnation
+                failures += 1
+                continue  # at the fence: handled above
             except SessionLost as lost:
                 self.last_ok_mono_ms = sent
                 if session is self.session:  # not already replaced by a new incarnation
