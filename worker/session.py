@@ -126,7 +126,7 @@ class SessionKeeper:
                 if session is not self.session:
                     return
                 hb_s = self.timing.heartbeat_ms / 1000
-                await self.sleep(retry_before_s(failures, left, hb_s / 5, hb_s / 2, self.rand))
+                await self.sleep(retry_before_s(failures, left, hb_s / 4, hb_s / 2, self.rand))
                 continue
             self._landed(session, sent, renewed, orders)
             return
