@@ -66,6 +66,8 @@ def verdict(cores_at_target: float | None, keeps_up: bool | None,
     checkpoints kept up (else the figure may be low because writes were missing)."""
     if cores_at_target is None:
         return "not measured"
+    if cores_at_target < 0:
+        return "inconclusive (A/B below zero: run-to-run noise exceeds the checkpoint CPU)"
     if cores_at_target > limit:
         return "NOT met"
     if keeps_up is None:

@@ -85,6 +85,7 @@ def test_cpu_verdict_and_keeping_up() -> None:
     assert cpu_verdict(0.25, True) == "NOT met"
     assert cpu_verdict(0.1, False) == "met, but checkpoints did not keep up"
     assert cpu_verdict(None, None) == "not measured"
+    assert cpu_verdict(-0.06, True).startswith("inconclusive")
     assert kept_up({**CP_OK, "slowest_cycle_ms": 25_000}, 20.0) is False
     assert kept_up({**CP_OK, "advanced": 1500}, 20.0) is False
     assert kept_up(None, 20.0) is None
