@@ -158,4 +158,4 @@ def density_cpu_md(entries: list[dict[str, Any]]) -> list[str]:
 
 
 NOTES = (("kept_up_from", "Kept up judged from"),
-         ("session_fences_before_window", "Outside the window"))
+         ("session_fences_before_window", "Outside the window"), ("reading", "Reading"))
