@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         figures = {"density_cpu": density_cpu_sizes(
             [int(x) for x in args.density_cpu_only.split(",")], run_dir,
             args.density_cpu_seconds, say), "logs": str(run_dir)}
-        figures["load_average"] = {"density CPU start": load0, "density CPU end": _load()}
+        figures["load_average"] = {f"density CPU {args.density_cpu_only} start": load0,
+                                   f"density CPU {args.density_cpu_only} end": _load()}
         return _partial(args, "density-cpu", figures, say)
     if args.density_only:
         base: dict[str, Any] = json.loads(args.merge.read_text()) if args.merge else {}
