@@ -42,6 +42,7 @@ class Watchdog:
         self.deadline, self.mono, self.exit = deadline, mono, exit
         self.beat_s, self.stall_ms, self.check_s = beat_s, stall_ms, check_s
         self.stamp_ms = mono()  # written by the loop, read by the thread (an atomic store)
+        self._checked_ms: int | None = None  # when the thread last looked
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -58,6 +59,13 @@ class Watchdog:
     def check(self) -> bool:
         """Exit (and return True, if ``exit`` returns) when the loop is stuck past a fence."""
         now = self.mono()
+        last, self._checked_ms = self._checked_ms, now
+        if last is not None and now - last >= self.stall_ms:
+            # This thread did not run either: the whole process was paused (SIGSTOP, a frozen
+            # VM), not the loop blocked. Give the loop one stall period to catch up: it fences
+            # its streams itself, and nothing past a fence reaches a handler.
+            self.stamp_ms = max(self.stamp_ms, now)
+            return False
         stuck_ms = now - self.stamp_ms
         if stuck_ms < self.stall_ms:
             return False

@@ -42,20 +42,26 @@ class Clock:
         return self.now
 
 
+def _run_thread(dog: Watchdog, clock: Clock, until_ms: int, step_ms: int = 100) -> bool:
+    """The watchdog thread's checks every ``step_ms`` up to ``until_ms``; True once it exited."""
+    while clock.now < until_ms:
+        clock.now = min(until_ms, clock.now + step_ms)
+        if dog.check():
+            return True
+    return False
+
+
 def test_watchdog_exits_only_when_the_loop_is_stuck_past_a_fence() -> None:
     """A stale stamp alone, or a passed fence alone, is not enough; both together exit 70."""
     clock, exits, fence = Clock(), [], [5000]
     dog = Watchdog(lambda: fence[0], clock, stall_ms=1000, exit=exits.append)
     dog.stamp()
-    clock.now = 4000  # stuck 4 s, fence not reached
-    assert not dog.check()
+    assert not _run_thread(dog, clock, 4000)  # stuck 4 s, fence not reached
     dog.stamp()
-    clock.now = 5500  # past the fence, and no stamp for 1.5 s: stuck
-    assert dog.check() and exits == [EXIT_CODE]
+    assert _run_thread(dog, clock, 5500) and exits == [EXIT_CODE]  # past the fence, stuck
     exits.clear()
     fence[0] = NO_FENCE_MS  # stuck, but holding nothing: never
-    clock.now = 10**9
-    assert not dog.check() and not exits
+    assert not _run_thread(dog, clock, 20_000) and not exits
 
 
 def test_watchdog_spares_a_loop_that_keeps_stamping() -> None:
@@ -64,8 +70,21 @@ def test_watchdog_spares_a_loop_that_keeps_stamping() -> None:
     dog = Watchdog(lambda: 100, clock, stall_ms=1000, exit=exits.append)
     clock.now = 5000
     dog.stamp()
-    clock.now = 5900
+    assert not _run_thread(dog, clock, 5900) and not exits
+
+
+def test_watchdog_spares_a_process_that_was_paused_whole() -> None:
+    """SIGSTOP then SIGCONT: the thread slept too, so the loop gets a stall period to stamp."""
+    clock, exits = Clock(), []
+    dog = Watchdog(lambda: 3000, clock, stall_ms=1000, exit=exits.append)
+    dog.stamp()
+    assert not _run_thread(dog, clock, 1000)
+    clock.now = 7000  # paused for 6 s, past the fence: neither thread nor loop ran
     assert not dog.check() and not exits
+    dog.stamp()  # the loop is back and fences its streams itself
+    assert not _run_thread(dog, clock, 7500) and not exits
+    # Still not stamping a stall period after the pause: now it is the loop that is stuck.
+    assert _run_thread(dog, clock, 9000) and exits == [EXIT_CODE]
 
 
 def test_a_handler_blocking_the_loop_past_the_fence_ends_the_process(
