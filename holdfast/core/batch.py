@@ -36,7 +36,8 @@ __all__ = ["BATCH_LIMIT", "THROTTLE_ROUNDS", "RenewMode", "RenewRequest", "Renew
            "renew_many", "throttle_pause_s"]
 
 BATCH_LIMIT = 25  # DynamoDB's maximum statements per BatchExecuteStatement
-THROTTLE_ROUNDS = 2  # extra batch calls for throttled statements before giving up till later
+THROTTLE_ROUNDS = 1  # one more batch call for throttled statements, then the next checkpoint
+# (more rounds spend calls while the table is throttled; the checkpoint interval is the back-off)
 RenewMode = Literal["batch", "single"]
 
 

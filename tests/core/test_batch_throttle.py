@@ -6,7 +6,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from holdfast.core.batch import RenewRequest, renew_many
+from holdfast.core.batch import THROTTLE_ROUNDS, RenewRequest, renew_many
 from holdfast.core.exceptions import StoreUnavailable
 from holdfast.core.model import Lease
 from holdfast.core.store import LeaseStore
@@ -62,7 +62,7 @@ def test_still_throttled_statements_wait_for_the_next_checkpoint() -> None:
     """Throttled in every round: a bounded number of batch calls, then StoreUnavailable."""
     ddb = FakeDdb([lambda i: _throttled("ThrottlingError")] * 3)
     results = renew_many(_store(ddb), _requests(3))
-    assert ddb.batches == [3, 3, 3] and ddb.singles == []
+    assert ddb.batches == [3] * (THROTTLE_ROUNDS + 1) and ddb.singles == []
     assert all(isinstance(r.error, StoreUnavailable) for r in results)
 
 
