@@ -143,8 +143,12 @@ class Soak:
 
     def step(self) -> None:
         choices = ["sigkill", "sigterm", "sigstop", "fault", "fault", "stop", "start", "create"]
-        kind = self.rng.choice(choices)
         live = self.live()
+        # The first disturbance is always a pause past the TTL: even the shortest soak must
+        # show that a worker waking to a dead session handles nothing more.
+        paused_before = any(a.kind == "sigstop" for a in self.actions)
+        kind = ("sigstop" if not paused_before and len(live) >= 2 and not self.paused
+                else self.rng.choice(choices))
         if kind in ("sigkill", "sigterm", "sigstop") and len(live) >= 2 and not self.paused:
             victim = self.rng.choice(live)
             proc = self.pf.fleet.workers[victim]
