@@ -20,10 +20,15 @@ from holdfast.core import names
 __all__ = ["COUNTERS", "NAMESPACE", "WorkerMetrics"]
 
 NAMESPACE = "Holdfast"
-COUNTERS = ("Claims", "ClaimConflicts", "LeasesLost", "LeasesFenced", "Reconnects",
-            "HandlerErrors", "MessagesHandled", "UpstreamGiveUps", "PoisonMessages",
-            "RenewFailures", names.METRIC_MALFORMED_FRAMES, names.METRIC_FRAMES_SKIPPED,
-            names.METRIC_HANDLER_TIMEOUTS)
+# Every counter the worker emits; ``incr`` refuses any other name, so a counter that the
+# dashboard or an alarm watches can never be counted and then silently left out of the EMF.
+COUNTERS = (names.METRIC_CLAIMS, names.METRIC_CLAIM_CONFLICTS, names.METRIC_LEASES_LOST,
+            names.METRIC_LEASES_FENCED, names.METRIC_RECONNECTS, names.METRIC_HANDLER_ERRORS,
+            names.METRIC_MESSAGES_HANDLED, names.METRIC_UPSTREAM_GIVE_UPS,
+            names.METRIC_POISON_MESSAGES, names.METRIC_RENEW_FAILURES,
+            names.METRIC_SESSION_RENEW_FAILURES, names.METRIC_MALFORMED_FRAMES,
+            names.METRIC_FRAMES_SKIPPED, names.METRIC_HANDLER_TIMEOUTS)
+_COUNTERS = frozenset(COUNTERS)
 _MAX_SAMPLES = 100  # EMF accepts at most 100 values per metric in one record
 
 
@@ -50,6 +55,8 @@ class WorkerMetrics:
     renew_ms: list[float] = field(default_factory=list)
 
     def incr(self, name: str, n: int = 1) -> None:
+        if name not in _COUNTERS:
+            raise ValueError(f"not a worker counter (add it to COUNTERS): {name!r}")
         self.counts[name] += n
         self.totals[name] += n
 
@@ -60,11 +67,11 @@ class WorkerMetrics:
     def flush(self) -> None:
         """Print one EMF record with everything counted since the last flush, then reset."""
         provider = AmazonCloudWatchEMFProvider(namespace=self.namespace, service=self.service)
-        provider.add_metric("ActiveConnections", MetricUnit.Count, self.active)
+        provider.add_metric(names.METRIC_ACTIVE_CONNECTIONS, MetricUnit.Count, self.active)
         for name in COUNTERS:
             provider.add_metric(name, MetricUnit.Count, self.counts.get(name, 0))
         for ms in self.renew_ms:
-            provider.add_metric("RenewLatency", MetricUnit.Milliseconds, ms)
+            provider.add_metric(names.METRIC_RENEW_LATENCY, MetricUnit.Milliseconds, ms)
         provider.flush_metrics()
         self.counts.clear()
         self.renew_ms.clear()

@@ -50,10 +50,12 @@ __all__ = [
     "METRIC_LEASES_LOST",
     "METRIC_MALFORMED_FRAMES",
     "METRIC_MALFORMED_RECORDS",
+    "METRIC_MESSAGES_HANDLED",
     "METRIC_NORMALISED",
     "METRIC_NUDGES",
     "METRIC_NUDGES_FAILED",
     "METRIC_OLDEST_ORPHAN_AGE",
+    "METRIC_POISON_MESSAGES",
     "METRIC_RECONNECTS",
     "METRIC_RENEW_FAILURES",
     "METRIC_RENEW_LATENCY",
@@ -124,6 +126,8 @@ METRIC_MALFORMED_FRAMES: Final = "MalformedFrames"
 METRIC_FRAMES_SKIPPED: Final = "FramesSkipped"
 METRIC_HANDLER_TIMEOUTS: Final = "HandlerTimeouts"
 METRIC_SESSION_RENEW_FAILURES: Final = "SessionRenewFailures"
+METRIC_MESSAGES_HANDLED: Final = "MessagesHandled"
+METRIC_POISON_MESSAGES: Final = "PoisonMessages"  # nudges that are not a nudge
 # Router and sweeper: nudges sent, one metric per ``reason`` (extra dimension), and failures.
 METRIC_NUDGES: Final = "Nudges"
 DIMENSION_REASON: Final = "reason"

@@ -1,64 +1,102 @@
-"""The metric names the stack watches are the ones the worker and the Lambdas emit."""
+"""The metrics the stack watches (dashboard, alarms, scaling) are the ones the code emits.
+
+Both sides are read from what they really produce: the synthesized template's metric
+references, and the EMF records the worker, the router and the sweeper print when they flush.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
+import re
+from typing import Any
 
 import pytest
 
 from holdfast.core import names
-from tests.infra.conftest import REPO
 
-WORKER_METRICS = (names.METRIC_ACTIVE_CONNECTIONS, names.METRIC_CLAIMS,
-                  names.METRIC_CLAIM_CONFLICTS, names.METRIC_LEASES_LOST,
-                  names.METRIC_LEASES_FENCED, names.METRIC_RENEW_FAILURES,
-                  names.METRIC_RENEW_LATENCY, names.METRIC_RECONNECTS,
-                  names.METRIC_HANDLER_ERRORS, names.METRIC_UPSTREAM_GIVE_UPS)
-LAMBDA_METRICS = (names.METRIC_NUDGES, names.METRIC_NUDGES_FAILED,
-                  names.METRIC_MALFORMED_RECORDS, names.METRIC_NORMALISED, names.METRIC_SWEEPS,
-                  names.METRIC_SWEEP_ERRORS, names.METRIC_OLDEST_ORPHAN_AGE)
-# Watched since the session change; worker/ and lambdas/ emit them once that change lands.
-SESSION_METRICS = {"worker": (names.METRIC_SESSION_RENEW_FAILURES,),
-                   "lambdas": (names.METRIC_DEAD_SESSIONS, names.METRIC_STREAMS_REAPED)}
+SERVICE = names.service_names("holdfast")
+_DASHBOARD_METRIC = re.compile(r'\["' + re.escape(names.NAMESPACE)
+                               + r'","([A-Za-z]+)"((?:,"[^"]*")*)')
 
 
-def source_of(folder: str) -> str:
-    files = sorted((REPO / folder).rglob("*.py"))
-    if not files:
-        pytest.skip(f"{folder}/ is not written yet")
-    return "\n".join(Path(f).read_text() for f in files)
+def watched(template: Any) -> set[tuple[str, str]]:
+    """(service, metric) of every reference to our namespace in the template."""
+    found: set[tuple[str, str]] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("Namespace") == names.NAMESPACE and "MetricName" in node:
+                dims = {d["Name"]: d["Value"] for d in node.get("Dimensions", [])}
+                found.add((dims.get("service", "?"), node["MetricName"]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+        elif isinstance(node, str):  # the dashboard body: JSON text inside an Fn::Join
+            for m in _DASHBOARD_METRIC.finditer(node):
+                rest = re.findall(r'"([^"]*)"', m.group(2))
+                dims = dict(zip(rest[::2], rest[1::2], strict=False))
+                found.add((dims.get("service", "?"), m.group(1)))
+
+    walk(template)
+    return found
 
 
-def test_worker_emits_every_metric_the_stack_uses() -> None:
-    """Each worker metric on the dashboard or in scaling appears in the worker's code."""
-    source = source_of("worker")
-    missing = [m for m in WORKER_METRICS if f'"{m}"' not in source]
-    assert missing == []
+def emf_names(out: str) -> dict[str, set[str]]:
+    """service -> metric names of the EMF records in ``out``."""
+    emitted: dict[str, set[str]] = {}
+    for line in out.splitlines():
+        if '"_aws"' not in line:
+            continue
+        record = json.loads(line)
+        for directive in record["_aws"]["CloudWatchMetrics"]:
+            assert directive["Namespace"] == names.NAMESPACE, record
+            emitted.setdefault(record.get("service", "?"), set()).update(
+                m["Name"] for m in directive["Metrics"])
+    return emitted
 
 
-def test_lambdas_emit_every_metric_the_stack_uses() -> None:
-    """Each router/sweeper metric on the dashboard or in an alarm appears in lambdas/."""
-    source = source_of("lambdas")
-    missing = [m for m in LAMBDA_METRICS if f'"{m}"' not in source]
-    assert missing == []
+@pytest.fixture
+def emitted(capsys: pytest.CaptureFixture[str],
+            monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
+    """What each component prints when it flushes its metrics (with nothing counted yet)."""
+    monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
+    monkeypatch.delenv("POWERTOOLS_DEV", raising=False)
+    from lambdas.router import handler as router
+    from lambdas.sweeper import handler as sweeper
+    from lambdas.sweeper.loop import SweepStats
+    from worker.metrics import WorkerMetrics
+
+    capsys.readouterr()
+    worker = WorkerMetrics(service=SERVICE["worker"], namespace=names.NAMESPACE)
+    worker.renew_latency(12.5)  # samples are emitted only when there are some
+    worker.flush()
+    router.metrics.clear_metrics()
+    router._emit_metrics(router._Plan(), 0)
+    router.metrics.flush_metrics()
+    sweeper.metrics.clear_metrics()
+    sweeper._emit(SweepStats(nudged={"expired": 0}))
+    sweeper.metrics.flush_metrics()
+    return emf_names(capsys.readouterr().out)
 
 
-# strict: once the code emits them this XPASSes and fails, so the marker cannot outlive its
-# reason (remove it and fold SESSION_METRICS into the two lists above).
-@pytest.mark.xfail(strict=True, reason="the session metrics are not emitted by worker/ and "
-                   "lambdas/ yet (the lead's change)")
-@pytest.mark.parametrize("folder", sorted(SESSION_METRICS))
-def test_session_metrics_the_stack_watches_are_emitted(folder: str) -> None:
-    """DeadSessions/StreamsReaped (sweeper) and SessionRenewFailures (worker) are emitted."""
-    source = source_of(folder)
-    missing = [m for m in SESSION_METRICS[folder] if f'"{m}"' not in source]
-    assert missing == []
+def test_every_watched_metric_is_emitted_by_its_service(
+        template_json: dict[str, Any], emitted: dict[str, set[str]]) -> None:
+    """Each metric a graph, an alarm or the scaling policy reads is in its service's EMF."""
+    refs = watched(template_json)
+    assert {s for s, _ in refs} <= {SERVICE["worker"], SERVICE["router"], SERVICE["sweeper"]}
+    assert (SERVICE["worker"], names.METRIC_ACTIVE_CONNECTIONS) in refs  # the scaling signal
+    missing = sorted((s, m) for s, m in refs if m not in emitted.get(s, set()))
+    assert missing == [], f"watched but never emitted: {missing}"
 
 
-def test_namespace_is_shared() -> None:
-    """Worker and Lambdas publish to the namespace the stack reads."""
-    for folder in ("worker", "lambdas"):
-        assert f'"{names.NAMESPACE}"' in source_of(folder)
+def test_the_worker_refuses_a_counter_it_would_not_emit() -> None:
+    """A misspelt or unregistered counter fails loudly instead of vanishing from the EMF."""
+    from worker.metrics import WorkerMetrics
+
+    with pytest.raises(ValueError, match="not a worker counter"):
+        WorkerMetrics().incr("SessionRenewFailure")
 
 
 def test_service_names_carry_the_fleet_name() -> None:
