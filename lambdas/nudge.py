@@ -72,6 +72,8 @@ class _Sender:
             entry: dict[str, Any] = {"Id": str(i), "MessageBody": self.pending[i].body()}
             if self.pending[i].delay_s:
                 entry["DelaySeconds"] = self.pending[i].delay_s
+            if self.pending[i].traceparent:  # the receiver's claim joins the sender's trace
+                entry["MessageAttributes"] = self.pending[i].message_attributes()
             entries.append(entry)
         self.report.calls += 1
         try:

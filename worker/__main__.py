@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from aws_lambda_powertools import Logger
 
+from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import ConfigError, HoldfastError, SessionConflict
 from worker.config import WorkerConfig, load_config
@@ -76,7 +77,10 @@ async def _serve(worker: Supervisor, logger: Logger) -> None:
 def main(env: Mapping[str, str] | None = None) -> int:
     try:
         config = load_config(env)
-    except ConfigError as exc:
+        source = os.environ if env is None else env
+        # Off by default; on, every span of this process is "<service>" in the backend.
+        tracing.setup(source.get(names.ENV_SERVICE_NAME) or "holdfast-worker", source)
+    except (ConfigError, ValueError) as exc:
         print(f"holdfast worker: configuration error: {exc}", file=sys.stderr)
         return 2
     logger = Logger(service="holdfast-worker", level=config.log_level)
@@ -95,6 +99,8 @@ def main(env: Mapping[str, str] | None = None) -> int:
         logger.error("refusing to start: worker id in use", error=str(exc))
         print(f"holdfast worker: {exc}", file=sys.stderr)
         return 2
+    finally:
+        tracing.shutdown()  # export what is buffered (otlp) after the graceful stop
     return 0
 
 

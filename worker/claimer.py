@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from aws_lambda_powertools import Logger
 
+from holdfast.core import tracing
 from holdfast.core.aws import call
 from holdfast.core.exceptions import HoldfastError
-from holdfast.core.nudge import parse_nudge
+from holdfast.core.nudge import TRACE_ATTRIBUTE, parse_nudge, traceparent_of
 from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.table import find_orphans
 from worker.backoff import claim_retry_s, jittered
@@ -152,11 +153,14 @@ class Claimer:
     def _receive(self, n: int) -> list[dict[str, Any]]:
         with self._lock:
             self._polls_in_flight += 1
+        # The sender's trace context is only asked for when this worker traces.
+        extra: dict[str, Any] = (
+            {"MessageAttributeNames": [TRACE_ATTRIBUTE]} if tracing.enabled() else {})
         try:
             resp = call("ReceiveMessage", self.sqs.receive_message, QueueUrl=self.queue_url,
                         MaxNumberOfMessages=n, WaitTimeSeconds=self.poll_s,
                         VisibilityTimeout=self.visibility_s,
-                        AttributeNames=["ApproximateReceiveCount"])
+                        AttributeNames=["ApproximateReceiveCount"], **extra)
             messages = [dict(m) for m in resp.get("Messages", [])]
             if messages and self._abandon.is_set():
                 # The worker stopped while this poll was in flight: hand them on at once.
@@ -209,7 +213,9 @@ class Claimer:
             logger.warning("poison nudge deleted", error=str(exc)[:200],
                            message_id=message.get("MessageId"), body=str(body)[:200])
             return None
-        return await self.claim(conn_id, "nudge")
+        # Each message is its own task (gather): the claim span's parent is this nudge's.
+        with tracing.attached(traceparent_of(message)):
+            return await self.claim(conn_id, "nudge")
 
     def _settle(self, delete: list[dict[str, Any]],
                 again: list[tuple[dict[str, Any], int]]) -> None:

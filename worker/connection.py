@@ -43,6 +43,7 @@ from worker.handler import Handler, Message
 from worker.held import HeldStream
 from worker.metrics import WorkerMetrics
 from worker.protocol import Parsed, ResumeProtocol
+from worker.tracing import StreamTrace
 
 __all__ = ["ConnectOptions", "Connection", "ConnectionContext", "resolve_checked"]
 
@@ -97,6 +98,7 @@ class Connection:
         self.held = held
         self.ctx = ctx
         self.task: asyncio.Task[Any] | None = None  # set by the supervisor
+        self.trace: StreamTrace | None = None  # tracing on: until the first handled message
         self.ended = False  # ``run`` has returned: what is left is the release
         self._ws: ClientConnection | None = None
         self._in_handler = False
@@ -218,6 +220,8 @@ class Connection:
         proto = self.ctx.protocol
         url = proto.url(self.held.lease.ws_url, next_seq)
         checked = check_url(url, self.ctx.policy)
+        if self.trace is not None:
+            self.trace.connecting()
         address = await resolve_checked(checked, self.ctx.policy, self.ctx.resolve)
         opts = self.ctx.options
         headers = proto.headers(next_seq)
@@ -231,6 +235,8 @@ class Connection:
                 ping_timeout=opts.ping_interval_s, close_timeout=opts.close_timeout_s,
                 proxy=None, user_agent_header="holdfast-worker") as ws:
             self._ws = ws
+            if self.trace is not None:
+                self.trace.connected()
             try:
                 self.log("info", "connected", url=redact(url, paths=self.ctx.policy.log_paths),
                          from_seq=next_seq)
@@ -302,6 +308,9 @@ class Connection:
             self._in_handler = False
         held.done(seq)
         self.ctx.metrics.incr("MessagesHandled")
+        if self.trace is not None:  # the first handled message ends the trace; then nothing
+            self.trace.handled()
+            self.trace = None
 
     async def close_quietly(self) -> None:
         if self._ws is not None:

@@ -17,10 +17,11 @@ import asyncio
 import functools
 from collections import Counter
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
-from holdfast.core import rules
+from holdfast.core import names, rules, tracing
 from holdfast.core.exceptions import (
     AcquireFailed,
     HoldfastError,
@@ -38,6 +39,10 @@ from worker.held import HeldState, HeldStream
 from worker.metrics import WorkerMetrics
 from worker.protocol import ResumeProtocol
 from worker.renewer import Renewer
+from worker.tracing import StreamTrace
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["Holdings"]
 
@@ -83,7 +88,18 @@ class Holdings:
         return self.config.max_connections - len(self.streams) - len(self._claiming)
 
     async def claim(self, conn_id: str, source: str = "nudge") -> Claim | Later:
-        """Try to acquire ``conn_id`` and start holding it."""
+        """Try to acquire ``conn_id`` and start holding it (in a ``claim`` span if tracing)."""
+        span = tracing.start_span(names.SPAN_CLAIM, conn_id, worker_id=self.config.worker_id)
+        if span is None:
+            return await self._claim(conn_id, source, None)
+        try:
+            outcome = await self._claim(conn_id, source, span)
+            span.set_attribute("holdfast.outcome", str(getattr(outcome, "value", outcome)))
+            return outcome
+        finally:
+            span.end()
+
+    async def _claim(self, conn_id: str, source: str, span: Span | None) -> Claim | Later:
         if conn_id in self.streams or conn_id in self._claiming:
             return Claim.CONFLICT  # already ours (a duplicate nudge)
         owner = self.owner()
@@ -118,6 +134,8 @@ class Holdings:
         elif self.owner() != owner:  # the session was lost while we were acquiring
             held.lose("session")
         conn = Connection(held, self.ctx)
+        if span is not None:
+            conn.trace = StreamTrace(span, conn_id, self.config.worker_id)
         self.streams[conn_id] = conn
         conn.log("info", "claimed", source=source, epoch=lease.epoch, last_seq=lease.last_seq)
         task = asyncio.create_task(self._hold(conn), name=f"stream:{conn_id}")
@@ -169,6 +187,8 @@ class Holdings:
             error = f"internal error: {type(exc).__name__}: {exc}"[:500]
             conn.log("exception", "stream task failed")
         conn.held.close()
+        if conn.trace is not None:
+            conn.trace.close()
         try:
             await self._finish(conn, error)
         finally:

@@ -38,6 +38,8 @@ __all__ = [
     "ENV_SKEW_MS",
     "ENV_TABLE",
     "ENV_TASK_MEMORY_MIB",
+    "ENV_TRACE_FILE",
+    "ENV_TRACING",
     "ENV_WATCHDOG",
     "METRIC_ACTIVE_CONNECTIONS",
     "METRIC_CLAIMS",
@@ -65,6 +67,15 @@ __all__ = [
     "METRIC_SWEEP_ERRORS",
     "METRIC_UPSTREAM_GIVE_UPS",
     "NAMESPACE",
+    "SPAN_CLAIM",
+    "SPAN_CONNECT",
+    "SPAN_FIRST_MESSAGE",
+    "SPAN_ROUTE",
+    "SPAN_SWEEP",
+    "TRACE_ATTR_COMPONENT",
+    "TRACE_ATTR_STREAM_ID",
+    "TRACE_ATTR_WORKER_ID",
+    "TRACING_MODES",
     "WORKER_HEALTH_COMMAND",
     "service_names",
 ]
@@ -103,6 +114,23 @@ ENV_RECORD_AWS_CALLS: Final = "HOLDFAST_RECORD_AWS_CALLS"  # tests: a directory 
 # Powertools reads these two itself, so no code has to pass a service name or namespace.
 ENV_SERVICE_NAME: Final = "POWERTOOLS_SERVICE_NAME"
 ENV_METRICS_NAMESPACE: Final = "POWERTOOLS_METRICS_NAMESPACE"
+
+# Tracing of the acquisition path (``holdfast.core.tracing``): "off" (default), "file" (one
+# OTLP-JSON line per span appended to HOLDFAST_TRACE_FILE) or "otlp" (the standard
+# OTEL_EXPORTER_OTLP_* variables say where: the ADOT collector sidecar or Lambda layer).
+ENV_TRACING: Final = "HOLDFAST_TRACING"
+ENV_TRACE_FILE: Final = "HOLDFAST_TRACE_FILE"
+TRACING_MODES: Final = ("off", "file", "otlp")
+
+# --- spans (one trace per acquisition) and the attributes every span carries ---------------
+SPAN_ROUTE: Final = "route"  # the router, one per stream record that nudges
+SPAN_SWEEP: Final = "sweep nudge"  # the sweeper, one per orphan it nudges
+SPAN_CLAIM: Final = "claim"  # the worker's acquire (child of the nudge's span)
+SPAN_CONNECT: Final = "connect"  # the first WebSocket open (child of claim)
+SPAN_FIRST_MESSAGE: Final = "first message handled"  # open -> first handled (child of claim)
+TRACE_ATTR_STREAM_ID: Final = "holdfast.stream_id"
+TRACE_ATTR_WORKER_ID: Final = "holdfast.worker_id"
+TRACE_ATTR_COMPONENT: Final = "holdfast.component"
 
 # --- metrics (CloudWatch namespace, EMF) ---------------------------------------------------
 NAMESPACE: Final = "Holdfast"

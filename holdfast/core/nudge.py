@@ -7,19 +7,26 @@ strict about ``conn_id`` (without it there is nothing to claim) and lenient abou
 missing or malformed ``reason`` or ``epoch`` is read as empty, and unknown keys are ignored.
 A back-off nudge is sent with ``DelaySeconds`` (not part of the body) so it arrives when the
 lease becomes claimable.
+
+Tracing (``holdfast.core.tracing``): the sender's W3C ``traceparent``, when it traces, rides as
+the string message attribute ``TRACE_ATTRIBUTE``, not in the body, so a nudge reads the same
+with tracing on or off.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from holdfast.core.model import validate_conn_id
 
-__all__ = ["MAX_DELAY_S", "Nudge", "delay_until", "parse_nudge"]
+__all__ = ["MAX_DELAY_S", "TRACE_ATTRIBUTE", "Nudge", "delay_until", "parse_nudge",
+           "traceparent_of"]
 
 MAX_DELAY_S = 900  # SQS's maximum DelaySeconds
+TRACE_ATTRIBUTE = "traceparent"  # the SQS message attribute (W3C trace context)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +37,7 @@ class Nudge:
     reason: str
     epoch: int | None = None
     delay_s: int = 0
+    traceparent: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.conn_id:
@@ -41,6 +49,21 @@ class Nudge:
         """The message body, compact JSON."""
         return json.dumps({"conn_id": self.conn_id, "reason": self.reason, "epoch": self.epoch},
                           separators=(",", ":"))
+
+
+    def message_attributes(self) -> dict[str, Any]:
+        """The SQS ``MessageAttributes`` of this nudge (empty when it carries no trace)."""
+        if not self.traceparent:
+            return {}
+        return {TRACE_ATTRIBUTE: {"DataType": "String", "StringValue": self.traceparent}}
+
+
+def traceparent_of(message: dict[str, Any]) -> str | None:
+    """The ``traceparent`` a received SQS message carries (None: none, or not a string)."""
+    attrs = message.get("MessageAttributes")
+    attr = attrs.get(TRACE_ATTRIBUTE) if isinstance(attrs, dict) else None
+    value = attr.get("StringValue") if isinstance(attr, dict) else None
+    return value if isinstance(value, str) and value else None
 
 
 def parse_nudge(body: str) -> Nudge:

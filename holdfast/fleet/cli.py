@@ -26,10 +26,14 @@ from holdfast.fleet.recorder import read_records
 from holdfast.fleet.report import Incident, check_seqs, summary_rows, summary_table
 from holdfast.fleet.scenario import ScenarioFailed, failover
 from holdfast.fleet.session import Interrupted, Session
+from holdfast.fleet.traces import moved_path, read_spans
 from holdfast.fleet.view import View, make_view
 from holdfast.localaws import LocalAwsError
 
 __all__ = ["FLEET_COMMANDS"]
+
+
+SPANS_FILE = "spans.jsonl"  # every process of the run appends its spans (OTLP JSON lines)
 
 
 def _add_up(p: argparse.ArgumentParser) -> None:
@@ -88,6 +92,10 @@ def _verdict(console: Console, session: Session, incidents: list[Incident],
         console.print(f"timeline: {png}")
     except Exception as exc:  # a missing plot must not hide the verdict
         console.print(f"[yellow]timeline not written: {type(exc).__name__}: {exc}[/]")
+    path = moved_path(read_spans(run_dir / SPANS_FILE))
+    if path is not None:
+        console.print(f"acquisition path of {path.describe()}")
+        console.print(f"spans: {run_dir / SPANS_FILE}")
     console.print(f"summary: {run_dir / 'summary.json'}")
     if failures:
         for f in failures:
@@ -203,9 +211,10 @@ def _run_up(args: argparse.Namespace) -> int:
         print("holdfast up: --url must be a ws:// or wss:// URL template", file=sys.stderr)
         return 2
     # The user's package: importable from where they run `holdfast up` (as `python -m` would).
-    fleet = Fleet(args.run_dir or Path(tempfile.mkdtemp(prefix="holdfast-up-")),
-                  FleetTiming(rate=args.rate), backend=args.backend, handler=args.handler,
-                  pythonpath=[Path.cwd()] if args.handler else [])
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="holdfast-up-"))
+    fleet = Fleet(run_dir, FleetTiming(rate=args.rate), backend=args.backend,
+                  handler=args.handler, pythonpath=[Path.cwd()] if args.handler else [],
+                  trace_file=run_dir / SPANS_FILE)
     why = fleet.check_handler()
     if why:
         print(f"holdfast up: --handler {args.handler}: {why}", file=sys.stderr)

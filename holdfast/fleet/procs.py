@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from holdfast.core import names
 from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORD_WRAPS_ENV, RECORDER_SPEC
 from holdfast.localaws import LocalAws
 from holdfast.localaws.processes import _die_with_parent, free_port, wait_for_port
@@ -176,8 +177,10 @@ class Fleet:
     def __init__(self, run_dir: Path, timing: FleetTiming, *, backend: str = "auto",
                  handler: str | None = None, pythonpath: Sequence[Path] = (),
                  worker_env: Mapping[str, str] | None = None,
-                 die_with_parent: bool = False) -> None:
+                 die_with_parent: bool = False, trace_file: Path | None = None) -> None:
         self.run_dir = run_dir
+        # Every child (workers, and the runner for the router's spans) appends its spans here.
+        self.trace_file = trace_file
         self.timing = timing
         self.backend = backend
         # The user's handler (``package.module:function``), wrapped by the recorder; None: the
@@ -201,6 +204,9 @@ class Fleet:
             p for p in (str(REPO_ROOT), *map(str, self.pythonpath),
                         os.environ.get("PYTHONPATH", "")) if p)
         env["PYTHONUNBUFFERED"] = "1"
+        if self.trace_file is not None:
+            env[names.ENV_TRACING] = "file"
+            env[names.ENV_TRACE_FILE] = str(self.trace_file)
         return env
 
     def start_aws(self) -> None:

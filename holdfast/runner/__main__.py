@@ -15,6 +15,7 @@ import sys
 import threading
 import warnings
 
+from holdfast.core import tracing
 from holdfast.core.exceptions import HoldfastError
 
 __all__ = ["main"]
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     except HoldfastError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        # The router (imported by the runner) set tracing up, if HOLDFAST_TRACING asks for it.
+        tracing.shutdown()
     return 0
 
 

@@ -9,17 +9,21 @@ skipped, so it never blocks the shard.
 
 Clients are built on first use from the standard environment (``AWS_ENDPOINT_URL_*``), so the
 module imports without AWS settings; ``configure()`` injects dependencies in tests.
+
+Tracing (``holdfast.core.tracing``, off by default): each nudge sent gets a ``route`` span, from
+the invocation's start to the send, whose ``traceparent`` the nudge carries to the worker.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
@@ -28,6 +32,7 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
+from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.nudge import Nudge
@@ -50,7 +55,7 @@ SERVICE = service_name("holdfast-router")
 SEND_RESERVE_MS = 12_000
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE)
-tracer = Tracer(service=SERVICE)
+tracing.setup(SERVICE)
 # A batch whose every record failed is still answered with a partial response (all reported),
 # so Lambda's retry, bisect and on-failure settings apply the same way to 1 or N failures.
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams,
@@ -103,14 +108,17 @@ class _Plan:
     decisions: dict[str, Decision] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
+    start_ns: int = 0
 
 
 @metrics.log_metrics
-@tracer.capture_lambda_handler
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point (DynamoDB Streams event source mapping, ReportBatchItemFailures)."""
-    return route(event, context, _current_deps())
+    try:
+        return route(event, context, _current_deps())
+    finally:
+        tracing.flush()  # a frozen sandbox exports nothing until its next invocation
 
 
 def route(event: dict[str, Any], context: LambdaContext | None,
@@ -128,6 +136,7 @@ def route(event: dict[str, Any], context: LambdaContext | None,
         logger.warning("non-object stream records skipped",
                        extra={"skipped": len(raw_records) - len(records)})
     plan = _decide_all(records, deps)
+    plan.start_ns = time.time_ns()
     _send(plan, deps, _out_of_time(context))
     _order(plan, deps)
     _normalise(plan, deps)
@@ -201,9 +210,19 @@ def _send(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> Non
             records_of.setdefault(key, []).append(seq)
     if not wanted:
         return
+    spans = {}
+    if tracing.enabled():  # one trace per acquisition: it starts here, at the record
+        for key, nudge in wanted.items():
+            span = tracing.start_span(names.SPAN_ROUTE, nudge.conn_id, start_ns=plan.start_ns)
+            if span is not None:
+                span.set_attribute("holdfast.reason", nudge.reason)
+                spans[key] = span
+                wanted[key] = dataclasses.replace(nudge, traceparent=tracing.inject(span))
     report = send_nudges(deps.sqs, deps.settings.queue_url, list(wanted.values()),
                          attempts=deps.settings.send_attempts, sleep=deps.sleep,
                          out_of_time=out_of_time)
+    for span in spans.values():
+        span.end()
     for nudge in report.sent:
         plan.counts[f"sent:{nudge.reason}"] += 1
     for nudge, error in report.failed:

@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from holdfast.core import names
+from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, service_name
 from lambdas.settings import Settings
@@ -40,7 +40,7 @@ __all__ = ["configure", "lambda_handler", "sweep_for"]
 SERVICE = service_name("holdfast-sweeper")
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE)
-tracer = Tracer(service=SERVICE)
+tracing.setup(SERVICE)
 
 # Warm invocations reuse the clients and the memory of recent nudges.
 _state: dict[str, Any] = {}
@@ -81,10 +81,16 @@ def sweep_for(run_ms: int, remaining_ms: Callable[[], int] | None = None) -> Swe
 
 
 @metrics.log_metrics
-@tracer.capture_lambda_handler
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point (EventBridge schedule, every minute)."""
+    try:
+        return _invoke(context)
+    finally:
+        tracing.flush()  # a frozen sandbox exports nothing until its next invocation
+
+
+def _invoke(context: LambdaContext) -> dict[str, Any]:
     deps, _ = _current()
     stats = sweep_for(deps.settings.sweep_max_run_ms, context.get_remaining_time_in_millis)
     if metrics_enabled():

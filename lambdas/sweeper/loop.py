@@ -10,6 +10,7 @@ before its timeout, the local runner on its shutdown event, tests whenever they 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from holdfast.core import rules
+from holdfast.core import names, rules, tracing
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.nudge import Nudge
 from holdfast.core.sessions import SessionStore, SessionSweep, sweep_sessions
@@ -142,9 +143,16 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     upcoming = [o.expires_at_ms for o in items if o.expires_at_ms > cutoff]
     chosen = memory.select(due, now)
     by_id = {o.conn_id: o for o in chosen}
-    report = send_nudges(deps.sqs, s.queue_url,
-                         [Nudge(o.conn_id, _reason(o), None) for o in chosen],
-                         attempts=s.send_attempts, sleep=deps.sleep)
+    nudges = [Nudge(o.conn_id, _reason(o), None) for o in chosen]
+    spans = [tracing.start_span(names.SPAN_SWEEP, n.conn_id) for n in nudges]
+    if tracing.enabled():  # each orphan's acquisition trace starts at the sweep that found it
+        nudges = [dataclasses.replace(n, traceparent=tracing.inject(span))
+                  for n, span in zip(nudges, spans, strict=True)]
+    report = send_nudges(deps.sqs, s.queue_url, nudges, attempts=s.send_attempts,
+                         sleep=deps.sleep)
+    for span in spans:
+        if span is not None:
+            span.end()
     memory.record_sent([by_id[n.conn_id] for n in report.sent], now)
     complete = len(items) < MAX_SCAN
     if complete:

@@ -13,8 +13,10 @@ from pathlib import Path
 import boto3
 import pytest
 
+from holdfast.core import names
 from holdfast.core.table import create_stream
 from holdfast.fleet.procs import REPO_ROOT
+from holdfast.fleet.traces import acquisition_paths, read_spans
 from tests.conftest import TIMEOUT_SCALE
 
 pytestmark = pytest.mark.slow
@@ -102,3 +104,26 @@ def test_failover_scenario_passes(tmp_path: Path) -> None:
     recorded = [line.split()[:2] for f in (run_dir / "handled").glob("*.seqs")
                 for line in f.read_text().splitlines()]
     assert user_seen and len(user_seen) == len(recorded)
+    _assert_trace_linkage(run_dir, out)
+
+
+def _assert_trace_linkage(run_dir: Path, out: str) -> None:
+    """One trace links the router's span to a worker's claim, connect and first message."""
+    spans = read_spans(run_dir / "spans.jsonl")
+    assert spans, "holdfast up wrote no spans"
+    by_id = {s["spanId"]: s for s in spans}
+    paths = acquisition_paths(spans)
+    routed = [p for p in paths if p.hops[0].name == names.SPAN_ROUTE]
+    assert routed, f"no claim is a child of a router span: {sorted({s['name'] for s in spans})}"
+    path = routed[-1]
+    assert path.stream_id and path.worker_id
+    trace = [s for s in spans if s["traceId"] == path.trace_id]
+    assert {s["name"] for s in trace} >= {names.SPAN_ROUTE, names.SPAN_CLAIM,
+                                          names.SPAN_CONNECT, names.SPAN_FIRST_MESSAGE}
+    for s in trace:  # every span of ours names the stream; the worker's also the worker
+        attrs = {a["key"]: a["value"].get("stringValue") for a in s["attributes"]}
+        if s["name"] in (names.SPAN_CLAIM, names.SPAN_CONNECT, names.SPAN_FIRST_MESSAGE):
+            assert attrs[names.TRACE_ATTR_STREAM_ID] == path.stream_id
+            assert attrs[names.TRACE_ATTR_WORKER_ID] == path.worker_id
+            assert s["parentSpanId"] in by_id
+    assert "acquisition path of" in out and "nudge queue" in out
