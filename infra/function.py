@@ -14,6 +14,7 @@ from constructs import Construct
 
 from holdfast.core import names
 from infra.logs import retention
+from infra.tracing import adot_layer_arn, tracing_environment
 
 __all__ = ["POWERTOOLS_ACCOUNT", "RUNTIME", "FunctionDefaults", "HoldfastFunction",
            "lease_environment", "powertools_layer_arn"]
@@ -52,9 +53,10 @@ class FunctionDefaults:
 
     code: lambda_.Code
     powertools_layer_version: int
-    tracing: bool
+    tracing: bool  # X-Ray: active tracing, the ADOT layer and our OpenTelemetry spans
     log_retention_days: int
     removal_policy: RemovalPolicy
+    adot_layer_arn: str | None = None  # None: infra.tracing's default for the region
 
 
 class HoldfastFunction(Construct):
@@ -82,6 +84,12 @@ class HoldfastFunction(Construct):
         layer = lambda_.LayerVersion.from_layer_version_arn(
             self, "Powertools",
             powertools_layer_arn(Stack.of(self).region, defaults.powertools_layer_version))
+        layers = [layer]
+        environment = dict(environment)
+        if defaults.tracing:
+            layers.append(lambda_.LayerVersion.from_layer_version_arn(
+                self, "Adot", defaults.adot_layer_arn or adot_layer_arn(Stack.of(self).region)))
+            environment.update(tracing_environment())
         self.function = lambda_.Function(
             self, "Function",
             description=description,
@@ -89,9 +97,9 @@ class HoldfastFunction(Construct):
             architecture=lambda_.Architecture.ARM_64,
             code=defaults.code,
             handler=handler,
-            layers=[layer],
+            layers=layers,
             role=self.role,
-            environment=dict(environment),
+            environment=environment,
             timeout=timeout,
             memory_size=memory_mib,
             log_group=self.log_group,

@@ -47,6 +47,10 @@ def acknowledge_findings(*, router: Router, sweeper: Sweeper, workers: WorkerSer
         acknowledge(sweeper.handler.role.node.find_child("DefaultPolicy"), _WILDCARD_RESOURCE,
                     f"{_XRAY}. Every DynamoDB and SQS statement names its tables, indexes "
                     "and queue.")
+        acknowledge(workers.task_definition.task_role.node.find_child("DefaultPolicy"),
+                    _WILDCARD_RESOURCE,
+                    f"{_XRAY} (the ADOT collector sidecar exports the workers' spans). Every "
+                    "DynamoDB and SQS statement names its tables, indexes and queue.")
     execution_role = workers.task_definition.execution_role
     if execution_role is not None:
         acknowledge(execution_role.node.find_child("DefaultPolicy"), _WILDCARD_RESOURCE,

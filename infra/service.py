@@ -16,6 +16,7 @@ from constructs import Construct
 
 from holdfast.core import names, schema
 from infra.logs import retention
+from infra.tracing import add_collector, grant_xray, tracing_environment
 
 __all__ = ["CONTAINER_NAME", "WORKER_INDEX_ACTIONS", "WORKER_LEASE_ATTRIBUTES",
            "WORKER_QUEUE_ACTIONS", "WORKER_SESSION_ACTIONS", "WORKER_SESSION_ATTRIBUTES",
@@ -82,7 +83,8 @@ class WorkerService(Construct):
                  memory_mib: int, environment: Mapping[str, str], stop_timeout: Duration,
                  table: dynamodb.ITable, index_arns: Sequence[str],
                  session_table: dynamodb.ITable, queue: sqs.IQueue,
-                 log_retention_days: int, removal_policy: RemovalPolicy) -> None:
+                 log_retention_days: int, removal_policy: RemovalPolicy,
+                 collector_image: str | None = None) -> None:
         super().__init__(scope, construct_id)
         self.cluster = ecs.Cluster(self, "Cluster", vpc=vpc,
                                    container_insights_v2=ecs.ContainerInsights.ENABLED)
@@ -94,8 +96,15 @@ class WorkerService(Construct):
                 cpu_architecture=ecs.CpuArchitecture.ARM64 if arm64
                 else ecs.CpuArchitecture.X86_64,
                 operating_system_family=ecs.OperatingSystemFamily.LINUX))
-        self.container = self._add_container(image, environment, stop_timeout)
+        # Tracing on: the worker sends its spans to an ADOT collector sidecar (infra.tracing).
+        traced = collector_image is not None
+        self.container = self._add_container(
+            image, {**environment, **(tracing_environment() if traced else {})}, stop_timeout)
+        self.collector = (add_collector(self.task_definition, collector_image, self.log_group)
+                          if collector_image is not None else None)
         self._grant(table, index_arns, session_table, queue)
+        if traced:
+            grant_xray(self.task_definition.task_role)
         self.service = ecs.FargateService(
             self, "Service", cluster=self.cluster, task_definition=self.task_definition,
             vpc_subnets=subnets, security_groups=[security_group],

@@ -75,6 +75,16 @@ def _bool(key: str, raw: Any) -> bool:
     raise SettingsError(f"{key}={raw!r}: expected true or false")
 
 
+def _tracing(key: str, raw: Any) -> str:
+    """``off`` or ``xray``; the old boolean values still work: true = xray, false = off."""
+    text = str(raw).strip().lower()
+    if isinstance(raw, bool) or text in ("true", "false", "1", "0", "yes", "no"):
+        return "xray" if _bool(key, raw) else "off"
+    if text not in ("off", "xray"):
+        raise SettingsError(f"{key}={raw!r}: expected off or xray (true/false also accepted)")
+    return text
+
+
 def _choice(*allowed: str) -> Callable[[str, Any], str]:
     def parse(key: str, raw: Any) -> str:
         value = str(raw).strip().lower()
@@ -187,7 +197,16 @@ class Settings:
     router_parallelization_factor: int = _setting(1, _int(1, 10), "batches per shard at once")
     sweeper_reserve_concurrency: bool = _setting(
         True, _bool, "reserve 1 concurrency so sweeps never overlap")
-    tracing: bool = _setting(True, _bool, "X-Ray tracing of the Lambdas")
+    # Tracing costs money (X-Ray traces, a sidecar per task): off unless asked for.
+    tracing: str = _setting(
+        "off", _tracing, "off, or xray: OpenTelemetry traces of each acquisition to X-Ray "
+        "(ADOT layer on the Lambdas, ADOT collector sidecar in each task)")
+    adot_layer_arn: str | None = _setting(
+        None, _text, "tracing=xray: the ADOT Python Lambda layer ARN (default: "
+        "aws-otel-python-arm64 in the stack's region, see infra/function.py)")
+    collector_image: str = _setting(
+        "public.ecr.aws/aws-observability/aws-otel-collector:v0.43.3", _text,
+        "tracing=xray: the worker tasks' ADOT collector sidecar image")
     # Operations.
     log_retention_days: int = _setting(30, _int(1, 3653), "days CloudWatch keeps every log")
     alarm_email: str | None = _setting(None, _matching(_EMAIL_RE, "an e-mail address"),
@@ -211,6 +230,11 @@ class Settings:
     def describe(cls) -> list[tuple[str, Any, str]]:
         """(context key, default, meaning) of every setting, for docs and ``--help``-like use."""
         return [(context_key(f.name), f.default, f.metadata["doc"]) for f in fields(cls)]
+
+    @property
+    def xray(self) -> bool:
+        """Tracing is on (the only backend so far is X-Ray)."""
+        return self.tracing == "xray"
 
     @property
     def lease_ms(self) -> int:

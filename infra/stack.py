@@ -87,7 +87,8 @@ class HoldfastStack(Stack):
         service_names = names.service_names(s.fleet_name)
         defaults = FunctionDefaults(code=lambda_code(),
                                     powertools_layer_version=s.powertools_layer_version,
-                                    tracing=s.tracing, log_retention_days=s.log_retention_days,
+                                    tracing=s.xray, adot_layer_arn=s.adot_layer_arn,
+                                    log_retention_days=s.log_retention_days,
                                     removal_policy=removal)
 
         provisioned = s.table_billing == "provisioned"
@@ -135,7 +136,8 @@ class HoldfastStack(Stack):
                                            service_name=service_names["worker"]),
             stop_timeout=Duration.seconds(s.stop_timeout_seconds), table=table,
             index_arns=index_arns, session_table=sessions, queue=queue,
-            log_retention_days=s.log_retention_days, removal_policy=removal)
+            log_retention_days=s.log_retention_days, removal_policy=removal,
+            collector_image=s.collector_image if s.xray else None)
         self.queues.only_senders([self.workers.task_definition.task_role,
                                   self.router.handler.role, self.sweeper.handler.role])
         WorkerScaling(
@@ -151,7 +153,7 @@ class HoldfastStack(Stack):
                              lease_table=table, session_table=sessions))
         self._outputs()
         acknowledge_findings(router=self.router, sweeper=self.sweeper, workers=self.workers,
-                             queues=self.queues, network=self.network, tracing=s.tracing)
+                             queues=self.queues, network=self.network, tracing=s.xray)
 
     def _outputs(self) -> None:
         for output_id, value, description in (

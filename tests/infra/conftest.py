@@ -174,7 +174,7 @@ ALT_CONTEXT: dict[str, Any] = {
     "removalPolicy": "destroy",
     "workerSubnets": "public",
     "vpcFlowLogs": "false",
-    "tracing": "false",
+    "tracing": "xray",  # off by default: on is the branch to cover
     "sweeperReserveConcurrency": "false",
     "alarmEmail": "ops@example.com",
     "workerImage": "public.ecr.aws/example/holdfast-worker:1.0",

@@ -39,6 +39,9 @@ AWS_SIDE_ACTIONS: dict[str, dict[tuple[str, str], str]] = {
         **{(a, r.format(fn="Router")): why for (a, r), why in _LAMBDA_SIDE.items()},
     },
     "sweeper": {(a, r.format(fn="Sweeper")): why for (a, r), why in _LAMBDA_SIDE.items()},
+    # tracing=xray only (the IAM test's default stack has tracing off, so no grant at all).
+    "worker": {("xray:PutTraceSegments", "*"): "the ADOT collector sidecar exports spans",
+               ("xray:PutTelemetryRecords", "*"): "the ADOT collector sidecar's telemetry"},
 }
 
 

@@ -55,17 +55,23 @@ def test_nag_has_no_unacknowledged_findings(cli_assembly: Path) -> None:
         assert len(v["reason"]) >= 80, f"{v['ruleName']}: reason too thin: {v['reason']!r}"
 
 
-def test_nag_passes_with_every_optional_branch(alt_assembly: Path) -> None:
-    """Provisioned table, public subnets, no tracing, no flow logs: still no open findings."""
+def test_nag_passes_with_every_optional_branch(alt_assembly: Path, cli_assembly: Path) -> None:
+    """Provisioned table, public subnets, tracing, no flow logs: still no open findings."""
     plugin = nag_report(alt_assembly)
     assert plugin["conclusion"] == "success" and plugin["violations"] == []
     rules = {v["ruleName"] for v in plugin["suppressedViolations"]}
-    # Flow logs off is an operator's choice, acknowledged as such; tracing off removes the
-    # sweeper's only wildcard, so that acknowledgement must not be there.
+    # Flow logs off is an operator's choice, acknowledged as such; tracing on adds X-Ray's
+    # wildcard to the sweeper and the worker task roles, acknowledged there.
     assert "AwsSolutions-VPC7" in rules
     paths = {c["constructPath"] for v in plugin["suppressedViolations"]
              for c in v["violatingConstructs"]}
-    assert not any(p.startswith("HoldfastAlt/Sweeper/") for p in paths)
+    assert any(p.startswith("HoldfastAlt/Sweeper/") for p in paths)
+    assert any(p.startswith("HoldfastAlt/Workers/Task/TaskRole/") for p in paths)
+    default = nag_report(cli_assembly)  # tracing off (the default): no X-Ray wildcards
+    default_paths = {c["constructPath"] for v in default["suppressedViolations"]
+                     for c in v["violatingConstructs"]}
+    assert not any(p.startswith(("Holdfast/Sweeper/", "Holdfast/Workers/Task/TaskRole/"))
+                   for p in default_paths)
 
 
 def test_resources_are_tagged_with_their_fleet(template_json: dict[str, Any],

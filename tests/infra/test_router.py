@@ -25,10 +25,25 @@ def test_router_runs_on_arm64_with_the_powertools_layer(template_json: dict[str,
     fn = router(template_json)
     assert fn["Runtime"] == RUNTIME.name == "python3.14"
     assert fn["Architectures"] == ["arm64"]
-    (layer,) = fn["Layers"]
+    (layer,) = fn["Layers"]  # tracing is off by default: no ADOT layer
     arn = json.dumps(layer)
     assert ":017000801446:layer:AWSLambdaPowertoolsPythonV3-python314-arm64:38" in arn
+    assert fn.get("TracingConfig", {"Mode": "PassThrough"}) == {"Mode": "PassThrough"}
+    assert names.ENV_TRACING not in fn["Environment"]["Variables"]
+
+
+def test_tracing_on_adds_the_adot_layer_and_otlp(alt_template_json: dict[str, Any]) -> None:
+    """tracing=xray: active tracing, the ADOT Python layer, our spans to its collector."""
+    fn = router(alt_template_json)
     assert fn["TracingConfig"] == {"Mode": "Active"}
+    layers = sorted(json.dumps(layer) for layer in fn["Layers"])
+    assert len(layers) == 2
+    assert any("AWSLambdaPowertoolsPythonV3" in arn for arn in layers)
+    assert any(":901920570463:layer:aws-otel-python-arm64-ver-" in arn for arn in layers)
+    env = fn["Environment"]["Variables"]
+    assert env[names.ENV_TRACING] == "otlp"
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://localhost:4318"
+    assert "AWS_LAMBDA_EXEC_WRAPPER" not in env  # one tracer provider: ours
 
 
 def test_router_environment(template_json: dict[str, Any]) -> None:

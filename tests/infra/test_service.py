@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aws_cdk.assertions import Match
@@ -12,8 +13,30 @@ from tests.infra.conftest import one_resource, session_table_id
 
 def container(template_json: dict[str, Any]) -> dict[str, Any]:
     task = one_resource(template_json, "AWS::ECS::TaskDefinition")["Properties"]
-    (c,) = task["ContainerDefinitions"]
+    (c,) = [c for c in task["ContainerDefinitions"] if c["Name"] == "worker"]
     return dict(c)
+
+
+def test_tracing_off_by_default_means_no_sidecar(template_json: dict[str, Any]) -> None:
+    """Default: the task runs the worker alone, with no tracing variables."""
+    task = one_resource(template_json, "AWS::ECS::TaskDefinition")["Properties"]
+    assert [c["Name"] for c in task["ContainerDefinitions"]] == ["worker"]
+    env = {e["Name"] for e in container(template_json)["Environment"]}
+    assert names.ENV_TRACING not in env and "OTEL_EXPORTER_OTLP_ENDPOINT" not in env
+
+
+def test_tracing_on_adds_a_collector_sidecar(alt_template_json: dict[str, Any]) -> None:
+    """tracing=xray: a non-essential ADOT collector (OTLP http in, X-Ray out), worker -> it."""
+    task = one_resource(alt_template_json, "AWS::ECS::TaskDefinition")["Properties"]
+    (sidecar,) = [c for c in task["ContainerDefinitions"] if c["Name"] != "worker"]
+    assert sidecar["Image"].startswith("public.ecr.aws/aws-observability/aws-otel-collector:")
+    assert sidecar["Essential"] is False
+    assert "LogConfiguration" in sidecar
+    config = json.dumps({e["Name"]: e["Value"] for e in sidecar["Environment"]})
+    assert "AOT_CONFIG_CONTENT" in config and "awsxray" in config and "4318" in config
+    env = {e["Name"]: e["Value"] for e in container(alt_template_json)["Environment"]}
+    assert env[names.ENV_TRACING] == "otlp"
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://localhost:4318"
 
 
 def test_cluster_has_container_insights(template: Any) -> None:

@@ -37,6 +37,16 @@ def test_cli_strings_and_json_values_parse_alike() -> None:
     assert typed.checkpoint_seconds == 45
 
 
+def test_tracing_is_off_by_default_and_old_booleans_map() -> None:
+    """off by default; the old true/false values mean xray/off; anything else is refused."""
+    assert Settings().tracing == "off" and not Settings().xray
+    for raw, mode in ((True, "xray"), ("true", "xray"), (False, "off"), ("false", "off"),
+                      ("XRAY", "xray"), ("off", "off")):
+        assert from_context(tracing=raw).tracing == mode
+    with pytest.raises(SettingsError, match=r"tracing.*off or xray"):
+        from_context(tracing="jaeger")
+
+
 def test_context_keys_are_camel_case() -> None:
     """Field names map to the camelCase keys the docs and cdk.json use."""
     assert context_key("max_connections_per_task") == "maxConnectionsPerTask"

@@ -141,7 +141,6 @@ def test_router_role_reads_the_stream_sends_normalises_and_orders_stops(
     log_group = logical_id(template_json, "AWS::Logs::LogGroup", "RouterHandlerLogs")
     assert grants(statements) == {
         "logs:CreateLogStream": {log_group}, "logs:PutLogEvents": {log_group},
-        "xray:PutTraceSegments": {"*"}, "xray:PutTelemetryRecords": {"*"},
         "dynamodb:ListStreams": {"*"},
         **{a: {f"{leases}.StreamArn"} for a in ("dynamodb:DescribeStream",
                                                 "dynamodb:GetRecords",
@@ -179,8 +178,18 @@ def test_sweeper_role_scans_sessions_queries_indexes_releases_and_sends(
         "sqs:SendMessage": {queue},
     }
     assert {a for a in found if a.startswith(("logs:", "xray:"))} == {
-        "logs:CreateLogStream", "logs:PutLogEvents",
-        "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+        "logs:CreateLogStream", "logs:PutLogEvents"}  # no xray: tracing is off by default
+
+
+def test_tracing_on_grants_xray_writes_to_each_component(
+        alt_template_json: dict[str, Any]) -> None:
+    """tracing=xray: the router, sweeper and worker task roles may write X-Ray segments."""
+    task = one_resource(alt_template_json, "AWS::ECS::TaskDefinition")["Properties"]
+    for role in (function_role(alt_template_json, ROUTER_HANDLER),
+                 function_role(alt_template_json, SWEEPER_HANDLER),
+                 task["TaskRoleArn"]["Fn::GetAtt"][0]):
+        found = grants(role_statements(alt_template_json, role))
+        assert found["xray:PutTraceSegments"] == found["xray:PutTelemetryRecords"] == {"*"}
 
 
 def test_lambda_roles_use_no_managed_policies(template_json: dict[str, Any]) -> None:

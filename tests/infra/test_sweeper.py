@@ -42,5 +42,5 @@ def test_reserved_concurrency_can_be_turned_off(alt_template_json: dict[str, Any
     """Accounts still at the 10-concurrency quota can deploy with the reservation off."""
     fn = sweeper(alt_template_json)
     assert "ReservedConcurrentExecutions" not in fn
-    assert "TracingConfig" not in fn or fn["TracingConfig"] == {"Mode": "PassThrough"}
+    assert fn["TracingConfig"] == {"Mode": "Active"}  # the alternate stack traces
     assert fn["Environment"]["Variables"][names.ENV_SERVICE_NAME] == "alt-sweeper"
