@@ -36,7 +36,12 @@ from aws_lambda_powertools import Logger
 from holdfast.core import tracing
 from holdfast.core.aws import call
 from holdfast.core.exceptions import HoldfastError
-from holdfast.core.nudge import TRACE_ATTRIBUTE, parse_nudge, traceparent_of
+from holdfast.core.nudge import (
+    TRACE_ATTRIBUTE,
+    parse_nudge,
+    trace_attributes,
+    traceparent_of,
+)
 from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.table import find_orphans
 from worker.backoff import claim_retry_s, jittered
@@ -244,8 +249,7 @@ class Claimer:
         """
         try:
             call("SendMessageBatch", self.sqs.send_message_batch, QueueUrl=self.queue_url,
-                 Entries=[{"Id": str(i), "MessageBody": str(m.get("Body", ""))}
-                          for i, m in enumerate(messages)])
+                 Entries=[_copy(i, m) for i, m in enumerate(messages)])
         except HoldfastError:
             self._change_visibility(messages, 0)
             return
@@ -257,6 +261,15 @@ class Claimer:
                  QueueUrl=self.queue_url, Entries=[
                      {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"],
                       "VisibilityTimeout": seconds} for i, m in enumerate(messages)])
+
+
+def _copy(i: int, message: dict[str, Any]) -> dict[str, Any]:
+    """A fresh send of ``message``; its trace context goes with it (tracing on)."""
+    entry: dict[str, Any] = {"Id": str(i), "MessageBody": str(message.get("Body", ""))}
+    attributes = trace_attributes(traceparent_of(message))
+    if attributes:
+        entry["MessageAttributes"] = attributes
+    return entry
 
 
 def _receives(message: dict[str, Any]) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 from holdfast.core.model import validate_conn_id
 
 __all__ = ["MAX_DELAY_S", "TRACE_ATTRIBUTE", "Nudge", "delay_until", "parse_nudge",
-           "traceparent_of"]
+           "trace_attributes", "traceparent_of"]
 
 MAX_DELAY_S = 900  # SQS's maximum DelaySeconds
 TRACE_ATTRIBUTE = "traceparent"  # the SQS message attribute (W3C trace context)
@@ -53,9 +53,14 @@ class Nudge:
 
     def message_attributes(self) -> dict[str, Any]:
         """The SQS ``MessageAttributes`` of this nudge (empty when it carries no trace)."""
-        if not self.traceparent:
-            return {}
-        return {TRACE_ATTRIBUTE: {"DataType": "String", "StringValue": self.traceparent}}
+        return trace_attributes(self.traceparent)
+
+
+def trace_attributes(traceparent: str | None) -> dict[str, Any]:
+    """SQS ``MessageAttributes`` carrying ``traceparent`` (empty without one)."""
+    if not traceparent:
+        return {}
+    return {TRACE_ATTRIBUTE: {"DataType": "String", "StringValue": traceparent}}
 
 
 def traceparent_of(message: dict[str, Any]) -> str | None:

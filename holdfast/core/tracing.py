@@ -131,12 +131,21 @@ def inject(span: Span | None) -> str | None:
     return carrier.get(_TRACEPARENT)
 
 
-@contextlib.contextmanager
-def attached(traceparent: str | None) -> Iterator[None]:
-    """Within: the current context is the remote parent ``traceparent`` names (if tracing)."""
+def attached(traceparent: str | None) -> contextlib.AbstractContextManager[None]:
+    """Within: the current context is the remote parent ``traceparent`` names (if tracing).
+
+    Off (or no trace): a shared null context, nothing else, on the per-nudge path.
+    """
     if not enabled() or not traceparent:
-        yield
-        return
+        return _NULL
+    return _attach(traceparent)
+
+
+_NULL: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _attach(traceparent: str) -> Iterator[None]:
     from opentelemetry import context as otel_context
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 

@@ -120,3 +120,15 @@ def test_no_sdk_means_off(tmp_path: Path) -> None:
     """, {names.ENV_TRACING: "otlp", "AWS_DEFAULT_REGION": "us-east-1",
           names.ENV_TABLE: "t", names.ENV_QUEUE_URL: "http://q"})
     assert out == "False"
+
+
+def test_a_handed_on_nudge_keeps_its_trace() -> None:
+    """A stopping worker's fresh copy of a nudge carries the same traceparent attribute."""
+    from worker.claimer import _copy
+
+    tp = "00-" + "3" * 32 + "-" + "4" * 16 + "-01"
+    received = {"Body": "{}", "MessageAttributes": {
+        TRACE_ATTRIBUTE: {"StringValue": tp, "DataType": "String", "StringListValues": []}}}
+    assert _copy(2, received) == {"Id": "2", "MessageBody": "{}", "MessageAttributes": {
+        TRACE_ATTRIBUTE: {"DataType": "String", "StringValue": tp}}}
+    assert "MessageAttributes" not in _copy(0, {"Body": "{}"})
