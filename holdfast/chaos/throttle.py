@@ -93,8 +93,12 @@ def throttle_figures(proxy: FaultProxy, windows: list[FaultWindow], logs: Iterab
     span = max(1, end - start)
     before = proxy.calls_between(start - span, start)
     during = proxy.calls_between(start, end)
-    return {"calls_before": before, "calls_during": during, "span_ms": span,
-            "rate_ratio": round(during / max(1, before), 2),
+    # "No herd": the span right after the throttle (deferred checkpoints, returning claims)
+    # must not burst either. Call after that span has passed.
+    after = proxy.calls_between(end, end + span)
+    return {"calls_before": before, "calls_during": during, "calls_after": after,
+            "span_ms": span, "rate_ratio": round(during / max(1, before), 2),
+            "after_ratio": round(after / max(1, before), 2),
             "fences": fences_in(logs, start, end + after_ms)}
 
 

@@ -26,7 +26,8 @@ def _owners(pf: ProxiedFleet) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.timeout(90)
 def test_throttling_fences_nothing_and_calls_stay_within_twice_normal(tmp_path: Path) -> None:
-    """50 % throttled for 5 s then 100 % for 2 s: no fence, no re-own, call rate <= 2x."""
+    """50 % throttled for 5 s then 100 % for 2 s: no fence, no re-own, call rate <= 2x during
+    the throttle and in the span after it (no herd)."""
     plan = ThrottlePlan()
     assert tolerated(plan, usable_ms=5000, heartbeat_ms=1500)
     pf = ProxiedFleet(tmp_path, TIMING)
@@ -44,12 +45,14 @@ def test_throttling_fences_nothing_and_calls_stay_within_twice_normal(tmp_path: 
         time.sleep(plan.seconds + 1)  # a quiet span as long as the throttle: the normal rate
         assert pf.ddb_proxy is not None
         windows = run_throttle(pf.ddb_proxy, plan)
-        time.sleep(TIMING.lease_s)  # any fence the throttle caused would have happened
+        # Any fence the throttle caused would have happened, and the span after it is over.
+        time.sleep(max(TIMING.lease_s, plan.seconds) + 1)
         figures = throttle_figures(pf.ddb_proxy, windows, [worker.log_path], 5000)
         print("throttle figures:", figures)
         assert figures["fences"] == [], figures
         assert _owners(pf) == before, figures  # same owner, same epoch: never re-owned
         assert 0 < float(str(figures["rate_ratio"])) <= 2.0, figures
+        assert float(str(figures["after_ratio"])) <= 2.0, figures  # no herd afterwards
         assert worker.alive()
     finally:
         pf.close()
