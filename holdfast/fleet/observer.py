@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from holdfast.core.model import LeaseItem
 from holdfast.core.schema import session_of_owner
 
-__all__ = ["Event", "Observer", "Segment", "StreamView"]
+__all__ = ["Event", "Observer", "Segment", "StreamView", "worker_id_of"]
+
+
+def worker_id_of(owner: str) -> str:
+    """The worker id of a lease owner: ``<worker>#<incarnation>`` for a session owner, else
+    the owner itself (the seed's per-stream leases name the worker alone)."""
+    session = session_of_owner(owner)
+    return session[0] if session else owner
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +70,18 @@ class Observer:
         view = self.streams.get(conn_id)
         return view.owner if view else None
 
+    def worker_of(self, conn_id: str) -> str | None:
+        """The worker id holding ``conn_id`` now (None: nobody)."""
+        owner = self.owner_of(conn_id)
+        return worker_id_of(owner) if owner else None
+
     def loads(self) -> dict[str, int]:
         """Streams held per worker id (a session owner ``<worker>#<incarnation>`` counts for
         its worker, so the scenario's "busiest worker" and the live view see real loads)."""
         out: dict[str, int] = {}
         for v in self.streams.values():
             if v.owner:
-                session = session_of_owner(v.owner)
-                worker = session[0] if session else v.owner
+                worker = worker_id_of(v.owner)
                 out[worker] = out.get(worker, 0) + 1
         return out
 

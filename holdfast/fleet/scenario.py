@@ -60,7 +60,10 @@ def _gap_s(s: Session, conn_id: str, victim: str, ev_wall: int, graceful: bool) 
 
 def _disrupt(s: Session, name: str, victim: str, sig: signal.Signals,
              timeout_s: float) -> Incident:
-    affected = sorted(c for c, v in s.observer.streams.items() if v.owner == victim)
+    # Owners are ``<worker>#<incarnation>``: compare worker ids, the victim is a worker.
+    affected = sorted(c for c in s.observer.streams if s.observer.worker_of(c) == victim)
+    if not affected:  # a disruption that hits nothing proves nothing: say so, don't pass
+        raise ScenarioFailed(f"{name}: {victim} holds no stream (loads {s.observer.loads()})")
     s.action(f"{name}: {victim} holds {len(affected)} streams")
     ev_wall = int(time.time() * 1000)
     inc = Incident(name, s.now(), affected,
@@ -69,7 +72,7 @@ def _disrupt(s: Session, name: str, victim: str, sig: signal.Signals,
     s.fleet.workers[victim].signal(sig)
 
     def recovered() -> bool:
-        return all((o := s.observer.owner_of(c)) and o != victim for c in affected)
+        return all((o := s.observer.worker_of(c)) and o != victim for c in affected)
 
     s.poll_s, saved = 0.1, s.poll_s  # finer observation while streams move
     try:
@@ -77,7 +80,7 @@ def _disrupt(s: Session, name: str, victim: str, sig: signal.Signals,
     finally:
         s.poll_s = saved
     inc.recovered = {c: _gap_s(s, c, victim, ev_wall, sig == signal.SIGTERM) for c in affected
-                     if (o := s.observer.owner_of(c)) and o != victim}
+                     if (o := s.observer.worker_of(c)) and o != victim}
     proc = s.fleet.workers[victim]
     s.wait_until(lambda: not proc.alive(), timing_budget(s))
     code = proc.returncode()
@@ -113,7 +116,7 @@ def _claim_latency(s: Session, name: str, new_ids: list[str], add: Callable[[], 
         claims = [at for _, at in s.claimed_wall.get(c, [])]
         if claims:
             inc.recovered[c] = max(0.0, (min(claims) - ev_wall) / 1000)
-    owners = sorted({o for c in new_ids if (o := s.observer.owner_of(c))})
+    owners = sorted({o for c in new_ids if (o := s.observer.worker_of(c))})
     inc.note = f"claimed by {', '.join(owners) or 'nobody'}"
     return inc
 

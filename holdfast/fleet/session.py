@@ -128,7 +128,7 @@ class Session:
                 if ev.conn_id is None:
                     continue
                 at = self.updated_ms.get(ev.conn_id, wall)
-                owner = self.observer.owner_of(ev.conn_id)
+                owner = self.observer.worker_of(ev.conn_id)  # a worker id, as victims are
                 if ev.kind in ("claimed", "moved") and owner:
                     self.claimed_wall.setdefault(ev.conn_id, []).append((owner, at))
                 elif ev.kind == "released":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -99,7 +100,10 @@ def test_failover_scenario_passes(tmp_path: Path) -> None:
     assert "SIGKILL" in out and "SIGTERM" in out
     png = run_dir / "timeline.png"
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
-    assert (run_dir / "summary.json").is_file()
+    rows = {r["event"].split()[0]: r for r in
+            json.loads((run_dir / "summary.json").read_text())["rows"]}
+    for kind in ("SIGTERM", "SIGKILL"):  # each disruption moved streams, and all recovered
+        assert rows[kind]["affected"] > 0 and rows[kind]["max_unowned_s"] is not None, rows
     user_seen = (run_dir / "user-handler.log").read_text().splitlines()
     recorded = [line.split()[:2] for f in (run_dir / "handled").glob("*.seqs")
                 for line in f.read_text().splitlines()]
