@@ -16,7 +16,7 @@ from infra.router import ROUTER_HANDLER
 from infra.sweeper import SWEEPER_HANDLER
 from tests.infra.conftest import one_resource, resources
 
-__all__ = ["AWS_SIDE_ACTIONS", "Need", "allows", "arn_name", "needs_of", "role_ids",
+__all__ = ["AWS_SIDE_ACTIONS", "Need", "allows", "arn_name", "as_list", "needs_of", "role_ids",
            "role_statements"]
 
 # Granted to a component's role but used by AWS on its behalf, never by our code, as
@@ -72,7 +72,7 @@ def needs_of(call: dict[str, Any]) -> list[Need]:
     return [Need(f"{service}:{_BATCH.get(op, op)}", call.get("resource", "*"), context)]
 
 
-def _list(value: Any) -> list[Any]:
+def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
@@ -112,8 +112,8 @@ def _condition_holds(operator: str, key: str, allowed: Any, context: dict[str, A
     if key not in _CONTEXT_KEYS:
         raise AssertionError(f"condition key {key} is not modelled by this test")
     present = key in context or _CONTEXT_KEYS[key] in context
-    values = _list(context.get(_CONTEXT_KEYS[key], []))
-    allowed = _list(allowed)
+    values = as_list(context.get(_CONTEXT_KEYS[key], []))
+    allowed = as_list(allowed)
     if operator == "ForAllValues:StringEquals":
         return all(v in allowed for v in values)
     if operator == "ForAllValues:StringLike":
@@ -129,9 +129,9 @@ def allows(statements: list[dict[str, Any]], action: str, resource: str,
     condition holding for ``context``; no identity policy of ours has a Deny."""
     assert all(s["Effect"] == "Allow" for s in statements)
     for s in statements:
-        if action not in _list(s["Action"]):
+        if action not in as_list(s["Action"]):
             continue
-        granted = {arn_name(r) for r in _list(s["Resource"])}
+        granted = {arn_name(r) for r in as_list(s["Resource"])}
         if resource not in granted and "*" not in granted:
             continue
         conditions = s.get("Condition", {})

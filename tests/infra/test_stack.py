@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from holdfast.core import schema
@@ -16,14 +15,11 @@ from tests.infra.conftest import (
     resources,
     session_table_id,
 )
+from tests.infra.iam import arn_name, as_list, role_statements
 
 # Actions that support no resource-level permissions (the only statements allowed on "*").
 RESOURCE_STAR_ALLOWED = {"xray:PutTraceSegments", "xray:PutTelemetryRecords",
                          "dynamodb:ListStreams", "ecr:GetAuthorizationToken"}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
 
 
 def allow_statements(template_json: dict[str, Any]) -> list[dict[str, Any]]:
@@ -37,17 +33,8 @@ def allow_statements(template_json: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in out if s["Effect"] == "Allow"]
 
 
-def role_statements(template_json: dict[str, Any], role_id: str) -> list[dict[str, Any]]:
-    """The Allow statements of the policies attached to one role."""
-    out: list[dict[str, Any]] = []
-    for policy in resources(template_json, "AWS::IAM::Policy").values():
-        if {"Ref": role_id} in policy["Properties"]["Roles"]:
-            out += policy["Properties"]["PolicyDocument"]["Statement"]
-    return out
-
-
 def actions_of(statements: list[dict[str, Any]]) -> set[str]:
-    return {a for s in statements for a in _list(s["Action"])}
+    return {a for s in statements for a in as_list(s["Action"])}
 
 
 def function_role(template_json: dict[str, Any], handler: str) -> str:
@@ -68,29 +55,16 @@ def test_resource_star_only_where_iam_offers_nothing_narrower(
         template_json: dict[str, Any]) -> None:
     """'*' resources appear only with actions that have no resource-level permissions."""
     for s in allow_statements(template_json):
-        if "*" in _list(s["Resource"]):
-            assert set(_list(s["Action"])) <= RESOURCE_STAR_ALLOWED, s
-
-
-def arn_name(resource: Any) -> str:
-    """A statement resource as text: ``<logical id>`` for a resource's ARN, then e.g.
-    ``<logical id>/index/<name>``, ``<logical id>.StreamArn``, ``*``."""
-    if isinstance(resource, str):
-        return resource
-    if "Fn::GetAtt" in resource:
-        logical, attribute = resource["Fn::GetAtt"]
-        return str(logical) if attribute == "Arn" else f"{logical}.{attribute}"
-    if "Fn::Join" in resource:
-        return "".join(arn_name(part) for part in resource["Fn::Join"][1])
-    return json.dumps(resource, sort_keys=True)
+        if "*" in as_list(s["Resource"]):
+            assert set(as_list(s["Action"])) <= RESOURCE_STAR_ALLOWED, s
 
 
 def grants(statements: list[dict[str, Any]]) -> dict[str, set[str]]:
     """Action -> every resource it is allowed on (however the statements were merged)."""
     out: dict[str, set[str]] = {}
     for s in statements:
-        for action in _list(s["Action"]):
-            out.setdefault(action, set()).update(arn_name(r) for r in _list(s["Resource"]))
+        for action in as_list(s["Action"]):
+            out.setdefault(action, set()).update(arn_name(r) for r in as_list(s["Resource"]))
     return out
 
 
