@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from aws_cdk import CfnOutput, Duration, Environment, RemovalPolicy, Stack, Tags
+from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from constructs import Construct
@@ -128,7 +130,7 @@ class HoldfastStack(Stack):
             self, "Workers", vpc=self.network.vpc, subnets=self.network.subnets,
             security_group=self.network.security_group,
             assign_public_ip=self.network.assign_public_ip,
-            image=_worker_image(s.worker_image, arm64), arm64=arm64, cpu=s.task_cpu,
+            image=_worker_image(self, s.worker_image, arm64), arm64=arm64, cpu=s.task_cpu,
             memory_mib=s.task_memory_mib,
             environment=worker_environment(s, table_name=table.table_name,
                                            session_table_name=sessions.table_name,
@@ -173,9 +175,25 @@ class HoldfastStack(Stack):
             CfnOutput(self, output_id, value=value, description=description)
 
 
-def _worker_image(uri: str | None, arm64: bool) -> ecs.ContainerImage:
-    """A prebuilt image, or ./Dockerfile built by ``cdk deploy`` (synth itself needs no Docker)."""
+# <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:<tag>|@<digest>]
+_ECR_URI = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/"
+                      r"([a-z0-9][a-z0-9._/-]*)(?::([\w][\w.-]{0,127})|@(sha256:[0-9a-f]{64}))?$")
+
+
+def _worker_image(scope: Construct, uri: str | None, arm64: bool) -> ecs.ContainerImage:
+    """A prebuilt image, or ./Dockerfile built by ``cdk deploy`` (synth itself needs no Docker).
+
+    A private ECR image goes through its repository, so the task's execution role is granted
+    the pull (``from_registry`` grants nothing: the task would fail to start)."""
     if uri:
-        return ecs.ContainerImage.from_registry(uri)
+        ecr_uri = _ECR_URI.match(uri)
+        if ecr_uri is None:
+            return ecs.ContainerImage.from_registry(uri)
+        account, region, name, tag, digest = ecr_uri.groups()
+        repo = ecr.Repository.from_repository_attributes(
+            scope, "WorkerImageRepository", repository_name=name,
+            repository_arn=f"arn:{Stack.of(scope).partition}:ecr:{region}:{account}:"
+                           f"repository/{name}")
+        return ecs.ContainerImage.from_ecr_repository(repo, tag=digest or tag or "latest")
     platform = ecr_assets.Platform.LINUX_ARM64 if arm64 else ecr_assets.Platform.LINUX_AMD64
     return ecs.ContainerImage.from_asset(str(REPO_ROOT), platform=platform)

@@ -46,4 +46,16 @@ def test_example_adds_its_table_iam_and_handler(example_template: dict[str, Any]
     env = {e["Name"]: e["Value"] for e in container["Environment"]}
     assert env["HOLDFAST_HANDLER"] == "transcripts.handler:handle"
     assert env["TRANSCRIPTS_TABLE"] == {"Ref": seg_id}
-    assert container["Image"] == IMAGE
+    assert "transcripts:1" in json.dumps(container["Image"])
+
+
+def test_a_private_ecr_image_can_be_pulled(example_template: dict[str, Any]) -> None:
+    """A workerImage in ECR gives the task execution role the pull of that repository."""
+    (task,) = resources(example_template, "AWS::ECS::TaskDefinition").values()
+    role = task["Properties"]["ExecutionRoleArn"]["Fn::GetAtt"][0]
+    pulls = [st for p in resources(example_template, "AWS::IAM::Policy").values()
+             if {"Ref": role} in p["Properties"]["Roles"]
+             for st in p["Properties"]["PolicyDocument"]["Statement"]
+             if "ecr:BatchGetImage" in st["Action"]]
+    assert pulls, "the execution role cannot pull the worker image"
+    assert any("repository/transcripts" in json.dumps(st["Resource"]) for st in pulls), pulls
