@@ -150,7 +150,9 @@ class Soak:
         kind = ("sigstop" if not paused_before and len(live) >= 2 and not self.paused
                 else self.rng.choice(choices))
         if kind in ("sigkill", "sigterm", "sigstop") and len(live) >= 2 and not self.paused:
-            victim = self.rng.choice(live)
+            # The forced first pause spares the skewed worker (w2): its writes prove the skew.
+            victim = self.rng.choice([w for w in live if w != "w2"] if not paused_before
+                                     else live)
             proc = self.pf.fleet.workers[victim]
             if kind == "sigstop":
                 proc.signal(signal.SIGSTOP)

@@ -30,8 +30,10 @@ def _soak(tmp_path: Path, minutes: float) -> None:
     # The files on disk carry the same verdict (``python -m holdfast.chaos --recheck DIR``).
     again = recheck(tmp_path)
     assert again.verdict.ok and again.verdict.stats["handled"] == stats["handled"], text
-    # The skewed worker ran with its lease clock ahead (+300 ms): its writes show it.
-    assert int(str(stats["skewed_worker_w2_max_lead_ms"])) > 100, text
+    # The skewed worker ran with its lease clock ahead (+300 ms): its writes show it. A read
+    # follows the write it sees, so without the skew the lead could never be positive; how much
+    # of the 300 ms shows depends on how soon a sample follows a write (checkpoints every 2 s).
+    assert int(str(stats["skewed_worker_w2_max_lead_ms"])) > 50, text
     # Bad input was isolated: no unusable or unsafe item ends up held and running.
     for cid in UNUSABLE:
         assert cid in result.hostile, text
