@@ -7,8 +7,9 @@ So the sweeper scans the table for such items, one page per sweep so the one-sec
 holds, one full pass every ``unindexed_scan_ms``, and normalises what it finds; the next orphan
 query sees those items at expiry 0 and nudges them after the unclaimed grace, as usual.
 
-A pass reads every item once: at 100,000 half-kilobyte items an estimated 6,000 read units (arithmetic, not measured), so the
-default (a pass every 5 minutes) costs about $0.20 a day at that size, and ~nothing at demo size.
+A pass reads every item once: at 100,000 half-kilobyte items an estimated 6,000 read units
+(arithmetic, not measured), so the default (a pass every 5 minutes) costs about $0.20 a day at
+that size, and ~nothing at demo size.
 """
 
 from __future__ import annotations
