@@ -28,7 +28,8 @@ from aws_lambda_powertools import Logger
 
 from holdfast.core import names, rules
 from holdfast.core.exceptions import HoldfastError, SessionLost
-from holdfast.core.sessions import Session, SessionStore, parse_order
+from holdfast.core.orders import Order, parse_order
+from holdfast.core.sessions import Session, SessionStore
 from worker.backoff import retry_before_s
 from worker.metrics import WorkerMetrics
 
@@ -47,7 +48,7 @@ class SessionKeeper:
     metrics: WorkerMetrics
     held: Callable[[], int]
     capacity: int
-    stop_stream: Callable[[str], bool]  # True if the stream was ours and is now stopping
+    stop_stream: Callable[[Order], bool]  # True if the stream was ours and is now stopping
     on_lost: Callable[[SessionLost], Awaitable[None]]
     mono: Callable[[], int]
     fence_mono_ms: int = 0
@@ -152,7 +153,7 @@ class SessionKeeper:
             if parsed is None:
                 logger.warning("unknown order ignored", order=order[:200])
                 continue
-            _, conn_id = parsed
-            stopping = self.stop_stream(conn_id)
-            logger.info("stop order", conn_id=conn_id, held=stopping)
+            stopping = self.stop_stream(parsed)
+            logger.info("stop order", conn_id=parsed.conn_id, epoch=parsed.epoch, held=stopping,
+                        via="session")
         return orders

@@ -29,6 +29,7 @@ from holdfast.core.exceptions import (
     SessionLost,
     StoreUnavailable,
 )
+from holdfast.core.orders import Order
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
@@ -157,9 +158,9 @@ class Supervisor:
         self.owner = session.owner
         logger.info("session started", worker_id=self.worker_id, owner=session.owner)
 
-    def _stop_order(self, conn_id: str) -> bool:
-        conn = self.streams.get(conn_id)
-        if conn is None or conn.held.stopping:
+    def _stop_order(self, order: Order) -> bool:
+        conn = self.streams.get(order.conn_id)
+        if conn is None or conn.held.stopping or not order.applies_to(conn.held.epoch):
             return False
         conn.log("info", "stream STOPPED (order), closing")
         conn.drain("stopped")

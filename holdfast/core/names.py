@@ -27,6 +27,7 @@ __all__ = [
     "ENV_MAX_QUEUE",
     "ENV_MAX_SEQ_JUMP",
     "ENV_METRICS_NAMESPACE",
+    "ENV_ORDERS_QUEUE_PREFIX",
     "ENV_POISON_REPLAYS",
     "ENV_QUEUE_URL",
     "ENV_RECONCILE_SECONDS",
@@ -89,6 +90,9 @@ ENV_CHECKPOINT_SECONDS: Final = "HOLDFAST_CHECKPOINT_SECONDS"
 # the side-by-side benchmark).
 ENV_LIVENESS: Final = "HOLDFAST_LIVENESS"
 ENV_QUEUE_URL: Final = "HOLDFAST_QUEUE_URL"
+# Name prefix of the per-session order queues (holdfast.core.orders); unset: orders ride the
+# session item only (the next heartbeat).
+ENV_ORDERS_QUEUE_PREFIX: Final = "HOLDFAST_ORDERS_QUEUE_PREFIX"
 ENV_LEASE_SECONDS: Final = "HOLDFAST_LEASE_SECONDS"  # worker
 ENV_LEASE_MS: Final = "HOLDFAST_LEASE_MS"  # router and sweeper
 ENV_HEARTBEAT_SECONDS: Final = "HOLDFAST_HEARTBEAT_SECONDS"

@@ -54,15 +54,12 @@ __all__ = [
     "SessionSweep",
     "SweepLog",
     "new_incarnation",
-    "order_stop",
-    "parse_order",
     "sweep_sessions",
 ]
 
 # How long a reaped session item stays visible (holdfast status: recent deaths) before TTL.
 REAPED_TTL_S = 86_400
 REAP_PARALLEL = 8  # releases of one dead session in flight at once
-_ORDER_STOP = "stop"
 
 
 class SweepLog(Protocol):
@@ -77,17 +74,6 @@ class SweepLog(Protocol):
 
 def new_incarnation() -> str:
     return secrets.token_hex(6)
-
-
-def order_stop(conn_id: str) -> str:
-    """The order, written into a session's ``orders`` set, to stop holding ``conn_id``."""
-    return f"{_ORDER_STOP}:{conn_id}"
-
-
-def parse_order(order: str) -> tuple[str, str] | None:
-    """(verb, argument) of an order; None for one this version does not know."""
-    verb, sep, arg = order.partition(":")
-    return (verb, arg) if sep and verb == _ORDER_STOP and arg else None
 
 
 @dataclass(frozen=True, slots=True)

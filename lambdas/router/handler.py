@@ -36,7 +36,8 @@ from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.nudge import Nudge
-from holdfast.core.sessions import SessionStore, order_stop
+from holdfast.core.orders import Order
+from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from lambdas.exceptions import NudgeNotSent
 from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, service_name
@@ -239,7 +240,8 @@ def _order(plan: _Plan, deps: RouterDeps) -> None:
                 decision.owner is None or deps.sessions is None):
             continue
         try:
-            given = deps.sessions.add_order(decision.owner, order_stop(decision.conn_id))
+            given = deps.sessions.add_order(
+                decision.owner, Order.stop(decision.conn_id, decision.epoch).encode())
         except HoldfastError as exc:
             logger.error("order not given", conn_id=decision.conn_id, owner=decision.owner,
                          error=str(exc)[:300])

@@ -9,8 +9,9 @@ import pytest
 
 from holdfast.core.exceptions import LeaseLost, LossReason, SessionConflict, SessionLost
 from holdfast.core.model import Lease
+from holdfast.core.orders import Order, parse_order
 from holdfast.core.schema import BACKSTOP_MS, GSI_NAME, OWNER_INDEX_NAME, SessionState
-from holdfast.core.sessions import SessionStore, order_stop, parse_order, sweep_sessions
+from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.store import LeaseStore, renew_clauses
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
@@ -56,9 +57,9 @@ def test_heartbeat_extends_and_returns_orders(sessions: SessionStore, clock: Clo
     clock.now += 2_000
     s2, orders = sessions.heartbeat(s, held=3, capacity=10)
     assert s2.expires_at_ms == clock.now + TTL_MS and orders == frozenset()
-    assert sessions.add_order(s.owner, order_stop("c1"))
+    assert sessions.add_order(s.owner, Order.stop("c1").encode())
     _, orders = sessions.heartbeat(s2, held=3, capacity=10)
-    assert orders == {order_stop("c1")} and parse_order(order_stop("c1")) == ("stop", "c1")
+    assert orders == {"stop:c1"} and parse_order("stop:c1") == Order.stop("c1")
     _, orders = sessions.heartbeat(s2, held=2, capacity=10, done=orders)
     assert orders == frozenset()
     item = sessions.get(unique_id)

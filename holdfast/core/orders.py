@@ -1,0 +1,122 @@
+"""Orders to one worker: their vocabulary, and the per-worker SQS queue that carries them.
+
+An order ("stop holding stream X") reaches its worker two ways, and the first one wins:
+
+- **the order queue** (fast path): each live session has an SQS queue of its own, named from
+  its owner (worker id and incarnation), which the worker long-polls. The router derives the
+  queue's URL from the nudge queue's URL and the owner, so it needs no lookup: a message is
+  in the worker's hands tens of milliseconds after the router saw the record.
+- **the session item** (durable path): the same order is added to the session's ``orders``
+  set, which the worker reads with its next heartbeat. It covers a lost or late message and
+  a worker whose queue is gone.
+
+An order names the epoch of the stream it is about, so a late copy (the slower path, or a
+redelivered message) can never stop a newer holding of the same stream. Worker ids may hold
+characters SQS queue names do not (``.:@/+=``): those become ``_``, and a name that had to be
+changed or shortened gets a hash of the owner, so two owners never share a queue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "MAX_PREFIX_LEN",
+    "ORDER_STOP",
+    "Order",
+    "order_queue_name",
+    "order_queue_url",
+    "parse_body",
+    "parse_order",
+    "validate_prefix",
+]
+
+ORDER_STOP: Final = "stop"
+MAX_PREFIX_LEN: Final = 40
+_MAX_NAME = 80  # SQS: 1-80 of [A-Za-z0-9_-]
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_PREFIX = re.compile(rf"^[A-Za-z0-9_-]{{1,{MAX_PREFIX_LEN}}}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """One order to a worker: ``verb`` (only ``stop`` today) for ``conn_id`` at ``epoch``."""
+
+    verb: str
+    conn_id: str
+    epoch: int | None = None
+
+    @classmethod
+    def stop(cls, conn_id: str, epoch: int | None = None) -> Order:
+        return cls(ORDER_STOP, conn_id, epoch)
+
+    def encode(self) -> str:
+        """The session-set form: ``stop:<id>`` or ``stop#<epoch>:<id>`` (ids never hold ``#``)."""
+        head = self.verb if self.epoch is None else f"{self.verb}#{self.epoch}"
+        return f"{head}:{self.conn_id}"
+
+    def body(self, owner: str) -> str:
+        """The order-queue message body; it names its owner so a reused queue cannot mislead."""
+        return json.dumps({"order": self.encode(), "owner": owner}, separators=(",", ":"))
+
+    def applies_to(self, held_epoch: int | None) -> bool:
+        """True if this order is about the holding at ``held_epoch`` (or names no epoch)."""
+        return self.epoch is None or held_epoch is None or self.epoch >= held_epoch
+
+
+def parse_order(text: str) -> Order | None:
+    """The order in a session-set entry; None for anything this version does not know."""
+    if not isinstance(text, str):
+        return None
+    head, sep, conn_id = text.partition(":")
+    verb, _, epoch_text = head.partition("#")
+    if not sep or not conn_id or verb != ORDER_STOP or len(conn_id) > 200:
+        return None
+    if not epoch_text:
+        return Order(verb, conn_id) if "#" not in head else None
+    if not epoch_text.isdigit() or len(epoch_text) > 18:
+        return None
+    return Order(verb, conn_id, int(epoch_text))
+
+
+def parse_body(body: str, owner: str) -> Order | None:
+    """The order in an order-queue message for ``owner``; None if it is foreign or malformed."""
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("owner") != owner:
+        return None
+    order = data.get("order")
+    return parse_order(order) if isinstance(order, str) else None
+
+
+def validate_prefix(prefix: str) -> str:
+    """``prefix`` if it can start an SQS queue name with room for an owner; else ValueError."""
+    if not _PREFIX.fullmatch(prefix):
+        raise ValueError(f"order queue prefix {prefix[:60]!r}: 1-{MAX_PREFIX_LEN} characters "
+                         "of letters, digits, - and _")
+    return prefix
+
+
+def order_queue_name(prefix: str, owner: str) -> str:
+    """The name of the order queue of the session ``owner`` (``<worker id>#<incarnation>``)."""
+    validate_prefix(prefix)
+    safe = _UNSAFE.sub("_", owner)
+    name = prefix + safe
+    if safe != owner or len(name) > _MAX_NAME:
+        digest = hashlib.sha256(owner.encode()).hexdigest()[:12]
+        name = f"{name[:_MAX_NAME - 13]}-{digest}"
+    return name
+
+
+def order_queue_url(nudge_queue_url: str, prefix: str, owner: str) -> str:
+    """The URL of ``owner``'s order queue: same endpoint and account as the nudge queue."""
+    base, sep, _ = nudge_queue_url.rstrip("/").rpartition("/")
+    if not sep or not base:
+        raise ValueError(f"not a queue URL: {nudge_queue_url[:80]!r}")
+    return f"{base}/{order_queue_name(prefix, owner)}"
