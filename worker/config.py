@@ -21,6 +21,7 @@ from holdfast.core import names
 from holdfast.core.batch import RenewMode
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.model import MAX_WORKER_ID_LEN
+from holdfast.core.orders import validate_prefix
 from holdfast.core.rules import LeaseTiming
 from holdfast.core.urls import UrlPolicy, policy_from_env
 
@@ -48,6 +49,9 @@ class WorkerConfig:
     # seed's per-stream heartbeats, kept as the benchmark's baseline.
     liveness: Liveness = "session"
     session_table: str | None = None
+    # Prefix of the per-session order queue (``worker.orders``); None: orders ride the session
+    # item only, so a stop waits for the next heartbeat.
+    orders_queue_prefix: str | None = None
     checkpoint_ms: int = 20_000
     max_connections: int = 1000
     reconcile_s: float = 60.0
@@ -146,6 +150,12 @@ def load_config(env: Mapping[str, str] | None = None, *,
     if liveness == "session" and session_table is None:
         raise ConfigError(f"{names.ENV_SESSION_TABLE} is not set: it must name the worker "
                           f"session table (or set {names.ENV_LIVENESS}=lease)")
+    orders_prefix = e.raw(names.ENV_ORDERS_QUEUE_PREFIX)
+    if orders_prefix is not None:
+        try:
+            validate_prefix(orders_prefix)
+        except ValueError as exc:
+            raise ConfigError(f"{names.ENV_ORDERS_QUEUE_PREFIX}: {exc}") from None
     # With sessions the lease is the session's TTL: how long a silent worker keeps its streams.
     lease_s = e.number(names.ENV_LEASE_SECONDS, 8, lo=0.5, hi=3600)
     heartbeat_s = e.number(names.ENV_HEARTBEAT_SECONDS, 2, lo=0.05, hi=1200)
@@ -193,7 +203,8 @@ def load_config(env: Mapping[str, str] | None = None, *,
                           "be given up before its poison frame is skipped")
     return WorkerConfig(
         table=table, queue_url=queue_url, worker_id=wid, timing=timing, liveness=liveness,
-        session_table=session_table, checkpoint_ms=round(checkpoint_s * 1000),
+        session_table=session_table, orders_queue_prefix=orders_prefix,
+        checkpoint_ms=round(checkpoint_s * 1000),
         max_connections=max_connections,
         reconcile_s=e.number(names.ENV_RECONCILE_SECONDS, 60, lo=0, hi=86_400),
         handler=handler,

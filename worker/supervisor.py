@@ -41,6 +41,7 @@ from worker.health import HealthServer
 from worker.held import NO_FENCE_MS
 from worker.holdings import Holdings
 from worker.metrics import WorkerMetrics
+from worker.orders import OrderInbox
 from worker.protocol import QueryParamProtocol, ResumeProtocol
 from worker.renewer import Renewer, monotonic_ms
 from worker.session import SessionKeeper
@@ -90,6 +91,9 @@ class Supervisor:
             ddb, config.session_table or "", config.table, ttl_ms=config.lease_ms,
             skew_ms=config.timing.skew_ms, clock=wall) if self.session_mode else None
         self.keeper: SessionKeeper | None = None
+        # Stop orders sent straight to us (sub-second); the session item stays their backstop.
+        self.inbox = OrderInbox(sqs, config.orders_queue_prefix, self._stop_order) if (
+            self.session_mode and config.orders_queue_prefix) else None
         # lease_owner of what we acquire: the session's owner (worker id and incarnation), or
         # the bare worker id in the seed's lease mode. None: no live session, claim nothing.
         self.owner: str | None = None if self.session_mode else config.worker_id
@@ -156,6 +160,8 @@ class Supervisor:
                 on_lost=self._session_lost, mono=self.mono)
         self.keeper.started(session, sent)
         self.owner = session.owner
+        if self.inbox is not None:
+            await self.inbox.open(session.owner)
         logger.info("session started", worker_id=self.worker_id, owner=session.owner)
 
     def _stop_order(self, order: Order) -> bool:
@@ -239,6 +245,8 @@ class Supervisor:
                       if self.keeper is not None else []),
                     tg.create_task(self._guard("fence", self.renewer.fence_watch)),
                     tg.create_task(self._guard("metrics", self._metrics_loop))]
+            if self.inbox is not None:
+                keep.append(tg.create_task(self._guard("orders", self.inbox.run)))
             if health is not None:
                 keep.append(tg.create_task(self._guard("health", health.run)))
             if watchdog is not None:
@@ -262,6 +270,8 @@ class Supervisor:
                 except HoldfastError as exc:
                     logger.warning("cannot end the session; it will expire",
                                    error=str(exc)[:300])
+            if self.inbox is not None:
+                await self.inbox.close()
             if watchdog is not None:
                 watchdog.stop()
             for task in keep:

@@ -158,3 +158,12 @@ def test_worker_id_from_ecs_task_metadata(metadata_server: str) -> None:
 def test_unreachable_metadata_falls_back() -> None:
     """A metadata endpoint that does not answer falls back to host-pid-random."""
     assert ecs_task_id({"ECS_CONTAINER_METADATA_URI_V4": "http://127.0.0.1:1/v4"}) is None
+
+
+def test_the_order_queue_prefix_is_read_and_checked() -> None:
+    """The order-queue prefix is optional, and one SQS could not name a queue with is refused."""
+    assert load_config(BASE).orders_queue_prefix is None
+    assert load_config({**BASE, "HOLDFAST_ORDERS_QUEUE_PREFIX": "hf-o-"}).orders_queue_prefix \
+        == "hf-o-"
+    with pytest.raises(ConfigError, match="HOLDFAST_ORDERS_QUEUE_PREFIX"):
+        load_config({**BASE, "HOLDFAST_ORDERS_QUEUE_PREFIX": "bad.prefix"})

@@ -1,0 +1,121 @@
+"""The order inbox on moto SQS: a session's own queue, long-polled for stop orders."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from holdfast.core.orders import Order, order_queue_name, order_queue_url
+from holdfast.core.table import set_desired_state
+from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
+from tests.worker.helpers import Recorder, item_attr, running_worker
+from worker.orders import OrderInbox, is_missing_queue
+
+
+@asynccontextmanager
+async def inbox_running(sqs: Any, prefix: str, owner: str,
+                        taken: list[Order]) -> AsyncIterator[OrderInbox]:
+    def stop(order: Order) -> bool:
+        taken.append(order)
+        return True
+
+    inbox = OrderInbox(sqs, prefix, stop, wait_s=1)
+    assert await inbox.open(owner)
+    task = asyncio.create_task(inbox.run())
+    try:
+        yield inbox
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await inbox.close()
+
+
+def queue_exists(sqs: Any, name: str) -> bool:
+    try:
+        sqs.get_queue_url(QueueName=name)
+    except Exception as exc:  # botocore models the error class per client
+        assert is_missing_queue(exc), exc
+        return False
+    return True
+
+
+async def test_stop_for_its_owner_is_carried_out_and_the_queue_removed_at_close(
+        sqs: Any, unique_id: str) -> None:
+    """A stop sent to the owner's derived queue URL reaches stop_stream; close deletes it."""
+    prefix, owner, taken = f"{unique_id}-o-", "w1#abc123", []
+    name = order_queue_name(prefix, owner)
+    async with inbox_running(sqs, prefix, owner, taken) as inbox:
+        assert inbox.url is not None and inbox.url.endswith("/" + name)
+        attrs = sqs.get_queue_attributes(QueueUrl=inbox.url, AttributeNames=["All"])
+        assert attrs["Attributes"]["MessageRetentionPeriod"] == "60"
+        nudge_url = sqs.get_queue_url(QueueName=name)["QueueUrl"].rsplit("/", 1)[0] + "/x"
+        sqs.send_message(QueueUrl=order_queue_url(nudge_url, prefix, owner),
+                         MessageBody=Order.stop("c1", 4).body(owner))
+        await async_wait_until(lambda: taken, 5, "the order")
+    assert taken == [Order.stop("c1", 4)]
+    assert not queue_exists(sqs, name)
+
+
+async def test_foreign_and_malformed_messages_are_dropped(sqs: Any, unique_id: str) -> None:
+    """Orders for another owner and bodies that are not orders are deleted, never acted on."""
+    prefix, owner, taken = f"{unique_id}-o-", "w2#abc123", []
+    async with inbox_running(sqs, prefix, owner, taken) as inbox:
+        assert inbox.url is not None
+        for body in (Order.stop("c1").body("w2#other"), "not json", '{"owner": "w2#abc123"}',
+                     '{"owner": "w2#abc123", "order": "explode:c1"}'):
+            sqs.send_message(QueueUrl=inbox.url, MessageBody=body)
+        await async_wait_until(lambda: inbox.received >= 4, 5, "four messages read")
+        sqs.send_message(QueueUrl=inbox.url, MessageBody=Order.stop("c2").body(owner))
+        await async_wait_until(lambda: taken, 5, "the real order")
+    assert taken == [Order.stop("c2")]
+
+
+async def test_a_vanished_queue_is_created_again(sqs: Any, unique_id: str) -> None:
+    """If the queue is deleted under the worker, the inbox creates it again and keeps reading."""
+    prefix, owner, taken = f"{unique_id}-o-", "w3#abc123", []
+    async with inbox_running(sqs, prefix, owner, taken) as inbox:
+        assert inbox.url is not None
+        sqs.delete_queue(QueueUrl=inbox.url)
+        await async_wait_until(lambda: inbox.url is None, 5, "the loss noticed")
+        url = await async_wait_until(lambda: inbox.url, 10, "the queue created again")
+        sqs.send_message(QueueUrl=url, MessageBody=Order.stop("c3").body(owner))
+        await async_wait_until(lambda: taken, 5, "the order after re-creation")
+    assert taken == [Order.stop("c3")]
+
+
+async def test_worker_stops_on_a_queued_order_long_before_its_heartbeat(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A stop order in the queue closes and releases the stream well inside a heartbeat."""
+    rec, conn = Recorder(), f"{unique_id}-q"
+    prefix = f"{unique_id}-o-"
+    fleet.create(conn, upstream.url(conn))
+    slow = {"HOLDFAST_LEASE_SECONDS": "20", "HOLDFAST_HEARTBEAT_SECONDS": "5",
+            "HOLDFAST_CHECKPOINT_SECONDS": "10", "HOLDFAST_SKEW_MS": "1000",
+            "HOLDFAST_MARGIN_MS": "1000", "HOLDFAST_ORDERS_QUEUE_PREFIX": prefix}
+    async with running_worker(fleet, rec, **slow) as run:
+        fleet.nudge(conn)
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 10, "messages")
+        owner, epoch = run.worker.owner, run.worker.streams[conn].held.epoch
+        assert owner is not None and run.worker.inbox is not None
+        url = order_queue_url(fleet.queue_url, prefix, owner)
+        # An order about an older holding of the stream must not stop this one.
+        fleet.sqs.send_message(QueueUrl=url, MessageBody=Order.stop(conn, epoch - 1).body(owner))
+        await async_wait_until(lambda: run.worker.inbox and run.worker.inbox.received, 5,
+                               "the stale order read")
+        assert conn in run.worker.streams
+        set_desired_state(fleet.ddb, fleet.table, conn, "STOPPED")
+        t0 = time.monotonic()
+        fleet.sqs.send_message(QueueUrl=url, MessageBody=Order.stop(conn, epoch).body(owner))
+        await async_wait_until(lambda: conn not in run.worker.streams, 5, "stream closed")
+        closed_after = time.monotonic() - t0
+    assert closed_after < 2.5  # half the 5 s heartbeat: the queue, not the heartbeat, did it
+    item = fleet.item(conn)
+    assert "lease_owner" not in item
+    assert item_attr(item, "last_seq") == rec.seqs(conn)[-1]
+    assert not queue_exists(fleet.sqs, order_queue_name(prefix, owner))

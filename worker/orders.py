@@ -1,0 +1,162 @@
+"""The worker's order inbox: an SQS queue of its session's own, long-polled for orders.
+
+The router sends a stop order here the moment it sees ``desired_state = STOPPED`` on a stream we
+hold, so a stop takes one stream record and one long-poll wake-up (tens of milliseconds), not a
+heartbeat period. The same order also waits in the session item, read with the next heartbeat:
+if this queue is gone, throttled or a message is lost, the stop is late, never lost
+(``holdfast.core.orders``).
+
+- ``open(owner)``: create the queue of a new incarnation (idempotent) and start reading it; the
+  previous incarnation's queue is deleted. Messages live 60 s: an order that old has been
+  carried out through the session item anyway.
+- ``run()``: long-poll until cancelled. A message for another owner (a reused name cannot, but
+  a forged one could) or one this version does not understand is deleted with a log line; a
+  failed receive is retried with jittered back-off, and a queue that vanished (the sweeper
+  collects queues without a live session) is created again.
+- ``close()``: delete the queue at a graceful stop (after the session has ended).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import random
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger
+from botocore.exceptions import BotoCoreError, ClientError
+
+from holdfast.core.orders import Order, order_queue_name, parse_body
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = ["QUEUE_ATTRIBUTES", "OrderInbox", "is_missing_queue"]
+
+logger = Logger(service="holdfast-worker", child=True)
+
+# 60 s is SQS's shortest retention; server-side encryption as for every queue of the stack.
+QUEUE_ATTRIBUTES = {"MessageRetentionPeriod": "60", "SqsManagedSseEnabled": "true",
+                    "VisibilityTimeout": "30"}
+_MISSING = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
+_MAX_BACKOFF_S = 5.0
+
+
+def is_missing_queue(exc: BaseException) -> bool:
+    """True for SQS's "no such queue" error (either spelling)."""
+    return isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in _MISSING
+
+
+@dataclass
+class OrderInbox:
+    """The order queue of the current incarnation; ``stop_stream`` carries out a stop."""
+
+    sqs: SQSClient
+    prefix: str
+    stop_stream: Callable[[Order], bool]
+    wait_s: int = 20
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    rand: Callable[[], float] = random.random
+    owner: str | None = None
+    url: str | None = None
+    received: int = 0
+    # Its own threads: a 20 s long poll must never hold up a claim or a heartbeat thread.
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
+        max_workers=2, thread_name_prefix="holdfast-orders"))
+
+    async def _io(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, functools.partial(fn, **kwargs))
+
+    async def open(self, owner: str) -> bool:
+        """Create ``owner``'s queue and read it from now on; False if SQS said no (logged)."""
+        old, self.owner, self.url = self.url, owner, None
+        if old is not None:
+            await self._delete(old)
+        return await self._create()
+
+    async def _create(self) -> bool:
+        owner = self.owner
+        if owner is None:
+            return False
+        name = order_queue_name(self.prefix, owner)
+        try:
+            resp = await self._io(self.sqs.create_queue, QueueName=name,
+                                  Attributes=QUEUE_ATTRIBUTES)
+        except (BotoCoreError, ClientError) as exc:
+            logger.warning("cannot create the order queue: stops wait for the heartbeat",
+                           queue=name, error=str(exc)[:300])
+            return False
+        if owner == self.owner:  # not replaced by a newer incarnation meanwhile
+            self.url = resp["QueueUrl"]
+            logger.info("order queue ready", queue=name, owner=owner)
+        return True
+
+    async def close(self) -> None:
+        """Delete the current queue (best effort: the sweeper collects what is left)."""
+        url, self.url, self.owner = self.url, None, None
+        if url is not None:
+            await self._delete(url)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _delete(self, url: str) -> None:
+        with contextlib.suppress(BotoCoreError, ClientError):
+            await self._io(self.sqs.delete_queue, QueueUrl=url)
+
+    async def run(self) -> None:
+        """Read orders until cancelled."""
+        failures = 0
+        while True:
+            url, owner = self.url, self.owner
+            if owner is None:  # no session yet (or between incarnations)
+                await self.sleep(0.2)
+                continue
+            if url is None:  # creating it failed, or it vanished: try again
+                if not await self._create():
+                    failures += 1
+                    await self.sleep(self._backoff_s(failures))
+                continue
+            try:
+                resp = await self._io(self.sqs.receive_message, QueueUrl=url,
+                                      MaxNumberOfMessages=10, WaitTimeSeconds=self.wait_s)
+            except (BotoCoreError, ClientError) as exc:
+                failures += 1
+                if is_missing_queue(exc) and url == self.url:
+                    self.url = None  # created again on the next round
+                logger.warning("order queue receive failed", error=str(exc)[:300],
+                               failures=failures)
+                await self.sleep(self._backoff_s(failures))
+                continue
+            failures = 0
+            messages = resp.get("Messages", [])
+            if messages:
+                self._act_on(messages, owner)
+                await self._ack(url, messages)
+
+    def _act_on(self, messages: list[Any], owner: str) -> None:
+        for msg in messages:
+            self.received += 1
+            order = parse_body(str(msg.get("Body", "")), owner)
+            if order is None:
+                logger.warning("order message ignored (foreign or unknown)",
+                               body=str(msg.get("Body", ""))[:200])
+                continue
+            stopping = self.stop_stream(order)
+            logger.info("stop order", conn_id=order.conn_id, epoch=order.epoch, held=stopping,
+                        via="queue")
+
+    async def _ack(self, url: str, messages: list[Any]) -> None:
+        entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                   for i, m in enumerate(messages) if "ReceiptHandle" in m]
+        try:
+            await self._io(self.sqs.delete_message_batch, QueueUrl=url, Entries=entries)
+        except (BotoCoreError, ClientError) as exc:
+            # Redelivered in 30 s at most: a repeated stop of a stream no longer held is a no-op.
+            logger.warning("cannot delete order messages", error=str(exc)[:300])
+
+    def _backoff_s(self, failures: int) -> float:
+        return float(min(_MAX_BACKOFF_S, 0.2 * 2 ** min(failures, 6)) * (0.5 + self.rand()))
