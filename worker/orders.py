@@ -23,14 +23,14 @@ import contextlib
 import functools
 import random
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core.orders import Order, order_queue_name, parse_body
+from worker.claimer import in_daemon_thread
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -64,13 +64,11 @@ class OrderInbox:
     owner: str | None = None
     url: str | None = None
     received: int = 0
-    # Its own threads: a 20 s long poll must never hold up a claim or a heartbeat thread.
-    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
-        max_workers=2, thread_name_prefix="holdfast-orders"))
 
     async def _io(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(
-            self.executor, functools.partial(fn, **kwargs))
+        # A daemon thread of its own per call: a 20 s long poll must neither hold up a claim
+        # or heartbeat thread nor delay the process's exit after a graceful stop.
+        return await in_daemon_thread(functools.partial(fn, **kwargs))
 
     async def open(self, owner: str) -> bool:
         """Create ``owner``'s queue and read it from now on; False if SQS said no (logged)."""
@@ -101,7 +99,6 @@ class OrderInbox:
         url, self.url, self.owner = self.url, None, None
         if url is not None:
             await self._delete(url)
-        self.executor.shutdown(wait=False, cancel_futures=True)
 
     async def _delete(self, url: str) -> None:
         with contextlib.suppress(BotoCoreError, ClientError):

@@ -32,6 +32,7 @@ __all__ = [
     "order_queue_url",
     "parse_body",
     "parse_order",
+    "prefix_for",
     "validate_prefix",
 ]
 
@@ -101,6 +102,11 @@ def validate_prefix(prefix: str) -> str:
         raise ValueError(f"order queue prefix {prefix[:60]!r}: 1-{MAX_PREFIX_LEN} characters "
                          "of letters, digits, - and _")
     return prefix
+
+
+def prefix_for(base: str) -> str:
+    """A valid order-queue prefix derived from ``base`` (a stack or lease-table name)."""
+    return validate_prefix(_UNSAFE.sub("-", base)[:MAX_PREFIX_LEN - 8] + "-orders-")
 
 
 def order_queue_name(prefix: str, owner: str) -> str:

@@ -20,6 +20,8 @@ from typing import Literal
 
 import boto3
 
+from holdfast.core.names import ENV_ORDERS_QUEUE_PREFIX
+from holdfast.core.orders import prefix_for
 from holdfast.core.schema import (
     DEFAULT_DLQ_NAME,
     DEFAULT_QUEUE_NAME,
@@ -172,6 +174,9 @@ class LocalAws:
             "HOLDFAST_SESSION_TABLE": self.session_table,
             "HOLDFAST_QUEUE_URL": self.queue_url,
             "HOLDFAST_DLQ_URL": self.dlq_url,
+            # Per lease table, as the sweeper collects every queue of its prefix that no
+            # session of its own table reads.
+            ENV_ORDERS_QUEUE_PREFIX: prefix_for(self.table),
             # moto's PartiQL ignores conditions, so batched renewals would be unsafe there.
             "HOLDFAST_RENEW_MODE": "batch" if self.backend == "dynamodb-local" else "single",
             "HOLDFAST_LOCAL_BACKEND": self.backend,

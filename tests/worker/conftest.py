@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from holdfast.core.names import ENV_ORDERS_QUEUE_PREFIX
+from holdfast.core.orders import prefix_for
 from holdfast.core.schema import session_table_definition, table_definition
 from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.table import create_stream
@@ -103,7 +105,7 @@ def make_fleet(aws: LocalAws, tag: str) -> Fleet:
     queue_url = sqs.create_queue(QueueName=f"hf-{tag}", Attributes={
         "VisibilityTimeout": "30"})["QueueUrl"]
     env = {**aws.env(), "HOLDFAST_TABLE": table, "HOLDFAST_SESSION_TABLE": f"{table}-sessions",
-           "HOLDFAST_QUEUE_URL": queue_url, **FAST}
+           "HOLDFAST_QUEUE_URL": queue_url, ENV_ORDERS_QUEUE_PREFIX: prefix_for(table), **FAST}
     if aws.backend == "dynamodb-local":
         # DynamoDB Local compiles its PartiQL path on first use (can take > 1 s): warm it up so
         # a worker's first batched renewal is not fenced by the emulator's warm-up.
