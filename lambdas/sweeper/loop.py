@@ -29,6 +29,7 @@ from holdfast.core.table import Orphan, find_orphans
 from lambdas.nudge import send_nudges
 from lambdas.settings import Settings
 from lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
+from lambdas.sweeper.orderqueues import QueueCollector
 from lambdas.sweeper.unindexed import UnindexedPass, scan_step
 
 if TYPE_CHECKING:
@@ -67,6 +68,8 @@ class SweepDeps:
     sessions: SessionStore | None = None  # None: no session table, leases only
     # The slow pass for items without an expiry; made from the settings on first use.
     unindexed: UnindexedPass | None = None
+    # Deletes order queues no live session reads; made from the settings on first use.
+    orders: QueueCollector | None = None
 
 
 @dataclass
@@ -136,6 +139,7 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     sessions = (sweep_sessions(deps.sessions, now, s.skew_ms, deps.log or log)
                 if deps.sessions is not None else SessionSweep())
     normalised = _unindexed_step(deps, now)
+    _orders_step(deps, now)
     items = list(islice(find_orphans(deps.ddb, s.table, now_ms=now + s.sweep_interval_ms,
                                      skew_ms=s.skew_ms, page_size=PAGE_SIZE), MAX_SCAN))
     cutoff = rules.acquire_cutoff_ms(now, s.skew_ms)
@@ -177,6 +181,15 @@ def _unindexed_step(deps: SweepDeps, now: int) -> int:
         deps.unindexed = UnindexedPass(s.unindexed_scan_ms)
     store = LeaseStore(deps.ddb, s.table, lease_ms=s.lease_ms, skew_ms=s.skew_ms)
     return scan_step(deps.ddb, s.table, deps.unindexed, now, store.normalise)
+
+
+def _orders_step(deps: SweepDeps, now: int) -> int:
+    prefix = deps.settings.orders_queue_prefix
+    if prefix is None or deps.sessions is None:
+        return 0
+    if deps.orders is None:
+        deps.orders = QueueCollector(prefix)
+    return deps.orders.step(deps.sqs, deps.sessions, now)
 
 
 def run_sweeps(deps: SweepDeps, memory: NudgeMemory, *, should_stop: Callable[[], bool],

@@ -1,0 +1,59 @@
+"""Collecting order queues no live session reads, on moto SQS and DynamoDB Local."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from holdfast.core.orders import order_queue_name, prefix_for
+from holdfast.core.schema import session_table_definition
+from holdfast.core.sessions import SessionStore
+from lambdas.settings import Settings
+from lambdas.sweeper.loop import SweepDeps, memory_for, session_store_for, sweep_once
+from lambdas.sweeper.orderqueues import QueueCollector, queues_to_delete
+
+
+def test_only_queues_of_no_live_owner_and_of_our_prefix_are_doomed() -> None:
+    """A live owner's queue and foreign queues stay; the rest of the prefix goes."""
+    live = order_queue_name("p-", "w1#a")
+    urls = [f"http://q/1/{live}", f"http://q/1/{order_queue_name('p-', 'w2#b')}",
+            "http://q/1/other-queue"]
+    assert queues_to_delete(urls, ["w1#a"], "p-") == [urls[1]]
+
+
+def test_collector_deletes_a_dead_sessions_queue_and_keeps_a_live_ones(
+        ddb: Any, sqs: Any) -> None:
+    """One collection deletes the queue of an ended session, keeps the live one's, then waits."""
+    table = f"hf-oq-{uuid.uuid4().hex[:8]}"
+    ddb.create_table(**session_table_definition(f"{table}-sessions"))
+    store = SessionStore(ddb, f"{table}-sessions", table, ttl_ms=10_000, skew_ms=500)
+    alive, ended = store.start("w-live", 10), store.start("w-gone", 10)
+    assert store.end(ended)
+    prefix = prefix_for(table)
+    for owner in (alive.owner, ended.owner):
+        sqs.create_queue(QueueName=order_queue_name(prefix, owner))
+    collector = QueueCollector(prefix, every_ms=60_000)
+    assert collector.step(sqs, store, now_ms=1_000) == 1
+    left = sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls", [])
+    assert [u.rsplit("/", 1)[1] for u in left] == [order_queue_name(prefix, alive.owner)]
+    assert store.end(alive)
+    assert collector.step(sqs, store, now_ms=30_000) == 0  # not due yet
+    assert collector.step(sqs, store, now_ms=61_000) == 1
+    assert not sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls")
+
+
+def test_a_sweep_collects_the_queues_of_its_own_prefix(ddb: Any, sqs: Any, table: str,
+                                                       queue_url: str) -> None:
+    """``sweep_once`` runs the collector when the order-queue prefix is set."""
+    ddb.create_table(**session_table_definition(f"{table}-sessions"))
+    settings = Settings(table=table, queue_url=queue_url, session_table=f"{table}-sessions",
+                        orders_queue_prefix=prefix_for(table))
+    sessions = session_store_for(ddb, settings)
+    assert sessions is not None
+    gone = sessions.start("w-crashed", 10)
+    assert sessions.end(gone)
+    sqs.create_queue(QueueName=order_queue_name(prefix_for(table), gone.owner))
+    deps = SweepDeps(ddb, sqs, settings, sessions=sessions)
+    sweep_once(deps, memory_for(settings))
+    assert deps.orders is not None and deps.orders.deleted == 1
+    assert not sqs.list_queues(QueueNamePrefix=prefix_for(table)).get("QueueUrls")
