@@ -15,6 +15,9 @@ into ``--merge``'s report if given, else written as ``<date>-<part>``):
     --density-cpu-only SIZES
                       CPU on liveness and checkpoints at production defaults, e.g. 5000 or
                       2000,5000: two worker runs per size (~6 min each at 5,000)
+    --fast-paths-only the fast paths at production defaults: stop latency (order queue,
+                      heartbeat only, the seed) and SIGKILL failover with and without the
+                      platform report (~6 min)
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from bench.cost_scenario import production_cost
 from bench.crash_production import crash_production
 from bench.density import run_density
 from bench.density_cpu import density_cpu
+from bench.fastpaths import crash_reported, stop_production
 from bench.harness import BASELINE_RECONCILE_S, BenchFleet
 from bench.report import write_report
 from bench.report_sections import model_summary
@@ -128,6 +132,17 @@ def cost_scenarios(modes: list[str], run_dir: Path, streams: int, seconds: float
     return out
 
 
+def fast_paths(run_dir: Path, quick: bool, say: Any) -> dict[str, Any]:
+    """Stop at production defaults, and crash failover with and without the platform report."""
+    from lambdas.taskstopped.handler import report_stopped
+
+    def report(bf: BenchFleet, proc: Any) -> None:
+        report_stopped(proc.name, bf.pf.direct_env, reason="bench: SIGKILL")
+
+    return {"stop": stop_production(run_dir, streams=10 if quick else 20, say=say),
+            "crash": crash_reported(run_dir, report, rounds=1 if quick else 3, say=say)}
+
+
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -190,6 +205,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="only the liveness/checkpoint CPU at these sizes (comma-separated)")
     p.add_argument("--density-cpu-seconds", type=float, default=60.0,
                    help="CPU window of each density-CPU run (default 60: 3 checkpoint cycles)")
+    p.add_argument("--fast-paths-only", action="store_true",
+                   help="only the fast paths at production defaults (stop, reported crash)")
+    p.add_argument("--no-fast-paths", action="store_true",
+                   help="skip the fast paths in a full run")
     p.add_argument("--no-density-cpu", action="store_true",
                    help="skip the liveness/checkpoint CPU in a full run")
     return p
@@ -219,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
         figures["load_average"] = {"crash production start": load0,
                                    "crash production end": _load()}
         return _partial(args, "crash-production", figures, say)
+    if args.fast_paths_only:
+        load0 = _load()
+        figures = {"fast_paths": fast_paths(run_dir, args.quick, say), "logs": str(run_dir)}
+        figures["load_average"] = {"fast paths start": load0, "fast paths end": _load()}
+        return _partial(args, "fast-paths", figures, say)
     if args.density_cpu_only:
         load0 = _load()
         figures = {"density_cpu": density_cpu_sizes(
@@ -263,6 +287,9 @@ def full_run(args: argparse.Namespace, run_dir: Path, say: Any) -> int:
         result["crash_production"] = crash_production(
             run_dir, rounds=1 if args.quick else args.crash_rounds,
             modes=tuple(args.modes.split(",")), say=say)
+    if not args.no_fast_paths:
+        say("fast paths at production defaults")
+        result["fast_paths"] = fast_paths(run_dir, args.quick, say)
     if not args.no_density_cpu:
         result["density_cpu"] = density_cpu_sizes(
             [1000 if args.quick else 5000], run_dir,

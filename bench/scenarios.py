@@ -6,12 +6,14 @@ from __future__ import annotations
 import random
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench.harness import BenchFleet, dist, now_ms
 from bench.meter import window
 from holdfast.core.schema import STOPPED
 from holdfast.core.table import set_desired_state
+from holdfast.fleet.procs import Proc
 
 __all__ = ["handover", "start_latency", "steady_cost", "stop_latency"]
 
@@ -34,10 +36,11 @@ def start_latency(bf: BenchFleet, n: int, spacing_s: float, timeout_s: float) ->
 
 
 def handover(bf: BenchFleet, n: int, sig: signal.Signals, *, rounds: int, timeout_s: float,
-             tag: str) -> dict[str, Any]:
+             tag: str, on_kill: Callable[[Proc], None] | None = None) -> dict[str, Any]:
     """A worker holding ``n`` streams gets ``sig``; another worker resumes them. Per stream:
     signal -> first message handled by the new holder; the seq gap (seqs never handled between
-    the first and last handled) and duplicates."""
+    the first and last handled) and duplicates. ``on_kill(holder)`` runs right after the
+    signal (the platform's report of a crash)."""
     ids = [f"{bf.mode}-{tag}-{i:03d}" for i in range(n)]
     holder = bf.worker(f"{bf.mode}-{tag}-h0")
     t_ins = now_ms()
@@ -50,6 +53,8 @@ def handover(bf: BenchFleet, n: int, sig: signal.Signals, *, rounds: int, timeou
         nxt = bf.worker(f"{bf.mode}-{tag}-h{r + 1}")
         time.sleep(bf.timing.heartbeat_s * 2)  # a checkpoint or two, messages flowing
         t0 = bf.kill(holder, sig)
+        if on_kill is not None:
+            on_kill(holder)
 
         def resumed(t0: int = t0, name: str = nxt.name) -> bool:
             return all(bf.handled.first_after(c, t0, worker=name) for c in ids)
