@@ -6,6 +6,8 @@ variable and the allowed range — not a ``ValueError`` deep inside an invocatio
     HOLDFAST_TABLE                 lease table name (required)
     HOLDFAST_QUEUE_URL             nudge queue URL (required)
     HOLDFAST_SESSION_TABLE         worker session table (unset: no session sweep / orders)
+    HOLDFAST_ORDERS_QUEUE_PREFIX   start of the per-session order queues' names (unset: the
+                                   router gives stop orders through session items only)
     HOLDFAST_SKEW_MS               clock-skew allowance, as the workers use it      (1000)
     HOLDFAST_LEASE_MS              lease length, as the workers use it               (20000)
     HOLDFAST_NUDGE_SEND_ATTEMPTS   SendMessageBatch rounds per invocation            (3)
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 from holdfast.core import names
 from holdfast.core.exceptions import ConfigError
+from holdfast.core.orders import validate_prefix
 
 __all__ = ["Settings", "env_int"]
 
@@ -42,6 +45,16 @@ def env_int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -
     if not lo <= value <= hi:
         raise ConfigError(f"{name}={value} is outside the allowed range [{lo}, {hi}]")
     return value
+
+
+def _orders_prefix(env: Mapping[str, str]) -> str | None:
+    raw = env.get(names.ENV_ORDERS_QUEUE_PREFIX, "").strip()
+    if not raw:
+        return None
+    try:
+        return validate_prefix(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{names.ENV_ORDERS_QUEUE_PREFIX}: {exc}") from None
 
 
 def _required(env: Mapping[str, str], name: str) -> str:
@@ -66,6 +79,7 @@ class Settings:
     sweep_margin_ms: int = 3_000
     sweep_max_run_ms: int = 59_500
     unindexed_scan_ms: int = 300_000
+    orders_queue_prefix: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -86,4 +100,5 @@ class Settings:
             sweep_max_run_ms=env_int(e, "HOLDFAST_SWEEP_MAX_RUN_MS", 59_500, 0, 900_000),
             unindexed_scan_ms=env_int(e, "HOLDFAST_SWEEP_UNINDEXED_SCAN_MS", 300_000, 0,
                                       86_400_000),
+            orders_queue_prefix=_orders_prefix(e),
         )

@@ -1,10 +1,19 @@
 """Event-source-mapping filter patterns for the router: data shared by ``infra/`` and the runner.
 
-Every checkpoint is a MODIFY record that keeps ``lease_owner`` set, so a record can only need a
+Every checkpoint is a MODIFY record that keeps ``lease_owner`` set, so a record mostly needs a
 nudge when its new image is STARTED and has no owner: an insert, a release, a give-up after
 upstream errors, STOPPED -> STARTED while unowned, a normalisation. One pattern says exactly
 that; REMOVE records have no new image, so they never match. ``exists`` works on leaf nodes
-only, hence ``lease_owner.S``.
+only, hence ``lease_owner.S``. Two more let owned STARTED items through, neither of which a
+heartbeat, checkpoint or acquisition can produce (those keep STARTED and a non-zero expiry):
+
+- expiry exactly 0 with an owner: the seed's ``release_lease`` and an operator's forced
+  handover. DynamoDB streams carry numbers as canonical strings, so ``{"N": ["0"]}`` is an
+  exact string match (never ``numeric``, which does not apply to a string);
+- STOPPED in the old image and STARTED in the new one with an owner: a restart while an old
+  owner is still named.
+
+Lambda allows 5 filters per event source mapping by default; these are 5.
 
 The pattern deliberately uses only the ``dynamodb`` key of the record (no ``eventName``): AWS
 documents that DynamoDB event source mappings filter on that key, and the router skips an
@@ -29,6 +38,22 @@ FILTER_PATTERNS: Final[tuple[dict[str, Any], ...]] = (
             ATTR.desired_state: {"S": [STARTED]},
             ATTR.lease_owner: {"S": [{"exists": False}]},
         }},
+    },
+    # Freed in place: expiry 0, owner left (the router skips it if it was 0 already).
+    {
+        "dynamodb": {"NewImage": {
+            ATTR.desired_state: {"S": [STARTED]},
+            ATTR.lease_expires_at_ms: {"N": ["0"]},
+            ATTR.lease_owner: {"S": [{"exists": True}]},
+        }},
+    },
+    # Restarted with an old owner named: the router nudges or checks the owner's session.
+    {
+        "dynamodb": {"OldImage": {ATTR.desired_state: {"S": [STOPPED]}},
+                     "NewImage": {
+                         ATTR.desired_state: {"S": [STARTED]},
+                         ATTR.lease_owner: {"S": [{"exists": True}]},
+                     }},
     },
     # A held stream set STOPPED: the router orders its holder's session to stop it.
     {

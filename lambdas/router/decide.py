@@ -13,13 +13,30 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
     MODIFY whose old image is missing or malformed, no owner     -> nudge "changed" (cannot tell
                                                                     what changed; a spare nudge
                                                                     costs one failed acquire)
+    expiry became 0, owner left in place (the seed's             -> nudge "freed" (claimable at
+      release_lease, an operator's forced handover)                 once: acquire only reads the
+                                                                    expiry)
+    MODIFY STOPPED -> STARTED, an owner left in place:
+      lease already claimable                                    -> nudge "started"
+      plain owner (per-stream lease, no session)                 -> nudge "started", delayed
+                                                                    until expiry + skew
+      session owner ("<worker id>#<incarnation>")                -> check_owner "started": the
+                                                                    handler reads the session;
+                                                                    see ``owner_liveness``
     MODIFY -> STOPPED while owned (a stop of a held stream)      -> order "stop" to the owner's
                                                                     session (its next heartbeat)
     REMOVE of an owned item (``holdfast rm`` of a held stream)   -> order "stop" to the owner
-    anything with an owner (heartbeat, checkpoint, acquire)      -> skip "owned"
+    anything else with an owner (heartbeat, checkpoint, acquire,
+      a later write to an item already freed by the same owner)  -> skip "owned"
     new image not STARTED (STARTED -> STOPPED, ...)              -> skip "not_started"
     REMOVE (delete, TTL delete)                                  -> skip "removed"
     no owner before and after, nothing newly claimable           -> skip "unchanged"/"normalised"
+
+A session owner's liveness is not in the record, so the pure decision hands it to the handler
+(``check_owner``), which reads the session and applies ``owner_liveness``: a live session keeps
+the stream; a missing, replaced, DEAD or ENDED one has its stream released (conditional on that
+owner), and the release's own record is then nudged "released"; an ALIVE session silent past
+its TTL + skew is left to the sweeper, the only component that may declare a session dead.
 
 A STARTED, unowned item without ``lease_expires_at_ms`` is invisible to the sweeper's index, so
 the decision also asks for ``normalise`` (set it to 0). That normalising write produces a MODIFY
@@ -34,15 +51,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules
 from holdfast.core.exceptions import MalformedItem
-from holdfast.core.model import LeaseItem
+from holdfast.core.model import LeaseItem, validate_worker_id
 from holdfast.core.nudge import MAX_DELAY_S, Nudge, delay_until
-from holdfast.core.schema import ATTR, LeaseStatus, conn_id_from_pk
+from holdfast.core.schema import ATTR, LeaseStatus, SessionState, conn_id_from_pk, session_of_owner
 
-__all__ = ["Decision", "Outcome", "Reason", "decide"]
+if TYPE_CHECKING:
+    from holdfast.core.sessions import SessionItem
+
+__all__ = ["Decision", "Liveness", "Outcome", "Reason", "decide", "owner_liveness",
+           "session_owner"]
 
 Image = Mapping[str, Any]
 
@@ -50,6 +71,7 @@ Image = Mapping[str, Any]
 class Outcome(StrEnum):
     NUDGE = "nudge"
     ORDER = "order"  # an order to the session that owns the stream
+    CHECK_OWNER = "check_owner"  # the handler asks the owner's session whether it is live
     SKIP = "skip"
     MALFORMED = "malformed"
 
@@ -63,6 +85,7 @@ class Reason(StrEnum):
     QUARANTINED = "quarantined"
     REARMED = "rearmed"
     CHANGED = "changed"
+    FREED = "freed"
     # Why an order is given.
     STOP = "stop"
     # Why a record is skipped.
@@ -86,12 +109,13 @@ class Decision:
     delay_s: int = 0
     normalise: bool = False
     detail: str = ""
-    owner: str | None = None  # with ORDER: the lease_owner the order goes to
+    owner: str | None = None  # with ORDER / CHECK_OWNER: the lease_owner concerned
 
     @property
     def acts(self) -> bool:
-        """True if the router writes anything (nudge, order, normalisation) for this record."""
-        return self.outcome in (Outcome.NUDGE, Outcome.ORDER) or self.normalise
+        """True if the router may write anything (nudge, order, release, normalisation)."""
+        return self.outcome in (Outcome.NUDGE, Outcome.ORDER, Outcome.CHECK_OWNER) or (
+            self.normalise)
 
     def nudge(self) -> Nudge | None:
         if self.outcome is not Outcome.NUDGE or self.conn_id is None:
@@ -126,8 +150,7 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
                             owner=new.lease_owner)
         return Decision(Outcome.SKIP, Reason.NOT_STARTED, new.conn_id, new.epoch)
     if new.lease_owner is not None:
-        # Heartbeats, checkpoints and acquisitions: someone holds it (or will be swept).
-        return Decision(Outcome.SKIP, Reason.OWNED, new.conn_id, new.epoch)
+        return _owned(event_name, old_image, new, now_ms, skew_ms)
     normalise = new.lease_expires_at_ms is None
     if event_name == "INSERT":
         return _nudge(new, Reason.INSERTED, now_ms, skew_ms, normalise)
@@ -145,6 +168,70 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
             and rules.is_expired(new.lease_expires_at_ms, now_ms, skew_ms)):
         return _nudge(new, Reason.REARMED, now_ms, skew_ms, normalise)
     return Decision(Outcome.SKIP, Reason.UNCHANGED, new.conn_id, new.epoch, normalise=normalise)
+
+
+def _owned(event_name: str, old_image: Image | None, new: LeaseItem, now_ms: int,
+           skew_ms: int) -> Decision:
+    """A STARTED item that names an owner: mostly a heartbeat, checkpoint or acquisition."""
+    owner = new.lease_owner
+    assert owner is not None
+    old = _parse_or_none(old_image) if event_name == "MODIFY" else None
+    normalise = new.lease_expires_at_ms is None
+    if old is not None and not old.started:
+        # Restarted while an old owner is still named (say its worker died while stopped).
+        if rules.is_expired(new.lease_expires_at_ms, now_ms, skew_ms):
+            return _nudge(new, Reason.STARTED, now_ms, skew_ms, normalise)
+        if session_owner(owner) is None:
+            # A per-stream lease: it is claimable at expiry + skew, whoever held it.
+            return _nudge(new, Reason.STARTED, now_ms, skew_ms, normalise)
+        return Decision(Outcome.CHECK_OWNER, Reason.STARTED, new.conn_id, new.epoch,
+                        owner=owner)
+    if new.lease_expires_at_ms == 0 and not (
+            old is not None and old.lease_expires_at_ms == 0 and old.lease_owner == owner):
+        # Expiry 0 with the owner kept: acquire only reads the expiry, so it is free now. A
+        # later write to an item already freed by the same owner is skipped (no re-nudge).
+        return _nudge(new, Reason.FREED, now_ms, skew_ms, normalise)
+    # Heartbeats, checkpoints and acquisitions: someone holds it (or will be swept).
+    return Decision(Outcome.SKIP, Reason.OWNED, new.conn_id, new.epoch)
+
+
+def session_owner(owner: str) -> tuple[str, str] | None:
+    """(worker id, incarnation) if ``owner`` names a worker session, None for a plain owner."""
+    parsed = session_of_owner(owner)
+    if parsed is None:
+        return None
+    try:
+        validate_worker_id(parsed[0])
+    except ValueError:
+        return None  # no session can have that id: treat it as a plain owner
+    return parsed
+
+
+class Liveness(StrEnum):
+    """What a session owner's session says about its streams (``owner_liveness``)."""
+
+    LIVE = "live"  # ALIVE, that incarnation, within TTL + skew: it keeps the stream
+    SILENT = "silent"  # ALIVE but silent past TTL + skew: the sweeper declares it dead
+    GONE = "gone"  # missing, replaced, DEAD or ENDED: nobody serves the stream
+
+
+def owner_liveness(owner: str, session: SessionItem | None, now_ms: int,
+                   skew_ms: int) -> tuple[Liveness, str]:
+    """Whether the session ``owner`` still holds its streams, given its session item as read."""
+    parsed = session_owner(owner)
+    if parsed is None:
+        return Liveness.GONE, "not a session owner"
+    if session is None:
+        return Liveness.GONE, "no session item"
+    if session.incarnation != parsed[1]:
+        return Liveness.GONE, f"replaced by incarnation {session.incarnation[:64]}"
+    if session.state is not SessionState.ALIVE:
+        return Liveness.GONE, f"session {session.state.value}"
+    if rules.is_expired(session.expires_at_ms, now_ms, skew_ms):
+        # Only the sweeper may declare it dead (mark_dead); it then reaps the stream.
+        return Liveness.SILENT, (f"silent {now_ms - session.expires_at_ms} ms past its TTL; "
+                                 "the sweeper declares it dead and reaps it")
+    return Liveness.LIVE, "session alive"
 
 
 def _release_reason(new: LeaseItem) -> Reason:

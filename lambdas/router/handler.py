@@ -2,10 +2,14 @@
 
 Each invocation (1) decides every record with the pure ``decide``, (2) sends all nudges in
 ``SendMessageBatch`` calls of 10 (one nudge per connection and delay, however many records
-asked), (3) normalises items that lack an expiry, then (4) lets Powertools' ``BatchProcessor``
-turn the outcome into a partial batch response: a record whose nudge or normalisation failed is
-reported by sequence number so Lambda retries from it; a malformed record is logged, counted and
-skipped, so it never blocks the shard.
+asked), (3) checks the session of an old owner named by a restarted stream (``owners``: a gone
+session's stream is released, and that release's record nudges it), (4) gives stop orders:
+first a message on the owner's order queue when ``HOLDFAST_ORDERS_QUEUE_PREFIX`` is set
+(``order_queue``, best effort), then the durable order in its session item, (5) normalises
+items that lack an expiry, then (6) lets Powertools' ``BatchProcessor`` turn the outcome into a
+partial batch response: a record whose nudge, owner check, session order or normalisation
+failed is reported by sequence number so Lambda retries from it; a malformed record is logged,
+counted and skipped, so it never blocks the shard.
 
 Clients are built on first use from the standard environment (``AWS_ENDPOINT_URL_*``), so the
 module imports without AWS settings; ``configure()`` injects dependencies in tests.
@@ -43,6 +47,8 @@ from lambdas.exceptions import NudgeNotSent
 from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, service_name
 from lambdas.nudge import send_nudges
 from lambdas.router.decide import Decision, Outcome, decide
+from lambdas.router.order_queue import queue_orders
+from lambdas.router.owners import check_owners
 from lambdas.settings import Settings
 from lambdas.sweeper.loop import session_store_for
 
@@ -139,6 +145,7 @@ def route(event: dict[str, Any], context: LambdaContext | None,
     plan = _decide_all(records, deps)
     plan.start_ns = time.time_ns()
     _send(plan, deps, _out_of_time(context))
+    _check_owners(plan, deps)
     _order(plan, deps)
     _normalise(plan, deps)
     _emit_metrics(plan, len(records))
@@ -233,8 +240,21 @@ def _send(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> Non
             plan.failures[seq] = error
 
 
+def _check_owners(plan: _Plan, deps: RouterDeps) -> None:
+    """Resolve each CHECK_OWNER: a live owner keeps the stream, a gone one loses it."""
+    counts, failures = check_owners(plan.decisions, deps.sessions, deps.clock(),
+                                    deps.settings.skew_ms, logger)
+    plan.counts.update(counts)
+    plan.failures.update(failures)
+
+
 def _order(plan: _Plan, deps: RouterDeps) -> None:
-    """Give each stop order to the owner's session; a dead session gets none (it is reaped)."""
+    """Give each stop order to the owner: its order queue first (fast, best effort), then its
+    session item (durable); a dead session gets none (it is reaped)."""
+    prefix = deps.settings.orders_queue_prefix
+    if prefix:
+        plan.counts.update(queue_orders(plan.decisions, deps.sqs, deps.settings.queue_url,
+                                        prefix, logger))
     for seq, decision in plan.decisions.items():
         if decision.outcome is not Outcome.ORDER or decision.conn_id is None or (
                 decision.owner is None or deps.sessions is None):
@@ -281,5 +301,10 @@ def _emit_metrics(plan: _Plan, n_records: int) -> None:
     metrics.add_metric(name="NudgesFailed", unit=MetricUnit.Count,
                        value=plan.counts["send_failed"])
     metrics.add_metric(name="Normalised", unit=MetricUnit.Count, value=plan.counts["normalised"])
+    emit_counts_by("OwnerChecks", "result", {k[6:]: n for k, n in plan.counts.items()
+                                             if k.startswith("owner_")}, service=SERVICE)
+    emit_counts_by("OrderQueueSends", "result", {k[12:]: n for k, n in plan.counts.items()
+                                                 if k.startswith("order_queue_")},
+                   service=SERVICE)
     emit_counts_by("Nudges", "reason", {k[5:]: n for k, n in plan.counts.items()
                                         if k.startswith("sent:")}, service=SERVICE)

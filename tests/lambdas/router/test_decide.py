@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 
 from holdfast.core.nudge import Nudge
-from lambdas.router.decide import Outcome, Reason, decide
+from holdfast.core.schema import SessionState
+from holdfast.core.sessions import SessionItem
+from lambdas.router.decide import Liveness, Outcome, Reason, decide, owner_liveness
 from tests.lambdas.records import image
 
 NOW = 1_764_460_800_000
@@ -17,6 +19,9 @@ LIVE = NOW + 15_000
 
 STARTED_FREE = image(C, expires=0, epoch=3, status="RELEASED")
 HELD = image(C, owner="w1", expires=LIVE, epoch=3, status="RUNNING", last_seq=7)
+SESSION_OWNER = "w-7#a1b2c3"  # schema.owner_for(worker id, incarnation)
+BACKSTOP = NOW + 3_600_000  # a session-held stream's long lease
+SESSION_HELD = image(C, owner=SESSION_OWNER, expires=BACKSTOP, epoch=3, status="RUNNING")
 
 # (case, event name, old image, new image, outcome, reason, delay_s, normalise)
 CASES: list[tuple[str, str, Any, Any, Outcome, Reason, int, bool]] = [
@@ -64,8 +69,60 @@ CASES: list[tuple[str, str, Any, Any, Outcome, Reason, int, bool]] = [
      image(C, expires=0, epoch=3), Outcome.NUDGE, Reason.STARTED, 0, False),
     ("STOPPED -> STARTED without expiry", "MODIFY", image(C, state="STOPPED"), image(C),
      Outcome.NUDGE, Reason.STARTED, 0, True),
-    ("STOPPED -> STARTED while the holder still holds it", "MODIFY",
+    ("STOPPED -> STARTED, plain owner's lease still running", "MODIFY",
      image(C, state="STOPPED", owner="w1", expires=LIVE, epoch=3), HELD,
+     Outcome.NUDGE, Reason.STARTED, 16, False),
+    ("STOPPED -> STARTED, plain owner's lease expired", "MODIFY",
+     image(C, state="STOPPED", owner="w1", expires=NOW - 5_000, epoch=3),
+     image(C, owner="w1", expires=NOW - 5_000, epoch=3),
+     Outcome.NUDGE, Reason.STARTED, 0, False),
+    ("STOPPED -> STARTED, plain owner's lease beyond SQS's delay", "MODIFY",
+     image(C, state="STOPPED", owner="w1", expires=NOW + 3_600_000, epoch=3),
+     image(C, owner="w1", expires=NOW + 3_600_000, epoch=3),
+     Outcome.SKIP, Reason.DEFERRED, 0, False),
+    ("STOPPED -> STARTED, session owner", "MODIFY",
+     image(C, state="STOPPED", owner=SESSION_OWNER, expires=BACKSTOP, epoch=3),
+     image(C, owner=SESSION_OWNER, expires=BACKSTOP, epoch=3),
+     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
+    ("STOPPED -> STARTED, session owner's lease expired", "MODIFY",
+     image(C, state="STOPPED", owner=SESSION_OWNER, expires=NOW - 5_000, epoch=3),
+     image(C, owner=SESSION_OWNER, expires=NOW - 5_000, epoch=3),
+     Outcome.NUDGE, Reason.STARTED, 0, False),
+    ("STOPPED -> STARTED, owned, expiry 0", "MODIFY",
+     image(C, state="STOPPED", owner=SESSION_OWNER, expires=0, epoch=3),
+     image(C, owner=SESSION_OWNER, expires=0, epoch=3),
+     Outcome.NUDGE, Reason.STARTED, 0, False),
+    ("STOPPED -> STARTED, owned, no expiry", "MODIFY",
+     image(C, state="STOPPED", owner=SESSION_OWNER, epoch=3),
+     image(C, owner=SESSION_OWNER, epoch=3),
+     Outcome.NUDGE, Reason.STARTED, 0, True),
+    ("STOPPED -> STARTED, owner with an impossible worker id", "MODIFY",
+     image(C, state="STOPPED", owner="bad id#abc", expires=LIVE, epoch=3),
+     image(C, owner="bad id#abc", expires=LIVE, epoch=3),
+     Outcome.NUDGE, Reason.STARTED, 16, False),
+    ("seed release: expiry 0, owner kept", "MODIFY", HELD,
+     image(C, owner="w1", expires=0, epoch=3, status="RUNNING", last_seq=9),
+     Outcome.NUDGE, Reason.FREED, 0, False),
+    ("forced handover of a session's stream", "MODIFY", SESSION_HELD,
+     image(C, owner=SESSION_OWNER, expires=0, epoch=3, status="RUNNING"),
+     Outcome.NUDGE, Reason.FREED, 0, False),
+    ("expiry 0 written where there was none", "MODIFY", image(C, owner="w1", epoch=3),
+     image(C, owner="w1", expires=0, epoch=3), Outcome.NUDGE, Reason.FREED, 0, False),
+    ("expiry 0, old image missing", "MODIFY", None, image(C, owner="w1", expires=0, epoch=3),
+     Outcome.NUDGE, Reason.FREED, 0, False),
+    ("insert owned with expiry 0", "INSERT", None, image(C, owner="w1", expires=0, epoch=3),
+     Outcome.NUDGE, Reason.FREED, 0, False),
+    ("later write to an item freed by the same owner", "MODIFY",
+     image(C, owner="w1", expires=0, epoch=3, last_seq=9),
+     image(C, owner="w1", expires=0, epoch=3, last_seq=9, ws_url="wss://o.test/"),
+     Outcome.SKIP, Reason.OWNED, 0, False),
+    ("freed item named to another owner", "MODIFY", image(C, owner="w1", expires=0, epoch=3),
+     image(C, owner="w2", expires=0, epoch=3), Outcome.NUDGE, Reason.FREED, 0, False),
+    ("session heartbeat-era checkpoint", "MODIFY", SESSION_HELD,
+     image(C, owner=SESSION_OWNER, expires=BACKSTOP, epoch=3, status="RUNNING", last_seq=99),
+     Outcome.SKIP, Reason.OWNED, 0, False),
+    ("claim of a freed item", "MODIFY", image(C, owner="w1", expires=0, epoch=3),
+     image(C, owner="w2", expires=LIVE, epoch=4, status="RUNNING"),
      Outcome.SKIP, Reason.OWNED, 0, False),
     ("STARTED -> STOPPED", "MODIFY", HELD,
      image(C, state="STOPPED", owner="w1", expires=LIVE, epoch=3),
@@ -150,3 +207,40 @@ def test_delay_includes_skew() -> None:
     d = decide("MODIFY", HELD, image(C, expires=NOW + 10_000, status="BACKOFF"), NOW,
                skew_ms=2_500)
     assert d.delay_s == 13
+
+
+def test_check_owner_names_the_owner() -> None:
+    """A restart with a session owner named asks the handler about exactly that owner."""
+    d = decide("MODIFY", image(C, state="STOPPED", owner=SESSION_OWNER, expires=BACKSTOP,
+                               epoch=3),
+               SESSION_HELD, NOW)
+    assert (d.outcome, d.owner, d.conn_id, d.epoch, d.acts) == (
+        Outcome.CHECK_OWNER, SESSION_OWNER, C, 3, True)
+    assert d.nudge() is None
+
+
+def _session(incarnation: str = "a1b2c3", state: SessionState = SessionState.ALIVE,
+             expires: int = NOW + 4_000) -> SessionItem:
+    return SessionItem("w-7", incarnation, state, expires)
+
+
+LIVENESS: list[tuple[str, SessionItem | None, Liveness]] = [
+    ("alive, within its TTL", _session(), Liveness.LIVE),
+    ("alive, past its TTL but within the skew", _session(expires=NOW - 500), Liveness.LIVE),
+    ("alive, silent past TTL + skew", _session(expires=NOW - 1_000), Liveness.SILENT),
+    ("no session item", None, Liveness.GONE),
+    ("replaced by another incarnation", _session("ffff"), Liveness.GONE),
+    ("declared dead", _session(state=SessionState.DEAD), Liveness.GONE),
+    ("ended (said goodbye)", _session(state=SessionState.ENDED), Liveness.GONE),
+]
+
+
+@pytest.mark.parametrize(("case", "session", "verdict"), LIVENESS, ids=[c[0] for c in LIVENESS])
+def test_owner_liveness(case: str, session: SessionItem | None, verdict: Liveness) -> None:
+    """A session keeps its stream only while ALIVE, same incarnation, within TTL + skew."""
+    assert owner_liveness(SESSION_OWNER, session, NOW, SKEW)[0] is verdict
+
+
+def test_plain_owner_has_no_live_session() -> None:
+    """An owner without '#' names no session; owner_liveness never calls it live."""
+    assert owner_liveness("w1", _session(), NOW, SKEW)[0] is Liveness.GONE

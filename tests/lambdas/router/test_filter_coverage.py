@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from holdfast.core.filters import FILTER_PATTERNS, filter_criteria
-from lambdas.router.decide import decide
+from holdfast.runner.matcher import FilterSet
+from lambdas.router.decide import Outcome, Reason, decide
 from tests.lambdas.records import image, record
 
 NOW = 1_764_460_800_000
@@ -46,7 +47,7 @@ def passes_filter(rec: dict[str, Any]) -> bool:
     return any(eb_match(p, rec) for p in FILTER_PATTERNS)
 
 
-strings = st.sampled_from(["w1", "worker-b", ""])
+strings = st.sampled_from(["w1", "worker-b", "", "w1#a1b2c3", "w2#ffff"])
 numbers = st.sampled_from([0, 1, NOW - 60_000, NOW - 1_500, NOW - 500, NOW + 500, NOW + 20_000,
                            NOW + 3_600_000, 10**13])
 # Mostly well-formed values, so that most generated records are ones the router acts on or
@@ -142,6 +143,83 @@ def test_filter_matches_the_cases_that_need_nudges() -> None:
     assert passes_filter(record("MODIFY", held, image("c1", expires=0, status="RELEASED")))
     assert passes_filter(record("MODIFY", held, image("c1", expires=NOW, status="BACKOFF")))
     assert passes_filter(record("MODIFY", image("c1", state="STOPPED"), image("c1", expires=0)))
+
+
+SESSION_OWNER = "w-7#a1b2c3"
+BACKSTOP = NOW + 3_600_000
+
+
+def freed_in_place() -> dict[str, Any]:
+    """The seed's release_lease: expiry 0, the owner left in place."""
+    return record("MODIFY", image("c1", owner="w1", expires=NOW + 5_000, epoch=2),
+                  image("c1", owner="w1", expires=0, epoch=2))
+
+
+def restarted_with_owner(owner: str = SESSION_OWNER) -> dict[str, Any]:
+    """STOPPED -> STARTED on an item that still names its old (session) owner."""
+    return record("MODIFY", image("c1", state="STOPPED", owner=owner, expires=BACKSTOP, epoch=2),
+                  image("c1", owner=owner, expires=BACKSTOP, epoch=2))
+
+
+def test_freed_in_place_passes_and_is_nudged() -> None:
+    """Expiry set to 0 with the owner kept passes the filter and is nudged at once."""
+    rec = freed_in_place()
+    assert passes_filter(rec)
+    d = decide("MODIFY", rec["dynamodb"]["OldImage"], rec["dynamodb"]["NewImage"], NOW)
+    assert (d.outcome, d.reason, d.delay_s) == (Outcome.NUDGE, Reason.FREED, 0)
+
+
+def test_restart_with_owner_passes_and_is_checked() -> None:
+    """STOPPED -> STARTED with an owner passes; a session owner is checked, a plain one
+    nudged."""
+    for owner, outcome in ((SESSION_OWNER, Outcome.CHECK_OWNER), ("w1", Outcome.SKIP)):
+        rec = restarted_with_owner(owner)
+        assert passes_filter(rec)
+        d = decide("MODIFY", rec["dynamodb"]["OldImage"], rec["dynamodb"]["NewImage"], NOW)
+        # A plain owner's hour-long lease is past SQS's delay: deferred to the sweeper.
+        assert d.outcome is outcome, d
+
+
+def test_session_heartbeats_checkpoints_and_claims_are_filtered_out() -> None:
+    """Writes that keep STARTED and a non-zero expiry (checkpoint, claim, takeover) do not
+    pass, with session and plain owners alike."""
+    for owner in (SESSION_OWNER, "w1"):
+        held = image("c1", owner=owner, expires=BACKSTOP, epoch=2, last_seq=4)
+        assert not passes_filter(record("MODIFY", held, image(
+            "c1", owner=owner, expires=BACKSTOP, epoch=2, last_seq=9)))
+        assert not passes_filter(record("MODIFY", image("c1", expires=0, epoch=1), held))
+        assert not passes_filter(record("MODIFY", image("c1", owner="x", expires=0, epoch=1),
+                                        held))
+
+
+def test_later_writes_to_a_freed_item_pass_but_are_skipped() -> None:
+    """An item already freed in place passes on every write (a filter cannot compare images);
+    the router skips it unless something changed."""
+    freed = image("c1", owner="w1", expires=0, epoch=2, last_seq=3)
+    rec = record("MODIFY", freed, image("c1", owner="w1", expires=0, epoch=2, last_seq=3,
+                                        ws_url="wss://o.test/"))
+    assert passes_filter(rec)
+    d = decide("MODIFY", rec["dynamodb"]["OldImage"], rec["dynamodb"]["NewImage"], NOW)
+    assert (d.outcome, d.reason) == (Outcome.SKIP, Reason.OWNED)
+
+
+def test_runner_matcher_agrees_on_the_new_cases() -> None:
+    """The local runner's matcher lets the same records through: the expiry's "0" is matched
+    as the string DynamoDB streams carry, and a non-zero expiry is not."""
+    runner = FilterSet(FILTER_PATTERNS)
+    held = image("c1", owner="w1", expires=NOW, epoch=2)
+    cases = [freed_in_place(), restarted_with_owner(), restarted_with_owner("w1"),
+             record("MODIFY", held, image("c1", owner="w1", expires=NOW + 20_000, epoch=2)),
+             record("MODIFY", held, image("c1", owner="w1", expires=10, epoch=2)),
+             record("MODIFY", held, image("c1", owner="w1", expires=0, state="STOPPED")),
+             record("INSERT", None, image("c1", owner="w1", expires=0))]
+    assert [runner(r) for r in cases] == [passes_filter(r) for r in cases] == [
+        True, True, True, False, False, True, True]
+
+
+def test_filters_fit_lambdas_quota() -> None:
+    """Lambda accepts at most 5 filters per event source mapping (default quota)."""
+    assert len(filter_criteria()["Filters"]) <= 5
 
 
 def test_filter_criteria_round_trips() -> None:
