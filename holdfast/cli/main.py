@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from holdfast import __version__
 from holdfast.cli.ops import OPS_COMMANDS
+from holdfast.cli.taskstopped import TASKSTOPPED_COMMANDS
 from holdfast.fleet.cli import FLEET_COMMANDS
 from holdfast.upstream import cli as upstream_cli
 
@@ -34,6 +35,7 @@ COMMANDS["localaws"] = ("run the embedded local AWS (DynamoDB Local + moto SQS) 
                         _add_localaws, _run_localaws)
 COMMANDS["upstream"] = upstream_cli.COMMAND
 COMMANDS.update(OPS_COMMANDS)
+COMMANDS.update(TASKSTOPPED_COMMANDS)
 COMMANDS.update(FLEET_COMMANDS)
 
 

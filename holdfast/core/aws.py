@@ -91,7 +91,8 @@ def sqs_client(config: Config | None = None) -> SQSClient:
 
 # Module of the code that built a client -> the component whose IAM role makes its calls.
 _COMPONENTS = (("worker", "worker"), ("lambdas.router", "router"),
-               ("lambdas.sweeper", "sweeper"), ("holdfast.runner", "runner"),
+               ("lambdas.sweeper", "sweeper"), ("lambdas.taskstopped", "taskstopped"),
+               ("holdfast.runner", "runner"),
                ("holdfast.cli", "cli"), ("bench", "bench"))
 # Words of update/condition expressions that are not attribute names.
 _EXPRESSION_WORDS = frozenset({

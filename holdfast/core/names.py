@@ -62,10 +62,14 @@ __all__ = [
     "METRIC_RECONNECTS",
     "METRIC_RENEW_FAILURES",
     "METRIC_RENEW_LATENCY",
+    "METRIC_REPORTED_DEAD_SESSIONS",
     "METRIC_SESSION_RENEW_FAILURES",
     "METRIC_STREAMS_REAPED",
     "METRIC_SWEEPS",
     "METRIC_SWEEP_ERRORS",
+    "METRIC_TASK_EVENTS_MALFORMED",
+    "METRIC_TASK_EVENTS_SKIPPED",
+    "METRIC_TASK_STOPS_REPORTED",
     "METRIC_UPSTREAM_GIVE_UPS",
     "NAMESPACE",
     "SPAN_CLAIM",
@@ -73,6 +77,7 @@ __all__ = [
     "SPAN_FIRST_MESSAGE",
     "SPAN_ROUTE",
     "SPAN_SWEEP",
+    "TASKSTOPPED_SERVICE",
     "TRACE_ATTR_COMPONENT",
     "TRACE_ATTR_STREAM_ID",
     "TRACE_ATTR_WORKER_ID",
@@ -176,6 +181,15 @@ METRIC_OLDEST_ORPHAN_AGE: Final = "OldestOrphanAge"
 # from dead or ended sessions. The dead-session alarm watches the first.
 METRIC_DEAD_SESSIONS: Final = "DeadSessions"
 METRIC_STREAMS_REAPED: Final = "StreamsReaped"
+# The taskstopped function (ECS reported a worker task STOPPED): stops it acted on, sessions it
+# declared dead (no TTL waited out), and events it skipped (not STOPPED, repeats, malformed);
+# the streams it released count as StreamsReaped under its own service dimension.
+METRIC_TASK_STOPS_REPORTED: Final = "TaskStopsReported"
+METRIC_REPORTED_DEAD_SESSIONS: Final = "ReportedDeadSessions"
+METRIC_TASK_EVENTS_SKIPPED: Final = "TaskEventsSkipped"
+METRIC_TASK_EVENTS_MALFORMED: Final = "TaskEventsMalformed"
+# Its ``service`` suffix (``<fleet>-taskstopped``), like ``service_names`` gives the others.
+TASKSTOPPED_SERVICE: Final = "taskstopped"
 
 # The container health check: exits 0 while the worker's supervisor loop is alive.
 WORKER_HEALTH_COMMAND: Final = ("python", "-m", "worker.health")

@@ -13,11 +13,14 @@ process (same id, new incarnation) never matches its predecessor's streams.
   plus the skew allowance; a late heartbeat cannot undo it (it requires ALIVE).
 - ``reap``: release every stream a non-live session owns (owner index, each release conditional
   on the owner), then mark the session reaped with a TTL.
+- ``report_dead``: the platform said the process is gone (ECS task STOPPED): declare DEAD at
+  once (no TTL to wait out: nothing of a stopped task can still use a lease), then reap.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import secrets
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +51,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REAPED_TTL_S",
+    "REPORT_READS",
+    "ReportedDeath",
     "Session",
     "SessionItem",
     "SessionStore",
@@ -60,6 +65,18 @@ __all__ = [
 # How long a reaped session item stays visible (holdfast status: recent deaths) before TTL.
 REAPED_TTL_S = 86_400
 REAP_PARALLEL = 8  # releases of one dead session in flight at once
+# What ``report_dead`` reads of a session item (infra pins the reporter's GetItem to these).
+REPORT_READS = (SESSION.pk, SESSION.incarnation, SESSION.state, SESSION.expires_at_ms,
+                SESSION.heartbeat_at_ms, SESSION.started_at_ms, SESSION.reaped_at_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportedDeath:
+    """What ``report_dead`` did: declared the session DEAD, streams released, or why not."""
+
+    declared_dead: bool
+    released: int
+    skipped_reason: str | None = None
 
 
 class SweepLog(Protocol):
@@ -102,6 +119,7 @@ class SessionItem:
     capacity: int = 0
     orders: frozenset[str] = field(default_factory=frozenset)
     reaped: bool = False
+    started_at_ms: int = 0  # 0: not recorded
 
     @property
     def owner(self) -> str:
@@ -131,7 +149,8 @@ class SessionItem:
                    _n(raw, SESSION.heartbeat_at_ms, pk) or 0, _n(raw, SESSION.held, pk) or 0,
                    _n(raw, SESSION.capacity, pk) or 0,
                    frozenset(o for o in orders if isinstance(o, str)),
-                   _n(raw, SESSION.reaped_at_ms, pk) is not None)
+                   _n(raw, SESSION.reaped_at_ms, pk) is not None,
+                   _n(raw, SESSION.started_at_ms, pk) or 0)
 
 
 def _s(raw: Mapping[str, Any], name: str) -> str | None:
@@ -279,26 +298,71 @@ class SessionStore:
     # -- the sweeper's side ------------------------------------------------------------------
     def mark_dead(self, item: SessionItem, *, reason: str = "silent past its TTL") -> bool:
         """Declare an ALIVE session silent past TTL + skew DEAD; True if this call did it."""
+        return self._declare_dead(item, reason, rules.acquire_cutoff_ms(self.clock(),
+                                                                         self.skew_ms))
+
+    def _declare_dead(self, item: SessionItem, reason: str, cutoff_ms: int | None) -> bool:
+        """The one DEAD write: conditional on the incarnation, ALIVE and (``cutoff_ms`` given)
+        an expiry at or before it. A late heartbeat cannot undo it: it requires ALIVE."""
         if item.state is not SessionState.ALIVE:
             return False
-        now = self.clock()
+        cond = "#inc = :inc AND #state = :alive"
+        names = {"#state": SESSION.state, "#at": SESSION.ended_at_ms, "#why": SESSION.end_reason,
+                 "#inc": SESSION.incarnation}
+        values = {":dead": {"S": SessionState.DEAD}, ":now": _num(self.clock()),
+                  ":why": {"S": reason[:200]}, ":inc": {"S": item.incarnation},
+                  ":alive": {"S": SessionState.ALIVE}}
+        if cutoff_ms is not None:
+            cond += " AND #exp <= :cutoff"
+            names["#exp"] = SESSION.expires_at_ms
+            values[":cutoff"] = _num(cutoff_ms)
         try:
             call("mark_session_dead", self.client.update_item, TableName=self.table,
                  Key=self._key(item.worker_id),
                  UpdateExpression="SET #state = :dead, #at = :now, #why = :why",
-                 ConditionExpression="#inc = :inc AND #state = :alive AND #exp <= :cutoff",
-                 ExpressionAttributeNames={"#state": SESSION.state, "#at": SESSION.ended_at_ms,
-                                           "#why": SESSION.end_reason,
-                                           "#inc": SESSION.incarnation,
-                                           "#exp": SESSION.expires_at_ms},
-                 ExpressionAttributeValues={
-                     ":dead": {"S": SessionState.DEAD}, ":now": _num(now),
-                     ":why": {"S": reason[:200]}, ":inc": {"S": item.incarnation},
-                     ":alive": {"S": SessionState.ALIVE},
-                     ":cutoff": _num(rules.acquire_cutoff_ms(now, self.skew_ms))})
+                 ConditionExpression=cond, ExpressionAttributeNames=names,
+                 ExpressionAttributeValues=values)
         except ConditionFailed:
             return False
         return True
+
+    def report_dead(self, worker_id: str, *, stopped_at_ms: int | None,
+                    reason: str) -> ReportedDeath:
+        """The platform reports ``worker_id``'s process gone: declare it DEAD now, then reap.
+
+        Idempotent (every write is conditional): a DEAD or ENDED session not yet reaped is
+        reaped, a reaped or missing one is left alone. ``stopped_at_ms`` guards a reused id: a
+        session started after the stop is a newer process under the same id, and stays.
+        ``ValueError`` for an invalid worker id.
+        """
+        item = self._read_for_report(validate_worker_id(worker_id))
+        if item is None:
+            return ReportedDeath(False, 0, "no session item for this worker id")
+        if stopped_at_ms is not None and item.started_at_ms > stopped_at_ms:
+            return ReportedDeath(False, 0, f"session {item.owner} started after the task "
+                                           "stopped (a newer process under the same id)")
+        if item.reaped:
+            return ReportedDeath(False, 0, f"session {item.owner} is already reaped")
+        declared = self._declare_dead(item, f"platform: {reason}", None)
+        if declared:
+            item = _as_dead(item)
+        elif item.state is SessionState.ALIVE:
+            # Lost a race: re-read. Another reporter or the sweeper made it DEAD (reap it), or
+            # a newer incarnation took the id (leave it alone).
+            again = self._read_for_report(worker_id)
+            if again is None or again.incarnation != item.incarnation:
+                return ReportedDeath(False, 0, "replaced by a newer incarnation meanwhile")
+            item = again
+        return ReportedDeath(declared, self.reap(item), None)
+
+    def _read_for_report(self, worker_id: str) -> SessionItem | None:
+        # A projection (not the whole item): IAM pins the reporter to the attributes it reads.
+        resp = call("get_session", self.client.get_item, TableName=self.table,
+                    Key=self._key(worker_id), ConsistentRead=True,
+                    ProjectionExpression=", ".join(f"#a{i}" for i in range(len(REPORT_READS))),
+                    ExpressionAttributeNames={f"#a{i}": a for i, a in enumerate(REPORT_READS)})
+        raw = resp.get("Item")
+        return SessionItem.from_ddb(raw) if raw else None
 
     def owned_by(self, owner: str) -> list[str]:
         """Ids of the streams ``owner`` holds (owner index: eventually consistent)."""
@@ -431,8 +495,7 @@ def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
 
 
 def _as_dead(item: SessionItem) -> SessionItem:
-    return SessionItem(item.worker_id, item.incarnation, SessionState.DEAD, item.expires_at_ms,
-                       item.heartbeat_at_ms, item.held, item.capacity, item.orders, item.reaped)
+    return dataclasses.replace(item, state=SessionState.DEAD)
 
 
 def _why_lost(raw: Mapping[str, Any] | None, incarnation: str) -> str:

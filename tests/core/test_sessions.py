@@ -11,7 +11,7 @@ from holdfast.core.exceptions import LeaseLost, LossReason, SessionConflict, Ses
 from holdfast.core.model import Lease
 from holdfast.core.orders import Order, parse_order
 from holdfast.core.schema import BACKSTOP_MS, GSI_NAME, OWNER_INDEX_NAME, SessionState
-from holdfast.core.sessions import SessionStore, sweep_sessions
+from holdfast.core.sessions import ReportedDeath, SessionStore, sweep_sessions
 from holdfast.core.store import LeaseStore, renew_clauses
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
@@ -179,3 +179,66 @@ def test_checkpoint_without_extend_touches_no_index(leases: LeaseStore, ddb: Any
     refreshed = units(leases.clock() + BACKSTOP_MS + 1, 6)
     assert refreshed["table"] == 1.0 and refreshed.get(GSI_NAME) == 2.0
     assert OWNER_INDEX_NAME not in refreshed
+
+
+def test_reported_death_declares_a_fresh_session_dead_and_releases_every_stream(
+        sessions: SessionStore, leases: LeaseStore, clock: Clock, unique_id: str) -> None:
+    """A platform report needs no TTL: a session that just heartbeat is DEAD, its streams free."""
+    s = sessions.start(unique_id, capacity=5)
+    held = held_streams(leases, s.owner, [f"{unique_id}-{i}" for i in range(3)])
+    clock.now += 100
+    s, _ = sessions.heartbeat(s, held=3, capacity=5)
+    done = sessions.report_dead(unique_id, stopped_at_ms=clock.now, reason="task stopped")
+    assert done.declared_dead and done.released == 3 and done.skipped_reason is None
+    for lease in held:
+        item = leases.get(lease.conn_id)
+        assert item is not None and item.lease_owner is None and item.lease_expires_at_ms == 0
+    with pytest.raises(SessionLost, match="DEAD"):
+        sessions.heartbeat(s, held=3, capacity=5)
+    item = sessions.get(unique_id)
+    assert item is not None and item.state is SessionState.DEAD
+
+
+def test_reported_death_is_idempotent(sessions: SessionStore, leases: LeaseStore, clock: Clock,
+                                      unique_id: str) -> None:
+    """A repeated report declares nothing twice, releases nothing twice, then says reaped."""
+    s = sessions.start(unique_id, capacity=5)
+    held_streams(leases, s.owner, [f"{unique_id}-a"])
+    first = sessions.report_dead(unique_id, stopped_at_ms=None, reason="task stopped")
+    assert first.declared_dead and first.released == 1
+    again = sessions.report_dead(unique_id, stopped_at_ms=None, reason="task stopped")
+    assert not again.declared_dead and again.released == 0  # reaped now: nothing left
+    third = sessions.report_dead(unique_id, stopped_at_ms=None, reason="task stopped")
+    assert (not third.declared_dead and third.released == 0
+            and "already reaped" in (third.skipped_reason or ""))
+
+
+def test_reported_death_spares_a_newer_incarnation_under_the_same_id(
+        sessions: SessionStore, leases: LeaseStore, clock: Clock, unique_id: str) -> None:
+    """A stop reported for a task that stopped before this session started leaves it alive."""
+    stopped_at = clock.now
+    clock.now += 5_000
+    s = sessions.start(unique_id, capacity=5)
+    (lease,) = held_streams(leases, s.owner, [f"{unique_id}-a"])
+    done = sessions.report_dead(unique_id, stopped_at_ms=stopped_at, reason="old task")
+    assert not done.declared_dead and done.released == 0
+    assert "started after the task stopped" in (done.skipped_reason or "")
+    assert leases.get(lease.conn_id).lease_owner == s.owner  # type: ignore[union-attr]
+    sessions.heartbeat(s, held=1, capacity=5)  # still ALIVE
+
+
+def test_reported_death_of_an_ended_session_reaps_and_of_a_missing_one_is_a_no_op(
+        sessions: SessionStore, leases: LeaseStore, unique_id: str) -> None:
+    """ENDED with a leftover stream: released (not re-declared); an unknown id: a clear no-op."""
+    s = sessions.start(unique_id, capacity=5)
+    (a,) = held_streams(leases, s.owner, [f"{unique_id}-a"])
+    assert sessions.end(s)
+    done = sessions.report_dead(unique_id, stopped_at_ms=None, reason="task stopped")
+    assert not done.declared_dead and done.released == 1
+    assert leases.get(a.conn_id).lease_owner is None  # type: ignore[union-attr]
+    item = sessions.get(unique_id)
+    assert item is not None and item.state is SessionState.ENDED
+    missing = sessions.report_dead(f"{unique_id}-none", stopped_at_ms=None, reason="x")
+    assert missing == ReportedDeath(False, 0, "no session item for this worker id")
+    with pytest.raises(ValueError, match="invalid worker id"):
+        sessions.report_dead("bad id!", stopped_at_ms=None, reason="x")

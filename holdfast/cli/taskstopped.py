@@ -1,0 +1,54 @@
+"""``holdfast task-stopped WORKER_ID``: report a worker's process gone, as ECS would.
+
+Builds the "ECS Task State Change" (STOPPED) event the platform sends and runs the taskstopped
+Lambda's own ``handle`` in this process, against the tables the environment names
+(HOLDFAST_TABLE, HOLDFAST_SESSION_TABLE, AWS_ENDPOINT_URL_*): the session is declared dead at
+once and its streams released, with no TTL waited out. Only for a process that is really gone:
+a live one loses its leases (its next heartbeat is refused and it stops serving).
+Exit codes as the other operator commands (``holdfast.cli.ops``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from holdfast.cli.ops import EXIT_AWS, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from holdfast.core.exceptions import ConfigError, HoldfastError, StoreUnavailable
+
+__all__ = ["TASKSTOPPED_COMMANDS"]
+
+
+def _add(p: argparse.ArgumentParser) -> None:
+    p.add_argument("worker_id", metavar="WORKER_ID",
+                   help="the worker id (on ECS: the task id) whose process is gone")
+    p.add_argument("--reason", default="reported stopped by an operator",
+                   help="why it stopped (kept as the session's end reason)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from lambdas.taskstopped.handler import report_stopped
+
+    def fail(code: int, message: str) -> int:
+        print(f"holdfast task-stopped: {message}", file=sys.stderr)
+        return code
+
+    try:
+        out = report_stopped(args.worker_id, reason=args.reason)
+    except ValueError as exc:  # ConfigError is not one: it is caught below
+        return fail(EXIT_USAGE, str(exc))
+    except ConfigError as exc:
+        return fail(EXIT_USAGE if "is not set" in str(exc) else EXIT_AWS,
+                    f"{exc} (for the local stack: source the env file `holdfast up` writes)")
+    except StoreUnavailable as exc:
+        return fail(EXIT_AWS, f"cannot reach DynamoDB: {exc}")
+    except HoldfastError as exc:
+        return fail(EXIT_FAILED, str(exc))
+    print(out.describe())
+    return EXIT_OK
+
+
+TASKSTOPPED_COMMANDS = {
+    "task-stopped": ("report a worker's task stopped, as ECS would: its session is declared "
+                     "dead now and its streams released", _add, _run),
+}

@@ -1,0 +1,193 @@
+"""The taskstopped Lambda: ECS says a worker task STOPPED -> its session is declared dead now.
+
+An EventBridge rule (``infra.taskstopped``) sends the fleet service's "ECS Task State Change"
+events with ``lastStatus`` STOPPED here. A stopped task's containers are gone, so nothing of it
+can still use a lease: ``SessionStore.report_dead`` declares the session DEAD without waiting
+out its TTL and releases every stream it owned, and the stream-triggered router nudges the
+survivors to claim them. The same ``handle`` runs in ``holdfast task-stopped`` and in
+``holdfast up`` (a worker it started exited unexpectedly), so the local fleet shows this path.
+
+Events repeat and arrive out of order: ``HandledTasks`` (module state, a warm container's
+memory) drops repeats cheaply; every write is conditional, so what it misses is harmless.
+A DynamoDB error raises, so the invocation fails and is retried (then parked in the DLQ).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+from holdfast.core import names, tracing
+from holdfast.core.aws import client_config, dynamodb_client
+from holdfast.core.exceptions import ConfigError
+from holdfast.core.model import validate_worker_id
+from holdfast.core.sessions import SessionStore, SweepLog
+from holdfast.core.store import wall_clock_ms
+from lambdas.metrics import METRICS_NAMESPACE, metrics_enabled, service_name
+from lambdas.settings import env_int
+from lambdas.taskstopped.events import HandledTasks, Skip, parse_event, task_stopped_event
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+__all__ = ["Outcome", "TaskStoppedDeps", "configure", "deps_for_env", "handle",
+           "lambda_handler", "report_stopped"]
+
+SERVICE = service_name("holdfast-taskstopped")
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE)
+tracing.setup(SERVICE)
+log = logging.getLogger(__name__)
+
+_state: dict[str, TaskStoppedDeps] = {}
+
+
+@dataclass
+class TaskStoppedDeps:
+    sessions: SessionStore
+    memory: HandledTasks = field(default_factory=HandledTasks)
+    log: SweepLog = log
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one event led to; ``skipped`` says why nothing was done (None: reported)."""
+
+    worker_id: str | None
+    declared_dead: bool = False
+    released: int = 0
+    skipped: str | None = None
+    malformed: bool = False
+    duplicate: bool = False
+
+    def describe(self) -> str:
+        if self.skipped is not None:
+            return f"{self.worker_id or 'event'}: nothing done: {self.skipped}"
+        return (f"{self.worker_id}: session "
+                + ("declared dead" if self.declared_dead else "was no longer alive")
+                + f", {self.released} streams released")
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise ConfigError(f"{name} is not set")
+    return value
+
+
+def _client_for(env: Mapping[str, str]) -> DynamoDBClient:
+    """The sweeper's client (short timeouts, few retries) on the endpoint ``env`` names."""
+    if env is os.environ:
+        return dynamodb_client(client_config(read_timeout=2.0))
+    import boto3
+
+    session = boto3.session.Session(
+        aws_access_key_id=env.get("AWS_ACCESS_KEY_ID"),
+        aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
+        aws_session_token=env.get("AWS_SESSION_TOKEN"),
+        region_name=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"))
+    endpoint = env.get("AWS_ENDPOINT_URL_DYNAMODB") or env.get("AWS_ENDPOINT_URL") or None
+    client: DynamoDBClient = session.client("dynamodb", endpoint_url=endpoint,
+                                            config=client_config(read_timeout=2.0))
+    return client
+
+
+def deps_for_env(env: Mapping[str, str] | None = None, *,
+                 logger_: SweepLog = log) -> TaskStoppedDeps:
+    """Deps on the tables ``env`` names (default: this process's environment).
+
+    ``ConfigError`` if HOLDFAST_TABLE or HOLDFAST_SESSION_TABLE is not set."""
+    e = os.environ if env is None else env
+    table = _required(e, names.ENV_TABLE)
+    session_table = _required(e, names.ENV_SESSION_TABLE)
+    store = SessionStore(_client_for(e), session_table, table,
+                         ttl_ms=env_int(e, names.ENV_LEASE_MS, 20_000, 1_000, 3_600_000),
+                         skew_ms=env_int(e, names.ENV_SKEW_MS, 1_000, 0, 60_000))
+    return TaskStoppedDeps(store, log=logger_)
+
+
+def handle(event: object, deps: TaskStoppedDeps) -> Outcome:
+    """Handle one event: parse, drop a repeat, report the death. Raises only on AWS errors."""
+    stop = parse_event(event)
+    if isinstance(stop, Skip):
+        if stop.malformed:
+            deps.log.error("skipping malformed task event: %s", stop.reason,
+                           extra={"reason": stop.reason})
+        return Outcome(None, skipped=stop.reason, malformed=stop.malformed)
+    if stop in deps.memory:
+        return Outcome(stop.worker_id, skipped="already handled (a repeated event)",
+                       duplicate=True)
+    done = deps.sessions.report_dead(stop.worker_id, stopped_at_ms=stop.stopped_at_ms,
+                                     reason=stop.reason)
+    deps.memory.add(stop)
+    out = Outcome(stop.worker_id, done.declared_dead, done.released, done.skipped_reason)
+    deps.log.info("task stopped: %s", out.describe(),
+                  extra={"worker_id": stop.worker_id, "declared_dead": done.declared_dead,
+                         "released": done.released, "skipped": done.skipped_reason or "",
+                         "stopped_reason": stop.reason})
+    return out
+
+
+def report_stopped(worker_id: str, env: Mapping[str, str] | None = None, *,
+                   reason: str = "task stopped", stopped_at_ms: int | None = None) -> Outcome:
+    """Report ``worker_id``'s process gone, as ECS would, on the tables ``env`` names.
+
+    For scripts, ``holdfast task-stopped`` and ``holdfast up``: the event is built as ECS
+    builds it and goes through ``handle``. ``ConfigError`` for missing settings; an invalid
+    id is a ``ValueError``."""
+    # A task ARN's last segment is the id: one with a "/" would name another session.
+    if "/" in validate_worker_id(worker_id):
+        raise ValueError(f"invalid worker id {worker_id[:80]!r}: an ECS task id has no '/'")
+    event = task_stopped_event(worker_id, stopped_at_ms=stopped_at_ms or wall_clock_ms(),
+                               reason=reason)
+    return handle(event, deps_for_env(env))
+
+
+def configure(deps: TaskStoppedDeps | None) -> None:
+    """Use ``deps`` from now on; None rebuilds from the environment on first use."""
+    _state.clear()
+    if deps is not None:
+        _state["deps"] = deps
+
+
+def _current() -> TaskStoppedDeps:
+    if "deps" not in _state:
+        configure(deps_for_env(logger_=logger))
+    return _state["deps"]
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Lambda entry point (EventBridge: the fleet service's tasks reported STOPPED)."""
+    try:
+        out = handle(event, _current())
+    finally:
+        tracing.flush()  # a frozen sandbox exports nothing until its next invocation
+    if metrics_enabled():
+        _emit(out)
+    return {"worker_id": out.worker_id, "declared_dead": out.declared_dead,
+            "released": out.released, "skipped": out.skipped}
+
+
+def _emit(out: Outcome) -> None:
+    if out.malformed:
+        metrics.add_metric(name=names.METRIC_TASK_EVENTS_MALFORMED, unit=MetricUnit.Count,
+                           value=1)
+    elif out.skipped is not None:
+        metrics.add_metric(name=names.METRIC_TASK_EVENTS_SKIPPED, unit=MetricUnit.Count,
+                           value=1)
+    else:
+        metrics.add_metric(name=names.METRIC_TASK_STOPS_REPORTED, unit=MetricUnit.Count,
+                           value=1)
+    metrics.add_metric(name=names.METRIC_REPORTED_DEAD_SESSIONS, unit=MetricUnit.Count,
+                       value=int(out.declared_dead))
+    metrics.add_metric(name=names.METRIC_STREAMS_REAPED, unit=MetricUnit.Count,
+                       value=out.released)

@@ -1,0 +1,67 @@
+"""``holdfast task-stopped`` against DynamoDB Local: what it did, and its error exits."""
+
+from __future__ import annotations
+
+import pytest
+
+from holdfast.cli.main import main
+from holdfast.core.schema import BACKSTOP_MS, SessionState
+from holdfast.core.sessions import SessionStore
+from holdfast.core.store import LeaseStore
+from holdfast.core.table import create_stream
+from holdfast.localaws import LocalAws
+from tests.conftest import client_for
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_reports_a_worker_dead_and_releases_its_streams(
+        ddb_local: LocalAws, aws_env: dict[str, str], unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit 0, says it declared the session dead and how many streams it released."""
+    ddb = client_for(ddb_local, "dynamodb")
+    store = SessionStore(ddb, ddb_local.session_table, ddb_local.table, ttl_ms=60_000,
+                         skew_ms=1_000)
+    session = store.start(unique_id, capacity=2)
+    leases = LeaseStore(ddb, ddb_local.table, lease_ms=BACKSTOP_MS, skew_ms=1_000)
+    for conn in (f"{unique_id}-a", f"{unique_id}-b"):
+        assert create_stream(ddb, ddb_local.table, conn, "ws://127.0.0.1:9/x")
+        leases.acquire(conn, session.owner)
+    code, out, err = run(capsys, "task-stopped", unique_id, "--reason", "kernel OOM")
+    assert (code, err) == (0, "")
+    assert out.strip() == f"{unique_id}: session declared dead, 2 streams released"
+    item = store.get(unique_id)
+    assert item is not None and item.state is SessionState.DEAD
+    assert leases.get(f"{unique_id}-a").lease_owner is None  # type: ignore[union-attr]
+    code, out, _ = run(capsys, "task-stopped", unique_id)
+    assert code == 0 and "no longer alive, 0 streams released" in out
+    code, out, _ = run(capsys, "task-stopped", unique_id)
+    assert code == 0 and "nothing done" in out and "already reaped" in out
+
+
+def test_an_unknown_worker_is_a_no_op_that_says_so(aws_env: dict[str, str], unique_id: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """No session of that id: exit 0, nothing done, and why."""
+    code, out, _ = run(capsys, "task-stopped", unique_id)
+    assert code == 0 and "no session item" in out
+
+
+@pytest.mark.parametrize("bad", ["a/b", "has space", ""])
+def test_a_bad_id_exits_2(aws_env: dict[str, str], bad: str,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    """An id that cannot be a task id is refused before anything is read."""
+    code, _, err = run(capsys, "task-stopped", bad)
+    assert code == 2 and "invalid worker id" in err
+
+
+def test_missing_tables_in_the_environment_exit_2(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Without HOLDFAST_SESSION_TABLE it says which variable to set."""
+    monkeypatch.setenv("HOLDFAST_TABLE", "t")
+    monkeypatch.delenv("HOLDFAST_SESSION_TABLE", raising=False)
+    code, _, err = run(capsys, "task-stopped", "w1")
+    assert code == 2 and "HOLDFAST_SESSION_TABLE is not set" in err

@@ -1,0 +1,122 @@
+"""The taskstopped handler on DynamoDB Local: a reported stop frees a worker's streams at once."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from holdfast.core.schema import BACKSTOP_MS, SessionState
+from holdfast.core.sessions import SessionStore
+from holdfast.core.store import LeaseStore, wall_clock_ms
+from holdfast.core.table import create_stream
+from holdfast.localaws import LocalAws
+from holdfast.runner.context import LocalContext
+from lambdas.taskstopped import handler
+from lambdas.taskstopped.events import task_stopped_event
+from lambdas.taskstopped.handler import TaskStoppedDeps, deps_for_env, handle
+
+TTL_MS = 60_000  # long: nothing here may be released by a TTL running out
+
+
+@pytest.fixture
+def deps(ddb_local: LocalAws) -> TaskStoppedDeps:
+    return deps_for_env(ddb_local.env())
+
+
+def _worker(deps: TaskStoppedDeps, worker_id: str, streams: int) -> tuple[Any, list[str]]:
+    store = SessionStore(deps.sessions.client, deps.sessions.table, deps.sessions.lease_table,
+                         ttl_ms=TTL_MS, skew_ms=1_000)
+    session = store.start(worker_id, capacity=streams)
+    leases = LeaseStore(store.client, store.lease_table, lease_ms=BACKSTOP_MS, skew_ms=1_000)
+    ids = [f"{worker_id}-{i}" for i in range(streams)]
+    for conn in ids:
+        assert create_stream(store.client, store.lease_table, conn, f"ws://127.0.0.1:9/{conn}")
+        leases.acquire(conn, session.owner)
+    return session, ids
+
+
+def _owners(deps: TaskStoppedDeps, ids: list[str]) -> list[str | None]:
+    leases = LeaseStore(deps.sessions.client, deps.sessions.lease_table, lease_ms=BACKSTOP_MS,
+                        skew_ms=1_000)
+    return [item.lease_owner if (item := leases.get(c)) else "<gone>" for c in ids]
+
+
+def test_a_stopped_task_releases_its_streams_and_a_repeat_does_nothing(
+        deps: TaskStoppedDeps, unique_id: str) -> None:
+    """STOPPED: session DEAD, every stream released; the same event again is a duplicate."""
+    _, ids = _worker(deps, unique_id, 4)
+    event = task_stopped_event(unique_id, stopped_at_ms=wall_clock_ms(), reason="OOM")
+    out = handle(event, deps)
+    assert (out.worker_id, out.declared_dead, out.released, out.skipped) == (
+        unique_id, True, 4, None)
+    assert _owners(deps, ids) == [None] * 4
+    item = deps.sessions.get(unique_id)
+    assert item is not None and item.state is SessionState.DEAD
+    again = handle(event, deps)
+    assert again.duplicate and again.released == 0
+    fresh = handle(event, deps_for_env({**_env(deps)}))  # a cold container: conditional writes
+    assert not fresh.declared_dead and fresh.released == 0 and not fresh.duplicate
+
+
+def _env(deps: TaskStoppedDeps) -> dict[str, str]:
+    client = deps.sessions.client
+    return {"HOLDFAST_TABLE": deps.sessions.lease_table,
+            "HOLDFAST_SESSION_TABLE": deps.sessions.table,
+            "AWS_ENDPOINT_URL_DYNAMODB": client.meta.endpoint_url, "AWS_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+
+
+def test_a_stopping_task_is_left_to_its_graceful_stop(deps: TaskStoppedDeps,
+                                                      unique_id: str) -> None:
+    """STOPPING: nothing is written; the session stays ALIVE and keeps its streams."""
+    session, ids = _worker(deps, unique_id, 2)
+    out = handle(task_stopped_event(unique_id, stopped_at_ms=wall_clock_ms(),
+                                    last_status="STOPPING"), deps)
+    assert out.skipped and "STOPPING" in out.skipped and not out.malformed
+    assert _owners(deps, ids) == [session.owner] * 2
+
+
+def test_a_late_stop_of_an_older_task_spares_the_new_process(deps: TaskStoppedDeps,
+                                                            unique_id: str) -> None:
+    """An event for a stop before the session started (a reused id) changes nothing."""
+    stopped_at = wall_clock_ms() - 10_000
+    session, ids = _worker(deps, unique_id, 2)
+    out = handle(task_stopped_event(unique_id, stopped_at_ms=stopped_at), deps)
+    assert not out.declared_dead and "started after the task stopped" in (out.skipped or "")
+    assert _owners(deps, ids) == [session.owner] * 2
+
+
+def test_malformed_event_is_logged_and_skipped(deps: TaskStoppedDeps,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A broken event neither raises nor writes; it is logged as an error."""
+    out = handle({"detail-type": "ECS Task State Change", "detail": {"lastStatus": "STOPPED",
+                                                                     "taskArn": 42}}, deps)
+    assert out.malformed and out.worker_id is None
+    assert any("malformed task event" in r.getMessage() for r in caplog.records)
+
+
+def test_lambda_entry_point_reads_its_tables_from_the_environment(
+        ddb_local: LocalAws, unique_id: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """lambda_handler builds its clients from the environment and emits its metrics."""
+    for key, value in ddb_local.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
+    handler.configure(None)
+    try:
+        deps = deps_for_env()
+        _, ids = _worker(deps, unique_id, 1)
+        summary = handler.lambda_handler(task_stopped_event(unique_id,
+                                                            stopped_at_ms=wall_clock_ms()),
+                                         LocalContext("holdfast-taskstopped"))  # type: ignore[arg-type]
+    finally:
+        handler.configure(None)
+    assert summary == {"worker_id": unique_id, "declared_dead": True, "released": 1,
+                       "skipped": None}
+    assert _owners(deps, ids) == [None]
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+           if line.startswith("{") and "_aws" in line]
+    assert any(m.get("ReportedDeadSessions") == [1.0] and m.get("StreamsReaped") == [1.0]
+               for m in emf), emf
