@@ -36,8 +36,8 @@ def peak(metric: Callable[..., cw.Metric], label: str) -> cw.Metric:
 
 def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
                     alarms: Sequence[cw.IAlarm]) -> cw.Dashboard:
-    """Rows: alarms; connections and leases; sessions and throttles; nudges and queues;
-    router; sweeper; tasks."""
+    """Rows: alarms; connections and leases; unowned time; sessions and throttles; nudges and
+    queues; router; sweeper; tasks."""
     worker = parts.service_names["worker"]
     router = parts.service_names["router"]
     sweeper = parts.service_names["sweeper"]
@@ -61,6 +61,15 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
         _graph("Renew latency (ms)",
                [w(names.METRIC_RENEW_LATENCY, "p50", "p50"),
                 w(names.METRIC_RENEW_LATENCY, "p99", "p99")]),
+    )
+    dashboard.add_widgets(
+        # Per claim: how long the stream had been unowned (release, dead holder's last
+        # heartbeat or creation -> claim). Graceful handovers are sub-second; a crash costs
+        # about a lease plus the skew allowance, by design.
+        _graph("Unowned time before a claim (ms)",
+               [w(names.METRIC_UNOWNED_TIME, "p50", "p50"),
+                w(names.METRIC_UNOWNED_TIME, "p99", "p99")],
+               [w(names.METRIC_UNOWNED_TIME, "SampleCount", "claims measured")]),
     )
     dashboard.add_widgets(
         _graph("Worker sessions",

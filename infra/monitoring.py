@@ -13,7 +13,7 @@ from holdfast.core import names
 from infra.dashboard import build_dashboard
 from infra.metrics import MINUTE, FleetParts, holdfast_metric, running_tasks, throttle_events
 
-__all__ = ["ALARM_WINDOW", "Monitoring"]
+__all__ = ["ALARM_WINDOW", "Monitoring", "unowned_time_threshold_ms"]
 
 # Alarms on "did this happen at all" sum over this window: one event is worth a look, and a
 # window longer than a minute gives one alarm per incident rather than one that flaps.
@@ -21,6 +21,19 @@ ALARM_WINDOW = Duration.minutes(5)
 _GTE = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
 _GT = cw.ComparisonOperator.GREATER_THAN_THRESHOLD
 _LT = cw.ComparisonOperator.LESS_THAN_THRESHOLD
+
+
+def unowned_time_threshold_ms(lease_ms: int) -> int:
+    """The p99 unowned time above which handovers are slower than the design allows.
+
+    Unowned time runs from a dead holder's last heartbeat, so a crash alone costs a lease
+    (the session's TTL) plus the skew allowance plus a sweep: one lease would be exceeded by
+    every crash, which the DeadSessions alarm already reports. The settings keep the skew
+    below the lease minus a second and two heartbeats, so a crash's handover stays under two
+    leases, and anything above that is a stuck pipeline (no capacity, router or sweeper
+    behind), not a crash.
+    """
+    return 2 * lease_ms
 
 
 class Monitoring(Construct):
@@ -32,7 +45,8 @@ class Monitoring(Construct):
         self.topic = sns.Topic(self, "Alarms", display_name="Holdfast alarms", enforce_ssl=True)
         if alarm_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
-        self.alarms = [*self._pipeline_alarms(parts, lease_ms), *self._worker_alarms(parts),
+        self.alarms = [*self._pipeline_alarms(parts, lease_ms),
+                       *self._worker_alarms(parts, lease_ms),
                        *self._throttle_alarms(parts)]
         action = cw_actions.SnsAction(self.topic)
         for alarm in self.alarms:
@@ -92,7 +106,7 @@ class Monitoring(Construct):
                         comparison=_LT, missing=cw.TreatMissingData.BREACHING),
         ]
 
-    def _worker_alarms(self, p: FleetParts) -> list[cw.Alarm]:
+    def _worker_alarms(self, p: FleetParts, lease_ms: int) -> list[cw.Alarm]:
         """Workers: running at all, dying silently, losing their grip on streams."""
         worker, sweeper = p.service_names["worker"], p.service_names["sweeper"]
         return [
@@ -114,6 +128,17 @@ class Monitoring(Construct):
                       "Worker renewals failed (DynamoDB errors or throttling): streams are at "
                       "risk of being fenced.",
                       holdfast_metric(names.METRIC_RENEW_FAILURES, worker)),
+            # p99, not Maximum: a stream stuck unowned is StreamsUnowned's (it fires while the
+            # stream waits, this one only after its claim), and one odd sample (a stream
+            # stopped and started in the instant it was unowned) should not page anyone.
+            self._alarm("UnownedTimeHigh",
+                        "Streams were unowned for longer than any handover should take (p99 "
+                        "over 5 minutes above two leases; a crash alone costs about a lease "
+                        "plus the skew): workers without capacity, or the router or sweeper "
+                        "behind. See the Unowned time graph and Nudge queue.",
+                        holdfast_metric(names.METRIC_UNOWNED_TIME, worker, "p99").with_(
+                            period=ALARM_WINDOW),
+                        unowned_time_threshold_ms(lease_ms), comparison=_GT),
         ]
 
     def _throttle_alarms(self, p: FleetParts) -> list[cw.Alarm]:

@@ -38,7 +38,8 @@ WORKER_LEASE_ATTRIBUTES: Final = (
     schema.PARTITION_KEY, schema.ATTR.desired_state, schema.ATTR.lease_owner,
     schema.ATTR.lease_expires_at_ms, schema.ATTR.last_seq, schema.ATTR.epoch,
     schema.ATTR.status, schema.ATTR.updated_at_ms, schema.ATTR.last_error,
-    schema.ATTR.error_count, schema.ATTR.token)
+    schema.ATTR.error_count, schema.ATTR.token, schema.ATTR.unowned_since_ms,
+    schema.ATTR.unowned_epoch, schema.ATTR.unowned_desired_state)
 WORKER_INDEX_ACTIONS: Final = ("dynamodb:Query",)
 # Sessions: its own (start with Get and Put, heartbeat, end) and, in the reconcile sweep and
 # at start, silent ones (Scan, mark dead, mark reaped). No Delete: TTL removes them.

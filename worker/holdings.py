@@ -125,6 +125,8 @@ class Holdings:
         finally:
             self._claiming.discard(conn_id)
         self.metrics.incr("Claims")
+        if lease.unowned_ms is not None:
+            self.metrics.unowned_time(lease.unowned_ms)
         self.counts["claimed"] += 1
         held = HeldStream(lease, fence_mono_ms=self.renewer.fence_after(sent),
                           session_fence=self.session_fence,

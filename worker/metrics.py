@@ -30,6 +30,10 @@ COUNTERS = (names.METRIC_CLAIMS, names.METRIC_CLAIM_CONFLICTS, names.METRIC_LEAS
             names.METRIC_FRAMES_SKIPPED, names.METRIC_HANDLER_TIMEOUTS)
 _COUNTERS = frozenset(COUNTERS)
 _MAX_SAMPLES = 100  # EMF accepts at most 100 values per metric in one record
+# Unowned times are not cut at one record: a dead worker's streams are all claimed within
+# seconds, and keeping only the first 100 would keep the fastest. Powertools publishes a
+# record each time a metric reaches 100 values, so 1,000 is at most ten records per flush.
+_MAX_UNOWNED_SAMPLES = 1_000
 
 
 def _env(name: str, default: str) -> str:
@@ -38,7 +42,8 @@ def _env(name: str, default: str) -> str:
 
 @dataclass
 class WorkerMetrics:
-    """Counters, the active-connection gauge and renew latency samples of one worker.
+    """Counters, the active-connection gauge, renew latency and unowned time samples of one
+    worker.
 
     The ``service`` dimension and namespace follow Powertools' own variables
     (``POWERTOOLS_SERVICE_NAME``, ``POWERTOOLS_METRICS_NAMESPACE``), which the stack sets to
@@ -53,6 +58,7 @@ class WorkerMetrics:
     totals: Counter[str] = field(default_factory=Counter)
     active: int = 0
     renew_ms: list[float] = field(default_factory=list)
+    unowned_ms: list[float] = field(default_factory=list)
 
     def incr(self, name: str, n: int = 1) -> None:
         if name not in _COUNTERS:
@@ -64,6 +70,11 @@ class WorkerMetrics:
         if len(self.renew_ms) < _MAX_SAMPLES:
             self.renew_ms.append(ms)
 
+    def unowned_time(self, ms: float) -> None:
+        """One claim's unowned time (``Lease.unowned_ms``)."""
+        if len(self.unowned_ms) < _MAX_UNOWNED_SAMPLES:
+            self.unowned_ms.append(ms)
+
     def flush(self) -> None:
         """Print one EMF record with everything counted since the last flush, then reset."""
         provider = AmazonCloudWatchEMFProvider(namespace=self.namespace, service=self.service)
@@ -72,6 +83,9 @@ class WorkerMetrics:
             provider.add_metric(name, MetricUnit.Count, self.counts.get(name, 0))
         for ms in self.renew_ms:
             provider.add_metric(names.METRIC_RENEW_LATENCY, MetricUnit.Milliseconds, ms)
+        for ms in self.unowned_ms:
+            provider.add_metric(names.METRIC_UNOWNED_TIME, MetricUnit.Milliseconds, ms)
         provider.flush_metrics()
         self.counts.clear()
         self.renew_ms.clear()
+        self.unowned_ms.clear()

@@ -31,6 +31,7 @@ from holdfast.core.model import LeaseItem, validate_conn_id
 from holdfast.core.redact import redact
 from holdfast.core.schema import ATTR, STARTED, STOPPED, pk_for
 from holdfast.core.sessions import SessionStore
+from holdfast.core.store import wall_clock_ms
 from holdfast.core.table import create_stream, delete_stream, set_desired_state
 from holdfast.core.urls import UrlPolicy, check_url, log_paths_from_env, policy_from_env
 
@@ -129,7 +130,8 @@ def _run_start(args: argparse.Namespace) -> int:
         check_url(url, policy)
     except ValueError as exc:  # UnsafeUrl is a ValueError too; its message is redacted
         raise _Exit(EXIT_USAGE, f"refused URL: {exc}") from None
-    if not create_stream(_ddb(), _table(args), conn_id, url):
+    # Marked unowned since now: the first claim is measured like any handover.
+    if not create_stream(_ddb(), _table(args), conn_id, url, created_at_ms=wall_clock_ms()):
         raise _Exit(EXIT_FAILED, f"{conn_id!r} already exists (use `holdfast stop`/`rm` first)")
     print(f"started {conn_id} -> {redact(url, paths=policy.log_paths)}")
     return EXIT_OK

@@ -111,7 +111,11 @@ class LeaseItem:
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A lease as its holder knows it after a successful acquire or renew."""
+    """A lease as its holder knows it after a successful acquire or renew.
+
+    ``unowned_ms``: set by the acquire only, how long the stream was unowned before it (None
+    when there is nothing to measure, see ``holdfast.core.unowned``).
+    """
 
     conn_id: str
     owner: str
@@ -120,6 +124,7 @@ class Lease:
     ws_url: str
     last_seq: int | None
     error_count: int = 0
+    unowned_ms: int | None = None
 
 
 def _string(value: Mapping[str, Any]) -> str | None:

@@ -70,6 +70,7 @@ __all__ = [
     "METRIC_TASK_EVENTS_MALFORMED",
     "METRIC_TASK_EVENTS_SKIPPED",
     "METRIC_TASK_STOPS_REPORTED",
+    "METRIC_UNOWNED_TIME",
     "METRIC_UPSTREAM_GIVE_UPS",
     "NAMESPACE",
     "SPAN_CLAIM",
@@ -154,6 +155,9 @@ METRIC_LEASES_LOST: Final = "LeasesLost"
 METRIC_LEASES_FENCED: Final = "LeasesFenced"
 METRIC_RENEW_FAILURES: Final = "RenewFailures"
 METRIC_RENEW_LATENCY: Final = "RenewLatency"
+# Per claim, how long the stream had been unowned (ms; holdfast.core.unowned says which
+# claims can be measured). The dashboard shows its percentiles; an alarm watches p99.
+METRIC_UNOWNED_TIME: Final = "UnownedTime"
 METRIC_RECONNECTS: Final = "Reconnects"
 METRIC_HANDLER_ERRORS: Final = "HandlerErrors"
 METRIC_UPSTREAM_GIVE_UPS: Final = "UpstreamGiveUps"

@@ -95,6 +95,11 @@ class Attributes:
     # The last seq the worker skipped unhandled because it killed the connection on every
     # replay (a frame over the size limit, invalid UTF-8); its error is in ``last_error``.
     poison_seq: str = "poison_seq"
+    # When a wanted stream was last handed back, the epoch and desired state at that moment:
+    # the next claim measures how long it was unowned (holdfast.core.unowned).
+    unowned_since_ms: str = "unowned_since_ms"
+    unowned_epoch: str = "unowned_epoch"
+    unowned_desired_state: str = "unowned_desired_state"
 
 
 ATTR: Final = Attributes()

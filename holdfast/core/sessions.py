@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from holdfast.core import rules
+from holdfast.core import rules, unowned
 from holdfast.core.aws import ConditionFailed, call
 from holdfast.core.exceptions import MalformedItem, SessionConflict, SessionLost
 from holdfast.core.model import MAX_TIMESTAMP_MS, validate_worker_id
@@ -382,22 +382,31 @@ class SessionStore:
                 return found
             kwargs["ExclusiveStartKey"] = last
 
-    def release_owned(self, conn_id: str, owner: str, reason: str) -> bool:
-        """Release one stream of a dead session (conditional on the owner); True if released."""
+    def release_owned(self, conn_id: str, owner: str, reason: str, *,
+                      unowned_since_ms: int | None = None) -> bool:
+        """Release one stream of a dead session (conditional on the owner); True if released.
+
+        ``unowned_since_ms`` (default now) is when the stream stopped being served, for the
+        unowned-time marker (``holdfast.core.unowned``): a dead holder's last heartbeat.
+        """
         now = self.clock()
         try:
             call("release_dead", self.client.update_item, TableName=self.lease_table,
                  Key={ATTR.pk: {"S": pk_for(conn_id)}},
                  UpdateExpression="SET #exp = :zero, #status = :released, #upd = :now, "
-                                  "#err = :why REMOVE #owner",
+                                  f"#err = :why, {unowned.MARK_SET} REMOVE #owner",
                  ConditionExpression="#owner = :owner",
                  ExpressionAttributeNames={"#exp": ATTR.lease_expires_at_ms,
                                            "#status": ATTR.status, "#upd": ATTR.updated_at_ms,
-                                           "#err": ATTR.last_error, "#owner": ATTR.lease_owner},
+                                           "#err": ATTR.last_error, "#owner": ATTR.lease_owner,
+                                           **unowned.MARK_NAMES},
                  ExpressionAttributeValues={":zero": _num(0),
                                             ":released": {"S": LeaseStatus.RELEASED},
                                             ":now": _num(now), ":why": {"S": reason[:500]},
-                                            ":owner": {"S": owner}})
+                                            ":owner": {"S": owner}, **unowned.MARK_VALUES,
+                                            ":unowned_since": _num(
+                                                now if unowned_since_ms is None
+                                                else unowned_since_ms)})
         except ConditionFailed:
             return False  # released already, or the stream moved on
         return True
@@ -411,7 +420,11 @@ class SessionStore:
         # In parallel: a dead worker's streams should move together, not one round trip after
         # another (100 serial releases are 1-2 s on a busy table before the last is claimable).
         with ThreadPoolExecutor(max_workers=max(1, min(REAP_PARALLEL, len(owned)))) as pool:
-            released = sum(pool.map(lambda c: self.release_owned(c, item.owner, why), owned))
+            # Its streams went unserved from its last heartbeat (0: never heartbeat, or not
+            # read): the honest start of their unowned time.
+            since = item.heartbeat_at_ms or None
+            released = sum(pool.map(lambda c: self.release_owned(
+                c, item.owner, why, unowned_since_ms=since), owned))
         if released == 0 and not self.owned_by(item.owner):
             now = self.clock()
             with contextlib.suppress(ConditionFailed):

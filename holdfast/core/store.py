@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from holdfast.core import rules
+from holdfast.core import rules, unowned
 from holdfast.core.aws import ConditionFailed, InvalidRequest, call
 from holdfast.core.exceptions import (
     AcquireFailed,
@@ -51,6 +51,7 @@ _NAMES = {
     "#errs": ATTR.error_count,
     "#token": ATTR.token,
     "#poison": ATTR.poison_seq,
+    **unowned.MARK_NAMES,
 }
 
 
@@ -137,10 +138,10 @@ class LeaseStore:
             self.quarantine(conn_id, owner, f"cannot acquire: {bad.message}")
             raise AcquireFailed(conn_id, LossReason.INVALID, None) from None
         except StoreUnavailable:
-            return self._acquire_unknown(conn_id, owner, token)
-        return self._as_lease(conn_id, owner, new)
+            return self._acquire_unknown(conn_id, owner, token, now)
+        return self._as_lease(conn_id, owner, new, now)
 
-    def _as_lease(self, conn_id: str, owner: str, raw: dict[str, Any]) -> Lease:
+    def _as_lease(self, conn_id: str, owner: str, raw: dict[str, Any], now: int) -> Lease:
         try:
             item = LeaseItem.from_ddb(raw)
         except MalformedItem as bad:
@@ -149,7 +150,8 @@ class LeaseStore:
             raise AcquireFailed(conn_id, LossReason.INVALID, None) from bad
         assert item.lease_expires_at_ms is not None
         return Lease(conn_id, owner, item.epoch, item.lease_expires_at_ms, item.ws_url,
-                     item.last_seq, item.error_count)
+                     item.last_seq, item.error_count,
+                     unowned_ms=unowned.unowned_time_ms(raw, now, self.skew_ms))
 
     def _acquire_failed(self, conn_id: str, owner: str, raw: dict[str, Any] | None,
                         now: int, token: str) -> Lease:
@@ -162,14 +164,14 @@ class LeaseStore:
         if _is_our_write(raw, owner, token):
             # A botocore retry replayed our own successful write. The per-call token tells it
             # apart from an older lease of ours, which must not be handed back as a new one.
-            return self._as_lease(conn_id, owner, raw)
+            return self._as_lease(conn_id, owner, raw, now)
         reason = rules.claim_blocker(current, now, self.skew_ms) or LossReason.HELD
         raise AcquireFailed(conn_id, reason, current)
 
-    def _acquire_unknown(self, conn_id: str, owner: str, token: str) -> Lease:
+    def _acquire_unknown(self, conn_id: str, owner: str, token: str, now: int) -> Lease:
         raw = self.get_raw(conn_id)  # may raise StoreUnavailable: then we really don't know
         if raw is not None and _is_our_write(raw, owner, token):
-            return self._as_lease(conn_id, owner, raw)
+            return self._as_lease(conn_id, owner, raw, now)
         raise StoreUnavailable("acquire", "no answer, and the lease is not ours on re-read")
 
     def renew(self, lease: Lease, handled_seq: int | None = None, *,
@@ -223,6 +225,7 @@ class LeaseStore:
 
         With ``error`` the release is a give-up after upstream failures: the error is recorded
         and the lease stays unclaimable until ``retry_at_ms`` (the sweep finds it then).
+        Otherwise it leaves the unowned-since marker (``holdfast.core.unowned``).
         """
         now = self.clock()
         seq = rules.next_checkpoint(lease.last_seq, handled_seq)
@@ -239,6 +242,10 @@ class LeaseStore:
             update += ", #err = :err"
             # Whatever wrote the error text, the URL's secrets never reach the item.
             values[":err"] = _str(scrub(error, lease.ws_url)[:1000])
+        else:
+            update += ", " + unowned.MARK_SET
+            values.update(unowned.MARK_VALUES)
+            values[":unowned_since"] = _num(now)
         if seq is not None:
             update += ", #seq = :seq"
             condition += " AND (attribute_not_exists(#seq) OR #seq <= :seq)"

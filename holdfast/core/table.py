@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from holdfast.core import rules
+from holdfast.core import rules, unowned
 from holdfast.core.aws import ConditionFailed, call
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.model import LeaseItem, validate_conn_id
@@ -69,13 +69,19 @@ def find_orphans(client: DynamoDBClient, table: str, *, now_ms: int, skew_ms: in
         kwargs["ExclusiveStartKey"] = last
 
 
-def create_stream(client: DynamoDBClient, table: str, conn_id: str, ws_url: str) -> bool:
-    """Insert a STARTED item (seed schema plus expiry 0); False if the id already exists."""
+def create_stream(client: DynamoDBClient, table: str, conn_id: str, ws_url: str, *,
+                  created_at_ms: int | None = None) -> bool:
+    """Insert a STARTED item (seed schema plus expiry 0); False if the id already exists.
+
+    With ``created_at_ms`` the item is marked unowned since then, so its first claim is
+    measured (``holdfast.core.unowned``).
+    """
     validate_conn_id(conn_id)
+    marker = {} if created_at_ms is None else unowned.creation_marker(created_at_ms)
     try:
         call("create_stream", client.put_item, TableName=table, Item={
             ATTR.pk: {"S": pk_for(conn_id)}, ATTR.desired_state: {"S": STARTED},
-            ATTR.ws_url: {"S": ws_url}, ATTR.lease_expires_at_ms: {"N": "0"},
+            ATTR.ws_url: {"S": ws_url}, ATTR.lease_expires_at_ms: {"N": "0"}, **marker,
         }, ConditionExpression="attribute_not_exists(#pk)",
             ExpressionAttributeNames={"#pk": ATTR.pk})
     except ConditionFailed:

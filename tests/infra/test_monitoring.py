@@ -38,8 +38,9 @@ def test_every_operational_alarm_notifies_the_topic(template_json: dict[str, Any
                                                       "AWS::CloudWatch::Alarm").values()
                    if "AlarmActions" in a["Properties"] and
                    {"Ref": topic} in a["Properties"]["AlarmActions"]]
-    # Eight pipeline and worker alarms, three session/fencing ones, eight throttle alarms.
-    assert len(operational) == 19
+    # Eight pipeline and worker alarms, three session/fencing ones, the unowned-time one,
+    # eight throttle alarms.
+    assert len(operational) == 20
     assert all({"Ref": topic} in a["OKActions"] for a in operational)
 
 
@@ -64,7 +65,8 @@ def test_dashboard_shows_the_fleet(template_json: dict[str, Any]) -> None:
                    "ApproximateAgeOfOldestMessage", "IteratorAge", "Errors",
                    "RunningTaskCount", names.METRIC_DEAD_SESSIONS,
                    names.METRIC_STREAMS_REAPED, names.METRIC_SESSION_RENEW_FAILURES,
-                   "ReadThrottleEvents", "WriteThrottleEvents", schema.OWNER_INDEX_NAME):
+                   "ReadThrottleEvents", "WriteThrottleEvents", schema.OWNER_INDEX_NAME,
+                   names.METRIC_UNOWNED_TIME):
         assert metric in body, metric
     # Nudges carry a reason dimension: the graph sums every reason of each component.
     assert "SUM(SEARCH(" in body and "holdfast-router" in body and "holdfast-sweeper" in body
@@ -109,3 +111,32 @@ def test_throttling_alarms_cover_both_tables_and_both_indexes(
             assert dims == {}
         assert watched == {(leases, ""), (leases, schema.GSI_NAME),
                            (leases, schema.OWNER_INDEX_NAME), (sessions, "")}, kind
+
+
+def test_unowned_time_alarm_watches_the_worker_p99_above_two_leases(
+        template_json: dict[str, Any]) -> None:
+    """UnownedTime: the workers' p99 over 5 minutes above two leases (a crash costs about one
+    lease plus the skew by design), notifying the topic like the others."""
+    (alarm,) = alarm_metrics(template_json)[(names.NAMESPACE, names.METRIC_UNOWNED_TIME)]
+    assert alarm["Dimensions"] == [{"Name": names.DIMENSION_SERVICE,
+                                    "Value": "holdfast-worker"}]
+    assert (alarm["ExtendedStatistic"], alarm["Period"]) == ("p99", 300)
+    assert "Statistic" not in alarm
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanThreshold",
+                                                                 2 * 8_000)
+    assert alarm["TreatMissingData"] == "notBreaching"  # no claims: nothing to judge
+    topic = next(iter(resources(template_json, "AWS::SNS::Topic")))
+    assert {"Ref": topic} in alarm["AlarmActions"] and {"Ref": topic} in alarm["OKActions"]
+
+
+def test_dashboard_graphs_unowned_time_percentiles(template_json: dict[str, Any]) -> None:
+    """One graph shows UnownedTime p50 and p99 of the worker service."""
+    body = "".join(str(part) for part in one_resource(
+        template_json, "AWS::CloudWatch::Dashboard")["Properties"]["DashboardBody"]["Fn::Join"][1])
+    widgets = [w for w in json.loads(body)["widgets"] if "Unowned time" in
+               str(w.get("properties", {}).get("title"))] if body.startswith("{") else []
+    assert len(widgets) == 1, "no unowned-time graph"
+    metrics = widgets[0]["properties"]["metrics"]
+    stats = {m[-1].get("stat") for m in metrics if names.METRIC_UNOWNED_TIME in m}
+    assert {"p50", "p99"} <= stats
+    assert all("holdfast-worker" in m for m in metrics if names.METRIC_UNOWNED_TIME in m)

@@ -1,0 +1,81 @@
+"""How long a stream was unowned before its claim: the marker un-owning writes leave, and the
+pure function that turns it into the ``UnownedTime`` metric at the next acquire.
+
+Every write that hands a wanted stream back leaves a marker on the item in the same
+UpdateItem: when it became unowned (``unowned_since_ms``), the epoch it was un-owned at
+(``unowned_epoch``, copied from ``lease_epoch``) and the desired state at that moment
+(``unowned_desired_state``, copied from ``desired_state``). The writers:
+
+- the worker's release (``LeaseStore.release``): now. A give-up after upstream errors leaves
+  no marker: it is unowned on purpose until its retry time, and a stream stopped during that
+  back-off and started much later must not count the whole pause;
+- the sweeper's release of a dead or ended session's stream (``SessionStore.release_owned``):
+  the session's last heartbeat, the last moment its holder was known to serve it;
+- ``holdfast start``: the creation time at epoch 0, so a first claim is measured too.
+
+The acquire that follows (epoch + 1, ``ReturnValues=ALL_NEW``) measures claim time - since,
+but only if the marker is this epoch's predecessor's and the stream was STARTED when it was
+written. Not measured, because nothing marks when they became unowned: a stream whose holder
+died in per-stream lease mode (its lease simply expires, nothing is written), a quarantined
+one, a stream inserted by hand (``aws dynamodb put-item``) before its first claim, and a
+stream released while STOPPED (its pause is not a handover). One case is measured wrongly: a
+stream stopped and started again in the instant between a release and the next claim counts
+its pause; the alarm watches p99, which one such sample rarely moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from holdfast.core.schema import ATTR, STARTED
+
+__all__ = ["MARK_NAMES", "MARK_SET", "MARK_VALUES", "creation_marker", "unowned_time_ms"]
+
+# The SET clauses of the marker, for an UpdateExpression that also uses ``MARK_NAMES`` and
+# ``MARK_VALUES`` plus ``:unowned_since``. ``if_not_exists`` because SET from a missing path
+# fails the whole write: a release must never fail for the sake of a metric.
+MARK_SET: Final = ("#us = :unowned_since, #ue = if_not_exists(#epoch, :unowned_zero), "
+                   "#uds = if_not_exists(#ds, :unowned_unknown)")
+MARK_NAMES: Final = {"#us": ATTR.unowned_since_ms, "#ue": ATTR.unowned_epoch,
+                     "#uds": ATTR.unowned_desired_state, "#epoch": ATTR.epoch,
+                     "#ds": ATTR.desired_state}
+MARK_VALUES: Final = {":unowned_zero": {"N": "0"}, ":unowned_unknown": {"S": "UNKNOWN"}}
+
+
+def creation_marker(now_ms: int) -> dict[str, dict[str, str]]:
+    """The marker attributes of a stream created STARTED at ``now_ms`` (never acquired)."""
+    return {ATTR.unowned_since_ms: {"N": str(now_ms)}, ATTR.unowned_epoch: {"N": "0"},
+            ATTR.unowned_desired_state: {"S": STARTED}}
+
+
+def unowned_time_ms(item: Mapping[str, Any], claimed_at_ms: int, skew_ms: int) -> int | None:
+    """Milliseconds the stream in ``item`` (as the acquire wrote it) was unowned, or None.
+
+    None unless the marker was written at the epoch just before the item's (an older marker
+    belongs to an earlier handover) while the stream was STARTED. A marker that another
+    host's clock put up to ``skew_ms`` after ``claimed_at_ms`` counts as 0 (the handover was
+    about instant, and dropping it would bias the percentiles upwards); one further in the
+    future says nothing and is dropped. A missing or mistyped attribute is None, never an
+    error: the metric must not cost the claim.
+    """
+    epoch = _int(item, ATTR.epoch)
+    since = _int(item, ATTR.unowned_since_ms)
+    if epoch is None or since is None or _int(item, ATTR.unowned_epoch) != epoch - 1:
+        return None
+    desired = item.get(ATTR.unowned_desired_state)
+    if not isinstance(desired, Mapping) or desired.get("S") != STARTED:
+        return None
+    took = claimed_at_ms - since
+    if took < -skew_ms:
+        return None
+    return max(0, took)
+
+
+def _int(item: Mapping[str, Any], name: str) -> int | None:
+    value = item.get(name)
+    n = value.get("N") if isinstance(value, Mapping) else None
+    try:
+        return int(n) if isinstance(n, str) else None
+    except ValueError:
+        return None
