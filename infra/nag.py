@@ -43,6 +43,13 @@ def acknowledge_findings(*, router: Router, sweeper: Sweeper, workers: WorkerSer
                 "resource-level permissions and only lists stream ARNs"
                 + (f"; {_XRAY}" if tracing else "")
                 + ". Every other statement names its table, stream or queue.")
+    acknowledge(router.handler.role.node.find_child("DefaultPolicy"),
+                "IAM5[Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:"
+                f"{router.orders_queue_prefix}*]",
+                "sqs:SendMessage only (no receive, delete or purge) to the per-worker-session "
+                "stop-order queues, which are created and deleted with each session and so "
+                "cannot be named in advance; the wildcard is confined to this stack's own "
+                "queue-name prefix in this account and region.")
     if tracing:
         acknowledge(sweeper.handler.role.node.find_child("DefaultPolicy"), _WILDCARD_RESOURCE,
                     f"{_XRAY}. Every DynamoDB and SQS statement names its tables, indexes "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import jsii
-from aws_cdk import Duration
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -11,18 +11,38 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from holdfast.core import schema
+from holdfast.core import names, schema
 from holdfast.core.filters import filter_criteria
+from holdfast.core.orders import prefix_for, validate_prefix
 from infra.function import FunctionDefaults, HoldfastFunction, lease_environment
 
-__all__ = ["ROUTER_HANDLER", "ROUTER_SESSION_ATTRIBUTES", "Router", "SendOnlyDestination",
-           "normalise_statement", "stop_order_statement"]
+__all__ = ["RELEASE_ATTRIBUTES", "ROUTER_HANDLER", "ROUTER_SESSION_ATTRIBUTES", "Router",
+           "SendOnlyDestination", "normalise_statement", "order_queue_statement",
+           "orders_queue_prefix", "release_statement", "session_read_statement",
+           "stop_order_statement"]
 
 ROUTER_HANDLER = "lambdas.router.handler.lambda_handler"
 # The session attributes a stop order may name: the key, the order set it ADDs to, and what
 # its condition may read to address the holder's own incarnation while it is alive.
 ROUTER_SESSION_ATTRIBUTES = (schema.PARTITION_KEY, schema.SESSION.orders,
                              schema.SESSION.incarnation, schema.SESSION.state)
+# What ``SessionStore.release_owned`` names: the key, what it sets (expiry 0, status, update
+# time, reason), the owner it removes and that its condition reads.
+RELEASE_ATTRIBUTES = (schema.PARTITION_KEY, schema.ATTR.lease_expires_at_ms, schema.ATTR.status,
+                      schema.ATTR.updated_at_ms, schema.ATTR.last_error,
+                      schema.ATTR.lease_owner,
+                      # The unowned-time marker (holdfast.core.unowned): what it sets, and the
+                      # epoch and desired state it copies (read only; naming them is the price).
+                      schema.ATTR.unowned_since_ms, schema.ATTR.unowned_epoch,
+                      schema.ATTR.unowned_desired_state, schema.ATTR.epoch,
+                      schema.ATTR.desired_state)
+
+
+def orders_queue_prefix(stack_name: str) -> str:
+    """The start of every order queue's name in one stack (``orders.prefix_for``): at most
+    40 characters of ``[A-Za-z0-9_-]``, and deterministic, so a redeploy keeps the names the
+    IAM grant, the workers and the sweeper agree on."""
+    return prefix_for(stack_name)
 
 
 def normalise_statement(table_arn: str) -> iam.PolicyStatement:
@@ -66,6 +86,47 @@ def stop_order_statement(session_table_arn: str) -> iam.PolicyStatement:
     )
 
 
+def release_statement(table_arn: str) -> iam.PolicyStatement:
+    """The release of a stream restarted while its old session is gone (``release_owned``).
+
+    Pinned like :func:`normalise_statement` to :data:`RELEASE_ATTRIBUTES`: it can hand a
+    stream back (owner removed, expiry 0), never move a checkpoint, a claim token or a URL.
+    (IAM cannot tell a read from a write: epoch and desired state are listed because the
+    unowned-time marker reads them.)
+    """
+    return iam.PolicyStatement(
+        actions=["dynamodb:UpdateItem"],
+        resources=[table_arn],
+        conditions={
+            "ForAllValues:StringEquals": {"dynamodb:Attributes": list(RELEASE_ATTRIBUTES)},
+            "StringEqualsIfExists": {"dynamodb:ReturnValues": "NONE"},
+            "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{schema.PK_PREFIX}*"]},
+        },
+    )
+
+
+def session_read_statement(session_table_arn: str) -> iam.PolicyStatement:
+    """GetItem of a session item: is the old owner of a restarted stream still live?"""
+    return iam.PolicyStatement(
+        actions=["dynamodb:GetItem"],
+        resources=[session_table_arn],
+        conditions={
+            "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{schema.SESSION_PREFIX}*"]},
+        },
+    )
+
+
+def order_queue_statement(scope: Construct, prefix: str) -> iam.PolicyStatement:
+    """SendMessage to this fleet's order queues only: ``<prefix>*`` in this account and region.
+
+    The queues come and go with worker sessions, so they cannot be named one by one; the
+    prefix is the stack's own (see ``HoldfastStack.orders_queue_prefix``).
+    """
+    arn = Stack.of(scope).format_arn(service="sqs", resource=f"{validate_prefix(prefix)}*",
+                                     arn_format=ArnFormat.NO_RESOURCE_NAME)
+    return iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[arn])
+
+
 @jsii.implements(lambda_.IEventSourceDlq)
 class SendOnlyDestination:
     """An on-failure SQS destination that grants ``sqs:SendMessage`` only.
@@ -88,7 +149,9 @@ class SendOnlyDestination:
 class Router(Construct):
     """The router function and its event source mapping on the lease table's stream.
 
-    It nudges wanted-but-unowned streams and passes a stop to the holder's session item.
+    It nudges wanted-but-unowned streams, releases a restarted stream whose old session is
+    gone, and passes a stop to the holder's order queue (``orders_queue_prefix``) and session
+    item.
     Checkpoints never invoke it: the shared filter patterns drop every record that keeps an
     owner. A failing batch is bisected and retried a bounded number of times; what still fails
     is described in ``failures`` (shard and sequence numbers) for an operator, and the sweeper
@@ -99,15 +162,18 @@ class Router(Construct):
                  table: dynamodb.ITable, session_table: dynamodb.ITable, queue: sqs.IQueue,
                  failures: sqs.IQueue, service_name: str, lease_ms: int, skew_ms: int,
                  batch_size: int, batching_window_seconds: int, retry_attempts: int,
-                 parallelization_factor: int) -> None:
+                 parallelization_factor: int, orders_queue_prefix: str) -> None:
         super().__init__(scope, construct_id)
+        environment = lease_environment(
+            table_name=table.table_name, session_table_name=session_table.table_name,
+            queue_url=queue.queue_url, lease_ms=lease_ms, skew_ms=skew_ms,
+            service_name=service_name)
+        environment[names.ENV_ORDERS_QUEUE_PREFIX] = validate_prefix(orders_queue_prefix)
+        self.orders_queue_prefix = orders_queue_prefix
         self.handler = HoldfastFunction(
             self, "Handler", defaults=defaults, handler=ROUTER_HANDLER,
             description="Holdfast router: lease stream -> claim nudges and stop orders",
-            environment=lease_environment(
-                table_name=table.table_name, session_table_name=session_table.table_name,
-                queue_url=queue.queue_url, lease_ms=lease_ms, skew_ms=skew_ms,
-                service_name=service_name),
+            environment=environment,
             timeout=Duration.seconds(30), memory_mib=256)
         self.function = self.handler.function
         role = self.handler.role
@@ -117,6 +183,9 @@ class Router(Construct):
                                                resources=[queue.queue_arn]))
         role.add_to_policy(normalise_statement(table.table_arn))
         role.add_to_policy(stop_order_statement(session_table.table_arn))
+        role.add_to_policy(release_statement(table.table_arn))
+        role.add_to_policy(session_read_statement(session_table.table_arn))
+        role.add_to_policy(order_queue_statement(self, orders_queue_prefix))
         self.function.add_event_source(sources.DynamoEventSource(
             table,
             # From the oldest record still in the stream: a re-created mapping must not skip

@@ -21,7 +21,7 @@ from infra.monitoring import Monitoring
 from infra.nag import acknowledge_findings
 from infra.network import Network
 from infra.queue import NudgeQueues
-from infra.router import Router
+from infra.router import Router, orders_queue_prefix
 from infra.scaling import WorkerScaling
 from infra.service import WorkerService
 from infra.sessions import SessionTable
@@ -106,8 +106,12 @@ class HoldfastStack(Stack):
         self.queues = NudgeQueues(self, "Queues", removal_policy=removal)
         table, sessions, queue = self.table.table, self.sessions.table, self.queues.queue
         index_arns = [self.table.index_arn, self.table.owner_index_arn]
+        # Each worker session's order queue is named <prefix><owner>; the router (and, given
+        # this attribute, the workers and sweeper) all derive names from this one prefix.
+        self.orders_queue_prefix = orders_queue_prefix(self.stack_name)
         self.router = Router(
             self, "Router", table=table, session_table=sessions, queue=queue,
+            orders_queue_prefix=self.orders_queue_prefix,
             failures=self.queues.router_failures,
             service_name=service_names["router"], lease_ms=s.lease_ms, skew_ms=s.skew_ms,
             batch_size=s.router_batch_size,

@@ -5,7 +5,8 @@ One module-scoped scenario drives each component through its real code paths wit
 ``HOLDFAST_RECORD_AWS_CALLS`` set: a real ``python -m worker`` process (reaping a silent
 predecessor, claims from nudges and the reconcile sweep, a nudge put back for a stream in
 back-off, batched checkpoints, session heartbeats, a stop order, release and nudge hand-on at
-shutdown), the router handler (insert -> normalise + nudge, stop order) and the sweeper handler
+shutdown), the router handler (insert -> normalise + nudge, stop order on the order queue and
+the session, a restart whose old session is gone -> session read + release) and the sweeper handler
 (dead session -> reap, expired lease -> nudge, the unindexed pass). Nothing in the local AWS
 enforces IAM; this test replays what was called against the template.
 """
@@ -26,12 +27,20 @@ from typing import Any
 import pytest
 
 from holdfast.core import names, schema
+from holdfast.core.orders import prefix_for
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import set_desired_state
 from holdfast.localaws import LocalAws
 from holdfast.runner.context import LocalContext
-from tests.infra.conftest import lease_table_id, logical_id, resources, session_table_id
+from infra.router import orders_queue_prefix
+from tests.infra.conftest import (
+    STACK,
+    lease_table_id,
+    logical_id,
+    resources,
+    session_table_id,
+)
 from tests.infra.iam import AWS_SIDE_ACTIONS, allows, arn_name, needs_of, role_ids, role_statements
 from tests.lambdas.records import event, image, record
 from tests.worker.conftest import ROOT, Fleet, UpstreamThread, make_fleet, wait_until
@@ -46,7 +55,8 @@ MINIMUM = {
                ("ReceiveMessage", "queue"), ("DeleteMessageBatch", "queue"),
                ("ChangeMessageVisibilityBatch", "queue"), ("SendMessageBatch", "queue")},
     "router": {("SendMessageBatch", "queue"), ("UpdateItem", "leases"),
-               ("UpdateItem", "sessions")},
+               ("UpdateItem", "sessions"), ("GetItem", "sessions"),
+               ("SendMessage", "order queue")},
     "sweeper": {("Scan", "sessions"), ("UpdateItem", "sessions"), ("Query", "owner index"),
                 ("UpdateItem", "leases"), ("Query", "seed index"), ("Scan", "leases"),
                 ("SendMessageBatch", "queue")},
@@ -136,22 +146,30 @@ def _lambda_env(aws: LocalAws, fleet: Fleet, folder: Path) -> dict[str, str]:
     return {**aws.env(), "HOLDFAST_TABLE": fleet.table,
             "HOLDFAST_SESSION_TABLE": fleet.session_table, "HOLDFAST_QUEUE_URL": fleet.queue_url,
             "HOLDFAST_LEASE_MS": "3000", "HOLDFAST_SKEW_MS": "300",
+            names.ENV_ORDERS_QUEUE_PREFIX: prefix_for(fleet.table),
             names.ENV_RECORD_AWS_CALLS: str(folder)}
 
 
 def _drive_router(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> None:
-    """One batch: an insert without expiry (normalise + nudge) and a held stream stopped."""
+    """One batch: an insert without expiry (normalise + nudge), a held stream stopped (order
+    queue + session order), and a stream restarted while its old session is gone (session
+    read + release)."""
     from lambdas.router import handler as router
 
-    n, a = f"{tag}-n", f"{tag}-a"
+    n, a, r = f"{tag}-n", f"{tag}-a", f"{tag}-r"
     fleet.ddb.put_item(TableName=fleet.table, Item={
         "Pk": {"S": schema.pk_for(n)}, "desired_state": {"S": schema.STARTED},
         "ws_url": {"S": up.url("n")}})
     before = fleet.item(a)
     assert set_desired_state(fleet.ddb, fleet.table, a, schema.STOPPED)
     after = fleet.item(a)
+    fleet.create(r, up.url("r"))
+    LeaseStore(fleet.ddb, fleet.table, lease_ms=3_600_000, skew_ms=300).acquire(
+        r, schema.owner_for(f"gone-{tag}", "abc123"))  # no such session
+    restarted = fleet.item(r)
+    stopped = {**restarted, "desired_state": {"S": schema.STOPPED}}
     batch = event(record("INSERT", None, image(n, ws_url=up.url("n"))),
-                  record("MODIFY", before, after))
+                  record("MODIFY", before, after), record("MODIFY", stopped, restarted))
     with pytest.MonkeyPatch.context() as mp:
         for key, value in _lambda_env(fleet.aws, fleet, folder).items():
             mp.setenv(key, value)
@@ -202,7 +220,8 @@ def recorded(ddb_local: LocalAws,
         _drive_sweeper(fleet, up, folder, tag)
     finally:
         up.stop()
-    kinds = {f"dynamodb:{fleet.table}": "leases", f"dynamodb:{fleet.session_table}": "sessions",
+    kinds = {"order prefix": prefix_for(fleet.table),
+             f"dynamodb:{fleet.table}": "leases", f"dynamodb:{fleet.session_table}": "sessions",
              f"dynamodb:{fleet.table}/index/{schema.GSI_NAME}": "seed index",
              f"dynamodb:{fleet.table}/index/{schema.OWNER_INDEX_NAME}": "owner index",
              f"sqs:{fleet.queue_url.rstrip('/').rpartition('/')[2]}": "queue"}
@@ -212,9 +231,18 @@ def recorded(ddb_local: LocalAws,
     fleet.sqs.delete_queue(QueueUrl=fleet.queue_url)
 
 
+def _kind_of(recorded: dict[str, Any], service: str, resource: str) -> str | None:
+    """What a resource is (``leases``, ``queue``, ``order queue``, ...), None if unknown."""
+    kinds = recorded["kinds"]
+    if service == "sqs" and resource.startswith(kinds["order prefix"]):
+        return "order queue"  # one per worker session, named <prefix><owner>
+    kind = kinds.get(f"{service}:{resource}")
+    return str(kind) if kind is not None else None
+
+
 def _kind(recorded: dict[str, Any], call: dict[str, Any]) -> str:
     """What a call's resource is (``leases``, ``queue``, ...), "" if it names none."""
-    return str(recorded["kinds"].get(f"{call['service']}:{call.get('resource', '')}", ""))
+    return _kind_of(recorded, call["service"], call.get("resource", "")) or ""
 
 
 def _logical(template: dict[str, Any]) -> dict[str, str]:
@@ -223,7 +251,10 @@ def _logical(template: dict[str, Any]) -> dict[str, str]:
     return {"leases": leases, "sessions": session_table_id(template),
             "seed index": f"{leases}/index/{schema.GSI_NAME}",
             "owner index": f"{leases}/index/{schema.OWNER_INDEX_NAME}",
-            "queue": logical_id(template, "AWS::SQS::Queue", "QueuesNudges")}
+            "queue": logical_id(template, "AWS::SQS::Queue", "QueuesNudges"),
+            # As tests.infra.iam.arn_name renders the stack's order-queue wildcard.
+            "order queue": ('arn:{"Ref": "AWS::Partition"}:sqs:{"Ref": "AWS::Region"}:'
+                            f'{{"Ref": "AWS::AccountId"}}:{orders_queue_prefix(STACK)}*')}
 
 
 def _used(recorded: dict[str, Any], template: dict[str, Any],
@@ -235,7 +266,7 @@ def _used(recorded: dict[str, Any], template: dict[str, Any],
         if call["component"] != component:
             continue
         for need in needs_of(call):
-            kind = recorded["kinds"].get(f"{call['service']}:{need.resource}")
+            kind = _kind_of(recorded, call["service"], need.resource)
             assert kind is not None, f"{component} called {call} on a resource of no test"
             out.append((need.action, logical[kind], need.context, call["operation"]))
     return out

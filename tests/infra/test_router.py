@@ -5,13 +5,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from aws_cdk.assertions import Match
 
-from holdfast.core import names
+from holdfast.core import names, schema
 from holdfast.core.filters import filter_criteria
+from holdfast.core.orders import order_queue_name
 from infra.function import RUNTIME
-from infra.router import ROUTER_HANDLER
-from tests.infra.conftest import resources, session_table_id
+from infra.router import RELEASE_ATTRIBUTES, ROUTER_HANDLER, orders_queue_prefix
+from tests.infra.conftest import (
+    ALT_STACK,
+    STACK,
+    lease_table_id,
+    resources,
+    session_table_id,
+)
+from tests.infra.iam import arn_name, as_list, role_ids, role_statements
 
 
 def router(template_json: dict[str, Any]) -> dict[str, Any]:
@@ -47,12 +56,13 @@ def test_tracing_on_adds_the_adot_layer_and_otlp(alt_template_json: dict[str, An
 
 
 def test_router_environment(template_json: dict[str, Any]) -> None:
-    """The router gets both table names, the queue URL, the lease length, and Powertools
-    service and namespace."""
+    """The router gets both table names, the queue URL, the lease length, the order queues'
+    prefix, and Powertools service and namespace."""
     env = router(template_json)["Environment"]["Variables"]
     assert set(env) == {names.ENV_TABLE, names.ENV_SESSION_TABLE, names.ENV_QUEUE_URL,
                         names.ENV_SERVICE_NAME, names.ENV_METRICS_NAMESPACE,
-                        names.ENV_LEASE_MS, names.ENV_SKEW_MS}
+                        names.ENV_LEASE_MS, names.ENV_SKEW_MS, names.ENV_ORDERS_QUEUE_PREFIX}
+    assert env[names.ENV_ORDERS_QUEUE_PREFIX] == orders_queue_prefix(STACK) == "Holdfast-orders-"
     assert env[names.ENV_SESSION_TABLE] == {"Ref": session_table_id(template_json)}
     assert env[names.ENV_LEASE_MS] == "8000"
     assert env[names.ENV_SERVICE_NAME] == "holdfast-router"
@@ -88,3 +98,57 @@ def test_router_logs_have_retention(template_json: dict[str, Any]) -> None:
     fn = router(template_json)
     group = fn["LoggingConfig"]["LogGroup"]["Ref"]
     assert template_json["Resources"][group]["Properties"]["RetentionInDays"] == 30
+
+
+def _router_statements(template_json: dict[str, Any]) -> list[dict[str, Any]]:
+    return role_statements(template_json, role_ids(template_json)["router"])
+
+
+def test_router_may_send_only_to_its_own_order_queues(template_json: dict[str, Any],
+                                                      alt_template_json: dict[str, Any]) -> None:
+    """SendMessage to <prefix>* in the stack's own account and region, nothing wider."""
+    for template, stack in ((template_json, STACK), (alt_template_json, ALT_STACK)):
+        sends = [r for s in _router_statements(template) if "sqs:SendMessage" in as_list(
+            s["Action"]) for r in as_list(s["Resource"])]
+        (wildcard,) = [r for r in sends if "*" in arn_name(r)]
+        assert wildcard == {"Fn::Join": ["", [
+            "arn:", {"Ref": "AWS::Partition"}, ":sqs:", {"Ref": "AWS::Region"}, ":",
+            {"Ref": "AWS::AccountId"}, f":{orders_queue_prefix(stack)}*"]]}
+        # Everything else it sends to is named: the nudge queue and its failure destination.
+        assert all("Fn::GetAtt" in r for r in sends if r is not wildcard)
+        env = router(template)["Environment"]["Variables"]
+        assert env[names.ENV_ORDERS_QUEUE_PREFIX] == orders_queue_prefix(stack)
+
+
+def test_router_reads_sessions_and_releases_with_pinned_attributes(
+        template_json: dict[str, Any]) -> None:
+    """GetItem on WORKER# session items only; the lease release names only what
+    release_owned writes and reads, with no values returned; normalise stays as it was."""
+    statements = _router_statements(template_json)
+    sessions, leases = session_table_id(template_json), lease_table_id(template_json)
+    (read,) = [s for s in statements if s["Action"] == "dynamodb:GetItem"]
+    assert arn_name(read["Resource"]) == sessions
+    assert read["Condition"] == {"ForAllValues:StringLike": {
+        "dynamodb:LeadingKeys": [f"{schema.SESSION_PREFIX}*"]}}
+    updates = {tuple(s["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"])
+               for s in statements if s["Action"] == "dynamodb:UpdateItem"
+               and arn_name(s["Resource"]) == leases}
+    assert updates == {RELEASE_ATTRIBUTES, (schema.PARTITION_KEY, schema.ATTR.desired_state,
+                                            schema.ATTR.lease_expires_at_ms)}
+    for s in statements:
+        if s["Action"] == "dynamodb:UpdateItem":
+            assert s["Condition"]["StringEqualsIfExists"] == {"dynamodb:ReturnValues": "NONE"}
+    assert not {schema.ATTR.last_seq, schema.ATTR.token, schema.ATTR.ws_url,
+                schema.ATTR.error_count} & set(RELEASE_ATTRIBUTES)
+
+
+@pytest.mark.parametrize(("stack_name", "prefix"), [
+    ("Holdfast", "Holdfast-orders-"),
+    ("a" * 60, "a" * 32 + "-orders-"),
+    ("My.Stack Name", "My-Stack-Name-orders-"),
+])
+def test_orders_queue_prefix_is_short_and_safe(stack_name: str, prefix: str) -> None:
+    """At most 40 characters of [A-Za-z0-9_-], the same every synth, room left for owners."""
+    assert orders_queue_prefix(stack_name) == prefix
+    assert len(prefix) <= 40
+    assert len(order_queue_name(prefix, "w-" + "x" * 60 + "#abcdef123456")) <= 80

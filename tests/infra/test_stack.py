@@ -5,10 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from holdfast.core import schema
-from infra.router import ROUTER_HANDLER, ROUTER_SESSION_ATTRIBUTES
+from infra.router import (
+    RELEASE_ATTRIBUTES,
+    ROUTER_HANDLER,
+    ROUTER_SESSION_ATTRIBUTES,
+    orders_queue_prefix,
+)
 from infra.service import WORKER_LEASE_ATTRIBUTES, WORKER_SESSION_ATTRIBUTES
 from infra.sweeper import SWEEPER_HANDLER
 from tests.infra.conftest import (
+    STACK,
     lease_table_id,
     logical_id,
     one_resource,
@@ -107,35 +113,41 @@ def test_worker_role_has_exactly_the_lease_session_and_queue_calls(
 
 def test_router_role_reads_the_stream_sends_normalises_and_orders_stops(
         template_json: dict[str, Any]) -> None:
-    """Router: stream read, SendMessage to its queues, two tightly conditioned UpdateItems."""
+    """Router: stream read, SendMessage to its queues and order queues, a session read,
+    three tightly conditioned UpdateItems (normalise, release, stop order)."""
     statements = role_statements(template_json,
                                  function_role(template_json, ROUTER_HANDLER))
     leases, sessions, queue, _, _ = names_of(template_json)
     failures = logical_id(template_json, "AWS::SQS::Queue", "QueuesRouterFailures")
     log_group = logical_id(template_json, "AWS::Logs::LogGroup", "RouterHandlerLogs")
+    order_queues = ('arn:{"Ref": "AWS::Partition"}:sqs:{"Ref": "AWS::Region"}:'
+                    f'{{"Ref": "AWS::AccountId"}}:{orders_queue_prefix(STACK)}*')
     assert grants(statements) == {
         "logs:CreateLogStream": {log_group}, "logs:PutLogEvents": {log_group},
         "dynamodb:ListStreams": {"*"},
         **{a: {f"{leases}.StreamArn"} for a in ("dynamodb:DescribeStream",
                                                 "dynamodb:GetRecords",
                                                 "dynamodb:GetShardIterator")},
-        "sqs:SendMessage": {queue, failures},
+        "sqs:SendMessage": {queue, failures, order_queues},
         "dynamodb:UpdateItem": {leases, sessions},
+        "dynamodb:GetItem": {sessions},
     }
-    updates = {arn_name(s["Resource"]): s["Condition"] for s in statements
-               if s["Action"] == "dynamodb:UpdateItem"}
-    assert updates[leases]["ForAllValues:StringEquals"]["dynamodb:Attributes"] == [
-        schema.PARTITION_KEY, schema.ATTR.desired_state, schema.ATTR.lease_expires_at_ms]
-    assert updates[sessions]["ForAllValues:StringEquals"]["dynamodb:Attributes"] == list(
-        ROUTER_SESSION_ATTRIBUTES)
+    updates = {(arn_name(s["Resource"]), tuple(
+        s["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"])): s["Condition"]
+        for s in statements if s["Action"] == "dynamodb:UpdateItem"}
+    normalise = (schema.PARTITION_KEY, schema.ATTR.desired_state,
+                 schema.ATTR.lease_expires_at_ms)
+    assert set(updates) == {(leases, normalise), (leases, RELEASE_ATTRIBUTES),
+                            (sessions, ROUTER_SESSION_ATTRIBUTES)}
     assert schema.SESSION.orders in ROUTER_SESSION_ATTRIBUTES
     # Never the heartbeat, expiry or TTL: a router cannot keep a session alive or kill it.
     assert not {schema.SESSION.expires_at_ms, schema.SESSION.heartbeat_at_ms,
                 schema.SESSION.ttl, schema.SESSION.reaped_at_ms} & set(ROUTER_SESSION_ATTRIBUTES)
-    for table, prefix in ((leases, schema.PK_PREFIX), (sessions, schema.SESSION_PREFIX)):
-        assert updates[table]["StringEqualsIfExists"]["dynamodb:ReturnValues"] == "NONE"
-        assert updates[table]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == [
-            f"{prefix}*"]
+    prefixes = {leases: schema.PK_PREFIX, sessions: schema.SESSION_PREFIX}
+    for (table, _), condition in updates.items():
+        assert condition["StringEqualsIfExists"]["dynamodb:ReturnValues"] == "NONE"
+        assert condition["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == [
+            f"{prefixes[table]}*"]
 
 
 def test_sweeper_role_scans_sessions_queries_indexes_releases_and_sends(
