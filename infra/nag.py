@@ -25,6 +25,15 @@ _XRAY = ("xray:PutTraceSegments and xray:PutTelemetryRecords (active tracing) su
          "resource-level permissions, so their resource must be '*'")
 
 
+_ORDER_QUEUES = ("those queues come and go with the sessions and so cannot be named in "
+                 "advance; the wildcard is confined to this stack's own queue-name prefix in "
+                 "this account and region")
+
+
+def _order_queues(prefix: str) -> str:
+    return f"IAM5[Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:{prefix}*]"
+
+
 def acknowledge(scope: IConstruct, rule: str, reason: str) -> None:
     """Acknowledge the AwsSolutions finding ``rule`` (e.g. ``ECS2``) on ``scope``."""
     Validations.of(scope).acknowledge(
@@ -44,16 +53,23 @@ def acknowledge_findings(*, router: Router, sweeper: Sweeper, workers: WorkerSer
                 + (f"; {_XRAY}" if tracing else "")
                 + ". Every other statement names its table, stream or queue.")
     acknowledge(router.handler.role.node.find_child("DefaultPolicy"),
-                "IAM5[Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:"
-                f"{router.orders_queue_prefix}*]",
+                _order_queues(router.orders_queue_prefix),
                 "sqs:SendMessage only (no receive, delete or purge) to the per-worker-session "
-                "stop-order queues, which are created and deleted with each session and so "
-                "cannot be named in advance; the wildcard is confined to this stack's own "
-                "queue-name prefix in this account and region.")
+                f"stop-order queues; {_ORDER_QUEUES}")
+    acknowledge(workers.task_definition.task_role.node.find_child("DefaultPolicy"),
+                _order_queues(router.orders_queue_prefix),
+                "each worker session creates, long-polls and at a graceful stop deletes an "
+                f"order queue of its own; {_ORDER_QUEUES}")
+    acknowledge(sweeper.handler.role.node.find_child("DefaultPolicy"),
+                _order_queues(router.orders_queue_prefix),
+                "sqs:DeleteQueue only, for order queues that no live session reads (a crashed "
+                f"worker could not delete its own); {_ORDER_QUEUES}")
+    acknowledge(sweeper.handler.role.node.find_child("DefaultPolicy"), _WILDCARD_RESOURCE,
+                "sqs:ListQueues (finding this stack's order queues by name prefix) supports no "
+                "resource-level permissions and only lists queue URLs"
+                + (f"; {_XRAY}" if tracing else "")
+                + ". Every DynamoDB statement names its tables and indexes.")
     if tracing:
-        acknowledge(sweeper.handler.role.node.find_child("DefaultPolicy"), _WILDCARD_RESOURCE,
-                    f"{_XRAY}. Every DynamoDB and SQS statement names its tables, indexes "
-                    "and queue.")
         acknowledge(workers.task_definition.task_role.node.find_child("DefaultPolicy"),
                     _WILDCARD_RESOURCE,
                     f"{_XRAY} (the ADOT collector sidecar exports the workers' spans). Every "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import jsii
-from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -15,11 +15,11 @@ from holdfast.core import names, schema
 from holdfast.core.filters import filter_criteria
 from holdfast.core.orders import prefix_for, validate_prefix
 from infra.function import FunctionDefaults, HoldfastFunction, lease_environment
+from infra.orders import ROUTER_ORDER_ACTIONS, order_queue_statement
 
 __all__ = ["RELEASE_ATTRIBUTES", "ROUTER_HANDLER", "ROUTER_SESSION_ATTRIBUTES", "Router",
-           "SendOnlyDestination", "normalise_statement", "order_queue_statement",
-           "orders_queue_prefix", "release_statement", "session_read_statement",
-           "stop_order_statement"]
+           "SendOnlyDestination", "normalise_statement", "orders_queue_prefix",
+           "release_statement", "session_read_statement", "stop_order_statement"]
 
 ROUTER_HANDLER = "lambdas.router.handler.lambda_handler"
 # The session attributes a stop order may name: the key, the order set it ADDs to, and what
@@ -116,17 +116,6 @@ def session_read_statement(session_table_arn: str) -> iam.PolicyStatement:
     )
 
 
-def order_queue_statement(scope: Construct, prefix: str) -> iam.PolicyStatement:
-    """SendMessage to this fleet's order queues only: ``<prefix>*`` in this account and region.
-
-    The queues come and go with worker sessions, so they cannot be named one by one; the
-    prefix is the stack's own (see ``HoldfastStack.orders_queue_prefix``).
-    """
-    arn = Stack.of(scope).format_arn(service="sqs", resource=f"{validate_prefix(prefix)}*",
-                                     arn_format=ArnFormat.NO_RESOURCE_NAME)
-    return iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[arn])
-
-
 @jsii.implements(lambda_.IEventSourceDlq)
 class SendOnlyDestination:
     """An on-failure SQS destination that grants ``sqs:SendMessage`` only.
@@ -185,7 +174,8 @@ class Router(Construct):
         role.add_to_policy(stop_order_statement(session_table.table_arn))
         role.add_to_policy(release_statement(table.table_arn))
         role.add_to_policy(session_read_statement(session_table.table_arn))
-        role.add_to_policy(order_queue_statement(self, orders_queue_prefix))
+        role.add_to_policy(order_queue_statement(self, orders_queue_prefix,
+                                                 ROUTER_ORDER_ACTIONS))
         self.function.add_event_source(sources.DynamoEventSource(
             table,
             # From the oldest record still in the stream: a re-created mapping must not skip

@@ -16,6 +16,7 @@ from constructs import Construct
 
 from holdfast.core import names, schema
 from infra.logs import retention
+from infra.orders import WORKER_ORDER_ACTIONS, order_queue_statement
 from infra.tracing import add_collector, grant_xray, tracing_environment
 
 __all__ = ["CONTAINER_NAME", "WORKER_INDEX_ACTIONS", "WORKER_LEASE_ATTRIBUTES",
@@ -38,7 +39,8 @@ WORKER_LEASE_ATTRIBUTES: Final = (
     schema.PARTITION_KEY, schema.ATTR.desired_state, schema.ATTR.lease_owner,
     schema.ATTR.lease_expires_at_ms, schema.ATTR.last_seq, schema.ATTR.epoch,
     schema.ATTR.status, schema.ATTR.updated_at_ms, schema.ATTR.last_error,
-    schema.ATTR.error_count, schema.ATTR.token, schema.ATTR.unowned_since_ms,
+    schema.ATTR.error_count, schema.ATTR.token, schema.ATTR.poison_seq,
+    schema.ATTR.unowned_since_ms,
     schema.ATTR.unowned_epoch, schema.ATTR.unowned_desired_state)
 WORKER_INDEX_ACTIONS: Final = ("dynamodb:Query",)
 # Sessions: its own (start with Get and Put, heartbeat, end) and, in the reconcile sweep and
@@ -85,7 +87,7 @@ class WorkerService(Construct):
                  table: dynamodb.ITable, index_arns: Sequence[str],
                  session_table: dynamodb.ITable, queue: sqs.IQueue,
                  log_retention_days: int, removal_policy: RemovalPolicy,
-                 collector_image: str | None = None) -> None:
+                 orders_queue_prefix: str, collector_image: str | None = None) -> None:
         super().__init__(scope, construct_id)
         self.cluster = ecs.Cluster(self, "Cluster", vpc=vpc,
                                    container_insights_v2=ecs.ContainerInsights.ENABLED)
@@ -100,10 +102,14 @@ class WorkerService(Construct):
         # Tracing on: the worker sends its spans to an ADOT collector sidecar (infra.tracing).
         traced = collector_image is not None
         self.container = self._add_container(
-            image, {**environment, **(tracing_environment() if traced else {})}, stop_timeout)
+            image, {**environment, names.ENV_ORDERS_QUEUE_PREFIX: orders_queue_prefix,
+                    **(tracing_environment() if traced else {})}, stop_timeout)
         self.collector = (add_collector(self.task_definition, collector_image, self.log_group)
                           if collector_image is not None else None)
         self._grant(table, index_arns, session_table, queue)
+        # Its session's order queue: created at start, long-polled, deleted at a graceful stop.
+        self.task_definition.task_role.add_to_principal_policy(order_queue_statement(
+            self, orders_queue_prefix, WORKER_ORDER_ACTIONS))
         if traced:
             grant_xray(self.task_definition.task_role)
         self.service = ecs.FargateService(

@@ -123,7 +123,7 @@ class HoldfastStack(Stack):
             queue=queue,
             service_name=service_names["sweeper"], lease_ms=s.lease_ms,
             skew_ms=s.skew_ms, reserve_concurrency=s.sweeper_reserve_concurrency,
-            defaults=defaults)
+            orders_queue_prefix=self.orders_queue_prefix, defaults=defaults)
         self.network = Network(
             self, "Network", vpc_id=s.vpc_id, public_subnets=s.worker_subnets == "public",
             nat_gateways=s.nat_gateways, flow_logs=s.vpc_flow_logs,
@@ -143,6 +143,7 @@ class HoldfastStack(Stack):
             stop_timeout=Duration.seconds(s.stop_timeout_seconds), table=table,
             index_arns=index_arns, session_table=sessions, queue=queue,
             log_retention_days=s.log_retention_days, removal_policy=removal,
+            orders_queue_prefix=self.orders_queue_prefix,
             collector_image=s.collector_image if s.xray else None)
         self.queues.only_senders([self.workers.task_definition.task_role,
                                   self.router.handler.role, self.sweeper.handler.role])

@@ -20,7 +20,9 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from holdfast.core import names
 from infra.function import FunctionDefaults, HoldfastFunction, lease_environment
+from infra.orders import SWEEPER_ORDER_ACTIONS, list_queues_statement, order_queue_statement
 
 __all__ = ["SWEEPER_HANDLER", "SWEEPER_LEASE_ACTIONS", "SWEEPER_SESSION_ACTIONS",
            "SWEEPER_TIMEOUT", "Sweeper"]
@@ -39,22 +41,25 @@ SWEEPER_LEASE_ACTIONS = ("dynamodb:Scan", "dynamodb:UpdateItem")
 class Sweeper(Construct):
     """The sweeper function and its one-minute schedule.
 
-    May scan and update sessions, query both lease indexes, release leases and send nudges;
-    it never reads a lease item whole, creates or deletes anything.
+    May scan and update sessions, query both lease indexes, release leases, send nudges and
+    delete order queues without a live session; it never reads a lease item whole or creates
+    anything.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, defaults: FunctionDefaults,
                  table: dynamodb.ITable, index_arns: Sequence[str],
                  session_table: dynamodb.ITable, queue: sqs.IQueue, service_name: str,
-                 lease_ms: int, skew_ms: int, reserve_concurrency: bool) -> None:
+                 lease_ms: int, skew_ms: int, reserve_concurrency: bool,
+                 orders_queue_prefix: str) -> None:
         super().__init__(scope, construct_id)
         self.handler = HoldfastFunction(
             self, "Handler", defaults=defaults, handler=SWEEPER_HANDLER,
             description="Holdfast sweeper: dead sessions and expired leases -> claim nudges",
-            environment=lease_environment(
+            environment={**lease_environment(
                 table_name=table.table_name, session_table_name=session_table.table_name,
                 queue_url=queue.queue_url, lease_ms=lease_ms, skew_ms=skew_ms,
                 service_name=service_name),
+                names.ENV_ORDERS_QUEUE_PREFIX: orders_queue_prefix},
             timeout=SWEEPER_TIMEOUT, memory_mib=256,
             # One sweeper at a time: overlapping sweeps would only send duplicate nudges.
             # Accounts whose concurrency quota is still 10 cannot reserve any; they turn it off.
@@ -69,6 +74,10 @@ class Sweeper(Construct):
                                                resources=[session_table.table_arn]))
         role.add_to_policy(iam.PolicyStatement(actions=["sqs:SendMessage"],
                                                resources=[queue.queue_arn]))
+        # Collecting order queues that no live session reads (lambdas/sweeper/orderqueues.py).
+        role.add_to_policy(order_queue_statement(self, orders_queue_prefix,
+                                                 SWEEPER_ORDER_ACTIONS))
+        role.add_to_policy(list_queues_statement())
         # A missed or failed minute is simply followed by the next: no retries, and an event
         # throttled behind a still-running sweep is dropped once the next one is due.
         self.function.configure_async_invoke(max_event_age=Duration.seconds(60),

@@ -71,6 +71,7 @@ def emitted(capsys: pytest.CaptureFixture[str],
     capsys.readouterr()
     worker = WorkerMetrics(service=SERVICE["worker"], namespace=names.NAMESPACE)
     worker.renew_latency(12.5)  # samples are emitted only when there are some
+    worker.unowned_time(250.0)
     worker.flush()
     router.metrics.clear_metrics()
     router._emit_metrics(router._Plan(), 0)

@@ -25,7 +25,10 @@ from tests.infra.iam import arn_name, as_list, role_statements
 
 # Actions that support no resource-level permissions (the only statements allowed on "*").
 RESOURCE_STAR_ALLOWED = {"xray:PutTraceSegments", "xray:PutTelemetryRecords",
-                         "dynamodb:ListStreams", "ecr:GetAuthorizationToken"}
+                         "dynamodb:ListStreams", "ecr:GetAuthorizationToken", "sqs:ListQueues"}
+# How grants() renders the stack's order queues (``infra.orders``): its prefix, then anything.
+ORDER_QUEUES = ('arn:{"Ref": "AWS::Partition"}:sqs:{"Ref": "AWS::Region"}:'
+                '{"Ref": "AWS::AccountId"}:Holdfast-orders-*')
 
 
 def allow_statements(template_json: dict[str, Any]) -> list[dict[str, Any]]:
@@ -84,7 +87,8 @@ def names_of(template_json: dict[str, Any]) -> tuple[str, str, str, str, str]:
 
 def test_worker_role_has_exactly_the_lease_session_and_queue_calls(
         template_json: dict[str, Any]) -> None:
-    """Task role: lease calls, both indexes, sessions, receive and send nudges."""
+    """Task role: lease calls, both indexes, sessions, receive and send nudges, and its own
+    order queue (create, receive, delete messages, delete)."""
     task = one_resource(template_json, "AWS::ECS::TaskDefinition")["Properties"]
     statements = role_statements(template_json, task["TaskRoleArn"]["Fn::GetAtt"][0])
     leases, sessions, queue, seed_index, owner_index = names_of(template_json)
@@ -95,8 +99,10 @@ def test_worker_role_has_exactly_the_lease_session_and_queue_calls(
         "dynamodb:PutItem": {sessions},
         "dynamodb:Scan": {sessions},
         "dynamodb:Query": {seed_index, owner_index},
-        **{action: {queue} for action in ("sqs:ReceiveMessage", "sqs:DeleteMessage",
-                                          "sqs:ChangeMessageVisibility", "sqs:SendMessage")},
+        **{action: {queue} for action in ("sqs:ChangeMessageVisibility", "sqs:SendMessage")},
+        **{action: {queue, ORDER_QUEUES} for action in ("sqs:ReceiveMessage",
+                                                        "sqs:DeleteMessage")},
+        **{action: {ORDER_QUEUES} for action in ("sqs:CreateQueue", "sqs:DeleteQueue")},
     }
     # Only UpdateItem is conditioned: pinned attributes and keys, like the router's.
     updates = {arn_name(s["Resource"]): s["Condition"] for s in statements if "Condition" in s}
@@ -153,7 +159,7 @@ def test_router_role_reads_the_stream_sends_normalises_and_orders_stops(
 def test_sweeper_role_scans_sessions_queries_indexes_releases_and_sends(
         template_json: dict[str, Any]) -> None:
     """Sweeper: Scan/UpdateItem on sessions and leases (the unindexed pass), Query on both
-    indexes only, lease releases."""
+    indexes only, lease releases, and collecting order queues (list, delete)."""
     statements = role_statements(template_json, function_role(template_json, SWEEPER_HANDLER))
     leases, sessions, queue, seed_index, owner_index = names_of(template_json)
     found = grants(statements)
@@ -162,6 +168,8 @@ def test_sweeper_role_scans_sessions_queries_indexes_releases_and_sends(
         "dynamodb:UpdateItem": {leases, sessions},
         "dynamodb:Query": {seed_index, owner_index},
         "sqs:SendMessage": {queue},
+        "sqs:DeleteQueue": {ORDER_QUEUES},
+        "sqs:ListQueues": {"*"},
     }
     assert {a for a in found if a.startswith(("logs:", "xray:"))} == {
         "logs:CreateLogStream", "logs:PutLogEvents"}  # no xray: tracing is off by default
