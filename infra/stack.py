@@ -28,6 +28,7 @@ from infra.sessions import SessionTable
 from infra.settings import Settings, context_key
 from infra.sweeper import Sweeper
 from infra.table import LeaseTable
+from infra.taskstopped import TaskStopped
 
 __all__ = ["HoldfastStack", "stack_environment", "worker_environment"]
 
@@ -151,6 +152,13 @@ class HoldfastStack(Stack):
             self, "Scaling", service=self.workers.service, queue=queue,
             service_name=service_names["worker"], min_tasks=s.min_tasks, max_tasks=s.max_tasks,
             target_connections_per_task=s.target_connections_per_task)
+        # ECS reports a stopped task at once: its session is declared dead without the TTL.
+        self.task_stopped = TaskStopped(
+            self, "TaskStopped", defaults=defaults, cluster=self.workers.cluster,
+            service=self.workers.service, table=table,
+            owner_index_arn=self.table.owner_index_arn, session_table=sessions,
+            service_name=f"{s.fleet_name}-{names.TASKSTOPPED_SERVICE}", lease_ms=s.lease_ms,
+            skew_ms=s.skew_ms, removal_policy=removal)
         self.monitoring = Monitoring(
             self, "Monitoring", lease_ms=s.lease_ms, alarm_email=s.alarm_email,
             parts=FleetParts(queue=queue, dlq=self.queues.dlq,

@@ -21,6 +21,7 @@ from typing import Any
 
 from rich.console import Console
 
+from holdfast.fleet.platform import PlatformReporter, Report
 from holdfast.fleet.procs import Fleet, FleetError, FleetTiming
 from holdfast.fleet.recorder import read_records
 from holdfast.fleet.report import Incident, check_seqs, summary_rows, summary_table
@@ -48,6 +49,10 @@ def _add_up(p: argparse.ArgumentParser) -> None:
     p.add_argument("--handler", metavar="MODULE:FUNCTION",
                    help="your async handler (importable from the current directory or the "
                         "active environment); the recorder wraps it")
+    p.add_argument("--no-platform-report", dest="platform_report", action="store_false",
+                   help="do not report a worker that exits unexpectedly (crash, SIGKILL) "
+                        "stopped, as ECS reports a stopped task: its streams then wait for its "
+                        "session's TTL (the path a hung worker always takes)")
     p.add_argument("--url", metavar="TEMPLATE",
                    help="your upstream for the streams, {id} replaced by the stream id "
                         "(e.g. ws://127.0.0.1:9000/feed/{id}); the demo upstream is not "
@@ -138,6 +143,8 @@ def _start_base(console: Console, fleet: Fleet, args: argparse.Namespace) -> Non
 def _shutdown(run: _Run, rc: int) -> int:
     """Workers first (gracefully), the verdict from their final checkpoints, then the rest."""
     console, fleet, session = run.console, run.fleet, run.session
+    if run.reporter is not None:  # the exits of the shutdown are ours, not crashes
+        run.reporter.stop()
     console.print("stopping: workers first (graceful), then runner, upstream, local AWS")
     t0 = time.monotonic()
     for line in fleet.stop_workers():
@@ -165,6 +172,16 @@ class _Run:
     view: View | None = None
     session: Session | None = None
     incidents: list[Incident] | None = None
+    reporter: PlatformReporter | None = None
+
+    def reported(self, report: Report) -> None:
+        """Say what the platform report did (from the reporter's thread)."""
+        text = (f"platform: {report.worker_id} exited (code {report.exit_code}), reported "
+                f"stopped in {report.took_s * 1000:.0f} ms: {report.text}")
+        if self.session is not None:
+            self.session.say(text, "cyan" if report.ok else "red")
+        else:
+            self.console.print(text)
 
 
 def _drive(run: _Run, args: argparse.Namespace) -> None:
@@ -178,6 +195,8 @@ def _drive(run: _Run, args: argparse.Namespace) -> None:
         console.print(f"demo upstream {base} ({args.rate:g} msgs/s per stream)")
     for i in range(1, args.workers + 1):
         fleet.start_worker(f"w{i}")
+    if args.platform_report:
+        run.reporter = PlatformReporter(fleet, on_report=run.reported).start()
     console.print(f"{args.workers} workers (handler {fleet.handler or 'the recorder alone'})"
                   f"; logs {fleet.run_dir}/worker-*.log")
     run.view = make_view(console, console.is_terminal and not args.plain)
@@ -197,7 +216,8 @@ def _drive(run: _Run, args: argparse.Namespace) -> None:
         fleet.start_worker(wid)
         return wid
 
-    run.incidents = failover(session, ids, base, next_worker)
+    run.incidents = failover(session, ids, base, next_worker,
+                             platform_report=run.reporter is not None)
 
 
 def _run_up(args: argparse.Namespace) -> int:

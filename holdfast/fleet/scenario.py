@@ -1,5 +1,9 @@
 """The failover scenario ``make demo`` runs: settle, SIGTERM one worker, SIGKILL another, start a
 replacement, add streams, stop a few; each step is an ``Incident`` with measured gaps.
+
+With the platform report on (``holdfast up``'s default) the SIGKILLed worker is reported
+stopped as ECS would report its task, so its streams move without waiting out its TTL; with
+``--no-platform-report`` they move once the TTL has passed (the sweeper finds the silence).
 """
 
 from __future__ import annotations
@@ -145,8 +149,12 @@ def _stop_streams(s: Session, ids: list[str], timeout_s: float) -> Incident:
 
 
 def failover(s: Session, ids: list[str], base_url: str, next_worker: Callable[[], str],
-             ) -> list[Incident]:
-    """Run the failover scenario on a started fleet; the incidents, in order."""
+             *, platform_report: bool = False) -> list[Incident]:
+    """Run the failover scenario on a started fleet; the incidents, in order.
+
+    ``platform_report``: a reporter watches the workers (the crash is reported stopped), which
+    only changes how the crash incident is named; the scenario waits for recovery either way.
+    """
     timing = s.fleet.timing
     recover_s = timing.lease_s + timing.skew_ms / 1000 + 15
     s.action(f"settling: waiting until all {len(ids)} streams are owned")
@@ -161,8 +169,9 @@ def failover(s: Session, ids: list[str], base_url: str, next_worker: Callable[[]
         s.sleep(2)
     victim = _busiest(s)
     if victim:
-        incidents.append(_disrupt(s, f"SIGKILL {victim} (crash)", victim, signal.SIGKILL,
-                                  recover_s))
+        how = "reported stopped" if platform_report else "found by its TTL"
+        incidents.append(_disrupt(s, f"SIGKILL {victim} (crash, {how})", victim,
+                                  signal.SIGKILL, recover_s))
         s.sleep(1)
     wid = next_worker()
     s.action(f"replacement worker {wid} started")

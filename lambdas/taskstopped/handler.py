@@ -136,18 +136,20 @@ def handle(event: object, deps: TaskStoppedDeps) -> Outcome:
 
 
 def report_stopped(worker_id: str, env: Mapping[str, str] | None = None, *,
-                   reason: str = "task stopped", stopped_at_ms: int | None = None) -> Outcome:
+                   reason: str = "task stopped", stopped_at_ms: int | None = None,
+                   deps: TaskStoppedDeps | None = None) -> Outcome:
     """Report ``worker_id``'s process gone, as ECS would, on the tables ``env`` names.
 
     For scripts, ``holdfast task-stopped`` and ``holdfast up``: the event is built as ECS
-    builds it and goes through ``handle``. ``ConfigError`` for missing settings; an invalid
-    id is a ``ValueError``."""
+    builds it and goes through ``handle``; ``deps`` (from ``deps_for_env``) saves building a
+    client per report. ``ConfigError`` for missing settings; an invalid id is a
+    ``ValueError``."""
     # A task ARN's last segment is the id: one with a "/" would name another session.
     if "/" in validate_worker_id(worker_id):
         raise ValueError(f"invalid worker id {worker_id[:80]!r}: an ECS task id has no '/'")
     event = task_stopped_event(worker_id, stopped_at_ms=stopped_at_ms or wall_clock_ms(),
                                reason=reason)
-    return handle(event, deps_for_env(env))
+    return handle(event, deps or deps_for_env(env))
 
 
 def configure(deps: TaskStoppedDeps | None) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from infra.router import ROUTER_HANDLER
 from infra.sweeper import SWEEPER_HANDLER
+from infra.taskstopped import TASKSTOPPED_HANDLER
 from tests.infra.conftest import one_resource, resources
 
 __all__ = ["AWS_SIDE_ACTIONS", "Need", "allows", "arn_name", "as_list", "needs_of", "role_ids",
@@ -39,6 +40,10 @@ AWS_SIDE_ACTIONS: dict[str, dict[tuple[str, str], str]] = {
         **{(a, r.format(fn="Router")): why for (a, r), why in _LAMBDA_SIDE.items()},
     },
     "sweeper": {(a, r.format(fn="Sweeper")): why for (a, r), why in _LAMBDA_SIDE.items()},
+    "taskstopped": {
+        ("sqs:SendMessage", "TaskStoppedFailures"): "Lambda's on-failure destination",
+        **{(a, r.format(fn="TaskStopped")): why for (a, r), why in _LAMBDA_SIDE.items()},
+    },
     # tracing=xray only (the IAM test's default stack has tracing off, so no grant at all).
     "worker": {("xray:PutTraceSegments", "*"): "the ADOT collector sidecar exports spans",
                ("xray:PutTelemetryRecords", "*"): "the ADOT collector sidecar's telemetry"},
@@ -89,10 +94,11 @@ def arn_name(resource: Any) -> str:
 
 
 def role_ids(template: dict[str, Any]) -> dict[str, str]:
-    """Component -> logical id of its role (worker task role, router and sweeper roles)."""
+    """Component -> logical id of its role (worker task role, the functions' roles)."""
     task = one_resource(template, "AWS::ECS::TaskDefinition")["Properties"]
     out = {"worker": str(task["TaskRoleArn"]["Fn::GetAtt"][0])}
-    for component, handler in (("router", ROUTER_HANDLER), ("sweeper", SWEEPER_HANDLER)):
+    for component, handler in (("router", ROUTER_HANDLER), ("sweeper", SWEEPER_HANDLER),
+                               ("taskstopped", TASKSTOPPED_HANDLER)):
         (fn,) = [f for f in resources(template, "AWS::Lambda::Function").values()
                  if f["Properties"].get("Handler") == handler]
         out[component] = str(fn["Properties"]["Role"]["Fn::GetAtt"][0])

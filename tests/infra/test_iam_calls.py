@@ -45,7 +45,8 @@ from tests.infra.iam import AWS_SIDE_ACTIONS, allows, arn_name, needs_of, role_i
 from tests.lambdas.records import event, image, record
 from tests.worker.conftest import ROOT, Fleet, UpstreamThread, make_fleet, wait_until
 
-COMPONENTS = ("worker", "router", "sweeper")
+COMPONENTS = ("worker", "router", "sweeper", "taskstopped")
+SENDERS = ("worker", "router", "sweeper")  # of nudges: the taskstopped function sends none
 # What each component must have been seen doing, as (operation, resource kind): a scenario
 # that silently stopped exercising a path cannot pass.
 MINIMUM = {
@@ -57,6 +58,8 @@ MINIMUM = {
     "router": {("SendMessageBatch", "queue"), ("UpdateItem", "leases"),
                ("UpdateItem", "sessions"), ("GetItem", "sessions"),
                ("SendMessage", "order queue")},
+    "taskstopped": {("GetItem", "sessions"), ("UpdateItem", "sessions"),
+                    ("Query", "owner index"), ("UpdateItem", "leases")},
     "sweeper": {("Scan", "sessions"), ("UpdateItem", "sessions"), ("Query", "owner index"),
                 ("UpdateItem", "leases"), ("Query", "seed index"), ("Scan", "leases"),
                 ("SendMessageBatch", "queue")},
@@ -207,6 +210,33 @@ def _drive_sweeper(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> 
     assert summary["errors"] == 0 and summary["streams_reaped"] >= 1, summary
 
 
+def _drive_taskstopped(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> None:
+    """A live session holding a stream reported STOPPED (dead + release), then the same event
+    in a cold container (nothing left: the session is marked reaped)."""
+    from lambdas.taskstopped import handler as taskstopped
+    from lambdas.taskstopped.events import task_stopped_event
+
+    wid = f"stopped-{tag}"
+    session = SessionStore(fleet.ddb, fleet.session_table, fleet.table, ttl_ms=60_000,
+                           skew_ms=300).start(wid, 10)
+    fleet.create(f"{tag}-t", up.url("t"))
+    LeaseStore(fleet.ddb, fleet.table, lease_ms=3_600_000, skew_ms=300).acquire(
+        f"{tag}-t", session.owner)
+    stopped = task_stopped_event(wid, stopped_at_ms=wall_clock_ms())
+    summaries = []
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in _lambda_env(fleet.aws, fleet, folder).items():
+            mp.setenv(key, value)
+        for _ in range(2):
+            taskstopped.configure(None)
+            try:
+                summaries.append(taskstopped.lambda_handler(
+                    stopped, LocalContext("holdfast-taskstopped")))  # type: ignore[arg-type]
+            finally:
+                taskstopped.configure(None)
+    assert [(s["declared_dead"], s["released"]) for s in summaries] == [(True, 1), (False, 0)]
+
+
 @pytest.fixture(scope="module")
 def recorded(ddb_local: LocalAws,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
@@ -218,6 +248,7 @@ def recorded(ddb_local: LocalAws,
     try:
         _drive_worker(fleet, up, folder, tag)
         _drive_sweeper(fleet, up, folder, tag)
+        _drive_taskstopped(fleet, up, folder, tag)
     finally:
         up.stop()
     kinds = {"order prefix": prefix_for(fleet.table),
@@ -321,7 +352,7 @@ def test_only_the_fleet_roles_send_nudges(recorded: dict[str, Any],
     queue = _logical(template_json)["queue"]
     senders = {c["component"] for c in recorded["calls"]
                if c["operation"] == "SendMessageBatch" and _kind(recorded, c) == "queue"}
-    assert senders == set(COMPONENTS)
+    assert senders == set(SENDERS)
     (policy,) = [p["Properties"] for p in resources(template_json, "AWS::SQS::QueuePolicy")
                  .values() if {"Ref": queue} in p["Properties"]["Queues"]]
     statements = policy["PolicyDocument"]["Statement"]
@@ -329,6 +360,6 @@ def test_only_the_fleet_roles_send_nudges(recorded: dict[str, Any],
     assert deny["Principal"] == {"AWS": "*"}
     assert arn_name(deny["Resource"]) == queue
     assert deny["Condition"] == {"ArnNotEquals": {"aws:PrincipalArn": [
-        {"Fn::GetAtt": [roles[c], "Arn"]} for c in COMPONENTS]}}
+        {"Fn::GetAtt": [roles[c], "Arn"]} for c in SENDERS]}}
     assert any(s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
                for s in statements)

@@ -21,9 +21,10 @@ def test_nudge_queue_redrives_to_the_dlq(template: Any) -> None:
 
 
 def test_every_queue_is_encrypted(template_json: dict[str, Any]) -> None:
-    """All three queues use SQS-managed server-side encryption."""
+    """All four queues (nudges, their DLQ, router and taskstopped failures) use SQS-managed
+    server-side encryption."""
     queues = resources(template_json, "AWS::SQS::Queue")
-    assert len(queues) == 3
+    assert len(queues) == 4
     assert all(q["Properties"].get("SqsManagedSseEnabled") is True for q in queues.values())
 
 

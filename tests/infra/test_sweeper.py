@@ -6,7 +6,7 @@ from typing import Any
 
 from holdfast.core import names
 from infra.sweeper import SWEEPER_HANDLER
-from tests.infra.conftest import one_resource, resources, session_table_id
+from tests.infra.conftest import resources, session_table_id
 
 
 def sweeper(template_json: dict[str, Any]) -> dict[str, Any]:
@@ -30,11 +30,16 @@ def test_sweeper_runs_alone_for_about_a_minute(template_json: dict[str, Any]) ->
 
 def test_sweeper_is_scheduled_every_minute_without_retries(template_json: dict[str, Any]) -> None:
     """An EventBridge rule starts it every minute; a missed minute is not retried."""
-    rule = one_resource(template_json, "AWS::Events::Rule")["Properties"]
+    (rule,) = [r["Properties"] for r in resources(template_json, "AWS::Events::Rule").values()
+               if "ScheduleExpression" in r["Properties"]]
     assert rule["ScheduleExpression"] == "rate(1 minute)"
     (target,) = rule["Targets"]
     assert target["RetryPolicy"] == {"MaximumEventAgeInSeconds": 60, "MaximumRetryAttempts": 0}
-    config = one_resource(template_json, "AWS::Lambda::EventInvokeConfig")["Properties"]
+    (fn_id,) = [k for k, f in resources(template_json, "AWS::Lambda::Function").items()
+                if f["Properties"].get("Handler") == SWEEPER_HANDLER]
+    (config,) = [c["Properties"] for c in resources(
+        template_json, "AWS::Lambda::EventInvokeConfig").values()
+        if c["Properties"]["FunctionName"] == {"Ref": fn_id}]
     assert config["MaximumRetryAttempts"] == 0
 
 
