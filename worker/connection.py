@@ -242,10 +242,16 @@ class Connection:
                          from_seq=next_seq)
                 for first in proto.first_frames(next_seq):
                     await ws.send(first)
-                async for frame in ws:
-                    await self._deliver(frame)
-                    if self.held.stopping:
-                        return
+                try:
+                    async for frame in ws:
+                        await self._deliver(frame)
+                        if self.held.stopping:
+                            break
+                except asyncio.CancelledError:
+                    if not (self.held.stopping and self.held.live):
+                        raise  # aborted, fenced, lost, or cancelled from outside
+                if self.held.stopping and self.held.live:
+                    await _close_reading(ws)
             finally:
                 self._ws = None
 
@@ -316,3 +322,23 @@ class Connection:
         if self._ws is not None:
             with contextlib.suppress(Exception):
                 await self._ws.close()
+
+
+async def _close_reading(ws: ClientConnection) -> None:
+    """The closing handshake of a drained stream, reading (and dropping) what still arrives.
+
+    Frames nobody reads fill websockets' receive queue; past ``max_queue`` (2 by default) it
+    pauses reading, the peer's Close frame is never seen, and ``close()`` waits out the whole
+    ``close_timeout`` (2 s) before it aborts: the release, and the handover, wait with it. A
+    frame dropped here was never handled, so never checkpointed: the next holder resumes it.
+    """
+    closing = asyncio.ensure_future(ws.close())
+    try:
+        async for _ in ws:
+            pass
+    except WebSocketException:
+        pass
+    except BaseException:
+        closing.cancel()  # cancelled again (the stop's deadline): the caller's exit closes
+        raise
+    await closing

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 
 import pytest
+from websockets.asyncio.client import connect
 
 from holdfast.core.model import Lease
 from holdfast.core.store import LeaseStore
 from holdfast.core.urls import UrlPolicy
+from holdfast.upstream import UpstreamServer
 from tests.worker.conftest import (
     LOOPBACK_POLICY,
     Fleet,
@@ -19,7 +22,7 @@ from tests.worker.conftest import (
 )
 from tests.worker.helpers import Recorder
 from worker.backoff import Backoff
-from worker.connection import Connection, ConnectionContext, ConnectOptions
+from worker.connection import Connection, ConnectionContext, ConnectOptions, _close_reading
 from worker.held import NO_FENCE_MS, HeldStream
 from worker.metrics import WorkerMetrics
 from worker.protocol import QueryParamProtocol
@@ -165,3 +168,21 @@ async def test_abort_stops_handler_calls_at_once(fleet: Fleet, upstream: Upstrea
     # Nothing handled: the checkpoint only marks where this holder started (first seq - 1).
     assert rec.calls == [] and runner.held.checkpoint == -1
     await async_wait_until(lambda: upstream.server.connlog.open_count() == 0, 2, "closed")
+
+
+async def test_a_drained_connection_with_unread_frames_closes_without_the_close_timeout() -> None:
+    """Closing while frames pile up unread reads them away, so the peer's Close is seen at once
+    instead of after ``close_timeout`` (websockets pauses reading past ``max_queue``)."""
+    async with UpstreamServer(rate=50.0) as up:
+
+        async def close_after_idle(i: int) -> float:
+            async with connect(up.url(f"idle-{i}"), max_queue=2, close_timeout=2.0) as ws:
+                for _ in range(3):
+                    await ws.recv()
+                await asyncio.sleep(0.3)  # ~15 frames arrive unread: reading pauses
+                t0 = time.monotonic()
+                await _close_reading(ws)
+                return time.monotonic() - t0
+
+        took = await asyncio.gather(*(close_after_idle(i) for i in range(5)))
+    assert max(took) < 1.0, took  # the plain close() waits the whole 2 s here
