@@ -127,6 +127,8 @@ def call_record(component: str, service: str, operation: str,
         rec["resource"] = str(params["TableName"]) + (f"/index/{index}" if index else "")
     elif "QueueUrl" in params:
         rec["resource"] = str(params["QueueUrl"]).rstrip("/").rpartition("/")[2]
+    elif "QueueName" in params:  # CreateQueue: IAM authorises it on the queue it would make
+        rec["resource"] = str(params["QueueName"])
     if service == "dynamodb":
         attributes = set(params.get("Key", {})) | set(params.get("Item", {}))
         attributes |= {str(v) for v in params.get("ExpressionAttributeNames", {}).values()}

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from holdfast.core import names, schema
-from holdfast.core.orders import prefix_for
+from holdfast.core.orders import order_queue_name, prefix_for
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import set_desired_state
@@ -54,7 +54,10 @@ MINIMUM = {
                ("Query", "seed index"), ("Query", "owner index"), ("GetItem", "sessions"),
                ("PutItem", "sessions"), ("UpdateItem", "sessions"), ("Scan", "sessions"),
                ("ReceiveMessage", "queue"), ("DeleteMessageBatch", "queue"),
-               ("ChangeMessageVisibilityBatch", "queue"), ("SendMessageBatch", "queue")},
+               ("ChangeMessageVisibilityBatch", "queue"), ("SendMessageBatch", "queue"),
+               # Its session's order queue: made at start, read, deleted at the graceful stop.
+               ("CreateQueue", "order queue"), ("ReceiveMessage", "order queue"),
+               ("DeleteMessageBatch", "order queue"), ("DeleteQueue", "order queue")},
     "router": {("SendMessageBatch", "queue"), ("UpdateItem", "leases"),
                ("UpdateItem", "sessions"), ("GetItem", "sessions"),
                ("SendMessage", "order queue")},
@@ -62,7 +65,9 @@ MINIMUM = {
                     ("Query", "owner index"), ("UpdateItem", "leases")},
     "sweeper": {("Scan", "sessions"), ("UpdateItem", "sessions"), ("Query", "owner index"),
                 ("UpdateItem", "leases"), ("Query", "seed index"), ("Scan", "leases"),
-                ("SendMessageBatch", "queue")},
+                ("SendMessageBatch", "queue"),
+                # Collecting an order queue no live session reads.
+                ("ListQueues", ""), ("DeleteQueue", "order queue")},
 }
 
 
@@ -185,10 +190,13 @@ def _drive_router(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> N
 
 
 def _drive_sweeper(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> None:
-    """A dead session owning a stream, an expired lease and an item without an expiry."""
+    """A dead session owning a stream (and its left-over order queue), an expired lease and an
+    item without an expiry."""
     from lambdas.sweeper import handler as sweeper
 
-    _stale_session(fleet, f"ghost-{tag}", f"{tag}-g", up.url("g"))
+    ghost = _stale_session(fleet, f"ghost-{tag}", f"{tag}-g", up.url("g"))
+    # The order queue its crash left behind: the sweeper collects it once the session is dead.
+    fleet.sqs.create_queue(QueueName=order_queue_name(prefix_for(fleet.table), ghost))
     fleet.create(f"{tag}-e", up.url("e"))
     LeaseStore(fleet.ddb, fleet.table, lease_ms=1_000, skew_ms=300,
                clock=lambda: wall_clock_ms() - 60_000).acquire(f"{tag}-e", "gone-holder")
@@ -267,6 +275,8 @@ def _kind_of(recorded: dict[str, Any], service: str, resource: str) -> str | Non
     kinds = recorded["kinds"]
     if service == "sqs" and resource.startswith(kinds["order prefix"]):
         return "order queue"  # one per worker session, named <prefix><owner>
+    if service == "sqs" and resource == "*":
+        return "any"  # ListQueues names no queue: IAM only grants it on "*"
     kind = kinds.get(f"{service}:{resource}")
     return str(kind) if kind is not None else None
 
@@ -285,7 +295,8 @@ def _logical(template: dict[str, Any]) -> dict[str, str]:
             "queue": logical_id(template, "AWS::SQS::Queue", "QueuesNudges"),
             # As tests.infra.iam.arn_name renders the stack's order-queue wildcard.
             "order queue": ('arn:{"Ref": "AWS::Partition"}:sqs:{"Ref": "AWS::Region"}:'
-                            f'{{"Ref": "AWS::AccountId"}}:{orders_queue_prefix(STACK)}*')}
+                            f'{{"Ref": "AWS::AccountId"}}:{orders_queue_prefix(STACK)}*'),
+            "any": "*"}
 
 
 def _used(recorded: dict[str, Any], template: dict[str, Any],
