@@ -146,8 +146,6 @@ class HoldfastStack(Stack):
             log_retention_days=s.log_retention_days, removal_policy=removal,
             orders_queue_prefix=self.orders_queue_prefix,
             collector_image=s.collector_image if s.xray else None)
-        self.queues.only_senders([self.workers.task_definition.task_role,
-                                  self.router.handler.role, self.sweeper.handler.role])
         WorkerScaling(
             self, "Scaling", service=self.workers.service, queue=queue,
             service_name=service_names["worker"], min_tasks=s.min_tasks, max_tasks=s.max_tasks,
@@ -156,9 +154,12 @@ class HoldfastStack(Stack):
         self.task_stopped = TaskStopped(
             self, "TaskStopped", defaults=defaults, cluster=self.workers.cluster,
             service=self.workers.service, table=table,
-            owner_index_arn=self.table.owner_index_arn, session_table=sessions,
+            owner_index_arn=self.table.owner_index_arn, session_table=sessions, queue=queue,
             service_name=f"{s.fleet_name}-{names.TASKSTOPPED_SERVICE}", lease_ms=s.lease_ms,
             skew_ms=s.skew_ms, removal_policy=removal)
+        self.queues.only_senders([self.workers.task_definition.task_role,
+                                  self.router.handler.role, self.sweeper.handler.role,
+                                  self.task_stopped.handler.role])
         self.monitoring = Monitoring(
             self, "Monitoring", lease_ms=s.lease_ms, alarm_email=s.alarm_email,
             parts=FleetParts(queue=queue, dlq=self.queues.dlq,

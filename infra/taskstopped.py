@@ -80,8 +80,9 @@ class TaskStopped(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, defaults: FunctionDefaults,
                  cluster: ecs.ICluster, service: ecs.BaseService, table: dynamodb.ITable,
-                 owner_index_arn: str, session_table: dynamodb.ITable, service_name: str,
-                 lease_ms: int, skew_ms: int, removal_policy: RemovalPolicy) -> None:
+                 owner_index_arn: str, session_table: dynamodb.ITable, queue: sqs.IQueue,
+                 service_name: str, lease_ms: int, skew_ms: int,
+                 removal_policy: RemovalPolicy) -> None:
         super().__init__(scope, construct_id)
         self.handler = HoldfastFunction(
             self, "Handler", defaults=defaults, handler=TASKSTOPPED_HANDLER,
@@ -89,6 +90,7 @@ class TaskStopped(Construct):
             environment={
                 names.ENV_TABLE: table.table_name,
                 names.ENV_SESSION_TABLE: session_table.table_name,
+                names.ENV_QUEUE_URL: queue.queue_url,
                 names.ENV_LEASE_MS: str(lease_ms), names.ENV_SKEW_MS: str(skew_ms),
                 names.ENV_SERVICE_NAME: service_name,
                 names.ENV_METRICS_NAMESPACE: names.NAMESPACE},
@@ -103,6 +105,9 @@ class TaskStopped(Construct):
                                                resources=[owner_index_arn]))
         role.add_to_policy(_pinned(["dynamodb:UpdateItem"], table.table_arn,
                                    TASKSTOPPED_LEASE_ATTRIBUTES, schema.PK_PREFIX))
+        # A second nudge per released stream (the dead worker's last polls may eat the first).
+        role.add_to_policy(iam.PolicyStatement(actions=["sqs:SendMessage"],
+                                               resources=[queue.queue_arn]))
         if defaults.tracing:
             acknowledge(role.node.find_child("DefaultPolicy"), "IAM5[Resource::*]",
                         "xray:PutTraceSegments and xray:PutTelemetryRecords (active tracing) "

@@ -77,6 +77,7 @@ class ReportedDeath:
     declared_dead: bool
     released: int
     skipped_reason: str | None = None
+    released_ids: tuple[str, ...] = ()  # the streams this call released
 
 
 class SweepLog(Protocol):
@@ -353,7 +354,8 @@ class SessionStore:
             if again is None or again.incarnation != item.incarnation:
                 return ReportedDeath(False, 0, "replaced by a newer incarnation meanwhile")
             item = again
-        return ReportedDeath(declared, self.reap(item), None)
+        ids = self.reap_ids(item)
+        return ReportedDeath(declared, len(ids), None, tuple(ids))
 
     def _read_for_report(self, worker_id: str) -> SessionItem | None:
         # A projection (not the whole item): IAM pins the reporter to the attributes it reads.
@@ -413,8 +415,12 @@ class SessionStore:
 
     def reap(self, item: SessionItem) -> int:
         """Release every stream of a non-live session, then mark it reaped; returns released."""
+        return len(self.reap_ids(item))
+
+    def reap_ids(self, item: SessionItem) -> list[str]:
+        """``reap``, returning the ids of the streams this call released."""
         if item.state is SessionState.ALIVE or item.reaped:
-            return 0
+            return []
         why = f"session {item.owner} {'ended' if item.state is SessionState.ENDED else 'dead'}"
         owned = self.owned_by(item.owner)
         # In parallel: a dead worker's streams should move together, not one round trip after
@@ -423,9 +429,10 @@ class SessionStore:
             # Its streams went unserved from its last heartbeat (0: never heartbeat, or not
             # read): the honest start of their unowned time.
             since = item.heartbeat_at_ms or None
-            released = sum(pool.map(lambda c: self.release_owned(
+            done = list(pool.map(lambda c: self.release_owned(
                 c, item.owner, why, unowned_since_ms=since), owned))
-        if released == 0 and not self.owned_by(item.owner):
+        released = [c for c, ok in zip(owned, done, strict=True) if ok]
+        if not released and not self.owned_by(item.owner):
             now = self.clock()
             with contextlib.suppress(ConditionFailed):
                 call("reaped_session", self.client.update_item, TableName=self.table,

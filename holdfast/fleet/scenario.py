@@ -1,9 +1,12 @@
 """The failover scenario ``make demo`` runs: settle, SIGTERM one worker, SIGKILL another, start a
-replacement, add streams, stop a few; each step is an ``Incident`` with measured gaps.
+replacement, SIGSTOP a third (then SIGCONT it), add streams, stop a few; each step is an
+``Incident`` with measured gaps.
 
 With the platform report on (``holdfast up``'s default) the SIGKILLed worker is reported
 stopped as ECS would report its task, so its streams move without waiting out its TTL; with
 ``--no-platform-report`` they move once the TTL has passed (the sweeper finds the silence).
+The SIGSTOPped worker is alive but silent, as in a hang or a network partition: no platform
+reports that, so its TTL always finds it. Woken, it must find its session dead.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ def _disrupt(s: Session, name: str, victim: str, sig: signal.Signals,
     s.action(f"{name}: {victim} holds {len(affected)} streams")
     ev_wall = int(time.time() * 1000)
     inc = Incident(name, s.now(), affected,
-                   crashed=victim if sig == signal.SIGKILL else None)
+                   crashed=victim if sig in (signal.SIGKILL, signal.SIGSTOP) else None)
     s.fleet.workers[victim].expected_exit = True
     s.fleet.workers[victim].signal(sig)
 
@@ -86,14 +89,34 @@ def _disrupt(s: Session, name: str, victim: str, sig: signal.Signals,
     inc.recovered = {c: _gap_s(s, c, victim, ev_wall, sig == signal.SIGTERM) for c in affected
                      if (o := s.observer.worker_of(c)) and o != victim}
     proc = s.fleet.workers[victim]
-    s.wait_until(lambda: not proc.alive(), timing_budget(s))
-    code = proc.returncode()
-    inc.note = f"{victim} exit code {code}"
+    if sig == signal.SIGSTOP:
+        inc.note = _wake(s, victim)
+    else:
+        s.wait_until(lambda: not proc.alive(), timing_budget(s))
+        inc.note = f"{victim} exit code {proc.returncode()}"
     gaps = inc.gaps()
     s.say(f"{name}: {len(inc.recovered)}/{len(affected)} streams recovered"
           + (f", max unowned {max(gaps):.2f} s" if gaps else ""),
           "green" if len(inc.recovered) == len(affected) else "red")
     return inc
+
+
+def _wake(s: Session, victim: str) -> str:
+    """SIGCONT a hung worker whose streams moved on: it must find its session dead, handle
+    nothing more, and start over as a new incarnation (self-fencing)."""
+    proc = s.fleet.workers[victim]
+
+    def starts() -> int:
+        try:
+            return proc.log_path.read_text(errors="replace").count('"session started"')
+        except OSError:
+            return 0
+
+    before = starts()
+    proc.signal(signal.SIGCONT)
+    woke = s.wait_until(lambda: starts() > before, timing_budget(s))
+    return (f"{victim} woken by SIGCONT: " + ("found its session dead, fenced itself and started "
+            "a new incarnation" if woke else "did NOT start a new incarnation"))
 
 
 def timing_budget(s: Session) -> float:
@@ -175,6 +198,13 @@ def failover(s: Session, ids: list[str], base_url: str, next_worker: Callable[[]
         s.sleep(1)
     wid = next_worker()
     s.action(f"replacement worker {wid} started")
+    s.sleep(2)
+    victim = _busiest(s)
+    if victim:
+        # Alive but silent (a hang, a partition): no platform reports it, so its session's
+        # TTL is what finds it, beside the reported crash above.
+        incidents.append(_disrupt(s, f"SIGSTOP {victim} (hung, found by its TTL)", victim,
+                                  signal.SIGSTOP, recover_s))
     extra = [f"demo-{i:02d}" for i in range(len(ids) + 1, len(ids) + 3)]
 
     def add() -> None:

@@ -24,18 +24,20 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from holdfast.core import names, tracing
-from holdfast.core.aws import client_config, dynamodb_client
+from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.model import validate_worker_id
+from holdfast.core.nudge import Nudge
 from holdfast.core.sessions import SessionStore, SweepLog
 from holdfast.core.store import wall_clock_ms
 from lambdas.metrics import METRICS_NAMESPACE, metrics_enabled, service_name
+from lambdas.nudge import send_nudges
 from lambdas.settings import env_int
 from lambdas.taskstopped.events import HandledTasks, Skip, parse_event, task_stopped_event
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
-    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
 
 __all__ = ["Outcome", "TaskStoppedDeps", "configure", "deps_for_env", "handle",
            "lambda_handler", "report_stopped"]
@@ -54,6 +56,10 @@ class TaskStoppedDeps:
     sessions: SessionStore
     memory: HandledTasks = field(default_factory=HandledTasks)
     log: SweepLog = log
+    # The nudge queue: each released stream is nudged here too (see ``_nudge_released``);
+    # None: the router's nudges alone.
+    sqs: SQSClient | None = None
+    queue_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +88,11 @@ def _required(env: Mapping[str, str], name: str) -> str:
     return value
 
 
-def _client_for(env: Mapping[str, str]) -> DynamoDBClient:
+def _client_for(env: Mapping[str, str], service: str = "dynamodb") -> Any:
     """The sweeper's client (short timeouts, few retries) on the endpoint ``env`` names."""
     if env is os.environ:
-        return dynamodb_client(client_config(read_timeout=2.0))
+        return (dynamodb_client(client_config(read_timeout=2.0)) if service == "dynamodb"
+                else sqs_client(client_config(read_timeout=3.0, max_attempts=2)))
     import boto3
 
     session = boto3.session.Session(
@@ -93,10 +100,10 @@ def _client_for(env: Mapping[str, str]) -> DynamoDBClient:
         aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
         aws_session_token=env.get("AWS_SESSION_TOKEN"),
         region_name=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"))
-    endpoint = env.get("AWS_ENDPOINT_URL_DYNAMODB") or env.get("AWS_ENDPOINT_URL") or None
-    client: DynamoDBClient = session.client("dynamodb", endpoint_url=endpoint,
-                                            config=client_config(read_timeout=2.0))
-    return client
+    endpoint = (env.get(f"AWS_ENDPOINT_URL_{service.upper()}") or env.get("AWS_ENDPOINT_URL")
+                or None)
+    return session.client(service, endpoint_url=endpoint,  # type: ignore[call-overload]
+                          config=client_config(read_timeout=2.0))
 
 
 def deps_for_env(env: Mapping[str, str] | None = None, *,
@@ -110,7 +117,9 @@ def deps_for_env(env: Mapping[str, str] | None = None, *,
     store = SessionStore(_client_for(e), session_table, table,
                          ttl_ms=env_int(e, names.ENV_LEASE_MS, 20_000, 1_000, 3_600_000),
                          skew_ms=env_int(e, names.ENV_SKEW_MS, 1_000, 0, 60_000))
-    return TaskStoppedDeps(store, log=logger_)
+    queue_url = e.get(names.ENV_QUEUE_URL, "").strip() or None
+    return TaskStoppedDeps(store, log=logger_, queue_url=queue_url,
+                           sqs=_client_for(e, "sqs") if queue_url else None)
 
 
 def handle(event: object, deps: TaskStoppedDeps) -> Outcome:
@@ -127,12 +136,31 @@ def handle(event: object, deps: TaskStoppedDeps) -> Outcome:
     done = deps.sessions.report_dead(stop.worker_id, stopped_at_ms=stop.stopped_at_ms,
                                      reason=stop.reason)
     deps.memory.add(stop)
+    _nudge_released(deps, done.released_ids)
     out = Outcome(stop.worker_id, done.declared_dead, done.released, done.skipped_reason)
     deps.log.info("task stopped: %s", out.describe(),
                   extra={"worker_id": stop.worker_id, "declared_dead": done.declared_dead,
                          "released": done.released, "skipped": done.skipped_reason or "",
                          "stopped_reason": stop.reason})
     return out
+
+
+def _nudge_released(deps: TaskStoppedDeps, conn_ids: tuple[str, ...]) -> None:
+    """Nudge every stream just released, beside the router's nudge of each release record.
+
+    The dead worker's last long polls may still be pending at SQS: whatever arrives first is
+    handed to a connection that no longer exists and stays invisible for the visibility
+    timeout (measured locally: every router nudge of a 20-stream worker went that way, and the
+    sweeper's re-nudge a second later did the work). Each such poll takes one batch at most,
+    so two nudges per stream reach a live worker; a spare one costs one failed acquire.
+    """
+    if deps.sqs is None or deps.queue_url is None or not conn_ids:
+        return
+    report = send_nudges(deps.sqs, deps.queue_url,
+                         [Nudge(c, "reported", None) for c in conn_ids], attempts=2)
+    for nudge, error in report.failed:  # the router's nudge and the sweeper still cover it
+        deps.log.error("reported-death nudge not sent for %s: %s", nudge.conn_id, error,
+                       extra={"conn_id": nudge.conn_id, "error": error})
 
 
 def report_stopped(worker_id: str, env: Mapping[str, str] | None = None, *,

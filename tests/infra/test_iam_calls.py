@@ -46,7 +46,7 @@ from tests.lambdas.records import event, image, record
 from tests.worker.conftest import ROOT, Fleet, UpstreamThread, make_fleet, wait_until
 
 COMPONENTS = ("worker", "router", "sweeper", "taskstopped")
-SENDERS = ("worker", "router", "sweeper")  # of nudges: the taskstopped function sends none
+SENDERS = COMPONENTS  # of nudges: the taskstopped function nudges what it released
 # What each component must have been seen doing, as (operation, resource kind): a scenario
 # that silently stopped exercising a path cannot pass.
 MINIMUM = {
@@ -62,6 +62,7 @@ MINIMUM = {
                ("UpdateItem", "sessions"), ("GetItem", "sessions"),
                ("SendMessage", "order queue")},
     "taskstopped": {("GetItem", "sessions"), ("UpdateItem", "sessions"),
+                    ("SendMessageBatch", "queue"),
                     ("Query", "owner index"), ("UpdateItem", "leases")},
     "sweeper": {("Scan", "sessions"), ("UpdateItem", "sessions"), ("Query", "owner index"),
                 ("UpdateItem", "leases"), ("Query", "seed index"), ("Scan", "leases"),

@@ -58,17 +58,18 @@ def test_delivery_and_invocation_are_retried_then_parked(template_json: dict[str
 
 def test_its_environment_names_both_tables_and_its_own_service(
         template_json: dict[str, Any]) -> None:
-    """Both tables, the lease timings, service holdfast-taskstopped; no queue."""
+    """Both tables, the nudge queue, the lease timings, service holdfast-taskstopped."""
     env = _function(template_json)[1]["Properties"]["Environment"]["Variables"]
     assert env[names.ENV_TABLE] == {"Ref": lease_table_id(template_json)}
     assert env[names.ENV_SESSION_TABLE] == {"Ref": session_table_id(template_json)}
     assert env[names.ENV_SERVICE_NAME] == f"holdfast-{names.TASKSTOPPED_SERVICE}"
-    assert names.ENV_QUEUE_URL not in env
+    assert env[names.ENV_QUEUE_URL] == {
+        "Ref": logical_id(template_json, "AWS::SQS::Queue", "QueuesNudges")}
 
 
 def test_its_role_may_only_read_and_kill_sessions_and_release_leases(
         template_json: dict[str, Any]) -> None:
-    """Projected session GetItem, pinned UpdateItems, the owner index: nothing else."""
+    """Projected session GetItem, pinned UpdateItems, the owner index, nudges: nothing else."""
     fn = _function(template_json)[1]
     statements = role_statements(template_json, fn["Properties"]["Role"]["Fn::GetAtt"][0])
     leases, sessions = lease_table_id(template_json), session_table_id(template_json)
@@ -84,6 +85,8 @@ def test_its_role_may_only_read_and_kill_sessions_and_release_leases(
         ("dynamodb:Query", f"{leases}/index/{schema.OWNER_INDEX_NAME}", "None"),
         ("dynamodb:UpdateItem", leases, str(list(TASKSTOPPED_LEASE_ATTRIBUTES))),
         ("sqs:SendMessage", failures, "None"),
+        ("sqs:SendMessage", logical_id(template_json, "AWS::SQS::Queue", "QueuesNudges"),
+         "None"),
     }
     for s in statements:
         if s["Action"] in ("dynamodb:GetItem", "dynamodb:UpdateItem"):

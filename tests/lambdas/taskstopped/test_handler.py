@@ -16,6 +16,7 @@ from holdfast.runner.context import LocalContext
 from lambdas.taskstopped import handler
 from lambdas.taskstopped.events import task_stopped_event
 from lambdas.taskstopped.handler import TaskStoppedDeps, deps_for_env, handle
+from tests.conftest import client_for
 
 TTL_MS = 60_000  # long: nothing here may be released by a TTL running out
 
@@ -120,3 +121,23 @@ def test_lambda_entry_point_reads_its_tables_from_the_environment(
            if line.startswith("{") and "_aws" in line]
     assert any(m.get("ReportedDeadSessions") == [1.0] and m.get("StreamsReaped") == [1.0]
                for m in emf), emf
+
+
+def test_each_released_stream_is_nudged_by_the_report_too(ddb_local: LocalAws,
+                                                           unique_id: str) -> None:
+    """With a nudge queue, the report nudges every stream it released (the dead worker's
+    pending polls may swallow the router's nudges)."""
+    env = ddb_local.env()
+    sqs = client_for(ddb_local, "sqs")
+    queue_url = sqs.create_queue(QueueName=f"ts-{unique_id}")["QueueUrl"]
+    deps = deps_for_env({**env, "HOLDFAST_QUEUE_URL": queue_url})
+    _, ids = _worker(deps, unique_id, 3)
+    out = handle(task_stopped_event(unique_id, stopped_at_ms=wall_clock_ms()), deps)
+    assert out.released == 3
+    nudged: list[str] = []
+    for _ in range(5):
+        got = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+        nudged += [json.loads(m["Body"])["conn_id"] for m in got.get("Messages", [])]
+        if len(nudged) >= len(ids):
+            break
+    assert sorted(nudged) == sorted(ids)
