@@ -86,7 +86,8 @@ def test_env_file_mode_serves_a_worker_we_bring(tmp_path: Path) -> None:
 
 
 def test_failover_scenario_passes(tmp_path: Path) -> None:
-    """With a user handler: exit 0, summary, PASS, PNG, and the handler saw every message."""
+    """With a user handler: exit 0, summary, PASS, PNG, and the handler saw every message; the
+    reported crash and the TTL-found hang both moved streams, and the woken worker fenced."""
     run_dir = tmp_path / "run"
     # With a user's handler: the recorder wraps it, and the verdict is the same.
     proc = subprocess.run(_cmd("--scenario", "failover", "--workers", "3", "--streams", "6",
@@ -102,8 +103,10 @@ def test_failover_scenario_passes(tmp_path: Path) -> None:
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
     rows = {r["event"].split()[0]: r for r in
             json.loads((run_dir / "summary.json").read_text())["rows"]}
-    for kind in ("SIGTERM", "SIGKILL"):  # each disruption moved streams, and all recovered
+    for kind in ("SIGTERM", "SIGKILL", "SIGSTOP"):  # each moved streams, and all recovered
         assert rows[kind]["affected"] > 0 and rows[kind]["max_unowned_s"] is not None, rows
+    assert "reported stopped" in out and "found by its TTL" in out
+    assert "woken by SIGCONT: found its session dead" in out
     user_seen = (run_dir / "user-handler.log").read_text().splitlines()
     recorded = [line.split()[:2] for f in (run_dir / "handled").glob("*.seqs")
                 for line in f.read_text().splitlines()]
