@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from bench.report_production import _dist
@@ -19,6 +20,22 @@ CRASH_VARIANTS = {
 }
 
 
+def _rows(part: dict[str, Any], variants: dict[str, str], judged: str, target: str,
+          extra: Callable[[dict[str, Any]], list[Any]]) -> list[str]:
+    """One table row per variant present; only ``judged`` has a target and a verdict."""
+    rows = []
+    for key, label in variants.items():
+        e = part.get(key)
+        if e is None:
+            continue
+        err = f" **Failed: {e['error']}**" if e.get("error") else ""
+        cells = [f"{_dist(e.get('latency_s'))}{err}", *map(str, extra(e)),
+                 target if key == judged else "(comparison)",
+                 part.get("verdict", "-") if key == judged else "-"]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def fast_paths_md(fp: dict[str, Any]) -> list[str]:
     out: list[str] = []
     stop = fp.get("stop")
@@ -30,16 +47,8 @@ def fast_paths_md(fp: dict[str, Any]) -> list[str]:
                 "(ours 2 s, the seed 5 s).", "",
                 "| path | STOPPED -> closed | missing | target | verdict |",
                 "|---|---|---|---|---|"]
-        for key, label in STOP_VARIANTS.items():
-            e = stop.get(key)
-            if e is None:
-                continue
-            target = (f"p99 <= {stop.get('target_p99_s', 1):g} s" if key == "ours"
-                      else "(comparison)")
-            verdict = stop.get("verdict", "-") if key == "ours" else "-"
-            err = f" **Failed: {e['error']}**" if e.get("error") else ""
-            out.append(f"| {label} | {_dist(e.get('latency_s'))}{err} | {e.get('missing')} | "
-                       f"{target} | {verdict} |")
+        out += _rows(stop, STOP_VARIANTS, "ours", f"p99 <= {stop.get('target_p99_s', 1):g} s",
+                     lambda e: [e.get("missing")])
         out.append("")
     crash = fp.get("crash")
     if crash:
@@ -52,16 +61,9 @@ def fast_paths_md(fp: dict[str, Any]) -> list[str]:
                 "reported figure; it cannot be measured here.", "",
                 "| path | SIGKILL -> handled again | seq gap | duplicates | never resumed | "
                 "target | verdict |", "|---|---|---|---|---|---|---|"]
-        for key, label in CRASH_VARIANTS.items():
-            e = crash.get(key)
-            if e is None:
-                continue
-            target = (f"p99 <= {crash.get('target_p99_s', 2):g} s" if key == "reported"
-                      else "(comparison)")
-            verdict = crash.get("verdict", "-") if key == "reported" else "-"
-            err = f" **Failed: {e['error']}**" if e.get("error") else ""
-            out.append(f"| {label} | {_dist(e.get('latency_s'))}{err} | {e.get('seq_gap')} | "
-                       f"{e.get('duplicates')} | {e.get('missing')} | {target} | {verdict} |")
+        out += _rows(crash, CRASH_VARIANTS, "reported",
+                     f"p99 <= {crash.get('target_p99_s', 2):g} s",
+                     lambda e: [e.get("seq_gap"), e.get("duplicates"), e.get("missing")])
         calls = (crash.get("reported") or {}).get("report_call_s")
         if calls:
             out.append(f"\nThe report call itself (mark dead + release every stream) took "

@@ -9,8 +9,6 @@ import pytest
 from holdfast.core.exceptions import AcquireFailed, LeaseLost, LossReason, StoreUnavailable
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream, set_desired_state
-from holdfast.localaws import LocalAws
-from tests.conftest import client_for
 from tests.core.faults import drop_request, lose_response
 
 LEASE_MS = 10_000
@@ -25,21 +23,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.now
-
-
-@pytest.fixture
-def ddb(any_aws: LocalAws) -> Any:
-    return client_for(any_aws, "dynamodb")
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(any_aws: LocalAws, ddb: Any, clock: Clock) -> LeaseStore:
-    return LeaseStore(ddb, any_aws.table, lease_ms=LEASE_MS, skew_ms=SKEW_MS, clock=clock)
 
 
 def put_raw(ddb: Any, table: str, conn_id: str, **attrs: Any) -> None:

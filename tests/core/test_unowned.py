@@ -79,21 +79,6 @@ def test_creation_marker_is_measured_by_the_first_claim() -> None:
 
 
 # -- the writers, on both backends ----------------------------------------------------------
-@pytest.fixture
-def ddb(any_aws: LocalAws) -> Any:
-    return client_for(any_aws, "dynamodb")
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(any_aws: LocalAws, ddb: Any, clock: Clock) -> LeaseStore:
-    return LeaseStore(ddb, any_aws.table, lease_ms=LEASE_MS, skew_ms=SKEW_MS, clock=clock)
-
-
 def test_release_then_acquire_measures_the_gap(store: LeaseStore, clock: Clock,
                                                unique_id: str) -> None:
     """A worker's release at T and the next claim at T + 420 ms: 420 ms unowned."""
