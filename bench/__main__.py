@@ -1,6 +1,6 @@
 """``python -m bench [--quick] [--no-density]``: run the benchmarks, write the report.
 
-Full run: about 35 minutes (about 20 with --no-crash-production --no-density-cpu);
+Full run: about 40 minutes (about 20 with --no-crash-production --no-density-cpu --no-fast-paths);
 ``--quick``: a few minutes more than before, with fewer repetitions (the same figures, wider
 error bars) and density at 1,000 connections only. Parts alone (each merged
 into ``--merge``'s report if given, else written as ``<date>-<part>``):
