@@ -1,0 +1,295 @@
+"""The sweeper's side of sessions: dead sessions, reaping, platform-reported deaths.
+
+Split from ``holdfast.core.sessions`` (which keeps the session item types, their parsing and
+the worker's own side of ``SessionStore``) to keep both modules small. ``Reaper`` holds the
+dead-session operations as a base class of ``SessionStore``, so every ``store.mark_dead(...)``,
+``store.reap(...)`` and so on is the same call as before; ``holdfast.core.sessions`` re-exports
+the public names of this module.
+
+- ``mark_dead``: the sweeper's conditional write, true only for a session silent past its TTL
+  plus the skew allowance; a late heartbeat cannot undo it (it requires ALIVE).
+- ``reap``: release every stream a non-live session owns (owner index, each release conditional
+  on the owner), then mark the session reaped with a TTL.
+- ``report_dead``: the platform said the process is gone (ECS task STOPPED): declare DEAD at
+  once (no TTL to wait out: nothing of a stopped task can still use a lease), then reap.
+
+``holdfast.core.sessions`` imports this module at import time, so this one imports it back
+only for type checking and, at run time, inside the two methods that need its item types.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from holdfast.core import rules, unowned
+from holdfast.core.aws import ConditionFailed, call
+from holdfast.core.exceptions import MalformedItem
+from holdfast.core.model import validate_worker_id
+from holdfast.core.schema import (
+    ATTR,
+    OWNER_INDEX_NAME,
+    SESSION,
+    LeaseStatus,
+    SessionState,
+    conn_id_from_pk,
+    pk_for,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from holdfast.core.sessions import ReportedDeath, SessionItem, SessionStore
+
+__all__ = [
+    "REAPED_TTL_S",
+    "REPORT_READS",
+    "Reaper",
+    "SessionSweep",
+    "SweepLog",
+    "sweep_sessions",
+]
+
+# How long a reaped session item stays visible (holdfast status: recent deaths) before TTL.
+REAPED_TTL_S = 86_400
+REAP_PARALLEL = 8  # releases of one dead session in flight at once
+# What ``report_dead`` reads of a session item (infra pins the reporter's GetItem to these).
+REPORT_READS = (SESSION.pk, SESSION.incarnation, SESSION.state, SESSION.expires_at_ms,
+                SESSION.heartbeat_at_ms, SESSION.started_at_ms, SESSION.reaped_at_ms)
+
+
+class SweepLog(Protocol):
+    """What a session sweep logs through: a ``logging.Logger`` or a Powertools ``Logger``."""
+
+    def info(self, msg: object, *args: object,
+             extra: Mapping[str, object] | None = None) -> None: ...
+
+    def error(self, msg: object, *args: object,
+              extra: Mapping[str, object] | None = None) -> None: ...
+
+
+class Reaper:
+    """The dead-session operations of ``SessionStore`` (its base class; not used alone)."""
+
+    # Set by ``SessionStore.__init__``.
+    client: DynamoDBClient
+    table: str
+    lease_table: str
+    skew_ms: int
+    clock: Callable[[], int]
+
+    def _key(self, worker_id: str) -> dict[str, Any]:
+        raise NotImplementedError  # SessionStore's
+
+    def mark_dead(self, item: SessionItem, *, reason: str = "silent past its TTL") -> bool:
+        """Declare an ALIVE session silent past TTL + skew DEAD; True if this call did it."""
+        return self._declare_dead(item, reason, rules.acquire_cutoff_ms(self.clock(),
+                                                                         self.skew_ms))
+
+    def _declare_dead(self, item: SessionItem, reason: str, cutoff_ms: int | None) -> bool:
+        """The one DEAD write: conditional on the incarnation, ALIVE and (``cutoff_ms`` given)
+        an expiry at or before it. A late heartbeat cannot undo it: it requires ALIVE."""
+        if item.state is not SessionState.ALIVE:
+            return False
+        cond = "#inc = :inc AND #state = :alive"
+        names = {"#state": SESSION.state, "#at": SESSION.ended_at_ms, "#why": SESSION.end_reason,
+                 "#inc": SESSION.incarnation}
+        values = {":dead": {"S": SessionState.DEAD}, ":now": _num(self.clock()),
+                  ":why": {"S": reason[:200]}, ":inc": {"S": item.incarnation},
+                  ":alive": {"S": SessionState.ALIVE}}
+        if cutoff_ms is not None:
+            cond += " AND #exp <= :cutoff"
+            names["#exp"] = SESSION.expires_at_ms
+            values[":cutoff"] = _num(cutoff_ms)
+        try:
+            call("mark_session_dead", self.client.update_item, TableName=self.table,
+                 Key=self._key(item.worker_id),
+                 UpdateExpression="SET #state = :dead, #at = :now, #why = :why",
+                 ConditionExpression=cond, ExpressionAttributeNames=names,
+                 ExpressionAttributeValues=values)
+        except ConditionFailed:
+            return False
+        return True
+
+    def report_dead(self, worker_id: str, *, stopped_at_ms: int | None,
+                    reason: str) -> ReportedDeath:
+        """The platform reports ``worker_id``'s process gone: declare it DEAD now, then reap.
+
+        Idempotent (every write is conditional): a DEAD or ENDED session not yet reaped is
+        reaped, a reaped or missing one is left alone. ``stopped_at_ms`` guards a reused id: a
+        session started after the stop is a newer process under the same id, and stays.
+        ``ValueError`` for an invalid worker id.
+        """
+        from holdfast.core.sessions import ReportedDeath  # not at module level: a cycle
+
+        item = self._read_for_report(validate_worker_id(worker_id))
+        if item is None:
+            return ReportedDeath(False, 0, "no session item for this worker id")
+        if stopped_at_ms is not None and item.started_at_ms > stopped_at_ms:
+            return ReportedDeath(False, 0, f"session {item.owner} started after the task "
+                                           "stopped (a newer process under the same id)")
+        if item.reaped:
+            return ReportedDeath(False, 0, f"session {item.owner} is already reaped")
+        declared = self._declare_dead(item, f"platform: {reason}", None)
+        if declared:
+            item = _as_dead(item)
+        elif item.state is SessionState.ALIVE:
+            # Lost a race: re-read. Another reporter or the sweeper made it DEAD (reap it), or
+            # a newer incarnation took the id (leave it alone).
+            again = self._read_for_report(worker_id)
+            if again is None or again.incarnation != item.incarnation:
+                return ReportedDeath(False, 0, "replaced by a newer incarnation meanwhile")
+            item = again
+        ids = self.reap_ids(item)
+        return ReportedDeath(declared, len(ids), None, tuple(ids))
+
+    def _read_for_report(self, worker_id: str) -> SessionItem | None:
+        from holdfast.core.sessions import SessionItem  # not at module level: a cycle
+
+        # A projection (not the whole item): IAM pins the reporter to the attributes it reads.
+        resp = call("get_session", self.client.get_item, TableName=self.table,
+                    Key=self._key(worker_id), ConsistentRead=True,
+                    ProjectionExpression=", ".join(f"#a{i}" for i in range(len(REPORT_READS))),
+                    ExpressionAttributeNames={f"#a{i}": a for i, a in enumerate(REPORT_READS)})
+        raw = resp.get("Item")
+        return SessionItem.from_ddb(raw) if raw else None
+
+    def owned_by(self, owner: str) -> list[str]:
+        """Ids of the streams ``owner`` holds (owner index: eventually consistent)."""
+        found: list[str] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.lease_table, "IndexName": OWNER_INDEX_NAME,
+            "KeyConditionExpression": "#owner = :owner",
+            "ExpressionAttributeNames": {"#owner": ATTR.lease_owner},
+            "ExpressionAttributeValues": {":owner": {"S": owner}}}
+        while True:
+            resp = call("find_owned", self.client.query, **kwargs)
+            for raw in resp.get("Items", []):
+                with contextlib.suppress(KeyError, TypeError, ValueError):
+                    found.append(conn_id_from_pk(raw[ATTR.pk]["S"]))
+            last = resp.get("LastEvaluatedKey")
+            if not last:
+                return found
+            kwargs["ExclusiveStartKey"] = last
+
+    def release_owned(self, conn_id: str, owner: str, reason: str, *,
+                      unowned_since_ms: int | None = None) -> bool:
+        """Release one stream of a dead session (conditional on the owner); True if released.
+
+        ``unowned_since_ms`` (default now) is when the stream stopped being served, for the
+        unowned-time marker (``holdfast.core.unowned``): a dead holder's last heartbeat.
+        """
+        now = self.clock()
+        try:
+            call("release_dead", self.client.update_item, TableName=self.lease_table,
+                 Key={ATTR.pk: {"S": pk_for(conn_id)}},
+                 UpdateExpression="SET #exp = :zero, #status = :released, #upd = :now, "
+                                  f"#err = :why, {unowned.MARK_SET} REMOVE #owner",
+                 ConditionExpression="#owner = :owner",
+                 ExpressionAttributeNames={"#exp": ATTR.lease_expires_at_ms,
+                                           "#status": ATTR.status, "#upd": ATTR.updated_at_ms,
+                                           "#err": ATTR.last_error, "#owner": ATTR.lease_owner,
+                                           **unowned.MARK_NAMES},
+                 ExpressionAttributeValues={":zero": _num(0),
+                                            ":released": {"S": LeaseStatus.RELEASED},
+                                            ":now": _num(now), ":why": {"S": reason[:500]},
+                                            ":owner": {"S": owner}, **unowned.MARK_VALUES,
+                                            ":unowned_since": _num(
+                                                now if unowned_since_ms is None
+                                                else unowned_since_ms)})
+        except ConditionFailed:
+            return False  # released already, or the stream moved on
+        return True
+
+    def reap(self, item: SessionItem) -> int:
+        """Release every stream of a non-live session, then mark it reaped; returns released."""
+        return len(self.reap_ids(item))
+
+    def reap_ids(self, item: SessionItem) -> list[str]:
+        """``reap``, returning the ids of the streams this call released."""
+        if item.state is SessionState.ALIVE or item.reaped:
+            return []
+        why = f"session {item.owner} {'ended' if item.state is SessionState.ENDED else 'dead'}"
+        owned = self.owned_by(item.owner)
+        # In parallel: a dead worker's streams should move together, not one round trip after
+        # another (100 serial releases are 1-2 s on a busy table before the last is claimable).
+        with ThreadPoolExecutor(max_workers=max(1, min(REAP_PARALLEL, len(owned)))) as pool:
+            # Its streams went unserved from its last heartbeat (0: never heartbeat, or not
+            # read): the honest start of their unowned time.
+            since = item.heartbeat_at_ms or None
+            done = list(pool.map(lambda c: self.release_owned(
+                c, item.owner, why, unowned_since_ms=since), owned))
+        released = [c for c, ok in zip(owned, done, strict=True) if ok]
+        if not released and not self.owned_by(item.owner):
+            now = self.clock()
+            with contextlib.suppress(ConditionFailed):
+                call("reaped_session", self.client.update_item, TableName=self.table,
+                     Key=self._key(item.worker_id),
+                     UpdateExpression="SET #reaped = :now, #ttl = :ttl",
+                     ConditionExpression="#inc = :inc AND #state <> :alive",
+                     ExpressionAttributeNames={"#reaped": SESSION.reaped_at_ms,
+                                               "#ttl": SESSION.ttl, "#inc": SESSION.incarnation,
+                                               "#state": SESSION.state},
+                     ExpressionAttributeValues={":now": _num(now),
+                                                ":ttl": _num(now // 1000 + REAPED_TTL_S),
+                                                ":inc": {"S": item.incarnation},
+                                                ":alive": {"S": SessionState.ALIVE}})
+        return released
+
+
+@dataclass
+class SessionSweep:
+    dead: list[str] = field(default_factory=list)
+    reaped: int = 0
+    malformed: int = 0
+    next_due_ms: int | None = None
+
+
+def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
+                   logger: SweepLog) -> SessionSweep:
+    """Declare silent sessions dead and release the streams of dead or ended ones.
+
+    One Scan of the session table (one item per worker). A malformed or foreign item is
+    logged and skipped; it never stops the others from being handled.
+    """
+    out = SessionSweep()
+    for item in store.scan():
+        if isinstance(item, MalformedItem):
+            out.malformed += 1
+            logger.error("skipping malformed session item: %s", item,
+                         extra={"key": item.key[:200], "reason": item.reason[:300]})
+            continue
+        action = rules.session_action(item.state, item.expires_at_ms, item.reaped,
+                                      now, skew_ms)
+        if action == "wait":
+            due = rules.claimable_at_ms(item.expires_at_ms, skew_ms)
+            out.next_due_ms = due if out.next_due_ms is None else min(out.next_due_ms, due)
+            continue
+        target = item
+        if action == "declare_dead" and store.mark_dead(item):
+            out.dead.append(item.owner)
+            logger.info("session %s declared dead (silent %d ms past its TTL)", item.owner,
+                        now - item.expires_at_ms,
+                        extra={"owner": item.owner, "held": item.held})
+            target = _as_dead(item)
+        if action in ("declare_dead", "reap"):
+            # A session that lost the race (a late heartbeat renewed it) is still ALIVE here,
+            # and reap() leaves an ALIVE session alone.
+            released = store.reap(target)
+            out.reaped += released
+            if released:
+                logger.info("released %d streams of session %s", released, item.owner,
+                            extra={"owner": item.owner, "released": released})
+    return out
+
+
+def _as_dead(item: SessionItem) -> SessionItem:
+    return dataclasses.replace(item, state=SessionState.DEAD)
+
+
+def _num(n: int) -> dict[str, str]:
+    return {"N": str(n)}
