@@ -150,14 +150,16 @@ def _nudge_released(deps: TaskStoppedDeps, conn_ids: tuple[str, ...]) -> None:
 
     The dead worker's last long polls may still be pending at SQS: whatever arrives first is
     handed to a connection that no longer exists and stays invisible for the visibility
-    timeout (measured locally: every router nudge of a 20-stream worker went that way, and the
-    sweeper's re-nudge a second later did the work). Each such poll takes one batch at most,
-    so two nudges per stream reach a live worker; a spare one costs one failed acquire.
+    timeout (measured locally: every router nudge of an 8-stream worker went that way, and the
+    sweeper's re-nudge a second later did the work). Each such poll takes one batch at most;
+    a spare nudge costs one failed acquire.
     """
     if deps.sqs is None or deps.queue_url is None or not conn_ids:
         return
-    report = send_nudges(deps.sqs, deps.queue_url,
-                         [Nudge(c, "reported", None) for c in conn_ids], attempts=2)
+    # Now, and again a second later (SQS's shortest delay): by then the dead polls have
+    # returned, so the late round reaches a live worker whatever the first rounds met.
+    nudges = [Nudge(c, "reported", None, delay) for delay in (0, 1) for c in conn_ids]
+    report = send_nudges(deps.sqs, deps.queue_url, nudges, attempts=2)
     for nudge, error in report.failed:  # the router's nudge and the sweeper still cover it
         deps.log.error("reported-death nudge not sent for %s: %s", nudge.conn_id, error,
                        extra={"conn_id": nudge.conn_id, "error": error})
