@@ -105,8 +105,16 @@ def validate_prefix(prefix: str) -> str:
 
 
 def prefix_for(base: str) -> str:
-    """A valid order-queue prefix derived from ``base`` (a stack or lease-table name)."""
-    return validate_prefix(_UNSAFE.sub("-", base)[:MAX_PREFIX_LEN - 8] + "-orders-")
+    """A valid order-queue prefix derived from ``base`` (a stack or lease-table name).
+
+    A name that had to be shortened or changed gets a hash of the whole of it: two stacks whose
+    names share their first 32 characters must not share a prefix, or each one's sweeper would
+    delete the other's queues (they belong to no session of its own).
+    """
+    safe, room = _UNSAFE.sub("-", base), MAX_PREFIX_LEN - len("-orders-")
+    if safe != base or len(safe) > room:
+        safe = f"{safe[:room - 7]}-{hashlib.sha256(base.encode()).hexdigest()[:6]}"
+    return validate_prefix(safe + "-orders-")
 
 
 def order_queue_name(prefix: str, owner: str) -> str:

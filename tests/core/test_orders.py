@@ -14,6 +14,7 @@ from holdfast.core.orders import (
     order_queue_url,
     parse_body,
     parse_order,
+    prefix_for,
     validate_prefix,
 )
 
@@ -75,3 +76,13 @@ def test_bad_prefixes_are_refused(prefix: str) -> None:
     """A prefix that could not start an SQS queue name is a configuration error."""
     with pytest.raises(ValueError, match="order queue prefix"):
         validate_prefix(prefix)
+
+
+def test_long_or_odd_bases_get_distinct_prefixes() -> None:
+    """Stack names equal in their first 32 characters still get prefixes of their own."""
+    a = prefix_for("holdfast-production-eu-west-1-fleet-alpha")
+    b = prefix_for("holdfast-production-eu-west-1-fleet-beta")
+    assert a != b and len(a) <= 40 and len(b) <= 40
+    assert prefix_for("Holdfast") == "Holdfast-orders-"
+    assert prefix_for("a.b") != prefix_for("a-b")
+    validate_prefix(a)
