@@ -22,6 +22,7 @@ __all__ = [
     "MAX_WORKER_ID_LEN",
     "Lease",
     "LeaseItem",
+    "int_attr",
     "validate_conn_id",
     "validate_worker_id",
 ]
@@ -125,6 +126,16 @@ class Lease:
     last_seq: int | None
     error_count: int = 0
     unowned_ms: int | None = None
+
+
+def int_attr(item: Mapping[str, Any], name: str) -> int | None:
+    """The integer in ``item[name]`` (DynamoDB JSON ``{"N": ...}``); None if absent or not one."""
+    value = item.get(name)
+    n = value.get("N") if isinstance(value, Mapping) else None
+    try:
+        return int(n) if isinstance(n, str) else None
+    except ValueError:
+        return None
 
 
 def _string(value: Mapping[str, Any]) -> str | None:

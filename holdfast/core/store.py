@@ -26,7 +26,7 @@ from holdfast.core.exceptions import (
     MalformedItem,
     StoreUnavailable,
 )
-from holdfast.core.model import Lease, LeaseItem
+from holdfast.core.model import Lease, LeaseItem, int_attr
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, STARTED, LeaseStatus, pk_for
 
@@ -201,8 +201,8 @@ class LeaseStore:
             if reason is not None:
                 raise LeaseLost(lease.conn_id, reason, _parse_or_none(raw)) from None
             landed = raw is not None and (
-                expires is None or _int_of(raw, ATTR.lease_expires_at_ms) == expires) and (
-                seq is None or _int_of(raw, ATTR.last_seq) == seq)
+                expires is None or int_attr(raw, ATTR.lease_expires_at_ms) == expires) and (
+                seq is None or int_attr(raw, ATTR.last_seq) == seq)
             if not landed:
                 raise  # still ours but not renewed: the caller retries before its fence
         return _renewed(lease, expires, seq)
@@ -259,7 +259,7 @@ class LeaseStore:
                 failed.item) else None
         except StoreUnavailable:
             raw = self.get_raw(lease.conn_id)
-            if raw is not None and _owner_of(raw) == lease.owner and _int_of(
+            if raw is not None and _owner_of(raw) == lease.owner and int_attr(
                     raw, ATTR.epoch) == lease.epoch:
                 raise
             return None if raw is None or _owner_of(raw) is None else LossReason.LOST
@@ -412,15 +412,6 @@ def _owner_of(raw: dict[str, Any]) -> str | None:
     value = raw.get(ATTR.lease_owner)
     s = value.get("S") if isinstance(value, dict) else None
     return s if isinstance(s, str) else None
-
-
-def _int_of(raw: dict[str, Any], name: str) -> int | None:
-    value = raw.get(name)
-    n = value.get("N") if isinstance(value, dict) else None
-    try:
-        return int(n) if isinstance(n, str) else None
-    except ValueError:
-        return None
 
 
 def _parse_or_none(raw: dict[str, Any] | None) -> LeaseItem | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from holdfast.core.model import int_attr
 from holdfast.core.schema import ATTR, STARTED
 
 __all__ = ["MARK_NAMES", "MARK_SET", "MARK_VALUES", "creation_marker", "unowned_time_ms"]
@@ -59,9 +60,9 @@ def unowned_time_ms(item: Mapping[str, Any], claimed_at_ms: int, skew_ms: int) -
     future says nothing and is dropped. A missing or mistyped attribute is None, never an
     error: the metric must not cost the claim.
     """
-    epoch = _int(item, ATTR.epoch)
-    since = _int(item, ATTR.unowned_since_ms)
-    if epoch is None or since is None or _int(item, ATTR.unowned_epoch) != epoch - 1:
+    epoch = int_attr(item, ATTR.epoch)
+    since = int_attr(item, ATTR.unowned_since_ms)
+    if epoch is None or since is None or int_attr(item, ATTR.unowned_epoch) != epoch - 1:
         return None
     desired = item.get(ATTR.unowned_desired_state)
     if not isinstance(desired, Mapping) or desired.get("S") != STARTED:
@@ -70,12 +71,3 @@ def unowned_time_ms(item: Mapping[str, Any], claimed_at_ms: int, skew_ms: int) -
     if took < -skew_ms:
         return None
     return max(0, took)
-
-
-def _int(item: Mapping[str, Any], name: str) -> int | None:
-    value = item.get(name)
-    n = value.get("N") if isinstance(value, Mapping) else None
-    try:
-        return int(n) if isinstance(n, str) else None
-    except ValueError:
-        return None

@@ -29,11 +29,6 @@ def ddb(ddb_local: LocalAws) -> Any:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
 def sessions(ddb_local: LocalAws, ddb: Any, clock: Clock) -> SessionStore:
     return SessionStore(ddb, ddb_local.session_table, ddb_local.table, ttl_ms=TTL_MS,
                         skew_ms=SKEW_MS, clock=clock)
