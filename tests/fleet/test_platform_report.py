@@ -39,7 +39,9 @@ def test_a_reported_crash_frees_every_stream_long_before_the_ttl(tmp_path: Path)
         t0 = time.monotonic()
         (report,) = reporter.check()
         assert report.ok and report.worker_id == "w1" and report.exit_code == -9
-        assert "declared dead, 6 streams released" in report.text, report.text
+        # The sweeper reaps a DEAD session too: it may release some of the six in parallel
+        # with the report (each stream once, conditional on the owner), so no count here.
+        assert "session declared dead" in report.text, report.text
         for c in conns:
             fleet.wait_owned(c, not_by="w1", timeout_s=10)
         assert time.monotonic() - t0 < LEASE_S / 3
