@@ -203,6 +203,23 @@ class LocalFleet:
               f"{count} messages of {conn_id} handled")
         return self.handled(conn_id)
 
+    def wait_new_seqs(self, conn_id: str, count: int = 1, *, past: int | None = None,
+                      timeout_s: float = 20) -> list[Handled]:
+        """Until ``count`` seqs above ``past`` (default: the highest handled now) were handled.
+
+        Unlike ``wait_handled`` this does not count replays: after a failover the new holder
+        first handles the replay window again, which may be longer than ``count``.
+        """
+        if past is None:
+            past = max((h.seq for h in self.handled(conn_id)), default=0)
+        floor = past
+
+        def fresh() -> bool:
+            return len({h.seq for h in self.handled(conn_id) if h.seq > floor}) >= count
+
+        _wait(fresh, timeout_s * self.scale, f"{count} new seqs of {conn_id} handled")
+        return self.handled(conn_id)
+
     def start_worker(self, *, wait: bool = True) -> str:
         while f"w{self._next}" in self.fleet.workers:
             self._next += 1
