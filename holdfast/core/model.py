@@ -19,12 +19,14 @@ __all__ = [
     "MAX_EPOCH",
     "MAX_SEQ",
     "MAX_TIMESTAMP_MS",
+    "MAX_WEIGHT",
     "MAX_WORKER_ID_LEN",
     "Lease",
     "LeaseItem",
     "int_attr",
     "validate_conn_id",
     "validate_worker_id",
+    "weight_of",
 ]
 
 # Far beyond anything real (year ~2286) but small enough to stay exact in a float/JS number.
@@ -126,6 +128,24 @@ class Lease:
     last_seq: int | None
     error_count: int = 0
     unowned_ms: int | None = None
+    # Rebalancing: the stream's weight (its ``weight`` attribute, default 1) and when a move
+    # last handed it on (None: never), read by the acquire.
+    weight: float = 1.0
+    moved_at_ms: int | None = None
+
+
+MAX_WEIGHT = 1_000_000.0
+
+
+def weight_of(item: Mapping[str, Any]) -> float:
+    """A stream's ``weight`` (default 1); a missing, malformed or absurd one counts as 1."""
+    value = item.get(ATTR.weight)
+    n = value.get("N") if isinstance(value, Mapping) else None
+    try:
+        w = float(n) if isinstance(n, str) else 1.0
+    except ValueError:
+        return 1.0
+    return w if 0 < w <= MAX_WEIGHT else 1.0
 
 
 def int_attr(item: Mapping[str, Any], name: str) -> int | None:

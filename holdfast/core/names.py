@@ -15,7 +15,16 @@ __all__ = [
     "DIMENSION_REASON",
     "DIMENSION_SERVICE",
     "ENV_ALLOWED_HOSTS",
+    "ENV_BALANCE",
+    "ENV_BALANCE_BAND",
+    "ENV_BALANCE_BAND_MIN",
+    "ENV_BALANCE_INTERVAL_MS",
+    "ENV_BALANCE_MOTION",
+    "ENV_BALANCE_TARGET_TTL_MS",
     "ENV_CHECKPOINT_SECONDS",
+    "ENV_CONNECT_BURST",
+    "ENV_CONNECT_RATE",
+    "ENV_DRAIN_AT_ONCE",
     "ENV_HANDLER",
     "ENV_HANDLER_TIMEOUT_SECONDS",
     "ENV_HEARTBEAT_SECONDS",
@@ -30,6 +39,7 @@ __all__ = [
     "ENV_ORDERS_QUEUE_PREFIX",
     "ENV_POISON_REPLAYS",
     "ENV_QUEUE_URL",
+    "ENV_REBALANCE_COOLDOWN_SECONDS",
     "ENV_RECONCILE_SECONDS",
     "ENV_RECORD_AWS_CALLS",
     "ENV_RENEW_MODE",
@@ -43,12 +53,15 @@ __all__ = [
     "ENV_TRACING",
     "ENV_WATCHDOG",
     "METRIC_ACTIVE_CONNECTIONS",
+    "METRIC_BALANCE_TARGETS",
     "METRIC_CLAIMS",
     "METRIC_CLAIM_CONFLICTS",
+    "METRIC_CONNECTS_DELAYED",
     "METRIC_DEAD_SESSIONS",
     "METRIC_FRAMES_SKIPPED",
     "METRIC_HANDLER_ERRORS",
     "METRIC_HANDLER_TIMEOUTS",
+    "METRIC_IMBALANCE",
     "METRIC_LEASES_FENCED",
     "METRIC_LEASES_LOST",
     "METRIC_MALFORMED_FRAMES",
@@ -65,6 +78,7 @@ __all__ = [
     "METRIC_REPORTED_DEAD_SESSIONS",
     "METRIC_SESSION_RENEW_FAILURES",
     "METRIC_STREAMS_REAPED",
+    "METRIC_STREAMS_SHED",
     "METRIC_SWEEPS",
     "METRIC_SWEEP_ERRORS",
     "METRIC_TASK_EVENTS_MALFORMED",
@@ -99,6 +113,22 @@ ENV_QUEUE_URL: Final = "HOLDFAST_QUEUE_URL"
 # Name prefix of the per-session order queues (holdfast.core.orders); unset: orders ride the
 # session item only (the next heartbeat).
 ENV_ORDERS_QUEUE_PREFIX: Final = "HOLDFAST_ORDERS_QUEUE_PREFIX"
+# Rebalancing (holdfast.core.balance). The decider (sweeper): on/off, how often it decides,
+# the balance band (fraction of a share, and its floor in streams), the share of the fleet's
+# streams that may be in motion at once, and how long a target holds unless renewed.
+ENV_BALANCE: Final = "HOLDFAST_BALANCE"
+ENV_BALANCE_INTERVAL_MS: Final = "HOLDFAST_BALANCE_INTERVAL_MS"
+ENV_BALANCE_BAND: Final = "HOLDFAST_BALANCE_BAND"
+ENV_BALANCE_BAND_MIN: Final = "HOLDFAST_BALANCE_BAND_MIN"
+ENV_BALANCE_MOTION: Final = "HOLDFAST_BALANCE_MOTION"
+ENV_BALANCE_TARGET_TTL_MS: Final = "HOLDFAST_BALANCE_TARGET_TTL_MS"
+# The worker: no stream moves again within the cool-down after its owner changed; the
+# fleet-wide budget of upstream connects per second (each worker takes its share, 0: no
+# limit) and its burst; how many streams a draining worker sheds at once without a target.
+ENV_REBALANCE_COOLDOWN_SECONDS: Final = "HOLDFAST_REBALANCE_COOLDOWN_SECONDS"
+ENV_CONNECT_RATE: Final = "HOLDFAST_CONNECT_RATE"
+ENV_CONNECT_BURST: Final = "HOLDFAST_CONNECT_BURST"
+ENV_DRAIN_AT_ONCE: Final = "HOLDFAST_DRAIN_AT_ONCE"
 ENV_LEASE_SECONDS: Final = "HOLDFAST_LEASE_SECONDS"  # worker
 ENV_LEASE_MS: Final = "HOLDFAST_LEASE_MS"  # router and sweeper
 ENV_HEARTBEAT_SECONDS: Final = "HOLDFAST_HEARTBEAT_SECONDS"
@@ -168,6 +198,12 @@ METRIC_FRAMES_SKIPPED: Final = "FramesSkipped"
 METRIC_HANDLER_TIMEOUTS: Final = "HandlerTimeouts"
 METRIC_SESSION_RENEW_FAILURES: Final = "SessionRenewFailures"
 METRIC_MESSAGES_HANDLED: Final = "MessagesHandled"
+# Rebalancing: streams a worker shed (a move, or draining), and connects it delayed for the
+# reconnect budget; the sweeper's targets written, and the load above the fair shares.
+METRIC_STREAMS_SHED: Final = "StreamsShed"
+METRIC_CONNECTS_DELAYED: Final = "ConnectsDelayed"
+METRIC_BALANCE_TARGETS: Final = "BalanceTargets"
+METRIC_IMBALANCE: Final = "Imbalance"
 METRIC_POISON_MESSAGES: Final = "PoisonMessages"  # nudges that are not a nudge
 # Router and sweeper: nudges sent, one metric per ``reason`` (extra dimension), and failures.
 METRIC_NUDGES: Final = "Nudges"

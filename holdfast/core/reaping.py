@@ -247,6 +247,8 @@ class SessionSweep:
     reaped: int = 0
     malformed: int = 0
     next_due_ms: int | None = None
+    # The sessions alive now (the rebalancing decider's view, from the same Scan).
+    alive: list[SessionItem] = field(default_factory=list)
 
 
 def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
@@ -266,6 +268,8 @@ def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
         action = rules.session_action(item.state, item.expires_at_ms, item.reaped,
                                       now, skew_ms)
         if action == "wait":
+            if item.state is SessionState.ALIVE:
+                out.alive.append(item)
             due = rules.claimable_at_ms(item.expires_at_ms, skew_ms)
             out.next_due_ms = due if out.next_due_ms is None else min(out.next_due_ms, due)
             continue

@@ -100,6 +100,10 @@ class Attributes:
     unowned_since_ms: str = "unowned_since_ms"
     unowned_epoch: str = "unowned_epoch"
     unowned_desired_state: str = "unowned_desired_state"
+    # Rebalancing: an optional per-stream weight (default 1), and when a rebalancing move
+    # last handed the stream on (its new holder does not move it again within the cool-down).
+    weight: str = "weight"
+    moved_at_ms: str = "moved_at_ms"
 
 
 ATTR: Final = Attributes()
@@ -140,6 +144,14 @@ class SessionAttributes:
     end_reason: str = "end_reason"
     reaped_at_ms: str = "reaped_at_ms"  # all its streams released: nothing left to do
     ttl: str = "expire_at_s"  # DynamoDB TTL (epoch seconds), set once reaped
+    # Rebalancing (holdfast.core.balance, holdfast.core.directives).
+    load: str = "load"  # the sum of its streams' weights at the last heartbeat (= held)
+    target_share: str = "target_share"  # written by the decider while out of balance
+    target_ceiling: str = "target_ceiling"
+    shed_at_once: str = "shed_at_once"
+    target_until_ms: str = "target_until_ms"  # the target lapses then
+    fleet_size: str = "fleet_size"  # live workers the decider saw
+    draining: str = "draining"  # BOOL, set by ``holdfast drain``
 
 
 SESSION: Final = SessionAttributes()

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules
 from holdfast.core.aws import ConditionFailed, call
+from holdfast.core.directives import Directing, Directive, float_attr
 from holdfast.core.exceptions import MalformedItem, SessionConflict, SessionLost
 from holdfast.core.model import MAX_TIMESTAMP_MS, validate_worker_id
 from holdfast.core.reaping import (
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "REAPED_TTL_S",
     "REPORT_READS",
+    "Beat",
     "ReportedDeath",
     "Session",
     "SessionItem",
@@ -72,6 +74,17 @@ class ReportedDeath:
     released: int
     skipped_reason: str | None = None
     released_ids: tuple[str, ...] = ()  # the streams this call released
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """What one heartbeat returned: the renewed session, its pending orders, its rebalancing
+    target (None: none written, or lapsed ones too) and whether it is to drain."""
+
+    session: Session
+    orders: frozenset[str]
+    directive: Directive | None = None
+    draining: bool = False
 
 
 def new_incarnation() -> str:
@@ -105,6 +118,9 @@ class SessionItem:
     orders: frozenset[str] = field(default_factory=frozenset)
     reaped: bool = False
     started_at_ms: int = 0  # 0: not recorded
+    load: float | None = None  # None: not reported (a version before weights): = held
+    directive: Directive | None = None
+    draining: bool = False
 
     @property
     def owner(self) -> str:
@@ -135,7 +151,14 @@ class SessionItem:
                    _n(raw, SESSION.capacity, pk) or 0,
                    frozenset(o for o in orders if isinstance(o, str)),
                    _n(raw, SESSION.reaped_at_ms, pk) is not None,
-                   _n(raw, SESSION.started_at_ms, pk) or 0)
+                   _n(raw, SESSION.started_at_ms, pk) or 0,
+                   float_attr(raw.get(SESSION.load)),
+                   Directive.from_item(raw), _draining(raw))
+
+
+def _draining(raw: Mapping[str, Any]) -> bool:
+    value = raw.get(SESSION.draining)
+    return isinstance(value, Mapping) and value.get("BOOL") is True
 
 
 def _s(raw: Mapping[str, Any], name: str) -> str | None:
@@ -158,7 +181,7 @@ def _n(raw: Mapping[str, Any], name: str, key: str) -> int | None:
     return number
 
 
-class SessionStore(Reaper):
+class SessionStore(Reaper, Directing):
     """Session operations; ``ddb`` serves both the session table and the lease table."""
 
     def __init__(self, client: DynamoDBClient, table: str, lease_table: str, *, ttl_ms: int,
@@ -235,18 +258,25 @@ class SessionStore(Reaper):
     def heartbeat(self, session: Session, *, held: int, capacity: int,
                   done: frozenset[str] = frozenset()) -> tuple[Session, frozenset[str]]:
         """Extend ``session``; returns it and its pending orders. ``SessionLost`` if not ALIVE."""
+        beat = self.heartbeat_full(session, held=held, capacity=capacity, done=done)
+        return beat.session, beat.orders
+
+    def heartbeat_full(self, session: Session, *, held: int, capacity: int,
+                       done: frozenset[str] = frozenset(), load: float | None = None) -> Beat:
+        """Extend ``session``; its orders, target and drain flag as written now (``Beat``)."""
         now = self.clock()
         expires = now + self.ttl_ms
-        update = "SET #exp = :exp, #hb = :now, #held = :held, #cap = :cap"
+        update = "SET #exp = :exp, #hb = :now, #held = :held, #cap = :cap, #load = :load"
         values: dict[str, Any] = {":exp": _num(expires), ":now": _num(now), ":held": _num(held),
                                   ":cap": _num(capacity), ":inc": {"S": session.incarnation},
+                                  ":load": Directive.number(held if load is None else load),
                                   ":alive": {"S": SessionState.ALIVE}}
         if done:
             update += " DELETE #orders :done"
             values[":done"] = {"SS": sorted(done)}
         names = {"#exp": SESSION.expires_at_ms, "#hb": SESSION.heartbeat_at_ms,
                  "#held": SESSION.held, "#cap": SESSION.capacity, "#inc": SESSION.incarnation,
-                 "#state": SESSION.state}
+                 "#state": SESSION.state, "#load": SESSION.load}
         if done:
             names["#orders"] = SESSION.orders
         try:
@@ -258,8 +288,10 @@ class SessionStore(Reaper):
         except ConditionFailed as failed:
             raise SessionLost(session.worker_id, session.incarnation,
                               _why_lost(failed.item, session.incarnation)) from None
-        orders = resp.get("Attributes", {}).get(SESSION.orders, {}).get("SS", [])
-        return Session(session.worker_id, session.incarnation, expires), frozenset(orders)
+        raw = resp.get("Attributes", {})
+        orders = raw.get(SESSION.orders, {}).get("SS", [])
+        return Beat(Session(session.worker_id, session.incarnation, expires), frozenset(orders),
+                    Directive.from_item(raw), _draining(raw))
 
     def end(self, session: Session, reason: str = "shutdown") -> bool:
         """Say goodbye (ENDED): the sweeper reaps whatever the process could not release."""

@@ -26,7 +26,7 @@ from holdfast.core.exceptions import (
     MalformedItem,
     StoreUnavailable,
 )
-from holdfast.core.model import Lease, LeaseItem, int_attr
+from holdfast.core.model import Lease, LeaseItem, int_attr, weight_of
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, STARTED, LeaseStatus, pk_for
 
@@ -51,6 +51,7 @@ _NAMES = {
     "#errs": ATTR.error_count,
     "#token": ATTR.token,
     "#poison": ATTR.poison_seq,
+    "#moved": ATTR.moved_at_ms,
     **unowned.MARK_NAMES,
 }
 
@@ -151,7 +152,8 @@ class LeaseStore:
         assert item.lease_expires_at_ms is not None
         return Lease(conn_id, owner, item.epoch, item.lease_expires_at_ms, item.ws_url,
                      item.last_seq, item.error_count,
-                     unowned_ms=unowned.unowned_time_ms(raw, now, self.skew_ms))
+                     unowned_ms=unowned.unowned_time_ms(raw, now, self.skew_ms),
+                     weight=weight_of(raw), moved_at_ms=int_attr(raw, ATTR.moved_at_ms))
 
     def _acquire_failed(self, conn_id: str, owner: str, raw: dict[str, Any] | None,
                         now: int, token: str) -> Lease:
@@ -220,12 +222,13 @@ class LeaseStore:
         return LeaseLost(lease.conn_id, reason, _parse_or_none(raw))
 
     def release(self, lease: Lease, handled_seq: int | None = None, *, error: str | None = None,
-                retry_at_ms: int | None = None) -> LossReason | None:
+                retry_at_ms: int | None = None, moved: bool = False) -> LossReason | None:
         """Final checkpoint and hand the lease back; None if released, else why it was not ours.
 
         With ``error`` the release is a give-up after upstream failures: the error is recorded
         and the lease stays unclaimable until ``retry_at_ms`` (the sweep finds it then).
-        Otherwise it leaves the unowned-since marker (``holdfast.core.unowned``).
+        Otherwise it leaves the unowned-since marker (``holdfast.core.unowned``); ``moved``
+        (a rebalancing move) also stamps ``moved_at_ms``, which starts the stream's cool-down.
         """
         now = self.clock()
         seq = rules.next_checkpoint(lease.last_seq, handled_seq)
@@ -246,6 +249,8 @@ class LeaseStore:
             update += ", " + unowned.MARK_SET
             values.update(unowned.MARK_VALUES)
             values[":unowned_since"] = _num(now)
+            if moved:
+                update += ", #moved = :now"
         if seq is not None:
             update += ", #seq = :seq"
             condition += " AND (attribute_not_exists(#seq) OR #seq <= :seq)"

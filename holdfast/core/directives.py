@@ -1,0 +1,157 @@
+"""Directives to one worker session: a rebalancing target, and draining.
+
+Both live in the worker's session item, which the worker reads back with every heartbeat
+(``ReturnValues=ALL_NEW``: no extra read), and both are also sent to the worker's order queue
+(``holdfast.core.orders``) so it acts within milliseconds instead of a heartbeat later.
+
+- **Target** (written by the decider, the sweeper, only while the fleet is out of balance):
+  shed down to ``share`` at most ``shed_at_once`` at a time, and claim only while below
+  ``ceiling`` (``holdfast.core.balance``). It holds until ``until_ms``: a decider that stops
+  (slow, down, redeployed) leaves nothing behind but targets that lapse, and a worker with no
+  live target claims and holds as it did before rebalancing existed. ``fleet`` is the number of
+  live workers the decider saw (each worker's share of the fleet-wide reconnect budget).
+- **Draining** (written by ``holdfast drain``): shed everything gracefully, claim nothing, keep
+  running. It stays until ``holdfast drain --cancel`` or the end of the session.
+
+Each write is conditional on the incarnation and ALIVE, so it never lands on a successor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from holdfast.core.aws import ConditionFailed, call
+from holdfast.core.model import validate_worker_id
+from holdfast.core.schema import SESSION, SessionState, session_of_owner, session_pk_for
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+__all__ = ["Directing", "Directive", "drain_body", "float_attr", "parse_directive_body"]
+
+_MAX = 10**9
+
+
+@dataclass(frozen=True, slots=True)
+class Directive:
+    """A rebalancing target for one session (see the module docstring)."""
+
+    share: float
+    ceiling: float
+    shed_at_once: int
+    until_ms: int
+    fleet: int = 0
+
+    @staticmethod
+    def number(x: float) -> dict[str, str]:
+        """``x`` as a DynamoDB number: whole numbers without a fraction."""
+        return {"N": str(int(x)) if float(x).is_integer() else f"{x:.6g}"}
+
+    def live(self, now_ms: int) -> bool:
+        return now_ms < self.until_ms
+
+    def attributes(self) -> dict[str, Any]:
+        """The session-item attributes (DynamoDB JSON) of this directive."""
+        n = Directive.number
+        return {SESSION.target_share: n(self.share), SESSION.target_ceiling: n(self.ceiling),
+                SESSION.shed_at_once: n(self.shed_at_once),
+                SESSION.target_until_ms: n(self.until_ms), SESSION.fleet_size: n(self.fleet)}
+
+    @classmethod
+    def from_item(cls, raw: Mapping[str, Any]) -> Directive | None:
+        """The directive in a session item; None if there is none or it does not parse."""
+        values = [float_attr(raw.get(name)) for name in (
+            SESSION.target_share, SESSION.target_ceiling, SESSION.shed_at_once,
+            SESSION.target_until_ms)]
+        share, ceiling, at_once, until = values
+        if share is None or ceiling is None or at_once is None or until is None:
+            return None
+        return cls(share, ceiling, int(at_once), int(until),
+                   int(float_attr(raw.get(SESSION.fleet_size)) or 0))
+
+    def body(self, owner: str) -> str:
+        """The order-queue message of this directive for ``owner``."""
+        return json.dumps({"owner": owner, "directive": {
+            "share": self.share, "ceiling": self.ceiling, "shed_at_once": self.shed_at_once,
+            "until_ms": self.until_ms, "fleet": self.fleet}}, separators=(",", ":"))
+
+
+def drain_body(owner: str, draining: bool) -> str:
+    """The order-queue message that starts (or cancels) draining ``owner``."""
+    return json.dumps({"owner": owner, "drain": draining}, separators=(",", ":"))
+
+
+def parse_directive_body(body: str, owner: str) -> Directive | bool | None:
+    """What an order-queue message for ``owner`` says: a ``Directive``, a drain flag (bool),
+    or None (not one of these, foreign, or malformed)."""
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("owner") != owner:
+        return None
+    if isinstance(data.get("drain"), bool):
+        return bool(data["drain"])
+    d = data.get("directive")
+    if not isinstance(d, dict):
+        return None
+    raw = {SESSION.target_share: d.get("share"), SESSION.target_ceiling: d.get("ceiling"),
+           SESSION.shed_at_once: d.get("shed_at_once"), SESSION.target_until_ms: d.get(
+               "until_ms"), SESSION.fleet_size: d.get("fleet")}
+    return Directive.from_item({k: {"N": str(v)} for k, v in raw.items()
+                                if isinstance(v, int | float) and not isinstance(v, bool)})
+
+
+def float_attr(value: object) -> float | None:
+    """The number in a DynamoDB JSON value (``{"N": ...}``); None if absent or not a sane one."""
+    n = value.get("N") if isinstance(value, Mapping) else None
+    try:
+        x = float(n) if isinstance(n, str) else None
+    except ValueError:
+        return None
+    return x if x is not None and math.isfinite(x) and 0 <= x <= _MAX * 10**4 else None
+
+
+class Directing:
+    """The directive writes of ``SessionStore`` (its base class; not used alone)."""
+
+    client: DynamoDBClient
+    table: str
+
+    def set_directive(self, owner: str, directive: Directive) -> bool:
+        """Give the live session ``owner`` a target; False if it is not live (any more)."""
+        attrs = directive.attributes()
+        names = {f"#a{i}": k for i, k in enumerate(attrs)}
+        values = {f":a{i}": v for i, v in enumerate(attrs.values())}
+        update = "SET " + ", ".join(f"#a{i} = :a{i}" for i in range(len(attrs)))
+        return self._conditional(owner, update, names, values)
+
+    def set_draining(self, owner: str, draining: bool) -> bool:
+        """Start (or cancel) draining the live session ``owner``; False if it is not live."""
+        if draining:
+            return self._conditional(owner, "SET #d = :t", {"#d": SESSION.draining},
+                                     {":t": {"BOOL": True}})
+        return self._conditional(owner, "REMOVE #d", {"#d": SESSION.draining}, {})
+
+    def _conditional(self, owner: str, update: str, names: dict[str, str],
+                     values: dict[str, Any]) -> bool:
+        parsed = session_of_owner(owner)
+        if parsed is None:
+            return False
+        worker_id, incarnation = parsed
+        try:
+            validate_worker_id(worker_id)
+            call("set_directive", self.client.update_item, TableName=self.table,
+                 Key={SESSION.pk: {"S": session_pk_for(worker_id)}}, UpdateExpression=update,
+                 ConditionExpression="#inc = :inc AND #state = :alive",
+                 ExpressionAttributeNames={**names, "#inc": SESSION.incarnation,
+                                           "#state": SESSION.state},
+                 ExpressionAttributeValues={**values, ":inc": {"S": incarnation},
+                                            ":alive": {"S": SessionState.ALIVE}})
+        except (ConditionFailed, ValueError):
+            return False
+        return True
