@@ -193,6 +193,9 @@ class Claimer:
         outcomes = await asyncio.gather(*(self._one(m) for m in messages))
         delete: list[dict[str, Any]] = []
         again: list[tuple[dict[str, Any], int]] = []
+        # Full, stopping, or shut by the rebalancing gate: a fresh copy wakes a long poll
+        # elsewhere at once, where visibility 0 may not (see ``_hand_on``).
+        hand: list[dict[str, Any]] = []
         for message, outcome in zip(messages, outcomes, strict=True):
             if isinstance(outcome, Later):
                 again.append((message, outcome.seconds))
@@ -201,11 +204,11 @@ class Claimer:
                     _receives(message), self.retry_delay_s, 2.0 * self.retry_delay_s,
                     self.rand)))
             elif outcome is Claim.NO_CAPACITY:
-                again.append((message, 0))
+                hand.append(message)
             else:  # claimed, a definitive no, or poison
                 delete.append(message)
         # Settle in the background: the next poll need not wait for the deletes.
-        task = asyncio.create_task(asyncio.to_thread(self._settle, delete, again))
+        task = asyncio.create_task(asyncio.to_thread(self._settle, delete, again, hand))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
@@ -223,7 +226,13 @@ class Claimer:
             return await self.claim(conn_id, "nudge")
 
     def _settle(self, delete: list[dict[str, Any]],
-                again: list[tuple[dict[str, Any], int]]) -> None:
+                again: list[tuple[dict[str, Any], int]],
+                hand: list[dict[str, Any]] | None = None) -> None:
+        if hand:
+            try:
+                self._hand_on(hand)
+            except HoldfastError as exc:  # back after the visibility timeout: nothing lost
+                logger.warning("cannot hand nudges on", error=str(exc)[:300])
         try:
             if delete:
                 call("DeleteMessageBatch", self.sqs.delete_message_batch,
@@ -296,6 +305,8 @@ class Reconciler:
     # The session half of the sweeper, as a safety net for a sweeper that is down: declare
     # silent sessions dead and release their streams (the router then nudges them).
     sessions: SessionStore | None = None
+    # Told how many live sessions the sweep saw (this worker's share of the connect budget).
+    fleet: Callable[[int], None] | None = None
 
     async def run(self) -> None:
         while True:
@@ -313,6 +324,8 @@ class Reconciler:
             if swept.dead or swept.reaped:
                 logger.info("reconcile sweep reaped sessions", dead=len(swept.dead),
                             released=swept.reaped)
+            if self.fleet is not None and swept.alive:
+                self.fleet(len(swept.alive))
         free = self.free_capacity()
         if free <= 0:
             return 0

@@ -83,6 +83,13 @@ class WorkerConfig:
     max_upstream_failures: int = 6
     retry_base_s: float = 30.0
     log_level: str = "INFO"
+    # Rebalancing (worker.balancing): a stream whose owner changed within the cool-down is
+    # not moved again; a draining worker without a target sheds this many at once.
+    cooldown_ms: int = 60_000
+    drain_at_once: int = 10
+    # The fleet-wide reconnect budget (worker.budget): connects per second, 0: no limit.
+    connect_rate: float = 1000.0
+    connect_burst: float = 1000.0
 
     @property
     def lease_ms(self) -> int:
@@ -201,6 +208,7 @@ def load_config(env: Mapping[str, str] | None = None, *,
         raise ConfigError(f"{names.ENV_POISON_REPLAYS}={poison} must not exceed "
                           f"HOLDFAST_UPSTREAM_MAX_FAILURES={max_failures}: the stream would "
                           "be given up before its poison frame is skipped")
+    rate = e.number(names.ENV_CONNECT_RATE, 1000, lo=0, hi=10**6)
     return WorkerConfig(
         table=table, queue_url=queue_url, worker_id=wid, timing=timing, liveness=liveness,
         session_table=session_table, orders_queue_prefix=orders_prefix,
@@ -231,6 +239,12 @@ def load_config(env: Mapping[str, str] | None = None, *,
         retry_base_s=e.number("HOLDFAST_RETRY_BASE_SECONDS", 30, lo=0.1, hi=86_400),
         log_level=e.choice("HOLDFAST_LOG_LEVEL", (e.raw("LOG_LEVEL") or "INFO").upper(),
                            ("DEBUG", "INFO", "WARNING", "ERROR")),
+        cooldown_ms=round(1000 * e.number(names.ENV_REBALANCE_COOLDOWN_SECONDS, 60, lo=0,
+                                          hi=86_400)),
+        drain_at_once=int(e.number(names.ENV_DRAIN_AT_ONCE, 10, lo=1, hi=10_000,
+                                   integer=True)),
+        connect_rate=rate,
+        connect_burst=e.number(names.ENV_CONNECT_BURST, rate or 1, lo=1, hi=10**6),
     )
 
 

@@ -88,6 +88,8 @@ class ConnectionContext:
     poison_replays: int = 3
     # Records a skipped poison frame on the lease item (``LeaseStore.record_poison``).
     record_poison: Callable[[Connection, int, str], Awaitable[None]] | None = None
+    # Waits for a token of the fleet's reconnect budget before each connect (worker.budget).
+    admit_connect: Callable[[], Awaitable[float]] | None = None
 
 
 class Connection:
@@ -223,6 +225,8 @@ class Connection:
         if self.trace is not None:
             self.trace.connecting()
         address = await resolve_checked(checked, self.ctx.policy, self.ctx.resolve)
+        if self.ctx.admit_connect is not None and await self.ctx.admit_connect() > 0:
+            self.ctx.metrics.incr(names.METRIC_CONNECTS_DELAYED)
         opts = self.ctx.options
         headers = proto.headers(next_seq)
         if opts.send_worker_id:

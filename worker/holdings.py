@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
@@ -31,6 +31,7 @@ from holdfast.core.exceptions import (
 )
 from holdfast.core.store import LeaseStore
 from worker.backoff import Backoff
+from worker.balancing import SHED, Balancing
 from worker.claimer import Claim, Later
 from worker.config import WorkerConfig
 from worker.connection import Connection, ConnectionContext, ConnectOptions
@@ -60,7 +61,9 @@ class Holdings:
                  handler: Handler, protocol: ResumeProtocol, streams: dict[str, Connection],
                  owner: Callable[[], str | None], stopping: Callable[[], bool],
                  session_fence: Callable[[], int], wall: Callable[[], int],
-                 mono: Callable[[], int], metrics: WorkerMetrics, counts: Counter[str]) -> None:
+                 mono: Callable[[], int], metrics: WorkerMetrics, counts: Counter[str],
+                 balancing: Balancing | None = None,
+                 admit_connect: Callable[[], Awaitable[float]] | None = None) -> None:
         self.config, self.store, self.renewer = config, store, renewer
         self.ctx = ConnectionContext(
             worker_id=config.worker_id, handler=handler, protocol=protocol, metrics=metrics,
@@ -73,7 +76,9 @@ class Holdings:
                                    open_timeout_s=config.open_timeout_s,
                                    send_worker_id=config.send_worker_id),
             anchor=self.anchor, mono=mono, handler_timeout_s=config.handler_timeout_s,
-            poison_replays=config.poison_replays, record_poison=self.record_poison)
+            poison_replays=config.poison_replays, record_poison=self.record_poison,
+            admit_connect=admit_connect)
+        self.balancing = balancing
         self.streams = streams
         self.owner, self.stopping, self.session_fence = owner, stopping, session_fence
         self.wall, self.mono = wall, mono
@@ -85,7 +90,9 @@ class Holdings:
     def free_capacity(self) -> int:
         if self.stopping() or self.owner() is None:
             return 0
-        return self.config.max_connections - len(self.streams) - len(self._claiming)
+        free = self.config.max_connections - len(self.streams) - len(self._claiming)
+        room = self.balancing.room() if self.balancing is not None else None
+        return free if room is None else min(free, room - len(self._claiming))
 
     async def claim(self, conn_id: str, source: str = "nudge") -> Claim | Later:
         """Try to acquire ``conn_id`` and start holding it (in a ``claim`` span if tracing)."""
@@ -102,9 +109,13 @@ class Holdings:
     async def _claim(self, conn_id: str, source: str, span: Span | None) -> Claim | Later:
         if conn_id in self.streams or conn_id in self._claiming:
             return Claim.CONFLICT  # already ours (a duplicate nudge)
+        if self.balancing is not None and self.balancing.refuses(conn_id):
+            # We shed it: never straight back. Shown again in a second (a hand-on could
+            # come straight back to our own poll if no one else has room).
+            return Later(1)
         owner = self.owner()
         if self.free_capacity() <= 0 or owner is None:
-            return Claim.NO_CAPACITY
+            return Claim.NO_CAPACITY  # handed on to another worker at once
         self._claiming.add(conn_id)
         try:
             sent = self.mono()
@@ -125,6 +136,8 @@ class Holdings:
         finally:
             self._claiming.discard(conn_id)
         self.metrics.incr("Claims")
+        if self.balancing is not None:
+            self.balancing.claimed(conn_id)
         if lease.unowned_ms is not None:
             self.metrics.unowned_time(lease.unowned_ms)
         self.counts["claimed"] += 1
@@ -195,6 +208,8 @@ class Holdings:
             await self._finish(conn, error)
         finally:
             self.streams.pop(conn.conn_id, None)
+            if self.balancing is not None:
+                self.balancing.finished(conn.conn_id)
 
     async def _finish(self, conn: Connection, error: str | None) -> None:
         held = conn.held
@@ -214,17 +229,21 @@ class Holdings:
             conn.log("warning", "stream handed back after errors", error=error,
                      retry_in_s=round(retry_s, 1))
             return
-        outcome = await self._release(conn)
+        moved = held.stop_reason == SHED  # a rebalancing move: starts its cool-down
+        outcome = await self._release(conn, moved=moved)
         self.counts["released" if outcome == "released" else f"release_{outcome}"] += 1
+        if moved and outcome == "released":
+            self.counts["shed"] += 1
 
     async def _release(self, conn: Connection, *, attempts: int = 20,
-                       error: str | None = None, retry_at_ms: int | None = None) -> str:
+                       error: str | None = None, retry_at_ms: int | None = None,
+                       moved: bool = False) -> str:
         held = conn.held
         for attempt in range(attempts):
             try:
                 lost = await asyncio.to_thread(self.store.release, held.lease,
                                                held.checkpoint, error=error,
-                                               retry_at_ms=retry_at_ms)
+                                               retry_at_ms=retry_at_ms, moved=moved)
             except StoreUnavailable as exc:
                 if attempt + 1 < attempts and self.mono() < held.fence_mono_ms:
                     await asyncio.sleep(0.2 * (attempt + 1))

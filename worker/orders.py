@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger
 from botocore.exceptions import BotoCoreError, ClientError
 
+from holdfast.core.directives import Directive, parse_directive_body
 from holdfast.core.orders import Order, order_queue_name, parse_body
 from worker.claimer import in_daemon_thread
 
@@ -59,6 +60,9 @@ class OrderInbox:
     prefix: str
     stop_stream: Callable[[Order], bool]
     wait_s: int = 20
+    # Rebalancing news (a target, or the drain flag) sent to this queue by the decider or
+    # ``holdfast drain``; None: such messages are ignored like unknown ones.
+    directive: Callable[[Directive | bool], None] | None = None
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rand: Callable[[], float] = random.random
     owner: str | None = None
@@ -137,7 +141,12 @@ class OrderInbox:
     def _act_on(self, messages: list[Any], owner: str) -> None:
         for msg in messages:
             self.received += 1
-            order = parse_body(str(msg.get("Body", "")), owner)
+            body = str(msg.get("Body", ""))
+            order = parse_body(body, owner)
+            news = parse_directive_body(body, owner) if order is None else None
+            if news is not None and self.directive is not None:
+                self.directive(news)
+                continue
             if order is None:
                 logger.warning("order message ignored (foreign or unknown)",
                                body=str(msg.get("Body", ""))[:200])

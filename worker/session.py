@@ -29,7 +29,7 @@ from aws_lambda_powertools import Logger
 from holdfast.core import names, rules
 from holdfast.core.exceptions import HoldfastError, SessionLost
 from holdfast.core.orders import Order, parse_order
-from holdfast.core.sessions import Session, SessionStore
+from holdfast.core.sessions import Beat, Session, SessionStore
 from worker.backoff import retry_before_s
 from worker.metrics import WorkerMetrics
 
@@ -51,6 +51,10 @@ class SessionKeeper:
     stop_stream: Callable[[Order], bool]  # True if the stream was ours and is now stopping
     on_lost: Callable[[SessionLost], Awaitable[None]]
     mono: Callable[[], int]
+    # Rebalancing: our load (sum of weights) for the item, and what each heartbeat read back
+    # (the target and drain flag, ``holdfast.core.directives``).
+    load: Callable[[], float] | None = None
+    on_beat: Callable[[Beat], None] | None = None
     fence_mono_ms: int = 0
     last_ok_mono_ms: int | None = None
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
@@ -101,11 +105,12 @@ class SessionKeeper:
                                                "fenced: not renewed within TTL - skew - margin"))
                 return
             try:
-                renewed, orders = await asyncio.wait_for(
+                beat = await asyncio.wait_for(
                     asyncio.get_running_loop().run_in_executor(
                         self.executor, functools.partial(
-                            self.store.heartbeat, session, held=self.held(),
-                            capacity=self.capacity, done=self._done)),
+                            self.store.heartbeat_full, session, held=self.held(),
+                            capacity=self.capacity, done=self._done,
+                            load=self.load() if self.load is not None else None)),
                     (self.fence_mono_ms - sent) / 1000)
             except TimeoutError:
                 failures += 1
@@ -129,7 +134,10 @@ class SessionKeeper:
                 hb_s = self.timing.heartbeat_ms / 1000
                 await self.sleep(retry_before_s(failures, left, hb_s / 4, hb_s / 2, self.rand))
                 continue
-            self._landed(session, sent, renewed, orders)
+            current = session is self.session  # not replaced by a new incarnation meanwhile
+            self._landed(session, sent, beat.session, beat.orders)
+            if current and self.on_beat is not None:
+                self.on_beat(beat)
             return
 
     def _landed(self, session: Session, sent: int, renewed: Session,

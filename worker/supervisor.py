@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
+from holdfast.core.directives import Directive
 from holdfast.core.exceptions import (
     HoldfastError,
     SessionConflict,
@@ -32,8 +33,10 @@ from holdfast.core.exceptions import (
 )
 from holdfast.core.orders import Order
 from holdfast.core.schema import BACKSTOP_MS
-from holdfast.core.sessions import SessionStore
+from holdfast.core.sessions import Beat, SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
+from worker.balancing import Balancing
+from worker.budget import ConnectBudget
 from worker.claimer import Claimer, Reconciler
 from worker.config import WorkerConfig
 from worker.connection import Connection
@@ -93,7 +96,8 @@ class Supervisor:
             skew_ms=config.timing.skew_ms, clock=wall) if self.session_mode else None
         self.keeper: SessionKeeper | None = None
         # Stop orders sent straight to us (sub-second); the session item stays their backstop.
-        self.inbox = OrderInbox(sqs, config.orders_queue_prefix, self._stop_order) if (
+        self.inbox = OrderInbox(sqs, config.orders_queue_prefix, self._stop_order,
+                                directive=self._news) if (
             self.session_mode and config.orders_queue_prefix) else None
         # lease_owner of what we acquire: the session's owner (worker id and incarnation), or
         # the bare worker id in the seed's lease mode. None: no live session, claim nothing.
@@ -102,6 +106,14 @@ class Supervisor:
         self.stopping = False
         self.started_mono_ms = mono()
         self.counts: Counter[str] = Counter()
+        # Rebalancing (sessions only: targets and drains reach a session) and the fleet's
+        # reconnect budget (both modes: it guards the upstream).
+        self.budget = ConnectBudget(config.connect_rate, config.connect_burst) if (
+            config.connect_rate > 0) else None
+        self.balancing = Balancing(
+            self.streams, cooldown_ms=config.cooldown_ms, drain_at_once=config.drain_at_once,
+            wall=wall, mono=mono, metrics=self.metrics, budget=self.budget,
+        ) if self.session_mode else None
         self.renewer = Renewer(self.store, self.streams, config.timing, self.metrics,
                                config.renew_mode, mono=mono, session_mode=self.session_mode,
                                checkpoint_ms=config.checkpoint_ms, wall=wall)
@@ -110,7 +122,8 @@ class Supervisor:
             protocol=protocol or QueryParamProtocol(), streams=self.streams,
             owner=lambda: self.owner, stopping=lambda: self.stopping,
             session_fence=self._session_fence, wall=wall, mono=mono, metrics=self.metrics,
-            counts=self.counts)
+            counts=self.counts, balancing=self.balancing,
+            admit_connect=self.budget.admit if self.budget is not None else None)
         self.tasks = self.holdings.tasks  # the connection tasks, awaited by the stop
 
     def _session_fence(self) -> int:
@@ -158,12 +171,27 @@ class Supervisor:
             self.keeper = SessionKeeper(
                 self.sessions, session, timing, self.metrics, held=lambda: len(self.streams),
                 capacity=self.config.max_connections, stop_stream=self._stop_order,
-                on_lost=self._session_lost, mono=self.mono)
+                on_lost=self._session_lost, mono=self.mono,
+                load=self.balancing.load if self.balancing is not None else None,
+                on_beat=self._on_beat)
         self.keeper.started(session, sent)
         self.owner = session.owner
         if self.inbox is not None:
             await self.inbox.open(session.owner)
         logger.info("session started", worker_id=self.worker_id, owner=session.owner)
+
+    def _on_beat(self, beat: Beat) -> None:
+        if self.balancing is not None:
+            self.balancing.update(beat.directive, beat.draining, via="session")
+
+    def _news(self, news: Directive | bool) -> None:
+        """A target or drain flag from the order queue (the session item says it too)."""
+        if self.balancing is None:
+            return
+        if isinstance(news, bool):
+            self.balancing.update(draining=news, via="queue")
+        else:
+            self.balancing.update(news, via="queue")
 
     def _stop_order(self, order: Order) -> bool:
         conn = self.streams.get(order.conn_id)
@@ -239,8 +267,12 @@ class Supervisor:
                 reconciler = Reconciler(self.ddb, cfg.table, cfg.timing.skew_ms,
                                         self.holdings.claim, self.free_capacity,
                                         cfg.reconcile_s, self.wall, rand=random.random,
-                                        sessions=self.sweep_sessions)
+                                        sessions=self.sweep_sessions,
+                                        fleet=self.balancing.set_fleet
+                                        if self.balancing is not None else None)
                 claiming.append(tg.create_task(self._guard("reconcile", reconciler.run)))
+            if self.balancing is not None:  # no shedding once the stop has begun
+                claiming.append(tg.create_task(self._guard("balancing", self.balancing.run)))
             keep = [tg.create_task(self._guard("renewer", self.renewer.run)),
                     *([tg.create_task(self._guard("session", self.keeper.run))]
                       if self.keeper is not None else []),

@@ -7,7 +7,7 @@ from typing import Any
 
 from holdfast.core import rules
 from holdfast.core.exceptions import SessionLost, StoreUnavailable
-from holdfast.core.sessions import Session
+from holdfast.core.sessions import Beat, Session
 from worker.metrics import WorkerMetrics
 from worker.renewer import monotonic_ms
 from worker.session import SessionKeeper
@@ -21,12 +21,12 @@ class Store:
     def __init__(self, fail: int = 0, hang_s: float = 0.0) -> None:
         self.fail, self.hang_s, self.calls = fail, hang_s, 0
 
-    def heartbeat(self, session: Session, **_: Any) -> tuple[Session, frozenset[str]]:
+    def heartbeat_full(self, session: Session, **_: Any) -> Beat:
         self.calls += 1
         time.sleep(self.hang_s)
         if self.calls <= self.fail:
             raise StoreUnavailable("heartbeat", "ThrottlingException")
-        return Session(session.worker_id, session.incarnation, 1), frozenset()
+        return Beat(Session(session.worker_id, session.incarnation, 1), frozenset())
 
 
 async def _no_sleep(_: float) -> None:

@@ -1,0 +1,167 @@
+"""This worker's side of rebalancing: its target, draining, shedding and the claim gate.
+
+The decider (the sweeper, ``lambdas.sweeper.balancer``) writes a target into our session
+item while the fleet is out of balance and sends the same to our order queue; ``holdfast
+drain`` sets the drain flag the same two ways (``holdfast.core.directives``). ``update`` takes
+either. From there everything is local:
+
+- **shedding**: ``pick_sheds`` (``holdfast.core.balance``) names the streams to hand on, at
+  most ``shed_at_once`` at a time, none whose owner changed within the cool-down (unless
+  draining). Each is drained like a stop: the handler call in flight finishes, the
+  connection closes, the release writes the final checkpoint and ``moved_at_ms``; the router
+  nudges it at once and an under-loaded worker resumes it from ``last_seq + 1``. The next one
+  starts as each release lands.
+- **the claim gate**: while a target is live we claim only below its ceiling, and never a
+  stream we shed within the cool-down: a shed stream never comes straight back. Draining
+  claims nothing.
+- **decider down**: targets lapse (``until_ms``) and the gate opens; nothing else depends on
+  the decider. Draining goes on without one, ``HOLDFAST_DRAIN_AT_ONCE`` at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from aws_lambda_powertools import Logger
+
+from holdfast.core import names
+from holdfast.core.balance import HeldView, pick_sheds
+from holdfast.core.directives import Directive
+from worker.metrics import WorkerMetrics
+
+if TYPE_CHECKING:
+    from worker.budget import ConnectBudget
+    from worker.connection import Connection
+
+__all__ = ["SHED", "Balancing"]
+
+logger = Logger(service="holdfast-worker", child=True)
+SHED = "shed"  # the drain reason of a stream handed on by rebalancing or draining
+_STEP_S = 0.5  # look again this often even without news (cool-downs end, sheds land)
+# A stream we shed is refused for at least this long, even with no cool-down configured.
+_REFUSE_MIN_MS = 10_000
+
+
+class Balancing:
+    """Rebalancing state of one worker; the supervisor runs ``run`` as a service loop."""
+
+    def __init__(self, streams: dict[str, Connection], *, cooldown_ms: int, drain_at_once: int,
+                 wall: Callable[[], int], mono: Callable[[], int], metrics: WorkerMetrics,
+                 budget: ConnectBudget | None = None) -> None:
+        self.streams = streams
+        self.cooldown_ms, self.drain_at_once = cooldown_ms, drain_at_once
+        self.wall, self.mono = wall, mono
+        self.metrics, self.budget = metrics, budget
+        self.directive: Directive | None = None
+        self.draining = False
+        self.shed = 0  # streams handed on so far
+        self._claimed_at: dict[str, int] = {}  # conn_id -> wall ms we claimed it
+        self._refuse: dict[str, int] = {}  # conn_id -> mono ms until which we do not take it
+        self._wake = asyncio.Event()
+
+    # -- news -----------------------------------------------------------------------------
+    def update(self, directive: Directive | None = None, draining: bool | None = None, *,
+               via: str = "session") -> None:
+        """A directive and/or drain flag arrived (``via`` the session item or the queue)."""
+        if directive is not None and (self.directive is None
+                                      or directive.until_ms >= self.directive.until_ms):
+            changed = directive != self.directive
+            self.directive = directive
+            if self.budget is not None and directive.fleet > 0:
+                self.budget.set_fleet(directive.fleet)
+            if changed and directive.live(self.wall()):
+                logger.info("rebalancing target", share=directive.share,
+                            ceiling=directive.ceiling, shed_at_once=directive.shed_at_once,
+                            load=self.load(), via=via)
+        if draining is not None and draining != self.draining:
+            self.draining = draining
+            logger.info("draining" if draining else "draining cancelled", held=len(self.streams),
+                        via=via)
+        self._wake.set()
+
+    def set_fleet(self, fleet: int) -> None:
+        """This worker's own sweep counted ``fleet`` live workers (the budget's share)."""
+        if self.budget is not None:
+            self.budget.set_fleet(fleet)
+
+    def claimed(self, conn_id: str) -> None:
+        self._claimed_at[conn_id] = self.wall()
+
+    def finished(self, conn_id: str) -> None:
+        """A stream's release is written (or given up): a shed slot is free again."""
+        self._claimed_at.pop(conn_id, None)
+        self._wake.set()
+
+    # -- questions ----------------------------------------------------------------------
+    def load(self) -> float:
+        """The sum of the weights of the streams we hold (= their number by default)."""
+        return sum(c.held.lease.weight for c in self.streams.values())
+
+    def live_directive(self) -> Directive | None:
+        d = self.directive
+        return d if d is not None and d.live(self.wall()) else None
+
+    def room(self) -> int | None:
+        """How many more streams the gate lets us claim (None: no limit but capacity)."""
+        if self.draining:
+            return 0
+        d = self.live_directive()
+        if d is None:
+            return None
+        return max(0, math.ceil(d.ceiling - self.load() - 1e-9))
+
+    def refuses(self, conn_id: str) -> bool:
+        """True for a stream we shed within its cool-down: it goes to another worker."""
+        until = self._refuse.get(conn_id)
+        return until is not None and self.mono() < until
+
+    # -- shedding -----------------------------------------------------------------------
+    def shedding(self) -> int:
+        return sum(1 for c in self.streams.values() if c.held.stop_reason == SHED)
+
+    def step(self) -> list[str]:
+        """Shed what the target (or draining) asks for now; the ids handed on."""
+        now_mono = self.mono()
+        self._refuse = {k: v for k, v in self._refuse.items() if v > now_mono}
+        d = self.live_directive()
+        if self.draining:
+            share, at_once = 0.0, (d.shed_at_once if d is not None and d.shed_at_once > 0
+                                   else self.drain_at_once)
+        elif d is not None and d.shed_at_once > 0:
+            share, at_once = d.share, d.shed_at_once
+        else:
+            return []
+        now = self.wall()
+        views = [HeldView(c.conn_id, c.held.lease.weight,
+                          max(c.held.lease.moved_at_ms or 0, self._claimed_at.get(c.conn_id, 0)))
+                 for c in self.streams.values() if c.held.live and not c.held.stopping]
+        shedding = self.shedding()
+        # What is on its way out no longer counts against the share.
+        load = sum(v.weight for v in views)
+        if load <= share + 1e-9:
+            return []
+        picked = pick_sheds(views, share=share, shed_at_once=at_once, shedding=shedding,
+                            now_ms=now, cooldown_ms=self.cooldown_ms, draining=self.draining)
+        for conn_id in picked:
+            conn = self.streams.get(conn_id)
+            if conn is None:
+                continue
+            self._refuse[conn_id] = now_mono + max(self.cooldown_ms, _REFUSE_MIN_MS)
+            conn.log("info", "shedding stream (rebalancing)" if not self.draining
+                     else "shedding stream (draining)", share=share, load=load)
+            conn.drain(SHED)
+            self.shed += 1
+            self.metrics.incr(names.METRIC_STREAMS_SHED)
+        return picked
+
+    async def run(self) -> None:
+        """Shed on every piece of news and every half second, until cancelled."""
+        while True:
+            self._wake.clear()
+            self.step()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), _STEP_S)
