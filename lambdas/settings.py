@@ -18,6 +18,13 @@ variable and the allowed range — not a ``ValueError`` deep inside an invocatio
     HOLDFAST_SWEEP_MARGIN_MS       stop looping this long before the Lambda timeout  (3000)
     HOLDFAST_SWEEP_MAX_RUN_MS      and after at most this long (< the schedule)     (59500)
     HOLDFAST_SWEEP_UNINDEXED_SCAN_MS  a pass for items without an expiry, every (0: off) (300000)
+    HOLDFAST_BALANCE               rebalancing by the sweeper: on or off              (on)
+    HOLDFAST_BALANCE_INTERVAL_MS   at most one rebalancing decision per               (2000)
+    HOLDFAST_BALANCE_BAND          balanced while within this fraction of a share...  (0.10)
+    HOLDFAST_BALANCE_BAND_MIN      ...or this many streams, whichever is more         (1)
+    HOLDFAST_BALANCE_MOTION        fraction of the streams that may move at once      (0.10)
+    HOLDFAST_BALANCE_TARGET_TTL_MS a target lapses this long after it was written     (15000)
+                                   (more than twice the interval: refreshed in time)
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from holdfast.core import names
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.orders import validate_prefix
 
-__all__ = ["Settings", "env_int"]
+__all__ = ["Settings", "env_float", "env_int"]
 
 
 def env_int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
@@ -45,6 +52,32 @@ def env_int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -
     if not lo <= value <= hi:
         raise ConfigError(f"{name}={value} is outside the allowed range [{lo}, {hi}]")
     return value
+
+
+def env_float(env: Mapping[str, str], name: str, default: float, lo: float,
+              hi: float) -> float:
+    """A number setting from ``env``, or ``default``; ``ConfigError`` if out of [lo, hi]."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, not {raw[:40]!r}") from None
+    if not lo <= value <= hi:  # NaN fails this too
+        raise ConfigError(f"{name}={raw[:40]} is outside the allowed range [{lo:g}, {hi:g}]")
+    return value
+
+
+def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("on", "true", "1", "yes"):
+        return True
+    if raw in ("off", "false", "0", "no"):
+        return False
+    raise ConfigError(f"{name} must be on or off, not {raw[:40]!r}")
 
 
 def _orders_prefix(env: Mapping[str, str]) -> str | None:
@@ -80,10 +113,17 @@ class Settings:
     sweep_max_run_ms: int = 59_500
     unindexed_scan_ms: int = 300_000
     orders_queue_prefix: str | None = None
+    balance: bool = True
+    balance_interval_ms: int = 2_000
+    balance_band: float = 0.10
+    balance_band_min: float = 1.0
+    balance_motion: float = 0.10
+    balance_target_ttl_ms: int = 15_000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         e = os.environ if env is None else env
+        interval, ttl = _balance_timing(e)
         return cls(
             table=_required(e, names.ENV_TABLE),
             queue_url=_required(e, names.ENV_QUEUE_URL),
@@ -101,4 +141,22 @@ class Settings:
             unindexed_scan_ms=env_int(e, "HOLDFAST_SWEEP_UNINDEXED_SCAN_MS", 300_000, 0,
                                       86_400_000),
             orders_queue_prefix=_orders_prefix(e),
+            balance=_switch(e, names.ENV_BALANCE, True),
+            balance_interval_ms=interval,
+            balance_band=env_float(e, names.ENV_BALANCE_BAND, 0.10, 0.0, 1.0),
+            balance_band_min=env_float(e, names.ENV_BALANCE_BAND_MIN, 1.0, 0.0, 1_000_000.0),
+            balance_motion=env_float(e, names.ENV_BALANCE_MOTION, 0.10, 0.0, 1.0),
+            balance_target_ttl_ms=ttl,
         )
+
+
+def _balance_timing(e: Mapping[str, str]) -> tuple[int, int]:
+    interval = env_int(e, names.ENV_BALANCE_INTERVAL_MS, 2_000, 100, 600_000)
+    ttl = env_int(e, names.ENV_BALANCE_TARGET_TTL_MS, 15_000, 1_000, 3_600_000)
+    # A target unchanged is refreshed once half its TTL is gone, at the next decision: with
+    # a TTL of twice the interval or less it would lapse before that decision came.
+    if ttl <= 2 * interval:
+        raise ConfigError(f"{names.ENV_BALANCE_TARGET_TTL_MS}={ttl} must be more than twice "
+                          f"{names.ENV_BALANCE_INTERVAL_MS}={interval}, or targets lapse "
+                          "between two decisions")
+    return interval, ttl

@@ -5,6 +5,8 @@ The queue's URL is derived from the nudge queue's URL, the stack's prefix and th
 order in the session item, read with the next heartbeat) always follows, so nothing here
 fails a record: a queue that does not exist (the worker has none yet, or it is gone with its
 session) is counted and logged at info, any other error logged at error and counted.
+``send_body`` is the one send, also used for the sweeper's rebalancing directives and by
+``holdfast drain``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools import Logger
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["MISSING_QUEUE_CODES", "queue_orders", "send_order"]
+__all__ = ["MISSING_QUEUE_CODES", "queue_orders", "send_body", "send_order"]
 
 # The Query protocol's code, and the JSON protocol's (newer botocore speaks JSON to SQS).
 MISSING_QUEUE_CODES = frozenset({"AWS.SimpleQueueService.NonExistentQueue",
@@ -32,9 +34,19 @@ MISSING_QUEUE_CODES = frozenset({"AWS.SimpleQueueService.NonExistentQueue",
 def send_order(sqs: SQSClient, nudge_queue_url: str, prefix: str, owner: str,
                order: Order) -> tuple[str, str]:
     """Send ``order`` to ``owner``'s queue; (counter key, detail), never raises for SQS."""
+    return send_body(sqs, nudge_queue_url, prefix, owner, order.body(owner))
+
+
+def send_body(sqs: SQSClient, nudge_queue_url: str, prefix: str, owner: str,
+              body: str) -> tuple[str, str]:
+    """Send one message ``body`` to ``owner``'s order queue (a stop order, a directive).
+
+    Returns (counter key, detail): ``order_queue_sent``, ``order_queue_missing`` (no such
+    queue: the caller logs it at info) or ``order_queue_failed``; never raises for SQS.
+    """
     try:
         url = order_queue_url(nudge_queue_url, prefix, owner)
-        sqs.send_message(QueueUrl=url, MessageBody=order.body(owner))
+        sqs.send_message(QueueUrl=url, MessageBody=body)
     except ClientError as exc:
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code in MISSING_QUEUE_CODES:

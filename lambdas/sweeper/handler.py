@@ -98,7 +98,8 @@ def _invoke(context: LambdaContext) -> dict[str, Any]:
     summary = {"sweeps": stats.sweeps, "errors": stats.errors, "nudged": stats.nudged,
                "failed": stats.failed, "oldest_orphan_age_ms": stats.oldest_age_ms,
                "dead_sessions": stats.dead_sessions, "streams_reaped": stats.reaped,
-               "malformed_sessions": stats.malformed_sessions, "normalised": stats.normalised}
+               "malformed_sessions": stats.malformed_sessions, "normalised": stats.normalised,
+               "balance_targets": stats.balance_targets, "imbalance": stats.imbalance}
     logger.info("sweeper invocation done", extra=summary)
     return summary
 
@@ -114,4 +115,9 @@ def _emit(stats: SweepStats) -> None:
     metrics.add_metric(name=names.METRIC_STREAMS_REAPED, unit=MetricUnit.Count,
                        value=stats.reaped)
     metrics.add_metric(name="Normalised", unit=MetricUnit.Count, value=stats.normalised)
+    metrics.add_metric(name=names.METRIC_BALANCE_TARGETS, unit=MetricUnit.Count,
+                       value=stats.balance_targets)
+    if stats.balance_rounds:  # no decision (turned off, no sessions): no imbalance to report
+        metrics.add_metric(name=names.METRIC_IMBALANCE, unit=MetricUnit.Count,
+                           value=stats.imbalance)
     emit_counts_by("Nudges", "reason", stats.nudged, service=SERVICE)

@@ -28,6 +28,7 @@ from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import Orphan, find_orphans
 from lambdas.nudge import send_nudges
 from lambdas.settings import Settings
+from lambdas.sweeper.balancer import Balancer, BalanceRound
 from lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
 from lambdas.sweeper.orderqueues import QueueCollector
 from lambdas.sweeper.unindexed import UnindexedPass, scan_step
@@ -70,6 +71,8 @@ class SweepDeps:
     unindexed: UnindexedPass | None = None
     # Deletes order queues no live session reads; made from the settings on first use.
     orders: QueueCollector | None = None
+    # The rebalancing decider (at most one decision per interval); made on first use.
+    balancer: Balancer | None = None
 
 
 @dataclass
@@ -86,6 +89,7 @@ class SweepResult:
     reaped: int = 0  # streams released from dead or ended sessions
     malformed_sessions: int = 0
     normalised: int = 0  # items the index could not see, given an expiry by this sweep
+    balance: BalanceRound | None = None  # None: no rebalancing decision this sweep
 
 
 @dataclass
@@ -99,9 +103,16 @@ class SweepStats:
     reaped: int = 0
     malformed_sessions: int = 0
     normalised: int = 0
+    balance_rounds: int = 0
+    balance_targets: int = 0  # rebalancing targets written
+    imbalance: float = 0.0  # the largest excess a decision saw (load above the fair shares)
 
     def add(self, result: SweepResult) -> None:
         self.sweeps += 1
+        if result.balance is not None:
+            self.balance_rounds += 1
+            self.balance_targets += result.balance.written
+            self.imbalance = max(self.imbalance, result.balance.imbalance)
         self.normalised += result.normalised
         self.dead_sessions += len(result.dead)
         self.reaped += result.reaped
@@ -158,6 +169,8 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
         if span is not None:
             span.end()
     memory.record_sent([by_id[n.conn_id] for n in report.sent], now)
+    # After the nudges (they are what claims wait on); ``due`` are the unowned STARTED streams.
+    balance = _balance_step(deps, sessions, len(due), now)
     complete = len(items) < MAX_SCAN
     if complete:
         memory.retain_only(due)
@@ -172,7 +185,7 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     wake = [t for t in (next_claimable, sessions.next_due_ms) if t is not None]
     return SweepResult(due, report.sent, report.failed, min(wake, default=None), complete,
                        max(ages, default=0), sessions.dead, sessions.reaped, sessions.malformed,
-                       normalised)
+                       normalised, balance)
 
 
 def _unindexed_step(deps: SweepDeps, now: int) -> int:
@@ -190,6 +203,16 @@ def _orders_step(deps: SweepDeps, now: int) -> int:
     if deps.orders is None:
         deps.orders = QueueCollector(prefix)
     return deps.orders.step(deps.sqs, deps.sessions, now)
+
+
+def _balance_step(deps: SweepDeps, sessions: SessionSweep, unowned: int,
+                  now: int) -> BalanceRound | None:
+    if deps.sessions is None or not deps.settings.balance:
+        return None
+    if deps.balancer is None:
+        deps.balancer = Balancer(deps.settings)
+    return deps.balancer.step(deps.sessions, deps.sqs, sessions.alive, unowned=unowned,
+                              now_ms=now, logger=deps.log or log)
 
 
 def run_sweeps(deps: SweepDeps, memory: NudgeMemory, *, should_stop: Callable[[], bool],

@@ -1,0 +1,167 @@
+"""Rebalancing, the decider's side: at most one decision every ``balance_interval_ms``.
+
+The sweeper is the one decider (README, "Rebalancing"). It scans the session table on every
+sweep anyway, so a decision reads nothing more: the live sessions of that scan (their load,
+capacity and drain flag) and the number of STARTED streams the same sweep found unowned go
+into ``holdfast.core.balance.plan``. What it costs:
+
+- **A balanced fleet: nothing.** No write at all; targets written earlier simply lapse at
+  their ``until_ms``, and a worker without a live target claims as it always did.
+- **Out of balance: one conditional UpdateItem per session whose target changed** (or whose
+  unchanged target has less than half its TTL left), plus the same directive on that
+  session's order queue so the worker acts within milliseconds rather than a heartbeat later.
+
+``in_motion`` is the unowned count too. A stream being shed is released by its holder, which
+makes it an unowned STARTED stream that the next sweep finds; a stream of a failover is one
+already. So the streams unowned *are* the streams in motion, at most a sweep late, and a mass
+failover leaves no budget for moves until its streams are claimed again.
+
+A DynamoDB error skips the rest of the round (logged): targets are absolute, so the next
+decision, two seconds later, writes what this one did not. It never fails the sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from holdfast.core.balance import BalancePolicy, Member, Plan, plan
+from holdfast.core.directives import Directive
+from holdfast.core.exceptions import HoldfastError
+from holdfast.core.sessions import SessionItem, SessionStore
+from lambdas.router.order_queue import send_body
+from lambdas.settings import Settings
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = ["BalanceLog", "BalanceRound", "Balancer", "members_of", "same_target", "summary"]
+
+log = logging.getLogger(__name__)
+
+SUMMARY_MEMBERS = 8  # members named in a decision's log line; the rest are counted
+_OWNER_CHARS = 60
+
+
+class BalanceLog(Protocol):
+    """What the balancer logs through: a ``logging.Logger`` or a Powertools ``Logger``."""
+
+    def info(self, msg: object, *args: object,
+             extra: Mapping[str, object] | None = None) -> None: ...
+
+    def error(self, msg: object, *args: object,
+              extra: Mapping[str, object] | None = None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BalanceRound:
+    """One decision: ``imbalance`` is the plan's excess (the least load that must move),
+    ``written`` the targets written, ``sent`` the directives on order queues."""
+
+    imbalance: float
+    balanced: bool
+    written: int = 0
+    sent: int = 0
+    failed: bool = False  # DynamoDB refused: the rest of the round was skipped
+
+
+def members_of(alive: Sequence[SessionItem]) -> list[Member]:
+    """The decider's view of each live session; a worker that reports no load (a version
+    before weights) carries its stream count."""
+    return [Member(i.owner, i.load if i.load is not None else float(i.held), i.held,
+                   i.capacity, i.draining) for i in alive]
+
+
+def same_target(current: Directive | None, new: Directive, now_ms: int, ttl_ms: int) -> bool:
+    """True if ``current`` already says what ``new`` says and lives more than half ``ttl_ms``
+    on: rewriting it would only cost a write (and a message) every decision."""
+    if current is None or current.until_ms - now_ms <= ttl_ms / 2:
+        return False
+    # The item keeps six significant digits of a fractional share (Directive.number).
+    return (math.isclose(current.share, new.share, rel_tol=1e-5, abs_tol=1e-9)
+            and math.isclose(current.ceiling, new.ceiling, rel_tol=1e-5, abs_tol=1e-9)
+            and current.shed_at_once == new.shed_at_once and current.fleet == new.fleet)
+
+
+@dataclass
+class Balancer:
+    """The decider's state between sweeps (kept in ``SweepDeps``: a warm Lambda keeps it)."""
+
+    settings: Settings
+    next_ms: int = 0
+
+    @property
+    def policy(self) -> BalancePolicy:
+        s = self.settings
+        return BalancePolicy(band_fraction=s.balance_band, band_min=s.balance_band_min,
+                             motion_fraction=s.balance_motion)
+
+    def step(self, sessions: SessionStore, sqs: SQSClient, alive: Sequence[SessionItem], *,
+             unowned: int, now_ms: int, logger: BalanceLog = log) -> BalanceRound | None:
+        """Decide if due (None: not due, turned off, or no live session) and write targets."""
+        s = self.settings
+        if not s.balance or now_ms < self.next_ms:
+            return None
+        self.next_ms = now_ms + s.balance_interval_ms
+        members = members_of(alive)
+        if not members:
+            return None
+        decision = plan(members, unowned=unowned, in_motion=unowned, policy=self.policy)
+        if decision.balanced:
+            return BalanceRound(decision.excess, True)
+        current = {i.owner: i.directive for i in alive}
+        until = now_ms + s.balance_target_ttl_ms
+        written = sent = 0
+        try:
+            for target in decision.targets:
+                directive = Directive(target.share, target.ceiling, target.shed_at_once,
+                                      until_ms=until, fleet=len(members))
+                if same_target(current.get(target.owner), directive, now_ms,
+                               s.balance_target_ttl_ms):
+                    continue
+                if not sessions.set_directive(target.owner, directive):
+                    continue  # ended or replaced since the scan: nothing to tell it
+                written += 1
+                sent += self._send(sqs, target.owner, directive, logger)
+        except (HoldfastError, BotoCoreError, ClientError) as exc:
+            logger.error("rebalance round skipped after %d targets: %s", written, exc,
+                         extra={"written": written, "error": str(exc)[:300]})
+            return BalanceRound(decision.excess, False, written, sent, failed=True)
+        if written:
+            logger.info(summary(decision, members, unowned, written),
+                        extra={"excess": decision.excess, "budget": decision.budget,
+                               "workers": len(members), "unowned": unowned,
+                               "written": written})
+        return BalanceRound(decision.excess, False, written, sent)
+
+    def _send(self, sqs: SQSClient, owner: str, directive: Directive,
+              logger: BalanceLog) -> int:
+        prefix = self.settings.orders_queue_prefix
+        if prefix is None:
+            return 0  # the session item alone: the worker reads it with its next heartbeat
+        result, detail = send_body(sqs, self.settings.queue_url, prefix, owner,
+                                   directive.body(owner))
+        if result == "order_queue_failed":
+            logger.error("rebalance target not queued for %s: %s", owner, detail,
+                         extra={"owner": owner, "detail": detail})
+        elif result == "order_queue_missing":
+            logger.info("rebalance target not queued for %s: no order queue", owner,
+                        extra={"owner": owner, "detail": detail})
+        return 1 if result == "order_queue_sent" else 0
+
+
+def summary(decision: Plan, members: Sequence[Member], unowned: int, written: int) -> str:
+    """One bounded log line: the excess, the budget, and the members furthest from their
+    share as ``owner load->share`` (at most ``SUMMARY_MEMBERS`` of them)."""
+    far = sorted(members, key=lambda m: (-abs(m.load - decision.shares[m.owner]), m.owner))
+    shown = ", ".join(f"{m.owner[:_OWNER_CHARS]} {m.load:g}->{decision.shares[m.owner]:g}"
+                      + (" (draining)" if m.draining else "") for m in far[:SUMMARY_MEMBERS])
+    more = f", +{len(far) - SUMMARY_MEMBERS} more" if len(far) > SUMMARY_MEMBERS else ""
+    return (f"rebalance: {decision.excess:g} streams above fair share across {len(members)} "
+            f"workers ({unowned} unowned, {decision.budget} may move now), {written} targets "
+            f"written: {shown}{more}")

@@ -1,0 +1,328 @@
+"""The sweeper's rebalancing decisions against DynamoDB Local and moto's SQS."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from holdfast.core import names
+from holdfast.core.aws import client_config
+from holdfast.core.directives import Directive, parse_directive_body
+from holdfast.core.exceptions import ConfigError
+from holdfast.core.orders import order_queue_name, prefix_for
+from holdfast.core.schema import SessionState, session_table_definition
+from holdfast.core.sessions import Session, SessionItem, SessionStore
+from holdfast.core.store import wall_clock_ms
+from holdfast.core.table import create_stream
+from holdfast.runner.context import LocalContext
+from lambdas.settings import Settings
+from lambdas.sweeper import handler
+from lambdas.sweeper.balancer import Balancer
+from lambdas.sweeper.loop import SweepDeps, SweepResult, SweepStats, memory_for, sweep_once
+
+TTL_MS = 60_000  # sessions stay alive for the whole test
+CAPACITY = 50
+
+
+class CountingDdb:
+    """The real client, counting its UpdateItem calls."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.updates = 0
+
+    def update_item(self, **kw: Any) -> Any:
+        self.updates += 1
+        return self.real.update_item(**kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@pytest.fixture
+def session_table(ddb: Any) -> str:
+    name = f"sessions-{uuid.uuid4().hex[:12]}"
+    ddb.create_table(**session_table_definition(name))
+    return name
+
+
+def settings_for(table: str, queue_url: str, session_table: str, **kw: Any) -> Settings:
+    return Settings(table=table, queue_url=queue_url, session_table=session_table,
+                    orders_queue_prefix=prefix_for(table), **kw)
+
+
+def worker(store: SessionStore, worker_id: str, held: int) -> Session:
+    """A live session that reports ``held`` streams, as a worker's heartbeat does."""
+    session = store.start(worker_id, CAPACITY)
+    return store.heartbeat_full(session, held=held, capacity=CAPACITY).session
+
+
+def deps_for(ddb: Any, sqs: Any, settings: Settings, **kw: Any) -> SweepDeps:
+    sessions = SessionStore(ddb, settings.session_table or "", settings.table, ttl_ms=TTL_MS,
+                            skew_ms=settings.skew_ms)
+    return SweepDeps(ddb, sqs, settings, sessions=sessions, **kw)
+
+
+def directive_of(store: SessionStore, worker_id: str) -> Directive | None:
+    item = store.get(worker_id)
+    assert item is not None
+    return item.directive
+
+
+def alive(store: SessionStore) -> list[SessionItem]:
+    return [i for i in store.scan()
+            if isinstance(i, SessionItem) and i.state is SessionState.ALIVE]
+
+
+def test_an_unbalanced_fleet_gets_targets_and_the_busy_owner_its_message(
+        ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str,
+        unique_id: str) -> None:
+    """Two sessions at 10 and two empty: shares of 5, one shed at a time each, on the queue."""
+    settings = settings_for(table, queue_url, session_table)
+    deps = deps_for(ddb, sqs, settings)
+    assert deps.sessions is not None
+    busy = [worker(deps.sessions, f"{unique_id}-b{i}", 10) for i in range(2)]
+    idle = [worker(deps.sessions, f"{unique_id}-i{i}", 0) for i in range(2)]
+    url = sqs.create_queue(QueueName=order_queue_name(prefix_for(table), busy[0].owner))[
+        "QueueUrl"]
+    result = sweep_once(deps, memory_for(settings))
+    assert result.balance is not None and not result.balance.balanced
+    assert (result.balance.written, result.balance.imbalance) == (4, 10)
+    # 20 streams: 10 % may move at once, 2 in all, split between the two busy workers.
+    for s in busy:
+        d = directive_of(deps.sessions, s.worker_id)
+        assert d is not None and (d.share, d.ceiling, d.shed_at_once, d.fleet) == (5, 5, 1, 4)
+    for s in idle:
+        d = directive_of(deps.sessions, s.worker_id)
+        assert d is not None and (d.share, d.ceiling, d.shed_at_once) == (5, 6, 0)
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    bodies = [m["Body"] for m in got.get("Messages", [])]
+    assert [parse_directive_body(b, busy[0].owner) for b in bodies] == [
+        directive_of(deps.sessions, busy[0].worker_id)]
+
+
+def test_a_balanced_fleet_costs_no_write(ddb: Any, sqs: Any, table: str, queue_url: str,
+                                         session_table: str, unique_id: str) -> None:
+    """Within the band (5 and 6 of 11): a decision is made, and nothing is written."""
+    settings = settings_for(table, queue_url, session_table)
+    seed = SessionStore(ddb, session_table, table, ttl_ms=TTL_MS, skew_ms=settings.skew_ms)
+    worker(seed, f"{unique_id}-a", 5)
+    worker(seed, f"{unique_id}-b", 6)
+    counting = CountingDdb(ddb)
+    deps = deps_for(counting, sqs, settings)
+    result = sweep_once(deps, memory_for(settings))
+    assert result.balance is not None and result.balance.balanced
+    assert counting.updates == 0
+    assert directive_of(seed, f"{unique_id}-a") is None
+
+
+def test_an_unchanged_target_is_rewritten_only_past_half_its_ttl(
+        ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str,
+        unique_id: str) -> None:
+    """The next decisions write nothing while the target lives on; past half its TTL, again."""
+    settings = settings_for(table, queue_url, session_table, balance_interval_ms=2_000,
+                            balance_target_ttl_ms=10_000)
+    counting = CountingDdb(ddb)
+    store = SessionStore(counting, session_table, table, ttl_ms=TTL_MS, skew_ms=1_000)  # type: ignore[arg-type]
+    worker(store, f"{unique_id}-a", 8)
+    worker(store, f"{unique_id}-b", 0)
+    balancer, t0 = Balancer(settings), wall_clock_ms()
+    first = balancer.step(store, sqs, alive(store), unowned=0, now_ms=t0)
+    assert first is not None and first.written == 2
+    assert balancer.step(store, sqs, alive(store), unowned=0, now_ms=t0 + 1_000) is None
+    counting.updates = 0
+    for later in (2_000, 4_000):
+        again = balancer.step(store, sqs, alive(store), unowned=0, now_ms=t0 + later)
+        assert again is not None and (again.balanced, again.written) == (False, 0)
+    assert counting.updates == 0
+    refreshed = balancer.step(store, sqs, alive(store), unowned=0, now_ms=t0 + 6_000)
+    assert refreshed is not None and refreshed.written == 2
+    d = directive_of(store, f"{unique_id}-a")
+    assert d is not None and d.until_ms == t0 + 16_000
+
+
+def test_a_changed_fleet_is_given_new_targets_at_once(
+        ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str,
+        unique_id: str) -> None:
+    """A worker joining changes every share: the next decision writes them all."""
+    settings = settings_for(table, queue_url, session_table)
+    store = SessionStore(ddb, session_table, table, ttl_ms=TTL_MS, skew_ms=1_000)
+    worker(store, f"{unique_id}-a", 12)
+    worker(store, f"{unique_id}-b", 0)
+    balancer, t0 = Balancer(settings), wall_clock_ms()
+    assert balancer.step(store, sqs, alive(store), unowned=0, now_ms=t0) is not None
+    worker(store, f"{unique_id}-c", 0)
+    round2 = balancer.step(store, sqs, alive(store), unowned=0, now_ms=t0 + 2_000)
+    assert round2 is not None and round2.written == 3
+    d = directive_of(store, f"{unique_id}-a")
+    assert d is not None and (d.share, d.fleet) == (4, 3)
+
+
+def test_unowned_streams_count_in_the_shares_and_use_up_the_budget(
+        ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str,
+        unique_id: str) -> None:
+    """Four STARTED streams nobody holds (in motion): in the shares, and no shed may start."""
+    settings = settings_for(table, queue_url, session_table)
+    deps = deps_for(ddb, sqs, settings)
+    assert deps.sessions is not None
+    worker(deps.sessions, f"{unique_id}-a", 10)
+    worker(deps.sessions, f"{unique_id}-b", 0)
+    for i in range(4):
+        assert create_stream(ddb, table, f"{unique_id}-s{i}", "wss://feeds.example.test/")
+    result = sweep_once(deps, memory_for(settings))
+    assert len(result.due) == 4
+    assert result.balance is not None and result.balance.written == 2
+    d = directive_of(deps.sessions, f"{unique_id}-a")
+    assert d is not None and (d.share, d.shed_at_once) == (7, 0)
+
+
+def test_turned_off_it_decides_nothing(ddb: Any, sqs: Any, table: str, queue_url: str,
+                                       session_table: str, unique_id: str) -> None:
+    """HOLDFAST_BALANCE=off: no decider is made and no session is given a target."""
+    settings = Settings.from_env({
+        names.ENV_TABLE: table, names.ENV_QUEUE_URL: queue_url,
+        names.ENV_SESSION_TABLE: session_table, names.ENV_BALANCE: "off"})
+    assert not settings.balance
+    deps = deps_for(ddb, sqs, settings)
+    assert deps.sessions is not None
+    worker(deps.sessions, f"{unique_id}-a", 10)
+    worker(deps.sessions, f"{unique_id}-b", 0)
+    result = sweep_once(deps, memory_for(settings))
+    assert result.balance is None and deps.balancer is None
+    assert directive_of(deps.sessions, f"{unique_id}-a") is None
+
+
+def test_dead_and_ended_sessions_get_no_target(ddb: Any, sqs: Any, table: str,
+                                               queue_url: str, session_table: str,
+                                               unique_id: str) -> None:
+    """Only live sessions share the load: an ended one and a silent one are left alone."""
+    settings = settings_for(table, queue_url, session_table)
+    deps = deps_for(ddb, sqs, settings)
+    assert deps.sessions is not None
+    worker(deps.sessions, f"{unique_id}-busy", 10)
+    worker(deps.sessions, f"{unique_id}-idle", 0)
+    assert deps.sessions.end(worker(deps.sessions, f"{unique_id}-ended", 10))
+    past = wall_clock_ms() - 120_000
+    silent = SessionStore(ddb, session_table, table, ttl_ms=3_000, skew_ms=1_000,
+                          clock=lambda: past)
+    worker(silent, f"{unique_id}-silent", 10)
+    result = sweep_once(deps, memory_for(settings))
+    assert result.dead == [silent.get(f"{unique_id}-silent").owner]  # type: ignore[union-attr]
+    assert result.balance is not None and result.balance.written == 2
+    for wid in ("ended", "silent"):
+        assert directive_of(deps.sessions, f"{unique_id}-{wid}") is None
+    d = directive_of(deps.sessions, f"{unique_id}-busy")
+    assert d is not None and (d.share, d.fleet) == (5, 2)
+
+
+def test_a_draining_session_is_told_to_shed_everything(
+        ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str,
+        unique_id: str) -> None:
+    """Draining: a share of 0 and a ceiling of 0, the others take its load."""
+    settings = settings_for(table, queue_url, session_table)
+    store = SessionStore(ddb, session_table, table, ttl_ms=TTL_MS, skew_ms=1_000)
+    leaving = worker(store, f"{unique_id}-a", 6)
+    worker(store, f"{unique_id}-b", 3)
+    worker(store, f"{unique_id}-c", 3)
+    assert store.set_draining(leaving.owner, True)
+    out = Balancer(settings).step(store, sqs, alive(store), unowned=0, now_ms=wall_clock_ms())
+    assert out is not None and out.written == 3
+    d = directive_of(store, f"{unique_id}-a")
+    assert d is not None and (d.share, d.ceiling, d.shed_at_once) == (0, 0, 1)
+
+
+def test_a_dynamodb_error_skips_the_round_without_failing(
+        ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str,
+        unique_id: str, caplog: pytest.LogCaptureFixture) -> None:
+    """DynamoDB unreachable for the writes: the round is logged as skipped, nothing raised."""
+    import boto3
+
+    from holdfast.localaws.processes import free_port
+
+    settings = settings_for(table, queue_url, session_table)
+    store = SessionStore(ddb, session_table, table, ttl_ms=TTL_MS, skew_ms=1_000)
+    worker(store, f"{unique_id}-a", 10)
+    worker(store, f"{unique_id}-b", 0)
+    dead = boto3.session.Session().client(
+        "dynamodb", endpoint_url=f"http://127.0.0.1:{free_port()}", region_name="us-east-1",
+        aws_access_key_id="local", aws_secret_access_key="local",
+        config=client_config(max_attempts=1, read_timeout=1.0))
+    unreachable = SessionStore(dead, session_table, table, ttl_ms=TTL_MS, skew_ms=1_000)
+    out = Balancer(settings).step(unreachable, sqs, alive(store), unowned=0,
+                                  now_ms=wall_clock_ms())
+    assert out is not None and out.failed and out.written == 0
+    assert any("rebalance round skipped" in r.getMessage() for r in caplog.records)
+
+
+def test_the_invocation_counts_and_emits_its_targets(
+        aws_env: dict[str, str], ddb: Any, table: str, queue_url: str, session_table: str,
+        unique_id: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The handler's summary and EMF carry the targets written and the imbalance."""
+    store = SessionStore(ddb, session_table, table, ttl_ms=TTL_MS, skew_ms=1_000)
+    worker(store, f"{unique_id}-a", 10)
+    worker(store, f"{unique_id}-b", 0)
+    for key, value in {names.ENV_TABLE: table, names.ENV_QUEUE_URL: queue_url,
+                       names.ENV_SESSION_TABLE: session_table,
+                       "HOLDFAST_SWEEP_INTERVAL_MS": "200", "HOLDFAST_SWEEP_MAX_RUN_MS": "1000",
+                       "HOLDFAST_SWEEP_MARGIN_MS": "500"}.items():
+        monkeypatch.setenv(key, value)
+    # The shared local AWS's prefix: its collector would delete other tests' order queues.
+    monkeypatch.delenv(names.ENV_ORDERS_QUEUE_PREFIX, raising=False)
+    monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
+    handler.configure(None)
+    try:
+        summary = handler.lambda_handler({}, LocalContext("holdfast-sweeper",
+                                                          timeout_ms=60_000))
+    finally:
+        handler.configure(None)
+    # One decision in a second (every 2 s): both sessions were given a target.
+    assert (summary["balance_targets"], summary["imbalance"]) == (2, 5)
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+           if line.startswith("{") and "_aws" in line]
+    assert any(m.get(names.METRIC_BALANCE_TARGETS) == [2.0]
+               and m.get(names.METRIC_IMBALANCE) == [5.0] for m in emf), emf
+
+
+def test_stats_add_up_the_decisions() -> None:
+    """Targets add up across sweeps; the imbalance is the largest seen; no decision, none."""
+    from lambdas.sweeper.balancer import BalanceRound
+
+    stats = SweepStats()
+    stats.add(SweepResult([], [], [], None, True))
+    assert (stats.balance_rounds, stats.balance_targets, stats.imbalance) == (0, 0, 0)
+    for written, excess in ((3, 7.0), (0, 2.0)):
+        stats.add(SweepResult([], [], [], None, True,
+                              balance=BalanceRound(excess, False, written)))
+    assert (stats.balance_rounds, stats.balance_targets, stats.imbalance) == (2, 3, 7.0)
+
+
+@pytest.mark.parametrize(("env", "match"), [
+    ({names.ENV_BALANCE: "maybe"}, "HOLDFAST_BALANCE must be on or off"),
+    ({names.ENV_BALANCE_BAND: "wide"}, "HOLDFAST_BALANCE_BAND must be a number"),
+    ({names.ENV_BALANCE_BAND: "1.5"}, r"HOLDFAST_BALANCE_BAND=1.5 is outside .*\[0, 1\]"),
+    ({names.ENV_BALANCE_BAND_MIN: "-1"}, "HOLDFAST_BALANCE_BAND_MIN=-1 is outside"),
+    ({names.ENV_BALANCE_MOTION: "nan"}, "HOLDFAST_BALANCE_MOTION=nan is outside"),
+    ({names.ENV_BALANCE_INTERVAL_MS: "5"}, "HOLDFAST_BALANCE_INTERVAL_MS=5 is outside"),
+    ({names.ENV_BALANCE_INTERVAL_MS: "8000"},
+     "HOLDFAST_BALANCE_TARGET_TTL_MS=15000 must be more than twice"),
+    ({names.ENV_BALANCE_TARGET_TTL_MS: "soon"}, "HOLDFAST_BALANCE_TARGET_TTL_MS must be an"),
+])
+def test_bad_balance_settings_are_clear_errors(env: dict[str, str], match: str) -> None:
+    """Each malformed balance setting is a ConfigError naming the variable and what is wrong."""
+    with pytest.raises(ConfigError, match=match):
+        Settings.from_env({names.ENV_TABLE: "t", names.ENV_QUEUE_URL: "http://q", **env})
+
+
+def test_balance_settings_default_and_parse() -> None:
+    """Defaults: on, every 2 s, ±max(1, 10 %), 10 % in motion, targets for 15 s."""
+    base = {names.ENV_TABLE: "t", names.ENV_QUEUE_URL: "http://q"}
+    s = Settings.from_env(base)
+    assert (s.balance, s.balance_interval_ms, s.balance_band, s.balance_band_min,
+            s.balance_motion, s.balance_target_ttl_ms) == (True, 2_000, 0.10, 1.0, 0.10, 15_000)
+    s = Settings.from_env({**base, names.ENV_BALANCE: "ON", names.ENV_BALANCE_BAND: "0.2",
+                           names.ENV_BALANCE_TARGET_TTL_MS: "30000"})
+    assert (s.balance, s.balance_band, s.balance_target_ttl_ms) == (True, 0.2, 30_000)
