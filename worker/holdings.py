@@ -152,7 +152,8 @@ class Holdings:
         if span is not None:
             conn.trace = StreamTrace(span, conn_id, self.config.worker_id)
         self.streams[conn_id] = conn
-        conn.log("info", "claimed", source=source, epoch=lease.epoch, last_seq=lease.last_seq)
+        conn.log("info", "claimed", source=source, epoch=lease.epoch, last_seq=lease.last_seq,
+                 unowned_ms=lease.unowned_ms, moved_at_ms=lease.moved_at_ms)
         task = asyncio.create_task(self._hold(conn), name=f"stream:{conn_id}")
         conn.task = task
         self.tasks.add(task)

@@ -41,18 +41,24 @@ class FleetTiming:
     sweep_interval_ms: int = 500
     rate: float = 10.0  # upstream messages per second per stream
     shutdown_s: float = 8.0
+    # Rebalancing: a moved stream's cool-down, and how often the sweeper decides.
+    cooldown_s: float = 10.0
+    balance_interval_ms: int = 1000
 
     @classmethod
     def production(cls, *, lease_s: float = 8.0, heartbeat_s: float = 2.0,
                    checkpoint_s: float = 20.0, skew_ms: int = 1000,
-                   sweep_interval_ms: int = 1000) -> FleetTiming:
+                   sweep_interval_ms: int = 1000, cooldown_s: float = 60.0,
+                   balance_interval_ms: int = 2000) -> FleetTiming:
         """The worker's and the sweeper's production defaults (lease 8 s, heartbeat 2 s,
-        checkpoint 20 s, skew 1 s, margin min(1 s, lease / 10), sweep every 1 s); the rest
+        checkpoint 20 s, skew 1 s, margin min(1 s, lease / 10), sweep every 1 s, cool-down
+        60 s, a balancing decision every 2 s); the rest
         (upstream rate, shutdown) as the defaults. The seed's: ``production(lease_s=20,
         heartbeat_s=5)``."""
         return cls(lease_s=lease_s, heartbeat_s=heartbeat_s, checkpoint_s=checkpoint_s,
                    skew_ms=skew_ms, margin_ms=min(1000, round(lease_s * 100)),
-                   sweep_interval_ms=sweep_interval_ms)
+                   sweep_interval_ms=sweep_interval_ms, cooldown_s=cooldown_s,
+                   balance_interval_ms=balance_interval_ms)
 
     def worker_env(self) -> dict[str, str]:
         return {
@@ -61,6 +67,7 @@ class FleetTiming:
             "HOLDFAST_CHECKPOINT_SECONDS": f"{self.checkpoint_s:g}",
             "HOLDFAST_SKEW_MS": str(self.skew_ms), "HOLDFAST_MARGIN_MS": str(self.margin_ms),
             "HOLDFAST_SHUTDOWN_SECONDS": f"{self.shutdown_s:g}",
+            names.ENV_REBALANCE_COOLDOWN_SECONDS: f"{self.cooldown_s:g}",
             # Short polls and drains: a stopping demo worker should not idle in a long poll.
             "HOLDFAST_POLL_SECONDS": "2", "HOLDFAST_POLL_DRAIN_SECONDS": "1",
             "HOLDFAST_NUDGE_VISIBILITY_SECONDS": "2", "HOLDFAST_RECONCILE_SECONDS": "15",
@@ -77,6 +84,7 @@ class FleetTiming:
             "HOLDFAST_SWEEP_INTERVAL_MS": str(self.sweep_interval_ms),
             "HOLDFAST_SWEEP_RENUDGE_MS": "2000",
             "HOLDFAST_SWEEP_UNCLAIMED_GRACE_MS": "1000",
+            names.ENV_BALANCE_INTERVAL_MS: str(self.balance_interval_ms),
         }
 
 

@@ -36,7 +36,8 @@ __all__ = ["FAST_TIMING", "FleetOptions", "LocalFleet", "Setup"]
 # Short timings so that a SIGKILL failover takes ~4 s: session TTL 3 s, skew 300 ms, sweep
 # every 500 ms; checkpoints every 0.5 s keep the replay after a crash short.
 FAST_TIMING = FleetTiming(lease_s=3.0, heartbeat_s=0.5, checkpoint_s=0.5, skew_ms=300,
-                          margin_ms=300, sweep_interval_ms=500, rate=20.0, shutdown_s=6.0)
+                          margin_ms=300, sweep_interval_ms=500, rate=20.0, shutdown_s=6.0,
+                          cooldown_s=5.0, balance_interval_ms=500)
 
 # Called once the local AWS is up, before any worker starts, with the fleet's environment
 # (endpoints, credentials, table names); returns extra environment for the workers (or None).
