@@ -1,0 +1,145 @@
+"""The worker's side of rebalancing: the claim gate, shedding, cool-downs and draining."""
+
+from __future__ import annotations
+
+from holdfast.core.directives import Directive
+from holdfast.core.model import Lease
+from worker.balancing import SHED, Balancing
+from worker.budget import ConnectBudget
+from worker.connection import Connection, ConnectionContext
+from worker.held import HeldStream
+from worker.metrics import WorkerMetrics
+
+NOW = 1_000_000
+
+
+class Clock:
+    """Wall and monotonic ms, moved by hand."""
+
+    def __init__(self) -> None:
+        self.wall_ms, self.mono_ms = NOW, 0
+
+    def wall(self) -> int:
+        return self.wall_ms
+
+    def mono(self) -> int:
+        return self.mono_ms
+
+
+def _ctx() -> ConnectionContext:
+    return ConnectionContext(worker_id="w1", handler=None,  # type: ignore[arg-type]
+                             protocol=None, metrics=WorkerMetrics())  # type: ignore[arg-type]
+
+
+def _streams(n: int, *, moved_at_ms: int | None = None,
+             weight: float = 1.0) -> dict[str, Connection]:
+    out = {}
+    for i in range(n):
+        lease = Lease(f"c{i}", "w1#i", 1, 0, "ws://x", None, weight=weight,
+                      moved_at_ms=moved_at_ms)
+        held = HeldStream(lease, fence_mono_ms=10**9)
+        held.started()
+        out[lease.conn_id] = Connection(held, _ctx())
+    return out
+
+
+def _balancing(streams: dict[str, Connection], clock: Clock, **kw: object) -> Balancing:
+    args: dict[str, object] = {"cooldown_ms": 60_000, "drain_at_once": 3}
+    args.update(kw)
+    return Balancing(streams, wall=clock.wall, mono=clock.mono, metrics=WorkerMetrics(),
+                     **args)  # type: ignore[arg-type]
+
+
+def _target(share: float, ceiling: float, at_once: int, *, until: int = NOW + 10_000,
+            fleet: int = 0) -> Directive:
+    return Directive(share, ceiling, at_once, until, fleet)
+
+
+def _shed(streams: dict[str, Connection]) -> list[str]:
+    return sorted(c for c, conn in streams.items() if conn.held.stop_reason == SHED)
+
+
+def test_no_target_no_gate_and_nothing_shed() -> None:
+    """Without a directive the worker claims up to its capacity and sheds nothing."""
+    streams, clock = _streams(5), Clock()
+    b = _balancing(streams, clock)
+    assert b.room() is None and b.step() == [] and not b.refuses("c0")
+
+
+def test_an_over_loaded_worker_sheds_to_its_share_a_few_at_a_time() -> None:
+    """Share 6 of 10, 2 at once: two now, two more as those releases land, then stop."""
+    streams, clock = _streams(10), Clock()
+    b = _balancing(streams, clock)
+    b.update(_target(6, 6, 2))
+    assert len(b.step()) == 2 and b.step() == []  # two in flight: no more yet
+    for conn_id in _shed(streams):
+        del streams[conn_id]
+        b.finished(conn_id)
+    assert len(b.step()) == 2
+    for conn_id in _shed(streams):
+        del streams[conn_id]
+    assert b.step() == [] and len(streams) == 6
+
+
+def test_the_gate_shuts_at_the_ceiling_and_a_shed_stream_is_refused() -> None:
+    """At or above the ceiling no claims; a stream we shed is refused, whatever the room."""
+    streams, clock = _streams(4), Clock()
+    b = _balancing(streams, clock)
+    b.update(_target(3, 3, 1))
+    assert b.room() == 0
+    (gone,) = b.step()
+    del streams[gone]
+    b.update(_target(3, 5, 0))
+    assert b.room() == 2 and b.refuses(gone)
+    clock.mono_ms += 60_001
+    assert not b.refuses(gone)
+
+
+def test_a_lapsed_target_opens_the_gate_and_stops_shedding() -> None:
+    """A decider that went quiet leaves a target that lapses: normal claiming again."""
+    streams, clock = _streams(4), Clock()
+    b = _balancing(streams, clock)
+    b.update(_target(1, 1, 3, until=NOW + 5))
+    clock.wall_ms += 10
+    assert b.room() is None and b.step() == []
+
+
+def test_streams_in_their_cool_down_are_not_moved() -> None:
+    """A stream moved a moment ago (moved_at_ms) or just claimed by us stays put."""
+    streams, clock = _streams(4, moved_at_ms=NOW - 1_000), Clock()
+    b = _balancing(streams, clock)
+    b.update(_target(0, 0, 4))
+    assert b.step() == []
+    clock.wall_ms += 60_000
+    b.update(_target(0, 0, 4, until=clock.wall_ms + 10_000))
+    b.claimed("c0")  # claimed by us now: its own cool-down starts
+    assert sorted(b.step()) == ["c1", "c2", "c3"]
+
+
+def test_draining_sheds_everything_and_claims_nothing() -> None:
+    """Draining ignores the cool-down, sheds drain_at_once at a time and shuts the gate."""
+    streams, clock = _streams(5, moved_at_ms=NOW), Clock()
+    b = _balancing(streams, clock)
+    b.update(draining=True, via="queue")
+    assert b.room() == 0 and len(b.step()) == 3
+    b.update(draining=False)
+    assert b.room() is None
+
+
+def test_weights_count_as_load() -> None:
+    """Load is the sum of weights; a heavy stream alone fills a share."""
+    streams, clock = _streams(2, weight=5.0), Clock()
+    b = _balancing(streams, clock)
+    assert b.load() == 10.0
+    b.update(_target(5, 5, 2))
+    assert len(b.step()) == 1
+
+
+def test_an_older_directive_does_not_replace_a_newer_one() -> None:
+    """The session item's copy may be older than the queue's: the later until_ms wins."""
+    streams, clock = _streams(1), Clock()
+    budget = ConnectBudget(100, 100)
+    b = _balancing(streams, clock, budget=budget)
+    b.update(_target(1, 2, 0, until=NOW + 9_000, fleet=4), via="queue")
+    b.update(_target(9, 9, 0, until=NOW + 1_000))
+    assert b.directive is not None and b.directive.share == 1 and budget.fleet == 4

@@ -1,0 +1,94 @@
+"""Rebalancing between in-process workers on DynamoDB Local and moto: moves and draining."""
+
+from __future__ import annotations
+
+import time
+
+from holdfast.core.directives import Directive, drain_body
+from holdfast.core.orders import order_queue_url
+from tests.worker.conftest import (
+    Fleet,
+    RouterSim,
+    UpstreamThread,
+    async_wait_until,
+    missing_seqs,
+)
+from tests.worker.helpers import Recorder, item_attr, running_worker
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def test_a_target_moves_streams_gracefully_to_the_under_loaded_worker(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """Share 3 of 6: three streams move to the new worker, none back, no seq lost."""
+    rec, conns = Recorder(), [f"{unique_id}-m{i}" for i in range(6)]
+    router = RouterSim(fleet)
+    try:
+        async with running_worker(fleet, rec, HOLDFAST_REBALANCE_COOLDOWN_SECONDS="0") as a:
+            for c in conns:
+                fleet.create(c, upstream.url(c))
+                fleet.nudge(c)
+            await async_wait_until(lambda: len(a.worker.streams) == 6, 10, "A holds six")
+            await async_wait_until(lambda: all(len(rec.seqs(c)) >= 2 for c in conns), 10,
+                                   "messages")
+            async with running_worker(fleet, rec) as b:
+                await async_wait_until(lambda: b.worker.owner, 5, "B's session")
+                assert a.worker.owner is not None and b.worker.owner is not None
+                until = _now_ms() + 20_000
+                sessions = fleet.sessions()
+                # B's ceiling is written first: A's sheds must find room there.
+                assert sessions.set_directive(b.worker.owner, Directive(3, 3, 0, until, 2))
+                assert sessions.set_directive(a.worker.owner, Directive(3, 3, 2, until, 2))
+                await async_wait_until(lambda: len(b.worker.streams) == 3
+                                       and len(a.worker.streams) == 3, 15, "three each")
+                moved = set(b.worker.streams)
+                await async_wait_until(lambda: all(len(rec.seqs(c)) >= 10 for c in conns),
+                                       10, "more messages after the move")
+                assert set(b.worker.streams) == moved and len(a.worker.streams) == 3
+                assert a.worker.counts["shed"] == 3
+    finally:
+        router.stop()
+    for c in moved:
+        assert item_attr(fleet.item(c), "moved_at_ms") is not None
+        assert missing_seqs(rec.seqs(c)) == [], c
+    assert all(item_attr(fleet.item(c), "moved_at_ms") is None for c in set(conns) - moved)
+
+
+async def test_drain_by_the_order_queue_empties_a_worker_that_keeps_running(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A drain message sheds every stream at once (no heartbeat wait); new ones go elsewhere."""
+    rec, conns = Recorder(), [f"{unique_id}-d{i}" for i in range(4)]
+    router = RouterSim(fleet)
+    slow = {"HOLDFAST_HEARTBEAT_SECONDS": "5", "HOLDFAST_LEASE_SECONDS": "20",
+            "HOLDFAST_SKEW_MS": "1000", "HOLDFAST_MARGIN_MS": "1000"}
+    try:
+        async with running_worker(fleet, rec, **slow) as a:
+            for c in conns:
+                fleet.create(c, upstream.url(c))
+                fleet.nudge(c)
+            await async_wait_until(lambda: len(a.worker.streams) == 4, 10, "A holds four")
+            async with running_worker(fleet, rec, **slow) as b:
+                await async_wait_until(lambda: b.worker.owner, 5, "B's session")
+                owner = a.worker.owner
+                assert owner is not None
+                assert fleet.sessions().set_draining(owner, True)
+                fleet.sqs.send_message(QueueUrl=order_queue_url(
+                    fleet.queue_url, fleet.env["HOLDFAST_ORDERS_QUEUE_PREFIX"], owner),
+                    MessageBody=drain_body(owner, True))
+                t0 = time.monotonic()
+                await async_wait_until(lambda: not a.worker.streams, 5, "A empty")
+                assert time.monotonic() - t0 < 2.5  # half a heartbeat: the queue did it
+                await async_wait_until(lambda: len(b.worker.streams) == 4, 10, "B holds four")
+                late = f"{unique_id}-late"
+                fleet.create(late, upstream.url(late))
+                fleet.nudge(late)
+                await async_wait_until(lambda: late in b.worker.streams, 10, "late one on B")
+                assert not a.worker.streams and not a.task.done()  # drained, still running
+                item = fleet.sessions().get(a.worker.worker_id)
+                assert item is not None and item.draining
+    finally:
+        router.stop()
+    for c in conns:
+        assert missing_seqs(rec.seqs(c)) == [], c
