@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 
 from holdfast import __version__
+from holdfast.cli.drain import DRAIN_COMMANDS
 from holdfast.cli.ops import OPS_COMMANDS
 from holdfast.cli.taskstopped import TASKSTOPPED_COMMANDS
 from holdfast.fleet.cli import FLEET_COMMANDS
@@ -36,6 +37,7 @@ COMMANDS["localaws"] = ("run the embedded local AWS (DynamoDB Local + moto SQS) 
 COMMANDS["upstream"] = upstream_cli.COMMAND
 COMMANDS.update(OPS_COMMANDS)
 COMMANDS.update(TASKSTOPPED_COMMANDS)
+COMMANDS.update(DRAIN_COMMANDS)
 COMMANDS.update(FLEET_COMMANDS)
 
 

@@ -1,0 +1,106 @@
+"""``holdfast drain WORKER_ID [--cancel]``: empty a live worker gracefully, without stopping it.
+
+Sets the drain flag on the worker's live session (``holdfast.core.directives``): the worker
+sheds every stream it holds, a few at a time, and claims none while the flag stays. The flag
+is also sent to the session's order queue when the environment names the queues' prefix
+(HOLDFAST_ORDERS_QUEUE_PREFIX, with HOLDFAST_QUEUE_URL to derive their URLs), so the worker
+starts at once rather than at its next heartbeat; that message is best effort, the session
+item is what counts. ``--cancel`` clears the flag: the worker claims again.
+
+It works against the tables the environment names (HOLDFAST_SESSION_TABLE, AWS_ENDPOINT_URL_*),
+as ``holdfast task-stopped`` does. Exit codes as the other operator commands
+(``holdfast.cli.ops``): 1 when the worker has no live session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from holdfast.cli.ops import EXIT_AWS, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from holdfast.core import names
+from holdfast.core.aws import client_config, dynamodb_client, sqs_client
+from holdfast.core.directives import drain_body
+from holdfast.core.exceptions import ConfigError, HoldfastError, StoreUnavailable
+from holdfast.core.model import validate_worker_id
+from holdfast.core.orders import validate_prefix
+from holdfast.core.schema import SessionState
+from holdfast.core.sessions import SessionStore
+
+__all__ = ["DRAIN_COMMANDS"]
+
+_ENV_HINT = "for the local stack: source the env file `holdfast up` writes"
+
+
+def _add(p: argparse.ArgumentParser) -> None:
+    p.add_argument("worker_id", metavar="WORKER_ID",
+                   help="the worker id (on ECS: the task id) to drain")
+    p.add_argument("--cancel", action="store_true",
+                   help="stop draining: the worker claims streams again")
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"holdfast drain: {message}", file=sys.stderr)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        worker_id = validate_worker_id(args.worker_id)
+    except ValueError as exc:
+        return _fail(EXIT_USAGE, str(exc))
+    table = os.environ.get(names.ENV_SESSION_TABLE, "").strip()
+    if not table:
+        return _fail(EXIT_USAGE, f"{names.ENV_SESSION_TABLE} is not set ({_ENV_HINT})")
+    draining = not args.cancel
+    # Only the session table is read and written: no lease table, TTL or skew is needed.
+    store = SessionStore(dynamodb_client(client_config(read_timeout=5, max_attempts=2)),
+                         table, "", ttl_ms=0, skew_ms=0)
+    try:
+        item = store.get(worker_id)
+        if item is None or item.state is not SessionState.ALIVE:
+            state = "no session item" if item is None else f"its session is {item.state}"
+            return _fail(EXIT_FAILED, f"worker {worker_id!r} has no live session ({state})")
+        if not store.set_draining(item.owner, draining):
+            return _fail(EXIT_FAILED, f"session {item.owner} ended or was replaced meanwhile")
+    except ConfigError as exc:
+        return _fail(EXIT_AWS, f"{exc} ({_ENV_HINT})")
+    except StoreUnavailable as exc:
+        return _fail(EXIT_AWS, f"cannot reach DynamoDB: {exc}")
+    except HoldfastError as exc:
+        return _fail(EXIT_FAILED, str(exc))
+    queued = _queue(item.owner, draining)
+    what = ("draining: it sheds its streams and claims none" if draining
+            else "drain cancelled: it claims streams again")
+    print(f"{item.owner}: {what} (holds {item.held} streams now; {queued})")
+    return EXIT_OK
+
+
+def _queue(owner: str, draining: bool) -> str:
+    """Tell the worker through its order queue too, if the environment names the queues."""
+    from lambdas.router.order_queue import send_body  # the router's one send, kept in one place
+
+    raw_prefix = os.environ.get(names.ENV_ORDERS_QUEUE_PREFIX, "").strip()
+    queue_url = os.environ.get(names.ENV_QUEUE_URL, "").strip()
+    if not raw_prefix or not queue_url:
+        return "it reads the flag with its next heartbeat"
+    try:
+        prefix = validate_prefix(raw_prefix)
+    except ValueError as exc:
+        print(f"holdfast drain: not queued: {names.ENV_ORDERS_QUEUE_PREFIX}: {exc}",
+              file=sys.stderr)
+        return "it reads the flag with its next heartbeat"
+    sqs = sqs_client(client_config(read_timeout=5, max_attempts=2))
+    result, detail = send_body(sqs, queue_url, prefix, owner, drain_body(owner, draining))
+    if result == "order_queue_sent":
+        return "sent to its order queue"
+    if result == "order_queue_failed":
+        print(f"holdfast drain: not queued: {detail}", file=sys.stderr)
+    return "it reads the flag with its next heartbeat"
+
+
+DRAIN_COMMANDS = {
+    "drain": ("drain a live worker: it sheds every stream gracefully and claims none, but keeps "
+              "running (--cancel: claim again)", _add, _run),
+}
