@@ -18,6 +18,9 @@ into ``--merge``'s report if given, else written as ``<date>-<part>``):
     --fast-paths-only the fast paths at production defaults: stop latency (order queue,
                       heartbeat only, the seed) and SIGKILL failover with and without the
                       platform report (~6 min)
+    --rebalance-only  scale-out from 2 to 4 workers at N = 100: time until balanced, moves,
+                      unowned time, a quiet period (~9 min at production defaults; ~3 min
+                      with --quick: scaled timings, 60 s quiet)
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ from bench.density import run_density
 from bench.density_cpu import density_cpu
 from bench.fastpaths import crash_reported, stop_production
 from bench.harness import BASELINE_RECONCILE_S, BenchFleet
+from bench.rebalance import scale_out
 from bench.report import write_report
+from bench.report_rebalance import rebalance_md, write_rebalance
 from bench.report_sections import model_summary
 from bench.scenarios import handover, start_latency, steady_cost, stop_latency
 from holdfast.fleet.procs import REPO_ROOT, FleetTiming
@@ -143,6 +148,15 @@ def fast_paths(run_dir: Path, quick: bool, say: Any) -> dict[str, Any]:
             "crash": crash_reported(run_dir, report, rounds=1 if quick else 3, say=say)}
 
 
+def rebalance(run_dir: Path, args: argparse.Namespace, say: Any) -> dict[str, Any]:
+    """The scale-out at production defaults (``--quick``: scaled timings), and its command."""
+    variant = "scaled" if args.quick else "production"
+    argv = " ".join(sys.argv[1:]) or "(full run)"
+    return {variant: scale_out(run_dir, production=not args.quick,
+                               quiet_s=args.rebalance_quiet, say=say),
+            "command": f"python -m bench {argv}"}
+
+
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -209,6 +223,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="only the fast paths at production defaults (stop, reported crash)")
     p.add_argument("--no-fast-paths", action="store_true",
                    help="skip the fast paths in a full run")
+    p.add_argument("--rebalance-only", action="store_true",
+                   help="only the rebalancing scale-out (production; --quick: scaled)")
+    p.add_argument("--no-rebalance", action="store_true",
+                   help="skip the rebalancing scale-out in a full run")
+    p.add_argument("--rebalance-quiet", type=float, metavar="S",
+                   help="the quiet period after balancing (default 300 s; --quick 60 s)")
     p.add_argument("--no-density-cpu", action="store_true",
                    help="skip the liveness/checkpoint CPU in a full run")
     return p
@@ -243,6 +263,14 @@ def main(argv: list[str] | None = None) -> int:
         figures = {"fast_paths": fast_paths(run_dir, args.quick, say), "logs": str(run_dir)}
         figures["load_average"] = {"fast paths start": load0, "fast paths end": _load()}
         return _partial(args, "fast-paths", figures, say)
+    if args.rebalance_only:
+        load0 = _load()
+        figures = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                   "rebalance": rebalance(run_dir, args, say), "logs": str(run_dir)}
+        figures["load_average"] = {"rebalance start": load0, "rebalance end": _load()}
+        stem = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d") + "-rebalance"
+        say("wrote " + ", ".join(str(p) for p in write_rebalance(figures, args.out_dir, stem)))
+        return 0
     if args.density_cpu_only:
         load0 = _load()
         figures = {"density_cpu": density_cpu_sizes(
@@ -290,6 +318,9 @@ def full_run(args: argparse.Namespace, run_dir: Path, say: Any) -> int:
     if not args.no_fast_paths:
         say("fast paths at production defaults")
         result["fast_paths"] = fast_paths(run_dir, args.quick, say)
+    if not args.no_rebalance:
+        say("rebalancing: scale-out from 2 to 4 workers")
+        result["rebalance"] = rebalance(run_dir, args, say)
     if not args.no_density_cpu:
         result["density_cpu"] = density_cpu_sizes(
             [1000 if args.quick else 5000], run_dir,
@@ -310,6 +341,9 @@ def full_run(args: argparse.Namespace, run_dir: Path, say: Any) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     stem = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     paths = write_report(result, args.out_dir, stem)
+    if result.get("rebalance"):  # bench.report does not render this section (yet)
+        md = next(p for p in paths if p.suffix == ".md")
+        md.write_text(md.read_text() + "\n" + "\n".join(rebalance_md(result["rebalance"])))
     say("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
