@@ -150,11 +150,10 @@ def fast_paths(run_dir: Path, quick: bool, say: Any) -> dict[str, Any]:
 
 def rebalance(run_dir: Path, args: argparse.Namespace, say: Any) -> dict[str, Any]:
     """The scale-out at production defaults (``--quick``: scaled timings), and its command."""
-    variant = "scaled" if args.quick else "production"
     argv = " ".join(sys.argv[1:]) or "(full run)"
-    return {variant: scale_out(run_dir, production=not args.quick,
-                               quiet_s=args.rebalance_quiet, say=say),
-            "command": f"python -m bench {argv}"}
+    entry = scale_out(run_dir, production=not args.quick, quiet_s=args.rebalance_quiet, say=say)
+    entry["command"] = f"python -m bench {argv}"
+    return {"scaled" if args.quick else "production": entry}
 
 
 def _load() -> list[float]:
@@ -263,12 +262,18 @@ def main(argv: list[str] | None = None) -> int:
         figures = {"fast_paths": fast_paths(run_dir, args.quick, say), "logs": str(run_dir)}
         figures["load_average"] = {"fast paths start": load0, "fast paths end": _load()}
         return _partial(args, "fast-paths", figures, say)
-    if args.rebalance_only:
+    if args.rebalance_only:  # --merge: an earlier run's other variant is kept
         load0 = _load()
-        figures = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                   "rebalance": rebalance(run_dir, args, say), "logs": str(run_dir)}
-        figures["load_average"] = {"rebalance start": load0, "rebalance end": _load()}
-        stem = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d") + "-rebalance"
+        figures = json.loads(args.merge.read_text()) if args.merge else {}
+        figures.update(date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                       logs=str(run_dir))
+        figures["rebalance"] = {**figures.get("rebalance", {}), **rebalance(run_dir, args, say)}
+        tag = "scaled" if args.quick else "production"
+        figures["load_average"] = {**figures.get("load_average", {}),
+                                   f"rebalance {tag} start": load0,
+                                   f"rebalance {tag} end": _load()}
+        stem = args.merge.stem if args.merge else (
+            dt.datetime.now(dt.UTC).strftime("%Y-%m-%d") + "-rebalance")
         say("wrote " + ", ".join(str(p) for p in write_rebalance(figures, args.out_dir, stem)))
         return 0
     if args.density_cpu_only:

@@ -87,6 +87,8 @@ def _variant_md(e: dict[str, Any]) -> list[str]:
             f"were ready {e.get('workers_ready_s')} s after they were started. Sheds counted "
             f"in the workers' final log lines: {e.get('shed_counted')}. Logs: "
             f"`{e.get('logs')}`.", ""]
+    if e.get("command"):
+        out += [f"Command: `{e['command']}`", ""]
     return out
 
 
@@ -106,8 +108,6 @@ def rebalance_md(rb: dict[str, Any]) -> list[str]:
            "nothing may move (epochs, `shedding stream` and `claimed` log lines).", ""]
     for v in variants:
         out += _variant_md(v)
-    if rb.get("command"):
-        out += [f"Command: `{rb['command']}`", ""]
     return out
 
 
