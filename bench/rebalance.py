@@ -36,8 +36,8 @@ from holdfast.core.table import scan_items
 from holdfast.fleet.procs import FleetTiming
 
 __all__ = ["BALANCE_TARGET_S", "UNOWNED_TARGET_S", "LogEvent", "Variant", "balanced",
-           "held_by_worker", "min_moves", "moved_twice", "moves", "parse_log", "scale_out",
-           "shares", "straight_back", "variant", "worker_of"]
+           "held_by_worker", "max_in_motion", "min_moves", "moved_twice", "moves", "parse_log",
+           "scale_out", "shares", "straight_back", "variant", "worker_of"]
 
 BALANCE_TARGET_S = 30.0  # t0 -> balanced
 UNOWNED_TARGET_S = 1.0  # p99 of a moved stream's unowned time
@@ -113,6 +113,19 @@ def parse_log(lines: Iterable[str]) -> list[LogEvent]:
         except (ValueError, KeyError, TypeError):
             continue
     return out
+
+
+def max_in_motion(claims: Sequence[LogEvent]) -> int:
+    """The most moved streams unowned at once: each from its claim's ``ms - unowned_ms`` to
+    its claim (the claimers' "claimed" lines with ``moved_at_ms``)."""
+    edges = sorted(edge for e in claims if e.fields.get("moved_at_ms") is not None
+                   and isinstance(e.fields.get("unowned_ms"), int)
+                   for edge in ((e.ms - e.fields["unowned_ms"], 1), (e.ms, -1)))
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
 
 
 def straight_back(events: Sequence[LogEvent], cooldown_ms: int) -> list[str]:
@@ -222,6 +235,7 @@ def _from_logs(out: dict[str, Any], bf: BenchFleet, w: _Watch, base_ms: int, *,
     moved = [e for e in claims if e.fields.get("moved_at_ms") is not None]
     out["claims_logged"] = len(claims)
     out["moved_claims_logged"] = len(moved)
+    out["max_unowned_at_once"] = max_in_motion(moved)
     out["unowned_s"] = dist([e.fields["unowned_ms"] / 1000 for e in moved
                              if e.fields.get("unowned_ms") is not None])
     out["sheds_logged"] = sum(1 for e in after if e.msg == SHED_MSG)
@@ -244,6 +258,7 @@ def _scale(out: dict[str, Any], bf: BenchFleet, w: _Watch, ids: list[str], v: Va
         bf.wait_started(p)
     t0 = now_ms()
     out["workers_ready_s"] = round((t0 - base_ms) / 1000, 3)
+    out["base_ms"], out["t0_ms"] = base_ms, t0
     ok = w.until(lambda s: balanced(s, everyone), v.balance_timeout_s, 0.2)
     out["balanced_s"] = round((now_ms() - t0) / 1000, 3) if ok else None
     out["held_at_balanced"] = held_by_worker(w.snap, everyone)
@@ -279,7 +294,8 @@ def scale_out(run_dir: Path, *, production: bool = True, streams: int = 100,
                            "heartbeat_s": t.heartbeat_s,
                            "balance_interval_ms": t.balance_interval_ms,
                            "target_balanced_s": BALANCE_TARGET_S,
-                           "target_unowned_p99_s": UNOWNED_TARGET_S}
+                           "target_unowned_p99_s": UNOWNED_TARGET_S,
+                           "motion_bound": max(1, streams // 10)}
     bf = BenchFleet(run_dir, "ours", t, worker_env=v.worker_env, runner_env=v.runner_env,
                     name=f"rebalance-{v.name}").start()
     ids = [f"rb-{i:03d}" for i in range(streams)]

@@ -48,6 +48,11 @@ def rebalance_rows(e: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows.append(("unowned time per move (release -> claim, the claimer's `unowned_ms`), "
                  "p50 / p99 / max s", _dist(un), f"p99 <= {target_p99:g} s",
                  _judge(None if p99 is None else p99 <= target_p99)))
+    most, bound = e.get("max_unowned_at_once"), e.get("motion_bound")
+    if most is not None and bound is not None:
+        rows.append(("moved streams unowned at once, most (release written -> claimed)",
+                     str(most), f"<= {bound} (the decider's motion bound, 10 % of the streams)",
+                     _judge(most <= bound)))
     for key, label in (("duplicates", "duplicates (seqs handled twice)"),
                        ("seq_gap", "lost (seqs never handled between the first and last)")):
         v = e.get(key)

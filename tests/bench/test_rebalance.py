@@ -11,6 +11,7 @@ from bench.rebalance import (
     LogEvent,
     balanced,
     held_by_worker,
+    max_in_motion,
     min_moves,
     moved_twice,
     moves,
@@ -166,3 +167,21 @@ def test_markdown_and_files(tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["r.json", "r.md"]
     assert json.loads(paths[0].read_text())["rebalance"]["production"]["command"]
     assert "Load average" in paths[1].read_text()
+
+
+def test_max_in_motion_overlaps_the_unowned_intervals() -> None:
+    """Two moves unowned at once, a third after them; claims without a move do not count."""
+    def claim(ms: int, unowned: int, moved: int | None = 1) -> LogEvent:
+        return LogEvent(ms, "claimed", "c", "x",
+                        {"unowned_ms": unowned, "moved_at_ms": moved})
+
+    assert max_in_motion([claim(1000, 500), claim(1200, 400), claim(3000, 100),
+                          claim(1100, 900, None)]) == 2
+    assert max_in_motion([]) == 0
+
+
+def test_motion_row() -> None:
+    """Above the motion bound is "NOT met"; without the figure there is no row."""
+    assert rebalance_rows(_figures(max_unowned_at_once=39, motion_bound=10))[3][3] == (
+        "**NOT met**")
+    assert len(rebalance_rows(_figures())) == 7
