@@ -16,7 +16,9 @@ Tolerances, and why:
   a nudge that worker had just received stays invisible that long before another worker (or the
   sweeper's re-nudge) gets it;
 - stop: every connection of a STOPPED stream closed within ``heartbeat + 1 s`` of the write (the
-  worker learns it at its next renewal), later if its worker was paused or DynamoDB was faulted.
+  worker learns it at its next renewal), later if its worker was paused or DynamoDB was faulted;
+- rebalancing (draining claims nothing and ends empty; the fleet ends balanced):
+  ``holdfast.chaos.rebalancing``.
 """
 
 from __future__ import annotations
@@ -306,6 +308,8 @@ def check(ev: Evidence, limits: Limits, *, until_ms: int, from_ms: int = 0) -> V
     check_last_seq(ev.samples, verdict)
     check_reown(ev, limits, until_ms, verdict, from_ms)
     check_stops(ev, limits, pauses, verdict)
+    from holdfast.chaos.rebalancing import check_rebalancing  # it builds on this module
+    check_rebalancing(ev, limits, until_ms, verdict)
     for worker, code in sorted(ev.exits.items()):
         verdict.violations.append(Violation("worker-crash", None, 0,
                                             f"worker {worker} exited on its own (code {code})"))

@@ -2,7 +2,9 @@
 
 Actions (seeded, one every ``interval_s``): SIGKILL / SIGTERM a worker (a replacement starts),
 SIGSTOP one past its lease then SIGCONT, DynamoDB faults through the proxy (errors, timeouts,
-lost responses, latency), streams stopped / restarted / created, hostile items inserted. First
+lost responses, latency), streams stopped / restarted / created, hostile items inserted, a worker
+added (scale-out) or drained (``holdfast.chaos.rebalancing``); at the end the fleet must be
+balanced. First
 of all, on a quiet fleet, the throttling scenario (``holdfast.chaos.throttle``: 50 % of calls
 throttled for 5 s, then 100 % for 2 s), judged by its own figures. One
 worker runs with its lease clock skewed inside the allowance. Upstream drops and garbage frames
@@ -24,6 +26,7 @@ from holdfast.chaos.exceptions import SoakAborted
 from holdfast.chaos.fleetctl import ProxiedFleet
 from holdfast.chaos.invariants import Limits, Verdict, check
 from holdfast.chaos.proxy import FaultKind, FaultWindow
+from holdfast.chaos.rebalancing import Rebalancing
 from holdfast.chaos.sampler import Sampler
 from holdfast.chaos.throttle import ThrottlePlan, judge_throttle, run_throttle
 from holdfast.core.schema import STARTED, STOPPED
@@ -113,6 +116,7 @@ class Soak:
             raise SoakAborted(f"the local fleet did not start: {exc}") from exc
         self.ddb = self.pf.client("dynamodb")
         self.sampler = Sampler(self.ddb, self.pf.table, self.run_dir / "samples.jsonl").start()
+        self.rebalancing = Rebalancing(self)
         for i in range(self.cfg.workers):
             self.pf.start_worker(clock_offset_ms=self.cfg.skew_ms if i == 1 else 0)
         base = self.pf.base_url
@@ -142,14 +146,20 @@ class Soak:
                 if p.alive() and not p.expected_exit and w not in self.paused]
 
     def step(self) -> None:
-        choices = ["sigkill", "sigterm", "sigstop", "fault", "fault", "stop", "start", "create"]
-        live = self.live()
+        choices = ["sigkill", "sigterm", "sigstop", "fault", "fault", "stop", "start", "create",
+                   "scaleout", "drain"]
+        # A draining worker is left to finish its drain (the drain's end stops it or not).
+        live = [w for w in self.live() if w not in self.rebalancing.draining]
         # The first disturbance is always a pause past the TTL: even the shortest soak must
-        # show that a worker waking to a dead session handles nothing more.
+        # show that a worker waking to a dead session handles nothing more. Then a scale-out
+        # and a drain.
         paused_before = any(a.kind == "sigstop" for a in self.actions)
         kind = ("sigstop" if not paused_before and len(live) >= 2 and not self.paused
-                else self.rng.choice(choices))
-        if kind in ("sigkill", "sigterm", "sigstop") and len(live) >= 2 and not self.paused:
+                else (paused_before and self.rebalancing.forced(live)) or self.rng.choice(
+                    choices))
+        if kind in ("scaleout", "drain"):
+            self.rebalancing.act(kind, live)
+        elif kind in ("sigkill", "sigterm", "sigstop") and len(live) >= 2 and not self.paused:
             # The forced first pause spares the skewed worker (w2): its writes prove the skew.
             victim = self.rng.choice([w for w in live if w != "w2"] if not paused_before
                                      else live)
@@ -201,6 +211,8 @@ class Soak:
         for proc in self.pf.fleet.crashed():
             self.exits[proc.name] = proc.returncode()
             self.act("crash", proc.name, f"exit {proc.returncode()}")
+        if hasattr(self, "rebalancing"):
+            self.rebalancing.housekeeping()
 
     def throttle(self) -> None:
         """The throttling scenario on a quiet fleet: a quiet span as long as the throttle
@@ -243,10 +255,13 @@ class Soak:
             self.paused[w] = 0
         assert self.pf.ddb_proxy is not None
         self.pf.ddb_proxy.clear()
+        self.rebalancing.housekeeping(end_all=True)
         self.sleep(0)
         self.act("settle", "fleet", "no more faults")
         settled = self._wait(self.owned_all, cfg.settle_s)
-        self.sleep(2)
+        # Balanced after the scale-outs: the last streams moved wait out their cool-down.
+        self.rebalancing.wait_balanced(cfg.timing.cooldown_s + cfg.timing.lease_s + 5)
+        self.sleep(1)
         until_ms = _ms()
         self.act("shutdown", "fleet", "graceful stop of every worker"
                  + ("" if settled else " (NOT settled)"))

@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
+from holdfast.fleet.moves import Balance, Move, unowned_stats
 from holdfast.fleet.recorder import Handled
 
 __all__ = ["Incident", "SeqCheck", "check_seqs", "summary_rows", "summary_table"]
@@ -30,11 +31,16 @@ class Incident:
     note: str = ""
     expect_owner: bool = True  # False for a stop: its streams are meant to end unowned
     crashed: str | None = None  # worker killed at ``t``: its leases were dead from then on
+    # Rebalancing (the scenario's last step): every move of the run and the final holdings.
+    moves: list[Move] | None = None
+    balance: Balance | None = None
 
     def gaps(self) -> list[float]:
         return [v for v in self.recovered.values() if v is not None]
 
     def unrecovered(self) -> list[str]:
+        if self.balance is not None:  # a fleet left out of balance is this step's failure
+            return [] if self.balance.balanced else [f"out of balance: {self.balance.describe()}"]
         if not self.expect_owner:
             return []
         return [c for c in self.affected if self.recovered.get(c) is None]
@@ -88,6 +94,9 @@ def summary_rows(incidents: list[Incident], seqs: dict[str, SeqCheck]) -> list[d
     """One dict per incident (plus a total row): the numbers of the summary table."""
     rows: list[dict[str, Any]] = []
     for inc in incidents:
+        if inc.moves is not None:
+            rows += _balance_rows(inc, seqs)
+            continue
         gaps = inc.gaps()
         rows.append({
             "event": inc.name, "affected": len(inc.affected),
@@ -106,6 +115,32 @@ def summary_rows(incidents: list[Incident], seqs: dict[str, SeqCheck]) -> list[d
     return rows
 
 
+def _balance_rows(inc: Incident, seqs: dict[str, SeqCheck]) -> list[dict[str, Any]]:
+    """The moves row (count, unowned per move, seqs handled twice across a move) and the
+    holdings row (per live worker at the end, balanced or not)."""
+    moves = inc.moves or []
+    stats = unowned_stats(moves)
+    moved = sorted({m.conn_id for m in moves})
+    rows: list[dict[str, Any]] = [{
+        "event": f"rebalancing: {len(moves)} moves", "kind": "moves", "moves": len(moves),
+        "affected": len(moved), "max_unowned_s": stats["max"], "p50_unowned_s": stats["p50"],
+        "p99_unowned_s": stats["p99"], "unrecovered": [],
+        "missed": sum(len(seqs[c].missing) for c in moved if c in seqs),
+        "duplicates": sum(m.duplicates or 0 for m in moves),
+        "by_reason": {r: sum(1 for m in moves if m.reason == r)
+                      for r in sorted({m.reason for m in moves})},
+        "note": inc.note}]
+    b = inc.balance
+    if b is not None:
+        rows.append({
+            "event": f"holdings at the end (balanced: {'yes' if b.balanced else 'no'})",
+            "kind": "holdings", "balanced": b.balanced, "holdings": b.holdings,
+            "share": b.share, "band": b.band, "text": b.describe(), "affected": len(b.holdings),
+            "max_unowned_s": None, "p50_unowned_s": None, "unrecovered": inc.unrecovered(),
+            "missed": 0, "duplicates": 0, "note": ""})
+    return rows
+
+
 def summary_table(rows: list[dict[str, Any]]) -> Table:
     table = Table("event", "streams affected", "max unowned", "p50 unowned", "missed seqs",
                   "duplicates", title="Holdfast failover summary", title_justify="left",
@@ -118,6 +153,12 @@ def summary_table(rows: list[dict[str, Any]]) -> Table:
                                          if unrec else "")
         if "handled" in r:
             affected += f" ({r['handled']} msgs handled)"
+        if r.get("kind") == "moves":
+            affected += f" (p99 {_fmt(r['p99_unowned_s'])})"
+        if r.get("kind") == "holdings":
+            affected = r["text"] if r["balanced"] else f"[red]{r['text']}[/]"
+            table.add_row(r["event"], affected, "", "", "", "")
+            continue
         table.add_row(r["event"], affected, _fmt(r["max_unowned_s"]),
                       _fmt(r["p50_unowned_s"]), status, str(r["duplicates"]))
     return table

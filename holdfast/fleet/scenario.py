@@ -7,6 +7,11 @@ stopped as ECS would report its task, so its streams move without waiting out it
 ``--no-platform-report`` they move once the TTL has passed (the sweeper finds the silence).
 The SIGSTOPped worker is alive but silent, as in a hang or a network partition: no platform
 reports that, so its TTL always finds it. Woken, it must find its session dead.
+
+Last, the fleet must end balanced: the woken worker (a new incarnation) and the replacement
+start short of their share, so the sweeper's decider gives targets and the over-loaded worker
+sheds streams to them once their cool-down allows. The scenario waits (bounded) until every
+live worker is within ±max(1, 10 %) of its share; each move is in the summary and the timeline.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from pathlib import Path
 
 from holdfast.core.schema import STOPPED
 from holdfast.core.table import set_desired_state
+from holdfast.fleet.moves import Balance, Move, balance_of, duplicates_across, moves_from_logs
+from holdfast.fleet.recorder import read_records
 from holdfast.fleet.report import Incident
 from holdfast.fleet.session import Session
 
-__all__ = ["ScenarioFailed", "failover", "open_connections"]
+__all__ = ["ScenarioFailed", "balance_now", "failover", "open_connections", "run_moves"]
 
 
 class ScenarioFailed(Exception):
@@ -115,6 +122,8 @@ def _wake(s: Session, victim: str) -> str:
     before = starts()
     proc.signal(signal.SIGCONT)
     woke = s.wait_until(lambda: starts() > before, timing_budget(s))
+    if woke:  # running again, as a new incarnation: a live worker like the others
+        proc.expected_exit = False
     return (f"{victim} woken by SIGCONT: " + ("found its session dead, fenced itself and started "
             "a new incarnation" if woke else "did NOT start a new incarnation"))
 
@@ -171,6 +180,54 @@ def _stop_streams(s: Session, ids: list[str], timeout_s: float) -> Incident:
     return inc
 
 
+def _live(s: Session) -> list[str]:
+    return [w for w, p in s.fleet.workers.items() if p.alive() and not p.expected_exit]
+
+
+def balance_now(s: Session) -> Balance:
+    """The live workers' holdings against their fair share, as the last scan saw them."""
+    return balance_of(s.observer.loads(), _live(s), unowned=len(s.unowned_started()))
+
+
+def run_moves(s: Session) -> list[Move]:
+    """Every rebalancing move so far (the workers' logs), with seqs handled twice across it
+    (the handler's records) and its time on the run's clock."""
+    lines: list[str] = []
+    for proc in s.fleet.workers.values():
+        try:
+            lines += proc.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+    moves = moves_from_logs(lines)
+    records = list(read_records(s.fleet.record_dir))
+    wall_now = time.time() * 1000
+    for m in moves:
+        m.duplicates = duplicates_across(m, records)
+        m.t = max(0.0, s.now() - (wall_now - m.claimed_ms) / 1000)
+    return moves
+
+
+def _rebalance(s: Session, timeout_s: float) -> Incident:
+    """Wait (at most ``timeout_s``) until every live worker holds its fair share; the moves of
+    the run and the holdings at the end."""
+    s.action("rebalancing: waiting until every live worker is within ±max(1, 10 %) of its "
+             "share")
+    t0 = time.monotonic()
+    inc = Incident("rebalancing", s.now(), [], expect_owner=False)
+    ok = s.wait_until(lambda: balance_now(s).balanced, timeout_s)
+    took = time.monotonic() - t0
+    if ok:
+        s.sleep(1)  # messages flow on the moved streams before the fleet stops
+    inc.balance = balance = balance_now(s)
+    inc.moves = moves = run_moves(s)
+    inc.affected = sorted({m.conn_id for m in moves})
+    inc.note = (f"balanced after {took:.1f} s: {balance.describe()}" if balance.balanced
+                else f"NOT balanced within {timeout_s:g} s: {balance.describe()}")
+    s.say(f"rebalancing: {len(moves)} moves; {inc.note}", "green" if balance.balanced
+          else "red")
+    return inc
+
+
 def failover(s: Session, ids: list[str], base_url: str, next_worker: Callable[[], str],
              *, platform_report: bool = False) -> list[Incident]:
     """Run the failover scenario on a started fleet; the incidents, in order.
@@ -198,7 +255,8 @@ def failover(s: Session, ids: list[str], base_url: str, next_worker: Callable[[]
         s.sleep(1)
     wid = next_worker()
     s.action(f"replacement worker {wid} started")
-    s.sleep(2)
+    s.wait_workers_ready(15)  # its session is up: the hang below has somewhere to move to
+    s.sleep(1)
     victim = _busiest(s)
     if victim:
         # Alive but silent (a hang, a partition): no platform reports it, so its session's
@@ -217,5 +275,6 @@ def failover(s: Session, ids: list[str], base_url: str, next_worker: Callable[[]
     s.action("final check: every STARTED stream owned")
     if not s.wait_until(lambda: not s.unowned_started(), recover_s):
         raise ScenarioFailed(f"streams left unowned: {s.unowned_started()}")
-    s.sleep(2)
+    # The moves wait out the cool-down of the streams the failovers just moved.
+    incidents.append(_rebalance(s, timing.cooldown_s + timing.lease_s + 10))
     return incidents

@@ -1,4 +1,5 @@
-"""The PNG timeline: who owned each stream when (one colour per worker), with the actions."""
+"""The PNG timeline: who owned each stream when (one colour per worker), with the actions and a
+mark per rebalancing move (at the new owner's claim)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ def write_timeline(path: Path, observer: Observer, incidents: list[Incident],
 
     matplotlib.use("Agg")  # no display needed: CI, ssh, a pipe
     import matplotlib.pyplot as plt
+    from matplotlib.artist import Artist
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Rectangle
 
     streams = sorted({s.conn_id for s in observer.segments} | set(observer.streams),
@@ -41,19 +44,29 @@ def write_timeline(path: Path, observer: Observer, incidents: list[Incident],
             ax.axvline(ev.t, color="black", linestyle="--", linewidth=0.8)
             ax.text(ev.t, len(streams) - 0.4, " " + ev.text.split(":")[0][:40], rotation=90,
                     va="top", ha="left", fontsize=7)
+    moves = [m for i in incidents for m in (i.moves or []) if m.conn_id in row]
+    for m in moves:
+        ax.plot([m.t], [row[m.conn_id]], marker="v", color="black", markersize=6,
+                linestyle="none")
     ax.set_yticks(range(len(streams)), streams, fontsize=7)
     ax.set_xlabel("seconds since start")
     ax.set_xlim(0, max(end_t, 1.0))
     ax.set_ylim(-0.8, len(streams) - 0.2)
     gaps = [f"{i.name}: max {max(i.gaps()):.2f} s unowned" for i in incidents
             if i.gaps() and i.expect_owner]
+    if moves:
+        worst = max((m.unowned_ms or 0) for m in moves) / 1000
+        gaps.append(f"{len(moves)} rebalancing moves: max {worst:.2f} s unowned")
     ax.set_title("Holdfast: ownership per stream" + (f"\n{'; '.join(gaps)}" if gaps else ""),
                  fontsize=9)
-    handles = [Rectangle((0, 0), 1, 1, color=color[w]) for w in workers]
+    handles: list[Artist] = [Rectangle((0, 0), 1, 1, color=color[w]) for w in workers]
     labels = list(workers)
     if deaths:
         handles.append(Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="grey", hatch="///"))
         labels.append("lease of a killed worker")
+    if moves:
+        handles.append(Line2D([], [], marker="v", color="black", linestyle="none"))
+        labels.append("rebalancing move")
     if handles:
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8,
                   title="owner")

@@ -149,3 +149,54 @@ def test_kill_extends_reown_bound_by_nudge_visibility() -> None:
     assert kinds(ev, until=T0 + 4000) == ["slow-reown"]
     ev.actions = [Action(T0 - 3000, "sigkill", "A")]
     assert kinds(ev, until=T0 + 4000) == []
+
+
+def _scan(at: int, held: dict[str, str | None]) -> list[Sample]:
+    """One table scan at ``at``: stream -> live owner (None: unowned)."""
+    return [Sample(at, c, "STARTED", o, at + 3000 if o else 0, 5, "RUNNING", 1, at)
+            for c, o in held.items()]
+
+
+def drained(empty_at: int | None, claim_at: int | None = None) -> Evidence:
+    """A#1 holds c1, c2 and is drained at T0; B takes them at ``empty_at`` (None: never)."""
+    ev = Evidence(actions=[Action(T0, "drain", "A", "A#1")])
+    for at in range(T0 - 200, T0 + 9000, 250):
+        mine = "A#1" if empty_at is None or at < empty_at else "B#1"
+        scan = {"c1": mine, "c2": mine, "c3": "B#1"}
+        if claim_at is not None and at >= claim_at:
+            scan["c3"] = "A#1"
+        ev.samples += _scan(at, scan)
+    return ev
+
+
+def test_drained_worker_sheds_everything_and_claims_nothing() -> None:
+    """A drain emptied in time passes; never emptied, or a claim while draining, is found."""
+    def drain_kinds(ev: Evidence) -> list[str]:
+        verdict = check(ev, LIMITS, until_ms=T0 + 9000)
+        return sorted({v.kind for v in verdict.violations if v.kind.startswith("drain")})
+
+    assert drain_kinds(drained(T0 + 1500)) == []
+    assert drain_kinds(drained(None)) == ["drain-not-empty"]
+    assert drain_kinds(drained(T0 + 8500)) == ["drain-not-empty"]
+    assert drain_kinds(drained(T0 + 1500, claim_at=T0 + 4000)) == ["drain-claimed"]
+    ev = drained(None)  # cancelled before it could finish: nothing to judge
+    ev.actions.append(Action(T0 + 1000, "undrain", "A", "A#1"))
+    assert drain_kinds(ev) == []
+
+
+def test_fleet_out_of_balance_at_the_end_found() -> None:
+    """The final balance action is judged against the scan before it: ±max(1, 10 %)."""
+    import json
+
+    def balance_kinds(held: dict[str, str | None], live: list[str]) -> list[str]:
+        ev = Evidence(samples=_scan(T0, held),
+                      actions=[Action(T0 + 10, "balance", "fleet", json.dumps({"live": live}))])
+        verdict = check(ev, LIMITS, until_ms=T0 + 100)
+        return [v.kind for v in verdict.violations if v.kind == "not-balanced"]
+
+    four = {"c1": "A#1", "c2": "A#1", "c3": "B#1", "c4": "B#2"}
+    assert balance_kinds(four, ["A", "B"]) == []
+    assert balance_kinds(four, ["A", "B", "C"]) == []  # shares 2, 1, 1 ± 1: C's 0 is in band
+    assert balance_kinds({**four, "c5": "A#1", "c6": "A#1"}, ["A", "B", "C"]) == [
+        "not-balanced"]
+    assert balance_kinds({**four, "c4": None}, ["A", "B"]) == ["not-balanced"]

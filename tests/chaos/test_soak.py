@@ -23,6 +23,14 @@ def _soak(tmp_path: Path, minutes: float) -> None:
     assert stats["handled"] and int(str(stats["streams_checked"])) >= 8, text
     kinds = {a.kind for a in result.evidence.actions}
     assert {"fault", "hostile", "sigstop"} <= kinds, text  # the soak did disturb the fleet
+    # Rebalancing: a worker added and one drained, the drain ended (cancelled or stopped), the
+    # drained session emptied (judged above), and the fleet ended balanced.
+    assert {"scaleout", "drain", "balance"} <= kinds, text
+    assert "undrain" in kinds or any(a.detail == "after its drain"
+                                     for a in result.evidence.actions), text
+    drains = stats["drain_empty_ms"]
+    assert isinstance(drains, dict) and drains["count"], text
+    assert "final_balance" in stats, text
     assert not result.evidence.exits, text
     # The throttling scenario ran and was judged (a miss is a violation above).
     throttle = stats["throttle"]
@@ -42,7 +50,8 @@ def _soak(tmp_path: Path, minutes: float) -> None:
 
 @pytest.mark.timeout(150)
 def test_sixty_second_soak_holds_every_invariant(tmp_path: Path) -> None:
-    """A one-minute soak (kills, pauses, DynamoDB faults, hostile items) breaks no invariant."""
+    """A one-minute soak (kills, pauses, DynamoDB faults, hostile items, a scale-out, a drain)
+    breaks no invariant and ends balanced."""
     _soak(tmp_path, 1.0)
 
 

@@ -87,7 +87,8 @@ def test_env_file_mode_serves_a_worker_we_bring(tmp_path: Path) -> None:
 
 def test_failover_scenario_passes(tmp_path: Path) -> None:
     """With a user handler: exit 0, summary, PASS, PNG, and the handler saw every message; the
-    reported crash and the TTL-found hang both moved streams, and the woken worker fenced."""
+    reported crash and the TTL-found hang both moved streams, the woken worker fenced, and the
+    fleet ended balanced (with a row for the rebalancing moves)."""
     run_dir = tmp_path / "run"
     # With a user's handler: the recorder wraps it, and the verdict is the same.
     proc = subprocess.run(_cmd("--scenario", "failover", "--workers", "3", "--streams", "6",
@@ -105,6 +106,12 @@ def test_failover_scenario_passes(tmp_path: Path) -> None:
             json.loads((run_dir / "summary.json").read_text())["rows"]}
     for kind in ("SIGTERM", "SIGKILL", "SIGSTOP"):  # each moved streams, and all recovered
         assert rows[kind]["affected"] > 0 and rows[kind]["max_unowned_s"] is not None, rows
+    # The fleet ends balanced (the woken worker and the replacement got their share), and the
+    # rebalancing moves have their row: count, unowned per move, seqs handled twice.
+    kinds = {r.get("kind"): r for r in json.loads((run_dir / "summary.json").read_text())["rows"]}
+    assert "moves" in kinds and kinds["moves"]["moves"] >= 0, kinds
+    assert kinds["holdings"]["balanced"] is True, kinds["holdings"]
+    assert len(kinds["holdings"]["holdings"]) >= 2 and "holdings at the end" in out, kinds
     assert "reported stopped" in out and "found by its TTL" in out
     assert "woken by SIGCONT: found its session dead" in out
     user_seen = (run_dir / "user-handler.log").read_text().splitlines()
