@@ -6,8 +6,8 @@ is on ``<prefix>*`` in this account and region, the prefix being the stack's own
 
 - a worker: create its session's queue, read and delete its messages, delete the queue;
 - the router: send an order;
-- the sweeper: delete a queue no live session reads (and list the prefix, which SQS only
-  allows on ``*``).
+- the sweeper: send a rebalancing directive (``holdfast.core.directives``), and delete a
+  queue no live session reads (and list the prefix, which SQS only allows on ``*``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ __all__ = ["ROUTER_ORDER_ACTIONS", "SWEEPER_ORDER_ACTIONS", "WORKER_ORDER_ACTION
 WORKER_ORDER_ACTIONS: Final = ("sqs:CreateQueue", "sqs:ReceiveMessage", "sqs:DeleteMessage",
                                "sqs:DeleteQueue")
 ROUTER_ORDER_ACTIONS: Final = ("sqs:SendMessage",)
-SWEEPER_ORDER_ACTIONS: Final = ("sqs:DeleteQueue",)
+SWEEPER_ORDER_ACTIONS: Final = ("sqs:SendMessage", "sqs:DeleteQueue")
 
 
 def order_queues_arn(scope: Construct, prefix: str) -> str:

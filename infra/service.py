@@ -51,12 +51,14 @@ WORKER_SESSION_ACTIONS: Final = (
     "dynamodb:PutItem",
     "dynamodb:Scan",  # the reconcile sweep's session half (holdfast.core.sessions.sweep_sessions)
 )
-# Every session attribute a worker's UpdateItem names: all but ``started_at_ms`` (Put only).
+# Every session attribute a worker's UpdateItem names: not ``started_at_ms`` (Put only), nor
+# the directives it only reads (the sweeper writes targets, ``holdfast drain`` the drain flag).
 WORKER_SESSION_ATTRIBUTES: Final = (
     schema.PARTITION_KEY, schema.SESSION.incarnation, schema.SESSION.state,
     schema.SESSION.expires_at_ms, schema.SESSION.heartbeat_at_ms, schema.SESSION.held,
-    schema.SESSION.capacity, schema.SESSION.orders, schema.SESSION.ended_at_ms,
-    schema.SESSION.end_reason, schema.SESSION.reaped_at_ms, schema.SESSION.ttl)
+    schema.SESSION.capacity, schema.SESSION.load, schema.SESSION.orders,
+    schema.SESSION.ended_at_ms, schema.SESSION.end_reason, schema.SESSION.reaped_at_ms,
+    schema.SESSION.ttl)
 WORKER_QUEUE_ACTIONS: Final = (
     "sqs:ReceiveMessage",
     "sqs:DeleteMessage",

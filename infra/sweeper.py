@@ -5,7 +5,9 @@ A killed worker writes nothing, so its death only shows up by time passing: the 
 the session table for sessions silent past their expiry, marks them dead, releases their
 streams (found through the owner index) and nudges them like the router does; the seed index
 still finds any lease whose own expiry passed. One invocation per minute loops over ~1 s
-sweeps, which is far cheaper than one invocation per second.
+sweeps, which is far cheaper than one invocation per second. It is also the fleet's one
+rebalancing decider (``lambdas/sweeper/balancer.py``): from the same session scan it writes
+targets into session items and sends them to the sessions' order queues.
 """
 
 from __future__ import annotations
@@ -23,27 +25,40 @@ from constructs import Construct
 from holdfast.core import names
 from infra.function import FunctionDefaults, HoldfastFunction, lease_environment
 from infra.orders import SWEEPER_ORDER_ACTIONS, list_queues_statement, order_queue_statement
+from lambdas.settings import Settings
 
-__all__ = ["SWEEPER_HANDLER", "SWEEPER_LEASE_ACTIONS", "SWEEPER_SESSION_ACTIONS",
-           "SWEEPER_TIMEOUT", "Sweeper"]
+__all__ = ["BALANCE_ENVIRONMENT", "SWEEPER_HANDLER", "SWEEPER_LEASE_ACTIONS",
+           "SWEEPER_SESSION_ACTIONS", "SWEEPER_TIMEOUT", "Sweeper"]
 
 SWEEPER_HANDLER = "lambdas.sweeper.handler.lambda_handler"
 # The handler sweeps until the minute is nearly over; ten seconds of slack covers a last
 # query and the metrics flush without overlapping the next scheduled run by much.
 SWEEPER_TIMEOUT = Duration.seconds(70)
-# Sessions: read them all, mark dead or reaped. Never Put or Delete (TTL removes them).
+# Sessions: read them all, mark dead or reaped, write rebalancing targets. Never Put or
+# Delete (TTL removes them).
 SWEEPER_SESSION_ACTIONS = ("dynamodb:Scan", "dynamodb:UpdateItem")
 # Leases: release a dead session's streams, one conditional UpdateItem each (no PartiQL); the
 # slow pass scans for items the sparse index cannot see and gives them an expiry.
 SWEEPER_LEASE_ACTIONS = ("dynamodb:Scan", "dynamodb:UpdateItem")
 
+_BALANCE = Settings(table="-", queue_url="-")  # only for its defaults: one place for them
+# Rebalancing, written out so the deployed values are visible in the function's configuration.
+BALANCE_ENVIRONMENT = {
+    names.ENV_BALANCE: "on" if _BALANCE.balance else "off",
+    names.ENV_BALANCE_INTERVAL_MS: str(_BALANCE.balance_interval_ms),
+    names.ENV_BALANCE_BAND: f"{_BALANCE.balance_band:g}",
+    names.ENV_BALANCE_BAND_MIN: f"{_BALANCE.balance_band_min:g}",
+    names.ENV_BALANCE_MOTION: f"{_BALANCE.balance_motion:g}",
+    names.ENV_BALANCE_TARGET_TTL_MS: str(_BALANCE.balance_target_ttl_ms),
+}
+
 
 class Sweeper(Construct):
     """The sweeper function and its one-minute schedule.
 
-    May scan and update sessions, query both lease indexes, release leases, send nudges and
-    delete order queues without a live session; it never reads a lease item whole or creates
-    anything.
+    May scan and update sessions, query both lease indexes, release leases, send nudges, send
+    directives to order queues and delete those without a live session; it never reads a
+    lease item whole or creates anything.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, defaults: FunctionDefaults,
@@ -59,7 +74,7 @@ class Sweeper(Construct):
                 table_name=table.table_name, session_table_name=session_table.table_name,
                 queue_url=queue.queue_url, lease_ms=lease_ms, skew_ms=skew_ms,
                 service_name=service_name),
-                names.ENV_ORDERS_QUEUE_PREFIX: orders_queue_prefix},
+                names.ENV_ORDERS_QUEUE_PREFIX: orders_queue_prefix, **BALANCE_ENVIRONMENT},
             timeout=SWEEPER_TIMEOUT, memory_mib=256,
             # One sweeper at a time: overlapping sweeps would only send duplicate nudges.
             # Accounts whose concurrency quota is still 10 cannot reserve any; they turn it off.
@@ -74,7 +89,8 @@ class Sweeper(Construct):
                                                resources=[session_table.table_arn]))
         role.add_to_policy(iam.PolicyStatement(actions=["sqs:SendMessage"],
                                                resources=[queue.queue_arn]))
-        # Collecting order queues that no live session reads (lambdas/sweeper/orderqueues.py).
+        # Rebalancing directives to a session's order queue (lambdas/sweeper/balancer.py), and
+        # collecting order queues that no live session reads (lambdas/sweeper/orderqueues.py).
         role.add_to_policy(order_queue_statement(self, orders_queue_prefix,
                                                  SWEEPER_ORDER_ACTIONS))
         role.add_to_policy(list_queues_statement())

@@ -7,8 +7,8 @@ predecessor, claims from nudges and the reconcile sweep, a nudge put back for a 
 back-off, batched checkpoints, session heartbeats, a stop order, release and nudge hand-on at
 shutdown), the router handler (insert -> normalise + nudge, stop order on the order queue and
 the session, a restart whose old session is gone -> session read + release) and the sweeper handler
-(dead session -> reap, expired lease -> nudge, the unindexed pass). Nothing in the local AWS
-enforces IAM; this test replays what was called against the template.
+(dead session -> reap, expired lease -> nudge, the unindexed pass, rebalancing targets).
+Nothing in the local AWS enforces IAM; this test replays what was called against the template.
 """
 
 from __future__ import annotations
@@ -68,7 +68,9 @@ MINIMUM = {
                 ("UpdateItem", "leases"), ("Query", "seed index"), ("Scan", "leases"),
                 ("SendMessageBatch", "queue"),
                 # Collecting an order queue no live session reads.
-                ("ListQueues", ""), ("DeleteQueue", "order queue")},
+                ("ListQueues", ""), ("DeleteQueue", "order queue"),
+                # A rebalancing target on a live session's order queue.
+                ("SendMessage", "order queue")},
 }
 
 
@@ -191,13 +193,20 @@ def _drive_router(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> N
 
 
 def _drive_sweeper(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> None:
-    """A dead session owning a stream (and its left-over order queue), an expired lease and an
-    item without an expiry."""
+    """A dead session owning a stream (and its left-over order queue), an expired lease, an
+    item without an expiry, and two live sessions out of balance (targets for both, one sent
+    to the busy one's order queue)."""
     from lambdas.sweeper import handler as sweeper
 
     ghost = _stale_session(fleet, f"ghost-{tag}", f"{tag}-g", up.url("g"))
     # The order queue its crash left behind: the sweeper collects it once the session is dead.
     fleet.sqs.create_queue(QueueName=order_queue_name(prefix_for(fleet.table), ghost))
+    live = SessionStore(fleet.ddb, fleet.session_table, fleet.table, ttl_ms=60_000,
+                        skew_ms=300)
+    busy = live.start(f"busy-{tag}", 50)
+    live.heartbeat_full(busy, held=10, capacity=50)  # held as reported: no leases needed
+    live.start(f"idle-{tag}", 50)
+    fleet.sqs.create_queue(QueueName=order_queue_name(prefix_for(fleet.table), busy.owner))
     fleet.create(f"{tag}-e", up.url("e"))
     LeaseStore(fleet.ddb, fleet.table, lease_ms=1_000, skew_ms=300,
                clock=lambda: wall_clock_ms() - 60_000).acquire(f"{tag}-e", "gone-holder")
@@ -217,6 +226,7 @@ def _drive_sweeper(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> 
         finally:
             sweeper.configure(None)
     assert summary["errors"] == 0 and summary["streams_reaped"] >= 1, summary
+    assert summary["balance_targets"] == 2, summary
 
 
 def _drive_taskstopped(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> None:

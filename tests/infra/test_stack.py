@@ -159,7 +159,8 @@ def test_router_role_reads_the_stream_sends_normalises_and_orders_stops(
 def test_sweeper_role_scans_sessions_queries_indexes_releases_and_sends(
         template_json: dict[str, Any]) -> None:
     """Sweeper: Scan/UpdateItem on sessions and leases (the unindexed pass), Query on both
-    indexes only, lease releases, and collecting order queues (list, delete)."""
+    indexes only, lease releases, rebalancing directives to order queues, and collecting
+    order queues (list, delete)."""
     statements = role_statements(template_json, function_role(template_json, SWEEPER_HANDLER))
     leases, sessions, queue, seed_index, owner_index = names_of(template_json)
     found = grants(statements)
@@ -167,7 +168,7 @@ def test_sweeper_role_scans_sessions_queries_indexes_releases_and_sends(
         "dynamodb:Scan": {sessions, leases},
         "dynamodb:UpdateItem": {leases, sessions},
         "dynamodb:Query": {seed_index, owner_index},
-        "sqs:SendMessage": {queue},
+        "sqs:SendMessage": {queue, ORDER_QUEUES},
         "sqs:DeleteQueue": {ORDER_QUEUES},
         "sqs:ListQueues": {"*"},
     }

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from holdfast.core import names
-from infra.sweeper import SWEEPER_HANDLER
+from infra.sweeper import BALANCE_ENVIRONMENT, SWEEPER_HANDLER
+from lambdas.settings import Settings
 from tests.infra.conftest import resources, session_table_id
 
 
@@ -26,6 +27,18 @@ def test_sweeper_runs_alone_for_about_a_minute(template_json: dict[str, Any]) ->
     assert env[names.ENV_SERVICE_NAME] == "holdfast-sweeper"
     assert {names.ENV_TABLE, names.ENV_QUEUE_URL} <= set(env)
     assert env[names.ENV_SESSION_TABLE] == {"Ref": session_table_id(template_json)}
+
+
+def test_sweeper_rebalances_with_the_default_policy(template_json: dict[str, Any]) -> None:
+    """The balance settings are spelt out in its environment, and they parse as the defaults."""
+    env = sweeper(template_json)["Environment"]["Variables"]
+    assert {k: env[k] for k in BALANCE_ENVIRONMENT} == {
+        names.ENV_BALANCE: "on", names.ENV_BALANCE_INTERVAL_MS: "2000",
+        names.ENV_BALANCE_BAND: "0.1", names.ENV_BALANCE_BAND_MIN: "1",
+        names.ENV_BALANCE_MOTION: "0.1", names.ENV_BALANCE_TARGET_TTL_MS: "15000"}
+    parsed = Settings.from_env({names.ENV_TABLE: "t", names.ENV_QUEUE_URL: "http://q",
+                                **BALANCE_ENVIRONMENT})
+    assert parsed == Settings(table="t", queue_url="http://q")
 
 
 def test_sweeper_is_scheduled_every_minute_without_retries(template_json: dict[str, Any]) -> None:
