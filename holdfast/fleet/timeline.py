@@ -54,11 +54,13 @@ def write_timeline(path: Path, observer: Observer, incidents: list[Incident],
     ax.set_ylim(-0.8, len(streams) - 0.2)
     gaps = [f"{i.name}: max {max(i.gaps()):.2f} s unowned" for i in incidents
             if i.gaps() and i.expect_owner]
+    lines = ["Holdfast: ownership per stream"]
+    for i in range(0, len(gaps), 3):  # three to a line: a long title runs off the figure
+        lines.append("; ".join(gaps[i:i + 3]))
     if moves:
         worst = max((m.unowned_ms or 0) for m in moves) / 1000
-        gaps.append(f"{len(moves)} rebalancing moves: max {worst:.2f} s unowned")
-    ax.set_title("Holdfast: ownership per stream" + (f"\n{'; '.join(gaps)}" if gaps else ""),
-                 fontsize=9)
+        lines.append(f"{len(moves)} rebalancing moves (\u25bc): max {worst:.2f} s unowned")
+    ax.set_title("\n".join(lines), fontsize=9)
     handles: list[Artist] = [Rectangle((0, 0), 1, 1, color=color[w]) for w in workers]
     labels = list(workers)
     if deaths:
