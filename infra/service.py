@@ -41,7 +41,8 @@ WORKER_LEASE_ATTRIBUTES: Final = (
     schema.ATTR.status, schema.ATTR.updated_at_ms, schema.ATTR.last_error,
     schema.ATTR.error_count, schema.ATTR.token, schema.ATTR.poison_seq,
     schema.ATTR.unowned_since_ms,
-    schema.ATTR.unowned_epoch, schema.ATTR.unowned_desired_state)
+    schema.ATTR.unowned_epoch, schema.ATTR.unowned_desired_state,
+    schema.ATTR.moved_at_ms)  # a rebalancing move's release
 WORKER_INDEX_ACTIONS: Final = ("dynamodb:Query",)
 # Sessions: its own (start with Get and Put, heartbeat, end) and, in the reconcile sweep and
 # at start, silent ones (Scan, mark dead, mark reaped). No Delete: TTL removes them.

@@ -68,7 +68,7 @@ class Balancing:
                via: str = "session") -> None:
         """A directive and/or drain flag arrived (``via`` the session item or the queue)."""
         if directive is not None and (self.directive is None
-                                      or directive.until_ms >= self.directive.until_ms):
+                                      or directive.issued_ms >= self.directive.issued_ms):
             changed = directive != self.directive
             self.directive = directive
             if self.budget is not None and directive.fleet > 0:

@@ -4,7 +4,8 @@ Both live in the worker's session item, which the worker reads back with every h
 (``ReturnValues=ALL_NEW``: no extra read), and both are also sent to the worker's order queue
 (``holdfast.core.orders``) so it acts within milliseconds instead of a heartbeat later.
 
-- **Target** (written by the decider, the sweeper, only while the fleet is out of balance):
+- **Target** (written by the decider, the sweeper, while the fleet is out of balance, and
+  lapsed by it, one write each, once the fleet is balanced again):
   shed down to ``share`` at most ``shed_at_once`` at a time, and claim only while below
   ``ceiling`` (``holdfast.core.balance``). It holds until ``until_ms``: a decider that stops
   (slow, down, redeployed) leaves nothing behind but targets that lapse, and a worker with no
@@ -45,6 +46,9 @@ class Directive:
     shed_at_once: int
     until_ms: int
     fleet: int = 0
+    # When the decider decided it: a worker keeps the latest decision, whichever way (session
+    # item or queue) it came first. A lapse (until_ms = issued_ms) ends a target early.
+    issued_ms: int = 0
 
     @staticmethod
     def number(x: float) -> dict[str, str]:
@@ -59,7 +63,8 @@ class Directive:
         n = Directive.number
         return {SESSION.target_share: n(self.share), SESSION.target_ceiling: n(self.ceiling),
                 SESSION.shed_at_once: n(self.shed_at_once),
-                SESSION.target_until_ms: n(self.until_ms), SESSION.fleet_size: n(self.fleet)}
+                SESSION.target_until_ms: n(self.until_ms), SESSION.fleet_size: n(self.fleet),
+                SESSION.target_issued_ms: n(self.issued_ms)}
 
     @classmethod
     def from_item(cls, raw: Mapping[str, Any]) -> Directive | None:
@@ -71,13 +76,15 @@ class Directive:
         if share is None or ceiling is None or at_once is None or until is None:
             return None
         return cls(share, ceiling, int(at_once), int(until),
-                   int(float_attr(raw.get(SESSION.fleet_size)) or 0))
+                   int(float_attr(raw.get(SESSION.fleet_size)) or 0),
+                   int(float_attr(raw.get(SESSION.target_issued_ms)) or 0))
 
     def body(self, owner: str) -> str:
         """The order-queue message of this directive for ``owner``."""
         return json.dumps({"owner": owner, "directive": {
             "share": self.share, "ceiling": self.ceiling, "shed_at_once": self.shed_at_once,
-            "until_ms": self.until_ms, "fleet": self.fleet}}, separators=(",", ":"))
+            "until_ms": self.until_ms, "fleet": self.fleet, "issued_ms": self.issued_ms}},
+            separators=(",", ":"))
 
 
 def drain_body(owner: str, draining: bool) -> str:
@@ -101,7 +108,8 @@ def parse_directive_body(body: str, owner: str) -> Directive | bool | None:
         return None
     raw = {SESSION.target_share: d.get("share"), SESSION.target_ceiling: d.get("ceiling"),
            SESSION.shed_at_once: d.get("shed_at_once"), SESSION.target_until_ms: d.get(
-               "until_ms"), SESSION.fleet_size: d.get("fleet")}
+               "until_ms"), SESSION.fleet_size: d.get("fleet"),
+           SESSION.target_issued_ms: d.get("issued_ms")}
     return Directive.from_item({k: {"N": str(v)} for k, v in raw.items()
                                 if isinstance(v, int | float) and not isinstance(v, bool)})
 

@@ -150,6 +150,7 @@ class SessionAttributes:
     target_ceiling: str = "target_ceiling"
     shed_at_once: str = "shed_at_once"
     target_until_ms: str = "target_until_ms"  # the target lapses then
+    target_issued_ms: str = "target_issued_ms"  # when decided: the later decision wins
     fleet_size: str = "fleet_size"  # live workers the decider saw
     draining: str = "draining"  # BOOL, set by ``holdfast drain``
 

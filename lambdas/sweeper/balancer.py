@@ -5,8 +5,10 @@ sweep anyway, so a decision reads nothing more: the live sessions of that scan (
 capacity and drain flag) and the number of STARTED streams the same sweep found unowned go
 into ``holdfast.core.balance.plan``. What it costs:
 
-- **A balanced fleet: nothing.** No write at all; targets written earlier simply lapse at
-  their ``until_ms``, and a worker without a live target claims as it always did.
+- **A balanced fleet: nothing.** No write at all, except once at the end of a rebalance:
+  each target still live is lapsed (one write and one message per worker), so no stale claim
+  ceiling keeps a stream unowned after the fleet is balanced (a failover's streams, new
+  ones). A worker without a live target claims as it always did.
 - **Out of balance: one conditional UpdateItem per session whose target changed** (or whose
   unchanged target has less than half its TTL left), plus the same directive on that
   session's order queue so the worker acts within milliseconds rather than a heartbeat later.
@@ -112,15 +114,16 @@ class Balancer:
         if not members:
             return None
         decision = plan(members, unowned=unowned, in_motion=unowned, policy=self.policy)
-        if decision.balanced:
-            return BalanceRound(decision.excess, True)
         current = {i.owner: i.directive for i in alive}
+        if decision.balanced:
+            return self._lapse(sessions, sqs, decision, current=current, now_ms=now_ms,
+                               fleet=len(members), logger=logger)
         until = now_ms + s.balance_target_ttl_ms
         written = sent = 0
         try:
             for target in decision.targets:
                 directive = Directive(target.share, target.ceiling, target.shed_at_once,
-                                      until_ms=until, fleet=len(members))
+                                      until_ms=until, fleet=len(members), issued_ms=now_ms)
                 if same_target(current.get(target.owner), directive, now_ms,
                                s.balance_target_ttl_ms):
                     continue
@@ -138,6 +141,30 @@ class Balancer:
                                "workers": len(members), "unowned": unowned,
                                "written": written})
         return BalanceRound(decision.excess, False, written, sent)
+
+    def _lapse(self, sessions: SessionStore, sqs: SQSClient, decision: Plan, *,
+               current: Mapping[str, Directive | None], now_ms: int, fleet: int,
+               logger: BalanceLog) -> BalanceRound:
+        """Balanced: end every target still live now (until = issued = now)."""
+        written = sent = 0
+        try:
+            for owner, d in current.items():
+                if d is None or not d.live(now_ms):
+                    continue
+                lapse = Directive(d.share, d.ceiling, 0, until_ms=now_ms, fleet=fleet,
+                                  issued_ms=now_ms)
+                if sessions.set_directive(owner, lapse):
+                    written += 1
+                    sent += self._send(sqs, owner, lapse, logger)
+        except (HoldfastError, BotoCoreError, ClientError) as exc:
+            # They lapse by themselves at their until_ms; the next round tries again.
+            logger.error("lapsing rebalance targets failed after %d: %s", written, exc,
+                         extra={"written": written, "error": str(exc)[:300]})
+            return BalanceRound(decision.excess, True, written, sent, failed=True)
+        if written:
+            logger.info("rebalance: balanced, %d targets lapsed", written,
+                        extra={"lapsed": written, "workers": fleet})
+        return BalanceRound(decision.excess, True, written, sent)
 
     def _send(self, sqs: SQSClient, owner: str, directive: Directive,
               logger: BalanceLog) -> int:

@@ -4,10 +4,11 @@ its synthesized role, and no role grants what nothing calls.
 One module-scoped scenario drives each component through its real code paths with
 ``HOLDFAST_RECORD_AWS_CALLS`` set: a real ``python -m worker`` process (reaping a silent
 predecessor, claims from nudges and the reconcile sweep, a nudge put back for a stream in
-back-off, batched checkpoints, session heartbeats, a stop order, release and nudge hand-on at
-shutdown), the router handler (insert -> normalise + nudge, stop order on the order queue and
-the session, a restart whose old session is gone -> session read + release) and the sweeper handler
-(dead session -> reap, expired lease -> nudge, the unindexed pass, rebalancing targets).
+back-off, batched checkpoints, session heartbeats, a stop order, a stream shed for a
+rebalancing target, release and nudge hand-on at shutdown), the router handler (insert ->
+normalise + nudge, stop order on the order queue and the session, a restart whose old session
+is gone -> session read + release) and the sweeper handler (dead session -> reap, expired lease
+-> nudge, the unindexed pass, rebalancing targets).
 Nothing in the local AWS enforces IAM; this test replays what was called against the template.
 """
 
@@ -27,6 +28,7 @@ from typing import Any
 import pytest
 
 from holdfast.core import names, schema
+from holdfast.core.directives import Directive
 from holdfast.core.orders import order_queue_name, prefix_for
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
@@ -118,6 +120,7 @@ def _drive_worker(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> s
         ExpressionAttributeValues={":t": {"N": str(wall_clock_ms() + 60_000)}})
     env = {**os.environ, **fleet.env, "HOLDFAST_WORKER_ID": wid,
            "HOLDFAST_RECONCILE_SECONDS": "1", "HOLDFAST_POLL_SECONDS": "10",
+           names.ENV_REBALANCE_COOLDOWN_SECONDS: "0",
            "HOLDFAST_POLL_DRAIN_SECONDS": "5", names.ENV_RECORD_AWS_CALLS: str(folder),
            "PYTHONUNBUFFERED": "1"}
     with (folder.parent / f"{wid}.log").open("ab") as log:
@@ -139,6 +142,17 @@ def _drive_worker(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> s
                    "the back-off nudge put back")
         _drive_router(fleet, up, folder, tag)
         wait_until(lambda: _owner(fleet, f"{tag}-a") is None, 10, "the stop order obeyed")
+        # A short rebalancing target: one of the three left is shed (its release names
+        # moved_at_ms), then the target lapses and the worker polls again.
+        sessions = SessionStore(fleet.ddb, fleet.session_table, fleet.table, ttl_ms=3_000,
+                                skew_ms=300)
+        item = sessions.get(wid)
+        assert item is not None
+        now = wall_clock_ms()
+        assert sessions.set_directive(item.owner, Directive(2, 2, 1, now + 1_500, 1, now))
+        wait_until(lambda: any(schema.ATTR.moved_at_ms in fleet.item(c) for c in held[1:]),
+                   10, "a stream shed")
+        time.sleep(2.0)
         proc.send_signal(signal.SIGTERM)
         # Once its streams are released the worker only waits on its last long polls: a nudge
         # sent now lands in one of them and is handed on (SendMessageBatch).

@@ -51,8 +51,8 @@ def _balancing(streams: dict[str, Connection], clock: Clock, **kw: object) -> Ba
 
 
 def _target(share: float, ceiling: float, at_once: int, *, until: int = NOW + 10_000,
-            fleet: int = 0) -> Directive:
-    return Directive(share, ceiling, at_once, until, fleet)
+            fleet: int = 0, issued: int = NOW) -> Directive:
+    return Directive(share, ceiling, at_once, until, fleet, issued)
 
 
 def _shed(streams: dict[str, Connection]) -> list[str]:
@@ -136,10 +136,20 @@ def test_weights_count_as_load() -> None:
 
 
 def test_an_older_directive_does_not_replace_a_newer_one() -> None:
-    """The session item's copy may be older than the queue's: the later until_ms wins."""
+    """The session item's copy may be older than the queue's: the later decision wins."""
     streams, clock = _streams(1), Clock()
     budget = ConnectBudget(100, 100)
     b = _balancing(streams, clock, budget=budget)
-    b.update(_target(1, 2, 0, until=NOW + 9_000, fleet=4), via="queue")
-    b.update(_target(9, 9, 0, until=NOW + 1_000))
+    b.update(_target(1, 2, 0, fleet=4, issued=NOW), via="queue")
+    b.update(_target(9, 9, 0, issued=NOW - 2_000))
     assert b.directive is not None and b.directive.share == 1 and budget.fleet == 4
+
+
+def test_a_lapse_from_the_decider_opens_the_gate_at_once() -> None:
+    """A later decision that lapses the target (until = issued) ends the gate now."""
+    streams, clock = _streams(3), Clock()
+    b = _balancing(streams, clock)
+    b.update(_target(3, 3, 0, issued=NOW - 1_000))
+    assert b.room() == 0
+    b.update(_target(3, 3, 0, until=NOW, issued=NOW))
+    assert b.room() is None

@@ -326,3 +326,29 @@ def test_balance_settings_default_and_parse() -> None:
     s = Settings.from_env({**base, names.ENV_BALANCE: "ON", names.ENV_BALANCE_BAND: "0.2",
                            names.ENV_BALANCE_TARGET_TTL_MS: "30000"})
     assert (s.balance, s.balance_band, s.balance_target_ttl_ms) == (True, 0.2, 30_000)
+
+
+def test_once_balanced_the_live_targets_are_lapsed_once(
+        ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str,
+        unique_id: str) -> None:
+    """Balanced again: each live target is ended now (one write each), then nothing more."""
+    settings = settings_for(table, queue_url, session_table)
+    counting = CountingDdb(ddb)
+    store = SessionStore(counting, session_table, table, ttl_ms=TTL_MS, skew_ms=1_000)  # type: ignore[arg-type]
+    a, b = worker(store, f"{unique_id}-a", 8), worker(store, f"{unique_id}-b", 0)
+    balancer, t0 = Balancer(settings), wall_clock_ms()
+    first = balancer.step(store, sqs, alive(store), unowned=0, now_ms=t0)
+    assert first is not None and first.written == 2
+    for s in (a, b):  # the workers moved four streams
+        store.heartbeat_full(s, held=4, capacity=100)
+    counting.updates = 0
+    done = balancer.step(store, sqs, alive(store), unowned=0,
+                         now_ms=t0 + settings.balance_interval_ms)
+    assert done is not None and done.balanced and done.written == 2 and counting.updates == 2
+    lapsed = directive_of(store, f"{unique_id}-a")
+    assert lapsed is not None and not lapsed.live(t0 + settings.balance_interval_ms)
+    assert lapsed.issued_ms == lapsed.until_ms == t0 + settings.balance_interval_ms
+    counting.updates = 0
+    again = balancer.step(store, sqs, alive(store), unowned=0,
+                          now_ms=t0 + 2 * settings.balance_interval_ms)
+    assert again is not None and again.written == 0 and counting.updates == 0
