@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
@@ -31,19 +31,27 @@ from aws_lambda_powertools import Logger
 from holdfast.core import names
 from holdfast.core.balance import HeldView, pick_sheds
 from holdfast.core.directives import Directive
+from holdfast.core.schema import ATTR, STARTED
 from worker.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
+    from holdfast.core.sessions import Beat
+    from holdfast.core.store import LeaseStore
     from worker.budget import ConnectBudget
     from worker.connection import Connection
 
-__all__ = ["SHED", "Balancing"]
+__all__ = ["SHED", "Balancing", "owned_elsewhere_by"]
 
 logger = Logger(service="holdfast-worker", child=True)
 SHED = "shed"  # the drain reason of a stream handed on by rebalancing or draining
 _STEP_S = 0.5  # look again this often even without news (cool-downs end, sheds land)
 # A stream we shed is refused for at least this long, even with no cool-down configured.
 _REFUSE_MIN_MS = 10_000
+# A shed stream keeps its slot until another worker owns it (checked this often), so
+# ``shed_at_once`` bounds what is in motion, not only what is being released; after the
+# longest wait the slot is free anyway (the decider's count of unowned streams still bounds).
+_FOLLOW_S = 0.2
+_FOLLOW_MAX_S = 5.0
 
 
 class Balancing:
@@ -51,7 +59,9 @@ class Balancing:
 
     def __init__(self, streams: dict[str, Connection], *, cooldown_ms: int, drain_at_once: int,
                  wall: Callable[[], int], mono: Callable[[], int], metrics: WorkerMetrics,
-                 budget: ConnectBudget | None = None) -> None:
+                 budget: ConnectBudget | None = None,
+                 owned_elsewhere: Callable[[str], Awaitable[bool]] | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.streams = streams
         self.cooldown_ms, self.drain_at_once = cooldown_ms, drain_at_once
         self.wall, self.mono = wall, mono
@@ -62,6 +72,9 @@ class Balancing:
         self._claimed_at: dict[str, int] = {}  # conn_id -> wall ms we claimed it
         self._refuse: dict[str, int] = {}  # conn_id -> mono ms until which we do not take it
         self._wake = asyncio.Event()
+        self.owned_elsewhere, self.sleep = owned_elsewhere, sleep
+        self._moving: set[str] = set()  # released by a shed, not yet owned again
+        self._follows: set[asyncio.Task[None]] = set()
 
     # -- news -----------------------------------------------------------------------------
     def update(self, directive: Directive | None = None, draining: bool | None = None, *,
@@ -83,6 +96,17 @@ class Balancing:
                         via=via)
         self._wake.set()
 
+    def on_beat(self, beat: Beat) -> None:
+        """What a heartbeat read back from the session item."""
+        self.update(beat.directive, beat.draining, via="session")
+
+    def news(self, news: Directive | bool) -> None:
+        """A target or drain flag from the order queue (the session item says it too)."""
+        if isinstance(news, bool):
+            self.update(draining=news, via="queue")
+        else:
+            self.update(news, via="queue")
+
     def set_fleet(self, fleet: int) -> None:
         """This worker's own sweep counted ``fleet`` live workers (the budget's share)."""
         if self.budget is not None:
@@ -90,6 +114,31 @@ class Balancing:
 
     def claimed(self, conn_id: str) -> None:
         self._claimed_at[conn_id] = self.wall()
+
+    def moved(self, conn_id: str) -> None:
+        """A shed stream's release is written: it is in motion until someone owns it."""
+        if self.owned_elsewhere is None:
+            return
+        self._moving.add(conn_id)
+        task = asyncio.get_running_loop().create_task(self._follow(conn_id))
+        self._follows.add(task)
+        task.add_done_callback(self._follows.discard)
+
+    async def _follow(self, conn_id: str) -> None:
+        assert self.owned_elsewhere is not None
+        try:
+            for _ in range(round(_FOLLOW_MAX_S / _FOLLOW_S)):
+                await self.sleep(_FOLLOW_S)
+                try:
+                    if await self.owned_elsewhere(conn_id):
+                        return
+                except Exception as exc:  # a failed read only ends the wait
+                    logger.debug("cannot follow a shed stream", conn_id=conn_id,
+                                 error=str(exc)[:200])
+                    return
+        finally:
+            self._moving.discard(conn_id)
+            self._wake.set()
 
     def finished(self, conn_id: str) -> None:
         """A stream's release is written (or given up): a shed slot is free again."""
@@ -112,7 +161,9 @@ class Balancing:
         d = self.live_directive()
         if d is None:
             return None
-        return max(0, math.ceil(d.ceiling - self.load() - 1e-9))
+        # Whole streams that fit under the ceiling: a claim never takes us past it (with
+        # ceiling 27.5, 27 and not 28, which would be out of the band and moved again).
+        return max(0, math.floor(d.ceiling - self.load() + 1e-9))
 
     def refuses(self, conn_id: str) -> bool:
         """True for a stream we shed within its cool-down: it goes to another worker."""
@@ -121,7 +172,9 @@ class Balancing:
 
     # -- shedding -----------------------------------------------------------------------
     def shedding(self) -> int:
-        return sum(1 for c in self.streams.values() if c.held.stop_reason == SHED)
+        """Our streams in motion: being shed, or released by a shed and not owned again."""
+        return sum(1 for c in self.streams.values() if c.held.stop_reason == SHED) + len(
+            self._moving - self.streams.keys())
 
     def step(self) -> list[str]:
         """Shed what the target (or draining) asks for now; the ids handed on."""
@@ -163,5 +216,23 @@ class Balancing:
         while True:
             self._wake.clear()
             self.step()
+            # asyncio.timeout, not wait_for: in 3.11 wait_for swallows a cancellation that
+            # lands as the event is set (gh-86296), and the stop then waits on this loop.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), _STEP_S)
+                async with asyncio.timeout(_STEP_S):
+                    await self._wake.wait()
+
+
+def owned_elsewhere_by(store: LeaseStore, owner: Callable[[], str | None],
+                       ) -> Callable[[str], Awaitable[bool]]:
+    """The check ``Balancing`` follows a shed stream with: it has an owner other than
+    ``owner()`` now, or it is stopped or deleted (its move is over either way)."""
+
+    async def check(conn_id: str) -> bool:
+        raw = await asyncio.to_thread(store.get_raw, conn_id)
+        if raw is None or raw.get(ATTR.desired_state, {}).get("S") != STARTED:
+            return True
+        held_by = raw.get(ATTR.lease_owner, {}).get("S")
+        return held_by is not None and held_by != owner()
+
+    return check

@@ -235,6 +235,8 @@ class Holdings:
         self.counts["released" if outcome == "released" else f"release_{outcome}"] += 1
         if moved and outcome == "released":
             self.counts["shed"] += 1
+            if self.balancing is not None:
+                self.balancing.moved(conn.conn_id)
 
     async def _release(self, conn: Connection, *, attempts: int = 20,
                        error: str | None = None, retry_at_ms: int | None = None,

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
-from holdfast.core.directives import Directive
 from holdfast.core.exceptions import (
     HoldfastError,
     SessionConflict,
@@ -33,9 +32,9 @@ from holdfast.core.exceptions import (
 )
 from holdfast.core.orders import Order
 from holdfast.core.schema import BACKSTOP_MS
-from holdfast.core.sessions import Beat, SessionStore
+from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
-from worker.balancing import Balancing
+from worker.balancing import Balancing, owned_elsewhere_by
 from worker.budget import ConnectBudget
 from worker.claimer import Claimer, Reconciler
 from worker.config import WorkerConfig
@@ -94,18 +93,7 @@ class Supervisor:
         self.sweep_sessions = SessionStore(
             ddb, config.session_table or "", config.table, ttl_ms=config.lease_ms,
             skew_ms=config.timing.skew_ms, clock=wall) if self.session_mode else None
-        self.keeper: SessionKeeper | None = None
-        # Stop orders sent straight to us (sub-second); the session item stays their backstop.
-        self.inbox = OrderInbox(sqs, config.orders_queue_prefix, self._stop_order,
-                                directive=self._news) if (
-            self.session_mode and config.orders_queue_prefix) else None
-        # lease_owner of what we acquire: the session's owner (worker id and incarnation), or
-        # the bare worker id in the seed's lease mode. None: no live session, claim nothing.
-        self.owner: str | None = None if self.session_mode else config.worker_id
         self.streams: dict[str, Connection] = {}
-        self.stopping = False
-        self.started_mono_ms = mono()
-        self.counts: Counter[str] = Counter()
         # Rebalancing (sessions only: targets and drains reach a session) and the fleet's
         # reconnect budget (both modes: it guards the upstream).
         self.budget = ConnectBudget(config.connect_rate, config.connect_burst) if (
@@ -113,7 +101,19 @@ class Supervisor:
         self.balancing = Balancing(
             self.streams, cooldown_ms=config.cooldown_ms, drain_at_once=config.drain_at_once,
             wall=wall, mono=mono, metrics=self.metrics, budget=self.budget,
+            owned_elsewhere=owned_elsewhere_by(self.store, lambda: self.owner),
         ) if self.session_mode else None
+        self.keeper: SessionKeeper | None = None
+        # Stop orders sent straight to us (sub-second); the session item stays their backstop.
+        self.inbox = OrderInbox(sqs, config.orders_queue_prefix, self._stop_order,
+                                directive=self.balancing.news if self.balancing else None) if (
+            self.session_mode and config.orders_queue_prefix) else None
+        # lease_owner of what we acquire: the session's owner (worker id and incarnation), or
+        # the bare worker id in the seed's lease mode. None: no live session, claim nothing.
+        self.owner: str | None = None if self.session_mode else config.worker_id
+        self.stopping = False
+        self.started_mono_ms = mono()
+        self.counts: Counter[str] = Counter()
         self.renewer = Renewer(self.store, self.streams, config.timing, self.metrics,
                                config.renew_mode, mono=mono, session_mode=self.session_mode,
                                checkpoint_ms=config.checkpoint_ms, wall=wall)
@@ -173,25 +173,12 @@ class Supervisor:
                 capacity=self.config.max_connections, stop_stream=self._stop_order,
                 on_lost=self._session_lost, mono=self.mono,
                 load=self.balancing.load if self.balancing is not None else None,
-                on_beat=self._on_beat)
+                on_beat=self.balancing.on_beat if self.balancing is not None else None)
         self.keeper.started(session, sent)
         self.owner = session.owner
         if self.inbox is not None:
             await self.inbox.open(session.owner)
         logger.info("session started", worker_id=self.worker_id, owner=session.owner)
-
-    def _on_beat(self, beat: Beat) -> None:
-        if self.balancing is not None:
-            self.balancing.update(beat.directive, beat.draining, via="session")
-
-    def _news(self, news: Directive | bool) -> None:
-        """A target or drain flag from the order queue (the session item says it too)."""
-        if self.balancing is None:
-            return
-        if isinstance(news, bool):
-            self.balancing.update(draining=news, via="queue")
-        else:
-            self.balancing.update(news, via="queue")
 
     def _stop_order(self, order: Order) -> bool:
         conn = self.streams.get(order.conn_id)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -104,8 +104,14 @@ class Balancer:
                              motion_fraction=s.balance_motion)
 
     def step(self, sessions: SessionStore, sqs: SQSClient, alive: Sequence[SessionItem], *,
-             unowned: int, now_ms: int, logger: BalanceLog = log) -> BalanceRound | None:
-        """Decide if due (None: not due, turned off, or no live session) and write targets."""
+             unowned: int, now_ms: int, logger: BalanceLog = log,
+             count: Callable[[], int] | None = None) -> BalanceRound | None:
+        """Decide if due (None: not due, turned off, or no live session) and write targets.
+
+        ``count`` gives the number of STARTED streams: asked only when the reports say the
+        fleet is out of balance, so the shares come from the true total, not from loads a
+        heartbeat old that count a moving stream twice or not at all.
+        """
         s = self.settings
         if not s.balance or now_ms < self.next_ms:
             return None
@@ -114,6 +120,8 @@ class Balancer:
         if not members:
             return None
         decision = plan(members, unowned=unowned, in_motion=unowned, policy=self.policy)
+        if not decision.balanced and count is not None:
+            decision = self._recount(members, unowned, count, logger) or decision
         current = {i.owner: i.directive for i in alive}
         if decision.balanced:
             return self._lapse(sessions, sqs, decision, current=current, now_ms=now_ms,
@@ -141,6 +149,21 @@ class Balancer:
                                "workers": len(members), "unowned": unowned,
                                "written": written})
         return BalanceRound(decision.excess, False, written, sent)
+
+    def _recount(self, members: Sequence[Member], unowned: int, count: Callable[[], int],
+                 logger: BalanceLog) -> Plan | None:
+        """The plan again from the true number of STARTED streams (weights: at the members'
+        mean weight); None if the count failed (the reports' plan stands)."""
+        try:
+            started = count()
+        except (HoldfastError, BotoCoreError, ClientError) as exc:
+            logger.error("cannot count the started streams: %s", exc,
+                         extra={"error": str(exc)[:300]})
+            return None
+        held = sum(m.held for m in members)
+        mean = sum(m.load for m in members) / held if held else 1.0
+        return plan(members, unowned=unowned, in_motion=unowned, policy=self.policy,
+                    total=started * mean)
 
     def _lapse(self, sessions: SessionStore, sqs: SQSClient, decision: Plan, *,
                current: Mapping[str, Directive | None], now_ms: int, fleet: int,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from holdfast.core.directives import Directive
 from holdfast.core.model import Lease
 from worker.balancing import SHED, Balancing
@@ -153,3 +155,34 @@ def test_a_lapse_from_the_decider_opens_the_gate_at_once() -> None:
     assert b.room() == 0
     b.update(_target(3, 3, 0, until=NOW, issued=NOW))
     assert b.room() is None
+
+
+def test_claims_stop_below_a_fractional_ceiling() -> None:
+    """Ceiling 27.5 lets an empty worker claim 27, never 28 (out of the band)."""
+    streams, clock = _streams(0), Clock()
+    b = _balancing(streams, clock)
+    b.update(_target(25, 27.5, 0))
+    assert b.room() == 27
+
+
+async def test_a_shed_stream_holds_its_slot_until_someone_owns_it() -> None:
+    """shed_at_once bounds streams in motion: released ones count until claimed elsewhere."""
+    answers = [False, False, True]
+
+    async def owned(_: str) -> bool:
+        return answers.pop(0)
+
+    async def no_wait(_: float) -> None:
+        return
+
+    streams, clock = _streams(4), Clock()
+    b = _balancing(streams, clock, owned_elsewhere=owned, sleep=no_wait)
+    b.update(_target(2, 2, 1))
+    (gone,) = b.step()
+    del streams[gone]
+    b.moved(gone)
+    b.finished(gone)
+    assert b.shedding() == 1 and b.step() == []  # released, not owned yet: no second shed
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not answers and b.shedding() == 0 and len(b.step()) == 1

@@ -15,8 +15,8 @@ from holdfast.core.exceptions import ConfigError
 from holdfast.core.orders import order_queue_name, prefix_for
 from holdfast.core.schema import SessionState, session_table_definition
 from holdfast.core.sessions import Session, SessionItem, SessionStore
-from holdfast.core.store import wall_clock_ms
-from holdfast.core.table import create_stream
+from holdfast.core.store import LeaseStore, wall_clock_ms
+from holdfast.core.table import count_started, create_stream
 from holdfast.runner.context import LocalContext
 from lambdas.settings import Settings
 from lambdas.sweeper import handler
@@ -55,8 +55,14 @@ def settings_for(table: str, queue_url: str, session_table: str, **kw: Any) -> S
 
 
 def worker(store: SessionStore, worker_id: str, held: int) -> Session:
-    """A live session that reports ``held`` streams, as a worker's heartbeat does."""
+    """A live session that reports ``held`` streams, as a worker's heartbeat does; the
+    streams exist as STARTED items owned by it (the decider counts them when it may move)."""
     session = store.start(worker_id, CAPACITY)
+    for i in range(held):
+        conn_id = f"{worker_id}-s{i}"
+        create_stream(store.client, store.lease_table, conn_id, "wss://example.com/x")
+        LeaseStore(store.client, store.lease_table, lease_ms=3_600_000,
+                   skew_ms=1_000).acquire(conn_id, session.owner)
     return store.heartbeat_full(session, held=held, capacity=CAPACITY).session
 
 
@@ -198,7 +204,7 @@ def test_turned_off_it_decides_nothing(ddb: Any, sqs: Any, table: str, queue_url
 def test_dead_and_ended_sessions_get_no_target(ddb: Any, sqs: Any, table: str,
                                                queue_url: str, session_table: str,
                                                unique_id: str) -> None:
-    """Only live sessions share the load: an ended one and a silent one are left alone."""
+    """Only live sessions share the load: an ended one and a silent one get no target."""
     settings = settings_for(table, queue_url, session_table)
     deps = deps_for(ddb, sqs, settings)
     assert deps.sessions is not None
@@ -215,7 +221,9 @@ def test_dead_and_ended_sessions_get_no_target(ddb: Any, sqs: Any, table: str,
     for wid in ("ended", "silent"):
         assert directive_of(deps.sessions, f"{unique_id}-{wid}") is None
     d = directive_of(deps.sessions, f"{unique_id}-busy")
-    assert d is not None and (d.share, d.fleet) == (5, 2)
+    # The ended and the dead one's 20 streams were released by the reap: they are still
+    # STARTED, so the two live workers share all 30 (the decider counts STARTED streams).
+    assert d is not None and (d.share, d.fleet) == (15, 2)
 
 
 def test_a_draining_session_is_told_to_shed_everything(
@@ -352,3 +360,23 @@ def test_once_balanced_the_live_targets_are_lapsed_once(
     again = balancer.step(store, sqs, alive(store), unowned=0,
                           now_ms=t0 + 2 * settings.balance_interval_ms)
     assert again is not None and again.written == 0 and counting.updates == 0
+
+
+def test_shares_come_from_the_started_streams_not_the_stale_reports(
+        ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str,
+        unique_id: str) -> None:
+    """Reports a heartbeat old say 10 + 0 while 14 streams are STARTED: shares of 7, not 5."""
+    settings = settings_for(table, queue_url, session_table)
+    store = SessionStore(ddb, session_table, table, ttl_ms=TTL_MS, skew_ms=1_000)
+    worker(store, f"{unique_id}-a", 10)
+    worker(store, f"{unique_id}-b", 0)
+    for i in range(4):  # claimed by b since its last heartbeat: in no report yet
+        create_stream(ddb, table, f"{unique_id}-new{i}", "wss://example.com/x")
+        LeaseStore(ddb, table, lease_ms=3_600_000, skew_ms=1_000).acquire(
+            f"{unique_id}-new{i}", f"{unique_id}-b#x")
+    result = Balancer(settings).step(store, sqs, alive(store), unowned=0,
+                                     now_ms=wall_clock_ms(),
+                                     count=lambda: count_started(ddb, table))
+    assert result is not None and result.written == 2
+    d = directive_of(store, f"{unique_id}-a")
+    assert d is not None and d.share == 7
