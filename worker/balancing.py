@@ -10,10 +10,10 @@ either. From there everything is local:
   draining). Each is drained like a stop: the handler call in flight finishes, the
   connection closes, the release writes the final checkpoint and ``moved_at_ms``; the router
   nudges it at once and an under-loaded worker resumes it from ``last_seq + 1``. The next one
-  starts as each release lands.
-- **the claim gate**: while a target is live we claim only below its ceiling, and never a
-  stream we shed within the cool-down: a shed stream never comes straight back. Draining
-  claims nothing.
+  starts once another worker owns it (``moved``: the item is read back every 200 ms).
+- **the claim gate**: while a target is live we claim only below its ceiling (our share when
+  we are over it, our capacity otherwise), and never a stream we shed within the cool-down: a
+  shed stream never comes straight back. Draining claims nothing.
 - **decider down**: targets lapse (``until_ms``) and the gate opens; nothing else depends on
   the decider. Draining goes on without one, ``HOLDFAST_DRAIN_AT_ONCE`` at a time.
 """
