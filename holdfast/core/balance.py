@@ -143,17 +143,14 @@ def _rounded(members: Sequence[Member], shares: dict[str, float], caps: dict[str
 
 
 def plan(members: Sequence[Member], *, unowned: int = 0, in_motion: int = 0,
-         policy: BalancePolicy | None = None, total: float | None = None) -> Plan:
+         policy: BalancePolicy | None = None) -> Plan:
     """Decide: balanced (nothing to do) or a ``Target`` per member.
 
     ``unowned``: wanted streams that no member holds now (their load counts in the shares);
-    ``in_motion``: streams already moving (unowned, or being shed), charged to the budget;
-    ``total``: the fleet's load when known better than the members' reports plus ``unowned``
-    (reports are a heartbeat old: a stream moving counts twice or not at all).
+    ``in_motion``: streams already moving (unowned, or being shed), charged to the budget.
     """
     policy = policy or BalancePolicy()
-    if total is None:
-        total = sum(m.load for m in members) + unowned
+    total = sum(m.load for m in members) + unowned
     shares = fair_shares(members, total)
     excess = sum(max(0.0, m.load - shares[m.owner]) for m in members)
     budget = max(0, policy.motion_bound(sum(m.held for m in members) + unowned) - in_motion)

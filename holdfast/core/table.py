@@ -16,14 +16,22 @@ from holdfast.core import rules, unowned
 from holdfast.core.aws import ConditionFailed, call
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.model import LeaseItem, validate_conn_id
-from holdfast.core.schema import ATTR, GSI_NAME, STARTED, STOPPED, conn_id_from_pk, pk_for
+from holdfast.core.schema import (
+    ATTR,
+    GSI_NAME,
+    OWNER_INDEX_NAME,
+    STARTED,
+    STOPPED,
+    conn_id_from_pk,
+    pk_for,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = [
     "Orphan",
-    "count_started",
+    "count_owned",
     "create_stream",
     "delete_stream",
     "find_orphans",
@@ -70,24 +78,26 @@ def find_orphans(client: DynamoDBClient, table: str, *, now_ms: int, skew_ms: in
         kwargs["ExclusiveStartKey"] = last
 
 
-def count_started(client: DynamoDBClient, table: str) -> int:
-    """How many STARTED streams the seed index holds (a ``Select=COUNT`` Query, paginated).
+def count_owned(client: DynamoDBClient, table: str, owner: str) -> int:
+    """How many streams name ``owner`` as their ``lease_owner`` now (owner index, COUNT).
 
-    The rebalancing decider asks only when the sessions' reported loads say the fleet is out
-    of balance: those loads are up to a heartbeat old, so while streams move they count some
-    twice or not at all, and shares from them would be wrong. A KEYS_ONLY entry is under
-    100 bytes, so this reads about 1 read unit per 80 streams (at 100,000: ~1,300 units, a
-    few hundredths of a cent) once per decision that may move something, never when balanced.
+    The rebalancing decider asks this of each live session only when the sessions' reported
+    loads say the fleet is out of balance: a report is up to a heartbeat old, so while streams
+    move it counts some twice or not at all, and shares from it would be wrong. An owner index
+    entry is under 100 bytes, so a worker holding 1,000 streams costs about 12 read units
+    (eventually consistent), once per decision that may move something, never when balanced.
+    Streams that cannot be held (in back-off, quarantined) are in no one's count, as they
+    should be: they are not anyone's load.
     """
     kwargs: dict[str, Any] = {
-        "TableName": table, "IndexName": GSI_NAME, "Select": "COUNT",
-        "KeyConditionExpression": "#ds = :started",
-        "ExpressionAttributeNames": {"#ds": ATTR.desired_state},
-        "ExpressionAttributeValues": {":started": {"S": STARTED}},
+        "TableName": table, "IndexName": OWNER_INDEX_NAME, "Select": "COUNT",
+        "KeyConditionExpression": "#owner = :owner",
+        "ExpressionAttributeNames": {"#owner": ATTR.lease_owner},
+        "ExpressionAttributeValues": {":owner": {"S": owner}},
     }
     total = 0
     while True:
-        resp = call("count_started", client.query, **kwargs)
+        resp = call("count_owned", client.query, **kwargs)
         total += int(resp.get("Count", 0))
         last = resp.get("LastEvaluatedKey")
         if not last:

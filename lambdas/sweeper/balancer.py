@@ -24,6 +24,7 @@ decision, two seconds later, writes what this one did not. It never fails the sw
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -105,12 +106,13 @@ class Balancer:
 
     def step(self, sessions: SessionStore, sqs: SQSClient, alive: Sequence[SessionItem], *,
              unowned: int, now_ms: int, logger: BalanceLog = log,
-             count: Callable[[], int] | None = None) -> BalanceRound | None:
+             count: Callable[[str], int] | None = None) -> BalanceRound | None:
         """Decide if due (None: not due, turned off, or no live session) and write targets.
 
-        ``count`` gives the number of STARTED streams: asked only when the reports say the
-        fleet is out of balance, so the shares come from the true total, not from loads a
-        heartbeat old that count a moving stream twice or not at all.
+        ``count(owner)`` gives how many streams an owner holds now (the owner index): asked
+        only when the reports say the fleet is out of balance, so the decision stands on what
+        each worker holds, not on loads a heartbeat old that count a moving stream twice or
+        not at all.
         """
         s = self.settings
         if not s.balance or now_ms < self.next_ms:
@@ -150,20 +152,19 @@ class Balancer:
                                "written": written})
         return BalanceRound(decision.excess, False, written, sent)
 
-    def _recount(self, members: Sequence[Member], unowned: int, count: Callable[[], int],
+    def _recount(self, members: Sequence[Member], unowned: int, count: Callable[[str], int],
                  logger: BalanceLog) -> Plan | None:
-        """The plan again from the true number of STARTED streams (weights: at the members'
-        mean weight); None if the count failed (the reports' plan stands)."""
+        """The plan again from what each member holds now (weights: at its reported mean
+        weight); None if a count failed (the reports' plan stands)."""
         try:
-            started = count()
+            held = {m.owner: count(m.owner) for m in members}
         except (HoldfastError, BotoCoreError, ClientError) as exc:
-            logger.error("cannot count the started streams: %s", exc,
+            logger.error("cannot count the streams each worker holds: %s", exc,
                          extra={"error": str(exc)[:300]})
             return None
-        held = sum(m.held for m in members)
-        mean = sum(m.load for m in members) / held if held else 1.0
-        return plan(members, unowned=unowned, in_motion=unowned, policy=self.policy,
-                    total=started * mean)
+        fresh = [dataclasses.replace(m, held=held[m.owner], load=held[m.owner] * (
+            m.load / m.held if m.held else 1.0)) for m in members]
+        return plan(fresh, unowned=unowned, in_motion=unowned, policy=self.policy)
 
     def _lapse(self, sessions: SessionStore, sqs: SQSClient, decision: Plan, *,
                current: Mapping[str, Directive | None], now_ms: int, fleet: int,

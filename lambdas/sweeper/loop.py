@@ -25,7 +25,7 @@ from holdfast.core.exceptions import HoldfastError
 from holdfast.core.nudge import Nudge
 from holdfast.core.sessions import SessionStore, SessionSweep, sweep_sessions
 from holdfast.core.store import LeaseStore, wall_clock_ms
-from holdfast.core.table import Orphan, count_started, find_orphans
+from holdfast.core.table import Orphan, count_owned, find_orphans
 from lambdas.nudge import send_nudges
 from lambdas.settings import Settings
 from lambdas.sweeper.balancer import Balancer, BalanceRound
@@ -213,7 +213,8 @@ def _balance_step(deps: SweepDeps, sessions: SessionSweep, unowned: int,
         deps.balancer = Balancer(deps.settings)
     return deps.balancer.step(deps.sessions, deps.sqs, sessions.alive, unowned=unowned,
                               now_ms=now, logger=deps.log or log,
-                              count=lambda: count_started(deps.ddb, deps.settings.table))
+                              count=lambda owner: count_owned(deps.ddb, deps.settings.table,
+                                                              owner))
 
 
 def run_sweeps(deps: SweepDeps, memory: NudgeMemory, *, should_stop: Callable[[], bool],

@@ -16,7 +16,7 @@ from holdfast.core.orders import order_queue_name, prefix_for
 from holdfast.core.schema import SessionState, session_table_definition
 from holdfast.core.sessions import Session, SessionItem, SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
-from holdfast.core.table import count_started, create_stream
+from holdfast.core.table import count_owned, create_stream
 from holdfast.runner.context import LocalContext
 from lambdas.settings import Settings
 from lambdas.sweeper import handler
@@ -222,8 +222,8 @@ def test_dead_and_ended_sessions_get_no_target(ddb: Any, sqs: Any, table: str,
     for wid in ("ended", "silent"):
         assert directive_of(deps.sessions, f"{unique_id}-{wid}") is None
     d = directive_of(deps.sessions, f"{unique_id}-busy")
-    # The ended and the dead one's 20 streams were released by the reap: they are still
-    # STARTED, so the two live workers share all 30 (the decider counts STARTED streams).
+    # The ended and the dead one's 20 streams were released by the reap in the same sweep,
+    # which then found them unowned: the two live workers share all 30.
     assert d is not None and (d.share, d.fleet) == (15, 2)
 
 
@@ -363,21 +363,22 @@ def test_once_balanced_the_live_targets_are_lapsed_once(
     assert again is not None and again.written == 0 and counting.updates == 0
 
 
-def test_shares_come_from_the_started_streams_not_the_stale_reports(
+def test_shares_come_from_what_each_worker_holds_not_the_stale_reports(
         ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str,
         unique_id: str) -> None:
-    """Reports a heartbeat old say 10 + 0 while 14 streams are STARTED: shares of 7, not 5."""
+    """Reports a heartbeat old say 10 + 0 while b holds 4 more: shares of 7, not 5."""
     settings = settings_for(table, queue_url, session_table)
     store = SessionStore(ddb, session_table, table, ttl_ms=TTL_MS, skew_ms=1_000)
     worker(store, f"{unique_id}-a", 10)
-    worker(store, f"{unique_id}-b", 0)
+    b = worker(store, f"{unique_id}-b", 0)
     for i in range(4):  # claimed by b since its last heartbeat: in no report yet
         create_stream(ddb, table, f"{unique_id}-new{i}", "wss://example.com/x")
         LeaseStore(ddb, table, lease_ms=3_600_000, skew_ms=1_000).acquire(
-            f"{unique_id}-new{i}", f"{unique_id}-b#x")
+            f"{unique_id}-new{i}", b.owner)
+    create_stream(ddb, table, f"{unique_id}-backoff", "wss://example.com/x")  # held by no one
     result = Balancer(settings).step(store, sqs, alive(store), unowned=0,
                                      now_ms=wall_clock_ms(),
-                                     count=lambda: count_started(ddb, table))
+                                     count=lambda owner: count_owned(ddb, table, owner))
     assert result is not None and result.written == 2
     d = directive_of(store, f"{unique_id}-a")
     assert d is not None and d.share == 7
