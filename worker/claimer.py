@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import random
 import threading
 from collections.abc import Awaitable, Callable
@@ -37,6 +38,7 @@ from holdfast.core import tracing
 from holdfast.core.aws import call
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.nudge import (
+    HOPS,
     TRACE_ATTRIBUTE,
     parse_nudge,
     trace_attributes,
@@ -51,10 +53,11 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["Claim", "Claimer", "Later", "Reconciler", "in_daemon_thread"]
+__all__ = ["MAX_HOPS", "Claim", "Claimer", "Later", "Reconciler", "in_daemon_thread"]
 
 logger = Logger(service="holdfast-worker", child=True)
 T = TypeVar("T")
+MAX_HOPS = 3  # hand-ons of a refused nudge before it waits a second instead
 
 
 class Claim(Enum):
@@ -64,6 +67,7 @@ class Claim(Enum):
     CONFLICT = "conflict"  # definitive no: delete the nudge
     UNAVAILABLE = "unavailable"  # try again later: redeliver after a delay
     NO_CAPACITY = "no_capacity"  # full or stopping: hand the nudge to another worker now
+    REFUSED = "refused"  # we shed this stream a moment ago: hand it on, never take it back
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +209,13 @@ class Claimer:
                     self.rand)))
             elif outcome is Claim.NO_CAPACITY:
                 hand.append(message)
+            elif outcome is Claim.REFUSED:
+                # Handed on with a hop count: if we are the only worker polling, our own copy
+                # comes back to us, so after a few hops it waits a second instead.
+                if _hops(message) < MAX_HOPS:
+                    hand.append(message)
+                else:
+                    again.append((message, 1))
             else:  # claimed, a definitive no, or poison
                 delete.append(message)
         # Settle in the background: the next poll need not wait for the deletes.
@@ -272,9 +283,27 @@ class Claimer:
                       "VisibilityTimeout": seconds} for i, m in enumerate(messages)])
 
 
+def _hops(message: dict[str, Any]) -> int:
+    """How often ``message``'s nudge was handed on already (its body's ``hops``, default 0)."""
+    try:
+        hops = json.loads(str(message.get("Body", ""))).get(HOPS, 0)
+    except (ValueError, AttributeError):
+        return 0
+    return hops if isinstance(hops, int) and not isinstance(hops, bool) else 0
+
+
 def _copy(i: int, message: dict[str, Any]) -> dict[str, Any]:
-    """A fresh send of ``message``; its trace context goes with it (tracing on)."""
-    entry: dict[str, Any] = {"Id": str(i), "MessageBody": str(message.get("Body", ""))}
+    """A fresh send of ``message`` with its hop count + 1 (a nudge body: JSON object; anything
+    else goes as it came); its trace context goes with it (tracing on)."""
+    body = str(message.get("Body", ""))
+    try:
+        obj = json.loads(body)
+        if isinstance(obj, dict):
+            obj[HOPS] = _hops(message) + 1
+            body = json.dumps(obj, separators=(",", ":"))
+    except ValueError:
+        pass
+    entry: dict[str, Any] = {"Id": str(i), "MessageBody": body}
     attributes = trace_attributes(traceparent_of(message))
     if attributes:
         entry["MessageAttributes"] = attributes

@@ -110,9 +110,7 @@ class Holdings:
         if conn_id in self.streams or conn_id in self._claiming:
             return Claim.CONFLICT  # already ours (a duplicate nudge)
         if self.balancing is not None and self.balancing.refuses(conn_id):
-            # We shed it: never straight back. Shown again in a second (a hand-on could
-            # come straight back to our own poll if no one else has room).
-            return Later(1)
+            return Claim.REFUSED  # we shed it: never straight back (handed on)
         owner = self.owner()
         if self.free_capacity() <= 0 or owner is None:
             return Claim.NO_CAPACITY  # handed on to another worker at once

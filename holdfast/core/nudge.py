@@ -5,6 +5,8 @@ fencing epoch the sender saw (null when it did not see the item, e.g. the sweepe
 index); a nudge is only a hint and the conditional acquire decides, so the one parser below is
 strict about ``conn_id`` (without it there is nothing to claim) and lenient about the rest: a
 missing or malformed ``reason`` or ``epoch`` is read as empty, and unknown keys are ignored.
+A worker that hands a nudge on (it shed that stream a moment ago) adds ``HOPS``: how often it
+was handed on, so a nudge cannot bounce between the only pollers for ever.
 A back-off nudge is sent with ``DelaySeconds`` (not part of the body) so it arrives when the
 lease becomes claimable.
 
@@ -22,10 +24,11 @@ from typing import Any
 
 from holdfast.core.model import validate_conn_id
 
-__all__ = ["MAX_DELAY_S", "TRACE_ATTRIBUTE", "Nudge", "delay_until", "parse_nudge",
+__all__ = ["HOPS", "MAX_DELAY_S", "TRACE_ATTRIBUTE", "Nudge", "delay_until", "parse_nudge",
            "trace_attributes", "traceparent_of"]
 
 MAX_DELAY_S = 900  # SQS's maximum DelaySeconds
+HOPS = "hops"  # body key: hand-ons so far (worker.claimer)
 TRACE_ATTRIBUTE = "traceparent"  # the SQS message attribute (W3C trace context)
 
 

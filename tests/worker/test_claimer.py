@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from holdfast.core.nudge import HOPS
 from holdfast.localaws import LocalAws
 from tests.conftest import client_for
 from tests.worker.conftest import async_wait_until
-from worker.claimer import Claim, Claimer, Later, in_daemon_thread
+from worker.claimer import MAX_HOPS, Claim, Claimer, Later, in_daemon_thread
 from worker.metrics import WorkerMetrics
 
 
@@ -115,3 +116,29 @@ async def test_stopping_worker_hands_caught_nudges_on(queue: Any) -> None:
     send(sqs, url, "handed-on")
     assert await in_daemon_thread(lambda: stopping._receive(1)) == []
     assert visible(sqs, url) == ["handed-on"]
+
+
+async def test_a_refused_nudge_is_handed_on_with_its_hops_then_waits(queue: Any) -> None:
+    """A stream we shed is handed on with hops + 1; at MAX_HOPS it waits a second instead."""
+    sqs, url = queue
+
+    async def claim(conn_id: str, source: str) -> Claim:
+        return Claim.REFUSED
+
+    claimer = Claimer(sqs, url, claim, lambda: 10, WorkerMetrics(), poll_s=1)
+    send(sqs, url, "r")
+    for hop in range(1, MAX_HOPS + 1):
+        resp = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+        (message,) = resp["Messages"]
+        await claimer.handle([dict(message)])
+        await asyncio.gather(*claimer._settling)
+        body = json.loads(sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1,
+                                              VisibilityTimeout=0)["Messages"][0]["Body"])
+        assert body["conn_id"] == "r" and body[HOPS] == hop
+    resp = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    (message,) = resp["Messages"]
+    await claimer.handle([dict(message)])  # the last hop: back in a second, not handed on
+    await asyncio.gather(*claimer._settling)
+    assert visible(sqs, url) == []
+    await asyncio.sleep(1.3)
+    assert visible(sqs, url) == ["r"]
