@@ -31,11 +31,14 @@ class SessionRow:
     heartbeat_age_ms: int
     expires_in_ms: int
     reaped: bool
+    draining: bool = False  # ``holdfast drain``: shedding everything, claiming nothing
+    target: float | None = None  # a live rebalancing target: the share it is aimed at
 
     def to_json(self) -> dict[str, Any]:
         return {"owner": self.owner, "state": self.state, "held": self.held,
                 "capacity": self.capacity, "heartbeat_age_ms": self.heartbeat_age_ms,
-                "expires_in_ms": self.expires_in_ms, "reaped": self.reaped}
+                "expires_in_ms": self.expires_in_ms, "reaped": self.reaped,
+                "draining": self.draining, "target": self.target}
 
 
 def session_rows(items: list[SessionItem | MalformedItem], now_ms: int) -> list[SessionRow]:
@@ -47,9 +50,11 @@ def session_rows(items: list[SessionItem | MalformedItem], now_ms: int) -> list[
         state = item.state.value
         if state == "ALIVE" and item.expires_at_ms <= now_ms:
             state = "SILENT"
+        target = item.directive.share if item.directive is not None and item.directive.live(
+            now_ms) else None
         rows.append(SessionRow(item.owner, state, item.held, item.capacity,
                                now_ms - item.heartbeat_at_ms, item.expires_at_ms - now_ms,
-                               item.reaped))
+                               item.reaped, item.draining, target))
     return sorted(rows, key=lambda r: (r.state != "ALIVE", r.owner))
 
 

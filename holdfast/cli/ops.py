@@ -297,7 +297,9 @@ def _run_status(args: argparse.Namespace) -> int:
         console.print(f"  session [{color}]{r.state}[/] {r.owner}: {r.held}/{r.capacity} "
                       f"streams, heartbeat {_secs(r.heartbeat_age_ms)} ago"
                       + (f", expires in {_secs(r.expires_in_ms)}" if r.state == "ALIVE" else "")
-                      + ("" if r.reaped or r.state == "ALIVE" else ", streams being released"))
+                      + ("" if r.reaped or r.state == "ALIVE" else ", streams being released")
+                      + (", draining" if r.draining else "")
+                      + (f", rebalancing to {r.target:g}" if r.target is not None else ""))
     console.print(f"[bold]{len(st.workers)} workers[/], {st.streams} streams "
                   f"({st.started} started, {st.stopped} stopped)")
     for owner, n in st.workers.items():

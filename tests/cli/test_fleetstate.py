@@ -60,3 +60,22 @@ def test_session_rows_tell_alive_silent_and_dead_apart() -> None:
     assert [(r.owner, r.state) for r in rows] == [("a#i1", "ALIVE"), ("b#i2", "SILENT"),
                                                   ("c#i3", "DEAD")]
     assert rows[0].expires_in_ms == 5_000 and rows[0].heartbeat_age_ms == 1_000
+
+
+def test_session_rows_show_draining_and_a_live_rebalancing_target() -> None:
+    """status says which worker drains and which one a live target is moving (lapsed: not)."""
+    from holdfast.cli.fleetstate import session_rows
+    from holdfast.core.directives import Directive
+    from holdfast.core.schema import SessionState
+    from holdfast.core.sessions import SessionItem
+
+    now = 1_000_000
+    live, lapsed = Directive(5, 5, 1, now + 9_000, 2, now), Directive(7, 7, 1, now - 1, 2, now)
+    rows = session_rows([
+        SessionItem("a", "i1", SessionState.ALIVE, now + 5_000, now, 9, 10, directive=live),
+        SessionItem("b", "i2", SessionState.ALIVE, now + 5_000, now, 1, 10, directive=lapsed,
+                    draining=True),
+    ], now)
+    assert [(r.owner, r.target, r.draining) for r in rows] == [("a#i1", 5, False),
+                                                               ("b#i2", None, True)]
+    assert rows[0].to_json()["target"] == 5 and rows[1].to_json()["draining"] is True
