@@ -39,6 +39,7 @@ from holdfast.core.aws import call
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.nudge import (
     HOPS,
+    REASON_MOVED,
     TRACE_ATTRIBUTE,
     parse_nudge,
     trace_attributes,
@@ -53,11 +54,16 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["MAX_HOPS", "Claim", "Claimer", "Later", "Reconciler", "in_daemon_thread"]
+__all__ = ["MAX_HOPS", "SOURCE_MOVED", "Claim", "Claimer", "Later", "Reconciler",
+           "in_daemon_thread"]
 
 logger = Logger(service="holdfast-worker", child=True)
 T = TypeVar("T")
-MAX_HOPS = 3  # hand-ons of a refused nudge before it waits a second instead
+# Hand-ons of a refused nudge before it waits a second (a shed stream) or is simply claimed (a
+# move at a worker at its share): each hop lands on a random waiting poll, so 10 hops make
+# "only ever the wrong workers" a one-in-a-thousand case when half the pollers would refuse.
+MAX_HOPS = 10
+SOURCE_MOVED = "moved"  # the claim's source for a moved stream's nudge (worker.holdings)
 
 
 class Claim(Enum):
@@ -226,15 +232,18 @@ class Claimer:
     async def _one(self, message: dict[str, Any]) -> Claim | Later | None:
         body = message.get("Body", "")
         try:
-            conn_id = parse_nudge(body if isinstance(body, str) else "").conn_id
+            nudge = parse_nudge(body if isinstance(body, str) else "")
         except ValueError as exc:
             self.metrics.incr("PoisonMessages")
             logger.warning("poison nudge deleted", error=str(exc)[:200],
                            message_id=message.get("MessageId"), body=str(body)[:200])
             return None
         # Each message is its own task (gather): the claim span's parent is this nudge's.
+        # A moved stream's nudge may be handed on by a worker above its share (a few hops).
+        source = SOURCE_MOVED if nudge.reason == REASON_MOVED and _hops(
+            message) < MAX_HOPS else "nudge"
         with tracing.attached(traceparent_of(message)):
-            return await self.claim(conn_id, "nudge")
+            return await self.claim(nudge.conn_id, source)
 
     def _settle(self, delete: list[dict[str, Any]],
                 again: list[tuple[dict[str, Any], int]],

@@ -32,7 +32,7 @@ from holdfast.core.exceptions import (
 from holdfast.core.store import LeaseStore
 from worker.backoff import Backoff
 from worker.balancing import SHED, Balancing
-from worker.claimer import Claim, Later
+from worker.claimer import SOURCE_MOVED, Claim, Later
 from worker.config import WorkerConfig
 from worker.connection import Connection, ConnectionContext, ConnectOptions
 from worker.handler import Handler
@@ -90,9 +90,11 @@ class Holdings:
     def free_capacity(self) -> int:
         if self.stopping() or self.owner() is None:
             return 0
-        free = self.config.max_connections - len(self.streams) - len(self._claiming)
-        room = self.balancing.room() if self.balancing is not None else None
-        return free if room is None else min(free, room - len(self._claiming))
+        if self.balancing is not None and self.balancing.draining:
+            return 0
+        # Not limited by a rebalancing share: a failover's or a new stream's nudge must be
+        # claimed by whoever has room; only a moved stream's nudge is held to the share.
+        return self.config.max_connections - len(self.streams) - len(self._claiming)
 
     async def claim(self, conn_id: str, source: str = "nudge") -> Claim | Later:
         """Try to acquire ``conn_id`` and start holding it (in a ``claim`` span if tracing)."""
@@ -109,8 +111,11 @@ class Holdings:
     async def _claim(self, conn_id: str, source: str, span: Span | None) -> Claim | Later:
         if conn_id in self.streams or conn_id in self._claiming:
             return Claim.CONFLICT  # already ours (a duplicate nudge)
-        if self.balancing is not None and self.balancing.refuses(conn_id):
-            return Claim.REFUSED  # we shed it: never straight back (handed on)
+        if self.balancing is not None and (self.balancing.refuses(conn_id) or (
+                source == SOURCE_MOVED and self.balancing.room() == 0)):
+            # We shed it (never straight back), or it is a move and we are at our share:
+            # handed on to a worker below it.
+            return Claim.REFUSED
         owner = self.owner()
         if self.free_capacity() <= 0 or owner is None:
             return Claim.NO_CAPACITY  # handed on to another worker at once

@@ -5,8 +5,10 @@ fencing epoch the sender saw (null when it did not see the item, e.g. the sweepe
 index); a nudge is only a hint and the conditional acquire decides, so the one parser below is
 strict about ``conn_id`` (without it there is nothing to claim) and lenient about the rest: a
 missing or malformed ``reason`` or ``epoch`` is read as empty, and unknown keys are ignored.
-A worker that hands a nudge on (it shed that stream a moment ago) adds ``HOPS``: how often it
-was handed on, so a nudge cannot bounce between the only pollers for ever.
+A worker that hands a nudge on (it shed that stream a moment ago, or it is above its
+rebalancing share and the nudge is for a moved stream) adds ``HOPS``: how often it was handed
+on, so a nudge cannot bounce between the only pollers for ever. ``REASON_MOVED`` is the router's
+reason for the release of a rebalancing move (``moved_at_ms`` changed with it).
 A back-off nudge is sent with ``DelaySeconds`` (not part of the body) so it arrives when the
 lease becomes claimable.
 
@@ -24,11 +26,12 @@ from typing import Any
 
 from holdfast.core.model import validate_conn_id
 
-__all__ = ["HOPS", "MAX_DELAY_S", "TRACE_ATTRIBUTE", "Nudge", "delay_until", "parse_nudge",
-           "trace_attributes", "traceparent_of"]
+__all__ = ["HOPS", "MAX_DELAY_S", "REASON_MOVED", "TRACE_ATTRIBUTE", "Nudge", "delay_until",
+           "parse_nudge", "trace_attributes", "traceparent_of"]
 
 MAX_DELAY_S = 900  # SQS's maximum DelaySeconds
 HOPS = "hops"  # body key: hand-ons so far (worker.claimer)
+REASON_MOVED = "moved"  # a rebalancing move's release: over-share workers hand it on
 TRACE_ATTRIBUTE = "traceparent"  # the SQS message attribute (W3C trace context)
 
 

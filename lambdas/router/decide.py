@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules
 from holdfast.core.exceptions import MalformedItem
-from holdfast.core.model import LeaseItem, validate_worker_id
-from holdfast.core.nudge import MAX_DELAY_S, Nudge, delay_until
+from holdfast.core.model import LeaseItem, int_attr, validate_worker_id
+from holdfast.core.nudge import MAX_DELAY_S, REASON_MOVED, Nudge, delay_until
 from holdfast.core.schema import ATTR, LeaseStatus, SessionState, conn_id_from_pk, session_of_owner
 
 if TYPE_CHECKING:
@@ -86,6 +86,7 @@ class Reason(StrEnum):
     REARMED = "rearmed"
     CHANGED = "changed"
     FREED = "freed"
+    MOVED = REASON_MOVED  # a rebalancing move's release
     # Why an order is given.
     STOP = "stop"
     # Why a record is skipped.
@@ -160,7 +161,12 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
     if not old.started:
         return _nudge(new, Reason.STARTED, now_ms, skew_ms, normalise)
     if old.lease_owner is not None:
-        return _nudge(new, _release_reason(new), now_ms, skew_ms, normalise)
+        # A release that stamped moved_at_ms is a rebalancing move (holdfast.core.nudge).
+        moved_at = int_attr(new_image, ATTR.moved_at_ms)
+        moved = moved_at is not None and moved_at != int_attr(old_image or {},
+                                                              ATTR.moved_at_ms)
+        return _nudge(new, Reason.MOVED if moved else _release_reason(new), now_ms, skew_ms,
+                      normalise)
     if old.lease_expires_at_ms is None and new.lease_expires_at_ms is not None:
         # Our own normalisation (or an equivalent edit): the record that led to it nudged.
         return Decision(Outcome.SKIP, Reason.NORMALISED, new.conn_id, new.epoch)

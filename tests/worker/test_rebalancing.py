@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 from holdfast.core.directives import Directive, drain_body
+from holdfast.core.nudge import REASON_MOVED
 from holdfast.core.orders import order_queue_url
 from tests.worker.conftest import (
     Fleet,
@@ -92,3 +94,42 @@ async def test_drain_by_the_order_queue_empties_a_worker_that_keeps_running(
         router.stop()
     for c in conns:
         assert missing_seqs(rec.seqs(c)) == [], c
+
+
+async def test_at_its_share_a_worker_hands_moves_on_but_takes_failovers(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """At its share: moved streams go to the worker below it; a failover's do not wait."""
+    rec = Recorder()
+    held = [f"{unique_id}-h{i}" for i in range(2)]
+    moved = [f"{unique_id}-mv{i}" for i in range(8)]
+    async with running_worker(fleet, rec) as a, running_worker(fleet, rec) as b:
+        await async_wait_until(lambda: a.worker.owner and b.worker.owner, 5, "sessions")
+        assert a.worker.owner is not None
+        for c in held:
+            fleet.create(c, upstream.url(c))
+            assert await a.worker.holdings.claim(c, "test") is not None
+        now = _now_ms()
+        assert fleet.sessions().set_directive(a.worker.owner, Directive(2, 2, 0, now + 30_000,
+                                                                        2, now))
+        await async_wait_until(lambda: a.worker.balancing and a.worker.balancing.room() == 0,
+                               5, "A at its ceiling")
+        for c in moved:
+            fleet.create(c, upstream.url(c))
+            fleet.nudge(c, json.dumps({"conn_id": c, "reason": REASON_MOVED, "epoch": None}))
+        await async_wait_until(lambda: all(c in b.worker.streams or c in a.worker.streams
+                                           for c in moved), 10, "every move claimed")
+        # A nudge handed on MAX_HOPS times is claimed by whoever holds it then: landing on A
+        # every time is a one-in-a-thousand case for one stream, never for two.
+        assert len(set(moved) & set(a.worker.streams)) <= 1
+    async with running_worker(fleet, rec) as a:
+        await async_wait_until(lambda: a.worker.owner, 5, "A's session")
+        assert a.worker.owner is not None
+        now = _now_ms()
+        assert fleet.sessions().set_directive(a.worker.owner, Directive(0, 0, 0, now + 30_000,
+                                                                        1, now))
+        await async_wait_until(lambda: a.worker.balancing and a.worker.balancing.room() == 0,
+                               5, "A at its ceiling")
+        lone = f"{unique_id}-lone"
+        fleet.create(lone, upstream.url(lone))
+        fleet.nudge(lone, json.dumps({"conn_id": lone, "reason": "released", "epoch": None}))
+        await async_wait_until(lambda: lone in a.worker.streams, 5, "a failover's stream taken")
