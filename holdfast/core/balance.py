@@ -18,11 +18,13 @@ README's "Rebalancing") feeds ``plan`` the live sessions it reads anyway; each w
   budget for moves until its streams are claimed again.
 - **Targets, not orders per stream.** A member above its share gets ``Target(share, ceiling
   = share, shed_at_once)``: it sheds down to its share, ``shed_at_once`` at a time, and claims
-  nothing while at or above it, so a shed stream never goes straight back. A member at or
-  below its share is not held back (its ceiling is its capacity): a failover during a
-  rebalance, or new streams, must never wait for the next decision because every worker with
-  room was held at a ceiling computed before them. Targets are absolute, so a decision
-  repeated from a stale view (a heartbeat behind) moves nothing more.
+  no moved stream while at or above it, so a shed stream never goes straight back. A member
+  at or below its share gets ``ceiling = share + band``: it takes moved streams up to there,
+  so two under-loaded members cannot split the moves so unevenly that one must shed again.
+  The ceiling holds back moved streams only (the worker tells them by the router's reason):
+  a failover's or a new stream's are claimed by whoever has room, so none waits for a
+  decision. Targets are absolute, so a decision repeated from a stale view (a heartbeat
+  behind) moves nothing more.
 """
 
 from __future__ import annotations
@@ -161,12 +163,10 @@ def plan(members: Sequence[Member], *, unowned: int = 0, in_motion: int = 0,
     over = {m.owner: m.load - shares[m.owner] for m in members
             if m.load - shares[m.owner] > _EPS}
     at_once = _split(budget, over)
-    held = sum(m.held for m in members)
-    mean_weight = sum(m.load for m in members) / held if held else 1.0
     targets = tuple(Target(
         m.owner, shares[m.owner],
         shares[m.owner] if m.owner in over or m.draining
-        else max(shares[m.owner] + policy.band(shares[m.owner]), m.capacity * mean_weight),
+        else shares[m.owner] + policy.band(shares[m.owner]),
         at_once.get(m.owner, 0)) for m in members)
     return Plan(shares, False, targets, excess, budget)
 

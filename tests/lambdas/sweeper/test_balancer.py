@@ -103,8 +103,7 @@ def test_an_unbalanced_fleet_gets_targets_and_the_busy_owner_its_message(
         assert d is not None and (d.share, d.ceiling, d.shed_at_once, d.fleet) == (5, 5, 1, 4)
     for s in idle:
         d = directive_of(deps.sessions, s.worker_id)
-        # Under its share a worker is held back only by its capacity.
-        assert d is not None and (d.share, d.ceiling, d.shed_at_once) == (5, CAPACITY, 0)
+        assert d is not None and (d.share, d.ceiling, d.shed_at_once) == (5, 6, 0)
     got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
     bodies = [m["Body"] for m in got.get("Messages", [])]
     assert [parse_directive_body(b, busy[0].owner) for b in bodies] == [
