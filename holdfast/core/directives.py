@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.core.aws import ConditionFailed, call
 from holdfast.core.model import validate_worker_id
+from holdfast.core.orders import addressed_to
 from holdfast.core.schema import SESSION, SessionState, session_of_owner, session_pk_for
 
 if TYPE_CHECKING:
@@ -95,11 +96,8 @@ def drain_body(owner: str, draining: bool) -> str:
 def parse_directive_body(body: str, owner: str) -> Directive | bool | None:
     """What an order-queue message for ``owner`` says: a ``Directive``, a drain flag (bool),
     or None (not one of these, foreign, or malformed)."""
-    try:
-        data = json.loads(body)
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("owner") != owner:
+    data = addressed_to(body, owner)
+    if data is None:
         return None
     if isinstance(data.get("drain"), bool):
         return bool(data["drain"])
@@ -146,14 +144,15 @@ class Directing:
         return self._conditional(owner, "REMOVE #d", {"#d": SESSION.draining}, {})
 
     def _conditional(self, owner: str, update: str, names: dict[str, str],
-                     values: dict[str, Any]) -> bool:
+                     values: dict[str, Any], *, op: str = "set_directive") -> bool:
+        """``update`` on the session ``owner`` names, if it is that incarnation and ALIVE."""
         parsed = session_of_owner(owner)
         if parsed is None:
             return False
         worker_id, incarnation = parsed
         try:
             validate_worker_id(worker_id)
-            call("set_directive", self.client.update_item, TableName=self.table,
+            call(op, self.client.update_item, TableName=self.table,
                  Key={SESSION.pk: {"S": session_pk_for(worker_id)}}, UpdateExpression=update,
                  ConditionExpression="#inc = :inc AND #state = :alive",
                  ExpressionAttributeNames={**names, "#inc": SESSION.incarnation,

@@ -22,12 +22,13 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "MAX_PREFIX_LEN",
     "ORDER_STOP",
     "Order",
+    "addressed_to",
     "order_queue_name",
     "order_queue_url",
     "parse_body",
@@ -84,13 +85,22 @@ def parse_order(text: str) -> Order | None:
     return Order(verb, conn_id, int(epoch_text))
 
 
-def parse_body(body: str, owner: str) -> Order | None:
-    """The order in an order-queue message for ``owner``; None if it is foreign or malformed."""
+def addressed_to(body: str, owner: str) -> dict[str, Any] | None:
+    """An order-queue message's JSON object if it names ``owner``; None if it is foreign or
+    not a JSON object (a reused queue name, or a forged message, cannot mislead)."""
     try:
         data = json.loads(body)
     except (TypeError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("owner") != owner:
+        return None
+    return data
+
+
+def parse_body(body: str, owner: str) -> Order | None:
+    """The order in an order-queue message for ``owner``; None if it is foreign or malformed."""
+    data = addressed_to(body, owner)
+    if data is None:
         return None
     order = data.get("order")
     return parse_order(order) if isinstance(order, str) else None

@@ -42,7 +42,6 @@ from holdfast.core.schema import (
     SESSION,
     SessionState,
     owner_for,
-    session_of_owner,
     session_pk_for,
     worker_of_session_pk,
 )
@@ -314,23 +313,8 @@ class SessionStore(Reaper, Directing):
 
     def add_order(self, owner: str, order: str) -> bool:
         """Give the live session ``owner`` an order (router); False if no such live session."""
-        parsed = session_of_owner(owner)
-        if parsed is None:
-            return False
-        worker_id, incarnation = parsed
-        try:
-            validate_worker_id(worker_id)
-            call("add_order", self.client.update_item, TableName=self.table,
-                 Key=self._key(worker_id), UpdateExpression="ADD #orders :o",
-                 ConditionExpression="#inc = :inc AND #state = :alive",
-                 ExpressionAttributeNames={"#orders": SESSION.orders,
-                                           "#inc": SESSION.incarnation, "#state": SESSION.state},
-                 ExpressionAttributeValues={":o": {"SS": [order]}, ":inc": {"S": incarnation},
-                                            ":alive": {"S": SessionState.ALIVE}})
-        except (ConditionFailed, ValueError):
-            return False
-        return True
-
+        return self._conditional(owner, "ADD #orders :o", {"#orders": SESSION.orders},
+                                 {":o": {"SS": [order]}}, op="add_order")
 
 def _why_lost(raw: Mapping[str, Any] | None, incarnation: str) -> str:
     if not raw:

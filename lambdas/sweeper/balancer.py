@@ -29,14 +29,14 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core.balance import BalancePolicy, Member, Plan, plan
 from holdfast.core.directives import Directive
 from holdfast.core.exceptions import HoldfastError
-from holdfast.core.sessions import SessionItem, SessionStore
+from holdfast.core.sessions import SessionItem, SessionStore, SweepLog
 from lambdas.router.order_queue import send_body
 from lambdas.settings import Settings
 
@@ -51,14 +51,9 @@ SUMMARY_MEMBERS = 8  # members named in a decision's log line; the rest are coun
 _OWNER_CHARS = 60
 
 
-class BalanceLog(Protocol):
-    """What the balancer logs through: a ``logging.Logger`` or a Powertools ``Logger``."""
-
-    def info(self, msg: object, *args: object,
-             extra: Mapping[str, object] | None = None) -> None: ...
-
-    def error(self, msg: object, *args: object,
-              extra: Mapping[str, object] | None = None) -> None: ...
+# What the balancer logs through (a ``logging.Logger`` or a Powertools ``Logger``): the same
+# protocol as the session sweep's.
+BalanceLog = SweepLog
 
 
 @dataclass(frozen=True, slots=True)
