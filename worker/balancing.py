@@ -12,10 +12,10 @@ either. From there everything is local:
   nudges it at once and an under-loaded worker resumes it from ``last_seq + 1``. The next one
   starts once another worker owns it (``moved``: the item is read back every 200 ms).
 - **the claim gate**: while a target is live and we are at its ceiling (our share when we
-  are over it, share + band when under), a moved stream's nudge (the router's reason ``moved``) is handed on to a
-  worker below its share; a failover's or a new stream's nudge is claimed as ever, so none
-  waits for a decision. A stream we shed within the cool-down is never claimed back. Draining
-  claims nothing.
+  are over it, share + band when under), a moved stream's nudge (the router's reason
+  ``moved``) is handed on to another worker; a failover's or a new stream's nudge is claimed
+  as ever, so none waits for a decision. A stream we shed within the cool-down is never
+  claimed back. Draining claims nothing.
 - **decider down**: targets lapse (``until_ms``) and the gate opens; nothing else depends on
   the decider. Draining goes on without one, ``HOLDFAST_DRAIN_AT_ONCE`` at a time.
 """

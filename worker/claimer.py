@@ -15,8 +15,7 @@ A nudge (``holdfast.core.nudge``) is a JSON object with a string ``conn_id``; th
 - no capacity any more, or shutting down: made visible at once for another worker;
 - poison (not JSON, no valid ``conn_id``): deleted with a log line.
 
-The reconcile sweep is the safety net for a router that is down: every jittered period it reads
-the orphan index and tries to claim what fits.
+The reconcile sweep (``worker.reconciler``) is the safety net for a router that is down.
 """
 
 from __future__ import annotations
@@ -45,16 +44,13 @@ from holdfast.core.nudge import (
     trace_attributes,
     traceparent_of,
 )
-from holdfast.core.sessions import SessionStore, sweep_sessions
-from holdfast.core.table import find_orphans
 from worker.backoff import claim_retry_s, jittered
 from worker.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["MAX_HOPS", "SOURCE_MOVED", "Claim", "Claimer", "Later", "Reconciler",
+__all__ = ["MAX_HOPS", "SOURCE_MOVED", "Claim", "ClaimFn", "Claimer", "Later",
            "in_daemon_thread"]
 
 logger = Logger(service="holdfast-worker", child=True)
@@ -325,67 +321,3 @@ def _receives(message: dict[str, Any]) -> int:
         return max(1, int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1)))
     except (TypeError, ValueError):
         return 1
-
-
-@dataclass
-class Reconciler:
-    """The fallback sweep: every jittered ``period_s``, claim orphans that fit in capacity."""
-
-    ddb: DynamoDBClient
-    table: str
-    skew_ms: int
-    claim: ClaimFn
-    free_capacity: Callable[[], int]
-    period_s: float
-    wall_ms: Callable[[], int]
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    rand: Callable[[], float] = random.random
-    # The session half of the sweeper, as a safety net for a sweeper that is down: declare
-    # silent sessions dead and release their streams (the router then nudges them).
-    sessions: SessionStore | None = None
-    # Told how many live sessions the sweep saw (this worker's share of the connect budget).
-    fleet: Callable[[int], None] | None = None
-
-    async def run(self) -> None:
-        while True:
-            await self.sleep(jittered(self.period_s, self.rand))
-            try:
-                await self.sweep()
-            except HoldfastError as exc:
-                logger.warning("reconcile sweep failed", error=str(exc)[:300])
-
-    async def sweep(self) -> int:
-        """One pass; returns how many streams it claimed."""
-        if self.sessions is not None:
-            swept = await asyncio.to_thread(sweep_sessions, self.sessions, self.wall_ms(),
-                                            self.skew_ms, logger)
-            if swept.dead or swept.reaped:
-                logger.info("reconcile sweep reaped sessions", dead=len(swept.dead),
-                            released=swept.reaped)
-            if self.fleet is not None and swept.alive:
-                self.fleet(len(swept.alive))
-        free = self.free_capacity()
-        if free <= 0:
-            return 0
-
-        def read() -> list[str]:
-            found = []
-            # Read a little more than fits: other workers race for the same orphans.
-            for orphan in find_orphans(self.ddb, self.table, now_ms=self.wall_ms(),
-                                       skew_ms=self.skew_ms):
-                found.append(orphan.conn_id)
-                if len(found) >= free * 2:
-                    break
-            return found
-
-        orphans = await asyncio.to_thread(read)
-        random.shuffle(orphans)  # workers sweeping at once should not all fight for the first
-        claimed = 0
-        for conn_id in orphans:
-            if self.free_capacity() <= 0:
-                break
-            if await self.claim(conn_id, "sweep") is Claim.CLAIMED:
-                claimed += 1
-        if claimed:
-            logger.info("reconcile sweep claimed orphans", claimed=claimed, seen=len(orphans))
-        return claimed

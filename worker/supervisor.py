@@ -36,7 +36,7 @@ from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from worker.balancing import Balancing, owned_elsewhere_by
 from worker.budget import ConnectBudget
-from worker.claimer import Claimer, Reconciler
+from worker.claimer import Claimer
 from worker.config import WorkerConfig
 from worker.connection import Connection
 from worker.handler import Handler, default_handler
@@ -46,6 +46,7 @@ from worker.holdings import Holdings
 from worker.metrics import WorkerMetrics
 from worker.orders import OrderInbox
 from worker.protocol import QueryParamProtocol, ResumeProtocol
+from worker.reconciler import Reconciler
 from worker.renewer import Renewer, monotonic_ms
 from worker.session import SessionKeeper
 from worker.watchdog import Watchdog
