@@ -112,7 +112,7 @@ class Holdings:
         if conn_id in self.streams or conn_id in self._claiming:
             return Claim.CONFLICT  # already ours (a duplicate nudge)
         if self.balancing is not None and (self.balancing.refuses(conn_id) or (
-                source == SOURCE_MOVED and self.balancing.room() == 0)):
+                source == SOURCE_MOVED and self._room_for_moves() <= 0)):
             # We shed it (never straight back), or it is a move and we are at our share:
             # handed on to a worker below it.
             return Claim.REFUSED
@@ -162,6 +162,12 @@ class Holdings:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return Claim.CLAIMED
+
+    def _room_for_moves(self) -> int:
+        """Moved streams we may still take under our target's ceiling, claims in flight
+        counted (a poll's ten nudges are claimed at once: each must see the others)."""
+        room = self.balancing.room() if self.balancing is not None else None
+        return 1 if room is None else room - len(self._claiming)
 
     def _later(self, exc: AcquireFailed) -> Later | None:
         """For a stream in back-off: when its nudge should come back (None: let it go)."""
