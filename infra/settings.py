@@ -154,6 +154,12 @@ class Settings:
     renew_mode: str = _setting("batch", _choice("batch", "single"), "PartiQL batch or one by one")
     # Worker service.
     max_connections_per_task: int = _setting(500, _int(1, 50_000), "connections one task holds")
+    # Rebalancing (README "Rebalancing"): the fleet-wide budget of upstream connects per
+    # second (each task takes its share; 0: no limit), and how long a moved stream stays put.
+    connect_rate: int = _setting(1000, _int(0, 1_000_000),
+                                 "fleet-wide upstream connects per second (0: no limit)")
+    rebalance_cooldown_seconds: int = _setting(
+        60, _int(0, 86_400), "a stream whose owner changed is not moved again for this long")
     target_utilization_percent: int = _setting(
         70, _int(10, 100), "scale to keep average connections per task at this % of the max")
     min_tasks: int = _setting(2, _int(1, 1000), "fewest worker tasks (>= 2 survives one loss)")
