@@ -123,12 +123,13 @@ def test_no_sdk_means_off(tmp_path: Path) -> None:
 
 
 def test_a_handed_on_nudge_keeps_its_trace() -> None:
-    """A stopping worker's fresh copy of a nudge carries the same traceparent attribute."""
+    """A stopping worker's fresh copy of a nudge carries the same traceparent attribute (and
+    one more hop: holdfast.core.nudge.HOPS)."""
     from worker.claimer import _copy
 
     tp = "00-" + "3" * 32 + "-" + "4" * 16 + "-01"
     received = {"Body": "{}", "MessageAttributes": {
         TRACE_ATTRIBUTE: {"StringValue": tp, "DataType": "String", "StringListValues": []}}}
-    assert _copy(2, received) == {"Id": "2", "MessageBody": "{}", "MessageAttributes": {
+    assert _copy(2, received) == {"Id": "2", "MessageBody": '{"hops":1}', "MessageAttributes": {
         TRACE_ATTRIBUTE: {"DataType": "String", "StringValue": tp}}}
     assert "MessageAttributes" not in _copy(0, {"Body": "{}"})
