@@ -105,13 +105,15 @@ class SessionKeeper:
                                                "fenced: not renewed within TTL - skew - margin"))
                 return
             try:
-                beat = await asyncio.wait_for(
-                    asyncio.get_running_loop().run_in_executor(
+                # asyncio.timeout, not wait_for: in 3.11 wait_for swallows a cancellation that
+                # lands as the call completes (gh-86296), and the stop then waits on this loop
+                # for ever (seen once: a SIGTERMed worker heartbeating its ENDED session).
+                async with asyncio.timeout((self.fence_mono_ms - sent) / 1000):
+                    beat = await asyncio.get_running_loop().run_in_executor(
                         self.executor, functools.partial(
                             self.store.heartbeat_full, session, held=self.held(),
                             capacity=self.capacity, done=self._done,
-                            load=self.load() if self.load is not None else None)),
-                    (self.fence_mono_ms - sent) / 1000)
+                            load=self.load() if self.load is not None else None))
             except TimeoutError:
                 failures += 1
                 continue  # at the fence: handled above
