@@ -31,6 +31,7 @@ from typing import Any
 
 from bench.crash_production import plan_for
 from bench.harness import BenchFleet, dist, now_ms
+from bench.scenarios import loss
 from holdfast.core.model import LeaseItem
 from holdfast.core.table import scan_items
 from holdfast.fleet.procs import FleetTiming
@@ -199,17 +200,6 @@ def _events(bf: BenchFleet) -> list[LogEvent]:
     return out
 
 
-def _loss(bf: BenchFleet, ids: Iterable[str]) -> tuple[int, int]:
-    gap = dups = 0
-    for c in ids:
-        seqs = bf.handled.seqs(c)
-        uniq = set(seqs)
-        dups += len(seqs) - len(uniq)
-        if uniq:
-            gap += sum(1 for s in range(min(uniq), max(uniq) + 1) if s not in uniq)
-    return gap, dups
-
-
 def _hold_still(bf: BenchFleet, w: _Watch, ids: list[str], first: list[str],
                 t: FleetTiming) -> None:
     """``first`` take every stream, balanced among them, and hold them past the cool-down."""
@@ -278,7 +268,7 @@ def _scale(out: dict[str, Any], bf: BenchFleet, w: _Watch, ids: list[str], v: Va
     out["quiet_owner_changes_seen"] = w.changes - changes0
     bf.handled.poll()
     out["stalled"] = sorted(c for c in ids if not bf.handled.first_after(c, q1 - 3000))
-    out["seq_gap"], out["duplicates"] = _loss(bf, ids)
+    out["seq_gap"], out["duplicates"] = loss(bf, ids)
     _from_logs(out, bf, w, base_ms, quiet=(q0, q1), cooldown_ms=round(t.cooldown_s * 1000))
     say(f"{tag} moves {out['moves']} (min {out['min_moves']}), unowned {out['unowned_s']}, "
         f"quiet moves {out['quiet_moves']}, gap {out['seq_gap']}, dups {out['duplicates']}")

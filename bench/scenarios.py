@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from bench.harness import BenchFleet, dist, now_ms
@@ -15,7 +15,20 @@ from holdfast.core.schema import STOPPED
 from holdfast.core.table import set_desired_state
 from holdfast.fleet.procs import Proc
 
-__all__ = ["handover", "start_latency", "steady_cost", "stop_latency"]
+__all__ = ["handover", "loss", "start_latency", "steady_cost", "stop_latency"]
+
+
+def loss(bf: BenchFleet, ids: Iterable[str]) -> tuple[int, int]:
+    """(seqs missing between the first and last handled, seqs handled more than once) of
+    ``ids``, from the handled records."""
+    gap = dups = 0
+    for c in ids:
+        seqs = bf.handled.seqs(c)
+        uniq = set(seqs)
+        dups += len(seqs) - len(uniq)
+        if uniq:
+            gap += sum(1 for s in range(min(uniq), max(uniq) + 1) if s not in uniq)
+    return gap, dups
 
 
 def _retire(bf: BenchFleet, ids: list[str]) -> None:
@@ -70,13 +83,7 @@ def handover(bf: BenchFleet, n: int, sig: signal.Signals, *, rounds: int, timeou
             break
     time.sleep(1)
     bf.handled.poll()
-    gap = dups = 0
-    for c in ids:
-        seqs = bf.handled.seqs(c)
-        uniq = set(seqs)
-        dups += len(seqs) - len(uniq)
-        if uniq:
-            gap += sum(1 for s in range(min(uniq), max(uniq) + 1) if s not in uniq)
+    gap, dups = loss(bf, ids)
     _retire(bf, ids)
     time.sleep(bf.timing.heartbeat_s + 1)
     holder.stop(bf.timing.shutdown_s + 5)
