@@ -89,6 +89,10 @@ def test_seq_jump_bound_zero_means_none() -> None:
     ({"HOLDFAST_TASK_MEMORY_MIB": "lots"}, "HOLDFAST_TASK_MEMORY_MIB"),
     ({"HOLDFAST_MAX_SEQ_JUMP": "-1"}, "HOLDFAST_MAX_SEQ_JUMP"),
     ({"HOLDFAST_HANDLER_TIMEOUT_SECONDS": "0"}, "HOLDFAST_HANDLER_TIMEOUT_SECONDS"),
+    ({"HOLDFAST_CONNECT_RATE": "-1"}, "HOLDFAST_CONNECT_RATE"),
+    ({"HOLDFAST_CONNECT_BURST": "0"}, "HOLDFAST_CONNECT_BURST"),
+    ({"HOLDFAST_REBALANCE_COOLDOWN_SECONDS": "soon"}, "HOLDFAST_REBALANCE_COOLDOWN_SECONDS"),
+    ({"HOLDFAST_DRAIN_AT_ONCE": "0"}, "HOLDFAST_DRAIN_AT_ONCE"),
 ])
 def test_bad_values_name_the_variable(env: dict[str, str], names: str) -> None:
     """Every bad value is a ConfigError whose message names the variable."""
@@ -167,3 +171,13 @@ def test_the_order_queue_prefix_is_read_and_checked() -> None:
         == "hf-o-"
     with pytest.raises(ConfigError, match="HOLDFAST_ORDERS_QUEUE_PREFIX"):
         load_config({**BASE, "HOLDFAST_ORDERS_QUEUE_PREFIX": "bad.prefix"})
+
+
+def test_rebalancing_settings_default_and_parse() -> None:
+    """Cool-down 60 s, 10 at once when draining, 1,000 connects/s fleet-wide; 0 is no limit."""
+    cfg = load_config(BASE)
+    assert (cfg.cooldown_ms, cfg.drain_at_once, cfg.connect_rate, cfg.connect_burst) == (
+        60_000, 10, 1000.0, 1000.0)
+    cfg = load_config({**BASE, "HOLDFAST_CONNECT_RATE": "0",
+                       "HOLDFAST_REBALANCE_COOLDOWN_SECONDS": "2.5"})
+    assert cfg.connect_rate == 0 and cfg.cooldown_ms == 2_500
