@@ -85,7 +85,8 @@ def count_owned(client: DynamoDBClient, table: str, owner: str) -> int:
     loads say the fleet is out of balance: a report is up to a heartbeat old, so while streams
     move it counts some twice or not at all, and shares from it would be wrong. An owner index
     entry is under 100 bytes, so a worker holding 1,000 streams costs about 12 read units
-    (eventually consistent), once per decision that may move something, never when balanced.
+    (eventually consistent; arithmetic, not measured), once per decision that may move
+    something, never when balanced.
     Streams that cannot be held (in back-off, quarantined) are in no one's count, as they
     should be: they are not anyone's load.
     """
