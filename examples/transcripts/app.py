@@ -51,7 +51,8 @@ segments = dynamodb.Table(
     deletion_protection=settings.deletion_protection,
     removal_policy=cdk.RemovalPolicy.DESTROY if settings.removal_policy == "destroy"
     else cdk.RemovalPolicy.RETAIN)
-# Least privilege: the handler only ever puts (conditionally) into its own table.
+# Least privilege: the handler only ever puts (conditionally) into its own table; its fenced
+# write is a transaction of two Puts (segment + fence item), authorised as PutItem.
 segments.grant(stack.workers.task_definition.task_role, "dynamodb:PutItem")
 stack.workers.container.add_environment("TRANSCRIPTS_TABLE", segments.table_name)
 cdk.CfnOutput(stack, "SegmentTableName", value=segments.table_name,

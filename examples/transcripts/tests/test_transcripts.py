@@ -2,29 +2,96 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import pytest
 from conftest import EXAMPLE, HANDLER, ddb_client
+from transcripts import handler
 from transcripts.handler import text_of
 from transcripts.store import TABLE_ENV, SegmentStore
 
+from holdfast.sink import StaleEpoch
 from holdfast.testing import LocalFleet
+from worker.handler import Message
+
+# Lease epochs are clock-derived and only go up per conn_id: large numbers, never 1, 2, 3.
+OLD, NEW = 1_812_345_678_901, 1_812_345_682_901
 
 
 def _store(fleet: LocalFleet) -> SegmentStore:
     return SegmentStore(ddb_client(fleet.env), fleet.fleet.worker_env[TABLE_ENV])
 
 
+class PausedClient:
+    """A DynamoDB client whose writes wait for ``resume``: a holder stopped (a GC pause, a
+    frozen VM) after deciding a write and before DynamoDB receives it."""
+
+    def __init__(self, client: Any) -> None:
+        self.client, self.reached, self.resume = client, threading.Event(), threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self.client, name)
+        if name not in ("put_item", "transact_write_items"):
+            return call
+
+        def paused(**kwargs: Any) -> Any:
+            self.reached.set()
+            assert self.resume.wait(30), "never resumed"
+            return call(**kwargs)
+        return paused
+
+
 def test_a_replay_is_refused_and_the_first_write_kept(holdfast_fleet: LocalFleet) -> None:
     """Writing the same conn_id#seq twice stores it once, as the first writer wrote it."""
     store = _store(holdfast_fleet)
     conn = holdfast_fleet.new_id("unit")
-    assert store.put(conn, 7, "hello", "w1") is True
-    assert store.put(conn, 7, "hello again", "w2") is False
+    assert store.put(conn, 7, "hello", "w1", OLD) is True
+    assert store.put(conn, 7, "hello again", "w1", OLD) is False
+    assert store.put(conn, 7, "replayed by the successor", "w2", NEW) is False
     (item,) = store.segments(conn).values()
     assert item["pk"]["S"] == f"{conn}#7" and item["worker_id"]["S"] == "w1"
+
+
+async def test_a_paused_holders_late_segment_is_refused(holdfast_fleet: LocalFleet) -> None:
+    """Holder A, paused before writing seq 2, is refused once B took over and wrote 2 and 3."""
+    store = _store(holdfast_fleet)
+    conn = holdfast_fleet.new_id("pause")
+    assert store.put(conn, 1, "one", "A", OLD)
+    paused = PausedClient(store.client)
+    late = asyncio.create_task(asyncio.to_thread(
+        SegmentStore(paused, store.table).put, conn, 2, "two, from A", "A", OLD))
+    assert await asyncio.to_thread(paused.reached.wait, 30)
+    # A is stopped with its write in hand; B acquires the stream (a higher epoch) and writes.
+    assert store.put(conn, 2, "two", "B", NEW) and store.put(conn, 3, "three", "B", NEW)
+    paused.resume.set()
+    with pytest.raises(StaleEpoch) as refused:
+        await late
+    assert (refused.value.epoch, refused.value.seen) == (OLD, NEW)
+    stored = {s: (i["worker_id"]["S"], int(i["epoch"]["N"]))
+              for s, i in store.segments(conn).items()}
+    assert stored == {1: ("A", OLD), 2: ("B", NEW), 3: ("B", NEW)}  # B's segments stand
+
+
+async def test_the_handler_drops_a_late_segment(holdfast_fleet: LocalFleet,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """handle() stores a segment; one at a lower epoch than written is logged, not stored."""
+    for key, value in holdfast_fleet.env.items():  # what a worker's environment holds
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv(TABLE_ENV, holdfast_fleet.fleet.worker_env[TABLE_ENV])
+    conn = holdfast_fleet.new_id("late")
+    handler._store.cache_clear()
+    try:
+        await handler.handle(Message(conn, 1, '{"seq": 1, "data": "one"}', "B", NEW))
+        await handler.handle(Message(conn, 2, '{"seq": 2, "data": "x"}', "A", OLD))  # no raise
+    finally:
+        handler._store.cache_clear()
+    assert {s: i["text"]["S"] for s, i in _store(holdfast_fleet).segments(conn).items()} == {
+        1: "one"}
 
 
 def test_text_of_frames() -> None:

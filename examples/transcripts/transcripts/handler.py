@@ -4,7 +4,10 @@ Each message is one transcript segment (the demo upstream's frames are JSON
 ``{"seq", "ts", "data"}``; the text is ``data``). It is written to the table named by
 ``$TRANSCRIPTS_TABLE``, idempotently (see ``transcripts.store``). The call returns only once
 the write is durable: Holdfast checkpoints a seq after its handler returned, so a crash can
-replay a message (refused as a duplicate) but never skip one.
+replay a message (refused as a duplicate) but never skip one. A write refused by the epoch
+fence (a later holder has written this stream: this worker lost it while paused) is logged
+and dropped: the successor delivers that seq, and this worker learns it lost the stream at
+its next conditional write on the lease.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from functools import cache
 import boto3
 from aws_lambda_powertools import Logger
 
+from holdfast.sink import StaleEpoch
 from transcripts.store import TABLE_ENV, SegmentStore
 from worker.handler import Message
 
@@ -46,9 +50,15 @@ async def handle(message: Message) -> None:
         logger.warning("segment without seq skipped", conn_id=message.conn_id)
         return
     # boto3 blocks: run it off the event loop that keeps the leases alive.
-    written = await asyncio.to_thread(_store().put, message.conn_id, message.seq,
-                                      text_of(message.data), message.worker_id,
-                                      message.epoch)
+    try:
+        written = await asyncio.to_thread(_store().put, message.conn_id, message.seq,
+                                          text_of(message.data), message.worker_id,
+                                          message.epoch)
+    except StaleEpoch as refused:
+        logger.warning("late segment refused: a later holder has written this stream",
+                       conn_id=message.conn_id, seq=message.seq, epoch=refused.epoch,
+                       fence_epoch=refused.seen)
+        return
     if not written:
         logger.info("replayed segment already stored", conn_id=message.conn_id,
                     seq=message.seq)
