@@ -6,7 +6,15 @@ rules of ``worker.delivery``; this module does the I/O around them. A handover n
 nor skips a message: the checkpoint is the highest seq whose handler call has returned (or
 raised: a message the handler failed on is not retried, it is logged and counted). Drops are
 retried with jittered back-off while the lease is kept; after ``max_failures`` in a row
-``run`` returns the error and the supervisor hands the lease back.
+``run`` returns the error and the supervisor hands the lease back (BACKOFF, ``last_error``).
+
+Nothing is skipped without a handler call. A frame that kills the connection (too big, not
+UTF-8) is not skipped either: after ``poison_replays`` deaths in a row at one resume point the
+stream is given up the same way, ``last_error`` naming the resume seq and the close reason, and
+the checkpoint stays where the handler left it. The seq contract (resume overlap, a seq that
+goes back or jumps, a stream that cannot make progress) is ``worker.delivery``'s; here a
+broken seq is logged (at most once a minute per stream and kind, with the count left out),
+counted as ``FramesSkipped``, and a stalled stream is given up like the rest.
 
 Ways to stop, chosen by the caller: ``drain`` (graceful: finish the handler call in flight,
 close), ``abort``, ``fence`` and ``lose`` (stop handler calls and drop the connection now), or
@@ -30,7 +38,7 @@ from holdfast.core import names
 from holdfast.core.exceptions import UnsafeUrl
 from holdfast.core.urls import UrlPolicy, check_url, redact
 from worker.backoff import Backoff
-from worker.delivery import Step
+from worker.delivery import Step, Verdict
 from worker.dial import (
     NoRedirects,
     Resolver,
@@ -48,6 +56,11 @@ from worker.tracing import StreamTrace
 __all__ = ["ConnectOptions", "Connection", "ConnectionContext", "resolve_checked"]
 
 logger = Logger(service="holdfast-worker", child=True)
+LOG_EVERY_MS = 60_000  # a per-frame warning is logged at most this often per stream and kind
+
+
+class _GiveUp(Exception):
+    """The stream cannot make progress on this upstream: hand it back with this error."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +97,9 @@ class ConnectionContext:
     # A handler call longer than this is cancelled and counted as failed (``HandlerTimeouts``).
     # The fence deadline is the other bound: the fence watcher cancels the call at it.
     handler_timeout_s: float = 30.0
-    # Connection deaths in a row on one frame (at one resume point) before it is skipped.
+    # Connection deaths in a row by a frame at one resume point before the stream is given up.
     poison_replays: int = 3
-    # Records a skipped poison frame on the lease item (``LeaseStore.record_poison``).
+    # Unused: nothing is skipped any more. Kept only while ``worker.holdings`` still passes it.
     record_poison: Callable[[Connection, int, str], Awaitable[None]] | None = None
     # Waits for a token of the fleet's reconnect budget before each connect (worker.budget).
     admit_connect: Callable[[], Awaitable[float]] | None = None
@@ -104,7 +117,8 @@ class Connection:
         self.ended = False  # ``run`` has returned: what is left is the release
         self._ws: ClientConnection | None = None
         self._in_handler = False
-        self._logged: set[str] = set()  # warnings logged once per held stream, not per frame
+        # Per-frame warnings, per kind: when last logged (monotonic ms), and how many since.
+        self._logged: dict[str, tuple[int, int]] = {}
 
     # -- control, called by the supervisor, the renewer and the session ------------------
     def drain(self, reason: str) -> None:
@@ -151,10 +165,16 @@ class Connection:
         finally:
             self.ended = True
 
-    def log_once(self, key: str, level: str, msg: str, **extra: Any) -> None:
-        if key not in self._logged:
-            self._logged.add(key)
-            self.log(level, msg, once=True, **extra)
+    def log_limited(self, key: str, level: str, msg: str, **extra: Any) -> None:
+        """Log at most once per ``LOG_EVERY_MS`` for this stream and ``key``; the next line
+        says how many were left out (``suppressed``)."""
+        now = self.ctx.mono()
+        last, left_out = self._logged.get(key, (None, 0))
+        if last is not None and now - last < LOG_EVERY_MS:
+            self._logged[key] = (last, left_out + 1)
+            return
+        self._logged[key] = (now, 0)
+        self.log(level, msg, suppressed=left_out, **extra)
 
     async def _reconnecting(self) -> str | None:
         failures = deaths = 0
@@ -174,6 +194,12 @@ class Connection:
                            f"{redact(held.lease.ws_url, paths=self.ctx.policy.log_paths)}")
                     self.log("warning", "ws_url refused", error=msg)
                     return msg
+                except _GiveUp as exc:
+                    if held.stopping:
+                        break
+                    self.log("error", "upstream breaks the seq contract, giving the stream back",
+                             error=str(exc))
+                    return str(exc)
                 except (OSError, TimeoutError, WebSocketException) as exc:
                     error, killed = describe(exc), killed_by_a_frame(exc)
                 if held.stopping:
@@ -182,9 +208,8 @@ class Connection:
                 if killed:  # by a frame; again at the same resume point: the same frame
                     deaths = deaths + 1 if held.next_seq == poison_at else 1
                     poison_at = held.next_seq
-                if deaths >= self.ctx.poison_replays and await self._skip_poison(error):
-                    failures = deaths = 0
-                    continue
+                    if deaths >= self.ctx.poison_replays:
+                        return self._killed_by_a_frame(poison_at, deaths, error)
                 self.ctx.metrics.incr("Reconnects")
                 if self.ctx.backoff.give_up(failures):
                     self.log("warning", "upstream failing, giving the stream back",
@@ -199,23 +224,14 @@ class Connection:
                 raise  # cancelled from outside (second signal): not ours to swallow
         return None
 
-    async def _skip_poison(self, error: str) -> bool:
-        """Skip the frame at the resume point, unhandled; False when there is no seq to skip.
-
-        The resume point is the checkpoint + 1 (the first frame a resumed upstream sends).
-        Without a checkpoint nothing says which seq it is: the stream is given up as before.
-        """
-        seq = self.held.next_seq
-        if seq is None or not self.held.skip_poison(seq):
-            self.log_once("poison-unknown", "error", "a frame keeps killing the connection "
-                          "and no seq is known to skip", error=error)
-            return False
-        self.ctx.metrics.incr(names.METRIC_FRAMES_SKIPPED)
-        self.log("error", "poison frame skipped: it killed the connection on every replay",
-                 seq=seq, replays=self.ctx.poison_replays, error=error)
-        if self.ctx.record_poison is not None:
-            await self.ctx.record_poison(self, seq, error)
-        return True
+    def _killed_by_a_frame(self, resume: int | None, deaths: int, error: str) -> str:
+        """Give up on a frame that keeps killing the connection: never skip it unhandled."""
+        where = "before the first seq" if resume is None else f"resuming from seq {resume}"
+        self.log("error", "a frame keeps killing the connection, giving the stream back",
+                 from_seq=resume, deaths=deaths, error=error)
+        return (f"a frame kills the connection {where} ({deaths} times in a row), not skipped:"
+                f" {error}. Fix the upstream, raise {names.ENV_MAX_FRAME_BYTES} if the frame is"
+                " only too big, or set last_seq past it")
 
     async def _session(self) -> None:
         next_seq = self.held.next_seq
@@ -239,6 +255,7 @@ class Connection:
                 ping_timeout=opts.ping_interval_s, close_timeout=opts.close_timeout_s,
                 proxy=None, user_agent_header="holdfast-worker") as ws:
             self._ws = ws
+            self.held.connected()
             if self.trace is not None:
                 self.trace.connected()
             try:
@@ -268,8 +285,8 @@ class Connection:
             parsed = Parsed(None, frame, malformed=True)
         if parsed.malformed:
             self.ctx.metrics.incr(names.METRIC_MALFORMED_FRAMES)
-            self.log_once("malformed", "warning", "frame not parseable, handed on without seq",
-                          size=len(frame))
+            self.log_limited("malformed", "warning",
+                             "frame not parseable, handed on without seq", size=len(frame))
         seq = parsed.seq
         anchor = held.anchor_for(seq)
         if anchor is not None:
@@ -282,10 +299,8 @@ class Connection:
         verdict = held.admit(seq, self.ctx.mono())
         if verdict.step is Step.SKIP_REPLAY:
             return  # a replay of what was already handled (resume overlap)
-        if verdict.step is Step.REFUSED_JUMP:
-            self.ctx.metrics.incr(names.METRIC_FRAMES_SKIPPED)
-            self.log_once("jump", "error", "seq jumps too far past the checkpoint: frame not "
-                          "handled, checkpoint kept", expected=verdict.expected, got=seq)
+        if verdict.step in (Step.WENT_BACK, Step.REFUSED_JUMP, Step.STALLED):
+            self._out_of_contract(verdict, seq)
             return
         if verdict.step is Step.FENCED:
             # Past the fence (the process was paused: SIGSTOP, a stalled VM): another worker
@@ -321,6 +336,25 @@ class Connection:
         if self.trace is not None:  # the first handled message ends the trace; then nothing
             self.trace.handled()
             self.trace = None
+
+    def _out_of_contract(self, verdict: Verdict, seq: int | None) -> None:
+        """A seq that breaks the contract (``worker.delivery``): counted, logged, not handled;
+        ``_GiveUp`` once the stream cannot make progress."""
+        self.ctx.metrics.incr(names.METRIC_FRAMES_SKIPPED)
+        kind = verdict.cause or verdict.step
+        checkpoint = None if verdict.expected is None else verdict.expected - 1
+        if kind is Step.WENT_BACK:
+            what = f"seq went back to {seq}, at or below the checkpoint {checkpoint}"
+            fix = "upstream reset? set last_seq to resume from its new numbering"
+        else:
+            what = (f"seq jumps to {seq}, more than {names.ENV_MAX_SEQ_JUMP} past the "
+                    f"checkpoint {checkpoint}")
+            fix = f"fix the upstream, or set last_seq or {names.ENV_MAX_SEQ_JUMP}"
+        if verdict.step is Step.STALLED:
+            raise _GiveUp(f"{what}: {verdict.streak} frames in a row out of the seq contract, "
+                          f"none handled ({fix})")
+        self.log_limited(kind.value, "error", f"{what}: frame not handled, checkpoint kept",
+                         expected=verdict.expected, got=seq, streak=verdict.streak)
 
     async def close_quietly(self) -> None:
         if self._ws is not None:

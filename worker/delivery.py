@@ -1,23 +1,41 @@
 """The delivery rules of one held stream, as a pure cursor: no socket, no clock, no DynamoDB.
 
+The seq contract: on one connection an upstream sends increasing seqs, resuming at the
+``from_seq`` we asked for (checkpoint + 1), possibly after a short overlap it re-sends.
 For every parsed frame the connection asks ``admit(seq, now_mono_ms, fence_mono_ms)``:
 
-- ``SKIP_REPLAY``: ``seq`` is at or below the checkpoint, a replay of what was already handled
-  (the resume overlap after a reconnect or a handover): not handed to the handler;
+- ``SKIP_REPLAY``: the resume overlap, silent. ``seq`` is at or below the checkpoint, the
+  connection has sent nothing but such replays so far, and ``seq`` is within ``overlap`` of the
+  checkpoint: the upstream re-sends what was already handled;
 - ``FENCED``: the fence deadline has passed (the process was paused: SIGSTOP, a stalled VM);
   another worker may hold the lease by now, so nothing more reaches the handler;
+- ``WENT_BACK``: any other seq at or below the checkpoint: the upstream went back (its
+  numbering restarted, or a seq repeats after later ones on this connection). Not handed to the
+  handler (its seq is already checkpointed: a sink would refuse it, the checkpoint cannot go
+  back), logged (rate-limited per stream) and counted (``FramesSkipped``);
 - ``REFUSED_JUMP``: ``seq`` is more than ``max_jump`` past the checkpoint: not handed to the
-  handler and the checkpoint stays. One absurd seq (``{"seq": 9223372036854775807}``) would
-  otherwise become the checkpoint, and every later frame would be skipped as a replay forever;
+  handler, the checkpoint stays, logged (rate-limited) and counted. One absurd seq
+  (``{"seq": 9223372036854775807}``) would otherwise become the checkpoint, and every later
+  frame would go back below it;
+- ``STALLED``: the ``stall_after``-th ``WENT_BACK`` or ``REFUSED_JUMP`` in a row on one
+  connection, with no seq delivered between: the stream cannot make progress. The connection
+  gives it up: released in BACKOFF with ``last_error`` naming the seqs (fix the upstream, or set
+  ``last_seq`` to its new numbering), retried later with the growing give-up delay;
 - ``GAP``: ``seq`` jumps past ``checkpoint + 1`` (by at most ``max_jump``); logged, and
   delivered all the same (the upstream lost them, waiting would not bring them back);
-- ``DELIVER``: the next message (or a frame without a seq, which moves no checkpoint).
+- ``DELIVER``: the next message (or a frame without a seq, which moves no checkpoint and
+  touches none of the counters above).
 
-A replay is skipped before the fence is looked at: skipping hands nothing to the handler, so it
-is safe either way. The jump bound needs a checkpoint to measure from: the very first seq of a
-never-checkpointed stream is taken as it comes. The checkpoint moves only in ``done(seq)``,
-which the connection calls after the handler call has returned (or raised: a failed message is
-not retried), and in ``skip_poison``; it never moves backwards.
+An upstream reset that restarts within ``overlap`` of the checkpoint looks exactly like a resume
+overlap: it is skipped silently up to the checkpoint, then delivered. A reset further back is
+``WENT_BACK`` for every frame up to the checkpoint, so it stalls and is given up.
+
+Nothing moves the checkpoint but ``done(seq)``, which the connection calls after the handler
+call has returned (or raised: a failed message is not retried); it never moves backwards, so
+the checkpoint is never past a seq the handler saw. In particular a frame that kills the
+connection (too big, not UTF-8) is never skipped: ``worker.connection`` gives the stream up
+into BACKOFF instead. The jump bound needs a checkpoint to measure from: the very first seq of
+a never-checkpointed stream is taken as it comes (and anchored first, ``anchor_for``).
 """
 
 from __future__ import annotations
@@ -25,14 +43,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["Delivery", "Step", "Verdict"]
+__all__ = ["RESUME_OVERLAP", "STALL_AFTER", "Delivery", "Step", "Verdict"]
+
+RESUME_OVERLAP = 100  # how far below the checkpoint a resume may start re-sending
+STALL_AFTER = 100  # out-of-contract frames in a row on one connection before giving up
 
 
 class Step(Enum):
     """What to do with one frame."""
 
-    SKIP_REPLAY = "skip_replay"
+    SKIP_REPLAY = "skip_replay"  # resume overlap: not delivered, silent
+    WENT_BACK = "went_back"  # at or below the checkpoint, not an overlap: not delivered
     REFUSED_JUMP = "refused_jump"  # seq too far ahead of the checkpoint: not delivered
+    STALLED = "stalled"  # too many of the two above in a row: give the stream up
     FENCED = "fenced"
     GAP = "gap"  # deliver, and log the seqs that never came
     DELIVER = "deliver"
@@ -44,25 +67,37 @@ class Step(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """A step and, for ``GAP`` and ``REFUSED_JUMP``, the seq that was expected instead."""
+    """A step and, for every step but ``DELIVER``, ``SKIP_REPLAY`` and ``FENCED``, the seq
+    that was expected instead; ``streak`` counts the out-of-contract frames in a row on this
+    connection, and ``cause`` says which kind the last one was (for ``STALLED``)."""
 
     step: Step
     expected: int | None = None
+    streak: int = 0
+    cause: Step | None = None
 
 
 class Delivery:
     """The cursor of one held stream: its checkpoint and how many messages were handled.
 
     ``checkpoint`` is the highest seq whose handler call has returned; None until the stream
-    has one (never checkpointed, and no frame with a seq seen yet).
+    has one (never checkpointed, and no frame with a seq seen yet). The two counters of the
+    current connection (still in its resume overlap; out-of-contract frames in a row) start
+    again at ``connected()``.
     """
 
-    __slots__ = ("_checkpoint", "_handled", "_max_jump")
+    __slots__ = ("_checkpoint", "_handled", "_in_overlap", "_max_jump", "_overlap",
+                 "_stall_after", "_streak")
 
-    def __init__(self, checkpoint: int | None, *, max_jump: int | None = None) -> None:
+    def __init__(self, checkpoint: int | None, *, max_jump: int | None = None,
+                 overlap: int = RESUME_OVERLAP, stall_after: int = STALL_AFTER) -> None:
         self._checkpoint = checkpoint
         self._handled = 0
         self._max_jump = max_jump  # None: any jump forward is a gap, delivered
+        self._overlap = overlap
+        self._stall_after = stall_after
+        self._in_overlap = True
+        self._streak = 0
 
     @property
     def checkpoint(self) -> int | None:
@@ -78,6 +113,11 @@ class Delivery:
         """The seq to resume from: right after the checkpoint (None: wherever upstream starts)."""
         return None if self._checkpoint is None else self._checkpoint + 1
 
+    def connected(self) -> None:
+        """A new connection: its first frames may be a resume overlap again."""
+        self._in_overlap = True
+        self._streak = 0
+
     def anchor_for(self, seq: int | None) -> int | None:
         """The first checkpoint (``seq - 1``) a never-checkpointed stream must write before
         handling ``seq``, so that a crash before the next heartbeat cannot skip it; else None."""
@@ -91,26 +131,33 @@ class Delivery:
             self._checkpoint = checkpoint
 
     def admit(self, seq: int | None, now_mono_ms: int, fence_mono_ms: int) -> Verdict:
-        """Decide for one frame carrying ``seq`` (None: it has no seq)."""
+        """Decide for one frame carrying ``seq`` (None: it has no seq).
+
+        Moves no checkpoint; it only keeps the current connection's counters.
+        """
         last = self._checkpoint
-        if seq is not None and last is not None and seq <= last:
-            return Verdict(Step.SKIP_REPLAY)
-        if (seq is not None and last is not None and self._max_jump is not None
-                and seq > last + self._max_jump):
-            return Verdict(Step.REFUSED_JUMP, expected=last + 1)
+        if (seq is not None and last is not None and seq <= last and self._in_overlap
+                and seq > last - self._overlap):
+            return Verdict(Step.SKIP_REPLAY)  # hands nothing on: safe past the fence too
         if now_mono_ms >= fence_mono_ms:
             return Verdict(Step.FENCED)
-        if seq is not None and last is not None and seq > last + 1:
+        if seq is None or last is None:
+            return Verdict(Step.DELIVER)
+        if seq <= last:
+            return self._out_of_contract(Step.WENT_BACK, last + 1)
+        if self._max_jump is not None and seq > last + self._max_jump:
+            return self._out_of_contract(Step.REFUSED_JUMP, last + 1)
+        self._in_overlap, self._streak = False, 0
+        if seq > last + 1:
             return Verdict(Step.GAP, expected=last + 1)
         return Verdict(Step.DELIVER)
 
-    def skip_poison(self, seq: int) -> bool:
-        """Give up on ``seq`` (the frame at the resume point kept killing the connection): the
-        checkpoint moves to it without a handler call. False if it is already behind us."""
-        if self._checkpoint is not None and seq <= self._checkpoint:
-            return False
-        self._checkpoint = seq
-        return True
+    def _out_of_contract(self, step: Step, expected: int) -> Verdict:
+        self._in_overlap = False
+        self._streak += 1
+        if self._streak >= self._stall_after:
+            return Verdict(Step.STALLED, expected, self._streak, cause=step)
+        return Verdict(step, expected, self._streak)
 
     def done(self, seq: int | None) -> None:
         """The handler call for ``seq`` has returned (or raised): the checkpoint may move."""

@@ -176,9 +176,9 @@ class HeldStream:
         """What to do with a frame carrying ``seq`` at ``now_mono_ms``."""
         return self._cursor.admit(seq, now_mono_ms, self.deadline())
 
-    def skip_poison(self, seq: int) -> bool:
-        """Move the checkpoint past ``seq`` unhandled (a poison frame); False if behind us."""
-        return self._cursor.skip_poison(seq)
+    def connected(self) -> None:
+        """A new connection has opened: its resume overlap starts again."""
+        self._cursor.connected()
 
     def done(self, seq: int | None) -> None:
         """The handler call for ``seq`` has returned or raised: the checkpoint may move."""

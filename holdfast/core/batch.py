@@ -12,6 +12,12 @@ statements are instead sent again *together*, in one batch call after a short ji
 throttled after ``THROTTLE_ROUNDS`` comes back as ``StoreUnavailable``, to be written with the
 next checkpoint. A whole call refused as throttled is not split up either.
 
+Bad input stays local: a statement DynamoDB refuses as invalid (``ValidationError``: an item
+near the 400 KB limit, an attribute of the wrong type) is that request's ``RenewRefused``
+result, and the other statements of its batch are renewed. If a whole batch call is refused as
+invalid, each lease is renewed on its own, so only the bad one fails. The caller logs and
+counts it for that stream; the lease is kept until its fence, as for any other failed renewal.
+
 ``mode="single"`` renews one UpdateItem at a time, for backends whose PartiQL ignores conditions
 (moto) and as the measured baseline.
 """
@@ -26,19 +32,29 @@ from dataclasses import dataclass
 from typing import Literal
 
 from holdfast.core import rules
-from holdfast.core.aws import THROTTLING_CODES, call
+from holdfast.core.aws import THROTTLING_CODES, InvalidRequest, call
 from holdfast.core.exceptions import LeaseError, StoreUnavailable
 from holdfast.core.model import Lease
 from holdfast.core.schema import pk_for
 from holdfast.core.store import LeaseStore, _renewed, renew_clauses
 
-__all__ = ["BATCH_LIMIT", "THROTTLE_ROUNDS", "RenewMode", "RenewRequest", "RenewResult",
-           "renew_many", "throttle_pause_s"]
+__all__ = ["BATCH_LIMIT", "THROTTLE_ROUNDS", "RenewMode", "RenewRefused", "RenewRequest",
+           "RenewResult", "renew_many", "throttle_pause_s"]
 
 BATCH_LIMIT = 25  # DynamoDB's maximum statements per BatchExecuteStatement
 THROTTLE_ROUNDS = 1  # one more batch call for throttled statements, then the next checkpoint
 # (more rounds spend calls while the table is throttled; the checkpoint interval is the back-off)
 RenewMode = Literal["batch", "single"]
+# BatchExecuteStatement's per-statement code for a statement refused as invalid.
+_INVALID_CODES = frozenset({"ValidationError", "ValidationException"})
+
+
+class RenewRefused(LeaseError):
+    """DynamoDB refused one lease's renewal as invalid: that item, not the batch, is bad."""
+
+    def __init__(self, conn_id: str, message: str) -> None:
+        super().__init__(f"renew of {conn_id!r} refused as invalid: {message}"[:500])
+        self.conn_id = conn_id
 
 
 def throttle_pause_s(round_: int, rand: Callable[[], float] = random.random) -> float:
@@ -100,6 +116,9 @@ def _renew_one(store: LeaseStore, request: RenewRequest) -> RenewResult:
             request.lease, request.handled_seq, extend=request.extend))
     except LeaseError as exc:
         return RenewResult(request.lease.conn_id, None, exc)
+    except InvalidRequest as bad:  # this item's write, not the batch, is at fault
+        return RenewResult(request.lease.conn_id, None,
+                           RenewRefused(request.lease.conn_id, bad.message))
 
 
 def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest],
@@ -126,6 +145,11 @@ def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest],
             out.update((i, _renew_one(store, chunk[i])) for i in pending)
             pending = []
             break
+        except InvalidRequest:
+            # Refused whole for what one statement holds: alone, only that one fails.
+            out.update((i, _renew_one(store, chunk[i])) for i in pending)
+            pending = []
+            break
         throttled = []
         for i, answer in zip(pending, resp.get("Responses", []), strict=True):
             request, (_, seq, expires) = chunk[i], built[i]
@@ -134,6 +158,9 @@ def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest],
                 out[i] = RenewResult(request.lease.conn_id, _renewed(request.lease, expires, seq))
             elif error.get("Code") in THROTTLING_CODES:
                 throttled.append(i)  # not applied: the same statement may simply be sent again
+            elif error.get("Code") in _INVALID_CODES:  # sent alone it would fail the same way
+                out[i] = RenewResult(request.lease.conn_id, None, RenewRefused(
+                    request.lease.conn_id, str(error.get("Message") or error.get("Code"))))
             else:
                 out[i] = _renew_one(store, request)
         pending = throttled

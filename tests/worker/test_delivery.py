@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from worker.delivery import Delivery, Step, Verdict
 
@@ -93,7 +95,7 @@ def test_unanchored_cursor_delivers_without_skip_or_gap() -> None:
 def test_a_seq_too_far_ahead_is_refused_and_moves_nothing() -> None:
     """A seq past checkpoint + max_jump is REFUSED_JUMP; the next normal frame still flows."""
     cursor = Delivery(4, max_jump=10)
-    assert cursor.admit(2**63 - 1, 0, FAR) == Verdict(Step.REFUSED_JUMP, expected=5)
+    assert cursor.admit(2**63 - 1, 0, FAR) == Verdict(Step.REFUSED_JUMP, expected=5, streak=1)
     assert not Step.REFUSED_JUMP.delivers and cursor.checkpoint == 4
     assert cursor.admit(14, 0, FAR) == Verdict(Step.GAP, expected=5)  # at the bound: a gap
     assert cursor.admit(15, 0, FAR).step is Step.REFUSED_JUMP
@@ -106,8 +108,71 @@ def test_no_jump_bound_without_a_checkpoint_or_a_limit() -> None:
     assert Delivery(4).admit(2**63 - 1, 0, FAR).step is Step.GAP
 
 
-def test_skip_poison_moves_the_checkpoint_forward_only() -> None:
-    """A poison seq becomes the checkpoint unhandled; one already behind is refused."""
+def test_a_seq_that_goes_back_on_one_connection_is_visible() -> None:
+    """After a delivered frame, a seq at or below the checkpoint is WENT_BACK, not a replay."""
     cursor = Delivery(4)
-    assert cursor.skip_poison(5) and cursor.checkpoint == 5 and cursor.handled == 0
-    assert not cursor.skip_poison(5) and not cursor.skip_poison(3) and cursor.next_seq == 6
+    assert cursor.admit(5, 0, FAR).step is Step.DELIVER
+    cursor.done(5)
+    assert cursor.admit(5, 0, FAR) == Verdict(Step.WENT_BACK, expected=6, streak=1)
+    assert cursor.admit(2, 0, FAR) == Verdict(Step.WENT_BACK, expected=6, streak=2)
+    assert cursor.checkpoint == 5 and not Step.WENT_BACK.delivers
+    cursor.connected()  # a new connection: its first replays are an overlap again
+    assert cursor.admit(3, 0, FAR).step is Step.SKIP_REPLAY
+
+
+def test_a_reset_far_below_the_checkpoint_went_back_to_the_end() -> None:
+    """A replay further back than the overlap is WENT_BACK, and so is every replay after it."""
+    cursor = Delivery(500, overlap=100)
+    assert cursor.admit(401, 0, FAR).step is Step.SKIP_REPLAY  # within the overlap
+    cursor.connected()
+    steps = [cursor.admit(seq, 0, FAR).step for seq in (1, 2, 450, 500)]
+    assert steps == [Step.WENT_BACK] * 4 and cursor.checkpoint == 500
+
+
+def test_a_stream_that_cannot_progress_stalls() -> None:
+    """The stall_after-th out-of-contract frame in a row is STALLED, naming its cause."""
+    cursor = Delivery(500, max_jump=10, overlap=100, stall_after=3)
+    assert cursor.admit(1, 0, FAR).streak == 1
+    assert cursor.admit(None, 0, FAR).step is Step.DELIVER  # no seq: no progress either
+    assert cursor.admit(2, 0, FAR) == Verdict(Step.WENT_BACK, expected=501, streak=2)
+    assert cursor.admit(3, 0, FAR) == Verdict(Step.STALLED, 501, 3, cause=Step.WENT_BACK)
+    cursor.connected()
+    assert cursor.admit(10**9, 0, FAR).step is Step.REFUSED_JUMP
+    assert cursor.admit(501, 0, FAR).step is Step.DELIVER  # progress: the streak starts over
+    cursor.done(501)
+    for n in (1, 2):
+        assert cursor.admit(10**9, 0, FAR) == Verdict(Step.REFUSED_JUMP, 502, n)
+    assert cursor.admit(10**9, 0, FAR) == Verdict(Step.STALLED, 502, 3, cause=Step.REFUSED_JUMP)
+    assert cursor.checkpoint == 501
+
+
+frames = st.lists(st.one_of(st.none(), st.just("connect"), st.integers(-5, 60),
+                            st.just(2**63 - 1)), max_size=80)
+
+
+@given(start=st.one_of(st.none(), st.integers(0, 40)), script=frames)
+def test_checkpoint_never_passes_a_handled_seq(start: int | None, script: list[object]) -> None:
+    """Whatever the upstream sends, the checkpoint is the start or the highest seq handled."""
+    cursor = Delivery(start, max_jump=20, overlap=5, stall_after=4)
+    floor, handled = start, []
+    for item in script:
+        if item == "connect":
+            cursor.connected()
+            continue
+        seq = item if isinstance(item, int) else None
+        anchor = cursor.anchor_for(seq)
+        if anchor is not None:
+            cursor.anchored(anchor)
+            floor = anchor  # the starting point written before the first handler call
+        before = cursor.checkpoint
+        verdict = cursor.admit(seq, 0, FAR)
+        assert cursor.checkpoint == before  # admitting moves nothing
+        if verdict.step is Step.STALLED:
+            assert verdict.streak == 4
+            break  # the connection gives the stream up
+        if verdict.step.delivers:
+            assert seq is None or before is None or seq > before  # a handled seq never again
+            handled += [seq] if seq is not None else []
+            cursor.done(seq)  # returned or raised: the same for the checkpoint
+    marks = [m for m in (floor, *handled) if m is not None]
+    assert cursor.checkpoint == (max(marks) if marks else None)
