@@ -33,15 +33,14 @@ def powertools_layer_arn(region: str, version: int) -> str:
 
 
 def lease_environment(*, table_name: str, session_table_name: str, queue_url: str,
-                      lease_ms: int, skew_ms: int, service_name: str) -> dict[str, str]:
-    """The environment router and sweeper share: where the leases and sessions are and how
-    they are timed."""
+                      timing: Mapping[str, str], service_name: str) -> dict[str, str]:
+    """The environment every Lambda shares: where the leases and sessions are and how they
+    are timed (``timing``: the workers' own timing variables, ``Settings.timing_environment``)."""
     return {
         names.ENV_TABLE: table_name,
         names.ENV_SESSION_TABLE: session_table_name,
         names.ENV_QUEUE_URL: queue_url,
-        names.ENV_LEASE_MS: str(lease_ms),
-        names.ENV_SKEW_MS: str(skew_ms),
+        **timing,
         names.ENV_SERVICE_NAME: service_name,
         names.ENV_METRICS_NAMESPACE: names.NAMESPACE,
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import jsii
 from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
@@ -149,14 +151,13 @@ class Router(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, defaults: FunctionDefaults,
                  table: dynamodb.ITable, session_table: dynamodb.ITable, queue: sqs.IQueue,
-                 failures: sqs.IQueue, service_name: str, lease_ms: int, skew_ms: int,
+                 failures: sqs.IQueue, service_name: str, timing: Mapping[str, str],
                  batch_size: int, batching_window_seconds: int, retry_attempts: int,
                  parallelization_factor: int, orders_queue_prefix: str) -> None:
         super().__init__(scope, construct_id)
         environment = lease_environment(
             table_name=table.table_name, session_table_name=session_table.table_name,
-            queue_url=queue.queue_url, lease_ms=lease_ms, skew_ms=skew_ms,
-            service_name=service_name)
+            queue_url=queue.queue_url, timing=timing, service_name=service_name)
         environment[names.ENV_ORDERS_QUEUE_PREFIX] = validate_prefix(orders_queue_prefix)
         self.orders_queue_prefix = orders_queue_prefix
         self.handler = HoldfastFunction(

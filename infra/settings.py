@@ -16,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
+from holdfast.core import names
 from holdfast.core.exceptions import ConfigError
-from holdfast.core.rules import LeaseTiming
+from holdfast.core.rules import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS, DEFAULT_SKEW_MS, LeaseTiming
 from infra.exceptions import SettingsError
 
 __all__ = ["LOG_RETENTION_DAYS", "Settings", "context_key"]
@@ -145,11 +146,13 @@ class Settings:
                                "prefix of the metric service names (several fleets per account)")
     # Liveness (the worker, router and sweeper get the same values): one session heartbeat per
     # worker; a worker silent for a lease loses its streams.
-    lease_seconds: int = _setting(8, _int(3, 300), "how long a silent worker keeps its streams")
-    heartbeat_seconds: int = _setting(2, _int(1, 100), "session heartbeat interval (per worker)")
+    lease_seconds: int = _setting(DEFAULT_LEASE_MS // 1000, _int(3, 300),
+                                  "how long a silent worker keeps its streams")
+    heartbeat_seconds: int = _setting(DEFAULT_HEARTBEAT_MS // 1000, _int(1, 100),
+                                      "session heartbeat interval (per worker)")
     checkpoint_seconds: int = _setting(
         20, _int(1, 3600), "how often a stream's position is saved (replay window on a crash)")
-    skew_ms: int = _setting(1000, _int(0, 10_000), "clock-skew allowance between hosts")
+    skew_ms: int = _setting(DEFAULT_SKEW_MS, _int(0, 10_000), "clock-skew allowance between hosts")
     reconcile_seconds: int = _setting(60, _int(5, 3600), "worker full reconcile interval")
     renew_mode: str = _setting("batch", _choice("batch", "single"), "PartiQL batch or one by one")
     # Worker service.
@@ -248,6 +251,13 @@ class Settings:
         return self.lease_seconds * 1000
 
     @property
+    def timing_environment(self) -> dict[str, str]:
+        """The timing variables the worker and every Lambda get (``LeaseTiming.from_env``)."""
+        return {names.ENV_LEASE_SECONDS: str(self.lease_seconds),
+                names.ENV_HEARTBEAT_SECONDS: str(self.heartbeat_seconds),
+                names.ENV_SKEW_MS: str(self.skew_ms)}
+
+    @property
     def shutdown_seconds(self) -> int:
         """The worker's graceful-stop budget: a lease plus a heartbeat.
 
@@ -281,8 +291,7 @@ class Settings:
     def _check_cross_field(self) -> None:
         k = context_key
         try:
-            LeaseTiming(lease_ms=self.lease_ms, heartbeat_ms=self.heartbeat_seconds * 1000,
-                        skew_ms=self.skew_ms)
+            LeaseTiming.from_env(self.timing_environment)  # as the worker and Lambdas read it
         except ConfigError as exc:
             raise SettingsError(f"{k('lease_seconds')}/{k('heartbeat_seconds')}/"
                                 f"{k('skew_ms')}: {exc}") from None

@@ -57,10 +57,8 @@ def worker_environment(s: Settings, *, table_name: str, session_table_name: str,
         names.ENV_TABLE: table_name,
         names.ENV_SESSION_TABLE: session_table_name,
         names.ENV_QUEUE_URL: queue_url,
-        names.ENV_LEASE_SECONDS: str(s.lease_seconds),
-        names.ENV_HEARTBEAT_SECONDS: str(s.heartbeat_seconds),
+        **s.timing_environment,
         names.ENV_CHECKPOINT_SECONDS: str(s.checkpoint_seconds),
-        names.ENV_SKEW_MS: str(s.skew_ms),
         names.ENV_MAX_CONNECTIONS: str(s.max_connections_per_task),
         names.ENV_TASK_MEMORY_MIB: str(s.task_memory_mib),  # the worker checks its buffers fit
         names.ENV_RECONCILE_SECONDS: str(s.reconcile_seconds),
@@ -117,7 +115,7 @@ class HoldfastStack(Stack):
             self, "Router", table=table, session_table=sessions, queue=queue,
             orders_queue_prefix=self.orders_queue_prefix,
             failures=self.queues.router_failures,
-            service_name=service_names["router"], lease_ms=s.lease_ms, skew_ms=s.skew_ms,
+            service_name=service_names["router"], timing=s.timing_environment,
             batch_size=s.router_batch_size,
             batching_window_seconds=s.router_batching_window_seconds,
             retry_attempts=s.router_retry_attempts,
@@ -125,8 +123,8 @@ class HoldfastStack(Stack):
         self.sweeper = Sweeper(
             self, "Sweeper", table=table, index_arns=index_arns, session_table=sessions,
             queue=queue,
-            service_name=service_names["sweeper"], lease_ms=s.lease_ms,
-            skew_ms=s.skew_ms, reserve_concurrency=s.sweeper_reserve_concurrency,
+            service_name=service_names["sweeper"], timing=s.timing_environment,
+            reserve_concurrency=s.sweeper_reserve_concurrency,
             orders_queue_prefix=self.orders_queue_prefix, defaults=defaults)
         self.network = Network(
             self, "Network", vpc_id=s.vpc_id, public_subnets=s.worker_subnets == "public",
@@ -158,8 +156,8 @@ class HoldfastStack(Stack):
             self, "TaskStopped", defaults=defaults, cluster=self.workers.cluster,
             service=self.workers.service, table=table,
             owner_index_arn=self.table.owner_index_arn, session_table=sessions, queue=queue,
-            service_name=f"{s.fleet_name}-{names.TASKSTOPPED_SERVICE}", lease_ms=s.lease_ms,
-            skew_ms=s.skew_ms, removal_policy=removal)
+            service_name=f"{s.fleet_name}-{names.TASKSTOPPED_SERVICE}",
+            timing=s.timing_environment, removal_policy=removal)
         self.queues.only_senders([self.workers.task_definition.task_role,
                                   self.router.handler.role, self.sweeper.handler.role,
                                   self.task_stopped.handler.role])

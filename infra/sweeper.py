@@ -12,7 +12,7 @@ targets into session items and sends them to the sessions' order queues.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
@@ -64,7 +64,7 @@ class Sweeper(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, defaults: FunctionDefaults,
                  table: dynamodb.ITable, index_arns: Sequence[str],
                  session_table: dynamodb.ITable, queue: sqs.IQueue, service_name: str,
-                 lease_ms: int, skew_ms: int, reserve_concurrency: bool,
+                 timing: Mapping[str, str], reserve_concurrency: bool,
                  orders_queue_prefix: str) -> None:
         super().__init__(scope, construct_id)
         self.handler = HoldfastFunction(
@@ -72,8 +72,7 @@ class Sweeper(Construct):
             description="Holdfast sweeper: dead sessions and expired leases -> claim nudges",
             environment={**lease_environment(
                 table_name=table.table_name, session_table_name=session_table.table_name,
-                queue_url=queue.queue_url, lease_ms=lease_ms, skew_ms=skew_ms,
-                service_name=service_name),
+                queue_url=queue.queue_url, timing=timing, service_name=service_name),
                 names.ENV_ORDERS_QUEUE_PREFIX: orders_queue_prefix, **BALANCE_ENVIRONMENT},
             timeout=SWEEPER_TIMEOUT, memory_mib=256,
             # One sweeper at a time: overlapping sweeps would only send duplicate nudges.

@@ -9,6 +9,8 @@ parked in a queue of their own; a lost report only costs the TTL path (the sweep
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import jsii
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
@@ -20,10 +22,10 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from holdfast.core import names, schema, unowned
+from holdfast.core import schema, unowned
 from holdfast.core.schema import ATTR, SESSION
 from holdfast.core.sessions import REPORT_READS
-from infra.function import FunctionDefaults, HoldfastFunction
+from infra.function import FunctionDefaults, HoldfastFunction, lease_environment
 from infra.nag import acknowledge
 
 __all__ = ["TASKSTOPPED_HANDLER", "TASKSTOPPED_LEASE_ATTRIBUTES",
@@ -81,19 +83,15 @@ class TaskStopped(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, defaults: FunctionDefaults,
                  cluster: ecs.ICluster, service: ecs.BaseService, table: dynamodb.ITable,
                  owner_index_arn: str, session_table: dynamodb.ITable, queue: sqs.IQueue,
-                 service_name: str, lease_ms: int, skew_ms: int,
+                 service_name: str, timing: Mapping[str, str],
                  removal_policy: RemovalPolicy) -> None:
         super().__init__(scope, construct_id)
         self.handler = HoldfastFunction(
             self, "Handler", defaults=defaults, handler=TASKSTOPPED_HANDLER,
             description="Holdfast taskstopped: a stopped worker task -> its session dead now",
-            environment={
-                names.ENV_TABLE: table.table_name,
-                names.ENV_SESSION_TABLE: session_table.table_name,
-                names.ENV_QUEUE_URL: queue.queue_url,
-                names.ENV_LEASE_MS: str(lease_ms), names.ENV_SKEW_MS: str(skew_ms),
-                names.ENV_SERVICE_NAME: service_name,
-                names.ENV_METRICS_NAMESPACE: names.NAMESPACE},
+            environment=lease_environment(
+                table_name=table.table_name, session_table_name=session_table.table_name,
+                queue_url=queue.queue_url, timing=timing, service_name=service_name),
             timeout=Duration.seconds(30), memory_mib=256)
         self.function = self.handler.function
         role = self.handler.role

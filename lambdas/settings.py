@@ -8,8 +8,9 @@ variable and the allowed range — not a ``ValueError`` deep inside an invocatio
     HOLDFAST_SESSION_TABLE         worker session table (unset: no session sweep / orders)
     HOLDFAST_ORDERS_QUEUE_PREFIX   start of the per-session order queues' names (unset: the
                                    router gives stop orders through session items only)
-    HOLDFAST_SKEW_MS               clock-skew allowance, as the workers use it      (1000)
-    HOLDFAST_LEASE_MS              lease length, as the workers use it               (20000)
+    HOLDFAST_LEASE_SECONDS, HOLDFAST_HEARTBEAT_SECONDS, HOLDFAST_SKEW_MS, HOLDFAST_MARGIN_MS
+                                   the workers' timings, read and checked as they read them
+                                   (``LeaseTiming.from_env``: 8 s, 2 s, 1000, min(1000, lease/10))
     HOLDFAST_NUDGE_SEND_ATTEMPTS   SendMessageBatch rounds per invocation            (3)
     HOLDFAST_SWEEP_INTERVAL_MS     longest pause between two sweeps                 (1000)
     HOLDFAST_SWEEP_RENUDGE_MS      first re-nudge of a still-orphaned lease after    (5000)
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from holdfast.core import names
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.orders import validate_prefix
+from holdfast.core.rules import DEFAULT_LEASE_MS, DEFAULT_SKEW_MS, LeaseTiming
 
 __all__ = ["Settings", "env_float", "env_int"]
 
@@ -102,8 +104,8 @@ class Settings:
     table: str
     queue_url: str
     session_table: str | None = None
-    skew_ms: int = 1_000
-    lease_ms: int = 20_000
+    skew_ms: int = DEFAULT_SKEW_MS
+    lease_ms: int = DEFAULT_LEASE_MS  # the session TTL
     send_attempts: int = 3
     sweep_interval_ms: int = 1_000
     renudge_ms: int = 5_000
@@ -124,12 +126,13 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         e = os.environ if env is None else env
         interval, ttl = _balance_timing(e)
+        timing = LeaseTiming.from_env(e)
         return cls(
             table=_required(e, names.ENV_TABLE),
             queue_url=_required(e, names.ENV_QUEUE_URL),
             session_table=e.get(names.ENV_SESSION_TABLE, "").strip() or None,
-            skew_ms=env_int(e, names.ENV_SKEW_MS, 1_000, 0, 60_000),
-            lease_ms=env_int(e, names.ENV_LEASE_MS, 20_000, 1_000, 3_600_000),
+            skew_ms=timing.skew_ms,
+            lease_ms=timing.lease_ms,
             send_attempts=env_int(e, "HOLDFAST_NUDGE_SEND_ATTEMPTS", 3, 1, 10),
             sweep_interval_ms=env_int(e, "HOLDFAST_SWEEP_INTERVAL_MS", 1_000, 10, 60_000),
             renudge_ms=env_int(e, "HOLDFAST_SWEEP_RENUDGE_MS", 5_000, 100, 3_600_000),

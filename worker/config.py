@@ -25,11 +25,10 @@ from holdfast.core.orders import validate_prefix
 from holdfast.core.rules import LeaseTiming
 from holdfast.core.urls import UrlPolicy, policy_from_env
 
-__all__ = ["MEMORY_RESERVE_MIB", "Liveness", "WorkerConfig", "buffer_bytes", "default_worker_id",
+__all__ = ["MEMORY_RESERVE_MIB", "WorkerConfig", "buffer_bytes", "default_worker_id",
            "ecs_task_id", "load_config"]
 
 _WORKER_ID = re.compile(rf"^[A-Za-z0-9._:@/+=-]{{1,{MAX_WORKER_ID_LEN}}}$")
-Liveness = Literal["session", "lease"]
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 # What the task needs besides frame buffers: the interpreter, boto3, and each connection's
@@ -44,11 +43,9 @@ class WorkerConfig:
     table: str
     queue_url: str
     worker_id: str
-    timing: LeaseTiming = field(default_factory=lambda: LeaseTiming(8_000, 2_000))
-    # "session": one heartbeat per worker keeps all its streams (the default); "lease": the
-    # seed's per-stream heartbeats, kept as the benchmark's baseline.
-    liveness: Liveness = "session"
-    session_table: str | None = None
+    session_table: str  # one heartbeat per worker there keeps all its streams
+    # lease_ms is the session's TTL, heartbeat_ms its heartbeat (rules.LeaseTiming.from_env).
+    timing: LeaseTiming = field(default_factory=LeaseTiming)
     # Prefix of the per-session order queue (``worker.orders``); None: orders ride the session
     # item only, so a stop waits for the next heartbeat.
     orders_queue_prefix: str | None = None
@@ -151,31 +148,15 @@ def load_config(env: Mapping[str, str] | None = None, *,
     queue_url = e.required(names.ENV_QUEUE_URL, "the SQS nudge queue URL")
     if not queue_url.startswith(("https://", "http://")):
         raise ConfigError(f"{names.ENV_QUEUE_URL}={queue_url[:80]!r} is not a queue URL")
-    liveness: Liveness = "lease" if e.choice(
-        names.ENV_LIVENESS, "session", ("session", "lease")) == "lease" else "session"
-    session_table = e.raw(names.ENV_SESSION_TABLE)
-    if liveness == "session" and session_table is None:
-        raise ConfigError(f"{names.ENV_SESSION_TABLE} is not set: it must name the worker "
-                          f"session table (or set {names.ENV_LIVENESS}=lease)")
+    session_table = e.required(names.ENV_SESSION_TABLE, "the worker session table")
     orders_prefix = e.raw(names.ENV_ORDERS_QUEUE_PREFIX)
     if orders_prefix is not None:
         try:
             validate_prefix(orders_prefix)
         except ValueError as exc:
             raise ConfigError(f"{names.ENV_ORDERS_QUEUE_PREFIX}: {exc}") from None
-    # With sessions the lease is the session's TTL: how long a silent worker keeps its streams.
-    lease_s = e.number(names.ENV_LEASE_SECONDS, 8, lo=0.5, hi=3600)
-    heartbeat_s = e.number(names.ENV_HEARTBEAT_SECONDS, 2, lo=0.05, hi=1200)
+    timing = LeaseTiming.from_env(e.env)
     checkpoint_s = e.number(names.ENV_CHECKPOINT_SECONDS, 20, lo=0.05, hi=3600)
-    skew_ms = e.number(names.ENV_SKEW_MS, 1000, lo=0, hi=60_000, integer=True)
-    margin_ms = e.number("HOLDFAST_MARGIN_MS", min(1000, lease_s * 100), lo=0, hi=60_000,
-                         integer=True)
-    try:
-        timing = LeaseTiming(round(lease_s * 1000), round(heartbeat_s * 1000), int(skew_ms),
-                             int(margin_ms))
-    except ConfigError as exc:
-        raise ConfigError(f"{names.ENV_HEARTBEAT_SECONDS} / {names.ENV_LEASE_SECONDS} / "
-                          f"{names.ENV_SKEW_MS}: {exc}") from None
     try:  # HOLDFAST_ALLOWED_HOSTS and HOLDFAST_LOG_URL_PATHS (names in holdfast.core.urls)
         policy = policy_from_env(e.env)
     except ValueError as exc:
@@ -210,7 +191,7 @@ def load_config(env: Mapping[str, str] | None = None, *,
                           "be given up before its poison frame is skipped")
     rate = e.number(names.ENV_CONNECT_RATE, 1000, lo=0, hi=10**6)
     return WorkerConfig(
-        table=table, queue_url=queue_url, worker_id=wid, timing=timing, liveness=liveness,
+        table=table, queue_url=queue_url, worker_id=wid, timing=timing,
         session_table=session_table, orders_queue_prefix=orders_prefix,
         checkpoint_ms=round(checkpoint_s * 1000),
         max_connections=max_connections,

@@ -32,6 +32,7 @@ from holdfast.core.exceptions import (
 from holdfast.core.store import LeaseStore
 from worker.backoff import Backoff
 from worker.balancing import SHED, Balancing
+from worker.checkpointer import Checkpointer
 from worker.claimer import SOURCE_MOVED, Claim, Later
 from worker.config import WorkerConfig
 from worker.connection import Connection, ConnectionContext, ConnectOptions
@@ -39,7 +40,6 @@ from worker.handler import Handler
 from worker.held import HeldState, HeldStream
 from worker.metrics import WorkerMetrics
 from worker.protocol import ResumeProtocol
-from worker.renewer import Renewer
 from worker.tracing import StreamTrace
 
 if TYPE_CHECKING:
@@ -57,14 +57,14 @@ class Holdings:
     """The streams one worker holds. ``owner()`` is the ``lease_owner`` to acquire as (None:
     no live session, claim nothing); ``stopping()`` is True once the worker is stopping."""
 
-    def __init__(self, config: WorkerConfig, store: LeaseStore, renewer: Renewer, *,
+    def __init__(self, config: WorkerConfig, store: LeaseStore, checkpointer: Checkpointer, *,
                  handler: Handler, protocol: ResumeProtocol, streams: dict[str, Connection],
                  owner: Callable[[], str | None], stopping: Callable[[], bool],
                  session_fence: Callable[[], int], wall: Callable[[], int],
                  mono: Callable[[], int], metrics: WorkerMetrics, counts: Counter[str],
-                 balancing: Balancing | None = None,
+                 balancing: Balancing,
                  admit_connect: Callable[[], Awaitable[float]] | None = None) -> None:
-        self.config, self.store, self.renewer = config, store, renewer
+        self.config, self.store, self.checkpointer = config, store, checkpointer
         self.ctx = ConnectionContext(
             worker_id=config.worker_id, handler=handler, protocol=protocol, metrics=metrics,
             policy=config.url_policy,
@@ -85,12 +85,11 @@ class Holdings:
         self.metrics, self.counts = metrics, counts
         self.tasks: set[asyncio.Task[None]] = set()
         self._claiming: set[str] = set()
-        self.session_mode = config.liveness == "session"
 
     def free_capacity(self) -> int:
         if self.stopping() or self.owner() is None:
             return 0
-        if self.balancing is not None and self.balancing.draining:
+        if self.balancing.draining:
             return 0
         # Not limited by a rebalancing share: a failover's or a new stream's nudge must be
         # claimed by whoever has room; only a moved stream's nudge is held to the share.
@@ -111,8 +110,8 @@ class Holdings:
     async def _claim(self, conn_id: str, source: str, span: Span | None) -> Claim | Later:
         if conn_id in self.streams or conn_id in self._claiming:
             return Claim.CONFLICT  # already ours (a duplicate nudge)
-        if self.balancing is not None and (self.balancing.refuses(conn_id) or (
-                source == SOURCE_MOVED and self._room_for_moves() <= 0)):
+        if self.balancing.refuses(conn_id) or (source == SOURCE_MOVED and (
+                self._room_for_moves() <= 0)):
             # We shed it (never straight back), or it is a move and we are at our share:
             # handed on to a worker below it.
             return Claim.REFUSED
@@ -139,12 +138,11 @@ class Holdings:
         finally:
             self._claiming.discard(conn_id)
         self.metrics.incr("Claims")
-        if self.balancing is not None:
-            self.balancing.claimed(conn_id)
+        self.balancing.claimed(conn_id)
         if lease.unowned_ms is not None:
             self.metrics.unowned_time(lease.unowned_ms)
         self.counts["claimed"] += 1
-        held = HeldStream(lease, fence_mono_ms=self.renewer.fence_after(sent),
+        held = HeldStream(lease, fence_mono_ms=self.checkpointer.fence_after(sent),
                           session_fence=self.session_fence,
                           max_seq_jump=self.config.max_seq_jump)
         if self.stopping():  # the stop began while we were acquiring: hand it straight back
@@ -166,7 +164,7 @@ class Holdings:
     def _room_for_moves(self) -> int:
         """Moved streams we may still take under our target's ceiling, claims in flight
         counted (a poll's ten nudges are claimed at once: each must see the others)."""
-        room = self.balancing.room() if self.balancing is not None else None
+        room = self.balancing.room()
         return 1 if room is None else room - len(self._claiming)
 
     def _later(self, exc: AcquireFailed) -> Later | None:
@@ -183,23 +181,22 @@ class Holdings:
     async def record_poison(self, conn: Connection, seq: int, error: str) -> None:
         """Note a skipped poison frame on the lease item (best effort: it is in the log)."""
         await asyncio.get_running_loop().run_in_executor(
-            self.renewer.executor, functools.partial(
+            self.checkpointer.executor, functools.partial(
                 self.store.record_poison, conn.held.lease, seq, error))
 
     async def anchor(self, conn: Connection, seq: int) -> None:
         """Write a never-checkpointed stream's starting point before its first handler call."""
-        sent = self.mono()
         try:
             lease = await asyncio.get_running_loop().run_in_executor(
-                self.renewer.executor, functools.partial(
-                    self.store.renew, conn.held.lease, seq, extend=not self.session_mode))
+                self.checkpointer.executor, functools.partial(
+                    self.store.renew, conn.held.lease, seq, extend=False))
         except LeaseLost as exc:
-            self.renewer.on_lost(conn, exc, "first checkpoint")
+            self.checkpointer.on_lost(conn, exc, "first checkpoint")
             return
-        except HoldfastError as exc:  # the next heartbeat writes the checkpoint instead
+        except HoldfastError as exc:  # the next round of checkpoints writes it instead
             conn.log("warning", "cannot write the first checkpoint", error=str(exc)[:300])
             return
-        conn.held.renewed(lease, None if self.session_mode else self.renewer.fence_after(sent))
+        conn.held.renewed(lease)
 
     # -- one stream's life -------------------------------------------------------------------
     async def _hold(self, conn: Connection) -> None:
@@ -218,8 +215,7 @@ class Holdings:
             await self._finish(conn, error)
         finally:
             self.streams.pop(conn.conn_id, None)
-            if self.balancing is not None:
-                self.balancing.finished(conn.conn_id)
+            self.balancing.finished(conn.conn_id)
 
     async def _finish(self, conn: Connection, error: str | None) -> None:
         held = conn.held
@@ -244,8 +240,7 @@ class Holdings:
         self.counts["released" if outcome == "released" else f"release_{outcome}"] += 1
         if moved and outcome == "released":
             self.counts["shed"] += 1
-            if self.balancing is not None:
-                self.balancing.moved(conn.conn_id)
+            self.balancing.moved(conn.conn_id)
 
     async def _release(self, conn: Connection, *, attempts: int = 20,
                        error: str | None = None, retry_at_ms: int | None = None,

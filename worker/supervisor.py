@@ -1,4 +1,5 @@
-"""The supervisor: owns the held streams, runs claimer, sweep, renewer, metrics and health.
+"""The supervisor: owns the session and the held streams, runs claimer, sweep, checkpoints,
+metrics and health.
 
 Shutdown is a parameter (an awaitable that completes when the worker must stop), as in hypercorn.
 The stop is two-phase and bounded by ``shutdown_s`` so that it fits ECS's stop timeout:
@@ -6,8 +7,9 @@ The stop is two-phase and bounded by ``shutdown_s`` so that it fits ECS's stop t
 1. stop claiming (nudges received in flight go back to the queue at once);
 2. drain every stream: the handler call in flight finishes, the connection closes, then the
    lease is released with its final checkpoint (``lease_expires_at_ms = 0``) so the router hands
-   it on at once. Renewals and fencing go on meanwhile. What has not drained by 60% of the
-   budget is aborted (the call in flight is not checkpointed) and released all the same.
+   it on at once. The session heartbeat, checkpoints and fencing go on meanwhile. What has not
+   drained by 60% of the budget is aborted (the call in flight is not checkpointed) and
+   released all the same.
 
 One log line at the end counts what happened.
 """
@@ -36,6 +38,7 @@ from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from worker.balancing import Balancing, owned_elsewhere_by
 from worker.budget import ConnectBudget
+from worker.checkpointer import Checkpointer, monotonic_ms
 from worker.claimer import Claimer
 from worker.config import WorkerConfig
 from worker.connection import Connection
@@ -47,7 +50,6 @@ from worker.metrics import WorkerMetrics
 from worker.orders import OrderInbox
 from worker.protocol import QueryParamProtocol, ResumeProtocol
 from worker.reconciler import Reconciler
-from worker.renewer import Renewer, monotonic_ms
 from worker.session import SessionKeeper
 from worker.watchdog import Watchdog
 
@@ -78,48 +80,43 @@ class Supervisor:
         self.ddb, self.sqs = ddb, sqs
         self.wall, self.mono = wall, mono
         self.metrics = metrics or WorkerMetrics()
-        self.session_mode = config.liveness == "session"
-        # With sessions a stream's own expiry is a far backstop; the session keeps it alive.
-        self.store = LeaseStore(ddb, config.table,
-                                lease_ms=BACKSTOP_MS if self.session_mode else config.lease_ms,
+        # A stream's own expiry is a far backstop; the session keeps it alive.
+        self.store = LeaseStore(ddb, config.table, lease_ms=BACKSTOP_MS,
                                 skew_ms=config.timing.skew_ms, clock=wall)
         # The session's own calls (start, heartbeat, end) may have a client of their own
         # (``session_ddb``): under throttling the heartbeat is the one call that must not queue
         # behind the shared rate limiter of everything else; it bounds its own retries by its
         # fence. The reconcile sweep's session reads and releases are bulk work: ``ddb``.
         self.sessions = SessionStore(
-            session_ddb or ddb, config.session_table or "", config.table,
-            ttl_ms=config.lease_ms, skew_ms=config.timing.skew_ms,
-            clock=wall) if self.session_mode else None
+            session_ddb or ddb, config.session_table, config.table, ttl_ms=config.lease_ms,
+            skew_ms=config.timing.skew_ms, clock=wall)
         self.sweep_sessions = SessionStore(
-            ddb, config.session_table or "", config.table, ttl_ms=config.lease_ms,
-            skew_ms=config.timing.skew_ms, clock=wall) if self.session_mode else None
+            ddb, config.session_table, config.table, ttl_ms=config.lease_ms,
+            skew_ms=config.timing.skew_ms, clock=wall)
         self.streams: dict[str, Connection] = {}
-        # Rebalancing (sessions only: targets and drains reach a session) and the fleet's
-        # reconnect budget (both modes: it guards the upstream).
+        # Rebalancing (targets and drains reach our session) and the fleet's reconnect budget.
         self.budget = ConnectBudget(config.connect_rate, config.connect_burst) if (
             config.connect_rate > 0) else None
         self.balancing = Balancing(
             self.streams, cooldown_ms=config.cooldown_ms, drain_at_once=config.drain_at_once,
             wall=wall, mono=mono, metrics=self.metrics, budget=self.budget,
-            owned_elsewhere=owned_elsewhere_by(self.store, lambda: self.owner),
-        ) if self.session_mode else None
-        self.keeper: SessionKeeper | None = None
+            owned_elsewhere=owned_elsewhere_by(self.store, lambda: self.owner))
+        self.keeper: SessionKeeper | None = None  # from the first session start on
         # Stop orders sent straight to us (sub-second); the session item stays their backstop.
         self.inbox = OrderInbox(sqs, config.orders_queue_prefix, self._stop_order,
-                                directive=self.balancing.news if self.balancing else None) if (
-            self.session_mode and config.orders_queue_prefix) else None
-        # lease_owner of what we acquire: the session's owner (worker id and incarnation), or
-        # the bare worker id in the seed's lease mode. None: no live session, claim nothing.
-        self.owner: str | None = None if self.session_mode else config.worker_id
+                                directive=self.balancing.news) if (
+            config.orders_queue_prefix) else None
+        # lease_owner of what we acquire: our session's owner (worker id and incarnation).
+        # None: no live session, claim nothing.
+        self.owner: str | None = None
         self.stopping = False
         self.started_mono_ms = mono()
         self.counts: Counter[str] = Counter()
-        self.renewer = Renewer(self.store, self.streams, config.timing, self.metrics,
-                               config.renew_mode, mono=mono, session_mode=self.session_mode,
-                               checkpoint_ms=config.checkpoint_ms, wall=wall)
+        self.checkpointer = Checkpointer(self.store, self.streams, config.timing, self.metrics,
+                                         config.renew_mode, mono=mono,
+                                         checkpoint_ms=config.checkpoint_ms, wall=wall)
         self.holdings = Holdings(
-            config, self.store, self.renewer, handler=handler,
+            config, self.store, self.checkpointer, handler=handler,
             protocol=protocol or QueryParamProtocol(), streams=self.streams,
             owner=lambda: self.owner, stopping=lambda: self.stopping,
             session_fence=self._session_fence, wall=wall, mono=mono, metrics=self.metrics,
@@ -129,7 +126,7 @@ class Supervisor:
 
     def _session_fence(self) -> int:
         if self.keeper is None:
-            return NO_FENCE_MS  # lease mode: each stream's own lease fences it
+            return NO_FENCE_MS  # no session yet: nothing is held
         return self.keeper.fence_mono_ms
 
     def free_capacity(self) -> int:
@@ -143,7 +140,6 @@ class Supervisor:
     # -- the session ----------------------------------------------------------------------
     async def _start_session(self) -> None:
         """Start a new incarnation; wait out a predecessor with our id, refuse a live twin."""
-        assert self.sessions is not None
         timing = self.config.timing
         # A crashed predecessor stops counting as alive after TTL + skew; one that still
         # heartbeats after that long is a second live process with our id.
@@ -173,8 +169,7 @@ class Supervisor:
                 self.sessions, session, timing, self.metrics, held=lambda: len(self.streams),
                 capacity=self.config.max_connections, stop_stream=self._stop_order,
                 on_lost=self._session_lost, mono=self.mono,
-                load=self.balancing.load if self.balancing is not None else None,
-                on_beat=self.balancing.on_beat if self.balancing is not None else None)
+                load=self.balancing.load, on_beat=self.balancing.on_beat)
         self.keeper.started(session, sent)
         self.owner = session.owner
         if self.inbox is not None:
@@ -228,8 +223,7 @@ class Supervisor:
 
         A diagnostic, not the ECS health check: ``/health`` reports event-loop lag only, so a
         regional DynamoDB problem does not get every task replaced at once."""
-        last = (self.keeper.last_ok_mono_ms if self.keeper is not None
-                else self.renewer.last_ok_mono_ms)
+        last = self.keeper.last_ok_mono_ms if self.keeper is not None else None
         since = self.started_mono_ms if last is None else last
         return self.mono() - since <= self.config.lease_ms
 
@@ -243,12 +237,13 @@ class Supervisor:
         health = HealthServer(cfg.health_port, self) if cfg.health_port else None
         # A handler blocking the loop past a fence ends the process (``worker.watchdog``).
         watchdog = Watchdog(self.earliest_fence, self.mono) if cfg.watchdog else None
-        if self.session_mode:
-            await self._start_session()
+        await self._start_session()
+        keeper = self.keeper
+        assert keeper is not None  # the session has started
         logger.info("worker started", worker_id=self.worker_id, table=cfg.table,
                     max_connections=cfg.max_connections, lease_ms=cfg.lease_ms,
                     heartbeat_ms=cfg.heartbeat_ms, renew_mode=cfg.renew_mode,
-                    liveness=cfg.liveness, checkpoint_ms=cfg.checkpoint_ms, owner=self.owner)
+                    checkpoint_ms=cfg.checkpoint_ms, owner=self.owner)
         async with asyncio.TaskGroup() as tg:
             claiming = [tg.create_task(self._guard("claimer", claimer.run))]
             if cfg.reconcile_s > 0:
@@ -256,15 +251,13 @@ class Supervisor:
                                         self.holdings.claim, self.free_capacity,
                                         cfg.reconcile_s, self.wall, rand=random.random,
                                         sessions=self.sweep_sessions,
-                                        fleet=self.balancing.set_fleet
-                                        if self.balancing is not None else None)
+                                        fleet=self.balancing.set_fleet)
                 claiming.append(tg.create_task(self._guard("reconcile", reconciler.run)))
-            if self.balancing is not None:  # no shedding once the stop has begun
-                claiming.append(tg.create_task(self._guard("balancing", self.balancing.run)))
-            keep = [tg.create_task(self._guard("renewer", self.renewer.run)),
-                    *([tg.create_task(self._guard("session", self.keeper.run))]
-                      if self.keeper is not None else []),
-                    tg.create_task(self._guard("fence", self.renewer.fence_watch)),
+            # No shedding once the stop has begun.
+            claiming.append(tg.create_task(self._guard("balancing", self.balancing.run)))
+            keep = [tg.create_task(self._guard("checkpoints", self.checkpointer.run)),
+                    tg.create_task(self._guard("session", keeper.run)),
+                    tg.create_task(self._guard("fence", self.checkpointer.fence_watch)),
                     tg.create_task(self._guard("metrics", self._metrics_loop))]
             if self.inbox is not None:
                 keep.append(tg.create_task(self._guard("orders", self.inbox.run)))
@@ -289,23 +282,20 @@ class Supervisor:
             # Nudges for the streams just released may sit in our own last polls: hand them on.
             await claimer.finish_polls(min(cfg.poll_drain_s, max(
                 0.0, cfg.shutdown_s - (time.monotonic() - stop_t0))))
-            if self.keeper is not None and self.sessions is not None:
-                # Goodbye: the sweeper releases whatever we could not, without waiting a TTL.
-                try:
-                    await asyncio.to_thread(self.sessions.end, self.keeper.session)
-                except HoldfastError as exc:
-                    logger.warning("cannot end the session; it will expire",
-                                   error=str(exc)[:300])
+            # Goodbye: the sweeper releases whatever we could not, without waiting a TTL.
+            try:
+                await asyncio.to_thread(self.sessions.end, keeper.session)
+            except HoldfastError as exc:
+                logger.warning("cannot end the session; it will expire", error=str(exc)[:300])
             if self.inbox is not None:
                 await self.inbox.close()
             if watchdog is not None:
                 watchdog.stop()
             for task in keep:
                 task.cancel()
-        if self.keeper is not None:
-            self.keeper.executor.shutdown(wait=False, cancel_futures=True)
-        self.renewer.executor.shutdown(wait=False, cancel_futures=True)
-        self.renewer.chunk_pool.shutdown(wait=False, cancel_futures=True)
+        keeper.executor.shutdown(wait=False, cancel_futures=True)
+        self.checkpointer.executor.shutdown(wait=False, cancel_futures=True)
+        self.checkpointer.chunk_pool.shutdown(wait=False, cancel_futures=True)
         self.flush_metrics()
         self.counts["left_running"] = len(self.streams)
         gc.unfreeze()  # an embedding process (the tests) goes on collecting as before

@@ -28,9 +28,8 @@ __all__ = [
     "ENV_HANDLER",
     "ENV_HANDLER_TIMEOUT_SECONDS",
     "ENV_HEARTBEAT_SECONDS",
-    "ENV_LEASE_MS",
     "ENV_LEASE_SECONDS",
-    "ENV_LIVENESS",
+    "ENV_MARGIN_MS",
     "ENV_MAX_CONNECTIONS",
     "ENV_MAX_FRAME_BYTES",
     "ENV_MAX_QUEUE",
@@ -106,9 +105,6 @@ ENV_TABLE: Final = "HOLDFAST_TABLE"
 ENV_SESSION_TABLE: Final = "HOLDFAST_SESSION_TABLE"  # worker sessions (one item per worker)
 # How often a running stream's last_seq is written; also the replay window after a crash.
 ENV_CHECKPOINT_SECONDS: Final = "HOLDFAST_CHECKPOINT_SECONDS"
-# "session" (one heartbeat per worker) or "lease" (the seed's per-stream heartbeats, kept for
-# the side-by-side benchmark).
-ENV_LIVENESS: Final = "HOLDFAST_LIVENESS"
 ENV_QUEUE_URL: Final = "HOLDFAST_QUEUE_URL"
 # Name prefix of the per-session order queues (holdfast.core.orders); unset: orders ride the
 # session item only (the next heartbeat).
@@ -129,10 +125,12 @@ ENV_REBALANCE_COOLDOWN_SECONDS: Final = "HOLDFAST_REBALANCE_COOLDOWN_SECONDS"
 ENV_CONNECT_RATE: Final = "HOLDFAST_CONNECT_RATE"
 ENV_CONNECT_BURST: Final = "HOLDFAST_CONNECT_BURST"
 ENV_DRAIN_AT_ONCE: Final = "HOLDFAST_DRAIN_AT_ONCE"
-ENV_LEASE_SECONDS: Final = "HOLDFAST_LEASE_SECONDS"  # worker
-ENV_LEASE_MS: Final = "HOLDFAST_LEASE_MS"  # router and sweeper
+# The lease timings (``rules.LeaseTiming.from_env``), the same for the worker, the Lambdas and
+# the stack: the session TTL, its heartbeat, the clock-skew allowance and the fence's margin.
+ENV_LEASE_SECONDS: Final = "HOLDFAST_LEASE_SECONDS"
 ENV_HEARTBEAT_SECONDS: Final = "HOLDFAST_HEARTBEAT_SECONDS"
 ENV_SKEW_MS: Final = "HOLDFAST_SKEW_MS"
+ENV_MARGIN_MS: Final = "HOLDFAST_MARGIN_MS"
 ENV_MAX_CONNECTIONS: Final = "HOLDFAST_MAX_CONNECTIONS"
 ENV_RECONCILE_SECONDS: Final = "HOLDFAST_RECONCILE_SECONDS"
 ENV_SHUTDOWN_SECONDS: Final = "HOLDFAST_SHUTDOWN_SECONDS"

@@ -12,18 +12,27 @@ With every clock within ``skew`` of true time the holder has stopped before anyo
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
+from holdfast.core import names
 from holdfast.core.exceptions import ConfigError, LossReason
 from holdfast.core.model import LeaseItem
 from holdfast.core.schema import SessionState
 
 __all__ = [
+    "DEFAULT_HEARTBEAT_MS",
+    "DEFAULT_LEASE_MS",
+    "DEFAULT_MARGIN_MS",
+    "DEFAULT_SKEW_MS",
     "LeaseTiming",
     "acquire_cutoff_ms",
     "claim_blocker",
     "claimable_at_ms",
     "classify_loss",
+    "default_margin_ms",
     "fence_deadline_mono_ms",
     "is_expired",
     "next_checkpoint",
@@ -32,14 +41,30 @@ __all__ = [
 ]
 
 
+# The production timings: the one default of each, for the worker, the Lambdas and the stack.
+DEFAULT_LEASE_MS: Final = 8_000  # the session TTL: how long a silent worker keeps its streams
+DEFAULT_HEARTBEAT_MS: Final = 2_000  # one session heartbeat per worker
+DEFAULT_SKEW_MS: Final = 1_000  # clock-skew allowance between hosts
+
+
+def default_margin_ms(lease_ms: int) -> int:
+    """The fence's allowance for a late timer: a tenth of the lease, at most 1 s."""
+    return min(1_000, lease_ms // 10)
+
+
+DEFAULT_MARGIN_MS: Final = default_margin_ms(DEFAULT_LEASE_MS)
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseTiming:
-    """Lease timings in milliseconds, validated so that self-fencing is possible at all."""
+    """Lease timings in milliseconds, validated so that self-fencing is possible at all.
 
-    lease_ms: int = 20_000
-    heartbeat_ms: int = 5_000
-    skew_ms: int = 1_000
-    margin_ms: int = 1_000
+    With sessions ``lease_ms`` is the session's TTL and ``heartbeat_ms`` its heartbeat."""
+
+    lease_ms: int = DEFAULT_LEASE_MS
+    heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
+    skew_ms: int = DEFAULT_SKEW_MS
+    margin_ms: int = DEFAULT_MARGIN_MS
 
     def __post_init__(self) -> None:
         if self.lease_ms <= 0 or self.heartbeat_ms <= 0 or self.skew_ms < 0 or self.margin_ms < 0:
@@ -56,6 +81,40 @@ class LeaseTiming:
     def usable_ms(self) -> int:
         """How long after sending a renewal the holder may keep using the lease."""
         return self.lease_ms - self.skew_ms - self.margin_ms
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> LeaseTiming:
+        """The timings ``HOLDFAST_LEASE_SECONDS``, ``HOLDFAST_HEARTBEAT_SECONDS``,
+        ``HOLDFAST_SKEW_MS`` and ``HOLDFAST_MARGIN_MS`` set in ``env`` (the worker's, the
+        Lambdas' and the stack's one reader); ``ConfigError`` names the variable."""
+        lease_ms = round(1000 * _number(env, names.ENV_LEASE_SECONDS, DEFAULT_LEASE_MS / 1000,
+                                        lo=0.5, hi=3600))
+        heartbeat_ms = round(1000 * _number(env, names.ENV_HEARTBEAT_SECONDS,
+                                            DEFAULT_HEARTBEAT_MS / 1000, lo=0.05, hi=1200))
+        skew_ms = int(_number(env, names.ENV_SKEW_MS, DEFAULT_SKEW_MS, lo=0, hi=60_000,
+                              integer=True))
+        margin_ms = int(_number(env, names.ENV_MARGIN_MS, default_margin_ms(lease_ms), lo=0,
+                                hi=60_000, integer=True))
+        try:
+            return cls(lease_ms, heartbeat_ms, skew_ms, margin_ms)
+        except ConfigError as exc:
+            raise ConfigError(f"{names.ENV_HEARTBEAT_SECONDS} / {names.ENV_LEASE_SECONDS} / "
+                              f"{names.ENV_SKEW_MS} / {names.ENV_MARGIN_MS}: {exc}") from None
+
+
+def _number(env: Mapping[str, str], name: str, default: float, *, lo: float, hi: float,
+            integer: bool = False) -> float:
+    text = (env.get(name) or "").strip()
+    if not text:
+        return default
+    try:
+        value = float(int(text)) if integer else float(text)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(f"{name}={text[:40]!r} is not {kind}") from None
+    if math.isnan(value) or not lo <= value <= hi:
+        raise ConfigError(f"{name}={text[:40]} is out of range: allowed {lo:g} to {hi:g}")
+    return value
 
 
 def acquire_cutoff_ms(now_wall_ms: int, skew_ms: int) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from holdfast.core import names
+from holdfast.core.rules import default_margin_ms
 from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORD_WRAPS_ENV, RECORDER_SPEC
 from holdfast.localaws import LocalAws
 from holdfast.localaws.processes import _die_with_parent, free_port, wait_for_port
@@ -56,16 +57,20 @@ class FleetTiming:
         (upstream rate, shutdown) as the defaults. The seed's: ``production(lease_s=20,
         heartbeat_s=5)``."""
         return cls(lease_s=lease_s, heartbeat_s=heartbeat_s, checkpoint_s=checkpoint_s,
-                   skew_ms=skew_ms, margin_ms=min(1000, round(lease_s * 100)),
+                   skew_ms=skew_ms, margin_ms=default_margin_ms(round(lease_s * 1000)),
                    sweep_interval_ms=sweep_interval_ms, cooldown_s=cooldown_s,
                    balance_interval_ms=balance_interval_ms)
 
+    def timing_env(self) -> dict[str, str]:
+        """The timing variables the workers and the Lambdas share (``LeaseTiming.from_env``)."""
+        return {names.ENV_LEASE_SECONDS: f"{self.lease_s:g}",
+                names.ENV_HEARTBEAT_SECONDS: f"{self.heartbeat_s:g}",
+                names.ENV_SKEW_MS: str(self.skew_ms), names.ENV_MARGIN_MS: str(self.margin_ms)}
+
     def worker_env(self) -> dict[str, str]:
         return {
-            "HOLDFAST_LEASE_SECONDS": f"{self.lease_s:g}",
-            "HOLDFAST_HEARTBEAT_SECONDS": f"{self.heartbeat_s:g}",
+            **self.timing_env(),
             "HOLDFAST_CHECKPOINT_SECONDS": f"{self.checkpoint_s:g}",
-            "HOLDFAST_SKEW_MS": str(self.skew_ms), "HOLDFAST_MARGIN_MS": str(self.margin_ms),
             "HOLDFAST_SHUTDOWN_SECONDS": f"{self.shutdown_s:g}",
             names.ENV_REBALANCE_COOLDOWN_SECONDS: f"{self.cooldown_s:g}",
             # Short polls and drains: a stopping demo worker should not idle in a long poll.
@@ -79,8 +84,7 @@ class FleetTiming:
 
     def runner_env(self) -> dict[str, str]:
         return {
-            "HOLDFAST_LEASE_MS": str(round(self.lease_s * 1000)),
-            "HOLDFAST_SKEW_MS": str(self.skew_ms),
+            **self.timing_env(),
             "HOLDFAST_SWEEP_INTERVAL_MS": str(self.sweep_interval_ms),
             "HOLDFAST_SWEEP_RENUDGE_MS": "2000",
             "HOLDFAST_SWEEP_UNCLAIMED_GRACE_MS": "1000",

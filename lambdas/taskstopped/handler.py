@@ -28,11 +28,11 @@ from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.model import validate_worker_id
 from holdfast.core.nudge import Nudge
+from holdfast.core.rules import LeaseTiming
 from holdfast.core.sessions import SessionStore, SweepLog
 from holdfast.core.store import wall_clock_ms
 from lambdas.metrics import METRICS_NAMESPACE, metrics_enabled, service_name
 from lambdas.nudge import send_nudges
-from lambdas.settings import env_int
 from lambdas.taskstopped.events import HandledTasks, Skip, parse_event, task_stopped_event
 
 if TYPE_CHECKING:
@@ -114,9 +114,9 @@ def deps_for_env(env: Mapping[str, str] | None = None, *,
     e = os.environ if env is None else env
     table = _required(e, names.ENV_TABLE)
     session_table = _required(e, names.ENV_SESSION_TABLE)
-    store = SessionStore(_client_for(e), session_table, table,
-                         ttl_ms=env_int(e, names.ENV_LEASE_MS, 20_000, 1_000, 3_600_000),
-                         skew_ms=env_int(e, names.ENV_SKEW_MS, 1_000, 0, 60_000))
+    timing = LeaseTiming.from_env(e)
+    store = SessionStore(_client_for(e), session_table, table, ttl_ms=timing.lease_ms,
+                         skew_ms=timing.skew_ms)
     queue_url = e.get(names.ENV_QUEUE_URL, "").strip() or None
     return TaskStoppedDeps(store, log=logger_, queue_url=queue_url,
                            sqs=_client_for(e, "sqs") if queue_url else None)

@@ -31,11 +31,37 @@ def test_timing_rejects_non_positive_values() -> None:
         LeaseTiming(lease_ms=0, heartbeat_ms=1)
 
 
-def test_default_timing_matches_seed_design() -> None:
-    """The defaults are the seed's 20 s lease and 5 s heartbeat."""
+def test_default_timing_is_the_production_default() -> None:
+    """The defaults are production's: TTL 8 s, heartbeat 2 s, skew 1 s, margin 0.8 s; an
+    empty environment reads as exactly those."""
     t = LeaseTiming()
-    assert (t.lease_ms, t.heartbeat_ms) == (20_000, 5_000)
-    assert t.usable_ms == 18_000
+    assert (t.lease_ms, t.heartbeat_ms, t.skew_ms, t.margin_ms) == (8_000, 2_000, 1_000, 800)
+    assert t.usable_ms == 6_200
+    assert LeaseTiming.from_env({}) == t
+
+
+def test_timing_from_env_reads_seconds_and_scales_the_margin() -> None:
+    """Lease and heartbeat in seconds (fractions allowed), skew and margin in ms; the margin
+    defaults to a tenth of the lease, at most 1 s."""
+    env = {"HOLDFAST_LEASE_SECONDS": "3", "HOLDFAST_HEARTBEAT_SECONDS": "0.5",
+           "HOLDFAST_SKEW_MS": "300"}
+    assert LeaseTiming.from_env(env) == LeaseTiming(3_000, 500, 300, 300)
+    assert LeaseTiming.from_env({**env, "HOLDFAST_MARGIN_MS": "0"}).margin_ms == 0
+    assert LeaseTiming.from_env({"HOLDFAST_LEASE_SECONDS": "60"}).margin_ms == 1_000
+
+
+@pytest.mark.parametrize(("env", "name"), [
+    ({"HOLDFAST_LEASE_SECONDS": "8000"}, "HOLDFAST_LEASE_SECONDS"),  # ms given as seconds
+    ({"HOLDFAST_LEASE_SECONDS": "nan"}, "HOLDFAST_LEASE_SECONDS"),
+    ({"HOLDFAST_HEARTBEAT_SECONDS": "soon"}, "HOLDFAST_HEARTBEAT_SECONDS"),
+    ({"HOLDFAST_SKEW_MS": "0.5"}, "HOLDFAST_SKEW_MS"),
+    ({"HOLDFAST_MARGIN_MS": "-1"}, "HOLDFAST_MARGIN_MS"),
+    ({"HOLDFAST_HEARTBEAT_SECONDS": "4"}, "HOLDFAST_HEARTBEAT_SECONDS"),  # too long for 8 s
+])
+def test_timing_from_env_names_the_bad_variable(env: dict[str, str], name: str) -> None:
+    """A bad or inconsistent timing is a ConfigError naming its variable."""
+    with pytest.raises(ConfigError, match=name):
+        LeaseTiming.from_env(env)
 
 
 def test_expiry_needs_skew_allowance() -> None:

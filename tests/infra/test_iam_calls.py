@@ -170,7 +170,8 @@ def _drive_worker(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> s
 def _lambda_env(aws: LocalAws, fleet: Fleet, folder: Path) -> dict[str, str]:
     return {**aws.env(), "HOLDFAST_TABLE": fleet.table,
             "HOLDFAST_SESSION_TABLE": fleet.session_table, "HOLDFAST_QUEUE_URL": fleet.queue_url,
-            "HOLDFAST_LEASE_MS": "3000", "HOLDFAST_SKEW_MS": "300",
+            "HOLDFAST_LEASE_SECONDS": "3", "HOLDFAST_HEARTBEAT_SECONDS": "0.5",
+            "HOLDFAST_SKEW_MS": "300",
             names.ENV_ORDERS_QUEUE_PREFIX: prefix_for(fleet.table),
             names.ENV_RECORD_AWS_CALLS: str(folder)}
 

@@ -57,15 +57,16 @@ def test_tracing_on_adds_the_adot_layer_and_otlp(alt_template_json: dict[str, An
 
 
 def test_router_environment(template_json: dict[str, Any]) -> None:
-    """The router gets both table names, the queue URL, the lease length, the order queues'
-    prefix, and Powertools service and namespace."""
+    """The router gets both table names, the queue URL, the workers' timing variables, the
+    order queues' prefix, and Powertools service and namespace."""
     env = router(template_json)["Environment"]["Variables"]
     assert set(env) == {names.ENV_TABLE, names.ENV_SESSION_TABLE, names.ENV_QUEUE_URL,
                         names.ENV_SERVICE_NAME, names.ENV_METRICS_NAMESPACE,
-                        names.ENV_LEASE_MS, names.ENV_SKEW_MS, names.ENV_ORDERS_QUEUE_PREFIX}
+                        names.ENV_LEASE_SECONDS, names.ENV_HEARTBEAT_SECONDS, names.ENV_SKEW_MS,
+                        names.ENV_ORDERS_QUEUE_PREFIX}
     assert env[names.ENV_ORDERS_QUEUE_PREFIX] == orders_queue_prefix(STACK) == "Holdfast-orders-"
     assert env[names.ENV_SESSION_TABLE] == {"Ref": session_table_id(template_json)}
-    assert env[names.ENV_LEASE_MS] == "8000"
+    assert env[names.ENV_LEASE_SECONDS] == "8"
     assert env[names.ENV_SERVICE_NAME] == "holdfast-router"
     assert env[names.ENV_METRICS_NAMESPACE] == names.NAMESPACE
 

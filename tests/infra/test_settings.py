@@ -85,7 +85,7 @@ def test_lease_timing_is_checked_with_the_core_rules() -> None:
     with pytest.raises(ConfigError, match="heartbeat"):
         from_context(leaseSeconds=10, heartbeatSeconds=5)
     assert from_context(leaseSeconds=12, heartbeatSeconds=5).lease_ms == 12_000
-    # The default lease of 8 s fits two heartbeats of at most 3 s (8 - skew 1 - margin 1).
+    # The default lease of 8 s fits two heartbeats of at most 3 s (8 - skew 1 - margin 0.8).
     assert from_context(heartbeatSeconds=3).heartbeat_seconds == 3
     with pytest.raises(ConfigError, match="heartbeat"):
         from_context(heartbeatSeconds=4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from holdfast.core import schema
+from holdfast.core import names, schema
 from infra.router import (
     RELEASE_ATTRIBUTES,
     ROUTER_HANDLER,
@@ -205,3 +205,21 @@ def test_nothing_deletes_items_and_only_the_sweeper_scans_leases(
     sweeper = role_statements(template_json, function_role(template_json, SWEEPER_HANDLER))
     others = [s for s in allow_statements(template_json) if s not in sweeper]
     assert leases not in grants(others).get("dynamodb:Scan", set())
+
+
+def test_worker_and_every_lambda_get_the_same_timing_variables(
+        template_json: dict[str, Any]) -> None:
+    """One name and unit per timing: the worker's variables, with the same values, reach the
+    router, the sweeper and taskstopped; the old HOLDFAST_LEASE_MS reaches nobody."""
+    timing = (names.ENV_LEASE_SECONDS, names.ENV_HEARTBEAT_SECONDS, names.ENV_SKEW_MS)
+    task = one_resource(template_json, "AWS::ECS::TaskDefinition")["Properties"]
+    (worker,) = [c for c in task["ContainerDefinitions"] if c["Name"] == "worker"]
+    want = {e["Name"]: e["Value"] for e in worker["Environment"] if e["Name"] in timing}
+    assert want == {names.ENV_LEASE_SECONDS: "8", names.ENV_HEARTBEAT_SECONDS: "2",
+                    names.ENV_SKEW_MS: "1000"}
+    functions = resources(template_json, "AWS::Lambda::Function").values()
+    envs = [f["Properties"]["Environment"]["Variables"] for f in functions
+            if names.ENV_TABLE in f["Properties"].get("Environment", {}).get("Variables", {})]
+    assert len(envs) == 3  # router, sweeper, taskstopped
+    for env in envs:
+        assert {k: env[k] for k in timing} == want and "HOLDFAST_LEASE_MS" not in env

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from holdfast.core.exceptions import ConfigError
+from holdfast.core.rules import LeaseTiming
 from worker.config import (
     MEMORY_RESERVE_MIB,
     buffer_bytes,
@@ -23,10 +24,12 @@ BASE = {"HOLDFAST_TABLE": "t", "HOLDFAST_QUEUE_URL": "http://127.0.0.1:1/q",
 
 
 def test_defaults_match_the_issue() -> None:
-    """Sessions: TTL 8 s, heartbeat 2 s, checkpoints every 20 s; batch writes, 256 KiB frames."""
+    """Sessions: TTL 8 s, heartbeat 2 s, skew 1 s, margin 0.8 s (LeaseTiming's own defaults),
+    checkpoints every 20 s; batch writes, 256 KiB frames."""
     cfg = load_config(BASE)
     assert (cfg.lease_ms, cfg.heartbeat_ms, cfg.reconcile_s) == (8_000, 2_000, 60)
-    assert (cfg.liveness, cfg.session_table, cfg.checkpoint_ms) == ("session", "s", 20_000)
+    assert cfg.timing == LeaseTiming(8_000, 2_000, 1_000, 800) == LeaseTiming()
+    assert (cfg.session_table, cfg.checkpoint_ms) == ("s", 20_000)
     assert cfg.renew_mode == "batch" and not cfg.compression
     assert cfg.max_frame_bytes == 2**18 and cfg.shutdown_s < 30  # fits ECS's default 30 s
     assert (cfg.max_queue, cfg.max_seq_jump, cfg.poison_replays) == (2, 1_000_000, 3)
@@ -70,7 +73,8 @@ def test_seq_jump_bound_zero_means_none() -> None:
     ({"HOLDFAST_LEASE_SECONDS": "nan"}, "HOLDFAST_LEASE_SECONDS"),
     ({"HOLDFAST_HEARTBEAT_SECONDS": "15"}, "HOLDFAST_HEARTBEAT_SECONDS"),
     ({"HOLDFAST_SESSION_TABLE": ""}, "HOLDFAST_SESSION_TABLE"),
-    ({"HOLDFAST_LIVENESS": "vibes"}, "HOLDFAST_LIVENESS"),
+    ({"HOLDFAST_SKEW_MS": "1.5"}, "HOLDFAST_SKEW_MS"),
+    ({"HOLDFAST_MARGIN_MS": "-1"}, "HOLDFAST_MARGIN_MS"),
     ({"HOLDFAST_CHECKPOINT_SECONDS": "0"}, "HOLDFAST_CHECKPOINT_SECONDS"),
     ({"HOLDFAST_WORKER_ID": "has#hash"}, "HOLDFAST_WORKER_ID"),
     ({"HOLDFAST_MAX_CONNECTIONS": "0"}, "HOLDFAST_MAX_CONNECTIONS"),
@@ -104,6 +108,13 @@ def test_missing_required_variable() -> None:
     """Without a table the error says what HOLDFAST_TABLE must name."""
     with pytest.raises(ConfigError, match="HOLDFAST_TABLE is not set"):
         load_config({"HOLDFAST_QUEUE_URL": "http://x/q"})
+
+
+def test_a_session_table_is_required() -> None:
+    """Sessions are the only liveness: no session table is a ConfigError naming the variable."""
+    env = {k: v for k, v in BASE.items() if k != "HOLDFAST_SESSION_TABLE"}
+    with pytest.raises(ConfigError, match="HOLDFAST_SESSION_TABLE is not set"):
+        load_config({**env, "HOLDFAST_LIVENESS": "lease"})
 
 
 def test_fractional_seconds_and_allow_list() -> None:

@@ -8,8 +8,8 @@ from typing import Any
 from holdfast.core import rules
 from holdfast.core.exceptions import SessionLost, StoreUnavailable
 from holdfast.core.sessions import Beat, Session
+from worker.checkpointer import monotonic_ms
 from worker.metrics import WorkerMetrics
-from worker.renewer import monotonic_ms
 from worker.session import SessionKeeper
 
 TIMING = rules.LeaseTiming(lease_ms=4000, heartbeat_ms=1000, skew_ms=500, margin_ms=400)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from holdfast.core.exceptions import ConfigError
 from holdfast.core.schema import BACKSTOP_MS, SessionState
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
@@ -142,3 +143,15 @@ def test_each_released_stream_is_nudged_by_the_report_too(ddb_local: LocalAws,
             break
     # Once now and once a second later, when the dead worker's polls have surely returned.
     assert sorted(nudged) == sorted(ids * 2)
+
+
+def test_the_session_ttl_comes_from_the_workers_lease_seconds(ddb_local: LocalAws) -> None:
+    """The TTL and skew are read as the worker reads them: HOLDFAST_LEASE_SECONDS (default 8 s),
+    not the old HOLDFAST_LEASE_MS; a bad value is a ConfigError naming the variable."""
+    env = ddb_local.env()
+    assert deps_for_env({**env, "HOLDFAST_LEASE_MS": "20000"}).sessions.ttl_ms == 8_000
+    tuned = deps_for_env({**env, "HOLDFAST_LEASE_SECONDS": "3", "HOLDFAST_HEARTBEAT_SECONDS": "0.5",
+                          "HOLDFAST_SKEW_MS": "300"}).sessions
+    assert (tuned.ttl_ms, tuned.skew_ms) == (3_000, 300)
+    with pytest.raises(ConfigError, match="HOLDFAST_LEASE_SECONDS"):
+        deps_for_env({**env, "HOLDFAST_LEASE_SECONDS": "soon"})

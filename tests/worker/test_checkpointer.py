@@ -1,44 +1,45 @@
-"""The renewer's reactions to lost leases, on DynamoDB Local with real leases."""
+"""The checkpoint writer's reactions to lost streams, on DynamoDB Local with real leases."""
 
 from __future__ import annotations
 
 import asyncio
 
 from holdfast.core.rules import LeaseTiming
+from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
 from tests.worker.helpers import Recorder, item_attr, running_worker
+from worker.checkpointer import Checkpointer
 from worker.connection import Connection, ConnectionContext
 from worker.held import NO_FENCE_MS, HeldState, HeldStream
 from worker.metrics import WorkerMetrics
 from worker.protocol import QueryParamProtocol
-from worker.renewer import Renewer
 
 
-def runner_for(fleet: Fleet, conn: str, checkpoint: int) -> tuple[Renewer, Connection]:
+def runner_for(fleet: Fleet, conn: str, checkpoint: int) -> tuple[Checkpointer, Connection]:
     fleet.create(conn, "ws://127.0.0.1:1/s/x")
-    store = LeaseStore(fleet.ddb, fleet.table, lease_ms=3000, skew_ms=300)
+    store = LeaseStore(fleet.ddb, fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
     lease = store.acquire(conn, "me")
     ctx = ConnectionContext(worker_id="me", handler=Recorder(), protocol=QueryParamProtocol(),
                         metrics=WorkerMetrics())
     held = HeldStream(lease, fence_mono_ms=NO_FENCE_MS)
     held.anchored(checkpoint)
     runner = Connection(held, ctx)
-    renewer = Renewer(store, {conn: runner}, LeaseTiming(3000, 500, 300, 300), ctx.metrics)
-    return renewer, runner
+    writer = Checkpointer(store, {conn: runner}, LeaseTiming(3000, 500, 300, 300), ctx.metrics)
+    return writer, runner
 
 
 async def test_foreign_checkpoint_is_a_loss(fleet: Fleet, unique_id: str) -> None:
     """A stored checkpoint ahead of anything we handled means someone else wrote it: stop."""
     conn = f"{unique_id}-b"
-    renewer, runner = runner_for(fleet, conn, 7)
+    writer, runner = runner_for(fleet, conn, 7)
     fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn}"}},
                           UpdateExpression="SET last_seq = :s",
                           ExpressionAttributeValues={":s": {"N": "1000"}})
-    # The real path: the heartbeat's renewal fails, the store classifies it, on_lost acts.
-    await renewer.heartbeat()
+    # The real path: the checkpoint write fails, the store classifies it, on_lost acts.
+    await writer.write()
     assert runner.held.state is HeldState.LOST and runner.held.stop_reason == "lost:regression"
-    assert renewer.metrics.totals["LeasesLost"] == 1
+    assert writer.metrics.totals["LeasesLost"] == 1
     assert item_attr(fleet.item(conn), "last_seq") == 1000  # nothing written over it
 
 

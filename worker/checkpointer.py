@@ -1,16 +1,17 @@
-"""Per-stream writes and self-fencing for every lease a worker holds.
+"""Checkpoints and self-fencing for the streams a worker holds.
 
-With sessions (the default) the session keeps streams alive, and this writes each running
-stream's checkpoint every ``checkpoint_ms`` when its seq moved (no index key changes), plus,
-about twice an hour, the far backstop expiry. In the seed's ``lease`` mode, every heartbeat is
-one ``renew_many`` (batched PartiQL, or single UpdateItems on moto) for all
-held leases, each carrying its checkpoint. Outcomes per lease:
+The worker's session keeps its streams alive (``worker.session``); a stream's own expiry is a
+far backstop (``BACKSTOP_MS``). Every ``checkpoint_ms`` this writes the checkpoint of each held
+stream whose seq moved (one ``renew_many``: batched PartiQL, or single UpdateItems on moto, which
+ignores PartiQL conditions), and a stream's backstop once half of it is gone (about twice an
+hour). Outcomes per stream:
 
-- renewed: new expiry, fence deadline moved to ``sent + lease - skew - margin`` (monotonic);
-- LOST or DELETED: abort the stream at once (another worker may already be connected);
+- written: the checkpoint is stored; a refreshed backstop also moves the stream's own fence;
+- LOST, DELETED, REGRESSION, INVALID: stop it at once (another worker may already hold it);
 - STOPPED: drain it (finish the handler call, close) and release with the final checkpoint;
-- StoreUnavailable: keep it, try again next heartbeat; the fence watcher stops it at its
-  deadline, before the lease can expire for anyone else.
+- StoreUnavailable: keep it; the next round writes the checkpoint again.
+
+The fence watcher aborts every stream past its deadline: its session's fence, or its own.
 """
 
 from __future__ import annotations
@@ -33,10 +34,9 @@ from holdfast.core.store import LeaseStore, wall_clock_ms
 from worker.connection import Connection
 from worker.metrics import WorkerMetrics
 
-__all__ = ["Renewer", "monotonic_ms"]
+__all__ = ["Checkpointer", "monotonic_ms"]
 
 logger = Logger(service="holdfast-worker", child=True)
-_HEALTH_PROBE_ID = "__holdfast_health_probe__"
 
 
 def monotonic_ms() -> int:
@@ -44,99 +44,79 @@ def monotonic_ms() -> int:
 
 
 @dataclass
-class Renewer:
-    """Renews the leases in ``streams`` every heartbeat and fences the ones it cannot renew."""
+class Checkpointer:
+    """Writes the checkpoints of ``streams`` and fences the streams past their deadline."""
 
-    store: LeaseStore
+    store: LeaseStore  # with lease_ms = BACKSTOP_MS
     streams: dict[str, Connection]
     timing: rules.LeaseTiming
     metrics: WorkerMetrics
     mode: RenewMode = "batch"
     mono: Callable[[], int] = monotonic_ms
-    # Sessions: write checkpoints every ``checkpoint_ms``; the lease's own expiry is a backstop.
-    session_mode: bool = False
     checkpoint_ms: int = 20_000
     wall: Callable[[], int] = wall_clock_ms
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    last_ok_mono_ms: int | None = None  # last decisive answer from DynamoDB (for /health)
-    # Renewals get threads of their own: a burst of claims or releases queued on the default
-    # executor must never delay a heartbeat into the fence.
+    # Threads of their own: a burst of claims or releases queued on the default executor must
+    # not delay the writes (a stream whose backstop is due needs its write in time).
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
-        max_workers=2, thread_name_prefix="holdfast-renew"))
-    # The batch calls of one heartbeat run side by side (boto3 clients are thread-safe), so
-    # thousands of leases renew in a few round-trip times, not one per 25 leases.
+        max_workers=2, thread_name_prefix="holdfast-checkpoint"))
+    # The batch calls of one round run side by side (boto3 clients are thread-safe), so
+    # thousands of streams are written in a few round-trip times, not one per 25 streams.
     chunk_pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
-        max_workers=4, thread_name_prefix="holdfast-renew-chunk"))
-
-    async def _in_executor(self, fn: Callable[[], object]) -> object:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
+        max_workers=4, thread_name_prefix="holdfast-checkpoint-chunk"))
 
     async def run(self) -> None:
-        """Heartbeat until cancelled."""
-        period_ms = self.checkpoint_ms if self.session_mode else self.timing.heartbeat_ms
+        """Write checkpoints every ``checkpoint_ms`` until cancelled."""
         while True:
             started = self.mono()
-            await self.heartbeat()
+            await self.write()
             elapsed_s = (self.mono() - started) / 1000
-            await self.sleep(max(0.0, period_ms / 1000 - elapsed_s))
+            await self.sleep(max(0.0, self.checkpoint_ms / 1000 - elapsed_s))
 
     def _backstop_due(self, lease: Lease) -> bool:
         """Refresh a stream's backstop expiry once half of it is gone."""
         return lease.expires_at_ms - self.wall() < BACKSTOP_MS // 2
 
     def fence_after(self, sent: int) -> int:
-        """The fence deadline of a lease whose renewal (or acquire) was sent at ``sent``."""
-        if self.session_mode:
-            return sent + BACKSTOP_MS - self.timing.skew_ms - self.timing.margin_ms
-        return rules.fence_deadline_mono_ms(sent, self.timing)
+        """The own fence deadline of a stream whose backstop was written at ``sent`` (mono)."""
+        return sent + BACKSTOP_MS - self.timing.skew_ms - self.timing.margin_ms
 
-    async def heartbeat(self) -> None:
-        """Renew every held lease once (one batched call) and act on each outcome."""
-        # Draining streams are renewed too: a slow graceful stop must not run into the fence.
+    async def write(self) -> None:
+        """Write every held stream's checkpoint once (batched) and act on each outcome."""
+        # Draining streams too: their checkpoint moves until the release writes the last one.
         held = [c for c in self.streams.values() if c.held.live]
         if not held:
-            if not self.session_mode:
-                await self._probe()
             return
-        if self.session_mode:
-            requests = [RenewRequest(c.held.lease, c.held.checkpoint,
-                                     extend=self._backstop_due(c.held.lease)) for c in held]
-        else:
-            requests = [RenewRequest(c.held.lease, c.held.checkpoint) for c in held]
+        requests = [RenewRequest(c.held.lease, c.held.checkpoint,
+                                 extend=self._backstop_due(c.held.lease)) for c in held]
         sent = self.mono()
         try:
             results = await asyncio.get_running_loop().run_in_executor(
                 self.executor, functools.partial(renew_many, self.store, requests, self.mode,
                                                  pool=self.chunk_pool))
         except HoldfastError as exc:  # e.g. ConfigError: table gone, credentials refused
-            logger.error("heartbeat failed", error=str(exc)[:500], leases=len(held))
+            logger.error("checkpoint write failed", error=str(exc)[:500], streams=len(held))
             self.metrics.incr("RenewFailures", len(held))
             return
         took = self.mono() - sent
         self.metrics.renew_latency(took)
         if took > self.timing.heartbeat_ms:
-            logger.warning("slow heartbeat: renewals took longer than the heartbeat period",
-                           took_ms=took, leases=len(held))
-        decisive = False
+            logger.warning("slow checkpoint write: longer than a heartbeat period",
+                           took_ms=took, streams=len(held))
         for conn, request, result in zip(held, requests, results, strict=True):
             if result.lease is not None:
-                decisive = True
                 # Ignored by a stream that stopped meanwhile (its release has begun).
                 conn.held.renewed(result.lease,
                                   self.fence_after(sent) if request.extend else None)
             elif isinstance(result.error, LeaseLost):
-                decisive = True
                 self.on_lost(conn, result.error)
             else:
                 self.metrics.incr("RenewFailures")
-                conn.log("warning", "renew failed, keeping the lease until its fence deadline",
-                         error=str(result.error)[:300],
-                         fence_in_ms=conn.held.fence_mono_ms - self.mono())
-        if decisive:
-            self.last_ok_mono_ms = sent
+                conn.log("warning", "checkpoint write failed, trying again next round",
+                         error=str(result.error)[:300])
 
-    def on_lost(self, conn: Connection, lost: LeaseLost, source: str = "heartbeat") -> None:
-        """Act on a lease found lost: drain a STOPPED stream, stop any other at once."""
+    def on_lost(self, conn: Connection, lost: LeaseLost, source: str = "checkpoint") -> None:
+        """Act on a stream found lost: drain a STOPPED stream, stop any other at once."""
         reason = lost.reason
         if not conn.held.live:
             return
@@ -157,15 +137,6 @@ class Renewer:
                      checkpoint=conn.held.checkpoint, source=source)
             conn.lose(str(reason))
 
-    async def _probe(self) -> None:
-        """With nothing to renew, one cheap read keeps the health signal honest."""
-        sent = self.mono()
-        try:
-            await self._in_executor(functools.partial(self.store.get_raw, _HEALTH_PROBE_ID))
-        except HoldfastError:
-            return
-        self.last_ok_mono_ms = sent
-
     async def fence_watch(self, tick_s: float = 0.05) -> None:
         """Abort every stream whose fence deadline has passed; runs until cancelled."""
         while True:
@@ -174,7 +145,7 @@ class Renewer:
                 deadline = conn.held.deadline()
                 if now >= deadline and conn.held.live:
                     self.metrics.incr("LeasesFenced")
-                    conn.log("error", "self-fencing: lease not renewed in time, stream stopped",
+                    conn.log("error", "self-fencing: not renewed in time, stream stopped",
                              late_ms=now - deadline)
                     conn.fence()
             await self.sleep(tick_s)
