@@ -193,8 +193,8 @@ def consumed_md(prod: dict[str, Any]) -> list[str]:
             "empty reads billed at the minimum), per connection-hour: " + ", ".join(
                 f"{m} {v['write']:.1f} of the WRU and {v['read']:.1f} of the RRU"
                 for m, v in est.items())
-            + ". The baseline's SQS polls are our worker's; the seed has no queue, so they are "
-            "not billed to it.", "", "| monthly on-demand | " + " | ".join(modes) + " |",
+            + ". The baseline is the seed's own program (`bench.seed_worker`): no queue, no "
+            "Lambdas.", "", "| monthly on-demand | " + " | ".join(modes) + " |",
             "|---|" + "---|" * len(modes)]
     for i, _ in enumerate(prod[modes[0]]["monthly"]):
         c0 = prod[modes[0]]["monthly"][i]
