@@ -36,7 +36,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -194,29 +194,31 @@ class SeedWorker:
         self.cfg, self.handler = cfg, handler
         self.table = SeedTable(ddb, cfg.table, cfg.worker_id, cfg.lease_ms)
         self.held: dict[str, _Held] = {}
+        self.stop = asyncio.Event()
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self) -> None:
+        """Until ``self.stop`` is set; then stop delivering and release every stream."""
         log("worker started", worker_id=self.cfg.worker_id, design="seed")
-        loops = [asyncio.create_task(self._reconcile_loop()),
-                 asyncio.create_task(self._renew_loop())]
-        await stop.wait()
-        for task in loops:
-            task.cancel()
-        await asyncio.gather(*loops, return_exceptions=True)
+        # The loops end between two calls, not by cancellation: a cancelled ``to_thread`` call
+        # still lands, and a renewal landing after the release would undo it.
+        await asyncio.gather(
+            self._every(self.reconcile, lambda: self.cfg.reconcile_s * random.uniform(
+                0.75, 1.25), at_once=True),  # at once, then every period +/- 25 %
+            self._every(self.renew_all, lambda: self.cfg.heartbeat_s))
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.cfg.shutdown_s):
                 await self.release_all()
         log("worker stopped", worker_id=self.cfg.worker_id)
 
-    async def _reconcile_loop(self) -> None:
-        while True:  # at once, then every period +/- 25 %
-            await self.reconcile()
-            await asyncio.sleep(self.cfg.reconcile_s * random.uniform(0.75, 1.25))
-
-    async def _renew_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.heartbeat_s)
-            await self.renew_all()
+    async def _every(self, step: Callable[[], Awaitable[None]], period_s: Callable[[], float],
+                     *, at_once: bool = False) -> None:
+        if at_once:
+            await step()
+        while not self.stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), period_s())
+            if not self.stop.is_set():
+                await step()
 
     async def reconcile(self) -> None:
         try:
@@ -225,6 +227,8 @@ class SeedWorker:
             log("reconcile failed", error=repr(exc))
             return
         for conn_id in due:
+            if self.stop.is_set():
+                return
             if conn_id in self.held:
                 continue
             try:
@@ -241,6 +245,8 @@ class SeedWorker:
 
     async def renew_all(self) -> None:
         for h in list(self.held.values()):
+            if self.stop.is_set():
+                return
             try:
                 ok = await asyncio.to_thread(self.table.renew, h.conn_id, h.handled)
             except Exception as exc:  # not renewed this time; the seed simply tries again
@@ -299,11 +305,10 @@ async def _main() -> int:
                                                                 "max_attempts": 3})
     worker = SeedWorker(cfg, boto3.session.Session().client("dynamodb", config=config),
                         load_handler(cfg.handler))
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await worker.run(stop)
+        loop.add_signal_handler(sig, worker.stop.set)
+    await worker.run()
     return 0
 
 
