@@ -1,20 +1,24 @@
-"""Write and read units of every operation of the session design and the seed's.
+"""Write and read units of every operation of the session design and the seed's, measured by
+calling the real code on DynamoDB Local.
 
-Runs each request of ``bench/design_ops.py`` on DynamoDB Local (tables from
-``holdfast.core.schema``) with ``ReturnConsumedCapacity=INDEXES`` and writes a table of
-operation -> units on the lease table, each of its indexes and the session table:
+Each operation is a call of the code that runs in production (``holdfast.core``: the lease
+store, the batch renewal, the session store and its reaper, the orphan query) or of the seed's
+program (``bench.seed_worker``), on a client metered by ``bench.client_meter``: every call asks
+for ``ReturnConsumedCapacity=INDEXES`` and its answer is booked per table and index. Whatever
+a method sends (one write, a read and a write, a batch) is what is counted:
 
     .venv/bin/python -m bench.capacity [--out bench/results/capacity.json]   # ~20 s
 
-Writes are measured on 25 items each and reported per item; reads per call. Each PartiQL form
-is sent as one ``BatchExecuteStatement`` of 25 statements, checked to have applied, and if
-DynamoDB Local reports no ``ConsumedCapacity`` for it (it does not, as of 2026-12) its units are
-those of the equivalent ``UpdateItem``, said so in ``source``.
+Writes are measured on 25 items each and reported per item; reads per call. A batch renewal
+(``renew_many``: one ``BatchExecuteStatement`` of 25) is checked to have applied; if DynamoDB
+Local reports no ``ConsumedCapacity`` for it (it does not, as of 2026-12) its units are those of
+the same renewal sent as ``UpdateItem`` (``renew_many`` in single mode), said so in ``source``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import sys
@@ -24,193 +28,207 @@ from typing import Any
 
 import boto3
 
-from bench import design_ops as ops
-from bench.meter import role_of
-from holdfast.chaos.consumed import reported_units
-from holdfast.core.schema import owner_for, pk_for
-from holdfast.core.table import create_stream
+from bench.client_meter import ClientMeter, Tally
+from bench.seed_worker import SeedTable
+from holdfast.core.batch import RenewRequest, renew_many
+from holdfast.core.exceptions import LeaseLost
+from holdfast.core.model import Lease
+from holdfast.core.schema import BACKSTOP_MS, SESSION, session_pk_for
+from holdfast.core.sessions import SessionItem, SessionStore
+from holdfast.core.store import LeaseStore
+from holdfast.core.table import create_stream, find_orphans
 from holdfast.fleet.procs import REPO_ROOT
 from holdfast.localaws import LocalAws
 
-__all__ = ["OUT", "ROLES", "main", "measure", "roles_of", "run_local"]
+__all__ = ["OUT", "ROLES", "main", "measure", "run_local"]
 
 ROLES = ("lease_table", "seed_index", "owner_index", "session_table")
 OUT = REPO_ROOT / "bench" / "results" / "capacity.json"
 N = 25  # items per write measurement: one full PartiQL batch
 SEED_LEASE_MS = 20_000
+SKEW_MS = 1000
+TTL_MS = 8000
 Client = Any
 
 
-def roles_of(consumed: Any, lease: str, session: str, kind: str = "write") -> dict[str, float]:
-    """A ``ConsumedCapacity`` value as units per role (lease_table, seed_index, ...)."""
-    out: dict[str, float] = {}
-    entries = consumed if isinstance(consumed, list) else [consumed]
-    for key, units in reported_units("op", "read" if kind == "read" else "write", entries):
-        role = role_of(key.table, key.part, lease, session)
-        out[role] = out.get(role, 0.0) + units
+class _Clock:
+    """A fixed timeline (no wall clock in the figures): each reading is 1 s later."""
+
+    def __init__(self, start: int) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        self.now += 1000
+        return self.now
+
+
+def _avg(seen: list[dict[str, float]]) -> dict[str, float]:
+    roles = sorted({r for s in seen for r in s})
+    return {r: round(sum(s.get(r, 0.0) for s in seen) / len(seen), 3) for r in roles}
+
+
+def _entry(what: str, tallies: list[Tally], *, kind: str = "write", per: str = "item",
+           items: int | None = None) -> dict[str, Any]:
+    seen = [t.of(kind) for t in tallies]
+    units = _avg(seen)
+    out: dict[str, Any] = {
+        "what": what, "form": tallies[0].form, "per": per, "kind": kind, "units": units,
+        "total": round(sum(units.values()), 3), "calls": sum(len(t.calls) for t in tallies),
+        "items": len(tallies) if items is None else items}
+    if kind == "write":
+        out["uniform"] = all(s == seen[0] for s in seen)
+        if reads := _avg([t.of("read") for t in tallies]):
+            out["reads"] = reads  # a write method that also reads (its GetItem, Query ...)
+    unreported = sorted({c for t in tallies for c in t.unreported})
+    out["source"] = "reported" if not unreported else (
+        f"reported; no ConsumedCapacity from {', '.join(unreported)}")
     return out
 
 
 class _Bench:
     def __init__(self, ddb: Client, lease: str, session: str) -> None:
-        self.ddb, self.lease, self.session = ddb, lease, session
-        self.now = 1_800_000_000_000  # fixed: no clock in the figures
+        self.meter = ClientMeter(ddb, lease, session)
         self.ops: dict[str, dict[str, Any]] = {}
         self.partiql_reported: list[bool] = []
 
-    def tick(self) -> int:
-        self.now += 1000
-        return self.now
+    def each(self, name: str, what: str, items: list[Any], call: Callable[[Any], Any]
+             ) -> list[Any]:
+        """``call`` once per item, each metered on its own; units per item. Its results."""
+        tallies, results = [], []
+        for item in items:
+            with self.meter.measure() as tally:
+                results.append(call(item))
+            tallies.append(tally)
+        self.ops[name] = _entry(what, tallies)
+        return results
 
-    def writes(self, name: str, what: str, build: Callable[[int], dict[str, Any]],
-               count: int = N, call: str = "update_item") -> None:
-        """``count`` single writes; units per item (all calls must agree)."""
-        seen: list[dict[str, float]] = []
-        for i in range(count):
-            resp = getattr(self.ddb, call)(**build(i), ReturnConsumedCapacity="INDEXES")
-            seen.append(roles_of(resp.get("ConsumedCapacity") or {}, self.lease, self.session))
-        self.ops[name] = _entry(what, "UpdateItem" if call == "update_item" else call, seen,
-                                count, count)
+    def once(self, name: str, what: str, call: Callable[[], Any], *, kind: str,
+             items: Callable[[Any, Tally], int]) -> Any:
+        """One metered call of the real method; units per call."""
+        with self.meter.measure() as tally:
+            result = call()
+        self.ops[name] = _entry(what, [tally], kind=kind, per="call", items=items(result, tally))
+        return result
 
-    def batch(self, name: str, what: str, statements: list[dict[str, Any]], equivalent: str,
-              check: Callable[[], bool]) -> None:
-        """One ``BatchExecuteStatement``; units per statement, reported or the equivalent's."""
-        resp = self.ddb.batch_execute_statement(Statements=statements,
-                                                ReturnConsumedCapacity="INDEXES")
-        errors = [r["Error"] for r in resp.get("Responses", []) if "Error" in r]
-        if errors or not check():
-            raise RuntimeError(f"{name}: the batch did not apply: {errors[:2]}")
-        reported = resp.get("ConsumedCapacity")
-        self.partiql_reported.append(bool(reported))
+    def batch(self, name: str, what: str, leases: list[Lease],
+              request: Callable[[Lease], RenewRequest], *, store: LeaseStore,
+              equivalent: str) -> list[Lease]:
+        """One ``renew_many`` call (a PartiQL batch); units per statement, reported or those of
+        ``equivalent`` (the same write as UpdateItem). The renewed leases."""
+        with self.meter.measure() as tally:
+            results = renew_many(store, [request(le) for le in leases], "batch")
+        renewed = [r.lease for r in results if r.lease is not None]
+        if len(renewed) != len(leases) or tally.calls != ["BatchExecuteStatement"]:
+            raise RuntimeError(f"{name}: the batch did not apply: {tally.calls} "
+                               f"{[r.error for r in results if r.error][:2]}")
+        reported = bool(tally.of("write"))
+        self.partiql_reported.append(reported)
         if reported:
-            total = roles_of(reported, self.lease, self.session)
-            units = {k: v / len(statements) for k, v in total.items()}
-            self.ops[name] = {**_entry(what, "BatchExecuteStatement", [units], 1,
-                                       len(statements)), "source": "reported"}
-            return
-        base = self.ops[equivalent]
-        self.ops[name] = {**base, "what": what, "form": "BatchExecuteStatement", "calls": 1,
-                          "items": len(statements), "reported": None,
-                          "source": f"UpdateItem equivalent ({equivalent}): DynamoDB Local "
-                                    "reports no ConsumedCapacity for BatchExecuteStatement"}
-
-    def read(self, name: str, what: str, kwargs: dict[str, Any], call: str) -> None:
-        """One read, every page; units per call and items returned."""
-        units: dict[str, float] = {}
-        items = pages = 0
-        while True:
-            resp = getattr(self.ddb, call)(**kwargs, ReturnConsumedCapacity="INDEXES")
-            pages += 1
-            items += int(resp.get("Count", 0))
-            for k, v in roles_of(resp.get("ConsumedCapacity") or {}, self.lease, self.session,
-                                 "read").items():
-                units[k] = units.get(k, 0.0) + v
-            if "LastEvaluatedKey" not in resp:
-                break
-            kwargs = {**kwargs, "ExclusiveStartKey": resp["LastEvaluatedKey"]}
-        self.ops[name] = {"what": what, "form": call.title().replace("_", ""), "per": "call",
-                          "kind": "read", "units": units, "total": round(sum(units.values()), 3),
-                          "items": items, "calls": pages, "source": "reported"}
-
-    def item(self, conn_id: str) -> dict[str, Any]:
-        got: dict[str, Any] = self.ddb.get_item(TableName=self.lease,
-                                                Key={"Pk": {"S": pk_for(conn_id)}},
-                                                ConsistentRead=True)["Item"]
-        return got
-
-
-def _entry(what: str, form: str, seen: list[dict[str, float]], calls: int, items: int
-           ) -> dict[str, Any]:
-    units = {r: round(sum(s.get(r, 0.0) for s in seen) / len(seen), 3)
-             for r in sorted({r for s in seen for r in s})}
-    return {"what": what, "form": form, "per": "item", "kind": "write", "units": units,
-            "total": round(sum(units.values()), 3), "calls": calls, "items": items,
-            "uniform": all(s == seen[0] for s in seen), "source": "reported"}
+            units = {k: v / len(leases) for k, v in tally.of("write").items()}
+            self.ops[name] = {**_entry(what, [tally]), "units": units, "items": len(leases),
+                              "total": round(sum(units.values()), 3)}
+        else:
+            self.ops[name] = {
+                **self.ops[equivalent], "what": what, "form": "BatchExecuteStatement",
+                "calls": 1, "items": len(leases),
+                "source": f"UpdateItem equivalent ({equivalent}): DynamoDB Local reports no "
+                          "ConsumedCapacity for BatchExecuteStatement"}
+        return renewed
 
 
 def measure(ddb: Client, lease: str, session: str) -> dict[str, Any]:
     """Every operation of both designs; the ``ops`` table (see the module docstring)."""
     b = _Bench(ddb, lease, session)
-    me, dead = owner_for("cap-w1", "inc1"), owner_for("cap-dead", "inc0")
-    a, p, s, o = ([f"cap-{k}-{i:03d}" for i in range(n)]
-                  for k, n in (("a", N), ("p", N), ("s", N), ("o", 100)))
-    for cid in (*a, *p, *s, *o):
+    clock = _Clock(1_800_000_000_000)
+    past = _Clock(clock.now - 3_600_000)  # sessions started then are silent past their TTL
+    store = LeaseStore(ddb, lease, lease_ms=BACKSTOP_MS, skew_ms=SKEW_MS, clock=clock)
+    sessions = SessionStore(ddb, session, lease, ttl_ms=TTL_MS, skew_ms=SKEW_MS, clock=clock)
+    old = SessionStore(ddb, session, lease, ttl_ms=TTL_MS, skew_ms=SKEW_MS, clock=past)
+    seed = SeedTable(ddb, lease, "cap-seed-w1", SEED_LEASE_MS, clock)
+    # The index queries while nothing is due (an empty index): the steady state.
+    b.once("orphan_query", "Query of the seed index, nothing due (sweeper, reconcile)",
+           lambda: list(find_orphans(ddb, lease, now_ms=clock(), skew_ms=SKEW_MS)),
+           kind="read", items=lambda r, t: len(r))
+    b.once("seed_reconcile_query", "the seed's reconcile: Query of the seed index, nothing due",
+           seed.due, kind="read", items=lambda r, t: len(r))
+    a, p, s, d, o = ([f"cap-{k}-{i:03d}" for i in range(n)]
+                     for k, n in (("a", N), ("p", N), ("s", N), ("d", N), ("o", 100)))
+    for cid in (*a, *p, *s, *d, *o):
         create_stream(ddb, lease, cid, f"wss://upstream.example.com/streams/{cid}")
-    sess = session
-
-    def held(conn_id: str, epoch: int) -> ops.Held:
-        return ops.Held(lease, conn_id, me, epoch)
-
-    b.writes("acquire", "claim: owner index put, seed index entry moves",
-             lambda i: ops.acquire(lease, a[i], me, b.tick(), f"tok{i}"))
-    b.writes("checkpoint", "last_seq moved; no index key touched",
-             lambda i: ops.checkpoint(held(a[i], 1), 10, b.tick()))
-    b.writes("backstop_refresh", "checkpoint + expiry = now + BACKSTOP_MS (seed index moves)",
-             lambda i: ops.checkpoint(held(a[i], 1), 20, b.tick(), backstop=True))
-    b.writes("release", "expiry 0, REMOVE owner (owner entry deleted, seed entry moves)",
-             lambda i: ops.release(held(a[i], 1), 30, b.tick()))
-    # PartiQL forms, on their own items (claimed first, not measured).
-    for i, cid in enumerate(p):
-        ddb.update_item(**ops.acquire(lease, cid, me, b.tick(), f"tp{i}"))
-    now = b.tick()
-    b.batch("checkpoint_batch", "checkpoint, 25 statements per call",
-            [ops.checkpoint_statement(held(c, 1), 10, now) for c in p], "checkpoint",
-            lambda: all(int(b.item(c)["last_seq"]["N"]) == 10 for c in p))
-    now = b.tick()
-    b.batch("backstop_refresh_batch", "backstop refresh, 25 per call",
-            [ops.checkpoint_statement(held(c, 1), 20, now, backstop=True) for c in p],
-            "backstop_refresh", lambda: all(int(b.item(c)["lease_expires_at_ms"]["N"]) > now
-                                            for c in p))
-    now = b.tick()
-    b.batch("release_batch", "release, 25 per call",
-            [ops.release_statement(held(c, 1), 30, now) for c in p], "release",
-            lambda: all("lease_owner" not in b.item(c) for c in p))
-    now = b.tick()
-    b.batch("acquire_batch", "claim, 25 per call (items that already have an epoch)",
-            [ops.acquire_statement(lease, c, me, now, "tq") for c in p], "acquire",
-            lambda: all(int(b.item(c)["lease_epoch"]["N"]) == 2 for c in p))
-    # The seed design: lease 20 s, each heartbeat moves the expiry and carries last_seq.
-    for i, cid in enumerate(s):
-        ddb.update_item(**ops.acquire(lease, cid, me, b.tick(), f"ts{i}", lease_ms=SEED_LEASE_MS))
-    b.writes("seed_heartbeat", "the seed's per-stream renewal (expiry moves, last_seq carried)",
-             lambda i: ops.seed_heartbeat(held(s[i], 1), 10, b.tick(), SEED_LEASE_MS))
-    now = b.tick()
-    b.batch("seed_heartbeat_batch", "the seed's renewal, 25 per call (holdfast.core.batch)",
-            [ops.seed_heartbeat_statement(held(c, 1), 20, now, SEED_LEASE_MS) for c in s],
-            "seed_heartbeat", lambda: all(int(b.item(c)["last_seq"]["N"]) == 20 for c in s))
-    # Session table: one live worker heartbeating, 25 dead ones marked by the sweeper.
-    ddb.put_item(**ops.session_item(sess, "cap-w1", "inc1", b.now, ttl_ms=8000))
-    for i in range(N):
-        ddb.put_item(**ops.session_item(sess, f"cap-dead-{i:02d}", "inc0", b.now - 60_000,
-                                        ttl_ms=8000))
-    b.writes("session_heartbeat", "one per worker per heartbeat (ALL_NEW)",
-             lambda i: ops.session_heartbeat(sess, "cap-w1", "inc1", b.tick(), ttl_ms=8000,
-                                             held=100, capacity=1000))
-    b.writes("session_mark_dead", "the sweeper marks a silent session DEAD",
-             lambda i: ops.session_mark_dead(sess, f"cap-dead-{i:02d}", "inc0", b.tick()))
-    # Reads: the sweeper's scan over 1,000 sessions, its orphan query, a dead owner's streams.
-    workers = [f"w-{i:04d}-{'0' * 24}" for i in range(1000 - N - 1)]
-    for k in range(0, len(workers), 25):
-        ddb.batch_write_item(RequestItems={sess: [
-            {"PutRequest": {"Item": ops.session_item(sess, w, "0123456789abcdef", b.now,
-                                                      ttl_ms=8000)["Item"]}}
-            for w in workers[k:k + 25]]})
-    b.read("sweeper_scan", "Scan of 1,000 sessions (eventually consistent)",
-           ops.sweep_scan(sess), "scan")
-    b.read("orphan_query", "Query of the seed index, nothing due (sweeper; seed's reconcile)",
-           ops.orphan_query(lease, 0, 1), "query")
-    for i, cid in enumerate(o):
-        ddb.update_item(**ops.acquire(lease, cid, dead, b.tick(), f"to{i}"))
-    b.read("owner_query", "Query of the owner index: a dead session's 100 streams",
-           ops.owner_query(lease, dead), "query")
-    try:
-        ddb.update_item(**ops.checkpoint(held(a[0], 99), 40, b.tick()),
-                        ReturnConsumedCapacity="INDEXES")
-        refused: Any = "not refused?"
-    except ddb.exceptions.ConditionalCheckFailedException as exc:
-        refused = exc.response.get("ConsumedCapacity")
+    # Sessions: one live worker; 25 started, then silent (marked dead); two dead holders.
+    me = b.each("session_start", "a worker's session begins (no predecessor)", ["cap-w1"],
+                lambda w: sessions.start(w, capacity=1000))[0]
+    b.each("session_heartbeat", "one per worker per heartbeat (ALL_NEW)", [me] * N,
+           lambda m: sessions.heartbeat_full(m, held=100, capacity=1000))
+    silent = [old.start(f"cap-dead-{i:02d}", capacity=1000) for i in range(N)]
+    b.each("session_mark_dead", "the sweeper marks a silent session DEAD",
+           [_item(sessions, x.worker_id) for x in silent], sessions.mark_dead)
+    # The session design's stream writes (a worker's store: expiry = the backstop).
+    held = b.each("acquire", "claim (owner index entry put, seed index entry moves)", a,
+                  lambda c: store.acquire(c, me.owner))
+    held = b.each("checkpoint", "last_seq moved; no index key touched", held,
+                  lambda le: store.renew(le, 10, extend=False))
+    held = b.each("backstop_refresh", "checkpoint + expiry = now + backstop (seed index moves)",
+                  held, lambda le: store.renew(le, 20))
+    b.each("release", "expiry 0, owner removed (owner entry deleted, seed entry moves)", held,
+           lambda le: store.release(le, 30))
+    refused = _refused(b, store, held[0])
+    batch = [store.acquire(c, me.owner) for c in p]
+    batch = b.batch("checkpoint_batch", "checkpoint, 25 statements per call (renew_many)",
+                    batch, lambda le: RenewRequest(le, 10, extend=False), store=store,
+                    equivalent="checkpoint")
+    b.batch("backstop_refresh_batch", "backstop refresh, 25 per call (renew_many)", batch,
+            lambda le: RenewRequest(le, 20), store=store, equivalent="backstop_refresh")
+    # A dead session's streams: released one by one (release_owned), or all by reap.
+    dead1, dead2 = silent[0], silent[1]
+    for c in d:
+        store.acquire(c, dead1.owner)
+    b.each("release_dead", "the reaper releases one stream of a dead session", d,
+           lambda c: sessions.release_owned(c, dead1.owner, "capacity: dead"))
+    for c in o:
+        store.acquire(c, dead2.owner)
+    b.once("owner_query", "Query of the owner index: a dead session's 100 streams",
+           lambda: sessions.owned_by(dead2.owner), kind="read", items=lambda r, t: len(r))
+    dead = _item(sessions, dead2.worker_id)
+    b.once("reap", "reap a dead session holding 100 streams (SessionStore.reap)",
+           lambda: sessions.reap(dead), kind="write",
+           items=lambda r, t: int(r))
+    # The seed's program: lease 20 s, each heartbeat moves the expiry and carries last_seq.
+    b.each("seed_acquire", "the seed's acquire (lease 20 s, owner not in the condition)", s,
+           seed.acquire)
+    b.each("seed_heartbeat", "the seed's per-stream renewal (expiry moves, last_seq carried)",
+           s, lambda c: seed.renew(c, 10))
+    b.each("seed_release", "the seed's release: expiry 0, owner kept", s,
+           lambda c: seed.release(c, 20))
+    # Reads: the sweeper's scan over 1,000 sessions (copies of the live one as written).
+    _fill_sessions(ddb, session, me.worker_id, 1000 - 1 - N)
+    b.once("sweeper_scan", "Scan of 1,000 sessions (eventually consistent)",
+           lambda: list(sessions.scan()), kind="read", items=lambda r, t: len(r))
     return {"ops": b.ops, "refused_write_reports": refused,
             "partiql_reports_capacity": any(b.partiql_reported)}
+
+
+def _item(sessions: SessionStore, worker_id: str) -> SessionItem:
+    item = sessions.get(worker_id)
+    assert item is not None, worker_id
+    return item
+
+
+def _fill_sessions(ddb: Client, table: str, worker_id: str, n: int) -> None:
+    raw = ddb.get_item(TableName=table, Key={SESSION.pk: {"S": session_pk_for(worker_id)}},
+                       ConsistentRead=True)["Item"]
+    workers = [f"w-{i:04d}-{'0' * 24}" for i in range(n)]
+    for k in range(0, n, 25):
+        ddb.batch_write_item(RequestItems={table: [
+            {"PutRequest": {"Item": {**raw, SESSION.pk: {"S": session_pk_for(w)}}}}
+            for w in workers[k:k + 25]]})
+
+
+def _refused(b: _Bench, store: LeaseStore, released: Lease) -> Any:
+    """What a checkpoint refused by its condition reports (its lease was released)."""
+    with b.meter.measure() as tally, contextlib.suppress(LeaseLost):
+        store.renew(released, 40, extend=False)
+    return tally.of("write") or None
 
 
 def run_local(out: Path | None = OUT) -> dict[str, Any]:
@@ -236,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     result = run_local(args.out)
     for name, op in result["ops"].items():
-        print(f"{name:24} {op['form']:22} {op['total']:>6} per {op['per']:4} {op['units']}")
+        print(f"{name:24} {op['form']:30} {op['total']:>6} per {op['per']:4} {op['units']}"
+              + (f" reads {op['reads']}" if op.get("reads") else ""))
     print(f"wrote {args.out}")
     return 0
 

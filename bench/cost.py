@@ -107,8 +107,8 @@ def consumed_monthly(metered: dict[str, Any], *, connections: int, workers: int,
     """Price a production-timing window (``bench.meter.window``) for another fleet size.
 
     Units are split by what they grow with (``_scope``) and scaled to ``connections`` and
-    ``workers``. The seed's design has no queue and no Lambdas, so the baseline's SQS calls
-    (our worker still polls) are not billed to it. The sweeper Lambda is priced as deployed
+    ``workers``. The seed's design (``bench.seed_worker``) has no queue and no Lambdas:
+    nothing but DynamoDB is billed to it. The sweeper Lambda is priced as deployed
     (``SWEEPER``); router invocations (measured) grow with connections.
     """
     streams, mworkers = metered["streams"], metered["workers"]

@@ -2,9 +2,10 @@
 workers for ``seconds``, everything the workers and the runner send to DynamoDB and SQS metered
 (``bench.meter``), then priced for 500 and 10,000 connections (``bench.cost``).
 
-Timings: ours (sessions) lease 8 s, heartbeat 2 s, checkpoint 20 s, sweep 1 s; the seed's
-baseline lease 20 s, heartbeat 5 s, reconcile 60 s. SQS long polls of 20 s. The upstream sends
-1 message per second per stream, so every stream's seq moves between two checkpoints.
+Timings: ours (sessions) lease 8 s, heartbeat 2 s, checkpoint 20 s, sweep 1 s, SQS long polls
+of 20 s; the seed's program (``bench.seed_worker``) lease 20 s, heartbeat 5 s, reconcile 60 s.
+The upstream sends 1 message per second per stream, so every stream's seq moves between two
+checkpoints.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ __all__ = ["PRODUCTION", "ProductionTiming", "production_cost"]
 class ProductionTiming:
     lease_s: float
     heartbeat_s: float
-    liveness: str  # HOLDFAST_LIVENESS
+    liveness: str  # "session" (ours) or "lease" (the seed's program: per-stream leases)
     checkpoint_s: float | None = None
     reconcile_s: float = 60.0
     skew_ms: int = 1000
@@ -41,8 +42,7 @@ class ProductionTiming:
                            sweep_interval_ms=self.sweep_interval_ms, rate=1.0)
 
     def worker_env(self) -> dict[str, str]:
-        env = {"HOLDFAST_LIVENESS": self.liveness,
-               "HOLDFAST_RECONCILE_SECONDS": f"{self.reconcile_s:g}",
+        env = {"HOLDFAST_RECONCILE_SECONDS": f"{self.reconcile_s:g}",
                "HOLDFAST_POLL_SECONDS": "20", "HOLDFAST_POLL_DRAIN_SECONDS": "3",
                "HOLDFAST_NUDGE_VISIBILITY_SECONDS": "5"}
         if self.checkpoint_s is not None:

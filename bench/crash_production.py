@@ -3,8 +3,8 @@ measure (``scenarios.handover``) when a survivor handles each stream again.
 
 Ours: sessions, lease (session TTL) 8 s, heartbeat 2 s, checkpoint 20 s, skew 1 s, margin 0.8 s,
 the sweeper every 1 s with its production re-nudge (5 s), the worker's reconcile at 60 s. The
-seed: per-stream lease heartbeats (``HOLDFAST_LIVENESS=lease``, single renewals), lease 20 s,
-heartbeat 5 s, skew 1 s, no router and no sweeper: only the survivor's 60 s reconcile finds the
+seed (``bench.seed_worker``): per-stream lease heartbeats (one UpdateItem each), lease 20 s,
+heartbeat 5 s, no router and no sweeper: only the survivor's 60 s reconcile finds the
 orphans. The upstream rate and the rest are ``FleetTiming``'s defaults.
 """
 
@@ -48,10 +48,10 @@ def plan_for(mode: str, rounds: int) -> CrashPlan:
     """The production plan of ``mode``; the seed's timeout covers its slowest reconcile."""
     if mode == "ours":
         return CrashPlan("ours", FleetTiming.production(), rounds, 60.0,
-                         {**_PROD_WORKER_ENV, "HOLDFAST_LIVENESS": "session"},
+                         dict(_PROD_WORKER_ENV),
                          {"HOLDFAST_SWEEP_RENUDGE_MS": "5000"})
-    # BenchFleet adds HOLDFAST_LIVENESS=lease and HOLDFAST_RENEW_MODE=single for the baseline;
-    # the reconcile here replaces its scaled 12 s by the seed's 60 s.
+    # BenchFleet runs the seed's program for the baseline; the reconcile here replaces its
+    # scaled 12 s by the seed's 60 s.
     return CrashPlan("baseline", FleetTiming.production(lease_s=20.0, heartbeat_s=5.0), rounds,
                      2 * RECONCILE_S * (1 + RECONCILE_JITTER) + 30, dict(_PROD_WORKER_ENV))
 

@@ -4,8 +4,10 @@ scenarios need: who handled what when (incrementally read), and the upstream con
 from __future__ import annotations
 
 import math
+import os
 import signal
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,8 +16,10 @@ from typing import Any
 from bench.meter import Snapshot, snapshot
 from holdfast.chaos.evidence import ConnSpan, load_conn_log
 from holdfast.chaos.fleetctl import ProxiedFleet
+from holdfast.core import names
 from holdfast.core.table import create_stream
-from holdfast.fleet.procs import FleetTiming, Proc
+from holdfast.fleet.procs import REPO_ROOT, FleetTiming, Proc
+from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORDER_SPEC
 
 __all__ = ["BASELINE_RECONCILE_S", "BenchFleet", "HandledLog", "dist", "now_ms"]
 
@@ -83,9 +87,10 @@ class HandledLog:
 
 
 class BenchFleet:
-    """One mode's fleet ("ours" with the runner, "baseline" without). Every DynamoDB call of
-    the workers and the runner goes through a counting proxy that also adds up the consumed
-    capacity. ``worker_env`` / ``runner_env`` override the timing's variables."""
+    """One mode's fleet: "ours" (our workers and the runner) or "baseline" (the seed's own
+    program, ``bench.seed_worker``, with no runner). Every DynamoDB call of the workers and the
+    runner goes through a counting proxy that also adds up the consumed capacity.
+    ``worker_env`` / ``runner_env`` override the timing's variables."""
 
     def __init__(self, run_dir: Path, mode: str, timing: FleetTiming, *,
                  worker_env: dict[str, str] | None = None,
@@ -93,12 +98,7 @@ class BenchFleet:
         self.mode = mode
         extra = {"HOLDFAST_LOG_LEVEL": "INFO"}  # "worker started" is an INFO line
         if mode == "baseline":
-            extra["HOLDFAST_RECONCILE_SECONDS"] = f"{BASELINE_RECONCILE_S:g}"
-            # The seed renews each lease with its own UpdateItem: count its round trips so.
-            extra["HOLDFAST_RENEW_MODE"] = "single"
-            # The seed's liveness: every stream heartbeats its own lease (the default is one
-            # session heartbeat per worker).
-            extra["HOLDFAST_LIVENESS"] = "lease"
+            extra[names.ENV_RECONCILE_SECONDS] = f"{BASELINE_RECONCILE_S:g}"
         extra.update(worker_env or {})
         self.pf = ProxiedFleet(run_dir / (name or mode), timing, with_runner=mode == "ours",
                                worker_env=extra, runner_env=runner_env, capacity=True)
@@ -127,8 +127,22 @@ class BenchFleet:
         return snapshot(proxies, pf.fleet.run_dir / "runner.log" if pf.with_runner else None)
 
     def worker(self, wid: str) -> Proc:
-        proc = self.pf.start_worker(wid)
+        proc = self._start_seed(wid) if self.mode == "baseline" else self.pf.start_worker(wid)
         self.wait_started(proc)
+        return proc
+
+    def _start_seed(self, wid: str) -> Proc:
+        """The seed's worker (``bench.seed_worker``) with the environment ``ProxiedFleet``
+        gives ours: its DynamoDB calls go through the same counting proxy."""
+        pf, f = self.pf, self.pf.fleet
+        env = {**os.environ, **f.env, **pf.worker_env, "HOLDFAST_WORKER_ID": wid,
+               names.ENV_HANDLER: RECORDER_SPEC, RECORD_DIR_ENV: str(f.record_dir),
+               "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT),
+                                                         os.environ.get("PYTHONPATH", "")) if p)}
+        proc = Proc(wid, [sys.executable, "-m", "bench.seed_worker"],
+                    f.run_dir / f"worker-{wid}.log", env).start()
+        f.workers[wid] = proc
         return proc
 
     def wait_started(self, proc: Proc, timeout_s: float = 30) -> None:

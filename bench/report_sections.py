@@ -77,14 +77,16 @@ def model_summary(capacity: dict[str, Any] | None, fleet: Fleet | None = None,
 
 def capacity_md(cap: dict[str, Any]) -> list[str]:
     out = ["## DynamoDB units per operation (DynamoDB Local, ReturnConsumedCapacity=INDEXES)", "",
-           f"Measured {cap.get('measured_at', '?')} by `python -m bench.capacity`; writes per "
-           "item (averaged over 25), reads per call. Seed index = "
+           f"Measured {cap.get('measured_at', '?')} by `python -m bench.capacity`, calling the "
+           "real code (`holdfast.core`, and `bench.seed_worker` for the seed) on a metered "
+           "client; writes per item (averaged over 25), reads per call. Seed index = "
            "`desired_state-lease_expires_at_ms-index`, owner index = `lease_owner-index`.", "",
            "| operation | form | lease table | seed index | owner index | session table | "
            "total | per | source |", "|---|---|---|---|---|---|---|---|---|"]
     for name, op in cap.get("ops", {}).items():
         cells = " | ".join(f"{op['units'].get(r, 0):g}" for r in ROLES)
-        src = "reported" if op["source"] == "reported" else "UpdateItem equivalent"
+        src = ("UpdateItem equivalent" if op["source"].startswith("UpdateItem equivalent")
+               else op["source"])
         out.append(f"| {name} | {op['form']} | {cells} | {op['total']:g} | {op['per']} | "
                    f"{src} |")
     out += ["", "DynamoDB Local reports **no** `ConsumedCapacity` for `BatchExecuteStatement` "
@@ -193,8 +195,8 @@ def consumed_md(prod: dict[str, Any]) -> list[str]:
             "empty reads billed at the minimum), per connection-hour: " + ", ".join(
                 f"{m} {v['write']:.1f} of the WRU and {v['read']:.1f} of the RRU"
                 for m, v in est.items())
-            + ". The baseline's SQS polls are our worker's; the seed has no queue, so they are "
-            "not billed to it.", "", "| monthly on-demand | " + " | ".join(modes) + " |",
+            + ". The baseline is the seed's own program (`bench.seed_worker`): no queue, no "
+            "Lambdas.", "", "| monthly on-demand | " + " | ".join(modes) + " |",
             "|---|" + "---|" * len(modes)]
     for i, _ in enumerate(prod[modes[0]]["monthly"]):
         c0 = prod[modes[0]]["monthly"][i]

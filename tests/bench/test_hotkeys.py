@@ -61,7 +61,7 @@ def test_units_per_connection_hour() -> None:
     assert seed["total"] == 2160.0 and seed["seed_index"] == 1440.0
     ours = per_connection_hour("sessions", BIG)
     assert ours == {"lease_table": 180.0, "seed_index": 4.0, "owner_index": 0.0,
-                    "session_table": 18.0, "total": 202.0, "reads": pytest.approx(0.774)}
+                    "session_table": 18.0, "total": 202.0, "reads": pytest.approx(0.792)}
     idle = per_connection_hour("sessions", Fleet(active_share=0.0))
     assert idle["lease_table"] == 2.0 and idle["seed_index"] == 4.0
 
