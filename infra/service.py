@@ -39,7 +39,7 @@ WORKER_LEASE_ATTRIBUTES: Final = (
     schema.PARTITION_KEY, schema.ATTR.desired_state, schema.ATTR.lease_owner,
     schema.ATTR.lease_expires_at_ms, schema.ATTR.last_seq, schema.ATTR.epoch,
     schema.ATTR.status, schema.ATTR.updated_at_ms, schema.ATTR.last_error,
-    schema.ATTR.error_count, schema.ATTR.token, schema.ATTR.poison_seq,
+    schema.ATTR.error_count,
     schema.ATTR.unowned_since_ms,
     schema.ATTR.unowned_epoch, schema.ATTR.unowned_desired_state,
     schema.ATTR.moved_at_ms)  # a rebalancing move's release

@@ -80,7 +80,9 @@ class Sweeper(Construct):
             reserved_concurrency=1 if reserve_concurrency else None)
         self.function = self.handler.function
         role = self.handler.role
-        role.add_to_policy(iam.PolicyStatement(actions=["dynamodb:Query"],
+        # Query both indexes; Scan the owner index (keys only): the owner audit reads it whole
+        # to find streams whose owner is not a live session (holdfast.core.liveness).
+        role.add_to_policy(iam.PolicyStatement(actions=["dynamodb:Query", "dynamodb:Scan"],
                                                resources=list(index_arns)))
         role.add_to_policy(iam.PolicyStatement(actions=list(SWEEPER_LEASE_ACTIONS),
                                                resources=[table.table_arn]))

@@ -100,7 +100,6 @@ class ConnectionContext:
     # Connection deaths in a row by a frame at one resume point before the stream is given up.
     poison_replays: int = 3
     # Unused: nothing is skipped any more. Kept only while ``worker.holdings`` still passes it.
-    record_poison: Callable[[Connection, int, str], Awaitable[None]] | None = None
     # Waits for a token of the fleet's reconnect budget before each connect (worker.budget).
     admit_connect: Callable[[], Awaitable[float]] | None = None
 

@@ -29,6 +29,7 @@ from holdfast.core.exceptions import (
     LossReason,
     StoreUnavailable,
 )
+from holdfast.core.model import Lease, LeaseItem
 from holdfast.core.store import LeaseStore
 from worker.backoff import Backoff
 from worker.balancing import SHED, Balancing
@@ -76,7 +77,7 @@ class Holdings:
                                    open_timeout_s=config.open_timeout_s,
                                    send_worker_id=config.send_worker_id),
             anchor=self.anchor, mono=mono, handler_timeout_s=config.handler_timeout_s,
-            poison_replays=config.poison_replays, record_poison=self.record_poison,
+            poison_replays=config.poison_replays,
             admit_connect=admit_connect)
         self.balancing = balancing
         self.streams = streams
@@ -123,6 +124,12 @@ class Holdings:
             sent = self.mono()
             lease = await asyncio.to_thread(self.store.acquire, conn_id, owner)
         except AcquireFailed as exc:
+            if exc.reason is LossReason.STOPPED and exc.current is not None and (
+                    exc.current.lease_owner == owner):
+                # Ours but STOPPED (its stop order was missed, or its release failed): we
+                # are its holder, so we release it.
+                await self._release_stopped(exc.current, owner)
+                return Claim.CONFLICT
             self.metrics.incr("ClaimConflicts")
             logger.debug("claim refused", conn_id=conn_id, worker_id=self.config.worker_id,
                          reason=str(exc.reason), source=source)
@@ -147,8 +154,10 @@ class Holdings:
                           max_seq_jump=self.config.max_seq_jump)
         if self.stopping():  # the stop began while we were acquiring: hand it straight back
             held.drain("shutdown")
-        elif self.owner() != owner:  # the session was lost while we were acquiring
-            held.lose("session")
+        elif self.owner() != owner:
+            # The session was lost while we were acquiring: nobody else can own the stream
+            # while it names our old owner, so we release it at once (never deliver).
+            held.drain("session lost")
         conn = Connection(held, self.ctx)
         if span is not None:
             conn.trace = StreamTrace(span, conn_id, self.config.worker_id)
@@ -178,11 +187,20 @@ class Holdings:
         seconds = -(-wait_ms // 1000) + 1  # round up, plus a second for clock jitter
         return Later(int(seconds)) if 0 < seconds <= _MAX_LATER_S else None
 
-    async def record_poison(self, conn: Connection, seq: int, error: str) -> None:
-        """Note a skipped poison frame on the lease item (best effort: it is in the log)."""
-        await asyncio.get_running_loop().run_in_executor(
-            self.checkpointer.executor, functools.partial(
-                self.store.record_poison, conn.held.lease, seq, error))
+    def busy(self) -> set[str]:
+        """The streams held or being claimed: not strays, whatever the owner index says."""
+        return set(self.streams) | self._claiming
+
+    async def _release_stopped(self, item: LeaseItem, owner: str) -> None:
+        lease = Lease(item.conn_id, owner, item.epoch, item.lease_expires_at_ms or 0,
+                      item.ws_url, item.last_seq)
+        try:
+            await asyncio.to_thread(self.store.release, lease)
+        except HoldfastError as exc:
+            logger.warning("cannot release a stopped stream we own", conn_id=item.conn_id,
+                           error=str(exc)[:300])
+            return
+        logger.info("released a stopped stream we still owned", conn_id=item.conn_id)
 
     async def anchor(self, conn: Connection, seq: int) -> None:
         """Write a never-checkpointed stream's starting point before its first handler call."""

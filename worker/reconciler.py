@@ -25,7 +25,11 @@ from worker.claimer import Claim, ClaimFn
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["Reconciler"]
+__all__ = ["STRAY_SCAN_S", "Reconciler", "Strays"]
+
+# How often a worker looks for streams its own session owns but it does not hold: one owner
+# index Query (keys only, usually half a read unit) per worker per pass.
+STRAY_SCAN_S = 5.0
 
 logger = Logger(service="holdfast-worker", child=True)
 
@@ -54,7 +58,7 @@ class Reconciler:
             await self.sleep(jittered(self.period_s, self.rand))
             try:
                 await self.sweep()
-            except HoldfastError as exc:
+            except HoldfastError as exc:  # InvalidRequest too: one bad item never stops it
                 logger.warning("reconcile sweep failed", error=str(exc)[:300])
 
     async def sweep(self) -> int:
@@ -92,3 +96,50 @@ class Reconciler:
         if claimed:
             logger.info("reconcile sweep claimed orphans", claimed=claimed, seen=len(orphans))
         return claimed
+
+
+@dataclass
+class Strays:
+    """Streams our own session owns but no connection of ours holds: taken back.
+
+    How one gets there: an acquire whose answer was lost and whose re-read failed, a release
+    that gave up (DynamoDB unavailable), a fenced stream's best-effort release. Nobody else may
+    free them while our session lives (only the holder or the reaper of a dead session does),
+    so we do: every ``period_s`` the owner index is asked what we own, and each stray is
+    claimed again (the acquire takes back our own stream under a new epoch; a STOPPED one is
+    released). The index is eventually consistent: a stream we released a moment ago may still
+    show, and its claim simply fails.
+    """
+
+    sessions: SessionStore
+    owner: Callable[[], str | None]
+    claim: ClaimFn
+    busy: Callable[[], set[str]]
+    period_s: float = STRAY_SCAN_S
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    rand: Callable[[], float] = random.random
+
+    async def run(self) -> None:
+        while True:
+            await self.sleep(jittered(self.period_s, self.rand))
+            try:
+                await self.once()
+            except HoldfastError as exc:
+                logger.warning("stray scan failed", error=str(exc)[:300])
+
+    async def once(self) -> int:
+        """One pass; returns how many strays it claimed back."""
+        owner = self.owner()
+        if owner is None:
+            return 0
+        owned = await asyncio.to_thread(self.sessions.owned_by, owner)
+        strays = [c for c in owned if c not in self.busy()]
+        taken = 0
+        for conn_id in strays:
+            if self.owner() != owner:
+                break
+            if await self.claim(conn_id, "stray") is Claim.CLAIMED:
+                taken += 1
+        if strays:
+            logger.info("strays of our own session", found=len(strays), claimed=taken)
+        return taken

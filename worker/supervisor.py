@@ -32,7 +32,7 @@ from holdfast.core.exceptions import (
     SessionLost,
     StoreUnavailable,
 )
-from holdfast.core.orders import Order
+from holdfast.core.orders import ORDER_STOP, Order
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
@@ -49,7 +49,7 @@ from worker.holdings import Holdings
 from worker.metrics import WorkerMetrics
 from worker.orders import OrderInbox
 from worker.protocol import QueryParamProtocol, ResumeProtocol
-from worker.reconciler import Reconciler
+from worker.reconciler import Reconciler, Strays
 from worker.session import SessionKeeper
 from worker.watchdog import Watchdog
 
@@ -62,6 +62,8 @@ __all__ = ["Supervisor"]
 logger = Logger(service="holdfast-worker", child=True)
 _DRAIN_SHARE = 0.6  # of the shutdown budget; the rest is for releases
 
+
+_Loop = Callable[[], Coroutine[Any, Any, None]]
 
 class Supervisor:
     """One worker process's state and tasks. ``run(shutdown_trigger)`` until told to stop.
@@ -103,7 +105,7 @@ class Supervisor:
             owned_elsewhere=owned_elsewhere_by(self.store, lambda: self.owner))
         self.keeper: SessionKeeper | None = None  # from the first session start on
         # Stop orders sent straight to us (sub-second); the session item stays their backstop.
-        self.inbox = OrderInbox(sqs, config.orders_queue_prefix, self._stop_order,
+        self.inbox = OrderInbox(sqs, config.orders_queue_prefix, self._order,
                                 directive=self.balancing.news) if (
             config.orders_queue_prefix) else None
         # lease_owner of what we acquire: our session's owner (worker id and incarnation).
@@ -167,7 +169,7 @@ class Supervisor:
         if self.keeper is None:
             self.keeper = SessionKeeper(
                 self.sessions, session, timing, self.metrics, held=lambda: len(self.streams),
-                capacity=self.config.max_connections, stop_stream=self._stop_order,
+                capacity=self.config.max_connections, stop_stream=self._order,
                 on_lost=self._session_lost, mono=self.mono,
                 load=self.balancing.load, on_beat=self.balancing.on_beat)
         self.keeper.started(session, sent)
@@ -176,12 +178,14 @@ class Supervisor:
             await self.inbox.open(session.owner)
         logger.info("session started", worker_id=self.worker_id, owner=session.owner)
 
-    def _stop_order(self, order: Order) -> bool:
+    def _order(self, order: Order) -> bool:
+        """Carry out an order (stop, release): the holder stops delivering and releases the
+        stream itself, the only way a live holding ends (docs/protocol.md)."""
         conn = self.streams.get(order.conn_id)
         if conn is None or conn.held.stopping or not order.applies_to(conn.held.epoch):
             return False
-        conn.log("info", "stream STOPPED (order), closing")
-        conn.drain("stopped")
+        conn.log("info", f"{order.verb} order: draining and releasing", epoch=order.epoch)
+        conn.drain("stopped" if order.verb == ORDER_STOP else "release ordered")
         return True
 
     async def _session_lost(self, lost: SessionLost) -> None:
@@ -227,6 +231,21 @@ class Supervisor:
         since = self.started_mono_ms if last is None else last
         return self.mono() - since <= self.config.lease_ms
 
+    def _claiming_loops(self, claimer: Claimer) -> list[tuple[str, _Loop]]:
+        """The loops that take streams on (or shed them): all cancelled when the stop begins."""
+        cfg = self.config
+        loops: list[tuple[str, _Loop]] = [("claimer", claimer.run)]
+        if cfg.reconcile_s > 0:
+            loops.append(("reconcile", Reconciler(
+                self.ddb, cfg.table, cfg.timing.skew_ms, self.holdings.claim,
+                self.free_capacity, cfg.reconcile_s, self.wall, rand=random.random,
+                sessions=self.sweep_sessions, fleet=self.balancing.set_fleet).run))
+        if self.sweep_sessions is not None:
+            loops.append(("strays", Strays(self.sweep_sessions, lambda: self.owner,
+                                           self.holdings.claim, self.holdings.busy).run))
+        loops.append(("balancing", self.balancing.run))
+        return loops
+
     async def run(self, shutdown_trigger: Callable[[], Awaitable[object]]) -> Counter[str]:
         """Hold streams until ``shutdown_trigger`` completes, then stop gracefully."""
         cfg = self.config
@@ -245,16 +264,8 @@ class Supervisor:
                     heartbeat_ms=cfg.heartbeat_ms, renew_mode=cfg.renew_mode,
                     checkpoint_ms=cfg.checkpoint_ms, owner=self.owner)
         async with asyncio.TaskGroup() as tg:
-            claiming = [tg.create_task(self._guard("claimer", claimer.run))]
-            if cfg.reconcile_s > 0:
-                reconciler = Reconciler(self.ddb, cfg.table, cfg.timing.skew_ms,
-                                        self.holdings.claim, self.free_capacity,
-                                        cfg.reconcile_s, self.wall, rand=random.random,
-                                        sessions=self.sweep_sessions,
-                                        fleet=self.balancing.set_fleet)
-                claiming.append(tg.create_task(self._guard("reconcile", reconciler.run)))
-            # No shedding once the stop has begun.
-            claiming.append(tg.create_task(self._guard("balancing", self.balancing.run)))
+            claiming = [tg.create_task(self._guard(name, loop))
+                        for name, loop in self._claiming_loops(claimer)]
             keep = [tg.create_task(self._guard("checkpoints", self.checkpointer.run)),
                     tg.create_task(self._guard("session", keeper.run)),
                     tg.create_task(self._guard("fence", self.checkpointer.fence_watch)),

@@ -4,7 +4,8 @@ Builds the "ECS Task State Change" (STOPPED) event the platform sends and runs t
 Lambda's own ``handle`` in this process, against the tables the environment names
 (HOLDFAST_TABLE, HOLDFAST_SESSION_TABLE, AWS_ENDPOINT_URL_*): the session is declared dead at
 once and its streams released, with no TTL waited out. Only for a process that is really gone:
-a live one loses its leases (its next heartbeat is refused and it stops serving).
+a session that heartbeated within its TTL is refused unless ``--force`` (a live process would
+deliver its streams beside their new holders until its next heartbeat is refused).
 Exit codes as the other operator commands (``holdfast.cli.ops``).
 """
 
@@ -14,7 +15,12 @@ import argparse
 import sys
 
 from holdfast.cli.ops import EXIT_AWS, EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from holdfast.core.exceptions import ConfigError, HoldfastError, StoreUnavailable
+from holdfast.core.exceptions import (
+    ConfigError,
+    HoldfastError,
+    SessionStillLive,
+    StoreUnavailable,
+)
 
 __all__ = ["TASKSTOPPED_COMMANDS"]
 
@@ -24,6 +30,9 @@ def _add(p: argparse.ArgumentParser) -> None:
                    help="the worker id (on ECS: the task id) whose process is gone")
     p.add_argument("--reason", default="reported stopped by an operator",
                    help="why it stopped (kept as the session's end reason)")
+    p.add_argument("--force", action="store_true",
+                   help="report it even if it heartbeated within its TTL (risks two "
+                        "deliverers per stream for up to a heartbeat if it is alive)")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -34,9 +43,11 @@ def _run(args: argparse.Namespace) -> int:
         return code
 
     try:
-        out = report_stopped(args.worker_id, reason=args.reason)
+        out = report_stopped(args.worker_id, reason=args.reason, force=args.force)
     except ValueError as exc:  # ConfigError is not one: it is caught below
         return fail(EXIT_USAGE, str(exc))
+    except SessionStillLive as exc:
+        return fail(EXIT_USAGE, f"refused: {exc}")
     except ConfigError as exc:
         return fail(EXIT_USAGE if "is not set" in str(exc) else EXIT_AWS,
                     f"{exc} (for the local stack: source the env file `holdfast up` writes)")

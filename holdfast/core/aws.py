@@ -27,7 +27,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core import names, schema
-from holdfast.core.exceptions import ConfigError, StoreUnavailable
+from holdfast.core.exceptions import ConfigError, HoldfastError, StoreUnavailable
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -190,11 +190,14 @@ class ConditionFailed(Exception):
     item: dict[str, Any] | None
 
 
-@dataclass
-class InvalidRequest(Exception):
-    """Internal: DynamoDB refused the request as invalid (often a mistyped attribute)."""
+class InvalidRequest(HoldfastError):
+    """DynamoDB refused the request as invalid (a mistyped attribute, an item over 400 KB):
+    an error of that one item, never of the table. Callers that act on many items log and
+    count it for the item and go on (``docs/protocol.md``, "Bad input stays local")."""
 
-    message: str
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 @contextmanager

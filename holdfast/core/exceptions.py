@@ -30,6 +30,7 @@ __all__ = [
     "MalformedItem",
     "SessionConflict",
     "SessionLost",
+    "SessionStillLive",
     "StoreUnavailable",
     "UnsafeUrl",
 ]
@@ -113,6 +114,19 @@ class SessionConflict(HoldfastError):
         self.worker_id = worker_id
         self.incarnation = incarnation
         self.expires_in_ms = expires_in_ms
+
+
+class SessionStillLive(HoldfastError):
+    """A death report for a session that heartbeated within its TTL, refused without force."""
+
+    def __init__(self, worker_id: str, heartbeat_age_ms: int) -> None:
+        super().__init__(
+            f"worker {worker_id!r} heartbeated {max(0, heartbeat_age_ms)} ms ago: its process "
+            "looks alive. --force declares it dead now anyway; if it is alive, its streams "
+            "get a second deliverer until its next heartbeat is refused and it stops (up to "
+            "one heartbeat period), so use it only for a process you know is gone")
+        self.worker_id = worker_id
+        self.heartbeat_age_ms = heartbeat_age_ms
 
 
 class SessionLost(LeaseError):

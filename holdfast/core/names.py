@@ -61,6 +61,7 @@ __all__ = [
     "METRIC_HANDLER_ERRORS",
     "METRIC_HANDLER_TIMEOUTS",
     "METRIC_IMBALANCE",
+    "METRIC_ITEM_ERRORS",
     "METRIC_LEASES_FENCED",
     "METRIC_LEASES_LOST",
     "METRIC_MALFORMED_FRAMES",
@@ -76,6 +77,8 @@ __all__ = [
     "METRIC_RENEW_LATENCY",
     "METRIC_REPORTED_DEAD_SESSIONS",
     "METRIC_SESSION_RENEW_FAILURES",
+    "METRIC_STRANDED_RELEASED",
+    "METRIC_STRANDED_STREAMS",
     "METRIC_STREAMS_REAPED",
     "METRIC_STREAMS_SHED",
     "METRIC_SWEEPS",
@@ -219,6 +222,12 @@ METRIC_OLDEST_ORPHAN_AGE: Final = "OldestOrphanAge"
 # from dead or ended sessions. The dead-session alarm watches the first.
 METRIC_DEAD_SESSIONS: Final = "DeadSessions"
 METRIC_STREAMS_REAPED: Final = "StreamsReaped"
+# The owner audit (holdfast.core.liveness): streams owned by a session that is not live, still
+# waiting at the last pass (their age folds into OldestOrphanAge, whose alarm watches it), and
+# those it released; items a release could not write (one item's error, retried next sweep).
+METRIC_STRANDED_STREAMS: Final = "StrandedStreams"
+METRIC_STRANDED_RELEASED: Final = "StrandedReleased"
+METRIC_ITEM_ERRORS: Final = "ItemErrors"
 # The taskstopped function (ECS reported a worker task STOPPED): stops it acted on, sessions it
 # declared dead (no TTL waited out), and events it skipped (not STOPPED, repeats, malformed);
 # the streams it released count as StreamsReaped under its own service dimension.

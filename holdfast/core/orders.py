@@ -1,6 +1,10 @@
 """Orders to one worker: their vocabulary, and the per-worker SQS queue that carries them.
 
-An order ("stop holding stream X") reaches its worker two ways, and the first one wins:
+An order reaches its worker two ways, and the first one wins. There are two verbs, and both end
+a holding the only way one may end while its holder lives, by the holder's own release
+(``docs/protocol.md``): ``stop`` (the stream was set STOPPED or deleted: it stays unowned) and
+``release`` (someone forced the holding free, e.g. the seed's release with the owner kept: the
+holder stops delivering, releases, and the release record gets the stream claimed again).
 
 - **the order queue** (fast path): each live session has an SQS queue of its own, named from
   its owner (worker id and incarnation), which the worker long-polls. The router derives the
@@ -26,6 +30,7 @@ from typing import Any, Final
 
 __all__ = [
     "MAX_PREFIX_LEN",
+    "ORDER_RELEASE",
     "ORDER_STOP",
     "Order",
     "addressed_to",
@@ -38,6 +43,8 @@ __all__ = [
 ]
 
 ORDER_STOP: Final = "stop"
+ORDER_RELEASE: Final = "release"
+_VERBS = frozenset({ORDER_STOP, ORDER_RELEASE})
 MAX_PREFIX_LEN: Final = 40
 _MAX_NAME = 80  # SQS: 1-80 of [A-Za-z0-9_-]
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -46,7 +53,7 @@ _PREFIX = re.compile(rf"^[A-Za-z0-9_-]{{1,{MAX_PREFIX_LEN}}}$")
 
 @dataclass(frozen=True, slots=True)
 class Order:
-    """One order to a worker: ``verb`` (only ``stop`` today) for ``conn_id`` at ``epoch``."""
+    """One order to a worker: ``verb`` (``stop`` or ``release``) for ``conn_id`` at ``epoch``."""
 
     verb: str
     conn_id: str
@@ -76,7 +83,7 @@ def parse_order(text: str) -> Order | None:
         return None
     head, sep, conn_id = text.partition(":")
     verb, _, epoch_text = head.partition("#")
-    if not sep or not conn_id or verb != ORDER_STOP or len(conn_id) > 200:
+    if not sep or not conn_id or verb not in _VERBS or len(conn_id) > 200:
         return None
     if not epoch_text:
         return Order(verb, conn_id) if "#" not in head else None

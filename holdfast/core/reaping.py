@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from holdfast.core import rules, unowned
 from holdfast.core.aws import ConditionFailed, call
-from holdfast.core.exceptions import MalformedItem
+from holdfast.core.exceptions import HoldfastError, MalformedItem
 from holdfast.core.model import validate_worker_id
 from holdfast.core.schema import (
     ATTR,
@@ -57,9 +57,14 @@ __all__ = [
 # How long a reaped session item stays visible (holdfast status: recent deaths) before TTL.
 REAPED_TTL_S = 86_400
 REAP_PARALLEL = 8  # releases of one dead session in flight at once
+# How long after a session stopped being ALIVE its streams may still be missing from the
+# eventually consistent owner index (propagation is normally well under a second). Until then
+# the session is not marked reaped, so the next sweep queries the index again.
+REAP_SETTLE_MS = 2_000
 # What ``report_dead`` reads of a session item (infra pins the reporter's GetItem to these).
 REPORT_READS = (SESSION.pk, SESSION.incarnation, SESSION.state, SESSION.expires_at_ms,
-                SESSION.heartbeat_at_ms, SESSION.started_at_ms, SESSION.reaped_at_ms)
+                SESSION.heartbeat_at_ms, SESSION.started_at_ms, SESSION.reaped_at_ms,
+                SESSION.ended_at_ms)
 
 
 class SweepLog(Protocol):
@@ -81,6 +86,8 @@ class Reaper:
     lease_table: str
     skew_ms: int
     clock: Callable[[], int]
+    # The per-stream errors of the last reap (conn id, error): logged and counted by the sweep.
+    reap_errors: list[tuple[str, str]] = []
 
     def _key(self, worker_id: str) -> dict[str, Any]:
         raise NotImplementedError  # SessionStore's
@@ -132,9 +139,23 @@ class Reaper:
         if stopped_at_ms is not None and item.started_at_ms > stopped_at_ms:
             return ReportedDeath(False, 0, f"session {item.owner} started after the task "
                                            "stopped (a newer process under the same id)")
+        if stopped_at_ms is not None and item.heartbeat_at_ms > stopped_at_ms + self.skew_ms:
+            # Its process wrote after the reported stop: the report is about another process
+            # or wrong. Declaring it dead now could give its streams a second deliverer.
+            return ReportedDeath(False, 0, f"session {item.owner} heartbeated "
+                                           f"{item.heartbeat_at_ms - stopped_at_ms} ms after "
+                                           "the reported stop")
         if item.reaped:
             return ReportedDeath(False, 0, f"session {item.owner} is already reaped")
-        declared = self._declare_dead(item, f"platform: {reason}", None)
+        # Without a stop time the report proves nothing about when the process went silent:
+        # the session is declared dead only once silent past its TTL, as the sweeper would.
+        cutoff = None if stopped_at_ms is not None else rules.acquire_cutoff_ms(
+            self.clock(), self.skew_ms)
+        declared = self._declare_dead(item, f"platform: {reason}", cutoff)
+        if not declared and cutoff is not None and item.state is SessionState.ALIVE and (
+                not rules.is_expired(item.expires_at_ms, self.clock(), self.skew_ms)):
+            return ReportedDeath(False, 0, f"session {item.owner} is within its TTL and the "
+                                           "report has no stop time: left to its TTL")
         if declared:
             item = _as_dead(item)
         elif item.state is SessionState.ALIVE:
@@ -205,6 +226,30 @@ class Reaper:
             return False  # released already, or the stream moved on
         return True
 
+    def _release_each(self, owned: list[str], owner: str, why: str,
+                      since: int | None) -> tuple[list[str], list[tuple[str, str]]]:
+        """``release_owned`` for each stream, in parallel; (released, errors per stream).
+
+        An error on one item (a ``ValidationException`` of an item near 400 KB, a throttled
+        write) is that item's: the others are released, and the session stays unreaped so the
+        next sweep tries the item again."""
+        def one(conn_id: str) -> str | None:
+            try:
+                return "ok" if self.release_owned(conn_id, owner, why,
+                                                  unowned_since_ms=since) else None
+            except HoldfastError as exc:
+                return f"error: {exc}"[:300]
+
+        if not owned:
+            return [], []
+        # In parallel: a dead worker's streams should move together, not one round trip after
+        # another (100 serial releases are 1-2 s on a busy table before the last is claimable).
+        with ThreadPoolExecutor(max_workers=max(1, min(REAP_PARALLEL, len(owned)))) as pool:
+            done = list(pool.map(one, owned))
+        released = [c for c, r in zip(owned, done, strict=True) if r == "ok"]
+        errors = [(c, r) for c, r in zip(owned, done, strict=True) if r and r != "ok"]
+        return released, errors
+
     def reap(self, item: SessionItem) -> int:
         """Release every stream of a non-live session, then mark it reaped; returns released."""
         return len(self.reap_ids(item))
@@ -214,18 +259,16 @@ class Reaper:
         if item.state is SessionState.ALIVE or item.reaped:
             return []
         why = f"session {item.owner} {'ended' if item.state is SessionState.ENDED else 'dead'}"
-        owned = self.owned_by(item.owner)
-        # In parallel: a dead worker's streams should move together, not one round trip after
-        # another (100 serial releases are 1-2 s on a busy table before the last is claimable).
-        with ThreadPoolExecutor(max_workers=max(1, min(REAP_PARALLEL, len(owned)))) as pool:
-            # Its streams went unserved from its last heartbeat (0: never heartbeat, or not
-            # read): the honest start of their unowned time.
-            since = item.heartbeat_at_ms or None
-            done = list(pool.map(lambda c: self.release_owned(
-                c, item.owner, why, unowned_since_ms=since), owned))
-        released = [c for c, ok in zip(owned, done, strict=True) if ok]
-        if not released and not self.owned_by(item.owner):
-            now = self.clock()
+        # Its streams went unserved from its last heartbeat (0: never heartbeat, or not read):
+        # the honest start of their unowned time.
+        released, errors = self._release_each(self.owned_by(item.owner), item.owner, why,
+                                              item.heartbeat_at_ms or None)
+        self.reap_errors = errors
+        now = self.clock()
+        # Reaped (never looked at again) only once the owner index has had time to show every
+        # stream the session acquired before it stopped being ALIVE, and then shows none.
+        settled = item.ended_at_ms > 0 and now - item.ended_at_ms >= REAP_SETTLE_MS
+        if not released and not errors and settled and not self.owned_by(item.owner):
             with contextlib.suppress(ConditionFailed):
                 call("reaped_session", self.client.update_item, TableName=self.table,
                      Key=self._key(item.worker_id),
@@ -246,6 +289,7 @@ class SessionSweep:
     dead: list[str] = field(default_factory=list)
     reaped: int = 0
     malformed: int = 0
+    item_errors: int = 0  # streams whose release failed (retried by the next sweep)
     next_due_ms: int | None = None
     # The sessions alive now (the rebalancing decider's view, from the same Scan).
     alive: list[SessionItem] = field(default_factory=list)
@@ -288,6 +332,10 @@ def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
             if released:
                 logger.info("released %d streams of session %s", released, item.owner,
                             extra={"owner": item.owner, "released": released})
+            for conn_id, error in store.reap_errors:
+                out.item_errors += 1
+                logger.error("cannot release %s of session %s: %s", conn_id, item.owner,
+                             error, extra={"conn_id": conn_id, "owner": item.owner})
     return out
 
 

@@ -137,9 +137,11 @@ def claim_blocker(item: LeaseItem, now_wall_ms: int, skew_ms: int) -> LossReason
     """Why ``item`` cannot be acquired now, or None if it can (mirrors the store's condition)."""
     if not item.started:
         return LossReason.STOPPED
-    if is_expired(item.lease_expires_at_ms, now_wall_ms, skew_ms):
-        return None
-    return LossReason.HELD if item.lease_owner else LossReason.BACKOFF
+    if item.lease_owner:
+        # Whatever its expiry says: only its holder or the reaper of a dead session frees it.
+        return LossReason.HELD
+    return None if is_expired(item.lease_expires_at_ms, now_wall_ms, skew_ms) else (
+        LossReason.BACKOFF)
 
 
 def classify_loss(current: LeaseItem | None, owner: str, epoch: int) -> LossReason | None:

@@ -91,10 +91,6 @@ class Attributes:
     last_error: str = "last_error"
     error_count: str = "error_count"  # consecutive upstream give-ups, drives the retry delay
     updated_at_ms: str = "updated_at_ms"
-    token: str = "lease_token"  # random per acquire call: tells our replayed write from others
-    # The last seq the worker skipped unhandled because it killed the connection on every
-    # replay (a frame over the size limit, invalid UTF-8); its error is in ``last_error``.
-    poison_seq: str = "poison_seq"
     # When a wanted stream was last handed back, the epoch and desired state at that moment:
     # the next claim measures how long it was unowned (holdfast.core.unowned).
     unowned_since_ms: str = "unowned_since_ms"

@@ -120,6 +120,7 @@ class SessionItem:
     load: float | None = None  # None: not reported (a version before weights): = held
     directive: Directive | None = None
     draining: bool = False
+    ended_at_ms: int = 0  # when it stopped being ALIVE (DEAD or ENDED); 0: still ALIVE
 
     @property
     def owner(self) -> str:
@@ -152,7 +153,8 @@ class SessionItem:
                    _n(raw, SESSION.reaped_at_ms, pk) is not None,
                    _n(raw, SESSION.started_at_ms, pk) or 0,
                    float_attr(raw.get(SESSION.load)),
-                   Directive.from_item(raw), _draining(raw))
+                   Directive.from_item(raw), _draining(raw),
+                   _n(raw, SESSION.ended_at_ms, pk) or 0)
 
 
 def _draining(raw: Mapping[str, Any]) -> bool:

@@ -10,8 +10,8 @@ landed, so a failed condition whose old item shows *us* as holder counts as succ
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,11 +49,18 @@ _NAMES = {
     "#upd": ATTR.updated_at_ms,
     "#err": ATTR.last_error,
     "#errs": ATTR.error_count,
-    "#token": ATTR.token,
-    "#poison": ATTR.poison_seq,
     "#moved": ATTR.moved_at_ms,
     **unowned.MARK_NAMES,
 }
+
+
+# Only an unowned, STARTED item whose back-off (if any) is over can be acquired; the epoch
+# condition keeps the fencing token strictly increasing (``acquire``).
+_ACQUIRE_CONDITION = ("#ds = :started AND attribute_not_exists(#owner) AND "
+                      "(attribute_not_exists(#exp) OR #exp <= :cutoff) AND "
+                      "(attribute_not_exists(#epoch) OR #epoch < :epoch)")
+# Taking back a stream that our own session already owns (a lost answer, a failed release).
+_ADOPT_CONDITION = "#ds = :started AND #owner = :me AND #epoch < :epoch"
 
 
 def wall_clock_ms() -> int:
@@ -118,31 +125,75 @@ class LeaseStore:
         return dict(resp.get("Attributes") or {})
 
     def acquire(self, conn_id: str, owner: str) -> Lease:
-        """Take a STARTED lease that is unowned or expired; bump the epoch; return it as written."""
-        now = self.clock()
-        expires = now + self.lease_ms
-        token = secrets.token_hex(8)
-        try:
-            new = self._update(
-                "acquire", conn_id,
-                "SET #owner = :me, #exp = :exp, #status = :running, #upd = :now, #token = :token "
-                "ADD #epoch :one",
-                "#ds = :started AND (attribute_not_exists(#exp) OR #exp <= :cutoff)",
-                {":me": _str(owner), ":exp": _num(expires), ":running": _str(LeaseStatus.RUNNING),
-                 ":token": _str(token),
-                 ":now": _num(now), ":one": _num(1), ":started": _str(STARTED),
-                 ":cutoff": _num(rules.acquire_cutoff_ms(now, self.skew_ms))},
-                return_new=True)
-        except ConditionFailed as failed:
-            return self._acquire_failed(conn_id, owner, failed.item, now, token)
-        except InvalidRequest as bad:
-            self.quarantine(conn_id, owner, f"cannot acquire: {bad.message}")
-            raise AcquireFailed(conn_id, LossReason.INVALID, None) from None
-        except StoreUnavailable:
-            return self._acquire_unknown(conn_id, owner, token, now)
-        return self._as_lease(conn_id, owner, new, now)
+        """Take a STARTED stream that nobody owns (and whose back-off, if any, is over).
 
-    def _as_lease(self, conn_id: str, owner: str, raw: dict[str, Any], now: int) -> Lease:
+        One conditional UpdateItem. Only an unowned item can be taken: an item that names an
+        owner is freed by that owner's release or by the reaper of its dead session, never by
+        an acquire (``docs/protocol.md``), so a forced write of the expiry cannot give a stream
+        a second deliverer. The new epoch is ``max(stored + 1, now)``: it only goes up, also
+        across a delete and re-create or a table restore (the clock is the floor). An item
+        already owned by ``owner`` (an acquire whose answer was lost, a release that failed)
+        is taken back under a new epoch.
+        """
+        now = self.clock()
+        epoch, adopt = now, False
+        for _ in range(4):
+            try:
+                old = self._acquire_write(conn_id, owner, now, epoch, adopt)
+            except ConditionFailed as failed:
+                raw = failed.item
+                current = _parse_or_none(raw)
+                # Ours already: an earlier acquire of this session landed but its answer was
+                # lost, or our release of it failed. Owners are unique per incarnation, so no
+                # other process wrote it: taken back under a new epoch.
+                ours = current is not None and current.started and current.lease_owner == owner
+                if not ours and not self._claimable(raw, now):
+                    return self._acquire_failed(conn_id, owner, raw, now)
+                adopt = adopt or ours
+                stored = int_attr(raw or {}, ATTR.epoch)
+                if stored is not None and stored >= epoch:
+                    epoch = stored + 1  # a clock behind the stored epoch: the floor wins
+                continue
+            except InvalidRequest as bad:
+                self.quarantine(conn_id, owner, f"cannot acquire: {bad.message}")
+                raise AcquireFailed(conn_id, LossReason.INVALID, None) from None
+            except StoreUnavailable:
+                # No answer. If the item is ours now, take it back under a new epoch (whether
+                # it was this write or an older holding of ours, a new epoch is right).
+                stored = self._acquire_unknown(conn_id, owner, now)
+                adopt, epoch = True, max(epoch, stored + 1)
+                continue
+            new = {**old, ATTR.lease_owner: _str(owner), ATTR.epoch: _num(epoch),
+                   ATTR.lease_expires_at_ms: _num(now + self.lease_ms)}
+            return self._as_lease(conn_id, owner, new, now, None if adopt else
+                                  unowned.unowned_time_ms(old, now, self.skew_ms))
+        raise AcquireFailed(conn_id, LossReason.HELD, None)
+
+    def _acquire_write(self, conn_id: str, owner: str, now: int, epoch: int,
+                       adopt: bool) -> dict[str, Any]:
+        """The acquire's one write; returns the item as it was before it (ALL_OLD)."""
+        values = {":me": _str(owner), ":exp": _num(now + self.lease_ms),
+                  ":running": _str(LeaseStatus.RUNNING), ":now": _num(now),
+                  ":epoch": _num(epoch), ":started": _str(STARTED)}
+        if not adopt:
+            values[":cutoff"] = _num(rules.acquire_cutoff_ms(now, self.skew_ms))
+        resp = call("acquire", self.client.update_item, TableName=self.table,
+                    Key={ATTR.pk: _str(pk_for(conn_id))},
+                    UpdateExpression="SET #owner = :me, #exp = :exp, #status = :running, "
+                                     "#upd = :now, #epoch = :epoch",
+                    ConditionExpression=_ADOPT_CONDITION if adopt else _ACQUIRE_CONDITION,
+                    ExpressionAttributeNames=_names("#owner #exp #status #upd #epoch #ds"),
+                    ExpressionAttributeValues=values,
+                    ReturnValues="ALL_OLD", ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        return dict(resp.get("Attributes") or {})
+
+    def _claimable(self, raw: dict[str, Any] | None, now: int) -> bool:
+        current = _parse_or_none(raw)
+        return current is not None and current.lease_owner is None and rules.claim_blocker(
+            current, now, self.skew_ms) is None
+
+    def _as_lease(self, conn_id: str, owner: str, raw: dict[str, Any], now: int,
+                  unowned_ms: int | None = None) -> Lease:
         try:
             item = LeaseItem.from_ddb(raw)
         except MalformedItem as bad:
@@ -151,30 +202,31 @@ class LeaseStore:
             raise AcquireFailed(conn_id, LossReason.INVALID, None) from bad
         assert item.lease_expires_at_ms is not None
         return Lease(conn_id, owner, item.epoch, item.lease_expires_at_ms, item.ws_url,
-                     item.last_seq, item.error_count,
-                     unowned_ms=unowned.unowned_time_ms(raw, now, self.skew_ms),
+                     item.last_seq, item.error_count, unowned_ms=unowned_ms,
                      weight=weight_of(raw), moved_at_ms=int_attr(raw, ATTR.moved_at_ms))
 
     def _acquire_failed(self, conn_id: str, owner: str, raw: dict[str, Any] | None,
-                        now: int, token: str) -> Lease:
+                        now: int) -> Lease:
         if raw is None:
             raise AcquireFailed(conn_id, LossReason.DELETED, None)
         try:
             current = LeaseItem.from_ddb(raw)
         except MalformedItem:
             raise AcquireFailed(conn_id, LossReason.INVALID, None) from None
-        if _is_our_write(raw, owner, token):
-            # A botocore retry replayed our own successful write. The per-call token tells it
-            # apart from an older lease of ours, which must not be handed back as a new one.
-            return self._as_lease(conn_id, owner, raw, now)
         reason = rules.claim_blocker(current, now, self.skew_ms) or LossReason.HELD
         raise AcquireFailed(conn_id, reason, current)
 
-    def _acquire_unknown(self, conn_id: str, owner: str, token: str, now: int) -> Lease:
+    def _acquire_unknown(self, conn_id: str, owner: str, now: int) -> int:
+        """After an acquire without an answer: the stored epoch if the item is ours now,
+        else ``StoreUnavailable`` (or ``AcquireFailed`` for an item we cannot use)."""
         raw = self.get_raw(conn_id)  # may raise StoreUnavailable: then we really don't know
-        if raw is not None and _is_our_write(raw, owner, token):
-            return self._as_lease(conn_id, owner, raw, now)
-        raise StoreUnavailable("acquire", "no answer, and the lease is not ours on re-read")
+        if raw is not None and _parse_or_none(raw) is None:
+            # No answer because the item itself is bad (moto answers some such writes so).
+            self.quarantine(conn_id, owner, "cannot acquire: the item breaks the schema")
+            self._acquire_failed(conn_id, owner, raw, now)
+        if raw is None or _owner_of(raw) != owner:
+            raise StoreUnavailable("acquire", "no answer, and the stream is not ours on re-read")
+        return int_attr(raw, ATTR.epoch) or 0
 
     def renew(self, lease: Lease, handled_seq: int | None = None, *,
               extend: bool = True) -> Lease:
@@ -269,19 +321,6 @@ class LeaseStore:
                 raise
             return None if raw is None or _owner_of(raw) is None else LossReason.LOST
         return None
-
-    def record_poison(self, lease: Lease, seq: int, error: str) -> bool:
-        """Note on the item that ``seq`` was skipped unhandled (a poison frame); False if not
-        written. One small update on owner and epoch, no key or index attribute touched."""
-        with contextlib.suppress(ConditionFailed, StoreUnavailable):  # lost, or best effort
-            self._update("record_poison", lease.conn_id,
-                         "SET #poison = :seq, #err = :err, #upd = :now",
-                         "#owner = :me AND #epoch = :epoch",
-                         {":seq": _num(seq), ":err": _str(scrub(error, lease.ws_url)[:1000]),
-                          ":now": _num(self.clock()), ":me": _str(lease.owner),
-                          ":epoch": _num(lease.epoch)})
-            return True
-        return False
 
     def quarantine(self, conn_id: str, owner: str, reason: str) -> None:
         """Park a malformed STARTED item out of the sweep's sight, with the reason recorded."""
@@ -398,19 +437,15 @@ def _overtaken(lease: Lease, raw: dict[str, Any] | None, expires: int | None,
         # A checkpoint-only write has no racing twin of ours (the first checkpoint is written
         # before any periodic one can carry a seq), so a later stored seq is someone else's.
         return None
-    return Lease(lease.conn_id, lease.owner, lease.epoch, stored_exp, lease.ws_url,
-                 current.last_seq, lease.error_count)
+    return dataclasses.replace(lease, expires_at_ms=stored_exp, last_seq=current.last_seq,
+                               unowned_ms=None)
 
 
 def _renewed(lease: Lease, expires: int | None, seq: int | None) -> Lease:
-    return Lease(lease.conn_id, lease.owner, lease.epoch,
-                 lease.expires_at_ms if expires is None else expires, lease.ws_url,
-                 seq if seq is not None else lease.last_seq, lease.error_count)
-
-
-def _is_our_write(raw: dict[str, Any], owner: str, token: str) -> bool:
-    value = raw.get(ATTR.token)
-    return _owner_of(raw) == owner and isinstance(value, dict) and value.get("S") == token
+    # replace, not a field-by-field rebuild: weight and moved_at_ms must survive a renewal.
+    return dataclasses.replace(
+        lease, expires_at_ms=lease.expires_at_ms if expires is None else expires,
+        last_seq=seq if seq is not None else lease.last_seq, unowned_ms=None)
 
 
 def _owner_of(raw: dict[str, Any]) -> str | None:

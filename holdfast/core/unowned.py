@@ -13,11 +13,10 @@ UpdateItem: when it became unowned (``unowned_since_ms``), the epoch it was un-o
   the session's last heartbeat, the last moment its holder was known to serve it;
 - ``holdfast start``: the creation time at epoch 0, so a first claim is measured too.
 
-The acquire that follows (epoch + 1, ``ReturnValues=ALL_NEW``) measures claim time - since,
-but only if the marker is this epoch's predecessor's and the stream was STARTED when it was
-written. Not measured, because nothing marks when they became unowned: a stream whose holder
-died in per-stream lease mode (its lease simply expires, nothing is written), a quarantined
-one, a stream inserted by hand (``aws dynamodb put-item``) before its first claim, and a
+The acquire that follows (a higher epoch, ``ReturnValues=ALL_OLD``) measures claim time -
+since, but only if the marker was written at the epoch it replaces and the stream was STARTED
+when it was written. Not measured, because nothing marks when they became unowned: a
+quarantined one, a stream inserted by hand (``aws dynamodb put-item``) before its first claim, and a
 stream released while STOPPED (its pause is not a handover). One case is measured wrongly: a
 stream stopped and started again in the instant between a release and the next claim counts
 its pause; the alarm watches p99, which one such sample rarely moves.
@@ -51,18 +50,18 @@ def creation_marker(now_ms: int) -> dict[str, dict[str, str]]:
 
 
 def unowned_time_ms(item: Mapping[str, Any], claimed_at_ms: int, skew_ms: int) -> int | None:
-    """Milliseconds the stream in ``item`` (as the acquire wrote it) was unowned, or None.
+    """Milliseconds the stream in ``item`` (as it was just before the acquire) was unowned.
 
-    None unless the marker was written at the epoch just before the item's (an older marker
-    belongs to an earlier handover) while the stream was STARTED. A marker that another
-    host's clock put up to ``skew_ms`` after ``claimed_at_ms`` counts as 0 (the handover was
-    about instant, and dropping it would bias the percentiles upwards); one further in the
-    future says nothing and is dropped. A missing or mistyped attribute is None, never an
-    error: the metric must not cost the claim.
+    None unless the marker was written at the item's epoch (an older marker belongs to an
+    earlier handover; a missing epoch is 0, a created item's) while the stream was STARTED. A
+    marker that another host's clock put up to ``skew_ms`` after ``claimed_at_ms`` counts as 0
+    (the handover was about instant, and dropping it would bias the percentiles upwards); one
+    further in the future says nothing and is dropped. A missing or mistyped attribute is
+    None, never an error: the metric must not cost the claim.
     """
-    epoch = int_attr(item, ATTR.epoch)
+    epoch = int_attr(item, ATTR.epoch) or 0
     since = int_attr(item, ATTR.unowned_since_ms)
-    if epoch is None or since is None or int_attr(item, ATTR.unowned_epoch) != epoch - 1:
+    if since is None or int_attr(item, ATTR.unowned_epoch) != epoch:
         return None
     desired = item.get(ATTR.unowned_desired_state)
     if not isinstance(desired, Mapping) or desired.get("S") != STARTED:

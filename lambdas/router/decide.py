@@ -13,18 +13,14 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
     MODIFY whose old image is missing or malformed, no owner     -> nudge "changed" (cannot tell
                                                                     what changed; a spare nudge
                                                                     costs one failed acquire)
-    expiry became 0, owner left in place (the seed's             -> nudge "freed" (claimable at
-      release_lease, an operator's forced handover)                 once: acquire only reads the
-                                                                    expiry)
-    MODIFY STOPPED -> STARTED, an owner left in place:
-      lease already claimable                                    -> nudge "started"
-      plain owner (per-stream lease, no session)                 -> nudge "started", delayed
-                                                                    until expiry + skew
-      session owner ("<worker id>#<incarnation>")                -> check_owner "started": the
+    expiry became 0, owner left in place (the seed's             -> order "release" to the owner:
+      release_lease, an operator's forced handover)                 it stops delivering and
+                                                                    releases (then "released");
+                                                                    a gone owner is released
+    MODIFY STOPPED -> STARTED, an owner left in place            -> check_owner "started": the
                                                                     handler reads the session;
                                                                     see ``owner_liveness``
-    MODIFY -> STOPPED while owned (a stop of a held stream)      -> order "stop" to the owner's
-                                                                    session (its next heartbeat)
+    MODIFY -> STOPPED while owned (a stop of a held stream)      -> order "stop" to the owner
     REMOVE of an owned item (``holdfast rm`` of a held stream)   -> order "stop" to the owner
     anything else with an owner (heartbeat, checkpoint, acquire,
       a later write to an item already freed by the same owner)  -> skip "owned"
@@ -32,11 +28,14 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
     REMOVE (delete, TTL delete)                                  -> skip "removed"
     no owner before and after, nothing newly claimable           -> skip "unchanged"/"normalised"
 
-A session owner's liveness is not in the record, so the pure decision hands it to the handler
-(``check_owner``), which reads the session and applies ``owner_liveness``: a live session keeps
-the stream; a missing, replaced, DEAD or ENDED one has its stream released (conditional on that
-owner), and the release's own record is then nudged "released"; an ALIVE session silent past
-its TTL + skew is left to the sweeper, the only component that may declare a session dead.
+Nothing here frees an owned stream by itself: only its holder (told by an order) or the
+reaper of a dead session may (``docs/protocol.md``). An owner's liveness is not in the record,
+so the pure decision hands it to the handler (``check_owner``, and an order that found no live
+session), which reads the session and applies ``holdfast.core.liveness.owner_liveness``: a live
+session keeps the stream; a DEAD, ENDED or replaced one has its stream released (conditional on
+that owner), and the release's own record is then nudged "released"; an ALIVE session silent
+past its TTL + skew is left to the sweeper, the only component that may declare a session
+dead; an owner no session item names is left to the sweeper's owner audit.
 
 A STARTED, unowned item without ``lease_expires_at_ms`` is invisible to the sweeper's index, so
 the decision also asks for ``normalise`` (set it to 0). That normalising write produces a MODIFY
@@ -51,19 +50,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from holdfast.core import rules
 from holdfast.core.exceptions import MalformedItem
-from holdfast.core.model import LeaseItem, int_attr, validate_worker_id
+from holdfast.core.model import LeaseItem, int_attr
 from holdfast.core.nudge import MAX_DELAY_S, REASON_MOVED, Nudge, delay_until
-from holdfast.core.schema import ATTR, LeaseStatus, SessionState, conn_id_from_pk, session_of_owner
+from holdfast.core.orders import ORDER_RELEASE, ORDER_STOP, Order
+from holdfast.core.schema import ATTR, LeaseStatus, conn_id_from_pk
 
-if TYPE_CHECKING:
-    from holdfast.core.sessions import SessionItem
-
-__all__ = ["Decision", "Liveness", "Outcome", "Reason", "decide", "owner_liveness",
-           "session_owner"]
+__all__ = ["Decision", "Outcome", "Reason", "decide"]
 
 Image = Mapping[str, Any]
 
@@ -85,10 +81,10 @@ class Reason(StrEnum):
     QUARANTINED = "quarantined"
     REARMED = "rearmed"
     CHANGED = "changed"
-    FREED = "freed"
     MOVED = REASON_MOVED  # a rebalancing move's release
-    # Why an order is given.
-    STOP = "stop"
+    # Why an order is given (the order's verb, ``holdfast.core.orders``).
+    STOP = ORDER_STOP
+    RELEASE = ORDER_RELEASE
     # Why a record is skipped.
     OWNED = "owned"
     NOT_STARTED = "not_started"
@@ -117,6 +113,12 @@ class Decision:
         """True if the router may write anything (nudge, order, release, normalisation)."""
         return self.outcome in (Outcome.NUDGE, Outcome.ORDER, Outcome.CHECK_OWNER) or (
             self.normalise)
+
+    def order(self) -> Order | None:
+        """The order this decision gives its owner (None: not an order)."""
+        if self.outcome is not Outcome.ORDER or self.conn_id is None:
+            return None
+        return Order(self.reason.value, self.conn_id, self.epoch)
 
     def nudge(self) -> Nudge | None:
         if self.outcome is not Outcome.NUDGE or self.conn_id is None:
@@ -182,62 +184,19 @@ def _owned(event_name: str, old_image: Image | None, new: LeaseItem, now_ms: int
     owner = new.lease_owner
     assert owner is not None
     old = _parse_or_none(old_image) if event_name == "MODIFY" else None
-    normalise = new.lease_expires_at_ms is None
     if old is not None and not old.started:
-        # Restarted while an old owner is still named (say its worker died while stopped).
-        if rules.is_expired(new.lease_expires_at_ms, now_ms, skew_ms):
-            return _nudge(new, Reason.STARTED, now_ms, skew_ms, normalise)
-        if session_owner(owner) is None:
-            # A per-stream lease: it is claimable at expiry + skew, whoever held it.
-            return _nudge(new, Reason.STARTED, now_ms, skew_ms, normalise)
+        # Restarted while an old owner is still named (say its worker died while stopped, or
+        # is still draining the stop): free it if that owner is gone, else its release does.
         return Decision(Outcome.CHECK_OWNER, Reason.STARTED, new.conn_id, new.epoch,
                         owner=owner)
     if new.lease_expires_at_ms == 0 and not (
             old is not None and old.lease_expires_at_ms == 0 and old.lease_owner == owner):
-        # Expiry 0 with the owner kept: acquire only reads the expiry, so it is free now. A
-        # later write to an item already freed by the same owner is skipped (no re-nudge).
-        return _nudge(new, Reason.FREED, now_ms, skew_ms, normalise)
+        # Expiry 0 with the owner kept (the seed's release, an operator's forced handover):
+        # the holder may still be delivering, so it is told to let go, never bypassed. A later
+        # write to an item already forced by the same owner is skipped (no second order).
+        return Decision(Outcome.ORDER, Reason.RELEASE, new.conn_id, new.epoch, owner=owner)
     # Heartbeats, checkpoints and acquisitions: someone holds it (or will be swept).
     return Decision(Outcome.SKIP, Reason.OWNED, new.conn_id, new.epoch)
-
-
-def session_owner(owner: str) -> tuple[str, str] | None:
-    """(worker id, incarnation) if ``owner`` names a worker session, None for a plain owner."""
-    parsed = session_of_owner(owner)
-    if parsed is None:
-        return None
-    try:
-        validate_worker_id(parsed[0])
-    except ValueError:
-        return None  # no session can have that id: treat it as a plain owner
-    return parsed
-
-
-class Liveness(StrEnum):
-    """What a session owner's session says about its streams (``owner_liveness``)."""
-
-    LIVE = "live"  # ALIVE, that incarnation, within TTL + skew: it keeps the stream
-    SILENT = "silent"  # ALIVE but silent past TTL + skew: the sweeper declares it dead
-    GONE = "gone"  # missing, replaced, DEAD or ENDED: nobody serves the stream
-
-
-def owner_liveness(owner: str, session: SessionItem | None, now_ms: int,
-                   skew_ms: int) -> tuple[Liveness, str]:
-    """Whether the session ``owner`` still holds its streams, given its session item as read."""
-    parsed = session_owner(owner)
-    if parsed is None:
-        return Liveness.GONE, "not a session owner"
-    if session is None:
-        return Liveness.GONE, "no session item"
-    if session.incarnation != parsed[1]:
-        return Liveness.GONE, f"replaced by incarnation {session.incarnation[:64]}"
-    if session.state is not SessionState.ALIVE:
-        return Liveness.GONE, f"session {session.state.value}"
-    if rules.is_expired(session.expires_at_ms, now_ms, skew_ms):
-        # Only the sweeper may declare it dead (mark_dead); it then reaps the stream.
-        return Liveness.SILENT, (f"silent {now_ms - session.expires_at_ms} ms past its TTL; "
-                                 "the sweeper declares it dead and reaps it")
-    return Liveness.LIVE, "session alive"
 
 
 def _release_reason(new: LeaseItem) -> Reason:

@@ -40,7 +40,6 @@ from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.nudge import Nudge
-from holdfast.core.orders import Order
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from lambdas.exceptions import NudgeNotSent
@@ -48,7 +47,7 @@ from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, 
 from lambdas.nudge import send_nudges
 from lambdas.router.decide import Decision, Outcome, decide
 from lambdas.router.order_queue import queue_orders
-from lambdas.router.owners import check_owners
+from lambdas.router.owners import check_owner, check_owners
 from lambdas.settings import Settings
 from lambdas.sweeper.loop import session_store_for
 
@@ -249,26 +248,31 @@ def _check_owners(plan: _Plan, deps: RouterDeps) -> None:
 
 
 def _order(plan: _Plan, deps: RouterDeps) -> None:
-    """Give each stop order to the owner: its order queue first (fast, best effort), then its
-    session item (durable); a dead session gets none (it is reaped)."""
+    """Give each order (stop, release) to the owner: its order queue first (fast, best
+    effort), then its session item (durable). An owner with no live session to take it gets
+    its stream released if it is gone (``check_owner``: the reaper's own release)."""
     prefix = deps.settings.orders_queue_prefix
     if prefix:
         plan.counts.update(queue_orders(plan.decisions, deps.sqs, deps.settings.queue_url,
                                         prefix, logger))
     for seq, decision in plan.decisions.items():
-        if decision.outcome is not Outcome.ORDER or decision.conn_id is None or (
-                decision.owner is None or deps.sessions is None):
+        order = decision.order()
+        if order is None or decision.owner is None or deps.sessions is None:
             continue
         try:
-            given = deps.sessions.add_order(
-                decision.owner, Order.stop(decision.conn_id, decision.epoch).encode())
+            given = deps.sessions.add_order(decision.owner, order.encode())
+            if not given:
+                checked = check_owner(deps.sessions, order.conn_id, decision.owner,
+                                      deps.clock(), deps.settings.skew_ms)
+                plan.counts[checked.result] += 1
         except HoldfastError as exc:
             logger.error("order not given", conn_id=decision.conn_id, owner=decision.owner,
                          error=str(exc)[:300])
             plan.failures[seq] = f"order failed: {exc}"
             continue
         plan.counts["ordered" if given else "order_no_session"] += 1
-        logger.info("stop order", conn_id=decision.conn_id, owner=decision.owner, given=given)
+        logger.info("order", verb=order.verb, conn_id=decision.conn_id, owner=decision.owner,
+                    given=given)
 
 
 def _normalise(plan: _Plan, deps: RouterDeps) -> None:

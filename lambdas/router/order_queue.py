@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from holdfast.core.liveness import session_owner
 from holdfast.core.orders import Order, order_queue_url
-from lambdas.router.decide import Decision, Outcome, session_owner
+from lambdas.router.decide import Decision, Outcome
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger
@@ -66,17 +67,18 @@ def queue_orders(decisions: Mapping[str, Decision], sqs: SQSClient, nudge_queue_
         conn_id, owner = decision.conn_id, decision.owner
         if decision.outcome is not Outcome.ORDER or conn_id is None or owner is None:
             continue
-        order = Order.stop(conn_id, decision.epoch)
+        order = decision.order()
         # Only sessions have order queues (a plain owner has none); one send per order.
-        if session_owner(owner) is None or (owner, order.encode()) in sent:
+        if order is None or session_owner(owner) is None or (owner, order.encode()) in sent:
             continue
         sent.add((owner, order.encode()))
         result, detail = send_order(sqs, nudge_queue_url, prefix, owner, order)
         counts[result] += 1
         if result == "order_queue_failed":
-            logger.error("stop order not queued", conn_id=conn_id, owner=owner, detail=detail)
+            logger.error("order not queued", conn_id=conn_id, owner=owner, detail=detail,
+                         verb=order.verb)
         else:
-            logger.info("stop order queued" if result == "order_queue_sent" else
-                        "stop order not queued: no order queue", conn_id=conn_id, owner=owner,
-                        detail=detail)
+            logger.info("order queued" if result == "order_queue_sent" else
+                        "order not queued: no order queue", conn_id=conn_id, owner=owner,
+                        detail=detail, verb=order.verb)
     return counts

@@ -1,8 +1,9 @@
 """The router's side of a restart with an old owner named: is that owner's session still live?
 
 ``decide`` cannot know (liveness is in the session table), so it answers ``CHECK_OWNER`` and
-the handler calls :func:`check_owner` with the session store. The verdict itself is the pure
-``decide.owner_liveness``; this module only reads the session and, for a session nobody serves
+the handler calls :func:`check_owner` with the session store (also for an order that found no
+live session to take it). The verdict itself is the pure ``holdfast.core.liveness
+.owner_liveness``; this module only reads the session and, for a session nobody serves
 any more, releases the stream with ``SessionStore.release_owned`` (conditional on that owner,
 the very write the sweeper's reap makes). The release's own stream record is what gets the
 stream nudged ("released"), so nothing is nudged from here.
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from holdfast.core.exceptions import HoldfastError, MalformedItem
-from lambdas.router.decide import Decision, Liveness, Outcome, owner_liveness, session_owner
+from holdfast.core.liveness import Liveness, owner_liveness, session_owner
+from lambdas.router.decide import Decision, Outcome
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger
@@ -42,8 +44,8 @@ def check_owner(sessions: SessionStore, conn_id: str, owner: str, now_ms: int,
     """Keep the stream with a live owner, release it from a gone one; may raise
     ``StoreUnavailable`` (the caller retries the record)."""
     parsed = session_owner(owner)
-    if parsed is None:  # decide() only asks about session owners
-        return OwnerCheck("owner_unchecked", "not a session owner")
+    if parsed is None:  # no session can hold it: the sweeper's owner audit frees it in time
+        return OwnerCheck("owner_unknown", "not a session owner")
     try:
         session = sessions.get(parsed[0])
     except MalformedItem as bad:
@@ -54,6 +56,8 @@ def check_owner(sessions: SessionStore, conn_id: str, owner: str, now_ms: int,
         return OwnerCheck("owner_live", why)
     if verdict is Liveness.SILENT:
         return OwnerCheck("owner_silent", why)
+    if verdict is Liveness.UNKNOWN:  # its holder may still be fencing itself: the audit waits
+        return OwnerCheck("owner_unknown", why)
     released = sessions.release_owned(conn_id, owner, f"restarted; owner {owner}: {why}")
     return OwnerCheck("owner_released" if released else "owner_release_raced", why)
 

@@ -99,7 +99,9 @@ def _invoke(context: LambdaContext) -> dict[str, Any]:
                "failed": stats.failed, "oldest_orphan_age_ms": stats.oldest_age_ms,
                "dead_sessions": stats.dead_sessions, "streams_reaped": stats.reaped,
                "malformed_sessions": stats.malformed_sessions, "normalised": stats.normalised,
-               "balance_targets": stats.balance_targets, "imbalance": stats.imbalance}
+               "balance_targets": stats.balance_targets, "imbalance": stats.imbalance,
+               "stranded": stats.stranded, "stranded_released": stats.stranded_released,
+               "item_errors": stats.item_errors}
     logger.info("sweeper invocation done", extra=summary)
     return summary
 
@@ -108,8 +110,15 @@ def _emit(stats: SweepStats) -> None:
     metrics.add_metric(name="Sweeps", unit=MetricUnit.Count, value=stats.sweeps)
     metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=stats.errors)
     metrics.add_metric(name="NudgesFailed", unit=MetricUnit.Count, value=stats.failed)
+    # A stream stranded with a non-live owner is as unowned as an orphan: one age, one alarm.
     metrics.add_metric(name="OldestOrphanAge", unit=MetricUnit.Milliseconds,
-                       value=stats.oldest_age_ms)
+                       value=max(stats.oldest_age_ms, stats.oldest_stranded_ms))
+    metrics.add_metric(name=names.METRIC_STRANDED_STREAMS, unit=MetricUnit.Count,
+                       value=stats.stranded)
+    metrics.add_metric(name=names.METRIC_STRANDED_RELEASED, unit=MetricUnit.Count,
+                       value=stats.stranded_released)
+    metrics.add_metric(name=names.METRIC_ITEM_ERRORS, unit=MetricUnit.Count,
+                       value=stats.item_errors)
     metrics.add_metric(name=names.METRIC_DEAD_SESSIONS, unit=MetricUnit.Count,
                        value=stats.dead_sessions)
     metrics.add_metric(name=names.METRIC_STREAMS_REAPED, unit=MetricUnit.Count,

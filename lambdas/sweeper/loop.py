@@ -22,6 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core import names, rules, tracing
 from holdfast.core.exceptions import HoldfastError
+from holdfast.core.liveness import AUDIT_INTERVAL_MS, AuditResult, OwnerAudit
 from holdfast.core.nudge import Nudge
 from holdfast.core.sessions import SessionStore, SessionSweep, sweep_sessions
 from holdfast.core.store import LeaseStore, wall_clock_ms
@@ -73,6 +74,8 @@ class SweepDeps:
     orders: QueueCollector | None = None
     # The rebalancing decider (at most one decision per interval); made on first use.
     balancer: Balancer | None = None
+    # Finds streams owned by a session that is not live (holdfast.core.liveness).
+    audit: OwnerAudit | None = None
 
 
 @dataclass
@@ -90,6 +93,8 @@ class SweepResult:
     malformed_sessions: int = 0
     normalised: int = 0  # items the index could not see, given an expiry by this sweep
     balance: BalanceRound | None = None  # None: no rebalancing decision this sweep
+    audit: AuditResult | None = None  # None: no owner audit this sweep
+    item_errors: int = 0  # streams a release or audit could not write (retried next sweep)
 
 
 @dataclass
@@ -106,6 +111,10 @@ class SweepStats:
     balance_rounds: int = 0
     balance_targets: int = 0  # rebalancing targets written
     imbalance: float = 0.0  # the largest excess a decision saw (load above the fair shares)
+    item_errors: int = 0
+    stranded_released: int = 0  # streams of non-live owners released by the owner audit
+    stranded: int = 0  # owned by a non-live session, not yet released, at the last audit
+    oldest_stranded_ms: int = 0
 
     def add(self, result: SweepResult) -> None:
         self.sweeps += 1
@@ -117,6 +126,12 @@ class SweepStats:
         self.dead_sessions += len(result.dead)
         self.reaped += result.reaped
         self.malformed_sessions += result.malformed_sessions
+        self.item_errors += result.item_errors
+        if result.audit is not None:
+            self.stranded_released += len(result.audit.released)
+            self.stranded = result.audit.stranded
+            self.oldest_stranded_ms = max(self.oldest_stranded_ms,
+                                          result.audit.oldest_stranded_ms)
         for nudge in result.nudged:
             self.nudged[nudge.reason] = self.nudged.get(nudge.reason, 0) + 1
         self.failed += len(result.failed)
@@ -149,6 +164,7 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     now = deps.clock()
     sessions = (sweep_sessions(deps.sessions, now, s.skew_ms, deps.log or log)
                 if deps.sessions is not None else SessionSweep())
+    audit = _audit_step(deps, sessions, now)
     normalised = _unindexed_step(deps, now)
     _orders_step(deps, now)
     items = list(islice(find_orphans(deps.ddb, s.table, now_ms=now + s.sweep_interval_ms,
@@ -185,7 +201,18 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     wake = [t for t in (next_claimable, sessions.next_due_ms) if t is not None]
     return SweepResult(due, report.sent, report.failed, min(wake, default=None), complete,
                        max(ages, default=0), sessions.dead, sessions.reaped, sessions.malformed,
-                       normalised, balance)
+                       normalised, balance, audit,
+                       sessions.item_errors + (len(audit.errors) if audit else 0))
+
+
+def _audit_step(deps: SweepDeps, sessions: SessionSweep, now: int) -> AuditResult | None:
+    if deps.sessions is None:
+        return None
+    if deps.audit is None:
+        deps.audit = OwnerAudit(AUDIT_INTERVAL_MS, deps.sessions.ttl_ms, deps.settings.skew_ms)
+    if not deps.audit.due(now):
+        return None
+    return deps.audit.run(deps.sessions, {s.owner for s in sessions.alive}, now, deps.clock)
 
 
 def _unindexed_step(deps: SweepDeps, now: int) -> int:
@@ -245,6 +272,13 @@ def run_sweeps(deps: SweepDeps, memory: NudgeMemory, *, should_stop: Callable[[]
 
 
 def _log_result(logger: LogLike, result: SweepResult) -> None:
+    if result.audit is not None:
+        for conn_id, owner, why in result.audit.released:
+            logger.info("released %s: owner %s is not a live session (%s)", conn_id, owner,
+                        why, extra={"conn_id": conn_id, "owner": owner, "why": why})
+        for conn_id, error in result.audit.errors:
+            logger.error("owner audit cannot release %s: %s", conn_id, error,
+                         extra={"conn_id": conn_id, "error": error})
     for nudge in result.nudged:
         logger.info("sweeper nudged %s (%s)", nudge.conn_id, nudge.reason,
                     extra={"conn_id": nudge.conn_id, "reason": nudge.reason})

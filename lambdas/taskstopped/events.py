@@ -86,10 +86,9 @@ def parse_event(event: object) -> TaskStopped | Skip:
     if raw_stop is not None and stopped_at is None:
         return Skip(f"detail.stoppedAt {str(raw_stop)[:40]!r} is not an ISO-8601 time",
                     malformed=True)
-    if stopped_at is None:
-        # The envelope's time is when the change was emitted: at or after the stop, so the
-        # reused-id guard (a session started after it is another process) still holds.
-        stopped_at = _iso_ms(event.get("time"))
+    # No stoppedAt: None, never the envelope's time. That time is later than the stop, so it
+    # would let a report kill a session that heartbeated after the stop; without a stop time
+    # the reaper waits for the session's own TTL instead (``Reaper.report_dead``).
     reason = detail.get("stoppedReason")
     return TaskStopped(worker_id, stopped_at,
                        reason[:200] if isinstance(reason, str) and reason else "task stopped",

@@ -25,10 +25,11 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
-from holdfast.core.exceptions import ConfigError
+from holdfast.core.exceptions import ConfigError, SessionStillLive
 from holdfast.core.model import validate_worker_id
 from holdfast.core.nudge import Nudge
-from holdfast.core.rules import LeaseTiming
+from holdfast.core.rules import LeaseTiming, is_expired
+from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionStore, SweepLog
 from holdfast.core.store import wall_clock_ms
 from lambdas.metrics import METRICS_NAMESPACE, metrics_enabled, service_name
@@ -167,19 +168,29 @@ def _nudge_released(deps: TaskStoppedDeps, conn_ids: tuple[str, ...]) -> None:
 
 def report_stopped(worker_id: str, env: Mapping[str, str] | None = None, *,
                    reason: str = "task stopped", stopped_at_ms: int | None = None,
-                   deps: TaskStoppedDeps | None = None) -> Outcome:
+                   deps: TaskStoppedDeps | None = None, force: bool = True) -> Outcome:
     """Report ``worker_id``'s process gone, as ECS would, on the tables ``env`` names.
 
     For scripts, ``holdfast task-stopped`` and ``holdfast up``: the event is built as ECS
     builds it and goes through ``handle``; ``deps`` (from ``deps_for_env``) saves building a
-    client per report. ``ConfigError`` for missing settings; an invalid id is a
+    client per report. Without ``force`` a session within its TTL is refused
+    (``SessionStillLive``). ``ConfigError`` for missing settings; an invalid id is a
     ``ValueError``."""
     # A task ARN's last segment is the id: one with a "/" would name another session.
     if "/" in validate_worker_id(worker_id):
         raise ValueError(f"invalid worker id {worker_id[:80]!r}: an ECS task id has no '/'")
+    deps = deps or deps_for_env(env)
+    if not force:
+        # An operator's report is a claim, not the platform's fact: a session that heartbeated
+        # within its TTL is refused unless forced (``SessionStillLive`` says what force risks).
+        item = deps.sessions.get(worker_id)
+        now = wall_clock_ms()
+        if item is not None and item.state is SessionState.ALIVE and not is_expired(
+                item.expires_at_ms, now, deps.sessions.skew_ms):
+            raise SessionStillLive(worker_id, now - item.heartbeat_at_ms)
     event = task_stopped_event(worker_id, stopped_at_ms=stopped_at_ms or wall_clock_ms(),
                                reason=reason)
-    return handle(event, deps or deps_for_env(env))
+    return handle(event, deps)
 
 
 def configure(deps: TaskStoppedDeps | None) -> None:

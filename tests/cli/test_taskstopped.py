@@ -31,7 +31,8 @@ def test_reports_a_worker_dead_and_releases_its_streams(
     for conn in (f"{unique_id}-a", f"{unique_id}-b"):
         assert create_stream(ddb, ddb_local.table, conn, "ws://127.0.0.1:9/x")
         leases.acquire(conn, session.owner)
-    code, out, err = run(capsys, "task-stopped", unique_id, "--reason", "kernel OOM")
+    code, out, err = run(capsys, "task-stopped", unique_id, "--reason", "kernel OOM",
+                         "--force")
     assert (code, err) == (0, "")
     assert out.strip() == f"{unique_id}: session declared dead, 2 streams released"
     item = store.get(unique_id)
@@ -39,8 +40,25 @@ def test_reports_a_worker_dead_and_releases_its_streams(
     assert leases.get(f"{unique_id}-a").lease_owner is None  # type: ignore[union-attr]
     code, out, _ = run(capsys, "task-stopped", unique_id)
     assert code == 0 and "no longer alive, 0 streams released" in out
-    code, out, _ = run(capsys, "task-stopped", unique_id)
-    assert code == 0 and "nothing done" in out and "already reaped" in out
+
+
+def test_a_worker_that_heartbeated_within_its_ttl_is_refused_without_force(
+        ddb_local: LocalAws, aws_env: dict[str, str], unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A live session is not declared dead by an operator's report unless --force, and the
+    refusal says what force risks; its streams stay with it (finding 4)."""
+    ddb = client_for(ddb_local, "dynamodb")
+    store = SessionStore(ddb, ddb_local.session_table, ddb_local.table, ttl_ms=60_000,
+                         skew_ms=1_000)
+    session = store.start(unique_id, capacity=2)
+    leases = LeaseStore(ddb, ddb_local.table, lease_ms=BACKSTOP_MS, skew_ms=1_000)
+    assert create_stream(ddb, ddb_local.table, f"{unique_id}-a", "ws://127.0.0.1:9/x")
+    leases.acquire(f"{unique_id}-a", session.owner)
+    code, out, err = run(capsys, "task-stopped", unique_id)
+    assert code == 2 and out == "" and "heartbeated" in err and "second deliverer" in err
+    item = store.get(unique_id)
+    assert item is not None and item.state is SessionState.ALIVE
+    assert leases.get(f"{unique_id}-a").lease_owner == session.owner  # type: ignore[union-attr]
 
 
 def test_an_unknown_worker_is_a_no_op_that_says_so(aws_env: dict[str, str], unique_id: str,

@@ -73,14 +73,16 @@ def test_expiry_needs_skew_allowance() -> None:
 
 
 def test_claim_blocker_reasons() -> None:
-    """Stopped, held and back-off leases each name their own reason; a free one has none."""
+    """Stopped, held (whatever its expiry) and back-off streams each name their own reason;
+    only an unowned one past its expiry + skew is free."""
     now = 100_000
     assert rules.claim_blocker(item(desired_state="STOPPED"), now, 1000) is LossReason.STOPPED
     assert rules.claim_blocker(item(lease_owner="w", lease_expires_at_ms=now + 5), now,
                                1000) is LossReason.HELD
     assert rules.claim_blocker(item(lease_expires_at_ms=now + 5), now, 1000) is LossReason.BACKOFF
     assert rules.claim_blocker(item(lease_owner="w", lease_expires_at_ms=now - 2000), now,
-                               1000) is None
+                               1000) is LossReason.HELD
+    assert rules.claim_blocker(item(lease_expires_at_ms=now - 1000), now, 1000) is None
 
 
 def test_classify_loss() -> None:

@@ -10,6 +10,7 @@ import pytest
 from holdfast.core.exceptions import LeaseLost, LossReason, SessionConflict, SessionLost
 from holdfast.core.model import Lease
 from holdfast.core.orders import Order, parse_order
+from holdfast.core.reaping import REAP_SETTLE_MS
 from holdfast.core.schema import BACKSTOP_MS, GSI_NAME, OWNER_INDEX_NAME, SessionState
 from holdfast.core.sessions import ReportedDeath, SessionStore, sweep_sessions
 from holdfast.core.store import LeaseStore, renew_clauses
@@ -118,7 +119,12 @@ def test_reap_releases_only_what_the_dead_session_still_owns(
     with pytest.raises(LeaseLost) as lost:
         leases.renew(a, 41, extend=False)
     assert lost.value.reason is LossReason.LOST
-    # Nothing left: the next sweep marks it reaped, and then leaves it alone.
+    # Nothing left: a sweep once the owner index has settled marks it reaped; one before
+    # that does not (a late acquisition may not show in the index yet).
+    sweep_sessions(sessions, clock.now, SKEW_MS, LOG)
+    item = sessions.get(unique_id)
+    assert item is not None and not item.reaped
+    clock.now += REAP_SETTLE_MS
     sweep_sessions(sessions, clock.now, SKEW_MS, LOG)
     item = sessions.get(unique_id)
     assert item is not None and item.reaped
@@ -199,13 +205,42 @@ def test_reported_death_is_idempotent(sessions: SessionStore, leases: LeaseStore
     """A repeated report declares nothing twice, releases nothing twice, then says reaped."""
     s = sessions.start(unique_id, capacity=5)
     held_streams(leases, s.owner, [f"{unique_id}-a"])
-    first = sessions.report_dead(unique_id, stopped_at_ms=None, reason="task stopped")
+    first = sessions.report_dead(unique_id, stopped_at_ms=clock.now, reason="task stopped")
     assert first.declared_dead and first.released == 1
-    again = sessions.report_dead(unique_id, stopped_at_ms=None, reason="task stopped")
+    clock.now += REAP_SETTLE_MS
+    again = sessions.report_dead(unique_id, stopped_at_ms=clock.now, reason="task stopped")
     assert not again.declared_dead and again.released == 0  # reaped now: nothing left
-    third = sessions.report_dead(unique_id, stopped_at_ms=None, reason="task stopped")
+    third = sessions.report_dead(unique_id, stopped_at_ms=clock.now, reason="task stopped")
     assert (not third.declared_dead and third.released == 0
             and "already reaped" in (third.skipped_reason or ""))
+
+
+def test_a_report_without_a_stop_time_waits_for_the_ttl(
+        sessions: SessionStore, leases: LeaseStore, clock: Clock, unique_id: str) -> None:
+    """A report that says nothing of when the task stopped never declares a session that is
+    within its TTL dead; once silent past TTL + skew it does (finding 4)."""
+    s = sessions.start(unique_id, capacity=5)
+    (lease,) = held_streams(leases, s.owner, [f"{unique_id}-a"])
+    done = sessions.report_dead(unique_id, stopped_at_ms=None, reason="no stoppedAt")
+    assert not done.declared_dead and "within its TTL" in (done.skipped_reason or "")
+    assert leases.get(lease.conn_id).lease_owner == s.owner  # type: ignore[union-attr]
+    clock.now += TTL_MS + SKEW_MS
+    assert sessions.report_dead(unique_id, stopped_at_ms=None, reason="late").declared_dead
+
+
+def test_a_report_of_a_stop_before_the_last_heartbeat_is_refused(
+        sessions: SessionStore, leases: LeaseStore, clock: Clock, unique_id: str) -> None:
+    """A session that heartbeated after the reported stop (+ skew) is alive: refused (a false
+    report must not give its streams a second deliverer, finding 4)."""
+    stopped_at = clock.now
+    s = sessions.start(unique_id, capacity=5)
+    (lease,) = held_streams(leases, s.owner, [f"{unique_id}-a"])
+    clock.now += SKEW_MS + 1
+    sessions.heartbeat(s, held=1, capacity=5)
+    clock.now += 1
+    done = sessions.report_dead(unique_id, stopped_at_ms=stopped_at, reason="false report")
+    assert not done.declared_dead and "heartbeated" in (done.skipped_reason or "")
+    assert leases.get(lease.conn_id).lease_owner == s.owner  # type: ignore[union-attr]
 
 
 def test_reported_death_spares_a_newer_incarnation_under_the_same_id(

@@ -33,10 +33,11 @@ def put_raw(ddb: Any, table: str, conn_id: str, **attrs: Any) -> None:
 
 
 def test_acquire_user_inserted_item(store: LeaseStore, ddb: Any, unique_id: str) -> None:
-    """An item with only the seed attributes is acquired: owner, expiry, epoch 1, URL returned."""
+    """An item with only the seed attributes is acquired: owner, expiry, the clock as its first
+    epoch, URL returned."""
     put_raw(ddb, store.table, unique_id)
     lease = store.acquire(unique_id, "w1")
-    assert lease.owner == "w1" and lease.epoch == 1
+    assert lease.owner == "w1" and lease.epoch == store.clock()
     assert lease.expires_at_ms == store.clock() + LEASE_MS
     assert lease.ws_url.endswith(unique_id) and lease.last_seq is None
 
@@ -60,15 +61,55 @@ def test_acquire_held_reports_holder(store: LeaseStore, ddb: Any, unique_id: str
 
 def test_acquire_expired_needs_skew_and_bumps_epoch(store: LeaseStore, clock: Clock, ddb: Any,
                                                     unique_id: str) -> None:
-    """An expired lease is taken only past expiry + skew, and the epoch rises."""
+    """A stream in back-off is taken only past its retry time + skew, and the epoch rises."""
     put_raw(ddb, store.table, unique_id)
     first = store.acquire(unique_id, "w1")
-    clock.now = first.expires_at_ms + SKEW_MS - 1
+    store.release(first, None, error="upstream down", retry_at_ms=clock.now + 5_000)
+    clock.now += 5_000 + SKEW_MS - 1
     with pytest.raises(AcquireFailed):
         store.acquire(unique_id, "w2")
     clock.now += 1
     second = store.acquire(unique_id, "w2")
-    assert second.epoch == first.epoch + 1
+    assert second.epoch > first.epoch
+
+
+@pytest.mark.parametrize("expiry", [0, 1, "past"])
+def test_an_owned_stream_is_never_acquired_whatever_its_expiry(
+        store: LeaseStore, clock: Clock, ddb: Any, unique_id: str, expiry: int | str) -> None:
+    """A forced release (expiry 0 or past, owner kept) leaves the stream with its holder:
+    only the holder or the reaper of a dead session may free it (finding 1)."""
+    put_raw(ddb, store.table, unique_id)
+    lease = store.acquire(unique_id, "w1")
+    value = clock.now - 60_000 if expiry == "past" else expiry
+    ddb.update_item(TableName=store.table, Key={"Pk": {"S": f"CONN#{unique_id}"}},
+                    UpdateExpression="SET lease_expires_at_ms = :z",
+                    ExpressionAttributeValues={":z": {"N": str(value)}})
+    clock.now += 3_600_000
+    with pytest.raises(AcquireFailed) as info:
+        store.acquire(unique_id, "w2")
+    assert info.value.reason is LossReason.HELD
+    item = store.get(unique_id)
+    assert item is not None and item.lease_owner == "w1" and item.epoch == lease.epoch
+
+
+def test_epoch_only_goes_up_across_delete_and_recreate(store: LeaseStore, clock: Clock,
+                                                       ddb: Any, unique_id: str) -> None:
+    """A stream deleted and created again gets a higher epoch than any it had (finding 3)."""
+    put_raw(ddb, store.table, unique_id)
+    first = store.acquire(unique_id, "w1")
+    ddb.delete_item(TableName=store.table, Key={"Pk": {"S": f"CONN#{unique_id}"}})
+    clock.now += 1
+    put_raw(ddb, store.table, unique_id)
+    assert store.acquire(unique_id, "w2").epoch > first.epoch
+
+
+def test_epoch_floor_is_the_stored_value_when_the_clock_is_behind(
+        store: LeaseStore, clock: Clock, ddb: Any, unique_id: str) -> None:
+    """An item whose stored epoch is ahead of the clock (a restore, a fast clock) gets
+    stored + 1, never a lower value."""
+    ahead = clock.now + 10_000_000
+    put_raw(ddb, store.table, unique_id, lease_epoch={"N": str(ahead)})
+    assert store.acquire(unique_id, "w1").epoch == ahead + 1
 
 
 @pytest.mark.parametrize(("setup", "reason"), [
@@ -125,7 +166,7 @@ def test_renew_tells_losses_apart(store: LeaseStore, clock: Clock, ddb: Any, uni
     put_raw(ddb, store.table, unique_id)
     lease = store.acquire(unique_id, "w1")
     if change == "steal":
-        clock.now = lease.expires_at_ms + SKEW_MS
+        store.release(lease)
         store.acquire(unique_id, "w2")
     elif change == "stop":
         assert set_desired_state(ddb, store.table, unique_id, "STOPPED")
@@ -141,7 +182,7 @@ def test_stale_owner_same_id_is_fenced_by_epoch(store: LeaseStore, clock: Clock,
     """An old lease of the same owner id cannot renew after that owner re-acquired it."""
     put_raw(ddb, store.table, unique_id)
     old = store.acquire(unique_id, "w1")
-    clock.now = old.expires_at_ms + SKEW_MS
+    store.release(old)
     store.acquire(unique_id, "w1")
     with pytest.raises(LeaseLost) as info:
         store.renew(old, 1)
@@ -166,7 +207,7 @@ def test_release_by_stale_owner_changes_nothing(store: LeaseStore, clock: Clock,
     """A stale holder's release fails and leaves the new owner's lease intact."""
     put_raw(ddb, store.table, unique_id)
     old = store.acquire(unique_id, "w1")
-    clock.now = old.expires_at_ms + SKEW_MS
+    store.release(old)
     new = store.acquire(unique_id, "w2")
     assert store.release(old, 100) is LossReason.LOST
     item = store.get(unique_id)
@@ -211,7 +252,22 @@ def test_lost_acquire_response_is_resolved(store: LeaseStore, ddb: Any, unique_i
     put_raw(ddb, store.table, unique_id)
     with lose_response(ddb, "UpdateItem") as hits:
         lease = store.acquire(unique_id, "w1")
-    assert hits and lease.owner == "w1" and lease.epoch == 1
+    assert hits and lease.owner == "w1" and lease.epoch > store.clock()
+    item = store.get(unique_id)
+    assert item is not None and item.lease_owner == "w1" and item.epoch == lease.epoch
+
+
+def test_own_stream_left_owned_is_taken_back_under_a_new_epoch(
+        store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """A stream our session still owns but does not hold (its release failed, an answer was
+    lost and the re-read too) is acquired again, under a higher epoch (finding 2)."""
+    put_raw(ddb, store.table, unique_id)
+    first = store.acquire(unique_id, "w1#a")
+    again = store.acquire(unique_id, "w1#a")
+    assert again.epoch > first.epoch and again.owner == "w1#a"
+    with pytest.raises(AcquireFailed) as info:
+        store.acquire(unique_id, "w2#b")
+    assert info.value.reason is LossReason.HELD
 
 
 def test_unsent_acquire_is_unknown_not_owned(store: LeaseStore, ddb: Any, unique_id: str) -> None:

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
+from holdfast.core.liveness import Liveness, owner_liveness
 from holdfast.core.nudge import Nudge
 from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionItem
-from lambdas.router.decide import Liveness, Outcome, Reason, decide, owner_liveness
+from lambdas.router.decide import Outcome, Reason, decide
 from tests.lambdas.records import image
 
 NOW = 1_764_460_800_000
@@ -79,15 +80,15 @@ CASES: list[tuple[str, str, Any, Any, Outcome, Reason, int, bool]] = [
      Outcome.NUDGE, Reason.STARTED, 0, True),
     ("STOPPED -> STARTED, plain owner's lease still running", "MODIFY",
      image(C, state="STOPPED", owner="w1", expires=LIVE, epoch=3), HELD,
-     Outcome.NUDGE, Reason.STARTED, 16, False),
+     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
     ("STOPPED -> STARTED, plain owner's lease expired", "MODIFY",
      image(C, state="STOPPED", owner="w1", expires=NOW - 5_000, epoch=3),
      image(C, owner="w1", expires=NOW - 5_000, epoch=3),
-     Outcome.NUDGE, Reason.STARTED, 0, False),
+     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
     ("STOPPED -> STARTED, plain owner's lease beyond SQS's delay", "MODIFY",
      image(C, state="STOPPED", owner="w1", expires=NOW + 3_600_000, epoch=3),
      image(C, owner="w1", expires=NOW + 3_600_000, epoch=3),
-     Outcome.SKIP, Reason.DEFERRED, 0, False),
+     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
     ("STOPPED -> STARTED, session owner", "MODIFY",
      image(C, state="STOPPED", owner=SESSION_OWNER, expires=BACKSTOP, epoch=3),
      image(C, owner=SESSION_OWNER, expires=BACKSTOP, epoch=3),
@@ -95,37 +96,37 @@ CASES: list[tuple[str, str, Any, Any, Outcome, Reason, int, bool]] = [
     ("STOPPED -> STARTED, session owner's lease expired", "MODIFY",
      image(C, state="STOPPED", owner=SESSION_OWNER, expires=NOW - 5_000, epoch=3),
      image(C, owner=SESSION_OWNER, expires=NOW - 5_000, epoch=3),
-     Outcome.NUDGE, Reason.STARTED, 0, False),
+     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
     ("STOPPED -> STARTED, owned, expiry 0", "MODIFY",
      image(C, state="STOPPED", owner=SESSION_OWNER, expires=0, epoch=3),
      image(C, owner=SESSION_OWNER, expires=0, epoch=3),
-     Outcome.NUDGE, Reason.STARTED, 0, False),
+     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
     ("STOPPED -> STARTED, owned, no expiry", "MODIFY",
      image(C, state="STOPPED", owner=SESSION_OWNER, epoch=3),
      image(C, owner=SESSION_OWNER, epoch=3),
-     Outcome.NUDGE, Reason.STARTED, 0, True),
+     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
     ("STOPPED -> STARTED, owner with an impossible worker id", "MODIFY",
      image(C, state="STOPPED", owner="bad id#abc", expires=LIVE, epoch=3),
      image(C, owner="bad id#abc", expires=LIVE, epoch=3),
-     Outcome.NUDGE, Reason.STARTED, 16, False),
+     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
     ("seed release: expiry 0, owner kept", "MODIFY", HELD,
      image(C, owner="w1", expires=0, epoch=3, status="RUNNING", last_seq=9),
-     Outcome.NUDGE, Reason.FREED, 0, False),
+     Outcome.ORDER, Reason.RELEASE, 0, False),
     ("forced handover of a session's stream", "MODIFY", SESSION_HELD,
      image(C, owner=SESSION_OWNER, expires=0, epoch=3, status="RUNNING"),
-     Outcome.NUDGE, Reason.FREED, 0, False),
+     Outcome.ORDER, Reason.RELEASE, 0, False),
     ("expiry 0 written where there was none", "MODIFY", image(C, owner="w1", epoch=3),
-     image(C, owner="w1", expires=0, epoch=3), Outcome.NUDGE, Reason.FREED, 0, False),
+     image(C, owner="w1", expires=0, epoch=3), Outcome.ORDER, Reason.RELEASE, 0, False),
     ("expiry 0, old image missing", "MODIFY", None, image(C, owner="w1", expires=0, epoch=3),
-     Outcome.NUDGE, Reason.FREED, 0, False),
+     Outcome.ORDER, Reason.RELEASE, 0, False),
     ("insert owned with expiry 0", "INSERT", None, image(C, owner="w1", expires=0, epoch=3),
-     Outcome.NUDGE, Reason.FREED, 0, False),
+     Outcome.ORDER, Reason.RELEASE, 0, False),
     ("later write to an item freed by the same owner", "MODIFY",
      image(C, owner="w1", expires=0, epoch=3, last_seq=9),
      image(C, owner="w1", expires=0, epoch=3, last_seq=9, ws_url="wss://o.test/"),
      Outcome.SKIP, Reason.OWNED, 0, False),
     ("freed item named to another owner", "MODIFY", image(C, owner="w1", expires=0, epoch=3),
-     image(C, owner="w2", expires=0, epoch=3), Outcome.NUDGE, Reason.FREED, 0, False),
+     image(C, owner="w2", expires=0, epoch=3), Outcome.ORDER, Reason.RELEASE, 0, False),
     ("session heartbeat-era checkpoint", "MODIFY", SESSION_HELD,
      image(C, owner=SESSION_OWNER, expires=BACKSTOP, epoch=3, status="RUNNING", last_seq=99),
      Outcome.SKIP, Reason.OWNED, 0, False),
@@ -236,7 +237,7 @@ LIVENESS: list[tuple[str, SessionItem | None, Liveness]] = [
     ("alive, within its TTL", _session(), Liveness.LIVE),
     ("alive, past its TTL but within the skew", _session(expires=NOW - 500), Liveness.LIVE),
     ("alive, silent past TTL + skew", _session(expires=NOW - 1_000), Liveness.SILENT),
-    ("no session item", None, Liveness.GONE),
+    ("no session item", None, Liveness.UNKNOWN),
     ("replaced by another incarnation", _session("ffff"), Liveness.GONE),
     ("declared dead", _session(state=SessionState.DEAD), Liveness.GONE),
     ("ended (said goodbye)", _session(state=SessionState.ENDED), Liveness.GONE),
@@ -250,5 +251,6 @@ def test_owner_liveness(case: str, session: SessionItem | None, verdict: Livenes
 
 
 def test_plain_owner_has_no_live_session() -> None:
-    """An owner without '#' names no session; owner_liveness never calls it live."""
-    assert owner_liveness("w1", _session(), NOW, SKEW)[0] is Liveness.GONE
+    """An owner without '#' names no session; owner_liveness never calls it live (the owner
+    audit frees its stream once it has been unknown for TTL + skew)."""
+    assert owner_liveness("w1", _session(), NOW, SKEW)[0] is Liveness.UNKNOWN

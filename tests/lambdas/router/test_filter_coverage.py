@@ -161,23 +161,22 @@ def restarted_with_owner(owner: str = SESSION_OWNER) -> dict[str, Any]:
                   image("c1", owner=owner, expires=BACKSTOP, epoch=2))
 
 
-def test_freed_in_place_passes_and_is_nudged() -> None:
-    """Expiry set to 0 with the owner kept passes the filter and is nudged at once."""
+def test_freed_in_place_passes_and_orders_the_holder_to_release() -> None:
+    """Expiry set to 0 with the owner kept passes the filter and becomes a release order to
+    the holder, never a nudge that would let a second worker deliver (finding 1)."""
     rec = freed_in_place()
     assert passes_filter(rec)
     d = decide("MODIFY", rec["dynamodb"]["OldImage"], rec["dynamodb"]["NewImage"], NOW)
-    assert (d.outcome, d.reason, d.delay_s) == (Outcome.NUDGE, Reason.FREED, 0)
+    assert (d.outcome, d.reason, d.owner) == (Outcome.ORDER, Reason.RELEASE, "w1")
 
 
 def test_restart_with_owner_passes_and_is_checked() -> None:
-    """STOPPED -> STARTED with an owner passes; a session owner is checked, a plain one
-    nudged."""
-    for owner, outcome in ((SESSION_OWNER, Outcome.CHECK_OWNER), ("w1", Outcome.SKIP)):
+    """STOPPED -> STARTED with an owner passes and the owner is checked, whatever it is."""
+    for owner in (SESSION_OWNER, "w1"):
         rec = restarted_with_owner(owner)
         assert passes_filter(rec)
         d = decide("MODIFY", rec["dynamodb"]["OldImage"], rec["dynamodb"]["NewImage"], NOW)
-        # A plain owner's hour-long lease is past SQS's delay: deferred to the sweeper.
-        assert d.outcome is outcome, d
+        assert d.outcome is Outcome.CHECK_OWNER, d
 
 
 def test_session_heartbeats_checkpoints_and_claims_are_filtered_out() -> None:

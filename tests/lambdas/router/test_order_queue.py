@@ -78,7 +78,7 @@ def test_missing_order_queue_is_not_a_failure(ddb_local: LocalAws, ddb: Any, sqs
     assert route(event(stop_record(unique_id, live_owner, seq="31")), None, deps) == {
         "batchItemFailures": []}
     assert [r.levelname for r in caplog.records
-            if r.getMessage() == "stop order not queued: no order queue"] == ["INFO"]
+            if r.getMessage() == "order not queued: no order queue"] == ["INFO"]
     assert session_orders(ddb_local, ddb, live_owner) == {Order.stop(unique_id, 6).encode()}
 
 
@@ -90,7 +90,7 @@ def test_unreachable_sqs_is_not_a_failure(ddb_local: LocalAws, ddb: Any, dead_sq
     assert route(event(stop_record(unique_id, live_owner, seq="32")), None, deps) == {
         "batchItemFailures": []}
     assert [r.levelname for r in caplog.records
-            if r.getMessage() == "stop order not queued"] == ["ERROR"]
+            if r.getMessage() == "order not queued"] == ["ERROR"]
     assert session_orders(ddb_local, ddb, live_owner) == {Order.stop(unique_id, 6).encode()}
 
 

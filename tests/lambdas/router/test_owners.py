@@ -93,7 +93,7 @@ SESSIONS: list[tuple[str, Callable[[SessionStore, str], str], bool, str]] = [
     ("dead session loses it", _dead, True, "owner_released"),
     ("ended session loses it", _ended, True, "owner_released"),
     ("replaced incarnation loses it", _replaced, True, "owner_released"),
-    ("missing session loses it", _missing, True, "owner_released"),
+    ("missing session is left to the owner audit", _missing, False, "owner_unknown"),
 ]
 
 
@@ -117,7 +117,8 @@ def test_restart_with_old_owner(case: str, make_owner: Callable[[SessionStore, s
     if not released:
         assert after == rec["dynamodb"]["NewImage"]
         session = sessions.get(f"w-{unique_id}")
-        assert session is not None and session.state is SessionState.ALIVE  # never marked
+        if make_owner is not _missing:
+            assert session is not None and session.state is SessionState.ALIVE  # never marked
         return
     assert ATTR.lease_owner not in after
     assert after[ATTR.lease_expires_at_ms] == {"N": "0"}
@@ -135,7 +136,7 @@ def test_release_is_conditional_on_the_owner(ddb_local: LocalAws, ddb: Any, sqs:
                                              caplog: pytest.LogCaptureFixture) -> None:
     """If the stream moved on after the record (a new holder), the router leaves it alone."""
     sessions = store_at(ddb_local, ddb)
-    rec = restart(ddb, ddb_local, unique_id, owner_for(f"w-{unique_id}", "gone01"))
+    rec = restart(ddb, ddb_local, unique_id, _dead(sessions, f"w-{unique_id}"))
     now_held = image(unique_id, owner="w-new#fresh1", expires=wall_clock_ms() + BACKSTOP_MS,
                      epoch=5, status="RUNNING", last_seq=11)
     ddb.put_item(TableName=ddb_local.table, Item=now_held)
@@ -171,17 +172,36 @@ def test_malformed_session_item_leaves_the_stream(ddb_local: LocalAws, ddb: Any,
     assert get(ddb, ddb_local.table, unique_id) == rec["dynamodb"]["NewImage"]
 
 
-def test_freed_in_place_is_nudged_at_once(ddb_local: LocalAws, ddb: Any, sqs: Any,
-                                          queue_url: str, unique_id: str) -> None:
-    """The seed's release (expiry 0, owner kept) is nudged at once; a later write to the
-    same freed item is not nudged again."""
-    held = image(unique_id, owner="w1", expires=wall_clock_ms() + 20_000, epoch=2)
-    freed = image(unique_id, owner="w1", expires=0, epoch=2, last_seq=3)
-    edited = image(unique_id, owner="w1", expires=0, epoch=2, last_seq=3, ws_url="wss://o.t/")
-    deps = router_deps(ddb_local, ddb, sqs, queue_url, store_at(ddb_local, ddb))
+def test_freed_in_place_orders_the_live_holder_to_release(
+        ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, unique_id: str) -> None:
+    """The seed's release (expiry 0, owner kept) on a live session's stream becomes a release
+    order in its session item, and nothing is nudged: the holder lets go itself (finding 1);
+    a later write to the same freed item gives no second order."""
+    sessions = store_at(ddb_local, ddb)
+    owner = _live(sessions, f"w-{unique_id}")
+    held = image(unique_id, owner=owner, expires=wall_clock_ms() + 20_000, epoch=2)
+    freed = image(unique_id, owner=owner, expires=0, epoch=2, last_seq=3)
+    edited = image(unique_id, owner=owner, expires=0, epoch=2, last_seq=3, ws_url="wss://o.t/")
+    ddb.put_item(TableName=ddb_local.table, Item=freed)
+    deps = router_deps(ddb_local, ddb, sqs, queue_url, sessions)
     assert route(event(record("MODIFY", held, freed)), None, deps) == {"batchItemFailures": []}
-    assert receive_nudges(sqs, queue_url, expect=1) == [
-        {"conn_id": unique_id, "reason": "freed", "epoch": 2}]
+    assert not receive_nudges(sqs, queue_url, expect=1, timeout_s=0.5)
+    session = sessions.get(f"w-{unique_id}")
+    assert session is not None and session.orders == {f"release#2:{unique_id}"}
     assert route(event(record("MODIFY", freed, edited)), None, deps) == {
         "batchItemFailures": []}
-    assert not receive_nudges(sqs, queue_url, expect=1, timeout_s=0.5)
+    assert get(ddb, ddb_local.table, unique_id)[ATTR.lease_owner] == {"S": owner}
+
+
+def test_freed_in_place_of_a_dead_session_is_released(
+        ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, unique_id: str) -> None:
+    """A forced release of a stream whose session is dead frees it with the reaper's own
+    release (then nudged by that release's record)."""
+    sessions = store_at(ddb_local, ddb)
+    owner = _dead(sessions, f"w-{unique_id}")
+    held = image(unique_id, owner=owner, expires=wall_clock_ms() + 20_000, epoch=2)
+    freed = image(unique_id, owner=owner, expires=0, epoch=2, last_seq=3)
+    ddb.put_item(TableName=ddb_local.table, Item=freed)
+    deps = router_deps(ddb_local, ddb, sqs, queue_url, sessions)
+    assert route(event(record("MODIFY", held, freed)), None, deps) == {"batchItemFailures": []}
+    assert ATTR.lease_owner not in get(ddb, ddb_local.table, unique_id)

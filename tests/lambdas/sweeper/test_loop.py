@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from holdfast.core.liveness import AUDIT_INTERVAL_MS
 from holdfast.core.model import Lease
+from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import create_stream
+from holdfast.localaws import LocalAws
 from lambdas.settings import Settings
 from lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
 from lambdas.sweeper.loop import SweepDeps, run_sweeps, sweep_once
@@ -70,17 +74,29 @@ def sweeper(ddb: Any, sqs: Any, table: str, queue_url: str,
         yield s
 
 
-def test_crashed_owner_is_nudged_within_lease_plus_a_second(
-        store: Store, sweeper: Sweeper, sqs: Any, queue_url: str, unique_id: str) -> None:
-    """A lease whose holder died is nudged once claimable (expiry + skew), well within 1 s."""
+def test_a_stream_whose_owner_has_no_session_is_released_then_nudged(
+        ddb_local: LocalAws, ddb: Any, sqs: Any, table: str, queue_url: str, store: Store,
+        memory: NudgeMemory, unique_id: str) -> None:
+    """A stream owned by an owner no session item names (the seed's, a hand-written one, a
+    deleted session) is not taken by its expiry: the owner audit releases it once it has been
+    so for TTL + skew, and the release is nudged (finding 2)."""
     lease = store.take(unique_id, "dead-worker")
-    got = receive_nudges(sqs, queue_url, expect=1, timeout_s=LEASE_MS / 1000 + 3)
-    received = wall_clock_ms()
-    assert got == [{"conn_id": unique_id, "reason": "expired", "epoch": None}]
-    # Never before a challenger may acquire; within lease + 1 s of the last renewal.
-    assert received >= lease.expires_at_ms + SKEW_MS
-    assert received - (lease.expires_at_ms - LEASE_MS) <= (LEASE_MS + 1_000) * TIMEOUT_SCALE
-    store.acquire(unique_id, "new-worker")  # the nudge was right: it is claimable
+    sessions = SessionStore(ddb, ddb_local.session_table, table, ttl_ms=LEASE_MS,
+                            skew_ms=SKEW_MS)
+    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url,
+                                            session_table=ddb_local.session_table),
+                     sessions=sessions)
+    deadline = wall_clock_ms() + (LEASE_MS + SKEW_MS + AUDIT_INTERVAL_MS + 3_000) * TIMEOUT_SCALE
+    with Sweeper(deps, memory):
+        while (item := store.get(unique_id)) is not None and item.lease_owner is not None:
+            assert wall_clock_ms() < deadline, "never released"
+            time.sleep(0.05)
+        released = wall_clock_ms()
+        got = receive_nudges(sqs, queue_url, expect=2, timeout_s=3)
+    # Held by "dead-worker" for at least TTL + skew after the audit first saw it.
+    assert released - (lease.expires_at_ms - LEASE_MS) >= LEASE_MS + SKEW_MS
+    assert {"conn_id": unique_id, "reason": "unclaimed", "epoch": None} in got
+    assert store.acquire(unique_id, "new-worker#b").epoch > lease.epoch
 
 
 def test_released_lease_is_nudged(store: Store, sweeper: Sweeper, sqs: Any,
