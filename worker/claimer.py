@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import random
 import threading
 from collections.abc import Awaitable, Callable
@@ -37,7 +36,6 @@ from holdfast.core import tracing
 from holdfast.core.aws import call
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.nudge import (
-    HOPS,
     REASON_MOVED,
     TRACE_ATTRIBUTE,
     parse_nudge,
@@ -289,25 +287,19 @@ class Claimer:
 
 
 def _hops(message: dict[str, Any]) -> int:
-    """How often ``message``'s nudge was handed on already (its body's ``hops``, default 0)."""
+    """How often ``message``'s nudge was handed on already (0 for anything else)."""
     try:
-        hops = json.loads(str(message.get("Body", ""))).get(HOPS, 0)
-    except (ValueError, AttributeError):
+        return parse_nudge(str(message.get("Body", ""))).hops
+    except ValueError:
         return 0
-    return hops if isinstance(hops, int) and not isinstance(hops, bool) else 0
 
 
 def _copy(i: int, message: dict[str, Any]) -> dict[str, Any]:
-    """A fresh send of ``message`` with its hop count + 1 (a nudge body: JSON object; anything
-    else goes as it came); its trace context goes with it (tracing on)."""
+    """A fresh send of ``message`` with its hop count + 1 (anything that is not a nudge goes
+    as it came); its trace context goes with it (tracing on)."""
     body = str(message.get("Body", ""))
-    try:
-        obj = json.loads(body)
-        if isinstance(obj, dict):
-            obj[HOPS] = _hops(message) + 1
-            body = json.dumps(obj, separators=(",", ":"))
-    except ValueError:
-        pass
+    with contextlib.suppress(ValueError):
+        body = parse_nudge(body).handed_on().body()
     entry: dict[str, Any] = {"Id": str(i), "MessageBody": body}
     attributes = trace_attributes(traceparent_of(message))
     if attributes:

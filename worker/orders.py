@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger
 from botocore.exceptions import BotoCoreError, ClientError
 
-from holdfast.core.directives import Directive, parse_directive_body
-from holdfast.core.orders import Order, order_queue_name, parse_body
+from holdfast.core.directives import Directive, parse_inbox_body
+from holdfast.core.orders import Order, order_queue_name
 from worker.claimer import in_daemon_thread
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class OrderInbox:
 
     sqs: SQSClient
     prefix: str
-    stop_stream: Callable[[Order], bool]
+    stop_stream: Callable[[Order], bool]  # carries out an order (stop, release)
     wait_s: int = 20
     # Rebalancing news (a target, or the drain flag) sent to this queue by the decider or
     # ``holdfast drain``; None: such messages are ignored like unknown ones.
@@ -142,18 +142,15 @@ class OrderInbox:
         for msg in messages:
             self.received += 1
             body = str(msg.get("Body", ""))
-            order = parse_body(body, owner)
-            news = parse_directive_body(body, owner) if order is None else None
-            if news is not None and self.directive is not None:
-                self.directive(news)
-                continue
-            if order is None:
-                logger.warning("order message ignored (foreign or unknown)",
-                               body=str(msg.get("Body", ""))[:200])
-                continue
-            stopping = self.stop_stream(order)
-            logger.info("stop order", conn_id=order.conn_id, epoch=order.epoch, held=stopping,
-                        via="queue")
+            said = parse_inbox_body(body, owner)
+            if isinstance(said, Order):
+                acted = self.stop_stream(said)
+                logger.info("order", verb=said.verb, conn_id=said.conn_id, epoch=said.epoch,
+                            held=acted, via="queue")
+            elif said is not None and self.directive is not None:
+                self.directive(said)
+            else:
+                logger.warning("order message ignored (foreign or unknown)", body=body[:200])
 
     async def _ack(self, url: str, messages: list[Any]) -> None:
         entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}

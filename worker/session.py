@@ -163,7 +163,7 @@ class SessionKeeper:
             if parsed is None:
                 logger.warning("unknown order ignored", order=order[:200])
                 continue
-            stopping = self.stop_stream(parsed)
-            logger.info("stop order", conn_id=parsed.conn_id, epoch=parsed.epoch, held=stopping,
-                        via="session")
+            acted = self.stop_stream(parsed)
+            logger.info("order", verb=parsed.verb, conn_id=parsed.conn_id, epoch=parsed.epoch,
+                        held=acted, via="session")
         return orders

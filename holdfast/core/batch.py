@@ -34,9 +34,10 @@ from typing import Literal
 from holdfast.core import rules
 from holdfast.core.aws import THROTTLING_CODES, InvalidRequest, call
 from holdfast.core.exceptions import LeaseError, StoreUnavailable
+from holdfast.core.expressions import renew_clauses, renewed
 from holdfast.core.model import Lease
 from holdfast.core.schema import pk_for
-from holdfast.core.store import LeaseStore, _renewed, renew_clauses
+from holdfast.core.store import LeaseStore
 
 __all__ = ["BATCH_LIMIT", "THROTTLE_ROUNDS", "RenewMode", "RenewRefused", "RenewRequest",
            "RenewResult", "renew_many", "throttle_pause_s"]
@@ -155,7 +156,7 @@ def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest],
             request, (_, seq, expires) = chunk[i], built[i]
             error = answer.get("Error")
             if error is None:
-                out[i] = RenewResult(request.lease.conn_id, _renewed(request.lease, expires, seq))
+                out[i] = RenewResult(request.lease.conn_id, renewed(request.lease, expires, seq))
             elif error.get("Code") in THROTTLING_CODES:
                 throttled.append(i)  # not applied: the same statement may simply be sent again
             elif error.get("Code") in _INVALID_CODES:  # sent alone it would fail the same way

@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.core.aws import ConditionFailed, call
 from holdfast.core.model import validate_worker_id
-from holdfast.core.orders import addressed_to
+from holdfast.core.orders import Order, addressed_to, parse_order
 from holdfast.core.schema import SESSION, SessionState, session_of_owner, session_pk_for
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["Directing", "Directive", "drain_body", "float_attr", "parse_directive_body"]
+__all__ = ["Directing", "Directive", "drain_body", "float_attr", "parse_inbox_body"]
 
 _MAX = 10**9
 
@@ -93,12 +93,16 @@ def drain_body(owner: str, draining: bool) -> str:
     return json.dumps({"owner": owner, "drain": draining}, separators=(",", ":"))
 
 
-def parse_directive_body(body: str, owner: str) -> Directive | bool | None:
-    """What an order-queue message for ``owner`` says: a ``Directive``, a drain flag (bool),
-    or None (not one of these, foreign, or malformed)."""
+def parse_inbox_body(body: str, owner: str) -> Order | Directive | bool | None:
+    """What an order-queue message for ``owner`` says, the one parser of that queue: an
+    ``Order`` (stop, release), a ``Directive``, a drain flag (bool), or None (none of these,
+    foreign, or malformed)."""
     data = addressed_to(body, owner)
     if data is None:
         return None
+    order = data.get("order")
+    if isinstance(order, str):
+        return parse_order(order)
     if isinstance(data.get("drain"), bool):
         return bool(data["drain"])
     d = data.get("directive")

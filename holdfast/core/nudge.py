@@ -19,6 +19,7 @@ with tracing on or off.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ class Nudge:
     epoch: int | None = None
     delay_s: int = 0
     traceparent: str | None = field(default=None, compare=False)
+    hops: int = 0  # how often a worker handed it on (worker.claimer); absent from the body at 0
 
     def __post_init__(self) -> None:
         if not self.conn_id:
@@ -53,8 +55,15 @@ class Nudge:
 
     def body(self) -> str:
         """The message body, compact JSON."""
-        return json.dumps({"conn_id": self.conn_id, "reason": self.reason, "epoch": self.epoch},
-                          separators=(",", ":"))
+        obj: dict[str, Any] = {"conn_id": self.conn_id, "reason": self.reason,
+                               "epoch": self.epoch}
+        if self.hops:
+            obj[HOPS] = self.hops
+        return json.dumps(obj, separators=(",", ":"))
+
+    def handed_on(self) -> Nudge:
+        """This nudge as a worker hands it on: one hop more."""
+        return dataclasses.replace(self, hops=self.hops + 1, delay_s=0)
 
 
     def message_attributes(self) -> dict[str, Any]:
@@ -90,8 +99,11 @@ def parse_nudge(body: str) -> Nudge:
         raise ValueError("body has no string conn_id")
     reason = obj.get("reason")
     epoch = obj.get("epoch")
+    hops = obj.get(HOPS)
     return Nudge(validate_conn_id(conn_id), reason if isinstance(reason, str) else "",
-                 epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None)
+                 epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
+                 hops=hops if isinstance(hops, int) and not isinstance(hops, bool) and (
+                     hops >= 0) else 0)
 
 
 def delay_until(target_ms: int, now_ms: int) -> int:

@@ -36,7 +36,6 @@ __all__ = [
     "addressed_to",
     "order_queue_name",
     "order_queue_url",
-    "parse_body",
     "parse_order",
     "prefix_for",
     "validate_prefix",
@@ -102,15 +101,6 @@ def addressed_to(body: str, owner: str) -> dict[str, Any] | None:
     if not isinstance(data, dict) or data.get("owner") != owner:
         return None
     return data
-
-
-def parse_body(body: str, owner: str) -> Order | None:
-    """The order in an order-queue message for ``owner``; None if it is foreign or malformed."""
-    data = addressed_to(body, owner)
-    if data is None:
-        return None
-    order = data.get("order")
-    return parse_order(order) if isinstance(order, str) else None
 
 
 def validate_prefix(prefix: str) -> str:

@@ -10,11 +10,8 @@ landed, so a failed condition whose old item shows *us* as holder counts as succ
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules, unowned
@@ -26,6 +23,30 @@ from holdfast.core.exceptions import (
     MalformedItem,
     StoreUnavailable,
 )
+from holdfast.core.expressions import (
+    names_for as _names,
+)
+from holdfast.core.expressions import (
+    num as _num,
+)
+from holdfast.core.expressions import (
+    overtaken as _overtaken,
+)
+from holdfast.core.expressions import (
+    owner_of as _owner_of,
+)
+from holdfast.core.expressions import (
+    parse_or_none as _parse_or_none,
+)
+from holdfast.core.expressions import (
+    renew_clauses,
+)
+from holdfast.core.expressions import (
+    renewed as _renewed,
+)
+from holdfast.core.expressions import (
+    string as _str,
+)
 from holdfast.core.model import Lease, LeaseItem, int_attr, weight_of
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, STARTED, LeaseStatus, pk_for
@@ -33,26 +54,10 @@ from holdfast.core.schema import ATTR, STARTED, LeaseStatus, pk_for
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["QUARANTINE_MS", "LeaseStore", "RenewClauses", "renew_clauses", "wall_clock_ms"]
+__all__ = ["QUARANTINE_MS", "LeaseStore", "wall_clock_ms"]
 
 # How long a malformed STARTED item is parked before the sweep looks at it again.
 QUARANTINE_MS = 300_000
-
-# Expression attribute names used by every lease write (``status`` is a reserved word).
-_NAMES = {
-    "#ds": ATTR.desired_state,
-    "#owner": ATTR.lease_owner,
-    "#exp": ATTR.lease_expires_at_ms,
-    "#seq": ATTR.last_seq,
-    "#epoch": ATTR.epoch,
-    "#status": ATTR.status,
-    "#upd": ATTR.updated_at_ms,
-    "#err": ATTR.last_error,
-    "#errs": ATTR.error_count,
-    "#moved": ATTR.moved_at_ms,
-    **unowned.MARK_NAMES,
-}
-
 
 # Only an unowned, STARTED item whose back-off (if any) is over can be acquired; the epoch
 # condition keeps the fencing token strictly increasing (``acquire``).
@@ -65,20 +70,6 @@ _ADOPT_CONDITION = "#ds = :started AND #owner = :me AND #epoch < :epoch"
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _num(n: int) -> dict[str, str]:
-    return {"N": str(n)}
-
-
-def _str(s: str) -> dict[str, str]:
-    return {"S": s}
-
-
-def _names(expression: str) -> dict[str, str]:
-    # DynamoDB rejects unused placeholders, so send only the names an expression uses.
-    used = set(re.findall(r"#\w+", expression))
-    return {k: v for k, v in _NAMES.items() if k in used}
 
 
 class LeaseStore:
@@ -347,115 +338,3 @@ class LeaseStore:
         except ConditionFailed:
             return False
         return True
-
-
-@dataclass(frozen=True, slots=True)
-class RenewClauses:
-    """The renew/checkpoint write as data, rendered for UpdateItem and for PartiQL alike.
-
-    Conditions: owner and epoch (the fencing pair), STARTED, the expiry never shortened (a late
-    older renewal must not cut a lease short) and the checkpoint never backwards.
-    """
-
-    sets: tuple[tuple[str, dict[str, str]], ...]
-    equals: tuple[tuple[str, dict[str, str]], ...]
-    at_most: tuple[tuple[str, dict[str, str]], ...]  # attribute <= value
-    at_most_or_missing: tuple[tuple[str, dict[str, str]], ...]
-
-    def update_expression(self) -> tuple[str, str, dict[str, Any]]:
-        """(UpdateExpression, ConditionExpression, values) with ``_NAMES`` placeholders."""
-        alias = {v: k for k, v in _NAMES.items()}
-        values: dict[str, Any] = {}
-
-        def val(attr: str, kind: str, value: dict[str, str]) -> str:
-            name = f":{kind}_{alias[attr][1:]}"
-            values[name] = value
-            return name
-
-        update = "SET " + ", ".join(f"{alias[a]} = {val(a, 'set', v)}" for a, v in self.sets)
-        conds = [f"{alias[a]} = {val(a, 'eq', v)}" for a, v in self.equals]
-        conds += [f"{alias[a]} <= {val(a, 'max', v)}" for a, v in self.at_most]
-        conds += [f"(attribute_not_exists({alias[a]}) OR {alias[a]} <= {val(a, 'max', v)})"
-                  for a, v in self.at_most_or_missing]
-        return update, " AND ".join(conds), values
-
-    def partiql(self, table: str, pk: str) -> dict[str, Any]:
-        """One PartiQL UPDATE statement with the same effect and condition."""
-        params: list[dict[str, str]] = [v for _, v in self.sets]
-        where = [f"{ATTR.pk} = ?"]
-        params.append(_str(pk))
-        for a, v in self.equals:
-            where.append(f"{a} = ?")
-            params.append(v)
-        for a, v in self.at_most:
-            where.append(f"{a} <= ?")
-            params.append(v)
-        for a, v in self.at_most_or_missing:
-            where.append(f"({a} IS MISSING OR {a} <= ?)")
-            params.append(v)
-        sets = " ".join(f"SET {a} = ?" for a, _ in self.sets)
-        return {"Statement": f'UPDATE "{table}" {sets} WHERE {" AND ".join(where)}',
-                "Parameters": params}
-
-
-def renew_clauses(lease: Lease, now: int, expires: int | None, seq: int | None) -> RenewClauses:
-    """The one definition of a renew (``expires`` set) or checkpoint-only write."""
-    sets: list[tuple[str, dict[str, str]]] = []
-    at_most: list[tuple[str, dict[str, str]]] = []
-    if expires is not None:
-        sets.append((ATTR.lease_expires_at_ms, _num(expires)))
-        at_most.append((ATTR.lease_expires_at_ms, _num(expires)))
-    sets.append((ATTR.updated_at_ms, _num(now)))
-    seq_clause: tuple[tuple[str, dict[str, str]], ...] = ()
-    if seq is not None:
-        sets.append((ATTR.last_seq, _num(seq)))
-        seq_clause = ((ATTR.last_seq, _num(seq)),)
-    return RenewClauses(
-        sets=tuple(sets),
-        equals=((ATTR.lease_owner, _str(lease.owner)), (ATTR.epoch, _num(lease.epoch)),
-                (ATTR.desired_state, _str(STARTED))),
-        at_most=tuple(at_most), at_most_or_missing=seq_clause)
-
-
-def _overtaken(lease: Lease, raw: dict[str, Any] | None, expires: int | None,
-               seq: int | None) -> Lease | None:
-    """The lease as stored if a later write of our own (same owner and epoch) landed first.
-
-    Two renewals of one lease can race (a heartbeat and a first checkpoint); the one computed
-    earlier then fails ``#exp <= :exp`` (or the checkpoint condition, since the later one carried
-    a later checkpoint). Only the holder writes while owner and epoch match, so the lease is ours
-    and lasts at least as long as this renewal meant: it counts as renewed.
-    """
-    current = _parse_or_none(raw)
-    if current is None or rules.classify_loss(current, lease.owner, lease.epoch) is not None:
-        return None
-    stored_exp = current.lease_expires_at_ms or 0
-    if expires is not None and stored_exp < expires:
-        # Not overtaken by a later renewal: the checkpoint was moved past ours by someone else.
-        return None
-    if expires is None:
-        # A checkpoint-only write has no racing twin of ours (the first checkpoint is written
-        # before any periodic one can carry a seq), so a later stored seq is someone else's.
-        return None
-    return dataclasses.replace(lease, expires_at_ms=stored_exp, last_seq=current.last_seq,
-                               unowned_ms=None)
-
-
-def _renewed(lease: Lease, expires: int | None, seq: int | None) -> Lease:
-    # replace, not a field-by-field rebuild: weight and moved_at_ms must survive a renewal.
-    return dataclasses.replace(
-        lease, expires_at_ms=lease.expires_at_ms if expires is None else expires,
-        last_seq=seq if seq is not None else lease.last_seq, unowned_ms=None)
-
-
-def _owner_of(raw: dict[str, Any]) -> str | None:
-    value = raw.get(ATTR.lease_owner)
-    s = value.get("S") if isinstance(value, dict) else None
-    return s if isinstance(s, str) else None
-
-
-def _parse_or_none(raw: dict[str, Any] | None) -> LeaseItem | None:
-    try:
-        return LeaseItem.from_ddb(raw) if raw is not None else None
-    except MalformedItem:
-        return None

@@ -6,7 +6,7 @@ import pytest
 
 from holdfast.cli.main import main
 from holdfast.core import names
-from holdfast.core.directives import drain_body, parse_directive_body
+from holdfast.core.directives import drain_body, parse_inbox_body
 from holdfast.core.orders import order_queue_name, prefix_for
 from holdfast.core.sessions import Session, SessionStore
 from holdfast.localaws import LocalAws
@@ -55,7 +55,7 @@ def test_drain_sets_the_flag_and_tells_the_order_queue(
     item = store.get(unique_id)
     assert item is not None and item.draining
     assert bodies(ddb_local, url) == [drain_body(session.owner, True)]
-    assert parse_directive_body(drain_body(session.owner, True), session.owner) is True
+    assert parse_inbox_body(drain_body(session.owner, True), session.owner) is True
 
 
 def test_cancel_clears_the_flag(ddb_local: LocalAws, aws_env: dict[str, str], unique_id: str,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from holdfast.core.directives import Directive, drain_body, parse_directive_body
+from holdfast.core.directives import Directive, drain_body, parse_inbox_body
 from holdfast.core.schema import SESSION, SessionState, owner_for, session_pk_for
 from holdfast.core.sessions import SessionItem, SessionStore
 from holdfast.localaws import LocalAws
@@ -153,10 +153,10 @@ directives = st.builds(
 @settings(max_examples=200)
 @given(directives)
 def test_a_directive_body_round_trips(d: Directive) -> None:
-    """parse_directive_body(d.body(owner), owner) is d again, for its own owner only."""
+    """parse_inbox_body(d.body(owner), owner) is d again, for its own owner only."""
     body = d.body(OWNER)
-    assert parse_directive_body(body, OWNER) == d
-    assert parse_directive_body(body, "w-2#abc123") is None
+    assert parse_inbox_body(body, OWNER) == d
+    assert parse_inbox_body(body, "w-2#abc123") is None
 
 
 @settings(max_examples=200)
@@ -178,9 +178,9 @@ def test_whole_numbers_are_written_without_a_fraction() -> None:
 
 def test_drain_bodies_parse_to_the_flag() -> None:
     """drain_body(owner, flag) parses to exactly that bool, for that owner only."""
-    assert parse_directive_body(drain_body(OWNER, True), OWNER) is True
-    assert parse_directive_body(drain_body(OWNER, False), OWNER) is False
-    assert parse_directive_body(drain_body(OWNER, True), "w-1#other") is None
+    assert parse_inbox_body(drain_body(OWNER, True), OWNER) is True
+    assert parse_inbox_body(drain_body(OWNER, False), OWNER) is False
+    assert parse_inbox_body(drain_body(OWNER, True), "w-1#other") is None
 
 
 @pytest.mark.parametrize("body", [
@@ -205,7 +205,7 @@ def test_drain_bodies_parse_to_the_flag() -> None:
 def test_foreign_or_malformed_bodies_parse_to_none(body: str) -> None:
     """Not JSON, not an object, another owner, a missing, non-numeric, negative or
     non-finite field: None, never an exception."""
-    assert parse_directive_body(body, OWNER) is None
+    assert parse_inbox_body(body, OWNER) is None
 
 
 @settings(max_examples=200)
@@ -217,8 +217,8 @@ def test_foreign_or_malformed_bodies_parse_to_none(body: str) -> None:
     max_leaves=20).map(json.dumps))
 def test_any_body_parses_without_raising(body: str) -> None:
     """Whatever arrives on the queue: a Directive, a bool or None, never an exception."""
-    assert parse_directive_body(body, OWNER) is None or isinstance(
-        parse_directive_body(body, OWNER), Directive | bool)
+    assert parse_inbox_body(body, OWNER) is None or isinstance(
+        parse_inbox_body(body, OWNER), Directive | bool)
 
 
 # -- parsing the item ------------------------------------------------------------------------

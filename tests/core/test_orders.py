@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from holdfast.core.directives import parse_inbox_body
 from holdfast.core.orders import (
     Order,
     order_queue_name,
     order_queue_url,
-    parse_body,
     parse_order,
     prefix_for,
     validate_prefix,
@@ -39,9 +39,9 @@ def test_unknown_or_broken_orders_are_none(text: str) -> None:
 def test_a_queued_order_must_name_its_owner() -> None:
     """A queue message is only an order for the owner it names."""
     body = Order.stop("c1", 3).body("w#i1")
-    assert parse_body(body, "w#i1") == Order.stop("c1", 3)
-    assert parse_body(body, "w#i2") is None
-    assert parse_body("[1]", "w#i1") is None
+    assert parse_inbox_body(body, "w#i1") == Order.stop("c1", 3)
+    assert parse_inbox_body(body, "w#i2") is None
+    assert parse_inbox_body("[1]", "w#i1") is None
 
 
 def test_an_order_applies_to_its_epoch_and_later_ones_only() -> None:

@@ -8,12 +8,13 @@ from typing import Any
 import pytest
 
 from holdfast.core.exceptions import LeaseLost, LossReason, SessionConflict, SessionLost
+from holdfast.core.expressions import renew_clauses
 from holdfast.core.model import Lease
 from holdfast.core.orders import Order, parse_order
 from holdfast.core.reaping import REAP_SETTLE_MS
 from holdfast.core.schema import BACKSTOP_MS, GSI_NAME, OWNER_INDEX_NAME, SessionState
 from holdfast.core.sessions import ReportedDeath, SessionStore, sweep_sessions
-from holdfast.core.store import LeaseStore, renew_clauses
+from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
 from tests.conftest import client_for
@@ -164,7 +165,7 @@ def test_checkpoint_without_extend_touches_no_index(leases: LeaseStore, ddb: Any
     def units(expires: int | None, seq: int) -> dict[str, float]:
         update, condition, values = renew_clauses(lease, leases.clock(), expires,
                                                   seq).update_expression()
-        from holdfast.core.store import _names
+        from holdfast.core.expressions import names_for as _names
         resp = ddb.update_item(TableName=leases.table, Key={"Pk": {"S": f"CONN#{unique_id}"}},
                                UpdateExpression=update, ConditionExpression=condition,
                                ExpressionAttributeNames=_names(update + condition),

@@ -128,8 +128,10 @@ def test_a_handed_on_nudge_keeps_its_trace() -> None:
     from worker.claimer import _copy
 
     tp = "00-" + "3" * 32 + "-" + "4" * 16 + "-01"
-    received = {"Body": "{}", "MessageAttributes": {
+    body = '{"conn_id":"c1","reason":"moved","epoch":null}'
+    received = {"Body": body, "MessageAttributes": {
         TRACE_ATTRIBUTE: {"StringValue": tp, "DataType": "String", "StringListValues": []}}}
-    assert _copy(2, received) == {"Id": "2", "MessageBody": '{"hops":1}', "MessageAttributes": {
-        TRACE_ATTRIBUTE: {"DataType": "String", "StringValue": tp}}}
-    assert "MessageAttributes" not in _copy(0, {"Body": "{}"})
+    assert _copy(2, received) == {
+        "Id": "2", "MessageBody": '{"conn_id":"c1","reason":"moved","epoch":null,"hops":1}',
+        "MessageAttributes": {TRACE_ATTRIBUTE: {"DataType": "String", "StringValue": tp}}}
+    assert "MessageAttributes" not in _copy(0, {"Body": body})

@@ -45,22 +45,23 @@ async def test_stopped_stream_closes_and_releases_with_checkpoint(
 
 async def test_stolen_lease_closes_at_once_without_writing(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
-    """When another worker takes the lease over, the holder stops at its next heartbeat."""
+    """When the item is rewritten to another owner by hand (no acquire can take an owned
+    stream), the holder stops at its next checkpoint write without writing anything."""
     rec, conn = Recorder(), f"{unique_id}-x"
     fleet.create(conn, upstream.url(conn))
     async with running_worker(fleet, rec) as run:
         fleet.nudge(conn)
         await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 10, "messages")
-        # Force the lease free (an operator edit), then a rival acquires it: epoch + 1.
         fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn}"}},
-                              UpdateExpression="SET lease_expires_at_ms = :z",
-                              ExpressionAttributeValues={":z": {"N": "0"}})
-        rival = other_store(fleet).acquire(conn, "rival")
+                              UpdateExpression="SET lease_owner = :r ADD lease_epoch :one",
+                              ExpressionAttributeValues={":r": {"S": "rival"},
+                                                         ":one": {"N": "1"}})
+        rival_epoch = item_attr(fleet.item(conn), "lease_epoch")
         await async_wait_until(lambda: conn not in run.worker.streams, 5, "stream closed")
         assert run.worker.metrics.totals["LeasesLost"] == 1
     item = fleet.item(conn)
     assert item_attr(item, "lease_owner") == "rival"
-    assert item_attr(item, "lease_epoch") == rival.epoch
+    assert item_attr(item, "lease_epoch") == rival_epoch
 
 
 async def test_deleted_stream_closes(fleet: Fleet, upstream: UpstreamThread,

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from holdfast.core import names
+from holdfast.core.directives import parse_inbox_body
 from holdfast.core.exceptions import ConfigError
-from holdfast.core.orders import Order, order_queue_name, parse_body
+from holdfast.core.orders import Order, order_queue_name
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.localaws import LocalAws
@@ -66,7 +67,7 @@ def test_order_goes_to_the_owners_queue_and_session(ddb_local: LocalAws, ddb: An
         "batchItemFailures": []}
     order = Order.stop(unique_id, 6)
     assert messages(sqs, order_url) == [order.body(live_owner)]
-    assert parse_body(order.body(live_owner), live_owner) == order
+    assert parse_inbox_body(order.body(live_owner), live_owner) == order
     assert session_orders(ddb_local, ddb, live_owner) == {order.encode()}
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from holdfast.core import names
 from holdfast.core.aws import client_config
-from holdfast.core.directives import Directive, parse_directive_body
+from holdfast.core.directives import Directive, parse_inbox_body
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.orders import order_queue_name, prefix_for
 from holdfast.core.schema import SessionState, session_table_definition
@@ -106,7 +106,7 @@ def test_an_unbalanced_fleet_gets_targets_and_the_busy_owner_its_message(
         assert d is not None and (d.share, d.ceiling, d.shed_at_once) == (5, 6, 0)
     got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
     bodies = [m["Body"] for m in got.get("Messages", [])]
-    assert [parse_directive_body(b, busy[0].owner) for b in bodies] == [
+    assert [parse_inbox_body(b, busy[0].owner) for b in bodies] == [
         directive_of(deps.sessions, busy[0].worker_id)]
 
 
