@@ -321,13 +321,13 @@ class LeaseStore:
             self._update(
                 "quarantine", conn_id,
                 "SET #status = :invalid, #err = :err, #exp = :until, #upd = :now REMOVE #owner",
-                "#ds = :started AND (attribute_not_exists(#owner) OR #owner = :me "
-                "OR attribute_not_exists(#exp) OR #exp <= :cutoff)",
+                # Never over another owner's holding, whatever its expiry says: only its
+                # holder or the reaper of a dead session ends that (docs/protocol.md).
+                "#ds = :started AND (attribute_not_exists(#owner) OR #owner = :me)",
                 {":invalid": _str(LeaseStatus.INVALID),
                  ":err": _str(f"malformed item: {reason}"[:1000]),
                  ":until": _num(now + QUARANTINE_MS), ":now": _num(now), ":me": _str(owner),
-                 ":started": _str(STARTED),
-                 ":cutoff": _num(rules.acquire_cutoff_ms(now, self.skew_ms))})
+                 ":started": _str(STARTED)})
 
     def normalise(self, conn_id: str) -> bool:
         """Give an item without ``lease_expires_at_ms`` the value 0, so the GSI sees it."""
