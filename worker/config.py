@@ -187,8 +187,8 @@ def load_config(env: Mapping[str, str] | None = None, *,
     poison = int(e.number(names.ENV_POISON_REPLAYS, 3, lo=1, hi=1000, integer=True))
     if poison > max_failures:
         raise ConfigError(f"{names.ENV_POISON_REPLAYS}={poison} must not exceed "
-                          f"HOLDFAST_UPSTREAM_MAX_FAILURES={max_failures}: the stream would "
-                          "be given up before its poison frame is skipped")
+                          f"HOLDFAST_UPSTREAM_MAX_FAILURES={max_failures}: the upstream "
+                          "give-up would always come first")
     rate = e.number(names.ENV_CONNECT_RATE, 1000, lo=0, hi=10**6)
     return WorkerConfig(
         table=table, queue_url=queue_url, worker_id=wid, timing=timing,

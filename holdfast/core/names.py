@@ -141,7 +141,7 @@ ENV_RENEW_MODE: Final = "HOLDFAST_RENEW_MODE"
 ENV_HANDLER: Final = "HOLDFAST_HANDLER"
 # Poison frames and memory: the frame size limit, websockets' max_queue (frames buffered per
 # connection), the task's memory (set by the stack: the settings must fit in it), how far past
-# the checkpoint a seq may jump, and how many deaths at one resume point make it poison.
+# the checkpoint a seq may jump, and how many deaths at one resume point give the stream up.
 ENV_MAX_FRAME_BYTES: Final = "HOLDFAST_MAX_FRAME_BYTES"
 ENV_MAX_QUEUE: Final = "HOLDFAST_MAX_QUEUE"
 ENV_TASK_MEMORY_MIB: Final = "HOLDFAST_TASK_MEMORY_MIB"
@@ -192,8 +192,9 @@ METRIC_UNOWNED_TIME: Final = "UnownedTime"
 METRIC_RECONNECTS: Final = "Reconnects"
 METRIC_HANDLER_ERRORS: Final = "HandlerErrors"
 METRIC_UPSTREAM_GIVE_UPS: Final = "UpstreamGiveUps"
-# Text frames that are not JSON (handed on without a seq); frames not delivered (a seq jump
-# past HOLDFAST_MAX_SEQ_JUMP, a poison frame skipped); handler calls cut by the timeout.
+# Text frames that are not JSON (handed on without a seq); frames not delivered (a seq that went
+# back below the checkpoint or jumped past HOLDFAST_MAX_SEQ_JUMP); handler calls cut by the
+# timeout.
 METRIC_MALFORMED_FRAMES: Final = "MalformedFrames"
 METRIC_FRAMES_SKIPPED: Final = "FramesSkipped"
 METRIC_HANDLER_TIMEOUTS: Final = "HandlerTimeouts"
