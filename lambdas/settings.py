@@ -37,23 +37,14 @@ from dataclasses import dataclass
 from holdfast.core import names
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.orders import validate_prefix
-from holdfast.core.rules import DEFAULT_LEASE_MS, DEFAULT_SKEW_MS, LeaseTiming
+from holdfast.core.rules import DEFAULT_LEASE_MS, DEFAULT_SKEW_MS, LeaseTiming, env_number
 
 __all__ = ["Settings", "env_float", "env_int"]
 
 
 def env_int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
     """An integer setting from ``env``, or ``default``; ``ConfigError`` if out of [lo, hi]."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, not {raw[:40]!r}") from None
-    if not lo <= value <= hi:
-        raise ConfigError(f"{name}={value} is outside the allowed range [{lo}, {hi}]")
-    return value
+    return int(env_number(env, name, default, lo=lo, hi=hi, integer=True))
 
 
 def env_float(env: Mapping[str, str], name: str, default: float, lo: float,

@@ -7,7 +7,6 @@ Every bad value is a ``ConfigError`` whose message names the variable and says w
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import secrets
@@ -17,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from holdfast.core import names
+from holdfast.core import names, rules
 from holdfast.core.batch import RenewMode
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.model import MAX_WORKER_ID_LEN
@@ -115,17 +114,7 @@ class _Env:
 
     def number(self, name: str, default: float, *, lo: float, hi: float,
                integer: bool = False) -> float:
-        text = self.raw(name)
-        if text is None:
-            return default
-        try:
-            value = float(int(text)) if integer else float(text)
-        except ValueError:
-            kind = "an integer" if integer else "a number"
-            raise ConfigError(f"{name}={text[:40]!r} is not {kind}") from None
-        if math.isnan(value) or not lo <= value <= hi:
-            raise ConfigError(f"{name}={text[:40]} is out of range: allowed {lo:g} to {hi:g}")
-        return value
+        return rules.env_number(self.env, name, default, lo=lo, hi=hi, integer=integer)
 
     def boolean(self, name: str, default: bool) -> bool:
         text = (self.raw(name) or ("1" if default else "0")).lower()

@@ -33,6 +33,7 @@ __all__ = [
     "claimable_at_ms",
     "classify_loss",
     "default_margin_ms",
+    "env_number",
     "fence_deadline_mono_ms",
     "is_expired",
     "next_checkpoint",
@@ -87,13 +88,13 @@ class LeaseTiming:
         """The timings ``HOLDFAST_LEASE_SECONDS``, ``HOLDFAST_HEARTBEAT_SECONDS``,
         ``HOLDFAST_SKEW_MS`` and ``HOLDFAST_MARGIN_MS`` set in ``env`` (the worker's, the
         Lambdas' and the stack's one reader); ``ConfigError`` names the variable."""
-        lease_ms = round(1000 * _number(env, names.ENV_LEASE_SECONDS, DEFAULT_LEASE_MS / 1000,
+        lease_ms = round(1000 * env_number(env, names.ENV_LEASE_SECONDS, DEFAULT_LEASE_MS / 1000,
                                         lo=0.5, hi=3600))
-        heartbeat_ms = round(1000 * _number(env, names.ENV_HEARTBEAT_SECONDS,
+        heartbeat_ms = round(1000 * env_number(env, names.ENV_HEARTBEAT_SECONDS,
                                             DEFAULT_HEARTBEAT_MS / 1000, lo=0.05, hi=1200))
-        skew_ms = int(_number(env, names.ENV_SKEW_MS, DEFAULT_SKEW_MS, lo=0, hi=60_000,
+        skew_ms = int(env_number(env, names.ENV_SKEW_MS, DEFAULT_SKEW_MS, lo=0, hi=60_000,
                               integer=True))
-        margin_ms = int(_number(env, names.ENV_MARGIN_MS, default_margin_ms(lease_ms), lo=0,
+        margin_ms = int(env_number(env, names.ENV_MARGIN_MS, default_margin_ms(lease_ms), lo=0,
                                 hi=60_000, integer=True))
         try:
             return cls(lease_ms, heartbeat_ms, skew_ms, margin_ms)
@@ -102,8 +103,10 @@ class LeaseTiming:
                               f"{names.ENV_SKEW_MS} / {names.ENV_MARGIN_MS}: {exc}") from None
 
 
-def _number(env: Mapping[str, str], name: str, default: float, *, lo: float, hi: float,
-            integer: bool = False) -> float:
+def env_number(env: Mapping[str, str], name: str, default: float, *, lo: float, hi: float,
+               integer: bool = False) -> float:
+    """The number ``env[name]`` (``default`` if unset or blank); ``ConfigError`` naming the
+    variable if it is not one or out of ``[lo, hi]``. The one reader of numeric settings."""
     text = (env.get(name) or "").strip()
     if not text:
         return default
