@@ -23,6 +23,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from holdfast.core import names
+from holdfast.core.schema import OWNER_INDEX_NAME
 from infra.function import FunctionDefaults, HoldfastFunction, lease_environment
 from infra.orders import SWEEPER_ORDER_ACTIONS, list_queues_statement, order_queue_statement
 from lambdas.settings import Settings
@@ -34,9 +35,9 @@ SWEEPER_HANDLER = "lambdas.sweeper.handler.lambda_handler"
 # The handler sweeps until the minute is nearly over; ten seconds of slack covers a last
 # query and the metrics flush without overlapping the next scheduled run by much.
 SWEEPER_TIMEOUT = Duration.seconds(70)
-# Sessions: read them all, mark dead or reaped, write rebalancing targets. Never Put or
-# Delete (TTL removes them).
-SWEEPER_SESSION_ACTIONS = ("dynamodb:Scan", "dynamodb:UpdateItem")
+# Sessions: read them all, read one (the owner audit judges an owner the scan did not see
+# alive), mark dead or reaped, write rebalancing targets. Never Put or Delete (TTL removes them).
+SWEEPER_SESSION_ACTIONS = ("dynamodb:Scan", "dynamodb:GetItem", "dynamodb:UpdateItem")
 # Leases: release a dead session's streams, one conditional UpdateItem each (no PartiQL); the
 # slow pass scans for items the sparse index cannot see and gives them an expiry.
 SWEEPER_LEASE_ACTIONS = ("dynamodb:Scan", "dynamodb:UpdateItem")
@@ -80,10 +81,13 @@ class Sweeper(Construct):
             reserved_concurrency=1 if reserve_concurrency else None)
         self.function = self.handler.function
         role = self.handler.role
-        # Query both indexes; Scan the owner index (keys only): the owner audit reads it whole
-        # to find streams whose owner is not a live session (holdfast.core.liveness).
-        role.add_to_policy(iam.PolicyStatement(actions=["dynamodb:Query", "dynamodb:Scan"],
+        role.add_to_policy(iam.PolicyStatement(actions=["dynamodb:Query"],
                                                resources=list(index_arns)))
+        # The owner audit reads the owner index whole (keys only) to find streams whose owner
+        # is not a live session (holdfast.core.liveness).
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["dynamodb:Scan"],
+            resources=[a for a in index_arns if a.endswith(f"/index/{OWNER_INDEX_NAME}")]))
         role.add_to_policy(iam.PolicyStatement(actions=list(SWEEPER_LEASE_ACTIONS),
                                                resources=[table.table_arn]))
         role.add_to_policy(iam.PolicyStatement(actions=list(SWEEPER_SESSION_ACTIONS),

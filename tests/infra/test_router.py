@@ -140,7 +140,7 @@ def test_router_reads_sessions_and_releases_with_pinned_attributes(
     for s in statements:
         if s["Action"] == "dynamodb:UpdateItem":
             assert s["Condition"]["StringEqualsIfExists"] == {"dynamodb:ReturnValues": "NONE"}
-    assert not {schema.ATTR.last_seq, schema.ATTR.token, schema.ATTR.ws_url,
+    assert not {schema.ATTR.last_seq, schema.ATTR.ws_url,
                 schema.ATTR.error_count} & set(RELEASE_ATTRIBUTES)
 
 

@@ -158,14 +158,15 @@ def test_router_role_reads_the_stream_sends_normalises_and_orders_stops(
 
 def test_sweeper_role_scans_sessions_queries_indexes_releases_and_sends(
         template_json: dict[str, Any]) -> None:
-    """Sweeper: Scan/UpdateItem on sessions and leases (the unindexed pass), Query on both
-    indexes only, lease releases, rebalancing directives to order queues, and collecting
-    order queues (list, delete)."""
+    """Sweeper: Scan/UpdateItem on sessions and leases (the unindexed pass), GetItem on
+    sessions and Scan on the owner index (the owner audit), Query on both indexes only, lease
+    releases, rebalancing directives to order queues, and collecting order queues."""
     statements = role_statements(template_json, function_role(template_json, SWEEPER_HANDLER))
     leases, sessions, queue, seed_index, owner_index = names_of(template_json)
     found = grants(statements)
     assert {a: r for a, r in found.items() if not a.startswith(("logs:", "xray:"))} == {
-        "dynamodb:Scan": {sessions, leases},
+        "dynamodb:Scan": {sessions, leases, owner_index},
+        "dynamodb:GetItem": {sessions},
         "dynamodb:UpdateItem": {leases, sessions},
         "dynamodb:Query": {seed_index, owner_index},
         "sqs:SendMessage": {queue, ORDER_QUEUES},
@@ -196,12 +197,14 @@ def test_lambda_roles_use_no_managed_policies(template_json: dict[str, Any]) -> 
 
 def test_nothing_deletes_items_and_only_the_sweeper_scans_leases(
         template_json: dict[str, Any]) -> None:
-    """No role may delete an item; only the sweeper (its unindexed pass) scans the lease table."""
+    """No role may delete an item; only the sweeper (its unindexed pass, its owner audit) scans
+    the lease table or an index of it."""
     found = grants(allow_statements(template_json))
     assert not {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
                 "dynamodb:PartiQLDelete"} & set(found)
     leases, sessions = lease_table_id(template_json), session_table_id(template_json)
-    assert found["dynamodb:Scan"] == {sessions, leases}
+    owner_index = names_of(template_json)[4]
+    assert found["dynamodb:Scan"] == {sessions, leases, owner_index}
     sweeper = role_statements(template_json, function_role(template_json, SWEEPER_HANDLER))
     others = [s for s in allow_statements(template_json) if s not in sweeper]
     assert leases not in grants(others).get("dynamodb:Scan", set())

@@ -81,11 +81,11 @@ def test_release_and_stop_start(runner_env: dict[str, str], ddb: Any, sqs: Any,
     with running(config(sweeper=False, start="LATEST")):
         assert store.release(lease) is None
         assert receive_nudges(sqs, queue, expect=1) == [
-            {"conn_id": unique_id, "reason": "released", "epoch": 1}]
+            {"conn_id": unique_id, "reason": "released", "epoch": lease.epoch}]
         set_desired_state(ddb, table, unique_id, "STOPPED")
         set_desired_state(ddb, table, unique_id, "STARTED")
         assert receive_nudges(sqs, queue, expect=2, timeout_s=2) == [
-            {"conn_id": unique_id, "reason": "started", "epoch": 1}]
+            {"conn_id": unique_id, "reason": "started", "epoch": lease.epoch}]
 
 
 def test_seed_item_is_normalised_through_the_stream(runner_env: dict[str, str], ddb: Any,
