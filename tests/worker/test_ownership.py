@@ -199,10 +199,10 @@ def test_a_forced_release_gives_no_second_deliverer(
                 held_again_ms[c] = int(time.time() * 1000)
         return len(held_again_ms) == len(conns)
 
-    wait_until(all_held_again, 5, "every stream held again under a new epoch", interval=0.02)
+    wait_until(all_held_again, 8, "every stream held again under a new epoch", interval=0.02)
     new_owner = {c: fleet.item(c)["lease_owner"]["S"].partition("#")[0] for c in conns}
     assert set(new_owner.values()) == {b.name}, new_owner
-    wait_until(lambda: all(handled(recorded, c, b.name) for c in conns), 5,
+    wait_until(lambda: all(handled(recorded, c, b.name) for c in conns), 8,
                "every stream delivered again")
     time.sleep(1.0)  # a holder that had not stopped would show deliveries now
     for c in conns:
@@ -211,7 +211,9 @@ def test_a_forced_release_gives_no_second_deliverer(
         print(f"{c}: held again {held_again_ms[c] - forced_ms} ms after the forced write, "
               f"delivered again after {first_b - forced_ms} ms (a's last delivery "
               f"{last_a - forced_ms} ms after it)")
-        assert first_b - forced_ms <= 3_000 * TIMEOUT_SCALE
+        # The target is 1 s; measured 0.3-0.6 s on an idle 2-core box and up to 4 s at a load
+        # average of 10: the bound only catches a stream left unowned, the print tells more.
+        assert first_b - forced_ms <= 5_000 * TIMEOUT_SCALE
         assert last_a < first_b, f"{c}: a delivered until {last_a}, b from {first_b}"
     # The holder stopped on an order and released the streams itself, never lost them.
     ordered = {r.get("conn_id") for r in a.messages("release order: draining and releasing")}
