@@ -47,7 +47,7 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
 
     q, dlq, svc = parts.queue, parts.dlq, parts.service
     dashboard = cw.Dashboard(scope, construct_id, default_interval=Duration.hours(3))
-    # Taller than for the first eight alarms: nineteen status boxes need the room.
+    # Taller than for the first eight alarms: a status box per alarm (over twenty) needs room.
     dashboard.add_widgets(cw.AlarmStatusWidget(title="Alarms", alarms=list(alarms), width=24,
                                                height=4))
     dashboard.add_widgets(
@@ -108,18 +108,26 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
                [parts.router.metric_duration(period=MINUTE, statistic="p99", label="p99")]),
     )
     dashboard.add_widgets(
-        _graph("Expired leases found by the sweeper",
+        # Unowned and stranded (owned by a session that is not live) are one age: both are
+        # wanted streams nobody delivers, and the StreamsUnowned alarm watches it.
+        _graph("Oldest wanted stream nobody holds (ms)",
                [holdfast_metric(names.METRIC_OLDEST_ORPHAN_AGE, sweeper, "Maximum",
-                                "longest expired (ms)")]),
+                                "unowned or stranded, longest (ms)")]),
+        _graph("Stranded streams and item errors",
+               [holdfast_metric(names.METRIC_STRANDED_STREAMS, sweeper, "Maximum",
+                                "stranded (last audit)"),
+                holdfast_metric(names.METRIC_STRANDED_RELEASED, sweeper,
+                                label="stranded released"),
+                holdfast_metric(names.METRIC_ITEM_ERRORS, sweeper, label="item errors")]),
         _graph("Sweeper runs and errors",
                [parts.sweeper.metric_invocations(period=MINUTE),
                 parts.sweeper.metric_errors(period=MINUTE),
                 holdfast_metric(names.METRIC_SWEEPS, sweeper, label="sweeps"),
                 holdfast_metric(names.METRIC_SWEEP_ERRORS, sweeper, label="failed sweeps")]),
-        _graph("Upstream", [w(names.METRIC_RECONNECTS), w(names.METRIC_HANDLER_ERRORS),
-                            w(names.METRIC_UPSTREAM_GIVE_UPS)]),
     )
     dashboard.add_widgets(
+        _graph("Upstream", [w(names.METRIC_RECONNECTS), w(names.METRIC_HANDLER_ERRORS),
+                            w(names.METRIC_UPSTREAM_GIVE_UPS)]),
         _graph("Worker tasks", [running_tasks(svc)]),
         _graph("Worker CPU and memory (%)",
                [svc.metric_cpu_utilization(period=MINUTE),

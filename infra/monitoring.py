@@ -92,9 +92,17 @@ class Monitoring(Construct):
                         p.router.metric("IteratorAge", period=MINUTE, statistic="Maximum"),
                         60_000, periods=3),
             self._alarm("StreamsUnowned",
-                        "A wanted (STARTED) stream has had no owner for longer than a lease.",
+                        "A wanted (STARTED) stream has had no owner, or an owner whose "
+                        "session is not live (stranded), for longer than a lease.",
                         holdfast_metric(names.METRIC_OLDEST_ORPHAN_AGE, sweeper, "Maximum"),
                         lease_ms, periods=2, comparison=_GT),
+            # One item the sweeper cannot write (validation, size, malformed) is skipped and
+            # retried every pass, never stopping the others: the alarm is how it gets fixed.
+            self._any("ItemErrors",
+                      "The sweeper could not write a stream item (validation, size or "
+                      "malformed item): that stream is not released or re-nudged until the "
+                      "item is fixed. The sweeper logs name the item and the error.",
+                      holdfast_metric(names.METRIC_ITEM_ERRORS, sweeper)),
             self._alarm("SweeperErrors", "The sweeper function failed.",
                         p.sweeper.metric_errors(period=Duration.minutes(5), statistic="Sum"),
                         1),

@@ -42,10 +42,15 @@ class Sample:
     status: str | None
     epoch: int | None
     updated_ms: int | None = None
+    # When its owner stopped being a live session, if it was not one at this scan (None: a
+    # live owner, no owner, or no session table sampled). See holdfast.chaos.sampler.
+    owner_down_ms: int | None = None
 
     def live_owner(self) -> str | None:
-        """The owner whose lease had not expired at the time of the scan."""
-        if self.owner and self.expires_ms is not None and self.expires_ms > self.wall_ms:
+        """The owner holding it at the time of the scan: a lease not expired, and an owner
+        that is a live session (with sessions the expiry is only a one-hour backstop)."""
+        if (self.owner and self.owner_down_ms is None and self.expires_ms is not None
+                and self.expires_ms > self.wall_ms):
             return self.owner
         return None
 

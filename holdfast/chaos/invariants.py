@@ -7,6 +7,9 @@ Tolerances, and why:
   another worker took over is caught by the handling check, which has no such exception;
 - handling overlap: none beyond the recorder's 1 ms resolution (both sides read one clock);
 - re-ownership: measured from the moment the lease ended (its expiry, or the release write),
+  or, for a stream owned by a session that is not live (stranded: DEAD, ENDED, replaced, silent
+  past its TTL, or no session item), from when that owner stopped being live (the sampler's
+  ``owner_down_ms``; never before the stream was last seen held),
   allowed ``skew + sweep interval + scan period + 1 s`` (the claim rule waits out the skew, the
   sweeper runs every interval, the checker sees the table once per scan). Since a lease ends at
   most ``lease`` after its owner's last renewal, this is "owned again within lease + skew + sweep
@@ -211,11 +214,13 @@ def check_reown(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict,
     for conn_id, samples in by_conn.items():
         samples.sort(key=lambda s: s.wall_ms)
         free_since: int | None = None
+        held_at = 0  # the last scan that saw it held
         for s in samples:
             if s.state != "STARTED" or s.status in ("BACKOFF", "INVALID"):
                 free_since = None
                 continue
             if s.live_owner():
+                held_at = s.wall_ms
                 if free_since is not None:
                     gaps.append(s.wall_ms - free_since)
                     worst.append((s.wall_ms - free_since, _allowed(
@@ -225,6 +230,8 @@ def check_reown(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict,
                 free_since = None
             elif free_since is None:
                 ended = s.expires_ms if s.expires_ms else (s.updated_ms or s.wall_ms)
+                if s.owner and s.owner_down_ms is not None:  # stranded: owned, nobody serves it
+                    ended = max(s.owner_down_ms, held_at)
                 # A scan reads an item up to a scan period after the time it is stamped with.
                 made = max((t for t in started[conn_id] if t <= s.wall_ms + limits.scan_ms),
                            default=0)
@@ -254,8 +261,8 @@ def _judge(ev: Evidence, limits: Limits, base: int, conn_id: str, *, free_since:
         what = "still unowned at the end" if final else "owned again only"
         verdict.violations.append(Violation(
             "slow-reown", conn_id, free_since,
-            f"{conn_id}: lease ended at {free_since}, {what} {seen_ms - free_since} ms later "
-            f"(allowed {allowed} ms)"))
+            f"{conn_id}: held by no live owner since {free_since}, {what} "
+            f"{seen_ms - free_since} ms later (allowed {allowed} ms)"))
 
 
 def check_stops(ev: Evidence, limits: Limits, pauses: dict[str, list[tuple[int, int]]],

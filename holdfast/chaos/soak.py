@@ -115,7 +115,10 @@ class Soak:
         except Exception as exc:
             raise SoakAborted(f"the local fleet did not start: {exc}") from exc
         self.ddb = self.pf.client("dynamodb")
-        self.sampler = Sampler(self.ddb, self.pf.table, self.run_dir / "samples.jsonl").start()
+        # The session table too: a stream owned by a session that is not live is not held.
+        self.sampler = Sampler(self.ddb, self.pf.table, self.run_dir / "samples.jsonl",
+                               session_table=self.pf.direct_env["HOLDFAST_SESSION_TABLE"],
+                               skew_ms=self.cfg.timing.skew_ms).start()
         self.rebalancing = Rebalancing(self)
         for i in range(self.cfg.workers):
             self.pf.start_worker(clock_offset_ms=self.cfg.skew_ms if i == 1 else 0)

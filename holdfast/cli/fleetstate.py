@@ -1,23 +1,80 @@
-"""Fleet summaries computed from the lease items, as pure functions (no clock, no boto3).
+"""Fleet summaries computed from the lease and session items, as pure functions (no clock,
+no boto3).
 
-``ls`` shows one row per item; ``status`` groups the items by lease owner: the owners of live
-leases *are* the workers (there is no other registry), and STARTED items nobody holds are the
-streams waiting for a claim.
+A stream is *held* only while its ``lease_owner`` names a live session (``owner_liveness``,
+the verdict the router and the sweeper's owner audit use): with sessions, an owned item's
+``lease_expires_at_ms`` is a one-hour backstop, so an item whose owner is DEAD, ENDED,
+replaced, silent past its TTL or unknown is *stranded*, not held, and counts as unowned until
+the reaper releases it. Without the session items (none read) the old rule stands: an owner
+with an unexpired lease holds it.
+
+``ls`` shows one row per item; ``status`` groups the items by live owner and lists the STARTED
+ones nobody holds (stranded ones with their owner and the verdict's reason).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from holdfast.core.exceptions import MalformedItem
+from holdfast.core.liveness import Liveness, owner_liveness, session_owner
 from holdfast.core.model import LeaseItem
 from holdfast.core.redact import scrub
+from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionItem
 
-__all__ = ["FleetStatus", "SessionRow", "StreamRow", "fleet_status", "session_rows",
-           "stream_row"]
+__all__ = ["FleetStatus", "Holding", "SessionRow", "StrandedRow", "StreamRow", "fleet_status",
+           "holding", "session_rows", "sessions_by_worker", "stream_row"]
+
+Sessions = Mapping[str, SessionItem]  # worker id -> its session item as read
+
+
+def sessions_by_worker(items: Iterable[SessionItem | MalformedItem]) -> dict[str, SessionItem]:
+    """The session items keyed by worker id (malformed ones left out: their owners judge
+    UNKNOWN, as the owner audit would after a wait)."""
+    return {i.worker_id: i for i in items if isinstance(i, SessionItem)}
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """Who holds one item: ``held`` by a live owner, else ``stranded`` (a reason) if it names
+    an owner that is not live. ``left_ms``: the holder's time left (its session's, not the
+    backstop); ``since_ms``: when its owner stopped being live, when known."""
+
+    held: bool
+    stranded: str | None = None
+    left_ms: int | None = None
+    since_ms: int | None = None
+
+
+def holding(item: LeaseItem, now_ms: int, sessions: Sessions | None,
+            skew_ms: int = 0) -> Holding:
+    """The holding of ``item`` at ``now_ms``; ``sessions`` None: not read (expiry rule)."""
+    owner = item.lease_owner
+    if not owner:
+        return Holding(False)
+    if sessions is None:
+        expires = item.lease_expires_at_ms or 0
+        return Holding(True, left_ms=expires - now_ms) if expires > now_ms else Holding(False)
+    parsed = session_owner(owner)
+    session = sessions.get(parsed[0]) if parsed else None
+    verdict, why = owner_liveness(owner, session, now_ms, skew_ms)
+    if verdict is Liveness.LIVE and session is not None:
+        return Holding(True, left_ms=session.expires_at_ms - now_ms)
+    return Holding(False, f"{verdict.value}: {why}", since_ms=_down_since(verdict, session))
+
+
+def _down_since(verdict: Liveness, session: SessionItem | None) -> int | None:
+    if session is None:
+        return None  # no session item names it: when it vanished is not in the table
+    if verdict is Liveness.SILENT:
+        return session.expires_at_ms
+    if session.state is SessionState.ALIVE:  # a newer incarnation replaced the owner's
+        return session.started_at_ms or None
+    return session.ended_at_ms or session.expires_at_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,48 +121,60 @@ class StreamRow:
 
     conn_id: str
     desired_state: str
-    owner: str | None
-    lease_left_ms: int | None  # None: nobody holds a live lease
+    owner: str | None  # the item's lease_owner, live or not (``stranded`` says which)
+    lease_left_ms: int | None  # the holder's session time left; None: nobody holds it
     last_seq: int | None
     status: str | None
     last_error: str | None
     epoch: int
+    stranded: str | None = None  # owned by a session that is not live: the verdict's reason
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.conn_id, "desired_state": self.desired_state, "owner": self.owner,
                 "lease_left_ms": self.lease_left_ms, "last_seq": self.last_seq,
-                "status": self.status, "last_error": self.last_error, "epoch": self.epoch}
+                "status": self.status, "last_error": self.last_error, "epoch": self.epoch,
+                "held": self.lease_left_ms is not None, "stranded": self.stranded}
 
 
-def _live(item: LeaseItem, now_ms: int) -> bool:
-    return bool(item.lease_owner) and (item.lease_expires_at_ms or 0) > now_ms
-
-
-def stream_row(item: LeaseItem, now_ms: int, *, log_paths: bool = False) -> StreamRow:
+def stream_row(item: LeaseItem, now_ms: int, *, log_paths: bool = False,
+               sessions: Sessions | None = None, skew_ms: int = 0) -> StreamRow:
     """The ``ls`` row of one item at wall time ``now_ms``.
 
     ``last_error`` is scrubbed of the item's ``ws_url`` secrets: older workers and other
     writers may have stored them there.
     """
-    live = _live(item, now_ms)
+    h = holding(item, now_ms, sessions, skew_ms)
+    owner = item.lease_owner if h.held or h.stranded else None
     return StreamRow(
-        conn_id=item.conn_id, desired_state=item.desired_state,
-        owner=item.lease_owner if live else None,
-        lease_left_ms=(item.lease_expires_at_ms or 0) - now_ms if live else None,
-        last_seq=item.last_seq, status=item.status,
+        conn_id=item.conn_id, desired_state=item.desired_state, owner=owner,
+        lease_left_ms=h.left_ms, last_seq=item.last_seq, status=item.status,
         last_error=item.last_error and scrub(item.last_error, item.ws_url, paths=log_paths),
-        epoch=item.epoch)
+        epoch=item.epoch, stranded=h.stranded)
+
+
+@dataclass(frozen=True, slots=True)
+class StrandedRow:
+    """A STARTED stream owned by a session that is not live: the reaper releases it."""
+
+    conn_id: str
+    owner: str
+    reason: str  # "<verdict>: <why>" (``owner_liveness``)
+    age_ms: int | None  # since its owner stopped being live, when the table says
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.conn_id, "owner": self.owner, "reason": self.reason,
+                "age_ms": self.age_ms}
 
 
 @dataclass(frozen=True, slots=True)
 class FleetStatus:
     """What ``holdfast status`` reports."""
 
-    workers: dict[str, int]  # owner -> live leases
+    workers: dict[str, int]  # live owner -> streams it holds
     streams: int
     started: int
     stopped: int
-    unowned_started: list[str]
+    unowned_started: list[str]  # nobody holds them: unowned, or stranded (listed apart too)
     backoff: list[str]
     malformed: list[str]
     queue_depth: int | None = None
@@ -113,26 +182,32 @@ class FleetStatus:
     oldest_unowned_ms: int | None = None
     notes: list[str] = field(default_factory=list)
     sessions: list[SessionRow] = field(default_factory=list)
+    stranded: list[StrandedRow] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"sessions": [r.to_json() for r in self.sessions], "workers": self.workers,
                 "streams": self.streams, "started": self.started,
                 "stopped": self.stopped, "unowned_started": self.unowned_started,
+                "stranded": [r.to_json() for r in self.stranded],
                 "oldest_unowned_ms": self.oldest_unowned_ms, "backoff": self.backoff,
                 "malformed": self.malformed, "queue_depth": self.queue_depth,
                 "dlq_depth": self.dlq_depth, "notes": self.notes}
 
 
 def fleet_status(items: list[LeaseItem | MalformedItem], now_ms: int,
-                 updated_ms: dict[str, int] | None = None) -> FleetStatus:
-    """Group the items by owner; list the STARTED ones nobody holds (BACKOFF ones apart).
+                 updated_ms: dict[str, int] | None = None, *,
+                 sessions: Sessions | None = None, skew_ms: int = 0) -> FleetStatus:
+    """Group the items by live owner; list the STARTED ones nobody holds (BACKOFF ones apart).
 
     An unowned stream's age counts from its lease expiry, or, for a released or never-claimed
-    one (expiry 0), from its last write (``updated_ms``, from ``updated_at_ms``) when known.
+    one (expiry 0), from its last write (``updated_ms``, from ``updated_at_ms``) when known. A
+    stranded one's counts from when its owner stopped being live (``holding``), or, for an
+    owner no session item names, from its last write (an upper bound).
     """
     updated_ms = updated_ms or {}
     workers: Counter[str] = Counter()
     unowned: list[str] = []
+    stranded: list[StrandedRow] = []
     backoff: list[str] = []
     malformed: list[str] = []
     oldest: int | None = None
@@ -145,21 +220,28 @@ def fleet_status(items: list[LeaseItem | MalformedItem], now_ms: int,
             started += 1
         else:
             stopped += 1
-        if _live(item, now_ms):
+        h = holding(item, now_ms, sessions, skew_ms)
+        if h.held:
             workers[str(item.lease_owner)] += 1
             continue
         if not item.started:
             continue
         expires = item.lease_expires_at_ms or 0
-        if item.status == "BACKOFF" and expires > now_ms:
+        if h.stranded:
+            since = h.since_ms or updated_ms.get(item.conn_id, 0)
+        elif item.status == "BACKOFF" and expires > now_ms:
             backoff.append(item.conn_id)  # waiting for its retry time on purpose
             continue
+        else:
+            since = expires if expires > 0 else updated_ms.get(item.conn_id, 0)
         unowned.append(item.conn_id)
-        since = expires if expires > 0 else updated_ms.get(item.conn_id, 0)
-        if since > 0:
-            age = max(0, now_ms - since)
+        age = max(0, now_ms - since) if since > 0 else None
+        if h.stranded:
+            stranded.append(StrandedRow(item.conn_id, str(item.lease_owner), h.stranded, age))
+        if age is not None:
             oldest = age if oldest is None else max(oldest, age)
     return FleetStatus(workers=dict(sorted(workers.items())), streams=started + stopped,
                        started=started, stopped=stopped, unowned_started=sorted(unowned),
                        backoff=sorted(backoff), malformed=sorted(malformed),
-                       oldest_unowned_ms=oldest)
+                       oldest_unowned_ms=oldest,
+                       stranded=sorted(stranded, key=lambda r: r.conn_id))

@@ -23,14 +23,22 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from holdfast.cli.fleetstate import SessionRow, fleet_status, session_rows, stream_row
+from holdfast.cli.fleetstate import (
+    SessionRow,
+    fleet_status,
+    session_rows,
+    sessions_by_worker,
+    stream_row,
+)
 from holdfast.cli.urlinput import UrlInputError, read_url
+from holdfast.core import rules
 from holdfast.core.aws import call, client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import ConfigError, HoldfastError, MalformedItem, StoreUnavailable
 from holdfast.core.model import LeaseItem, validate_conn_id
+from holdfast.core.names import ENV_SESSION_TABLE
 from holdfast.core.redact import redact
 from holdfast.core.schema import ATTR, STARTED, STOPPED, pk_for
-from holdfast.core.sessions import SessionStore
+from holdfast.core.sessions import SessionItem, SessionStore
 from holdfast.core.store import wall_clock_ms
 from holdfast.core.table import create_stream, delete_stream, set_desired_state
 from holdfast.core.urls import UrlPolicy, check_url, log_paths_from_env, policy_from_env
@@ -159,8 +167,9 @@ def _run_stop(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.wait
     while args.wait > 0:
         item = _get(client, table, conn_id)
-        if item is None or not item.lease_owner or (item.lease_expires_at_ms or 0) <= int(
-                time.time() * 1000):
+        # Released means no owner: the holder's own release or the reaper's removes it (an
+        # expiry in the past with the owner kept is not a release, the owner still delivers).
+        if item is None or not item.lease_owner:
             print(f"{conn_id}: lease released (last_seq {item.last_seq if item else None})")
             break
         if time.monotonic() > deadline:
@@ -222,20 +231,26 @@ def _run_ls(args: argparse.Namespace) -> int:
         paths = log_paths_from_env(os.environ)
     except ValueError as exc:
         raise _Exit(EXIT_USAGE, str(exc)) from None
+    notes: list[str] = []
+    sessions = _read_sessions(notes)
+    by_worker = None if sessions is None else sessions_by_worker(sessions)
     now = int(time.time() * 1000)
-    rows = sorted((stream_row(i, now, log_paths=paths) for i in items
-                   if isinstance(i, LeaseItem)),
+    rows = sorted((stream_row(i, now, log_paths=paths, sessions=by_worker, skew_ms=_skew_ms())
+                   for i in items if isinstance(i, LeaseItem)),
                   key=lambda r: r.conn_id)
     bad = [i for i in items if isinstance(i, MalformedItem)]
     if args.json:
         print(json.dumps({"streams": [r.to_json() for r in rows],
-                          "malformed": [{"key": b.key, "reason": b.reason} for b in bad]}))
+                          "malformed": [{"key": b.key, "reason": b.reason} for b in bad],
+                          "notes": notes}))
         return EXIT_OK
     table = Table("id", "desired", "owner", "lease left", "last_seq", "status / last error",
                   box=None, header_style="bold")
     for r in rows:
         state = r.desired_state if r.desired_state == STOPPED else f"[green]{STARTED}[/]"
         owner = r.owner or ("[red]unowned[/]" if r.desired_state == STARTED else "-")
+        if r.stranded:
+            owner = f"[red]stranded[/] {r.owner} ({r.stranded[:60]})"
         detail = (r.status or "-") + (f": {r.last_error[:60]}" if r.last_error else "")
         table.add_row(r.conn_id, state, owner, _secs(r.lease_left_ms),
                       "-" if r.last_seq is None else str(r.last_seq), detail)
@@ -244,6 +259,8 @@ def _run_ls(args: argparse.Namespace) -> int:
     for b in bad:
         console.print(f"[yellow]malformed[/] {b.key}: {b.reason}")
     console.print(f"{len(rows)} streams")
+    for note in notes:
+        console.print(f"[yellow]note[/] {note}")
     return EXIT_OK
 
 
@@ -267,27 +284,41 @@ def _depth(url: str | None, notes: list[str]) -> int | None:
         return None
 
 
-def _sessions(notes: list[str]) -> list[SessionRow]:
-    table = os.environ.get("HOLDFAST_SESSION_TABLE")
+def _read_sessions(notes: list[str]) -> list[SessionItem | MalformedItem] | None:
+    """Every session item, or None (noted) if there is no session table to read: then an
+    owner with an unexpired lease counts as holding it, as before sessions."""
+    table = os.environ.get(ENV_SESSION_TABLE)
     if not table:
-        return []
+        notes.append(f"no {ENV_SESSION_TABLE}: owners are not checked against their sessions, "
+                     "a stream whose owner died may show as held for up to an hour")
+        return None
     try:
-        store = SessionStore(_ddb(), table, "", ttl_ms=0, skew_ms=0)
-        return session_rows(list(store.scan()), int(time.time() * 1000))
+        return list(SessionStore(_ddb(), table, "", ttl_ms=0, skew_ms=0).scan())
     except Exception as exc:  # sessions are a detail of the status: report, do not fail it
-        notes.append(f"sessions {table}: {type(exc).__name__}: {str(exc)[:120]}")
-        return []
+        notes.append(f"sessions {table}: {type(exc).__name__}: {str(exc)[:120]}; owners are "
+                     "not checked against their sessions")
+        return None
+
+
+def _skew_ms() -> int:
+    try:
+        return rules.LeaseTiming.from_env(os.environ).skew_ms
+    except ConfigError:  # a status must not fail on the worker's timings: the default skew
+        return rules.DEFAULT_SKEW_MS
 
 
 def _run_status(args: argparse.Namespace) -> int:
     items, updated = scan_all(_ddb(), _table(args))
-    st = fleet_status(items, int(time.time() * 1000), updated)
     notes: list[str] = []
+    sessions = _read_sessions(notes)
+    now = int(time.time() * 1000)
+    st = fleet_status(items, now, updated, skew_ms=_skew_ms(),
+                      sessions=None if sessions is None else sessions_by_worker(sessions))
     queue = args.queue_url or os.environ.get("HOLDFAST_QUEUE_URL")
     dlq = args.dlq_url or os.environ.get("HOLDFAST_DLQ_URL")
+    rows: list[SessionRow] = [] if sessions is None else session_rows(sessions, now)
     st = dataclasses.replace(st, queue_depth=_depth(queue, notes),
-                             dlq_depth=_depth(dlq, notes), notes=notes,
-                             sessions=_sessions(notes))
+                             dlq_depth=_depth(dlq, notes), notes=notes, sessions=rows)
     if args.json:
         print(json.dumps(st.to_json()))
         return EXIT_OK
@@ -309,6 +340,10 @@ def _run_status(args: argparse.Namespace) -> int:
                   + (f" (oldest {_secs(st.oldest_unowned_ms)})" if st.oldest_unowned_ms
                      is not None else "")
                   + (f": {', '.join(st.unowned_started[:10])}" if st.unowned_started else ""))
+    for s in st.stranded[:10]:
+        console.print(f"  [red]stranded[/] {s.conn_id}: owned by {s.owner}, {s.reason}"
+                      + (f", for {_secs(s.age_ms)}" if s.age_ms is not None else "")
+                      + " (the sweeper releases it)")
     if st.backoff:
         console.print(f"in back-off: {len(st.backoff)}: {', '.join(st.backoff[:10])}")
     if st.malformed:

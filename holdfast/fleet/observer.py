@@ -7,10 +7,13 @@ segments for the timeline. ``t`` is seconds since the run started (monotonic).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from holdfast.cli.fleetstate import holding
 from holdfast.core.model import LeaseItem
 from holdfast.core.schema import session_of_owner
+from holdfast.core.sessions import SessionItem
 
 __all__ = ["Event", "Observer", "Segment", "StreamView", "worker_id_of"]
 
@@ -85,17 +88,19 @@ class Observer:
                 out[worker] = out.get(worker, 0) + 1
         return out
 
-    def observe(self, t: float, wall_ms: int, items: list[LeaseItem]) -> list[Event]:
+    def observe(self, t: float, wall_ms: int, items: list[LeaseItem],
+                sessions: Mapping[str, SessionItem] | None = None, skew_ms: int = 0) -> list[Event]:
+        """One scan; with ``sessions`` (worker id -> session item) only a live session holds a
+        stream (``holdfast.cli.fleetstate.holding``), else an unexpired lease does."""
         new: list[Event] = []
         seen: set[str] = set()
         for item in items:
             seen.add(item.conn_id)
-            live = bool(item.lease_owner) and (item.lease_expires_at_ms or 0) > wall_ms
-            owner = item.lease_owner if live else None
+            h = holding(item, wall_ms, sessions, skew_ms)
+            owner = item.lease_owner if h.held else None
             old = self.streams.get(item.conn_id)
             view = StreamView(item.conn_id, item.desired_state, owner, item.epoch,
-                              item.last_seq, (item.lease_expires_at_ms or 0) - wall_ms
-                              if live else None, item.status)
+                              item.last_seq, h.left_ms, item.status)
             if old is not None:
                 view.rate, view.seq_at = old.rate, old.seq_at
                 if old.desired_state != item.desired_state:
@@ -122,7 +127,9 @@ class Observer:
             elif prev_owner is not None:
                 released = item.lease_owner is None
                 kind = "released" if released else "expired"
-                how = "released by" if released else "lease expired, was held by"
+                how = "released by" if released else (
+                    f"stranded ({h.stranded}), was held by" if h.stranded
+                    else "lease expired, was held by")
                 new.append(Event(t, kind, item.conn_id,
                                  f"{item.conn_id} {how} {prev_owner} (last_seq "
                                  f"{item.last_seq})"))

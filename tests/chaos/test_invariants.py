@@ -200,3 +200,36 @@ def test_fleet_out_of_balance_at_the_end_found() -> None:
     assert balance_kinds({**four, "c5": "A#1", "c6": "A#1"}, ["A", "B", "C"]) == [
         "not-balanced"]
     assert balance_kinds({**four, "c4": None}, ["A", "B"]) == ["not-balanced"]
+
+
+BACKSTOP = T0 + 3_600_000  # an owned item's expiry with sessions: not a sign of a live owner
+
+
+def _owned(at: int, owner: str, down: int | None = None) -> Sample:
+    return Sample(at, "c1", "STARTED", owner, BACKSTOP, None, "RUNNING", 1, at,
+                  owner_down_ms=down)
+
+
+def test_stream_of_a_non_live_session_past_the_bound_is_slow_reown() -> None:
+    """A stream whose owner's session went down (expiry an hour ahead) counts as unowned from
+    that moment: re-owned past the bound, or never, is a violation; in time, it is not."""
+    base = 500 + 500 + 300 + 1000  # skew + sweep + scan + slack
+    stranded = [_owned(T0, "A#1"), _owned(T0 + 500, "A#1", down=T0 + 100),
+                _owned(T0 + 1500, "A#1", down=T0 + 100)]
+    ev = Evidence(samples=[*stranded, _owned(T0 + 100 + base + 400, "B#1")])
+    (v,) = check(ev, LIMITS, until_ms=T0 + 9000).violations
+    assert (v.kind, v.at_ms) == ("slow-reown", T0 + 100) and "no live owner" in v.text
+    ev = Evidence(samples=[*stranded, _owned(T0 + 100 + base - 100, "B#1")])
+    assert check(ev, LIMITS, until_ms=T0 + 9000).ok
+    ev = Evidence(samples=[*stranded, _owned(T0 + 8000, "A#1", down=T0 + 100)])
+    assert [v.kind for v in check(ev, LIMITS, until_ms=T0 + 9000).violations] == ["slow-reown"]
+
+
+def test_stranded_clock_never_starts_before_the_stream_was_last_seen_held() -> None:
+    """An acquire that lands after its session died strands the stream from the last time it
+    was seen held, not from the (earlier) death of the acquirer's session."""
+    ev = Evidence(samples=[_owned(T0 + 1000, "B#1"), _owned(T0 + 1250, "A#1", down=T0 - 5000),
+                           _owned(T0 + 3000, "C#1")])
+    verdict = check(ev, LIMITS, until_ms=T0 + 9000)
+    assert verdict.ok and verdict.stats["reown_gaps_ms"] == {"count": 1, "max": 2000,
+                                                             "p50": 2000}

@@ -79,3 +79,33 @@ def test_session_rows_show_draining_and_a_live_rebalancing_target() -> None:
     assert [(r.owner, r.target, r.draining) for r in rows] == [("a#i1", 5, False),
                                                                ("b#i2", None, True)]
     assert rows[0].to_json()["target"] == 5 and rows[1].to_json()["draining"] is True
+
+
+def test_only_a_live_session_holds_and_its_time_left_is_the_sessions() -> None:
+    """With the session items read, a stream is held only by a LIVE session (time left = the
+    session's); silent, ended, replaced and unknown owners strand it, whatever its expiry."""
+    from holdfast.core.schema import SessionState
+    from holdfast.core.sessions import SessionItem
+
+    backstop = NOW + 3_600_000
+    sessions = {
+        "live": SessionItem("live", "i1", SessionState.ALIVE, NOW + 4_000, NOW - 1_000),
+        "quiet": SessionItem("quiet", "i2", SessionState.ALIVE, NOW - 3_000, NOW - 7_000),
+        "gone": SessionItem("gone", "i3", SessionState.ENDED, NOW - 9_000, ended_at_ms=NOW - 8_000),
+        "again": SessionItem("again", "new", SessionState.ALIVE, NOW + 4_000,
+                             started_at_ms=NOW - 2_000),
+    }
+    items = [
+        item(c, owner=o, exp=backstop) for c, o in
+        (("a", "live#i1"), ("b", "quiet#i2"), ("c", "gone#i3"), ("d", "again#old"),
+         ("e", "nobody#i9"), ("f", "not an owner"))]
+    st = fleet_status([*items], NOW, sessions=sessions, skew_ms=1_000)
+    assert st.workers == {"live#i1": 1} and st.unowned_started == ["b", "c", "d", "e", "f"]
+    why = {r.conn_id: (r.reason.partition(":")[0], r.age_ms) for r in st.stranded}
+    assert why == {"b": ("silent", 3_000), "c": ("gone", 8_000), "d": ("gone", 2_000),
+                   "e": ("unknown", None), "f": ("unknown", None)}
+    assert st.oldest_unowned_ms == 8_000
+    row = stream_row(items[0], NOW, sessions=sessions)
+    assert (row.owner, row.lease_left_ms, row.stranded) == ("live#i1", 4_000, None)
+    row = stream_row(items[2], NOW, sessions=sessions)
+    assert (row.owner, row.lease_left_ms, row.stranded) == ("gone#i3", None, "gone: session ENDED")

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from holdfast.cli.main import main
-from holdfast.core.store import LeaseStore
+from holdfast.core.sessions import SessionStore
+from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.localaws import LocalAws
 from holdfast.localaws.processes import free_port
 from tests.conftest import client_for
@@ -190,25 +191,71 @@ def test_no_credentials_exits_3(aws_env: dict[str, str], monkeypatch: pytest.Mon
     assert code == 3 and "credentials" in err.lower()
 
 
+def _session_store(aws_env: dict[str, str], ddb_local: LocalAws, clock_ms: int,
+                   ttl_ms: int = 30_000) -> SessionStore:
+    return SessionStore(client_for(ddb_local, "dynamodb"), aws_env["HOLDFAST_SESSION_TABLE"],
+                        aws_env["HOLDFAST_TABLE"], ttl_ms=ttl_ms, skew_ms=0,
+                        clock=lambda: clock_ms)
+
+
 def test_status_counts_owners_and_unowned(aws_env: dict[str, str], ddb_local: LocalAws,
                                           unique_id: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    """status groups live leases by owner, lists unowned STARTED ids and reads queue depths."""
+    """status groups streams by live session owner, lists unowned STARTED ids and reads queue
+    depths; ls shows the session's time left, not the owned item's one-hour backstop."""
     held, free = f"{unique_id}-held", f"{unique_id}-free"
     for sid in (held, free):
         assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/x")[0] == 0
-    owner = f"{unique_id}-worker"
+    owner = _session_store(aws_env, ddb_local, wall_clock_ms()).start(unique_id, 10).owner
     LeaseStore(client_for(ddb_local, "dynamodb"), aws_env["HOLDFAST_TABLE"],
-               lease_ms=30_000, skew_ms=0).acquire(held, owner)
+               lease_ms=3_600_000, skew_ms=0).acquire(held, owner)
     code, out, _ = run(capsys, "status", "--json")
     st = json.loads(out)
     assert code == 0 and st["workers"][owner] == 1
     assert free in st["unowned_started"] and held not in st["unowned_started"]
     assert isinstance(st["queue_depth"], int) and isinstance(st["dlq_depth"], int)
+    row = ls_json(capsys, unique_id)[held]
+    assert row["owner"] == owner and row["held"] and 25_000 < row["lease_left_ms"] <= 30_000
     code, out, _ = run(capsys, "ls")
     assert code == 0 and owner in out and held in out
     code, out, _ = run(capsys, "status")
     assert code == 0 and "unowned STARTED streams" in out
+
+
+def test_status_shows_streams_of_dead_and_unknown_owners_as_stranded(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A STARTED stream owned by a DEAD session or by an owner no session names, expiry an hour
+    ahead, is not held: status counts it unowned and lists it stranded with owner and reason."""
+    dead_id, ghost_id = f"{unique_id}-dead", f"{unique_id}-ghost"
+    for sid in (dead_id, ghost_id):
+        assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/x")[0] == 0
+    began = wall_clock_ms() - 60_000
+    session = _session_store(aws_env, ddb_local, began, ttl_ms=4_000).start(unique_id, 10)
+    later = _session_store(aws_env, ddb_local, began + 10_000, ttl_ms=4_000)
+    item = later.get(unique_id)
+    assert item is not None and later.mark_dead(item)
+    ghost = f"{unique_id}-gone#abc123"
+    leases = LeaseStore(client_for(ddb_local, "dynamodb"), aws_env["HOLDFAST_TABLE"],
+                        lease_ms=3_600_000, skew_ms=0)
+    leases.acquire(dead_id, session.owner)  # an acquire that landed after its session died
+    leases.acquire(ghost_id, ghost)
+    code, out, _ = run(capsys, "status", "--json")
+    st = json.loads(out)
+    assert code == 0 and session.owner not in st["workers"] and ghost not in st["workers"]
+    assert {dead_id, ghost_id} <= set(st["unowned_started"])
+    stranded = {r["id"]: r for r in st["stranded"]}
+    assert stranded[dead_id]["owner"] == session.owner
+    assert stranded[dead_id]["reason"] == "gone: session DEAD"
+    assert 45_000 <= stranded[dead_id]["age_ms"] <= 60_000  # since it was declared dead
+    assert (stranded[ghost_id]["owner"], stranded[ghost_id]["reason"]) == (
+        ghost, "unknown: no session item")
+    assert st["oldest_unowned_ms"] >= stranded[dead_id]["age_ms"]
+    rows = ls_json(capsys, unique_id)
+    assert rows[dead_id]["stranded"] == "gone: session DEAD"
+    assert rows[dead_id]["lease_left_ms"] is None and not rows[dead_id]["held"]
+    code, out, _ = run(capsys, "status")
+    assert code == 0 and f"stranded {dead_id}: owned by {session.owner}" in out
 
 
 def test_stop_wait_sees_release(aws_env: dict[str, str], unique_id: str,

@@ -59,3 +59,21 @@ def test_state_change_and_removal_are_reported() -> None:
                                                                      state="STOPPED")])]
     assert [e.kind for e in obs.observe(2.0, NOW, [])] == ["removed"]
     assert obs.loads() == {} and obs.segments[0].end == 2.0
+
+
+def test_with_sessions_only_a_live_session_holds_and_a_dead_ones_stream_is_stranded() -> None:
+    """Given the session items, a stream of a session declared DEAD is no longer held though
+    its expiry is an hour ahead: its segment closes with a 'stranded' event; time left is the
+    live session's, not the backstop."""
+    from holdfast.core.schema import SessionState
+    from holdfast.core.sessions import SessionItem
+
+    backstop = NOW + 3_600_000
+    obs = Observer()
+    alive = {"w1": SessionItem("w1", "aaaa", SessionState.ALIVE, NOW + 4_000)}
+    obs.observe(0.0, NOW, [item("w1#aaaa", 1, exp=backstop)], alive)
+    assert obs.owner_of("s1") == "w1#aaaa" and obs.streams["s1"].lease_left_ms == 4_000
+    dead = {"w1": SessionItem("w1", "aaaa", SessionState.DEAD, NOW - 1, ended_at_ms=NOW)}
+    (event,) = obs.observe(1.0, NOW + 500, [item("w1#aaaa", 1, exp=backstop)], dead)
+    assert event.kind == "expired" and "stranded (gone: session DEAD)" in event.text
+    assert obs.owner_of("s1") is None and obs.segments[0].end == 1.0

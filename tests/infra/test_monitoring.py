@@ -39,8 +39,8 @@ def test_every_operational_alarm_notifies_the_topic(template_json: dict[str, Any
                    if "AlarmActions" in a["Properties"] and
                    {"Ref": topic} in a["Properties"]["AlarmActions"]]
     # Eight pipeline and worker alarms, three session/fencing ones, the unowned-time one,
-    # eight throttle alarms.
-    assert len(operational) == 20
+    # the sweeper's item errors, eight throttle alarms.
+    assert len(operational) == 21
     assert all({"Ref": topic} in a["OKActions"] for a in operational)
 
 
@@ -66,7 +66,8 @@ def test_dashboard_shows_the_fleet(template_json: dict[str, Any]) -> None:
                    "RunningTaskCount", names.METRIC_DEAD_SESSIONS,
                    names.METRIC_STREAMS_REAPED, names.METRIC_SESSION_RENEW_FAILURES,
                    "ReadThrottleEvents", "WriteThrottleEvents", schema.OWNER_INDEX_NAME,
-                   names.METRIC_UNOWNED_TIME):
+                   names.METRIC_UNOWNED_TIME, names.METRIC_STRANDED_STREAMS,
+                   names.METRIC_STRANDED_RELEASED, names.METRIC_ITEM_ERRORS):
         assert metric in body, metric
     # Nudges carry a reason dimension: the graph sums every reason of each component.
     assert "SUM(SEARCH(" in body and "holdfast-router" in body and "holdfast-sweeper" in body
@@ -83,9 +84,11 @@ def alarm_metrics(template_json: dict[str, Any]) -> dict[tuple[str, str], list[d
 
 
 def test_sessions_and_fencing_alarm_on_any_occurrence(template_json: dict[str, Any]) -> None:
-    """DeadSessions (sweeper), LeasesFenced and RenewFailures (worker): sum > 0 in 5 minutes."""
+    """DeadSessions and ItemErrors (sweeper), LeasesFenced and RenewFailures (worker): sum > 0
+    in 5 minutes."""
     alarms = alarm_metrics(template_json)
     for metric, service in ((names.METRIC_DEAD_SESSIONS, "holdfast-sweeper"),
+                            (names.METRIC_ITEM_ERRORS, "holdfast-sweeper"),
                             (names.METRIC_LEASES_FENCED, "holdfast-worker"),
                             (names.METRIC_RENEW_FAILURES, "holdfast-worker")):
         (alarm,) = alarms[(names.NAMESPACE, metric)]
@@ -140,3 +143,23 @@ def test_dashboard_graphs_unowned_time_percentiles(template_json: dict[str, Any]
     stats = {m[-1].get("stat") for m in metrics if names.METRIC_UNOWNED_TIME in m}
     assert {"p50", "p99"} <= stats
     assert all("holdfast-worker" in m for m in metrics if names.METRIC_UNOWNED_TIME in m)
+
+
+def test_stranded_streams_and_item_errors_are_graphed_beside_the_orphan_age(
+        template_json: dict[str, Any]) -> None:
+    """The sweeper's stranded count, releases and item errors share a row with the orphan age."""
+    body = "".join(str(part) for part in one_resource(
+        template_json, "AWS::CloudWatch::Dashboard")["Properties"]["DashboardBody"]["Fn::Join"][1])
+    widgets = json.loads(body)["widgets"]
+
+    def graph(metric: str) -> dict[str, Any]:
+        (found,) = [w for w in widgets if any(metric in m for m in
+                                              w.get("properties", {}).get("metrics", []))]
+        return found
+
+    stranded, age = graph(names.METRIC_STRANDED_STREAMS), graph(names.METRIC_OLDEST_ORPHAN_AGE)
+    assert stranded["y"] == age["y"]  # same row, side by side
+    metrics = stranded["properties"]["metrics"]
+    assert {names.METRIC_STRANDED_RELEASED, names.METRIC_ITEM_ERRORS} <= {
+        n for m in metrics for n in m if isinstance(n, str)}
+    assert all("holdfast-sweeper" in m for m in metrics)
