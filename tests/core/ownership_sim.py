@@ -16,6 +16,7 @@ durable copy, ``check_owner`` when no live session takes it). The sweeper is
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -69,6 +70,7 @@ class Worker:
     session: Session | None = None
     fence: int = 0  # true ms; the worker stops every stream at it (its monotonic view)
     paused: bool = False
+    throttled: bool = False  # its heartbeats fail (StoreUnavailable) while set
     crashed_at: int | None = None  # the process really stopped then (true ms)
     holds: dict[str, Hold] = field(default_factory=dict)
     queue: list[Order] = field(default_factory=list)  # its order queue (fast path)
@@ -127,11 +129,18 @@ class Fleet:
 
     # -- time and the sweeper --------------------------------------------------------------
     def advance(self, ms: int) -> None:
-        """Time passes; the sweeper, while up, runs at every whole second of true time."""
+        """Time passes. At every whole second of true time (the heartbeat period) each running
+        worker heartbeats (or starts a session if it has none, as the supervisor does), and
+        the sweeper runs while it is up."""
         target = self.now + ms
         tick = (self.now // 1000 + 1) * 1000
         while tick <= target:
             self.now = tick
+            for i, w in enumerate(self.workers):
+                if w.session is None:
+                    self.start_session(i)
+                else:
+                    self.heartbeat(i, "throttled" if w.throttled else "ok")
             if self.sweeper_up_since is not None:
                 self.sweep()
             tick += 1000
@@ -303,10 +312,8 @@ class Fleet:
             if item is None or conn_id in w.holds or item.lease_owner != w.session.owner:
                 continue
             if item.started:
-                try:
+                with contextlib.suppress(AcquireFailed, StoreUnavailable):
                     self._acquired(i, self.leases[i].acquire(conn_id, w.session.owner))
-                except (AcquireFailed, StoreUnavailable):
-                    pass
 
     def shutdown(self, i: int, fail_release: bool) -> None:
         """A graceful stop: release every stream (maybe failing), end the session."""
@@ -315,10 +322,8 @@ class Fleet:
             return
         for conn_id in list(w.holds):
             self._release(i, conn_id, "unanswered" if fail_release else "ok")
-        try:
+        with contextlib.suppress(StoreUnavailable):
             self.sessions[i].end(w.session)
-        except StoreUnavailable:
-            pass
         w.session, w.done = None, frozenset()
 
     def crash(self, i: int) -> None:
