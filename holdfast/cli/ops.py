@@ -33,7 +33,13 @@ from holdfast.cli.fleetstate import (
 from holdfast.cli.urlinput import UrlInputError, read_url
 from holdfast.core import rules
 from holdfast.core.aws import call, client_config, dynamodb_client, sqs_client
-from holdfast.core.exceptions import ConfigError, HoldfastError, MalformedItem, StoreUnavailable
+from holdfast.core.exceptions import (
+    ConfigError,
+    HoldfastError,
+    MalformedItem,
+    StoreUnavailable,
+    StreamHeld,
+)
 from holdfast.core.model import LeaseItem, validate_conn_id
 from holdfast.core.names import ENV_SESSION_TABLE
 from holdfast.core.redact import redact
@@ -181,14 +187,32 @@ def _run_stop(args: argparse.Namespace) -> int:
 
 def _add_rm(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="stream (connection) id")
+    p.add_argument("--wait", type=float, default=30, metavar="SECONDS",
+                   help="for a held stream: how long to wait for its holder to release it "
+                        "after the stop (default 30)")
+    p.add_argument("--force", action="store_true",
+                   help="delete even while held (a stream created again under the same id "
+                        "may then be delivered twice until the old holder's stop lands)")
     _common(p)
 
 
 def _run_rm(args: argparse.Namespace) -> int:
-    conn_id = _id(args.id)
-    if not delete_stream(_ddb(), _table(args), conn_id):
-        raise _Exit(EXIT_FAILED, f"unknown id {conn_id!r}")
-    print(f"removed {conn_id} (its holder drops it at its next heartbeat)")
+    conn_id, table, client = _id(args.id), _table(args), _ddb()
+    deadline = time.monotonic() + args.wait
+    while True:
+        try:
+            if not delete_stream(client, table, conn_id, held_too=args.force):
+                raise _Exit(EXIT_FAILED, f"unknown id {conn_id!r}")
+            break
+        except StreamHeld as held:
+            # Stopped first, deleted once its holder let go: only then can the same id be
+            # created again without two deliverers (docs/protocol.md).
+            if time.monotonic() > deadline:
+                raise _Exit(EXIT_FAILED, f"{conn_id}: still held by {held.owner} after "
+                            f"{args.wait:g} s (stopped; run rm again, or --force)") from None
+            set_desired_state(client, table, conn_id, STOPPED)
+            time.sleep(0.2)
+    print(f"removed {conn_id}")
     return EXIT_OK
 
 

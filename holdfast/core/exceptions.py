@@ -32,6 +32,7 @@ __all__ = [
     "SessionLost",
     "SessionStillLive",
     "StoreUnavailable",
+    "StreamHeld",
     "UnsafeUrl",
 ]
 
@@ -114,6 +115,16 @@ class SessionConflict(HoldfastError):
         self.worker_id = worker_id
         self.incarnation = incarnation
         self.expires_in_ms = expires_in_ms
+
+
+class StreamHeld(HoldfastError):
+    """A delete refused: the stream is held, and deleting it would free it under its holder."""
+
+    def __init__(self, conn_id: str, owner: str) -> None:
+        super().__init__(f"stream {conn_id!r} is held by {owner}: stop it and delete it once "
+                         "released")
+        self.conn_id = conn_id
+        self.owner = owner
 
 
 class SessionStillLive(HoldfastError):

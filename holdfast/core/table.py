@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules, unowned
 from holdfast.core.aws import ConditionFailed, call
-from holdfast.core.exceptions import MalformedItem
+from holdfast.core.exceptions import MalformedItem, StreamHeld
 from holdfast.core.model import LeaseItem, validate_conn_id
 from holdfast.core.schema import (
     ATTR,
@@ -167,10 +167,26 @@ def find_unindexed(client: DynamoDBClient, table: str, *, start_key: dict[str, A
     return found, resp.get("LastEvaluatedKey") or None
 
 
-def delete_stream(client: DynamoDBClient, table: str, conn_id: str) -> bool:
-    """Delete the item; False if there was none. Its holder sees DELETED at its next heartbeat."""
-    resp = call("delete_stream", client.delete_item, TableName=table,
-                Key={ATTR.pk: {"S": pk_for(conn_id)}}, ReturnValues="ALL_OLD")
+def delete_stream(client: DynamoDBClient, table: str, conn_id: str, *,
+                  held_too: bool = False) -> bool:
+    """Delete the item; False if there was none.
+
+    Only an unowned item, unless ``held_too``: deleting a held stream would free it while its
+    holder still delivers until the stop order reaches it, and a stream created again under
+    the same id could then be acquired beside it. ``StreamHeld`` names the holder: stop the
+    stream first and delete it once released (``holdfast rm`` does).
+    """
+    kwargs: dict[str, Any] = {}
+    if not held_too:
+        kwargs = {"ConditionExpression": "attribute_not_exists(#owner)",
+                  "ExpressionAttributeNames": {"#owner": ATTR.lease_owner},
+                  "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+    try:
+        resp = call("delete_stream", client.delete_item, TableName=table,
+                    Key={ATTR.pk: {"S": pk_for(conn_id)}}, ReturnValues="ALL_OLD", **kwargs)
+    except ConditionFailed as failed:
+        owner = (failed.item or {}).get(ATTR.lease_owner, {}).get("S", "?")
+        raise StreamHeld(conn_id, str(owner)) from None
     return bool(resp.get("Attributes"))
 
 

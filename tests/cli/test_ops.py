@@ -42,6 +42,23 @@ def test_start_stop_rm_round_trip(aws_env: dict[str, str], unique_id: str,
     assert sid not in ls_json(capsys, unique_id)
 
 
+def test_rm_of_a_held_stream_stops_it_and_waits_for_its_release(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """rm of a held stream sets it STOPPED and deletes it only once released (here no holder
+    lets go: it fails after --wait, the item kept); --force deletes it at once."""
+    sid = f"{unique_id}-h"
+    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/h")[0] == 0
+    ddb = client_for(ddb_local, "dynamodb")
+    LeaseStore(ddb, ddb_local.table, lease_ms=60_000, skew_ms=1_000).acquire(sid, "w#a")
+    code, _, err = run(capsys, "rm", sid, "--wait", "0.5")
+    assert code == 1 and "still held by w#a" in err
+    row = ls_json(capsys, unique_id)[sid]
+    assert row["desired_state"] == "STOPPED" and row["owner"] == "w#a"
+    assert run(capsys, "rm", sid, "--force")[0] == 0
+    assert sid not in ls_json(capsys, unique_id)
+
+
 def test_start_twice_fails_with_1(aws_env: dict[str, str], unique_id: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     """A second start of the same id exits 1 and leaves the first URL in place."""

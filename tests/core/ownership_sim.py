@@ -31,6 +31,7 @@ from holdfast.core.exceptions import (
     SessionConflict,
     SessionLost,
     StoreUnavailable,
+    StreamHeld,
 )
 from holdfast.core.liveness import AUDIT_INTERVAL_MS, OwnerAudit
 from holdfast.core.model import Lease
@@ -377,8 +378,15 @@ class Fleet:
             self.route("MODIFY", old, self.raw(conn_id))
 
     def delete(self, conn_id: str) -> None:
+        """``holdfast rm``: a held stream is stopped first; only an unowned item is deleted."""
         old = self.raw(conn_id)
-        if old is not None and delete_stream(self.ddb, self.table, conn_id):
+        try:
+            deleted = old is not None and delete_stream(self.ddb, self.table, conn_id)
+        except StreamHeld:
+            self.note(f"rm {conn_id}: held, stopped first")
+            self.set_state(conn_id, "STOPPED")
+            return
+        if deleted:
             self.note(f"deleted {conn_id}")
             self.route("REMOVE", old, None)
 

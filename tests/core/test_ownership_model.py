@@ -280,10 +280,9 @@ def test_ownership_model(model_tables: tuple[Any, str, str]) -> None:
     runner().runTest()
 
 
-@pytest.mark.xfail(strict=True, reason="deleting a held stream frees it: a re-created item "
-                   "is acquired while the old holder delivers until its stop order arrives")
 def test_recreate_while_old_holder_delivers(model_tables: tuple[Any, str, str]) -> None:
-    """A stream deleted and re-created while held never has two deliverers."""
+    """A held stream removed (``holdfast rm``) and created again never has two deliverers:
+    the delete waits for the holder's release (it was freeing the stream under its holder)."""
     ddb, table, session_table = model_tables
     fleet = Fleet(ddb, table, session_table, [0, 0, 0, 0], 10_000 + next(_runs))
     conn_id = f"{fleet.workers[0].wid}-rm"

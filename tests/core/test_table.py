@@ -83,3 +83,18 @@ def test_stop_start_delete_and_scan(any_aws: LocalAws, ddb: Any, unique_id: str)
     assert len(seen) == 2
     assert any(isinstance(x, MalformedItem) for x in seen)
     assert delete_stream(ddb, any_aws.table, unique_id)
+
+
+def test_a_held_stream_is_not_deleted_unless_asked(any_aws: LocalAws, ddb: Any,
+                                                   unique_id: str) -> None:
+    """Deleting a held stream is refused (it would free it under its holder, and a stream
+    created again under the id could get a second deliverer); ``held_too`` deletes it."""
+    from holdfast.core.exceptions import StreamHeld
+    from holdfast.core.store import LeaseStore
+
+    put_raw(ddb, any_aws.table, unique_id)
+    LeaseStore(ddb, any_aws.table, lease_ms=60_000, skew_ms=1_000).acquire(unique_id, "w#a")
+    with pytest.raises(StreamHeld) as held:
+        delete_stream(ddb, any_aws.table, unique_id)
+    assert held.value.owner == "w#a"
+    assert delete_stream(ddb, any_aws.table, unique_id, held_too=True)

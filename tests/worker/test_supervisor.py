@@ -72,7 +72,7 @@ async def test_deleted_stream_closes(fleet: Fleet, upstream: UpstreamThread,
     async with running_worker(fleet, rec) as run:
         fleet.nudge(conn)
         await async_wait_until(lambda: rec.seqs(conn), 10, "messages")
-        delete_stream(fleet.ddb, fleet.table, conn)
+        delete_stream(fleet.ddb, fleet.table, conn, held_too=True)  # an operator's delete-item
         await async_wait_until(lambda: conn not in run.worker.streams, 5, "stream closed")
     assert fleet.item(conn) == {}
 
