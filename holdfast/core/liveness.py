@@ -56,8 +56,9 @@ __all__ = [
     "session_owner",
 ]
 
-# One audit pass every 2 s: a stranded stream is released within TTL + skew + 2 s of becoming
-# stranded (UNKNOWN owners) or within 2 s (DEAD, ENDED or replaced owners). A pass reads the
+# One audit pass every 2 s: a stranded stream is released within 2 s of becoming stranded
+# (DEAD, ENDED or replaced owners), or within TTL + skew + 2 s (an UNKNOWN owner: the pass that
+# first sees it schedules the one that releases it). A pass reads the
 # owner index whole: about 0.5 read units per 4 KB of ~100-byte entries, so ~13 units a pass
 # per 1,000 owned streams (arithmetic, not measured).
 AUDIT_INTERVAL_MS = 2_000
@@ -164,7 +165,10 @@ class OwnerAudit:
             seen.add(key)
             since = self.first_seen.setdefault(key, now_ms)
             if verdict is Liveness.UNKNOWN and now_ms - since < self.ttl_ms + self.skew_ms:
-                verdict = Liveness.SILENT  # not yet: its holder may still be fencing itself
+                # Not yet: its holder may still be fencing itself. The next pass comes exactly
+                # when it may go, not up to an interval later.
+                self.next_ms = min(self.next_ms, since + self.ttl_ms + self.skew_ms)
+                verdict = Liveness.SILENT
             if verdict is not Liveness.GONE and verdict is not Liveness.UNKNOWN:
                 out.stranded += 1
                 out.oldest_stranded_ms = max(out.oldest_stranded_ms, now_ms - since)
