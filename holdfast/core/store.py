@@ -202,7 +202,10 @@ class LeaseStore:
             raise AcquireFailed(conn_id, LossReason.DELETED, None)
         try:
             current = LeaseItem.from_ddb(raw)
-        except MalformedItem:
+        except MalformedItem as bad:
+            # Refused because the item breaks the schema (a mistyped epoch fails the epoch
+            # condition): parked with the reason, so it is not nudged and counted for ever.
+            self.quarantine(conn_id, owner, bad.reason)
             raise AcquireFailed(conn_id, LossReason.INVALID, None) from None
         reason = rules.claim_blocker(current, now, self.skew_ms) or LossReason.HELD
         raise AcquireFailed(conn_id, reason, current)

@@ -324,11 +324,14 @@ def test_malformed_item_is_quarantined_not_fatal(store: LeaseStore, ddb: Any, cl
 
 
 def test_mistyped_epoch_is_quarantined(store: LeaseStore, ddb: Any, unique_id: str) -> None:
-    """An epoch stored as a string makes DynamoDB refuse the acquire: reported as INVALID."""
+    """An epoch stored as a string makes the acquire fail: reported as INVALID and the item
+    quarantined (out of the sweep's sight with the reason), not nudged and counted for ever."""
     put_raw(ddb, store.table, unique_id, lease_epoch={"S": "one"})
     with pytest.raises(AcquireFailed) as info:
         store.acquire(unique_id, "w1")
     assert info.value.reason is LossReason.INVALID
+    raw = store.get_raw(unique_id)
+    assert raw is not None and raw["status"] == {"S": "INVALID"} and "lease_owner" not in raw
 
 
 def test_normalise_only_items_without_expiry(store: LeaseStore, ddb: Any, unique_id: str) -> None:
