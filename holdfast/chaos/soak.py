@@ -157,9 +157,11 @@ class Soak:
         # show that a worker waking to a dead session handles nothing more. Then a scale-out
         # and a drain.
         paused_before = any(a.kind == "sigstop" for a in self.actions)
+        # ... and one DynamoDB fault window, whatever the draw (a short soak could miss it).
+        faulted = any(a.kind == "fault" for a in self.actions)
         kind = ("sigstop" if not paused_before and len(live) >= 2 and not self.paused
-                else (paused_before and self.rebalancing.forced(live)) or self.rng.choice(
-                    choices))
+                else (paused_before and self.rebalancing.forced(live))
+                or ("fault" if paused_before and not faulted else self.rng.choice(choices)))
         if kind in ("scaleout", "drain"):
             self.rebalancing.act(kind, live)
         elif kind in ("sigkill", "sigterm", "sigstop") and len(live) >= 2 and not self.paused:
