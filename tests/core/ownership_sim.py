@@ -348,13 +348,15 @@ class Fleet:
                                     reason="task stopped")
 
     def false_report(self, i: int, early_ms: int | None) -> None:
-        """A report on a live process: a stop time ``2 x skew + early_ms`` before its last
-        landed heartbeat (must be refused), or no stop time (left to its TTL)."""
+        """A report on a live process: a stop time ``3 x skew + early_ms`` (``early_ms`` > 0)
+        before its last landed heartbeat, which must be refused (each clock is within skew of
+        true time, so the platform's and the worker's differ by up to 2 x skew, and the
+        refusal allows one more skew), or no stop time (left to its TTL)."""
         w = self.workers[i]
         if w.crashed_at is not None or w.session is None:
             return
         stopped = None if early_ms is None else (
-            w.landed - 2 * SKEW - early_ms + self.router_skew)
+            w.landed - 3 * SKEW - early_ms + self.router_skew)
         out = self.router.report_dead(w.wid, stopped_at_ms=stopped, reason="false report")
         if stopped is not None:
             assert not out.declared_dead and not out.released, (
