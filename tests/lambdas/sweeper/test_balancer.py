@@ -314,10 +314,10 @@ def test_stats_add_up_the_decisions() -> None:
     ({names.ENV_BALANCE_BAND: "1.5"}, r"HOLDFAST_BALANCE_BAND=1.5 is outside .*\[0, 1\]"),
     ({names.ENV_BALANCE_BAND_MIN: "-1"}, "HOLDFAST_BALANCE_BAND_MIN=-1 is outside"),
     ({names.ENV_BALANCE_MOTION: "nan"}, "HOLDFAST_BALANCE_MOTION=nan is outside"),
-    ({names.ENV_BALANCE_INTERVAL_MS: "5"}, "HOLDFAST_BALANCE_INTERVAL_MS=5 is outside"),
+    ({names.ENV_BALANCE_INTERVAL_MS: "5"}, "HOLDFAST_BALANCE_INTERVAL_MS=5 is out of range"),
     ({names.ENV_BALANCE_INTERVAL_MS: "8000"},
      "HOLDFAST_BALANCE_TARGET_TTL_MS=15000 must be more than twice"),
-    ({names.ENV_BALANCE_TARGET_TTL_MS: "soon"}, "HOLDFAST_BALANCE_TARGET_TTL_MS must be an"),
+    ({names.ENV_BALANCE_TARGET_TTL_MS: "soon"}, "HOLDFAST_BALANCE_TARGET_TTL_MS=.soon. is not an integer"),
 ])
 def test_bad_balance_settings_are_clear_errors(env: dict[str, str], match: str) -> None:
     """Each malformed balance setting is a ConfigError naming the variable and what is wrong."""
