@@ -317,7 +317,8 @@ def test_stats_add_up_the_decisions() -> None:
     ({names.ENV_BALANCE_INTERVAL_MS: "5"}, "HOLDFAST_BALANCE_INTERVAL_MS=5 is out of range"),
     ({names.ENV_BALANCE_INTERVAL_MS: "8000"},
      "HOLDFAST_BALANCE_TARGET_TTL_MS=15000 must be more than twice"),
-    ({names.ENV_BALANCE_TARGET_TTL_MS: "soon"}, "HOLDFAST_BALANCE_TARGET_TTL_MS=.soon. is not an integer"),
+    ({names.ENV_BALANCE_TARGET_TTL_MS: "soon"},
+     "HOLDFAST_BALANCE_TARGET_TTL_MS=.soon. is not an integer"),
 ])
 def test_bad_balance_settings_are_clear_errors(env: dict[str, str], match: str) -> None:
     """Each malformed balance setting is a ConfigError naming the variable and what is wrong."""
