@@ -19,26 +19,15 @@ from holdfast.core.orders import prefix_for, validate_prefix
 from infra.function import FunctionDefaults, HoldfastFunction, lease_environment
 from infra.orders import ROUTER_ORDER_ACTIONS, order_queue_statement
 
-__all__ = ["RELEASE_ATTRIBUTES", "ROUTER_HANDLER", "ROUTER_SESSION_ATTRIBUTES", "Router",
+__all__ = ["ROUTER_HANDLER", "ROUTER_SESSION_ATTRIBUTES", "Router",
            "SendOnlyDestination", "normalise_statement", "orders_queue_prefix",
-           "release_statement", "session_read_statement", "stop_order_statement"]
+           "stop_order_statement"]
 
 ROUTER_HANDLER = "lambdas.router.handler.lambda_handler"
 # The session attributes a stop order may name: the key, the order set it ADDs to, and what
 # its condition may read to address the holder's own incarnation while it is alive.
 ROUTER_SESSION_ATTRIBUTES = (schema.PARTITION_KEY, schema.SESSION.orders,
                              schema.SESSION.incarnation, schema.SESSION.state)
-# What ``SessionStore.release_owned`` names: the key, what it sets (expiry 0, status, update
-# time, reason), the owner it removes and that its condition reads.
-RELEASE_ATTRIBUTES = (schema.PARTITION_KEY, schema.ATTR.lease_expires_at_ms, schema.ATTR.status,
-                      schema.ATTR.updated_at_ms, schema.ATTR.last_error,
-                      schema.ATTR.lease_owner,
-                      # The unowned-time marker (holdfast.core.unowned): what it sets, and the
-                      # epoch and desired state it copies (read only; naming them is the price).
-                      schema.ATTR.unowned_since_ms, schema.ATTR.unowned_epoch,
-                      schema.ATTR.unowned_desired_state, schema.ATTR.epoch,
-                      schema.ATTR.desired_state)
-
 
 def orders_queue_prefix(stack_name: str) -> str:
     """The start of every order queue's name in one stack (``orders.prefix_for``): at most
@@ -88,36 +77,6 @@ def stop_order_statement(session_table_arn: str) -> iam.PolicyStatement:
     )
 
 
-def release_statement(table_arn: str) -> iam.PolicyStatement:
-    """The release of a stream restarted while its old session is gone (``release_owned``).
-
-    Pinned like :func:`normalise_statement` to :data:`RELEASE_ATTRIBUTES`: it can hand a
-    stream back (owner removed, expiry 0), never move a checkpoint, a claim token or a URL.
-    (IAM cannot tell a read from a write: epoch and desired state are listed because the
-    unowned-time marker reads them.)
-    """
-    return iam.PolicyStatement(
-        actions=["dynamodb:UpdateItem"],
-        resources=[table_arn],
-        conditions={
-            "ForAllValues:StringEquals": {"dynamodb:Attributes": list(RELEASE_ATTRIBUTES)},
-            "StringEqualsIfExists": {"dynamodb:ReturnValues": "NONE"},
-            "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{schema.PK_PREFIX}*"]},
-        },
-    )
-
-
-def session_read_statement(session_table_arn: str) -> iam.PolicyStatement:
-    """GetItem of a session item: is the old owner of a restarted stream still live?"""
-    return iam.PolicyStatement(
-        actions=["dynamodb:GetItem"],
-        resources=[session_table_arn],
-        conditions={
-            "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{schema.SESSION_PREFIX}*"]},
-        },
-    )
-
-
 @jsii.implements(lambda_.IEventSourceDlq)
 class SendOnlyDestination:
     """An on-failure SQS destination that grants ``sqs:SendMessage`` only.
@@ -140,9 +99,8 @@ class SendOnlyDestination:
 class Router(Construct):
     """The router function and its event source mapping on the lease table's stream.
 
-    It nudges wanted-but-unowned streams, releases a restarted stream whose old session is
-    gone, and passes a stop to the holder's order queue (``orders_queue_prefix``) and session
-    item.
+    It nudges wanted-but-unowned streams and passes orders (stop, release) to the holder's
+    order queue (``orders_queue_prefix``) and session item; it never frees an owned stream.
     Checkpoints never invoke it: the shared filter patterns drop every record that keeps an
     owner. A failing batch is bisected and retried a bounded number of times; what still fails
     is described in ``failures`` (shard and sequence numbers) for an operator, and the sweeper
@@ -173,8 +131,6 @@ class Router(Construct):
                                                resources=[queue.queue_arn]))
         role.add_to_policy(normalise_statement(table.table_arn))
         role.add_to_policy(stop_order_statement(session_table.table_arn))
-        role.add_to_policy(release_statement(table.table_arn))
-        role.add_to_policy(session_read_statement(session_table.table_arn))
         role.add_to_policy(order_queue_statement(self, orders_queue_prefix,
                                                  ROUTER_ORDER_ACTIONS))
         self.function.add_event_source(sources.DynamoEventSource(

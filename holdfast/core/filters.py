@@ -4,16 +4,14 @@ Every checkpoint is a MODIFY record that keeps ``lease_owner`` set, so a record 
 nudge when its new image is STARTED and has no owner: an insert, a release, a give-up after
 upstream errors, STOPPED -> STARTED while unowned, a normalisation. One pattern says exactly
 that; REMOVE records have no new image, so they never match. ``exists`` works on leaf nodes
-only, hence ``lease_owner.S``. Two more let owned STARTED items through, neither of which a
+only, hence ``lease_owner.S``. One more lets an owned STARTED item through, which no
 heartbeat, checkpoint or acquisition can produce (those keep STARTED and a non-zero expiry):
+expiry exactly 0 with an owner, the seed's ``release_lease`` and an operator's forced handover,
+which the router turns into a release order to the holder. DynamoDB streams carry numbers as
+canonical strings, so ``{"N": ["0"]}`` is an exact string match (never ``numeric``, which does
+not apply to a string). Two more pass a held stream's stop and deletion (orders too).
 
-- expiry exactly 0 with an owner: the seed's ``release_lease`` and an operator's forced
-  handover. DynamoDB streams carry numbers as canonical strings, so ``{"N": ["0"]}`` is an
-  exact string match (never ``numeric``, which does not apply to a string);
-- STOPPED in the old image and STARTED in the new one with an owner: a restart while an old
-  owner is still named.
-
-Lambda allows 5 filters per event source mapping by default; these are 5.
+Lambda allows 5 filters per event source mapping by default; these are 4.
 
 The pattern deliberately uses only the ``dynamodb`` key of the record (no ``eventName``): AWS
 documents that DynamoDB event source mappings filter on that key, and the router skips an
@@ -46,14 +44,6 @@ FILTER_PATTERNS: Final[tuple[dict[str, Any], ...]] = (
             ATTR.lease_expires_at_ms: {"N": ["0"]},
             ATTR.lease_owner: {"S": [{"exists": True}]},
         }},
-    },
-    # Restarted with an old owner named: the router nudges or checks the owner's session.
-    {
-        "dynamodb": {"OldImage": {ATTR.desired_state: {"S": [STOPPED]}},
-                     "NewImage": {
-                         ATTR.desired_state: {"S": [STARTED]},
-                         ATTR.lease_owner: {"S": [{"exists": True}]},
-                     }},
     },
     # A held stream set STOPPED: the router orders its holder's session to stop it.
     {

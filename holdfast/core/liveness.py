@@ -2,9 +2,8 @@
 
 Every stream item that names a ``lease_owner`` is held by that session while the session is
 live (``docs/protocol.md``). ``owner_liveness`` is the pure verdict on one owner given its
-session item as read; the router (a restart or forced release of an owned stream) and the
-sweeper's owner audit both use it, and both free a stream of a gone owner with the one release
-of the reaper (``Reaper.release_owned``, conditional on that owner).
+session item as read; the sweeper's owner audit uses it and frees a stream of a gone owner with
+the one release of the reaper (``Reaper.release_owned``, conditional on that owner).
 
 The audit is the catch-all that makes "no stranded stream" hold whatever the cause: an acquire
 that landed after its session was reaped, a session restarted over a predecessor whose last

@@ -17,9 +17,10 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
       release_lease, an operator's forced handover)                 it stops delivering and
                                                                     releases (then "released");
                                                                     a gone owner is released
-    MODIFY STOPPED -> STARTED, an owner left in place            -> check_owner "started": the
-                                                                    handler reads the session;
-                                                                    see ``owner_liveness``
+    MODIFY STOPPED -> STARTED, an owner left in place            -> skip "owned": its live
+                                                                    holder's release is nudged;
+                                                                    a gone owner's stream is
+                                                                    freed by the owner audit
     MODIFY -> STOPPED while owned (a stop of a held stream)      -> order "stop" to the owner
     REMOVE of an owned item (``holdfast rm`` of a held stream)   -> order "stop" to the owner
     anything else with an owner (heartbeat, checkpoint, acquire,
@@ -28,14 +29,9 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
     REMOVE (delete, TTL delete)                                  -> skip "removed"
     no owner before and after, nothing newly claimable           -> skip "unchanged"/"normalised"
 
-Nothing here frees an owned stream by itself: only its holder (told by an order) or the
-reaper of a dead session may (``docs/protocol.md``). An owner's liveness is not in the record,
-so the pure decision hands it to the handler (``check_owner``, and an order that found no live
-session), which reads the session and applies ``holdfast.core.liveness.owner_liveness``: a live
-session keeps the stream; a DEAD, ENDED or replaced one has its stream released (conditional on
-that owner), and the release's own record is then nudged "released"; an ALIVE session silent
-past its TTL + skew is left to the sweeper, the only component that may declare a session
-dead; an owner no session item names is left to the sweeper's owner audit.
+The router never frees an owned stream: only its holder (told by an order) or the reaper of a
+dead session may (``docs/protocol.md``). A stream whose owner is not a live session is the
+sweeper's (its owner audit, ``holdfast.core.liveness``, within 2 s for a gone session).
 
 A STARTED, unowned item without ``lease_expires_at_ms`` is invisible to the sweeper's index, so
 the decision also asks for ``normalise`` (set it to 0). That normalising write produces a MODIFY
@@ -67,7 +63,6 @@ Image = Mapping[str, Any]
 class Outcome(StrEnum):
     NUDGE = "nudge"
     ORDER = "order"  # an order to the session that owns the stream
-    CHECK_OWNER = "check_owner"  # the handler asks the owner's session whether it is live
     SKIP = "skip"
     MALFORMED = "malformed"
 
@@ -106,12 +101,12 @@ class Decision:
     delay_s: int = 0
     normalise: bool = False
     detail: str = ""
-    owner: str | None = None  # with ORDER / CHECK_OWNER: the lease_owner concerned
+    owner: str | None = None  # with ORDER: the lease_owner concerned
 
     @property
     def acts(self) -> bool:
         """True if the router may write anything (nudge, order, release, normalisation)."""
-        return self.outcome in (Outcome.NUDGE, Outcome.ORDER, Outcome.CHECK_OWNER) or (
+        return self.outcome in (Outcome.NUDGE, Outcome.ORDER) or (
             self.normalise)
 
     def order(self) -> Order | None:
@@ -184,11 +179,9 @@ def _owned(event_name: str, old_image: Image | None, new: LeaseItem, now_ms: int
     owner = new.lease_owner
     assert owner is not None
     old = _parse_or_none(old_image) if event_name == "MODIFY" else None
-    if old is not None and not old.started:
-        # Restarted while an old owner is still named (say its worker died while stopped, or
-        # is still draining the stop): free it if that owner is gone, else its release does.
-        return Decision(Outcome.CHECK_OWNER, Reason.STARTED, new.conn_id, new.epoch,
-                        owner=owner)
+    # Restarted while an old owner is still named (its holder still draining the stop, or its
+    # worker dead while stopped): the holder's release is nudged, a gone owner's stream is
+    # released by the sweeper's owner audit; nothing for the router to write.
     if new.lease_expires_at_ms == 0 and not (
             old is not None and old.lease_expires_at_ms == 0 and old.lease_owner == owner):
         # Expiry 0 with the owner kept (the seed's release, an operator's forced handover):

@@ -2,14 +2,12 @@
 
 Each invocation (1) decides every record with the pure ``decide``, (2) sends all nudges in
 ``SendMessageBatch`` calls of 10 (one nudge per connection and delay, however many records
-asked), (3) checks the session of an old owner named by a restarted stream (``owners``: a gone
-session's stream is released, and that release's record nudges it), (4) gives stop orders:
-first a message on the owner's order queue when ``HOLDFAST_ORDERS_QUEUE_PREFIX`` is set
-(``order_queue``, best effort), then the durable order in its session item, (5) normalises
-items that lack an expiry, then (6) lets Powertools' ``BatchProcessor`` turn the outcome into a
-partial batch response: a record whose nudge, owner check, session order or normalisation
-failed is reported by sequence number so Lambda retries from it; a malformed record is logged,
-counted and skipped, so it never blocks the shard.
+asked), (3) gives orders (stop, release) to a stream's holder: first a message on the owner's
+order queue when ``HOLDFAST_ORDERS_QUEUE_PREFIX`` is set (``order_queue``, best effort), then
+the durable order in its session item, (4) normalises items that lack an expiry, then (5) lets
+Powertools' ``BatchProcessor`` turn the outcome into a partial batch response: a record whose
+nudge, session order or normalisation failed is reported by sequence number so Lambda retries
+from it; a malformed record is logged, counted and skipped, so it never blocks the shard.
 
 Clients are built on first use from the standard environment (``AWS_ENDPOINT_URL_*``), so the
 module imports without AWS settings; ``configure()`` injects dependencies in tests.
@@ -47,7 +45,6 @@ from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, 
 from lambdas.nudge import send_nudges
 from lambdas.router.decide import Decision, Outcome, decide
 from lambdas.router.order_queue import queue_orders
-from lambdas.router.owners import check_owner, check_owners
 from lambdas.settings import Settings
 from lambdas.sweeper.loop import session_store_for
 
@@ -144,7 +141,6 @@ def route(event: dict[str, Any], context: LambdaContext | None,
     plan = _decide_all(records, deps)
     plan.start_ns = time.time_ns()
     _send(plan, deps, _out_of_time(context))
-    _check_owners(plan, deps)
     _order(plan, deps)
     _normalise(plan, deps)
     _emit_metrics(plan, len(records))
@@ -239,18 +235,10 @@ def _send(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> Non
             plan.failures[seq] = error
 
 
-def _check_owners(plan: _Plan, deps: RouterDeps) -> None:
-    """Resolve each CHECK_OWNER: a live owner keeps the stream, a gone one loses it."""
-    counts, failures = check_owners(plan.decisions, deps.sessions, deps.clock(),
-                                    deps.settings.skew_ms, logger)
-    plan.counts.update(counts)
-    plan.failures.update(failures)
-
-
 def _order(plan: _Plan, deps: RouterDeps) -> None:
     """Give each order (stop, release) to the owner: its order queue first (fast, best
-    effort), then its session item (durable). An owner with no live session to take it gets
-    its stream released if it is gone (``check_owner``: the reaper's own release)."""
+    effort), then its session item (durable). An owner with no live session to take it is the
+    sweeper's: its owner audit releases that stream (``holdfast.core.liveness``)."""
     prefix = deps.settings.orders_queue_prefix
     if prefix:
         plan.counts.update(queue_orders(plan.decisions, deps.sqs, deps.settings.queue_url,
@@ -261,10 +249,6 @@ def _order(plan: _Plan, deps: RouterDeps) -> None:
             continue
         try:
             given = deps.sessions.add_order(decision.owner, order.encode())
-            if not given:
-                checked = check_owner(deps.sessions, order.conn_id, decision.owner,
-                                      deps.clock(), deps.settings.skew_ms)
-                plan.counts[checked.result] += 1
         except HoldfastError as exc:
             logger.error("order not given", conn_id=decision.conn_id, owner=decision.owner,
                          error=str(exc)[:300])

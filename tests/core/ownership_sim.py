@@ -10,7 +10,7 @@ clock, which runs at true rate), the admit check before each handler call, order
 
 The router is ``lambdas.router.decide.decide`` on the images read before and after each
 operator write, its orders given as the handler does (order queue first, session item as the
-durable copy, ``check_owner`` when no live session takes it). The sweeper is
+durable copy; an owner with no live session is left to the owner audit). The sweeper is
 ``sweep_sessions`` plus the ``OwnerAudit``, with its own clock, ticking every second while up.
 """
 
@@ -41,8 +41,7 @@ from holdfast.core.schema import ATTR, BACKSTOP_MS, SESSION, pk_for, session_pk_
 from holdfast.core.sessions import Session, SessionStore, sweep_sessions
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream, delete_stream, set_desired_state
-from lambdas.router.decide import Outcome, decide
-from lambdas.router.owners import check_owner
+from lambdas.router.decide import decide
 from tests.core.faults import drop_request, lose_response
 
 __all__ = ["T0", "TIMING", "Fleet", "Hold", "Worker"]
@@ -409,8 +408,6 @@ class Fleet:
         now = self.now + self.router_skew
         decision = decide(event, old, new, now, skew_ms=SKEW)
         owner = decision.owner
-        if decision.outcome is Outcome.CHECK_OWNER and owner and decision.conn_id:
-            check_owner(self.router, decision.conn_id, owner, now, SKEW)
         order = decision.order()
         if order is None or owner is None:
             return
@@ -418,8 +415,7 @@ class Fleet:
         for w in self.workers:  # the queue named from the owner exists while it runs
             if w.session is not None and w.session.owner == owner:
                 w.queue.append(order)
-        if not self.router.add_order(owner, order.encode()):
-            check_owner(self.router, order.conn_id, owner, now, SKEW)
+        self.router.add_order(owner, order.encode())  # no live session: the audit's
 
 
 @contextmanager

@@ -2,7 +2,7 @@
 
 Three worker processes (each with its own wall clock, within the skew allowance of true time),
 a sweeper and a router act on two streams in DynamoDB Local through the product's stores, the
-reaper, the owner audit, the router's ``decide`` and ``check_owner``;
+reaper, the owner audit, the router's ``decide`` and its orders;
 ``tests.core.ownership_sim`` simulates only the worker's loop around them.
 
 Every example starts from a running fleet with both streams held, and the rules are few and

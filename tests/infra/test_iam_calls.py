@@ -61,14 +61,15 @@ MINIMUM = {
                ("CreateQueue", "order queue"), ("ReceiveMessage", "order queue"),
                ("DeleteMessageBatch", "order queue"), ("DeleteQueue", "order queue")},
     "router": {("SendMessageBatch", "queue"), ("UpdateItem", "leases"),
-               ("UpdateItem", "sessions"), ("GetItem", "sessions"),
-               ("SendMessage", "order queue")},
+               ("UpdateItem", "sessions"), ("SendMessage", "order queue")},
     "taskstopped": {("GetItem", "sessions"), ("UpdateItem", "sessions"),
                     ("SendMessageBatch", "queue"),
                     ("Query", "owner index"), ("UpdateItem", "leases")},
     "sweeper": {("Scan", "sessions"), ("UpdateItem", "sessions"), ("Query", "owner index"),
                 ("UpdateItem", "leases"), ("Query", "seed index"), ("Scan", "leases"),
                 ("SendMessageBatch", "queue"),
+                # The owner audit: the owner index read whole, an unknown owner's session.
+                ("Scan", "owner index"), ("GetItem", "sessions"),
                 # Collecting an order queue no live session reads.
                 ("ListQueues", ""), ("DeleteQueue", "order queue"),
                 # A rebalancing target on a live session's order queue.

@@ -6,7 +6,6 @@ from typing import Any
 
 from holdfast.core import names, schema
 from infra.router import (
-    RELEASE_ATTRIBUTES,
     ROUTER_HANDLER,
     ROUTER_SESSION_ATTRIBUTES,
     orders_queue_prefix,
@@ -119,8 +118,8 @@ def test_worker_role_has_exactly_the_lease_session_and_queue_calls(
 
 def test_router_role_reads_the_stream_sends_normalises_and_orders_stops(
         template_json: dict[str, Any]) -> None:
-    """Router: stream read, SendMessage to its queues and order queues, a session read,
-    three tightly conditioned UpdateItems (normalise, release, stop order)."""
+    """Router: stream read, SendMessage to its queues and order queues, two tightly
+    conditioned UpdateItems (normalise, stop order); no session read, no release."""
     statements = role_statements(template_json,
                                  function_role(template_json, ROUTER_HANDLER))
     leases, sessions, queue, _, _ = names_of(template_json)
@@ -136,15 +135,13 @@ def test_router_role_reads_the_stream_sends_normalises_and_orders_stops(
                                                 "dynamodb:GetShardIterator")},
         "sqs:SendMessage": {queue, failures, order_queues},
         "dynamodb:UpdateItem": {leases, sessions},
-        "dynamodb:GetItem": {sessions},
     }
     updates = {(arn_name(s["Resource"]), tuple(
         s["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"])): s["Condition"]
         for s in statements if s["Action"] == "dynamodb:UpdateItem"}
     normalise = (schema.PARTITION_KEY, schema.ATTR.desired_state,
                  schema.ATTR.lease_expires_at_ms)
-    assert set(updates) == {(leases, normalise), (leases, RELEASE_ATTRIBUTES),
-                            (sessions, ROUTER_SESSION_ATTRIBUTES)}
+    assert set(updates) == {(leases, normalise), (sessions, ROUTER_SESSION_ATTRIBUTES)}
     assert schema.SESSION.orders in ROUTER_SESSION_ATTRIBUTES
     # Never the heartbeat, expiry or TTL: a router cannot keep a session alive or kill it.
     assert not {schema.SESSION.expires_at_ms, schema.SESSION.heartbeat_at_ms,

@@ -80,35 +80,35 @@ CASES: list[tuple[str, str, Any, Any, Outcome, Reason, int, bool]] = [
      Outcome.NUDGE, Reason.STARTED, 0, True),
     ("STOPPED -> STARTED, plain owner's lease still running", "MODIFY",
      image(C, state="STOPPED", owner="w1", expires=LIVE, epoch=3), HELD,
-     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
+     Outcome.SKIP, Reason.OWNED, 0, False),
     ("STOPPED -> STARTED, plain owner's lease expired", "MODIFY",
      image(C, state="STOPPED", owner="w1", expires=NOW - 5_000, epoch=3),
      image(C, owner="w1", expires=NOW - 5_000, epoch=3),
-     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
+     Outcome.SKIP, Reason.OWNED, 0, False),
     ("STOPPED -> STARTED, plain owner's lease beyond SQS's delay", "MODIFY",
      image(C, state="STOPPED", owner="w1", expires=NOW + 3_600_000, epoch=3),
      image(C, owner="w1", expires=NOW + 3_600_000, epoch=3),
-     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
+     Outcome.SKIP, Reason.OWNED, 0, False),
     ("STOPPED -> STARTED, session owner", "MODIFY",
      image(C, state="STOPPED", owner=SESSION_OWNER, expires=BACKSTOP, epoch=3),
      image(C, owner=SESSION_OWNER, expires=BACKSTOP, epoch=3),
-     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
+     Outcome.SKIP, Reason.OWNED, 0, False),
     ("STOPPED -> STARTED, session owner's lease expired", "MODIFY",
      image(C, state="STOPPED", owner=SESSION_OWNER, expires=NOW - 5_000, epoch=3),
      image(C, owner=SESSION_OWNER, expires=NOW - 5_000, epoch=3),
-     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
+     Outcome.SKIP, Reason.OWNED, 0, False),
     ("STOPPED -> STARTED, owned, expiry 0", "MODIFY",
      image(C, state="STOPPED", owner=SESSION_OWNER, expires=0, epoch=3),
      image(C, owner=SESSION_OWNER, expires=0, epoch=3),
-     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
+     Outcome.SKIP, Reason.OWNED, 0, False),
     ("STOPPED -> STARTED, owned, no expiry", "MODIFY",
      image(C, state="STOPPED", owner=SESSION_OWNER, epoch=3),
      image(C, owner=SESSION_OWNER, epoch=3),
-     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
+     Outcome.SKIP, Reason.OWNED, 0, False),
     ("STOPPED -> STARTED, owner with an impossible worker id", "MODIFY",
      image(C, state="STOPPED", owner="bad id#abc", expires=LIVE, epoch=3),
      image(C, owner="bad id#abc", expires=LIVE, epoch=3),
-     Outcome.CHECK_OWNER, Reason.STARTED, 0, False),
+     Outcome.SKIP, Reason.OWNED, 0, False),
     ("seed release: expiry 0, owner kept", "MODIFY", HELD,
      image(C, owner="w1", expires=0, epoch=3, status="RUNNING", last_seq=9),
      Outcome.ORDER, Reason.RELEASE, 0, False),
@@ -218,14 +218,14 @@ def test_delay_includes_skew() -> None:
     assert d.delay_s == 13
 
 
-def test_check_owner_names_the_owner() -> None:
-    """A restart with a session owner named asks the handler about exactly that owner."""
+def test_a_restart_with_an_owner_named_writes_nothing() -> None:
+    """A restart that still names an owner is left to that owner's release (live) or to the
+    sweeper's owner audit (gone): the router frees no owned stream."""
     d = decide("MODIFY", image(C, state="STOPPED", owner=SESSION_OWNER, expires=BACKSTOP,
                                epoch=3),
                SESSION_HELD, NOW)
-    assert (d.outcome, d.owner, d.conn_id, d.epoch, d.acts) == (
-        Outcome.CHECK_OWNER, SESSION_OWNER, C, 3, True)
-    assert d.nudge() is None
+    assert (d.outcome, d.acts) == (Outcome.SKIP, False)
+    assert d.nudge() is None and d.order() is None
 
 
 def _session(incarnation: str = "a1b2c3", state: SessionState = SessionState.ALIVE,

@@ -170,15 +170,6 @@ def test_freed_in_place_passes_and_orders_the_holder_to_release() -> None:
     assert (d.outcome, d.reason, d.owner) == (Outcome.ORDER, Reason.RELEASE, "w1")
 
 
-def test_restart_with_owner_passes_and_is_checked() -> None:
-    """STOPPED -> STARTED with an owner passes and the owner is checked, whatever it is."""
-    for owner in (SESSION_OWNER, "w1"):
-        rec = restarted_with_owner(owner)
-        assert passes_filter(rec)
-        d = decide("MODIFY", rec["dynamodb"]["OldImage"], rec["dynamodb"]["NewImage"], NOW)
-        assert d.outcome is Outcome.CHECK_OWNER, d
-
-
 def test_session_heartbeats_checkpoints_and_claims_are_filtered_out() -> None:
     """Writes that keep STARTED and a non-zero expiry (checkpoint, claim, takeover) do not
     pass, with session and plain owners alike."""
@@ -213,7 +204,7 @@ def test_runner_matcher_agrees_on_the_new_cases() -> None:
              record("MODIFY", held, image("c1", owner="w1", expires=0, state="STOPPED")),
              record("INSERT", None, image("c1", owner="w1", expires=0))]
     assert [runner(r) for r in cases] == [passes_filter(r) for r in cases] == [
-        True, True, True, False, False, True, True]
+        True, False, False, False, False, True, True]
 
 
 def test_filters_fit_lambdas_quota() -> None:
