@@ -215,8 +215,8 @@ class LeaseStore:
         else ``StoreUnavailable`` (or ``AcquireFailed`` for an item we cannot use)."""
         raw = self.get_raw(conn_id)  # may raise StoreUnavailable: then we really don't know
         if raw is not None and _parse_or_none(raw) is None:
-            # No answer because the item itself is bad (moto answers some such writes so).
-            self.quarantine(conn_id, owner, "cannot acquire: the item breaks the schema")
+            # No answer because the item itself is bad (moto answers some such writes so):
+            # quarantined and refused there.
             self._acquire_failed(conn_id, owner, raw, now)
         if raw is None or _owner_of(raw) != owner:
             raise StoreUnavailable("acquire", "no answer, and the stream is not ours on re-read")
