@@ -4,10 +4,8 @@ scenarios need: who handled what when (incrementally read), and the upstream con
 from __future__ import annotations
 
 import math
-import os
 import signal
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +16,7 @@ from holdfast.chaos.evidence import ConnSpan, load_conn_log
 from holdfast.chaos.fleetctl import ProxiedFleet
 from holdfast.core import names
 from holdfast.core.table import create_stream
-from holdfast.fleet.procs import REPO_ROOT, FleetTiming, Proc
-from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORDER_SPEC
+from holdfast.fleet.procs import FleetTiming, Proc
 
 __all__ = ["BASELINE_RECONCILE_S", "BenchFleet", "HandledLog", "dist", "now_ms"]
 
@@ -134,16 +131,7 @@ class BenchFleet:
     def _start_seed(self, wid: str) -> Proc:
         """The seed's worker (``bench.seed_worker``) with the environment ``ProxiedFleet``
         gives ours: its DynamoDB calls go through the same counting proxy."""
-        pf, f = self.pf, self.pf.fleet
-        env = {**os.environ, **f.env, **pf.worker_env, "HOLDFAST_WORKER_ID": wid,
-               names.ENV_HANDLER: RECORDER_SPEC, RECORD_DIR_ENV: str(f.record_dir),
-               "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT),
-                                                         os.environ.get("PYTHONPATH", "")) if p)}
-        proc = Proc(wid, [sys.executable, "-m", "bench.seed_worker"],
-                    f.run_dir / f"worker-{wid}.log", env).start()
-        f.workers[wid] = proc
-        return proc
+        return self.pf.start_worker(wid, module="bench.seed_worker")
 
     def wait_started(self, proc: Proc, timeout_s: float = 30) -> None:
         end = time.monotonic() + timeout_s

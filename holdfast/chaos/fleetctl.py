@@ -78,7 +78,8 @@ class ProxiedFleet:
         return client_for_env(self.direct_env, service, read_timeout=10, max_attempts=5)
 
     def start_worker(self, worker_id: str | None = None, *, clock_offset_ms: int = 0,
-                     **extra: str) -> Proc:
+                     module: str = "holdfast.chaos.launch", **extra: str) -> Proc:
+        """A worker process (``module``: the bench runs the seed's program the same way)."""
         self._n += 1
         wid = worker_id or f"w{self._n}"
         f = self.fleet
@@ -88,7 +89,7 @@ class ProxiedFleet:
                "PYTHONUNBUFFERED": "1",
                "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT),
                                                          os.environ.get("PYTHONPATH", "")) if p)}
-        proc = Proc(wid, [sys.executable, "-m", "holdfast.chaos.launch"],
+        proc = Proc(wid, [sys.executable, "-m", module],
                     f.run_dir / f"worker-{wid}.log", env).start()
         f.workers[wid] = proc
         return proc
