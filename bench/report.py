@@ -96,8 +96,9 @@ def _latency_and_density(r: dict[str, Any]) -> list[str]:
     out = [f"Local fleet on one machine: DynamoDB Local + moto SQS, lease {t.get('lease_s')} s, "
            f"heartbeat {t.get('heartbeat_s')} s, skew allowance {t.get('skew_ms')} ms, sweep "
            f"every {t.get('sweep_interval_ms')} ms. **Baseline** = the seed's polling design: "
-           "the same worker with no router and no sweeper (nudges never arrive), reconciling "
-           "through the index every 12 s (60 s scaled like the lease, 20 s -> 4 s). Figures are "
+           "`bench/seed_worker.py` (acquire, a renewal per lease per heartbeat, release with "
+           "expiry 0 and the owner kept), no router and no sweeper, reconciling through the "
+           "index every 12 s (60 s scaled like the lease, 20 s -> 4 s). Figures are "
            "p50 / p99 / max in seconds over every stream of every repetition (n).", "",
            "## Latency: ours vs baseline", "", "| figure | ours | baseline |", "|---|---|---|"]
     for key, title in FIGURES:
