@@ -23,7 +23,7 @@ every owner that is not among the sessions the sweep saw alive:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -145,8 +145,7 @@ class OwnerAudit:
     def due(self, now_ms: int) -> bool:
         return now_ms >= self.next_ms
 
-    def run(self, sessions: SessionStore, alive: set[str], now_ms: int,
-            clock: Callable[[], int]) -> AuditResult:
+    def run(self, sessions: SessionStore, alive: set[str], now_ms: int) -> AuditResult:
         """One pass: every owner not in ``alive`` (owners the sweep saw live) is judged."""
         self.next_ms = now_ms + self.interval_ms
         out = AuditResult()

@@ -86,8 +86,6 @@ class Reaper:
     lease_table: str
     skew_ms: int
     clock: Callable[[], int]
-    # The per-stream errors of the last reap (conn id, error): logged and counted by the sweep.
-    reap_errors: list[tuple[str, str]] = []
 
     def _key(self, worker_id: str) -> dict[str, Any]:
         raise NotImplementedError  # SessionStore's
@@ -256,14 +254,17 @@ class Reaper:
 
     def reap_ids(self, item: SessionItem) -> list[str]:
         """``reap``, returning the ids of the streams this call released."""
+        return self.reap_report(item)[0]
+
+    def reap_report(self, item: SessionItem) -> tuple[list[str], list[tuple[str, str]]]:
+        """``reap``: the ids released, and (conn id, error) of each stream it could not."""
         if item.state is SessionState.ALIVE or item.reaped:
-            return []
+            return [], []
         why = f"session {item.owner} {'ended' if item.state is SessionState.ENDED else 'dead'}"
         # Its streams went unserved from its last heartbeat (0: never heartbeat, or not read):
         # the honest start of their unowned time.
         released, errors = self._release_each(self.owned_by(item.owner), item.owner, why,
                                               item.heartbeat_at_ms or None)
-        self.reap_errors = errors
         now = self.clock()
         # Reaped (never looked at again) only once the owner index has had time to show every
         # stream the session acquired before it stopped being ALIVE, and then shows none.
@@ -281,7 +282,7 @@ class Reaper:
                                                 ":ttl": _num(now // 1000 + REAPED_TTL_S),
                                                 ":inc": {"S": item.incarnation},
                                                 ":alive": {"S": SessionState.ALIVE}})
-        return released
+        return released, errors
 
 
 @dataclass
@@ -327,12 +328,13 @@ def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
         if action in ("declare_dead", "reap"):
             # A session that lost the race (a late heartbeat renewed it) is still ALIVE here,
             # and reap() leaves an ALIVE session alone.
-            released = store.reap(target)
+            ids, errors = store.reap_report(target)
+            released = len(ids)
             out.reaped += released
             if released:
                 logger.info("released %d streams of session %s", released, item.owner,
                             extra={"owner": item.owner, "released": released})
-            for conn_id, error in store.reap_errors:
+            for conn_id, error in errors:
                 out.item_errors += 1
                 logger.error("cannot release %s of session %s: %s", conn_id, item.owner,
                              error, extra={"conn_id": conn_id, "owner": item.owner})

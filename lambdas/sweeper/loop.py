@@ -212,7 +212,7 @@ def _audit_step(deps: SweepDeps, sessions: SessionSweep, now: int) -> AuditResul
         deps.audit = OwnerAudit(AUDIT_INTERVAL_MS, deps.sessions.ttl_ms, deps.settings.skew_ms)
     if not deps.audit.due(now):
         return None
-    return deps.audit.run(deps.sessions, {s.owner for s in sessions.alive}, now, deps.clock)
+    return deps.audit.run(deps.sessions, {s.owner for s in sessions.alive}, now)
 
 
 def _unindexed_step(deps: SweepDeps, now: int) -> int:

@@ -150,8 +150,7 @@ class Fleet:
         now = self.now + self.sweeper_skew
         out = sweep_sessions(self.sweeper, now, SKEW, LOG)
         if self.audit.due(now):
-            self.audit.run(self.sweeper, {s.owner for s in out.alive}, now,
-                           lambda: self.now + self.sweeper_skew)
+            self.audit.run(self.sweeper, {s.owner for s in out.alive}, now)
 
     def sweeper_outage(self, down: bool) -> None:
         if down:

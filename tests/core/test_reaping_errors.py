@@ -143,15 +143,15 @@ def test_a_bad_item_does_not_stop_the_owner_audit(tables: Tables, unique_id: str
     owned(t, ghost, ids)
     make_bad(t, ids[0])
     audit = OwnerAudit(interval_ms=2_000, ttl_ms=TTL_MS, skew_ms=SKEW_MS)
-    first = audit.run(t.sessions, set(), t.clock(), t.clock)
+    first = audit.run(t.sessions, set(), t.clock())
     assert not first.released and first.stranded == 3  # not yet: TTL + skew first
     t.clock.now += TTL_MS + SKEW_MS
-    second = audit.run(t.sessions, set(), t.clock(), t.clock)
+    second = audit.run(t.sessions, set(), t.clock())
     assert sorted(c for c, _, _ in second.released) == sorted(ids[1:])
     assert [c for c, _ in second.errors] == [ids[0]] and "exceeded" in second.errors[0][1]
     assert [owner_of(t, c) for c in ids] == [ghost, None, None]
     t.clock.now += 2_000
-    third = audit.run(t.sessions, set(), t.clock(), t.clock)
+    third = audit.run(t.sessions, set(), t.clock())
     assert [c for c, _ in third.errors] == [ids[0]] and not third.released
 
 
