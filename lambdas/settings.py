@@ -34,7 +34,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from holdfast.core import names
+from holdfast.core import names, rules
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.orders import validate_prefix
 from holdfast.core.rules import DEFAULT_LEASE_MS, DEFAULT_SKEW_MS, LeaseTiming, env_number
@@ -50,32 +50,12 @@ def env_int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -
 def env_float(env: Mapping[str, str], name: str, default: float, lo: float,
               hi: float) -> float:
     """A number setting from ``env``, or ``default``; ``ConfigError`` if out of [lo, hi]."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, not {raw[:40]!r}") from None
-    if not lo <= value <= hi:  # NaN fails this too
-        raise ConfigError(f"{name}={raw[:40]} is outside the allowed range [{lo:g}, {hi:g}]")
-    return value
-
-
-def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw in ("on", "true", "1", "yes"):
-        return True
-    if raw in ("off", "false", "0", "no"):
-        return False
-    raise ConfigError(f"{name} must be on or off, not {raw[:40]!r}")
+    return env_number(env, name, default, lo=lo, hi=hi)
 
 
 def _orders_prefix(env: Mapping[str, str]) -> str | None:
-    raw = env.get(names.ENV_ORDERS_QUEUE_PREFIX, "").strip()
-    if not raw:
+    raw = rules.env_text(env, names.ENV_ORDERS_QUEUE_PREFIX)
+    if raw is None:
         return None
     try:
         return validate_prefix(raw)
@@ -83,11 +63,8 @@ def _orders_prefix(env: Mapping[str, str]) -> str | None:
         raise ConfigError(f"{names.ENV_ORDERS_QUEUE_PREFIX}: {exc}") from None
 
 
-def _required(env: Mapping[str, str], name: str) -> str:
-    value = env.get(name, "").strip()
-    if not value:
-        raise ConfigError(f"{name} is not set")
-    return value
+def _required(env: Mapping[str, str], name: str, what: str) -> str:
+    return rules.env_text(env, name, what) or ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +96,9 @@ class Settings:
         interval, ttl = _balance_timing(e)
         timing = LeaseTiming.from_env(e)
         return cls(
-            table=_required(e, names.ENV_TABLE),
-            queue_url=_required(e, names.ENV_QUEUE_URL),
-            session_table=e.get(names.ENV_SESSION_TABLE, "").strip() or None,
+            table=_required(e, names.ENV_TABLE, "the DynamoDB lease table"),
+            queue_url=_required(e, names.ENV_QUEUE_URL, "the SQS nudge queue URL"),
+            session_table=rules.env_text(e, names.ENV_SESSION_TABLE),
             skew_ms=timing.skew_ms,
             lease_ms=timing.lease_ms,
             send_attempts=env_int(e, "HOLDFAST_NUDGE_SEND_ATTEMPTS", 3, 1, 10),
@@ -135,7 +112,7 @@ class Settings:
             unindexed_scan_ms=env_int(e, "HOLDFAST_SWEEP_UNINDEXED_SCAN_MS", 300_000, 0,
                                       86_400_000),
             orders_queue_prefix=_orders_prefix(e),
-            balance=_switch(e, names.ENV_BALANCE, True),
+            balance=rules.env_flag(e, names.ENV_BALANCE, True),
             balance_interval_ms=interval,
             balance_band=env_float(e, names.ENV_BALANCE_BAND, 0.10, 0.0, 1.0),
             balance_band_min=env_float(e, names.ENV_BALANCE_BAND_MIN, 1.0, 0.0, 1_000_000.0),

@@ -28,8 +28,6 @@ __all__ = ["MEMORY_RESERVE_MIB", "WorkerConfig", "buffer_bytes", "default_worker
            "ecs_task_id", "load_config"]
 
 _WORKER_ID = re.compile(rf"^[A-Za-z0-9._:@/+=-]{{1,{MAX_WORKER_ID_LEN}}}$")
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
 # What the task needs besides frame buffers: the interpreter, boto3, and each connection's
 # socket, TLS and parser state.
 MEMORY_RESERVE_MIB = 256
@@ -97,30 +95,24 @@ class WorkerConfig:
 
 
 class _Env:
-    """Typed reads of one environment mapping; each error names its variable."""
+    """Typed reads of one environment mapping (the readers in ``holdfast.core.rules``, shared
+    with the Lambdas); each error names its variable."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = env
 
     def raw(self, name: str) -> str | None:
-        value = self.env.get(name)
-        return value.strip() if value is not None and value.strip() != "" else None
+        return rules.env_text(self.env, name)
 
     def required(self, name: str, what: str) -> str:
-        value = self.raw(name)
-        if value is None:
-            raise ConfigError(f"{name} is not set: it must name {what}")
-        return value
+        return rules.env_text(self.env, name, what) or ""
 
     def number(self, name: str, default: float, *, lo: float, hi: float,
                integer: bool = False) -> float:
         return rules.env_number(self.env, name, default, lo=lo, hi=hi, integer=integer)
 
     def boolean(self, name: str, default: bool) -> bool:
-        text = (self.raw(name) or ("1" if default else "0")).lower()
-        if text not in _TRUE + _FALSE:
-            raise ConfigError(f"{name}={text[:20]!r} must be true or false")
-        return text in _TRUE
+        return rules.env_flag(self.env, name, default)
 
     def choice(self, name: str, default: str, allowed: tuple[str, ...]) -> str:
         text = self.raw(name) or default

@@ -33,7 +33,9 @@ __all__ = [
     "claimable_at_ms",
     "classify_loss",
     "default_margin_ms",
+    "env_flag",
     "env_number",
+    "env_text",
     "fence_deadline_mono_ms",
     "is_expired",
     "next_checkpoint",
@@ -118,6 +120,30 @@ def env_number(env: Mapping[str, str], name: str, default: float, *, lo: float, 
     if math.isnan(value) or not lo <= value <= hi:
         raise ConfigError(f"{name}={text[:40]} is out of range: allowed {lo:g} to {hi:g}")
     return value
+
+
+_TRUE: Final = ("1", "true", "yes", "on")
+_FALSE: Final = ("0", "false", "no", "off")
+
+
+def env_flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """The switch ``env[name]`` (``default`` if unset or blank): the one reader of on/off
+    settings, so the worker and the Lambdas accept the same words."""
+    text = (env.get(name) or "").strip().lower()
+    if not text:
+        return default
+    if text not in _TRUE + _FALSE:
+        raise ConfigError(f"{name}={text[:20]!r} must be on or off (true/false, yes/no, 1/0)")
+    return text in _TRUE
+
+
+def env_text(env: Mapping[str, str], name: str, what: str | None = None) -> str | None:
+    """``env[name]`` stripped, None if unset or blank; with ``what``, a required setting:
+    ``ConfigError`` saying what it must name."""
+    text = (env.get(name) or "").strip()
+    if not text and what is not None:
+        raise ConfigError(f"{name} is not set: it must name {what}")
+    return text or None
 
 
 def acquire_cutoff_ms(now_wall_ms: int, skew_ms: int) -> int:
