@@ -18,6 +18,9 @@ into ``--merge``'s report if given, else written as ``<date>-<part>``):
     --fast-paths-only the fast paths at production defaults: stop latency (order queue,
                       heartbeat only, the seed) and SIGKILL failover with and without the
                       platform report (~6 min)
+    --forced-release-only
+                      a forced release (expiry 0, owner kept) of 20 held streams, ours and the
+                      seed: when the holder lets go, unowned, handled again, overlap (~2 min)
     --rebalance-only  scale-out from 2 to 4 workers at N = 100: time until balanced, moves,
                       unowned time, a quiet period (~9 min at production defaults; ~3 min
                       with --quick: scaled timings, 60 s quiet)
@@ -44,6 +47,7 @@ from bench.crash_production import crash_production
 from bench.density import run_density
 from bench.density_cpu import density_cpu
 from bench.fastpaths import crash_reported, stop_production
+from bench.forced import forced_release
 from bench.harness import BASELINE_RECONCILE_S, BenchFleet
 from bench.rebalance import scale_out
 from bench.report import write_report
@@ -222,6 +226,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="only the fast paths at production defaults (stop, reported crash)")
     p.add_argument("--no-fast-paths", action="store_true",
                    help="skip the fast paths in a full run")
+    p.add_argument("--forced-release-only", action="store_true",
+                   help="only the forced release of held streams, ours and the seed")
+    p.add_argument("--no-forced-release", action="store_true",
+                   help="skip the forced release in a full run")
     p.add_argument("--rebalance-only", action="store_true",
                    help="only the rebalancing scale-out (production; --quick: scaled)")
     p.add_argument("--no-rebalance", action="store_true",
@@ -262,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         figures = {"fast_paths": fast_paths(run_dir, args.quick, say), "logs": str(run_dir)}
         figures["load_average"] = {"fast paths start": load0, "fast paths end": _load()}
         return _partial(args, "fast-paths", figures, say)
+    if args.forced_release_only:
+        load0 = _load()
+        figures = {"forced_release": forced_release(run_dir, say=say), "logs": str(run_dir)}
+        figures["load_average"] = {"forced release start": load0, "forced release end": _load()}
+        return _partial(args, "forced-release", figures, say)
     if args.rebalance_only:  # --merge: an earlier run's other variant is kept
         load0 = _load()
         figures = json.loads(args.merge.read_text()) if args.merge else {}
@@ -323,6 +336,9 @@ def full_run(args: argparse.Namespace, run_dir: Path, say: Any) -> int:
     if not args.no_fast_paths:
         say("fast paths at production defaults")
         result["fast_paths"] = fast_paths(run_dir, args.quick, say)
+    if not args.no_forced_release:
+        say("forced release of held streams")
+        result["forced_release"] = forced_release(run_dir, say=say)
     if not args.no_rebalance:
         say("rebalancing: scale-out from 2 to 4 workers")
         result["rebalance"] = rebalance(run_dir, args, say)
