@@ -12,10 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from holdfast.cli.fleetstate import sessions_by_worker
 from holdfast.cli.ops import scan_all
-from holdfast.core.exceptions import HoldfastError
+from holdfast.core import names
+from holdfast.core.exceptions import ConfigError, HoldfastError
 from holdfast.core.model import LeaseItem
+from holdfast.core.rules import LeaseTiming
 from holdfast.core.schema import STARTED
+from holdfast.core.sessions import SessionItem, SessionStore
 from holdfast.core.table import create_stream
 from holdfast.fleet.observer import Observer
 from holdfast.fleet.procs import Fleet, client_for_env
@@ -81,6 +85,25 @@ class Session:
     def now(self) -> float:
         return time.monotonic() - self.t0
 
+    def _sessions(self) -> dict[str, SessionItem] | None:
+        """The session items by worker id, so only a live session counts as holding (an
+        owner's future backstop expiry is not a holding); None if they cannot be read."""
+        table = self.fleet.env.get(names.ENV_SESSION_TABLE)
+        if not table:
+            return None
+        try:
+            return sessions_by_worker(SessionStore(self.ddb, table, "", ttl_ms=0,
+                                                   skew_ms=0).scan())
+        except HoldfastError as exc:
+            self.say(f"session scan failed: {exc}", "red")
+            return None
+
+    def _skew_ms(self) -> int:
+        try:
+            return LeaseTiming.from_env(self.fleet.env).skew_ms
+        except ConfigError:
+            return LeaseTiming().skew_ms
+
     def say(self, text: str, style: str = "") -> None:
         self.view.line(self.now(), text, style)
 
@@ -123,7 +146,7 @@ class Session:
             items = [i for i in scanned if isinstance(i, LeaseItem)]
             self.items = {i.conn_id: i for i in items}
             wall = int(time.time() * 1000)
-            for ev in self.observer.observe(t, wall, items):
+            for ev in self.observer.observe(t, wall, items, self._sessions(), self._skew_ms()):
                 self.say(ev.text, _STYLE.get(ev.kind, ""))
                 if ev.conn_id is None:
                     continue
