@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from holdfast.core import rules, unowned
-from holdfast.core.aws import ConditionFailed, call
+from holdfast.core.aws import ConditionFailed, call, pages
 from holdfast.core.exceptions import HoldfastError, MalformedItem
 from holdfast.core.model import validate_worker_id
 from holdfast.core.schema import (
@@ -180,20 +180,14 @@ class Reaper:
     def owned_by(self, owner: str) -> list[str]:
         """Ids of the streams ``owner`` holds (owner index: eventually consistent)."""
         found: list[str] = []
-        kwargs: dict[str, Any] = {
-            "TableName": self.lease_table, "IndexName": OWNER_INDEX_NAME,
-            "KeyConditionExpression": "#owner = :owner",
-            "ExpressionAttributeNames": {"#owner": ATTR.lease_owner},
-            "ExpressionAttributeValues": {":owner": {"S": owner}}}
-        while True:
-            resp = call("find_owned", self.client.query, **kwargs)
+        for resp in pages("find_owned", self.client.query, TableName=self.lease_table,
+                          IndexName=OWNER_INDEX_NAME, KeyConditionExpression="#owner = :owner",
+                          ExpressionAttributeNames={"#owner": ATTR.lease_owner},
+                          ExpressionAttributeValues={":owner": {"S": owner}}):
             for raw in resp.get("Items", []):
                 with contextlib.suppress(KeyError, TypeError, ValueError):
                     found.append(conn_id_from_pk(raw[ATTR.pk]["S"]))
-            last = resp.get("LastEvaluatedKey")
-            if not last:
-                return found
-            kwargs["ExclusiveStartKey"] = last
+        return found
 
     def release_owned(self, conn_id: str, owner: str, reason: str, *,
                       unowned_since_ms: int | None = None) -> bool:

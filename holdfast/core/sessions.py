@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules
-from holdfast.core.aws import ConditionFailed, call
+from holdfast.core.aws import ConditionFailed, call, pages
 from holdfast.core.directives import Directing, Directive, float_attr
 from holdfast.core.exceptions import MalformedItem, SessionConflict, SessionLost
 from holdfast.core.model import MAX_TIMESTAMP_MS, validate_worker_id
@@ -206,18 +206,12 @@ class SessionStore(Reaper, Directing):
 
     def scan(self) -> Iterator[SessionItem | MalformedItem]:
         """Every session item, parsed; a malformed or foreign one comes back as the error."""
-        kwargs: dict[str, Any] = {"TableName": self.table}
-        while True:
-            resp = call("scan_sessions", self.client.scan, **kwargs)
+        for resp in pages("scan_sessions", self.client.scan, TableName=self.table):
             for raw in resp.get("Items", []):
                 try:
                     yield SessionItem.from_ddb(raw)
                 except MalformedItem as bad:
                     yield bad
-            last = resp.get("LastEvaluatedKey")
-            if not last:
-                return
-            kwargs["ExclusiveStartKey"] = last
 
     # -- the worker's own session ----------------------------------------------------------
     def start(self, worker_id: str, capacity: int, incarnation: str | None = None) -> Session:
