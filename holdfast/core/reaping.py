@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from holdfast.core import rules, unowned
 from holdfast.core.aws import ConditionFailed, call, pages
 from holdfast.core.exceptions import HoldfastError, MalformedItem
+from holdfast.core.expressions import num
 from holdfast.core.model import validate_worker_id
 from holdfast.core.schema import (
     ATTR,
@@ -38,6 +39,7 @@ from holdfast.core.schema import (
     SessionState,
     conn_id_from_pk,
     pk_for,
+    session_pk_for,
 )
 
 if TYPE_CHECKING:
@@ -88,7 +90,7 @@ class Reaper:
     clock: Callable[[], int]
 
     def _key(self, worker_id: str) -> dict[str, Any]:
-        raise NotImplementedError  # SessionStore's
+        return {SESSION.pk: {"S": session_pk_for(worker_id)}}
 
     def mark_dead(self, item: SessionItem, *, reason: str = "silent past its TTL") -> bool:
         """Declare an ALIVE session silent past TTL + skew DEAD; True if this call did it."""
@@ -98,22 +100,27 @@ class Reaper:
     def _declare_dead(self, item: SessionItem, reason: str, cutoff_ms: int | None) -> bool:
         """The one DEAD write: conditional on the incarnation, ALIVE and (``cutoff_ms`` given)
         an expiry at or before it. A late heartbeat cannot undo it: it requires ALIVE."""
-        if item.state is not SessionState.ALIVE:
-            return False
+        return item.state is SessionState.ALIVE and self._leave_alive(
+            "mark_session_dead", item.worker_id, item.incarnation, SessionState.DEAD, reason,
+            cutoff_ms=cutoff_ms)
+
+    def _leave_alive(self, op: str, worker_id: str, incarnation: str, state: SessionState,
+                     reason: str, *, cutoff_ms: int | None = None) -> bool:
+        """The write that ends an ALIVE incarnation (DEAD, or ENDED by its own goodbye); False
+        if it is not ALIVE, not that incarnation, or (``cutoff_ms``) expires after it."""
         cond = "#inc = :inc AND #state = :alive"
         names = {"#state": SESSION.state, "#at": SESSION.ended_at_ms, "#why": SESSION.end_reason,
                  "#inc": SESSION.incarnation}
-        values = {":dead": {"S": SessionState.DEAD}, ":now": _num(self.clock()),
-                  ":why": {"S": reason[:200]}, ":inc": {"S": item.incarnation},
+        values = {":new": {"S": state}, ":now": num(self.clock()),
+                  ":why": {"S": reason[:200]}, ":inc": {"S": incarnation},
                   ":alive": {"S": SessionState.ALIVE}}
         if cutoff_ms is not None:
             cond += " AND #exp <= :cutoff"
             names["#exp"] = SESSION.expires_at_ms
-            values[":cutoff"] = _num(cutoff_ms)
+            values[":cutoff"] = num(cutoff_ms)
         try:
-            call("mark_session_dead", self.client.update_item, TableName=self.table,
-                 Key=self._key(item.worker_id),
-                 UpdateExpression="SET #state = :dead, #at = :now, #why = :why",
+            call(op, self.client.update_item, TableName=self.table, Key=self._key(worker_id),
+                 UpdateExpression="SET #state = :new, #at = :now, #why = :why",
                  ConditionExpression=cond, ExpressionAttributeNames=names,
                  ExpressionAttributeValues=values)
         except ConditionFailed:
@@ -163,7 +170,7 @@ class Reaper:
             if again is None or again.incarnation != item.incarnation:
                 return ReportedDeath(False, 0, "replaced by a newer incarnation meanwhile")
             item = again
-        ids = self.reap_ids(item)
+        ids = self.reap(item)[0]
         return ReportedDeath(declared, len(ids), None, tuple(ids))
 
     def _read_for_report(self, worker_id: str) -> SessionItem | None:
@@ -207,11 +214,11 @@ class Reaper:
                                            "#status": ATTR.status, "#upd": ATTR.updated_at_ms,
                                            "#err": ATTR.last_error, "#owner": ATTR.lease_owner,
                                            **unowned.MARK_NAMES},
-                 ExpressionAttributeValues={":zero": _num(0),
+                 ExpressionAttributeValues={":zero": num(0),
                                             ":released": {"S": LeaseStatus.RELEASED},
-                                            ":now": _num(now), ":why": {"S": reason[:500]},
+                                            ":now": num(now), ":why": {"S": reason[:500]},
                                             ":owner": {"S": owner}, **unowned.MARK_VALUES,
-                                            ":unowned_since": _num(
+                                            ":unowned_since": num(
                                                 now if unowned_since_ms is None
                                                 else unowned_since_ms)})
         except ConditionFailed:
@@ -242,16 +249,9 @@ class Reaper:
         errors = [(c, r) for c, r in zip(owned, done, strict=True) if r and r != "ok"]
         return released, errors
 
-    def reap(self, item: SessionItem) -> int:
-        """Release every stream of a non-live session, then mark it reaped; returns released."""
-        return len(self.reap_ids(item))
-
-    def reap_ids(self, item: SessionItem) -> list[str]:
-        """``reap``, returning the ids of the streams this call released."""
-        return self.reap_report(item)[0]
-
-    def reap_report(self, item: SessionItem) -> tuple[list[str], list[tuple[str, str]]]:
-        """``reap``: the ids released, and (conn id, error) of each stream it could not."""
+    def reap(self, item: SessionItem) -> tuple[list[str], list[tuple[str, str]]]:
+        """Release every stream of a non-live session, then mark it reaped: the ids this call
+        released, and (conn id, error) of each stream it could not."""
         if item.state is SessionState.ALIVE or item.reaped:
             return [], []
         why = f"session {item.owner} {'ended' if item.state is SessionState.ENDED else 'dead'}"
@@ -272,8 +272,8 @@ class Reaper:
                      ExpressionAttributeNames={"#reaped": SESSION.reaped_at_ms,
                                                "#ttl": SESSION.ttl, "#inc": SESSION.incarnation,
                                                "#state": SESSION.state},
-                     ExpressionAttributeValues={":now": _num(now),
-                                                ":ttl": _num(now // 1000 + REAPED_TTL_S),
+                     ExpressionAttributeValues={":now": num(now),
+                                                ":ttl": num(now // 1000 + REAPED_TTL_S),
                                                 ":inc": {"S": item.incarnation},
                                                 ":alive": {"S": SessionState.ALIVE}})
         return released, errors
@@ -322,7 +322,7 @@ def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
         if action in ("declare_dead", "reap"):
             # A session that lost the race (a late heartbeat renewed it) is still ALIVE here,
             # and reap() leaves an ALIVE session alone.
-            ids, errors = store.reap_report(target)
+            ids, errors = store.reap(target)
             released = len(ids)
             out.reaped += released
             if released:
@@ -337,7 +337,3 @@ def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
 
 def _as_dead(item: SessionItem) -> SessionItem:
     return dataclasses.replace(item, state=SessionState.DEAD)
-
-
-def _num(n: int) -> dict[str, str]:
-    return {"N": str(n)}

@@ -7,11 +7,11 @@ process (same id, new incarnation) never matches its predecessor's streams.
 - ``start``: write a new incarnation. A live one under the same id refuses (``SessionConflict``);
   a silent or ended one is reaped first (its streams released), so none of them is left owned
   by a session that nobody serves.
-- ``heartbeat``: one conditional write (``incarnation`` and ALIVE) that extends the session and
-  returns pending orders; a DEAD or replaced session raises ``SessionLost``.
+- ``heartbeat_full``: one conditional write (``incarnation`` and ALIVE) that extends the session
+  and returns pending orders; a DEAD or replaced session raises ``SessionLost``.
 
 Here: the session item types, their parsing, and the worker's own side of ``SessionStore``
-(get, scan, start, heartbeat, end, add_order). The sweeper's side (``mark_dead``, ``reap``,
+(get, scan, start, heartbeat_full, end, add_order). The sweeper's side (``mark_dead``, ``reap``,
 ``report_dead``, ``sweep_sessions``) lives in ``holdfast.core.reaping``, in ``Reaper``, the
 base class of ``SessionStore``; its public names are re-exported from here.
 """
@@ -27,6 +27,7 @@ from holdfast.core import rules
 from holdfast.core.aws import ConditionFailed, call, pages
 from holdfast.core.directives import Directing, Directive, float_attr
 from holdfast.core.exceptions import MalformedItem, SessionConflict, SessionLost
+from holdfast.core.expressions import num
 from holdfast.core.model import MAX_TIMESTAMP_MS, validate_worker_id
 from holdfast.core.reaping import (
     REAPED_TTL_S,
@@ -35,14 +36,12 @@ from holdfast.core.reaping import (
     SessionSweep,
     SweepLog,
     _as_dead,
-    _num,
     sweep_sessions,
 )
 from holdfast.core.schema import (
     SESSION,
     SessionState,
     owner_for,
-    session_pk_for,
     worker_of_session_pk,
 )
 from holdfast.core.store import wall_clock_ms
@@ -194,9 +193,6 @@ class SessionStore(Reaper, Directing):
         self.skew_ms = skew_ms
         self.clock = clock
 
-    def _key(self, worker_id: str) -> dict[str, Any]:
-        return {SESSION.pk: {"S": session_pk_for(worker_id)}}
-
     # -- reads -------------------------------------------------------------------------------
     def get(self, worker_id: str) -> SessionItem | None:
         resp = call("get_session", self.client.get_item, TableName=self.table,
@@ -231,9 +227,9 @@ class SessionStore(Reaper, Directing):
             self.reap(old)
         expires = now + self.ttl_ms
         item = {**self._key(worker_id), SESSION.incarnation: {"S": incarnation},
-                SESSION.state: {"S": SessionState.ALIVE}, SESSION.expires_at_ms: _num(expires),
-                SESSION.heartbeat_at_ms: _num(now), SESSION.started_at_ms: _num(now),
-                SESSION.held: _num(0), SESSION.capacity: _num(capacity)}
+                SESSION.state: {"S": SessionState.ALIVE}, SESSION.expires_at_ms: num(expires),
+                SESSION.heartbeat_at_ms: num(now), SESSION.started_at_ms: num(now),
+                SESSION.held: num(0), SESSION.capacity: num(capacity)}
         cond, names, values = "attribute_not_exists(#pk)", {"#pk": SESSION.pk}, {}
         if old is not None:
             # Only over the predecessor we looked at: a concurrent starter wins or loses whole.
@@ -250,20 +246,16 @@ class SessionStore(Reaper, Directing):
                                   0) from None
         return Session(worker_id, incarnation, expires)
 
-    def heartbeat(self, session: Session, *, held: int, capacity: int,
-                  done: frozenset[str] = frozenset()) -> tuple[Session, frozenset[str]]:
-        """Extend ``session``; returns it and its pending orders. ``SessionLost`` if not ALIVE."""
-        beat = self.heartbeat_full(session, held=held, capacity=capacity, done=done)
-        return beat.session, beat.orders
-
     def heartbeat_full(self, session: Session, *, held: int, capacity: int,
                        done: frozenset[str] = frozenset(), load: float | None = None) -> Beat:
-        """Extend ``session``; its orders, target and drain flag as written now (``Beat``)."""
+        """Extend ``session``; its orders, target and drain flag as written now (``Beat``).
+
+        ``SessionLost`` if it is not ALIVE (DEAD, ENDED, replaced or deleted)."""
         now = self.clock()
         expires = now + self.ttl_ms
         update = "SET #exp = :exp, #hb = :now, #held = :held, #cap = :cap, #load = :load"
-        values: dict[str, Any] = {":exp": _num(expires), ":now": _num(now), ":held": _num(held),
-                                  ":cap": _num(capacity), ":inc": {"S": session.incarnation},
+        values: dict[str, Any] = {":exp": num(expires), ":now": num(now), ":held": num(held),
+                                  ":cap": num(capacity), ":inc": {"S": session.incarnation},
                                   ":load": Directive.number(held if load is None else load),
                                   ":alive": {"S": SessionState.ALIVE}}
         if done:
@@ -290,22 +282,8 @@ class SessionStore(Reaper, Directing):
 
     def end(self, session: Session, reason: str = "shutdown") -> bool:
         """Say goodbye (ENDED): the sweeper reaps whatever the process could not release."""
-        now = self.clock()
-        try:
-            call("end_session", self.client.update_item, TableName=self.table,
-                 Key=self._key(session.worker_id),
-                 UpdateExpression="SET #state = :ended, #at = :now, #why = :why",
-                 ConditionExpression="#inc = :inc AND #state = :alive",
-                 ExpressionAttributeNames={"#state": SESSION.state, "#at": SESSION.ended_at_ms,
-                                           "#why": SESSION.end_reason,
-                                           "#inc": SESSION.incarnation},
-                 ExpressionAttributeValues={":ended": {"S": SessionState.ENDED},
-                                            ":now": _num(now), ":why": {"S": reason[:200]},
-                                            ":inc": {"S": session.incarnation},
-                                            ":alive": {"S": SessionState.ALIVE}})
-        except ConditionFailed:
-            return False
-        return True
+        return self._leave_alive("end_session", session.worker_id, session.incarnation,
+                                 SessionState.ENDED, reason)
 
     def add_order(self, owner: str, order: str) -> bool:
         """Give the live session ``owner`` an order (router); False if no such live session."""
