@@ -130,12 +130,11 @@ def overtaken(lease: Lease, raw: dict[str, Any] | None, expires: int | None,
     if current is None or rules.classify_loss(current, lease.owner, lease.epoch) is not None:
         return None
     stored_exp = current.lease_expires_at_ms or 0
-    if expires is not None and stored_exp < expires:
-        # Not overtaken by a later renewal: the checkpoint was moved past ours by someone else.
-        return None
-    if expires is None:
-        # A checkpoint-only write has no racing twin of ours (the first checkpoint is written
-        # before any periodic one can carry a seq), so a later stored seq is someone else's.
+    # A checkpoint-only write (``expires`` None) has no racing twin of ours (the first
+    # checkpoint is written before any periodic one can carry a seq), so a later stored seq is
+    # someone else's; an expiry short of ours means no later renewal overtook this one: the
+    # checkpoint was moved past ours by someone else.
+    if expires is None or stored_exp < expires:
         return None
     return dataclasses.replace(lease, expires_at_ms=stored_exp, last_seq=current.last_seq,
                                unowned_ms=None)

@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from holdfast.core import rules, unowned
@@ -41,6 +41,7 @@ from holdfast.core.schema import (
     pk_for,
     session_pk_for,
 )
+from holdfast.core.store import wall_clock_ms
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -79,15 +80,18 @@ class SweepLog(Protocol):
               extra: Mapping[str, object] | None = None) -> None: ...
 
 
+@dataclass(eq=False)
 class Reaper:
-    """The dead-session operations of ``SessionStore`` (its base class; not used alone)."""
+    """The dead-session operations of ``SessionStore`` (its base class; not used alone), and
+    the fields (the constructor) of both."""
 
-    # Set by ``SessionStore.__init__``.
     client: DynamoDBClient
     table: str
     lease_table: str
+    _: KW_ONLY
+    ttl_ms: int
     skew_ms: int
-    clock: Callable[[], int]
+    clock: Callable[[], int] = wall_clock_ms
 
     def _key(self, worker_id: str) -> dict[str, Any]:
         return {SESSION.pk: {"S": session_pk_for(worker_id)}}

@@ -19,9 +19,9 @@ base class of ``SessionStore``; its public names are re-exported from here.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from holdfast.core import rules
 from holdfast.core.aws import ConditionFailed, call, pages
@@ -44,10 +44,6 @@ from holdfast.core.schema import (
     owner_for,
     worker_of_session_pk,
 )
-from holdfast.core.store import wall_clock_ms
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = [
     "REAPED_TTL_S",
@@ -182,16 +178,7 @@ def _n(raw: Mapping[str, Any], name: str, key: str) -> int | None:
 
 
 class SessionStore(Reaper, Directing):
-    """Session operations; ``ddb`` serves both the session table and the lease table."""
-
-    def __init__(self, client: DynamoDBClient, table: str, lease_table: str, *, ttl_ms: int,
-                 skew_ms: int, clock: Callable[[], int] = wall_clock_ms) -> None:
-        self.client = client
-        self.table = table
-        self.lease_table = lease_table
-        self.ttl_ms = ttl_ms
-        self.skew_ms = skew_ms
-        self.clock = clock
+    """Session operations; ``client`` serves both the session table and the lease table."""
 
     # -- reads -------------------------------------------------------------------------------
     def get(self, worker_id: str) -> SessionItem | None:

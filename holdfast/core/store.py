@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules, unowned
@@ -58,23 +59,16 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@dataclass(eq=False)
 class LeaseStore:
     """Lease operations on one table. ``clock`` returns wall-clock milliseconds."""
 
-    def __init__(
-        self,
-        client: DynamoDBClient,
-        table: str,
-        *,
-        lease_ms: int,
-        skew_ms: int,
-        clock: Callable[[], int] = wall_clock_ms,
-    ) -> None:
-        self.client = client
-        self.table = table
-        self.lease_ms = lease_ms
-        self.skew_ms = skew_ms
-        self.clock = clock
+    client: DynamoDBClient
+    table: str
+    _: KW_ONLY
+    lease_ms: int
+    skew_ms: int
+    clock: Callable[[], int] = wall_clock_ms
 
     # -- reads ---------------------------------------------------------------------------
     def get_raw(self, conn_id: str) -> dict[str, Any] | None:
