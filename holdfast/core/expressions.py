@@ -12,7 +12,7 @@ from typing import Any
 
 from holdfast.core import rules, unowned
 from holdfast.core.exceptions import MalformedItem
-from holdfast.core.model import Lease, LeaseItem
+from holdfast.core.model import Lease, LeaseItem, str_attr
 from holdfast.core.schema import ATTR, STARTED
 
 __all__ = ["NAMES", "RenewClauses", "names_for", "num", "overtaken", "owner_of",
@@ -32,7 +32,6 @@ NAMES = {
     "#moved": ATTR.moved_at_ms,
     **unowned.MARK_NAMES,
 }
-
 
 
 def num(n: int) -> dict[str, str]:
@@ -148,9 +147,7 @@ def renewed(lease: Lease, expires: int | None, seq: int | None) -> Lease:
 
 
 def owner_of(raw: dict[str, Any]) -> str | None:
-    value = raw.get(ATTR.lease_owner)
-    s = value.get("S") if isinstance(value, dict) else None
-    return s if isinstance(s, str) else None
+    return str_attr(raw, ATTR.lease_owner)
 
 
 def parse_or_none(raw: dict[str, Any] | None) -> LeaseItem | None:

@@ -28,7 +28,7 @@ from holdfast.core.aws import ConditionFailed, call, pages
 from holdfast.core.directives import Directing, Directive, float_attr
 from holdfast.core.exceptions import MalformedItem, SessionConflict, SessionLost
 from holdfast.core.expressions import num
-from holdfast.core.model import MAX_TIMESTAMP_MS, validate_worker_id
+from holdfast.core.model import MAX_TIMESTAMP_MS, int_attr, str_attr, validate_worker_id
 from holdfast.core.reaping import (
     REAPED_TTL_S,
     REPORT_READS,
@@ -55,7 +55,6 @@ __all__ = [
     "SessionStore",
     "SessionSweep",
     "SweepLog",
-    "new_incarnation",
     "sweep_sessions",
 ]
 
@@ -79,10 +78,6 @@ class Beat:
     orders: frozenset[str]
     directive: Directive | None = None
     draining: bool = False
-
-
-def new_incarnation() -> str:
-    return secrets.token_hex(6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,16 +118,16 @@ class SessionItem:
 
     @classmethod
     def from_ddb(cls, raw: Mapping[str, Any]) -> SessionItem:
-        pk = _s(raw, SESSION.pk) or "<no Pk>"
+        pk = str_attr(raw, SESSION.pk) or "<no Pk>"
         try:
             worker_id = validate_worker_id(worker_of_session_pk(pk))
         except ValueError as exc:
             raise MalformedItem(pk, str(exc)) from None
-        incarnation = _s(raw, SESSION.incarnation)
+        incarnation = str_attr(raw, SESSION.incarnation)
         if not incarnation or len(incarnation) > 64 or "#" in incarnation:
             raise MalformedItem(pk, f"{SESSION.incarnation} is missing or invalid")
         try:
-            state = SessionState(_s(raw, SESSION.state) or "")
+            state = SessionState(str_attr(raw, SESSION.state) or "")
         except ValueError:
             raise MalformedItem(pk, f"{SESSION.state} is not one of "
                                     f"{', '.join(SessionState)}") from None
@@ -157,21 +152,10 @@ def _draining(raw: Mapping[str, Any]) -> bool:
     return isinstance(value, Mapping) and value.get("BOOL") is True
 
 
-def _s(raw: Mapping[str, Any], name: str) -> str | None:
-    value = raw.get(name)
-    s = value.get("S") if isinstance(value, Mapping) else None
-    return s if isinstance(s, str) else None
-
-
 def _n(raw: Mapping[str, Any], name: str, key: str) -> int | None:
-    value = raw.get(name)
-    if value is None:
+    if raw.get(name) is None:
         return None
-    n = value.get("N") if isinstance(value, Mapping) else None
-    try:
-        number = int(n) if isinstance(n, str) else None
-    except ValueError:
-        number = None
+    number = int_attr(raw, name)
     if number is None or not 0 <= number <= MAX_TIMESTAMP_MS:
         raise MalformedItem(key, f"{name} must be a non-negative integer")
     return number
@@ -202,7 +186,7 @@ class SessionStore(Reaper, Directing):
 
         ``SessionConflict`` if a live session (heartbeat within TTL + skew) holds the id.
         """
-        incarnation = incarnation or new_incarnation()
+        incarnation = incarnation or secrets.token_hex(6)
         old = self.get(worker_id)
         now = self.clock()
         if old is not None and old.state is SessionState.ALIVE and not rules.is_expired(
@@ -245,13 +229,12 @@ class SessionStore(Reaper, Directing):
                                   ":cap": num(capacity), ":inc": {"S": session.incarnation},
                                   ":load": Directive.number(held if load is None else load),
                                   ":alive": {"S": SessionState.ALIVE}}
-        if done:
-            update += " DELETE #orders :done"
-            values[":done"] = {"SS": sorted(done)}
         names = {"#exp": SESSION.expires_at_ms, "#hb": SESSION.heartbeat_at_ms,
                  "#held": SESSION.held, "#cap": SESSION.capacity, "#inc": SESSION.incarnation,
                  "#state": SESSION.state, "#load": SESSION.load}
         if done:
+            update += " DELETE #orders :done"
+            values[":done"] = {"SS": sorted(done)}
             names["#orders"] = SESSION.orders
         try:
             resp = call("session_heartbeat", self.client.update_item, TableName=self.table,
@@ -280,7 +263,7 @@ class SessionStore(Reaper, Directing):
 def _why_lost(raw: Mapping[str, Any] | None, incarnation: str) -> str:
     if not raw:
         return "session item deleted"
-    if _s(raw, SESSION.incarnation) != incarnation:
+    if str_attr(raw, SESSION.incarnation) != incarnation:
         return "replaced by another incarnation"
-    return f"session is {_s(raw, SESSION.state) or 'unknown'}"
+    return f"session is {str_attr(raw, SESSION.state) or 'unknown'}"
 

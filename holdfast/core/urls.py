@@ -21,6 +21,7 @@ for a log line. The environment variable names are defined here, once.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -162,8 +163,7 @@ def policy_from_env(env: Mapping[str, str]) -> UrlPolicy:
         policy = parse_allow_list((env.get(ENV_ALLOWED_HOSTS) or "").strip() or None)
     except ValueError as exc:
         raise ValueError(f"{ENV_ALLOWED_HOSTS}: {exc}") from None
-    return UrlPolicy(policy.names, policy.suffixes, policy.networks, policy.restricted,
-                     log_paths=log_paths_from_env(env))
+    return dataclasses.replace(policy, log_paths=log_paths_from_env(env))
 
 
 def log_paths_from_env(env: Mapping[str, str]) -> bool:
