@@ -80,18 +80,11 @@ class RenewClauses:
 
     def partiql(self, table: str, pk: str) -> dict[str, Any]:
         """One PartiQL UPDATE statement with the same effect and condition."""
-        params: list[dict[str, str]] = [v for _, v in self.sets]
-        where = [f"{ATTR.pk} = ?"]
-        params.append(string(pk))
-        for a, v in self.equals:
-            where.append(f"{a} = ?")
-            params.append(v)
-        for a, v in self.at_most:
-            where.append(f"{a} <= ?")
-            params.append(v)
-        for a, v in self.at_most_or_missing:
-            where.append(f"({a} IS MISSING OR {a} <= ?)")
-            params.append(v)
+        tests = [(f"{a} = ?", v) for a, v in self.equals]
+        tests += [(f"{a} <= ?", v) for a, v in self.at_most]
+        tests += [(f"({a} IS MISSING OR {a} <= ?)", v) for a, v in self.at_most_or_missing]
+        where = [f"{ATTR.pk} = ?", *(t for t, _ in tests)]
+        params = [*(v for _, v in self.sets), string(pk), *(v for _, v in tests)]
         sets = " ".join(f"SET {a} = ?" for a, _ in self.sets)
         return {"Statement": f'UPDATE "{table}" {sets} WHERE {" AND ".join(where)}',
                 "Parameters": params}

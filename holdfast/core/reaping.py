@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from holdfast.core import rules, unowned
 from holdfast.core.aws import ConditionFailed, call, pages
 from holdfast.core.exceptions import HoldfastError, MalformedItem
-from holdfast.core.expressions import num
+from holdfast.core.expressions import names_for, num
 from holdfast.core.model import validate_worker_id
 from holdfast.core.schema import (
     ATTR,
@@ -208,16 +208,12 @@ class Reaper:
         unowned-time marker (``holdfast.core.unowned``): a dead holder's last heartbeat.
         """
         now = self.clock()
+        update = ("SET #exp = :zero, #status = :released, #upd = :now, #err = :why, "
+                  f"{unowned.MARK_SET} REMOVE #owner")
         try:
             call("release_dead", self.client.update_item, TableName=self.lease_table,
-                 Key={ATTR.pk: {"S": pk_for(conn_id)}},
-                 UpdateExpression="SET #exp = :zero, #status = :released, #upd = :now, "
-                                  f"#err = :why, {unowned.MARK_SET} REMOVE #owner",
-                 ConditionExpression="#owner = :owner",
-                 ExpressionAttributeNames={"#exp": ATTR.lease_expires_at_ms,
-                                           "#status": ATTR.status, "#upd": ATTR.updated_at_ms,
-                                           "#err": ATTR.last_error, "#owner": ATTR.lease_owner,
-                                           **unowned.MARK_NAMES},
+                 Key={ATTR.pk: {"S": pk_for(conn_id)}}, UpdateExpression=update,
+                 ConditionExpression="#owner = :owner", ExpressionAttributeNames=names_for(update),
                  ExpressionAttributeValues={":zero": num(0),
                                             ":released": {"S": LeaseStatus.RELEASED},
                                             ":now": num(now), ":why": {"S": reason[:500]},

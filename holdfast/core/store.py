@@ -117,7 +117,9 @@ class LeaseStore:
                 # lost, or our release of it failed. Owners are unique per incarnation, so no
                 # other process wrote it: taken back under a new epoch.
                 ours = current is not None and current.started and current.lease_owner == owner
-                if not ours and not self._claimable(raw, now):
+                free = current is not None and current.lease_owner is None and (
+                    rules.claim_blocker(current, now, self.skew_ms) is None)
+                if not ours and not free:
                     return self._acquire_failed(conn_id, owner, raw, now)
                 adopt = adopt or ours
                 stored = int_attr(raw or {}, ATTR.epoch)
@@ -151,11 +153,6 @@ class LeaseStore:
                             ":running, #upd = :now, #epoch = :epoch",
                             _ADOPT_CONDITION if adopt else _ACQUIRE_CONDITION, values,
                             returns="ALL_OLD")
-
-    def _claimable(self, raw: dict[str, Any] | None, now: int) -> bool:
-        current = parse_or_none(raw)
-        return current is not None and current.lease_owner is None and rules.claim_blocker(
-            current, now, self.skew_ms) is None
 
     def _as_lease(self, conn_id: str, owner: str, raw: dict[str, Any], now: int,
                   unowned_ms: int | None = None) -> Lease:
@@ -215,7 +212,8 @@ class LeaseStore:
         except ConditionFailed as failed:
             raced = overtaken(lease, failed.item, expires, seq)
             if raced is None:
-                raise self._lost(lease, failed.item) from None
+                raise LeaseLost(lease.conn_id, self._loss_of(lease, failed.item) or
+                                LossReason.REGRESSION, parse_or_none(failed.item)) from None
             return raced
         except StoreUnavailable:
             raw = self.get_raw(lease.conn_id)
@@ -236,10 +234,6 @@ class LeaseStore:
             return rules.classify_loss(LeaseItem.from_ddb(raw), lease.owner, lease.epoch)
         except MalformedItem:
             return LossReason.INVALID
-
-    def _lost(self, lease: Lease, raw: dict[str, Any] | None) -> LeaseLost:
-        reason = self._loss_of(lease, raw) or LossReason.REGRESSION
-        return LeaseLost(lease.conn_id, reason, parse_or_none(raw))
 
     def release(self, lease: Lease, handled_seq: int | None = None, *, error: str | None = None,
                 retry_at_ms: int | None = None, moved: bool = False) -> LossReason | None:
