@@ -142,7 +142,7 @@ class Reaper:
         """
         from holdfast.core.sessions import ReportedDeath  # not at module level: a cycle
 
-        item = self._read_for_report(validate_worker_id(worker_id))
+        item = self.get(validate_worker_id(worker_id), only=REPORT_READS)
         if item is None:
             return ReportedDeath(False, 0, "no session item for this worker id")
         if stopped_at_ms is not None and item.started_at_ms > stopped_at_ms:
@@ -170,21 +170,22 @@ class Reaper:
         elif item.state is SessionState.ALIVE:
             # Lost a race: re-read. Another reporter or the sweeper made it DEAD (reap it), or
             # a newer incarnation took the id (leave it alone).
-            again = self._read_for_report(worker_id)
+            again = self.get(worker_id, only=REPORT_READS)
             if again is None or again.incarnation != item.incarnation:
                 return ReportedDeath(False, 0, "replaced by a newer incarnation meanwhile")
             item = again
         ids = self.reap(item)[0]
         return ReportedDeath(declared, len(ids), None, tuple(ids))
 
-    def _read_for_report(self, worker_id: str) -> SessionItem | None:
+    def get(self, worker_id: str, *, only: tuple[str, ...] = ()) -> SessionItem | None:
+        """The session item of ``worker_id`` (strongly consistent), or None; with ``only``,
+        just those attributes (a projection: IAM pins the reporter to ``REPORT_READS``)."""
         from holdfast.core.sessions import SessionItem  # not at module level: a cycle
 
-        # A projection (not the whole item): IAM pins the reporter to the attributes it reads.
+        projection = {"ProjectionExpression": ", ".join(f"#a{i}" for i in range(len(only))),
+                      "ExpressionAttributeNames": {f"#a{i}": a for i, a in enumerate(only)}}
         resp = call("get_session", self.client.get_item, TableName=self.table,
-                    Key=self._key(worker_id), ConsistentRead=True,
-                    ProjectionExpression=", ".join(f"#a{i}" for i in range(len(REPORT_READS))),
-                    ExpressionAttributeNames={f"#a{i}": a for i, a in enumerate(REPORT_READS)})
+                    Key=self._key(worker_id), ConsistentRead=True, **(projection if only else {}))
         raw = resp.get("Item")
         return SessionItem.from_ddb(raw) if raw else None
 

@@ -11,9 +11,9 @@ process (same id, new incarnation) never matches its predecessor's streams.
   and returns pending orders; a DEAD or replaced session raises ``SessionLost``.
 
 Here: the session item types, their parsing, and the worker's own side of ``SessionStore``
-(get, scan, start, heartbeat_full, end, add_order). The sweeper's side (``mark_dead``, ``reap``,
-``report_dead``, ``sweep_sessions``) lives in ``holdfast.core.reaping``, in ``Reaper``, the
-base class of ``SessionStore``; its public names are re-exported from here.
+(scan, start, heartbeat_full, end, add_order). The sweeper's side (``mark_dead``, ``reap``,
+``report_dead``, ``sweep_sessions``) and ``get`` live in ``holdfast.core.reaping``, in
+``Reaper``, the base class of ``SessionStore``; its public names are re-exported from here.
 """
 
 from __future__ import annotations
@@ -165,12 +165,6 @@ class SessionStore(Reaper, Directing):
     """Session operations; ``client`` serves both the session table and the lease table."""
 
     # -- reads -------------------------------------------------------------------------------
-    def get(self, worker_id: str) -> SessionItem | None:
-        resp = call("get_session", self.client.get_item, TableName=self.table,
-                    Key=self._key(worker_id), ConsistentRead=True)
-        raw = resp.get("Item")
-        return SessionItem.from_ddb(raw) if raw else None
-
     def scan(self) -> Iterator[SessionItem | MalformedItem]:
         """Every session item, parsed; a malformed or foreign one comes back as the error."""
         for resp in pages("scan_sessions", self.client.scan, TableName=self.table):
