@@ -192,7 +192,7 @@ def measure(ddb: Client, lease: str, session: str) -> dict[str, Any]:
     dead = _item(sessions, dead2.worker_id)
     b.once("reap", "reap a dead session holding 100 streams (SessionStore.reap)",
            lambda: sessions.reap(dead), kind="write",
-           items=lambda r, t: int(r))
+           items=lambda r, t: len(r[0]))
     # The seed's program: lease 20 s, each heartbeat moves the expiry and carries last_seq.
     b.each("seed_acquire", "the seed's acquire (lease 20 s, owner not in the condition)", s,
            seed.acquire)

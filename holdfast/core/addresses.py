@@ -47,14 +47,10 @@ class Forbidden:
     label: str
 
 
-def _ranges(*pairs: tuple[str, str]) -> tuple[Forbidden, ...]:
-    return tuple(Forbidden(ipaddress.ip_network(n), label) for n, label in pairs)
-
-
 # Most specific first: the first match names the range (and is what an allow-list CIDR must
 # lie inside to open it). IPv6 outside 2000::/3 is reserved by the IETF, except NAT64 (whose
 # embedded IPv4 address is judged instead).
-_FORBIDDEN: Final = _ranges(
+_FORBIDDEN: Final = tuple(Forbidden(ipaddress.ip_network(n), label) for n, label in (
     ("0.0.0.0/8", "an unspecified ('this network') address"),
     ("127.0.0.0/8", "a loopback address"),
     ("10.0.0.0/8", "a private (RFC 1918) address"),
@@ -82,7 +78,7 @@ _FORBIDDEN: Final = _ranges(
     ("fe80::/10", "a link-local address"),
     ("fec0::/10", "a reserved (site-local) address"),
     ("ff00::/8", "a multicast address"),
-)
+))
 _GLOBAL_UNICAST_V6: Final = ipaddress.ip_network("2000::/3")
 _MAPPED: Final = ipaddress.ip_network("::ffff:0:0/96")
 _TRANSLATED: Final = ipaddress.ip_network("::ffff:0:0:0/96")

@@ -17,7 +17,6 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -43,8 +42,8 @@ __all__ = [
     "client_config",
     "component_of_caller",
     "dynamodb_client",
+    "pages",
     "sqs_client",
-    "translate_errors",
 ]
 
 T = TypeVar("T")
@@ -200,11 +199,11 @@ class InvalidRequest(HoldfastError):
         self.message = message
 
 
-@contextmanager
-def translate_errors(operation: str) -> Iterator[None]:
-    """Turn botocore errors into ``ConditionFailed``, ``InvalidRequest`` or our own exceptions."""
+def call(operation: str, fn: Callable[..., T], **kwargs: Any) -> T:
+    """Call a boto3 method; botocore errors become ``ConditionFailed``, ``InvalidRequest`` or
+    our own exceptions."""
     try:
-        yield
+        return fn(**kwargs)
     except ClientError as exc:
         err = exc.response.get("Error", {})
         code = err.get("Code", "")
@@ -227,7 +226,11 @@ def translate_errors(operation: str) -> Iterator[None]:
         raise StoreUnavailable(operation, type(exc).__name__) from None
 
 
-def call(operation: str, fn: Callable[..., T], **kwargs: Any) -> T:
-    """Call a boto3 method under ``translate_errors``."""
-    with translate_errors(operation):
-        return fn(**kwargs)
+def pages(operation: str, fn: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str, Any]]:
+    """Every page of a paginated Query or Scan (``call`` each), following LastEvaluatedKey."""
+    while True:
+        resp = call(operation, fn, **kwargs)
+        yield resp
+        if not resp.get("LastEvaluatedKey"):
+            return
+        kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]

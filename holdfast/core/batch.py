@@ -139,15 +139,11 @@ def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest],
         try:
             resp = call("renew_many", store.client.batch_execute_statement,
                         Statements=[built[i][0] for i in pending])
-        except StoreUnavailable as exc:
-            if exc.detail in THROTTLING_CODES:
+        except (StoreUnavailable, InvalidRequest) as exc:
+            if isinstance(exc, StoreUnavailable) and exc.detail in THROTTLING_CODES:
                 break  # refused whole: nothing applied, and splitting it up only adds calls
             # Unknown outcome (timeout, 5xx): settle each lease on its own, which resolves it.
-            out.update((i, _renew_one(store, chunk[i])) for i in pending)
-            pending = []
-            break
-        except InvalidRequest:
-            # Refused whole for what one statement holds: alone, only that one fails.
+            # Refused whole as invalid for what one statement holds: alone, only that one fails.
             out.update((i, _renew_one(store, chunk[i])) for i in pending)
             pending = []
             break

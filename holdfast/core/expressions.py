@@ -12,7 +12,7 @@ from typing import Any
 
 from holdfast.core import rules, unowned
 from holdfast.core.exceptions import MalformedItem
-from holdfast.core.model import Lease, LeaseItem
+from holdfast.core.model import Lease, LeaseItem, str_attr
 from holdfast.core.schema import ATTR, STARTED
 
 __all__ = ["NAMES", "RenewClauses", "names_for", "num", "overtaken", "owner_of",
@@ -32,7 +32,6 @@ NAMES = {
     "#moved": ATTR.moved_at_ms,
     **unowned.MARK_NAMES,
 }
-
 
 
 def num(n: int) -> dict[str, str]:
@@ -81,18 +80,11 @@ class RenewClauses:
 
     def partiql(self, table: str, pk: str) -> dict[str, Any]:
         """One PartiQL UPDATE statement with the same effect and condition."""
-        params: list[dict[str, str]] = [v for _, v in self.sets]
-        where = [f"{ATTR.pk} = ?"]
-        params.append(string(pk))
-        for a, v in self.equals:
-            where.append(f"{a} = ?")
-            params.append(v)
-        for a, v in self.at_most:
-            where.append(f"{a} <= ?")
-            params.append(v)
-        for a, v in self.at_most_or_missing:
-            where.append(f"({a} IS MISSING OR {a} <= ?)")
-            params.append(v)
+        tests = [(f"{a} = ?", v) for a, v in self.equals]
+        tests += [(f"{a} <= ?", v) for a, v in self.at_most]
+        tests += [(f"({a} IS MISSING OR {a} <= ?)", v) for a, v in self.at_most_or_missing]
+        where = [f"{ATTR.pk} = ?", *(t for t, _ in tests)]
+        params = [*(v for _, v in self.sets), string(pk), *(v for _, v in tests)]
         sets = " ".join(f"SET {a} = ?" for a, _ in self.sets)
         return {"Statement": f'UPDATE "{table}" {sets} WHERE {" AND ".join(where)}',
                 "Parameters": params}
@@ -130,12 +122,11 @@ def overtaken(lease: Lease, raw: dict[str, Any] | None, expires: int | None,
     if current is None or rules.classify_loss(current, lease.owner, lease.epoch) is not None:
         return None
     stored_exp = current.lease_expires_at_ms or 0
-    if expires is not None and stored_exp < expires:
-        # Not overtaken by a later renewal: the checkpoint was moved past ours by someone else.
-        return None
-    if expires is None:
-        # A checkpoint-only write has no racing twin of ours (the first checkpoint is written
-        # before any periodic one can carry a seq), so a later stored seq is someone else's.
+    # A checkpoint-only write (``expires`` None) has no racing twin of ours (the first
+    # checkpoint is written before any periodic one can carry a seq), so a later stored seq is
+    # someone else's; an expiry short of ours means no later renewal overtook this one: the
+    # checkpoint was moved past ours by someone else.
+    if expires is None or stored_exp < expires:
         return None
     return dataclasses.replace(lease, expires_at_ms=stored_exp, last_seq=current.last_seq,
                                unowned_ms=None)
@@ -149,9 +140,7 @@ def renewed(lease: Lease, expires: int | None, seq: int | None) -> Lease:
 
 
 def owner_of(raw: dict[str, Any]) -> str | None:
-    value = raw.get(ATTR.lease_owner)
-    s = value.get("S") if isinstance(value, dict) else None
-    return s if isinstance(s, str) else None
+    return str_attr(raw, ATTR.lease_owner)
 
 
 def parse_or_none(raw: dict[str, Any] | None) -> LeaseItem | None:

@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from holdfast.core import rules
-from holdfast.core.aws import call
+from holdfast.core.aws import pages
 from holdfast.core.exceptions import HoldfastError, MalformedItem
 from holdfast.core.model import validate_worker_id
 from holdfast.core.schema import (
@@ -103,23 +103,14 @@ def owner_liveness(owner: str, session: SessionItem | None, now_ms: int,
     return Liveness.LIVE, "session alive"
 
 
-def owned_streams(client: DynamoDBClient, table: str,
-                  start_key: dict[str, Any] | None = None) -> Iterator[tuple[str, str]]:
+def owned_streams(client: DynamoDBClient, table: str) -> Iterator[tuple[str, str]]:
     """(conn id, owner) of every owned item, from the owner index (keys only, paginated)."""
-    kwargs: dict[str, Any] = {"TableName": table, "IndexName": OWNER_INDEX_NAME}
-    if start_key:
-        kwargs["ExclusiveStartKey"] = start_key
-    while True:
-        resp = call("audit_owners", client.scan, **kwargs)
+    for resp in pages("audit_owners", client.scan, TableName=table, IndexName=OWNER_INDEX_NAME):
         for raw in resp.get("Items", []):
             try:
                 yield conn_id_from_pk(raw[ATTR.pk]["S"]), raw[ATTR.lease_owner]["S"]
             except (KeyError, TypeError, ValueError):
                 continue  # not a stream item: nothing this audit may release
-        last = resp.get("LastEvaluatedKey")
-        if not last:
-            return
-        kwargs["ExclusiveStartKey"] = last
 
 
 @dataclass

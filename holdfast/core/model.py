@@ -24,6 +24,7 @@ __all__ = [
     "Lease",
     "LeaseItem",
     "int_attr",
+    "str_attr",
     "validate_conn_id",
     "validate_worker_id",
     "weight_of",
@@ -84,8 +85,7 @@ class LeaseItem:
     @classmethod
     def from_ddb(cls, item: AttributeMap) -> LeaseItem:
         """Parse a low-level (``{"S": ...}``) item or stream image; ``MalformedItem`` if bad."""
-        raw_pk = item.get(ATTR.pk)
-        pk = _string(raw_pk) if isinstance(raw_pk, Mapping) else None
+        pk = str_attr(item, ATTR.pk)
         key = pk or "<no Pk>"
         if pk is None:
             raise MalformedItem(key, f"{ATTR.pk} is missing or not a string")
@@ -158,8 +158,10 @@ def int_attr(item: Mapping[str, Any], name: str) -> int | None:
         return None
 
 
-def _string(value: Mapping[str, Any]) -> str | None:
-    s = value.get("S")
+def str_attr(item: Mapping[str, Any], name: str) -> str | None:
+    """The string in ``item[name]`` (DynamoDB JSON ``{"S": ...}``); None if absent or not one."""
+    value = item.get(name)
+    s = value.get("S") if isinstance(value, Mapping) else None
     return s if isinstance(s, str) else None
 
 
@@ -182,7 +184,7 @@ class _Parser:
         raw = self._raw(name)
         if raw is None:
             return None
-        s = _string(raw)
+        s = str_attr(self.item, name)
         if s is None:
             raise MalformedItem(self.key, f"{name} must be a string, got {_type_of(raw)}")
         if len(s) > max_len:

@@ -23,12 +23,13 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from holdfast.core import rules, unowned
-from holdfast.core.aws import ConditionFailed, call
+from holdfast.core.aws import ConditionFailed, call, pages
 from holdfast.core.exceptions import HoldfastError, MalformedItem
+from holdfast.core.expressions import names_for, num
 from holdfast.core.model import validate_worker_id
 from holdfast.core.schema import (
     ATTR,
@@ -38,7 +39,9 @@ from holdfast.core.schema import (
     SessionState,
     conn_id_from_pk,
     pk_for,
+    session_pk_for,
 )
+from holdfast.core.store import wall_clock_ms
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -77,18 +80,21 @@ class SweepLog(Protocol):
               extra: Mapping[str, object] | None = None) -> None: ...
 
 
+@dataclass(eq=False)
 class Reaper:
-    """The dead-session operations of ``SessionStore`` (its base class; not used alone)."""
+    """The dead-session operations of ``SessionStore`` (its base class; not used alone), and
+    the fields (the constructor) of both."""
 
-    # Set by ``SessionStore.__init__``.
     client: DynamoDBClient
     table: str
     lease_table: str
+    _: KW_ONLY
+    ttl_ms: int
     skew_ms: int
-    clock: Callable[[], int]
+    clock: Callable[[], int] = wall_clock_ms
 
     def _key(self, worker_id: str) -> dict[str, Any]:
-        raise NotImplementedError  # SessionStore's
+        return {SESSION.pk: {"S": session_pk_for(worker_id)}}
 
     def mark_dead(self, item: SessionItem, *, reason: str = "silent past its TTL") -> bool:
         """Declare an ALIVE session silent past TTL + skew DEAD; True if this call did it."""
@@ -98,22 +104,27 @@ class Reaper:
     def _declare_dead(self, item: SessionItem, reason: str, cutoff_ms: int | None) -> bool:
         """The one DEAD write: conditional on the incarnation, ALIVE and (``cutoff_ms`` given)
         an expiry at or before it. A late heartbeat cannot undo it: it requires ALIVE."""
-        if item.state is not SessionState.ALIVE:
-            return False
+        return item.state is SessionState.ALIVE and self._leave_alive(
+            "mark_session_dead", item.worker_id, item.incarnation, SessionState.DEAD, reason,
+            cutoff_ms=cutoff_ms)
+
+    def _leave_alive(self, op: str, worker_id: str, incarnation: str, state: SessionState,
+                     reason: str, *, cutoff_ms: int | None = None) -> bool:
+        """The write that ends an ALIVE incarnation (DEAD, or ENDED by its own goodbye); False
+        if it is not ALIVE, not that incarnation, or (``cutoff_ms``) expires after it."""
         cond = "#inc = :inc AND #state = :alive"
         names = {"#state": SESSION.state, "#at": SESSION.ended_at_ms, "#why": SESSION.end_reason,
                  "#inc": SESSION.incarnation}
-        values = {":dead": {"S": SessionState.DEAD}, ":now": _num(self.clock()),
-                  ":why": {"S": reason[:200]}, ":inc": {"S": item.incarnation},
+        values = {":new": {"S": state}, ":now": num(self.clock()),
+                  ":why": {"S": reason[:200]}, ":inc": {"S": incarnation},
                   ":alive": {"S": SessionState.ALIVE}}
         if cutoff_ms is not None:
             cond += " AND #exp <= :cutoff"
             names["#exp"] = SESSION.expires_at_ms
-            values[":cutoff"] = _num(cutoff_ms)
+            values[":cutoff"] = num(cutoff_ms)
         try:
-            call("mark_session_dead", self.client.update_item, TableName=self.table,
-                 Key=self._key(item.worker_id),
-                 UpdateExpression="SET #state = :dead, #at = :now, #why = :why",
+            call(op, self.client.update_item, TableName=self.table, Key=self._key(worker_id),
+                 UpdateExpression="SET #state = :new, #at = :now, #why = :why",
                  ConditionExpression=cond, ExpressionAttributeNames=names,
                  ExpressionAttributeValues=values)
         except ConditionFailed:
@@ -131,7 +142,7 @@ class Reaper:
         """
         from holdfast.core.sessions import ReportedDeath  # not at module level: a cycle
 
-        item = self._read_for_report(validate_worker_id(worker_id))
+        item = self.get(validate_worker_id(worker_id), only=REPORT_READS)
         if item is None:
             return ReportedDeath(False, 0, "no session item for this worker id")
         if stopped_at_ms is not None and item.started_at_ms > stopped_at_ms:
@@ -159,41 +170,36 @@ class Reaper:
         elif item.state is SessionState.ALIVE:
             # Lost a race: re-read. Another reporter or the sweeper made it DEAD (reap it), or
             # a newer incarnation took the id (leave it alone).
-            again = self._read_for_report(worker_id)
+            again = self.get(worker_id, only=REPORT_READS)
             if again is None or again.incarnation != item.incarnation:
                 return ReportedDeath(False, 0, "replaced by a newer incarnation meanwhile")
             item = again
-        ids = self.reap_ids(item)
+        ids = self.reap(item)[0]
         return ReportedDeath(declared, len(ids), None, tuple(ids))
 
-    def _read_for_report(self, worker_id: str) -> SessionItem | None:
+    def get(self, worker_id: str, *, only: tuple[str, ...] = ()) -> SessionItem | None:
+        """The session item of ``worker_id`` (strongly consistent), or None; with ``only``,
+        just those attributes (a projection: IAM pins the reporter to ``REPORT_READS``)."""
         from holdfast.core.sessions import SessionItem  # not at module level: a cycle
 
-        # A projection (not the whole item): IAM pins the reporter to the attributes it reads.
+        projection = {"ProjectionExpression": ", ".join(f"#a{i}" for i in range(len(only))),
+                      "ExpressionAttributeNames": {f"#a{i}": a for i, a in enumerate(only)}}
         resp = call("get_session", self.client.get_item, TableName=self.table,
-                    Key=self._key(worker_id), ConsistentRead=True,
-                    ProjectionExpression=", ".join(f"#a{i}" for i in range(len(REPORT_READS))),
-                    ExpressionAttributeNames={f"#a{i}": a for i, a in enumerate(REPORT_READS)})
+                    Key=self._key(worker_id), ConsistentRead=True, **(projection if only else {}))
         raw = resp.get("Item")
         return SessionItem.from_ddb(raw) if raw else None
 
     def owned_by(self, owner: str) -> list[str]:
         """Ids of the streams ``owner`` holds (owner index: eventually consistent)."""
         found: list[str] = []
-        kwargs: dict[str, Any] = {
-            "TableName": self.lease_table, "IndexName": OWNER_INDEX_NAME,
-            "KeyConditionExpression": "#owner = :owner",
-            "ExpressionAttributeNames": {"#owner": ATTR.lease_owner},
-            "ExpressionAttributeValues": {":owner": {"S": owner}}}
-        while True:
-            resp = call("find_owned", self.client.query, **kwargs)
+        for resp in pages("find_owned", self.client.query, TableName=self.lease_table,
+                          IndexName=OWNER_INDEX_NAME, KeyConditionExpression="#owner = :owner",
+                          ExpressionAttributeNames={"#owner": ATTR.lease_owner},
+                          ExpressionAttributeValues={":owner": {"S": owner}}):
             for raw in resp.get("Items", []):
                 with contextlib.suppress(KeyError, TypeError, ValueError):
                     found.append(conn_id_from_pk(raw[ATTR.pk]["S"]))
-            last = resp.get("LastEvaluatedKey")
-            if not last:
-                return found
-            kwargs["ExclusiveStartKey"] = last
+        return found
 
     def release_owned(self, conn_id: str, owner: str, reason: str, *,
                       unowned_since_ms: int | None = None) -> bool:
@@ -203,21 +209,17 @@ class Reaper:
         unowned-time marker (``holdfast.core.unowned``): a dead holder's last heartbeat.
         """
         now = self.clock()
+        update = ("SET #exp = :zero, #status = :released, #upd = :now, #err = :why, "
+                  f"{unowned.MARK_SET} REMOVE #owner")
         try:
             call("release_dead", self.client.update_item, TableName=self.lease_table,
-                 Key={ATTR.pk: {"S": pk_for(conn_id)}},
-                 UpdateExpression="SET #exp = :zero, #status = :released, #upd = :now, "
-                                  f"#err = :why, {unowned.MARK_SET} REMOVE #owner",
-                 ConditionExpression="#owner = :owner",
-                 ExpressionAttributeNames={"#exp": ATTR.lease_expires_at_ms,
-                                           "#status": ATTR.status, "#upd": ATTR.updated_at_ms,
-                                           "#err": ATTR.last_error, "#owner": ATTR.lease_owner,
-                                           **unowned.MARK_NAMES},
-                 ExpressionAttributeValues={":zero": _num(0),
+                 Key={ATTR.pk: {"S": pk_for(conn_id)}}, UpdateExpression=update,
+                 ConditionExpression="#owner = :owner", ExpressionAttributeNames=names_for(update),
+                 ExpressionAttributeValues={":zero": num(0),
                                             ":released": {"S": LeaseStatus.RELEASED},
-                                            ":now": _num(now), ":why": {"S": reason[:500]},
+                                            ":now": num(now), ":why": {"S": reason[:500]},
                                             ":owner": {"S": owner}, **unowned.MARK_VALUES,
-                                            ":unowned_since": _num(
+                                            ":unowned_since": num(
                                                 now if unowned_since_ms is None
                                                 else unowned_since_ms)})
         except ConditionFailed:
@@ -248,16 +250,9 @@ class Reaper:
         errors = [(c, r) for c, r in zip(owned, done, strict=True) if r and r != "ok"]
         return released, errors
 
-    def reap(self, item: SessionItem) -> int:
-        """Release every stream of a non-live session, then mark it reaped; returns released."""
-        return len(self.reap_ids(item))
-
-    def reap_ids(self, item: SessionItem) -> list[str]:
-        """``reap``, returning the ids of the streams this call released."""
-        return self.reap_report(item)[0]
-
-    def reap_report(self, item: SessionItem) -> tuple[list[str], list[tuple[str, str]]]:
-        """``reap``: the ids released, and (conn id, error) of each stream it could not."""
+    def reap(self, item: SessionItem) -> tuple[list[str], list[tuple[str, str]]]:
+        """Release every stream of a non-live session, then mark it reaped: the ids this call
+        released, and (conn id, error) of each stream it could not."""
         if item.state is SessionState.ALIVE or item.reaped:
             return [], []
         why = f"session {item.owner} {'ended' if item.state is SessionState.ENDED else 'dead'}"
@@ -278,8 +273,8 @@ class Reaper:
                      ExpressionAttributeNames={"#reaped": SESSION.reaped_at_ms,
                                                "#ttl": SESSION.ttl, "#inc": SESSION.incarnation,
                                                "#state": SESSION.state},
-                     ExpressionAttributeValues={":now": _num(now),
-                                                ":ttl": _num(now // 1000 + REAPED_TTL_S),
+                     ExpressionAttributeValues={":now": num(now),
+                                                ":ttl": num(now // 1000 + REAPED_TTL_S),
                                                 ":inc": {"S": item.incarnation},
                                                 ":alive": {"S": SessionState.ALIVE}})
         return released, errors
@@ -328,7 +323,7 @@ def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
         if action in ("declare_dead", "reap"):
             # A session that lost the race (a late heartbeat renewed it) is still ALIVE here,
             # and reap() leaves an ALIVE session alone.
-            ids, errors = store.reap_report(target)
+            ids, errors = store.reap(target)
             released = len(ids)
             out.reaped += released
             if released:
@@ -343,7 +338,3 @@ def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
 
 def _as_dead(item: SessionItem) -> SessionItem:
     return dataclasses.replace(item, state=SessionState.DEAD)
-
-
-def _num(n: int) -> dict[str, str]:
-    return {"N": str(n)}

@@ -7,27 +7,28 @@ process (same id, new incarnation) never matches its predecessor's streams.
 - ``start``: write a new incarnation. A live one under the same id refuses (``SessionConflict``);
   a silent or ended one is reaped first (its streams released), so none of them is left owned
   by a session that nobody serves.
-- ``heartbeat``: one conditional write (``incarnation`` and ALIVE) that extends the session and
-  returns pending orders; a DEAD or replaced session raises ``SessionLost``.
+- ``heartbeat_full``: one conditional write (``incarnation`` and ALIVE) that extends the session
+  and returns pending orders; a DEAD or replaced session raises ``SessionLost``.
 
 Here: the session item types, their parsing, and the worker's own side of ``SessionStore``
-(get, scan, start, heartbeat, end, add_order). The sweeper's side (``mark_dead``, ``reap``,
-``report_dead``, ``sweep_sessions``) lives in ``holdfast.core.reaping``, in ``Reaper``, the
-base class of ``SessionStore``; its public names are re-exported from here.
+(scan, start, heartbeat_full, end, add_order). The sweeper's side (``mark_dead``, ``reap``,
+``report_dead``, ``sweep_sessions``) and ``get`` live in ``holdfast.core.reaping``, in
+``Reaper``, the base class of ``SessionStore``; its public names are re-exported from here.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from holdfast.core import rules
-from holdfast.core.aws import ConditionFailed, call
+from holdfast.core.aws import ConditionFailed, call, pages
 from holdfast.core.directives import Directing, Directive, float_attr
 from holdfast.core.exceptions import MalformedItem, SessionConflict, SessionLost
-from holdfast.core.model import MAX_TIMESTAMP_MS, validate_worker_id
+from holdfast.core.expressions import num
+from holdfast.core.model import MAX_TIMESTAMP_MS, int_attr, str_attr, validate_worker_id
 from holdfast.core.reaping import (
     REAPED_TTL_S,
     REPORT_READS,
@@ -35,20 +36,14 @@ from holdfast.core.reaping import (
     SessionSweep,
     SweepLog,
     _as_dead,
-    _num,
     sweep_sessions,
 )
 from holdfast.core.schema import (
     SESSION,
     SessionState,
     owner_for,
-    session_pk_for,
     worker_of_session_pk,
 )
-from holdfast.core.store import wall_clock_ms
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = [
     "REAPED_TTL_S",
@@ -60,7 +55,6 @@ __all__ = [
     "SessionStore",
     "SessionSweep",
     "SweepLog",
-    "new_incarnation",
     "sweep_sessions",
 ]
 
@@ -84,10 +78,6 @@ class Beat:
     orders: frozenset[str]
     directive: Directive | None = None
     draining: bool = False
-
-
-def new_incarnation() -> str:
-    return secrets.token_hex(6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,16 +118,16 @@ class SessionItem:
 
     @classmethod
     def from_ddb(cls, raw: Mapping[str, Any]) -> SessionItem:
-        pk = _s(raw, SESSION.pk) or "<no Pk>"
+        pk = str_attr(raw, SESSION.pk) or "<no Pk>"
         try:
             worker_id = validate_worker_id(worker_of_session_pk(pk))
         except ValueError as exc:
             raise MalformedItem(pk, str(exc)) from None
-        incarnation = _s(raw, SESSION.incarnation)
+        incarnation = str_attr(raw, SESSION.incarnation)
         if not incarnation or len(incarnation) > 64 or "#" in incarnation:
             raise MalformedItem(pk, f"{SESSION.incarnation} is missing or invalid")
         try:
-            state = SessionState(_s(raw, SESSION.state) or "")
+            state = SessionState(str_attr(raw, SESSION.state) or "")
         except ValueError:
             raise MalformedItem(pk, f"{SESSION.state} is not one of "
                                     f"{', '.join(SessionState)}") from None
@@ -162,62 +152,27 @@ def _draining(raw: Mapping[str, Any]) -> bool:
     return isinstance(value, Mapping) and value.get("BOOL") is True
 
 
-def _s(raw: Mapping[str, Any], name: str) -> str | None:
-    value = raw.get(name)
-    s = value.get("S") if isinstance(value, Mapping) else None
-    return s if isinstance(s, str) else None
-
-
 def _n(raw: Mapping[str, Any], name: str, key: str) -> int | None:
-    value = raw.get(name)
-    if value is None:
+    if raw.get(name) is None:
         return None
-    n = value.get("N") if isinstance(value, Mapping) else None
-    try:
-        number = int(n) if isinstance(n, str) else None
-    except ValueError:
-        number = None
+    number = int_attr(raw, name)
     if number is None or not 0 <= number <= MAX_TIMESTAMP_MS:
         raise MalformedItem(key, f"{name} must be a non-negative integer")
     return number
 
 
 class SessionStore(Reaper, Directing):
-    """Session operations; ``ddb`` serves both the session table and the lease table."""
-
-    def __init__(self, client: DynamoDBClient, table: str, lease_table: str, *, ttl_ms: int,
-                 skew_ms: int, clock: Callable[[], int] = wall_clock_ms) -> None:
-        self.client = client
-        self.table = table
-        self.lease_table = lease_table
-        self.ttl_ms = ttl_ms
-        self.skew_ms = skew_ms
-        self.clock = clock
-
-    def _key(self, worker_id: str) -> dict[str, Any]:
-        return {SESSION.pk: {"S": session_pk_for(worker_id)}}
+    """Session operations; ``client`` serves both the session table and the lease table."""
 
     # -- reads -------------------------------------------------------------------------------
-    def get(self, worker_id: str) -> SessionItem | None:
-        resp = call("get_session", self.client.get_item, TableName=self.table,
-                    Key=self._key(worker_id), ConsistentRead=True)
-        raw = resp.get("Item")
-        return SessionItem.from_ddb(raw) if raw else None
-
     def scan(self) -> Iterator[SessionItem | MalformedItem]:
         """Every session item, parsed; a malformed or foreign one comes back as the error."""
-        kwargs: dict[str, Any] = {"TableName": self.table}
-        while True:
-            resp = call("scan_sessions", self.client.scan, **kwargs)
+        for resp in pages("scan_sessions", self.client.scan, TableName=self.table):
             for raw in resp.get("Items", []):
                 try:
                     yield SessionItem.from_ddb(raw)
                 except MalformedItem as bad:
                     yield bad
-            last = resp.get("LastEvaluatedKey")
-            if not last:
-                return
-            kwargs["ExclusiveStartKey"] = last
 
     # -- the worker's own session ----------------------------------------------------------
     def start(self, worker_id: str, capacity: int, incarnation: str | None = None) -> Session:
@@ -225,7 +180,7 @@ class SessionStore(Reaper, Directing):
 
         ``SessionConflict`` if a live session (heartbeat within TTL + skew) holds the id.
         """
-        incarnation = incarnation or new_incarnation()
+        incarnation = incarnation or secrets.token_hex(6)
         old = self.get(worker_id)
         now = self.clock()
         if old is not None and old.state is SessionState.ALIVE and not rules.is_expired(
@@ -237,9 +192,9 @@ class SessionStore(Reaper, Directing):
             self.reap(old)
         expires = now + self.ttl_ms
         item = {**self._key(worker_id), SESSION.incarnation: {"S": incarnation},
-                SESSION.state: {"S": SessionState.ALIVE}, SESSION.expires_at_ms: _num(expires),
-                SESSION.heartbeat_at_ms: _num(now), SESSION.started_at_ms: _num(now),
-                SESSION.held: _num(0), SESSION.capacity: _num(capacity)}
+                SESSION.state: {"S": SessionState.ALIVE}, SESSION.expires_at_ms: num(expires),
+                SESSION.heartbeat_at_ms: num(now), SESSION.started_at_ms: num(now),
+                SESSION.held: num(0), SESSION.capacity: num(capacity)}
         cond, names, values = "attribute_not_exists(#pk)", {"#pk": SESSION.pk}, {}
         if old is not None:
             # Only over the predecessor we looked at: a concurrent starter wins or loses whole.
@@ -256,29 +211,24 @@ class SessionStore(Reaper, Directing):
                                   0) from None
         return Session(worker_id, incarnation, expires)
 
-    def heartbeat(self, session: Session, *, held: int, capacity: int,
-                  done: frozenset[str] = frozenset()) -> tuple[Session, frozenset[str]]:
-        """Extend ``session``; returns it and its pending orders. ``SessionLost`` if not ALIVE."""
-        beat = self.heartbeat_full(session, held=held, capacity=capacity, done=done)
-        return beat.session, beat.orders
-
     def heartbeat_full(self, session: Session, *, held: int, capacity: int,
                        done: frozenset[str] = frozenset(), load: float | None = None) -> Beat:
-        """Extend ``session``; its orders, target and drain flag as written now (``Beat``)."""
+        """Extend ``session``; its orders, target and drain flag as written now (``Beat``).
+
+        ``SessionLost`` if it is not ALIVE (DEAD, ENDED, replaced or deleted)."""
         now = self.clock()
         expires = now + self.ttl_ms
         update = "SET #exp = :exp, #hb = :now, #held = :held, #cap = :cap, #load = :load"
-        values: dict[str, Any] = {":exp": _num(expires), ":now": _num(now), ":held": _num(held),
-                                  ":cap": _num(capacity), ":inc": {"S": session.incarnation},
+        values: dict[str, Any] = {":exp": num(expires), ":now": num(now), ":held": num(held),
+                                  ":cap": num(capacity), ":inc": {"S": session.incarnation},
                                   ":load": Directive.number(held if load is None else load),
                                   ":alive": {"S": SessionState.ALIVE}}
-        if done:
-            update += " DELETE #orders :done"
-            values[":done"] = {"SS": sorted(done)}
         names = {"#exp": SESSION.expires_at_ms, "#hb": SESSION.heartbeat_at_ms,
                  "#held": SESSION.held, "#cap": SESSION.capacity, "#inc": SESSION.incarnation,
                  "#state": SESSION.state, "#load": SESSION.load}
         if done:
+            update += " DELETE #orders :done"
+            values[":done"] = {"SS": sorted(done)}
             names["#orders"] = SESSION.orders
         try:
             resp = call("session_heartbeat", self.client.update_item, TableName=self.table,
@@ -296,22 +246,8 @@ class SessionStore(Reaper, Directing):
 
     def end(self, session: Session, reason: str = "shutdown") -> bool:
         """Say goodbye (ENDED): the sweeper reaps whatever the process could not release."""
-        now = self.clock()
-        try:
-            call("end_session", self.client.update_item, TableName=self.table,
-                 Key=self._key(session.worker_id),
-                 UpdateExpression="SET #state = :ended, #at = :now, #why = :why",
-                 ConditionExpression="#inc = :inc AND #state = :alive",
-                 ExpressionAttributeNames={"#state": SESSION.state, "#at": SESSION.ended_at_ms,
-                                           "#why": SESSION.end_reason,
-                                           "#inc": SESSION.incarnation},
-                 ExpressionAttributeValues={":ended": {"S": SessionState.ENDED},
-                                            ":now": _num(now), ":why": {"S": reason[:200]},
-                                            ":inc": {"S": session.incarnation},
-                                            ":alive": {"S": SessionState.ALIVE}})
-        except ConditionFailed:
-            return False
-        return True
+        return self._leave_alive("end_session", session.worker_id, session.incarnation,
+                                 SessionState.ENDED, reason)
 
     def add_order(self, owner: str, order: str) -> bool:
         """Give the live session ``owner`` an order (router); False if no such live session."""
@@ -321,7 +257,7 @@ class SessionStore(Reaper, Directing):
 def _why_lost(raw: Mapping[str, Any] | None, incarnation: str) -> str:
     if not raw:
         return "session item deleted"
-    if _s(raw, SESSION.incarnation) != incarnation:
+    if str_attr(raw, SESSION.incarnation) != incarnation:
         return "replaced by another incarnation"
-    return f"session is {_s(raw, SESSION.state) or 'unknown'}"
+    return f"session is {str_attr(raw, SESSION.state) or 'unknown'}"
 

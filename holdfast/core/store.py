@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules, unowned
@@ -24,28 +25,14 @@ from holdfast.core.exceptions import (
     StoreUnavailable,
 )
 from holdfast.core.expressions import (
-    names_for as _names,
-)
-from holdfast.core.expressions import (
-    num as _num,
-)
-from holdfast.core.expressions import (
-    overtaken as _overtaken,
-)
-from holdfast.core.expressions import (
-    owner_of as _owner_of,
-)
-from holdfast.core.expressions import (
-    parse_or_none as _parse_or_none,
-)
-from holdfast.core.expressions import (
+    names_for,
+    num,
+    overtaken,
+    owner_of,
+    parse_or_none,
     renew_clauses,
-)
-from holdfast.core.expressions import (
-    renewed as _renewed,
-)
-from holdfast.core.expressions import (
-    string as _str,
+    renewed,
+    string,
 )
 from holdfast.core.model import Lease, LeaseItem, int_attr, weight_of
 from holdfast.core.redact import scrub
@@ -72,29 +59,22 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@dataclass(eq=False)
 class LeaseStore:
     """Lease operations on one table. ``clock`` returns wall-clock milliseconds."""
 
-    def __init__(
-        self,
-        client: DynamoDBClient,
-        table: str,
-        *,
-        lease_ms: int,
-        skew_ms: int,
-        clock: Callable[[], int] = wall_clock_ms,
-    ) -> None:
-        self.client = client
-        self.table = table
-        self.lease_ms = lease_ms
-        self.skew_ms = skew_ms
-        self.clock = clock
+    client: DynamoDBClient
+    table: str
+    _: KW_ONLY
+    lease_ms: int
+    skew_ms: int
+    clock: Callable[[], int] = wall_clock_ms
 
     # -- reads ---------------------------------------------------------------------------
     def get_raw(self, conn_id: str) -> dict[str, Any] | None:
         """The item as stored (strongly consistent), or None if there is none."""
         resp = call("GetItem", self.client.get_item, TableName=self.table,
-                    Key={ATTR.pk: _str(pk_for(conn_id))}, ConsistentRead=True)
+                    Key={ATTR.pk: string(pk_for(conn_id))}, ConsistentRead=True)
         item = resp.get("Item")
         return dict(item) if item else None
 
@@ -105,13 +85,12 @@ class LeaseStore:
 
     # -- writes --------------------------------------------------------------------------
     def _update(self, op: str, conn_id: str, update: str, condition: str,
-                values: dict[str, Any], *, return_new: bool = False) -> dict[str, Any]:
+                values: dict[str, Any], *, returns: str = "NONE") -> dict[str, Any]:
         resp = call(op, self.client.update_item, TableName=self.table,
-                    Key={ATTR.pk: _str(pk_for(conn_id))}, UpdateExpression=update,
+                    Key={ATTR.pk: string(pk_for(conn_id))}, UpdateExpression=update,
                     ConditionExpression=condition,
-                    ExpressionAttributeNames=_names(update + condition),
-                    ExpressionAttributeValues=values,
-                    ReturnValues="ALL_NEW" if return_new else "NONE",
+                    ExpressionAttributeNames=names_for(update + condition),
+                    ExpressionAttributeValues=values, ReturnValues=returns,
                     ReturnValuesOnConditionCheckFailure="ALL_OLD")
         return dict(resp.get("Attributes") or {})
 
@@ -133,12 +112,14 @@ class LeaseStore:
                 old = self._acquire_write(conn_id, owner, now, epoch, adopt)
             except ConditionFailed as failed:
                 raw = failed.item
-                current = _parse_or_none(raw)
+                current = parse_or_none(raw)
                 # Ours already: an earlier acquire of this session landed but its answer was
                 # lost, or our release of it failed. Owners are unique per incarnation, so no
                 # other process wrote it: taken back under a new epoch.
                 ours = current is not None and current.started and current.lease_owner == owner
-                if not ours and not self._claimable(raw, now):
+                free = current is not None and current.lease_owner is None and (
+                    rules.claim_blocker(current, now, self.skew_ms) is None)
+                if not ours and not free:
                     return self._acquire_failed(conn_id, owner, raw, now)
                 adopt = adopt or ours
                 stored = int_attr(raw or {}, ATTR.epoch)
@@ -154,8 +135,8 @@ class LeaseStore:
                 stored = self._acquire_unknown(conn_id, owner, now)
                 adopt, epoch = True, max(epoch, stored + 1)
                 continue
-            new = {**old, ATTR.lease_owner: _str(owner), ATTR.epoch: _num(epoch),
-                   ATTR.lease_expires_at_ms: _num(now + self.lease_ms)}
+            new = {**old, ATTR.lease_owner: string(owner), ATTR.epoch: num(epoch),
+                   ATTR.lease_expires_at_ms: num(now + self.lease_ms)}
             return self._as_lease(conn_id, owner, new, now, None if adopt else
                                   unowned.unowned_time_ms(old, now, self.skew_ms))
         raise AcquireFailed(conn_id, LossReason.HELD, None)
@@ -163,25 +144,15 @@ class LeaseStore:
     def _acquire_write(self, conn_id: str, owner: str, now: int, epoch: int,
                        adopt: bool) -> dict[str, Any]:
         """The acquire's one write; returns the item as it was before it (ALL_OLD)."""
-        values = {":me": _str(owner), ":exp": _num(now + self.lease_ms),
-                  ":running": _str(LeaseStatus.RUNNING), ":now": _num(now),
-                  ":epoch": _num(epoch), ":started": _str(STARTED)}
+        values = {":me": string(owner), ":exp": num(now + self.lease_ms),
+                  ":running": string(LeaseStatus.RUNNING), ":now": num(now),
+                  ":epoch": num(epoch), ":started": string(STARTED)}
         if not adopt:
-            values[":cutoff"] = _num(rules.acquire_cutoff_ms(now, self.skew_ms))
-        resp = call("acquire", self.client.update_item, TableName=self.table,
-                    Key={ATTR.pk: _str(pk_for(conn_id))},
-                    UpdateExpression="SET #owner = :me, #exp = :exp, #status = :running, "
-                                     "#upd = :now, #epoch = :epoch",
-                    ConditionExpression=_ADOPT_CONDITION if adopt else _ACQUIRE_CONDITION,
-                    ExpressionAttributeNames=_names("#owner #exp #status #upd #epoch #ds"),
-                    ExpressionAttributeValues=values,
-                    ReturnValues="ALL_OLD", ReturnValuesOnConditionCheckFailure="ALL_OLD")
-        return dict(resp.get("Attributes") or {})
-
-    def _claimable(self, raw: dict[str, Any] | None, now: int) -> bool:
-        current = _parse_or_none(raw)
-        return current is not None and current.lease_owner is None and rules.claim_blocker(
-            current, now, self.skew_ms) is None
+            values[":cutoff"] = num(rules.acquire_cutoff_ms(now, self.skew_ms))
+        return self._update("acquire", conn_id, "SET #owner = :me, #exp = :exp, #status = "
+                            ":running, #upd = :now, #epoch = :epoch",
+                            _ADOPT_CONDITION if adopt else _ACQUIRE_CONDITION, values,
+                            returns="ALL_OLD")
 
     def _as_lease(self, conn_id: str, owner: str, raw: dict[str, Any], now: int,
                   unowned_ms: int | None = None) -> Lease:
@@ -214,11 +185,11 @@ class LeaseStore:
         """After an acquire without an answer: the stored epoch if the item is ours now,
         else ``StoreUnavailable`` (or ``AcquireFailed`` for an item we cannot use)."""
         raw = self.get_raw(conn_id)  # may raise StoreUnavailable: then we really don't know
-        if raw is not None and _parse_or_none(raw) is None:
+        if raw is not None and parse_or_none(raw) is None:
             # No answer because the item itself is bad (moto answers some such writes so):
             # quarantined and refused there.
             self._acquire_failed(conn_id, owner, raw, now)
-        if raw is None or _owner_of(raw) != owner:
+        if raw is None or owner_of(raw) != owner:
             raise StoreUnavailable("acquire", "no answer, and the stream is not ours on re-read")
         return int_attr(raw, ATTR.epoch) or 0
 
@@ -239,21 +210,22 @@ class LeaseStore:
         try:
             self._update("renew", lease.conn_id, update, condition, values)
         except ConditionFailed as failed:
-            raced = _overtaken(lease, failed.item, expires, seq)
+            raced = overtaken(lease, failed.item, expires, seq)
             if raced is None:
-                raise self._lost(lease, failed.item) from None
+                raise LeaseLost(lease.conn_id, self._loss_of(lease, failed.item) or
+                                LossReason.REGRESSION, parse_or_none(failed.item)) from None
             return raced
         except StoreUnavailable:
             raw = self.get_raw(lease.conn_id)
             reason = self._loss_of(lease, raw)
             if reason is not None:
-                raise LeaseLost(lease.conn_id, reason, _parse_or_none(raw)) from None
+                raise LeaseLost(lease.conn_id, reason, parse_or_none(raw)) from None
             landed = raw is not None and (
                 expires is None or int_attr(raw, ATTR.lease_expires_at_ms) == expires) and (
                 seq is None or int_attr(raw, ATTR.last_seq) == seq)
             if not landed:
                 raise  # still ours but not renewed: the caller retries before its fence
-        return _renewed(lease, expires, seq)
+        return renewed(lease, expires, seq)
 
     def _loss_of(self, lease: Lease, raw: dict[str, Any] | None) -> LossReason | None:
         if raw is None:
@@ -262,10 +234,6 @@ class LeaseStore:
             return rules.classify_loss(LeaseItem.from_ddb(raw), lease.owner, lease.epoch)
         except MalformedItem:
             return LossReason.INVALID
-
-    def _lost(self, lease: Lease, raw: dict[str, Any] | None) -> LeaseLost:
-        reason = self._loss_of(lease, raw) or LossReason.REGRESSION
-        return LeaseLost(lease.conn_id, reason, _parse_or_none(raw))
 
     def release(self, lease: Lease, handled_seq: int | None = None, *, error: str | None = None,
                 retry_at_ms: int | None = None, moved: bool = False) -> LossReason | None:
@@ -280,40 +248,40 @@ class LeaseStore:
         seq = rules.next_checkpoint(lease.last_seq, handled_seq)
         update = "SET #exp = :exp, #status = :status, #upd = :now, #errs = :errs"
         values: dict[str, Any] = {
-            ":exp": _num(retry_at_ms if error is not None and retry_at_ms else 0),
-            ":status": _str(LeaseStatus.BACKOFF if error is not None
+            ":exp": num(retry_at_ms if error is not None and retry_at_ms else 0),
+            ":status": string(LeaseStatus.BACKOFF if error is not None
                             else LeaseStatus.RELEASED),
-            ":now": _num(now),
-            ":errs": _num(lease.error_count + 1 if error is not None else 0),
-            ":me": _str(lease.owner), ":epoch": _num(lease.epoch)}
+            ":now": num(now),
+            ":errs": num(lease.error_count + 1 if error is not None else 0),
+            ":me": string(lease.owner), ":epoch": num(lease.epoch)}
         condition = "#owner = :me AND #epoch = :epoch"
         if error is not None:
             update += ", #err = :err"
             # Whatever wrote the error text, the URL's secrets never reach the item.
-            values[":err"] = _str(scrub(error, lease.ws_url)[:1000])
+            values[":err"] = string(scrub(error, lease.ws_url)[:1000])
         else:
             update += ", " + unowned.MARK_SET
             values.update(unowned.MARK_VALUES)
-            values[":unowned_since"] = _num(now)
+            values[":unowned_since"] = num(now)
             if moved:
                 update += ", #moved = :now"
         if seq is not None:
             update += ", #seq = :seq"
             condition += " AND (attribute_not_exists(#seq) OR #seq <= :seq)"
-            values[":seq"] = _num(seq)
+            values[":seq"] = num(seq)
         update += " REMOVE #owner"
         try:
             self._update("release", lease.conn_id, update, condition, values)
         except ConditionFailed as failed:
             # Our own replayed release leaves owner unset and the epoch unchanged: that is done.
-            return self._loss_of(lease, failed.item) if failed.item and _owner_of(
+            return self._loss_of(lease, failed.item) if failed.item and owner_of(
                 failed.item) else None
         except StoreUnavailable:
             raw = self.get_raw(lease.conn_id)
-            if raw is not None and _owner_of(raw) == lease.owner and int_attr(
+            if raw is not None and owner_of(raw) == lease.owner and int_attr(
                     raw, ATTR.epoch) == lease.epoch:
                 raise
-            return None if raw is None or _owner_of(raw) is None else LossReason.LOST
+            return None if raw is None or owner_of(raw) is None else LossReason.LOST
         return None
 
     def quarantine(self, conn_id: str, owner: str, reason: str) -> None:
@@ -327,17 +295,17 @@ class LeaseStore:
                 # Never over another owner's holding, whatever its expiry says: only its
                 # holder or the reaper of a dead session ends that (docs/protocol.md).
                 "#ds = :started AND (attribute_not_exists(#owner) OR #owner = :me)",
-                {":invalid": _str(LeaseStatus.INVALID),
-                 ":err": _str(f"malformed item: {reason}"[:1000]),
-                 ":until": _num(now + QUARANTINE_MS), ":now": _num(now), ":me": _str(owner),
-                 ":started": _str(STARTED)})
+                {":invalid": string(LeaseStatus.INVALID),
+                 ":err": string(f"malformed item: {reason}"[:1000]),
+                 ":until": num(now + QUARANTINE_MS), ":now": num(now), ":me": string(owner),
+                 ":started": string(STARTED)})
 
     def normalise(self, conn_id: str) -> bool:
         """Give an item without ``lease_expires_at_ms`` the value 0, so the GSI sees it."""
         try:
             self._update("normalise", conn_id, "SET #exp = :zero",
                          "attribute_exists(#ds) AND attribute_not_exists(#exp)",
-                         {":zero": _num(0)})
+                         {":zero": num(0)})
         except ConditionFailed:
             return False
         return True

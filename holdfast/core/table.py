@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules, unowned
-from holdfast.core.aws import ConditionFailed, call
+from holdfast.core.aws import ConditionFailed, call, pages
 from holdfast.core.exceptions import MalformedItem, StreamHeld
 from holdfast.core.model import LeaseItem, validate_conn_id
 from holdfast.core.schema import (
@@ -62,8 +62,7 @@ def find_orphans(client: DynamoDBClient, table: str, *, now_ms: int, skew_ms: in
             ":started": {"S": STARTED},
             ":cutoff": {"N": str(rules.acquire_cutoff_ms(now_ms, skew_ms))}},
     }
-    while True:
-        resp = call("find_orphans", client.query, **kwargs)
+    for resp in pages("find_orphans", client.query, **kwargs):
         for raw in resp.get("Items", []):
             try:
                 conn_id = validate_conn_id(conn_id_from_pk(raw[ATTR.pk]["S"]))
@@ -72,10 +71,6 @@ def find_orphans(client: DynamoDBClient, table: str, *, now_ms: int, skew_ms: in
                 log.warning("skipping malformed index entry %r: %s", str(raw)[:200], exc)
                 continue
             yield Orphan(conn_id, expires)
-        last = resp.get("LastEvaluatedKey")
-        if not last:
-            return
-        kwargs["ExclusiveStartKey"] = last
 
 
 def count_owned(client: DynamoDBClient, table: str, owner: str) -> int:
@@ -90,20 +85,11 @@ def count_owned(client: DynamoDBClient, table: str, owner: str) -> int:
     Streams that cannot be held (in back-off, quarantined) are in no one's count, as they
     should be: they are not anyone's load.
     """
-    kwargs: dict[str, Any] = {
-        "TableName": table, "IndexName": OWNER_INDEX_NAME, "Select": "COUNT",
-        "KeyConditionExpression": "#owner = :owner",
-        "ExpressionAttributeNames": {"#owner": ATTR.lease_owner},
-        "ExpressionAttributeValues": {":owner": {"S": owner}},
-    }
-    total = 0
-    while True:
-        resp = call("count_owned", client.query, **kwargs)
-        total += int(resp.get("Count", 0))
-        last = resp.get("LastEvaluatedKey")
-        if not last:
-            return total
-        kwargs["ExclusiveStartKey"] = last
+    return sum(int(resp.get("Count", 0)) for resp in pages(
+        "count_owned", client.query, TableName=table, IndexName=OWNER_INDEX_NAME,
+        Select="COUNT", KeyConditionExpression="#owner = :owner",
+        ExpressionAttributeNames={"#owner": ATTR.lease_owner},
+        ExpressionAttributeValues={":owner": {"S": owner}}))
 
 
 def create_stream(client: DynamoDBClient, table: str, conn_id: str, ws_url: str, *,
@@ -192,15 +178,9 @@ def delete_stream(client: DynamoDBClient, table: str, conn_id: str, *,
 
 def scan_items(client: DynamoDBClient, table: str) -> Iterator[LeaseItem | MalformedItem]:
     """Every item of the table, parsed; malformed ones come back as ``MalformedItem`` values."""
-    kwargs: dict[str, Any] = {"TableName": table}
-    while True:
-        resp = call("scan", client.scan, **kwargs)
+    for resp in pages("scan", client.scan, TableName=table):
         for raw in resp.get("Items", []):
             try:
                 yield LeaseItem.from_ddb(raw)
             except MalformedItem as bad:
                 yield bad
-        last = resp.get("LastEvaluatedKey")
-        if not last:
-            return
-        kwargs["ExclusiveStartKey"] = last

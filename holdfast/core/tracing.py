@@ -157,21 +157,16 @@ def _attach(traceparent: str) -> Iterator[None]:
         otel_context.detach(token)
 
 
-def _provider() -> TracerProvider | None:
-    provider: TracerProvider | None = _state.get("provider")
-    return provider
-
-
 def flush(timeout_ms: int = 2000) -> None:
     """Export what is buffered (the Lambda, at the end of each invocation)."""
-    provider = _provider()
+    provider: TracerProvider | None = _state.get("provider")
     if provider is not None:
         provider.force_flush(timeout_ms)
 
 
 def shutdown() -> None:
     """Flush and stop exporting (a graceful process exit)."""
-    provider = _provider()
+    provider: TracerProvider | None = _state.get("provider")
     if provider is not None:
         provider.shutdown()
 

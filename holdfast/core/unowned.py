@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from holdfast.core.model import int_attr
+from holdfast.core.model import int_attr, str_attr
 from holdfast.core.schema import ATTR, STARTED
 
 __all__ = ["MARK_NAMES", "MARK_SET", "MARK_VALUES", "creation_marker", "unowned_time_ms"]
@@ -63,8 +63,7 @@ def unowned_time_ms(item: Mapping[str, Any], claimed_at_ms: int, skew_ms: int) -
     since = int_attr(item, ATTR.unowned_since_ms)
     if since is None or int_attr(item, ATTR.unowned_epoch) != epoch:
         return None
-    desired = item.get(ATTR.unowned_desired_state)
-    if not isinstance(desired, Mapping) or desired.get("S") != STARTED:
+    if str_attr(item, ATTR.unowned_desired_state) != STARTED:
         return None
     took = claimed_at_ms - since
     if took < -skew_ms:

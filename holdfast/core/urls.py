@@ -21,6 +21,7 @@ for a log line. The environment variable names are defined here, once.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -81,14 +82,11 @@ class UrlPolicy:
         return host in self.names or any(
             host.endswith(s) and len(host) > len(s) for s in self.suffixes)
 
-    def network_allows(self, address: IPAddress) -> bool:
-        return any(address.version == n.version and address in n for n in self.networks)
-
-    def opens(self, address: IPAddress, forbidden: Forbidden) -> bool:
-        """True when an allow-list CIDR covering ``address`` lies inside ``forbidden``."""
-        return any(address.version == n.version and address in n
-                   and n.subnet_of(forbidden.network)  # type: ignore[arg-type]
-                   for n in self.networks)
+    def network_allows(self, address: IPAddress, inside: Forbidden | None = None) -> bool:
+        """True when an allow-list CIDR covers ``address`` (and, given, lies inside ``inside``)."""
+        return any(address.version == n.version and address in n and (
+            inside is None or n.subnet_of(inside.network))  # type: ignore[arg-type]
+            for n in self.networks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +160,7 @@ def policy_from_env(env: Mapping[str, str]) -> UrlPolicy:
         policy = parse_allow_list((env.get(ENV_ALLOWED_HOSTS) or "").strip() or None)
     except ValueError as exc:
         raise ValueError(f"{ENV_ALLOWED_HOSTS}: {exc}") from None
-    return UrlPolicy(policy.names, policy.suffixes, policy.networks, policy.restricted,
-                     log_paths=log_paths_from_env(env))
+    return dataclasses.replace(policy, log_paths=log_paths_from_env(env))
 
 
 def log_paths_from_env(env: Mapping[str, str]) -> bool:
@@ -239,7 +236,7 @@ def check_address(address: IPAddress | str, policy: UrlPolicy | None = None, *,
     for candidate in reversed(judged):  # embedded addresses first: the clearer reason
         inside = _inside(candidate, ip)
         forbidden = forbidden_range(candidate)
-        if forbidden is not None and not policy.opens(candidate, forbidden):
+        if forbidden is not None and not policy.network_allows(candidate, forbidden):
             raise UnsafeUrl(
                 f"ws_url refused: {candidate}{inside} is {forbidden.label} "
                 f"({forbidden.network}), allowed only by a CIDR inside that range in "

@@ -121,8 +121,8 @@ class SessionRace(RuleBasedStateMachine):
             return
         sent = self.true_now
         try:
-            sim.session, _ = self.sessions[i].heartbeat(sim.session, held=int(bool(sim.lease)),
-                                                        capacity=1)
+            sim.session = self.sessions[i].heartbeat_full(
+                sim.session, held=int(bool(sim.lease)), capacity=1).session
         except SessionLost:
             sim.session, sim.lease = None, None
             return

@@ -52,12 +52,13 @@ def test_heartbeat_extends_and_returns_orders(sessions: SessionStore, clock: Clo
     """A heartbeat moves the expiry; an order shows up once and is gone after its ack."""
     s = sessions.start(unique_id, capacity=10)
     clock.now += 2_000
-    s2, orders = sessions.heartbeat(s, held=3, capacity=10)
+    beat = sessions.heartbeat_full(s, held=3, capacity=10)
+    s2, orders = beat.session, beat.orders
     assert s2.expires_at_ms == clock.now + TTL_MS and orders == frozenset()
     assert sessions.add_order(s.owner, Order.stop("c1").encode())
-    _, orders = sessions.heartbeat(s2, held=3, capacity=10)
+    orders = sessions.heartbeat_full(s2, held=3, capacity=10).orders
     assert orders == {"stop:c1"} and parse_order("stop:c1") == Order.stop("c1")
-    _, orders = sessions.heartbeat(s2, held=2, capacity=10, done=orders)
+    orders = sessions.heartbeat_full(s2, held=2, capacity=10, done=orders).orders
     assert orders == frozenset()
     item = sessions.get(unique_id)
     assert item is not None and item.held == 2 and item.state is SessionState.ALIVE
@@ -83,7 +84,7 @@ def test_restart_with_same_id_reaps_the_predecessor(sessions: SessionStore, leas
         item = leases.get(lease.conn_id)
         assert item is not None and item.lease_owner is None and item.lease_expires_at_ms == 0
     with pytest.raises(SessionLost):
-        sessions.heartbeat(old, held=3, capacity=5)
+        sessions.heartbeat_full(old, held=3, capacity=5)
 
 
 def test_dead_only_after_ttl_and_skew_and_a_late_heartbeat_cannot_undo_it(
@@ -97,7 +98,7 @@ def test_dead_only_after_ttl_and_skew_and_a_late_heartbeat_cannot_undo_it(
     clock.now += 1
     assert sessions.mark_dead(item)
     with pytest.raises(SessionLost, match="DEAD"):
-        sessions.heartbeat(s, held=0, capacity=1)
+        sessions.heartbeat_full(s, held=0, capacity=1)
     dead = sessions.get(unique_id)
     assert dead is not None and dead.state is SessionState.DEAD
 
@@ -189,14 +190,14 @@ def test_reported_death_declares_a_fresh_session_dead_and_releases_every_stream(
     s = sessions.start(unique_id, capacity=5)
     held = held_streams(leases, s.owner, [f"{unique_id}-{i}" for i in range(3)])
     clock.now += 100
-    s, _ = sessions.heartbeat(s, held=3, capacity=5)
+    s = sessions.heartbeat_full(s, held=3, capacity=5).session
     done = sessions.report_dead(unique_id, stopped_at_ms=clock.now, reason="task stopped")
     assert done.declared_dead and done.released == 3 and done.skipped_reason is None
     for lease in held:
         item = leases.get(lease.conn_id)
         assert item is not None and item.lease_owner is None and item.lease_expires_at_ms == 0
     with pytest.raises(SessionLost, match="DEAD"):
-        sessions.heartbeat(s, held=3, capacity=5)
+        sessions.heartbeat_full(s, held=3, capacity=5)
     item = sessions.get(unique_id)
     assert item is not None and item.state is SessionState.DEAD
 
@@ -237,7 +238,7 @@ def test_a_report_of_a_stop_before_the_last_heartbeat_is_refused(
     s = sessions.start(unique_id, capacity=5)
     (lease,) = held_streams(leases, s.owner, [f"{unique_id}-a"])
     clock.now += SKEW_MS + 1
-    sessions.heartbeat(s, held=1, capacity=5)
+    sessions.heartbeat_full(s, held=1, capacity=5)
     clock.now += 1
     done = sessions.report_dead(unique_id, stopped_at_ms=stopped_at, reason="false report")
     assert not done.declared_dead and "heartbeated" in (done.skipped_reason or "")
@@ -255,7 +256,7 @@ def test_reported_death_spares_a_newer_incarnation_under_the_same_id(
     assert not done.declared_dead and done.released == 0
     assert "started after the task stopped" in (done.skipped_reason or "")
     assert leases.get(lease.conn_id).lease_owner == s.owner  # type: ignore[union-attr]
-    sessions.heartbeat(s, held=1, capacity=5)  # still ALIVE
+    sessions.heartbeat_full(s, held=1, capacity=5)  # still ALIVE
 
 
 def test_reported_death_of_an_ended_session_reaps_and_of_a_missing_one_is_a_no_op(

@@ -139,7 +139,7 @@ def test_reaped_stream_is_unowned_since_the_dead_sessions_last_heartbeat(
     assert create_stream(ddb, ddb_local.table, unique_id, "ws://127.0.0.1:9/s")
     leases.acquire(unique_id, s.owner)
     clock.now += 1_000
-    sessions.heartbeat(s, held=1, capacity=1)
+    sessions.heartbeat_full(s, held=1, capacity=1)
     last_heartbeat = clock.now
     clock.now += LEASE_MS + SKEW_MS + 500  # silent past TTL + skew; the sweep finds it
     sweep_sessions(sessions, clock.now, SKEW_MS, LOG)
