@@ -28,12 +28,15 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from botocore.exceptions import ClientError
+
 __all__ = [
     "MAX_PREFIX_LEN",
     "ORDER_RELEASE",
     "ORDER_STOP",
     "Order",
     "addressed_to",
+    "is_missing_queue",
     "order_queue_name",
     "order_queue_url",
     "parse_order",
@@ -48,6 +51,8 @@ MAX_PREFIX_LEN: Final = 40
 _MAX_NAME = 80  # SQS: 1-80 of [A-Za-z0-9_-]
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _PREFIX = re.compile(rf"^[A-Za-z0-9_-]{{1,{MAX_PREFIX_LEN}}}$")
+# The Query protocol's code, and the JSON protocol's (newer botocore speaks JSON to SQS).
+_MISSING_QUEUE = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,3 +146,9 @@ def order_queue_url(nudge_queue_url: str, prefix: str, owner: str) -> str:
     if not sep or not base:
         raise ValueError(f"not a queue URL: {nudge_queue_url[:80]!r}")
     return f"{base}/{order_queue_name(prefix, owner)}"
+
+
+def is_missing_queue(exc: BaseException) -> bool:
+    """True for SQS's "no such queue" error (either spelling)."""
+    return (isinstance(exc, ClientError)
+            and exc.response.get("Error", {}).get("Code") in _MISSING_QUEUE)

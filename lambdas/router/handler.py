@@ -3,7 +3,7 @@
 Each invocation (1) decides every record with the pure ``decide``, (2) sends all nudges in
 ``SendMessageBatch`` calls of 10 (one nudge per connection and delay, however many records
 asked), (3) gives orders (stop, release) to a stream's holder: first a message on the owner's
-order queue when ``HOLDFAST_ORDERS_QUEUE_PREFIX`` is set (``order_queue``, best effort), then
+order queue when ``HOLDFAST_ORDERS_QUEUE_PREFIX`` is set (``orderqueues``, best effort), then
 the durable order in its session item, (4) normalises items that lack an expiry, then (5) lets
 Powertools' ``BatchProcessor`` turn the outcome into a partial batch response: a record whose
 nudge, session order or normalisation failed is reported by sequence number so Lambda retries
@@ -36,15 +36,14 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 
 from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
-from holdfast.core.exceptions import HoldfastError
+from holdfast.core.exceptions import HoldfastError, NudgeNotSent
 from holdfast.core.nudge import Nudge
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
-from lambdas.exceptions import NudgeNotSent
 from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, service_name
 from lambdas.nudge import send_nudges
+from lambdas.orderqueues import queue_orders
 from lambdas.router.decide import Decision, Outcome, decide
-from lambdas.router.order_queue import queue_orders
 from lambdas.settings import Settings
 from lambdas.sweeper.loop import session_store_for
 
