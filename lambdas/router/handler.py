@@ -37,11 +37,10 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import HoldfastError, NudgeNotSent
-from holdfast.core.nudge import Nudge
+from holdfast.core.nudge import Nudge, send_nudges
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, service_name
-from lambdas.nudge import send_nudges
 from lambdas.orderqueues import queue_orders
 from lambdas.router.decide import Decision, Outcome, decide
 from lambdas.settings import Settings

@@ -23,11 +23,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from holdfast.core import names, rules, tracing
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.liveness import AUDIT_INTERVAL_MS, AuditResult, OwnerAudit
-from holdfast.core.nudge import Nudge
+from holdfast.core.nudge import Nudge, send_nudges
 from holdfast.core.sessions import SessionStore, SessionSweep, SweepLog, sweep_sessions
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import Orphan, count_owned, find_orphans
-from lambdas.nudge import send_nudges
 from lambdas.orderqueues import QueueCollector
 from lambdas.settings import Settings
 from lambdas.sweeper.balancer import Balancer, BalanceRound

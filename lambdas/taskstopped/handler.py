@@ -27,13 +27,12 @@ from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import ConfigError, SessionStillLive
 from holdfast.core.model import validate_worker_id
-from holdfast.core.nudge import Nudge
+from holdfast.core.nudge import Nudge, send_nudges
 from holdfast.core.rules import LeaseTiming, is_expired
 from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionStore, SweepLog
 from holdfast.core.store import wall_clock_ms
 from lambdas.metrics import METRICS_NAMESPACE, metrics_enabled, service_name
-from lambdas.nudge import send_nudges
 from lambdas.taskstopped.events import HandledTasks, Skip, parse_event, task_stopped_event
 
 if TYPE_CHECKING:
