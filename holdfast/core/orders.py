@@ -26,7 +26,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from botocore.exceptions import ClientError
 
@@ -35,7 +35,6 @@ __all__ = [
     "ORDER_RELEASE",
     "ORDER_STOP",
     "Order",
-    "addressed_to",
     "is_missing_queue",
     "order_queue_name",
     "order_queue_url",
@@ -94,18 +93,6 @@ def parse_order(text: str) -> Order | None:
     if not epoch_text.isdigit() or len(epoch_text) > 18:
         return None
     return Order(verb, conn_id, int(epoch_text))
-
-
-def addressed_to(body: str, owner: str) -> dict[str, Any] | None:
-    """An order-queue message's JSON object if it names ``owner``; None if it is foreign or
-    not a JSON object (a reused queue name, or a forged message, cannot mislead)."""
-    try:
-        data = json.loads(body)
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("owner") != owner:
-        return None
-    return data
 
 
 def validate_prefix(prefix: str) -> str:
