@@ -287,8 +287,6 @@ def _emit_metrics(plan: _Plan, n_records: int) -> None:
     metrics.add_metric(name="NudgesFailed", unit=MetricUnit.Count,
                        value=plan.counts["send_failed"])
     metrics.add_metric(name="Normalised", unit=MetricUnit.Count, value=plan.counts["normalised"])
-    emit_counts_by("OwnerChecks", "result", {k[6:]: n for k, n in plan.counts.items()
-                                             if k.startswith("owner_")}, service=SERVICE)
     emit_counts_by("OrderQueueSends", "result", {k[12:]: n for k, n in plan.counts.items()
                                                  if k.startswith("order_queue_")},
                    service=SERVICE)

@@ -25,7 +25,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
-from holdfast.core.exceptions import ConfigError, SessionStillLive
+from holdfast.core.exceptions import SessionStillLive
 from holdfast.core.model import validate_worker_id
 from holdfast.core.nudge import Nudge, send_nudges
 from holdfast.core.rules import LeaseTiming, is_expired
@@ -33,6 +33,7 @@ from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionStore, SweepLog
 from holdfast.core.store import wall_clock_ms
 from lambdas.metrics import METRICS_NAMESPACE, metrics_enabled, service_name
+from lambdas.settings import _required
 from lambdas.taskstopped.events import HandledTasks, Skip, parse_event, task_stopped_event
 
 if TYPE_CHECKING:
@@ -79,13 +80,6 @@ class Outcome:
         return (f"{self.worker_id}: session "
                 + ("declared dead" if self.declared_dead else "was no longer alive")
                 + f", {self.released} streams released")
-
-
-def _required(env: Mapping[str, str], name: str) -> str:
-    value = env.get(name, "").strip()
-    if not value:
-        raise ConfigError(f"{name} is not set")
-    return value
 
 
 def _client_for(env: Mapping[str, str], service: str = "dynamodb") -> Any:
