@@ -119,13 +119,19 @@ class Balancer:
             return self._lapse(sessions, sqs, decision, current=current, now_ms=now_ms,
                                fleet=len(members), logger=logger)
         until = now_ms + s.balance_target_ttl_ms
-        wanted = [(t.owner, Directive(t.share, t.ceiling, t.shed_at_once, until_ms=until,
-                                      fleet=len(members), issued_ms=now_ms))
-                  for t in decision.targets]
-        written, sent, exc = self._write(sessions, sqs, logger, [
-            (owner, d) for owner, d in wanted
-            if not same_target(current.get(owner), d, now_ms, s.balance_target_ttl_ms)])
-        if exc is not None:
+        written = sent = 0
+        try:
+            for target in decision.targets:
+                directive = Directive(target.share, target.ceiling, target.shed_at_once,
+                                      until_ms=until, fleet=len(members), issued_ms=now_ms)
+                if same_target(current.get(target.owner), directive, now_ms,
+                               s.balance_target_ttl_ms):
+                    continue
+                if not sessions.set_directive(target.owner, directive):
+                    continue  # ended or replaced since the scan: nothing to tell it
+                written += 1
+                sent += self._send(sqs, target.owner, directive, logger)
+        except (HoldfastError, BotoCoreError, ClientError) as exc:
             logger.error("rebalance round skipped after %d targets: %s", written, exc,
                          extra={"written": written, "error": str(exc)[:300]})
             return BalanceRound(decision.excess, False, written, sent, failed=True)
@@ -154,11 +160,17 @@ class Balancer:
                current: Mapping[str, Directive | None], now_ms: int, fleet: int,
                logger: SweepLog) -> BalanceRound:
         """Balanced: end every target still live now (until = issued = now)."""
-        written, sent, exc = self._write(sessions, sqs, logger, [
-            (owner, Directive(d.share, d.ceiling, 0, until_ms=now_ms, fleet=fleet,
-                              issued_ms=now_ms))
-            for owner, d in current.items() if d is not None and d.live(now_ms)])
-        if exc is not None:
+        written = sent = 0
+        try:
+            for owner, d in current.items():
+                if d is None or not d.live(now_ms):
+                    continue
+                lapse = Directive(d.share, d.ceiling, 0, until_ms=now_ms, fleet=fleet,
+                                  issued_ms=now_ms)
+                if sessions.set_directive(owner, lapse):
+                    written += 1
+                    sent += self._send(sqs, owner, lapse, logger)
+        except (HoldfastError, BotoCoreError, ClientError) as exc:
             # They lapse by themselves at their until_ms; the next round tries again.
             logger.error("lapsing rebalance targets failed after %d: %s", written, exc,
                          extra={"written": written, "error": str(exc)[:300]})
@@ -167,21 +179,6 @@ class Balancer:
             logger.info("rebalance: balanced, %d targets lapsed", written,
                         extra={"lapsed": written, "workers": fleet})
         return BalanceRound(decision.excess, True, written, sent)
-
-    def _write(self, sessions: SessionStore, sqs: SQSClient, logger: SweepLog,
-               directives: Sequence[tuple[str, Directive]]) -> tuple[int, int, Exception | None]:
-        """Write each directive, then send it; (written, sent, the DynamoDB error that skipped
-        the rest, if one did)."""
-        written = sent = 0
-        try:
-            for owner, directive in directives:
-                # Not written: ended or replaced since the scan, nothing to tell it.
-                if sessions.set_directive(owner, directive):
-                    written += 1
-                    sent += self._send(sqs, owner, directive, logger)
-        except (HoldfastError, BotoCoreError, ClientError) as exc:
-            return written, sent, exc
-        return written, sent, None
 
     def _send(self, sqs: SQSClient, owner: str, directive: Directive,
               logger: SweepLog) -> int:
