@@ -25,7 +25,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -116,7 +116,9 @@ class QueueCollector:
             return 0
         self.next_ms = now_ms + self.every_ms
         try:
-            urls = _list(sqs, self.prefix)
+            pages = sqs.get_paginator("list_queues").paginate(
+                QueueNamePrefix=self.prefix, PaginationConfig={"PageSize": 1000})
+            urls = [url for page in pages for url in page.get("QueueUrls", [])]
             if not urls:
                 return 0
             live = [s.owner for s in sessions.scan()
@@ -133,15 +135,3 @@ class QueueCollector:
             log.info("deleted %d order queues without a live session", len(doomed))
         self.deleted += len(doomed)
         return len(doomed)
-
-
-def _list(sqs: SQSClient, prefix: str) -> list[str]:
-    urls: list[str] = []
-    kwargs: dict[str, Any] = {"QueueNamePrefix": prefix, "MaxResults": 1000}
-    while True:
-        resp = sqs.list_queues(**kwargs)
-        urls += resp.get("QueueUrls", [])
-        token = resp.get("NextToken")
-        if not token:
-            return urls
-        kwargs["NextToken"] = token

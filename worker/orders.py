@@ -73,12 +73,9 @@ class OrderInbox:
         old, self.owner, self.url = self.url, owner, None
         if old is not None:
             await self._delete(old)
-        return await self._create()
+        return await self._create(owner)
 
-    async def _create(self) -> bool:
-        owner = self.owner
-        if owner is None:
-            return False
+    async def _create(self, owner: str) -> bool:
         name = order_queue_name(self.prefix, owner)
         try:
             resp = await self._io(self.sqs.create_queue, QueueName=name,
@@ -111,7 +108,7 @@ class OrderInbox:
                 await self.sleep(0.2)
                 continue
             if url is None:  # creating it failed, or it vanished: try again
-                if not await self._create():
+                if not await self._create(owner):
                     failures += 1
                     await self.sleep(self._backoff_s(failures))
                 continue

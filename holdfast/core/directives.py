@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core.aws import ConditionFailed, call
-from holdfast.core.model import validate_worker_id
+from holdfast.core.liveness import session_owner
 from holdfast.core.orders import Order, parse_order
-from holdfast.core.schema import SESSION, SessionState, session_of_owner, session_pk_for
+from holdfast.core.schema import SESSION, SessionState, session_pk_for
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -146,12 +146,11 @@ class Directing:
     def _conditional(self, owner: str, update: str, names: dict[str, str],
                      values: dict[str, Any], *, op: str = "set_directive") -> bool:
         """``update`` on the session ``owner`` names, if it is that incarnation and ALIVE."""
-        parsed = session_of_owner(owner)
+        parsed = session_owner(owner)
         if parsed is None:
             return False
         worker_id, incarnation = parsed
         try:
-            validate_worker_id(worker_id)
             call(op, self.client.update_item, TableName=self.table,
                  Key={SESSION.pk: {"S": session_pk_for(worker_id)}}, UpdateExpression=update,
                  ConditionExpression="#inc = :inc AND #state = :alive",

@@ -260,9 +260,8 @@ def _order(plan: _Plan, deps: RouterDeps) -> None:
 def _normalise(plan: _Plan, deps: RouterDeps) -> None:
     done: set[str] = set()
     for seq, decision in plan.decisions.items():
-        if not decision.normalise or decision.conn_id is None or seq in plan.failures:
-            continue
-        if decision.conn_id in done:
+        if (not decision.normalise or decision.conn_id is None or seq in plan.failures
+                or decision.conn_id in done):
             continue
         try:
             changed = deps.store.normalise(decision.conn_id)
@@ -279,14 +278,11 @@ def _normalise(plan: _Plan, deps: RouterDeps) -> None:
 def _emit_metrics(plan: _Plan, n_records: int) -> None:
     if not metrics_enabled():
         return
-    metrics.add_metric(name="Records", unit=MetricUnit.Count, value=n_records)
-    metrics.add_metric(name="RecordsSkipped", unit=MetricUnit.Count,
-                       value=plan.counts[Outcome.SKIP.value])
-    metrics.add_metric(name="MalformedRecords", unit=MetricUnit.Count,
-                       value=plan.counts[Outcome.MALFORMED.value])
-    metrics.add_metric(name="NudgesFailed", unit=MetricUnit.Count,
-                       value=plan.counts["send_failed"])
-    metrics.add_metric(name="Normalised", unit=MetricUnit.Count, value=plan.counts["normalised"])
+    for name, value in {"Records": n_records, "RecordsSkipped": plan.counts[Outcome.SKIP.value],
+                        "MalformedRecords": plan.counts[Outcome.MALFORMED.value],
+                        "NudgesFailed": plan.counts["send_failed"],
+                        "Normalised": plan.counts["normalised"]}.items():
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     emit_counts_by("OrderQueueSends", "result", {k[12:]: n for k, n in plan.counts.items()
                                                  if k.startswith("order_queue_")},
                    service=SERVICE)

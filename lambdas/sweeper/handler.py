@@ -107,26 +107,19 @@ def _invoke(context: LambdaContext) -> dict[str, Any]:
 
 
 def _emit(stats: SweepStats) -> None:
-    metrics.add_metric(name="Sweeps", unit=MetricUnit.Count, value=stats.sweeps)
-    metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=stats.errors)
-    metrics.add_metric(name="NudgesFailed", unit=MetricUnit.Count, value=stats.failed)
-    # A stream stranded with a non-live owner is as unowned as an orphan: one age, one alarm.
-    metrics.add_metric(name="OldestOrphanAge", unit=MetricUnit.Milliseconds,
-                       value=max(stats.oldest_age_ms, stats.oldest_stranded_ms))
-    metrics.add_metric(name=names.METRIC_STRANDED_STREAMS, unit=MetricUnit.Count,
-                       value=stats.stranded)
-    metrics.add_metric(name=names.METRIC_STRANDED_RELEASED, unit=MetricUnit.Count,
-                       value=stats.stranded_released)
-    metrics.add_metric(name=names.METRIC_ITEM_ERRORS, unit=MetricUnit.Count,
-                       value=stats.item_errors)
-    metrics.add_metric(name=names.METRIC_DEAD_SESSIONS, unit=MetricUnit.Count,
-                       value=stats.dead_sessions)
-    metrics.add_metric(name=names.METRIC_STREAMS_REAPED, unit=MetricUnit.Count,
-                       value=stats.reaped)
-    metrics.add_metric(name="Normalised", unit=MetricUnit.Count, value=stats.normalised)
-    metrics.add_metric(name=names.METRIC_BALANCE_TARGETS, unit=MetricUnit.Count,
-                       value=stats.balance_targets)
+    values: dict[str, float] = {
+        "Sweeps": stats.sweeps, "SweepErrors": stats.errors, "NudgesFailed": stats.failed,
+        # A stream stranded with a non-live owner is as unowned as an orphan: one age, one alarm.
+        "OldestOrphanAge": max(stats.oldest_age_ms, stats.oldest_stranded_ms),
+        names.METRIC_STRANDED_STREAMS: stats.stranded,
+        names.METRIC_STRANDED_RELEASED: stats.stranded_released,
+        names.METRIC_ITEM_ERRORS: stats.item_errors,
+        names.METRIC_DEAD_SESSIONS: stats.dead_sessions,
+        names.METRIC_STREAMS_REAPED: stats.reaped, "Normalised": stats.normalised,
+        names.METRIC_BALANCE_TARGETS: stats.balance_targets}
     if stats.balance_rounds:  # no decision (turned off, no sessions): no imbalance to report
-        metrics.add_metric(name=names.METRIC_IMBALANCE, unit=MetricUnit.Count,
-                           value=stats.imbalance)
+        values[names.METRIC_IMBALANCE] = stats.imbalance
+    for name, value in values.items():
+        metrics.add_metric(name=name, value=value, unit=MetricUnit.Milliseconds
+                           if name == "OldestOrphanAge" else MetricUnit.Count)
     emit_counts_by("Nudges", "reason", stats.nudged, service=SERVICE)

@@ -214,16 +214,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
 
 
 def _emit(out: Outcome) -> None:
-    if out.malformed:
-        metrics.add_metric(name=names.METRIC_TASK_EVENTS_MALFORMED, unit=MetricUnit.Count,
-                           value=1)
-    elif out.skipped is not None:
-        metrics.add_metric(name=names.METRIC_TASK_EVENTS_SKIPPED, unit=MetricUnit.Count,
-                           value=1)
-    else:
-        metrics.add_metric(name=names.METRIC_TASK_STOPS_REPORTED, unit=MetricUnit.Count,
-                           value=1)
-    metrics.add_metric(name=names.METRIC_REPORTED_DEAD_SESSIONS, unit=MetricUnit.Count,
-                       value=int(out.declared_dead))
-    metrics.add_metric(name=names.METRIC_STREAMS_REAPED, unit=MetricUnit.Count,
-                       value=out.released)
+    kind = (names.METRIC_TASK_EVENTS_MALFORMED if out.malformed
+            else names.METRIC_TASK_EVENTS_SKIPPED if out.skipped is not None
+            else names.METRIC_TASK_STOPS_REPORTED)
+    for name, value in ((kind, 1), (names.METRIC_REPORTED_DEAD_SESSIONS, int(out.declared_dead)),
+                        (names.METRIC_STREAMS_REAPED, out.released)):
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
