@@ -43,7 +43,7 @@ from lambdas.settings import Settings
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["BalanceRound", "Balancer", "members_of", "same_target", "summary"]
+__all__ = ["BalanceRound", "Balancer", "same_target", "summary"]
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +61,6 @@ class BalanceRound:
     written: int = 0
     sent: int = 0
     failed: bool = False  # DynamoDB refused: the rest of the round was skipped
-
-
-def members_of(alive: Sequence[SessionItem]) -> list[Member]:
-    """The decider's view of each live session; a worker that reports no load (a version
-    before weights) carries its stream count."""
-    return [Member(i.owner, i.load if i.load is not None else float(i.held), i.held,
-                   i.capacity, i.draining) for i in alive]
 
 
 def same_target(current: Directive | None, new: Directive, now_ms: int, ttl_ms: int) -> bool:
@@ -108,7 +101,10 @@ class Balancer:
         if not s.balance or now_ms < self.next_ms:
             return None
         self.next_ms = now_ms + s.balance_interval_ms
-        members = members_of(alive)
+        # The decider's view of each live session; a worker that reports no load (a version
+        # before weights) carries its stream count.
+        members = [Member(i.owner, i.load if i.load is not None else float(i.held), i.held,
+                          i.capacity, i.draining) for i in alive]
         if not members:
             return None
         decision = plan(members, unowned=unowned, in_motion=unowned, policy=self.policy)

@@ -43,27 +43,24 @@ metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE)
 tracing.setup(SERVICE)
 
 # Warm invocations reuse the clients and the memory of recent nudges.
-_state: dict[str, Any] = {}
+_state: dict[str, tuple[SweepDeps, NudgeMemory]] = {}
 
 
 def configure(deps: SweepDeps | None, memory: NudgeMemory | None = None) -> None:
     """Use ``deps`` (and ``memory``) from now on; None rebuilds from the environment on use."""
     _state.clear()
     if deps is not None:
-        _state["deps"] = deps
-        _state["memory"] = memory or memory_for(deps.settings)
+        _state["warm"] = (deps, memory or memory_for(deps.settings))
 
 
 def _current() -> tuple[SweepDeps, NudgeMemory]:
-    if "deps" not in _state:
+    if "warm" not in _state:
         settings = Settings.from_env()
         ddb = dynamodb_client(client_config(read_timeout=2.0))
         deps = SweepDeps(ddb, sqs_client(client_config(read_timeout=5.0)), settings, log=logger,
                          sessions=session_store_for(ddb, settings))
         configure(deps)
-    deps, memory = _state["deps"], _state["memory"]
-    assert isinstance(deps, SweepDeps) and isinstance(memory, NudgeMemory)
-    return deps, memory
+    return _state["warm"]
 
 
 def sweep_for(run_ms: int, remaining_ms: Callable[[], int] | None = None) -> SweepStats:
