@@ -31,7 +31,7 @@ from lambdas.orderqueues import QueueCollector
 from lambdas.settings import Settings
 from lambdas.sweeper.balancer import Balancer, BalanceRound
 from lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
-from lambdas.sweeper.unindexed import UnindexedPass, scan_step
+from lambdas.sweeper.unindexed import UnindexedPass
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -142,11 +142,6 @@ def memory_for(settings: Settings) -> NudgeMemory:
         unclaimed_grace_ms=settings.unclaimed_grace_ms))
 
 
-def _reason(orphan: Orphan) -> str:
-    # KEYS_ONLY index: expiry 0 means released or never claimed, anything else expired.
-    return "unclaimed" if orphan.expires_at_ms == 0 else "expired"
-
-
 def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     """One sweep; raises ``HoldfastError`` if DynamoDB did not answer (SQS errors are reported)."""
     s = deps.settings
@@ -163,7 +158,9 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     upcoming = [o.expires_at_ms for o in items if o.expires_at_ms > cutoff]
     chosen = memory.select(due, now)
     by_id = {o.conn_id: o for o in chosen}
-    nudges = [Nudge(o.conn_id, _reason(o), None) for o in chosen]
+    # KEYS_ONLY index: expiry 0 means released or never claimed, anything else expired.
+    nudges = [Nudge(o.conn_id, "unclaimed" if o.expires_at_ms == 0 else "expired", None)
+              for o in chosen]
     spans = [tracing.start_span(names.SPAN_SWEEP, n.conn_id) for n in nudges]
     if tracing.enabled():  # each orphan's acquisition trace starts at the sweep that found it
         nudges = [dataclasses.replace(n, traceparent=tracing.inject(span))
@@ -209,7 +206,7 @@ def _unindexed_step(deps: SweepDeps, now: int) -> int:
     if deps.unindexed is None:
         deps.unindexed = UnindexedPass(s.unindexed_scan_ms)
     store = LeaseStore(deps.ddb, s.table, lease_ms=s.lease_ms, skew_ms=s.skew_ms)
-    return scan_step(deps.ddb, s.table, deps.unindexed, now, store.normalise)
+    return deps.unindexed.step(deps.ddb, s.table, now, store.normalise)
 
 
 def _orders_step(deps: SweepDeps, now: int) -> int:
