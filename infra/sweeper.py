@@ -95,7 +95,7 @@ class Sweeper(Construct):
         role.add_to_policy(iam.PolicyStatement(actions=["sqs:SendMessage"],
                                                resources=[queue.queue_arn]))
         # Rebalancing directives to a session's order queue (lambdas/sweeper/balancer.py), and
-        # collecting order queues that no live session reads (lambdas/sweeper/orderqueues.py).
+        # collecting order queues that no live session reads (lambdas/orderqueues.py).
         role.add_to_policy(order_queue_statement(self, orders_queue_prefix,
                                                  SWEEPER_ORDER_ACTIONS))
         role.add_to_policy(list_queues_statement())

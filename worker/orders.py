@@ -30,26 +30,20 @@ from aws_lambda_powertools import Logger
 from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core.directives import Directive, parse_inbox_body
-from holdfast.core.orders import Order, order_queue_name
+from holdfast.core.orders import Order, is_missing_queue, order_queue_name
 from worker.claimer import in_daemon_thread
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["QUEUE_ATTRIBUTES", "OrderInbox", "is_missing_queue"]
+__all__ = ["QUEUE_ATTRIBUTES", "OrderInbox"]
 
 logger = Logger(service="holdfast-worker", child=True)
 
 # 60 s is SQS's shortest retention; server-side encryption as for every queue of the stack.
 QUEUE_ATTRIBUTES = {"MessageRetentionPeriod": "60", "SqsManagedSseEnabled": "true",
                     "VisibilityTimeout": "30"}
-_MISSING = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
 _MAX_BACKOFF_S = 5.0
-
-
-def is_missing_queue(exc: BaseException) -> bool:
-    """True for SQS's "no such queue" error (either spelling)."""
-    return isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in _MISSING
 
 
 @dataclass
@@ -79,12 +73,9 @@ class OrderInbox:
         old, self.owner, self.url = self.url, owner, None
         if old is not None:
             await self._delete(old)
-        return await self._create()
+        return await self._create(owner)
 
-    async def _create(self) -> bool:
-        owner = self.owner
-        if owner is None:
-            return False
+    async def _create(self, owner: str) -> bool:
         name = order_queue_name(self.prefix, owner)
         try:
             resp = await self._io(self.sqs.create_queue, QueueName=name,
@@ -117,7 +108,7 @@ class OrderInbox:
                 await self.sleep(0.2)
                 continue
             if url is None:  # creating it failed, or it vanished: try again
-                if not await self._create():
+                if not await self._create(owner):
                     failures += 1
                     await self.sleep(self._backoff_s(failures))
                 continue

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core.aws import ConditionFailed, call
-from holdfast.core.model import validate_worker_id
-from holdfast.core.orders import Order, addressed_to, parse_order
-from holdfast.core.schema import SESSION, SessionState, session_of_owner, session_pk_for
+from holdfast.core.liveness import session_owner
+from holdfast.core.orders import Order, parse_order
+from holdfast.core.schema import SESSION, SessionState, session_pk_for
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 __all__ = ["Directing", "Directive", "drain_body", "float_attr", "parse_inbox_body"]
 
 _MAX = 10**9
+# Each field of a directive and its session-item attribute (its queue message uses the fields).
+_ITEM_NAMES = (("share", SESSION.target_share), ("ceiling", SESSION.target_ceiling),
+               ("shed_at_once", SESSION.shed_at_once), ("until_ms", SESSION.target_until_ms),
+               ("fleet", SESSION.fleet_size), ("issued_ms", SESSION.target_issued_ms))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,19 +65,12 @@ class Directive:
 
     def attributes(self) -> dict[str, Any]:
         """The session-item attributes (DynamoDB JSON) of this directive."""
-        n = Directive.number
-        return {SESSION.target_share: n(self.share), SESSION.target_ceiling: n(self.ceiling),
-                SESSION.shed_at_once: n(self.shed_at_once),
-                SESSION.target_until_ms: n(self.until_ms), SESSION.fleet_size: n(self.fleet),
-                SESSION.target_issued_ms: n(self.issued_ms)}
+        return {name: Directive.number(getattr(self, f)) for f, name in _ITEM_NAMES}
 
     @classmethod
     def from_item(cls, raw: Mapping[str, Any]) -> Directive | None:
         """The directive in a session item; None if there is none or it does not parse."""
-        values = [float_attr(raw.get(name)) for name in (
-            SESSION.target_share, SESSION.target_ceiling, SESSION.shed_at_once,
-            SESSION.target_until_ms)]
-        share, ceiling, at_once, until = values
+        share, ceiling, at_once, until = [float_attr(raw.get(name)) for _, name in _ITEM_NAMES[:4]]
         if share is None or ceiling is None or at_once is None or until is None:
             return None
         return cls(share, ceiling, int(at_once), int(until),
@@ -82,10 +79,8 @@ class Directive:
 
     def body(self, owner: str) -> str:
         """The order-queue message of this directive for ``owner``."""
-        return json.dumps({"owner": owner, "directive": {
-            "share": self.share, "ceiling": self.ceiling, "shed_at_once": self.shed_at_once,
-            "until_ms": self.until_ms, "fleet": self.fleet, "issued_ms": self.issued_ms}},
-            separators=(",", ":"))
+        return json.dumps({"owner": owner, "directive": {f: getattr(self, f) for f, _ in
+                                                         _ITEM_NAMES}}, separators=(",", ":"))
 
 
 def drain_body(owner: str, draining: bool) -> str:
@@ -96,9 +91,13 @@ def drain_body(owner: str, draining: bool) -> str:
 def parse_inbox_body(body: str, owner: str) -> Order | Directive | bool | None:
     """What an order-queue message for ``owner`` says, the one parser of that queue: an
     ``Order`` (stop, release), a ``Directive``, a drain flag (bool), or None (none of these,
-    foreign, or malformed)."""
-    data = addressed_to(body, owner)
-    if data is None:
+    foreign, or malformed). A message must name its owner: a reused queue name, or a forged
+    message, cannot mislead."""
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("owner") != owner:
         return None
     order = data.get("order")
     if isinstance(order, str):
@@ -108,12 +107,9 @@ def parse_inbox_body(body: str, owner: str) -> Order | Directive | bool | None:
     d = data.get("directive")
     if not isinstance(d, dict):
         return None
-    raw = {SESSION.target_share: d.get("share"), SESSION.target_ceiling: d.get("ceiling"),
-           SESSION.shed_at_once: d.get("shed_at_once"), SESSION.target_until_ms: d.get(
-               "until_ms"), SESSION.fleet_size: d.get("fleet"),
-           SESSION.target_issued_ms: d.get("issued_ms")}
-    return Directive.from_item({k: {"N": str(v)} for k, v in raw.items()
-                                if isinstance(v, int | float) and not isinstance(v, bool)})
+    return Directive.from_item({name: {"N": str(d[f])} for f, name in _ITEM_NAMES
+                                if isinstance(d.get(f), int | float)
+                                and not isinstance(d.get(f), bool)})
 
 
 def float_attr(value: object) -> float | None:
@@ -150,12 +146,11 @@ class Directing:
     def _conditional(self, owner: str, update: str, names: dict[str, str],
                      values: dict[str, Any], *, op: str = "set_directive") -> bool:
         """``update`` on the session ``owner`` names, if it is that incarnation and ALIVE."""
-        parsed = session_of_owner(owner)
+        parsed = session_owner(owner)
         if parsed is None:
             return False
         worker_id, incarnation = parsed
         try:
-            validate_worker_id(worker_id)
             call(op, self.client.update_item, TableName=self.table,
                  Key={SESSION.pk: {"S": session_pk_for(worker_id)}}, UpdateExpression=update,
                  ConditionExpression="#inc = :inc AND #state = :alive",

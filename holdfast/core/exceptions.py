@@ -1,10 +1,12 @@
-"""Exceptions of ``holdfast.core``; botocore errors never leave the store, these do.
+"""Exceptions of Holdfast (``holdfast.core`` and the router); botocore errors never leave the store.
 
     HoldfastError
     ├── ConfigError            a setting is missing or out of range
     ├── MalformedItem          a lease item (or stream image) that breaks the schema
     ├── UnsafeUrl              a ws_url refused by the URL policy (scheme, address, allow-list)
     ├── SessionConflict        another live process already runs with this worker id
+    ├── NudgeNotSent           the router could not nudge (or normalise) for one stream record:
+    │                          BatchProcessor reports the record so Lambda retries it
     └── LeaseError
         ├── AcquireFailed      someone else holds it, it is STOPPED, in back-off, or gone
         ├── LeaseLost          a renew/release found another owner, STOPPED, or no item
@@ -28,6 +30,7 @@ __all__ = [
     "LeaseLost",
     "LossReason",
     "MalformedItem",
+    "NudgeNotSent",
     "SessionConflict",
     "SessionLost",
     "SessionStillLive",
@@ -68,6 +71,15 @@ class MalformedItem(HoldfastError):
 
 class UnsafeUrl(HoldfastError, ValueError):
     """A ``ws_url`` the URL policy refuses; the message is safe to log (no credentials)."""
+
+
+class NudgeNotSent(HoldfastError):
+    """The nudge of one stream record could not be delivered (or its item not normalised)."""
+
+    def __init__(self, conn_id: str, detail: str) -> None:
+        super().__init__(f"nudge for {conn_id!r} not sent: {detail}")
+        self.conn_id = conn_id
+        self.detail = detail
 
 
 class LeaseError(HoldfastError):

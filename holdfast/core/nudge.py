@@ -15,6 +15,12 @@ lease becomes claimable.
 Tracing (``holdfast.core.tracing``): the sender's W3C ``traceparent``, when it traces, rides as
 the string message attribute ``TRACE_ATTRIBUTE``, not in the body, so a nudge reads the same
 with tracing on or off.
+
+``send_nudges`` (the router, the sweeper, the task-stopped reporter) sends nudges in
+``SendMessageBatch`` calls, bounded: up to ``attempts`` rounds, each retrying only the entries
+that failed for a reason worth retrying (SQS said it was its fault, or the call did not
+answer). What is still unsent is returned so the caller can report it (the router fails that
+change record).
 """
 
 from __future__ import annotations
@@ -22,15 +28,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core.model import validate_conn_id
 
-__all__ = ["HOPS", "MAX_DELAY_S", "REASON_MOVED", "TRACE_ATTRIBUTE", "Nudge", "delay_until",
-           "parse_nudge", "trace_attributes", "traceparent_of"]
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = ["HOPS", "MAX_DELAY_S", "REASON_MOVED", "SQS_BATCH_LIMIT", "TRACE_ATTRIBUTE", "Nudge",
+           "SendReport", "delay_until", "parse_nudge", "send_nudges", "trace_attributes",
+           "traceparent_of"]
 
 MAX_DELAY_S = 900  # SQS's maximum DelaySeconds
+SQS_BATCH_LIMIT = 10  # SQS's maximum entries per SendMessageBatch
 HOPS = "hops"  # body key: hand-ons so far (worker.claimer)
 REASON_MOVED = "moved"  # a rebalancing move's release: over-share workers hand it on
 TRACE_ATTRIBUTE = "traceparent"  # the SQS message attribute (W3C trace context)
@@ -64,11 +79,6 @@ class Nudge:
     def handed_on(self) -> Nudge:
         """This nudge as a worker hands it on: one hop more."""
         return dataclasses.replace(self, hops=self.hops + 1, delay_s=0)
-
-
-    def message_attributes(self) -> dict[str, Any]:
-        """The SQS ``MessageAttributes`` of this nudge (empty when it carries no trace)."""
-        return trace_attributes(self.traceparent)
 
 
 def trace_attributes(traceparent: str | None) -> dict[str, Any]:
@@ -109,3 +119,70 @@ def parse_nudge(body: str) -> Nudge:
 def delay_until(target_ms: int, now_ms: int) -> int:
     """Whole seconds to wait from ``now_ms`` until ``target_ms`` (rounded up), within SQS limits."""
     return max(0, min(MAX_DELAY_S, math.ceil((target_ms - now_ms) / 1000)))
+
+
+@dataclass
+class SendReport:
+    """What ``send_nudges`` achieved: every input nudge is in exactly one of the two lists."""
+
+    sent: list[Nudge] = field(default_factory=list)
+    failed: list[tuple[Nudge, str]] = field(default_factory=list)
+    calls: int = 0
+
+
+def send_nudges(sqs: SQSClient, queue_url: str, nudges: Sequence[Nudge], *, attempts: int = 3,
+                backoff_s: float = 0.05, sleep: Callable[[float], object] = time.sleep,
+                out_of_time: Callable[[], bool] = lambda: False) -> SendReport:
+    """Send ``nudges`` in batches of 10; retry retryable failures up to ``attempts`` rounds.
+
+    ``out_of_time()`` is asked before every call but the first: once it says so, what is
+    still pending fails at once (a Lambda about to time out should report, not hang).
+    """
+    report, pending = SendReport(), dict(enumerate(nudges))
+    errors: dict[int, str] = {}  # the last error of each pending nudge
+
+    def send(chunk: list[int]) -> None:
+        entries: list[Any] = []
+        for i in chunk:
+            entry: dict[str, Any] = {"Id": str(i), "MessageBody": pending[i].body()}
+            if pending[i].delay_s:
+                entry["DelaySeconds"] = pending[i].delay_s
+            if pending[i].traceparent:  # the receiver's claim joins the sender's trace
+                entry["MessageAttributes"] = trace_attributes(pending[i].traceparent)
+            entries.append(entry)
+        report.calls += 1
+        try:
+            resp = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+        except ClientError as exc:
+            # A refused call (no such queue, access denied...) fails the whole chunk this round.
+            err = exc.response.get("Error", {})
+            detail = f"{err.get('Code', 'ClientError')}: {err.get('Message', '')}"[:300]
+            errors.update((i, detail) for i in chunk)
+            return
+        except BotoCoreError as exc:
+            errors.update((i, f"{type(exc).__name__}: {exc}"[:300]) for i in chunk)
+            return
+        for ok in resp.get("Successful", []):
+            report.sent.append(pending.pop(int(ok["Id"])))
+        for bad in resp.get("Failed", []):
+            i = int(bad["Id"])
+            detail = f"{bad.get('Code', '?')}: {bad.get('Message', '')}"[:300]
+            if bad.get("SenderFault"):
+                # Our request was wrong for this entry; sending it again cannot succeed.
+                report.failed.append((pending.pop(i), detail))
+            else:
+                errors[i] = detail
+
+    for attempt in range(max(1, attempts)):
+        if attempt:
+            sleep(backoff_s * 2 ** (attempt - 1))
+        ids = list(pending)
+        for start in range(0, len(ids), SQS_BATCH_LIMIT):
+            if report.calls and out_of_time():
+                errors.update((i, "out of time") for i in pending)
+                break
+            send(ids[start:start + SQS_BATCH_LIMIT])
+        if not pending or (report.calls and out_of_time()):
+            break
+    report.failed.extend((n, errors.get(i, "not sent")) for i, n in pending.items())
+    return report

@@ -26,14 +26,16 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
+
+from botocore.exceptions import ClientError
 
 __all__ = [
     "MAX_PREFIX_LEN",
     "ORDER_RELEASE",
     "ORDER_STOP",
     "Order",
-    "addressed_to",
+    "is_missing_queue",
     "order_queue_name",
     "order_queue_url",
     "parse_order",
@@ -48,6 +50,8 @@ MAX_PREFIX_LEN: Final = 40
 _MAX_NAME = 80  # SQS: 1-80 of [A-Za-z0-9_-]
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _PREFIX = re.compile(rf"^[A-Za-z0-9_-]{{1,{MAX_PREFIX_LEN}}}$")
+# The Query protocol's code, and the JSON protocol's (newer botocore speaks JSON to SQS).
+_MISSING_QUEUE = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,18 +95,6 @@ def parse_order(text: str) -> Order | None:
     return Order(verb, conn_id, int(epoch_text))
 
 
-def addressed_to(body: str, owner: str) -> dict[str, Any] | None:
-    """An order-queue message's JSON object if it names ``owner``; None if it is foreign or
-    not a JSON object (a reused queue name, or a forged message, cannot mislead)."""
-    try:
-        data = json.loads(body)
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("owner") != owner:
-        return None
-    return data
-
-
 def validate_prefix(prefix: str) -> str:
     """``prefix`` if it can start an SQS queue name with room for an owner; else ValueError."""
     if not _PREFIX.fullmatch(prefix):
@@ -141,3 +133,9 @@ def order_queue_url(nudge_queue_url: str, prefix: str, owner: str) -> str:
     if not sep or not base:
         raise ValueError(f"not a queue URL: {nudge_queue_url[:80]!r}")
     return f"{base}/{order_queue_name(prefix, owner)}"
+
+
+def is_missing_queue(exc: BaseException) -> bool:
+    """True for SQS's "no such queue" error (either spelling)."""
+    return (isinstance(exc, ClientError)
+            and exc.response.get("Error", {}).get("Code") in _MISSING_QUEUE)

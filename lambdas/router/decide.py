@@ -106,8 +106,7 @@ class Decision:
     @property
     def acts(self) -> bool:
         """True if the router may write anything (nudge, order, release, normalisation)."""
-        return self.outcome in (Outcome.NUDGE, Outcome.ORDER) or (
-            self.normalise)
+        return self.outcome in (Outcome.NUDGE, Outcome.ORDER) or self.normalise
 
     def order(self) -> Order | None:
         """The order this decision gives its owner (None: not an order)."""

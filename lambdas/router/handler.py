@@ -3,7 +3,7 @@
 Each invocation (1) decides every record with the pure ``decide``, (2) sends all nudges in
 ``SendMessageBatch`` calls of 10 (one nudge per connection and delay, however many records
 asked), (3) gives orders (stop, release) to a stream's holder: first a message on the owner's
-order queue when ``HOLDFAST_ORDERS_QUEUE_PREFIX`` is set (``order_queue``, best effort), then
+order queue when ``HOLDFAST_ORDERS_QUEUE_PREFIX`` is set (``orderqueues``, best effort), then
 the durable order in its session item, (4) normalises items that lack an expiry, then (5) lets
 Powertools' ``BatchProcessor`` turn the outcome into a partial batch response: a record whose
 nudge, session order or normalisation failed is reported by sequence number so Lambda retries
@@ -36,15 +36,13 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 
 from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
-from holdfast.core.exceptions import HoldfastError
-from holdfast.core.nudge import Nudge
+from holdfast.core.exceptions import HoldfastError, NudgeNotSent
+from holdfast.core.nudge import Nudge, send_nudges
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
-from lambdas.exceptions import NudgeNotSent
 from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, service_name
-from lambdas.nudge import send_nudges
+from lambdas.orderqueues import queue_orders
 from lambdas.router.decide import Decision, Outcome, decide
-from lambdas.router.order_queue import queue_orders
 from lambdas.settings import Settings
 from lambdas.sweeper.loop import session_store_for
 
@@ -262,9 +260,8 @@ def _order(plan: _Plan, deps: RouterDeps) -> None:
 def _normalise(plan: _Plan, deps: RouterDeps) -> None:
     done: set[str] = set()
     for seq, decision in plan.decisions.items():
-        if not decision.normalise or decision.conn_id is None or seq in plan.failures:
-            continue
-        if decision.conn_id in done:
+        if (not decision.normalise or decision.conn_id is None or seq in plan.failures
+                or decision.conn_id in done):
             continue
         try:
             changed = deps.store.normalise(decision.conn_id)
@@ -281,16 +278,11 @@ def _normalise(plan: _Plan, deps: RouterDeps) -> None:
 def _emit_metrics(plan: _Plan, n_records: int) -> None:
     if not metrics_enabled():
         return
-    metrics.add_metric(name="Records", unit=MetricUnit.Count, value=n_records)
-    metrics.add_metric(name="RecordsSkipped", unit=MetricUnit.Count,
-                       value=plan.counts[Outcome.SKIP.value])
-    metrics.add_metric(name="MalformedRecords", unit=MetricUnit.Count,
-                       value=plan.counts[Outcome.MALFORMED.value])
-    metrics.add_metric(name="NudgesFailed", unit=MetricUnit.Count,
-                       value=plan.counts["send_failed"])
-    metrics.add_metric(name="Normalised", unit=MetricUnit.Count, value=plan.counts["normalised"])
-    emit_counts_by("OwnerChecks", "result", {k[6:]: n for k, n in plan.counts.items()
-                                             if k.startswith("owner_")}, service=SERVICE)
+    for name, value in {"Records": n_records, "RecordsSkipped": plan.counts[Outcome.SKIP.value],
+                        "MalformedRecords": plan.counts[Outcome.MALFORMED.value],
+                        "NudgesFailed": plan.counts["send_failed"],
+                        "Normalised": plan.counts["normalised"]}.items():
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     emit_counts_by("OrderQueueSends", "result", {k[12:]: n for k, n in plan.counts.items()
                                                  if k.startswith("order_queue_")},
                    service=SERVICE)

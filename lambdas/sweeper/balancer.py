@@ -37,23 +37,18 @@ from holdfast.core.balance import BalancePolicy, Member, Plan, plan
 from holdfast.core.directives import Directive
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.sessions import SessionItem, SessionStore, SweepLog
-from lambdas.router.order_queue import send_body
+from lambdas.orderqueues import send_body
 from lambdas.settings import Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["BalanceLog", "BalanceRound", "Balancer", "members_of", "same_target", "summary"]
+__all__ = ["BalanceRound", "Balancer", "same_target", "summary"]
 
 log = logging.getLogger(__name__)
 
 SUMMARY_MEMBERS = 8  # members named in a decision's log line; the rest are counted
 _OWNER_CHARS = 60
-
-
-# What the balancer logs through (a ``logging.Logger`` or a Powertools ``Logger``): the same
-# protocol as the session sweep's.
-BalanceLog = SweepLog
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +61,6 @@ class BalanceRound:
     written: int = 0
     sent: int = 0
     failed: bool = False  # DynamoDB refused: the rest of the round was skipped
-
-
-def members_of(alive: Sequence[SessionItem]) -> list[Member]:
-    """The decider's view of each live session; a worker that reports no load (a version
-    before weights) carries its stream count."""
-    return [Member(i.owner, i.load if i.load is not None else float(i.held), i.held,
-                   i.capacity, i.draining) for i in alive]
 
 
 def same_target(current: Directive | None, new: Directive, now_ms: int, ttl_ms: int) -> bool:
@@ -100,7 +88,7 @@ class Balancer:
                              motion_fraction=s.balance_motion)
 
     def step(self, sessions: SessionStore, sqs: SQSClient, alive: Sequence[SessionItem], *,
-             unowned: int, now_ms: int, logger: BalanceLog = log,
+             unowned: int, now_ms: int, logger: SweepLog = log,
              count: Callable[[str], int] | None = None) -> BalanceRound | None:
         """Decide if due (None: not due, turned off, or no live session) and write targets.
 
@@ -113,7 +101,10 @@ class Balancer:
         if not s.balance or now_ms < self.next_ms:
             return None
         self.next_ms = now_ms + s.balance_interval_ms
-        members = members_of(alive)
+        # The decider's view of each live session; a worker that reports no load (a version
+        # before weights) carries its stream count.
+        members = [Member(i.owner, i.load if i.load is not None else float(i.held), i.held,
+                          i.capacity, i.draining) for i in alive]
         if not members:
             return None
         decision = plan(members, unowned=unowned, in_motion=unowned, policy=self.policy)
@@ -148,7 +139,7 @@ class Balancer:
         return BalanceRound(decision.excess, False, written, sent)
 
     def _recount(self, members: Sequence[Member], unowned: int, count: Callable[[str], int],
-                 logger: BalanceLog) -> Plan | None:
+                 logger: SweepLog) -> Plan | None:
         """The plan again from what each member holds now (weights: at its reported mean
         weight); None if a count failed (the reports' plan stands)."""
         try:
@@ -163,7 +154,7 @@ class Balancer:
 
     def _lapse(self, sessions: SessionStore, sqs: SQSClient, decision: Plan, *,
                current: Mapping[str, Directive | None], now_ms: int, fleet: int,
-               logger: BalanceLog) -> BalanceRound:
+               logger: SweepLog) -> BalanceRound:
         """Balanced: end every target still live now (until = issued = now)."""
         written = sent = 0
         try:
@@ -186,7 +177,7 @@ class Balancer:
         return BalanceRound(decision.excess, True, written, sent)
 
     def _send(self, sqs: SQSClient, owner: str, directive: Directive,
-              logger: BalanceLog) -> int:
+              logger: SweepLog) -> int:
         prefix = self.settings.orders_queue_prefix
         if prefix is None:
             return 0  # the session item alone: the worker reads it with its next heartbeat

@@ -43,27 +43,24 @@ metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE)
 tracing.setup(SERVICE)
 
 # Warm invocations reuse the clients and the memory of recent nudges.
-_state: dict[str, Any] = {}
+_state: dict[str, tuple[SweepDeps, NudgeMemory]] = {}
 
 
 def configure(deps: SweepDeps | None, memory: NudgeMemory | None = None) -> None:
     """Use ``deps`` (and ``memory``) from now on; None rebuilds from the environment on use."""
     _state.clear()
     if deps is not None:
-        _state["deps"] = deps
-        _state["memory"] = memory or memory_for(deps.settings)
+        _state["warm"] = (deps, memory or memory_for(deps.settings))
 
 
 def _current() -> tuple[SweepDeps, NudgeMemory]:
-    if "deps" not in _state:
+    if "warm" not in _state:
         settings = Settings.from_env()
         ddb = dynamodb_client(client_config(read_timeout=2.0))
         deps = SweepDeps(ddb, sqs_client(client_config(read_timeout=5.0)), settings, log=logger,
                          sessions=session_store_for(ddb, settings))
         configure(deps)
-    deps, memory = _state["deps"], _state["memory"]
-    assert isinstance(deps, SweepDeps) and isinstance(memory, NudgeMemory)
-    return deps, memory
+    return _state["warm"]
 
 
 def sweep_for(run_ms: int, remaining_ms: Callable[[], int] | None = None) -> SweepStats:
@@ -107,26 +104,19 @@ def _invoke(context: LambdaContext) -> dict[str, Any]:
 
 
 def _emit(stats: SweepStats) -> None:
-    metrics.add_metric(name="Sweeps", unit=MetricUnit.Count, value=stats.sweeps)
-    metrics.add_metric(name="SweepErrors", unit=MetricUnit.Count, value=stats.errors)
-    metrics.add_metric(name="NudgesFailed", unit=MetricUnit.Count, value=stats.failed)
-    # A stream stranded with a non-live owner is as unowned as an orphan: one age, one alarm.
-    metrics.add_metric(name="OldestOrphanAge", unit=MetricUnit.Milliseconds,
-                       value=max(stats.oldest_age_ms, stats.oldest_stranded_ms))
-    metrics.add_metric(name=names.METRIC_STRANDED_STREAMS, unit=MetricUnit.Count,
-                       value=stats.stranded)
-    metrics.add_metric(name=names.METRIC_STRANDED_RELEASED, unit=MetricUnit.Count,
-                       value=stats.stranded_released)
-    metrics.add_metric(name=names.METRIC_ITEM_ERRORS, unit=MetricUnit.Count,
-                       value=stats.item_errors)
-    metrics.add_metric(name=names.METRIC_DEAD_SESSIONS, unit=MetricUnit.Count,
-                       value=stats.dead_sessions)
-    metrics.add_metric(name=names.METRIC_STREAMS_REAPED, unit=MetricUnit.Count,
-                       value=stats.reaped)
-    metrics.add_metric(name="Normalised", unit=MetricUnit.Count, value=stats.normalised)
-    metrics.add_metric(name=names.METRIC_BALANCE_TARGETS, unit=MetricUnit.Count,
-                       value=stats.balance_targets)
+    values: dict[str, float] = {
+        "Sweeps": stats.sweeps, "SweepErrors": stats.errors, "NudgesFailed": stats.failed,
+        # A stream stranded with a non-live owner is as unowned as an orphan: one age, one alarm.
+        "OldestOrphanAge": max(stats.oldest_age_ms, stats.oldest_stranded_ms),
+        names.METRIC_STRANDED_STREAMS: stats.stranded,
+        names.METRIC_STRANDED_RELEASED: stats.stranded_released,
+        names.METRIC_ITEM_ERRORS: stats.item_errors,
+        names.METRIC_DEAD_SESSIONS: stats.dead_sessions,
+        names.METRIC_STREAMS_REAPED: stats.reaped, "Normalised": stats.normalised,
+        names.METRIC_BALANCE_TARGETS: stats.balance_targets}
     if stats.balance_rounds:  # no decision (turned off, no sessions): no imbalance to report
-        metrics.add_metric(name=names.METRIC_IMBALANCE, unit=MetricUnit.Count,
-                           value=stats.imbalance)
+        values[names.METRIC_IMBALANCE] = stats.imbalance
+    for name, value in values.items():
+        metrics.add_metric(name=name, value=value, unit=MetricUnit.Milliseconds
+                           if name == "OldestOrphanAge" else MetricUnit.Count)
     emit_counts_by("Nudges", "reason", stats.nudged, service=SERVICE)

@@ -13,32 +13,31 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core import names, rules, tracing
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.liveness import AUDIT_INTERVAL_MS, AuditResult, OwnerAudit
-from holdfast.core.nudge import Nudge
-from holdfast.core.sessions import SessionStore, SessionSweep, sweep_sessions
+from holdfast.core.nudge import Nudge, send_nudges
+from holdfast.core.sessions import SessionStore, SessionSweep, SweepLog, sweep_sessions
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import Orphan, count_owned, find_orphans
-from lambdas.nudge import send_nudges
+from lambdas.orderqueues import QueueCollector
 from lambdas.settings import Settings
 from lambdas.sweeper.balancer import Balancer, BalanceRound
 from lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
-from lambdas.sweeper.orderqueues import QueueCollector
-from lambdas.sweeper.unindexed import UnindexedPass, scan_step
+from lambdas.sweeper.unindexed import UnindexedPass
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["LogLike", "SweepDeps", "SweepResult", "SweepStats", "memory_for", "run_sweeps",
+__all__ = ["SweepDeps", "SweepResult", "SweepStats", "memory_for", "run_sweeps",
            "session_store_for", "sweep_once"]
 
 log = logging.getLogger(__name__)
@@ -49,16 +48,6 @@ MAX_SCAN = 1_000  # orphans read per sweep; the rest wait for the next sweep (a 
 MAX_ERROR_BACKOFF_MS = 5_000
 
 
-class LogLike(Protocol):
-    """What the loop logs through: a ``logging.Logger`` or a Powertools ``Logger``."""
-
-    def info(self, msg: object, *args: object,
-             extra: Mapping[str, object] | None = None) -> None: ...
-
-    def error(self, msg: object, *args: object,
-              extra: Mapping[str, object] | None = None) -> None: ...
-
-
 @dataclass
 class SweepDeps:
     ddb: DynamoDBClient
@@ -66,7 +55,7 @@ class SweepDeps:
     settings: Settings
     clock: Callable[[], int] = wall_clock_ms
     sleep: Callable[[float], object] = time.sleep
-    log: LogLike | None = None
+    log: SweepLog | None = None
     sessions: SessionStore | None = None  # None: no session table, leases only
     # The slow pass for items without an expiry; made from the settings on first use.
     unindexed: UnindexedPass | None = None
@@ -153,11 +142,6 @@ def memory_for(settings: Settings) -> NudgeMemory:
         unclaimed_grace_ms=settings.unclaimed_grace_ms))
 
 
-def _reason(orphan: Orphan) -> str:
-    # KEYS_ONLY index: expiry 0 means released or never claimed, anything else expired.
-    return "unclaimed" if orphan.expires_at_ms == 0 else "expired"
-
-
 def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     """One sweep; raises ``HoldfastError`` if DynamoDB did not answer (SQS errors are reported)."""
     s = deps.settings
@@ -174,7 +158,9 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     upcoming = [o.expires_at_ms for o in items if o.expires_at_ms > cutoff]
     chosen = memory.select(due, now)
     by_id = {o.conn_id: o for o in chosen}
-    nudges = [Nudge(o.conn_id, _reason(o), None) for o in chosen]
+    # KEYS_ONLY index: expiry 0 means released or never claimed, anything else expired.
+    nudges = [Nudge(o.conn_id, "unclaimed" if o.expires_at_ms == 0 else "expired", None)
+              for o in chosen]
     spans = [tracing.start_span(names.SPAN_SWEEP, n.conn_id) for n in nudges]
     if tracing.enabled():  # each orphan's acquisition trace starts at the sweep that found it
         nudges = [dataclasses.replace(n, traceparent=tracing.inject(span))
@@ -220,7 +206,7 @@ def _unindexed_step(deps: SweepDeps, now: int) -> int:
     if deps.unindexed is None:
         deps.unindexed = UnindexedPass(s.unindexed_scan_ms)
     store = LeaseStore(deps.ddb, s.table, lease_ms=s.lease_ms, skew_ms=s.skew_ms)
-    return scan_step(deps.ddb, s.table, deps.unindexed, now, store.normalise)
+    return deps.unindexed.step(deps.ddb, s.table, now, store.normalise)
 
 
 def _orders_step(deps: SweepDeps, now: int) -> int:
@@ -247,7 +233,7 @@ def _balance_step(deps: SweepDeps, sessions: SessionSweep, unowned: int,
 def run_sweeps(deps: SweepDeps, memory: NudgeMemory, *, should_stop: Callable[[], bool],
                stats: SweepStats | None = None) -> SweepStats:
     """Sweep until ``should_stop()``; errors are logged and retried with a short back-off."""
-    logger: LogLike = deps.log or log
+    logger: SweepLog = deps.log or log
     stats = stats if stats is not None else SweepStats()
     interval = deps.settings.sweep_interval_ms
     errors_in_row = 0
@@ -271,7 +257,7 @@ def run_sweeps(deps: SweepDeps, memory: NudgeMemory, *, should_stop: Callable[[]
     return stats
 
 
-def _log_result(logger: LogLike, result: SweepResult) -> None:
+def _log_result(logger: SweepLog, result: SweepResult) -> None:
     if result.audit is not None:
         for conn_id, owner, why in result.audit.released:
             logger.info("released %s: owner %s is not a live session (%s)", conn_id, owner,

@@ -24,7 +24,7 @@ from holdfast.core.table import find_unindexed
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["UnindexedPass", "scan_step"]
+__all__ = ["UnindexedPass"]
 
 log = logging.getLogger(__name__)
 
@@ -38,29 +38,23 @@ class UnindexedPass:
     start_key: dict[str, Any] | None = None
     in_pass: bool = False
 
-    def due(self, now_ms: int) -> bool:
-        return self.period_ms > 0 and (self.in_pass or now_ms >= self.next_pass_ms)
-
-    def advance(self, next_key: dict[str, Any] | None, now_ms: int) -> None:
-        """After a page: continue from ``next_key``, or end the pass and schedule the next."""
+    def step(self, ddb: DynamoDBClient, table: str, now_ms: int,
+             normalise: Callable[[str], bool]) -> int:
+        """One page of the pass if one is due; normalises what it finds. Returns how many it
+        fixed. DynamoDB errors propagate (the sweep loop backs off); the pass resumes where it
+        was."""
+        if self.period_ms <= 0 or not (self.in_pass or now_ms >= self.next_pass_ms):
+            return 0
+        found, next_key = find_unindexed(ddb, table, start_key=self.start_key)
+        fixed = 0
+        for conn_id in found:
+            # Conditional on the expiry still missing: a router that got there first wins.
+            if normalise(conn_id):
+                fixed += 1
+                log.warning("normalised an item the index could not see (its router record "
+                            "was lost?): %s", conn_id, extra={"conn_id": conn_id})
+        # Continue from next_key, or end the pass and schedule the next.
         self.start_key, self.in_pass = next_key, next_key is not None
         if next_key is None:
             self.next_pass_ms = now_ms + self.period_ms
-
-
-def scan_step(ddb: DynamoDBClient, table: str, state: UnindexedPass, now_ms: int,
-              normalise: Callable[[str], bool]) -> int:
-    """One page of the pass if one is due; normalises what it finds. Returns how many it fixed.
-    DynamoDB errors propagate (the sweep loop backs off); the pass resumes where it was."""
-    if not state.due(now_ms):
-        return 0
-    found, next_key = find_unindexed(ddb, table, start_key=state.start_key)
-    fixed = 0
-    for conn_id in found:
-        # Conditional on the expiry still missing: a router that got there first wins.
-        if normalise(conn_id):
-            fixed += 1
-            log.warning("normalised an item the index could not see (its router record was "
-                        "lost?): %s", conn_id, extra={"conn_id": conn_id})
-    state.advance(next_key, now_ms)
-    return fixed
+        return fixed

@@ -25,15 +25,15 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
-from holdfast.core.exceptions import ConfigError, SessionStillLive
+from holdfast.core.exceptions import SessionStillLive
 from holdfast.core.model import validate_worker_id
-from holdfast.core.nudge import Nudge
+from holdfast.core.nudge import Nudge, send_nudges
 from holdfast.core.rules import LeaseTiming, is_expired
 from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionStore, SweepLog
 from holdfast.core.store import wall_clock_ms
 from lambdas.metrics import METRICS_NAMESPACE, metrics_enabled, service_name
-from lambdas.nudge import send_nudges
+from lambdas.settings import _required
 from lambdas.taskstopped.events import HandledTasks, Skip, parse_event, task_stopped_event
 
 if TYPE_CHECKING:
@@ -80,13 +80,6 @@ class Outcome:
         return (f"{self.worker_id}: session "
                 + ("declared dead" if self.declared_dead else "was no longer alive")
                 + f", {self.released} streams released")
-
-
-def _required(env: Mapping[str, str], name: str) -> str:
-    value = env.get(name, "").strip()
-    if not value:
-        raise ConfigError(f"{name} is not set")
-    return value
 
 
 def _client_for(env: Mapping[str, str], service: str = "dynamodb") -> Any:
@@ -221,16 +214,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
 
 
 def _emit(out: Outcome) -> None:
-    if out.malformed:
-        metrics.add_metric(name=names.METRIC_TASK_EVENTS_MALFORMED, unit=MetricUnit.Count,
-                           value=1)
-    elif out.skipped is not None:
-        metrics.add_metric(name=names.METRIC_TASK_EVENTS_SKIPPED, unit=MetricUnit.Count,
-                           value=1)
-    else:
-        metrics.add_metric(name=names.METRIC_TASK_STOPS_REPORTED, unit=MetricUnit.Count,
-                           value=1)
-    metrics.add_metric(name=names.METRIC_REPORTED_DEAD_SESSIONS, unit=MetricUnit.Count,
-                       value=int(out.declared_dead))
-    metrics.add_metric(name=names.METRIC_STREAMS_REAPED, unit=MetricUnit.Count,
-                       value=out.released)
+    kind = (names.METRIC_TASK_EVENTS_MALFORMED if out.malformed
+            else names.METRIC_TASK_EVENTS_SKIPPED if out.skipped is not None
+            else names.METRIC_TASK_STOPS_REPORTED)
+    for name, value in ((kind, 1), (names.METRIC_REPORTED_DEAD_SESSIONS, int(out.declared_dead)),
+                        (names.METRIC_STREAMS_REAPED, out.released)):
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)

@@ -13,7 +13,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 from holdfast.core import names, tracing
-from holdfast.core.nudge import TRACE_ATTRIBUTE, Nudge, traceparent_of
+from holdfast.core.nudge import TRACE_ATTRIBUTE, Nudge, trace_attributes, traceparent_of
 from holdfast.fleet.procs import REPO_ROOT
 
 
@@ -58,10 +58,10 @@ def test_nudge_carries_traceparent_as_a_message_attribute() -> None:
     """The trace context is a string attribute, read back by traceparent_of; none when off."""
     tp = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
     nudge = Nudge("c-1", "released", 3, traceparent=tp)
-    attrs = nudge.message_attributes()
+    attrs = trace_attributes(nudge.traceparent)
     assert attrs == {TRACE_ATTRIBUTE: {"DataType": "String", "StringValue": tp}}
     assert traceparent_of({"MessageAttributes": attrs}) == tp
-    assert Nudge("c-1", "released").message_attributes() == {}
+    assert trace_attributes(Nudge("c-1", "released").traceparent) == {}
     assert traceparent_of({}) is None and traceparent_of({"MessageAttributes": 3}) is None
     assert nudge == Nudge("c-1", "released", 3)  # the trace is not part of the nudge's identity
 

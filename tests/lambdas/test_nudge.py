@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from holdfast.core.nudge import Nudge
-from lambdas.nudge import send_nudges
+from holdfast.core.nudge import Nudge, send_nudges
 from tests.lambdas.helpers import receive_nudges
 
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from holdfast.core.orders import Order, order_queue_name, order_queue_url
+from holdfast.core.orders import Order, is_missing_queue, order_queue_name, order_queue_url
 from holdfast.core.table import set_desired_state
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
 from tests.worker.helpers import Recorder, item_attr, running_worker
-from worker.orders import OrderInbox, is_missing_queue
+from worker.orders import OrderInbox
 
 
 @asynccontextmanager

@@ -1,0 +1,137 @@
+"""The Lambda side of the order queues (``holdfast.core.orders``): sending and collecting.
+
+**Sending** (``send_body``: the router's stop and release orders, the sweeper's rebalancing
+directives, ``holdfast drain``): one SQS message on the owner's own order queue, whose URL is
+derived from the nudge queue's URL, the stack's prefix and the owner, so no lookup is needed.
+The durable path (the order in the session item, read with the next heartbeat) always follows,
+so nothing here fails a record: a queue that does not exist (the worker has none yet, or it is
+gone with its session) is counted and logged at info, any other error logged at error and
+counted.
+
+**Collecting** (``QueueCollector``, the sweeper): a worker deletes its order queue when it stops
+gracefully; a crashed or killed one cannot. An idle queue costs nothing (SQS bills requests), so
+the sweeper collects them every few minutes rather than on every death: one ``ListQueues`` by
+name prefix, then one Scan of the session table, and every queue that belongs to no ALIVE
+session is deleted. Order matters: the queues are listed *before* the sessions are read. A
+worker writes its session before it creates its queue, so a queue seen in the listing belongs to
+a session the later scan sees; a queue created after the listing is simply not looked at this
+time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from holdfast.core.exceptions import HoldfastError, MalformedItem
+from holdfast.core.liveness import session_owner
+from holdfast.core.orders import is_missing_queue, order_queue_name, order_queue_url
+from holdfast.core.schema import SessionState
+from holdfast.core.sessions import SessionStore
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools import Logger
+    from mypy_boto3_sqs import SQSClient
+
+    from lambdas.router.decide import Decision
+
+__all__ = ["COLLECT_EVERY_MS", "QueueCollector", "queue_orders", "queues_to_delete",
+           "send_body"]
+
+log = logging.getLogger(__name__)
+
+COLLECT_EVERY_MS = 300_000
+
+
+def send_body(sqs: SQSClient, nudge_queue_url: str, prefix: str, owner: str,
+              body: str) -> tuple[str, str]:
+    """Send one message ``body`` to ``owner``'s order queue (a stop order, a directive).
+
+    Returns (counter key, detail): ``order_queue_sent``, ``order_queue_missing`` (no such
+    queue: the caller logs it at info) or ``order_queue_failed``; never raises for SQS.
+    """
+    try:
+        url = order_queue_url(nudge_queue_url, prefix, owner)
+        sqs.send_message(QueueUrl=url, MessageBody=body)
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if is_missing_queue(exc):
+            return "order_queue_missing", code
+        return "order_queue_failed", f"{code}: {exc}"[:300]
+    except (BotoCoreError, ValueError) as exc:
+        return "order_queue_failed", f"{type(exc).__name__}: {exc}"[:300]
+    return "order_queue_sent", ""
+
+
+def queue_orders(decisions: Mapping[str, Decision], sqs: SQSClient, nudge_queue_url: str,
+                 prefix: str, logger: Logger) -> Counter[str]:
+    """Send each order of a batch's decisions to its owner's order queue; counts by result."""
+    counts: Counter[str] = Counter()
+    sent: set[tuple[str, str]] = set()
+    for decision in decisions.values():
+        order, owner = decision.order(), decision.owner
+        # Only sessions have order queues (a plain owner has none); one send per order.
+        if (order is None or owner is None or session_owner(owner) is None
+                or (owner, order.encode()) in sent):
+            continue
+        sent.add((owner, order.encode()))
+        result, detail = send_body(sqs, nudge_queue_url, prefix, owner, order.body(owner))
+        counts[result] += 1
+        if result == "order_queue_failed":
+            logger.error("order not queued", conn_id=order.conn_id, owner=owner, detail=detail,
+                         verb=order.verb)
+        else:
+            logger.info("order queued" if result == "order_queue_sent" else
+                        "order not queued: no order queue", conn_id=order.conn_id, owner=owner,
+                        detail=detail, verb=order.verb)
+    return counts
+
+
+def queues_to_delete(queue_urls: Iterable[str], live_owners: Iterable[str],
+                     prefix: str) -> list[str]:
+    """The listed order-queue URLs whose name belongs to none of ``live_owners``."""
+    keep = {order_queue_name(prefix, owner) for owner in live_owners}
+    return [url for url in queue_urls
+            if url.rsplit("/", 1)[-1].startswith(prefix) and url.rsplit("/", 1)[-1] not in keep]
+
+
+@dataclass
+class QueueCollector:
+    """Every ``every_ms``: delete the order queues of sessions that are no longer alive."""
+
+    prefix: str
+    every_ms: int = COLLECT_EVERY_MS
+    next_ms: int = 0
+    deleted: int = 0
+
+    def step(self, sqs: SQSClient, sessions: SessionStore, now_ms: int) -> int:
+        """Collect if due; returns the number of queues deleted (errors are logged)."""
+        if now_ms < self.next_ms:
+            return 0
+        self.next_ms = now_ms + self.every_ms
+        try:
+            pages = sqs.get_paginator("list_queues").paginate(
+                QueueNamePrefix=self.prefix, PaginationConfig={"PageSize": 1000})
+            urls = [url for page in pages for url in page.get("QueueUrls", [])]
+            if not urls:
+                return 0
+            live = [s.owner for s in sessions.scan()
+                    if not isinstance(s, MalformedItem) and s.state is SessionState.ALIVE]
+        except (BotoCoreError, ClientError, HoldfastError) as exc:
+            log.warning("order queues not collected: %s", exc)
+            return 0
+        doomed = queues_to_delete(urls, live, self.prefix)
+        for url in doomed:
+            # Already gone (a worker's own close raced us) is as good as deleted.
+            with contextlib.suppress(BotoCoreError, ClientError):
+                sqs.delete_queue(QueueUrl=url)
+        if doomed:
+            log.info("deleted %d order queues without a live session", len(doomed))
+        self.deleted += len(doomed)
+        return len(doomed)
