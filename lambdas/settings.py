@@ -63,10 +63,6 @@ def _orders_prefix(env: Mapping[str, str]) -> str | None:
         raise ConfigError(f"{names.ENV_ORDERS_QUEUE_PREFIX}: {exc}") from None
 
 
-def _required(env: Mapping[str, str], name: str, what: str) -> str:
-    return rules.env_text(env, name, what) or ""
-
-
 @dataclass(frozen=True, slots=True)
 class Settings:
     table: str
@@ -96,8 +92,8 @@ class Settings:
         interval, ttl = _balance_timing(e)
         timing = LeaseTiming.from_env(e)
         return cls(
-            table=_required(e, names.ENV_TABLE, "the DynamoDB lease table"),
-            queue_url=_required(e, names.ENV_QUEUE_URL, "the SQS nudge queue URL"),
+            table=rules.env_required(e, names.ENV_TABLE, "the DynamoDB lease table"),
+            queue_url=rules.env_required(e, names.ENV_QUEUE_URL, "the SQS nudge queue URL"),
             session_table=rules.env_text(e, names.ENV_SESSION_TABLE),
             skew_ms=timing.skew_ms,
             lease_ms=timing.lease_ms,

@@ -105,7 +105,7 @@ class _Env:
         return rules.env_text(self.env, name)
 
     def required(self, name: str, what: str) -> str:
-        return rules.env_text(self.env, name, what) or ""
+        return rules.env_required(self.env, name, what)
 
     def number(self, name: str, default: float, *, lo: float, hi: float,
                integer: bool = False) -> float:

@@ -35,6 +35,7 @@ __all__ = [
     "default_margin_ms",
     "env_flag",
     "env_number",
+    "env_required",
     "env_text",
     "fence_deadline_mono_ms",
     "is_expired",
@@ -137,13 +138,17 @@ def env_flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     return text in _TRUE
 
 
-def env_text(env: Mapping[str, str], name: str, what: str | None = None) -> str | None:
-    """``env[name]`` stripped, None if unset or blank; with ``what``, a required setting:
-    ``ConfigError`` saying what it must name."""
-    text = (env.get(name) or "").strip()
-    if not text and what is not None:
+def env_text(env: Mapping[str, str], name: str) -> str | None:
+    """``env[name]`` stripped, None if unset or blank."""
+    return (env.get(name) or "").strip() or None
+
+
+def env_required(env: Mapping[str, str], name: str, what: str) -> str:
+    """``env[name]`` stripped; ``ConfigError`` saying what it must name if unset or blank."""
+    text = env_text(env, name)
+    if text is None:
         raise ConfigError(f"{name} is not set: it must name {what}")
-    return text or None
+    return text
 
 
 def acquire_cutoff_ms(now_wall_ms: int, skew_ms: int) -> int:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from holdfast.core import names, tracing
+from holdfast.core import names, rules, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import SessionStillLive
 from holdfast.core.model import validate_worker_id
@@ -33,7 +33,6 @@ from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionStore, SweepLog
 from holdfast.core.store import wall_clock_ms
 from lambdas.metrics import METRICS_NAMESPACE, metrics_enabled, service_name
-from lambdas.settings import _required
 from lambdas.taskstopped.events import HandledTasks, Skip, parse_event, task_stopped_event
 
 if TYPE_CHECKING:
@@ -106,8 +105,8 @@ def deps_for_env(env: Mapping[str, str] | None = None, *,
 
     ``ConfigError`` if HOLDFAST_TABLE or HOLDFAST_SESSION_TABLE is not set."""
     e = os.environ if env is None else env
-    table = _required(e, names.ENV_TABLE)
-    session_table = _required(e, names.ENV_SESSION_TABLE)
+    table = rules.env_required(e, names.ENV_TABLE, "the DynamoDB lease table")
+    session_table = rules.env_required(e, names.ENV_SESSION_TABLE, "the worker session table")
     timing = LeaseTiming.from_env(e)
     store = SessionStore(_client_for(e), session_table, table, ttl_ms=timing.lease_ms,
                          skew_ms=timing.skew_ms)
