@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,7 +144,7 @@ def owner_of(raw: dict[str, Any]) -> str | None:
     return str_attr(raw, ATTR.lease_owner)
 
 
-def parse_or_none(raw: dict[str, Any] | None) -> LeaseItem | None:
+def parse_or_none(raw: Mapping[str, Any] | None) -> LeaseItem | None:
     try:
         return LeaseItem.from_ddb(raw) if raw is not None else None
     except MalformedItem:

@@ -50,6 +50,7 @@ from typing import Any
 
 from holdfast.core import rules
 from holdfast.core.exceptions import MalformedItem
+from holdfast.core.expressions import parse_or_none
 from holdfast.core.model import LeaseItem, int_attr
 from holdfast.core.nudge import MAX_DELAY_S, REASON_MOVED, Nudge, delay_until
 from holdfast.core.orders import ORDER_RELEASE, ORDER_STOP, Order
@@ -124,7 +125,7 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
            now_ms: int, *, skew_ms: int = 1_000) -> Decision:
     """Decide for one stream record (low-level DynamoDB JSON images); never raises."""
     if event_name == "REMOVE":
-        gone = _parse_or_none(old_image)
+        gone = parse_or_none(old_image)
         if gone is not None and gone.lease_owner is not None:
             return Decision(Outcome.ORDER, Reason.STOP, gone.conn_id, gone.epoch,
                             owner=gone.lease_owner)
@@ -139,7 +140,7 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
     except MalformedItem as bad:
         return _malformed(new_image, bad.reason)
     if not new.started:
-        old_state = _parse_or_none(old_image)
+        old_state = parse_or_none(old_image)
         if new.lease_owner is not None and (old_state is None or old_state.started):
             # Its holder learns of the stop from its session's next heartbeat, not from a
             # per-stream write that may be a checkpoint interval away.
@@ -151,7 +152,7 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
     normalise = new.lease_expires_at_ms is None
     if event_name == "INSERT":
         return _nudge(new, Reason.INSERTED, now_ms, skew_ms, normalise)
-    old = _parse_or_none(old_image)
+    old = parse_or_none(old_image)
     if old is None:
         return _nudge(new, Reason.CHANGED, now_ms, skew_ms, normalise)
     if not old.started:
@@ -177,7 +178,7 @@ def _owned(event_name: str, old_image: Image | None, new: LeaseItem, now_ms: int
     """A STARTED item that names an owner: mostly a heartbeat, checkpoint or acquisition."""
     owner = new.lease_owner
     assert owner is not None
-    old = _parse_or_none(old_image) if event_name == "MODIFY" else None
+    old = parse_or_none(old_image) if event_name == "MODIFY" else None
     # Restarted while an old owner is still named (its holder still draining the stop, or its
     # worker dead while stopped): the holder's release is nudged, a gone owner's stream is
     # released by the sweeper's owner audit; nothing for the router to write.
@@ -213,15 +214,6 @@ def _nudge(new: LeaseItem, reason: Reason, now_ms: int, skew_ms: int,
                             detail=f"claimable in {wait_ms // 1000} s; the sweeper nudges it")
         delay_s = delay_until(claimable_at, now_ms)
     return Decision(Outcome.NUDGE, reason, new.conn_id, new.epoch, delay_s, normalise)
-
-
-def _parse_or_none(image: Image | None) -> LeaseItem | None:
-    if not image:
-        return None
-    try:
-        return LeaseItem.from_ddb(image)
-    except MalformedItem:
-        return None
 
 
 def _conn_id_or_none(image: Image | None) -> str | None:
