@@ -24,7 +24,6 @@ the give-up above.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -40,9 +39,11 @@ from holdfast.core.urls import UrlPolicy, check_url, redact
 from worker.backoff import Backoff
 from worker.delivery import Step, Verdict
 from worker.dial import (
-    NoRedirects,
+    ConnectOptions,
     Resolver,
+    close_reading,
     describe,
+    dial,
     getaddrinfo,
     killed_by_a_frame,
     resolve_checked,
@@ -61,19 +62,6 @@ LOG_EVERY_MS = 60_000  # a per-frame warning is logged at most this often per st
 
 class _GiveUp(Exception):
     """The stream cannot make progress on this upstream: hand it back with this error."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectOptions:
-    max_size: int = 2**18
-    # websockets' default is 16 frames per connection; few are enough to keep a handler busy,
-    # and the memory check in ``worker.config`` counts them (``buffer_bytes``).
-    max_queue: int = 2
-    compression: bool = False
-    open_timeout_s: float = 10.0
-    ping_interval_s: float = 20.0
-    close_timeout_s: float = 2.0
-    send_worker_id: bool = False  # opt-in: tells every upstream which worker connects
 
 
 @dataclass
@@ -99,7 +87,6 @@ class ConnectionContext:
     handler_timeout_s: float = 30.0
     # Connection deaths in a row by a frame at one resume point before the stream is given up.
     poison_replays: int = 3
-    # Unused: nothing is skipped any more. Kept only while ``worker.holdings`` still passes it.
     # Waits for a token of the fleet's reconnect budget before each connect (worker.budget).
     admit_connect: Callable[[], Awaitable[float]] | None = None
 
@@ -181,7 +168,7 @@ class Connection:
         held = self.held
         try:
             while not held.stopping:
-                before, killed = held.handled, False
+                before, killed = held.cursor.handled, False
                 try:
                     await self._session()
                     error = "upstream closed the connection"
@@ -203,10 +190,10 @@ class Connection:
                     error, killed = describe(exc), killed_by_a_frame(exc)
                 if held.stopping:
                     break
-                failures = 1 if held.handled > before else failures + 1
+                failures = 1 if held.cursor.handled > before else failures + 1
                 if killed:  # by a frame; again at the same resume point: the same frame
-                    deaths = deaths + 1 if held.next_seq == poison_at else 1
-                    poison_at = held.next_seq
+                    deaths = deaths + 1 if held.cursor.next_seq == poison_at else 1
+                    poison_at = held.cursor.next_seq
                     if deaths >= self.ctx.poison_replays:
                         return self._killed_by_a_frame(poison_at, deaths, error)
                 self.ctx.metrics.incr("Reconnects")
@@ -233,7 +220,7 @@ class Connection:
                 " only too big, or set last_seq past it")
 
     async def _session(self) -> None:
-        next_seq = self.held.next_seq
+        next_seq = self.held.cursor.next_seq
         proto = self.ctx.protocol
         url = proto.url(self.held.lease.ws_url, next_seq)
         checked = check_url(url, self.ctx.policy)
@@ -246,15 +233,9 @@ class Connection:
         headers = proto.headers(next_seq)
         if opts.send_worker_id:
             headers = {"X-Holdfast-Worker": self.ctx.worker_id, **headers}
-        async with NoRedirects(
-                url, host=address, port=checked.port, additional_headers=headers,
-                compression="deflate" if opts.compression else None, max_size=opts.max_size,
-                max_queue=opts.max_queue,
-                open_timeout=opts.open_timeout_s, ping_interval=opts.ping_interval_s,
-                ping_timeout=opts.ping_interval_s, close_timeout=opts.close_timeout_s,
-                proxy=None, user_agent_header="holdfast-worker") as ws:
+        async with dial(url, address, checked.port, headers, opts) as ws:
             self._ws = ws
-            self.held.connected()
+            self.held.cursor.connected()
             if self.trace is not None:
                 self.trace.connected()
             try:
@@ -271,7 +252,7 @@ class Connection:
                     if not (self.held.stopping and self.held.live):
                         raise  # aborted, fenced, lost, or cancelled from outside
                 if self.held.stopping and self.held.live:
-                    await _close_reading(ws)
+                    await close_reading(ws)
             finally:
                 self._ws = None
 
@@ -287,12 +268,12 @@ class Connection:
             self.log_limited("malformed", "warning",
                              "frame not parseable, handed on without seq", size=len(frame))
         seq = parsed.seq
-        anchor = held.anchor_for(seq)
+        anchor = held.cursor.anchor_for(seq)
         if anchor is not None:
             # No checkpoint anywhere yet: the stream starts here for whoever holds it next.
             if self.ctx.anchor is not None:
                 await self.ctx.anchor(self, anchor)
-            held.anchored(anchor)
+            held.cursor.anchored(anchor)
         if not held.live:
             return  # aborted, fenced or lost meanwhile: no more handler calls
         verdict = held.admit(seq, self.ctx.mono())
@@ -330,7 +311,7 @@ class Connection:
                          error=f"{type(exc).__name__}: {exc}"[:500])
         finally:
             self._in_handler = False
-        held.done(seq)
+        held.cursor.done(seq)
         self.ctx.metrics.incr("MessagesHandled")
         if self.trace is not None:  # the first handled message ends the trace; then nothing
             self.trace.handled()
@@ -354,28 +335,3 @@ class Connection:
                           f"none handled ({fix})")
         self.log_limited(kind.value, "error", f"{what}: frame not handled, checkpoint kept",
                          expected=verdict.expected, got=seq, streak=verdict.streak)
-
-    async def close_quietly(self) -> None:
-        if self._ws is not None:
-            with contextlib.suppress(Exception):
-                await self._ws.close()
-
-
-async def _close_reading(ws: ClientConnection) -> None:
-    """The closing handshake of a drained stream, reading (and dropping) what still arrives.
-
-    Frames nobody reads fill websockets' receive queue; past ``max_queue`` (2 by default) it
-    pauses reading, the peer's Close frame is never seen, and ``close()`` waits out the whole
-    ``close_timeout`` (2 s) before it aborts: the release, and the handover, wait with it. A
-    frame dropped here was never handled, so never checkpointed: the next holder resumes it.
-    """
-    closing = asyncio.ensure_future(ws.close())
-    try:
-        async for _ in ws:
-            pass
-    except WebSocketException:
-        pass
-    except BaseException:
-        closing.cancel()  # cancelled again (the stop's deadline): the caller's exit closes
-        raise
-    await closing

@@ -1,10 +1,11 @@
 """What a worker knows about one stream it holds: lease, fence deadline, checkpoint and state.
 
-One ``HeldStream`` per claimed lease, owned by this module: the connection, the renewer, the
-session keeper and the supervisor read it and change it only through the methods below, so
-every write of the lease, the fence deadline or the checkpoint is in this file.
+One ``HeldStream`` per claimed lease, owned by this module: the connection, the checkpointer,
+the session keeper and the supervisor read it and change it only through the methods below, so
+every write of the lease and the fence deadline is in this file. Its checkpoint is its
+``cursor`` (``worker.delivery``), which only the connection moves.
 
-States and the only transitions (anything else is a no-op that returns False: the renewer,
+States and the only transitions (anything else is a no-op that returns False: the checkpointer,
 the fence watcher, the session keeper and the connection race to stop a stream, and whoever
 comes first decides why it stopped)::
 
@@ -48,7 +49,7 @@ _LIVE = frozenset({HeldState.CLAIMED, HeldState.RUNNING, HeldState.DRAINING})
 class HeldStream:
     """One held lease. ``session_fence`` returns the worker session's fence (monotonic ms)."""
 
-    __slots__ = ("_cursor", "_fence_mono_ms", "_lease", "_reason", "_session_fence", "_state")
+    __slots__ = ("_fence_mono_ms", "_lease", "_reason", "_session_fence", "_state", "cursor")
 
     def __init__(self, lease: Lease, *, fence_mono_ms: int,
                  session_fence: Callable[[], int] = lambda: NO_FENCE_MS,
@@ -56,7 +57,7 @@ class HeldStream:
         self._lease = lease
         self._fence_mono_ms = fence_mono_ms
         self._session_fence = session_fence
-        self._cursor = Delivery(lease.last_seq, max_jump=max_seq_jump)
+        self.cursor = Delivery(lease.last_seq, max_jump=max_seq_jump)  # the delivery rules
         self._state = HeldState.CLAIMED
         self._reason: str | None = None
 
@@ -86,15 +87,7 @@ class HeldStream:
     @property
     def checkpoint(self) -> int | None:
         """The highest seq whose handler call has returned (None: no checkpoint yet)."""
-        return self._cursor.checkpoint
-
-    @property
-    def next_seq(self) -> int | None:
-        return self._cursor.next_seq
-
-    @property
-    def handled(self) -> int:
-        return self._cursor.handled
+        return self.cursor.checkpoint
 
     @property
     def state(self) -> HeldState:
@@ -164,22 +157,6 @@ class HeldStream:
             self._fence_mono_ms = fence_mono_ms
         return True
 
-    # -- delivery (the rules are in ``worker.delivery``) --------------------------------
-    def anchor_for(self, seq: int | None) -> int | None:
-        """The first checkpoint to write before handling ``seq``, if the stream has none."""
-        return self._cursor.anchor_for(seq)
-
-    def anchored(self, checkpoint: int) -> None:
-        self._cursor.anchored(checkpoint)
-
     def admit(self, seq: int | None, now_mono_ms: int) -> Verdict:
-        """What to do with a frame carrying ``seq`` at ``now_mono_ms``."""
-        return self._cursor.admit(seq, now_mono_ms, self.deadline())
-
-    def connected(self) -> None:
-        """A new connection has opened: its resume overlap starts again."""
-        self._cursor.connected()
-
-    def done(self, seq: int | None) -> None:
-        """The handler call for ``seq`` has returned or raised: the checkpoint may move."""
-        self._cursor.done(seq)
+        """What to do with a frame carrying ``seq`` at ``now_mono_ms`` (``worker.delivery``)."""
+        return self.cursor.admit(seq, now_mono_ms, self.deadline())

@@ -281,7 +281,7 @@ class Holdings:
                 return "failed"
             if lost is not None and lost is not LossReason.STOPPED:
                 return f"not_ours_{lost}"
-            conn.log("info", "released", checkpoint=held.checkpoint, handled=held.handled)
+            conn.log("info", "released", checkpoint=held.checkpoint, handled=held.cursor.handled)
             return "released"
         return "failed"
 
