@@ -321,17 +321,10 @@ class Connection:
         """A seq that breaks the contract (``worker.delivery``): counted, logged, not handled;
         ``_GiveUp`` once the stream cannot make progress."""
         self.ctx.metrics.incr(names.METRIC_FRAMES_SKIPPED)
-        kind = verdict.cause or verdict.step
-        checkpoint = None if verdict.expected is None else verdict.expected - 1
-        if kind is Step.WENT_BACK:
-            what = f"seq went back to {seq}, at or below the checkpoint {checkpoint}"
-            fix = "upstream reset? set last_seq to resume from its new numbering"
-        else:
-            what = (f"seq jumps to {seq}, more than {names.ENV_MAX_SEQ_JUMP} past the "
-                    f"checkpoint {checkpoint}")
-            fix = f"fix the upstream, or set last_seq or {names.ENV_MAX_SEQ_JUMP}"
+        what, fix = verdict.explain(seq)
         if verdict.step is Step.STALLED:
             raise _GiveUp(f"{what}: {verdict.streak} frames in a row out of the seq contract, "
                           f"none handled ({fix})")
+        kind = verdict.cause or verdict.step
         self.log_limited(kind.value, "error", f"{what}: frame not handled, checkpoint kept",
                          expected=verdict.expected, got=seq, streak=verdict.streak)

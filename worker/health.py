@@ -38,31 +38,20 @@ class _Subject(Protocol):
     def free_capacity(self) -> int: ...
 
 
-def _mono_s() -> float:
-    return time.monotonic()
-
-
 @dataclass
 class LoopMonitor:
     """Event-loop lag: ``run`` stamps the clock every ``tick_s``; ``lag_s`` is how far behind."""
 
     tick_s: float = 0.5
     max_lag_s: float = 5.0
-    clock: Callable[[], float] = _mono_s
+    clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     stamped: float | None = None
-    worst_s: float = 0.0  # the largest lag seen (logged, for diagnosis)
 
     async def run(self) -> None:
         while True:
-            self.stamp()
+            self.stamped = self.clock()
             await self.sleep(self.tick_s)
-
-    def stamp(self) -> None:
-        now = self.clock()
-        if self.stamped is not None:
-            self.worst_s = max(self.worst_s, now - self.stamped - self.tick_s)
-        self.stamped = now
 
     def lag_s(self) -> float:
         """Seconds the next stamp is overdue (0 while the loop keeps time)."""
@@ -95,12 +84,6 @@ class HealthServer:
                 await self.server.serve_forever()
         finally:
             self.server = None
-
-    @property
-    def bound_port(self) -> int:
-        assert self.server is not None
-        port: int = self.server.sockets[0].getsockname()[1]
-        return port
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -89,12 +89,9 @@ class Supervisor:
         # (``session_ddb``): under throttling the heartbeat is the one call that must not queue
         # behind the shared rate limiter of everything else; it bounds its own retries by its
         # fence. The reconcile sweep's session reads and releases are bulk work: ``ddb``.
-        self.sessions = SessionStore(
-            session_ddb or ddb, config.session_table, config.table, ttl_ms=config.lease_ms,
-            skew_ms=config.timing.skew_ms, clock=wall)
-        self.sweep_sessions = SessionStore(
-            ddb, config.session_table, config.table, ttl_ms=config.lease_ms,
-            skew_ms=config.timing.skew_ms, clock=wall)
+        self.sessions, self.sweep_sessions = (SessionStore(
+            client, config.session_table, config.table, ttl_ms=config.lease_ms,
+            skew_ms=config.timing.skew_ms, clock=wall) for client in (session_ddb or ddb, ddb))
         self.streams: dict[str, Connection] = {}
         # Rebalancing (targets and drains reach our session) and the fleet's reconnect budget.
         self.budget = ConnectBudget(config.connect_rate, config.connect_burst) if (
@@ -112,7 +109,6 @@ class Supervisor:
         # None: no live session, claim nothing.
         self.owner: str | None = None
         self.stopping = False
-        self.started_mono_ms = mono()
         self.counts: Counter[str] = Counter()
         self.checkpointer = Checkpointer(self.store, self.streams, config.timing, self.metrics,
                                          config.renew_mode, mono=mono,
@@ -222,15 +218,6 @@ class Supervisor:
         self.metrics.active = len(self.streams)
         self.metrics.flush()
 
-    def healthy(self) -> bool:
-        """False once DynamoDB has not answered decisively for longer than a lease.
-
-        A diagnostic, not the ECS health check: ``/health`` reports event-loop lag only, so a
-        regional DynamoDB problem does not get every task replaced at once."""
-        last = self.keeper.last_ok_mono_ms if self.keeper is not None else None
-        since = self.started_mono_ms if last is None else last
-        return self.mono() - since <= self.config.lease_ms
-
     def _claiming_loops(self, claimer: Claimer) -> list[tuple[str, _Loop]]:
         """The loops that take streams on (or shed them): all cancelled when the stop begins."""
         cfg = self.config
@@ -240,9 +227,8 @@ class Supervisor:
                 self.ddb, cfg.table, cfg.timing.skew_ms, self.holdings.claim,
                 self.free_capacity, cfg.reconcile_s, self.wall, rand=random.random,
                 sessions=self.sweep_sessions, fleet=self.balancing.set_fleet).run))
-        if self.sweep_sessions is not None:
-            loops.append(("strays", Strays(self.sweep_sessions, lambda: self.owner,
-                                           self.holdings.claim, self.holdings.busy).run))
+        loops.append(("strays", Strays(self.sweep_sessions, lambda: self.owner,
+                                       self.holdings.claim, self.holdings.busy).run))
         loops.append(("balancing", self.balancing.run))
         return loops
 
