@@ -314,7 +314,7 @@ class Connection:
         held.cursor.done(seq)
         self.ctx.metrics.incr("MessagesHandled")
         if self.trace is not None:  # the first handled message ends the trace; then nothing
-            self.trace.handled()
+            self.trace.close()
             self.trace = None
 
     def _out_of_contract(self, verdict: Verdict, seq: int | None) -> None:

@@ -62,10 +62,6 @@ class Step(Enum):
     GAP = "gap"  # deliver, and log the seqs that never came
     DELIVER = "deliver"
 
-    @property
-    def delivers(self) -> bool:
-        return self in (Step.GAP, Step.DELIVER)
-
 
 @dataclass(frozen=True, slots=True)
 class Verdict:

@@ -136,25 +136,20 @@ class SessionKeeper:
                 hb_s = self.timing.heartbeat_ms / 1000
                 await self.sleep(retry_before_s(failures, left, hb_s / 4, hb_s / 2, self.rand))
                 continue
-            current = session is self.session  # not replaced by a new incarnation meanwhile
-            self._landed(session, sent, beat.session, beat.orders)
-            if current and self.on_beat is not None:
+            if session is not self.session:  # replaced by a new incarnation meanwhile
+                return
+            took = self.mono() - sent
+            self.metrics.renew_latency(took)
+            if took > self.timing.heartbeat_ms:
+                logger.warning("slow session heartbeat", took_ms=took)
+            self.session = beat.session
+            self.last_ok_mono_ms = sent
+            self.fence_mono_ms = max(self.fence_mono_ms,
+                                     rules.fence_deadline_mono_ms(sent, self.timing))
+            self._done = self._act_on(beat.orders)
+            if self.on_beat is not None:
                 self.on_beat(beat)
             return
-
-    def _landed(self, session: Session, sent: int, renewed: Session,
-                orders: frozenset[str]) -> None:
-        if session is not self.session:
-            return
-        took = self.mono() - sent
-        self.metrics.renew_latency(took)
-        if took > self.timing.heartbeat_ms:
-            logger.warning("slow session heartbeat", took_ms=took)
-        self.session = renewed
-        self.last_ok_mono_ms = sent
-        self.fence_mono_ms = max(self.fence_mono_ms,
-                                 rules.fence_deadline_mono_ms(sent, self.timing))
-        self._done = self._act_on(orders)
 
     def _act_on(self, orders: frozenset[str]) -> frozenset[str]:
         """Carry out every order once; all of them are acknowledged with the next heartbeat."""

@@ -94,8 +94,7 @@ class Supervisor:
             skew_ms=config.timing.skew_ms, clock=wall) for client in (session_ddb or ddb, ddb))
         self.streams: dict[str, Connection] = {}
         # Rebalancing (targets and drains reach our session) and the fleet's reconnect budget.
-        self.budget = ConnectBudget(config.connect_rate, config.connect_burst) if (
-            config.connect_rate > 0) else None
+        self.budget = ConnectBudget(config.connect_rate, config.connect_burst)  # rate 0: no limit
         self.balancing = Balancing(
             self.streams, cooldown_ms=config.cooldown_ms, drain_at_once=config.drain_at_once,
             wall=wall, mono=mono, metrics=self.metrics, budget=self.budget,
@@ -117,15 +116,12 @@ class Supervisor:
             config, self.store, self.checkpointer, handler=handler,
             protocol=protocol or QueryParamProtocol(), streams=self.streams,
             owner=lambda: self.owner, stopping=lambda: self.stopping,
-            session_fence=self._session_fence, wall=wall, mono=mono, metrics=self.metrics,
+            # No session yet (no keeper): nothing is held.
+            session_fence=lambda: self.keeper.fence_mono_ms if self.keeper else NO_FENCE_MS,
+            wall=wall, mono=mono, metrics=self.metrics,
             counts=self.counts, balancing=self.balancing,
-            admit_connect=self.budget.admit if self.budget is not None else None)
+            admit_connect=self.budget.admit)
         self.tasks = self.holdings.tasks  # the connection tasks, awaited by the stop
-
-    def _session_fence(self) -> int:
-        if self.keeper is None:
-            return NO_FENCE_MS  # no session yet: nothing is held
-        return self.keeper.fence_mono_ms
 
     def free_capacity(self) -> int:
         return self.holdings.free_capacity()
@@ -226,7 +222,7 @@ class Supervisor:
             loops.append(("reconcile", Reconciler(
                 self.ddb, cfg.table, cfg.timing.skew_ms, self.holdings.claim,
                 self.free_capacity, cfg.reconcile_s, self.wall, rand=random.random,
-                sessions=self.sweep_sessions, fleet=self.balancing.set_fleet).run))
+                sessions=self.sweep_sessions, fleet=self.budget.set_fleet).run))
         loops.append(("strays", Strays(self.sweep_sessions, lambda: self.owner,
                                        self.holdings.claim, self.holdings.busy).run))
         loops.append(("balancing", self.balancing.run))
@@ -290,9 +286,8 @@ class Supervisor:
                 watchdog.stop()
             for task in keep:
                 task.cancel()
-        keeper.executor.shutdown(wait=False, cancel_futures=True)
-        self.checkpointer.executor.shutdown(wait=False, cancel_futures=True)
-        self.checkpointer.chunk_pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (keeper.executor, self.checkpointer.executor, self.checkpointer.chunk_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
         self.flush_metrics()
         self.counts["left_running"] = len(self.streams)
         gc.unfreeze()  # an embedding process (the tests) goes on collecting as before
