@@ -1,7 +1,7 @@
 """Claims: long-poll the nudge queue for as many messages as there is free capacity, and sweep.
 
-A nudge (``holdfast.core.nudge``) is a JSON object with a string ``conn_id``; the router adds
-``reason`` and ``epoch``, and anything else in it is ignored. What happens to each message:
+Nudges are ``holdfast.core.nudge``'s (one parser, strict only about ``conn_id``). What
+happens to each message:
 
 - claimed, or a definitive "no" (HELD, STOPPED, DELETED, INVALID, already ours): deleted;
   whoever holds the stream now does not need the nudge, and the router or sweep nudges again

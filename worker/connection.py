@@ -15,16 +15,11 @@ the checkpoint stays where the handler left it. The seq contract (resume overlap
 goes back or jumps, a stream that cannot make progress) is ``worker.delivery``'s; here a
 broken seq is logged (at most once a minute per stream and kind, with the count left out),
 counted as ``FramesSkipped``, and a stalled stream is given up like the rest.
-
-Ways to stop, chosen by the caller: ``drain`` (graceful: finish the handler call in flight,
-close), ``abort``, ``fence`` and ``lose`` (stop handler calls and drop the connection now), or
-the give-up above.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +44,7 @@ from worker.dial import (
     resolve_checked,
 )
 from worker.handler import Handler, Message
-from worker.held import HeldStream
+from worker.held import HeldStream, monotonic_ms
 from worker.metrics import WorkerMetrics
 from worker.protocol import Parsed, ResumeProtocol
 from worker.tracing import StreamTrace
@@ -80,8 +75,7 @@ class ConnectionContext:
     # Writes a first checkpoint (seq - 1) before a never-checkpointed stream's first handler
     # call, so a crash before the first heartbeat cannot skip what this worker handled.
     anchor: Callable[[Connection, int], Awaitable[None]] | None = None
-    # Monotonic ms, the clock fence deadlines are on (the renewer's default clock).
-    mono: Callable[[], int] = field(default=lambda: time.monotonic_ns() // 1_000_000)
+    mono: Callable[[], int] = monotonic_ms  # the clock of fence deadlines
     # A handler call longer than this is cancelled and counted as failed (``HandlerTimeouts``).
     # The fence deadline is the other bound: the fence watcher cancels the call at it.
     handler_timeout_s: float = 30.0
@@ -95,7 +89,7 @@ class Connection:
     """The connection task of one held stream; its lease state is ``held`` (``worker.held``)."""
 
     def __init__(self, held: HeldStream, ctx: ConnectionContext) -> None:
-        self.conn_id = held.conn_id
+        self.conn_id = held.lease.conn_id
         self.held = held
         self.ctx = ctx
         self.task: asyncio.Task[Any] | None = None  # set by the supervisor
@@ -298,7 +292,7 @@ class Connection:
         try:
             async with limit:
                 await self.ctx.handler(Message(self.conn_id, seq, parsed.data,
-                                               self.ctx.worker_id, epoch=held.epoch))
+                                               self.ctx.worker_id, epoch=held.lease.epoch))
         except Exception as exc:
             if isinstance(exc, TimeoutError) and limit.expired():
                 # Treated like a raise: the message is not retried, the checkpoint moves on.

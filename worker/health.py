@@ -22,20 +22,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
+
+if TYPE_CHECKING:
+    from worker.supervisor import Supervisor
 
 __all__ = ["HealthServer", "LoopMonitor", "main", "probe"]
 
 logger = Logger(service="holdfast-worker", child=True)
-
-
-class _Subject(Protocol):
-    worker_id: str
-    stopping: bool
-
-    def free_capacity(self) -> int: ...
 
 
 @dataclass
@@ -66,7 +62,7 @@ class LoopMonitor:
 class HealthServer:
     """Serve ``/health`` on 127.0.0.1:``port`` until cancelled; a busy port is logged, not fatal."""
 
-    def __init__(self, port: int, subject: _Subject, host: str = "127.0.0.1",
+    def __init__(self, port: int, subject: Supervisor, host: str = "127.0.0.1",
                  monitor: LoopMonitor | None = None) -> None:
         self.port, self.host, self.subject = port, host, subject
         self.monitor = monitor or LoopMonitor()

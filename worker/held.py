@@ -22,15 +22,21 @@ checkpoint written, and frames reach the handler. ABORTED, FENCED, LOST and RELE
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from enum import StrEnum
 
 from holdfast.core.model import Lease
 from worker.delivery import Delivery, Verdict
 
-__all__ = ["NO_FENCE_MS", "HeldState", "HeldStream"]
+__all__ = ["NO_FENCE_MS", "HeldState", "HeldStream", "monotonic_ms"]
 
-NO_FENCE_MS = 2**62  # a deadline that never comes (lease mode has no session fence)
+NO_FENCE_MS = 2**62  # a deadline that never comes (no session fence yet)
+
+
+def monotonic_ms() -> int:
+    """The clock of every fence deadline."""
+    return time.monotonic_ns() // 1_000_000
 
 
 class HeldState(StrEnum):
@@ -63,17 +69,9 @@ class HeldStream:
 
     # -- reading -------------------------------------------------------------------------
     @property
-    def conn_id(self) -> str:
-        return self._lease.conn_id
-
-    @property
     def lease(self) -> Lease:
         """The lease as last written by us (the release and every renewal start from it)."""
         return self._lease
-
-    @property
-    def epoch(self) -> int:
-        return self._lease.epoch
 
     @property
     def fence_mono_ms(self) -> int:
@@ -147,9 +145,9 @@ class HeldStream:
         Ignored once the stream is not live: the release already started from the old lease,
         which has the same owner and epoch. A lease of another stream or epoch is a bug.
         """
-        if lease.conn_id != self.conn_id or lease.epoch != self.epoch:
+        if lease.conn_id != self._lease.conn_id or lease.epoch != self._lease.epoch:
             raise ValueError(f"renewal of {lease.conn_id} epoch {lease.epoch} does not match "
-                             f"{self.conn_id} epoch {self.epoch}")
+                             f"{self._lease.conn_id} epoch {self._lease.epoch}")
         if not self.live:
             return False
         self._lease = lease

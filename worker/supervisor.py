@@ -38,13 +38,13 @@ from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from worker.balancing import Balancing, owned_elsewhere_by
 from worker.budget import ConnectBudget
-from worker.checkpointer import Checkpointer, monotonic_ms
+from worker.checkpointer import Checkpointer
 from worker.claimer import Claimer
 from worker.config import WorkerConfig
 from worker.connection import Connection
 from worker.handler import Handler, default_handler
 from worker.health import HealthServer
-from worker.held import NO_FENCE_MS
+from worker.held import NO_FENCE_MS, monotonic_ms
 from worker.holdings import Holdings
 from worker.metrics import WorkerMetrics
 from worker.orders import OrderInbox
@@ -174,7 +174,7 @@ class Supervisor:
         """Carry out an order (stop, release): the holder stops delivering and releases the
         stream itself, the only way a live holding ends (docs/protocol.md)."""
         conn = self.streams.get(order.conn_id)
-        if conn is None or conn.held.stopping or not order.applies_to(conn.held.epoch):
+        if conn is None or conn.held.stopping or not order.applies_to(conn.held.lease.epoch):
             return False
         conn.log("info", f"{order.verb} order: draining and releasing", epoch=order.epoch)
         conn.drain("stopped" if order.verb == ORDER_STOP else "release ordered")

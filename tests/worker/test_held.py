@@ -28,7 +28,7 @@ def test_a_claim_starts_from_the_lease() -> None:
     """A new HeldStream is CLAIMED, live, not stopping, checkpointed at the lease's last_seq."""
     h = held()
     assert (h.state, h.live, h.stopping, h.stop_reason) == (HeldState.CLAIMED, True, False, None)
-    assert (h.conn_id, h.epoch, h.checkpoint) == ("c-1", 3, 4)
+    assert (h.lease, h.checkpoint) == (LEASE, 4)
     assert (h.cursor.next_seq, h.cursor.handled) == (5, 0)
 
 
