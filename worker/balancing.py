@@ -37,7 +37,6 @@ from holdfast.core.schema import ATTR, STARTED
 from worker.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
-    from holdfast.core.sessions import Beat
     from holdfast.core.store import LeaseStore
     from worker.budget import ConnectBudget
     from worker.connection import Connection
@@ -96,10 +95,6 @@ class Balancing:
             logger.info("draining" if draining else "draining cancelled", held=len(self.streams),
                         via=via)
         self._wake.set()
-
-    def on_beat(self, beat: Beat) -> None:
-        """What a heartbeat read back from the session item."""
-        self.update(beat.directive, beat.draining, via="session")
 
     def news(self, news: Directive | bool) -> None:
         """A target or drain flag from the order queue (the session item says it too)."""

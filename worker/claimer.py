@@ -82,11 +82,8 @@ ClaimFn = Callable[[str, str], Awaitable["Claim | Later"]]  # (conn_id, source) 
 
 
 def in_daemon_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
-    """Run blocking ``fn`` in a daemon thread: a 20 s long poll must not delay process exit.
-
-    (The default executor's threads are joined at exit.) The answer reaches the awaiting
-    coroutine through ``asyncio.wrap_future``, which drops it if the loop is closed by then.
-    """
+    """Run blocking ``fn`` in a daemon thread: a 20 s long poll must not delay process exit
+    (the default executor's threads are joined at exit; ``wrap_future`` drops a late answer)."""
     done: concurrent.futures.Future[T] = concurrent.futures.Future()
     awaited = asyncio.wrap_future(done)
 

@@ -134,17 +134,6 @@ class Connection:
         getattr(logger, level)(msg, conn_id=self.conn_id, worker_id=self.ctx.worker_id,
                                stacklevel=3, **extra)
 
-    # -- the task ------------------------------------------------------------------------
-    async def run(self) -> str | None:
-        """Hold the stream until stopped (returns None) or given up (returns the error)."""
-        try:
-            if self.held.stopping:
-                return None  # stopped before it started (shutdown or session lost meanwhile)
-            self.held.started()
-            return await self._reconnecting()
-        finally:
-            self.ended = True
-
     def log_limited(self, key: str, level: str, msg: str, **extra: Any) -> None:
         """Log at most once per ``LOG_EVERY_MS`` for this stream and ``key``; the next line
         says how many were left out (``suppressed``)."""
@@ -156,10 +145,13 @@ class Connection:
         self._logged[key] = (now, 0)
         self.log(level, msg, suppressed=left_out, **extra)
 
-    async def _reconnecting(self) -> str | None:
+    # -- the task ------------------------------------------------------------------------
+    async def run(self) -> str | None:
+        """Hold the stream until stopped (returns None) or given up (returns the error)."""
         failures = deaths = 0
         poison_at: int | None = None  # the resume point of the last death by a frame
         held = self.held
+        held.started()  # a no-op if it stopped before it started (shutdown, session lost)
         try:
             while not held.stopping:
                 before, killed = held.cursor.handled, False
@@ -202,6 +194,8 @@ class Connection:
         except asyncio.CancelledError:
             if not held.stopping:
                 raise  # cancelled from outside (second signal): not ours to swallow
+        finally:
+            self.ended = True
         return None
 
     def _killed_by_a_frame(self, resume: int | None, deaths: int, error: str) -> str:
@@ -223,11 +217,10 @@ class Connection:
         address = await resolve_checked(checked, self.ctx.policy, self.ctx.resolve)
         if self.ctx.admit_connect is not None and await self.ctx.admit_connect() > 0:
             self.ctx.metrics.incr(names.METRIC_CONNECTS_DELAYED)
-        opts = self.ctx.options
         headers = proto.headers(next_seq)
-        if opts.send_worker_id:
+        if self.ctx.options.send_worker_id:
             headers = {"X-Holdfast-Worker": self.ctx.worker_id, **headers}
-        async with dial(url, address, checked.port, headers, opts) as ws:
+        async with dial(url, address, checked.port, headers, self.ctx.options) as ws:
             self._ws = ws
             self.held.cursor.connected()
             if self.trace is not None:
