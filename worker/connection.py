@@ -217,10 +217,8 @@ class Connection:
         address = await resolve_checked(checked, self.ctx.policy, self.ctx.resolve)
         if self.ctx.admit_connect is not None and await self.ctx.admit_connect() > 0:
             self.ctx.metrics.incr(names.METRIC_CONNECTS_DELAYED)
-        headers = proto.headers(next_seq)
-        if self.ctx.options.send_worker_id:
-            headers = {"X-Holdfast-Worker": self.ctx.worker_id, **headers}
-        async with dial(url, address, checked.port, headers, self.ctx.options) as ws:
+        async with dial(url, address, checked.port, proto.headers(next_seq), self.ctx.options,
+                        worker_id=self.ctx.worker_id) as ws:
             self._ws = ws
             self.held.cursor.connected()
             if self.trace is not None:

@@ -44,9 +44,11 @@ class ConnectOptions:
 
 
 
-def dial(url: str, address: str, port: int, headers: dict[str, str],
-         opts: ConnectOptions) -> NoRedirects:
+def dial(url: str, address: str, port: int, headers: dict[str, str], opts: ConnectOptions, *,
+         worker_id: str) -> NoRedirects:
     """Open ``url`` at the checked ``address`` (``async with``), never redirected."""
+    if opts.send_worker_id:
+        headers = {"X-Holdfast-Worker": worker_id, **headers}
     return NoRedirects(
         url, host=address, port=port, additional_headers=headers,
         compression="deflate" if opts.compression else None, max_size=opts.max_size,

@@ -55,9 +55,6 @@ class LoopMonitor:
             return 0.0
         return max(0.0, self.clock() - self.stamped - self.tick_s)
 
-    def healthy(self) -> bool:
-        return self.lag_s() <= self.max_lag_s
-
 
 class HealthServer:
     """Serve ``/health`` on 127.0.0.1:``port`` until cancelled; a busy port is logged, not fatal."""
@@ -89,10 +86,11 @@ class HealthServer:
             if path not in (b"/health", b"/"):
                 status, body = "404 Not Found", {"error": "try /health"}
             else:
-                ok = self.monitor.healthy()
+                lag_s = self.monitor.lag_s()
+                ok = lag_s <= self.monitor.max_lag_s
                 status = "200 OK" if ok else "503 Service Unavailable"
                 body = {"status": "ok" if ok else "event loop lagging",
-                        "loop_lag_ms": round(self.monitor.lag_s() * 1000),
+                        "loop_lag_ms": round(lag_s * 1000),
                         "worker_id": self.subject.worker_id, "stopping": self.subject.stopping,
                         "free_capacity": self.subject.free_capacity()}
             data = json.dumps(body).encode()

@@ -194,7 +194,7 @@ class Supervisor:
             await self._start_session()
 
     # -- the service loops --------------------------------------------------------------------
-    async def _guard(self, name: str, coro: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    async def _guard(self, name: str, coro: _Loop) -> None:
         """Run a service loop; an unexpected crash is logged and the loop restarted."""
         while True:
             try:
@@ -248,16 +248,14 @@ class Supervisor:
         async with asyncio.TaskGroup() as tg:
             claiming = [tg.create_task(self._guard(name, loop))
                         for name, loop in self._claiming_loops(claimer)]
-            keep = [tg.create_task(self._guard("checkpoints", self.checkpointer.run)),
-                    tg.create_task(self._guard("session", keeper.run)),
-                    tg.create_task(self._guard("fence", self.checkpointer.fence_watch)),
-                    tg.create_task(self._guard("metrics", self._metrics_loop))]
-            if self.inbox is not None:
-                keep.append(tg.create_task(self._guard("orders", self.inbox.run)))
-            if health is not None:
-                keep.append(tg.create_task(self._guard("health", health.run)))
+            keeping: list[tuple[str, _Loop | None]] = [
+                ("checkpoints", self.checkpointer.run), ("session", keeper.run),
+                ("fence", self.checkpointer.fence_watch), ("metrics", self._metrics_loop),
+                ("orders", self.inbox.run if self.inbox is not None else None),
+                ("health", health.run if health is not None else None),
+                ("watchdog", watchdog.beat if watchdog is not None else None)]
+            keep = [tg.create_task(self._guard(name, loop)) for name, loop in keeping if loop]
             if watchdog is not None:
-                keep.append(tg.create_task(self._guard("watchdog", watchdog.beat)))
                 watchdog.start()
             await shutdown_trigger()
             # The stop's burst of allocations (a cancellation, a close and a release per stream)
