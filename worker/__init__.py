@@ -3,8 +3,8 @@
 ``python -m worker`` runs one (configuration from the environment, see ``worker.config``).
 Modules, KCL-style: ``claimer`` (nudges and the fallback sweep), ``holdings`` (claims and
 releases), ``held`` (one held stream's lease state), ``delivery`` (which frame reaches the
-handler), ``connection`` (one connection task), ``renewer`` (per-stream writes and
-self-fencing), ``session`` (the worker's one heartbeat), ``supervisor`` (runs them all and
+handler), ``connection`` (one connection task), ``checkpointer`` (checkpoint writes
+and self-fencing), ``session`` (the worker's one heartbeat), ``supervisor`` (runs them all and
 stops them gracefully); every DynamoDB lease call goes through ``holdfast.core``.
 """
 

@@ -52,8 +52,7 @@ def retry_before_s(failures: int, left_ms: int, base_s: float, cap_s: float,
     Exponential from ``base_s`` to ``cap_s`` with half of it jittered (a throttled fleet must
     not retry in step), and never past the deadline: the last retry still goes out before it.
     """
-    ceiling = min(cap_s, base_s * 2.0 ** min(60, max(0, failures - 1)))
-    return max(0.0, min(ceiling * (0.5 + 0.5 * rand()), left_ms / 1000 / 2))
+    return max(0.0, min(Backoff(base_s, cap_s).delay_s(failures, rand), left_ms / 1000 / 2))
 
 
 def claim_retry_s(receives: int, base_s: float = 2.0, cap_s: float = 4.0,

@@ -37,7 +37,6 @@ from holdfast.core.schema import ATTR, STARTED
 from worker.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
-    from holdfast.core.sessions import Beat
     from holdfast.core.store import LeaseStore
     from worker.budget import ConnectBudget
     from worker.connection import Connection
@@ -70,7 +69,6 @@ class Balancing:
         self.metrics, self.budget = metrics, budget
         self.directive: Directive | None = None
         self.draining = False
-        self.shed = 0  # streams handed on so far
         self._claimed_at: dict[str, int] = {}  # conn_id -> wall ms we claimed it
         self._refuse: dict[str, int] = {}  # conn_id -> mono ms until which we do not take it
         self._wake = asyncio.Event()
@@ -98,21 +96,12 @@ class Balancing:
                         via=via)
         self._wake.set()
 
-    def on_beat(self, beat: Beat) -> None:
-        """What a heartbeat read back from the session item."""
-        self.update(beat.directive, beat.draining, via="session")
-
     def news(self, news: Directive | bool) -> None:
         """A target or drain flag from the order queue (the session item says it too)."""
         if isinstance(news, bool):
             self.update(draining=news, via="queue")
         else:
             self.update(news, via="queue")
-
-    def set_fleet(self, fleet: int) -> None:
-        """This worker's own sweep counted ``fleet`` live workers (the budget's share)."""
-        if self.budget is not None:
-            self.budget.set_fleet(fleet)
 
     def claimed(self, conn_id: str) -> None:
         self._claimed_at[conn_id] = self.wall()
@@ -209,7 +198,6 @@ class Balancing:
             conn.log("info", "shedding stream (rebalancing)" if not self.draining
                      else "shedding stream (draining)", share=share, load=load)
             conn.drain(SHED)
-            self.shed += 1
             self.metrics.incr(names.METRIC_STREAMS_SHED)
         return picked
 
@@ -218,8 +206,7 @@ class Balancing:
         while True:
             self._wake.clear()
             self.step()
-            # asyncio.timeout, not wait_for: in 3.11 wait_for swallows a cancellation that
-            # lands as the event is set (gh-86296), and the stop then waits on this loop.
+            # asyncio.timeout, not wait_for: gh-86296, as in ``worker.session``.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_STEP_S):
                     await self._wake.wait()

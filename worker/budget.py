@@ -65,7 +65,6 @@ class ConnectBudget:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rand: Callable[[], float] = random.random
-    delayed: int = 0  # connects that had to wait, for the metric
     bucket: TokenBucket = field(init=False)
 
     def __post_init__(self) -> None:
@@ -86,7 +85,6 @@ class ConnectBudget:
         wait = self.bucket.take(self.clock())
         if wait <= 0:
             return 0.0
-        self.delayed += 1
         wait += self.rand() / max(self.bucket.rate, 1e-9)
         await self.sleep(wait)
         return wait

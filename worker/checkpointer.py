@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,15 +31,12 @@ from holdfast.core.model import Lease
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from worker.connection import Connection
+from worker.held import monotonic_ms
 from worker.metrics import WorkerMetrics
 
-__all__ = ["Checkpointer", "monotonic_ms"]
+__all__ = ["Checkpointer"]
 
 logger = Logger(service="holdfast-worker", child=True)
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass
@@ -132,7 +128,7 @@ class Checkpointer:
             current = lost.current
             conn.log("warning", "lease lost, closing at once", reason=str(reason),
                      owner=current.lease_owner if current else None,
-                     epoch=current.epoch if current else None, my_epoch=conn.held.epoch,
+                     epoch=current.epoch if current else None, my_epoch=conn.held.lease.epoch,
                      stored_seq=current.last_seq if current else None,
                      checkpoint=conn.held.checkpoint, source=source)
             conn.lose(str(reason))

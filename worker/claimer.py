@@ -1,7 +1,7 @@
 """Claims: long-poll the nudge queue for as many messages as there is free capacity, and sweep.
 
-A nudge (``holdfast.core.nudge``) is a JSON object with a string ``conn_id``; the router adds
-``reason`` and ``epoch``, and anything else in it is ignored. What happens to each message:
+Nudges are ``holdfast.core.nudge``'s (one parser, strict only about ``conn_id``). What
+happens to each message:
 
 - claimed, or a definitive "no" (HELD, STOPPED, DELETED, INVALID, already ours): deleted;
   whoever holds the stream now does not need the nudge, and the router or sweep nudges again
@@ -21,6 +21,7 @@ The reconcile sweep (``worker.reconciler``) is the safety net for a router that 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import random
@@ -81,29 +82,20 @@ ClaimFn = Callable[[str, str], Awaitable["Claim | Later"]]  # (conn_id, source) 
 
 
 def in_daemon_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
-    """Run blocking ``fn`` in a daemon thread: a 20 s long poll must not delay process exit."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: T | None, exc: BaseException | None) -> None:
-        if fut.done():
-            return
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(result)  # type: ignore[arg-type]
+    """Run blocking ``fn`` in a daemon thread: a 20 s long poll must not delay process exit
+    (the default executor's threads are joined at exit; ``wrap_future`` drops a late answer)."""
+    done: concurrent.futures.Future[T] = concurrent.futures.Future()
+    awaited = asyncio.wrap_future(done)
 
     def work() -> None:
-        try:
-            result, exc = fn(), None
-        except BaseException as e:  # handed to the awaiting coroutine
-            result, exc = None, e
-        # RuntimeError: the loop is closed, nobody is waiting any more.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle, result, exc)
+        if done.set_running_or_notify_cancel():
+            try:
+                done.set_result(fn())
+            except BaseException as exc:  # handed to the awaiting coroutine
+                done.set_exception(exc)
 
     threading.Thread(target=work, name="holdfast-sqs-poll", daemon=True).start()
-    return fut
+    return awaited
 
 
 @dataclass
@@ -253,11 +245,7 @@ class Claimer:
                      QueueUrl=self.queue_url, Entries=[
                          {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
                          for i, m in enumerate(delete)])
-            if again:
-                call("ChangeMessageVisibilityBatch", self.sqs.change_message_visibility_batch,
-                     QueueUrl=self.queue_url, Entries=[
-                         {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"],
-                          "VisibilityTimeout": seconds} for i, (m, seconds) in enumerate(again)])
+            self._change_visibility(again)
         except HoldfastError as exc:
             # The messages come back after the visibility timeout: nothing is lost.
             logger.warning("cannot settle nudges", error=str(exc)[:300])
@@ -274,16 +262,16 @@ class Claimer:
             call("SendMessageBatch", self.sqs.send_message_batch, QueueUrl=self.queue_url,
                  Entries=[_copy(i, m) for i, m in enumerate(messages)])
         except HoldfastError:
-            self._change_visibility(messages, 0)
+            self._change_visibility([(m, 0) for m in messages])
             return
         self._settle(messages, [])
 
-    def _change_visibility(self, messages: list[dict[str, Any]], seconds: int) -> None:
-        if messages:
+    def _change_visibility(self, again: list[tuple[dict[str, Any], int]]) -> None:
+        if again:
             call("ChangeMessageVisibilityBatch", self.sqs.change_message_visibility_batch,
                  QueueUrl=self.queue_url, Entries=[
                      {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"],
-                      "VisibilityTimeout": seconds} for i, m in enumerate(messages)])
+                      "VisibilityTimeout": seconds} for i, (m, seconds) in enumerate(again)])
 
 
 def _hops(message: dict[str, Any]) -> int:

@@ -15,17 +15,11 @@ the checkpoint stays where the handler left it. The seq contract (resume overlap
 goes back or jumps, a stream that cannot make progress) is ``worker.delivery``'s; here a
 broken seq is logged (at most once a minute per stream and kind, with the count left out),
 counted as ``FramesSkipped``, and a stalled stream is given up like the rest.
-
-Ways to stop, chosen by the caller: ``drain`` (graceful: finish the handler call in flight,
-close), ``abort``, ``fence`` and ``lose`` (stop handler calls and drop the connection now), or
-the give-up above.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,15 +34,17 @@ from holdfast.core.urls import UrlPolicy, check_url, redact
 from worker.backoff import Backoff
 from worker.delivery import Step, Verdict
 from worker.dial import (
-    NoRedirects,
+    ConnectOptions,
     Resolver,
+    close_reading,
     describe,
+    dial,
     getaddrinfo,
     killed_by_a_frame,
     resolve_checked,
 )
 from worker.handler import Handler, Message
-from worker.held import HeldStream
+from worker.held import HeldStream, monotonic_ms
 from worker.metrics import WorkerMetrics
 from worker.protocol import Parsed, ResumeProtocol
 from worker.tracing import StreamTrace
@@ -61,19 +57,6 @@ LOG_EVERY_MS = 60_000  # a per-frame warning is logged at most this often per st
 
 class _GiveUp(Exception):
     """The stream cannot make progress on this upstream: hand it back with this error."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectOptions:
-    max_size: int = 2**18
-    # websockets' default is 16 frames per connection; few are enough to keep a handler busy,
-    # and the memory check in ``worker.config`` counts them (``buffer_bytes``).
-    max_queue: int = 2
-    compression: bool = False
-    open_timeout_s: float = 10.0
-    ping_interval_s: float = 20.0
-    close_timeout_s: float = 2.0
-    send_worker_id: bool = False  # opt-in: tells every upstream which worker connects
 
 
 @dataclass
@@ -92,14 +75,12 @@ class ConnectionContext:
     # Writes a first checkpoint (seq - 1) before a never-checkpointed stream's first handler
     # call, so a crash before the first heartbeat cannot skip what this worker handled.
     anchor: Callable[[Connection, int], Awaitable[None]] | None = None
-    # Monotonic ms, the clock fence deadlines are on (the renewer's default clock).
-    mono: Callable[[], int] = field(default=lambda: time.monotonic_ns() // 1_000_000)
+    mono: Callable[[], int] = monotonic_ms  # the clock of fence deadlines
     # A handler call longer than this is cancelled and counted as failed (``HandlerTimeouts``).
     # The fence deadline is the other bound: the fence watcher cancels the call at it.
     handler_timeout_s: float = 30.0
     # Connection deaths in a row by a frame at one resume point before the stream is given up.
     poison_replays: int = 3
-    # Unused: nothing is skipped any more. Kept only while ``worker.holdings`` still passes it.
     # Waits for a token of the fleet's reconnect budget before each connect (worker.budget).
     admit_connect: Callable[[], Awaitable[float]] | None = None
 
@@ -108,7 +89,7 @@ class Connection:
     """The connection task of one held stream; its lease state is ``held`` (``worker.held``)."""
 
     def __init__(self, held: HeldStream, ctx: ConnectionContext) -> None:
-        self.conn_id = held.conn_id
+        self.conn_id = held.lease.conn_id
         self.held = held
         self.ctx = ctx
         self.task: asyncio.Task[Any] | None = None  # set by the supervisor
@@ -153,17 +134,6 @@ class Connection:
         getattr(logger, level)(msg, conn_id=self.conn_id, worker_id=self.ctx.worker_id,
                                stacklevel=3, **extra)
 
-    # -- the task ------------------------------------------------------------------------
-    async def run(self) -> str | None:
-        """Hold the stream until stopped (returns None) or given up (returns the error)."""
-        try:
-            if self.held.stopping:
-                return None  # stopped before it started (shutdown or session lost meanwhile)
-            self.held.started()
-            return await self._reconnecting()
-        finally:
-            self.ended = True
-
     def log_limited(self, key: str, level: str, msg: str, **extra: Any) -> None:
         """Log at most once per ``LOG_EVERY_MS`` for this stream and ``key``; the next line
         says how many were left out (``suppressed``)."""
@@ -175,13 +145,16 @@ class Connection:
         self._logged[key] = (now, 0)
         self.log(level, msg, suppressed=left_out, **extra)
 
-    async def _reconnecting(self) -> str | None:
+    # -- the task ------------------------------------------------------------------------
+    async def run(self) -> str | None:
+        """Hold the stream until stopped (returns None) or given up (returns the error)."""
         failures = deaths = 0
         poison_at: int | None = None  # the resume point of the last death by a frame
         held = self.held
+        held.started()  # a no-op if it stopped before it started (shutdown, session lost)
         try:
             while not held.stopping:
-                before, killed = held.handled, False
+                before, killed = held.cursor.handled, False
                 try:
                     await self._session()
                     error = "upstream closed the connection"
@@ -203,10 +176,10 @@ class Connection:
                     error, killed = describe(exc), killed_by_a_frame(exc)
                 if held.stopping:
                     break
-                failures = 1 if held.handled > before else failures + 1
+                failures = 1 if held.cursor.handled > before else failures + 1
                 if killed:  # by a frame; again at the same resume point: the same frame
-                    deaths = deaths + 1 if held.next_seq == poison_at else 1
-                    poison_at = held.next_seq
+                    deaths = deaths + 1 if held.cursor.next_seq == poison_at else 1
+                    poison_at = held.cursor.next_seq
                     if deaths >= self.ctx.poison_replays:
                         return self._killed_by_a_frame(poison_at, deaths, error)
                 self.ctx.metrics.incr("Reconnects")
@@ -221,6 +194,8 @@ class Connection:
         except asyncio.CancelledError:
             if not held.stopping:
                 raise  # cancelled from outside (second signal): not ours to swallow
+        finally:
+            self.ended = True
         return None
 
     def _killed_by_a_frame(self, resume: int | None, deaths: int, error: str) -> str:
@@ -233,7 +208,7 @@ class Connection:
                 " only too big, or set last_seq past it")
 
     async def _session(self) -> None:
-        next_seq = self.held.next_seq
+        next_seq = self.held.cursor.next_seq
         proto = self.ctx.protocol
         url = proto.url(self.held.lease.ws_url, next_seq)
         checked = check_url(url, self.ctx.policy)
@@ -242,19 +217,10 @@ class Connection:
         address = await resolve_checked(checked, self.ctx.policy, self.ctx.resolve)
         if self.ctx.admit_connect is not None and await self.ctx.admit_connect() > 0:
             self.ctx.metrics.incr(names.METRIC_CONNECTS_DELAYED)
-        opts = self.ctx.options
-        headers = proto.headers(next_seq)
-        if opts.send_worker_id:
-            headers = {"X-Holdfast-Worker": self.ctx.worker_id, **headers}
-        async with NoRedirects(
-                url, host=address, port=checked.port, additional_headers=headers,
-                compression="deflate" if opts.compression else None, max_size=opts.max_size,
-                max_queue=opts.max_queue,
-                open_timeout=opts.open_timeout_s, ping_interval=opts.ping_interval_s,
-                ping_timeout=opts.ping_interval_s, close_timeout=opts.close_timeout_s,
-                proxy=None, user_agent_header="holdfast-worker") as ws:
+        async with dial(url, address, checked.port, proto.headers(next_seq), self.ctx.options,
+                        worker_id=self.ctx.worker_id) as ws:
             self._ws = ws
-            self.held.connected()
+            self.held.cursor.connected()
             if self.trace is not None:
                 self.trace.connected()
             try:
@@ -271,7 +237,7 @@ class Connection:
                     if not (self.held.stopping and self.held.live):
                         raise  # aborted, fenced, lost, or cancelled from outside
                 if self.held.stopping and self.held.live:
-                    await _close_reading(ws)
+                    await close_reading(ws)
             finally:
                 self._ws = None
 
@@ -287,12 +253,12 @@ class Connection:
             self.log_limited("malformed", "warning",
                              "frame not parseable, handed on without seq", size=len(frame))
         seq = parsed.seq
-        anchor = held.anchor_for(seq)
+        anchor = held.cursor.anchor_for(seq)
         if anchor is not None:
             # No checkpoint anywhere yet: the stream starts here for whoever holds it next.
             if self.ctx.anchor is not None:
                 await self.ctx.anchor(self, anchor)
-            held.anchored(anchor)
+            held.cursor.anchored(anchor)
         if not held.live:
             return  # aborted, fenced or lost meanwhile: no more handler calls
         verdict = held.admit(seq, self.ctx.mono())
@@ -317,7 +283,7 @@ class Connection:
         try:
             async with limit:
                 await self.ctx.handler(Message(self.conn_id, seq, parsed.data,
-                                               self.ctx.worker_id, epoch=held.epoch))
+                                               self.ctx.worker_id, epoch=held.lease.epoch))
         except Exception as exc:
             if isinstance(exc, TimeoutError) and limit.expired():
                 # Treated like a raise: the message is not retried, the checkpoint moves on.
@@ -330,52 +296,20 @@ class Connection:
                          error=f"{type(exc).__name__}: {exc}"[:500])
         finally:
             self._in_handler = False
-        held.done(seq)
+        held.cursor.done(seq)
         self.ctx.metrics.incr("MessagesHandled")
         if self.trace is not None:  # the first handled message ends the trace; then nothing
-            self.trace.handled()
+            self.trace.close()
             self.trace = None
 
     def _out_of_contract(self, verdict: Verdict, seq: int | None) -> None:
         """A seq that breaks the contract (``worker.delivery``): counted, logged, not handled;
         ``_GiveUp`` once the stream cannot make progress."""
         self.ctx.metrics.incr(names.METRIC_FRAMES_SKIPPED)
-        kind = verdict.cause or verdict.step
-        checkpoint = None if verdict.expected is None else verdict.expected - 1
-        if kind is Step.WENT_BACK:
-            what = f"seq went back to {seq}, at or below the checkpoint {checkpoint}"
-            fix = "upstream reset? set last_seq to resume from its new numbering"
-        else:
-            what = (f"seq jumps to {seq}, more than {names.ENV_MAX_SEQ_JUMP} past the "
-                    f"checkpoint {checkpoint}")
-            fix = f"fix the upstream, or set last_seq or {names.ENV_MAX_SEQ_JUMP}"
+        what, fix = verdict.explain(seq)
         if verdict.step is Step.STALLED:
             raise _GiveUp(f"{what}: {verdict.streak} frames in a row out of the seq contract, "
                           f"none handled ({fix})")
+        kind = verdict.cause or verdict.step
         self.log_limited(kind.value, "error", f"{what}: frame not handled, checkpoint kept",
                          expected=verdict.expected, got=seq, streak=verdict.streak)
-
-    async def close_quietly(self) -> None:
-        if self._ws is not None:
-            with contextlib.suppress(Exception):
-                await self._ws.close()
-
-
-async def _close_reading(ws: ClientConnection) -> None:
-    """The closing handshake of a drained stream, reading (and dropping) what still arrives.
-
-    Frames nobody reads fill websockets' receive queue; past ``max_queue`` (2 by default) it
-    pauses reading, the peer's Close frame is never seen, and ``close()`` waits out the whole
-    ``close_timeout`` (2 s) before it aborts: the release, and the handover, wait with it. A
-    frame dropped here was never handled, so never checkpointed: the next holder resumes it.
-    """
-    closing = asyncio.ensure_future(ws.close())
-    try:
-        async for _ in ws:
-            pass
-    except WebSocketException:
-        pass
-    except BaseException:
-        closing.cancel()  # cancelled again (the stop's deadline): the caller's exit closes
-        raise
-    await closing

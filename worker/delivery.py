@@ -43,6 +43,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from holdfast.core import names
+
 __all__ = ["RESUME_OVERLAP", "STALL_AFTER", "Delivery", "Step", "Verdict"]
 
 RESUME_OVERLAP = 100  # how far below the checkpoint a resume may start re-sending
@@ -60,10 +62,6 @@ class Step(Enum):
     GAP = "gap"  # deliver, and log the seqs that never came
     DELIVER = "deliver"
 
-    @property
-    def delivers(self) -> bool:
-        return self in (Step.GAP, Step.DELIVER)
-
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -75,6 +73,15 @@ class Verdict:
     expected: int | None = None
     streak: int = 0
     cause: Step | None = None
+
+    def explain(self, seq: int | None) -> tuple[str, str]:
+        """For an out-of-contract ``seq``: what it did, and what an operator can do about it."""
+        checkpoint = None if self.expected is None else self.expected - 1
+        if (self.cause or self.step) is Step.WENT_BACK:
+            return (f"seq went back to {seq}, at or below the checkpoint {checkpoint}",
+                    "upstream reset? set last_seq to resume from its new numbering")
+        return (f"seq jumps to {seq}, more than {names.ENV_MAX_SEQ_JUMP} past the checkpoint "
+                f"{checkpoint}", f"fix the upstream, or set last_seq or {names.ENV_MAX_SEQ_JUMP}")
 
 
 class Delivery:

@@ -1,4 +1,5 @@
-"""Dialling an upstream: the checked address to connect to, no redirects, and what a drop means.
+"""Dialling an upstream: the checked address to connect to, no redirects, the options of a
+connection, what a drop means, and the closing handshake of a drained one.
 
 Split from ``worker.connection`` (the connection task) to keep that module to the task itself.
 """
@@ -8,15 +9,16 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
-from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosedError
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosedError, WebSocketException
 from websockets.frames import CloseCode
 
 from holdfast.core.urls import CheckedUrl, UrlPolicy, check_address
 
-__all__ = ["NoRedirects", "Resolver", "describe", "getaddrinfo", "killed_by_a_frame",
-           "resolve_checked"]
+__all__ = ["ConnectOptions", "NoRedirects", "Resolver", "close_reading", "describe", "dial",
+           "getaddrinfo", "killed_by_a_frame", "resolve_checked"]
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -26,6 +28,34 @@ class NoRedirects(connect):
 
     def process_redirect(self, exc: Exception) -> Exception | str:
         return exc
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectOptions:
+    max_size: int = 2**18
+    # websockets' default is 16 frames per connection; few are enough to keep a handler busy,
+    # and the memory check in ``worker.config`` counts them (``buffer_bytes``).
+    max_queue: int = 2
+    compression: bool = False
+    open_timeout_s: float = 10.0
+    ping_interval_s: float = 20.0
+    close_timeout_s: float = 2.0
+    send_worker_id: bool = False  # opt-in: tells every upstream which worker connects
+
+
+
+def dial(url: str, address: str, port: int, headers: dict[str, str], opts: ConnectOptions, *,
+         worker_id: str) -> NoRedirects:
+    """Open ``url`` at the checked ``address`` (``async with``), never redirected."""
+    if opts.send_worker_id:
+        headers = {"X-Holdfast-Worker": worker_id, **headers}
+    return NoRedirects(
+        url, host=address, port=port, additional_headers=headers,
+        compression="deflate" if opts.compression else None, max_size=opts.max_size,
+        max_queue=opts.max_queue,
+        open_timeout=opts.open_timeout_s, ping_interval=opts.ping_interval_s,
+        ping_timeout=opts.ping_interval_s, close_timeout=opts.close_timeout_s,
+        proxy=None, user_agent_header="holdfast-worker")
 
 
 async def getaddrinfo(host: str, port: int) -> list[str]:
@@ -61,3 +91,23 @@ def killed_by_a_frame(exc: BaseException) -> bool:
 def describe(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}"[:500]
+
+
+async def close_reading(ws: ClientConnection) -> None:
+    """The closing handshake of a drained stream, reading (and dropping) what still arrives.
+
+    Frames nobody reads fill websockets' receive queue; past ``max_queue`` (2 by default) it
+    pauses reading, the peer's Close frame is never seen, and ``close()`` waits out the whole
+    ``close_timeout`` (2 s) before it aborts: the release, and the handover, wait with it. A
+    frame dropped here was never handled, so never checkpointed: the next holder resumes it.
+    """
+    closing = asyncio.ensure_future(ws.close())
+    try:
+        async for _ in ws:
+            pass
+    except WebSocketException:
+        pass
+    except BaseException:
+        closing.cancel()  # cancelled again (the stop's deadline): the caller's exit closes
+        raise
+    await closing

@@ -20,11 +20,15 @@ from dataclasses import dataclass
 
 from aws_lambda_powertools import Logger
 
-from worker.exceptions import HandlerLoadError
+from holdfast.core.exceptions import ConfigError
 
-__all__ = ["Handler", "Message", "default_handler", "load_handler"]
+__all__ = ["Handler", "HandlerLoadError", "Message", "default_handler", "load_handler"]
 
 logger = Logger(service="holdfast-worker", child=True)
+
+
+class HandlerLoadError(ConfigError):
+    """HOLDFAST_HANDLER or HOLDFAST_PROTOCOL names a plug-in that cannot be imported or used."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,5 +68,4 @@ def load_handler(spec: str | None) -> Handler:
             getattr(obj, "__call__", None)):  # noqa: B004 - an async callable object is fine
         raise HandlerLoadError(f"HOLDFAST_HANDLER={spec!r} must be an async function "
                                f"(async def), got {type(obj).__name__}")
-    handler: Handler = obj  # type: ignore[assignment]
-    return handler
+    return obj  # type: ignore[return-value]

@@ -22,24 +22,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
+
+if TYPE_CHECKING:
+    from worker.supervisor import Supervisor
 
 __all__ = ["HealthServer", "LoopMonitor", "main", "probe"]
 
 logger = Logger(service="holdfast-worker", child=True)
-
-
-class _Subject(Protocol):
-    worker_id: str
-    stopping: bool
-
-    def free_capacity(self) -> int: ...
-
-
-def _mono_s() -> float:
-    return time.monotonic()
 
 
 @dataclass
@@ -48,21 +40,14 @@ class LoopMonitor:
 
     tick_s: float = 0.5
     max_lag_s: float = 5.0
-    clock: Callable[[], float] = _mono_s
+    clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     stamped: float | None = None
-    worst_s: float = 0.0  # the largest lag seen (logged, for diagnosis)
 
     async def run(self) -> None:
         while True:
-            self.stamp()
+            self.stamped = self.clock()
             await self.sleep(self.tick_s)
-
-    def stamp(self) -> None:
-        now = self.clock()
-        if self.stamped is not None:
-            self.worst_s = max(self.worst_s, now - self.stamped - self.tick_s)
-        self.stamped = now
 
     def lag_s(self) -> float:
         """Seconds the next stamp is overdue (0 while the loop keeps time)."""
@@ -70,14 +55,11 @@ class LoopMonitor:
             return 0.0
         return max(0.0, self.clock() - self.stamped - self.tick_s)
 
-    def healthy(self) -> bool:
-        return self.lag_s() <= self.max_lag_s
-
 
 class HealthServer:
     """Serve ``/health`` on 127.0.0.1:``port`` until cancelled; a busy port is logged, not fatal."""
 
-    def __init__(self, port: int, subject: _Subject, host: str = "127.0.0.1",
+    def __init__(self, port: int, subject: Supervisor, host: str = "127.0.0.1",
                  monitor: LoopMonitor | None = None) -> None:
         self.port, self.host, self.subject = port, host, subject
         self.monitor = monitor or LoopMonitor()
@@ -96,12 +78,6 @@ class HealthServer:
         finally:
             self.server = None
 
-    @property
-    def bound_port(self) -> int:
-        assert self.server is not None
-        port: int = self.server.sockets[0].getsockname()[1]
-        return port
-
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             line = await asyncio.wait_for(reader.readline(), 2.0)
@@ -110,10 +86,11 @@ class HealthServer:
             if path not in (b"/health", b"/"):
                 status, body = "404 Not Found", {"error": "try /health"}
             else:
-                ok = self.monitor.healthy()
+                lag_s = self.monitor.lag_s()
+                ok = lag_s <= self.monitor.max_lag_s
                 status = "200 OK" if ok else "503 Service Unavailable"
                 body = {"status": "ok" if ok else "event loop lagging",
-                        "loop_lag_ms": round(self.monitor.lag_s() * 1000),
+                        "loop_lag_ms": round(lag_s * 1000),
                         "worker_id": self.subject.worker_id, "stopping": self.subject.stopping,
                         "free_capacity": self.subject.free_capacity()}
             data = json.dumps(body).encode()

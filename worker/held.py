@@ -1,10 +1,11 @@
 """What a worker knows about one stream it holds: lease, fence deadline, checkpoint and state.
 
-One ``HeldStream`` per claimed lease, owned by this module: the connection, the renewer, the
-session keeper and the supervisor read it and change it only through the methods below, so
-every write of the lease, the fence deadline or the checkpoint is in this file.
+One ``HeldStream`` per claimed lease, owned by this module: the connection, the checkpointer,
+the session keeper and the supervisor read it and change it only through the methods below, so
+every write of the lease and the fence deadline is in this file. Its checkpoint is its
+``cursor`` (``worker.delivery``), which only the connection moves.
 
-States and the only transitions (anything else is a no-op that returns False: the renewer,
+States and the only transitions (anything else is a no-op that returns False: the checkpointer,
 the fence watcher, the session keeper and the connection race to stop a stream, and whoever
 comes first decides why it stopped)::
 
@@ -21,15 +22,21 @@ checkpoint written, and frames reach the handler. ABORTED, FENCED, LOST and RELE
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from enum import StrEnum
 
 from holdfast.core.model import Lease
 from worker.delivery import Delivery, Verdict
 
-__all__ = ["NO_FENCE_MS", "HeldState", "HeldStream"]
+__all__ = ["NO_FENCE_MS", "HeldState", "HeldStream", "monotonic_ms"]
 
-NO_FENCE_MS = 2**62  # a deadline that never comes (lease mode has no session fence)
+NO_FENCE_MS = 2**62  # a deadline that never comes (no session fence yet)
+
+
+def monotonic_ms() -> int:
+    """The clock of every fence deadline."""
+    return time.monotonic_ns() // 1_000_000
 
 
 class HeldState(StrEnum):
@@ -48,7 +55,7 @@ _LIVE = frozenset({HeldState.CLAIMED, HeldState.RUNNING, HeldState.DRAINING})
 class HeldStream:
     """One held lease. ``session_fence`` returns the worker session's fence (monotonic ms)."""
 
-    __slots__ = ("_cursor", "_fence_mono_ms", "_lease", "_reason", "_session_fence", "_state")
+    __slots__ = ("_fence_mono_ms", "_lease", "_reason", "_session_fence", "_state", "cursor")
 
     def __init__(self, lease: Lease, *, fence_mono_ms: int,
                  session_fence: Callable[[], int] = lambda: NO_FENCE_MS,
@@ -56,23 +63,15 @@ class HeldStream:
         self._lease = lease
         self._fence_mono_ms = fence_mono_ms
         self._session_fence = session_fence
-        self._cursor = Delivery(lease.last_seq, max_jump=max_seq_jump)
+        self.cursor = Delivery(lease.last_seq, max_jump=max_seq_jump)  # the delivery rules
         self._state = HeldState.CLAIMED
         self._reason: str | None = None
 
     # -- reading -------------------------------------------------------------------------
     @property
-    def conn_id(self) -> str:
-        return self._lease.conn_id
-
-    @property
     def lease(self) -> Lease:
         """The lease as last written by us (the release and every renewal start from it)."""
         return self._lease
-
-    @property
-    def epoch(self) -> int:
-        return self._lease.epoch
 
     @property
     def fence_mono_ms(self) -> int:
@@ -86,15 +85,7 @@ class HeldStream:
     @property
     def checkpoint(self) -> int | None:
         """The highest seq whose handler call has returned (None: no checkpoint yet)."""
-        return self._cursor.checkpoint
-
-    @property
-    def next_seq(self) -> int | None:
-        return self._cursor.next_seq
-
-    @property
-    def handled(self) -> int:
-        return self._cursor.handled
+        return self.cursor.checkpoint
 
     @property
     def state(self) -> HeldState:
@@ -154,9 +145,9 @@ class HeldStream:
         Ignored once the stream is not live: the release already started from the old lease,
         which has the same owner and epoch. A lease of another stream or epoch is a bug.
         """
-        if lease.conn_id != self.conn_id or lease.epoch != self.epoch:
+        if lease.conn_id != self._lease.conn_id or lease.epoch != self._lease.epoch:
             raise ValueError(f"renewal of {lease.conn_id} epoch {lease.epoch} does not match "
-                             f"{self.conn_id} epoch {self.epoch}")
+                             f"{self._lease.conn_id} epoch {self._lease.epoch}")
         if not self.live:
             return False
         self._lease = lease
@@ -164,22 +155,6 @@ class HeldStream:
             self._fence_mono_ms = fence_mono_ms
         return True
 
-    # -- delivery (the rules are in ``worker.delivery``) --------------------------------
-    def anchor_for(self, seq: int | None) -> int | None:
-        """The first checkpoint to write before handling ``seq``, if the stream has none."""
-        return self._cursor.anchor_for(seq)
-
-    def anchored(self, checkpoint: int) -> None:
-        self._cursor.anchored(checkpoint)
-
     def admit(self, seq: int | None, now_mono_ms: int) -> Verdict:
-        """What to do with a frame carrying ``seq`` at ``now_mono_ms``."""
-        return self._cursor.admit(seq, now_mono_ms, self.deadline())
-
-    def connected(self) -> None:
-        """A new connection has opened: its resume overlap starts again."""
-        self._cursor.connected()
-
-    def done(self, seq: int | None) -> None:
-        """The handler call for ``seq`` has returned or raised: the checkpoint may move."""
-        self._cursor.done(seq)
+        """What to do with a frame carrying ``seq`` at ``now_mono_ms`` (``worker.delivery``)."""
+        return self.cursor.admit(seq, now_mono_ms, self.deadline())

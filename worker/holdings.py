@@ -30,6 +30,7 @@ from holdfast.core.exceptions import (
     StoreUnavailable,
 )
 from holdfast.core.model import Lease, LeaseItem
+from holdfast.core.nudge import MAX_DELAY_S
 from holdfast.core.store import LeaseStore
 from worker.backoff import Backoff
 from worker.balancing import SHED, Balancing
@@ -49,9 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["Holdings"]
 
 logger = Logger(service="holdfast-worker", child=True)
-# A nudge for a stream in back-off comes back when the back-off ends, if that is this soon
-# (SQS's DelaySeconds limit, as the router uses); later ones are left to the sweep.
-_MAX_LATER_S = 900
 
 
 class Holdings:
@@ -177,7 +175,8 @@ class Holdings:
         return 1 if room is None else room - len(self._claiming)
 
     def _later(self, exc: AcquireFailed) -> Later | None:
-        """For a stream in back-off: when its nudge should come back (None: let it go)."""
+        """For a stream in back-off: when its nudge should come back, if within SQS's
+        ``DelaySeconds`` limit as the router's (None: let it go, the sweep finds it later)."""
         current = exc.current
         if exc.reason is not LossReason.BACKOFF or current is None or (
                 current.lease_expires_at_ms is None):
@@ -185,7 +184,7 @@ class Holdings:
         wait_ms = rules.claimable_at_ms(current.lease_expires_at_ms,
                                         self.config.timing.skew_ms) - self.wall()
         seconds = -(-wait_ms // 1000) + 1  # round up, plus a second for clock jitter
-        return Later(int(seconds)) if 0 < seconds <= _MAX_LATER_S else None
+        return Later(int(seconds)) if 0 < seconds <= MAX_DELAY_S else None
 
     def busy(self) -> set[str]:
         """The streams held or being claimed: not strays, whatever the owner index says."""
@@ -281,7 +280,7 @@ class Holdings:
                 return "failed"
             if lost is not None and lost is not LossReason.STOPPED:
                 return f"not_ours_{lost}"
-            conn.log("info", "released", checkpoint=held.checkpoint, handled=held.handled)
+            conn.log("info", "released", checkpoint=held.checkpoint, handled=held.cursor.handled)
             return "released"
         return "failed"
 

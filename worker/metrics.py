@@ -37,10 +37,6 @@ _MAX_SAMPLES = 100  # EMF accepts at most 100 values per metric in one record
 _MAX_UNOWNED_SAMPLES = 1_000
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name) or default
-
-
 @dataclass
 class WorkerMetrics:
     """Counters, the active-connection gauge, renew latency and unowned time samples of one
@@ -51,10 +47,10 @@ class WorkerMetrics:
     what its scaling policy and alarms query.
     """
 
-    service: str = field(default_factory=lambda: _env(names.ENV_SERVICE_NAME,
-                                                      "holdfast-worker"))
-    namespace: str = field(default_factory=lambda: _env(names.ENV_METRICS_NAMESPACE,
-                                                        NAMESPACE))
+    service: str = field(default_factory=lambda: os.environ.get(names.ENV_SERVICE_NAME)
+                         or "holdfast-worker")
+    namespace: str = field(default_factory=lambda: os.environ.get(names.ENV_METRICS_NAMESPACE)
+                           or NAMESPACE)
     counts: Counter[str] = field(default_factory=Counter)
     totals: Counter[str] = field(default_factory=Counter)
     active: int = 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 from urllib.parse import unquote_plus
 
-from worker.exceptions import HandlerLoadError
+from worker.handler import HandlerLoadError
 
 __all__ = [
     "FirstFrameProtocol",
@@ -112,8 +112,28 @@ def _looks_like_json(frame: str) -> bool:
                                                                            "null"))
 
 
+class _JsonSeq:
+    """What the built-in protocols share: frames are JSON with the seq under ``seq_key``, and
+    by default nothing is added to the URL, the headers or the first frames."""
+
+    __slots__ = ()
+    seq_key: str
+
+    def url(self, ws_url: str, next_seq: int | None) -> str:
+        return ws_url
+
+    def headers(self, next_seq: int | None) -> dict[str, str]:
+        return {}
+
+    def first_frames(self, next_seq: int | None) -> list[str]:
+        return []
+
+    def parse(self, frame: str | bytes) -> Parsed:
+        return parse_json_seq(frame, self.seq_key)
+
+
 @dataclass(frozen=True, slots=True)
-class QueryParamProtocol:
+class QueryParamProtocol(_JsonSeq):
     """Resume with a query parameter (default ``from_seq``), replacing any already present.
 
     The rest of the URL is kept byte for byte (a signed URL stays valid): the parameter is
@@ -128,57 +148,30 @@ class QueryParamProtocol:
             return ws_url
         return with_query_param(ws_url, self.param, str(next_seq))
 
-    def headers(self, next_seq: int | None) -> dict[str, str]:
-        return {}
-
-    def first_frames(self, next_seq: int | None) -> list[str]:
-        return []
-
-    def parse(self, frame: str | bytes) -> Parsed:
-        return parse_json_seq(frame, self.seq_key)
-
 
 @dataclass(frozen=True, slots=True)
-class HeaderProtocol:
+class HeaderProtocol(_JsonSeq):
     """Resume with a request header on the opening handshake."""
 
     header: str = "X-From-Seq"
     seq_key: str = "seq"
 
-    def url(self, ws_url: str, next_seq: int | None) -> str:
-        return ws_url
-
     def headers(self, next_seq: int | None) -> dict[str, str]:
         return {} if next_seq is None else {self.header: str(next_seq)}
 
-    def first_frames(self, next_seq: int | None) -> list[str]:
-        return []
-
-    def parse(self, frame: str | bytes) -> Parsed:
-        return parse_json_seq(frame, self.seq_key)
-
 
 @dataclass(frozen=True, slots=True)
-class FirstFrameProtocol:
+class FirstFrameProtocol(_JsonSeq):
     """Resume by sending ``{"<key>": N}`` (or ``{}`` without a checkpoint) as the first frame."""
 
     key: str = "from_seq"
     seq_key: str = "seq"
 
-    def url(self, ws_url: str, next_seq: int | None) -> str:
-        return ws_url
-
-    def headers(self, next_seq: int | None) -> dict[str, str]:
-        return {}
-
     def first_frames(self, next_seq: int | None) -> list[str]:
         return [json.dumps({} if next_seq is None else {self.key: next_seq})]
 
-    def parse(self, frame: str | bytes) -> Parsed:
-        return parse_json_seq(frame, self.seq_key)
 
-
-_BUILTIN: dict[str, type[QueryParamProtocol | HeaderProtocol | FirstFrameProtocol]] = {
+_BUILTIN: dict[str, type[_JsonSeq]] = {
     "query": QueryParamProtocol, "header": HeaderProtocol, "frame": FirstFrameProtocol}
 
 

@@ -9,6 +9,7 @@ this worker's capacity. It also tells the rebalancing side how many live session
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -34,6 +35,17 @@ STRAY_SCAN_S = 5.0
 logger = Logger(service="holdfast-worker", child=True)
 
 
+async def _every(period_s: float, once: Callable[[], Awaitable[int]], failed: str,
+                 sleep: Callable[[float], Awaitable[None]], rand: Callable[[], float]) -> None:
+    """Run ``once`` every jittered ``period_s`` until cancelled; a failed pass is logged."""
+    while True:
+        await sleep(jittered(period_s, rand))
+        try:
+            await once()
+        except HoldfastError as exc:  # InvalidRequest too: one bad item never stops it
+            logger.warning(failed, error=str(exc)[:300])
+
+
 @dataclass
 class Reconciler:
     """The fallback sweep: every jittered ``period_s``, claim orphans that fit in capacity."""
@@ -54,12 +66,7 @@ class Reconciler:
     fleet: Callable[[int], None] | None = None
 
     async def run(self) -> None:
-        while True:
-            await self.sleep(jittered(self.period_s, self.rand))
-            try:
-                await self.sweep()
-            except HoldfastError as exc:  # InvalidRequest too: one bad item never stops it
-                logger.warning("reconcile sweep failed", error=str(exc)[:300])
+        await _every(self.period_s, self.sweep, "reconcile sweep failed", self.sleep, self.rand)
 
     async def sweep(self) -> int:
         """One pass; returns how many streams it claimed."""
@@ -74,18 +81,10 @@ class Reconciler:
         free = self.free_capacity()
         if free <= 0:
             return 0
-
-        def read() -> list[str]:
-            found = []
-            # Read a little more than fits: other workers race for the same orphans.
-            for orphan in find_orphans(self.ddb, self.table, now_ms=self.wall_ms(),
-                                       skew_ms=self.skew_ms):
-                found.append(orphan.conn_id)
-                if len(found) >= free * 2:
-                    break
-            return found
-
-        orphans = await asyncio.to_thread(read)
+        # Read a little more than fits: other workers race for the same orphans.
+        orphans = await asyncio.to_thread(lambda: [o.conn_id for o in itertools.islice(
+            find_orphans(self.ddb, self.table, now_ms=self.wall_ms(), skew_ms=self.skew_ms),
+            free * 2)])
         random.shuffle(orphans)  # workers sweeping at once should not all fight for the first
         claimed = 0
         for conn_id in orphans:
@@ -120,12 +119,7 @@ class Strays:
     rand: Callable[[], float] = random.random
 
     async def run(self) -> None:
-        while True:
-            await self.sleep(jittered(self.period_s, self.rand))
-            try:
-                await self.once()
-            except HoldfastError as exc:
-                logger.warning("stray scan failed", error=str(exc)[:300])
+        await _every(self.period_s, self.once, "stray scan failed", self.sleep, self.rand)
 
     async def once(self) -> int:
         """One pass; returns how many strays it claimed back."""

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from aws_lambda_powertools import Logger
 
 from holdfast.core import names, rules
+from holdfast.core.directives import Directive
 from holdfast.core.exceptions import HoldfastError, SessionLost
 from holdfast.core.orders import Order, parse_order
-from holdfast.core.sessions import Beat, Session, SessionStore
+from holdfast.core.sessions import Session, SessionStore
 from worker.backoff import retry_before_s
 from worker.metrics import WorkerMetrics
 
@@ -54,7 +55,7 @@ class SessionKeeper:
     # Rebalancing: our load (sum of weights) for the item, and what each heartbeat read back
     # (the target and drain flag, ``holdfast.core.directives``).
     load: Callable[[], float] | None = None
-    on_beat: Callable[[Beat], None] | None = None
+    on_beat: Callable[[Directive | None, bool], None] | None = None
     fence_mono_ms: int = 0
     last_ok_mono_ms: int | None = None
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
@@ -136,25 +137,20 @@ class SessionKeeper:
                 hb_s = self.timing.heartbeat_ms / 1000
                 await self.sleep(retry_before_s(failures, left, hb_s / 4, hb_s / 2, self.rand))
                 continue
-            current = session is self.session  # not replaced by a new incarnation meanwhile
-            self._landed(session, sent, beat.session, beat.orders)
-            if current and self.on_beat is not None:
-                self.on_beat(beat)
+            if session is not self.session:  # replaced by a new incarnation meanwhile
+                return
+            took = self.mono() - sent
+            self.metrics.renew_latency(took)
+            if took > self.timing.heartbeat_ms:
+                logger.warning("slow session heartbeat", took_ms=took)
+            self.session = beat.session
+            self.last_ok_mono_ms = sent
+            self.fence_mono_ms = max(self.fence_mono_ms,
+                                     rules.fence_deadline_mono_ms(sent, self.timing))
+            self._done = self._act_on(beat.orders)
+            if self.on_beat is not None:
+                self.on_beat(beat.directive, beat.draining)
             return
-
-    def _landed(self, session: Session, sent: int, renewed: Session,
-                orders: frozenset[str]) -> None:
-        if session is not self.session:
-            return
-        took = self.mono() - sent
-        self.metrics.renew_latency(took)
-        if took > self.timing.heartbeat_ms:
-            logger.warning("slow session heartbeat", took_ms=took)
-        self.session = renewed
-        self.last_ok_mono_ms = sent
-        self.fence_mono_ms = max(self.fence_mono_ms,
-                                 rules.fence_deadline_mono_ms(sent, self.timing))
-        self._done = self._act_on(orders)
 
     def _act_on(self, orders: frozenset[str]) -> frozenset[str]:
         """Carry out every order once; all of them are acknowledged with the next heartbeat."""

@@ -38,13 +38,13 @@ from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from worker.balancing import Balancing, owned_elsewhere_by
 from worker.budget import ConnectBudget
-from worker.checkpointer import Checkpointer, monotonic_ms
+from worker.checkpointer import Checkpointer
 from worker.claimer import Claimer
 from worker.config import WorkerConfig
 from worker.connection import Connection
 from worker.handler import Handler, default_handler
 from worker.health import HealthServer
-from worker.held import NO_FENCE_MS
+from worker.held import NO_FENCE_MS, monotonic_ms
 from worker.holdings import Holdings
 from worker.metrics import WorkerMetrics
 from worker.orders import OrderInbox
@@ -89,16 +89,12 @@ class Supervisor:
         # (``session_ddb``): under throttling the heartbeat is the one call that must not queue
         # behind the shared rate limiter of everything else; it bounds its own retries by its
         # fence. The reconcile sweep's session reads and releases are bulk work: ``ddb``.
-        self.sessions = SessionStore(
-            session_ddb or ddb, config.session_table, config.table, ttl_ms=config.lease_ms,
-            skew_ms=config.timing.skew_ms, clock=wall)
-        self.sweep_sessions = SessionStore(
-            ddb, config.session_table, config.table, ttl_ms=config.lease_ms,
-            skew_ms=config.timing.skew_ms, clock=wall)
+        self.sessions, self.sweep_sessions = (SessionStore(
+            client, config.session_table, config.table, ttl_ms=config.lease_ms,
+            skew_ms=config.timing.skew_ms, clock=wall) for client in (session_ddb or ddb, ddb))
         self.streams: dict[str, Connection] = {}
         # Rebalancing (targets and drains reach our session) and the fleet's reconnect budget.
-        self.budget = ConnectBudget(config.connect_rate, config.connect_burst) if (
-            config.connect_rate > 0) else None
+        self.budget = ConnectBudget(config.connect_rate, config.connect_burst)  # rate 0: no limit
         self.balancing = Balancing(
             self.streams, cooldown_ms=config.cooldown_ms, drain_at_once=config.drain_at_once,
             wall=wall, mono=mono, metrics=self.metrics, budget=self.budget,
@@ -112,7 +108,6 @@ class Supervisor:
         # None: no live session, claim nothing.
         self.owner: str | None = None
         self.stopping = False
-        self.started_mono_ms = mono()
         self.counts: Counter[str] = Counter()
         self.checkpointer = Checkpointer(self.store, self.streams, config.timing, self.metrics,
                                          config.renew_mode, mono=mono,
@@ -121,15 +116,12 @@ class Supervisor:
             config, self.store, self.checkpointer, handler=handler,
             protocol=protocol or QueryParamProtocol(), streams=self.streams,
             owner=lambda: self.owner, stopping=lambda: self.stopping,
-            session_fence=self._session_fence, wall=wall, mono=mono, metrics=self.metrics,
+            # No session yet (no keeper): nothing is held.
+            session_fence=lambda: self.keeper.fence_mono_ms if self.keeper else NO_FENCE_MS,
+            wall=wall, mono=mono, metrics=self.metrics,
             counts=self.counts, balancing=self.balancing,
-            admit_connect=self.budget.admit if self.budget is not None else None)
+            admit_connect=self.budget.admit)
         self.tasks = self.holdings.tasks  # the connection tasks, awaited by the stop
-
-    def _session_fence(self) -> int:
-        if self.keeper is None:
-            return NO_FENCE_MS  # no session yet: nothing is held
-        return self.keeper.fence_mono_ms
 
     def free_capacity(self) -> int:
         return self.holdings.free_capacity()
@@ -171,7 +163,7 @@ class Supervisor:
                 self.sessions, session, timing, self.metrics, held=lambda: len(self.streams),
                 capacity=self.config.max_connections, stop_stream=self._order,
                 on_lost=self._session_lost, mono=self.mono,
-                load=self.balancing.load, on_beat=self.balancing.on_beat)
+                load=self.balancing.load, on_beat=self.balancing.update)
         self.keeper.started(session, sent)
         self.owner = session.owner
         if self.inbox is not None:
@@ -182,7 +174,7 @@ class Supervisor:
         """Carry out an order (stop, release): the holder stops delivering and releases the
         stream itself, the only way a live holding ends (docs/protocol.md)."""
         conn = self.streams.get(order.conn_id)
-        if conn is None or conn.held.stopping or not order.applies_to(conn.held.epoch):
+        if conn is None or conn.held.stopping or not order.applies_to(conn.held.lease.epoch):
             return False
         conn.log("info", f"{order.verb} order: draining and releasing", epoch=order.epoch)
         conn.drain("stopped" if order.verb == ORDER_STOP else "release ordered")
@@ -202,7 +194,7 @@ class Supervisor:
             await self._start_session()
 
     # -- the service loops --------------------------------------------------------------------
-    async def _guard(self, name: str, coro: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    async def _guard(self, name: str, coro: _Loop) -> None:
         """Run a service loop; an unexpected crash is logged and the loop restarted."""
         while True:
             try:
@@ -222,15 +214,6 @@ class Supervisor:
         self.metrics.active = len(self.streams)
         self.metrics.flush()
 
-    def healthy(self) -> bool:
-        """False once DynamoDB has not answered decisively for longer than a lease.
-
-        A diagnostic, not the ECS health check: ``/health`` reports event-loop lag only, so a
-        regional DynamoDB problem does not get every task replaced at once."""
-        last = self.keeper.last_ok_mono_ms if self.keeper is not None else None
-        since = self.started_mono_ms if last is None else last
-        return self.mono() - since <= self.config.lease_ms
-
     def _claiming_loops(self, claimer: Claimer) -> list[tuple[str, _Loop]]:
         """The loops that take streams on (or shed them): all cancelled when the stop begins."""
         cfg = self.config
@@ -239,10 +222,9 @@ class Supervisor:
             loops.append(("reconcile", Reconciler(
                 self.ddb, cfg.table, cfg.timing.skew_ms, self.holdings.claim,
                 self.free_capacity, cfg.reconcile_s, self.wall, rand=random.random,
-                sessions=self.sweep_sessions, fleet=self.balancing.set_fleet).run))
-        if self.sweep_sessions is not None:
-            loops.append(("strays", Strays(self.sweep_sessions, lambda: self.owner,
-                                           self.holdings.claim, self.holdings.busy).run))
+                sessions=self.sweep_sessions, fleet=self.budget.set_fleet).run))
+        loops.append(("strays", Strays(self.sweep_sessions, lambda: self.owner,
+                                       self.holdings.claim, self.holdings.busy).run))
         loops.append(("balancing", self.balancing.run))
         return loops
 
@@ -266,16 +248,14 @@ class Supervisor:
         async with asyncio.TaskGroup() as tg:
             claiming = [tg.create_task(self._guard(name, loop))
                         for name, loop in self._claiming_loops(claimer)]
-            keep = [tg.create_task(self._guard("checkpoints", self.checkpointer.run)),
-                    tg.create_task(self._guard("session", keeper.run)),
-                    tg.create_task(self._guard("fence", self.checkpointer.fence_watch)),
-                    tg.create_task(self._guard("metrics", self._metrics_loop))]
-            if self.inbox is not None:
-                keep.append(tg.create_task(self._guard("orders", self.inbox.run)))
-            if health is not None:
-                keep.append(tg.create_task(self._guard("health", health.run)))
+            keeping: list[tuple[str, _Loop | None]] = [
+                ("checkpoints", self.checkpointer.run), ("session", keeper.run),
+                ("fence", self.checkpointer.fence_watch), ("metrics", self._metrics_loop),
+                ("orders", self.inbox.run if self.inbox is not None else None),
+                ("health", health.run if health is not None else None),
+                ("watchdog", watchdog.beat if watchdog is not None else None)]
+            keep = [tg.create_task(self._guard(name, loop)) for name, loop in keeping if loop]
             if watchdog is not None:
-                keep.append(tg.create_task(self._guard("watchdog", watchdog.beat)))
                 watchdog.start()
             await shutdown_trigger()
             # The stop's burst of allocations (a cancellation, a close and a release per stream)
@@ -304,9 +284,8 @@ class Supervisor:
                 watchdog.stop()
             for task in keep:
                 task.cancel()
-        keeper.executor.shutdown(wait=False, cancel_futures=True)
-        self.checkpointer.executor.shutdown(wait=False, cancel_futures=True)
-        self.checkpointer.chunk_pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (keeper.executor, self.checkpointer.executor, self.checkpointer.chunk_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
         self.flush_metrics()
         self.counts["left_running"] = len(self.streams)
         gc.unfreeze()  # an embedding process (the tests) goes on collecting as before

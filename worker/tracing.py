@@ -25,14 +25,11 @@ class StreamTrace:
         self._connect: Span | None = None
         self._first: Span | None = None
 
-    def _start(self, name: str) -> Span | None:
-        return tracing.start_span(name, self.conn_id, worker_id=self.worker_id,
-                                  parent=self.claim)
-
     def connecting(self) -> None:
         """A dial begins; the first one starts ``connect`` (reconnects before it opens count)."""
         if self._connect is None and self._first is None:
-            self._connect = self._start(names.SPAN_CONNECT)
+            self._connect = tracing.start_span(names.SPAN_CONNECT, self.conn_id,
+                                               worker_id=self.worker_id, parent=self.claim)
 
     def connected(self) -> None:
         """The WebSocket is open: ``connect`` ends, waiting for the first message begins."""
@@ -40,14 +37,12 @@ class StreamTrace:
             self._connect.end()
             self._connect = None
         if self._first is None:
-            self._first = self._start(names.SPAN_FIRST_MESSAGE)
-
-    def handled(self) -> None:
-        """The first message was handled: the trace is complete (the caller drops it)."""
-        self.close()
+            self._first = tracing.start_span(names.SPAN_FIRST_MESSAGE, self.conn_id,
+                                             worker_id=self.worker_id, parent=self.claim)
 
     def close(self) -> None:
-        """End what is still open (a stream that stopped before its first message)."""
+        """End what is still open: at the first handled message (the trace is complete, the
+        caller drops it), or when the stream stops before it."""
         for span in (self._connect, self._first):
             if span is not None:
                 span.end()

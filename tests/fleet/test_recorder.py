@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from holdfast.fleet import recorder
-from worker.exceptions import HandlerLoadError
-from worker.handler import Message, load_handler
+from worker.handler import HandlerLoadError, Message, load_handler
 
 
 def test_records_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

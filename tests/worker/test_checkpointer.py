@@ -23,7 +23,7 @@ def runner_for(fleet: Fleet, conn: str, checkpoint: int) -> tuple[Checkpointer, 
     ctx = ConnectionContext(worker_id="me", handler=Recorder(), protocol=QueryParamProtocol(),
                         metrics=WorkerMetrics())
     held = HeldStream(lease, fence_mono_ms=NO_FENCE_MS)
-    held.anchored(checkpoint)
+    held.cursor.anchored(checkpoint)
     runner = Connection(held, ctx)
     writer = Checkpointer(store, {conn: runner}, LeaseTiming(3000, 500, 300, 300), ctx.metrics)
     return writer, runner

@@ -22,7 +22,8 @@ from tests.worker.conftest import (
 )
 from tests.worker.helpers import Recorder
 from worker.backoff import Backoff
-from worker.connection import Connection, ConnectionContext, ConnectOptions, _close_reading
+from worker.connection import Connection, ConnectionContext, ConnectOptions
+from worker.dial import close_reading
 from worker.held import NO_FENCE_MS, HeldStream
 from worker.metrics import WorkerMetrics
 from worker.protocol import QueryParamProtocol
@@ -181,7 +182,7 @@ async def test_a_drained_connection_with_unread_frames_closes_without_the_close_
                     await ws.recv()
                 await asyncio.sleep(0.3)  # ~15 frames arrive unread: reading pauses
                 t0 = time.monotonic()
-                await _close_reading(ws)
+                await close_reading(ws)
                 return time.monotonic() - t0
 
         took = await asyncio.gather(*(close_after_idle(i) for i in range(5)))

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.exceptions import HandlerLoadError
-from worker.handler import Message, default_handler, load_handler
+from worker.handler import HandlerLoadError, Message, default_handler, load_handler
 
 
 async def test_default_handler_logs_at_debug(caplog: pytest.LogCaptureFixture) -> None:

@@ -28,7 +28,8 @@ def test_a_claim_starts_from_the_lease() -> None:
     """A new HeldStream is CLAIMED, live, not stopping, checkpointed at the lease's last_seq."""
     h = held()
     assert (h.state, h.live, h.stopping, h.stop_reason) == (HeldState.CLAIMED, True, False, None)
-    assert (h.conn_id, h.epoch, h.checkpoint, h.next_seq, h.handled) == ("c-1", 3, 4, 5, 0)
+    assert (h.lease, h.checkpoint) == (LEASE, 4)
+    assert (h.cursor.next_seq, h.cursor.handled) == (5, 0)
 
 
 def test_started_runs_once() -> None:
@@ -129,14 +130,14 @@ def test_admit_applies_the_delivery_rules_at_the_deadline() -> None:
 def test_done_moves_the_checkpoint_forward_only() -> None:
     """``done`` after the handler returned moves the checkpoint, never backwards."""
     h = held()
-    h.done(7)
-    h.done(5)
-    assert (h.checkpoint, h.next_seq, h.handled) == (7, 8, 2)
+    h.cursor.done(7)
+    h.cursor.done(5)
+    assert (h.checkpoint, h.cursor.next_seq, h.cursor.handled) == (7, 8, 2)
 
 
 def test_anchor_of_a_never_checkpointed_stream() -> None:
     """A lease without last_seq asks for an anchor at seq - 1, once."""
     h = HeldStream(Lease("c-1", "w#1", 3, 1, "wss://x", None), fence_mono_ms=NO_FENCE_MS)
-    assert h.checkpoint is None and h.anchor_for(10) == 9
-    h.anchored(9)
-    assert h.checkpoint == 9 and h.anchor_for(10) is None
+    assert h.checkpoint is None and h.cursor.anchor_for(10) == 9
+    h.cursor.anchored(9)
+    assert h.checkpoint == 9 and h.cursor.anchor_for(10) is None

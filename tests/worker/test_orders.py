@@ -101,7 +101,7 @@ async def test_worker_stops_on_a_queued_order_long_before_its_heartbeat(
     async with running_worker(fleet, rec, **slow) as run:
         fleet.nudge(conn)
         await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 10, "messages")
-        owner, epoch = run.worker.owner, run.worker.streams[conn].held.epoch
+        owner, epoch = run.worker.owner, run.worker.streams[conn].held.lease.epoch
         assert owner is not None and run.worker.inbox is not None
         url = order_queue_url(fleet.queue_url, prefix, owner)
         # An order about an older holding of the stream must not stop this one.

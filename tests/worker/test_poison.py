@@ -44,7 +44,7 @@ async def test_an_absurd_seq_is_refused_and_the_checkpoint_kept(fleet: Fleet,
     frames = [*seqs(1, 3), json.dumps({"seq": 2**63 - 1}), *seqs(4, 6)]
     async with scripted_upstream(lambda _: frames) as up:
         runner = connection(lease_for(fleet, conn, up.url), context(rec))
-        runner.held._cursor._max_jump = 1000  # what the supervisor passes from the config
+        runner.held.cursor._max_jump = 1000  # what the supervisor passes from the config
         assert await run_until(runner, lambda: rec.seqs(conn) == [1, 2, 3, 4, 5, 6], 10) is None
     assert runner.held.checkpoint == 6 and runner.ctx.metrics.totals["FramesSkipped"] == 1
 
@@ -132,7 +132,7 @@ async def test_broken_seqs_are_logged_at_most_once_a_minute_per_stream(
 
     async with scripted_upstream(frames) as up:
         runner = connection(lease_for(fleet, conn, up.url), context(rec, mono=lambda: now[0]))
-        runner.held._cursor._max_jump = 1000
+        runner.held.cursor._max_jump = 1000
         totals = runner.ctx.metrics.totals
         assert await run_until(runner, lambda: rec.seqs(conn) == [1, 2, 3, 4] and totals[
             "FramesSkipped"] == 3, 10) is None

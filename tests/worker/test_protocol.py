@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.exceptions import HandlerLoadError
+from worker.handler import HandlerLoadError
 from worker.protocol import (
     FirstFrameProtocol,
     HeaderProtocol,

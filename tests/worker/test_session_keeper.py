@@ -8,7 +8,7 @@ from typing import Any
 from holdfast.core import rules
 from holdfast.core.exceptions import SessionLost, StoreUnavailable
 from holdfast.core.sessions import Beat, Session
-from worker.checkpointer import monotonic_ms
+from worker.held import monotonic_ms
 from worker.metrics import WorkerMetrics
 from worker.session import SessionKeeper
 

@@ -236,7 +236,9 @@ async def test_self_fencing_when_dynamodb_is_unreachable(
         closed = upstream.server.connlog.records(conn)[-1].closed_wall_ms
         # Closed before anyone could take it over (expiry + skew on a challenger's clock).
         assert closed is not None and closed < expires + 300
-        await async_wait_until(lambda: not worker.healthy(), 5, "unhealthy")
+        # No heartbeat has landed for a whole lease: still nothing handled meanwhile.
+        await async_wait_until(lambda: worker.keeper is not None and worker.mono() - (
+            worker.keeper.last_ok_mono_ms or 0) > config.lease_ms, 5, "a lease without a beat")
         assert len(rec.calls) == calls
         assert upstream.server.connlog.open_count() == 0
         stop.set()
