@@ -24,7 +24,7 @@ import json
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,8 @@ from holdfast.core.table import scan_items
 from holdfast.fleet.procs import FleetTiming
 
 __all__ = ["BALANCE_TARGET_S", "UNOWNED_TARGET_S", "LogEvent", "Variant", "balanced",
-           "held_by_worker", "max_in_motion", "min_moves", "moved_twice", "moves", "parse_log",
+           "claim_counts", "held_by_worker", "max_in_motion", "min_moves", "moved_twice", "moves",
+           "parse_log",
            "scale_out", "shares", "straight_back", "variant", "worker_of"]
 
 BALANCE_TARGET_S = 30.0  # t0 -> balanced
@@ -78,14 +79,22 @@ def min_moves(held: Mapping[str, int], workers: Sequence[str]) -> int:
     return math.ceil(sum(max(0.0, held.get(w, 0) - s) for w, s in fair.items()) - 1e-9)
 
 
-def moves(before: Snap, after: Snap) -> int:
-    """Acquisitions between two snapshots: the sum of the epoch increments."""
-    return sum(max(0, after[c][1] - e) for c, (_, e) in before.items() if c in after)
+def claim_counts(events: Iterable[LogEvent], ids: Container[str], t0_ms: int,
+                 t1_ms: int) -> dict[str, int]:
+    """Acquisitions of each stream in ``ids`` from ``t0_ms`` to ``t1_ms``: the claimers'
+    "claimed" lines (an epoch is a clock value now, so its increments count nothing)."""
+    return Counter(e.conn_id for e in events if e.msg == "claimed" and e.conn_id is not None
+                   and e.conn_id in ids and t0_ms <= e.ms <= t1_ms)
 
 
-def moved_twice(before: Snap, after: Snap) -> list[str]:
-    """Streams acquired more than once between two snapshots."""
-    return sorted(c for c, (_, e) in before.items() if c in after and after[c][1] - e > 1)
+def moves(counts: Mapping[str, int]) -> int:
+    """All acquisitions in ``claim_counts``: a stream moved twice counts twice."""
+    return sum(counts.values())
+
+
+def moved_twice(counts: Mapping[str, int]) -> list[str]:
+    """Streams acquired more than once."""
+    return sorted(c for c, n in counts.items() if n > 1)
 
 
 @dataclass(frozen=True)
@@ -254,17 +263,19 @@ def _scale(out: dict[str, Any], bf: BenchFleet, w: _Watch, ids: list[str], v: Va
     out["held_at_balanced"] = held_by_worker(w.snap, everyone)
     say(f"{tag} balanced after {out['balanced_s']} s: {out['held_at_balanced']}")
     w.until(w.quiet_for(max(10.0, 5 * t.balance_interval_ms / 1000)), 120, 0.25)
-    settled = w.snap
+    settled, settled_ms = w.snap, now_ms()
     out["last_move_s"] = round((w.changed_ms - t0) / 1000, 3)
-    out["moves"] = moves(base, settled)
-    out["moved_twice"] = moved_twice(base, settled)
+    counts = claim_counts(_events(bf), w.ids, base_ms, settled_ms)
+    out["moves"] = moves(counts)
+    out["moved_twice"] = moved_twice(counts)
     out["held_settled"] = held_by_worker(settled, everyone)
     out["balanced_settled"] = balanced(settled, everyone)
     say(f"{tag} settled: {out['held_settled']}, {out['moves']} moves; quiet {v.quiet_s:g} s")
     q0, changes0 = now_ms(), w.changes
     w.until(lambda _s: False, v.quiet_s, 1.0)
     q1 = now_ms()
-    out["quiet_moves"] = moves(settled, w.poll())
+    w.poll()
+    out["quiet_moves"] = moves(claim_counts(_events(bf), w.ids, q0, q1))
     out["quiet_owner_changes_seen"] = w.changes - changes0
     bf.handled.poll()
     out["stalled"] = sorted(c for c in ids if not bf.handled.first_after(c, q1 - 3000))

@@ -10,6 +10,7 @@ from bench.harness import dist
 from bench.rebalance import (
     LogEvent,
     balanced,
+    claim_counts,
     held_by_worker,
     max_in_motion,
     min_moves,
@@ -71,13 +72,18 @@ def test_min_moves_is_the_excess_above_the_share() -> None:
     assert min_moves({"a": 10}, ["a", "b", "c"]) == 7  # 10 - 3.33, rounded up
 
 
-def test_moves_sum_the_epoch_increments() -> None:
-    """Each acquisition bumps the epoch: a stream moved twice counts twice."""
-    before = {"x": ("a", 3), "y": ("a", 1), "z": ("b", 5)}
-    after = {"x": ("c", 4), "y": ("d", 3), "z": ("b", 5), "new": ("c", 1)}
-    assert moves(before, after) == 3
-    assert moved_twice(before, after) == ["y"]
-    assert moves(before, before) == 0 and moved_twice(before, before) == []
+def test_moves_count_the_claim_lines_in_the_window() -> None:
+    """Each "claimed" line of a watched stream inside the window is one move: a stream
+    claimed twice counts twice; other streams, other lines and other times do not count."""
+    def ev(ms: int, conn: str, msg: str = "claimed") -> LogEvent:
+        return LogEvent(ms, msg, "w", conn)
+
+    events = [ev(10, "x"), ev(20, "y"), ev(30, "y"), ev(40, "z", "released"),
+              ev(50, "other"), ev(5, "x"), ev(99, "x")]
+    counts = claim_counts(events, {"x", "y", "z"}, 10, 90)
+    assert moves(counts) == 3
+    assert moved_twice(counts) == ["y"]
+    assert moves(claim_counts(events, {"x"}, 100, 200)) == 0
 
 
 def test_parse_log_reads_powertools_lines_and_skips_the_rest() -> None:
