@@ -196,10 +196,23 @@ class Holdings:
         try:
             await asyncio.to_thread(self.store.release, lease)
         except HoldfastError as exc:
-            logger.warning("cannot release a stopped stream we own", conn_id=item.conn_id,
-                           error=str(exc)[:300])
-            return
-        logger.info("released a stopped stream we still owned", conn_id=item.conn_id)
+            logger.warning("cannot release a stream we own but do not hold",
+                           conn_id=item.conn_id, error=str(exc)[:300])
+
+    async def release_stray(self, conn_id: str, owner: str) -> bool:
+        """Hand back a stream our session owns but we will not hold (full, or one we shed):
+        only its holder may free it, and that is us. False if it was not ours to release."""
+        if conn_id in self.busy():
+            return False
+        try:
+            item = await asyncio.to_thread(self.store.get, conn_id)
+        except HoldfastError as exc:
+            logger.warning("cannot read a stray", conn_id=conn_id, error=str(exc)[:300])
+            return False
+        if item is None or item.lease_owner != owner or conn_id in self.busy():
+            return False
+        await self._release_stopped(item, owner)
+        return True
 
     async def anchor(self, conn: Connection, seq: int) -> None:
         """Write a never-checkpointed stream's starting point before its first handler call."""

@@ -114,6 +114,8 @@ class Strays:
     owner: Callable[[], str | None]
     claim: ClaimFn
     busy: Callable[[], set[str]]
+    # Hands back a stray we will not hold (full, or shed): nobody else may free it.
+    release: Callable[[str, str], Awaitable[bool]]
     period_s: float = STRAY_SCAN_S
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rand: Callable[[], float] = random.random
@@ -128,12 +130,16 @@ class Strays:
             return 0
         owned = await asyncio.to_thread(self.sessions.owned_by, owner)
         strays = [c for c in owned if c not in self.busy()]
-        taken = 0
+        taken = released = 0
         for conn_id in strays:
             if self.owner() != owner:
                 break
-            if await self.claim(conn_id, "stray") is Claim.CLAIMED:
+            outcome = await self.claim(conn_id, "stray")
+            if outcome is Claim.CLAIMED:
                 taken += 1
+            elif outcome in (Claim.NO_CAPACITY, Claim.REFUSED):
+                released += await self.release(conn_id, owner)
         if strays:
-            logger.info("strays of our own session", found=len(strays), claimed=taken)
+            logger.info("strays of our own session", found=len(strays), claimed=taken,
+                        released=released)
         return taken

@@ -224,7 +224,8 @@ class Supervisor:
                 self.free_capacity, cfg.reconcile_s, self.wall, rand=random.random,
                 sessions=self.sweep_sessions, fleet=self.budget.set_fleet).run))
         loops.append(("strays", Strays(self.sweep_sessions, lambda: self.owner,
-                                       self.holdings.claim, self.holdings.busy).run))
+                                       self.holdings.claim, self.holdings.busy,
+                                       self.holdings.release_stray).run))
         loops.append(("balancing", self.balancing.run))
         return loops
 

@@ -10,6 +10,7 @@ In process: an acquire that lands after the session was lost is released at once
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -38,8 +39,10 @@ from tests.worker.conftest import (
 )
 from tests.worker.helpers import Recorder
 from worker.claimer import Claim
+from worker.connection import Connection
 from worker.holdings import Holdings
 from worker.protocol import QueryParamProtocol
+from worker.reconciler import Strays
 from worker.supervisor import Supervisor
 
 
@@ -85,6 +88,32 @@ async def test_an_acquire_that_lands_after_the_session_was_lost_is_released(
     assert item["lease_expires_at_ms"]["N"] == "0"  # claimable at once by a live session
     assert not rec.calls  # never delivered under the lost session
     assert holdings.counts["released"] == 1
+
+
+async def test_a_stray_on_a_full_worker_is_released(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A stray of our own session that a full worker cannot hold is released (unowned, free
+    for any worker), never left owned by us for its hour-long backstop (finding 2)."""
+    conn = f"{unique_id}-full"
+    config = dataclasses.replace(worker_config(fleet), max_connections=1)
+    ddb = client_for(fleet.aws, "dynamodb")
+    sup = Supervisor(config, ddb=ddb, sqs=client_for(fleet.aws, "sqs"), handler=Recorder())
+    owner = f"{config.worker_id}#inc1"
+    put_owned(fleet, conn, upstream.url(conn), owner, epoch=5)
+    holdings = Holdings(
+        config, sup.store, sup.checkpointer, handler=Recorder(), protocol=QueryParamProtocol(),
+        streams={"held-elsewhere": cast(Connection, None)},  # the one slot is taken
+        owner=lambda: owner, stopping=lambda: False,
+        session_fence=lambda: sup.mono() + 60_000, wall=sup.wall, mono=sup.mono,
+        metrics=sup.metrics, counts=Counter(), balancing=sup.balancing)
+    strays = Strays(sup.sweep_sessions, lambda: owner, holdings.claim, holdings.busy,
+                    holdings.release_stray)
+    await async_wait_until(lambda: conn in sup.sweep_sessions.owned_by(owner), 5,
+                           "the stray in the owner index")
+    assert await strays.once() == 0  # not taken: no room
+    item = fleet.item(conn)
+    assert "lease_owner" not in item, item.get("lease_owner")
+    assert item["lease_expires_at_ms"]["N"] == "0"
 
 
 # The sweeper's settings for these tests: sweep often, and no rebalancing (a move would be a
