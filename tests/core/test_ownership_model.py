@@ -381,6 +381,22 @@ def test_forced_release_keeps_one_deliverer(model_tables: tuple[Any, str, str]) 
 
 
 
+def test_a_false_report_on_a_live_worker_is_refused(model_tables: tuple[Any, str, str]) -> None:
+    """A platform report whose stop time precedes the live worker's later heartbeats (beyond
+    the skews) declares nothing dead and releases nothing: the holder keeps its stream alone."""
+    ddb, table, session_table = model_tables
+    fleet = Fleet(ddb, table, session_table, [SKEW, 0, 0, -SKEW], 30_000 + next(_runs))
+    conn_id = f"{fleet.workers[0].wid}-report"
+    create_stream(ddb, table, conn_id, "ws://127.0.0.1:9/s/model")
+    fleet.start_session(0)
+    fleet.start_session(1)
+    fleet.acquire(0, conn_id, "ok", 0)
+    fleet.advance(6_000)  # heartbeats land well after the stop time reported below
+    fleet.false_report(0, 1)  # asserts the report was refused
+    fleet.acquire(1, conn_id, "ok", 0)
+    assert [w.wid for w in fleet.workers if conn_id in w.holds] == [fleet.workers[0].wid]
+
+
 @pytest.mark.parametrize(("skews", "event"), [
     ([0, 0, 0, 0, 0], "delete_session_item"),  # the audit waits TTL + skew for an unknown owner
     ([-SKEW, 0, 0, SKEW, 0], "none"),  # the sweeper waits the skew past the session's expiry
