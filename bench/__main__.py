@@ -18,6 +18,9 @@ into ``--merge``'s report if given, else written as ``<date>-<part>``):
     --fast-paths-only the fast paths at production defaults: stop latency (order queue,
                       heartbeat only, the seed) and SIGKILL failover with and without the
                       platform report (~6 min)
+    --start-burst-only
+                      start latency of 30, then 300 streams inserted at once into 3 workers:
+                      insert -> first message handled, split at the router (~2 min)
     --rebalance-only  scale-out from 2 to 4 workers at N = 100: time until balanced, moves,
                       unowned time, a quiet period (~9 min at production defaults; ~3 min
                       with --quick: scaled timings, 60 s quiet)
@@ -50,6 +53,7 @@ from bench.report import write_report
 from bench.report_rebalance import rebalance_md, write_rebalance
 from bench.report_sections import model_summary
 from bench.scenarios import handover, start_latency, steady_cost, stop_latency
+from bench.start_burst import start_burst
 from holdfast.fleet.procs import REPO_ROOT, FleetTiming
 
 __all__ = ["main"]
@@ -222,6 +226,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="only the fast paths at production defaults (stop, reported crash)")
     p.add_argument("--no-fast-paths", action="store_true",
                    help="skip the fast paths in a full run")
+    p.add_argument("--start-burst-only", action="store_true",
+                   help="only the start latency of 30 and 300 streams inserted at once")
+    p.add_argument("--no-start-burst", action="store_true",
+                   help="skip the start-latency burst in a full run")
     p.add_argument("--rebalance-only", action="store_true",
                    help="only the rebalancing scale-out (production; --quick: scaled)")
     p.add_argument("--no-rebalance", action="store_true",
@@ -262,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         figures = {"fast_paths": fast_paths(run_dir, args.quick, say), "logs": str(run_dir)}
         figures["load_average"] = {"fast paths start": load0, "fast paths end": _load()}
         return _partial(args, "fast-paths", figures, say)
+    if args.start_burst_only:
+        load0 = _load()
+        figures = {"start_burst": start_burst(run_dir, say), "logs": str(run_dir)}
+        figures["load_average"] = {"start burst start": load0, "start burst end": _load()}
+        return _partial(args, "start-burst", figures, say)
     if args.rebalance_only:  # --merge: an earlier run's other variant is kept
         load0 = _load()
         figures = json.loads(args.merge.read_text()) if args.merge else {}
@@ -315,6 +328,8 @@ def full_run(args: argparse.Namespace, run_dir: Path, say: Any) -> int:
         result["production_cost"] = cost_scenarios(
             args.modes.split(","), run_dir, args.cost_streams,
             min(args.cost_seconds, 60.0) if args.quick else args.cost_seconds, say)
+    if not args.no_start_burst:
+        result["start_burst"] = start_burst(run_dir, say)
     if not args.no_crash_production:
         say("crash failover at production defaults")
         result["crash_production"] = crash_production(
