@@ -3,8 +3,9 @@
 On the bench's local fleet (DynamoDB Local, moto SQS, the local runner, 3 of our workers), after
 one warm-up stream (the router's cold start), ``N`` STARTED items are written at once from a
 thread pool, then per stream: insert -> first message handled (the figure, p50 / p99 / max),
-split at the router's ``router decision ... INSERT`` line (insert -> routed, routed -> handled)
-so a slow figure says whether the time went before or after the nudge. ``bursts`` are the
+split at the router's ``router decision ... INSERT`` line (insert -> routed, routed -> handled;
+routed -> the worker's ``claimed`` line) so a slow figure says whether the time went before or
+after the nudge. ``bursts`` are the
 distinct moments the router received the inserts and ``max_gap_s`` the longest pause between
 them: the runner's reading cadence as the router saw it.
 """
@@ -12,8 +13,10 @@ them: the runner's reading cadence as the router saw it.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import re
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,13 +27,14 @@ from bench.scenarios import _retire
 from holdfast.core.table import create_stream
 from holdfast.fleet.procs import FleetTiming
 
-__all__ = ["BURST_SIZES", "BURST_TARGETS_S", "bursts", "router_arrivals", "start_burst",
-           "verdicts"]
+__all__ = ["BURST_SIZES", "BURST_TARGETS_S", "bursts", "first_logged", "router_arrivals",
+           "start_burst", "verdicts"]
 
 BURST_SIZES = (30, 300)
 BURST_TARGETS_S = {30: 0.5, 300: 1.0}  # issue 19: start latency p99, 3 workers, loaded 2 cores
 WORKERS = 3
 INSERT_THREADS = 16
+QUIET_S = 3.0
 BURST_CLUSTER_MS = 100  # router lines closer than this are one delivery
 _TS = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)[,.](\d{3})\d*([+-]\d{2}:?\d{2}|Z)?")
 
@@ -44,20 +48,28 @@ def _ms(stamp: str) -> int | None:
     return int(t.timestamp()) * 1000 + int(m.group(2))
 
 
-def router_arrivals(lines: Iterable[str]) -> dict[str, int]:
-    """conn id -> wall ms of the router's first decision on its INSERT (runner log lines)."""
+def first_logged(lines: Iterable[str], message: str,
+                 event_name: str | None = None) -> dict[str, int]:
+    """conn id -> wall ms of its first JSON log line saying ``message`` (and ``event_name``)."""
     out: dict[str, int] = {}
+    needle = f'"message":"{message}"'
     for line in lines:
-        if '"router decision"' not in line or '"INSERT"' not in line:
+        if needle not in line.replace('": "', '":"'):
             continue
         try:
             rec = json.loads(line[line.index("{"):])
         except ValueError:
             continue
         conn, ms = rec.get("conn_id"), _ms(str(rec.get("timestamp", "")))
-        if isinstance(conn, str) and ms is not None and rec.get("event_name") == "INSERT":
+        if (isinstance(conn, str) and ms is not None
+                and (event_name is None or rec.get("event_name") == event_name)):
             out.setdefault(conn, ms)
     return out
+
+
+def router_arrivals(lines: Iterable[str]) -> dict[str, int]:
+    """conn id -> wall ms of the router's first decision on its INSERT (runner log lines)."""
+    return first_logged(lines, "router decision", "INSERT")
 
 
 def bursts(arrivals_ms: Iterable[int], cluster_ms: int = BURST_CLUSTER_MS) -> list[int]:
@@ -96,18 +108,24 @@ def _insert_at_once(bf: BenchFleet, ids: list[str]) -> dict[str, int]:
 def _one_burst(bf: BenchFleet, n: int, timeout_s: float) -> dict[str, Any]:
     ids = [f"burst{n}-{i:03d}" for i in range(n)]
     inserted = _insert_at_once(bf, ids)
-    bf.wait(lambda: all(bf.handled.first_after(c, inserted[c]) for c in ids), timeout_s)
+    bf.wait(lambda: all(bf.handled.first_after(c, inserted[c]) for c in ids), timeout_s,
+            poll_s=0.25)
     first = {c: h[0] for c in ids if (h := bf.handled.first_after(c, inserted[c]))}
-    log = bf.pf.fleet.run_dir / "runner.log"
-    routed = router_arrivals(log.read_text(errors="replace").splitlines())
+    run_dir = bf.pf.fleet.run_dir
+    routed = router_arrivals((run_dir / "runner.log").read_text(errors="replace").splitlines())
+    claimed: dict[str, int] = {}
+    for path in sorted(run_dir.glob("worker-*.log")):
+        claimed.update(first_logged(path.read_text(errors="replace").splitlines(), "claimed"))
     lat = [(first[c] - inserted[c]) / 1000 for c in ids if c in first]
     to_router = [(routed[c] - inserted[c]) / 1000 for c in ids if c in routed]
     after = [(first[c] - routed[c]) / 1000 for c in ids if c in routed and c in first]
+    to_claim = [(claimed[c] - routed[c]) / 1000 for c in ids if c in routed and c in claimed]
     starts = bursts(routed[c] for c in ids if c in routed)
     _retire(bf, ids)
     return {"streams": n, "latency_s": dist(lat), "insert_to_router_s": dist(to_router),
-            "router_to_handled_s": dist(after), "bursts": len(starts),
-            "max_gap_s": max((b - a for a, b in zip(starts, starts[1:])), default=0) / 1000,
+            "router_to_handled_s": dist(after), "router_to_claimed_s": dist(to_claim),
+            "bursts": len(starts),
+            "max_gap_s": max((b - a for a, b in itertools.pairwise(starts)), default=0) / 1000,
             "insert_spread_s": (max(inserted.values()) - min(inserted.values())) / 1000,
             "missing": n - len(lat), "samples": lat}
 
@@ -125,6 +143,7 @@ def start_burst(run_dir: Path, say: Any, sizes: Iterable[int] = BURST_SIZES,
                 timeout_s)
         _retire(bf, ["burst-warmup"])
         for n in sizes:
+            time.sleep(QUIET_S)  # the previous step's stop orders and claims settle first
             say(f"start burst: {n} streams inserted at once")
             out[str(n)] = _one_burst(bf, n, timeout_s)
             r = out[str(n)]

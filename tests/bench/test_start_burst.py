@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from bench.report import markdown
-from bench.start_burst import bursts, router_arrivals, verdicts
+from bench.start_burst import bursts, first_logged, router_arrivals, verdicts
 
 
 def _line(conn: str, stamp: str, event: str = "INSERT") -> str:
@@ -23,6 +23,15 @@ def test_router_arrivals_first_insert_decision_per_stream() -> None:
              "not json { at all", _line("c", "garbage")]
     got = router_arrivals(lines)
     assert got == {"a": 1_796_202_001_250}
+
+
+def test_first_logged_reads_worker_claims() -> None:
+    """A worker's first ``claimed`` line per stream, whatever the JSON spacing."""
+    lines = ['{"message": "claimed", "timestamp": "2026-12-02 09:00:01,005+0000", '
+             '"conn_id": "a"}',
+             '{"message":"claimed","timestamp":"2026-12-02 09:00:03,000+0000","conn_id":"a"}',
+             '{"message":"connected","timestamp":"2026-12-02 09:00:01,000+0000","conn_id":"b"}']
+    assert first_logged(lines, "claimed") == {"a": 1_796_202_001_005}
 
 
 def test_bursts_cluster_close_arrivals() -> None:
@@ -44,4 +53,4 @@ def test_verdicts_and_report_section() -> None:
     md = markdown({"start_burst": sb})
     assert "## Start latency, 30 / 300 inserted at once" in md
     assert "| 30 | 0.20 / 0.45 / 0.50 (n=30) |" in md
-    assert "| 300 | 0.60 / 1.40 / 1.60 (n=300) | - | - | 9 (0.3 s) | 0 |" in md
+    assert "| 300 | 0.60 / 1.40 / 1.60 (n=300) | - | - | - | 9 (0.3 s) | 0 |" in md
