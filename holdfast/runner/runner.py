@@ -107,8 +107,12 @@ class Runner:
         # Its endpoint comes from AWS_ENDPOINT_URL_DYNAMODB_STREAMS, like any client's.
         self.changes = changes or _changes_client()
         self.sqs = sqs
-        # None: the configured handler, loaded in sandbox processes when the mapping starts.
+        # None: the configured handler, loaded in sandbox processes when the mapping starts;
+        # imported here too, so that a wrong name fails now and clearly.
         self.handler = handler
+        if handler is None:
+            module_name, _, attr = config.handler.partition(":")
+            getattr(importlib.import_module(module_name), attr or "lambda_handler")
         self.stop = stop or threading.Event()
         self.ready = threading.Event()
         self.stats = RunnerStats()

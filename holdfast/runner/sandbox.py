@@ -10,6 +10,7 @@ CPU never competes with the reader or the sweeper for one interpreter lock.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
@@ -23,6 +24,10 @@ _handler: dict[str, Any] = {}
 
 
 def _init(spec: str) -> None:
+    # A signal to the runner's process group is the runner's to handle: it finishes the
+    # batches in flight, then shuts the sandboxes down (they also exit if it dies).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # The runner's own filter does not reach a spawned process.
     warnings.filterwarnings("ignore", "No application metrics to publish")
     from holdfast.runner.runner import load_handler
