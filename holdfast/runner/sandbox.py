@@ -10,7 +10,9 @@ CPU never competes with the reader or the sweeper for one interpreter lock.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
+import threading
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
@@ -25,14 +27,22 @@ _handler: dict[str, Any] = {}
 
 def _init(spec: str) -> None:
     # A signal to the runner's process group is the runner's to handle: it finishes the
-    # batches in flight, then shuts the sandboxes down (they also exit if it dies).
+    # batches in flight, then shuts the sandboxes down; if it dies, they exit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     # The runner's own filter does not reach a spawned process.
     warnings.filterwarnings("ignore", "No application metrics to publish")
     from holdfast.runner.runner import load_handler
 
     _handler["fn"] = load_handler(spec, init=True)
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    # A pool's child outlives a SIGKILLed parent (measured); nothing else would end it.
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
 
 
 def _ready() -> None:
