@@ -3,11 +3,11 @@
 On the bench's local fleet (DynamoDB Local, moto SQS, the local runner, 3 of our workers), after
 one warm-up stream (the router's cold start), ``N`` STARTED items are written at once from a
 thread pool, then per stream: insert -> first message handled (the figure, p50 / p99 / max),
-split at the router's ``router decision ... INSERT`` line (insert -> routed, routed -> handled;
-routed -> the worker's ``claimed`` line) so a slow figure says whether the time went before or
-after the nudge. ``bursts`` are the
-distinct moments the router received the inserts and ``max_gap_s`` the longest pause between
-them: the runner's reading cadence as the router saw it.
+split at the router's ``router decision ... INSERT`` line and at the first worker's ``claimed``
+line (insert -> routed -> claimed -> first message), so a slow figure says whether the time
+went before the nudge or after it. ``bursts`` are the distinct moments the router received
+the inserts and ``max_gap_s`` the longest pause between them: the runner's reading cadence
+as the router saw it.
 """
 
 from __future__ import annotations
@@ -115,15 +115,20 @@ def _one_burst(bf: BenchFleet, n: int, timeout_s: float) -> dict[str, Any]:
     routed = router_arrivals((run_dir / "runner.log").read_text(errors="replace").splitlines())
     claimed: dict[str, int] = {}
     for path in sorted(run_dir.glob("worker-*.log")):
-        claimed.update(first_logged(path.read_text(errors="replace").splitlines(), "claimed"))
+        for c, ms in first_logged(path.read_text(errors="replace").splitlines(),
+                                  "claimed").items():
+            claimed[c] = min(ms, claimed.get(c, ms))  # the first claim by any worker
     lat = [(first[c] - inserted[c]) / 1000 for c in ids if c in first]
     to_router = [(routed[c] - inserted[c]) / 1000 for c in ids if c in routed]
     after = [(first[c] - routed[c]) / 1000 for c in ids if c in routed and c in first]
     to_claim = [(claimed[c] - routed[c]) / 1000 for c in ids if c in routed and c in claimed]
+    claim_to_first = [(h[0] - claimed[c]) / 1000 for c in ids if c in claimed
+                      and (h := bf.handled.first_after(c, claimed[c]))]
     starts = bursts(routed[c] for c in ids if c in routed)
     _retire(bf, ids)
     return {"streams": n, "latency_s": dist(lat), "insert_to_router_s": dist(to_router),
             "router_to_handled_s": dist(after), "router_to_claimed_s": dist(to_claim),
+            "claimed_to_handled_s": dist(claim_to_first),
             "bursts": len(starts),
             "max_gap_s": max((b - a for a, b in itertools.pairwise(starts)), default=0) / 1000,
             "insert_spread_s": (max(inserted.values()) - min(inserted.values())) / 1000,
