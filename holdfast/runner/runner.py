@@ -48,6 +48,7 @@ MAX_ERROR_WAIT_S = 5.0
 SUMMARY_EVERY_S = 60.0  # a progress line while records flow; silence while idle
 READ_THREADS = 4  # GetRecords of that many shards at once
 MAX_PENDING = 10_000  # records read but not yet invoked before the reader pauses
+STOP_FLUSH_S = 5.0
 
 
 @dataclass
@@ -159,15 +160,24 @@ class Runner:
             for thread in threads:
                 if thread.is_alive():
                     thread.join()
-            while (batch := dispatcher.take(flush=True)) is not None:
-                invoker.deliver(batch.shard_id, batch.records)
-                dispatcher.done(batch)
+            self._flush(dispatcher, invoker)
             if sandboxes is not None:
                 sandboxes.close()
             if self._sweeper is not None:
                 self._sweeper.join(10)
             log.info("runner stopped: %s", self.stats.summary())
         return self.stats
+
+    def _flush(self, dispatcher: Dispatcher, invoker: Invoker) -> None:
+        """Deliver what was read, for ``STOP_FLUSH_S`` at most: the reader reads ahead, and a
+        supervisor (the fleet: 10 s) would SIGKILL a runner draining a long backlog."""
+        deadline = time.monotonic() + STOP_FLUSH_S
+        while time.monotonic() < deadline and (batch := dispatcher.take(flush=True)):
+            invoker.deliver(batch.shard_id, batch.records)
+            dispatcher.done(batch)
+        if left := len(dispatcher):
+            log.warning("shutdown: %d records read but not delivered (a restarted runner reads "
+                        "them again from TRIM_HORIZON)", left)
 
     def _wait_for_changes(self) -> str | None:
         """The table's DynamoDB Streams ARN, waiting up to ``startup_wait_ms`` for it."""
