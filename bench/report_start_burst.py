@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.start_burst import BURST_SIZES, verdicts
+from bench.start_burst import BEHIND_KEY, BURST_SIZES, verdicts
 
 __all__ = ["start_burst_md"]
 
@@ -27,9 +27,13 @@ def start_burst_md(sb: dict[str, Any]) -> list[str]:
            "| inserted at once | insert -> first message | insert -> routed | "
            "routed -> claimed | claimed -> handled | deliveries (max gap) | missing |",
            "|---|---|---|---|---|---|---|"]
-    for n in sizes:
-        r = sb[n]
-        out.append(f"| {n} | {_dist(r.get('latency_s'))} | {_dist(r.get('insert_to_router_s'))}"
+    rows = [(n, n) for n in sizes]
+    if BEHIND_KEY in sb:
+        b = sb[BEHIND_KEY]
+        rows.append((BEHIND_KEY, f"{b.get('streams')}, right after {b.get('behind_stops')} stops"))
+    for key, label in rows:
+        r = sb[key]
+        out.append(f"| {label} | {_dist(r.get('latency_s'))} | {_dist(r.get('insert_to_router_s'))}"
                    f" | {_dist(r.get('router_to_claimed_s'))} "
                    f"| {_dist(r.get('claimed_to_handled_s'))} | {r.get('bursts')} "
                    f"({r.get('max_gap_s')} s) | {r.get('missing')} |")

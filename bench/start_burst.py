@@ -27,14 +27,16 @@ from bench.scenarios import _retire
 from holdfast.core.table import create_stream
 from holdfast.fleet.procs import FleetTiming
 
-__all__ = ["BURST_SIZES", "BURST_TARGETS_S", "bursts", "first_logged", "router_arrivals",
-           "start_burst", "verdicts"]
+__all__ = ["BEHIND_KEY", "BURST_SIZES", "BURST_TARGETS_S", "bursts", "first_logged",
+           "router_arrivals", "start_burst", "verdicts"]
 
 BURST_SIZES = (30, 300)
 BURST_TARGETS_S = {30: 0.5, 300: 1.0}  # issue 19: start latency p99, 3 workers, loaded 2 cores
 WORKERS = 3
 INSERT_THREADS = 16
 QUIET_S = 3.0
+BEHIND_STOPS = 100
+BEHIND_KEY = "30_behind_stops"
 BURST_CLUSTER_MS = 100  # router lines closer than this are one delivery
 _TS = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)[,.](\d{3})\d*([+-]\d{2}:?\d{2}|Z)?")
 
@@ -105,8 +107,20 @@ def _insert_at_once(bf: BenchFleet, ids: list[str]) -> dict[str, int]:
         return dict(pool.map(one, ids))
 
 
-def _one_burst(bf: BenchFleet, n: int, timeout_s: float) -> dict[str, Any]:
-    ids = [f"burst{n}-{i:03d}" for i in range(n)]
+def _behind_stops(bf: BenchFleet, n: int, stops: int, timeout_s: float) -> dict[str, Any]:
+    """``n`` inserted at once right after ``stops`` held streams were stopped: the router is
+    busy with their stop orders (the slow run of issue 19 came after a handover's retire)."""
+    held = [f"held{stops}-{i:03d}" for i in range(stops)]
+    t0 = now_ms()
+    _insert_at_once(bf, held)
+    bf.wait(lambda: all(bf.handled.first_after(c, t0) for c in held), timeout_s, poll_s=0.25)
+    time.sleep(QUIET_S)
+    _retire(bf, held)
+    return {**_one_burst(bf, n, timeout_s, tag=f"behind{stops}-"), "behind_stops": stops}
+
+
+def _one_burst(bf: BenchFleet, n: int, timeout_s: float, tag: str = "") -> dict[str, Any]:
+    ids = [f"burst{tag}{n}-{i:03d}" for i in range(n)]
     inserted = _insert_at_once(bf, ids)
     bf.wait(lambda: all(bf.handled.first_after(c, inserted[c]) for c in ids), timeout_s,
             poll_s=0.25)
@@ -136,8 +150,10 @@ def _one_burst(bf: BenchFleet, n: int, timeout_s: float) -> dict[str, Any]:
 
 
 def start_burst(run_dir: Path, say: Any, sizes: Iterable[int] = BURST_SIZES,
-                timeout_s: float = 60.0) -> dict[str, Any]:
-    """Each size in turn on one fleet of 3 workers (bench timings); figures by size."""
+                timeout_s: float = 60.0, behind_stops: int = BEHIND_STOPS) -> dict[str, Any]:
+    """Each size in turn on one fleet of 3 workers (bench timings), then the first size
+    again right after ``behind_stops`` streams were stopped; figures by size."""
+    sizes_list = list(sizes)
     bf = BenchFleet(run_dir, "ours", FleetTiming(), name="start-burst").start()
     out: dict[str, Any] = {"workers": WORKERS}
     try:
@@ -147,13 +163,19 @@ def start_burst(run_dir: Path, say: Any, sizes: Iterable[int] = BURST_SIZES,
         bf.wait(lambda: bf.handled.first_after("burst-warmup", warm["burst-warmup"]) is not None,
                 timeout_s)
         _retire(bf, ["burst-warmup"])
-        for n in sizes:
+        for n in sizes_list:
             time.sleep(QUIET_S)  # the previous step's stop orders and claims settle first
             say(f"start burst: {n} streams inserted at once")
             out[str(n)] = _one_burst(bf, n, timeout_s)
             r = out[str(n)]
             say(f"start burst {n}: {r['latency_s']}, to router {r['insert_to_router_s']}, "
                 f"{r['bursts']} deliveries, max gap {r['max_gap_s']} s")
+        if behind_stops:
+            time.sleep(QUIET_S)
+            say(f"start burst: {sizes_list[0]} inserted right after {behind_stops} stops")
+            r = out[BEHIND_KEY] = _behind_stops(bf, sizes_list[0], behind_stops, timeout_s)
+            say(f"start burst behind stops: {r['latency_s']}, to router "
+                f"{r['insert_to_router_s']}, max gap {r['max_gap_s']} s")
     finally:
         bf.close()
         runner_log = bf.pf.fleet.run_dir / "runner.log"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from bench.report import markdown
-from bench.start_burst import bursts, first_logged, router_arrivals, verdicts
+from bench.start_burst import BEHIND_KEY, bursts, first_logged, router_arrivals, verdicts
 
 
 def _line(conn: str, stamp: str, event: str = "INSERT") -> str:
@@ -41,16 +41,19 @@ def test_bursts_cluster_close_arrivals() -> None:
 
 
 def test_verdicts_and_report_section() -> None:
-    """The targets are p99 <= 0.5 s at 30 and <= 1 s at 300; the report shows both rows."""
+    """The targets are p99 <= 0.5 s at 30 and <= 1 s at 300; the report shows every row."""
     d30 = {"n": 30, "p50": 0.2, "p99": 0.45, "max": 0.5}
     d300 = {"n": 300, "p50": 0.6, "p99": 1.4, "max": 1.6}
     sb = {"workers": 3, "30": {"latency_s": d30, "insert_to_router_s": d30,
                                "router_to_handled_s": d30, "bursts": 2, "max_gap_s": 0.1,
                                "missing": 0},
-          "300": {"latency_s": d300, "bursts": 9, "max_gap_s": 0.3, "missing": 0}}
+          "300": {"latency_s": d300, "bursts": 9, "max_gap_s": 0.3, "missing": 0},
+          BEHIND_KEY: {"streams": 30, "behind_stops": 100, "latency_s": d30, "bursts": 1,
+                       "max_gap_s": 0, "missing": 0}}
     assert [v for _, _, v in verdicts(sb)] == ["met", "NOT met"]
     assert [v for _, _, v in verdicts({})] == ["not measured"] * 2
     md = markdown({"start_burst": sb})
     assert "## Start latency, 30 / 300 inserted at once" in md
     assert "| 30 | 0.20 / 0.45 / 0.50 (n=30) |" in md
     assert "| 300 | 0.60 / 1.40 / 1.60 (n=300) | - | - | - | 9 (0.3 s) | 0 |" in md
+    assert "| 30, right after 100 stops | 0.20 / 0.45 / 0.50 (n=30) |" in md
