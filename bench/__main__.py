@@ -21,6 +21,9 @@ into ``--merge``'s report if given, else written as ``<date>-<part>``):
     --forced-release-only
                       a forced release (expiry 0, owner kept) of 20 held streams, ours and the
                       seed: when the holder lets go, unowned, handled again, overlap (~2 min)
+    --start-burst-only
+                      start latency of 30, then 300 streams inserted at once into 3 workers:
+                      insert -> first message handled, split at the router (~2 min)
     --rebalance-only  scale-out from 2 to 4 workers at N = 100: time until balanced, moves,
                       unowned time, a quiet period (~9 min at production defaults; ~3 min
                       with --quick: scaled timings, 60 s quiet)
@@ -54,6 +57,7 @@ from bench.report import write_report
 from bench.report_rebalance import rebalance_md, write_rebalance
 from bench.report_sections import model_summary
 from bench.scenarios import handover, start_latency, steady_cost, stop_latency
+from bench.start_burst import start_burst
 from holdfast.fleet.procs import REPO_ROOT, FleetTiming
 
 __all__ = ["main"]
@@ -230,6 +234,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="only the forced release of held streams, ours and the seed")
     p.add_argument("--no-forced-release", action="store_true",
                    help="skip the forced release in a full run")
+    p.add_argument("--start-burst-only", action="store_true",
+                   help="only the start latency of 30 and 300 streams inserted at once")
+    p.add_argument("--no-start-burst", action="store_true",
+                   help="skip the start-latency burst in a full run")
     p.add_argument("--rebalance-only", action="store_true",
                    help="only the rebalancing scale-out (production; --quick: scaled)")
     p.add_argument("--no-rebalance", action="store_true",
@@ -275,6 +283,11 @@ def main(argv: list[str] | None = None) -> int:
         figures = {"forced_release": forced_release(run_dir, say=say), "logs": str(run_dir)}
         figures["load_average"] = {"forced release start": load0, "forced release end": _load()}
         return _partial(args, "forced-release", figures, say)
+    if args.start_burst_only:
+        load0 = _load()
+        figures = {"start_burst": start_burst(run_dir, say), "logs": str(run_dir)}
+        figures["load_average"] = {"start burst start": load0, "start burst end": _load()}
+        return _partial(args, "start-burst", figures, say)
     if args.rebalance_only:  # --merge: an earlier run's other variant is kept
         load0 = _load()
         figures = json.loads(args.merge.read_text()) if args.merge else {}
@@ -328,6 +341,8 @@ def full_run(args: argparse.Namespace, run_dir: Path, say: Any) -> int:
         result["production_cost"] = cost_scenarios(
             args.modes.split(","), run_dir, args.cost_streams,
             min(args.cost_seconds, 60.0) if args.quick else args.cost_seconds, say)
+    if not args.no_start_burst:
+        result["start_burst"] = start_burst(run_dir, say)
     if not args.no_crash_production:
         say("crash failover at production defaults")
         result["crash_production"] = crash_production(

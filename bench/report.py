@@ -11,6 +11,7 @@ from bench.forced import forced_release_md
 from bench.report_fastpaths import fast_paths_md
 from bench.report_production import crash_production_md, density_cpu_md, load_md
 from bench.report_sections import capacity_md, consumed_md, model_md
+from bench.report_start_burst import start_burst_md
 
 __all__ = ["markdown", "write_report"]
 
@@ -74,6 +75,8 @@ def markdown(r: dict[str, Any]) -> str:
         out += capacity_md(r["capacity"])
     if r.get("model"):
         out += model_md(r["model"])
+    if r.get("start_burst"):
+        out += start_burst_md(r["start_burst"])
     if r.get("crash_production"):
         out += crash_production_md(r["crash_production"])
     if r.get("fast_paths"):

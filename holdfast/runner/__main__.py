@@ -28,6 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--poll-ms", type=int, help="pause between empty GetRecords polls")
     p.add_argument("--batch-size", type=int, help="records per invocation at most")
     p.add_argument("--batch-window-ms", type=int, help="batching window")
+    p.add_argument("--parallelization", type=int, choices=range(1, 11), metavar="1-10",
+                   help="batches invoked at once (order kept per item)")
     p.add_argument("--no-sweeper", action="store_true", help="do not run the sweeper loop")
     p.add_argument("--emit-metrics", action="store_true",
                    help="print the Lambdas' EMF metric lines (off by default: noisy locally)")
@@ -60,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         esm = dataclasses.replace(
             config.esm,
             batch_size=args.batch_size or config.esm.batch_size,
+            parallelization=args.parallelization or config.esm.parallelization,
             batching_window_ms=(args.batch_window_ms if args.batch_window_ms is not None
                                 else config.esm.batching_window_ms))
         config = dataclasses.replace(

@@ -6,8 +6,16 @@
     HOLDFAST_RUNNER_BATCH_SIZE         records per invocation at most                (100)
     HOLDFAST_RUNNER_BATCH_WINDOW_MS    wait for more records before invoking         (0)
     HOLDFAST_RUNNER_MAX_RETRIES        retries of a failing batch before dropping it (3)
+    HOLDFAST_RUNNER_PARALLELIZATION    batches invoked at once, each in its own sandbox  (4)
     HOLDFAST_RUNNER_SWEEPER            1 to run the sweeper loop too, 0 not to        (1)
     HOLDFAST_RUNNER_STARTUP_WAIT_MS    wait this long for the table and its changes   (30000)
+
+Parallelization is Lambda's ``ParallelizationFactor`` (1 to 10; order kept per item). The
+deployed mapping's default is 1, but there the table has several shards, each polled and
+invoked apart, and a router call to SQS or DynamoDB takes milliseconds; DynamoDB Local puts
+every change in one shard and, on a loaded machine, a stop order's writes take 100-250 ms each,
+so one batch of stop orders held every later insert for seconds. 4 keeps local delivery no
+slower than the deployed mapping's.
 
 The router and the sweeper read their own settings (``lambdas.settings``) from the same
 environment, exactly as they would in Lambda.
@@ -63,5 +71,6 @@ class RunnerConfig:
             esm=EsmConfig(
                 batch_size=env_int(e, "HOLDFAST_RUNNER_BATCH_SIZE", 100, 1, 10_000),
                 batching_window_ms=env_int(e, "HOLDFAST_RUNNER_BATCH_WINDOW_MS", 0, 0, 300_000),
-                max_retry_attempts=env_int(e, "HOLDFAST_RUNNER_MAX_RETRIES", 3, 0, 10_000)),
+                max_retry_attempts=env_int(e, "HOLDFAST_RUNNER_MAX_RETRIES", 3, 0, 10_000),
+                parallelization=env_int(e, "HOLDFAST_RUNNER_PARALLELIZATION", 4, 1, 10)),
         )

@@ -3,7 +3,8 @@
 Semantics follow Lambda's DynamoDB Streams mapping with ``ReportBatchItemFailures``:
 
 - a batch is at most ``batch_size`` records of one shard, sent when full or when the batching
-  window since its first record has passed (window 0: as soon as records are read);
+  window since its first record has passed (window 0: as soon as records are read); up to
+  ``parallelization`` batches at once, records of one item in order (``dispatch``);
 - a partial batch response checkpoints at the lowest failed sequence number, and the batch is
   retried from there (so records after it are delivered again: nudges are idempotent);
 - a response naming no known sequence number, or that is not a partial batch response, fails
@@ -16,6 +17,7 @@ Semantics follow Lambda's DynamoDB Streams mapping with ``ReportBatchItemFailure
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from typing import Any
 
 from holdfast.runner.context import LocalContext
 
-__all__ = ["Batcher", "EsmConfig", "EsmStats", "Invoker"]
+__all__ = ["EsmConfig", "EsmStats", "Invoker"]
 
 log = logging.getLogger(__name__)
 Handler = Callable[[dict[str, Any], Any], Any]
@@ -35,6 +37,8 @@ class EsmConfig:
     batch_size: int = 100
     batching_window_ms: int = 0
     max_retry_attempts: int = 3
+    # Lambda's ParallelizationFactor: concurrent batches (here per runner), order kept per item.
+    parallelization: int = 1
     bisect_on_error: bool = True
     retry_backoff_ms: int = 100
     function_timeout_ms: int = 30_000
@@ -54,53 +58,6 @@ def _seq(record: dict[str, Any]) -> str:
     return str(record.get("dynamodb", {}).get("SequenceNumber", ""))
 
 
-class Batcher:
-    """Per-shard buffers released by size or batching window; ``monotonic`` is injectable."""
-
-    def __init__(self, config: EsmConfig, monotonic: Callable[[], float] = time.monotonic):
-        self.config = config
-        self.monotonic = monotonic
-        self._buffers: dict[str, list[dict[str, Any]]] = {}
-        self._opened: dict[str, float] = {}
-
-    def add(self, shard_id: str, records: list[dict[str, Any]]) -> None:
-        if not records:
-            return
-        if shard_id not in self._buffers:
-            self._buffers[shard_id] = []
-            self._opened[shard_id] = self.monotonic()
-        self._buffers[shard_id].extend(records)
-
-    def next_deadline(self) -> float | None:
-        """When the oldest open batch must be sent (monotonic seconds), if any is open."""
-        if not self._opened:
-            return None
-        return min(self._opened.values()) + self.config.batching_window_ms / 1000
-
-    def ready(self, *, flush: bool = False) -> list[tuple[str, list[dict[str, Any]]]]:
-        """Batches to invoke now, in shard order; ``flush`` releases everything."""
-        out: list[tuple[str, list[dict[str, Any]]]] = []
-        now = self.monotonic()
-        size = self.config.batch_size
-        for shard_id in list(self._buffers):
-            buf = self._buffers[shard_id]
-            window_over = now >= self._opened[shard_id] + self.config.batching_window_ms / 1000
-            while len(buf) >= size:
-                out.append((shard_id, buf[:size]))
-                buf = buf[size:]
-            if buf and (window_over or flush):
-                out.append((shard_id, buf))
-                buf = []
-            if buf:
-                self._buffers[shard_id] = buf
-            else:
-                del self._buffers[shard_id], self._opened[shard_id]
-        return out
-
-    def __len__(self) -> int:
-        return sum(len(b) for b in self._buffers.values())
-
-
 class Invoker:
     """Invokes ``handler`` for one shard's batch, with the mapping's retry semantics."""
 
@@ -110,6 +67,7 @@ class Invoker:
         self.config = config
         self.wait = wait  # sleeps, returning True if shutdown was requested meanwhile
         self.stats = stats or EsmStats()
+        self._lock = threading.Lock()  # several invoker threads count into one EsmStats
 
     def deliver(self, shard_id: str, batch: list[dict[str, Any]], attempt: int = 0) -> None:
         """Deliver ``batch`` until it succeeds, is dropped, or shutdown interrupts retries."""
@@ -130,7 +88,8 @@ class Invoker:
             if attempt > self.config.max_retry_attempts:
                 self._drop(shard_id, retry)
                 return
-            self.stats.retries += 1
+            with self._lock:
+                self.stats.retries += 1
             backoff = self.config.retry_backoff_ms * 2 ** (attempt - 1) / 1000
             if self.wait(backoff):
                 log.warning("shutdown: %d records from shard %s left undelivered (a restarted "
@@ -142,11 +101,13 @@ class Invoker:
         """Invoke once: (index to retry from or None on success, whether the function raised)."""
         context = LocalContext(self.config.function_name, self.config.function_timeout_ms)
         started = time.perf_counter()
-        self.stats.invocations += 1
+        with self._lock:
+            self.stats.invocations += 1
         try:
             response = self.handler({"Records": batch}, context)
         except Exception as exc:
-            self.stats.function_errors += 1
+            with self._lock:
+                self.stats.function_errors += 1
             log.error("%s failed on %d records from shard %s: %s: %s", self.config.function_name,
                       len(batch), shard_id, type(exc).__name__, exc)
             return 0, True
@@ -156,7 +117,8 @@ class Invoker:
             del self.stats.durations_ms[:-1000]  # keep the recent ones only
         failed_from = self._failed_from(batch, response)
         delivered = len(batch) if failed_from is None else failed_from
-        self.stats.records_delivered += delivered
+        with self._lock:
+            self.stats.records_delivered += delivered
         log.info("invoked %s: %d record%s from shard %s in %.0f ms%s",
                  self.config.function_name, len(batch), "" if len(batch) == 1 else "s", shard_id,
                  elapsed,
@@ -185,7 +147,8 @@ class Invoker:
         return min(indexes)
 
     def _drop(self, shard_id: str, records: list[dict[str, Any]]) -> None:
-        self.stats.dropped += len(records)
+        with self._lock:
+            self.stats.dropped += len(records)
         keys = [str(r.get("dynamodb", {}).get("Keys", {}).get("Pk", {}).get("S", "?"))
                 for r in records[:20]]
         log.error("dropped %d records from shard %s after %d retries (sequence %s..%s; keys %s%s)",

@@ -1,8 +1,13 @@
 """The local runner: change records -> filter -> batch -> router handler, plus the sweeper.
 
-One thread polls the table's shards (every ``poll_ms`` when idle, at once while records keep coming)
-and invokes the handler; a second thread runs the sweeper loop with no deadline. Both stop
-when ``stop`` is set (SIGTERM/SIGINT in ``__main__``). ``ready`` is set once the shards
+Three kinds of thread, none waiting for another's work: the reader polls every shard (again at
+once after records, ``poll_ms`` after an empty read; several shards concurrently) and only
+queues what it reads; ``parallelization`` invoker threads take batches (``dispatch``: order
+kept per item) and invoke the handler, the default router in sandbox processes
+(``sandbox``); the sweeper loop runs on its own thread with no deadline. So a slow router call
+(a stop order writes to SQS and DynamoDB per stream) or a long sweep never delays the next
+GetRecords, as on Lambda, where the mapping's pollers and the two functions are apart. All stop
+when ``stop`` is set (SIGTERM/SIGINT in ``__main__``). ``ready`` is set once the shards'
 position is fixed, so a caller writing after it is sure to be seen (even from LATEST).
 """
 
@@ -12,6 +17,7 @@ import importlib
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -21,9 +27,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.filters import FILTER_PATTERNS
 from holdfast.runner.config import DEFAULT_HANDLER, RunnerConfig
-from holdfast.runner.esm import Batcher, EsmStats, Handler, Invoker
+from holdfast.runner.dispatch import Dispatcher
+from holdfast.runner.esm import EsmStats, Handler, Invoker
 from holdfast.runner.exceptions import ChangesNotFound
 from holdfast.runner.matcher import FilterSet
+from holdfast.runner.sandbox import Sandboxes
 from holdfast.runner.shards import ShardReader, changes_arn_of, to_lambda_record
 from lambdas.settings import Settings
 from lambdas.sweeper.loop import SweepDeps, memory_for, run_sweeps, session_store_for
@@ -38,6 +46,26 @@ __all__ = ["Runner", "RunnerStats", "load_handler"]
 log = logging.getLogger("holdfast.runner")
 MAX_ERROR_WAIT_S = 5.0
 SUMMARY_EVERY_S = 60.0  # a progress line while records flow; silence while idle
+READ_THREADS = 4  # GetRecords of that many shards at once
+MAX_PENDING = 10_000  # records read but not yet invoked before the reader pauses
+STOP_FLUSH_S = 5.0
+
+
+@dataclass
+class Timing:
+    """Count, mean and max of one duration (ms): the runner's own cadence, for its log."""
+
+    n: int = 0
+    total_ms: float = 0.0
+    max_ms: float = 0.0
+
+    def add(self, ms: float) -> None:
+        self.n += 1
+        self.total_ms += ms
+        self.max_ms = max(self.max_ms, ms)
+
+    def __str__(self) -> str:
+        return f"{self.total_ms / self.n:.0f}/{self.max_ms:.0f} ms" if self.n else "-"
 
 
 @dataclass
@@ -46,21 +74,25 @@ class RunnerStats:
     records_filtered_out: int = 0
     read_errors: int = 0
     esm: EsmStats = field(default_factory=EsmStats)
+    get_records: Timing = field(default_factory=Timing)  # one GetRecords call
+    poll_gap: Timing = field(default_factory=Timing)  # start to start, per shard
 
     def summary(self) -> str:
         e = self.esm
         return (f"{self.records_read} records read, {self.records_filtered_out} filtered out, "
                 f"{e.invocations} invocations ({e.records_delivered} records delivered, "
                 f"{e.retries} retries, {e.function_errors} function errors, {e.dropped} "
-                f"dropped), {self.read_errors} read errors")
+                f"dropped), {self.read_errors} read errors; GetRecords mean/max "
+                f"{self.get_records}, between polls of a shard {self.poll_gap}")
 
 
-def load_handler(spec: str) -> Handler:
-    """Import ``module:function``; the default router also starts "cold" (fresh clients)."""
+def load_handler(spec: str, *, init: bool = False) -> Handler:
+    """Import ``module:function``; the default router also starts "cold" (fresh clients),
+    built at once with ``init`` (a sandbox's init phase) rather than on the first record."""
     module_name, _, attr = spec.partition(":")
     module = importlib.import_module(module_name)
     if spec == DEFAULT_HANDLER:
-        module.configure(None)
+        module.configure(module.RouterDeps.from_env() if init else None)
     handler: Handler = getattr(module, attr or "lambda_handler")
     return handler
 
@@ -76,12 +108,18 @@ class Runner:
         # Its endpoint comes from AWS_ENDPOINT_URL_DYNAMODB_STREAMS, like any client's.
         self.changes = changes or _changes_client()
         self.sqs = sqs
-        self.handler = handler or load_handler(config.handler)
+        # None: the configured handler, loaded in sandbox processes when the mapping starts;
+        # imported here too, so that a wrong name fails now and clearly.
+        self.handler = handler
+        if handler is None:
+            module_name, _, attr = config.handler.partition(":")
+            getattr(importlib.import_module(module_name), attr or "lambda_handler")
         self.stop = stop or threading.Event()
         self.ready = threading.Event()
         self.stats = RunnerStats()
         self.filters = FilterSet(FILTER_PATTERNS)
         self._sweeper: threading.Thread | None = None
+        self._counted: dict[str, float] = {}
 
     def run(self) -> RunnerStats:
         """Run until ``stop`` is set; returns the counts (also logged)."""
@@ -92,25 +130,54 @@ class Runner:
                               refresh_s=self.config.refresh_ms / 1000)
         reader.refresh()
         reader.prime()
-        batcher = Batcher(self.config.esm)
-        invoker = Invoker(self.handler, self.config.esm, wait=self.stop.wait,
-                          stats=self.stats.esm)
-        if self.config.sweeper:
-            self._start_sweeper()
-        log.info("runner reading %s from %s (%d shards); filters: %d patterns; sweeper %s",
-                 arn, self.config.start, len(reader.shards), len(self.filters.patterns),
-                 "on" if self.config.sweeper else "off")
-        self.ready.set()
+        esm = self.config.esm
+        dispatcher = Dispatcher(batch_size=esm.batch_size, window_s=esm.batching_window_ms / 1000,
+                                parallelization=esm.parallelization)
+        sandboxes = (Sandboxes(self.config.handler, esm.parallelization)
+                     if self.handler is None else None)
+        handler = self.handler or sandboxes
+        assert handler is not None
+        invoker = Invoker(handler, esm, wait=self.stop.wait, stats=self.stats.esm)
+        threads = [threading.Thread(target=self._invoke_loop, args=(dispatcher, invoker),
+                                    name=f"invoker-{i}", daemon=True)
+                   for i in range(esm.parallelization)]
         try:
-            self._loop(reader, batcher, invoker, arn)
+            if sandboxes is not None:
+                sandboxes.warm()  # the router's cold start, before the first record
+            if self.config.sweeper:
+                self._start_sweeper()
+            for thread in threads:
+                thread.start()
+            log.info("runner reading %s from %s (%d shards); filters: %d patterns; %d "
+                     "concurrent batches; sweeper %s", arn, self.config.start,
+                     len(reader.shards), len(self.filters.patterns), esm.parallelization,
+                     "on" if self.config.sweeper else "off")
+            self.ready.set()
+            with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="get-records") as pool:
+                self._read_loop(reader, dispatcher, arn, pool)
         finally:
             self.stop.set()
-            for shard_id, batch in batcher.ready(flush=True):
-                invoker.deliver(shard_id, batch)
+            for thread in threads:
+                if thread.is_alive():
+                    thread.join()
+            self._flush(dispatcher, invoker)
+            if sandboxes is not None:
+                sandboxes.close()
             if self._sweeper is not None:
                 self._sweeper.join(10)
             log.info("runner stopped: %s", self.stats.summary())
         return self.stats
+
+    def _flush(self, dispatcher: Dispatcher, invoker: Invoker) -> None:
+        """Deliver what was read, for ``STOP_FLUSH_S`` at most: the reader reads ahead, and a
+        supervisor (the fleet: 10 s) would SIGKILL a runner draining a long backlog."""
+        deadline = time.monotonic() + STOP_FLUSH_S
+        while time.monotonic() < deadline and (batch := dispatcher.take(flush=True)):
+            invoker.deliver(batch.shard_id, batch.records)
+            dispatcher.done(batch)
+        if left := len(dispatcher):
+            log.warning("shutdown: %d records read but not delivered (a restarted runner reads "
+                        "them again from TRIM_HORIZON)", left)
 
     def _wait_for_changes(self) -> str | None:
         """The table's DynamoDB Streams ARN, waiting up to ``startup_wait_ms`` for it."""
@@ -132,7 +199,8 @@ class Runner:
             if self.stop.wait(0.5):
                 return None
 
-    def _loop(self, reader: ShardReader, batcher: Batcher, invoker: Invoker, arn: str) -> None:
+    def _read_loop(self, reader: ShardReader, dispatcher: Dispatcher, arn: str,
+                   pool: ThreadPoolExecutor) -> None:
         errors_in_row = 0
         next_summary, read_at_summary = time.monotonic() + SUMMARY_EVERY_S, 0
         while not self.stop.is_set():
@@ -141,8 +209,11 @@ class Runner:
                     log.info("runner so far: %s", self.stats.summary())
                 next_summary = time.monotonic() + SUMMARY_EVERY_S
                 read_at_summary = self.stats.records_read
+            if len(dispatcher) >= MAX_PENDING:  # back-pressure: the handler is far behind
+                self.stop.wait(self.config.poll_ms / 1000)
+                continue
             try:
-                polled = reader.poll()
+                polled = reader.poll(pool)
             except (BotoCoreError, ClientError) as exc:
                 errors_in_row += 1
                 self.stats.read_errors += 1
@@ -152,19 +223,34 @@ class Runner:
                 self.stop.wait(wait)
                 continue
             errors_in_row = 0
+            self._count_reads(reader)
             for shard_id, records in polled:
                 self.stats.records_read += len(records)
                 matched = [to_lambda_record(r, arn) for r in records if self.filters(r)]
                 self.stats.records_filtered_out += len(records) - len(matched)
-                batcher.add(shard_id, matched)
-            for shard_id, batch in batcher.ready():
-                invoker.deliver(shard_id, batch)
-            if not polled:
-                wait = self.config.poll_ms / 1000
-                deadline = batcher.next_deadline()
-                if deadline is not None:
-                    wait = max(0.0, min(wait, deadline - time.monotonic()))
-                self.stop.wait(wait)
+                dispatcher.add(shard_id, matched)
+            if not polled:  # after records, read again at once: more are likely
+                self.stop.wait(self.config.poll_ms / 1000)
+
+    def _count_reads(self, reader: ShardReader) -> None:
+        for state in reader.shards.values():
+            if state.read_at is not None and state.read_at != self._counted.get(state.shard_id):
+                self._counted[state.shard_id] = state.read_at
+                self.stats.get_records.add(state.read_ms)
+                if state.gap_ms is not None:
+                    self.stats.poll_gap.add(state.gap_ms)
+
+    def _invoke_loop(self, dispatcher: Dispatcher, invoker: Invoker) -> None:
+        while not self.stop.is_set():
+            batch = dispatcher.wait_batch(self.stop)
+            if batch is None:
+                continue
+            try:
+                invoker.deliver(batch.shard_id, batch.records)
+            except Exception:  # a bug here must not stop the mapping
+                log.exception("delivering a batch from shard %s failed", batch.shard_id)
+            finally:
+                dispatcher.done(batch)
 
     def _start_sweeper(self) -> None:
         settings = Settings.from_env()

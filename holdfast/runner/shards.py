@@ -8,7 +8,8 @@ when a shard ends. A shard is read only when its parent is fully read (or gone f
 listing), so records of one item never overtake each other across a shard split. Shards present
 at start begin at ``start`` (TRIM_HORIZON or LATEST); shards found later begin at their start.
 An expired iterator resumes after the last sequence number read; trimmed data restarts at the
-trim horizon. ``poll()`` does one ``GetRecords`` per readable shard and never blocks.
+trim horizon. ``poll()`` does one ``GetRecords`` per readable shard (concurrently on an executor)
+and never sleeps.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -77,6 +79,10 @@ class ShardState:
     last_seq: str | None = None
     finished: bool = False  # closed and read to the end
     listed: bool = True  # present in the latest DescribeStream
+    # The last GetRecords: when it started, how long it took, and the time since the one before.
+    read_at: float | None = None
+    read_ms: float = 0.0
+    gap_ms: float | None = None
 
 
 class ShardReader:
@@ -137,13 +143,15 @@ class ShardReader:
                 state.iterator = self._iterator(state)
 
     # -- reading ---------------------------------------------------------------------------
-    def poll(self) -> list[tuple[str, list[dict[str, Any]]]]:
-        """One GetRecords per readable shard; change records in order per shard."""
+    def poll(self, pool: Executor | None = None) -> list[tuple[str, list[dict[str, Any]]]]:
+        """One GetRecords per readable shard (at once on ``pool``, if several); change records
+        in order per shard."""
         if self.monotonic() >= self._next_refresh:
             self.refresh()
         out: list[tuple[str, list[dict[str, Any]]]] = []
-        for state in self.readable():
-            records = self._read(state)
+        states = self.readable()
+        read = map if pool is None or len(states) < 2 else pool.map
+        for state, records in zip(states, read(self._timed_read, states), strict=True):
             if records:
                 out.append((state.shard_id, records))
             if state.finished:
@@ -160,6 +168,16 @@ class ShardReader:
             kwargs["ShardIteratorType"] = state.start
         iterator: str | None = self.client.get_shard_iterator(**kwargs).get("ShardIterator")
         return iterator
+
+    def _timed_read(self, state: ShardState) -> list[dict[str, Any]]:
+        started = self.monotonic()
+        if state.read_at is not None:
+            state.gap_ms = (started - state.read_at) * 1000
+        state.read_at = started
+        try:
+            return self._read(state)
+        finally:
+            state.read_ms = (self.monotonic() - started) * 1000
 
     def _read(self, state: ShardState) -> list[dict[str, Any]]:
         try:

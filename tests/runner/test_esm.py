@@ -1,4 +1,4 @@
-"""Batching and retry semantics of the local event source mapping."""
+"""Retry semantics of the local event source mapping (batching: ``test_dispatch``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from holdfast.runner.esm import Batcher, EsmConfig, Invoker
+from holdfast.runner.esm import EsmConfig, Invoker
 
 
 def rec(seq: int) -> dict[str, Any]:
@@ -57,37 +57,6 @@ def invoker(handler: Recorder, **kw: Any) -> tuple[Invoker, list[float]]:
         return False
 
     return Invoker(handler, EsmConfig(**kw), wait=wait), waits
-
-
-def test_batches_split_by_size() -> None:
-    """Records beyond the batch size go into further batches, in order."""
-    b = Batcher(EsmConfig(batch_size=3))
-    b.add("s1", [rec(i) for i in range(1, 8)])
-    assert [seqs(x) for _, x in b.ready()] == [[1, 2, 3], [4, 5, 6], [7]]
-    assert len(b) == 0
-
-
-def test_batching_window_holds_records() -> None:
-    """With a window, a partial batch waits until the window since its first record passes."""
-    clock = Clock()
-    b = Batcher(EsmConfig(batch_size=10, batching_window_ms=500), monotonic=clock)
-    b.add("s1", [rec(1)])
-    clock.now += 0.3
-    b.add("s1", [rec(2)])
-    assert b.ready() == []
-    assert b.next_deadline() == pytest.approx(100.5)
-    clock.now += 0.2
-    assert [seqs(x) for _, x in b.ready()] == [[1, 2]]
-    assert b.next_deadline() is None
-
-
-def test_full_batch_does_not_wait_for_the_window() -> None:
-    """A full batch is sent at once even inside the window; shards are batched apart."""
-    b = Batcher(EsmConfig(batch_size=2, batching_window_ms=10_000), monotonic=Clock())
-    b.add("s1", [rec(1), rec(2), rec(3)])
-    b.add("s2", [rec(9)])
-    assert [(s, seqs(x)) for s, x in b.ready()] == [("s1", [1, 2])]
-    assert [(s, seqs(x)) for s, x in b.ready(flush=True)] == [("s1", [3]), ("s2", [9])]
 
 
 def test_success_is_one_invocation_with_a_lambda_context() -> None:

@@ -209,3 +209,43 @@ def test_runs_on_moto_streams_too(moto_local: Any, monkeypatch: pytest.MonkeyPat
         got = receive_nudges(sqs, env["HOLDFAST_QUEUE_URL"], expect=2, timeout_s=2)
     assert got == [{"conn_id": unique_id, "reason": "inserted", "epoch": 0}]
     assert runner.stats.esm.invocations == 1
+
+
+def test_a_slow_batch_and_a_busy_sweeper_delay_no_other_stream(
+        runner_env: dict[str, str], ddb: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+        unique_id: str) -> None:
+    """While the handler is stuck 3 s on one stream's batch and the sweeper thread keeps the
+    CPU busy, another stream's insert still reaches the handler within 0.5 s."""
+    import holdfast.runner.runner as runner_module
+
+    arrivals = tmp_path / "arrivals"
+    arrivals.touch()
+    monkeypatch.setenv("HOLDFAST_TEST_ARRIVALS", str(arrivals))
+
+    def busy_sweeper(*_args: Any, should_stop: Any, **_kw: Any) -> None:
+        while not should_stop():  # pure-Python work: it competes for the interpreter lock
+            end = time.monotonic() + 0.5
+            while time.monotonic() < end:
+                pass
+
+    monkeypatch.setattr(runner_module, "run_sweeps", busy_sweeper)
+
+    def arrived(conn: str) -> float | None:
+        for line in arrivals.read_text().splitlines():
+            name, _, at = line.partition(" ")
+            if name == conn:
+                return float(at)
+        return None
+
+    table = runner_env["HOLDFAST_TABLE"]
+    slow, fast = f"slow-{unique_id}", f"fast-{unique_id}"
+    with running(config(handler="tests.runner.slow_handler:handle", start="LATEST")) as runner:
+        create_stream(ddb, table, slow, URL)
+        assert wait_for(lambda: arrived(slow) is not None)
+        inserted = time.time()
+        create_stream(ddb, table, fast, URL)
+        assert wait_for(lambda: arrived(fast) is not None)
+        latency = (arrived(fast) or 0) - inserted
+        slow_done = wait_for(lambda: runner.stats.esm.invocations >= 2)
+    assert slow_done
+    assert latency < 0.5 * TIMEOUT_SCALE, runner.stats.summary()

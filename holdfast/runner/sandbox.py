@@ -1,0 +1,79 @@
+"""Execution environments for the handler: child processes, like Lambda's sandboxes.
+
+Each sandbox is a process that imports the handler once (its cold start) and then serves
+invocations (warm starts), one at a time, as Lambda runs one invocation per execution
+environment. Concurrent batches therefore never share the handler's module state (Powertools'
+batch processor and logger keep per-invocation state in module globals), and the handler's
+CPU never competes with the reader or the sweeper for one interpreter lock.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from holdfast.runner.context import LocalContext
+
+__all__ = ["Sandboxes"]
+
+_handler: dict[str, Any] = {}
+
+
+def _init(spec: str) -> None:
+    # A signal to the runner's process group is the runner's to handle: it finishes the
+    # batches in flight, then shuts the sandboxes down; if it dies, they exit.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
+    # The runner's own filter does not reach a spawned process.
+    warnings.filterwarnings("ignore", "No application metrics to publish")
+    from holdfast.runner.runner import load_handler
+
+    _handler["fn"] = load_handler(spec, init=True)
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    # A pool's child outlives a SIGKILLed parent (measured); nothing else would end it.
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
+
+
+def _ready() -> None:
+    time.sleep(0.05)  # long enough for the other warm-up calls to find no idle sandbox
+
+
+def _invoke(event: dict[str, Any], function_name: str, remaining_ms: int,
+            request_id: str) -> Any:
+    context = LocalContext(function_name, remaining_ms, aws_request_id=request_id)
+    return _handler["fn"](event, context)
+
+
+class Sandboxes:
+    """A handler callable that runs each invocation in one of ``size`` child processes."""
+
+    def __init__(self, spec: str, size: int) -> None:
+        self.size = size
+        self.pool = ProcessPoolExecutor(size, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_init, initargs=(spec,))
+
+    def warm(self) -> None:
+        """Start every sandbox now (imports and clients take a second or more on a loaded
+        machine) rather than on the first records."""
+        for future in [self.pool.submit(_ready) for _ in range(self.size)]:
+            future.result()
+
+    def __call__(self, event: dict[str, Any], context: LocalContext) -> Any:
+        # An exception raised in the sandbox comes back here: a function error.
+        return self.pool.submit(_invoke, event, context.function_name,
+                                context.get_remaining_time_in_millis(),
+                                context.aws_request_id).result()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
