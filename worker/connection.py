@@ -2,19 +2,13 @@
 
 The stream's lease state (lease, fence deadline, checkpoint, why it stopped) is its
 ``HeldStream`` (``worker.held``), and which frame reaches the handler is decided by the pure
-rules of ``worker.delivery``; this module does the I/O around them. A handover neither loses
-nor skips a message: the checkpoint is the highest seq whose handler call has returned (or
-raised: a message the handler failed on is not retried, it is logged and counted). Drops are
-retried with jittered back-off while the lease is kept; after ``max_failures`` in a row
-``run`` returns the error and the supervisor hands the lease back (BACKOFF, ``last_error``).
-
-Nothing is skipped without a handler call. A frame that kills the connection (too big, not
-UTF-8) is not skipped either: after ``poison_replays`` deaths in a row at one resume point the
-stream is given up the same way, ``last_error`` naming the resume seq and the close reason, and
-the checkpoint stays where the handler left it. The seq contract (resume overlap, a seq that
-goes back or jumps, a stream that cannot make progress) is ``worker.delivery``'s; here a
-broken seq is logged (at most once a minute per stream and kind, with the count left out),
-counted as ``FramesSkipped``, and a stalled stream is given up like the rest.
+rules of ``worker.delivery`` (the seq contract; nothing is skipped without a handler call);
+this module does the I/O around them. Drops are retried with jittered back-off while the lease
+is kept; after ``max_failures`` in a row ``run`` returns the error and the supervisor hands the
+lease back (BACKOFF, ``last_error``). So it does after ``poison_replays`` deaths in a row at one
+resume point by a frame that kills the connection (``last_error`` names the resume seq and the
+close reason), and for a stream stalled on broken seqs (each logged at most once a minute per
+stream and kind, with the count left out, and counted as ``FramesSkipped``).
 """
 
 from __future__ import annotations
@@ -30,6 +24,7 @@ from websockets.exceptions import InvalidURI, WebSocketException
 
 from holdfast.core import names
 from holdfast.core.exceptions import UnsafeUrl
+from holdfast.core.tracing import StreamTrace
 from holdfast.core.urls import UrlPolicy, check_url, redact
 from worker.backoff import Backoff
 from worker.delivery import Step, Verdict
@@ -47,7 +42,6 @@ from worker.handler import Handler, Message
 from worker.held import HeldStream, monotonic_ms
 from worker.metrics import WorkerMetrics
 from worker.protocol import Parsed, ResumeProtocol
-from worker.tracing import StreamTrace
 
 __all__ = ["ConnectOptions", "Connection", "ConnectionContext", "resolve_checked"]
 
@@ -158,12 +152,10 @@ class Connection:
                 try:
                     await self._session()
                     error = "upstream closed the connection"
-                except UnsafeUrl as exc:
-                    self.log("warning", "ws_url refused", error=str(exc))
-                    return str(exc)
-                except InvalidURI:
-                    msg = (f"ws_url refused: not a valid WebSocket URI: "
-                           f"{redact(held.lease.ws_url, paths=self.ctx.policy.log_paths)}")
+                except (UnsafeUrl, InvalidURI) as exc:
+                    msg = str(exc) if isinstance(exc, UnsafeUrl) else (
+                        "ws_url refused: not a valid WebSocket URI: "
+                        f"{redact(held.lease.ws_url, paths=self.ctx.policy.log_paths)}")
                     self.log("warning", "ws_url refused", error=msg)
                     return msg
                 except _GiveUp as exc:
