@@ -1,14 +1,11 @@
 """The connection task of one held stream: connect to ``ws_url``, resume, call the handler.
 
-The stream's lease state (lease, fence deadline, checkpoint, why it stopped) is its
-``HeldStream`` (``worker.held``), and which frame reaches the handler is decided by the pure
-rules of ``worker.delivery`` (the seq contract; nothing is skipped without a handler call);
-this module does the I/O around them. Drops are retried with jittered back-off while the lease
-is kept; after ``max_failures`` in a row ``run`` returns the error and the supervisor hands the
-lease back (BACKOFF, ``last_error``). So it does after ``poison_replays`` deaths in a row at one
-resume point by a frame that kills the connection (``last_error`` names the resume seq and the
-close reason), and for a stream stalled on broken seqs (each logged at most once a minute per
-stream and kind, with the count left out, and counted as ``FramesSkipped``).
+The stream's lease state is its ``HeldStream`` (``worker.held``), and which frame reaches the
+handler is decided by the pure rules of ``worker.delivery`` (the seq contract; nothing is
+skipped without a handler call); this module does the I/O around them. Drops are retried with
+jittered back-off while the lease is kept. A stream that cannot make progress (``max_failures``
+drops in a row, ``poison_replays`` deaths by one frame, a stall on broken seqs) is given up:
+``run`` returns the error and the supervisor hands the lease back (BACKOFF, ``last_error``).
 """
 
 from __future__ import annotations
@@ -94,7 +91,7 @@ class Connection:
         # Per-frame warnings, per kind: when last logged (monotonic ms), and how many since.
         self._logged: dict[str, tuple[int, int]] = {}
 
-    # -- control, called by the supervisor, the renewer and the session ------------------
+    # -- control, called by the supervisor, the checkpointer and the session -------------
     def drain(self, reason: str) -> None:
         """Stop after the handler call in flight returns; the connection is closed cleanly."""
         self.held.drain(reason)

@@ -1,9 +1,8 @@
 """The sweeper's side of sessions: dead sessions, reaping, platform-reported deaths.
 
-``Reaper`` holds them as the base class of ``SessionStore`` (``holdfast.core.sessions``, which
-re-exports the public names of this module). That module imports this one at import time, so
-this one imports it back only for type checking and, at run time, inside the two methods that
-need its item types.
+``Reaper`` is the base class of ``SessionStore`` (``holdfast.core.sessions``, which re-exports
+this module's public names and imports this one at import time: this one imports it back only
+for type checking and, at run time, inside the two methods that need its item types).
 """
 
 from __future__ import annotations

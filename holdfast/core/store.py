@@ -28,13 +28,12 @@ from holdfast.core.expressions import (
     names_for,
     num,
     overtaken,
-    owner_of,
     parse_or_none,
     renew_clauses,
     renewed,
     string,
 )
-from holdfast.core.model import Lease, LeaseItem, int_attr, weight_of
+from holdfast.core.model import Lease, LeaseItem, int_attr, str_attr, weight_of
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, STARTED, LeaseStatus, pk_for
 
@@ -257,14 +256,14 @@ class LeaseStore:
             self._update("release", lease.conn_id, update, condition, values)
         except ConditionFailed as failed:
             # Our own replayed release leaves owner unset and the epoch unchanged: that is done.
-            return self._loss_of(lease, failed.item) if failed.item and owner_of(
-                failed.item) else None
+            return self._loss_of(lease, failed.item) if failed.item and str_attr(
+                failed.item, ATTR.lease_owner) else None
         except StoreUnavailable:
-            raw = self.get_raw(lease.conn_id)
-            if raw is not None and owner_of(raw) == lease.owner and int_attr(
-                    raw, ATTR.epoch) == lease.epoch:
-                raise
-            return None if raw is None or owner_of(raw) is None else LossReason.LOST
+            raw = self.get_raw(lease.conn_id) or {}
+            owner = str_attr(raw, ATTR.lease_owner)
+            if owner == lease.owner and int_attr(raw, ATTR.epoch) == lease.epoch:
+                raise  # still ours: not released
+            return None if owner is None else LossReason.LOST
         return None
 
     def quarantine(self, conn_id: str, owner: str, reason: str) -> None:
