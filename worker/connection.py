@@ -24,7 +24,7 @@ from holdfast.core.exceptions import UnsafeUrl
 from holdfast.core.tracing import StreamTrace
 from holdfast.core.urls import UrlPolicy, check_url, redact
 from worker.backoff import Backoff
-from worker.delivery import Step, Verdict
+from worker.delivery import Step
 from worker.dial import (
     ConnectOptions,
     Resolver,
@@ -169,8 +169,15 @@ class Connection:
                 if killed:  # by a frame; again at the same resume point: the same frame
                     deaths = deaths + 1 if held.cursor.next_seq == poison_at else 1
                     poison_at = held.cursor.next_seq
-                    if deaths >= self.ctx.poison_replays:
-                        return self._killed_by_a_frame(poison_at, deaths, error)
+                    if deaths >= self.ctx.poison_replays:  # given up, never skipped unhandled
+                        self.log("error", "a frame keeps killing the connection, giving the "
+                                 "stream back", from_seq=poison_at, deaths=deaths, error=error)
+                        where = ("before the first seq" if poison_at is None
+                                 else f"resuming from seq {poison_at}")
+                        return (f"a frame kills the connection {where} ({deaths} times in a "
+                                f"row), not skipped: {error}. Fix the upstream, raise "
+                                f"{names.ENV_MAX_FRAME_BYTES} if the frame is only too big, or "
+                                "set last_seq past it")
                 self.ctx.metrics.incr("Reconnects")
                 if self.ctx.backoff.give_up(failures):
                     self.log("warning", "upstream failing, giving the stream back",
@@ -186,15 +193,6 @@ class Connection:
         finally:
             self.ended = True
         return None
-
-    def _killed_by_a_frame(self, resume: int | None, deaths: int, error: str) -> str:
-        """Give up on a frame that keeps killing the connection: never skip it unhandled."""
-        where = "before the first seq" if resume is None else f"resuming from seq {resume}"
-        self.log("error", "a frame keeps killing the connection, giving the stream back",
-                 from_seq=resume, deaths=deaths, error=error)
-        return (f"a frame kills the connection {where} ({deaths} times in a row), not skipped:"
-                f" {error}. Fix the upstream, raise {names.ENV_MAX_FRAME_BYTES} if the frame is"
-                " only too big, or set last_seq past it")
 
     async def _session(self) -> None:
         next_seq = self.held.cursor.next_seq
@@ -254,7 +252,15 @@ class Connection:
         if verdict.step is Step.SKIP_REPLAY:
             return  # a replay of what was already handled (resume overlap)
         if verdict.step in (Step.WENT_BACK, Step.REFUSED_JUMP, Step.STALLED):
-            self._out_of_contract(verdict, seq)
+            # Out of the seq contract (``worker.delivery``): counted, logged, not handled.
+            self.ctx.metrics.incr(names.METRIC_FRAMES_SKIPPED)
+            what, fix = verdict.explain(seq)
+            if verdict.step is Step.STALLED:  # the stream cannot make progress: given up
+                raise _GiveUp(f"{what}: {verdict.streak} frames in a row out of the seq "
+                              f"contract, none handled ({fix})")
+            self.log_limited((verdict.cause or verdict.step).value, "error",
+                             f"{what}: frame not handled, checkpoint kept",
+                             expected=verdict.expected, got=seq, streak=verdict.streak)
             return
         if verdict.step is Step.FENCED:
             # Past the fence (the process was paused: SIGSTOP, a stalled VM): another worker
@@ -290,15 +296,3 @@ class Connection:
         if self.trace is not None:  # the first handled message ends the trace; then nothing
             self.trace.close()
             self.trace = None
-
-    def _out_of_contract(self, verdict: Verdict, seq: int | None) -> None:
-        """A seq that breaks the contract (``worker.delivery``): counted, logged, not handled;
-        ``_GiveUp`` once the stream cannot make progress."""
-        self.ctx.metrics.incr(names.METRIC_FRAMES_SKIPPED)
-        what, fix = verdict.explain(seq)
-        if verdict.step is Step.STALLED:
-            raise _GiveUp(f"{what}: {verdict.streak} frames in a row out of the seq contract, "
-                          f"none handled ({fix})")
-        kind = verdict.cause or verdict.step
-        self.log_limited(kind.value, "error", f"{what}: frame not handled, checkpoint kept",
-                         expected=verdict.expected, got=seq, streak=verdict.streak)
