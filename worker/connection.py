@@ -1,20 +1,11 @@
 """The connection task of one held stream: connect to ``ws_url``, resume, call the handler.
 
-The stream's lease state (lease, fence deadline, checkpoint, why it stopped) is its
-``HeldStream`` (``worker.held``), and which frame reaches the handler is decided by the pure
-rules of ``worker.delivery``; this module does the I/O around them. A handover neither loses
-nor skips a message: the checkpoint is the highest seq whose handler call has returned (or
-raised: a message the handler failed on is not retried, it is logged and counted). Drops are
-retried with jittered back-off while the lease is kept; after ``max_failures`` in a row
+The stream's lease state is its ``HeldStream`` (``worker.held``), and which frame reaches the
+handler is decided by the pure rules of ``worker.delivery`` (the seq contract; nothing is
+skipped without a handler call); this module does the I/O around them. Drops are retried with
+jittered back-off while the lease is kept. A stream that cannot make progress (``max_failures``
+drops in a row, ``poison_replays`` deaths by one frame, a stall on broken seqs) is given up:
 ``run`` returns the error and the supervisor hands the lease back (BACKOFF, ``last_error``).
-
-Nothing is skipped without a handler call. A frame that kills the connection (too big, not
-UTF-8) is not skipped either: after ``poison_replays`` deaths in a row at one resume point the
-stream is given up the same way, ``last_error`` naming the resume seq and the close reason, and
-the checkpoint stays where the handler left it. The seq contract (resume overlap, a seq that
-goes back or jumps, a stream that cannot make progress) is ``worker.delivery``'s; here a
-broken seq is logged (at most once a minute per stream and kind, with the count left out),
-counted as ``FramesSkipped``, and a stalled stream is given up like the rest.
 """
 
 from __future__ import annotations
@@ -30,9 +21,10 @@ from websockets.exceptions import InvalidURI, WebSocketException
 
 from holdfast.core import names
 from holdfast.core.exceptions import UnsafeUrl
+from holdfast.core.tracing import StreamTrace
 from holdfast.core.urls import UrlPolicy, check_url, redact
 from worker.backoff import Backoff
-from worker.delivery import Step, Verdict
+from worker.delivery import Step
 from worker.dial import (
     ConnectOptions,
     Resolver,
@@ -47,7 +39,6 @@ from worker.handler import Handler, Message
 from worker.held import HeldStream, monotonic_ms
 from worker.metrics import WorkerMetrics
 from worker.protocol import Parsed, ResumeProtocol
-from worker.tracing import StreamTrace
 
 __all__ = ["ConnectOptions", "Connection", "ConnectionContext", "resolve_checked"]
 
@@ -100,7 +91,7 @@ class Connection:
         # Per-frame warnings, per kind: when last logged (monotonic ms), and how many since.
         self._logged: dict[str, tuple[int, int]] = {}
 
-    # -- control, called by the supervisor, the renewer and the session ------------------
+    # -- control, called by the supervisor, the checkpointer and the session -------------
     def drain(self, reason: str) -> None:
         """Stop after the handler call in flight returns; the connection is closed cleanly."""
         self.held.drain(reason)
@@ -158,12 +149,10 @@ class Connection:
                 try:
                     await self._session()
                     error = "upstream closed the connection"
-                except UnsafeUrl as exc:
-                    self.log("warning", "ws_url refused", error=str(exc))
-                    return str(exc)
-                except InvalidURI:
-                    msg = (f"ws_url refused: not a valid WebSocket URI: "
-                           f"{redact(held.lease.ws_url, paths=self.ctx.policy.log_paths)}")
+                except (UnsafeUrl, InvalidURI) as exc:
+                    msg = str(exc) if isinstance(exc, UnsafeUrl) else (
+                        "ws_url refused: not a valid WebSocket URI: "
+                        f"{redact(held.lease.ws_url, paths=self.ctx.policy.log_paths)}")
                     self.log("warning", "ws_url refused", error=msg)
                     return msg
                 except _GiveUp as exc:
@@ -180,8 +169,15 @@ class Connection:
                 if killed:  # by a frame; again at the same resume point: the same frame
                     deaths = deaths + 1 if held.cursor.next_seq == poison_at else 1
                     poison_at = held.cursor.next_seq
-                    if deaths >= self.ctx.poison_replays:
-                        return self._killed_by_a_frame(poison_at, deaths, error)
+                    if deaths >= self.ctx.poison_replays:  # given up, never skipped unhandled
+                        self.log("error", "a frame keeps killing the connection, giving the "
+                                 "stream back", from_seq=poison_at, deaths=deaths, error=error)
+                        where = ("before the first seq" if poison_at is None
+                                 else f"resuming from seq {poison_at}")
+                        return (f"a frame kills the connection {where} ({deaths} times in a "
+                                f"row), not skipped: {error}. Fix the upstream, raise "
+                                f"{names.ENV_MAX_FRAME_BYTES} if the frame is only too big, or "
+                                "set last_seq past it")
                 self.ctx.metrics.incr("Reconnects")
                 if self.ctx.backoff.give_up(failures):
                     self.log("warning", "upstream failing, giving the stream back",
@@ -197,15 +193,6 @@ class Connection:
         finally:
             self.ended = True
         return None
-
-    def _killed_by_a_frame(self, resume: int | None, deaths: int, error: str) -> str:
-        """Give up on a frame that keeps killing the connection: never skip it unhandled."""
-        where = "before the first seq" if resume is None else f"resuming from seq {resume}"
-        self.log("error", "a frame keeps killing the connection, giving the stream back",
-                 from_seq=resume, deaths=deaths, error=error)
-        return (f"a frame kills the connection {where} ({deaths} times in a row), not skipped:"
-                f" {error}. Fix the upstream, raise {names.ENV_MAX_FRAME_BYTES} if the frame is"
-                " only too big, or set last_seq past it")
 
     async def _session(self) -> None:
         next_seq = self.held.cursor.next_seq
@@ -265,7 +252,15 @@ class Connection:
         if verdict.step is Step.SKIP_REPLAY:
             return  # a replay of what was already handled (resume overlap)
         if verdict.step in (Step.WENT_BACK, Step.REFUSED_JUMP, Step.STALLED):
-            self._out_of_contract(verdict, seq)
+            # Out of the seq contract (``worker.delivery``): counted, logged, not handled.
+            self.ctx.metrics.incr(names.METRIC_FRAMES_SKIPPED)
+            what, fix = verdict.explain(seq)
+            if verdict.step is Step.STALLED:  # the stream cannot make progress: given up
+                raise _GiveUp(f"{what}: {verdict.streak} frames in a row out of the seq "
+                              f"contract, none handled ({fix})")
+            self.log_limited((verdict.cause or verdict.step).value, "error",
+                             f"{what}: frame not handled, checkpoint kept",
+                             expected=verdict.expected, got=seq, streak=verdict.streak)
             return
         if verdict.step is Step.FENCED:
             # Past the fence (the process was paused: SIGSTOP, a stalled VM): another worker
@@ -301,15 +296,3 @@ class Connection:
         if self.trace is not None:  # the first handled message ends the trace; then nothing
             self.trace.close()
             self.trace = None
-
-    def _out_of_contract(self, verdict: Verdict, seq: int | None) -> None:
-        """A seq that breaks the contract (``worker.delivery``): counted, logged, not handled;
-        ``_GiveUp`` once the stream cannot make progress."""
-        self.ctx.metrics.incr(names.METRIC_FRAMES_SKIPPED)
-        what, fix = verdict.explain(seq)
-        if verdict.step is Step.STALLED:
-            raise _GiveUp(f"{what}: {verdict.streak} frames in a row out of the seq contract, "
-                          f"none handled ({fix})")
-        kind = verdict.cause or verdict.step
-        self.log_limited(kind.value, "error", f"{what}: frame not handled, checkpoint kept",
-                         expected=verdict.expected, got=seq, streak=verdict.streak)

@@ -43,7 +43,6 @@ class ConnectOptions:
     send_worker_id: bool = False  # opt-in: tells every upstream which worker connects
 
 
-
 def dial(url: str, address: str, port: int, headers: dict[str, str], opts: ConnectOptions, *,
          worker_id: str) -> NoRedirects:
     """Open ``url`` at the checked ``address`` (``async with``), never redirected."""

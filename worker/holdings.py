@@ -42,7 +42,6 @@ from worker.handler import Handler
 from worker.held import HeldState, HeldStream
 from worker.metrics import WorkerMetrics
 from worker.protocol import ResumeProtocol
-from worker.tracing import StreamTrace
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -158,7 +157,7 @@ class Holdings:
             held.drain("session lost")
         conn = Connection(held, self.ctx)
         if span is not None:
-            conn.trace = StreamTrace(span, conn_id, self.config.worker_id)
+            conn.trace = tracing.StreamTrace(span, conn_id, self.config.worker_id)
         self.streams[conn_id] = conn
         conn.log("info", "claimed", source=source, epoch=lease.epoch, last_seq=lease.last_seq,
                  unowned_ms=lease.unowned_ms, moved_at_ms=lease.moved_at_ms)

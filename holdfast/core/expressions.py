@@ -13,11 +13,11 @@ from typing import Any
 
 from holdfast.core import rules, unowned
 from holdfast.core.exceptions import MalformedItem
-from holdfast.core.model import Lease, LeaseItem, str_attr
+from holdfast.core.model import Lease, LeaseItem
 from holdfast.core.schema import ATTR, STARTED
 
-__all__ = ["NAMES", "RenewClauses", "names_for", "num", "overtaken", "owner_of",
-           "parse_or_none", "renew_clauses", "renewed", "string"]
+__all__ = ["NAMES", "RenewClauses", "names_for", "num", "overtaken", "parse_or_none",
+           "renew_clauses", "renewed", "string"]
 
 # Expression attribute names used by every lease write (``status`` is a reserved word).
 NAMES = {
@@ -138,10 +138,6 @@ def renewed(lease: Lease, expires: int | None, seq: int | None) -> Lease:
     return dataclasses.replace(
         lease, expires_at_ms=lease.expires_at_ms if expires is None else expires,
         last_seq=seq if seq is not None else lease.last_seq, unowned_ms=None)
-
-
-def owner_of(raw: dict[str, Any]) -> str | None:
-    return str_attr(raw, ATTR.lease_owner)
 
 
 def parse_or_none(raw: Mapping[str, Any] | None) -> LeaseItem | None:

@@ -1,20 +1,8 @@
 """The sweeper's side of sessions: dead sessions, reaping, platform-reported deaths.
 
-Split from ``holdfast.core.sessions`` (which keeps the session item types, their parsing and
-the worker's own side of ``SessionStore``) to keep both modules small. ``Reaper`` holds the
-dead-session operations as a base class of ``SessionStore``, so every ``store.mark_dead(...)``,
-``store.reap(...)`` and so on is the same call as before; ``holdfast.core.sessions`` re-exports
-the public names of this module.
-
-- ``mark_dead``: the sweeper's conditional write, true only for a session silent past its TTL
-  plus the skew allowance; a late heartbeat cannot undo it (it requires ALIVE).
-- ``reap``: release every stream a non-live session owns (owner index, each release conditional
-  on the owner), then mark the session reaped with a TTL.
-- ``report_dead``: the platform said the process is gone (ECS task STOPPED): declare DEAD at
-  once (no TTL to wait out: nothing of a stopped task can still use a lease), then reap.
-
-``holdfast.core.sessions`` imports this module at import time, so this one imports it back
-only for type checking and, at run time, inside the two methods that need its item types.
+``Reaper`` is the base class of ``SessionStore`` (``holdfast.core.sessions``, which re-exports
+this module's public names and imports this one at import time: this one imports it back only
+for type checking and, at run time, inside the two methods that need its item types).
 """
 
 from __future__ import annotations
@@ -96,17 +84,15 @@ class Reaper:
     def _key(self, worker_id: str) -> dict[str, Any]:
         return {SESSION.pk: {"S": session_pk_for(worker_id)}}
 
-    def mark_dead(self, item: SessionItem, *, reason: str = "silent past its TTL") -> bool:
-        """Declare an ALIVE session silent past TTL + skew DEAD; True if this call did it."""
-        return self._declare_dead(item, reason, rules.acquire_cutoff_ms(self.clock(),
-                                                                         self.skew_ms))
-
-    def _declare_dead(self, item: SessionItem, reason: str, cutoff_ms: int | None) -> bool:
-        """The one DEAD write: conditional on the incarnation, ALIVE and (``cutoff_ms`` given)
-        an expiry at or before it. A late heartbeat cannot undo it: it requires ALIVE."""
+    def mark_dead(self, item: SessionItem, *, reason: str = "silent past its TTL",
+                  stopped: bool = False) -> bool:
+        """Declare an ALIVE session DEAD; True if this call did it. The one DEAD write:
+        conditional on the incarnation, ALIVE and (unless the platform reported the process
+        ``stopped``) silent past TTL + skew. A late heartbeat cannot undo it: it requires ALIVE."""
+        cutoff = None if stopped else rules.acquire_cutoff_ms(self.clock(), self.skew_ms)
         return item.state is SessionState.ALIVE and self._leave_alive(
             "mark_session_dead", item.worker_id, item.incarnation, SessionState.DEAD, reason,
-            cutoff_ms=cutoff_ms)
+            cutoff_ms=cutoff)
 
     def _leave_alive(self, op: str, worker_id: str, incarnation: str, state: SessionState,
                      reason: str, *, cutoff_ms: int | None = None) -> bool:
@@ -133,7 +119,8 @@ class Reaper:
 
     def report_dead(self, worker_id: str, *, stopped_at_ms: int | None,
                     reason: str) -> ReportedDeath:
-        """The platform reports ``worker_id``'s process gone: declare it DEAD now, then reap.
+        """The platform reports ``worker_id``'s process gone: declare it DEAD now, then reap
+        (with a stop time, no TTL to wait out: nothing of a stopped task can still use a lease).
 
         Idempotent (every write is conditional): a DEAD or ENDED session not yet reaped is
         reaped, a reaped or missing one is left alone. ``stopped_at_ms`` guards a reused id: a
@@ -158,10 +145,9 @@ class Reaper:
             return ReportedDeath(False, 0, f"session {item.owner} is already reaped")
         # Without a stop time the report proves nothing about when the process went silent:
         # the session is declared dead only once silent past its TTL, as the sweeper would.
-        cutoff = None if stopped_at_ms is not None else rules.acquire_cutoff_ms(
-            self.clock(), self.skew_ms)
-        declared = self._declare_dead(item, f"platform: {reason}", cutoff)
-        if not declared and cutoff is not None and item.state is SessionState.ALIVE and (
+        stopped = stopped_at_ms is not None
+        declared = self.mark_dead(item, reason=f"platform: {reason}", stopped=stopped)
+        if not declared and not stopped and item.state is SessionState.ALIVE and (
                 not rules.is_expired(item.expires_at_ms, self.clock(), self.skew_ms)):
             return ReportedDeath(False, 0, f"session {item.owner} is within its TTL and the "
                                            "report has no stop time: left to its TTL")
@@ -226,30 +212,6 @@ class Reaper:
             return False  # released already, or the stream moved on
         return True
 
-    def _release_each(self, owned: list[str], owner: str, why: str,
-                      since: int | None) -> tuple[list[str], list[tuple[str, str]]]:
-        """``release_owned`` for each stream, in parallel; (released, errors per stream).
-
-        An error on one item (a ``ValidationException`` of an item near 400 KB, a throttled
-        write) is that item's: the others are released, and the session stays unreaped so the
-        next sweep tries the item again."""
-        def one(conn_id: str) -> str | None:
-            try:
-                return "ok" if self.release_owned(conn_id, owner, why,
-                                                  unowned_since_ms=since) else None
-            except HoldfastError as exc:
-                return f"error: {exc}"[:300]
-
-        if not owned:
-            return [], []
-        # In parallel: a dead worker's streams should move together, not one round trip after
-        # another (100 serial releases are 1-2 s on a busy table before the last is claimable).
-        with ThreadPoolExecutor(max_workers=max(1, min(REAP_PARALLEL, len(owned)))) as pool:
-            done = list(pool.map(one, owned))
-        released = [c for c, r in zip(owned, done, strict=True) if r == "ok"]
-        errors = [(c, r) for c, r in zip(owned, done, strict=True) if r and r != "ok"]
-        return released, errors
-
     def reap(self, item: SessionItem) -> tuple[list[str], list[tuple[str, str]]]:
         """Release every stream of a non-live session, then mark it reaped: the ids this call
         released, and (conn id, error) of each stream it could not."""
@@ -258,8 +220,25 @@ class Reaper:
         why = f"session {item.owner} {'ended' if item.state is SessionState.ENDED else 'dead'}"
         # Its streams went unserved from its last heartbeat (0: never heartbeat, or not read):
         # the honest start of their unowned time.
-        released, errors = self._release_each(self.owned_by(item.owner), item.owner, why,
-                                              item.heartbeat_at_ms or None)
+        since = item.heartbeat_at_ms or None
+
+        def one(conn_id: str) -> str | None:
+            # An error on one item (a ``ValidationException`` of an item near 400 KB, a
+            # throttled write) is that item's: the others are released, and the session stays
+            # unreaped so the next sweep tries the item again.
+            try:
+                return "ok" if self.release_owned(conn_id, item.owner, why,
+                                                  unowned_since_ms=since) else None
+            except HoldfastError as exc:
+                return f"error: {exc}"[:300]
+
+        owned = self.owned_by(item.owner)
+        # In parallel: a dead worker's streams should move together, not one round trip after
+        # another (100 serial releases are 1-2 s on a busy table before the last is claimable).
+        with ThreadPoolExecutor(max_workers=max(1, min(REAP_PARALLEL, len(owned)))) as pool:
+            done = list(pool.map(one, owned))
+        released = [c for c, r in zip(owned, done, strict=True) if r == "ok"]
+        errors = [(c, r) for c, r in zip(owned, done, strict=True) if r and r != "ok"]
         now = self.clock()
         # Reaped (never looked at again) only once the owner index has had time to show every
         # stream the session acquired before it stopped being ALIVE, and then shows none.
@@ -307,9 +286,8 @@ def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
             continue
         action = rules.session_action(item.state, item.expires_at_ms, item.reaped,
                                       now, skew_ms)
-        if action == "wait":
-            if item.state is SessionState.ALIVE:
-                out.alive.append(item)
+        if action == "wait":  # ALIVE within TTL + skew (the only sessions that wait)
+            out.alive.append(item)
             due = rules.claimable_at_ms(item.expires_at_ms, skew_ms)
             out.next_due_ms = due if out.next_due_ms is None else min(out.next_due_ms, due)
             continue

@@ -28,13 +28,12 @@ from holdfast.core.expressions import (
     names_for,
     num,
     overtaken,
-    owner_of,
     parse_or_none,
     renew_clauses,
     renewed,
     string,
 )
-from holdfast.core.model import Lease, LeaseItem, int_attr, weight_of
+from holdfast.core.model import Lease, LeaseItem, int_attr, str_attr, weight_of
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, STARTED, LeaseStatus, pk_for
 
@@ -111,20 +110,19 @@ class LeaseStore:
             try:
                 old = self._acquire_write(conn_id, owner, now, epoch, adopt)
             except ConditionFailed as failed:
-                raw = failed.item
-                current = parse_or_none(raw)
+                if failed.item is None:
+                    raise AcquireFailed(conn_id, LossReason.DELETED, None) from None
+                current = self._usable(conn_id, owner, failed.item)  # refused if it is malformed
                 # Ours already: an earlier acquire of this session landed but its answer was
                 # lost, or our release of it failed. Owners are unique per incarnation, so no
                 # other process wrote it: taken back under a new epoch.
-                ours = current is not None and current.started and current.lease_owner == owner
-                free = current is not None and current.lease_owner is None and (
-                    rules.claim_blocker(current, now, self.skew_ms) is None)
-                if not ours and not free:
-                    return self._acquire_failed(conn_id, owner, raw, now)
+                ours = current.started and current.lease_owner == owner
+                blocker = rules.claim_blocker(current, now, self.skew_ms)
+                if not ours and not (current.lease_owner is None and blocker is None):
+                    raise AcquireFailed(conn_id, blocker or LossReason.HELD, current) from None
                 adopt = adopt or ours
-                stored = int_attr(raw or {}, ATTR.epoch)
-                if stored is not None and stored >= epoch:
-                    epoch = stored + 1  # a clock behind the stored epoch: the floor wins
+                if current.epoch >= epoch:
+                    epoch = current.epoch + 1  # a clock behind the stored epoch: the floor wins
                 continue
             except InvalidRequest as bad:
                 self.quarantine(conn_id, owner, f"cannot acquire: {bad.message}")
@@ -132,13 +130,17 @@ class LeaseStore:
             except StoreUnavailable:
                 # No answer. If the item is ours now, take it back under a new epoch (whether
                 # it was this write or an older holding of ours, a new epoch is right).
-                stored = self._acquire_unknown(conn_id, owner, now)
+                stored = self._acquire_unknown(conn_id, owner)
                 adopt, epoch = True, max(epoch, stored + 1)
                 continue
             new = {**old, ATTR.lease_owner: string(owner), ATTR.epoch: num(epoch),
                    ATTR.lease_expires_at_ms: num(now + self.lease_ms)}
-            return self._as_lease(conn_id, owner, new, now, None if adopt else
-                                  unowned.unowned_time_ms(old, now, self.skew_ms))
+            item = self._usable(conn_id, owner, new)  # ours now: parked if we cannot use it
+            assert item.lease_expires_at_ms is not None
+            unowned_ms = None if adopt else unowned.unowned_time_ms(old, now, self.skew_ms)
+            return Lease(conn_id, owner, item.epoch, item.lease_expires_at_ms, item.ws_url,
+                         item.last_seq, item.error_count, unowned_ms=unowned_ms,
+                         weight=weight_of(new), moved_at_ms=int_attr(new, ATTR.moved_at_ms))
         raise AcquireFailed(conn_id, LossReason.HELD, None)
 
     def _acquire_write(self, conn_id: str, owner: str, now: int, epoch: int,
@@ -154,44 +156,24 @@ class LeaseStore:
                             _ADOPT_CONDITION if adopt else _ACQUIRE_CONDITION, values,
                             returns="ALL_OLD")
 
-    def _as_lease(self, conn_id: str, owner: str, raw: dict[str, Any], now: int,
-                  unowned_ms: int | None = None) -> Lease:
+    def _usable(self, conn_id: str, owner: str, raw: dict[str, Any]) -> LeaseItem:
+        """``raw`` parsed; one that breaks the schema (a mistyped epoch fails the acquire) is
+        parked with the reason recorded, so it is not nudged and counted for ever, and refused."""
         try:
-            item = LeaseItem.from_ddb(raw)
+            return LeaseItem.from_ddb(raw)
         except MalformedItem as bad:
-            # We hold a lease on an item we cannot use: park it with the reason recorded.
             self.quarantine(conn_id, owner, bad.reason)
             raise AcquireFailed(conn_id, LossReason.INVALID, None) from bad
-        assert item.lease_expires_at_ms is not None
-        return Lease(conn_id, owner, item.epoch, item.lease_expires_at_ms, item.ws_url,
-                     item.last_seq, item.error_count, unowned_ms=unowned_ms,
-                     weight=weight_of(raw), moved_at_ms=int_attr(raw, ATTR.moved_at_ms))
 
-    def _acquire_failed(self, conn_id: str, owner: str, raw: dict[str, Any] | None,
-                        now: int) -> Lease:
-        if raw is None:
-            raise AcquireFailed(conn_id, LossReason.DELETED, None)
-        try:
-            current = LeaseItem.from_ddb(raw)
-        except MalformedItem as bad:
-            # Refused because the item breaks the schema (a mistyped epoch fails the epoch
-            # condition): parked with the reason, so it is not nudged and counted for ever.
-            self.quarantine(conn_id, owner, bad.reason)
-            raise AcquireFailed(conn_id, LossReason.INVALID, None) from None
-        reason = rules.claim_blocker(current, now, self.skew_ms) or LossReason.HELD
-        raise AcquireFailed(conn_id, reason, current)
-
-    def _acquire_unknown(self, conn_id: str, owner: str, now: int) -> int:
+    def _acquire_unknown(self, conn_id: str, owner: str) -> int:
         """After an acquire without an answer: the stored epoch if the item is ours now,
         else ``StoreUnavailable`` (or ``AcquireFailed`` for an item we cannot use)."""
         raw = self.get_raw(conn_id)  # may raise StoreUnavailable: then we really don't know
-        if raw is not None and parse_or_none(raw) is None:
-            # No answer because the item itself is bad (moto answers some such writes so):
-            # quarantined and refused there.
-            self._acquire_failed(conn_id, owner, raw, now)
-        if raw is None or owner_of(raw) != owner:
+        # A bad item may be why there was no answer (moto answers some such writes so): parked.
+        item = self._usable(conn_id, owner, raw) if raw is not None else None
+        if item is None or item.lease_owner != owner:
             raise StoreUnavailable("acquire", "no answer, and the stream is not ours on re-read")
-        return int_attr(raw, ATTR.epoch) or 0
+        return item.epoch
 
     def renew(self, lease: Lease, handled_seq: int | None = None, *,
               extend: bool = True) -> Lease:
@@ -274,14 +256,14 @@ class LeaseStore:
             self._update("release", lease.conn_id, update, condition, values)
         except ConditionFailed as failed:
             # Our own replayed release leaves owner unset and the epoch unchanged: that is done.
-            return self._loss_of(lease, failed.item) if failed.item and owner_of(
-                failed.item) else None
+            return self._loss_of(lease, failed.item) if failed.item and str_attr(
+                failed.item, ATTR.lease_owner) else None
         except StoreUnavailable:
-            raw = self.get_raw(lease.conn_id)
-            if raw is not None and owner_of(raw) == lease.owner and int_attr(
-                    raw, ATTR.epoch) == lease.epoch:
-                raise
-            return None if raw is None or owner_of(raw) is None else LossReason.LOST
+            raw = self.get_raw(lease.conn_id) or {}
+            owner = str_attr(raw, ATTR.lease_owner)
+            if owner == lease.owner and int_attr(raw, ATTR.epoch) == lease.epoch:
+                raise  # still ours: not released
+            return None if owner is None else LossReason.LOST
         return None
 
     def quarantine(self, conn_id: str, owner: str, reason: str) -> None:

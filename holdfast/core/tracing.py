@@ -19,18 +19,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core import names
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
     from opentelemetry.trace import Span
 
-__all__ = ["attached", "enabled", "flush", "inject", "mode_of", "setup", "shutdown",
-           "span_line", "start_span"]
+__all__ = ["StreamTrace", "attached", "enabled", "flush", "inject", "mode_of", "setup",
+           "shutdown", "span_line", "start_span"]
 
 _TRACEPARENT = "traceparent"
 # Set once per process by ``setup``: the component (service) name and, when on, the provider.
@@ -83,16 +82,12 @@ def setup(component: str, env: Mapping[str, str] | None = None) -> bool:
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     _state["provider"] = provider
-    _instrument_botocore()
-    return True
-
-
-def _instrument_botocore() -> None:
     try:
         from opentelemetry.instrumentation.botocore import BotocoreInstrumentor
     except ImportError:
-        return  # our own spans still link the path; AWS calls just go unseen
+        return True  # our own spans still link the path; AWS calls just go unseen
     BotocoreInstrumentor().instrument()  # type: ignore[no-untyped-call]
+    return True
 
 
 def enabled() -> bool:
@@ -131,30 +126,21 @@ def inject(span: Span | None) -> str | None:
     return carrier.get(_TRACEPARENT)
 
 
-def attached(traceparent: str | None) -> contextlib.AbstractContextManager[None]:
+def attached(traceparent: str | None) -> contextlib.AbstractContextManager[object]:
     """Within: the current context is the remote parent ``traceparent`` names (if tracing).
 
     Off (or no trace): a shared null context, nothing else, on the per-nudge path.
     """
     if not enabled() or not traceparent:
         return _NULL
-    return _attach(traceparent)
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    parent = TraceContextTextMapPropagator().extract({_TRACEPARENT: traceparent})
+    return trace.use_span(trace.get_current_span(parent))
 
 
 _NULL: contextlib.nullcontext[None] = contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def _attach(traceparent: str) -> Iterator[None]:
-    from opentelemetry import context as otel_context
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    parent: Context = TraceContextTextMapPropagator().extract({_TRACEPARENT: traceparent})
-    token = otel_context.attach(parent)
-    try:
-        yield
-    finally:
-        otel_context.detach(token)
 
 
 def flush(timeout_ms: int = 2000) -> None:
@@ -169,6 +155,43 @@ def shutdown() -> None:
     provider: TracerProvider | None = _state.get("provider")
     if provider is not None:
         provider.shutdown()
+
+
+class StreamTrace:
+    """A worker's spans of one held stream after its claim: ``connect``, then ``first message
+    handled``, both children of the stream's ``claim`` span, which has ended by then.
+
+    Created only when tracing is on and dropped at the first handled message, so a held
+    stream's per-message path carries one ``is None`` check and nothing else.
+    """
+
+    def __init__(self, claim: Span, conn_id: str, worker_id: str) -> None:
+        self.claim, self.conn_id, self.worker_id = claim, conn_id, worker_id
+        self._connect: Span | None = None
+        self._first: Span | None = None
+
+    def connecting(self) -> None:
+        """A dial begins; the first one starts ``connect`` (reconnects before it opens count)."""
+        if self._connect is None and self._first is None:
+            self._connect = start_span(names.SPAN_CONNECT, self.conn_id,
+                                       worker_id=self.worker_id, parent=self.claim)
+
+    def connected(self) -> None:
+        """The WebSocket is open: ``connect`` ends, waiting for the first message begins."""
+        if self._connect is not None:
+            self._connect.end()
+            self._connect = None
+        if self._first is None:
+            self._first = start_span(names.SPAN_FIRST_MESSAGE, self.conn_id,
+                                     worker_id=self.worker_id, parent=self.claim)
+
+    def close(self) -> None:
+        """End what is still open: at the first handled message (the trace is complete, the
+        caller drops it), or when the stream stops before it."""
+        for span in (self._connect, self._first):
+            if span is not None:
+                span.end()
+        self._connect = self._first = None
 
 
 # --- the file format: one OTLP-JSON span per line ------------------------------------------
