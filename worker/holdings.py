@@ -201,14 +201,15 @@ class Holdings:
     async def release_stray(self, conn_id: str, owner: str) -> bool:
         """Hand back a stream our session owns but we will not hold (full, or one we shed):
         only its holder may free it, and that is us. False if it was not ours to release."""
-        if conn_id in self.busy():
+        if conn_id in self.streams or conn_id in self._claiming:
             return False
         try:
             item = await asyncio.to_thread(self.store.get, conn_id)
         except HoldfastError as exc:
             logger.warning("cannot read a stray", conn_id=conn_id, error=str(exc)[:300])
             return False
-        if item is None or item.lease_owner != owner or conn_id in self.busy():
+        if item is None or item.lease_owner != owner or conn_id in self.streams or (
+                conn_id in self._claiming):
             return False
         await self._release_stopped(item, owner)
         return True

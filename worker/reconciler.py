@@ -129,7 +129,8 @@ class Strays:
         if owner is None:
             return 0
         owned = await asyncio.to_thread(self.sessions.owned_by, owner)
-        strays = [c for c in owned if c not in self.busy()]
+        busy = self.busy()  # once: per owned stream it was O(n^2), seconds at 5,000 streams
+        strays = [c for c in owned if c not in busy]
         taken = released = 0
         for conn_id in strays:
             if self.owner() != owner:

@@ -1,0 +1,49 @@
+"""The strays pass (``worker.reconciler.Strays``) on DynamoDB Local's owner index."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from holdfast.core.sessions import SessionStore
+from holdfast.core.table import create_stream
+from holdfast.localaws import LocalAws
+from worker.claimer import Claim
+from worker.reconciler import Strays
+
+
+async def test_the_pass_reads_the_held_set_once_for_all_owned_streams(
+        ddb_local: LocalAws, ddb: Any, unique_id: str) -> None:
+    """Each owned stream is checked against one read of the held set, not one read per
+    stream (at 5,000 streams that was O(n^2) and blocked the loop past its fence); the held
+    ones are not claimed, the others are."""
+    owner = f"w-{unique_id}#inc"
+    ids = [f"{unique_id}-{i}" for i in range(6)]
+    for conn_id in ids:
+        create_stream(ddb, ddb_local.table, conn_id, "wss://example.com/s")
+        ddb.update_item(TableName=ddb_local.table, Key={"Pk": {"S": f"CONN#{conn_id}"}},
+                        UpdateExpression="SET lease_owner = :o",
+                        ExpressionAttributeValues={":o": {"S": owner}})
+    sessions = SessionStore(ddb, ddb_local.session_table, ddb_local.table, ttl_ms=8_000,
+                            skew_ms=1_000)
+    deadline = time.monotonic() + 5
+    while len(sessions.owned_by(owner)) < len(ids) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the index is eventually consistent
+    reads: list[int] = []
+    claimed: list[str] = []
+
+    def busy() -> set[str]:
+        reads.append(1)
+        return set(ids[:2])
+
+    async def claim(conn_id: str, source: str) -> Claim:
+        claimed.append(conn_id)
+        return Claim.CLAIMED
+
+    async def release(conn_id: str, owner: str) -> bool:
+        return False
+
+    strays = Strays(sessions, lambda: owner, claim, busy, release)
+    assert await strays.once() == 4
+    assert sorted(claimed) == sorted(ids[2:])
+    assert len(reads) == 1
