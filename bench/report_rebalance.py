@@ -105,9 +105,9 @@ def rebalance_md(rb: dict[str, Any]) -> list[str]:
            "Two workers hold every stream past the cool-down, then two more start (t0: both "
            "ready). The lease table is polled (owner of each stream, `lease_epoch`) until "
            "every stream is owned and every worker is within ±max(1, 10 %) of its fair share "
-           "(total / workers). Moves are the claimers' `claimed` lines after the scale-out; the least "
-           "that must move is what the two first workers held above the new share. Unowned "
-           "time per move is the claimer's `unowned_ms` on its `claimed` line for streams "
+           "(total / workers). Moves are the claimers' `claimed` lines after the scale-out; "
+           "the least that must move is what the two first workers held above the new share. "
+           "Unowned time per move is the claimer's `unowned_ms` on its `claimed` line for streams "
            "with `moved_at_ms`. Lost and duplicates come from the handled records of every "
            "stream over the whole run. After nothing moved for 10 s, a quiet period in which "
            "nothing may move (`shedding stream` and `claimed` log lines).", ""]

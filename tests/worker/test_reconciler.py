@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from holdfast.core.sessions import SessionStore
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
+from tests.worker.conftest import async_wait_until
 from worker.claimer import Claim
 from worker.reconciler import Strays
 
@@ -26,9 +26,8 @@ async def test_the_pass_reads_the_held_set_once_for_all_owned_streams(
                         ExpressionAttributeValues={":o": {"S": owner}})
     sessions = SessionStore(ddb, ddb_local.session_table, ddb_local.table, ttl_ms=8_000,
                             skew_ms=1_000)
-    deadline = time.monotonic() + 5
-    while len(sessions.owned_by(owner)) < len(ids) and time.monotonic() < deadline:
-        time.sleep(0.05)  # the index is eventually consistent
+    await async_wait_until(lambda: len(sessions.owned_by(owner)) == len(ids), 5,
+                           "the owner index lists them")  # eventually consistent
     reads: list[int] = []
     claimed: list[str] = []
 
