@@ -20,6 +20,7 @@ import asyncio
 import os
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -45,6 +46,7 @@ class Watchdog:
         self._checked_ms: int | None = None  # when the thread last looked
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._loop_thread: int | None = None  # set by ``beat``, which runs on the loop
 
     def stamp(self) -> None:
         """The loop is alive now."""
@@ -52,6 +54,7 @@ class Watchdog:
 
     async def beat(self) -> None:
         """Stamp every ``beat_s`` until cancelled (a task on the loop being watched)."""
+        self._loop_thread = threading.get_ident()
         while True:
             self.stamp()
             await asyncio.sleep(self.beat_s)
@@ -80,9 +83,16 @@ class Watchdog:
             return False
         sys.stderr.write(f"holdfast watchdog: event loop blocked for {stuck_ms} ms, "
                          f"{now - fence} ms past a fence deadline: exiting {EXIT_CODE} so no "
-                         "handler goes on without its lease\n")
+                         "handler goes on without its lease\n" + self._where())
         self.exit(EXIT_CODE)
         return True
+
+    def _where(self) -> str:
+        """Where the loop is stuck (its thread's stack, innermost last): what blocked it."""
+        frame = sys._current_frames().get(self._loop_thread or -1)
+        if frame is None:
+            return ""
+        return "blocked at:\n" + "".join(traceback.format_stack(frame, limit=12))
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="holdfast-watchdog", daemon=True)

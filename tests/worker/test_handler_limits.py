@@ -89,7 +89,8 @@ def test_watchdog_spares_a_process_that_was_paused_whole() -> None:
 
 def test_a_handler_blocking_the_loop_past_the_fence_ends_the_process(
         fleet: Fleet, spawn: Callable[..., WorkerProc], unique_id: str) -> None:
-    """time.sleep in the handler past the fence: the watchdog exits 70 mid-call."""
+    """time.sleep in the handler past the fence: the watchdog exits 70 mid-call, and its line
+    shows where the loop was stuck (the handler's frame)."""
     async def serve_and_wait() -> int:
         frames = [json.dumps({"seq": n}) for n in range(1, 10)]
         async with scripted_upstream(lambda _: frames) as up:
@@ -101,7 +102,9 @@ def test_a_handler_blocking_the_loop_past_the_fence_ends_the_process(
             loop = asyncio.get_running_loop()
             code = await loop.run_in_executor(None, w.wait, 30)
             assert seqs_by_stream(w.handled())[conn] == [1, 2, 3]
-            assert "holdfast watchdog: event loop blocked" in w.log_path.read_text()
+            log = w.log_path.read_text()
+            assert "holdfast watchdog: event loop blocked" in log
+            assert "blocked at:" in log and "in block_on_3" in log
             return code
 
     assert asyncio.run(serve_and_wait()) == EXIT_CODE
