@@ -1,6 +1,6 @@
 """``python -m bench [--quick] [--no-density]``: run the benchmarks, write the report.
 
-Full run: about 40 minutes (about 20 with --no-crash-production --no-density-cpu --no-fast-paths);
+Full run: about 55 minutes (about 25 with --no-crash-production --no-density-cpu --no-fast-paths);
 ``--quick``: a few minutes more than before, with fewer repetitions (the same figures, wider
 error bars) and density at 1,000 connections only. Parts alone (each merged
 into ``--merge``'s report if given, else written as ``<date>-<part>``):
@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,31 @@ def _partial(args: argparse.Namespace, part: str, figures: dict[str, Any], say: 
     return 0
 
 
+# The parts with an ``--X-only`` and a ``--no-X`` flag, and what each measures.
+_PARTS = {
+    "crash-production": "the SIGKILL failover at production defaults, ours and the seed",
+    "fast-paths": "the fast paths at production defaults (stop, reported crash)",
+    "forced-release": "the forced release of held streams, ours and the seed",
+    "start-burst": "the start latency of 30 and 300 streams inserted at once",
+}
+
+
+def _one_part(args: argparse.Namespace, part: str, run_dir: Path, say: Any) -> int:
+    """One part alone, with the load average around it (``_partial`` writes the report)."""
+    load0 = _load()
+    run: dict[str, Callable[[], dict[str, Any]]] = {
+        "crash-production": lambda: crash_production(
+            run_dir, rounds=args.crash_rounds, modes=tuple(args.modes.split(",")), say=say),
+        "fast-paths": lambda: fast_paths(run_dir, args.quick, say),
+        "forced-release": lambda: forced_release(run_dir, say=say),
+        "start-burst": lambda: start_burst(run_dir, say),
+    }
+    name = part.replace("-", " ")
+    figures = {part.replace("-", "_"): run[part](), "logs": str(run_dir),
+               "load_average": {f"{name} start": load0, f"{name} end": _load()}}
+    return _partial(args, part, figures, say)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -216,28 +242,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="metered window of the cost scenario, per mode (default 120)")
     p.add_argument("--cost-streams", type=int, default=100,
                    help="streams held by the cost scenario's 2 workers (default 100)")
-    p.add_argument("--crash-production-only", action="store_true",
-                   help="only the SIGKILL failover at production defaults, ours and the seed")
     p.add_argument("--crash-rounds", type=int, default=3,
                    help="rounds of ours in the production crash failover (the seed: 1)")
-    p.add_argument("--no-crash-production", action="store_true",
-                   help="skip the production crash failover in a full run")
     p.add_argument("--density-cpu-only", metavar="SIZES",
                    help="only the liveness/checkpoint CPU at these sizes (comma-separated)")
     p.add_argument("--density-cpu-seconds", type=float, default=60.0,
                    help="CPU window of each density-CPU run (default 60: 3 checkpoint cycles)")
-    p.add_argument("--fast-paths-only", action="store_true",
-                   help="only the fast paths at production defaults (stop, reported crash)")
-    p.add_argument("--no-fast-paths", action="store_true",
-                   help="skip the fast paths in a full run")
-    p.add_argument("--forced-release-only", action="store_true",
-                   help="only the forced release of held streams, ours and the seed")
-    p.add_argument("--no-forced-release", action="store_true",
-                   help="skip the forced release in a full run")
-    p.add_argument("--start-burst-only", action="store_true",
-                   help="only the start latency of 30 and 300 streams inserted at once")
-    p.add_argument("--no-start-burst", action="store_true",
-                   help="skip the start-latency burst in a full run")
+    for part, what in _PARTS.items():
+        p.add_argument(f"--{part}-only", action="store_true", help=f"only {what}")
+        p.add_argument(f"--no-{part}", action="store_true", help=f"skip {what} in a full run")
     p.add_argument("--rebalance-only", action="store_true",
                    help="only the rebalancing scale-out (production; --quick: scaled)")
     p.add_argument("--no-rebalance", action="store_true",
@@ -265,29 +278,9 @@ def main(argv: list[str] | None = None) -> int:
                                                      args.cost_streams, args.cost_seconds, say),
                    "logs": str(run_dir)}
         return _partial(args, "cost", figures, say)
-    if args.crash_production_only:
-        load0 = _load()
-        figures = {"crash_production": crash_production(
-            run_dir, rounds=args.crash_rounds, modes=tuple(args.modes.split(",")), say=say),
-            "logs": str(run_dir)}
-        figures["load_average"] = {"crash production start": load0,
-                                   "crash production end": _load()}
-        return _partial(args, "crash-production", figures, say)
-    if args.fast_paths_only:
-        load0 = _load()
-        figures = {"fast_paths": fast_paths(run_dir, args.quick, say), "logs": str(run_dir)}
-        figures["load_average"] = {"fast paths start": load0, "fast paths end": _load()}
-        return _partial(args, "fast-paths", figures, say)
-    if args.forced_release_only:
-        load0 = _load()
-        figures = {"forced_release": forced_release(run_dir, say=say), "logs": str(run_dir)}
-        figures["load_average"] = {"forced release start": load0, "forced release end": _load()}
-        return _partial(args, "forced-release", figures, say)
-    if args.start_burst_only:
-        load0 = _load()
-        figures = {"start_burst": start_burst(run_dir, say), "logs": str(run_dir)}
-        figures["load_average"] = {"start burst start": load0, "start burst end": _load()}
-        return _partial(args, "start-burst", figures, say)
+    for part in _PARTS:
+        if getattr(args, f"{part.replace('-', '_')}_only"):
+            return _one_part(args, part, run_dir, say)
     if args.rebalance_only:  # --merge: an earlier run's other variant is kept
         load0 = _load()
         figures = json.loads(args.merge.read_text()) if args.merge else {}
