@@ -18,6 +18,10 @@ from hypothesis import HealthCheck, settings
 from holdfast.localaws import LocalAws
 
 TIMEOUT_SCALE = float(os.environ.get("HOLDFAST_TEST_TIMEOUT_SCALE", "1"))
+# The suite starts a local runner dozens of times; each sandbox is a process importing boto3
+# and Powertools (~1 s of CPU each on this 2-core box). One sandbox, the deployed mapping's
+# own default, unless a test asks for more: the runner's tests of concurrent batches do.
+os.environ.setdefault("HOLDFAST_RUNNER_PARALLELIZATION", "1")
 
 # No per-example deadline: the first example pays for imports and warm-up on a loaded 2-core box.
 settings.register_profile("holdfast", deadline=None,

@@ -221,6 +221,7 @@ def test_a_slow_batch_and_a_busy_sweeper_delay_no_other_stream(
     arrivals = tmp_path / "arrivals"
     arrivals.touch()
     monkeypatch.setenv("HOLDFAST_TEST_ARRIVALS", str(arrivals))
+    monkeypatch.setenv("HOLDFAST_RUNNER_PARALLELIZATION", "4")  # the default, not the suite's
 
     def busy_sweeper(*_args: Any, should_stop: Any, **_kw: Any) -> None:
         while not should_stop():  # pure-Python work: it competes for the interpreter lock
