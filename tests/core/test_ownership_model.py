@@ -343,16 +343,23 @@ def test_ownership_model(model_tables: tuple[Any, str, str]) -> None:
     runner().runTest()
 
 
-def test_recreate_while_old_holder_delivers(model_tables: tuple[Any, str, str]) -> None:
-    """A held stream removed (``holdfast rm``) and created again never has two deliverers:
-    the delete waits for the holder's release (it was freeing the stream under its holder)."""
+def _held_by_first(model_tables: tuple[Any, str, str], skews: list[int], seed: int,
+                   suffix: str) -> tuple[Fleet, str]:
+    """A fleet whose workers 0 and 1 have sessions, and a stream worker 0 holds."""
     ddb, table, session_table = model_tables
-    fleet = Fleet(ddb, table, session_table, [0, 0, 0, 0], 10_000 + next(_runs))
-    conn_id = f"{fleet.workers[0].wid}-rm"
+    fleet = Fleet(ddb, table, session_table, skews, seed + next(_runs))
+    conn_id = f"{fleet.workers[0].wid}-{suffix}"
     create_stream(ddb, table, conn_id, "ws://127.0.0.1:9/s/model")
     fleet.start_session(0)
     fleet.start_session(1)
     fleet.acquire(0, conn_id, "ok", 0)
+    return fleet, conn_id
+
+
+def test_recreate_while_old_holder_delivers(model_tables: tuple[Any, str, str]) -> None:
+    """A held stream removed (``holdfast rm``) and created again never has two deliverers:
+    the delete waits for the holder's release (it was freeing the stream under its holder)."""
+    fleet, conn_id = _held_by_first(model_tables, [0, 0, 0, 0], 10_000, "rm")
     fleet.workers[0].throttled = True  # its next heartbeats (carrying the order) fail
     fleet.delete(conn_id)  # holdfast rm: the stop order is on its way to the holder
     fleet.advance(2 * SKEW + 1)  # holdfast start, as late as epochs need (and no later)
@@ -364,13 +371,7 @@ def test_recreate_while_old_holder_delivers(model_tables: tuple[Any, str, str]) 
 
 def test_forced_release_keeps_one_deliverer(model_tables: tuple[Any, str, str]) -> None:
     """A forced release (expiry 0, owner kept) is not acquirable until its holder lets go."""
-    ddb, table, session_table = model_tables
-    fleet = Fleet(ddb, table, session_table, [0, 0, 0, 0], 20_000 + next(_runs))
-    conn_id = f"{fleet.workers[0].wid}-fr"
-    create_stream(ddb, table, conn_id, "ws://127.0.0.1:9/s/model")
-    fleet.start_session(0)
-    fleet.start_session(1)
-    fleet.acquire(0, conn_id, "ok", 0)
+    fleet, conn_id = _held_by_first(model_tables, [0, 0, 0, 0], 20_000, "fr")
     fleet.forced_release(conn_id)
     fleet.now += 5  # before the holder's next heartbeat carries the release order out
     fleet.acquire(1, conn_id, "ok", 0)
@@ -380,17 +381,10 @@ def test_forced_release_keeps_one_deliverer(model_tables: tuple[Any, str, str]) 
     assert [w.wid for w in fleet.workers if conn_id in w.holds] == [fleet.workers[1].wid]
 
 
-
 def test_a_false_report_on_a_live_worker_is_refused(model_tables: tuple[Any, str, str]) -> None:
     """A platform report whose stop time precedes the live worker's later heartbeats (beyond
     the skews) declares nothing dead and releases nothing: the holder keeps its stream alone."""
-    ddb, table, session_table = model_tables
-    fleet = Fleet(ddb, table, session_table, [SKEW, 0, 0, -SKEW], 30_000 + next(_runs))
-    conn_id = f"{fleet.workers[0].wid}-report"
-    create_stream(ddb, table, conn_id, "ws://127.0.0.1:9/s/model")
-    fleet.start_session(0)
-    fleet.start_session(1)
-    fleet.acquire(0, conn_id, "ok", 0)
+    fleet, conn_id = _held_by_first(model_tables, [SKEW, 0, 0, -SKEW], 30_000, "report")
     fleet.advance(6_000)  # heartbeats land well after the stop time reported below
     fleet.false_report(0, 1)  # asserts the report was refused
     fleet.acquire(1, conn_id, "ok", 0)
