@@ -125,7 +125,7 @@ class Holdings:
                     exc.current.lease_owner == owner):
                 # Ours but STOPPED (its stop order was missed, or its release failed): we
                 # are its holder, so we release it.
-                await self._release_stopped(exc.current, owner)
+                await self._let_go(exc.current, owner)
                 return Claim.CONFLICT
             self.metrics.incr("ClaimConflicts")
             logger.debug("claim refused", conn_id=conn_id, worker_id=self.config.worker_id,
@@ -189,7 +189,9 @@ class Holdings:
         """The streams held or being claimed: not strays, whatever the owner index says."""
         return set(self.streams) | self._claiming
 
-    async def _release_stopped(self, item: LeaseItem, owner: str) -> None:
+    async def _let_go(self, item: LeaseItem, owner: str) -> bool:
+        """Release a stream our session owns but no connection of ours holds (STOPPED, or a
+        stray we will not hold): only its holder may free it, and that is us."""
         lease = Lease(item.conn_id, owner, item.epoch, item.lease_expires_at_ms or 0,
                       item.ws_url, item.last_seq)
         try:
@@ -197,10 +199,14 @@ class Holdings:
         except HoldfastError as exc:
             logger.warning("cannot release a stream we own but do not hold",
                            conn_id=item.conn_id, error=str(exc)[:300])
+            return False
+        logger.info("released a stream we owned but did not hold", conn_id=item.conn_id,
+                    desired_state=item.desired_state)
+        return True
 
     async def release_stray(self, conn_id: str, owner: str) -> bool:
-        """Hand back a stream our session owns but we will not hold (full, or one we shed):
-        only its holder may free it, and that is us. False if it was not ours to release."""
+        """Hand back a stray we will not hold (full, or one we shed). False if it was not ours
+        to release, or the release failed (the next strays pass tries again)."""
         if conn_id in self.streams or conn_id in self._claiming:
             return False
         try:
@@ -211,8 +217,7 @@ class Holdings:
         if item is None or item.lease_owner != owner or conn_id in self.streams or (
                 conn_id in self._claiming):
             return False
-        await self._release_stopped(item, owner)
-        return True
+        return await self._let_go(item, owner)
 
     async def anchor(self, conn: Connection, seq: int) -> None:
         """Write a never-checkpointed stream's starting point before its first handler call."""

@@ -66,6 +66,7 @@ class Session:
         self.items: dict[str, LeaseItem] = {}
         self.updated_ms: dict[str, int] = {}
         self._ddb: DynamoDBClient | None = None
+        self._session_store: SessionStore | None = None
         # Wall ms of the last write seen with each claim / release (the item's updated_at_ms):
         # finer than the scan period, for the unowned-time figures.
         self.claimed_wall: dict[str, list[tuple[str, int]]] = {}
@@ -91,9 +92,10 @@ class Session:
         table = self.fleet.env.get(names.ENV_SESSION_TABLE)
         if not table:
             return None
+        if self._session_store is None:
+            self._session_store = SessionStore(self.ddb, table, "", ttl_ms=0, skew_ms=0)
         try:
-            return sessions_by_worker(SessionStore(self.ddb, table, "", ttl_ms=0,
-                                                   skew_ms=0).scan())
+            return sessions_by_worker(self._session_store.scan())
         except HoldfastError as exc:
             self.say(f"session scan failed: {exc}", "red")
             return None
