@@ -8,8 +8,8 @@ import os
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from infra.settings import Settings
-from infra.stack import HoldfastStack, stack_environment
+from holdfast.infra.settings import Settings
+from holdfast.infra.stack import HoldfastStack, stack_environment
 
 app = cdk.App()
 settings = Settings.from_context(app.node.try_get_context)

@@ -148,7 +148,7 @@ def cost_scenarios(modes: list[str], run_dir: Path, streams: int, seconds: float
 
 def fast_paths(run_dir: Path, quick: bool, say: Any) -> dict[str, Any]:
     """Stop at production defaults, and crash failover with and without the platform report."""
-    from lambdas.taskstopped.handler import report_stopped
+    from holdfast.lambdas.taskstopped.handler import report_stopped
 
     def report(bf: BenchFleet, proc: Any) -> None:
         report_stopped(proc.name, bf.pf.direct_env, reason="bench: SIGKILL")

@@ -120,7 +120,7 @@ def run_density(n: int, *, heartbeat_s: float, lease_s: float, rate: float = 1.0
                       **({"HOLDFAST_CHECKPOINT_SECONDS": f"{checkpoint_s:g}"}
                          if checkpoint_s is not None else {})}
         log = (work / "worker.log").open("wb")
-        worker = subprocess.Popen([sys.executable, "-m", "worker"], env=worker_env,
+        worker = subprocess.Popen([sys.executable, "-m", "holdfast.worker"], env=worker_env,
                                   cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
                                   preexec_fn=_raise_fd_limit)  # noqa: PLW1509
         try:

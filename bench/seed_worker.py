@@ -47,7 +47,7 @@ from botocore.config import Config
 
 from holdfast.core import names
 from holdfast.core.schema import ATTR, GSI_NAME, STARTED, conn_id_from_pk, pk_for
-from worker.handler import Handler, Message, load_handler
+from holdfast.worker.handler import Handler, Message, load_handler
 
 __all__ = ["SeedConfig", "SeedTable", "SeedWorker", "main", "now_ms", "resume_url"]
 

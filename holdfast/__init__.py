@@ -1,11 +1,43 @@
 """Holdfast: leased, self-healing fleets of outbound WebSocket connections.
 
-Kept import-free on purpose: ``holdfast.core`` is shipped inside the Lambda asset and must
-not drag the CLI, the local AWS launcher or rich along with it.
+The public API, importable from here: ``Message`` (what a handler receives), ``Handler``
+(its type), the sink fence (``fenced_put``, ``fence_key``, ``StaleEpoch``), and the test
+fixture's types (``LocalFleet``, ``FleetOptions``). Everything under ``holdfast.<module>``
+that is not listed here is private and may change.
+
+The names are resolved on first use (PEP 562), not at import: ``holdfast.core`` ships inside
+the Lambda asset with this file, and must not drag the worker, the CLI or rich along with it.
 """
 
 from __future__ import annotations
 
-__all__ = ["__version__"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["FleetOptions", "Handler", "LocalFleet", "Message", "StaleEpoch", "__version__",
+           "fence_key", "fenced_put"]
 
 __version__ = "0.1.0"
+
+# Public name -> the module it lives in.
+_PUBLIC = {
+    "Message": "holdfast.worker.handler",
+    "Handler": "holdfast.worker.handler",
+    "StaleEpoch": "holdfast.sink",
+    "fence_key": "holdfast.sink",
+    "fenced_put": "holdfast.sink",
+    "LocalFleet": "holdfast.testing",
+    "FleetOptions": "holdfast.testing",
+}
+
+if TYPE_CHECKING:
+    from holdfast.sink import StaleEpoch, fence_key, fenced_put
+    from holdfast.testing import FleetOptions, LocalFleet
+    from holdfast.worker.handler import Handler, Message
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'holdfast' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -9,7 +9,7 @@ from aws_cdk import aws_cloudwatch as cw
 from constructs import Construct
 
 from holdfast.core import names
-from infra.metrics import (
+from holdfast.infra.metrics import (
     MINUTE,
     FleetParts,
     holdfast_metric,

@@ -13,8 +13,8 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from holdfast.core import names
-from infra.logs import retention
-from infra.tracing import adot_layer_arn, tracing_environment
+from holdfast.infra.logs import retention
+from holdfast.infra.tracing import adot_layer_arn, tracing_environment
 
 __all__ = ["POWERTOOLS_ACCOUNT", "RUNTIME", "FunctionDefaults", "HoldfastFunction",
            "lease_environment", "powertools_layer_arn"]

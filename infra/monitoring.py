@@ -10,8 +10,14 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from holdfast.core import names
-from infra.dashboard import build_dashboard
-from infra.metrics import MINUTE, FleetParts, holdfast_metric, running_tasks, throttle_events
+from holdfast.infra.dashboard import build_dashboard
+from holdfast.infra.metrics import (
+    MINUTE,
+    FleetParts,
+    holdfast_metric,
+    running_tasks,
+    throttle_events,
+)
 
 __all__ = ["ALARM_WINDOW", "Monitoring", "unowned_time_threshold_ms"]
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from aws_cdk import Acknowledgment, Validations
 from constructs import IConstruct
 
-from infra.network import Network
-from infra.queue import NudgeQueues
-from infra.router import Router
-from infra.service import WorkerService
-from infra.sweeper import Sweeper
+from holdfast.infra.network import Network
+from holdfast.infra.queue import NudgeQueues
+from holdfast.infra.router import Router
+from holdfast.infra.service import WorkerService
+from holdfast.infra.sweeper import Sweeper
 
 __all__ = ["PACK", "acknowledge", "acknowledge_findings"]
 

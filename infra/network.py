@@ -10,7 +10,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.logs import retention
+from holdfast.infra.logs import retention
 
 __all__ = ["AWS_API_PORT", "Network"]
 

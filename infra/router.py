@@ -16,14 +16,14 @@ from constructs import Construct
 from holdfast.core import names, schema
 from holdfast.core.filters import filter_criteria
 from holdfast.core.orders import prefix_for, validate_prefix
-from infra.function import FunctionDefaults, HoldfastFunction, lease_environment
-from infra.orders import ROUTER_ORDER_ACTIONS, order_queue_statement
+from holdfast.infra.function import FunctionDefaults, HoldfastFunction, lease_environment
+from holdfast.infra.orders import ROUTER_ORDER_ACTIONS, order_queue_statement
 
 __all__ = ["ROUTER_HANDLER", "ROUTER_SESSION_ATTRIBUTES", "Router",
            "SendOnlyDestination", "normalise_statement", "orders_queue_prefix",
            "stop_order_statement"]
 
-ROUTER_HANDLER = "lambdas.router.handler.lambda_handler"
+ROUTER_HANDLER = "holdfast.lambdas.router.handler.lambda_handler"
 # The session attributes a stop order may name: the key, the order set it ADDs to, and what
 # its condition may read to address the holder's own incarnation while it is alive.
 ROUTER_SESSION_ATTRIBUTES = (schema.PARTITION_KEY, schema.SESSION.orders,

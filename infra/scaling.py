@@ -17,7 +17,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from holdfast.core import names, schema
-from infra.metrics import holdfast_metric
+from holdfast.infra.metrics import holdfast_metric
 
 __all__ = ["BACKLOG_STEPS", "WorkerScaling"]
 

@@ -15,9 +15,9 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from holdfast.core import names, schema
-from infra.logs import retention
-from infra.orders import WORKER_ORDER_ACTIONS, order_queue_statement
-from infra.tracing import add_collector, grant_xray, tracing_environment
+from holdfast.infra.logs import retention
+from holdfast.infra.orders import WORKER_ORDER_ACTIONS, order_queue_statement
+from holdfast.infra.tracing import add_collector, grant_xray, tracing_environment
 
 __all__ = ["CONTAINER_NAME", "WORKER_INDEX_ACTIONS", "WORKER_LEASE_ATTRIBUTES",
            "WORKER_QUEUE_ACTIONS", "WORKER_SESSION_ACTIONS", "WORKER_SESSION_ATTRIBUTES",

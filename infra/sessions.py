@@ -7,7 +7,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
 from holdfast.core import schema
-from infra.table import auto_scale, billing_mode
+from holdfast.infra.table import auto_scale, billing_mode
 
 __all__ = ["SessionTable"]
 

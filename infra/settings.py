@@ -19,7 +19,7 @@ from typing import Any, Final
 from holdfast.core import names
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.rules import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS, DEFAULT_SKEW_MS, LeaseTiming
-from infra.exceptions import SettingsError
+from holdfast.infra.exceptions import SettingsError
 
 __all__ = ["LOG_RETENTION_DAYS", "Settings", "context_key"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from aws_cdk import CfnOutput, Duration, Environment, RemovalPolicy, Stack, Tags
@@ -13,22 +14,22 @@ from aws_cdk import aws_ecs as ecs
 from constructs import Construct
 
 from holdfast.core import names
-from infra.exceptions import SettingsError
-from infra.function import FunctionDefaults
-from infra.lambda_asset import REPO_ROOT, lambda_code
-from infra.metrics import FleetParts
-from infra.monitoring import Monitoring
-from infra.nag import acknowledge_findings
-from infra.network import Network
-from infra.queue import NudgeQueues
-from infra.router import Router, orders_queue_prefix
-from infra.scaling import WorkerScaling
-from infra.service import WorkerService
-from infra.sessions import SessionTable
-from infra.settings import Settings, context_key
-from infra.sweeper import Sweeper
-from infra.table import LeaseTable
-from infra.taskstopped import TaskStopped
+from holdfast.infra.exceptions import SettingsError
+from holdfast.infra.function import FunctionDefaults
+from holdfast.infra.lambda_asset import lambda_code
+from holdfast.infra.metrics import FleetParts
+from holdfast.infra.monitoring import Monitoring
+from holdfast.infra.nag import acknowledge_findings
+from holdfast.infra.network import Network
+from holdfast.infra.queue import NudgeQueues
+from holdfast.infra.router import Router, orders_queue_prefix
+from holdfast.infra.scaling import WorkerScaling
+from holdfast.infra.service import WorkerService
+from holdfast.infra.sessions import SessionTable
+from holdfast.infra.settings import Settings, context_key
+from holdfast.infra.sweeper import Sweeper
+from holdfast.infra.table import LeaseTable
+from holdfast.infra.taskstopped import TaskStopped
 
 __all__ = ["HoldfastStack", "stack_environment", "worker_environment"]
 
@@ -211,4 +212,6 @@ def _worker_image(scope: Construct, uri: str | None, arm64: bool) -> ecs.Contain
                            f"repository/{name}")
         return ecs.ContainerImage.from_ecr_repository(repo, tag=digest or tag or "latest")
     platform = ecr_assets.Platform.LINUX_ARM64 if arm64 else ecr_assets.Platform.LINUX_AMD64
-    return ecs.ContainerImage.from_asset(str(REPO_ROOT), platform=platform)
+    # The repository's own Dockerfile (the checkout this module is imported from).
+    repo_root = Path(__file__).resolve().parent.parent
+    return ecs.ContainerImage.from_asset(str(repo_root), platform=platform)

@@ -24,14 +24,18 @@ from constructs import Construct
 
 from holdfast.core import names
 from holdfast.core.schema import OWNER_INDEX_NAME
-from infra.function import FunctionDefaults, HoldfastFunction, lease_environment
-from infra.orders import SWEEPER_ORDER_ACTIONS, list_queues_statement, order_queue_statement
-from lambdas.settings import Settings
+from holdfast.infra.function import FunctionDefaults, HoldfastFunction, lease_environment
+from holdfast.infra.orders import (
+    SWEEPER_ORDER_ACTIONS,
+    list_queues_statement,
+    order_queue_statement,
+)
+from holdfast.lambdas.settings import Settings
 
 __all__ = ["BALANCE_ENVIRONMENT", "SWEEPER_HANDLER", "SWEEPER_LEASE_ACTIONS",
            "SWEEPER_SESSION_ACTIONS", "SWEEPER_TIMEOUT", "Sweeper"]
 
-SWEEPER_HANDLER = "lambdas.sweeper.handler.lambda_handler"
+SWEEPER_HANDLER = "holdfast.lambdas.sweeper.handler.lambda_handler"
 # The handler sweeps until the minute is nearly over; ten seconds of slack covers a last
 # query and the metrics flush without overlapping the next scheduled run by much.
 SWEEPER_TIMEOUT = Duration.seconds(70)

@@ -25,13 +25,13 @@ from constructs import Construct
 from holdfast.core import schema, unowned
 from holdfast.core.schema import ATTR, SESSION
 from holdfast.core.sessions import REPORT_READS
-from infra.function import FunctionDefaults, HoldfastFunction, lease_environment
-from infra.nag import acknowledge
+from holdfast.infra.function import FunctionDefaults, HoldfastFunction, lease_environment
+from holdfast.infra.nag import acknowledge
 
 __all__ = ["TASKSTOPPED_HANDLER", "TASKSTOPPED_LEASE_ATTRIBUTES",
            "TASKSTOPPED_SESSION_READS", "TASKSTOPPED_SESSION_WRITES", "TaskStopped"]
 
-TASKSTOPPED_HANDLER = "lambdas.taskstopped.handler.lambda_handler"
+TASKSTOPPED_HANDLER = "holdfast.lambdas.taskstopped.handler.lambda_handler"
 # What report_dead reads of a session item (a projected GetItem).
 TASKSTOPPED_SESSION_READS = tuple(REPORT_READS)
 # Its session writes: the DEAD declaration (state, when, why; conditional on the incarnation)

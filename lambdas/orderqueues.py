@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools import Logger
     from mypy_boto3_sqs import SQSClient
 
-    from lambdas.router.decide import Decision
+    from holdfast.lambdas.router.decide import Decision
 
 __all__ = ["COLLECT_EVERY_MS", "QueueCollector", "queue_orders", "queues_to_delete",
            "send_body"]

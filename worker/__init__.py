@@ -10,8 +10,8 @@ stops them gracefully); every DynamoDB lease call goes through ``holdfast.core``
 
 from __future__ import annotations
 
-from worker.config import WorkerConfig, load_config
-from worker.handler import Message
-from worker.supervisor import Supervisor
+from holdfast.worker.config import WorkerConfig, load_config
+from holdfast.worker.handler import Message
+from holdfast.worker.supervisor import Supervisor
 
 __all__ = ["Message", "Supervisor", "WorkerConfig", "load_config"]

@@ -18,10 +18,10 @@ from aws_lambda_powertools import Logger
 from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import ConfigError, HoldfastError, SessionConflict
-from worker.config import WorkerConfig, load_config
-from worker.handler import load_handler
-from worker.protocol import load_protocol
-from worker.supervisor import Supervisor
+from holdfast.worker.config import WorkerConfig, load_config
+from holdfast.worker.handler import load_handler
+from holdfast.worker.protocol import load_protocol
+from holdfast.worker.supervisor import Supervisor
 
 __all__ = ["build_worker", "main"]
 

@@ -34,12 +34,12 @@ from holdfast.core import names
 from holdfast.core.balance import HeldView, pick_sheds
 from holdfast.core.directives import Directive
 from holdfast.core.schema import ATTR, STARTED
-from worker.metrics import WorkerMetrics
+from holdfast.worker.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
     from holdfast.core.store import LeaseStore
-    from worker.budget import ConnectBudget
-    from worker.connection import Connection
+    from holdfast.worker.budget import ConnectBudget
+    from holdfast.worker.connection import Connection
 
 __all__ = ["SHED", "Balancing", "owned_elsewhere_by"]
 

@@ -30,9 +30,9 @@ from holdfast.core.exceptions import HoldfastError, LeaseLost, LossReason
 from holdfast.core.model import Lease
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore, wall_clock_ms
-from worker.connection import Connection
-from worker.held import monotonic_ms
-from worker.metrics import WorkerMetrics
+from holdfast.worker.connection import Connection
+from holdfast.worker.held import monotonic_ms
+from holdfast.worker.metrics import WorkerMetrics
 
 __all__ = ["Checkpointer"]
 

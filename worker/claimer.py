@@ -43,8 +43,8 @@ from holdfast.core.nudge import (
     trace_attributes,
     traceparent_of,
 )
-from worker.backoff import claim_retry_s, jittered
-from worker.metrics import WorkerMetrics
+from holdfast.worker.backoff import claim_retry_s, jittered
+from holdfast.worker.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

@@ -23,9 +23,9 @@ from holdfast.core import names
 from holdfast.core.exceptions import UnsafeUrl
 from holdfast.core.tracing import StreamTrace
 from holdfast.core.urls import UrlPolicy, check_url, redact
-from worker.backoff import Backoff
-from worker.delivery import Step
-from worker.dial import (
+from holdfast.worker.backoff import Backoff
+from holdfast.worker.delivery import Step
+from holdfast.worker.dial import (
     ConnectOptions,
     Resolver,
     close_reading,
@@ -35,10 +35,10 @@ from worker.dial import (
     killed_by_a_frame,
     resolve_checked,
 )
-from worker.handler import Handler, Message
-from worker.held import HeldStream, monotonic_ms
-from worker.metrics import WorkerMetrics
-from worker.protocol import Parsed, ResumeProtocol
+from holdfast.worker.handler import Handler, Message
+from holdfast.worker.held import HeldStream, monotonic_ms
+from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.protocol import Parsed, ResumeProtocol
 
 __all__ = ["ConnectOptions", "Connection", "ConnectionContext", "resolve_checked"]
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools import Logger
 
 if TYPE_CHECKING:
-    from worker.supervisor import Supervisor
+    from holdfast.worker.supervisor import Supervisor
 
 __all__ = ["HealthServer", "LoopMonitor", "main", "probe"]
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from enum import StrEnum
 
 from holdfast.core.model import Lease
-from worker.delivery import Delivery, Verdict
+from holdfast.worker.delivery import Delivery, Verdict
 
 __all__ = ["NO_FENCE_MS", "HeldState", "HeldStream", "monotonic_ms"]
 

@@ -32,16 +32,16 @@ from holdfast.core.exceptions import (
 from holdfast.core.model import Lease, LeaseItem
 from holdfast.core.nudge import MAX_DELAY_S
 from holdfast.core.store import LeaseStore
-from worker.backoff import Backoff
-from worker.balancing import SHED, Balancing
-from worker.checkpointer import Checkpointer
-from worker.claimer import SOURCE_MOVED, Claim, Later
-from worker.config import WorkerConfig
-from worker.connection import Connection, ConnectionContext, ConnectOptions
-from worker.handler import Handler
-from worker.held import HeldState, HeldStream
-from worker.metrics import WorkerMetrics
-from worker.protocol import ResumeProtocol
+from holdfast.worker.backoff import Backoff
+from holdfast.worker.balancing import SHED, Balancing
+from holdfast.worker.checkpointer import Checkpointer
+from holdfast.worker.claimer import SOURCE_MOVED, Claim, Later
+from holdfast.worker.config import WorkerConfig
+from holdfast.worker.connection import Connection, ConnectionContext, ConnectOptions
+from holdfast.worker.handler import Handler
+from holdfast.worker.held import HeldState, HeldStream
+from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.protocol import ResumeProtocol
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span

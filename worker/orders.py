@@ -31,7 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core.directives import Directive, parse_inbox_body
 from holdfast.core.orders import Order, is_missing_queue, order_queue_name
-from worker.claimer import in_daemon_thread
+from holdfast.worker.claimer import in_daemon_thread
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

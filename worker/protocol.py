@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 from urllib.parse import unquote_plus
 
-from worker.handler import HandlerLoadError
+from holdfast.worker.handler import HandlerLoadError
 
 __all__ = [
     "FirstFrameProtocol",

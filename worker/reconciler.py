@@ -20,8 +20,8 @@ from aws_lambda_powertools import Logger
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.table import find_orphans
-from worker.backoff import jittered
-from worker.claimer import Claim, ClaimFn
+from holdfast.worker.backoff import jittered
+from holdfast.worker.claimer import Claim, ClaimFn
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

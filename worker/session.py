@@ -31,8 +31,8 @@ from holdfast.core.directives import Directive
 from holdfast.core.exceptions import HoldfastError, SessionLost
 from holdfast.core.orders import Order, parse_order
 from holdfast.core.sessions import Session, SessionStore
-from worker.backoff import retry_before_s
-from worker.metrics import WorkerMetrics
+from holdfast.worker.backoff import retry_before_s
+from holdfast.worker.metrics import WorkerMetrics
 
 __all__ = ["SessionKeeper"]
 

@@ -36,22 +36,22 @@ from holdfast.core.orders import ORDER_STOP, Order
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
-from worker.balancing import Balancing, owned_elsewhere_by
-from worker.budget import ConnectBudget
-from worker.checkpointer import Checkpointer
-from worker.claimer import Claimer
-from worker.config import WorkerConfig
-from worker.connection import Connection
-from worker.handler import Handler, default_handler
-from worker.health import HealthServer
-from worker.held import NO_FENCE_MS, monotonic_ms
-from worker.holdings import Holdings
-from worker.metrics import WorkerMetrics
-from worker.orders import OrderInbox
-from worker.protocol import QueryParamProtocol, ResumeProtocol
-from worker.reconciler import Reconciler, Strays
-from worker.session import SessionKeeper
-from worker.watchdog import Watchdog
+from holdfast.worker.balancing import Balancing, owned_elsewhere_by
+from holdfast.worker.budget import ConnectBudget
+from holdfast.worker.checkpointer import Checkpointer
+from holdfast.worker.claimer import Claimer
+from holdfast.worker.config import WorkerConfig
+from holdfast.worker.connection import Connection
+from holdfast.worker.handler import Handler, default_handler
+from holdfast.worker.health import HealthServer
+from holdfast.worker.held import NO_FENCE_MS, monotonic_ms
+from holdfast.worker.holdings import Holdings
+from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.orders import OrderInbox
+from holdfast.worker.protocol import QueryParamProtocol, ResumeProtocol
+from holdfast.worker.reconciler import Reconciler, Strays
+from holdfast.worker.session import SessionKeeper
+from holdfast.worker.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -26,8 +26,8 @@ from cdk_nag import AwsSolutionsChecks
 HOLDFAST = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(HOLDFAST))  # infra/ and the Lambda code live in the checkout
 
-from infra.settings import Settings  # noqa: E402
-from infra.stack import HoldfastStack, stack_environment  # noqa: E402
+from holdfast.infra.settings import Settings  # noqa: E402
+from holdfast.infra.stack import HoldfastStack, stack_environment  # noqa: E402
 
 __all__: list[str] = []
 

@@ -99,7 +99,7 @@ class Rebalancing:
 
     def _queue(self, owner: str, draining: bool) -> None:
         """Also on the worker's order queue, as ``holdfast drain`` sends it (best effort)."""
-        from lambdas.orderqueues import send_body
+        from holdfast.lambdas.orderqueues import send_body
 
         env = self.soak.pf.direct_env
         prefix, url = env.get("HOLDFAST_ORDERS_QUEUE_PREFIX"), env.get("HOLDFAST_QUEUE_URL")

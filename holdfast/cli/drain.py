@@ -79,7 +79,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _queue(owner: str, draining: bool) -> str:
     """Tell the worker through its order queue too, if the environment names the queues."""
-    from lambdas.orderqueues import send_body  # the router's one send, kept in one place
+    from holdfast.lambdas.orderqueues import send_body  # the router's one send, kept in one place
 
     raw_prefix = os.environ.get(names.ENV_ORDERS_QUEUE_PREFIX, "").strip()
     queue_url = os.environ.get(names.ENV_QUEUE_URL, "").strip()

@@ -36,7 +36,7 @@ def _add(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from lambdas.taskstopped.handler import report_stopped
+    from holdfast.lambdas.taskstopped.handler import report_stopped
 
     def fail(code: int, message: str) -> int:
         print(f"holdfast task-stopped: {message}", file=sys.stderr)

@@ -89,9 +89,9 @@ def sqs_client(config: Config | None = None) -> SQSClient:
 
 
 # Module of the code that built a client -> the component whose IAM role makes its calls.
-_COMPONENTS = (("worker", "worker"), ("lambdas.router", "router"),
-               ("lambdas.sweeper", "sweeper"), ("lambdas.taskstopped", "taskstopped"),
-               ("holdfast.runner", "runner"),
+_COMPONENTS = (("holdfast.worker", "worker"), ("holdfast.lambdas.router", "router"),
+               ("holdfast.lambdas.sweeper", "sweeper"),
+               ("holdfast.lambdas.taskstopped", "taskstopped"), ("holdfast.runner", "runner"),
                ("holdfast.cli", "cli"), ("bench", "bench"))
 # Words of update/condition expressions that are not attribute names.
 _EXPRESSION_WORDS = frozenset({

@@ -240,7 +240,7 @@ METRIC_TASK_EVENTS_MALFORMED: Final = "TaskEventsMalformed"
 TASKSTOPPED_SERVICE: Final = "taskstopped"
 
 # The container health check: exits 0 while the worker's supervisor loop is alive.
-WORKER_HEALTH_COMMAND: Final = ("python", "-m", "worker.health")
+WORKER_HEALTH_COMMAND: Final = ("python", "-m", "holdfast.worker.health")
 
 
 def service_names(fleet: str) -> dict[str, str]:

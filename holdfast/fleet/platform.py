@@ -74,7 +74,7 @@ class PlatformReporter:
     def warm_up(self) -> None:
         """Build the client and open its connection now, not at the first crash (a cold
         boto3 client and a first request cost ~1 s locally; a warm Lambda has neither)."""
-        from lambdas.taskstopped.handler import deps_for_env
+        from holdfast.lambdas.taskstopped.handler import deps_for_env
 
         try:
             deps = deps_for_env(self.fleet.env)
@@ -98,7 +98,11 @@ class PlatformReporter:
         return out
 
     def report(self, worker_id: str, env: Mapping[str, str], code: int | None) -> Report:
-        from lambdas.taskstopped.handler import TaskStoppedDeps, deps_for_env, report_stopped
+        from holdfast.lambdas.taskstopped.handler import (
+            TaskStoppedDeps,
+            deps_for_env,
+            report_stopped,
+        )
 
         at = wall_clock_ms()
         t0 = time.monotonic()

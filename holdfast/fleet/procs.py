@@ -268,7 +268,7 @@ class Fleet:
     def start_worker(self, worker_id: str) -> Proc:
         # The recorder always runs, wrapping the user's handler if there is one: the missed-seq
         # check sees every message the user's code saw.
-        proc = self._proc(worker_id, [sys.executable, "-m", "worker"],
+        proc = self._proc(worker_id, [sys.executable, "-m", "holdfast.worker"],
                           self.run_dir / f"worker-{worker_id}.log", {
                               **self.worker_env, "HOLDFAST_WORKER_ID": worker_id,
                               "HOLDFAST_HANDLER": RECORDER_SPEC,

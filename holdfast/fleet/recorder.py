@@ -70,7 +70,7 @@ def _inner() -> Callable[[Any], Awaitable[object]] | None:
         if not spec or spec == RECORDER_SPEC:
             _wrapped[spec] = None
         else:  # the worker's own loader: the same import rules and errors as HOLDFAST_HANDLER
-            from worker.handler import load_handler
+            from holdfast.worker.handler import load_handler
             _wrapped[spec] = load_handler(spec)
     return _wrapped[spec]
 

@@ -28,13 +28,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from holdfast.core.exceptions import ConfigError
+from holdfast.lambdas.settings import env_int
 from holdfast.runner.esm import EsmConfig
 from holdfast.runner.shards import StartPosition
-from lambdas.settings import env_int
 
 __all__ = ["DEFAULT_HANDLER", "RunnerConfig"]
 
-DEFAULT_HANDLER = "lambdas.router.handler:lambda_handler"
+DEFAULT_HANDLER = "holdfast.lambdas.router.handler:lambda_handler"
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.filters import FILTER_PATTERNS
+from holdfast.lambdas.settings import Settings
+from holdfast.lambdas.sweeper.loop import SweepDeps, memory_for, run_sweeps, session_store_for
 from holdfast.runner.config import DEFAULT_HANDLER, RunnerConfig
 from holdfast.runner.dispatch import Dispatcher
 from holdfast.runner.esm import EsmStats, Handler, Invoker
@@ -33,8 +35,6 @@ from holdfast.runner.exceptions import ChangesNotFound
 from holdfast.runner.matcher import FilterSet
 from holdfast.runner.sandbox import Sandboxes
 from holdfast.runner.shards import ShardReader, changes_arn_of, to_lambda_record
-from lambdas.settings import Settings
-from lambdas.sweeper.loop import SweepDeps, memory_for, run_sweeps, session_store_for
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -40,11 +40,16 @@ from holdfast.core.exceptions import HoldfastError, NudgeNotSent
 from holdfast.core.nudge import Nudge, send_nudges
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
-from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, service_name
-from lambdas.orderqueues import queue_orders
-from lambdas.router.decide import Decision, Outcome, decide
-from lambdas.settings import Settings
-from lambdas.sweeper.loop import session_store_for
+from holdfast.lambdas.metrics import (
+    METRICS_NAMESPACE,
+    emit_counts_by,
+    metrics_enabled,
+    service_name,
+)
+from holdfast.lambdas.orderqueues import queue_orders
+from holdfast.lambdas.router.decide import Decision, Outcome, decide
+from holdfast.lambdas.settings import Settings
+from holdfast.lambdas.sweeper.loop import session_store_for
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext

@@ -37,8 +37,8 @@ from holdfast.core.balance import BalancePolicy, Member, Plan, plan
 from holdfast.core.directives import Directive
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.sessions import SessionItem, SessionStore, SweepLog
-from lambdas.orderqueues import send_body
-from lambdas.settings import Settings
+from holdfast.lambdas.orderqueues import send_body
+from holdfast.lambdas.settings import Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

@@ -21,10 +21,15 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
-from lambdas.metrics import METRICS_NAMESPACE, emit_counts_by, metrics_enabled, service_name
-from lambdas.settings import Settings
-from lambdas.sweeper.dedup import NudgeMemory
-from lambdas.sweeper.loop import (
+from holdfast.lambdas.metrics import (
+    METRICS_NAMESPACE,
+    emit_counts_by,
+    metrics_enabled,
+    service_name,
+)
+from holdfast.lambdas.settings import Settings
+from holdfast.lambdas.sweeper.dedup import NudgeMemory
+from holdfast.lambdas.sweeper.loop import (
     SweepDeps,
     SweepStats,
     memory_for,

@@ -27,11 +27,11 @@ from holdfast.core.nudge import Nudge, send_nudges
 from holdfast.core.sessions import SessionStore, SessionSweep, SweepLog, sweep_sessions
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import Orphan, count_owned, find_orphans
-from lambdas.orderqueues import QueueCollector
-from lambdas.settings import Settings
-from lambdas.sweeper.balancer import Balancer, BalanceRound
-from lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
-from lambdas.sweeper.unindexed import UnindexedPass
+from holdfast.lambdas.orderqueues import QueueCollector
+from holdfast.lambdas.settings import Settings
+from holdfast.lambdas.sweeper.balancer import Balancer, BalanceRound
+from holdfast.lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
+from holdfast.lambdas.sweeper.unindexed import UnindexedPass
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

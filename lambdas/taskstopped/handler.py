@@ -32,8 +32,8 @@ from holdfast.core.rules import LeaseTiming, is_expired
 from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionStore, SweepLog
 from holdfast.core.store import wall_clock_ms
-from lambdas.metrics import METRICS_NAMESPACE, metrics_enabled, service_name
-from lambdas.taskstopped.events import HandledTasks, Skip, parse_event, task_stopped_event
+from holdfast.lambdas.metrics import METRICS_NAMESPACE, metrics_enabled, service_name
+from holdfast.lambdas.taskstopped.events import HandledTasks, Skip, parse_event, task_stopped_event
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext

@@ -41,7 +41,7 @@ from holdfast.core.schema import ATTR, BACKSTOP_MS, SESSION, pk_for, session_pk_
 from holdfast.core.sessions import Session, SessionStore, sweep_sessions
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream, delete_stream, set_desired_state
-from lambdas.router.decide import decide
+from holdfast.lambdas.router.decide import decide
 from tests.core.faults import drop_request, lose_response
 
 __all__ = ["T0", "TIMING", "Fleet", "Hold", "Worker"]

@@ -23,10 +23,10 @@ from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
+from holdfast.worker.claimer import Claim
+from holdfast.worker.reconciler import Reconciler
 from tests.conftest import client_for
 from tests.core.test_store import Clock
-from worker.claimer import Claim
-from worker.reconciler import Reconciler
 
 TTL_MS = 4_000
 SKEW_MS = 500

@@ -71,7 +71,7 @@ def test_off_by_default_installs_nothing(tmp_path: Path) -> None:
     out = _run(f"""
         from opentelemetry import trace
         from holdfast.core import tracing
-        import worker.__main__  # the worker's own import path, too
+        import holdfast.worker.__main__  # the worker's own import path, too
         assert tracing.setup("holdfast-worker") is False
         assert not tracing.enabled()
         assert tracing.start_span("claim", "s") is None and tracing.inject(None) is None
@@ -114,7 +114,7 @@ def test_no_sdk_means_off(tmp_path: Path) -> None:
         for name in ("opentelemetry", "opentelemetry.sdk", "opentelemetry.trace"):
             sys.modules[name] = None  # ImportError on import
         from holdfast.core import tracing
-        import lambdas.router.handler
+        import holdfast.lambdas.router.handler
         assert tracing.start_span("route", "s") is None
         print(tracing.enabled())
     """, {names.ENV_TRACING: "otlp", "AWS_DEFAULT_REGION": "us-east-1",
@@ -125,7 +125,7 @@ def test_no_sdk_means_off(tmp_path: Path) -> None:
 def test_a_handed_on_nudge_keeps_its_trace() -> None:
     """A stopping worker's fresh copy of a nudge carries the same traceparent attribute (and
     one more hop: holdfast.core.nudge.HOPS)."""
-    from worker.claimer import _copy
+    from holdfast.worker.claimer import _copy
 
     tp = "00-" + "3" * 32 + "-" + "4" * 16 + "-01"
     body = '{"conn_id":"c1","reason":"moved","epoch":null}'

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from holdfast.fleet import recorder
-from worker.handler import HandlerLoadError, Message, load_handler
+from holdfast.worker.handler import HandlerLoadError, Message, load_handler
 
 
 def test_records_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -57,7 +57,7 @@ def test_env_file_mode_serves_a_worker_we_bring(tmp_path: Path) -> None:
         assert _wait(env_file.exists, 60), "env file never written"
         env = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
         worker = subprocess.Popen(
-            [sys.executable, "-m", "worker"], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+            [sys.executable, "-m", "holdfast.worker"], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env={**os.environ, **env, "HOLDFAST_WORKER_ID": "brought", "PYTHONPATH":
                  str(REPO_ROOT), "HOLDFAST_HEALTH_PORT": "0"})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from worker.handler import Message
+from holdfast import Message
 
 __all__ = ["handle", "not_async"]
 

@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.router import ROUTER_HANDLER
-from infra.sweeper import SWEEPER_HANDLER
-from infra.taskstopped import TASKSTOPPED_HANDLER
+from holdfast.infra.router import ROUTER_HANDLER
+from holdfast.infra.sweeper import SWEEPER_HANDLER
+from holdfast.infra.taskstopped import TASKSTOPPED_HANDLER
 from tests.infra.conftest import one_resource, resources
 
 __all__ = ["AWS_SIDE_ACTIONS", "Need", "allows", "arn_name", "as_list", "needs_of", "role_ids",

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from infra.settings import Settings
+from holdfast.infra.settings import Settings
 from tests.infra.conftest import REPO, cdk_json, session_table_id
 
 # Every finding we accept on purpose (see infra/nag.py); a new one must be reviewed here.

@@ -32,9 +32,10 @@ def test_final_stage_is_slim_non_root_with_health_and_exec_entrypoint() -> None:
     (user,) = [arg for word, arg in final if word == "USER"]
     assert user.split(":")[0].isdigit() and user.split(":")[0] != "0"
     (health,) = [arg for word, arg in final if word == "HEALTHCHECK"]
-    assert '"worker.health"' in health
+    assert '"holdfast.worker.health"' in health
     (entry,) = [arg for word, arg in final if word == "ENTRYPOINT"]
-    assert json.loads(entry) == ["python", "-m", "worker"]  # exec form: signals reach python
+    # exec form: signals reach python
+    assert json.loads(entry) == ["python", "-m", "holdfast.worker"]
 
 
 def test_only_runtime_dependencies_are_installed() -> None:

@@ -33,9 +33,9 @@ from holdfast.core.orders import order_queue_name, prefix_for
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import set_desired_state
+from holdfast.infra.router import orders_queue_prefix
 from holdfast.localaws import LocalAws
 from holdfast.runner.context import LocalContext
-from infra.router import orders_queue_prefix
 from tests.infra.conftest import (
     STACK,
     lease_table_id,
@@ -125,7 +125,7 @@ def _drive_worker(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> s
            "HOLDFAST_POLL_DRAIN_SECONDS": "5", names.ENV_RECORD_AWS_CALLS: str(folder),
            "PYTHONUNBUFFERED": "1"}
     with (folder.parent / f"{wid}.log").open("ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "holdfast.worker"], cwd=ROOT, env=env,
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         for name in ("a", "b", "k"):
@@ -181,7 +181,7 @@ def _drive_router(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> N
     """One batch: an insert without expiry (normalise + nudge), a held stream stopped (order
     queue + session order), and a stream restarted while its old session is gone (session
     read + release)."""
-    from lambdas.router import handler as router
+    from holdfast.lambdas.router import handler as router
 
     n, a, r = f"{tag}-n", f"{tag}-a", f"{tag}-r"
     fleet.ddb.put_item(TableName=fleet.table, Item={
@@ -212,7 +212,7 @@ def _drive_sweeper(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> 
     """A dead session owning a stream (and its left-over order queue), an expired lease, an
     item without an expiry, and two live sessions out of balance (targets for both, one sent
     to the busy one's order queue)."""
-    from lambdas.sweeper import handler as sweeper
+    from holdfast.lambdas.sweeper import handler as sweeper
 
     ghost = _stale_session(fleet, f"ghost-{tag}", f"{tag}-g", up.url("g"))
     # The order queue its crash left behind: the sweeper collects it once the session is dead.
@@ -248,8 +248,8 @@ def _drive_sweeper(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> 
 def _drive_taskstopped(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> None:
     """A live session holding a stream reported STOPPED (dead + release), then the same event
     in a cold container (nothing left: the session is marked reaped)."""
-    from lambdas.taskstopped import handler as taskstopped
-    from lambdas.taskstopped.events import task_stopped_event
+    from holdfast.lambdas.taskstopped import handler as taskstopped
+    from holdfast.lambdas.taskstopped.events import task_stopped_event
 
     wid = f"stopped-{tag}"
     session = SessionStore(fleet.ddb, fleet.session_table, fleet.table, ttl_ms=60_000,

@@ -63,10 +63,10 @@ def emitted(capsys: pytest.CaptureFixture[str],
     """What each component prints when it flushes its metrics (with nothing counted yet)."""
     monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
     monkeypatch.delenv("POWERTOOLS_DEV", raising=False)
-    from lambdas.router import handler as router
-    from lambdas.sweeper import handler as sweeper
-    from lambdas.sweeper.loop import SweepStats
-    from worker.metrics import WorkerMetrics
+    from holdfast.lambdas.router import handler as router
+    from holdfast.lambdas.sweeper import handler as sweeper
+    from holdfast.lambdas.sweeper.loop import SweepStats
+    from holdfast.worker.metrics import WorkerMetrics
 
     capsys.readouterr()
     worker = WorkerMetrics(service=SERVICE["worker"], namespace=names.NAMESPACE)
@@ -94,7 +94,7 @@ def test_every_watched_metric_is_emitted_by_its_service(
 
 def test_the_worker_refuses_a_counter_it_would_not_emit() -> None:
     """A misspelt or unregistered counter fails loudly instead of vanishing from the EMF."""
-    from worker.metrics import WorkerMetrics
+    from holdfast.worker.metrics import WorkerMetrics
 
     with pytest.raises(ValueError, match="not a worker counter"):
         WorkerMetrics().incr("SessionRenewFailure")

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from infra.exceptions import SettingsError
-from infra.settings import Settings
-from infra.stack import stack_environment
+from holdfast.infra.exceptions import SettingsError
+from holdfast.infra.settings import Settings
+from holdfast.infra.stack import stack_environment
 from tests.infra.conftest import one_resource, resources
 
 
@@ -109,7 +109,7 @@ def test_existing_vpc_is_looked_up_not_created() -> None:
     import aws_cdk as cdk
     from aws_cdk.assertions import Template
 
-    from infra.network import Network
+    from holdfast.infra.network import Network
 
     account, region, vpc_id = "111122223333", "eu-west-1", "vpc-0123abcd"
     app = cdk.App(context=vpc_lookup_context(account, region, vpc_id))

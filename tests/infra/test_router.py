@@ -12,8 +12,8 @@ from aws_cdk.assertions import Match
 from holdfast.core import names, schema
 from holdfast.core.filters import filter_criteria
 from holdfast.core.orders import order_queue_name
-from infra.function import RUNTIME
-from infra.router import ROUTER_HANDLER, orders_queue_prefix
+from holdfast.infra.function import RUNTIME
+from holdfast.infra.router import ROUTER_HANDLER, orders_queue_prefix
 from tests.infra.conftest import (
     ALT_STACK,
     STACK,

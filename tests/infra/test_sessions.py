@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from holdfast.core import schema
-from infra.settings import Settings
+from holdfast.infra.settings import Settings
 from tests.infra.conftest import ALT_CONTEXT, scalable_targets, session_table_id
 
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from holdfast.core.exceptions import ConfigError
-from infra.exceptions import SettingsError
-from infra.settings import Settings, context_key
+from holdfast.infra.exceptions import SettingsError
+from holdfast.infra.settings import Settings, context_key
 from tests.infra.conftest import cdk_json
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from holdfast.core import names, schema
-from infra.router import (
+from holdfast.infra.router import (
     ROUTER_HANDLER,
     ROUTER_SESSION_ATTRIBUTES,
     orders_queue_prefix,
 )
-from infra.service import WORKER_LEASE_ATTRIBUTES, WORKER_SESSION_ATTRIBUTES
-from infra.sweeper import SWEEPER_HANDLER
+from holdfast.infra.service import WORKER_LEASE_ATTRIBUTES, WORKER_SESSION_ATTRIBUTES
+from holdfast.infra.sweeper import SWEEPER_HANDLER
 from tests.infra.conftest import (
     STACK,
     lease_table_id,

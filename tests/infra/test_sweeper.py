@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from holdfast.core import names
-from infra.sweeper import BALANCE_ENVIRONMENT, SWEEPER_HANDLER
-from lambdas.settings import Settings
+from holdfast.infra.sweeper import BALANCE_ENVIRONMENT, SWEEPER_HANDLER
+from holdfast.lambdas.settings import Settings
 from tests.infra.conftest import resources, session_table_id
 
 

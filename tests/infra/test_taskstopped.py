@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from holdfast.core import names, schema
-from infra.taskstopped import (
+from holdfast.infra.taskstopped import (
     TASKSTOPPED_HANDLER,
     TASKSTOPPED_LEASE_ATTRIBUTES,
     TASKSTOPPED_SESSION_READS,

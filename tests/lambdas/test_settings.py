@@ -6,8 +6,8 @@ import pytest
 
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.rules import LeaseTiming
-from lambdas.settings import Settings
-from worker.config import load_config
+from holdfast.lambdas.settings import Settings
+from holdfast.worker.config import load_config
 
 BASE = {"HOLDFAST_TABLE": "t", "HOLDFAST_QUEUE_URL": "http://127.0.0.1:1/q"}
 WORKER = {**BASE, "HOLDFAST_WORKER_ID": "w1", "HOLDFAST_SESSION_TABLE": "s"}

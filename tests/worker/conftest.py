@@ -210,7 +210,7 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
                 "HOLDFAST_HANDLER": "tests.worker.recording_handler:record",
                 "HOLDFAST_TEST_RECORD": str(record_path), "PYTHONUNBUFFERED": "1", **extra}
         log = log_path.open("ab")
-        proc = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=full,
+        proc = subprocess.Popen([sys.executable, "-m", "holdfast.worker"], cwd=ROOT, env=full,
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         wp = WorkerProc(name, proc, log_path, record_path, log)
         procs.append(wp)
@@ -260,7 +260,7 @@ def missing_seqs(seqs: list[int]) -> list[int]:
 
 def worker_config(fleet: Fleet, **overrides: str) -> Any:
     """A ``WorkerConfig`` for an in-process worker on ``fleet`` (env plus ``overrides``)."""
-    from worker.config import load_config
+    from holdfast.worker.config import load_config
 
     env = {**fleet.env, "HOLDFAST_WORKER_ID": f"inproc-{uuid.uuid4().hex[:6]}", **overrides}
     return load_config(env)

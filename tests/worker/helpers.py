@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from holdfast.worker.handler import Handler, Message
+from holdfast.worker.supervisor import Supervisor
 from tests.conftest import client_for
 from tests.worker.conftest import Fleet, worker_config
-from worker.handler import Handler, Message
-from worker.supervisor import Supervisor
 
 __all__ = ["Recorder", "running_worker"]
 

@@ -12,7 +12,7 @@ import os
 import time
 from typing import IO
 
-from worker.handler import Message
+from holdfast.worker.handler import Message
 
 __all__ = ["block_on_3", "explode_on_7", "not_async", "record", "slow_record"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.backoff import Backoff, jittered
+from holdfast.worker.backoff import Backoff, jittered
 
 
 def test_delays_grow_then_cap() -> None:

@@ -6,11 +6,11 @@ import asyncio
 
 from holdfast.core.directives import Directive
 from holdfast.core.model import Lease
-from worker.balancing import SHED, Balancing
-from worker.budget import ConnectBudget
-from worker.connection import Connection, ConnectionContext
-from worker.held import HeldStream
-from worker.metrics import WorkerMetrics
+from holdfast.worker.balancing import SHED, Balancing
+from holdfast.worker.budget import ConnectBudget
+from holdfast.worker.connection import Connection, ConnectionContext
+from holdfast.worker.held import HeldStream
+from holdfast.worker.metrics import WorkerMetrics
 
 NOW = 1_000_000
 

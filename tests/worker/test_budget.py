@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.budget import ConnectBudget, TokenBucket
+from holdfast.worker.budget import ConnectBudget, TokenBucket
 
 
 def test_a_full_bucket_lets_a_burst_through_then_paces_at_the_rate() -> None:

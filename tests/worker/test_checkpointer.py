@@ -7,13 +7,13 @@ import asyncio
 from holdfast.core.rules import LeaseTiming
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore
+from holdfast.worker.checkpointer import Checkpointer
+from holdfast.worker.connection import Connection, ConnectionContext
+from holdfast.worker.held import NO_FENCE_MS, HeldState, HeldStream
+from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.protocol import QueryParamProtocol
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
 from tests.worker.helpers import Recorder, item_attr, running_worker
-from worker.checkpointer import Checkpointer
-from worker.connection import Connection, ConnectionContext
-from worker.held import NO_FENCE_MS, HeldState, HeldStream
-from worker.metrics import WorkerMetrics
-from worker.protocol import QueryParamProtocol
 
 
 def runner_for(fleet: Fleet, conn: str, checkpoint: int) -> tuple[Checkpointer, Connection]:

@@ -11,10 +11,10 @@ import pytest
 
 from holdfast.core.nudge import HOPS
 from holdfast.localaws import LocalAws
+from holdfast.worker.claimer import MAX_HOPS, Claim, Claimer, Later, in_daemon_thread
+from holdfast.worker.metrics import WorkerMetrics
 from tests.conftest import client_for
 from tests.worker.conftest import async_wait_until
-from worker.claimer import MAX_HOPS, Claim, Claimer, Later, in_daemon_thread
-from worker.metrics import WorkerMetrics
 
 
 async def test_in_daemon_thread_returns_and_raises() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.rules import LeaseTiming
-from worker.config import (
+from holdfast.worker.config import (
     MEMORY_RESERVE_MIB,
     buffer_bytes,
     default_worker_id,

@@ -13,6 +13,12 @@ from holdfast.core.model import Lease
 from holdfast.core.store import LeaseStore
 from holdfast.core.urls import UrlPolicy
 from holdfast.upstream import UpstreamServer
+from holdfast.worker.backoff import Backoff
+from holdfast.worker.connection import Connection, ConnectionContext, ConnectOptions
+from holdfast.worker.dial import close_reading
+from holdfast.worker.held import NO_FENCE_MS, HeldStream
+from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.protocol import QueryParamProtocol
 from tests.worker.conftest import (
     LOOPBACK_POLICY,
     Fleet,
@@ -21,12 +27,6 @@ from tests.worker.conftest import (
     missing_seqs,
 )
 from tests.worker.helpers import Recorder
-from worker.backoff import Backoff
-from worker.connection import Connection, ConnectionContext, ConnectOptions
-from worker.dial import close_reading
-from worker.held import NO_FENCE_MS, HeldStream
-from worker.metrics import WorkerMetrics
-from worker.protocol import QueryParamProtocol
 
 
 def lease_for(fleet: Fleet, conn: str, url: str) -> Lease:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.delivery import Delivery, Step, Verdict
+from holdfast.worker.delivery import Delivery, Step, Verdict
 
 FAR = 2**62  # a fence deadline that never comes
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.handler import HandlerLoadError, Message, default_handler, load_handler
+from holdfast.worker.handler import HandlerLoadError, Message, default_handler, load_handler
 
 
 async def test_default_handler_logs_at_debug(caplog: pytest.LogCaptureFixture) -> None:

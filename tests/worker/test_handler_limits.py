@@ -6,12 +6,12 @@ import asyncio
 import json
 from collections.abc import Callable
 
+from holdfast.worker.handler import Message
+from holdfast.worker.held import NO_FENCE_MS
+from holdfast.worker.watchdog import EXIT_CODE, Watchdog
 from tests.worker.conftest import Fleet, WorkerProc, seqs_by_stream
 from tests.worker.scripted import scripted_upstream
 from tests.worker.test_connection import connection, context, lease_for, run_until
-from worker.handler import Message
-from worker.held import NO_FENCE_MS
-from worker.watchdog import EXIT_CODE, Watchdog
 
 
 async def test_a_handler_call_over_the_timeout_is_cancelled_and_passed(

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
-from worker.health import HealthServer, LoopMonitor, main, probe
+from holdfast.worker.health import HealthServer, LoopMonitor, main, probe
 
 
 @dataclass

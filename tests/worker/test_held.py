@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from holdfast.core.model import Lease
-from worker.delivery import Step
-from worker.held import NO_FENCE_MS, HeldState, HeldStream
+from holdfast.worker.delivery import Step
+from holdfast.worker.held import NO_FENCE_MS, HeldState, HeldStream
 
 LEASE = Lease("c-1", "w#1", 3, 10_000, "wss://example.com/s", 4)
 FINAL = [HeldState.ABORTED, HeldState.FENCED, HeldState.LOST, HeldState.RELEASED]

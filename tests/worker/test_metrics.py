@@ -10,9 +10,9 @@ import pytest
 from holdfast.core import names
 from holdfast.core.store import wall_clock_ms
 from holdfast.core.table import create_stream
+from holdfast.worker.metrics import WorkerMetrics
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
 from tests.worker.helpers import Recorder, running_worker
-from worker.metrics import WorkerMetrics
 
 
 def test_flush_prints_one_emf_record(capsys: pytest.CaptureFixture[str]) -> None:

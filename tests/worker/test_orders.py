@@ -12,9 +12,9 @@ import pytest
 
 from holdfast.core.orders import Order, is_missing_queue, order_queue_name, order_queue_url
 from holdfast.core.table import set_desired_state
+from holdfast.worker.orders import OrderInbox
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
 from tests.worker.helpers import Recorder, item_attr, running_worker
-from worker.orders import OrderInbox
 
 
 @asynccontextmanager

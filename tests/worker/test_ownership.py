@@ -27,6 +27,12 @@ from holdfast.core.model import Lease
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore
 from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORDER_SPEC, Handled, read_records
+from holdfast.worker.claimer import Claim
+from holdfast.worker.connection import Connection
+from holdfast.worker.holdings import Holdings
+from holdfast.worker.protocol import QueryParamProtocol
+from holdfast.worker.reconciler import Strays
+from holdfast.worker.supervisor import Supervisor
 from tests.conftest import TIMEOUT_SCALE, client_for
 from tests.worker.conftest import (
     ROOT,
@@ -38,12 +44,6 @@ from tests.worker.conftest import (
     worker_config,
 )
 from tests.worker.helpers import Recorder
-from worker.claimer import Claim
-from worker.connection import Connection
-from worker.holdings import Holdings
-from worker.protocol import QueryParamProtocol
-from worker.reconciler import Strays
-from worker.supervisor import Supervisor
 
 
 class SessionLostDuringAcquire(LeaseStore):

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
+from holdfast.worker.backoff import Backoff
+from holdfast.worker.connection import LOG_EVERY_MS, ConnectOptions
+from holdfast.worker.delivery import STALL_AFTER
 from tests.worker.conftest import Fleet, async_wait_until
 from tests.worker.helpers import Recorder, item_attr, running_worker
 from tests.worker.scripted import scripted_upstream
 from tests.worker.test_connection import connection, context, lease_for, run_until
-from worker.backoff import Backoff
-from worker.connection import LOG_EVERY_MS, ConnectOptions
-from worker.delivery import STALL_AFTER
 
 DEEP = '{"a": ' * 20_000 + "1" + "}" * 20_000  # RecursionError in json.loads
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from worker.handler import HandlerLoadError
-from worker.protocol import (
+from holdfast.worker.handler import HandlerLoadError
+from holdfast.worker.protocol import (
     FirstFrameProtocol,
     HeaderProtocol,
     QueryParamProtocol,
@@ -72,7 +72,8 @@ def test_load_protocol() -> None:
     """Built-in names and module:factory load; anything else is a clear error."""
     assert isinstance(load_protocol(None), QueryParamProtocol)
     assert isinstance(load_protocol("header"), HeaderProtocol)
-    assert isinstance(load_protocol("worker.protocol:FirstFrameProtocol"), FirstFrameProtocol)
+    first_frame = load_protocol("holdfast.worker.protocol:FirstFrameProtocol")
+    assert isinstance(first_frame, FirstFrameProtocol)
     with pytest.raises(HandlerLoadError, match="HOLDFAST_PROTOCOL"):
         load_protocol("turbo")
     with pytest.raises(HandlerLoadError, match="cannot be loaded"):

@@ -7,9 +7,9 @@ from typing import Any
 from holdfast.core.sessions import SessionStore
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
+from holdfast.worker.claimer import Claim
+from holdfast.worker.reconciler import Strays
 from tests.worker.conftest import async_wait_until
-from worker.claimer import Claim
-from worker.reconciler import Strays
 
 
 async def test_the_pass_reads_the_held_set_once_for_all_owned_streams(

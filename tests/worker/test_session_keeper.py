@@ -8,9 +8,9 @@ from typing import Any
 from holdfast.core import rules
 from holdfast.core.exceptions import SessionLost, StoreUnavailable
 from holdfast.core.sessions import Beat, Session
-from worker.held import monotonic_ms
-from worker.metrics import WorkerMetrics
-from worker.session import SessionKeeper
+from holdfast.worker.held import monotonic_ms
+from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.session import SessionKeeper
 
 TIMING = rules.LeaseTiming(lease_ms=4000, heartbeat_ms=1000, skew_ms=500, margin_ms=400)
 

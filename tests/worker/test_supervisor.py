@@ -9,12 +9,12 @@ import boto3
 
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import delete_stream, set_desired_state
+from holdfast.worker.handler import Message
+from holdfast.worker.supervisor import Supervisor
 from tests.conftest import client_for
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
 from tests.worker.helpers import Recorder, item_attr, running_worker
 from tests.worker.proxy import CuttableProxy
-from worker.handler import Message
-from worker.supervisor import Supervisor
 
 
 def other_store(fleet: Fleet) -> LeaseStore:

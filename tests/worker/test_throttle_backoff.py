@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from worker.backoff import claim_retry_s, retry_before_s
-from worker.claimer import Claim, Claimer
-from worker.metrics import WorkerMetrics
+from holdfast.worker.backoff import claim_retry_s, retry_before_s
+from holdfast.worker.claimer import Claim, Claimer
+from holdfast.worker.metrics import WorkerMetrics
 
 
 class FakeSqs:

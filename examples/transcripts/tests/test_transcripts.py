@@ -15,9 +15,8 @@ from transcripts import handler
 from transcripts.handler import text_of
 from transcripts.store import TABLE_ENV, SegmentStore
 
-from holdfast.sink import StaleEpoch
+from holdfast import Message, StaleEpoch
 from holdfast.testing import LocalFleet
-from worker.handler import Message
 
 # Lease epochs are clock-derived and only go up per conn_id: large numbers, never 1, 2, 3.
 OLD, NEW = 1_812_345_678_901, 1_812_345_682_901

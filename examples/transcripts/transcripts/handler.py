@@ -20,9 +20,8 @@ from functools import cache
 import boto3
 from aws_lambda_powertools import Logger
 
-from holdfast.sink import StaleEpoch
+from holdfast import Message, StaleEpoch
 from transcripts.store import TABLE_ENV, SegmentStore
-from worker.handler import Message
 
 __all__ = ["handle", "text_of"]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from holdfast.sink import fenced_put
+from holdfast import fenced_put
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -10,7 +10,7 @@ from holdfast.core.liveness import Liveness, owner_liveness
 from holdfast.core.nudge import Nudge
 from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionItem
-from lambdas.router.decide import Outcome, Reason, decide
+from holdfast.lambdas.router.decide import Outcome, Reason, decide
 from tests.lambdas.records import image
 
 NOW = 1_764_460_800_000

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from holdfast.core.filters import FILTER_PATTERNS, filter_criteria
+from holdfast.lambdas.router.decide import Outcome, Reason, decide
 from holdfast.runner.matcher import FilterSet
-from lambdas.router.decide import Outcome, Reason, decide
 from tests.lambdas.records import image, record
 
 NOW = 1_764_460_800_000

@@ -8,9 +8,9 @@ from typing import Any
 from holdfast.core.schema import ATTR, pk_for
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
+from holdfast.lambdas.router.handler import RouterDeps, route
+from holdfast.lambdas.settings import Settings
 from holdfast.localaws import LocalAws
-from lambdas.router.handler import RouterDeps, route
-from lambdas.settings import Settings
 from tests.lambdas.helpers import receive_nudges
 from tests.lambdas.records import event, image, record
 

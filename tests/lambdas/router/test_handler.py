@@ -12,11 +12,11 @@ import pytest
 
 from holdfast.core.schema import ATTR, pk_for
 from holdfast.core.store import LeaseStore, wall_clock_ms
+from holdfast.lambdas.router import handler
+from holdfast.lambdas.router.handler import RouterDeps, route
+from holdfast.lambdas.settings import Settings
 from holdfast.localaws import LocalAws
 from holdfast.runner.context import LocalContext
-from lambdas.router import handler
-from lambdas.router.handler import RouterDeps, route
-from lambdas.settings import Settings
 from tests.lambdas.helpers import receive_nudges
 from tests.lambdas.records import event, image, record
 

@@ -12,9 +12,9 @@ from holdfast.core.exceptions import ConfigError
 from holdfast.core.orders import Order, order_queue_name
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
+from holdfast.lambdas.router.handler import RouterDeps, route
+from holdfast.lambdas.settings import Settings
 from holdfast.localaws import LocalAws
-from lambdas.router.handler import RouterDeps, route
-from lambdas.settings import Settings
 from tests.lambdas.records import event, image, record
 
 PREFIX = "test-orders-"

@@ -17,11 +17,11 @@ from holdfast.core.schema import SessionState, session_table_definition
 from holdfast.core.sessions import Session, SessionItem, SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import count_owned, create_stream
+from holdfast.lambdas.settings import Settings
+from holdfast.lambdas.sweeper import handler
+from holdfast.lambdas.sweeper.balancer import Balancer
+from holdfast.lambdas.sweeper.loop import SweepDeps, SweepResult, SweepStats, memory_for, sweep_once
 from holdfast.runner.context import LocalContext
-from lambdas.settings import Settings
-from lambdas.sweeper import handler
-from lambdas.sweeper.balancer import Balancer
-from lambdas.sweeper.loop import SweepDeps, SweepResult, SweepStats, memory_for, sweep_once
 
 TTL_MS = 60_000  # sessions stay alive for the whole test
 CAPACITY = 50
@@ -297,7 +297,7 @@ def test_the_invocation_counts_and_emits_its_targets(
 
 def test_stats_add_up_the_decisions() -> None:
     """Targets add up across sweeps; the imbalance is the largest seen; no decision, none."""
-    from lambdas.sweeper.balancer import BalanceRound
+    from holdfast.lambdas.sweeper.balancer import BalanceRound
 
     stats = SweepStats()
     stats.add(SweepResult([], [], [], None, True))

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from holdfast.core.table import Orphan
-from lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
+from holdfast.lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
 
 POLICY = RenudgePolicy(first_ms=5_000, max_ms=20_000, unclaimed_grace_ms=1_000)
 EXPIRED = Orphan("c1", 1_000)

@@ -9,8 +9,8 @@ import pytest
 
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream
+from holdfast.lambdas.sweeper import handler
 from holdfast.runner.context import LocalContext
-from lambdas.sweeper import handler
 from tests.lambdas.helpers import receive_nudges
 
 

@@ -14,10 +14,10 @@ from holdfast.core.model import Lease
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import create_stream
+from holdfast.lambdas.settings import Settings
+from holdfast.lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
+from holdfast.lambdas.sweeper.loop import SweepDeps, run_sweeps, sweep_once
 from holdfast.localaws import LocalAws
-from lambdas.settings import Settings
-from lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
-from lambdas.sweeper.loop import SweepDeps, run_sweeps, sweep_once
 from tests.conftest import TIMEOUT_SCALE
 from tests.lambdas.helpers import receive_nudges
 from tests.lambdas.records import image

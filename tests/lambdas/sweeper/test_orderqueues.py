@@ -8,9 +8,9 @@ from typing import Any
 from holdfast.core.orders import order_queue_name, prefix_for
 from holdfast.core.schema import session_table_definition
 from holdfast.core.sessions import SessionStore
-from lambdas.orderqueues import QueueCollector, queues_to_delete
-from lambdas.settings import Settings
-from lambdas.sweeper.loop import SweepDeps, memory_for, session_store_for, sweep_once
+from holdfast.lambdas.orderqueues import QueueCollector, queues_to_delete
+from holdfast.lambdas.settings import Settings
+from holdfast.lambdas.sweeper.loop import SweepDeps, memory_for, session_store_for, sweep_once
 
 
 def test_only_queues_of_no_live_owner_and_of_our_prefix_are_doomed() -> None:

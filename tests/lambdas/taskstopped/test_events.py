@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from lambdas.taskstopped.events import (
+from holdfast.lambdas.taskstopped.events import (
     HandledTasks,
     Skip,
     TaskStopped,

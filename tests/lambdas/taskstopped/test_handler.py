@@ -12,11 +12,11 @@ from holdfast.core.schema import BACKSTOP_MS, SessionState
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import create_stream
+from holdfast.lambdas.taskstopped import handler
+from holdfast.lambdas.taskstopped.events import task_stopped_event
+from holdfast.lambdas.taskstopped.handler import TaskStoppedDeps, deps_for_env, handle
 from holdfast.localaws import LocalAws
 from holdfast.runner.context import LocalContext
-from lambdas.taskstopped import handler
-from lambdas.taskstopped.events import task_stopped_event
-from lambdas.taskstopped.handler import TaskStoppedDeps, deps_for_env, handle
 from tests.conftest import client_for
 
 TTL_MS = 60_000  # long: nothing here may be released by a TTL running out
