@@ -21,15 +21,15 @@ COMMANDS: dict[str, Command] = {}
 
 
 def _add_localaws(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=["auto", "dynamodb-local", "moto"], default="auto")
-    p.add_argument("--env-file", help="also write the environment to this file")
+    from holdfast.localaws.__main__ import add_arguments
+
+    add_arguments(p)
 
 
 def _run_localaws(args: argparse.Namespace) -> int:
-    from holdfast.localaws.__main__ import main as localaws_main
+    from holdfast.localaws.__main__ import run
 
-    argv = ["--backend", args.backend] + (["--env-file", args.env_file] if args.env_file else [])
-    return localaws_main(argv)
+    return run(args)
 
 
 COMMANDS["localaws"] = ("run the embedded local AWS (DynamoDB Local + moto SQS) until Ctrl-C",

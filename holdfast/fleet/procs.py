@@ -27,6 +27,10 @@ from holdfast.localaws.processes import _die_with_parent, free_port, wait_for_po
 __all__ = ["REPO_ROOT", "Fleet", "FleetTiming", "Proc", "client_for_env"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# The children import holdfast from wherever this process did; a checkout's root also goes on
+# their path (its tests/ and bench/ hold handlers), a site-packages folder does not.
+_CHECKOUT_PATH: tuple[str, ...] = (str(REPO_ROOT),) if (REPO_ROOT / "pyproject.toml").is_file() \
+    else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +116,7 @@ class Proc:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=self.env, cwd=REPO_ROOT,
+                                     stdin=subprocess.DEVNULL, env=self.env,
                                      start_new_session=True,
                                      # Only a prctl call runs between fork and exec.
                                      preexec_fn=_die_with_parent  # noqa: PLW1509
@@ -213,7 +217,7 @@ class Fleet:
     def _child_env(self, extra: dict[str, str]) -> dict[str, str]:
         env = {**os.environ, **self.env, **extra}
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO_ROOT), *map(str, self.pythonpath),
+            p for p in (*_CHECKOUT_PATH, *map(str, self.pythonpath),
                         os.environ.get("PYTHONPATH", "")) if p)
         env["PYTHONUNBUFFERED"] = "1"
         if self.trace_file is not None:
@@ -232,12 +236,12 @@ class Fleet:
         the workers' import path and the worker's own loader, before anything starts."""
         if not self.handler:
             return None
-        code = ("import sys\nfrom worker.handler import load_handler\n"
+        code = ("import sys\nfrom holdfast.worker.handler import load_handler\n"
                 "try:\n    load_handler(sys.argv[1])\n"
                 "except Exception as exc:\n    print(exc)\n    sys.exit(1)\n")
         env = self._child_env(self.worker_env)
         proc = subprocess.run([sys.executable, "-c", code, self.handler], env=env,
-                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                              capture_output=True, text=True, timeout=60,
                               check=False)
         if proc.returncode == 0:
             return None

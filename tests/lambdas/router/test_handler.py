@@ -173,7 +173,7 @@ def test_lambda_handler_from_environment(aws_env: dict[str, str], queue_url: str
 def test_handlers_import_without_aws_settings(tmp_path: Any) -> None:
     """Importing either handler needs no AWS environment (clients are built on first use)."""
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-    code = "import lambdas.router.handler, lambdas.sweeper.handler; print('ok')"
+    code = "import holdfast.lambdas.router.handler, holdfast.lambdas.sweeper.handler; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          cwd=os.getcwd(), timeout=60, check=False)
     assert out.returncode == 0, out.stderr
