@@ -20,6 +20,7 @@ from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import ConfigError, HoldfastError, SessionConflict
 from holdfast.worker.config import WorkerConfig, load_config
 from holdfast.worker.handler import load_handler
+from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.protocol import load_protocol
 from holdfast.worker.supervisor import Supervisor
 
@@ -66,7 +67,7 @@ async def _serve(worker: Supervisor, logger: Logger) -> None:
         loop.add_signal_handler(sig, on_signal, sig)
     # Fail fast on a missing table or refused credentials; an unreachable DynamoDB is retried.
     try:
-        await asyncio.to_thread(worker.store.get_raw, "__holdfast_startup_probe__")
+        await on_io_threads(worker.store.get_raw, "__holdfast_startup_probe__")
     except ConfigError:
         raise
     except HoldfastError as exc:

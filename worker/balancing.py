@@ -34,6 +34,7 @@ from holdfast.core import names
 from holdfast.core.balance import HeldView, pick_sheds
 from holdfast.core.directives import Directive
 from holdfast.core.schema import ATTR, STARTED
+from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ def owned_elsewhere_by(store: LeaseStore, owner: Callable[[], str | None],
     ``owner()`` now, or it is stopped or deleted (its move is over either way)."""
 
     async def check(conn_id: str) -> bool:
-        raw = await asyncio.to_thread(store.get_raw, conn_id)
+        raw = await on_io_threads(store.get_raw, conn_id)
         if raw is None or raw.get(ATTR.desired_state, {}).get("S") != STARTED:
             return True
         held_by = raw.get(ATTR.lease_owner, {}).get("S")

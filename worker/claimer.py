@@ -44,6 +44,7 @@ from holdfast.core.nudge import (
     traceparent_of,
 )
 from holdfast.worker.backoff import claim_retry_s, jittered
+from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ class Claimer:
             else:  # claimed, a definitive no, or poison
                 delete.append(message)
         # Settle in the background: the next poll need not wait for the deletes.
-        task = asyncio.create_task(asyncio.to_thread(self._settle, delete, again, hand))
+        task = asyncio.create_task(on_io_threads(self._settle, delete, again, hand))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 

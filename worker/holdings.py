@@ -40,6 +40,7 @@ from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection, ConnectionContext, ConnectOptions
 from holdfast.worker.handler import Handler
 from holdfast.worker.held import HeldState, HeldStream
+from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.protocol import ResumeProtocol
 
@@ -119,7 +120,7 @@ class Holdings:
         self._claiming.add(conn_id)
         try:
             sent = self.mono()
-            lease = await asyncio.to_thread(self.store.acquire, conn_id, owner)
+            lease = await on_io_threads(self.store.acquire, conn_id, owner)
         except AcquireFailed as exc:
             if exc.reason is LossReason.STOPPED and exc.current is not None and (
                     exc.current.lease_owner == owner):
@@ -195,7 +196,7 @@ class Holdings:
         lease = Lease(item.conn_id, owner, item.epoch, item.lease_expires_at_ms or 0,
                       item.ws_url, item.last_seq)
         try:
-            await asyncio.to_thread(self.store.release, lease)
+            await on_io_threads(self.store.release, lease)
         except HoldfastError as exc:
             logger.warning("cannot release a stream we own but do not hold",
                            conn_id=item.conn_id, error=str(exc)[:300])
@@ -210,7 +211,7 @@ class Holdings:
         if conn_id in self.streams or conn_id in self._claiming:
             return False
         try:
-            item = await asyncio.to_thread(self.store.get, conn_id)
+            item = await on_io_threads(self.store.get, conn_id)
         except HoldfastError as exc:
             logger.warning("cannot read a stray", conn_id=conn_id, error=str(exc)[:300])
             return False
@@ -283,7 +284,7 @@ class Holdings:
         held = conn.held
         for attempt in range(attempts):
             try:
-                lost = await asyncio.to_thread(self.store.release, held.lease,
+                lost = await on_io_threads(self.store.release, held.lease,
                                                held.checkpoint, error=error,
                                                retry_at_ms=retry_at_ms, moved=moved)
             except StoreUnavailable as exc:

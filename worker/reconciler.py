@@ -22,6 +22,7 @@ from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.table import find_orphans
 from holdfast.worker.backoff import jittered
 from holdfast.worker.claimer import Claim, ClaimFn
+from holdfast.worker.iothreads import on_io_threads
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -71,7 +72,7 @@ class Reconciler:
     async def sweep(self) -> int:
         """One pass; returns how many streams it claimed."""
         if self.sessions is not None:
-            swept = await asyncio.to_thread(sweep_sessions, self.sessions, self.wall_ms(),
+            swept = await on_io_threads(sweep_sessions, self.sessions, self.wall_ms(),
                                             self.skew_ms, logger)
             if swept.dead or swept.reaped:
                 logger.info("reconcile sweep reaped sessions", dead=len(swept.dead),
@@ -82,7 +83,7 @@ class Reconciler:
         if free <= 0:
             return 0
         # Read a little more than fits: other workers race for the same orphans.
-        orphans = await asyncio.to_thread(lambda: [o.conn_id for o in itertools.islice(
+        orphans = await on_io_threads(lambda: [o.conn_id for o in itertools.islice(
             find_orphans(self.ddb, self.table, now_ms=self.wall_ms(), skew_ms=self.skew_ms),
             free * 2)])
         random.shuffle(orphans)  # workers sweeping at once should not all fight for the first
@@ -128,7 +129,7 @@ class Strays:
         owner = self.owner()
         if owner is None:
             return 0
-        owned = await asyncio.to_thread(self.sessions.owned_by, owner)
+        owned = await on_io_threads(self.sessions.owned_by, owner)
         busy = self.busy()  # once: per owned stream it was O(n^2), seconds at 5,000 streams
         strays = [c for c in owned if c not in busy]
         taken = released = 0

@@ -46,6 +46,7 @@ from holdfast.worker.handler import Handler, default_handler
 from holdfast.worker.health import HealthServer
 from holdfast.worker.held import NO_FENCE_MS, monotonic_ms
 from holdfast.worker.holdings import Holdings
+from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.orders import OrderInbox
 from holdfast.worker.protocol import QueryParamProtocol, ResumeProtocol
@@ -142,7 +143,7 @@ class Supervisor:
         while True:
             sent = self.mono()
             try:
-                session = await asyncio.to_thread(
+                session = await on_io_threads(
                     self.sessions.start, self.worker_id, self.config.max_connections)
                 break
             except SessionConflict as conflict:
@@ -276,7 +277,7 @@ class Supervisor:
                 0.0, cfg.shutdown_s - (time.monotonic() - stop_t0))))
             # Goodbye: the sweeper releases whatever we could not, without waiting a TTL.
             try:
-                await asyncio.to_thread(self.sessions.end, keeper.session)
+                await on_io_threads(self.sessions.end, keeper.session)
             except HoldfastError as exc:
                 logger.warning("cannot end the session; it will expire", error=str(exc)[:300])
             if self.inbox is not None:
