@@ -9,7 +9,7 @@ from holdfast.worker.handler import HandlerLoadError, Message, default_handler, 
 
 async def test_default_handler_logs_at_debug(caplog: pytest.LogCaptureFixture) -> None:
     """The default handler writes one debug line per message."""
-    caplog.set_level("DEBUG", logger="holdfast-worker.worker.handler")
+    caplog.set_level("DEBUG", logger="holdfast-worker.holdfast.worker.handler")
     await default_handler(Message("c1", 4, "data", "w1"))
     assert any(r.message == "message" for r in caplog.records)
 
