@@ -40,7 +40,7 @@ def test_summary_rows_and_table() -> None:
 
 
 def test_duplicates_are_one_run_total_not_repeated_per_event() -> None:
-    """An event row shows no duplicates (counted per stream over the run); the total row has them."""
+    """Event rows show no duplicates (counted per stream over the run); the total row does."""
     seqs = check_seqs(h("a", 0, 1, 1, 2, 2) + h("b", 0, 0, 1), {"a": 2, "b": 1})
     term = Incident("SIGTERM w3 (graceful stop)", 1.0, ["a", "b"], {"a": 0.1, "b": 0.1})
     kill = Incident("SIGKILL w1", 2.0, ["a", "b"], {"a": 1.0, "b": 1.0})

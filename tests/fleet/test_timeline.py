@@ -15,8 +15,10 @@ pytest.importorskip("matplotlib")
 
 def _scenario() -> tuple[Observer, list[Incident]]:
     obs = Observer()
-    obs.segments += [Segment("s1", "w1#aaaa1111", 0.0, 12.0), Segment("s2", "w2#bbbb2222", 0.0, 20.0),
-                     Segment("s3", "w3#cccc3333", 0.0, 30.0), Segment("s2", "w2#dddd4444", 25.0, None)]
+    obs.segments += [Segment("s1", "w1#aaaa1111", 0.0, 12.0),
+                     Segment("s2", "w2#bbbb2222", 0.0, 20.0),
+                     Segment("s3", "w3#cccc3333", 0.0, 30.0),
+                     Segment("s2", "w2#dddd4444", 25.0, None)]
     names = ["SIGTERM w3 (graceful stop)", "SIGKILL w1 (crash, reported stopped)",
              "SIGSTOP w2 (hung, found by its TTL)", "start 2 new streams", "stop 2 streams"]
     for t, name in zip([5.0, 10.0, 15.0, 15.5, 16.0], names, strict=True):
