@@ -268,7 +268,10 @@ def _run_ls(args: argparse.Namespace) -> int:
                           "malformed": [{"key": b.key, "reason": b.reason} for b in bad],
                           "notes": notes}))
         return EXIT_OK
-    table = Table("id", "desired", "owner", "lease left", "last_seq", "status / last error",
+    # "session left": how long the holder's session has before it could be declared dead.
+    # Without the session table only the item's backstop expiry is known: say so, since an
+    # hour-long figure next to a seconds-long TTL reads as a bug.
+    table = Table("id", "desired", "owner", "session left", "last_seq", "status / last error",
                   box=None, header_style="bold")
     for r in rows:
         state = r.desired_state if r.desired_state == STOPPED else f"[green]{STARTED}[/]"
@@ -276,7 +279,9 @@ def _run_ls(args: argparse.Namespace) -> int:
         if r.stranded:
             owner = f"[red]stranded[/] {r.owner} ({r.stranded[:60]})"
         detail = (r.status or "-") + (f": {r.last_error[:60]}" if r.last_error else "")
-        table.add_row(r.conn_id, state, owner, _secs(r.lease_left_ms),
+        left = (f"? (backstop {_secs(r.lease_left_ms)})" if r.backstop
+                else _secs(r.lease_left_ms))
+        table.add_row(r.conn_id, state, owner, left,
                       "-" if r.last_seq is None else str(r.last_seq), detail)
     console = Console(width=max(Console().width, 120) if not sys.stdout.isatty() else None)
     console.print(table)
@@ -314,7 +319,9 @@ def _read_sessions(notes: list[str]) -> list[SessionItem | MalformedItem] | None
     table = os.environ.get(ENV_SESSION_TABLE)
     if not table:
         notes.append(f"no {ENV_SESSION_TABLE}: owners are not checked against their sessions, "
-                     "a stream whose owner died may show as held for up to an hour")
+                     "a stream whose owner died may show as held for up to an hour; "
+                     "'backstop' is the item's own expiry (refreshed while held), not the "
+                     "session's time left")
         return None
     try:
         return list(SessionStore(_ddb(), table, "", ttl_ms=0, skew_ms=0).scan())
