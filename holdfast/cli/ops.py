@@ -206,7 +206,7 @@ def _run_rm(args: argparse.Namespace) -> int:
             break
         except StreamHeld as held:
             # Stopped first, deleted once its holder let go: only then can the same id be
-            # created again without two deliverers (docs/protocol.md).
+            # created again without two deliverers (docs/concepts/protocol.md).
             if time.monotonic() > deadline:
                 raise _Exit(EXIT_FAILED, f"{conn_id}: still held by {held.owner} after "
                             f"{args.wait:g} s (stopped; run rm again, or --force)") from None
@@ -391,7 +391,8 @@ OPS_COMMANDS = {
     "stop": ("set a stream to STOPPED: its holder closes it and releases the lease",
              _add_stop, _guard(_run_stop)),
     "rm": ("delete a stream's item", _add_rm, _guard(_run_rm)),
-    "ls": ("list streams: owner, lease time left, last_seq, status", _add_ls, _guard(_run_ls)),
+    "ls": ("list streams: owner, its session time left, last_seq, status", _add_ls,
+           _guard(_run_ls)),
     "status": ("fleet summary: workers, unowned streams, queue and DLQ depth",
                _add_status, _guard(_run_status)),
 }
