@@ -50,7 +50,7 @@ def test_cli_reference_names_every_command() -> None:
 def test_glossary_defines_the_terms_the_docs_use() -> None:
     """Each core term is defined once, as a heading of the glossary."""
     page = (DOCS / "concepts" / "glossary.md").read_text()
-    headings = re.findall(r"^### (.+)$", page, re.M)
+    headings = re.findall(r"^## (.+)$", page, re.M)
     assert len(headings) == len(set(headings))
     for term in ("Stream", "Holding", "Session", "Lease", "Epoch", "Nudge", "Order", "Seed",
                  "Checkpoint", "Owner", "Incarnation", "Reaper", "Backstop"):
