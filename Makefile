@@ -7,7 +7,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help demo test lint typecheck unit localaws bench chaos synth clean
+.PHONY: help demo test lint typecheck docs unit localaws bench chaos synth clean
 
 help:
 	@echo "make demo      run the local fleet demo (failover scenario)"
@@ -42,7 +42,14 @@ typecheck: deps
 unit: deps
 	$(BIN)/pytest -q
 
-test: lint typecheck unit
+# The docs site, built strictly (a broken link or anchor fails) into a throw-away folder.
+# Not --quiet: it hides the warnings that --strict turns into a failure.
+docs: deps
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir "$$tmp" 2>&1 | \
+	grep -v '^INFO' ; exit $${PIPESTATUS[0]}
+
+test: lint typecheck docs unit
 
 demo: deps
 	$(BIN)/holdfast up --scenario failover

@@ -173,7 +173,7 @@ class Supervisor:
 
     def _order(self, order: Order) -> bool:
         """Carry out an order (stop, release): the holder stops delivering and releases the
-        stream itself, the only way a live holding ends (docs/protocol.md)."""
+        stream itself, the only way a live holding ends (docs/concepts/protocol.md)."""
         conn = self.streams.get(order.conn_id)
         if conn is None or conn.held.stopping or not order.applies_to(conn.held.lease.epoch):
             return False

@@ -48,6 +48,9 @@ class Holding:
     stranded: str | None = None
     left_ms: int | None = None
     since_ms: int | None = None
+    # ``left_ms`` is the item's own expiry (sessions not read): while a session holds a stream
+    # that is a far backstop (an hour, refreshed), not how long a silent holder keeps it.
+    backstop: bool = False
 
 
 def holding(item: LeaseItem, now_ms: int, sessions: Sessions | None,
@@ -58,7 +61,8 @@ def holding(item: LeaseItem, now_ms: int, sessions: Sessions | None,
         return Holding(False)
     if sessions is None:
         expires = item.lease_expires_at_ms or 0
-        return Holding(True, left_ms=expires - now_ms) if expires > now_ms else Holding(False)
+        return (Holding(True, left_ms=expires - now_ms, backstop=True) if expires > now_ms
+                else Holding(False))
     parsed = session_owner(owner)
     session = sessions.get(parsed[0]) if parsed else None
     verdict, why = owner_liveness(owner, session, now_ms, skew_ms)
@@ -128,12 +132,14 @@ class StreamRow:
     last_error: str | None
     epoch: int
     stranded: str | None = None  # owned by a session that is not live: the verdict's reason
+    backstop: bool = False  # lease_left_ms is the item's backstop expiry (sessions not read)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.conn_id, "desired_state": self.desired_state, "owner": self.owner,
                 "lease_left_ms": self.lease_left_ms, "last_seq": self.last_seq,
                 "status": self.status, "last_error": self.last_error, "epoch": self.epoch,
-                "held": self.lease_left_ms is not None, "stranded": self.stranded}
+                "held": self.lease_left_ms is not None, "stranded": self.stranded,
+                "lease_left_is_backstop": self.backstop}
 
 
 def stream_row(item: LeaseItem, now_ms: int, *, log_paths: bool = False,
@@ -149,7 +155,7 @@ def stream_row(item: LeaseItem, now_ms: int, *, log_paths: bool = False,
         conn_id=item.conn_id, desired_state=item.desired_state, owner=owner,
         lease_left_ms=h.left_ms, last_seq=item.last_seq, status=item.status,
         last_error=item.last_error and scrub(item.last_error, item.ws_url, paths=log_paths),
-        epoch=item.epoch, stranded=h.stranded)
+        epoch=item.epoch, stranded=h.stranded, backstop=h.backstop)
 
 
 @dataclass(frozen=True, slots=True)

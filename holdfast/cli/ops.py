@@ -206,7 +206,7 @@ def _run_rm(args: argparse.Namespace) -> int:
             break
         except StreamHeld as held:
             # Stopped first, deleted once its holder let go: only then can the same id be
-            # created again without two deliverers (docs/protocol.md).
+            # created again without two deliverers (docs/concepts/protocol.md).
             if time.monotonic() > deadline:
                 raise _Exit(EXIT_FAILED, f"{conn_id}: still held by {held.owner} after "
                             f"{args.wait:g} s (stopped; run rm again, or --force)") from None
@@ -268,7 +268,10 @@ def _run_ls(args: argparse.Namespace) -> int:
                           "malformed": [{"key": b.key, "reason": b.reason} for b in bad],
                           "notes": notes}))
         return EXIT_OK
-    table = Table("id", "desired", "owner", "lease left", "last_seq", "status / last error",
+    # "session left": how long the holder's session has before it could be declared dead.
+    # Without the session table only the item's backstop expiry is known: say so, since an
+    # hour-long figure next to a seconds-long TTL reads as a bug.
+    table = Table("id", "desired", "owner", "session left", "last_seq", "status / last error",
                   box=None, header_style="bold")
     for r in rows:
         state = r.desired_state if r.desired_state == STOPPED else f"[green]{STARTED}[/]"
@@ -276,7 +279,9 @@ def _run_ls(args: argparse.Namespace) -> int:
         if r.stranded:
             owner = f"[red]stranded[/] {r.owner} ({r.stranded[:60]})"
         detail = (r.status or "-") + (f": {r.last_error[:60]}" if r.last_error else "")
-        table.add_row(r.conn_id, state, owner, _secs(r.lease_left_ms),
+        left = (f"? (backstop {_secs(r.lease_left_ms)})" if r.backstop
+                else _secs(r.lease_left_ms))
+        table.add_row(r.conn_id, state, owner, left,
                       "-" if r.last_seq is None else str(r.last_seq), detail)
     console = Console(width=max(Console().width, 120) if not sys.stdout.isatty() else None)
     console.print(table)
@@ -314,7 +319,9 @@ def _read_sessions(notes: list[str]) -> list[SessionItem | MalformedItem] | None
     table = os.environ.get(ENV_SESSION_TABLE)
     if not table:
         notes.append(f"no {ENV_SESSION_TABLE}: owners are not checked against their sessions, "
-                     "a stream whose owner died may show as held for up to an hour")
+                     "a stream whose owner died may show as held for up to an hour; "
+                     "'backstop' is the item's own expiry (refreshed while held), not the "
+                     "session's time left")
         return None
     try:
         return list(SessionStore(_ddb(), table, "", ttl_ms=0, skew_ms=0).scan())
@@ -384,7 +391,8 @@ OPS_COMMANDS = {
     "stop": ("set a stream to STOPPED: its holder closes it and releases the lease",
              _add_stop, _guard(_run_stop)),
     "rm": ("delete a stream's item", _add_rm, _guard(_run_rm)),
-    "ls": ("list streams: owner, lease time left, last_seq, status", _add_ls, _guard(_run_ls)),
+    "ls": ("list streams: owner, its session time left, last_seq, status", _add_ls,
+           _guard(_run_ls)),
     "status": ("fleet summary: workers, unowned streams, queue and DLQ depth",
                _add_status, _guard(_run_status)),
 }

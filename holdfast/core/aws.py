@@ -192,7 +192,7 @@ class ConditionFailed(Exception):
 class InvalidRequest(HoldfastError):
     """DynamoDB refused the request as invalid (a mistyped attribute, an item over 400 KB):
     an error of that one item, never of the table. Callers that act on many items log and
-    count it for the item and go on (``docs/protocol.md``, "Bad input stays local")."""
+    count it for the item and go on (``docs/concepts/protocol.md``, "Bad input stays local")."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -1,7 +1,7 @@
 """Is a stream's owner a live session? The one verdict, and the audit that finds strays.
 
 Every stream item that names a ``lease_owner`` is held by that session while the session is
-live (``docs/protocol.md``). ``owner_liveness`` is the pure verdict on one owner given its
+live (``docs/concepts/protocol.md``). ``owner_liveness`` is the pure verdict on one owner given its
 session item as read; the sweeper's owner audit uses it and frees a stream of a gone owner with
 the one release of the reaper (``Reaper.release_owned``, conditional on that owner).
 

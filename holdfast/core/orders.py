@@ -2,9 +2,10 @@
 
 An order reaches its worker two ways, and the first one wins. There are two verbs, and both end
 a holding the only way one may end while its holder lives, by the holder's own release
-(``docs/protocol.md``): ``stop`` (the stream was set STOPPED or deleted: it stays unowned) and
-``release`` (someone forced the holding free, e.g. the seed's release with the owner kept: the
-holder stops delivering, releases, and the release record gets the stream claimed again).
+(``docs/concepts/protocol.md``): ``stop`` (the stream was set STOPPED or deleted: it stays
+unowned) and ``release`` (someone forced the holding free, e.g. the seed's release with the
+owner kept: the holder stops delivering, releases, and the release record gets the stream
+claimed again).
 
 - **the order queue** (fast path): each live session has an SQS queue of its own, named from
   its owner (worker id and incarnation), which the worker long-polls. The router derives the

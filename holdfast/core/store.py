@@ -98,8 +98,8 @@ class LeaseStore:
 
         One conditional UpdateItem. Only an unowned item can be taken: an item that names an
         owner is freed by that owner's release or by the reaper of its dead session, never by
-        an acquire (``docs/protocol.md``), so a forced write of the expiry cannot give a stream
-        a second deliverer. The new epoch is ``max(stored + 1, now)``: it only goes up, also
+        an acquire (``docs/concepts/protocol.md``), so a forced write of the expiry cannot give a
+        stream a second deliverer. The new epoch is ``max(stored + 1, now)``: it only goes up, also
         across a delete and re-create or a table restore (the clock is the floor). An item
         already owned by ``owner`` (an acquire whose answer was lost, a release that failed)
         is taken back under a new epoch.
@@ -275,7 +275,7 @@ class LeaseStore:
                 "quarantine", conn_id,
                 "SET #status = :invalid, #err = :err, #exp = :until, #upd = :now REMOVE #owner",
                 # Never over another owner's holding, whatever its expiry says: only its
-                # holder or the reaper of a dead session ends that (docs/protocol.md).
+                # holder or the reaper of a dead session ends that (docs/concepts/protocol.md).
                 "#ds = :started AND (attribute_not_exists(#owner) OR #owner = :me)",
                 {":invalid": string(LeaseStatus.INVALID),
                  ":err": string(f"malformed item: {reason}"[:1000]),

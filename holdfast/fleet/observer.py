@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from holdfast.cli.fleetstate import holding
 from holdfast.core.model import LeaseItem
-from holdfast.core.schema import session_of_owner
+from holdfast.core.schema import SessionState, session_of_owner
 from holdfast.core.sessions import SessionItem
 
 __all__ = ["Event", "Observer", "Segment", "StreamView", "worker_id_of"]
@@ -23,6 +23,21 @@ def worker_id_of(owner: str) -> str:
     the owner itself (the seed's per-stream leases name the worker alone)."""
     session = session_of_owner(owner)
     return session[0] if session else owner
+
+
+def _released_how(owner: str, sessions: Mapping[str, SessionItem] | None) -> str:
+    """Who wrote a release the scan saw: the holder itself, unless its session was already
+    dead (a SIGKILL the platform reported, a hang past its TTL): a dead process writes nothing,
+    so the reaper (taskstopped or the sweeper) freed the stream from that session."""
+    parsed = session_of_owner(owner)
+    session = sessions.get(parsed[0]) if sessions is not None and parsed else None
+    if parsed is None or session is None:
+        return "released by"
+    if session.incarnation != parsed[1]:
+        return f"freed by {parsed[0]}'s next incarnation from its predecessor"
+    if session.state is SessionState.DEAD:
+        return "freed by the reaper (taskstopped or sweeper) from the dead session of"
+    return "released by"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +142,7 @@ class Observer:
             elif prev_owner is not None:
                 released = item.lease_owner is None
                 kind = "released" if released else "expired"
-                how = "released by" if released else (
+                how = _released_how(prev_owner, sessions) if released else (
                     f"stranded ({h.stranded}), was held by" if h.stranded
                     else "lease expired, was held by")
                 new.append(Event(t, kind, item.conn_id,

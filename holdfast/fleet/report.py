@@ -104,7 +104,10 @@ def summary_rows(incidents: list[Incident], seqs: dict[str, SeqCheck]) -> list[d
             "p50_unowned_s": statistics.median(gaps) if gaps else None,
             "unrecovered": inc.unrecovered(),
             "missed": sum(len(seqs[c].missing) for c in inc.affected if c in seqs),
-            "duplicates": sum(seqs[c].duplicates for c in inc.affected if c in seqs),
+            # Not per event: a stream's repeats are counted over the whole run, so a sum over
+            # the affected streams would repeat run-wide totals on every row (a graceful stop
+            # showing a crash's replays). The total row has them; the moves row its own.
+            "duplicates": None,
             "note": inc.note})
     rows.append({
         "event": "all streams, whole run", "affected": len(seqs),
@@ -160,5 +163,6 @@ def summary_table(rows: list[dict[str, Any]]) -> Table:
             table.add_row(r["event"], affected, "", "", "", "")
             continue
         table.add_row(r["event"], affected, _fmt(r["max_unowned_s"]),
-                      _fmt(r["p50_unowned_s"]), status, str(r["duplicates"]))
+                      _fmt(r["p50_unowned_s"]), status,
+                      "-" if r["duplicates"] is None else str(r["duplicates"]))
     return table

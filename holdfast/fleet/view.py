@@ -90,7 +90,7 @@ class LiveView:
         for w, state in snap.workers.items():
             color = "green" if state == "running" else "yellow" if "stop" in state else "red"
             workers.add_row(w, f"[{color}]{state}[/]", str(snap.loads.get(w, 0)))
-        streams = Table("stream", "state", "owner", "last_seq", "msgs/s", "lease left",
+        streams = Table("stream", "state", "owner", "last_seq", "msgs/s", "session left",
                         title="streams", title_justify="left", header_style="bold")
         for s in sorted(snap.streams, key=lambda v: v.conn_id):
             owner = s.owner or ("[red]unowned[/]" if s.desired_state == "STARTED" else "-")

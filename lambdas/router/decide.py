@@ -30,7 +30,7 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
     no owner before and after, nothing newly claimable           -> skip "unchanged"/"normalised"
 
 The router never frees an owned stream: only its holder (told by an order) or the reaper of a
-dead session may (``docs/protocol.md``). A stream whose owner is not a live session is the
+dead session may (``docs/concepts/protocol.md``). A stream whose owner is not a live session is the
 sweeper's (its owner audit, ``holdfast.core.liveness``, within 2 s for a gone session).
 
 A STARTED, unowned item without ``lease_expires_at_ms`` is invisible to the sweeper's index, so

@@ -292,3 +292,24 @@ def test_stop_wait_times_out_while_held(aws_env: dict[str, str], ddb_local: Loca
                lease_ms=30_000, skew_ms=0).acquire(unique_id, "stuck-worker")
     code, _, err = run(capsys, "stop", unique_id, "--wait", "0.5")
     assert code == 1 and "stuck-worker" in err
+
+
+def test_ls_without_sessions_says_the_expiry_is_a_backstop(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """ls shows the session's time left; without the session table it labels the item's
+    hour-long expiry a backstop instead of passing it off as the lease time left."""
+    held = f"{unique_id}-bk"
+    assert run(capsys, "start", held, "ws://127.0.0.1:9/s/x")[0] == 0
+    owner = _session_store(aws_env, ddb_local, wall_clock_ms(), ttl_ms=4_000).start(
+        unique_id, 10).owner
+    LeaseStore(client_for(ddb_local, "dynamodb"), aws_env["HOLDFAST_TABLE"],
+               lease_ms=3_600_000, skew_ms=0).acquire(held, owner)
+    row = ls_json(capsys, unique_id)[held]
+    assert row["lease_left_ms"] <= 4_000 and not row["lease_left_is_backstop"]
+    monkeypatch.delenv("HOLDFAST_SESSION_TABLE")
+    row = ls_json(capsys, unique_id)[held]
+    assert row["lease_left_ms"] > 3_000_000 and row["lease_left_is_backstop"]
+    code, out, _ = run(capsys, "ls")
+    line = next(x for x in out.splitlines() if held in x)
+    assert code == 0 and "? (backstop 35" in line and "session left" in out

@@ -82,7 +82,7 @@ class LeaseRace(RuleBasedStateMachine):
     def reap(self, i: int) -> None:
         """The reaper frees a holding once its holder is past its fence and the skew (its
         session silent past TTL + skew, declared dead): the only way a holding ends without
-        its holder (docs/protocol.md)."""
+        its holder (docs/concepts/protocol.md)."""
         sim = self.sims[i]
         if sim.lease is None:
             return

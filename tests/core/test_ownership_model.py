@@ -49,7 +49,8 @@ CONNS = ("a", "b")
 BOUND_MS = TIMING.lease_ms + SKEW + 3_000  # the issue's target for a stranded stream
 _runs = itertools.count()
 
-# Each clock is within the skew allowance of true time (docs/protocol.md, clock assumptions);
+# Each clock is within the skew allowance of true time (docs/concepts/protocol.md, clock
+# assumptions);
 # the extremes are where the bounds are tight, so they come often, and first (Hypothesis
 # favours the first of a choice) a worker's clock behind and the Lambdas' ahead.
 worker_skew = st.one_of(st.sampled_from([-SKEW, SKEW, -SKEW // 2, 0]), st.integers(-SKEW, SKEW))

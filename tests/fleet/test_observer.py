@@ -77,3 +77,21 @@ def test_with_sessions_only_a_live_session_holds_and_a_dead_ones_stream_is_stran
     (event,) = obs.observe(1.0, NOW + 500, [item("w1#aaaa", 1, exp=backstop)], dead)
     assert event.kind == "expired" and "stranded (gone: session DEAD)" in event.text
     assert obs.owner_of("s1") is None and obs.segments[0].end == 1.0
+
+
+def test_release_of_a_dead_session_names_the_reaper_not_the_holder() -> None:
+    """A stream freed from a dead (SIGKILLed) session is not logged 'released by' that worker."""
+    from holdfast.core.schema import SessionState
+    from holdfast.core.sessions import SessionItem
+
+    dead = SessionItem("w1", "i1", SessionState.DEAD, NOW - 1000, ended_at_ms=NOW - 500)
+    obs = Observer()
+    obs.observe(0.0, NOW, [item("w1#i1", 1)], sessions={"w1": SessionItem(
+        "w1", "i1", SessionState.ALIVE, NOW + 4000)})
+    (event,) = obs.observe(1.0, NOW, [item(None, 1, seq=7)], sessions={"w1": dead})
+    assert event.kind == "released" and "released by" not in event.text
+    assert "freed by the reaper" in event.text and "w1#i1" in event.text
+    alive = SessionItem("w2", "i2", SessionState.ALIVE, NOW + 4000)
+    obs.observe(2.0, NOW, [item("w2#i2", 2, conn_id="s2")], sessions={"w2": alive})
+    (event,) = obs.observe(3.0, NOW, [item(None, 2, conn_id="s2")], sessions={"w2": alive})
+    assert "s2 released by w2#i2" in event.text

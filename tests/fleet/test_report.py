@@ -37,3 +37,18 @@ def test_summary_rows_and_table() -> None:
     console = Console(width=120, record=True)
     console.print(summary_table(rows))
     assert "SIGKILL w1" in console.export_text()
+
+
+def test_duplicates_are_one_run_total_not_repeated_per_event() -> None:
+    """Event rows show no duplicates (counted per stream over the run); the total row does."""
+    seqs = check_seqs(h("a", 0, 1, 1, 2, 2) + h("b", 0, 0, 1), {"a": 2, "b": 1})
+    term = Incident("SIGTERM w3 (graceful stop)", 1.0, ["a", "b"], {"a": 0.1, "b": 0.1})
+    kill = Incident("SIGKILL w1", 2.0, ["a", "b"], {"a": 1.0, "b": 1.0})
+    rows = summary_rows([term, kill], seqs)
+    assert [r["duplicates"] for r in rows] == [None, None, 3]
+    console = Console(width=160, record=True)
+    console.print(summary_table(rows))
+    lines = console.export_text().splitlines()
+    term_line = next(line for line in lines if "SIGTERM w3" in line)
+    assert term_line.rstrip(" │").endswith("-")
+    assert next(line for line in lines if "whole run" in line).rstrip(" │").endswith("3")
