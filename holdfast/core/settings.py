@@ -32,6 +32,11 @@ _TRUE: Final = ("1", "true", "yes", "on")
 _FALSE: Final = ("0", "false", "no", "off")
 
 
+def _number(value: float) -> str:
+    """Whole numbers in full (2**63 is not 9.22337e+18), others as short as exact."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Setting:
     """One variable: what every kind shares."""
@@ -73,8 +78,7 @@ class Number(Setting):
             what = "an integer" if self.kind == "integer" else "a number"
             raise ConfigError(f"{self.name}={text[:40]!r} is not {what}") from None
         if math.isnan(value) or not self.lo <= value <= self.hi:
-            raise ConfigError(f"{self.name}={text[:40]} is out of range: allowed "
-                              f"{self.lo:g} to {self.hi:g}")
+            raise ConfigError(f"{self.name}={text[:40]} is out of range: allowed {self.limits()}")
         return value
 
     def read(self, env: Mapping[str, str]) -> float:
@@ -84,10 +88,10 @@ class Number(Setting):
         return value
 
     def shown_default(self) -> str:
-        return self.default_doc or ("-" if self.default is None else f"{self.default:g}")
+        return self.default_doc or ("-" if self.default is None else _number(self.default))
 
     def limits(self) -> str:
-        return f"{self.lo:g} to {self.hi:g}"
+        return f"{_number(self.lo)} to {_number(self.hi)}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,9 +124,6 @@ class Flag(Setting):
     def shown_default(self) -> str:
         return "on" if self.default else "off"
 
-    def limits(self) -> str:
-        return "on/off, true/false, yes/no, 1/0"
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Choice(Setting):
@@ -143,7 +144,7 @@ class Choice(Setting):
         return self.default_doc or self.default
 
     def limits(self) -> str:
-        return " \\| ".join(self.choices)
+        return " | ".join(self.choices)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,9 +176,7 @@ class Text(Setting):
         return text
 
     def shown_default(self) -> str:
-        if self.default is not None:
-            return self.default
-        return self.default_doc or ("required" if self.required_by else "unset")
+        return self.default if self.default is not None else self.default_doc or "unset"
 
     def limits(self) -> str:
         return self.shape
