@@ -227,45 +227,55 @@ _W: Final = ("worker",)
 WORKER_ID: Final = Text(
     name="HOLDFAST_WORKER_ID", readers=_W, pattern=rf"[A-Za-z0-9._:@/+=-]{{1,{MAX_WORKER_ID_LEN}}}",
     shape=f"1-{MAX_WORKER_ID_LEN} letters, digits and ._:@/+=-",
-    default_doc="ECS task id, else host-pid-random", doc="This worker's unique id.")
+    default_doc="ECS task id, else host-pid-random",
+    doc="Unique per process; the lease owner is <worker id>#<incarnation>.")
 HANDLER: Final = Text(name=names.ENV_HANDLER, readers=_W, pattern=r"[\w.]+:[\w.]+",
                       shape="'package.module:function'",
-                      doc="The async function called per message.")
+                      doc="The async function called per message (unset: a debug log line).")
 PROTOCOL: Final = Text(name="HOLDFAST_PROTOCOL", readers=_W, default="query",
-                       doc="How a stream resumes: query, header, frame or 'pkg.mod:factory'.")
+                       doc="How a stream resumes: query (from_seq=), header (X-From-Seq), frame, "
+                           "'package.module:factory'.")
 CHECKPOINT_SECONDS: Final = Number(
     name=names.ENV_CHECKPOINT_SECONDS, unit="s", default=20, lo=0.05, hi=3600, readers=_W,
     doc="How often a stream's last_seq is written: the replay window after a crash.")
 MAX_CONNECTIONS: Final = Integer(name=names.ENV_MAX_CONNECTIONS, default=1000, lo=1, hi=100_000,
-                                 readers=_W, doc="Streams one worker holds at most.")
+                                 readers=_W,
+                                 doc="Streams held at most; a full worker stops polling.")
 RECONCILE_SECONDS: Final = Number(
     name=names.ENV_RECONCILE_SECONDS, unit="s", default=60, lo=0, hi=86_400, readers=_W,
-    doc="Full reconcile of the table this often (0: never).")
+    doc="Fallback orphan sweep period (jittered); 0 disables.")
 SHUTDOWN_SECONDS: Final = Number(
     name=names.ENV_SHUTDOWN_SECONDS, unit="s", default=25, lo=1, hi=7200, readers=_W,
-    doc="Graceful stop budget after SIGTERM (keep under the task's stop timeout).")
+    doc="Graceful-stop budget; keep it below the ECS stopTimeout (the stack's: 120 s).")
 RENEW_MODE: Final = Choice(name=names.ENV_RENEW_MODE, default="batch", choices=("batch", "single"),
-                           readers=_W, doc="Renew leases in batches or one write each.")
+                           readers=_W,
+                           doc="Checkpoint writes: batch (PartiQL, 25 per call) or single "
+                               "(moto, which ignores PartiQL conditions).")
 MAX_FRAME_BYTES: Final = Integer(
     name=names.ENV_MAX_FRAME_BYTES, unit="bytes", default=2**18, lo=1024, hi=2**30, readers=_W,
-    doc="Largest upstream frame accepted.")
+    doc="A larger frame drops the connection (close 1009).")
 MAX_QUEUE: Final = Integer(name=names.ENV_MAX_QUEUE, unit="frames", default=2, lo=1, hi=1024,
-                           readers=_W, doc="Frames buffered per connection (max_queue).")
+                           readers=_W,
+                           doc="Frames websockets buffers per connection before it stops reading.")
 TASK_MEMORY_MIB: Final = Integer(
     name=names.ENV_TASK_MEMORY_MIB, unit="MiB", lo=1, hi=10**7, readers=_W,
     default_doc="unset: not checked",
-    doc="The task's memory (the stack sets it): frame buffers must fit in it.")
+    doc="The task's memory (the stack sets it): the worker refuses to start when "
+        "MAX_CONNECTIONS x MAX_FRAME_BYTES x (MAX_QUEUE + 3) does not fit it minus 256 MiB.")
 MAX_SEQ_JUMP: Final = Integer(name=names.ENV_MAX_SEQ_JUMP, default=1_000_000, lo=0, hi=2**63,
-                              readers=_W, doc="Largest seq jump past the checkpoint (0: no bound).")
+                              readers=_W,
+                              doc="A seq more than this past the checkpoint is not handled "
+                                  "and does not move it; 0: no bound.")
 POISON_REPLAYS: Final = Integer(
     name=names.ENV_POISON_REPLAYS, default=3, lo=1, hi=1000, readers=_W,
-    doc="Deaths at one resume point that give the stream up (<= upstream max failures).")
+    doc="Connection deaths in a row at one resume point before the stream goes to BACKOFF "
+        "(nothing is skipped); at most HOLDFAST_UPSTREAM_MAX_FAILURES.")
 UPSTREAM_MAX_FAILURES: Final = Integer(
     name="HOLDFAST_UPSTREAM_MAX_FAILURES", default=6, lo=1, hi=1000, readers=_W,
-    doc="Failed connects in a row before the stream backs off.")
+    doc="Consecutive connection failures before the stream is handed back in BACKOFF.")
 HANDLER_TIMEOUT_SECONDS: Final = Number(
     name=names.ENV_HANDLER_TIMEOUT_SECONDS, unit="s", default=30, lo=0.01, hi=86_400, readers=_W,
-    doc="Longest handler call.")
+    doc="A handler call running longer is cancelled (HandlerTimeouts; like a raise).")
 HANDLER_ATTEMPTS: Final = Integer(
     name="HOLDFAST_HANDLER_ATTEMPTS", default=5, lo=1, hi=100, readers=_W,
     doc="Handler calls per message before the failure policy decides.")
@@ -277,53 +287,63 @@ FAILURE_QUEUE_URL: Final = Text(
     pattern=_QUEUE_URL, shape=_A_QUEUE_URL, default_doc="required with skip",
     doc="Where skipped messages are sent.")
 WATCHDOG: Final = Flag(name=names.ENV_WATCHDOG, default=True, readers=_W,
-                       doc="Exit when the event loop is blocked past a fence.")
+                       doc="Exit (code 70) when a handler blocks the event loop past a fence.")
 SEND_WORKER_ID: Final = Flag(name="HOLDFAST_SEND_WORKER_ID", readers=_W,
                              doc="Send the X-Holdfast-Worker header on upstream handshakes.")
 COMPRESSION: Final = Flag(name="HOLDFAST_COMPRESSION", readers=_W,
-                          doc="Offer permessage-deflate upstream.")
+                          doc="permessage-deflate (~55 KB per connection instead of ~18 KB).")
 HEALTH_PORT: Final = Integer(name="HOLDFAST_HEALTH_PORT", default=8081, lo=0, hi=65535,
-                             readers=_W, doc="The health endpoint's port (0: any free port).")
+                             readers=_W,
+                             doc="Loopback /health port; 0 disables it "
+                                 "(health check: python -m holdfast.worker.health).")
 POLL_SECONDS: Final = Integer(name="HOLDFAST_POLL_SECONDS", unit="s", default=20, lo=0, hi=20,
-                              readers=_W, doc="SQS long-poll wait for nudges.")
+                              readers=_W, doc="SQS long-poll wait of the nudge pollers.")
 POLLERS: Final = Integer(name="HOLDFAST_POLLERS", default=2, lo=1, hi=16, readers=_W,
                          doc="Concurrent nudge pollers.")
 NUDGE_VISIBILITY_SECONDS: Final = Integer(
     name="HOLDFAST_NUDGE_VISIBILITY_SECONDS", unit="s", default=5, lo=1, hi=43_200, readers=_W,
-    doc="A nudge this worker could not act on comes back after this long.")
+    doc="Visibility of a received nudge: how soon a dying worker's last poll is "
+        "redelivered.")
 POLL_DRAIN_SECONDS: Final = Number(name="HOLDFAST_POLL_DRAIN_SECONDS", unit="s", default=3, lo=0,
-                                   hi=20, readers=_W, doc="Pollers' wind-down on shutdown.")
+                                   hi=20, readers=_W,
+                                   doc="At stop, the wait for polls in flight to hand nudges back.")
 METRICS_SECONDS: Final = Number(name="HOLDFAST_METRICS_SECONDS", unit="s", default=60, lo=0.1,
-                                hi=3600, readers=_W, doc="Metrics flush interval.")
+                                hi=3600, readers=_W, doc="EMF metrics flush period.")
 OPEN_TIMEOUT_SECONDS: Final = Number(name="HOLDFAST_OPEN_TIMEOUT_SECONDS", unit="s", default=10,
-                                     lo=0.1, hi=300, readers=_W, doc="WebSocket opening timeout.")
+                                     lo=0.1, hi=300, readers=_W,
+                                     doc="WebSocket opening handshake timeout.")
 RECONNECT_BASE_SECONDS: Final = Number(
     name="HOLDFAST_RECONNECT_BASE_SECONDS", unit="s", default=0.5, lo=0.01, hi=600, readers=_W,
-    doc="First reconnect back-off.")
+    doc="Reconnect back-off (jittered) starts here.")
 RECONNECT_CAP_SECONDS: Final = Number(
     name="HOLDFAST_RECONNECT_CAP_SECONDS", unit="s", default=30, lo=0.01, hi=3600, readers=_W,
-    doc="Longest reconnect back-off.")
+    doc="Reconnect back-off (jittered) stops growing here.")
 RETRY_BASE_SECONDS: Final = Number(
     name="HOLDFAST_RETRY_BASE_SECONDS", unit="s", default=30, lo=0.1, hi=86_400, readers=_W,
-    doc="First BACKOFF delay of a stream given up.")
+    doc="First retry delay after a give-up (doubles per give-up, at most 15 min).")
 LOG_LEVEL: Final = Choice(name="HOLDFAST_LOG_LEVEL", default="INFO", upper=True,
                           choices=("DEBUG", "INFO", "WARNING", "ERROR"), readers=_W,
-                          default_doc="LOG_LEVEL, else INFO", doc="The worker's log level.")
+                          default_doc="LOG_LEVEL, else INFO",
+                          doc="DEBUG shows one line per message with the default handler.")
 REBALANCE_COOLDOWN_SECONDS: Final = Number(
     name=names.ENV_REBALANCE_COOLDOWN_SECONDS, unit="s", default=60, lo=0, hi=86_400, readers=_W,
-    doc="A stream whose owner changed is not moved again within this.")
+    doc="A stream whose owner changed is not moved again for this long.")
 DRAIN_AT_ONCE: Final = Integer(name=names.ENV_DRAIN_AT_ONCE, default=10, lo=1, hi=10_000,
-                               readers=_W, doc="Streams a draining worker sheds at once.")
+                               readers=_W,
+                               doc="Streams a draining worker without a target sheds at once.")
 CONNECT_RATE: Final = Number(name=names.ENV_CONNECT_RATE, unit="1/s", default=1000, lo=0,
                              hi=10**6, readers=_W,
-                             doc="Fleet-wide upstream connects per second (0: no limit).")
+                             doc="Fleet-wide upstream connects per second, each worker its "
+                                 "share (0: no limit).")
 CONNECT_BURST: Final = Number(name=names.ENV_CONNECT_BURST, lo=1, hi=10**6, readers=_W,
                               default_doc="the rate (1 if 0)", doc="The connect budget's burst.")
 ALLOWED_HOSTS: Final = Text(
     name=urls.ENV_ALLOWED_HOSTS, readers=("worker", "cli"), shape="host names, .suffixes, CIDRs",
-    default_doc="any public host", doc="Upstream hosts the worker may dial (comma list).")
+    default_doc="any public host",
+    doc="Comma list of host names, .suffixes / *.suffixes, IPs, CIDRs; a CIDR inside a private "
+        "range opens it (see 'URL policy' in the README).")
 LOG_URL_PATHS: Final = Flag(name=urls.ENV_LOG_URL_PATHS, readers=("worker", "cli"),
-                            doc="Show URL paths in logs (default: a hash).")
+                            doc="Show URL paths in log lines (default: a short hash).")
 
 # --- the router and the sweeper -----------------------------------------------------------
 _S: Final = ("sweeper",)
@@ -393,7 +413,9 @@ RUNNER_STARTUP_WAIT_MS: Final = Integer(
 
 # --- diagnostics, and the local fleet and tests -------------------------------------------
 TRACING: Final = Choice(name=names.ENV_TRACING, default="off", choices=names.TRACING_MODES,
-                        readers=(*_ALL, "local"), doc="Tracing of the acquisition path.")
+                        readers=(*_ALL, "local"),
+                        doc="Spans of each acquisition: off, file (to HOLDFAST_TRACE_FILE) or otlp "
+                            "(the OTEL_EXPORTER_OTLP_* variables).")
 TRACE_FILE: Final = Text(name=names.ENV_TRACE_FILE, readers=(*_ALL, "local"),
                          default_doc="required with file", doc="Where file tracing appends spans.")
 RECORD_AWS_CALLS: Final = Text(name=names.ENV_RECORD_AWS_CALLS, readers=(*_ALL, "local"),
