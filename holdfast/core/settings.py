@@ -21,8 +21,7 @@ from holdfast.core.exceptions import ConfigError
 from holdfast.core.model import MAX_WORKER_ID_LEN
 from holdfast.core.orders import validate_prefix
 
-__all__ = ["COMPONENTS", "SCHEMA", "Choice", "Flag", "Integer", "Number", "Setting", "Text",
-           "by_name"]
+__all__ = ["COMPONENTS", "SCHEMA", "Choice", "Flag", "Integer", "Number", "Setting", "Text"]
 
 # The components, in the reference's order.
 COMPONENTS: Final = ("worker", "router", "sweeper", "taskstopped", "runner", "cli", "local")
@@ -412,11 +411,12 @@ RUNNER_STARTUP_WAIT_MS: Final = Integer(
     readers=_R, doc="Wait this long for the table and its changes.")
 
 # --- diagnostics, and the local fleet and tests -------------------------------------------
+_TRACED: Final = ("worker", "router", "sweeper", "taskstopped", "local")
 TRACING: Final = Choice(name=names.ENV_TRACING, default="off", choices=names.TRACING_MODES,
-                        readers=(*_ALL, "local"),
+                        readers=_TRACED,
                         doc="Spans of each acquisition: off, file (to HOLDFAST_TRACE_FILE) or otlp "
                             "(the OTEL_EXPORTER_OTLP_* variables).")
-TRACE_FILE: Final = Text(name=names.ENV_TRACE_FILE, readers=(*_ALL, "local"),
+TRACE_FILE: Final = Text(name=names.ENV_TRACE_FILE, readers=_TRACED,
                          default_doc="required with file", doc="Where file tracing appends spans.")
 RECORD_AWS_CALLS: Final = Text(name=names.ENV_RECORD_AWS_CALLS, readers=(*_ALL, "local"),
                                doc="Tests: a directory to log every AWS call in.")
@@ -435,11 +435,7 @@ CHAOS_CLOCK_OFFSET_MS: Final = Text(name="HOLDFAST_CHAOS_CLOCK_OFFSET_MS", reade
 TEST_TIMEOUT_SCALE: Final = Text(name="HOLDFAST_TEST_TIMEOUT_SCALE", readers=("local",),
                                  default="1", doc="Tests: multiply the fixture's timeouts.")
 
+# Every setting defined above, in the order above (the reference's order): a new one cannot be
+# left out of the reference or the tests.
 SCHEMA: Final[tuple[Setting, ...]] = tuple(
     v for v in dict(globals()).values() if isinstance(v, Setting))
-_BY_NAME: Final = {s.name: s for s in SCHEMA}
-
-
-def by_name(name: str) -> Setting:
-    """The setting called ``name``; ``KeyError`` if the schema has none."""
-    return _BY_NAME[name]
