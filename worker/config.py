@@ -13,21 +13,19 @@ import secrets
 import socket
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
 
-from holdfast.core import names, rules
+from holdfast.core import names
+from holdfast.core import settings as S
 from holdfast.core.batch import RenewMode
 from holdfast.core.exceptions import ConfigError
-from holdfast.core.model import MAX_WORKER_ID_LEN
-from holdfast.core.orders import validate_prefix
 from holdfast.core.rules import LeaseTiming
 from holdfast.core.urls import UrlPolicy, policy_from_env
 
 __all__ = ["MEMORY_RESERVE_MIB", "WorkerConfig", "buffer_bytes", "default_worker_id",
            "ecs_task_id", "load_config"]
 
-_WORKER_ID = re.compile(rf"^[A-Za-z0-9._:@/+=-]{{1,{MAX_WORKER_ID_LEN}}}$")
+_WORKER_ID = re.compile(S.WORKER_ID.pattern)  # the default id must pass the same check
 # What the task needs besides frame buffers: the interpreter, boto3, and each connection's
 # socket, TLS and parser state.
 MEMORY_RESERVE_MIB = 256
@@ -35,55 +33,57 @@ MEMORY_RESERVE_MIB = 256
 
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
-    """Everything the worker reads from its environment. Times in ms unless named ``_s``."""
+    """Everything the worker reads from its environment. Times in ms unless named ``_s``.
+
+    Defaults, units and limits are in ``holdfast.core.settings`` (``load_config`` builds this)."""
 
     table: str
     queue_url: str
     worker_id: str
     session_table: str  # one heartbeat per worker there keeps all its streams
     # lease_ms is the session's TTL, heartbeat_ms its heartbeat (rules.LeaseTiming.from_env).
-    timing: LeaseTiming = field(default_factory=LeaseTiming)
+    timing: LeaseTiming
     # Prefix of the per-session order queue (``worker.orders``); None: orders ride the session
     # item only, so a stop waits for the next heartbeat.
-    orders_queue_prefix: str | None = None
-    checkpoint_ms: int = 20_000
-    max_connections: int = 1000
-    reconcile_s: float = 60.0
-    handler: str | None = None
-    protocol: str = "query"
-    url_policy: UrlPolicy = field(default_factory=UrlPolicy)
-    send_worker_id: bool = False  # the X-Holdfast-Worker header on upstream handshakes
-    renew_mode: RenewMode = "batch"
-    health_port: int = 8081
-    # 256 KiB (was 1 MiB): the stack's default 500 connections x 1 MiB frames could not fit a
-    # 1 GiB task (see ``buffer_bytes``).
-    max_frame_bytes: int = 2**18
-    max_queue: int = 2  # websockets' max_queue: frames buffered per connection
-    task_memory_mib: int | None = None  # None: not known (outside the stack), not checked
-    max_seq_jump: int | None = 1_000_000  # None: no bound
-    poison_replays: int = 3
-    handler_timeout_s: float = 30.0
-    watchdog: bool = True  # exit 70 when a handler blocks the event loop past a fence
-    compression: bool = False
-    shutdown_s: float = 25.0
-    poll_s: int = 20
-    pollers: int = 2
-    nudge_visibility_s: int = 5
-    poll_drain_s: float = 3.0
-    metrics_s: float = 60.0
-    open_timeout_s: float = 10.0
-    reconnect_base_s: float = 0.5
-    reconnect_cap_s: float = 30.0
-    max_upstream_failures: int = 6
-    retry_base_s: float = 30.0
-    log_level: str = "INFO"
+    orders_queue_prefix: str | None
+    checkpoint_ms: int
+    max_connections: int
+    reconcile_s: float
+    handler: str | None
+    protocol: str
+    url_policy: UrlPolicy
+    send_worker_id: bool  # the X-Holdfast-Worker header on upstream handshakes
+    renew_mode: RenewMode
+    health_port: int
+    # 256 KiB by default (was 1 MiB): the stack's default 500 connections x 1 MiB frames could
+    # not fit a 1 GiB task (see ``buffer_bytes``).
+    max_frame_bytes: int
+    max_queue: int  # websockets' max_queue: frames buffered per connection
+    task_memory_mib: int | None  # None: not known (outside the stack), not checked
+    max_seq_jump: int | None  # None: no bound
+    poison_replays: int
+    handler_timeout_s: float
+    watchdog: bool  # exit 70 when a handler blocks the event loop past a fence
+    compression: bool
+    shutdown_s: float
+    poll_s: int
+    pollers: int
+    nudge_visibility_s: int
+    poll_drain_s: float
+    metrics_s: float
+    open_timeout_s: float
+    reconnect_base_s: float
+    reconnect_cap_s: float
+    max_upstream_failures: int
+    retry_base_s: float
+    log_level: str
     # Rebalancing (worker.balancing): a stream whose owner changed within the cool-down is
     # not moved again; a draining worker without a target sheds this many at once.
-    cooldown_ms: int = 60_000
-    drain_at_once: int = 10
+    cooldown_ms: int
+    drain_at_once: int
     # The fleet-wide reconnect budget (worker.budget): connects per second, 0: no limit.
-    connect_rate: float = 1000.0
-    connect_burst: float = 1000.0
+    connect_rate: float
+    connect_burst: float
 
     @property
     def lease_ms(self) -> int:
@@ -94,119 +94,67 @@ class WorkerConfig:
         return self.timing.heartbeat_ms
 
 
-class _Env:
-    """Typed reads of one environment mapping (the readers in ``holdfast.core.rules``, shared
-    with the Lambdas); each error names its variable."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        self.env = env
-
-    def raw(self, name: str) -> str | None:
-        return rules.env_text(self.env, name)
-
-    def required(self, name: str, what: str) -> str:
-        return rules.env_required(self.env, name, what)
-
-    def number(self, name: str, default: float, *, lo: float, hi: float,
-               integer: bool = False) -> float:
-        return rules.env_number(self.env, name, default, lo=lo, hi=hi, integer=integer)
-
-    def boolean(self, name: str, default: bool) -> bool:
-        return rules.env_flag(self.env, name, default)
-
-    def choice(self, name: str, default: str, allowed: tuple[str, ...]) -> str:
-        text = self.raw(name) or default
-        if text not in allowed:
-            raise ConfigError(f"{name}={text[:40]!r} must be one of {', '.join(allowed)}")
-        return text
-
-
 def load_config(env: Mapping[str, str] | None = None, *,
                 worker_id: Callable[[Mapping[str, str]], str] | None = None) -> WorkerConfig:
-    """Read and validate the worker's settings; ``ConfigError`` names the first bad variable."""
-    e = _Env(os.environ if env is None else env)
-    table = e.required(names.ENV_TABLE, "the DynamoDB lease table")
-    queue_url = e.required(names.ENV_QUEUE_URL, "the SQS nudge queue URL")
-    if not queue_url.startswith(("https://", "http://")):
-        raise ConfigError(f"{names.ENV_QUEUE_URL}={queue_url[:80]!r} is not a queue URL")
-    session_table = e.required(names.ENV_SESSION_TABLE, "the worker session table")
-    orders_prefix = e.raw(names.ENV_ORDERS_QUEUE_PREFIX)
-    if orders_prefix is not None:
-        try:
-            validate_prefix(orders_prefix)
-        except ValueError as exc:
-            raise ConfigError(f"{names.ENV_ORDERS_QUEUE_PREFIX}: {exc}") from None
-    timing = LeaseTiming.from_env(e.env)
-    checkpoint_s = e.number(names.ENV_CHECKPOINT_SECONDS, 20, lo=0.05, hi=3600)
+    """Read and validate the worker's settings (``holdfast.core.settings`` types each one);
+    ``ConfigError`` names the first bad variable."""
+    e = os.environ if env is None else env
+    table, queue_url = S.TABLE.read(e), S.QUEUE_URL.read(e)
+    session_table, orders_prefix = S.SESSION_TABLE.read(e), S.ORDERS_QUEUE_PREFIX.get(e)
+    timing = LeaseTiming.from_env(e)
     try:  # HOLDFAST_ALLOWED_HOSTS and HOLDFAST_LOG_URL_PATHS (names in holdfast.core.urls)
-        policy = policy_from_env(e.env)
+        policy = policy_from_env(e)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    wid = e.raw("HOLDFAST_WORKER_ID") or (worker_id or default_worker_id)(e.env)
+    wid = S.WORKER_ID.get(e) or (worker_id or default_worker_id)(e)
     if not _WORKER_ID.fullmatch(wid):
-        raise ConfigError(f"HOLDFAST_WORKER_ID={wid[:60]!r} must be 1-{MAX_WORKER_ID_LEN} "
-                          "letters, digits and ._:@/+=-")
-    mode: Literal["batch", "single"] = "batch" if e.choice(
-        names.ENV_RENEW_MODE, "batch", ("batch", "single")) == "batch" else "single"
-    handler = e.raw(names.ENV_HANDLER)
-    if handler is not None and not re.fullmatch(r"[\w.]+:[\w.]+", handler):
-        raise ConfigError(f"{names.ENV_HANDLER}={handler[:80]!r} must look like "
-                          "'package.module:function'")
-    shutdown_s = e.number(names.ENV_SHUTDOWN_SECONDS, 25, lo=1, hi=7200)
-    max_connections = int(e.number(names.ENV_MAX_CONNECTIONS, 1000, lo=1, hi=100_000,
-                                   integer=True))
-    max_frame = int(e.number(names.ENV_MAX_FRAME_BYTES, 2**18, lo=1024, hi=2**30, integer=True))
-    max_queue = int(e.number(names.ENV_MAX_QUEUE, 2, lo=1, hi=1024, integer=True))
-    memory = e.raw(names.ENV_TASK_MEMORY_MIB)
-    task_memory = None if memory is None else int(e.number(
-        names.ENV_TASK_MEMORY_MIB, 0, lo=1, hi=10**7, integer=True))
+        raise ConfigError(f"{S.WORKER_ID.name}={wid[:60]!r} must be {S.WORKER_ID.shape}")
+    max_connections = S.MAX_CONNECTIONS.read(e)
+    max_frame, max_queue = S.MAX_FRAME_BYTES.read(e), S.MAX_QUEUE.read(e)
+    task_memory = S.TASK_MEMORY_MIB.get(e)
     if task_memory is not None:
         _check_memory(max_connections, max_frame, max_queue, task_memory)
-    jump = int(e.number(names.ENV_MAX_SEQ_JUMP, 1_000_000, lo=0, hi=2**63, integer=True))
-    max_failures = int(e.number("HOLDFAST_UPSTREAM_MAX_FAILURES", 6, lo=1, hi=1000,
-                                integer=True))
-    poison = int(e.number(names.ENV_POISON_REPLAYS, 3, lo=1, hi=1000, integer=True))
+    max_failures = S.UPSTREAM_MAX_FAILURES.read(e)
+    poison = S.POISON_REPLAYS.read(e)
     if poison > max_failures:
-        raise ConfigError(f"{names.ENV_POISON_REPLAYS}={poison} must not exceed "
-                          f"HOLDFAST_UPSTREAM_MAX_FAILURES={max_failures}: the upstream "
+        raise ConfigError(f"{S.POISON_REPLAYS.name}={poison} must not exceed "
+                          f"{S.UPSTREAM_MAX_FAILURES.name}={max_failures}: the upstream "
                           "give-up would always come first")
-    rate = e.number(names.ENV_CONNECT_RATE, 1000, lo=0, hi=10**6)
+    rate = S.CONNECT_RATE.read(e)
+    burst = S.CONNECT_BURST.get(e)
     return WorkerConfig(
         table=table, queue_url=queue_url, worker_id=wid, timing=timing,
         session_table=session_table, orders_queue_prefix=orders_prefix,
-        checkpoint_ms=round(checkpoint_s * 1000),
+        checkpoint_ms=round(S.CHECKPOINT_SECONDS.read(e) * 1000),
         max_connections=max_connections,
-        reconcile_s=e.number(names.ENV_RECONCILE_SECONDS, 60, lo=0, hi=86_400),
-        handler=handler,
-        protocol=e.raw("HOLDFAST_PROTOCOL") or "query",
-        url_policy=policy, renew_mode=mode,
-        send_worker_id=e.boolean("HOLDFAST_SEND_WORKER_ID", False),
-        health_port=int(e.number("HOLDFAST_HEALTH_PORT", 8081, lo=0, hi=65535, integer=True)),
+        reconcile_s=S.RECONCILE_SECONDS.read(e),
+        handler=S.HANDLER.get(e),
+        protocol=S.PROTOCOL.read(e),
+        url_policy=policy,
+        renew_mode="single" if S.RENEW_MODE.read(e) == "single" else "batch",
+        send_worker_id=S.SEND_WORKER_ID.read(e),
+        health_port=S.HEALTH_PORT.read(e),
         max_frame_bytes=max_frame, max_queue=max_queue, task_memory_mib=task_memory,
-        max_seq_jump=jump or None, poison_replays=poison,
-        handler_timeout_s=e.number(names.ENV_HANDLER_TIMEOUT_SECONDS, 30, lo=0.01, hi=86_400),
-        watchdog=e.boolean(names.ENV_WATCHDOG, True),
-        compression=e.boolean("HOLDFAST_COMPRESSION", False),
-        shutdown_s=shutdown_s,
-        poll_s=int(e.number("HOLDFAST_POLL_SECONDS", 20, lo=0, hi=20, integer=True)),
-        pollers=int(e.number("HOLDFAST_POLLERS", 2, lo=1, hi=16, integer=True)),
-        nudge_visibility_s=int(e.number("HOLDFAST_NUDGE_VISIBILITY_SECONDS", 5, lo=1,
-                                        hi=43_200, integer=True)),
-        poll_drain_s=e.number("HOLDFAST_POLL_DRAIN_SECONDS", 3, lo=0, hi=20),
-        metrics_s=e.number("HOLDFAST_METRICS_SECONDS", 60, lo=0.1, hi=3600),
-        open_timeout_s=e.number("HOLDFAST_OPEN_TIMEOUT_SECONDS", 10, lo=0.1, hi=300),
-        reconnect_base_s=e.number("HOLDFAST_RECONNECT_BASE_SECONDS", 0.5, lo=0.01, hi=600),
-        reconnect_cap_s=e.number("HOLDFAST_RECONNECT_CAP_SECONDS", 30, lo=0.01, hi=3600),
+        max_seq_jump=S.MAX_SEQ_JUMP.read(e) or None, poison_replays=poison,
+        handler_timeout_s=S.HANDLER_TIMEOUT_SECONDS.read(e),
+        watchdog=S.WATCHDOG.read(e),
+        compression=S.COMPRESSION.read(e),
+        shutdown_s=S.SHUTDOWN_SECONDS.read(e),
+        poll_s=S.POLL_SECONDS.read(e),
+        pollers=S.POLLERS.read(e),
+        nudge_visibility_s=S.NUDGE_VISIBILITY_SECONDS.read(e),
+        poll_drain_s=S.POLL_DRAIN_SECONDS.read(e),
+        metrics_s=S.METRICS_SECONDS.read(e),
+        open_timeout_s=S.OPEN_TIMEOUT_SECONDS.read(e),
+        reconnect_base_s=S.RECONNECT_BASE_SECONDS.read(e),
+        reconnect_cap_s=S.RECONNECT_CAP_SECONDS.read(e),
         max_upstream_failures=max_failures,
-        retry_base_s=e.number("HOLDFAST_RETRY_BASE_SECONDS", 30, lo=0.1, hi=86_400),
-        log_level=e.choice("HOLDFAST_LOG_LEVEL", (e.raw("LOG_LEVEL") or "INFO").upper(),
-                           ("DEBUG", "INFO", "WARNING", "ERROR")),
-        cooldown_ms=round(1000 * e.number(names.ENV_REBALANCE_COOLDOWN_SECONDS, 60, lo=0,
-                                          hi=86_400)),
-        drain_at_once=int(e.number(names.ENV_DRAIN_AT_ONCE, 10, lo=1, hi=10_000,
-                                   integer=True)),
+        retry_base_s=S.RETRY_BASE_SECONDS.read(e),
+        log_level=S.LOG_LEVEL.read(e, default=(e.get("LOG_LEVEL") or "").strip() or None),
+        cooldown_ms=round(1000 * S.REBALANCE_COOLDOWN_SECONDS.read(e)),
+        drain_at_once=S.DRAIN_AT_ONCE.read(e),
         connect_rate=rate,
-        connect_burst=e.number(names.ENV_CONNECT_BURST, rate or 1, lo=1, hi=10**6),
+        connect_burst=burst if burst is not None else (rate or 1),
     )
 
 

@@ -19,12 +19,11 @@ import os
 import sys
 
 from holdfast.cli.ops import EXIT_AWS, EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from holdfast.core import names
+from holdfast.core import settings as S
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.directives import drain_body
 from holdfast.core.exceptions import ConfigError, HoldfastError, StoreUnavailable
 from holdfast.core.model import validate_worker_id
-from holdfast.core.orders import validate_prefix
 from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionStore
 
@@ -50,9 +49,9 @@ def _run(args: argparse.Namespace) -> int:
         worker_id = validate_worker_id(args.worker_id)
     except ValueError as exc:
         return _fail(EXIT_USAGE, str(exc))
-    table = os.environ.get(names.ENV_SESSION_TABLE, "").strip()
+    table = S.SESSION_TABLE.get(os.environ)
     if not table:
-        return _fail(EXIT_USAGE, f"{names.ENV_SESSION_TABLE} is not set ({_ENV_HINT})")
+        return _fail(EXIT_USAGE, f"{S.SESSION_TABLE.name} is not set ({_ENV_HINT})")
     draining = not args.cancel
     # Only the session table is read and written: no lease table, TTL or skew is needed.
     store = SessionStore(dynamodb_client(client_config(read_timeout=5, max_attempts=2)),
@@ -81,15 +80,12 @@ def _queue(owner: str, draining: bool) -> str:
     """Tell the worker through its order queue too, if the environment names the queues."""
     from holdfast.lambdas.orderqueues import send_body  # the router's one send, kept in one place
 
-    raw_prefix = os.environ.get(names.ENV_ORDERS_QUEUE_PREFIX, "").strip()
-    queue_url = os.environ.get(names.ENV_QUEUE_URL, "").strip()
-    if not raw_prefix or not queue_url:
-        return "it reads the flag with its next heartbeat"
     try:
-        prefix = validate_prefix(raw_prefix)
-    except ValueError as exc:
-        print(f"holdfast drain: not queued: {names.ENV_ORDERS_QUEUE_PREFIX}: {exc}",
-              file=sys.stderr)
+        prefix, queue_url = S.ORDERS_QUEUE_PREFIX.get(os.environ), S.QUEUE_URL.get(os.environ)
+    except ConfigError as exc:
+        print(f"holdfast drain: not queued: {exc}", file=sys.stderr)
+        return "it reads the flag with its next heartbeat"
+    if not prefix or not queue_url:
         return "it reads the flag with its next heartbeat"
     sqs = sqs_client(client_config(read_timeout=5, max_attempts=2))
     result, detail = send_body(sqs, queue_url, prefix, owner, drain_body(owner, draining))

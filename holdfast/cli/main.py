@@ -9,6 +9,7 @@ from collections.abc import Callable
 from holdfast import __version__
 from holdfast.cli.drain import DRAIN_COMMANDS
 from holdfast.cli.ops import OPS_COMMANDS
+from holdfast.cli.settingsref import SETTINGS_COMMANDS
 from holdfast.cli.taskstopped import TASKSTOPPED_COMMANDS
 from holdfast.fleet.cli import FLEET_COMMANDS
 from holdfast.upstream import cli as upstream_cli
@@ -39,6 +40,7 @@ COMMANDS.update(OPS_COMMANDS)
 COMMANDS.update(TASKSTOPPED_COMMANDS)
 COMMANDS.update(DRAIN_COMMANDS)
 COMMANDS.update(FLEET_COMMANDS)
+COMMANDS.update(SETTINGS_COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:

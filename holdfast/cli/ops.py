@@ -32,6 +32,7 @@ from holdfast.cli.fleetstate import (
 )
 from holdfast.cli.urlinput import UrlInputError, read_url
 from holdfast.core import rules
+from holdfast.core import settings as S
 from holdfast.core.aws import call, client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import (
     ConfigError,
@@ -41,7 +42,6 @@ from holdfast.core.exceptions import (
     StreamHeld,
 )
 from holdfast.core.model import LeaseItem, validate_conn_id
-from holdfast.core.names import ENV_SESSION_TABLE
 from holdfast.core.redact import redact
 from holdfast.core.schema import ATTR, STARTED, STOPPED, pk_for
 from holdfast.core.sessions import SessionItem, SessionStore
@@ -69,7 +69,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _table(args: argparse.Namespace) -> str:
-    table: str = args.table or os.environ.get("HOLDFAST_TABLE", "").strip()
+    table: str = args.table or S.TABLE.get(os.environ) or ""
     if not table:
         raise _Exit(EXIT_USAGE, "no table: pass --table or set HOLDFAST_TABLE "
                     "(for the local stack: source the env file `holdfast up` writes)")
@@ -316,9 +316,9 @@ def _depth(url: str | None, notes: list[str]) -> int | None:
 def _read_sessions(notes: list[str]) -> list[SessionItem | MalformedItem] | None:
     """Every session item, or None (noted) if there is no session table to read: then an
     owner with an unexpired lease counts as holding it, as before sessions."""
-    table = os.environ.get(ENV_SESSION_TABLE)
+    table = S.SESSION_TABLE.get(os.environ)
     if not table:
-        notes.append(f"no {ENV_SESSION_TABLE}: owners are not checked against their sessions, "
+        notes.append(f"no {S.SESSION_TABLE.name}: owners are not checked against their sessions, "
                      "a stream whose owner died may show as held for up to an hour; "
                      "'backstop' is the item's own expiry (refreshed while held), not the "
                      "session's time left")
@@ -345,8 +345,9 @@ def _run_status(args: argparse.Namespace) -> int:
     now = int(time.time() * 1000)
     st = fleet_status(items, now, updated, skew_ms=_skew_ms(),
                       sessions=None if sessions is None else sessions_by_worker(sessions))
-    queue = args.queue_url or os.environ.get("HOLDFAST_QUEUE_URL")
-    dlq = args.dlq_url or os.environ.get("HOLDFAST_DLQ_URL")
+    # Unchecked: a status reports what it can reach rather than refuse a malformed URL.
+    queue = args.queue_url or S.QUEUE_URL.raw(os.environ)
+    dlq = args.dlq_url or S.DLQ_URL.raw(os.environ)
     rows: list[SessionRow] = [] if sessions is None else session_rows(sessions, now)
     st = dataclasses.replace(st, queue_depth=_depth(queue, notes),
                              dlq_depth=_depth(dlq, notes), notes=notes, sessions=rows)

@@ -12,12 +12,11 @@ With every clock within ``skew`` of true time the holder has stopped before anyo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from holdfast.core import names
+from holdfast.core import names, settings
 from holdfast.core.exceptions import ConfigError, LossReason
 from holdfast.core.model import LeaseItem
 from holdfast.core.schema import SessionState
@@ -33,10 +32,6 @@ __all__ = [
     "claimable_at_ms",
     "classify_loss",
     "default_margin_ms",
-    "env_flag",
-    "env_number",
-    "env_required",
-    "env_text",
     "fence_deadline_mono_ms",
     "is_expired",
     "next_checkpoint",
@@ -45,10 +40,11 @@ __all__ = [
 ]
 
 
-# The production timings: the one default of each, for the worker, the Lambdas and the stack.
-DEFAULT_LEASE_MS: Final = 8_000  # the session TTL: how long a silent worker keeps its streams
-DEFAULT_HEARTBEAT_MS: Final = 2_000  # one session heartbeat per worker
-DEFAULT_SKEW_MS: Final = 1_000  # clock-skew allowance between hosts
+# The production timings, in ms, for the worker, the Lambdas and the stack: the settings
+# schema holds the one default of each.
+DEFAULT_LEASE_MS: Final = round(1000 * settings.LEASE_SECONDS.read({}))
+DEFAULT_HEARTBEAT_MS: Final = round(1000 * settings.HEARTBEAT_SECONDS.read({}))
+DEFAULT_SKEW_MS: Final = settings.SKEW_MS.read({})
 
 
 def default_margin_ms(lease_ms: int) -> int:
@@ -91,64 +87,16 @@ class LeaseTiming:
         """The timings ``HOLDFAST_LEASE_SECONDS``, ``HOLDFAST_HEARTBEAT_SECONDS``,
         ``HOLDFAST_SKEW_MS`` and ``HOLDFAST_MARGIN_MS`` set in ``env`` (the worker's, the
         Lambdas' and the stack's one reader); ``ConfigError`` names the variable."""
-        lease_ms = round(1000 * env_number(env, names.ENV_LEASE_SECONDS, DEFAULT_LEASE_MS / 1000,
-                                        lo=0.5, hi=3600))
-        heartbeat_ms = round(1000 * env_number(env, names.ENV_HEARTBEAT_SECONDS,
-                                            DEFAULT_HEARTBEAT_MS / 1000, lo=0.05, hi=1200))
-        skew_ms = int(env_number(env, names.ENV_SKEW_MS, DEFAULT_SKEW_MS, lo=0, hi=60_000,
-                              integer=True))
-        margin_ms = int(env_number(env, names.ENV_MARGIN_MS, default_margin_ms(lease_ms), lo=0,
-                                hi=60_000, integer=True))
+        lease_ms = round(1000 * settings.LEASE_SECONDS.read(env))
+        heartbeat_ms = round(1000 * settings.HEARTBEAT_SECONDS.read(env))
+        skew_ms = settings.SKEW_MS.read(env)
+        margin_ms = settings.MARGIN_MS.get(env)
+        margin_ms = default_margin_ms(lease_ms) if margin_ms is None else margin_ms
         try:
             return cls(lease_ms, heartbeat_ms, skew_ms, margin_ms)
         except ConfigError as exc:
             raise ConfigError(f"{names.ENV_HEARTBEAT_SECONDS} / {names.ENV_LEASE_SECONDS} / "
                               f"{names.ENV_SKEW_MS} / {names.ENV_MARGIN_MS}: {exc}") from None
-
-
-def env_number(env: Mapping[str, str], name: str, default: float, *, lo: float, hi: float,
-               integer: bool = False) -> float:
-    """The number ``env[name]`` (``default`` if unset or blank); ``ConfigError`` naming the
-    variable if it is not one or out of ``[lo, hi]``. The one reader of numeric settings."""
-    text = (env.get(name) or "").strip()
-    if not text:
-        return default
-    try:
-        value = float(int(text)) if integer else float(text)
-    except ValueError:
-        kind = "an integer" if integer else "a number"
-        raise ConfigError(f"{name}={text[:40]!r} is not {kind}") from None
-    if math.isnan(value) or not lo <= value <= hi:
-        raise ConfigError(f"{name}={text[:40]} is out of range: allowed {lo:g} to {hi:g}")
-    return value
-
-
-_TRUE: Final = ("1", "true", "yes", "on")
-_FALSE: Final = ("0", "false", "no", "off")
-
-
-def env_flag(env: Mapping[str, str], name: str, default: bool) -> bool:
-    """The switch ``env[name]`` (``default`` if unset or blank): the one reader of on/off
-    settings, so the worker and the Lambdas accept the same words."""
-    text = (env.get(name) or "").strip().lower()
-    if not text:
-        return default
-    if text not in _TRUE + _FALSE:
-        raise ConfigError(f"{name}={text[:20]!r} must be on or off (true/false, yes/no, 1/0)")
-    return text in _TRUE
-
-
-def env_text(env: Mapping[str, str], name: str) -> str | None:
-    """``env[name]`` stripped, None if unset or blank."""
-    return (env.get(name) or "").strip() or None
-
-
-def env_required(env: Mapping[str, str], name: str, what: str) -> str:
-    """``env[name]`` stripped; ``ConfigError`` saying what it must name if unset or blank."""
-    text = env_text(env, name)
-    if text is None:
-        raise ConfigError(f"{name} is not set: it must name {what}")
-    return text
 
 
 def acquire_cutoff_ms(now_wall_ms: int, skew_ms: int) -> int:

@@ -1,14 +1,5 @@
-"""Settings of the local runner, from ``HOLDFAST_RUNNER_*`` variables (flags override them).
-
-    HOLDFAST_TABLE                     the lease table whose changes are read (required)
-    HOLDFAST_RUNNER_START              TRIM_HORIZON (default) or LATEST
-    HOLDFAST_RUNNER_POLL_MS            GetRecords pause when a poll found nothing    (50)
-    HOLDFAST_RUNNER_BATCH_SIZE         records per invocation at most                (100)
-    HOLDFAST_RUNNER_BATCH_WINDOW_MS    wait for more records before invoking         (0)
-    HOLDFAST_RUNNER_MAX_RETRIES        retries of a failing batch before dropping it (3)
-    HOLDFAST_RUNNER_PARALLELIZATION    batches invoked at once, each in its own sandbox  (4)
-    HOLDFAST_RUNNER_SWEEPER            1 to run the sweeper loop too, 0 not to        (1)
-    HOLDFAST_RUNNER_STARTUP_WAIT_MS    wait this long for the table and its changes   (30000)
+"""Settings of the local runner, from ``HOLDFAST_RUNNER_*`` variables (flags override them);
+names, defaults and limits are in ``holdfast.core.settings`` (docs/reference/settings.md).
 
 Parallelization is Lambda's ``ParallelizationFactor`` (1 to 10; order kept per item). The
 deployed mapping's default is 1, but there the table has several shards, each polled and
@@ -27,8 +18,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from holdfast.core import settings as S
 from holdfast.core.exceptions import ConfigError
-from holdfast.lambdas.settings import env_int
 from holdfast.runner.esm import EsmConfig
 from holdfast.runner.shards import StartPosition
 
@@ -41,36 +32,29 @@ DEFAULT_HANDLER = "holdfast.lambdas.router.handler:lambda_handler"
 class RunnerConfig:
     table: str
     start: StartPosition = "TRIM_HORIZON"
-    poll_ms: int = 50
+    poll_ms: int = S.RUNNER_POLL_MS.read({})
     refresh_ms: int = 1_000
-    startup_wait_ms: int = 30_000
-    sweeper: bool = True
+    startup_wait_ms: int = S.RUNNER_STARTUP_WAIT_MS.read({})
+    sweeper: bool = S.RUNNER_SWEEPER.read({})
     handler: str = DEFAULT_HANDLER
     esm: EsmConfig = field(default_factory=EsmConfig)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RunnerConfig:
         e = os.environ if env is None else env
-        table = e.get("HOLDFAST_TABLE", "").strip()
-        if not table:
-            raise ConfigError("HOLDFAST_TABLE is not set (source the env printed by "
-                              "`holdfast localaws`)")
-        start = e.get("HOLDFAST_RUNNER_START", "TRIM_HORIZON").strip().upper()
-        if start not in ("TRIM_HORIZON", "LATEST"):
-            raise ConfigError(f"HOLDFAST_RUNNER_START must be TRIM_HORIZON or LATEST, not "
-                              f"{start[:30]!r}")
-        sweeper = e.get("HOLDFAST_RUNNER_SWEEPER", "1").strip().lower()
-        if sweeper not in ("0", "1", "true", "false", "yes", "no"):
-            raise ConfigError(f"HOLDFAST_RUNNER_SWEEPER must be 1 or 0, not {sweeper[:20]!r}")
+        try:
+            table = S.TABLE.read(e)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (source the env printed by `holdfast localaws`)") from None
         return cls(
             table=table,
-            start="LATEST" if start == "LATEST" else "TRIM_HORIZON",
-            poll_ms=env_int(e, "HOLDFAST_RUNNER_POLL_MS", 50, 1, 10_000),
-            sweeper=sweeper in ("1", "true", "yes"),
-            startup_wait_ms=env_int(e, "HOLDFAST_RUNNER_STARTUP_WAIT_MS", 30_000, 0, 3_600_000),
+            start="LATEST" if S.RUNNER_START.read(e) == "LATEST" else "TRIM_HORIZON",
+            poll_ms=S.RUNNER_POLL_MS.read(e),
+            sweeper=S.RUNNER_SWEEPER.read(e),
+            startup_wait_ms=S.RUNNER_STARTUP_WAIT_MS.read(e),
             esm=EsmConfig(
-                batch_size=env_int(e, "HOLDFAST_RUNNER_BATCH_SIZE", 100, 1, 10_000),
-                batching_window_ms=env_int(e, "HOLDFAST_RUNNER_BATCH_WINDOW_MS", 0, 0, 300_000),
-                max_retry_attempts=env_int(e, "HOLDFAST_RUNNER_MAX_RETRIES", 3, 0, 10_000),
-                parallelization=env_int(e, "HOLDFAST_RUNNER_PARALLELIZATION", 4, 1, 10)),
+                batch_size=S.RUNNER_BATCH_SIZE.read(e),
+                batching_window_ms=S.RUNNER_BATCH_WINDOW_MS.read(e),
+                max_retry_attempts=S.RUNNER_MAX_RETRIES.read(e),
+                parallelization=S.RUNNER_PARALLELIZATION.read(e)),
         )

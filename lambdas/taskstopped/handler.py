@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from holdfast.core import names, rules, tracing
+from holdfast.core import names, tracing
+from holdfast.core import settings as S
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import SessionStillLive
 from holdfast.core.model import validate_worker_id
@@ -105,12 +106,11 @@ def deps_for_env(env: Mapping[str, str] | None = None, *,
 
     ``ConfigError`` if HOLDFAST_TABLE or HOLDFAST_SESSION_TABLE is not set."""
     e = os.environ if env is None else env
-    table = rules.env_required(e, names.ENV_TABLE, "the DynamoDB lease table")
-    session_table = rules.env_required(e, names.ENV_SESSION_TABLE, "the worker session table")
+    table, session_table = S.TABLE.read(e), S.SESSION_TABLE.read(e)
     timing = LeaseTiming.from_env(e)
     store = SessionStore(_client_for(e), session_table, table, ttl_ms=timing.lease_ms,
                          skew_ms=timing.skew_ms)
-    queue_url = e.get(names.ENV_QUEUE_URL, "").strip() or None
+    queue_url = S.QUEUE_URL.get(e)
     return TaskStoppedDeps(store, log=logger_, queue_url=queue_url,
                            sqs=_client_for(e, "sqs") if queue_url else None)
 

@@ -49,3 +49,22 @@ def test_bad_timings_name_the_variable(env: dict[str, str], name: str) -> None:
     """A timing the worker would refuse, the Lambdas refuse with the same variable named."""
     with pytest.raises(ConfigError, match=name):
         Settings.from_env({**BASE, **env})
+
+
+def test_the_dataclass_defaults_are_what_an_empty_environment_reads() -> None:
+    """Settings built in code and Settings read from a bare environment agree on every default."""
+    assert Settings.from_env(BASE) == Settings(table="t", queue_url="http://127.0.0.1:1/q")
+
+
+@pytest.mark.parametrize(("env", "name"), [
+    ({"HOLDFAST_QUEUE_URL": "holdfast-nudges"}, "HOLDFAST_QUEUE_URL"),  # as the worker refuses it
+    ({"HOLDFAST_BALANCE": "sometimes"}, "HOLDFAST_BALANCE"),
+    ({"HOLDFAST_BALANCE_BAND": "1.5"}, "HOLDFAST_BALANCE_BAND"),
+    ({"HOLDFAST_SWEEP_INTERVAL_MS": "5"}, "HOLDFAST_SWEEP_INTERVAL_MS"),
+    ({"HOLDFAST_ORDERS_QUEUE_PREFIX": "bad.prefix"}, "HOLDFAST_ORDERS_QUEUE_PREFIX"),
+    ({"HOLDFAST_BALANCE_TARGET_TTL_MS": "4000"}, "HOLDFAST_BALANCE_TARGET_TTL_MS"),
+])
+def test_bad_lambda_settings_name_the_variable(env: dict[str, str], name: str) -> None:
+    """A bad router or sweeper value is a ConfigError naming its variable."""
+    with pytest.raises(ConfigError, match=name):
+        Settings.from_env({**BASE, **env})

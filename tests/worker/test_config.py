@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from holdfast.core import settings as S
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.rules import LeaseTiming
 from holdfast.worker.config import (
@@ -192,3 +193,26 @@ def test_rebalancing_settings_default_and_parse() -> None:
     cfg = load_config({**BASE, "HOLDFAST_CONNECT_RATE": "0",
                        "HOLDFAST_REBALANCE_COOLDOWN_SECONDS": "2.5"})
     assert cfg.connect_rate == 0 and cfg.cooldown_ms == 2_500
+
+
+def test_defaults_are_the_schemas() -> None:
+    """An environment with only the required variables gives the settings schema's defaults."""
+    cfg = load_config(BASE)
+    for value, setting, scale in [
+        (cfg.checkpoint_ms, S.CHECKPOINT_SECONDS, 1000),
+        (cfg.max_connections, S.MAX_CONNECTIONS, 1),
+        (cfg.poll_s, S.POLL_SECONDS, 1), (cfg.pollers, S.POLLERS, 1),
+        (cfg.health_port, S.HEALTH_PORT, 1), (cfg.retry_base_s, S.RETRY_BASE_SECONDS, 1),
+        (cfg.reconnect_cap_s, S.RECONNECT_CAP_SECONDS, 1),
+        (cfg.cooldown_ms, S.REBALANCE_COOLDOWN_SECONDS, 1000),
+    ]:
+        assert value == setting.read({}) * scale, setting.name
+    assert (cfg.protocol, cfg.log_level, cfg.watchdog) == ("query", "INFO", True)
+
+
+def test_log_level_is_read_in_any_case() -> None:
+    """HOLDFAST_LOG_LEVEL=debug is DEBUG (one case-folding reader); LOG_LEVEL is the fallback."""
+    assert load_config({**BASE, "HOLDFAST_LOG_LEVEL": "debug"}).log_level == "DEBUG"
+    assert load_config({**BASE, "LOG_LEVEL": "warning"}).log_level == "WARNING"
+    with pytest.raises(ConfigError, match="HOLDFAST_LOG_LEVEL='LOUD' must be one of DEBUG"):
+        load_config({**BASE, "HOLDFAST_LOG_LEVEL": "loud"})
