@@ -6,7 +6,7 @@ more than ``max_lag_s``, and no answer at all when the loop is stuck. It deliber
 nothing about DynamoDB: when DynamoDB is slow or throttled in a whole region every task would
 fail together and ECS would replace the fleet at once, which helps nobody; a worker that cannot
 renew fences its own streams and starts a new session by itself. The container's health check
-runs ``python -m worker.health`` (no curl needed in the image).
+runs ``python -m holdfast.worker.health`` (no curl needed in the image).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
+
+from holdfast.core import settings as S
 
 if TYPE_CHECKING:
     from holdfast.worker.supervisor import Supervisor
@@ -116,9 +118,8 @@ def probe(port: int, timeout_s: float = 2.0) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m worker.health", description=__doc__)
-    parser.add_argument("--port", type=int,
-                        default=int(os.environ.get("HOLDFAST_HEALTH_PORT", "8081") or 8081))
+    parser = argparse.ArgumentParser(prog="python -m holdfast.worker.health", description=__doc__)
+    parser.add_argument("--port", type=int, default=S.HEALTH_PORT.read(os.environ))
     args = parser.parse_args(argv)
     return 0 if probe(args.port) else 1
 
