@@ -24,13 +24,47 @@ from holdfast.core.orders import validate_prefix
 from holdfast.core.rules import LeaseTiming
 from holdfast.core.urls import UrlPolicy, policy_from_env
 
-__all__ = ["MEMORY_RESERVE_MIB", "WorkerConfig", "buffer_bytes", "default_worker_id",
-           "ecs_task_id", "load_config"]
+__all__ = ["MEMORY_RESERVE_MIB", "HandlerFailureConfig", "WorkerConfig", "buffer_bytes",
+           "default_worker_id", "ecs_task_id", "handler_failure_config", "load_config"]
 
 _WORKER_ID = re.compile(rf"^[A-Za-z0-9._:@/+=-]{{1,{MAX_WORKER_ID_LEN}}}$")
 # What the task needs besides frame buffers: the interpreter, boto3, and each connection's
 # socket, TLS and parser state.
 MEMORY_RESERVE_MIB = 256
+
+
+# --- the handler contract: retries and what happens after the last one ----------------------
+# One block (its dataclass and its reader), so it moves as one into the typed settings schema.
+@dataclass(frozen=True, slots=True)
+class HandlerFailureConfig:
+    """How a failed handler call is retried, and what happens after ``attempts`` calls."""
+
+    attempts: int = 5  # calls per message, the first included (1: no retry)
+    retry_base_s: float = 1.0  # back-off before the first retry, doubling per retry
+    retry_cap_s: float = 30.0
+    on_failure: str = names.HANDLER_ON_FAILURE_PARK  # or HANDLER_ON_FAILURE_SKIP
+    queue_url: str | None = None  # the on-failure SQS queue (required to skip)
+
+
+def handler_failure_config(e: _Env) -> HandlerFailureConfig:
+    """Read ``HOLDFAST_HANDLER_ATTEMPTS`` and the rest; ``ConfigError`` names the variable."""
+    on_failure = e.choice(names.ENV_HANDLER_ON_FAILURE, names.HANDLER_ON_FAILURE_PARK,
+                          names.HANDLER_ON_FAILURE_POLICIES)
+    queue_url = e.raw(names.ENV_FAILURE_QUEUE_URL)
+    if on_failure == names.HANDLER_ON_FAILURE_SKIP and queue_url is None:
+        raise ConfigError(f"{names.ENV_FAILURE_QUEUE_URL} is required when "
+                          f"{names.ENV_HANDLER_ON_FAILURE}={on_failure}: the SQS queue that "
+                          "receives a message whose handler calls all failed")
+    if queue_url is not None and not queue_url.startswith(("https://", "http://")):
+        raise ConfigError(f"{names.ENV_FAILURE_QUEUE_URL}={queue_url[:80]!r} is not a queue URL")
+    base = e.number(names.ENV_HANDLER_RETRY_BASE_SECONDS, 1, lo=0.001, hi=3600)
+    cap = e.number(names.ENV_HANDLER_RETRY_CAP_SECONDS, 30, lo=0.001, hi=3600)
+    if cap < base:
+        raise ConfigError(f"{names.ENV_HANDLER_RETRY_CAP_SECONDS}={cap:g} must not be below "
+                          f"{names.ENV_HANDLER_RETRY_BASE_SECONDS}={base:g}")
+    return HandlerFailureConfig(
+        attempts=int(e.number(names.ENV_HANDLER_ATTEMPTS, 5, lo=1, hi=100, integer=True)),
+        retry_base_s=base, retry_cap_s=cap, on_failure=on_failure, queue_url=queue_url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +118,7 @@ class WorkerConfig:
     # The fleet-wide reconnect budget (worker.budget): connects per second, 0: no limit.
     connect_rate: float = 1000.0
     connect_burst: float = 1000.0
+    failures: HandlerFailureConfig = field(default_factory=HandlerFailureConfig)
 
     @property
     def lease_ms(self) -> int:
@@ -207,6 +242,7 @@ def load_config(env: Mapping[str, str] | None = None, *,
                                    integer=True)),
         connect_rate=rate,
         connect_burst=e.number(names.ENV_CONNECT_BURST, rate or 1, lo=1, hi=10**6),
+        failures=handler_failure_config(e),
     )
 
 
