@@ -118,12 +118,13 @@ def failure_body(message: Message, error: str, attempts: int,
     the message can then be fetched again from the upstream at that seq.
     """
     data = message.data
-    is_bytes = isinstance(data, bytes)
-    payload = base64.b64encode(data).decode() if isinstance(data, bytes) else data
+    if isinstance(data, bytes):
+        payload, encoding, size = base64.b64encode(data).decode(), "base64", len(data)
+    else:
+        payload, encoding, size = data, "text", len(data.encode("utf-8", "surrogatepass"))
     fields: dict[str, Any] = dict(zip(names.FAILURE_FIELDS, (
         message.conn_id, message.seq, message.epoch, message.worker_id, error, attempts,
-        payload, "base64" if is_bytes else "text", False,
-        len(data) if is_bytes else len(data.encode("utf-8", "surrogatepass"))), strict=True))
+        payload, encoding, False, size), strict=True))
     body = json.dumps(fields)
     if len(body) <= limit:  # ASCII: one byte per character
         return body
