@@ -347,8 +347,8 @@ class Connection:
             try:
                 await self.ctx.send_failure(failure_body(message, error, attempts))
             except Exception as exc:  # nothing lost: the stream parks on this seq instead
-                error = (f"{error}; not skipped, the on-failure queue refused it: "
-                         f"{type(exc).__name__}: {exc}"[:300])
+                error = (f"{error[:300]}; not skipped, the on-failure queue refused it: "
+                         f"{type(exc).__name__}: {str(exc)[:300]}")
             else:
                 _count(self.ctx.metrics, names.METRIC_HANDLER_FAILURES_SENT_TO_QUEUE)
                 self.log("warning", "handler failed, message sent to the on-failure queue and "
