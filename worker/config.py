@@ -13,7 +13,7 @@ import secrets
 import socket
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from holdfast.core import names
 from holdfast.core import settings as S
@@ -22,13 +22,43 @@ from holdfast.core.exceptions import ConfigError
 from holdfast.core.rules import LeaseTiming
 from holdfast.core.urls import UrlPolicy, policy_from_env
 
-__all__ = ["MEMORY_RESERVE_MIB", "WorkerConfig", "buffer_bytes", "default_worker_id",
-           "ecs_task_id", "load_config"]
+__all__ = ["MEMORY_RESERVE_MIB", "HandlerFailureConfig", "WorkerConfig", "buffer_bytes",
+           "default_worker_id", "ecs_task_id", "handler_failure_config", "load_config"]
 
 _WORKER_ID = re.compile(S.WORKER_ID.pattern)  # the default id must pass the same check
 # What the task needs besides frame buffers: the interpreter, boto3, and each connection's
 # socket, TLS and parser state.
 MEMORY_RESERVE_MIB = 256
+
+
+# --- the handler contract: retries and what happens after the last one ----------------------
+# The variables' defaults and limits are in holdfast.core.settings; the dataclass defaults are
+# the same values, for code that builds one directly (tests).
+@dataclass(frozen=True, slots=True)
+class HandlerFailureConfig:
+    """How a failed handler call is retried, and what happens after ``attempts`` calls."""
+
+    attempts: int = 5  # calls per message, the first included (1: no retry)
+    retry_base_s: float = 1.0  # back-off before the first retry, doubling per retry
+    retry_cap_s: float = 30.0
+    on_failure: str = names.HANDLER_ON_FAILURE_PARK  # or HANDLER_ON_FAILURE_SKIP
+    queue_url: str | None = None  # the on-failure SQS queue (required to skip)
+
+
+def handler_failure_config(e: Mapping[str, str]) -> HandlerFailureConfig:
+    """Read ``HOLDFAST_HANDLER_ATTEMPTS`` and the rest; ``ConfigError`` names the variable."""
+    on_failure = S.HANDLER_ON_FAILURE.read(e)
+    queue_url = S.FAILURE_QUEUE_URL.get(e)
+    if on_failure == names.HANDLER_ON_FAILURE_SKIP and queue_url is None:
+        raise ConfigError(f"{S.FAILURE_QUEUE_URL.name} is required when "
+                          f"{S.HANDLER_ON_FAILURE.name}={on_failure}: the SQS queue that "
+                          "receives a message whose handler calls all failed")
+    base, cap = S.HANDLER_RETRY_BASE_SECONDS.read(e), S.HANDLER_RETRY_CAP_SECONDS.read(e)
+    if cap < base:
+        raise ConfigError(f"{S.HANDLER_RETRY_CAP_SECONDS.name}={cap:g} must not be below "
+                          f"{S.HANDLER_RETRY_BASE_SECONDS.name}={base:g}")
+    return HandlerFailureConfig(attempts=S.HANDLER_ATTEMPTS.read(e), retry_base_s=base,
+                                retry_cap_s=cap, on_failure=on_failure, queue_url=queue_url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +114,7 @@ class WorkerConfig:
     # The fleet-wide reconnect budget (worker.budget): connects per second, 0: no limit.
     connect_rate: float
     connect_burst: float
+    failures: HandlerFailureConfig = field(default_factory=HandlerFailureConfig)
 
     @property
     def lease_ms(self) -> int:
@@ -155,6 +186,7 @@ def load_config(env: Mapping[str, str] | None = None, *,
         drain_at_once=S.DRAIN_AT_ONCE.read(e),
         connect_rate=rate,
         connect_burst=burst if burst is not None else (rate or 1),
+        failures=handler_failure_config(e),
     )
 
 

@@ -6,6 +6,9 @@ skipped without a handler call); this module does the I/O around them. Drops are
 jittered back-off while the lease is kept. A stream that cannot make progress (``max_failures``
 drops in a row, ``poison_replays`` deaths by one frame, a stall on broken seqs) is given up:
 ``run`` returns the error and the supervisor hands the lease back (BACKOFF, ``last_error``).
+A handler that keeps failing on one message is retried on this stream's task only (other streams
+never wait for it) and then, by the policy (``worker.handler``), parks the stream the same way or
+skips the message once the on-failure queue has it.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from holdfast.worker.dial import (
     killed_by_a_frame,
     resolve_checked,
 )
-from holdfast.worker.handler import Handler, Message
+from holdfast.worker.handler import Handler, Message, call_once, failure_body
 from holdfast.worker.held import HeldStream, monotonic_ms
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.protocol import Parsed, ResumeProtocol
@@ -48,6 +51,11 @@ LOG_EVERY_MS = 60_000  # a per-frame warning is logged at most this often per st
 
 class _GiveUp(Exception):
     """The stream cannot make progress on this upstream: hand it back with this error."""
+
+    def __init__(self, error: str,
+                 why: str = "upstream breaks the seq contract, giving the stream back") -> None:
+        super().__init__(error)
+        self.why = why
 
 
 @dataclass
@@ -70,6 +78,12 @@ class ConnectionContext:
     # A handler call longer than this is cancelled and counted as failed (``HandlerTimeouts``).
     # The fence deadline is the other bound: the fence watcher cancels the call at it.
     handler_timeout_s: float = 30.0
+    # The handler contract (``worker.handler``): calls per message, the back-off between them
+    # (``delay_s``), then park the stream or send the message to the on-failure queue.
+    handler_attempts: int = 5
+    handler_backoff: Backoff = field(default_factory=lambda: Backoff(1.0, 30.0))
+    on_failure: str = names.HANDLER_ON_FAILURE_PARK
+    send_failure: Callable[[str], Awaitable[None]] | None = None
     # Connection deaths in a row by a frame at one resume point before the stream is given up.
     poison_replays: int = 3
     # Waits for a token of the fleet's reconnect budget before each connect (worker.budget).
@@ -158,8 +172,7 @@ class Connection:
                 except _GiveUp as exc:
                     if held.stopping:
                         break
-                    self.log("error", "upstream breaks the seq contract, giving the stream back",
-                             error=str(exc))
+                    self.log("error", exc.why, error=str(exc))
                     return str(exc)
                 except (OSError, TimeoutError, WebSocketException) as exc:
                     error, killed = describe(exc), killed_by_a_frame(exc)
@@ -273,26 +286,70 @@ class Connection:
             return
         if verdict.step is Step.GAP:
             self.log("warning", "gap in upstream sequence", expected=verdict.expected, got=seq)
-        self._in_handler = True
-        limit = asyncio.timeout(self.ctx.handler_timeout_s)
-        try:
-            async with limit:
-                await self.ctx.handler(Message(self.conn_id, seq, parsed.data,
-                                               self.ctx.worker_id, epoch=held.lease.epoch))
-        except Exception as exc:
-            if isinstance(exc, TimeoutError) and limit.expired():
-                # Treated like a raise: the message is not retried, the checkpoint moves on.
-                self.ctx.metrics.incr(names.METRIC_HANDLER_TIMEOUTS)
-                self.log("error", "handler timed out, call cancelled", seq=seq,
-                         timeout_s=self.ctx.handler_timeout_s)
-            else:
-                self.ctx.metrics.incr("HandlerErrors")
-                self.log("error", "handler raised", seq=seq,
-                         error=f"{type(exc).__name__}: {exc}"[:500])
-        finally:
-            self._in_handler = False
+        message = Message(self.conn_id, seq, parsed.data, self.ctx.worker_id,
+                          epoch=held.lease.epoch)
+        if not await self._handle(message):
+            return  # stopped meanwhile: not handled, the checkpoint stays before it
         held.cursor.done(seq)
         self.ctx.metrics.incr("MessagesHandled")
         if self.trace is not None:  # the first handled message ends the trace; then nothing
             self.trace.close()
             self.trace = None
+
+    async def _handle(self, message: Message) -> bool:
+        """Call the handler until a call succeeds; True once the checkpoint may pass it.
+
+        A call that raises or times out is retried after a jittered back-off (this stream's
+        task sleeps, no other); after ``handler_attempts`` calls the policy parks the stream
+        (``_GiveUp``) or sends the message to the on-failure queue. False: the stream stopped
+        meanwhile, the message stays unhandled for whoever resumes it.
+        """
+        ctx, held = self.ctx, self.held
+        attempt = 0
+        while True:
+            attempt += 1
+            self._in_handler = True  # a drain lets the call in flight finish
+            try:
+                failed = await call_once(ctx.handler, message, ctx.handler_timeout_s)
+            finally:
+                self._in_handler = False
+            if failed is None:
+                return True
+            ctx.metrics.incr(names.METRIC_HANDLER_TIMEOUTS if failed.timed_out
+                             else names.METRIC_HANDLER_ERRORS)
+            self.log("error", "handler timed out, call cancelled" if failed.timed_out
+                     else "handler raised", seq=message.seq, attempt=attempt, error=failed.error)
+            if held.stopping or attempt >= ctx.handler_attempts:
+                break
+            ctx.metrics.incr(names.METRIC_HANDLER_RETRIES)
+            await ctx.sleep(ctx.handler_backoff.delay_s(attempt))  # a drain cancels it
+            if held.live and ctx.mono() >= held.deadline():  # paused past the fence meanwhile
+                ctx.metrics.incr(names.METRIC_LEASES_FENCED)
+                self.log("error", "self-fencing: past the fence deadline, retry not made",
+                         seq=message.seq)
+                self.fence()
+            if held.stopping:
+                break
+        return False if held.stopping else await self._after_failures(
+            message, failed.error, attempt)
+
+    async def _after_failures(self, message: Message, error: str, attempts: int) -> bool:
+        """The last attempt failed: skip once the on-failure queue has it, else park."""
+        if self.ctx.on_failure == names.HANDLER_ON_FAILURE_SKIP and self.ctx.send_failure:
+            self._in_handler = True  # a drain waits for SQS's answer
+            try:
+                await self.ctx.send_failure(failure_body(message, error, attempts))
+            except Exception as exc:  # nothing lost: the stream parks on this seq instead
+                error = (f"{error[:300]}; not skipped, the on-failure queue refused it: "
+                         f"{type(exc).__name__}: {str(exc)[:300]}")
+            else:
+                self.ctx.metrics.incr(names.METRIC_HANDLER_FAILURES_SENT_TO_QUEUE)
+                self.log("warning", "handler failed, message sent to the on-failure queue and "
+                         "skipped", seq=message.seq, attempts=attempts)
+                return True
+            finally:
+                self._in_handler = False
+        self.ctx.metrics.incr(names.METRIC_HANDLER_FAILURES_PARKED)
+        raise _GiveUp(f"handler failed {attempts} times on seq {message.seq}, stream parked to "
+                      f"resume from it: {error}"[:1000],
+                      why="handler keeps failing, parking the stream")

@@ -30,9 +30,11 @@ An upstream reset that restarts within ``overlap`` of the checkpoint looks exact
 overlap: it is skipped silently up to the checkpoint, then delivered. A reset further back is
 ``WENT_BACK`` for every frame up to the checkpoint, so it stalls and is given up.
 
-Nothing moves the checkpoint but ``done(seq)``, which the connection calls after the handler
-call has returned (or raised: a failed message is not retried); it never moves backwards, so
-the checkpoint is never past a seq the handler saw. In particular a frame that kills the
+Nothing moves the checkpoint but ``done(seq)``, which the connection calls once a handler call
+for ``seq`` has succeeded (a failed call is retried; after the last attempt the message is
+either sent to the on-failure queue first, or not passed at all: the stream parks on it,
+``worker.handler``); it never moves backwards, so the checkpoint is never past a seq the
+handler did not take. In particular a frame that kills the
 connection (too big, not UTF-8) is never skipped: ``worker.connection`` gives the stream up
 into BACKOFF instead. The jump bound needs a checkpoint to measure from: the very first seq of
 a never-checkpointed stream is taken as it comes (and anchored first, ``anchor_for``).
@@ -167,7 +169,8 @@ class Delivery:
         return Verdict(step, expected, self._streak)
 
     def done(self, seq: int | None) -> None:
-        """The handler call for ``seq`` has returned (or raised): the checkpoint may move."""
+        """``seq`` is taken (a handler call succeeded, or the on-failure queue has it): the
+        checkpoint may move past it."""
         self._handled += 1
         if seq is not None and (self._checkpoint is None or seq > self._checkpoint):
             self._checkpoint = seq

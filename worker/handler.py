@@ -2,7 +2,15 @@
 
 ``HOLDFAST_HANDLER="package.module:function"`` names it. It receives a ``Message`` with
 ``conn_id``, ``seq`` (int or None), ``data`` (str or bytes), ``worker_id`` and ``epoch``.
-Whatever it raises is logged and counted by the caller; it never ends the stream or the worker.
+Whatever it raises is logged and counted by the caller; it never ends the worker.
+
+The contract loses nothing by default: a call that raises or times out is retried (the same
+message, after a jittered back-off, ``HOLDFAST_HANDLER_ATTEMPTS`` calls in all) and the
+checkpoint never passes it. After the last attempt ``HOLDFAST_HANDLER_ON_FAILURE`` decides:
+``park`` (default) hands the stream back in BACKOFF with ``last_error`` naming the seq, and the
+next holder resumes from that seq; ``skip`` sends the message to the on-failure SQS queue
+(``failure_body``, ``FailureQueue``) and moves on only once SQS accepted it (a refused send
+parks instead). A handler must therefore be idempotent on ``conn_id:seq``.
 
 ``epoch`` is the lease epoch, a fencing token: +1 on every acquisition of the stream, so a
 later holder always has a higher one. A downstream that remembers the highest epoch it has
@@ -13,16 +21,25 @@ process); ``conn_id:epoch:seq`` names one delivery attempt uniquely. Deduplicate
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import importlib
 import inspect
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
+from holdfast.core import aws, names
 from holdfast.core.exceptions import ConfigError
 
-__all__ = ["Handler", "HandlerLoadError", "Message", "default_handler", "load_handler"]
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = ["CallFailed", "FailureQueue", "Handler", "HandlerLoadError", "Message", "call_once",
+           "default_handler", "failure_body", "load_handler"]
 
 logger = Logger(service="holdfast-worker", child=True)
 
@@ -69,3 +86,65 @@ def load_handler(spec: str | None) -> Handler:
         raise HandlerLoadError(f"HOLDFAST_HANDLER={spec!r} must be an async function "
                                f"(async def), got {type(obj).__name__}")
     return obj  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class CallFailed:
+    """One handler call that raised or ran past its timeout."""
+
+    error: str
+    timed_out: bool
+
+
+async def call_once(handler: Handler, message: Message, timeout_s: float) -> CallFailed | None:
+    """One handler call, cut at ``timeout_s``; None if it returned, else how it failed."""
+    limit = asyncio.timeout(timeout_s)
+    try:
+        async with limit:
+            await handler(message)
+    except Exception as exc:
+        if isinstance(exc, TimeoutError) and limit.expired():
+            return CallFailed(f"handler timed out after {timeout_s:g} s", timed_out=True)
+        return CallFailed(f"{type(exc).__name__}: {exc}"[:500], timed_out=False)
+    return None
+
+
+def failure_body(message: Message, error: str, attempts: int,
+                 limit: int = names.SQS_MAX_BODY_BYTES) -> str:
+    """The on-failure queue's JSON body (fields: ``names.FAILURE_FIELDS``).
+
+    ASCII-only JSON (every SQS-invalid character escaped); bytes go as base64. A body that
+    would pass ``limit`` bytes carries no payload, ``payload_truncated`` and its size instead:
+    the message can then be fetched again from the upstream at that seq.
+    """
+    data = message.data
+    if isinstance(data, bytes):
+        payload, encoding, size = base64.b64encode(data).decode(), "base64", len(data)
+    else:
+        payload, encoding, size = data, "text", len(data.encode("utf-8", "surrogatepass"))
+    fields: dict[str, Any] = dict(zip(names.FAILURE_FIELDS, (
+        message.conn_id, message.seq, message.epoch, message.worker_id, error, attempts,
+        payload, encoding, False, size), strict=True))
+    body = json.dumps(fields)
+    if len(body) <= limit:  # ASCII: one byte per character
+        return body
+    fields.update(payload=None, payload_truncated=True)
+    return json.dumps(fields)
+
+
+class FailureQueue:
+    """The on-failure destination: one SQS SendMessage per message the handler gave up on."""
+
+    def __init__(self, queue_url: str, client: SQSClient | None = None) -> None:
+        self.queue_url = queue_url
+        self._client = client
+
+    async def send(self, body: str) -> None:
+        """Send ``body``; returns once SQS accepted it, raises otherwise."""
+        await asyncio.to_thread(self._send, body)
+
+    def _send(self, body: str) -> None:
+        if self._client is None:  # made on first use: most workers never skip a message
+            self._client = aws.sqs_client(aws.client_config(read_timeout=10))
+        aws.call("SendMessage", self._client.send_message, QueueUrl=self.queue_url,
+                 MessageBody=body)

@@ -6,7 +6,8 @@ decides the release:
 
 - lost (taken over, deleted, our session gone): nothing to write, it is not ours;
 - fenced: one best-effort release (it may still be ours, or already someone else's);
-- given up after upstream failures: released in BACKOFF with the error and a retry time;
+- given up after upstream failures, or parked by a handler failing on one message (the
+  handler contract, ``worker.handler``): released in BACKOFF with the error and a retry time;
 - anything else (drained, aborted at the shutdown deadline, cancelled): released with its
   final checkpoint and ``lease_expires_at_ms = 0``, so the router hands it on at once.
 """
@@ -38,7 +39,7 @@ from holdfast.worker.checkpointer import Checkpointer
 from holdfast.worker.claimer import SOURCE_MOVED, Claim, Later
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection, ConnectionContext, ConnectOptions
-from holdfast.worker.handler import Handler
+from holdfast.worker.handler import FailureQueue, Handler
 from holdfast.worker.held import HeldState, HeldStream
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
@@ -76,6 +77,11 @@ class Holdings:
                                    send_worker_id=config.send_worker_id),
             anchor=self.anchor, mono=mono, handler_timeout_s=config.handler_timeout_s,
             poison_replays=config.poison_replays,
+            handler_attempts=config.failures.attempts,
+            handler_backoff=Backoff(config.failures.retry_base_s, config.failures.retry_cap_s),
+            on_failure=config.failures.on_failure,
+            send_failure=None if config.failures.queue_url is None else FailureQueue(
+                config.failures.queue_url).send,
             admit_connect=admit_connect)
         self.balancing = balancing
         self.streams = streams

@@ -28,7 +28,9 @@ COUNTERS = (names.METRIC_CLAIMS, names.METRIC_CLAIM_CONFLICTS, names.METRIC_LEAS
             names.METRIC_POISON_MESSAGES, names.METRIC_RENEW_FAILURES,
             names.METRIC_SESSION_RENEW_FAILURES, names.METRIC_MALFORMED_FRAMES,
             names.METRIC_FRAMES_SKIPPED, names.METRIC_HANDLER_TIMEOUTS,
-            names.METRIC_STREAMS_SHED, names.METRIC_CONNECTS_DELAYED)
+            names.METRIC_STREAMS_SHED, names.METRIC_CONNECTS_DELAYED,
+            names.METRIC_HANDLER_RETRIES, names.METRIC_HANDLER_FAILURES_PARKED,
+            names.METRIC_HANDLER_FAILURES_SENT_TO_QUEUE)
 _COUNTERS = frozenset(COUNTERS)
 _MAX_SAMPLES = 100  # EMF accepts at most 100 values per metric in one record
 # Unowned times are not cut at one record: a dead worker's streams are all claimed within

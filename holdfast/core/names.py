@@ -25,7 +25,12 @@ __all__ = [
     "ENV_CONNECT_BURST",
     "ENV_CONNECT_RATE",
     "ENV_DRAIN_AT_ONCE",
+    "ENV_FAILURE_QUEUE_URL",
     "ENV_HANDLER",
+    "ENV_HANDLER_ATTEMPTS",
+    "ENV_HANDLER_ON_FAILURE",
+    "ENV_HANDLER_RETRY_BASE_SECONDS",
+    "ENV_HANDLER_RETRY_CAP_SECONDS",
     "ENV_HANDLER_TIMEOUT_SECONDS",
     "ENV_HEARTBEAT_SECONDS",
     "ENV_LEASE_SECONDS",
@@ -51,6 +56,10 @@ __all__ = [
     "ENV_TRACE_FILE",
     "ENV_TRACING",
     "ENV_WATCHDOG",
+    "FAILURE_FIELDS",
+    "HANDLER_ON_FAILURE_PARK",
+    "HANDLER_ON_FAILURE_POLICIES",
+    "HANDLER_ON_FAILURE_SKIP",
     "METRIC_ACTIVE_CONNECTIONS",
     "METRIC_BALANCE_TARGETS",
     "METRIC_CLAIMS",
@@ -59,6 +68,9 @@ __all__ = [
     "METRIC_DEAD_SESSIONS",
     "METRIC_FRAMES_SKIPPED",
     "METRIC_HANDLER_ERRORS",
+    "METRIC_HANDLER_FAILURES_PARKED",
+    "METRIC_HANDLER_FAILURES_SENT_TO_QUEUE",
+    "METRIC_HANDLER_RETRIES",
     "METRIC_HANDLER_TIMEOUTS",
     "METRIC_IMBALANCE",
     "METRIC_ITEM_ERRORS",
@@ -94,6 +106,7 @@ __all__ = [
     "SPAN_FIRST_MESSAGE",
     "SPAN_ROUTE",
     "SPAN_SWEEP",
+    "SQS_MAX_BODY_BYTES",
     "TASKSTOPPED_SERVICE",
     "TRACE_ATTR_COMPONENT",
     "TRACE_ATTR_STREAM_ID",
@@ -148,6 +161,25 @@ ENV_TASK_MEMORY_MIB: Final = "HOLDFAST_TASK_MEMORY_MIB"
 ENV_MAX_SEQ_JUMP: Final = "HOLDFAST_MAX_SEQ_JUMP"
 ENV_POISON_REPLAYS: Final = "HOLDFAST_POISON_REPLAYS"
 ENV_HANDLER_TIMEOUT_SECONDS: Final = "HOLDFAST_HANDLER_TIMEOUT_SECONDS"
+# The handler contract (worker.handler): a call that raises or times out is retried with
+# jittered back-off (from the base, doubling to the cap) up to HOLDFAST_HANDLER_ATTEMPTS calls;
+# then the policy decides: "park" the stream (BACKOFF, resumed later from the failed seq) or
+# "skip" the message after sending it to the on-failure SQS queue (required for "skip").
+ENV_HANDLER_ATTEMPTS: Final = "HOLDFAST_HANDLER_ATTEMPTS"
+ENV_HANDLER_RETRY_BASE_SECONDS: Final = "HOLDFAST_HANDLER_RETRY_BASE_SECONDS"
+ENV_HANDLER_RETRY_CAP_SECONDS: Final = "HOLDFAST_HANDLER_RETRY_CAP_SECONDS"
+ENV_HANDLER_ON_FAILURE: Final = "HOLDFAST_HANDLER_ON_FAILURE"
+ENV_FAILURE_QUEUE_URL: Final = "HOLDFAST_FAILURE_QUEUE_URL"
+HANDLER_ON_FAILURE_PARK: Final = "park"
+HANDLER_ON_FAILURE_SKIP: Final = "skip"
+HANDLER_ON_FAILURE_POLICIES: Final = (HANDLER_ON_FAILURE_PARK, HANDLER_ON_FAILURE_SKIP)
+# The on-failure queue's message body (JSON), like a Lambda on-failure destination's record:
+# the delivery attempt (conn_id, seq, epoch, worker_id), why it failed (error, attempts) and
+# the message (payload: the text, or base64 of bytes, per payload_encoding; null with
+# payload_truncated true and its size in payload_bytes when the body would pass SQS's limit).
+FAILURE_FIELDS: Final = ("conn_id", "seq", "epoch", "worker_id", "error", "attempts",
+                         "payload", "payload_encoding", "payload_truncated", "payload_bytes")
+SQS_MAX_BODY_BYTES: Final = 262_144  # SQS's limit for one message (256 KiB)
 # "false" turns off the thread that exits the process when the loop is blocked past a fence.
 ENV_WATCHDOG: Final = "HOLDFAST_WATCHDOG"
 ENV_ALLOWED_HOSTS: Final = urls.ENV_ALLOWED_HOSTS  # defined once, with the URL policy
@@ -198,6 +230,11 @@ METRIC_UPSTREAM_GIVE_UPS: Final = "UpstreamGiveUps"
 METRIC_MALFORMED_FRAMES: Final = "MalformedFrames"
 METRIC_FRAMES_SKIPPED: Final = "FramesSkipped"
 METRIC_HANDLER_TIMEOUTS: Final = "HandlerTimeouts"
+# The handler contract: calls retried after a failure; streams parked (BACKOFF) after the last
+# attempt; messages skipped after the on-failure queue accepted them.
+METRIC_HANDLER_RETRIES: Final = "HandlerRetries"
+METRIC_HANDLER_FAILURES_PARKED: Final = "HandlerFailuresParked"
+METRIC_HANDLER_FAILURES_SENT_TO_QUEUE: Final = "HandlerFailuresSentToQueue"
 METRIC_SESSION_RENEW_FAILURES: Final = "SessionRenewFailures"
 METRIC_MESSAGES_HANDLED: Final = "MessagesHandled"
 # Rebalancing: streams a worker shed (a move, or draining), and connects it delayed for the

@@ -118,13 +118,21 @@ HANDLER_TIMEOUT_SECONDS: Final = Number(
     name=names.ENV_HANDLER_TIMEOUT_SECONDS, unit="s", default=30, lo=0.01, hi=86_400, readers=_W,
     doc="A handler call running longer is cancelled (HandlerTimeouts; like a raise).")
 HANDLER_ATTEMPTS: Final = Integer(
-    name="HOLDFAST_HANDLER_ATTEMPTS", default=5, lo=1, hi=100, readers=_W,
-    doc="Handler calls per message before the failure policy decides.")
+    name=names.ENV_HANDLER_ATTEMPTS, default=5, lo=1, hi=100, readers=_W,
+    doc="Handler calls per message (the first included) before the failure policy decides.")
+HANDLER_RETRY_BASE_SECONDS: Final = Number(
+    name=names.ENV_HANDLER_RETRY_BASE_SECONDS, unit="s", default=1, lo=0.001, hi=3600,
+    readers=_W, doc="Back-off before a failed handler call's first retry (jittered, doubling).")
+HANDLER_RETRY_CAP_SECONDS: Final = Number(
+    name=names.ENV_HANDLER_RETRY_CAP_SECONDS, unit="s", default=30, lo=0.001, hi=3600,
+    readers=_W, doc="The handler retry back-off stops growing here (not below the base).")
 HANDLER_ON_FAILURE: Final = Choice(
-    name="HOLDFAST_HANDLER_ON_FAILURE", default="park", choices=("park", "skip"), readers=_W,
-    doc="After the last attempt: park the stream (BACKOFF) or skip to the failure queue.")
+    name=names.ENV_HANDLER_ON_FAILURE, default=names.HANDLER_ON_FAILURE_PARK,
+    choices=names.HANDLER_ON_FAILURE_POLICIES, readers=_W,
+    doc="After the last attempt: park the stream in BACKOFF on the failed seq (nothing is "
+        "lost), or send the message to the failure queue and go on.")
 FAILURE_QUEUE_URL: Final = Text(
-    name="HOLDFAST_FAILURE_QUEUE_URL", what="the SQS queue of skipped messages", readers=_W,
+    name=names.ENV_FAILURE_QUEUE_URL, what="the SQS queue of skipped messages", readers=_W,
     pattern=_QUEUE_URL, shape=_A_QUEUE_URL, default_doc="required with skip",
     doc="Where skipped messages are sent.")
 WATCHDOG: Final = Flag(name=names.ENV_WATCHDOG, default=True, readers=_W,

@@ -5,8 +5,8 @@ worker appends ``conn_id seq worker_id wall_ms`` lines to ``<dir>/<worker_id>.se
 
 With ``HOLDFAST_RECORD_WRAPS=package.module:function`` it wraps that (the user's) handler
 instead of replacing it: each message is first awaited by the wrapped handler, then recorded.
-A message the wrapped handler raised on is recorded all the same (the worker moves past it,
-checkpoints included: it was delivered) and the exception is re-raised for the worker to count.
+A message the wrapped handler raised on is recorded all the same (it was delivered) and the
+exception is re-raised: the worker retries it, so each attempt is one more record.
 
 Each line is one ``os.write`` on an ``O_APPEND`` descriptor, not a buffered file: the worker
 checkpoints a seq once this call returns, so the line must reach the kernel before that, or a

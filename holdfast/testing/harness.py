@@ -272,15 +272,42 @@ class LocalFleet:
         records = [h for h in read_records(self.fleet.record_dir) if h.conn_id in checkpoints]
         return check_seqs(records, checkpoints)
 
-    def assert_no_loss(self, conn_ids: Iterable[str]) -> dict[str, SeqCheck]:
-        """Every seq from the first handled one to the checkpoint was handled; no crash."""
+    def assert_no_loss(self, conn_ids: Iterable[str],
+                       stored: Callable[[str], Iterable[int]] | None = None,
+                       ) -> dict[str, SeqCheck]:
+        """Every seq from the first handled one to the checkpoint was handled; no crash.
+
+        ``stored(conn_id)``, if given, answers the seqs the user's sink actually holds: each
+        seq from the first delivered one to the checkpoint must be there too. The recorder
+        counts deliveries (a call that raised is recorded too), so only this shows a handler
+        that took a message and did not store it. With ``HOLDFAST_HANDLER_ON_FAILURE=skip``,
+        answer the seqs sent to the on-failure queue as well.
+        """
         checks = self.check(conn_ids)
         problems = [f"{c}: missed {s.missing[:10]}" for c, s in checks.items() if s.missing]
         problems += [f"{c}: nothing handled" for c, s in checks.items() if not s.handled]
+        if stored is not None:
+            problems += _sink_problems(checks, stored)
         self.collect_crashes()
         problems += self.crashes
         assert not problems, "; ".join(problems)
         return checks
+
+
+def _sink_problems(checks: dict[str, SeqCheck],
+                   stored: Callable[[str], Iterable[int]]) -> list[str]:
+    """What the user's sink lacks of what each stream's checkpoint says was handled."""
+    problems = []
+    for conn_id, check in checks.items():
+        if check.first is None or check.checkpoint is None:
+            continue  # nothing delivered, or nothing checkpointed: nothing claimed handled
+        have = set(stored(conn_id))
+        lacks = [s for s in range(check.first, check.checkpoint + 1) if s not in have]
+        if lacks:
+            problems.append(
+                f"{conn_id}: the sink lacks {len(lacks)} seq(s) the checkpoint "
+                f"{check.checkpoint} says were handled (from {check.first}): {lacks[:10]}")
+    return problems
 
 
 def _started(proc: Proc) -> bool:

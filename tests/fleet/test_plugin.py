@@ -57,6 +57,26 @@ def test_failover_loses_nothing(holdfast_fleet: LocalFleet, hard: bool) -> None:
     assert victim not in holdfast_fleet.live_workers()
 
 
+def test_no_loss_reads_the_users_sink(holdfast_fleet: LocalFleet) -> None:
+    """assert_no_loss checks the sink's seqs too: a seq it lacks fails with a clear message."""
+    conn = holdfast_fleet.start_stream()
+    holdfast_fleet.wait_owned(conn)
+    holdfast_fleet.wait_handled(conn, 10)
+    holdfast_fleet.stop_stream(conn)  # released: its checkpoint is final
+    checks = holdfast_fleet.assert_no_loss([conn], lambda c: _user_seen(holdfast_fleet, c))
+    first, checkpoint = checks[conn].first, checks[conn].checkpoint
+    assert first is not None and checkpoint is not None and checkpoint > first
+    dropped = first + 1  # a seq the worker delivered and the sink did not keep
+
+    def lossy(conn_id: str) -> set[int]:
+        return _user_seen(holdfast_fleet, conn_id) - {dropped}
+
+    with pytest.raises(AssertionError, match=(
+            rf"{conn}: the sink lacks 1 seq\(s\) the checkpoint {checkpoint} says were "
+            rf"handled \(from {first}\): \[{dropped}\]")):
+        holdfast_fleet.assert_no_loss([conn], lossy)
+
+
 def test_next_test_gets_its_workers_back(holdfast_fleet: LocalFleet) -> None:
     """After a test killed a worker, the next one starts with the configured count again."""
     assert len(holdfast_fleet.live_workers()) == 2

@@ -19,18 +19,24 @@ __all__ = ["Recorder", "running_worker"]
 
 @dataclass
 class Recorder:
-    """A handler that records (conn_id, seq) in call order; optionally raises on some seqs."""
+    """A handler that records (conn_id, seq) in call order; optionally raises on some seqs
+    (every call, or with ``transient`` only the first call per stream and seq)."""
 
     calls: list[Message] = field(default_factory=list)
     fail_on: set[int] = field(default_factory=set)
     delay_s: float = 0.0
+    transient: bool = False
+    failed: set[tuple[str, int]] = field(default_factory=set)
 
     async def __call__(self, message: Message) -> None:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         self.calls.append(message)
         if message.seq in self.fail_on:
-            raise RuntimeError(f"boom at {message.seq}")
+            key = (message.conn_id, message.seq)
+            if not (self.transient and key in self.failed):
+                self.failed.add(key)
+                raise RuntimeError(f"boom at {message.seq}")
 
     def seqs(self, conn_id: str) -> list[int]:
         return [m.seq for m in self.calls if m.conn_id == conn_id and m.seq is not None]

@@ -6,17 +6,18 @@ import asyncio
 import json
 from collections.abc import Callable
 
+from holdfast.worker.backoff import Backoff
 from holdfast.worker.handler import Message
 from holdfast.worker.held import NO_FENCE_MS
 from holdfast.worker.watchdog import EXIT_CODE, Watchdog
 from tests.worker.conftest import Fleet, WorkerProc, seqs_by_stream
 from tests.worker.scripted import scripted_upstream
-from tests.worker.test_connection import connection, context, lease_for, run_until
+from tests.worker.test_connection import connection, context, lease_for
 
 
-async def test_a_handler_call_over_the_timeout_is_cancelled_and_passed(
+async def test_a_handler_call_over_the_timeout_is_cancelled_and_never_passed(
         fleet: Fleet, unique_id: str) -> None:
-    """Seq 2 hangs: its call is cut at the timeout, counted, and seqs 3.. are handled."""
+    """Seq 2 hangs every call: each is cut at the timeout and counted; the stream parks on 2."""
     conn, handled = f"{unique_id}-slow", []
     frames = [json.dumps({"seq": n}) for n in range(1, 6)]
 
@@ -26,12 +27,15 @@ async def test_a_handler_call_over_the_timeout_is_cancelled_and_passed(
         handled.append(message.seq)
 
     async with scripted_upstream(lambda _: frames) as up:
-        ctx = context(None, handler_timeout_s=0.2)  # type: ignore[arg-type]
+        ctx = context(None, handler_timeout_s=0.2, handler_attempts=2,  # type: ignore[arg-type]
+                      handler_backoff=Backoff(0.01, 0.01))
         ctx.handler = hang_on_2
         runner = connection(lease_for(fleet, conn, up.url), ctx)
-        assert await run_until(runner, lambda: handled == [1, 3, 4, 5], 10) is None
-    assert ctx.metrics.totals["HandlerTimeouts"] == 1 and ctx.metrics.totals["HandlerErrors"] == 0
-    assert runner.held.checkpoint == 5
+        runner.task = asyncio.create_task(runner.run())
+        error = await asyncio.wait_for(runner.task, 10)
+    assert error is not None and "seq 2" in error and "timed out" in error
+    assert ctx.metrics.totals["HandlerTimeouts"] == 2 and ctx.metrics.totals["HandlerErrors"] == 0
+    assert handled == [1] and runner.held.checkpoint == 1
 
 
 class Clock:

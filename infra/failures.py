@@ -1,0 +1,56 @@
+"""The handler's on-failure destination: an SQS queue, its DLQ, and who may send to it.
+
+With ``HOLDFAST_HANDLER_ON_FAILURE=skip`` a worker sends each message whose handler calls all
+failed to this queue (one JSON body per message: ``holdfast.core.names.FAILURE_FIELDS``) and
+moves its checkpoint past the message only once SQS accepted it, like a Lambda event source
+mapping's on-failure destination. What reads it is the user's (a redrive tool, an operator);
+a body that reader keeps failing on moves to the DLQ instead of circling forever.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from holdfast.core import names, schema
+
+__all__ = ["HandlerFailures"]
+
+# Failed messages wait for an operator or a redrive tool: keep them as long as SQS allows.
+_RETENTION = Duration.days(14)
+
+
+class HandlerFailures(Construct):
+    """``queue``: messages the handler gave up on (the worker's ``HOLDFAST_FAILURE_QUEUE_URL``);
+    ``dlq``: those its reader failed on ``DLQ_MAX_RECEIVE_COUNT`` times.
+
+    Both use SQS-managed encryption and refuse non-TLS requests, as the nudge queues do
+    (``holdfast.infra.queue``); :meth:`grant_send` lets the worker's task role send.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *,
+                 removal_policy: RemovalPolicy) -> None:
+        super().__init__(scope, construct_id)
+
+        def secure_queue(queue_id: str,
+                         dead_letter_queue: sqs.DeadLetterQueue | None = None) -> sqs.Queue:
+            return sqs.Queue(
+                self, queue_id, encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
+                removal_policy=removal_policy, retention_period=_RETENTION,
+                visibility_timeout=Duration.seconds(schema.QUEUE_VISIBILITY_TIMEOUT_S),
+                dead_letter_queue=dead_letter_queue)
+
+        self.dlq = secure_queue("HandlerFailuresDeadLetters")
+        self.queue = secure_queue("HandlerFailures", sqs.DeadLetterQueue(
+            queue=self.dlq, max_receive_count=schema.DLQ_MAX_RECEIVE_COUNT))
+
+    def grant_send(self, role: iam.IGrantable) -> iam.Grant:
+        """Let ``role`` (the worker's task role) send to the queue, and nothing else on it."""
+        return self.queue.grant_send_messages(role)
+
+    def worker_environment(self) -> dict[str, str]:
+        """What the worker container needs to skip to this queue."""
+        return {names.ENV_HANDLER_ON_FAILURE: names.HANDLER_ON_FAILURE_SKIP,
+                names.ENV_FAILURE_QUEUE_URL: self.queue.queue_url}

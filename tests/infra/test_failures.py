@@ -1,0 +1,74 @@
+"""The handler's on-failure queue: encrypted, TLS only, its own DLQ, sendable by the worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from holdfast.core import names, schema
+from tests.infra.conftest import resources
+
+
+@pytest.fixture(scope="module")
+def synth() -> tuple[Any, dict[str, Any], dict[str, str]]:
+    """The construct alone in a stack, with a role granted SendMessage; (template, json, env)."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_iam as iam
+    from aws_cdk.assertions import Template
+
+    from holdfast.infra.failures import HandlerFailures
+
+    stack = cdk.Stack(cdk.App(), "Failures")
+    role = iam.Role(stack, "TaskRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"))
+    failures = HandlerFailures(stack, "HandlerFailures", removal_policy=cdk.RemovalPolicy.RETAIN)
+    failures.grant_send(role)
+    env = stack.resolve(failures.worker_environment())
+    template = Template.from_stack(stack)
+    return template, template.to_json(), env
+
+
+def test_queue_and_dlq_are_encrypted_tls_only_and_kept_14_days(
+        synth: tuple[Any, dict[str, Any], dict[str, str]]) -> None:
+    """Two queues, SQS-managed encryption, 14 days' retention, each denying plain HTTP."""
+    _, template_json, _ = synth
+    queues = resources(template_json, "AWS::SQS::Queue")
+    assert len(queues) == 2
+    for q in queues.values():
+        assert q["Properties"]["SqsManagedSseEnabled"] is True
+        assert q["Properties"]["MessageRetentionPeriod"] == 14 * 86_400
+    covered = set()
+    for policy in resources(template_json, "AWS::SQS::QueuePolicy").values():
+        if any(s["Effect"] == "Deny" and
+               s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
+               for s in policy["Properties"]["PolicyDocument"]["Statement"]):
+            covered |= {q["Ref"] for q in policy["Properties"]["Queues"]}
+    assert covered == set(queues)
+
+
+def test_queue_redrives_to_its_own_dlq(synth: tuple[Any, dict[str, Any], dict[str, str]]) -> None:
+    """A body its reader keeps failing on moves to the DLQ after the shared receive count."""
+    _, template_json, _ = synth
+    queues = resources(template_json, "AWS::SQS::Queue")
+    (main,) = [q for q in queues.values() if "RedrivePolicy" in q["Properties"]]
+    (dlq_id,) = [k for k, q in queues.items() if "RedrivePolicy" not in q["Properties"]]
+    redrive = main["Properties"]["RedrivePolicy"]
+    assert redrive["maxReceiveCount"] == schema.DLQ_MAX_RECEIVE_COUNT
+    assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": [dlq_id, "Arn"]}
+
+
+def test_the_granted_role_may_send_and_nothing_more(
+        synth: tuple[Any, dict[str, Any], dict[str, str]]) -> None:
+    """grant_send gives SendMessage (and the calls it needs) on the failure queue only."""
+    _, template_json, env = synth
+    queues = resources(template_json, "AWS::SQS::Queue")
+    (main_id,) = [k for k, q in queues.items() if "RedrivePolicy" in q["Properties"]]
+    (policy,) = resources(template_json, "AWS::IAM::Policy").values()
+    (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+    actions = statement["Action"] if isinstance(statement["Action"], list) else [
+        statement["Action"]]
+    assert "sqs:SendMessage" in actions and not any("Receive" in a or "Delete" in a
+                                                     for a in actions)
+    assert statement["Resource"] == {"Fn::GetAtt": [main_id, "Arn"]}
+    assert env[names.ENV_HANDLER_ON_FAILURE] == "skip"
+    assert env[names.ENV_FAILURE_QUEUE_URL] == {"Ref": main_id}
