@@ -16,8 +16,8 @@ import os
 # which starts the jsii runtime.
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-from holdfast.infra.exceptions import SettingsError  # noqa: E402
-from holdfast.infra.fleet import HoldfastFleet  # noqa: E402
-from holdfast.infra.settings import Settings  # noqa: E402
+from holdfast.infra.exceptions import SettingsError
+from holdfast.infra.fleet import HoldfastFleet
+from holdfast.infra.settings import Settings
 
 __all__ = ["HoldfastFleet", "Settings", "SettingsError"]

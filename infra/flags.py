@@ -22,4 +22,5 @@ FEATURE_FLAGS: Final[dict[str, object]] = {
     # block (the circuit breaker rolls back), as the service has been deployed with.
     "@aws-cdk/aws-ecs:disableExplicitDeploymentControllerForCircuitBreaker": True,
     "@aws-cdk/aws-ecs:removeDefaultDeploymentAlarm": True,
+    "@aws-cdk/aws-ecs:removeEmptyLoadBalancers": True,
 }

@@ -47,8 +47,30 @@ def _normalized(template: dict[str, Any], paths: dict[str, str],
     resources: dict[str, Any] = json.loads(text)
     for res in resources.values():
         res.pop("Metadata", None)
+        _sort_statement_lists(res)
     # Version reporting is the app's choice (the CLI's), not part of the fleet.
     return {k: v for k, v in resources.items() if v["Type"] != "AWS::CDK::Metadata"}
+
+
+def _sort_statement_lists(node: Any) -> None:
+    """Sort each IAM statement's Action and Resource lists, in place.
+
+    Their order is the one thing the fleet cannot pin: the CDK sorts merged statements'
+    lists under the *stack's* ``@aws-cdk/aws-iam:minimizePolicies`` flag, a user's stack may
+    not set it, and a construct cannot set context on a stack that already has children.
+    IAM gives the order no meaning; which actions on which resources is still compared.
+    """
+    if isinstance(node, dict):
+        for statement in node.get("Statement", []) if isinstance(node.get("Statement"),
+                                                                  list) else []:
+            for key in ("Action", "Resource"):
+                if isinstance(statement.get(key), list):
+                    statement[key].sort(key=lambda v: json.dumps(v, sort_keys=True))
+        for value in node.values():
+            _sort_statement_lists(value)
+    elif isinstance(node, list):
+        for value in node:
+            _sort_statement_lists(value)
 
 
 def _cli_paths(template: dict[str, Any]) -> dict[str, str]:
