@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 
 from holdfast.infra.settings import Settings
-from tests.infra.conftest import REPO, STACK, cdk_json
+from tests.infra.conftest import REPO, STACK, cdk_json, cli_env
 
 _FLEET_IDS = ("Default", "Fleet")  # our stack's fleet id, and the user's in (b)
 
@@ -156,3 +158,13 @@ def test_keyword_props_are_validated_like_context() -> None:
     stack = cdk.Stack(cdk.App(), "BadProps")
     with pytest.raises(SettingsError, match="min_tasks=0"):
         HoldfastFleet(stack, "Fleet", worker_image="example/worker:1", min_tasks=0)
+
+
+def test_importing_holdfast_cdk_first_quiets_the_node_20_banner() -> None:
+    """`import holdfast.cdk` before aws_cdk: no end-of-life banner from jsii on Node 20."""
+    env = {k: v for k, v in cli_env().items()
+           if k != "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import holdfast.cdk, aws_cdk; aws_cdk.App()"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert "end-of-life" not in proc.stderr.lower(), proc.stderr[-2000:]
