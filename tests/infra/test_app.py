@@ -29,9 +29,13 @@ def nag_report(assembly_dir: Path) -> dict[str, Any]:
 
 
 def test_cdk_json_makes_no_calls_home() -> None:
-    """cdk.json turns off notices and CLI telemetry and names the app command."""
+    """cdk.json turns off notices, version reporting (no AWS::CDK::Metadata resource) and CLI
+    telemetry, and names the app command."""
     config = cdk_json()
     assert config["notices"] is False
+    # A CLI setting: as a context key ("aws:cdk:version-reporting") the CLI ignores it, and warns.
+    assert config["versionReporting"] is False
+    assert "aws:cdk:version-reporting" not in config["context"]
     assert config["context"]["cli-telemetry"] is False
     assert "app.py" in config["app"]
 
