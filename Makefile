@@ -63,5 +63,9 @@ bench: deps
 chaos: deps
 	$(BIN)/python -m holdfast.chaos --minutes 10
 
+# The repository's app and cdk.json, offline: templates in cdk.out/, cdk-nag findings fail it.
+synth: deps
+	npx --no cdk synth --quiet
+
 clean:
 	rm -rf $(VENV) node_modules cdk.out .mypy_cache .ruff_cache .pytest_cache

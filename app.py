@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""The Holdfast CDK app: settings from context, one stack, cdk-nag on every synth."""
+"""The Holdfast CDK app: settings from context, one stack (one ``HoldfastFleet``), cdk-nag on
+every synth."""
 
 from __future__ import annotations
 
 import os
 
+# First: holdfast.cdk quiets jsii's Node 20 end-of-life banner, before aws_cdk starts jsii.
+from holdfast.cdk import Settings  # isort: skip
+
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from holdfast.infra.settings import Settings
 from holdfast.infra.stack import HoldfastStack, stack_environment
 
 app = cdk.App()

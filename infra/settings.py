@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 
 from holdfast.core import names
@@ -222,7 +222,18 @@ class Settings:
                                        "subscribe this address to the alarm topic")
 
     def __post_init__(self) -> None:
+        # Values given in code (``Settings(min_tasks=4)``, the construct's props) get the same
+        # checks as context values; a parser may also normalise (``"XRAY"`` -> ``"xray"``).
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None and value != f.default:
+                object.__setattr__(self, f.name, f.metadata["parse"](f.name, value))
         self._check_cross_field()
+
+    def with_values(self, **values: Any) -> Settings:
+        """A copy with ``values`` (None: keep this one's), validated like the rest."""
+        given = {name: value for name, value in values.items() if value is not None}
+        return replace(self, **given) if given else self
 
     @classmethod
     def from_context(cls, lookup: Callable[[str], Any]) -> Settings:

@@ -1,4 +1,5 @@
-"""The transcripts example's CDK app: our stack unchanged, plus its table, IAM and env."""
+"""The transcripts example's CDK app: a HoldfastFleet in its own stack, plus its table, IAM
+and env, synthesized with its own cdk.json (no feature flags)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from tests.infra.conftest import REPO, SYNTH_TIMEOUT_S, cli_env, resources
 
 EXAMPLE = REPO / "examples" / "transcripts"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/transcripts:1"
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +38,17 @@ def test_example_adds_its_table_iam_and_handler(example_template: dict[str, Any]
     (seg_id,) = [k for k in tables if k.startswith("Segments")]
     assert tables[seg_id]["Properties"]["PointInTimeRecoverySpecification"] == {
         "PointInTimeRecoveryEnabled": True}
-    grants = [p for p in resources(example_template, "AWS::IAM::Policy").values()
+    # A user's stack may not set @aws-cdk/aws-iam:minimizePolicies, under which a statement
+    # with one resource renders it bare rather than as a one-item list: both mean the same.
+    seg_arn = {"Fn::GetAtt": [seg_id, "Arn"]}
+    grants = [(p, st) for p in resources(example_template, "AWS::IAM::Policy").values()
               for st in p["Properties"]["PolicyDocument"]["Statement"]
-              if st.get("Resource") == {"Fn::GetAtt": [seg_id, "Arn"]}]
+              if seg_arn in _as_list(st.get("Resource"))]
     assert len(grants) == 1
-    (stmt,) = [st for st in grants[0]["Properties"]["PolicyDocument"]["Statement"]
-               if st.get("Resource") == {"Fn::GetAtt": [seg_id, "Arn"]}]
-    assert stmt["Action"] == "dynamodb:PutItem"
-    assert any("TaskRole" in r["Ref"] for r in grants[0]["Properties"]["Roles"])
+    policy, stmt = grants[0]
+    assert _as_list(stmt["Resource"]) == [seg_arn]
+    assert _as_list(stmt["Action"]) == ["dynamodb:PutItem"]
+    assert any("TaskRole" in r["Ref"] for r in policy["Properties"]["Roles"])
     (task,) = resources(example_template, "AWS::ECS::TaskDefinition").values()
     (container,) = task["Properties"]["ContainerDefinitions"]
     env = {e["Name"]: e["Value"] for e in container["Environment"]}
@@ -59,3 +67,12 @@ def test_a_private_ecr_image_can_be_pulled(example_template: dict[str, Any]) -> 
              if "ecr:BatchGetImage" in st["Action"]]
     assert pulls, "the execution role cannot pull the worker image"
     assert any("repository/transcripts" in json.dumps(st["Resource"]) for st in pulls), pulls
+
+
+def test_example_gets_the_fleets_security_settings(example_template: dict[str, Any]) -> None:
+    """The example's cdk.json has no feature flags: the VPC's default security group is
+    still restricted, and the fleet's resources are all there."""
+    types = [r["Type"] for r in example_template["Resources"].values()]
+    assert types.count("Custom::VpcRestrictDefaultSG") == 1
+    assert "@aws-cdk/aws-ec2:restrictDefaultSecurityGroup" not in json.loads(
+        (EXAMPLE / "cdk.json").read_text())["context"]

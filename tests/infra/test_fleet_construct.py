@@ -1,0 +1,170 @@
+"""``HoldfastFleet`` in a user's own stack: the same template as our app's, with no context.
+
+(a) is our app as the CLI synthesizes it (``cli_assembly``: app.py with our cdk.json and its
+feature flags); (b) is a plain ``Stack`` holding ``HoldfastFleet(stack, "Fleet", ...)`` in an
+``App()`` with no context at all, as a user's app without our cdk.json has it. Logical ids
+differ (the fleet's id is part of them in (b)), so both templates are rewritten with each
+resource named by its construct path below the fleet before they are compared.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from holdfast.infra.settings import Settings
+from tests.infra.conftest import REPO, STACK, cdk_json, cli_env
+
+_FLEET_IDS = ("Default", "Fleet")  # our stack's fleet id, and the user's in (b)
+
+
+def _short_path(path: str) -> str:
+    """``Holdfast/Fleet/Leases/Table/Resource`` -> ``Leases/Table/Resource``."""
+    parts = path.split("/")[1:]  # the stack's name
+    if parts and parts[0] in _FLEET_IDS:
+        parts = parts[1:]
+    return "/".join(parts)
+
+
+def _normalized(template: dict[str, Any], paths: dict[str, str],
+                fleet_id: str) -> dict[str, Any]:
+    """``Resources`` with every logical id (keys and references) replaced by ``<path>``, the
+    fleet's place in construct paths and generated names by ``<fleet>``, construct metadata
+    dropped: what is left differs only if the resources do."""
+    text = json.dumps(template["Resources"], sort_keys=True)
+    # Longest first: no id is a prefix of another's replacement.
+    for logical in sorted(paths, key=len, reverse=True):
+        text = re.sub(rf"\b{re.escape(logical)}\b", f"<{paths[logical]}>", text)
+    # Name tags hold the construct path; generated names (task family, scaling policies,
+    # construct ids made of a unique id) the path's letters and its hash.
+    text = text.replace(f'"{STACK}/{fleet_id}/', '"<fleet>/')
+    text = re.sub(rf"{STACK}(?:{fleet_id})?(\w*?)[0-9A-F]{{8}}\b", r"<fleet>\1", text)
+    resources: dict[str, Any] = json.loads(text)
+    for res in resources.values():
+        res.pop("Metadata", None)
+        _sort_statement_lists(res)
+    # Version reporting is the app's choice (the CLI's), not part of the fleet.
+    return {k: v for k, v in resources.items() if v["Type"] != "AWS::CDK::Metadata"}
+
+
+def _sort_statement_lists(node: Any) -> None:
+    """Sort each IAM statement's Action and Resource lists, in place.
+
+    Their order is the one thing the fleet cannot pin: the CDK sorts merged statements'
+    lists under the *stack's* ``@aws-cdk/aws-iam:minimizePolicies`` flag, a user's stack may
+    not set it, and a construct cannot set context on a stack that already has children.
+    IAM gives the order no meaning; which actions on which resources is still compared.
+    """
+    if isinstance(node, dict):
+        for statement in node.get("Statement", []) if isinstance(node.get("Statement"),
+                                                                  list) else []:
+            for key in ("Action", "Resource"):
+                if isinstance(statement.get(key), list):
+                    statement[key].sort(key=lambda v: json.dumps(v, sort_keys=True))
+        for value in node.values():
+            _sort_statement_lists(value)
+    elif isinstance(node, list):
+        for value in node:
+            _sort_statement_lists(value)
+
+
+def _cli_paths(template: dict[str, Any]) -> dict[str, str]:
+    """Logical id -> short construct path, from the CLI's ``aws:cdk:path`` metadata."""
+    return {logical: _short_path(res["Metadata"]["aws:cdk:path"])
+            for logical, res in template["Resources"].items()}
+
+
+@pytest.fixture(scope="module")
+def user_stack() -> tuple[dict[str, Any], dict[str, str]]:
+    """(b): a plain Stack with ``HoldfastFleet`` in an App with no context; its template and
+    logical id -> short path."""
+    import aws_cdk as cdk
+
+    from holdfast.cdk import HoldfastFleet
+
+    app = cdk.App()
+    assert app.node.try_get_context("@aws-cdk/aws-ec2:restrictDefaultSecurityGroup") is None
+    stack = cdk.Stack(app, STACK)
+    HoldfastFleet(stack, "Fleet", settings=Settings.from_context(
+        {k: v for k, v in cdk_json()["context"].items() if not k.startswith("@")}.get),
+        worker_image_directory=REPO)
+    template = app.synth().get_stack_by_name(STACK).template
+    paths = {stack.resolve(c.logical_id): _short_path(c.node.path)
+             for c in stack.node.find_all() if isinstance(c, cdk.CfnElement)}
+    return dict(template), paths
+
+
+def test_user_stack_has_the_same_resources(template_json: dict[str, Any],
+                                           user_stack: tuple[dict[str, Any], dict[str, str]],
+                                           ) -> None:
+    """No feature flags in the app: same resource types, counts and properties (assets too)."""
+    user_template, user_paths = user_stack
+    ours = _normalized(template_json, _cli_paths(template_json), "Default")
+    theirs = _normalized(user_template, user_paths, "Fleet")
+    assert Counter(r["Type"] for r in theirs.values()) == Counter(
+        r["Type"] for r in ours.values())
+    assert "Custom::VpcRestrictDefaultSG" in {r["Type"] for r in theirs.values()}
+    assert sorted(theirs) == sorted(ours)
+    for name, resource in ours.items():
+        assert theirs[name] == resource, name
+
+
+def test_feature_flags_match_our_cdk_json() -> None:
+    """Every flag the construct sets on itself has the value our own app's cdk.json gives."""
+    from holdfast.infra.flags import FEATURE_FLAGS
+
+    context = cdk_json()["context"]
+    assert {k: context.get(k) for k in FEATURE_FLAGS} == FEATURE_FLAGS
+
+
+def test_missing_image_is_a_clear_error() -> None:
+    """Neither worker_image nor worker_image_directory: an error naming both, at synth."""
+    import aws_cdk as cdk
+
+    from holdfast.cdk import HoldfastFleet
+    from holdfast.infra.exceptions import SettingsError
+
+    stack = cdk.Stack(cdk.App(), "NoImage")
+    with pytest.raises(SettingsError, match=r"worker_image=.*worker_image_directory="):
+        HoldfastFleet(stack, "Fleet", handler="myapp.handler:handle")
+
+
+def test_image_directory_without_dockerfile(tmp_path: Path) -> None:
+    """A worker_image_directory with no Dockerfile is named in the error."""
+    import aws_cdk as cdk
+
+    from holdfast.cdk import HoldfastFleet
+    from holdfast.infra.exceptions import SettingsError
+
+    stack = cdk.Stack(cdk.App(), "NoDockerfile")
+    with pytest.raises(SettingsError, match="no Dockerfile"):
+        HoldfastFleet(stack, "Fleet", worker_image_directory=tmp_path)
+
+
+def test_keyword_props_are_validated_like_context() -> None:
+    """A bad keyword prop fails with the prop's name, as a bad context value does."""
+    import aws_cdk as cdk
+
+    from holdfast.cdk import HoldfastFleet
+    from holdfast.infra.exceptions import SettingsError
+
+    stack = cdk.Stack(cdk.App(), "BadProps")
+    with pytest.raises(SettingsError, match="min_tasks=0"):
+        HoldfastFleet(stack, "Fleet", worker_image="example/worker:1", min_tasks=0)
+
+
+def test_importing_holdfast_cdk_first_quiets_the_node_20_banner() -> None:
+    """`import holdfast.cdk` before aws_cdk: no end-of-life banner from jsii on Node 20."""
+    env = {k: v for k, v in cli_env().items()
+           if k != "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import holdfast.cdk, aws_cdk; aws_cdk.App()"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert "end-of-life" not in proc.stderr.lower(), proc.stderr[-2000:]
