@@ -9,6 +9,17 @@ from pathlib import Path
 from tests.infra.conftest import REPO
 
 DOCKERFILE = (REPO / "Dockerfile").read_text()
+# What the image is built from: the metadata and the holdfast package (with the folders its
+# links point to).
+PACKAGE_FILES = {"pyproject.toml", "README.md", "holdfast", "worker", "lambdas", "infra"}
+
+
+def dockerignore_allows() -> set[str]:
+    """The top-level names the allow-list lets into the build context."""
+    lines = [ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert lines[0] == "*"
+    return {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
 
 
 def instructions(text: str) -> list[tuple[str, str]]:
@@ -50,11 +61,15 @@ def test_only_runtime_dependencies_are_installed() -> None:
 
 def test_dockerignore_keeps_the_build_context_small() -> None:
     """Allow-list: tests, node_modules, the venv, cdk.out, .git, bench and docs stay out."""
-    lines = [ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#")]
-    assert lines[0] == "*"
-    allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
-    assert allowed == {"pyproject.toml", "README.md", "holdfast", "worker"}
+    assert dockerignore_allows() == PACKAGE_FILES
+
+
+def test_every_copied_path_is_in_the_context() -> None:
+    """Each COPY of the build context names something .dockerignore lets in."""
+    copied = {source.rstrip("/") for word, arg in instructions(DOCKERFILE)
+              if word == "COPY" and "--from" not in arg
+              for source in arg.split()[:-1] if not source.startswith("--")}
+    assert copied and copied <= dockerignore_allows(), copied - dockerignore_allows()
 
 
 def test_image_asset_context_excludes_everything_else(cli_assembly: Path) -> None:
@@ -63,8 +78,7 @@ def test_image_asset_context_excludes_everything_else(cli_assembly: Path) -> Non
     (image,) = assets["dockerImages"].values()
     context = cli_assembly / image["source"]["directory"]
     top = {p.name for p in context.iterdir()}
-    assert top == {"Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "holdfast",
-                   "worker"}
+    assert top == {"Dockerfile", ".dockerignore"} | PACKAGE_FILES
     assert not list(context.rglob("tests")) and not list(context.rglob("__pycache__"))
 
 
