@@ -26,6 +26,7 @@ from constructs import Construct
 
 from holdfast.core import names
 from holdfast.infra.exceptions import SettingsError
+from holdfast.infra.failures import HandlerFailures
 from holdfast.infra.flags import FEATURE_FLAGS
 from holdfast.infra.function import FunctionDefaults
 from holdfast.infra.lambda_asset import lambda_code
@@ -163,16 +164,24 @@ class HoldfastFleet(Construct):
             nat_gateways=s.nat_gateways, flow_logs=s.vpc_flow_logs,
             log_retention_days=s.log_retention_days, removal_policy=removal,
             upstream_ports=s.upstream_ports)
+        # The on-failure queue exists only where the policy sends to it: no resource (and no
+        # send permission) that nothing uses.
+        self.handler_failures = (
+            HandlerFailures(self, "HandlerFailures", removal_policy=removal)
+            if s.handler_on_failure == names.HANDLER_ON_FAILURE_SKIP else None)
+        environment = worker_environment(s, table_name=table.table_name,
+                                         session_table_name=sessions.table_name,
+                                         queue_url=queue.queue_url,
+                                         service_name=service_names["worker"])
+        if self.handler_failures is not None:
+            environment.update(self.handler_failures.worker_environment())
         self.workers = WorkerService(
             self, "Workers", vpc=self.network.vpc, subnets=self.network.subnets,
             security_group=self.network.security_group,
             assign_public_ip=self.network.assign_public_ip,
             image=image, arm64=s.worker_architecture == "arm64", cpu=s.task_cpu,
             memory_mib=s.task_memory_mib,
-            environment=worker_environment(s, table_name=table.table_name,
-                                           session_table_name=sessions.table_name,
-                                           queue_url=queue.queue_url,
-                                           service_name=service_names["worker"]),
+            environment=environment,
             stop_timeout=Duration.seconds(s.stop_timeout_seconds), table=table,
             index_arns=index_arns, session_table=sessions, queue=queue,
             log_retention_days=s.log_retention_days, removal_policy=removal,
@@ -180,6 +189,8 @@ class HoldfastFleet(Construct):
             collector_image=s.collector_image if s.xray else None)
         self.worker_task_role: iam.IRole = self.workers.task_definition.task_role
         self.worker_container: ecs.ContainerDefinition = self.workers.container
+        if self.handler_failures is not None:
+            self.handler_failures.grant_send(self.worker_task_role)
         WorkerScaling(
             self, "Scaling", service=self.workers.service, queue=queue,
             service_name=service_names["worker"], min_tasks=s.min_tasks, max_tasks=s.max_tasks,

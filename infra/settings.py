@@ -155,6 +155,11 @@ class Settings:
     skew_ms: int = _setting(DEFAULT_SKEW_MS, _int(0, 10_000), "clock-skew allowance between hosts")
     reconcile_seconds: int = _setting(60, _int(5, 3600), "worker full reconcile interval")
     renew_mode: str = _setting("batch", _choice("batch", "single"), "PartiQL batch or one by one")
+    # What a worker does with a message whose handler calls all failed: park the stream on it
+    # (nothing lost), or skip it to an on-failure SQS queue the fleet then creates.
+    handler_on_failure: str = _setting(names.HANDLER_ON_FAILURE_PARK,
+                                       _choice(*names.HANDLER_ON_FAILURE_POLICIES),
+                                       "after the last handler attempt: park or skip (to a queue)")
     # Worker service.
     max_connections_per_task: int = _setting(500, _int(1, 50_000), "connections one task holds")
     # Rebalancing (README "Rebalancing"): the fleet-wide budget of upstream connects per

@@ -77,3 +77,7 @@ class HoldfastStack(Stack):
             ("SweeperLogGroup", self.sweeper.handler.log_group.log_group_name, "Sweeper logs"),
         ):
             CfnOutput(self, output_id, value=value, description=description)
+        if self.fleet.handler_failures is not None:
+            CfnOutput(self, "HandlerFailuresQueueUrl",
+                      value=self.fleet.handler_failures.queue.queue_url,
+                      description="Messages whose handler calls all failed (policy skip)")

@@ -72,3 +72,45 @@ def test_the_granted_role_may_send_and_nothing_more(
     assert statement["Resource"] == {"Fn::GetAtt": [main_id, "Arn"]}
     assert env[names.ENV_HANDLER_ON_FAILURE] == "skip"
     assert env[names.ENV_FAILURE_QUEUE_URL] == {"Ref": main_id}
+
+
+@pytest.fixture(scope="module")
+def fleets() -> dict[str, dict[str, Any]]:
+    """A HoldfastFleet's template for each policy (a prebuilt image: no Docker context)."""
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+
+    from holdfast.cdk import HoldfastFleet, Settings
+
+    out = {}
+    for policy in names.HANDLER_ON_FAILURE_POLICIES:
+        stack = cdk.Stack(cdk.App(), f"Fleet-{policy}")
+        HoldfastFleet(stack, "Fleet", settings=Settings(handler_on_failure=policy),
+                      worker_image="public.ecr.aws/example/worker:1")
+        out[policy] = Template.from_stack(stack).to_json()
+    return out
+
+
+def _worker_env(template_json: dict[str, Any]) -> dict[str, Any]:
+    (task,) = resources(template_json, "AWS::ECS::TaskDefinition").values()
+    worker = next(c for c in task["Properties"]["ContainerDefinitions"]
+                  if any(e["Name"] == names.ENV_TABLE for e in c.get("Environment", [])))
+    return {e["Name"]: e["Value"] for e in worker["Environment"]}
+
+
+def test_skip_policy_gets_its_queue_env_and_send_grant(fleets: dict[str, dict[str, Any]]) -> None:
+    """handler_on_failure=skip: two more queues, the worker told to skip to one of them and
+    allowed to send to it; park (the default) creates none and sets nothing."""
+    park, skip = fleets[names.HANDLER_ON_FAILURE_PARK], fleets[names.HANDLER_ON_FAILURE_SKIP]
+    assert len(resources(skip, "AWS::SQS::Queue")) == len(resources(park, "AWS::SQS::Queue")) + 2
+    env = _worker_env(skip)
+    assert env[names.ENV_HANDLER_ON_FAILURE] == names.HANDLER_ON_FAILURE_SKIP
+    queue_id = env[names.ENV_FAILURE_QUEUE_URL]["Ref"]
+    assert queue_id in resources(skip, "AWS::SQS::Queue")
+    assert queue_id not in resources(park, "AWS::SQS::Queue")
+    sends = [s for p in resources(skip, "AWS::IAM::Policy").values()
+             for s in p["Properties"]["PolicyDocument"]["Statement"]
+             if "sqs:SendMessage" in str(s["Action"]) and queue_id in str(s["Resource"])]
+    assert sends
+    assert names.ENV_HANDLER_ON_FAILURE not in _worker_env(park)
+    assert names.ENV_FAILURE_QUEUE_URL not in _worker_env(park)
