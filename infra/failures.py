@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from holdfast.core import names, schema
+from holdfast.core import names
+from holdfast.infra.queue import secure_queue
 
 __all__ = ["HandlerFailures"]
 
@@ -34,17 +34,9 @@ class HandlerFailures(Construct):
                  removal_policy: RemovalPolicy) -> None:
         super().__init__(scope, construct_id)
 
-        def secure_queue(queue_id: str,
-                         dead_letter_queue: sqs.DeadLetterQueue | None = None) -> sqs.Queue:
-            return sqs.Queue(
-                self, queue_id, encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
-                removal_policy=removal_policy, retention_period=_RETENTION,
-                visibility_timeout=Duration.seconds(schema.QUEUE_VISIBILITY_TIMEOUT_S),
-                dead_letter_queue=dead_letter_queue)
-
-        self.dlq = secure_queue("HandlerFailuresDeadLetters")
-        self.queue = secure_queue("HandlerFailures", sqs.DeadLetterQueue(
-            queue=self.dlq, max_receive_count=schema.DLQ_MAX_RECEIVE_COUNT))
+        self.dlq = secure_queue(self, "HandlerFailuresDeadLetters", _RETENTION, removal_policy)
+        self.queue = secure_queue(self, "HandlerFailures", _RETENTION, removal_policy,
+                                  dead_letters=self.dlq)
 
     def grant_send(self, role: iam.IGrantable) -> iam.Grant:
         """Let ``role`` (the worker's task role) send to the queue, and nothing else on it."""

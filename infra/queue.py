@@ -11,7 +11,7 @@ from constructs import Construct
 
 from holdfast.core import schema
 
-__all__ = ["NudgeQueues"]
+__all__ = ["NudgeQueues", "secure_queue"]
 
 # Parked messages wait for an operator: keep them as long as SQS allows.
 _PARKED_RETENTION = Duration.days(14)
@@ -19,6 +19,19 @@ _PARKED_RETENTION = Duration.days(14)
 # outage does not leave a flood of pointless nudges behind.
 _NUDGE_RETENTION = Duration.days(1)
 
+
+
+def secure_queue(scope: Construct, queue_id: str, retention: Duration,
+                 removal_policy: RemovalPolicy, *,
+                 dead_letters: sqs.IQueue | None = None) -> sqs.Queue:
+    """An SQS queue as every fleet queue is: SQS-managed encryption, TLS only, the fleet's
+    visibility timeout; with ``dead_letters``, moved there after ``DLQ_MAX_RECEIVE_COUNT``."""
+    return sqs.Queue(
+        scope, queue_id, encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
+        removal_policy=removal_policy, retention_period=retention,
+        visibility_timeout=Duration.seconds(schema.QUEUE_VISIBILITY_TIMEOUT_S),
+        dead_letter_queue=None if dead_letters is None else sqs.DeadLetterQueue(
+            queue=dead_letters, max_receive_count=schema.DLQ_MAX_RECEIVE_COUNT))
 
 class NudgeQueues(Construct):
     """``queue``: nudges to claim a lease; ``dlq``: nudges no worker could act on;
@@ -32,20 +45,13 @@ class NudgeQueues(Construct):
                  removal_policy: RemovalPolicy) -> None:
         super().__init__(scope, construct_id)
 
-        def secure_queue(queue_id: str, retention: Duration,
-                         dead_letter_queue: sqs.DeadLetterQueue | None = None) -> sqs.Queue:
-            return sqs.Queue(
-                self, queue_id, encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
-                removal_policy=removal_policy, retention_period=retention,
-                visibility_timeout=Duration.seconds(schema.QUEUE_VISIBILITY_TIMEOUT_S),
-                dead_letter_queue=dead_letter_queue)
-
-        self.dlq = secure_queue("DeadLetters", _PARKED_RETENTION)
-        self.queue = secure_queue("Nudges", _NUDGE_RETENTION, sqs.DeadLetterQueue(
-            queue=self.dlq, max_receive_count=schema.DLQ_MAX_RECEIVE_COUNT))
+        self.dlq = secure_queue(self, "DeadLetters", _PARKED_RETENTION, removal_policy)
+        self.queue = secure_queue(self, "Nudges", _NUDGE_RETENTION, removal_policy,
+                                  dead_letters=self.dlq)
         # The event source mapping's on-failure destination: it receives a description of the
         # stream records (shard, sequence numbers), not nudges, so it is not the nudge DLQ.
-        self.router_failures = secure_queue("RouterFailures", _PARKED_RETENTION)
+        self.router_failures = secure_queue(self, "RouterFailures", _PARKED_RETENTION,
+                                            removal_policy)
 
     def only_senders(self, roles: Sequence[iam.IRole]) -> None:
         """Deny ``sqs:SendMessage`` on the nudge queue to every principal but ``roles``.
