@@ -9,11 +9,8 @@ share a worker and which start first.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -21,7 +18,16 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from holdfast.localaws import LocalAws
-from tests import scheduling
+from tests.scheduling import (
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_unconfigure,
+    pytest_xdist_make_scheduler,
+)
+
+# The xdist hooks (tests/scheduling.py) are re-exported so that pytest finds them here.
+__all__ = ["TIMEOUT_SCALE", "client_for", "pytest_collection_modifyitems", "pytest_configure",
+           "pytest_unconfigure", "pytest_xdist_make_scheduler"]
 
 TIMEOUT_SCALE = float(os.environ.get("HOLDFAST_TEST_TIMEOUT_SCALE", "1"))
 # The suite starts a local runner dozens of times; each sandbox is a process importing boto3
@@ -33,34 +39,6 @@ os.environ.setdefault("HOLDFAST_RUNNER_PARALLELIZATION", "1")
 settings.register_profile("holdfast", deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture])
 settings.load_profile("holdfast")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """The xdist controller, under ``--dist loadgroup``: where the workers write the groups."""
-    if (not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("xdist")
-            and config.getoption("dist", "no") == "loadgroup"):
-        # The workers are started after this and inherit the environment.
-        os.environ[scheduling.GROUPS_ENV] = str(
-            Path(tempfile.mkdtemp(prefix="holdfast-groups-")) / "groups.json")
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    path = os.environ.get(scheduling.GROUPS_ENV)
-    if path and not hasattr(config, "workerinput"):
-        shutil.rmtree(Path(path).parent, ignore_errors=True)
-        del os.environ[scheduling.GROUPS_ENV]
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    path = os.environ.get(scheduling.GROUPS_ENV)
-    if path and hasattr(config, "workerinput"):
-        scheduling.plan(items, Path(path))
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    path = os.environ.get(scheduling.GROUPS_ENV)
-    return scheduling.scheduler(config, log, Path(path)) if path else None
 
 
 @pytest.fixture(scope="session")

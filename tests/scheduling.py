@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-__all__ = ["GROUPS_ENV", "SET_UP_ONCE", "group_of", "plan", "scheduler"]
+__all__ = ["GROUPS_ENV", "SET_UP_ONCE", "groups_of", "plan", "pytest_collection_modifyitems",
+           "pytest_configure", "pytest_unconfigure", "pytest_xdist_make_scheduler", "scheduler"]
 
 GROUPS_ENV = "HOLDFAST_TEST_GROUPS_FILE"
 # Session fixtures too costly to repeat on each worker: the two CDK synths (~20 s of CPU
@@ -31,22 +34,37 @@ GROUPS_ENV = "HOLDFAST_TEST_GROUPS_FILE"
 SET_UP_ONCE = ("synth_jobs", "_holdfast_pool")
 
 
-def group_of(item: pytest.Item) -> str | None:
-    """The group of tests that must share ``item``'s worker (its costly set-up), if any."""
+def set_ups(item: pytest.Item) -> list[str]:
+    """The costly set-ups ``item`` needs: a ``SET_UP_ONCE`` fixture, its module's fixtures
+    (any module- or class-scoped one), an explicit ``xdist_group``."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
-        return None
-    for name in SET_UP_ONCE:
-        if name in info.names_closure:
-            return name
+        return []
+    keys = [name for name in SET_UP_ONCE if name in info.names_closure]
     module = getattr(item, "module", None)
-    scoped = any(d.scope in ("module", "class") for defs in info.name2fixturedefs.values()
-                 for d in defs)
-    if scoped and module is not None:
-        return str(module.__name__)
-    for mark in item.iter_markers("xdist_group"):  # xdist's own marker keeps its meaning
-        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-    return None
+    if module is not None and any(d.scope in ("module", "class")
+                                  for defs in info.name2fixturedefs.values() for d in defs):
+        keys.append(str(module.__name__))
+    keys += [str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+             for m in item.iter_markers("xdist_group")]
+    return keys
+
+
+def groups_of(items: list[pytest.Item]) -> dict[str, str]:
+    """Node id -> group, for the tests that share a set-up with others. Tests sharing any
+    set-up are in one group (a module fixture used with a synth puts the module with it)."""
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    needs = {item.nodeid: set_ups(item) for item in items}
+    for keys in needs.values():
+        for key in keys[1:]:
+            parent[root(key)] = root(keys[0])
+    return {nodeid: root(keys[0]) for nodeid, keys in needs.items() if keys}
 
 
 def plan(items: list[pytest.Item], groups_file: Path) -> None:
@@ -54,7 +72,7 @@ def plan(items: list[pytest.Item], groups_file: Path) -> None:
 
     Every worker collects the same items and writes the same file (atomically).
     """
-    groups = {item.nodeid: g for item in items if (g := group_of(item)) is not None}
+    groups = groups_of(items)
     slow_groups = {groups.get(i.nodeid) for i in items if i.get_closest_marker("slow")}
 
     def rank(item: pytest.Item) -> int:
@@ -86,3 +104,32 @@ def scheduler(config: pytest.Config, log: Any, groups_file: Path) -> Any:
     # A unit's place in the queue is its first test's place (``plan``'s order), not its size.
     config.option.loadscopereorder = False
     return GroupScheduling(config, log)
+
+
+# The hooks, re-exported by tests/conftest.py.
+def pytest_configure(config: pytest.Config) -> None:
+    """The xdist controller, under ``--dist loadgroup``: where the workers write the groups."""
+    if (not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("xdist")
+            and config.getoption("dist", "no") == "loadgroup"):
+        # The workers are started after this and inherit the environment.
+        os.environ[GROUPS_ENV] = str(
+            Path(tempfile.mkdtemp(prefix="holdfast-groups-")) / "groups.json")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    path = os.environ.get(GROUPS_ENV)
+    if path and not hasattr(config, "workerinput"):
+        shutil.rmtree(Path(path).parent, ignore_errors=True)
+        del os.environ[GROUPS_ENV]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    path = os.environ.get(GROUPS_ENV)
+    if path and hasattr(config, "workerinput"):
+        plan(items, Path(path))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    path = os.environ.get(GROUPS_ENV)
+    return scheduler(config, log, Path(path)) if path else None
