@@ -39,8 +39,12 @@ lint: deps
 typecheck: deps
 	$(BIN)/mypy
 
+# The suite is mostly real waiting (leases expiring, fleets failing over): three xdist workers
+# overlap it on two cores. tests/scheduling.py keeps costly set-ups on one worker and hands
+# out the longest tests first. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 3
 unit: deps
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The docs site, built strictly (a broken link or anchor fails) into a throw-away folder.
 # Not --quiet: it hides the warnings that --strict turns into a failure.

@@ -2,6 +2,8 @@
 
 Tests share the servers (starting DynamoDB Local costs ~3 s) but never share items: each test
 names its connections with ``unique_id``. ``TIMEOUT_SCALE`` stretches every wait on a slow CI.
+Under ``-n N --dist loadgroup`` (``make test``), ``tests/scheduling.py`` decides which tests
+share a worker and which start first.
 """
 
 from __future__ import annotations
@@ -15,7 +17,18 @@ import boto3
 import pytest
 from hypothesis import HealthCheck, settings
 
+from holdfast.core.schema import session_table_definition, table_definition
 from holdfast.localaws import LocalAws
+from tests.scheduling import (
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_unconfigure,
+    pytest_xdist_make_scheduler,
+)
+
+# The xdist hooks (tests/scheduling.py) are re-exported so that pytest finds them here.
+__all__ = ["TIMEOUT_SCALE", "client_for", "own_tables", "pytest_collection_modifyitems",
+           "pytest_configure", "pytest_unconfigure", "pytest_xdist_make_scheduler"]
 
 TIMEOUT_SCALE = float(os.environ.get("HOLDFAST_TEST_TIMEOUT_SCALE", "1"))
 # The suite starts a local runner dozens of times; each sandbox is a process importing boto3
@@ -58,6 +71,16 @@ def client_for(aws: LocalAws, service: str) -> Any:
     return boto3.session.Session().client(
         service, endpoint_url=url, region_name=env["AWS_REGION"],
         aws_access_key_id="local", aws_secret_access_key="local")
+
+
+def own_tables(aws: LocalAws) -> tuple[str, str]:
+    """A new lease table and session table (names), for a test that reads a whole table: the
+    shared ones hold what earlier tests on the same worker left, in whatever order they ran."""
+    ddb = client_for(aws, "dynamodb")
+    name = f"own-{uuid.uuid4().hex[:10]}"
+    ddb.create_table(**table_definition(name))
+    ddb.create_table(**session_table_definition(f"{name}-sessions"))
+    return name, f"{name}-sessions"
 
 
 @pytest.fixture

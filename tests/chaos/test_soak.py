@@ -48,6 +48,7 @@ def _soak(tmp_path: Path, minutes: float) -> None:
         assert result.hostile[cid]["status"] != "RUNNING", text
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_sixty_second_soak_holds_every_invariant(tmp_path: Path) -> None:
     """A one-minute soak (kills, pauses, DynamoDB faults, hostile items, a scale-out, a drain)

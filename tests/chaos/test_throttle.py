@@ -29,6 +29,7 @@ def _owners(pf: ProxiedFleet) -> dict[str, tuple[str, str]]:
             for i in items if "lease_owner" in i}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_throttling_fences_nothing_and_calls_stay_within_twice_normal(tmp_path: Path) -> None:
     """50 % throttled for 5 s then 100 % for 2 s: no fence, no re-own, call rate <= 2x during

@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 
 from holdfast.cli.main import main
+from holdfast.core.names import ENV_ORDERS_QUEUE_PREFIX
+from holdfast.core.orders import prefix_for
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.localaws import LocalAws
 from holdfast.localaws.processes import free_port
-from tests.conftest import client_for
+from tests.conftest import client_for, own_tables
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -208,6 +210,18 @@ def test_no_credentials_exits_3(aws_env: dict[str, str], monkeypatch: pytest.Mon
     assert code == 3 and "credentials" in err.lower()
 
 
+@pytest.fixture
+def own_tables_env(aws_env: dict[str, str], ddb_local: LocalAws,
+                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``aws_env`` on tables of this test's own: ``status`` lists the first ten stranded
+    streams of the whole table, and the shared one holds other tests' strays."""
+    table, session_table = own_tables(ddb_local)
+    for key, value in (("HOLDFAST_TABLE", table), ("HOLDFAST_SESSION_TABLE", session_table),
+                       (ENV_ORDERS_QUEUE_PREFIX, prefix_for(table))):
+        aws_env[key] = value
+        monkeypatch.setenv(key, value)
+
+
 def _session_store(aws_env: dict[str, str], ddb_local: LocalAws, clock_ms: int,
                    ttl_ms: int = 30_000) -> SessionStore:
     return SessionStore(client_for(ddb_local, "dynamodb"), aws_env["HOLDFAST_SESSION_TABLE"],
@@ -215,6 +229,7 @@ def _session_store(aws_env: dict[str, str], ddb_local: LocalAws, clock_ms: int,
                         clock=lambda: clock_ms)
 
 
+@pytest.mark.usefixtures("own_tables_env")
 def test_status_counts_owners_and_unowned(aws_env: dict[str, str], ddb_local: LocalAws,
                                           unique_id: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
@@ -239,6 +254,7 @@ def test_status_counts_owners_and_unowned(aws_env: dict[str, str], ddb_local: Lo
     assert code == 0 and "unowned STARTED streams" in out
 
 
+@pytest.mark.usefixtures("own_tables_env")
 def test_status_shows_streams_of_dead_and_unknown_owners_as_stranded(
         aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
         capsys: pytest.CaptureFixture[str]) -> None:

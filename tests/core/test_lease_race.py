@@ -174,6 +174,7 @@ class LeaseRace(RuleBasedStateMachine):
         self.max_seq = seq
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["ddb_local", "moto_local"])
 def test_lease_race(backend: str, request: pytest.FixtureRequest) -> None:
     """Racing, skewed, lossy workers never share a lease and never regress a checkpoint."""

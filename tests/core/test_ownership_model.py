@@ -335,6 +335,7 @@ def model_tables(ddb_local: LocalAws) -> tuple[Any, str, str]:
     return ddb, name, f"{name}-sessions"
 
 
+@pytest.mark.slow
 def test_ownership_model(model_tables: tuple[Any, str, str]) -> None:
     """Workers, sweeper and router never give a stream two deliverers or strand it."""
     OwnershipModel.ddb, OwnershipModel.table, OwnershipModel.session_table = model_tables

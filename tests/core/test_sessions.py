@@ -17,7 +17,7 @@ from holdfast.core.sessions import ReportedDeath, SessionStore, sweep_sessions
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
-from tests.conftest import client_for
+from tests.conftest import client_for, own_tables
 from tests.core.test_store import Clock
 
 TTL_MS = 8_000
@@ -31,14 +31,20 @@ def ddb(ddb_local: LocalAws) -> Any:
 
 
 @pytest.fixture
-def sessions(ddb_local: LocalAws, ddb: Any, clock: Clock) -> SessionStore:
-    return SessionStore(ddb, ddb_local.session_table, ddb_local.table, ttl_ms=TTL_MS,
-                        skew_ms=SKEW_MS, clock=clock)
+def tables(ddb_local: LocalAws) -> tuple[str, str]:
+    """Lease and session tables of this test's own: a sweep reads the whole session table, and
+    the shared one holds sessions other tests ended (reaped by this test's sweep otherwise)."""
+    return own_tables(ddb_local)
 
 
 @pytest.fixture
-def leases(ddb_local: LocalAws, ddb: Any, clock: Clock) -> LeaseStore:
-    return LeaseStore(ddb, ddb_local.table, lease_ms=BACKSTOP_MS, skew_ms=SKEW_MS, clock=clock)
+def sessions(tables: tuple[str, str], ddb: Any, clock: Clock) -> SessionStore:
+    return SessionStore(ddb, tables[1], tables[0], ttl_ms=TTL_MS, skew_ms=SKEW_MS, clock=clock)
+
+
+@pytest.fixture
+def leases(tables: tuple[str, str], ddb: Any, clock: Clock) -> LeaseStore:
+    return LeaseStore(ddb, tables[0], lease_ms=BACKSTOP_MS, skew_ms=SKEW_MS, clock=clock)
 
 
 def held_streams(leases: LeaseStore, owner: str, ids: list[str]) -> list[Lease]:

@@ -104,6 +104,7 @@ def vpc_lookup_context(account: str, region: str, vpc_id: str) -> dict[str, Any]
                   "subnetGroups": [{"name": "Private", "type": "Private", "subnets": subnets}]}}
 
 
+@pytest.mark.slow
 def test_existing_vpc_is_looked_up_not_created() -> None:
     """With vpcId the stack creates no VPC and places workers in that VPC's private subnets."""
     import aws_cdk as cdk

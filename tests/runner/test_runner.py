@@ -211,6 +211,7 @@ def test_runs_on_moto_streams_too(moto_local: Any, monkeypatch: pytest.MonkeyPat
     assert runner.stats.esm.invocations == 1
 
 
+@pytest.mark.slow
 def test_a_slow_batch_and_a_busy_sweeper_delay_no_other_stream(
         runner_env: dict[str, str], ddb: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
         unique_id: str) -> None:

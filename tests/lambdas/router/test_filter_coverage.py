@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -91,6 +92,7 @@ def images(draw: st.DrawFn) -> dict[str, Any] | None:
     return {k: v for k, v in item.items() if v is not None}
 
 
+@pytest.mark.slow
 @settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event_name=st.sampled_from(["INSERT", "MODIFY", "MODIFY", "MODIFY", "REMOVE"]),
        old=images(), new=images(),
