@@ -7,7 +7,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help demo test lint typecheck docs unit localaws bench chaos synth clean
+.PHONY: help demo test lint typecheck docs unit localaws bench chaos synth journey clean
 
 help:
 	@echo "make demo      run the local fleet demo (failover scenario)"
@@ -70,6 +70,10 @@ chaos: deps
 # The repository's app and cdk.json, offline: templates in cdk.out/, cdk-nag findings fail it.
 synth: deps
 	npx --no cdk synth --quiet
+
+# A new user's first hour outside the checkout: wheel, clean venv, handler, fleet test, CDK app.
+journey: deps
+	tests/journey/run.sh
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .mypy_cache .ruff_cache .pytest_cache
