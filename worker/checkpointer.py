@@ -11,6 +11,11 @@ hour). Outcomes per stream:
 - STOPPED: drain it (finish the handler call, close) and release with the final checkpoint;
 - StoreUnavailable: keep it; the next round writes the checkpoint again.
 
+A never-checkpointed stream's first seq (its anchor) is written before its first handler call
+(``anchor``); the anchors asked for while one write is in flight go together in the next one,
+so a burst of new streams costs a few batch calls, not one write each on two threads (300
+streams started at once waited up to 4 s for their first message).
+
 The fence watcher aborts every stream past its deadline: its session's fence, or its own.
 """
 
@@ -60,6 +65,8 @@ class Checkpointer:
     # thousands of streams are written in a few round-trip times, not one per 25 streams.
     chunk_pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=4, thread_name_prefix="holdfast-checkpoint-chunk"))
+    _anchors: list[tuple[Connection, int, asyncio.Future[None]]] = field(default_factory=list)
+    _anchoring: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
         """Write checkpoints every ``checkpoint_ms`` until cancelled."""
@@ -85,19 +92,47 @@ class Checkpointer:
             return
         requests = [RenewRequest(c.held.lease, c.held.checkpoint,
                                  extend=self._backstop_due(c.held.lease)) for c in held]
+        await self._renew(held, requests, "checkpoint")
+
+    async def anchor(self, conn: Connection, seq: int) -> None:
+        """Write ``seq`` as the first checkpoint of a never-checkpointed stream, batched with
+        every other anchor asked for meanwhile; returns once written (or given up on: the next
+        round of checkpoints writes it then)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._anchors.append((conn, seq, done))
+        if self._anchoring is None or self._anchoring.done():
+            self._anchoring = asyncio.create_task(self._write_anchors())
+        await done
+
+    async def _write_anchors(self) -> None:
+        while self._anchors:
+            await asyncio.sleep(0)  # the anchors asked for in this loop pass go together
+            batch, self._anchors = self._anchors, []
+            try:
+                await self._renew([c for c, _, _ in batch],
+                                  [RenewRequest(c.held.lease, seq, extend=False)
+                                   for c, seq, _ in batch], "first checkpoint")
+            finally:
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+
+    async def _renew(self, held: list[Connection], requests: list[RenewRequest],
+                     source: str) -> None:
+        """One ``renew_many`` for ``held``, then each stream acts on its own outcome."""
         sent = self.mono()
         try:
             results = await asyncio.get_running_loop().run_in_executor(
                 self.executor, functools.partial(renew_many, self.store, requests, self.mode,
                                                  pool=self.chunk_pool))
         except HoldfastError as exc:  # e.g. ConfigError: table gone, credentials refused
-            logger.error("checkpoint write failed", error=str(exc)[:500], streams=len(held))
+            logger.error(f"{source} write failed", error=str(exc)[:500], streams=len(held))
             self.metrics.incr("RenewFailures", len(held))
             return
         took = self.mono() - sent
         self.metrics.renew_latency(took)
         if took > self.timing.heartbeat_ms:
-            logger.warning("slow checkpoint write: longer than a heartbeat period",
+            logger.warning(f"slow {source} write: longer than a heartbeat period",
                            took_ms=took, streams=len(held))
         for conn, request, result in zip(held, requests, results, strict=True):
             if result.lease is not None:
@@ -105,10 +140,10 @@ class Checkpointer:
                 conn.held.renewed(result.lease,
                                   self.fence_after(sent) if request.extend else None)
             elif isinstance(result.error, LeaseLost):
-                self.on_lost(conn, result.error)
+                self.on_lost(conn, result.error, source)
             else:
                 self.metrics.incr("RenewFailures")
-                conn.log("warning", "checkpoint write failed, trying again next round",
+                conn.log("warning", f"{source} write failed, trying again next round",
                          error=str(result.error)[:300])
 
     def on_lost(self, conn: Connection, lost: LeaseLost, source: str = "checkpoint") -> None:

@@ -15,7 +15,6 @@ decides the release:
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -26,7 +25,6 @@ from holdfast.core import names, rules, tracing
 from holdfast.core.exceptions import (
     AcquireFailed,
     HoldfastError,
-    LeaseLost,
     LossReason,
     StoreUnavailable,
 )
@@ -75,7 +73,7 @@ class Holdings:
                                    compression=config.compression,
                                    open_timeout_s=config.open_timeout_s,
                                    send_worker_id=config.send_worker_id),
-            anchor=self.anchor, mono=mono, handler_timeout_s=config.handler_timeout_s,
+            anchor=self.checkpointer.anchor, mono=mono, handler_timeout_s=config.handler_timeout_s,
             poison_replays=config.poison_replays,
             handler_attempts=config.failures.attempts,
             handler_backoff=Backoff(config.failures.retry_base_s, config.failures.retry_cap_s),
@@ -225,20 +223,6 @@ class Holdings:
                 conn_id in self._claiming):
             return False
         return await self._let_go(item, owner)
-
-    async def anchor(self, conn: Connection, seq: int) -> None:
-        """Write a never-checkpointed stream's starting point before its first handler call."""
-        try:
-            lease = await asyncio.get_running_loop().run_in_executor(
-                self.checkpointer.executor, functools.partial(
-                    self.store.renew, conn.held.lease, seq, extend=False))
-        except LeaseLost as exc:
-            self.checkpointer.on_lost(conn, exc, "first checkpoint")
-            return
-        except HoldfastError as exc:  # the next round of checkpoints writes it instead
-            conn.log("warning", "cannot write the first checkpoint", error=str(exc)[:300])
-            return
-        conn.held.renewed(lease)
 
     # -- one stream's life -------------------------------------------------------------------
     async def _hold(self, conn: Connection) -> None:

@@ -57,3 +57,33 @@ async def test_checkpoint_moved_ahead_by_an_operator_stops_the_stream(
         await async_wait_until(lambda: conn not in run.worker.streams, 5, "stream stopped")
         await asyncio.sleep(0)
     assert item_attr(fleet.item(conn), "last_seq") == 1000000
+
+
+async def test_anchors_asked_for_together_are_written_in_one_call(
+        fleet: Fleet, unique_id: str) -> None:
+    """Forty new streams' first checkpoints asked for at once cost one renew_many call (two
+    batch writes), not forty writes queued on the checkpoint threads; each is stored."""
+    store = LeaseStore(fleet.ddb, fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
+    metrics = WorkerMetrics()
+    ctx = ConnectionContext(worker_id="me", handler=Recorder(), protocol=QueryParamProtocol(),
+                            metrics=metrics)
+    conns = {}
+    for i in range(40):
+        conn = f"{unique_id}-a{i}"
+        fleet.create(conn, "ws://127.0.0.1:1/s/x")
+        conns[conn] = Connection(HeldStream(store.acquire(conn, "me"),
+                                            fence_mono_ms=NO_FENCE_MS), ctx)
+    writer = Checkpointer(store, conns, LeaseTiming(3000, 500, 300, 300), metrics)
+    calls = []
+    real = writer._renew
+
+    async def counting(held: list[Connection], *args: object) -> None:
+        calls.append(len(held))
+        await real(held, *args)  # type: ignore[arg-type]
+
+    writer._renew = counting  # type: ignore[method-assign]
+    await asyncio.gather(*(writer.anchor(c, 5 + i) for i, c in enumerate(conns.values())))
+    assert calls == [40]
+    for i, conn in enumerate(conns):
+        assert item_attr(fleet.item(conn), "last_seq") == 5 + i
+        assert conns[conn].held.lease.last_seq == 5 + i
