@@ -18,6 +18,7 @@ from aws_lambda_powertools import Logger
 from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import ConfigError, HoldfastError, SessionConflict
+from holdfast.worker import gcpauses
 from holdfast.worker.config import WorkerConfig, load_config
 from holdfast.worker.handler import load_handler
 from holdfast.worker.iothreads import on_io_threads
@@ -92,6 +93,10 @@ def main(env: Mapping[str, str] | None = None) -> int:
             child.setLevel(logging.NOTSET)
     try:
         worker = build_worker(config)
+        logger.debug("startup heap frozen", objects=gcpauses.freeze_startup_heap())
+        gcpauses.watch(lambda generation, ms, collected: logger.warning(
+            "slow garbage collection: every thread stopped meanwhile", generation=generation,
+            took_ms=round(ms), collected=collected))
         asyncio.run(_serve(worker, logger))
     except ConfigError as exc:
         print(f"holdfast worker: configuration error: {exc}", file=sys.stderr)
