@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import capacity
+from bench.blocked import blocked_handler
 from bench.cost import PRICES, monthly_cost
 from bench.cost_scenario import production_cost
 from bench.crash_production import crash_production
@@ -197,6 +198,7 @@ def _partial(args: argparse.Namespace, part: str, figures: dict[str, Any], say: 
 
 # The parts with an ``--X-only`` and a ``--no-X`` flag, and what each measures.
 _PARTS = {
+    "blocked-handler": "claims, releases and heartbeats while handlers block their threads",
     "crash-production": "the SIGKILL failover at production defaults, ours and the seed",
     "fast-paths": "the fast paths at production defaults (stop, reported crash)",
     "forced-release": "the forced release of held streams, ours and the seed",
@@ -208,6 +210,7 @@ def _one_part(args: argparse.Namespace, part: str, run_dir: Path, say: Any) -> i
     """One part alone, with the load average around it (``_partial`` writes the report)."""
     load0 = _load()
     run: dict[str, Callable[[], dict[str, Any]]] = {
+        "blocked-handler": lambda: blocked_handler(run_dir, say),
         "crash-production": lambda: crash_production(
             run_dir, rounds=args.crash_rounds, modes=tuple(args.modes.split(",")), say=say),
         "fast-paths": lambda: fast_paths(run_dir, args.quick, say),
@@ -336,6 +339,8 @@ def full_run(args: argparse.Namespace, run_dir: Path, say: Any) -> int:
             min(args.cost_seconds, 60.0) if args.quick else args.cost_seconds, say)
     if not args.no_start_burst:
         result["start_burst"] = start_burst(run_dir, say)
+    if not args.no_blocked_handler:
+        result["blocked_handler"] = blocked_handler(run_dir, say)
     if not args.no_crash_production:
         say("crash failover at production defaults")
         result["crash_production"] = crash_production(

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.blocked import blocked_handler_md
 from bench.forced import forced_release_md
 from bench.report_fastpaths import fast_paths_md
 from bench.report_production import crash_production_md, density_cpu_md, load_md
@@ -77,6 +78,8 @@ def markdown(r: dict[str, Any]) -> str:
         out += model_md(r["model"])
     if r.get("start_burst"):
         out += start_burst_md(r["start_burst"])
+    if r.get("blocked_handler"):
+        out += blocked_handler_md(r["blocked_handler"])
     if r.get("crash_production"):
         out += crash_production_md(r["crash_production"])
     if r.get("fast_paths"):
