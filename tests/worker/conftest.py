@@ -289,7 +289,10 @@ class RouterSim:
             sweep_sessions(sessions, int(time.time() * 1000), sessions.skew_ms,
                            logging.getLogger("tests.routersim"))
             now = time.time() * 1000
-            for raw in ddb.scan(TableName=self.fleet.table).get("Items", []):
+            # Every page: the table is shared by the tests of this process, and one page (1 MB)
+            # left later items un-nudged once earlier tests had filled it (seen under xdist).
+            pages = ddb.get_paginator("scan").paginate(TableName=self.fleet.table)
+            for raw in (item for page in pages for item in page.get("Items", [])):
                 conn = raw["Pk"]["S"].removeprefix("CONN#")
                 owner = raw.get("lease_owner")
                 exp = int(raw.get("lease_expires_at_ms", {"N": "0"})["N"])

@@ -82,7 +82,8 @@ async def test_drain_by_the_order_queue_empties_a_worker_that_keeps_running(
                 t0 = time.monotonic()
                 await async_wait_until(lambda: not a.worker.streams, 5, "A empty")
                 assert time.monotonic() - t0 < 2.5  # half a heartbeat: the queue did it
-                await async_wait_until(lambda: len(b.worker.streams) == 4, 10, "B holds four")
+                # Claims of shed streams may hop between pollers (worker.claimer): loaded CI.
+                await async_wait_until(lambda: len(b.worker.streams) == 4, 20, "B holds four")
                 late = f"{unique_id}-late"
                 fleet.create(late, upstream.url(late))
                 fleet.nudge(late)
