@@ -73,7 +73,12 @@ async def _serve(worker: Supervisor, logger: Logger) -> None:
         raise
     except HoldfastError as exc:
         logger.warning("DynamoDB not reachable at startup, carrying on", error=str(exc)[:300])
-    await worker.run(stop.wait)
+    # The process's own heap policy (not the in-process tests'): see ``worker.gcpauses``.
+    frozen = asyncio.create_task(gcpauses.keep_frozen())
+    try:
+        await worker.run(stop.wait)
+    finally:
+        frozen.cancel()
 
 
 def main(env: Mapping[str, str] | None = None) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import itertools
 
@@ -33,3 +35,32 @@ def test_only_slow_collections_are_reported() -> None:
     assert len(reports) == 1
     generation, ms, _ = reports[0]
     assert generation == 2 and round(ms) == 500
+
+
+async def test_survivors_are_frozen_and_thawed_on_schedule() -> None:
+    """Every period what survived is frozen; at the thaw period it is unfrozen and collected
+    in full first (injected sleep and clock: periods of 5 s, thaw after 10 s)."""
+    ticks = itertools.count(0.0, 5.0)
+    frozen_at_sleep: list[int] = []
+    full: list[int] = []
+
+    def count_full(phase: str, info: dict[str, object]) -> None:
+        if phase == "start" and info.get("generation") == 2:
+            full.append(len(frozen_at_sleep))
+
+    async def sleep(_: float) -> None:
+        frozen_at_sleep.append(gc.get_freeze_count())
+        if len(frozen_at_sleep) > 3:
+            raise asyncio.CancelledError
+
+    gc.unfreeze()
+    gc.callbacks.append(count_full)
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await gcpauses.keep_frozen(period_s=5, thaw_s=10, sleep=sleep,
+                                       clock=lambda: next(ticks))
+    finally:
+        gc.callbacks.remove(count_full)
+        gc.unfreeze()
+    assert frozen_at_sleep[0] == 0 and frozen_at_sleep[1] > 0  # frozen after one period
+    assert 2 in full  # the thaw's full collection, after the second period (clock 10 s)
