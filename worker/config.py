@@ -32,17 +32,16 @@ MEMORY_RESERVE_MIB = 256
 
 
 # --- the handler contract: retries and what happens after the last one ----------------------
-# The variables' defaults and limits are in holdfast.core.settings; the dataclass defaults are
-# the same values, for code that builds one directly (tests).
+# Defaults and limits are in holdfast.core.settings (``handler_failure_config`` reads them).
 @dataclass(frozen=True, slots=True)
 class HandlerFailureConfig:
     """How a failed handler call is retried, and what happens after ``attempts`` calls."""
 
-    attempts: int = 5  # calls per message, the first included (1: no retry)
-    retry_base_s: float = 1.0  # back-off before the first retry, doubling per retry
-    retry_cap_s: float = 30.0
-    on_failure: str = names.HANDLER_ON_FAILURE_PARK  # or HANDLER_ON_FAILURE_SKIP
-    queue_url: str | None = None  # the on-failure SQS queue (required to skip)
+    attempts: int  # calls per message, the first included (1: no retry)
+    retry_base_s: float  # back-off before the first retry, doubling per retry
+    retry_cap_s: float
+    on_failure: str  # names.HANDLER_ON_FAILURE_PARK or _SKIP
+    queue_url: str | None  # the on-failure SQS queue (required to skip)
 
 
 def handler_failure_config(e: Mapping[str, str]) -> HandlerFailureConfig:
@@ -114,7 +113,7 @@ class WorkerConfig:
     # The fleet-wide reconnect budget (worker.budget): connects per second, 0: no limit.
     connect_rate: float
     connect_burst: float
-    failures: HandlerFailureConfig = field(default_factory=HandlerFailureConfig)
+    failures: HandlerFailureConfig = field(default_factory=lambda: handler_failure_config({}))
 
     @property
     def lease_ms(self) -> int:
