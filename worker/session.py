@@ -1,28 +1,39 @@
 """The worker's session: one heartbeat per worker keeps every stream it holds.
 
+The heartbeat runs on a thread of its own with a DynamoDB client of its own (the keep-alive),
+not on the event loop: a loop busy with a claim storm, a burst of reconnects or slow handlers
+stamped heartbeats late by up to 6.8 s and the worker fenced itself while healthy. The loop
+only publishes, a few times a second, that it is alive and what it holds (``publish``); the
+keep-alive renews while that stamp is recent (``loop_bound_ms``). A loop stuck longer (a
+handler blocking it, a deadlock) stops being renewed: its fence passes and the watchdog
+(``worker.watchdog``) ends the process, so a stuck loop cannot strand its streams.
+
 Each heartbeat is one conditional write of the session item (its incarnation, ALIVE). Outcomes:
 
 - renewed: the session fence moves to ``sent + TTL - skew - margin`` (monotonic) for every
-  stream at once; orders waiting in the item (``stop:<id>``) are carried out and acknowledged
-  with the next heartbeat;
+  stream at once, from the keep-alive thread (one int store: every stream's deadline reads it);
+  orders waiting in the item (``stop:<id>``) and the balancing directive are handed to the loop,
+  which carries the orders out; they are acknowledged with the next heartbeat;
 - ``SessionLost`` (the sweeper declared it DEAD after a pause, or a successor replaced it):
-  every stream is aborted at once; ``on_lost`` lets the supervisor start a new incarnation;
+  the loop is told at once (``on_lost``: every stream is aborted, a new incarnation starts);
 - no decisive answer (throttled, timed out): retried after a short jittered pause until it lands
-  or the session fence passes. Every attempt is bounded by the time left to the fence (the
-  earliest fence deadline of every stream the session keeps), so one slow call cannot carry a
-  renewal past it, and a throttle shorter than the usable window minus one heartbeat fences
-  nothing. At the fence the streams stop, before the sweeper may declare the session dead
-  (TTL + skew after the last renewal).
+  or the session fence passes. Every attempt is bounded by the time left to the fence, so one
+  slow call cannot carry a renewal past it, and a throttle shorter than the usable window minus
+  one heartbeat fences nothing. At the fence the streams stop (the loop's fence watcher), before
+  the sweeper may declare the session dead (TTL + skew after the last renewal).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import concurrent.futures
+import contextlib
 import random
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from aws_lambda_powertools import Logger
 
@@ -30,13 +41,22 @@ from holdfast.core import names, rules
 from holdfast.core.directives import Directive
 from holdfast.core.exceptions import HoldfastError, SessionLost
 from holdfast.core.orders import Order, parse_order
-from holdfast.core.sessions import Session, SessionStore
+from holdfast.core.sessions import Beat, Session, SessionStore
 from holdfast.worker.backoff import retry_before_s
 from holdfast.worker.metrics import WorkerMetrics
 
-__all__ = ["SessionKeeper"]
+__all__ = ["SessionKeeper", "loop_bound_ms"]
 
 logger = Logger(service="holdfast-worker", child=True)
+
+
+def loop_bound_ms(timing: rules.LeaseTiming) -> int:
+    """How long the loop may go without publishing before its session stops being renewed.
+
+    Twice the TTL: well past what a busy loop lags (a 5,000-stream claim storm, a full
+    collection: seconds), short enough that a stuck loop's streams move on within
+    ``2 x TTL + usable window`` (the watchdog ends the process at its fence)."""
+    return 2 * timing.lease_ms
 
 
 @dataclass
@@ -58,99 +78,168 @@ class SessionKeeper:
     on_beat: Callable[[Directive | None, bool], None] | None = None
     fence_mono_ms: int = 0
     last_ok_mono_ms: int | None = None
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rand: Callable[[], float] = random.random
     # Two threads: an attempt abandoned at the fence may still be waiting on its socket, and
-    # the next incarnation's first heartbeat must not queue behind it.
+    # the next attempt must not queue behind it.
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
-        max_workers=2, thread_name_prefix="holdfast-session"))
+        max_workers=2, thread_name_prefix="holdfast-session-call"))
+    # What the loop published last (``publish``), read by the keep-alive thread.
+    loop_stamp_ms: int = 0
+    _snapshot: tuple[int, float | None] = (0, None)
     _done: frozenset[str] = frozenset()
+    _loop: asyncio.AbstractEventLoop | None = None
+    _given_up: Session | None = None  # the incarnation the loop was told is over
+    _stalled: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _lost_task: asyncio.Future[None] | None = None
 
     def started(self, session: Session, sent_mono_ms: int) -> None:
-        """A new incarnation was written at ``sent_mono_ms``."""
-        self.session = session
-        self._done = frozenset()
-        self.fence_mono_ms = rules.fence_deadline_mono_ms(sent_mono_ms, self.timing)
-        self.last_ok_mono_ms = sent_mono_ms
+        """A new incarnation was written at ``sent_mono_ms`` (on the loop)."""
+        with self._lock:
+            self.session = session
+            self._done = frozenset()
+            self.fence_mono_ms = rules.fence_deadline_mono_ms(sent_mono_ms, self.timing)
+            self.last_ok_mono_ms = sent_mono_ms
+        self.publish()
+
+    def publish(self) -> None:
+        """The loop is alive now, holding this much (called on the loop)."""
+        self._snapshot = (self.held(), self.load() if self.load is not None else None)
+        self.loop_stamp_ms = self.mono()
 
     async def run(self) -> None:
-        """Heartbeat until cancelled."""
-        while True:
+        """Run the keep-alive thread and publish the loop's stamp until cancelled."""
+        self._loop = asyncio.get_running_loop()
+        self._stop.clear()
+        self.publish()
+        thread = threading.Thread(target=self.keep_alive, name="holdfast-session", daemon=True)
+        thread.start()
+        try:
+            while True:
+                await asyncio.sleep(min(0.25, self.timing.heartbeat_ms / 4000))
+                self.publish()
+        finally:
+            self._stop.set()
+
+    # -- the keep-alive thread --------------------------------------------------------------------
+    def keep_alive(self) -> None:
+        """Heartbeat every period until ``run`` ends (the keep-alive thread's body)."""
+        while not self._stop.is_set():
             started = self.mono()
-            await self.heartbeat()
+            self.beat()
             # The next one is a period after the attempt that landed: a heartbeat that needed
             # retries (throttled) is not followed at once by another one.
             anchor = max(started, self.last_ok_mono_ms or started)
-            elapsed_s = (self.mono() - anchor) / 1000
-            await self.sleep(max(0.0, self.timing.heartbeat_ms / 1000 - elapsed_s))
+            self._stop.wait(max(0.0, (self.timing.heartbeat_ms - (self.mono() - anchor)) / 1000))
 
-    async def heartbeat(self) -> None:
+    def beat(self) -> None:
         """Renew once, retrying until it lands, the session is lost, or the fence passes."""
         failures = 0
-        while True:
+        hb_s = self.timing.heartbeat_ms / 1000
+        while not self._stop.is_set():
             sent = self.mono()
-            session = self.session
-            if sent >= self.fence_mono_ms and failures:
-                # Retried up to the fence: the fence watcher stops every stream now (fenced,
-                # with a best-effort release); the next heartbeat, a period on, ends the
-                # incarnation (as it did before heartbeats were retried).
-                await self.sleep(self.timing.heartbeat_ms / 1000)
-                return
-            if sent >= self.fence_mono_ms:
-                # Past the fence (paused, or DynamoDB silent too long): every stream has
-                # stopped without a release we can trust, so this incarnation must never be
+            with self._lock:
+                session, fence = self.session, self.fence_mono_ms
+            if session is self._given_up:
+                return  # the loop is starting a new incarnation
+            if sent >= fence:
+                if failures:
+                    # Retried up to the fence: the fence watcher stops every stream now
+                    # (fenced, with a best-effort release); the next heartbeat, a period on,
+                    # ends the incarnation.
+                    self._stop.wait(hb_s)
+                    return
+                # Past the fence (paused, loop stuck, or DynamoDB silent too long): every stream
+                # has stopped without a release we can trust, so this incarnation must never be
                 # renewed again; a new one reaps it once its TTL has passed.
                 logger.error("session fenced: no heartbeat landed in time", owner=session.owner,
-                             late_ms=sent - self.fence_mono_ms, attempts=failures)
-                await self.on_lost(SessionLost(session.worker_id, session.incarnation,
-                                               "fenced: not renewed within TTL - skew - margin"))
+                             late_ms=sent - fence)
+                self._lost(session, SessionLost(session.worker_id, session.incarnation,
+                                                "fenced: not renewed within TTL - skew - margin"))
                 return
+            if self._loop_stuck(sent):
+                return  # not renewed: the fence passes, the watchdog ends the process
+            held, load = self._snapshot
+            call = self.executor.submit(self.store.heartbeat_full, session, held=held,
+                                        capacity=self.capacity, done=self._done, load=load)
             try:
-                # asyncio.timeout, not wait_for: in 3.11 wait_for swallows a cancellation that
-                # lands as the call completes (gh-86296), and the stop then waits on this loop
-                # for ever (seen once: a SIGTERMed worker heartbeating its ENDED session).
-                async with asyncio.timeout((self.fence_mono_ms - sent) / 1000):
-                    beat = await asyncio.get_running_loop().run_in_executor(
-                        self.executor, functools.partial(
-                            self.store.heartbeat_full, session, held=self.held(),
-                            capacity=self.capacity, done=self._done,
-                            load=self.load() if self.load is not None else None))
-            except TimeoutError:
+                beat = call.result(timeout=(fence - sent) / 1000)
+            except concurrent.futures.TimeoutError:
                 failures += 1
                 continue  # at the fence: handled above
             except SessionLost as lost:
                 self.last_ok_mono_ms = sent
-                if session is self.session:  # not already replaced by a new incarnation
-                    logger.error("session lost: stopping every stream", owner=session.owner,
-                                 why=lost.why)
-                    await self.on_lost(lost)
+                logger.error("session lost: stopping every stream", owner=session.owner,
+                             why=lost.why)
+                self._lost(session, lost)
                 return
             except HoldfastError as exc:
                 failures += 1
-                self.metrics.incr(names.METRIC_SESSION_RENEW_FAILURES)
-                left = self.fence_mono_ms - self.mono()
+                self._on_loop(self.metrics.incr, names.METRIC_SESSION_RENEW_FAILURES)
+                left = fence - self.mono()
                 if failures == 1 or failures % 10 == 0:
                     logger.warning("session heartbeat failed; retrying until the fence",
                                    error=str(exc)[:300], fence_in_ms=left, attempts=failures)
-                if session is not self.session:
-                    return
-                hb_s = self.timing.heartbeat_ms / 1000
-                await self.sleep(retry_before_s(failures, left, hb_s / 4, hb_s / 2, self.rand))
+                self._stop.wait(retry_before_s(failures, left, hb_s / 4, hb_s / 2, self.rand))
                 continue
+            self._renewed(session, beat, sent)
+            return
+
+    def _loop_stuck(self, now: int) -> bool:
+        stale_ms = now - self.loop_stamp_ms
+        stuck = stale_ms > loop_bound_ms(self.timing)
+        if stuck != self._stalled:
+            self._stalled = stuck
+            if stuck:
+                logger.error("event loop silent: no longer renewing the session",
+                             silent_ms=stale_ms, fence_in_ms=self.fence_mono_ms - now)
+            else:
+                logger.warning("event loop back: renewing the session again")
+        return stuck
+
+    def _renewed(self, session: Session, beat: Beat, sent: int) -> None:
+        with self._lock:
             if session is not self.session:  # replaced by a new incarnation meanwhile
                 return
-            took = self.mono() - sent
-            self.metrics.renew_latency(took)
-            if took > self.timing.heartbeat_ms:
-                logger.warning("slow session heartbeat", took_ms=took)
             self.session = beat.session
             self.last_ok_mono_ms = sent
             self.fence_mono_ms = max(self.fence_mono_ms,
                                      rules.fence_deadline_mono_ms(sent, self.timing))
-            self._done = self._act_on(beat.orders)
-            if self.on_beat is not None:
-                self.on_beat(beat.directive, beat.draining)
+        took = self.mono() - sent
+        if took > self.timing.heartbeat_ms:
+            logger.warning("slow session heartbeat", took_ms=took)
+        self._on_loop(self._apply, beat, took)
+
+    def _lost(self, session: Session, lost: SessionLost) -> None:
+        """Tell the loop, once per incarnation, that ``session`` is over."""
+        with self._lock:
+            if session is not self.session or self._stop.is_set():
+                return  # replaced already, or the worker is stopping (its session ended)
+            self._given_up = session
+        self._on_loop(self._report_lost, lost)
+
+    def _report_lost(self, lost: SessionLost) -> None:
+        # Kept: the loop holds only a weak reference to a task.
+        self._lost_task = asyncio.ensure_future(self.on_lost(lost))
+
+    def _on_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop: streams, balancing and metrics belong to it."""
+        loop = self._loop
+        if loop is None:
             return
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the process exits
+            loop.call_soon_threadsafe(fn, *args)
+
+    # -- back on the loop ---------------------------------------------------------------------
+    def _apply(self, beat: Beat, took_ms: int) -> None:
+        """A renewal's news, on the loop: carry out its orders, hand on its directive."""
+        self.metrics.renew_latency(took_ms)
+        if beat.session.incarnation != self.session.incarnation:
+            return  # from an incarnation that has ended since
+        self._done = self._act_on(beat.orders)
+        if self.on_beat is not None:
+            self.on_beat(beat.directive, beat.draining)
 
     def _act_on(self, orders: frozenset[str]) -> frozenset[str]:
         """Carry out every order once; all of them are acknowledged with the next heartbeat."""

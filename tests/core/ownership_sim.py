@@ -161,7 +161,7 @@ class Fleet:
     # -- a worker -----------------------------------------------------------------------
     def awake(self, i: int) -> bool:
         """The worker runs again: past its fence, every stream stops (a best-effort release)
-        and the incarnation is given up (``SessionKeeper.heartbeat`` calls ``on_lost``)."""
+        and the incarnation is given up (``SessionKeeper.beat`` calls ``on_lost``)."""
         w = self.workers[i]
         if not w.acting:
             return False

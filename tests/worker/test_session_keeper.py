@@ -1,47 +1,66 @@
-"""The session heartbeat: bounded by the fence, retried until it lands or the fence passes."""
+"""The session heartbeat: on its own thread, bounded by the fence, retried until it lands or
+the fence passes, and renewed only while the event loop is alive."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from holdfast.core import rules
 from holdfast.core.exceptions import SessionLost, StoreUnavailable
+from holdfast.core.orders import Order
 from holdfast.core.sessions import Beat, Session
 from holdfast.worker.held import monotonic_ms
 from holdfast.worker.metrics import WorkerMetrics
-from holdfast.worker.session import SessionKeeper
+from holdfast.worker.session import SessionKeeper, loop_bound_ms
 
 TIMING = rules.LeaseTiming(lease_ms=4000, heartbeat_ms=1000, skew_ms=500, margin_ms=400)
+FAST = rules.LeaseTiming(lease_ms=800, heartbeat_ms=100, skew_ms=100, margin_ms=80)
 
 
 class Store:
     """A session store whose first ``fail`` heartbeats are throttled; each takes ``hang_s``."""
 
-    def __init__(self, fail: int = 0, hang_s: float = 0.0) -> None:
-        self.fail, self.hang_s, self.calls = fail, hang_s, 0
+    def __init__(self, fail: int = 0, hang_s: float = 0.0,
+                 orders: frozenset[str] = frozenset()) -> None:
+        self.fail, self.hang_s, self.calls, self.orders = fail, hang_s, 0, orders
+        self.at: list[int] = []  # when each call was made (mono ms)
+        self.acked: list[frozenset[str]] = []
 
-    def heartbeat_full(self, session: Session, **_: Any) -> Beat:
+    def heartbeat_full(self, session: Session, *, done: frozenset[str] = frozenset(),
+                       **_: Any) -> Beat:
         self.calls += 1
+        self.at.append(monotonic_ms())
+        self.acked.append(done)
         time.sleep(self.hang_s)
         if self.calls <= self.fail:
             raise StoreUnavailable("heartbeat", "ThrottlingException")
-        return Beat(Session(session.worker_id, session.incarnation, 1), frozenset())
+        return Beat(Session(session.worker_id, session.incarnation, 1), self.orders)
 
 
-async def _no_sleep(_: float) -> None:
-    return
-
-
-def _keeper(store: Store, lost: list[SessionLost]) -> SessionKeeper:
+def _keeper(store: Store, lost: list[SessionLost], timing: rules.LeaseTiming = TIMING,
+            stopped: list[Order] | None = None) -> SessionKeeper:
     async def on_lost(exc: SessionLost) -> None:
         lost.append(exc)
 
-    keeper = SessionKeeper(store, Session("w1", "i1", 0), TIMING, WorkerMetrics(),  # type: ignore[arg-type]
-                           held=lambda: 0, capacity=4, stop_stream=lambda _: False,
+    def stop_stream(order: Order) -> bool:
+        if stopped is not None:
+            stopped.append(order)
+        return True
+
+    keeper = SessionKeeper(store, Session("w1", "i1", 0), timing, WorkerMetrics(),  # type: ignore[arg-type]
+                           held=lambda: 0, capacity=4, stop_stream=stop_stream,
                            on_lost=on_lost, mono=monotonic_ms)
     keeper.started(keeper.session, monotonic_ms())
     return keeper
+
+
+async def _beat(keeper: SessionKeeper) -> None:
+    """One heartbeat on a thread, as the keep-alive makes it; then the loop's share runs."""
+    keeper._loop = asyncio.get_running_loop()
+    await asyncio.to_thread(keeper.beat)
+    await asyncio.sleep(0.01)
 
 
 async def test_a_throttled_heartbeat_is_retried_before_the_fence() -> None:
@@ -52,7 +71,7 @@ async def test_a_throttled_heartbeat_is_retried_before_the_fence() -> None:
     keeper.started(keeper.session, monotonic_ms() - 500)  # the last renewal: 0.5 s ago
     before = keeper.fence_mono_ms
     sent = monotonic_ms()
-    await keeper.heartbeat()
+    await _beat(keeper)
     assert store.calls == 4 and not lost
     assert keeper.fence_mono_ms >= sent + TIMING.usable_ms > before
     # Short pauses (0.1-0.5 s), not a heartbeat period each.
@@ -64,11 +83,73 @@ async def test_a_hanging_heartbeat_is_cut_off_at_the_fence() -> None:
     lost: list[SessionLost] = []
     keeper = _keeper(Store(hang_s=2.0), lost)
     keeper.fence_mono_ms = monotonic_ms() + 300
-    keeper.sleep = _no_sleep
     t0 = time.monotonic()
-    await keeper.heartbeat()
-    assert time.monotonic() - t0 < 0.8
+    await _beat(keeper)
+    assert time.monotonic() - t0 < 2.0
     assert not lost  # the fence watcher stops the streams first (fenced, not lost)
-    await keeper.heartbeat()  # the next heartbeat, past the fence, ends the incarnation
+    await _beat(keeper)  # the next heartbeat, past the fence, ends the incarnation
     assert len(lost) == 1 and "fenced" in lost[0].why
+    await _beat(keeper)  # told once: the loop is starting a new incarnation
+    assert len(lost) == 1
+    keeper.executor.shutdown(wait=False)
+
+
+async def test_orders_are_carried_out_on_the_loop_and_acknowledged_next_beat() -> None:
+    """An order read by the keep-alive thread is carried out on the loop, once, then acked."""
+    lost: list[SessionLost] = []
+    stopped: list[Order] = []
+    store = Store(orders=frozenset({"stop:c1"}))
+    keeper = _keeper(store, lost, stopped=stopped)
+    await _beat(keeper)
+    await _beat(keeper)
+    assert [o.conn_id for o in stopped] == ["c1"]  # carried out once
+    assert store.acked == [frozenset(), frozenset({"stop:c1"})]
+
+
+async def test_the_heartbeat_keeps_time_while_the_loop_is_blocked() -> None:
+    """The loop blocked for 0.6 s (6 periods): heartbeats go on and the fence keeps moving."""
+    lost: list[SessionLost] = []
+    store = Store()
+    keeper = _keeper(store, lost, FAST)
+    task = asyncio.create_task(keeper.run())
+    await asyncio.sleep(0.15)
+    blocked_at = monotonic_ms()
+    time.sleep(0.6)  # noqa: ASYNC251 -- a handler blocking the loop, on purpose
+    fence_after_block = keeper.fence_mono_ms
+    during = [t for t in store.at if blocked_at < t < blocked_at + 600]
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert len(during) >= 4 and not lost
+    # usable window 520 ms: the fence set before the block would have passed by now.
+    assert fence_after_block > blocked_at + 600
+    keeper.executor.shutdown(wait=False)
+
+
+async def test_a_loop_silent_past_the_bound_is_no_longer_renewed() -> None:
+    """No publish for longer than the bound: the keep-alive stops renewing, the fence passes."""
+    lost: list[SessionLost] = []
+    store = Store()
+    keeper = _keeper(store, lost, FAST)
+    keeper._loop = asyncio.get_running_loop()
+    keeper.loop_stamp_ms = monotonic_ms() - loop_bound_ms(FAST) - 1
+    fence = keeper.fence_mono_ms
+    await _beat(keeper)
+    assert store.calls == 0 and keeper.fence_mono_ms == fence
+    keeper.publish()  # the loop is back
+    await _beat(keeper)
+    assert store.calls == 1 and keeper.fence_mono_ms > fence
+    keeper.executor.shutdown(wait=False)
+
+
+async def test_a_lost_session_is_reported_to_the_loop() -> None:
+    """SessionLost from the store: the loop's on_lost runs with the reason."""
+    lost: list[SessionLost] = []
+
+    class Lost(Store):
+        def heartbeat_full(self, session: Session, **_: Any) -> Beat:
+            raise SessionLost(session.worker_id, session.incarnation, "session is DEAD")
+
+    keeper = _keeper(Lost(), lost)
+    await _beat(keeper)
+    assert len(lost) == 1 and "DEAD" in lost[0].why
     keeper.executor.shutdown(wait=False)
