@@ -1,10 +1,17 @@
 """Checkpoints and self-fencing for the streams a worker holds.
 
 The worker's session keeps its streams alive (``worker.session``); a stream's own expiry is a
-far backstop (``BACKSTOP_MS``). Every ``checkpoint_ms`` this writes the checkpoint of each held
-stream whose seq moved (one ``renew_many``: batched PartiQL, or single UpdateItems on moto, which
-ignores PartiQL conditions), and a stream's backstop once half of it is gone (about twice an
-hour). Outcomes per stream:
+far backstop (``BACKSTOP_MS``). Once every ``checkpoint_ms`` this writes the checkpoint of each
+held stream whose seq moved (one ``renew_many`` per tick: batched PartiQL, or single UpdateItems
+on moto, which ignores PartiQL conditions), and a stream's backstop once half of it is gone
+(about twice an hour).
+
+The period is cut into slices (``rules.checkpoint_slices``: a tenth every 2 s at the default
+20 s; one slice under 4 s) and each tick writes one slice, a stream's slice fixed by a hash of
+its id (``rules.checkpoint_slice``). Writing every stream at once was a burst every period: at
+5,000 streams 200 batch calls, 6-9 s on DynamoDB Local with the session heartbeat (a write to the
+same server) queued behind them, and on AWS a spike of write capacity every 20 s that throttles a
+provisioned table. Outcomes per stream:
 
 - written: the checkpoint is stored; a refreshed backstop also moves the stream's own fence;
 - LOST, DELETED, REGRESSION, INVALID: stop it at once (another worker may already hold it);
@@ -69,15 +76,27 @@ class Checkpointer:
     _anchoring: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
-        """Write checkpoints every ``checkpoint_ms`` until cancelled."""
+        """Write one slice of the checkpoints every ``checkpoint_ms / slices`` until cancelled:
+        each stream once per ``checkpoint_ms`` (a stream that joins waits at most a period)."""
+        slices = rules.checkpoint_slices(self.checkpoint_ms)
+        tick_s = self.checkpoint_ms / slices / 1000
+        tick = 0
         while True:
             started = self.mono()
-            await self.write()
+            await self.write_slice(tick % slices, slices)
+            tick += 1
+            # A slow write delays the next tick, never skips it: a skipped slice would leave
+            # its streams unwritten for two periods.
             elapsed_s = (self.mono() - started) / 1000
-            await self.sleep(max(0.0, self.checkpoint_ms / 1000 - elapsed_s))
+            await self.sleep(max(0.0, tick_s - elapsed_s))
 
     def _backstop_due(self, lease: Lease) -> bool:
-        """Refresh a stream's backstop expiry once half of it is gone."""
+        """Refresh a stream's backstop expiry once half of it is gone.
+
+        Spreading does not make this late: a stream is looked at once per ``checkpoint_ms``
+        (in its slice), as before, so the refresh comes at most a period (20 s by default) after
+        it is due, with about ``BACKSTOP_MS / 2`` (30 min) minus that period left before the
+        stream's own fence (``fence_after``)."""
         return lease.expires_at_ms - self.wall() < BACKSTOP_MS // 2
 
     def fence_after(self, sent: int) -> int:
@@ -86,8 +105,13 @@ class Checkpointer:
 
     async def write(self) -> None:
         """Write every held stream's checkpoint once (batched) and act on each outcome."""
+        await self.write_slice(0, 1)
+
+    async def write_slice(self, index: int, slices: int) -> None:
+        """Write the checkpoints of the held streams in slice ``index`` of ``slices``."""
         # Draining streams too: their checkpoint moves until the release writes the last one.
-        held = [c for c in self.streams.values() if c.held.live]
+        held = [c for c in self.streams.values() if c.held.live and (
+            slices == 1 or rules.checkpoint_slice(c.held.lease.conn_id, slices) == index)]
         if not held:
             return
         requests = [RenewRequest(c.held.lease, c.held.checkpoint,

@@ -1,10 +1,15 @@
-"""The checkpoint writer's reactions to lost streams, on DynamoDB Local with real leases."""
+"""The checkpoint writer: its reactions to lost streams, on DynamoDB Local with real leases, and
+its spreading of each period's writes over slices (injected clock and sleep)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
-from holdfast.core.rules import LeaseTiming
+import pytest
+
+from holdfast.core.model import Lease
+from holdfast.core.rules import LeaseTiming, checkpoint_slice, checkpoint_slices
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore
 from holdfast.worker.checkpointer import Checkpointer
@@ -87,3 +92,140 @@ async def test_anchors_asked_for_together_are_written_in_one_call(
     for i, conn in enumerate(conns):
         assert item_attr(fleet.item(conn), "last_seq") == 5 + i
         assert conns[conn].held.lease.last_seq == 5 + i
+
+
+
+class Ticks:
+    """A fake monotonic clock and sleep for ``Checkpointer.run``: each sleep moves the clock on
+    by its length, calls ``between`` with the next tick's number (the streams may change
+    there) and ends the run after ``ticks`` ticks."""
+
+    def __init__(self, ticks: int, between: Callable[[int], None] = lambda tick: None) -> None:
+        self.now_ms, self.ticks, self.between = 0, ticks, between
+        self.sleeps: list[float] = []
+
+    @property
+    def tick(self) -> int:
+        return len(self.sleeps)
+
+    def mono(self) -> int:
+        return self.now_ms
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now_ms += round(seconds * 1000)
+        if self.tick == self.ticks:
+            raise asyncio.CancelledError
+        self.between(self.tick)
+
+
+def written_ticks(writer: Checkpointer, ticks: Ticks, write: bool = False) -> dict[str, list[int]]:
+    """The ticks at which each stream is sent to ``renew_many`` (``write``: and written; else
+    only recorded), filled in as ``writer`` runs."""
+    written: dict[str, list[int]] = {}
+    real = writer._renew
+
+    async def record(held: list[Connection], *args: object) -> None:
+        for c in held:
+            written.setdefault(c.held.lease.conn_id, []).append(ticks.tick)
+        if write:
+            await real(held, *args)  # type: ignore[arg-type]
+
+    writer._renew = record  # type: ignore[method-assign]
+    return written
+
+
+def a_context() -> ConnectionContext:
+    return ConnectionContext(worker_id="me", handler=Recorder(), protocol=QueryParamProtocol(),
+                             metrics=WorkerMetrics())
+
+
+def fake_stream(conn: str, ctx: ConnectionContext) -> Connection:
+    """A held stream with a fresh backstop (at wall time 0), for a writer that only records."""
+    held = HeldStream(Lease(conn, "me", 1, BACKSTOP_MS, "ws://127.0.0.1:1/s/x", None),
+                      fence_mono_ms=NO_FENCE_MS)
+    held.cursor.anchored(1)
+    return Connection(held, ctx)
+
+
+def recording_writer(streams: dict[str, Connection], checkpoint_ms: int, ticks: Ticks,
+                     ctx: ConnectionContext) -> tuple[Checkpointer, dict[str, list[int]]]:
+    """A writer on fake streams that records what it would write (no store: never called)."""
+    writer = Checkpointer(None, streams, LeaseTiming(3000, 500, 300, 300),  # type: ignore[arg-type]
+                          ctx.metrics, mono=ticks.mono, checkpoint_ms=checkpoint_ms,
+                          wall=lambda: 0, sleep=ticks.sleep)
+    return writer, written_ticks(writer, ticks)
+
+
+async def test_checkpoints_are_spread_over_ten_slices_at_the_default_period(
+        fleet: Fleet, unique_id: str) -> None:
+    """At 20 s a tick every 2 s writes about a tenth of the streams: each stream exactly once
+    per period, ten ticks apart, and every checkpoint is stored."""
+    store = LeaseStore(fleet.ddb, fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
+    ctx = a_context()
+    conns = {}
+    for i in range(30):
+        conn = f"{unique_id}-s{i}"
+        fleet.create(conn, "ws://127.0.0.1:1/s/x")
+        held = HeldStream(store.acquire(conn, "me"), fence_mono_ms=NO_FENCE_MS)
+        held.cursor.anchored(100 + i)
+        conns[conn] = Connection(held, ctx)
+    ticks = Ticks(20)
+    writer = Checkpointer(store, conns, LeaseTiming(3000, 500, 300, 300), ctx.metrics,
+                          mono=ticks.mono, sleep=ticks.sleep)  # checkpoint_ms: the default
+    written = written_ticks(writer, ticks, write=True)
+    with pytest.raises(asyncio.CancelledError):
+        await writer.run()
+    assert checkpoint_slices(20_000) == 10 and ticks.sleeps == [2.0] * 20
+    for conn in conns:
+        first = checkpoint_slice(conn, 10)
+        assert written[conn] == [first, first + 10], conn
+    per_tick = [sum(t in w for w in written.values()) for t in range(10)]
+    assert max(per_tick) < 30 and sum(per_tick) == 30  # never every stream at once
+    for i, conn in enumerate(conns):
+        assert item_attr(fleet.item(conn), "last_seq") == 100 + i
+
+
+@pytest.mark.parametrize("checkpoint_ms", [100, 500, 3_999])
+async def test_short_periods_keep_one_slice(checkpoint_ms: int) -> None:
+    """Under 4 s the period is one slice: every tick, one period apart, writes every stream."""
+    ctx = a_context()
+    streams = {f"c{i}": fake_stream(f"c{i}", ctx) for i in range(12)}
+    ticks = Ticks(4)
+    writer, written = recording_writer(streams, checkpoint_ms, ticks, ctx)
+    with pytest.raises(asyncio.CancelledError):
+        await writer.run()
+    assert checkpoint_slices(checkpoint_ms) == 1
+    assert ticks.sleeps == [checkpoint_ms / 1000] * 4
+    assert written == {conn: [0, 1, 2, 3] for conn in streams}
+
+
+async def test_streams_that_come_and_go_are_written_once_per_period() -> None:
+    """With streams joining and leaving between ticks, a stream is written within a period of
+    joining, then exactly once in every period it stays, and never once it has left."""
+    ctx = a_context()
+    streams = {f"c{i}": fake_stream(f"c{i}", ctx) for i in range(40)}
+    joined = dict.fromkeys(streams, 0)
+    left: dict[str, int] = {}
+    count = iter(range(40, 10_000))
+
+    def churn(tick: int) -> None:
+        for _ in range(3):
+            conn = f"c{next(count)}"
+            streams[conn], joined[conn] = fake_stream(conn, ctx), tick
+        for conn in sorted(streams)[tick % 5:tick % 5 + 2]:
+            del streams[conn]
+            left[conn] = tick
+
+    ticks = Ticks(60, churn)
+    writer, written = recording_writer(streams, 20_000, ticks, ctx)
+    with pytest.raises(asyncio.CancelledError):
+        await writer.run()
+    held_a_period = [c for c, start in joined.items() if left.get(c, 60) - start >= 10]
+    assert len(left) > 100 and len(held_a_period) > 100
+    for conn, start in joined.items():
+        end = left.get(conn, 60)  # the stream is held at ticks start .. end - 1
+        at = written.get(conn, [])
+        assert all(start <= t < end for t in at), (conn, start, end, at)
+        for window in range(start, end - 9):  # every full period it is held in
+            assert sum(window <= t < window + 10 for t in at) == 1, (conn, start, end, at)
