@@ -212,7 +212,8 @@ def _one_part(args: argparse.Namespace, part: str, run_dir: Path, say: Any) -> i
     run: dict[str, Callable[[], dict[str, Any]]] = {
         "blocked-handler": lambda: blocked_handler(run_dir, say),
         "crash-production": lambda: crash_production(
-            run_dir, rounds=args.crash_rounds, modes=tuple(args.modes.split(",")), say=say),
+            run_dir, streams=args.crash_streams, rounds=args.crash_rounds,
+            modes=tuple(args.modes.split(",")), say=say),
         "fast-paths": lambda: fast_paths(run_dir, args.quick, say),
         "forced-release": lambda: forced_release(run_dir, say=say),
         "start-burst": lambda: start_burst(run_dir, say),
@@ -247,6 +248,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="streams held by the cost scenario's 2 workers (default 100)")
     p.add_argument("--crash-rounds", type=int, default=3,
                    help="rounds of ours in the production crash failover (the seed: 1)")
+    p.add_argument("--crash-streams", type=int, default=20,
+                   help="streams the killed worker holds in the production crash failover "
+                        "(default 20; 150: the issue's 2 workers x 150)")
     p.add_argument("--density-cpu-only", metavar="SIZES",
                    help="only the liveness/checkpoint CPU at these sizes (comma-separated)")
     p.add_argument("--density-cpu-seconds", type=float, default=60.0,
@@ -344,7 +348,7 @@ def full_run(args: argparse.Namespace, run_dir: Path, say: Any) -> int:
     if not args.no_crash_production:
         say("crash failover at production defaults")
         result["crash_production"] = crash_production(
-            run_dir, rounds=1 if args.quick else args.crash_rounds,
+            run_dir, streams=args.crash_streams, rounds=1 if args.quick else args.crash_rounds,
             modes=tuple(args.modes.split(",")), say=say)
     if not args.no_fast_paths:
         say("fast paths at production defaults")

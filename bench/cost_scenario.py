@@ -19,6 +19,7 @@ from typing import Any
 from bench.cost import FLEETS, consumed_monthly
 from bench.harness import BenchFleet, now_ms
 from bench.meter import window
+from holdfast.core.rules import default_margin_ms
 from holdfast.core.schema import STOPPED
 from holdfast.core.table import set_desired_state
 from holdfast.fleet.procs import FleetTiming
@@ -38,7 +39,8 @@ class ProductionTiming:
 
     def fleet_timing(self) -> FleetTiming:
         return FleetTiming(lease_s=self.lease_s, heartbeat_s=self.heartbeat_s,
-                           skew_ms=self.skew_ms, margin_ms=min(1000, round(self.lease_s * 100)),
+                           skew_ms=self.skew_ms,
+                           margin_ms=default_margin_ms(round(self.lease_s * 1000)),
                            sweep_interval_ms=self.sweep_interval_ms, rate=1.0)
 
     def worker_env(self) -> dict[str, str]:
@@ -59,9 +61,11 @@ class ProductionTiming:
                 "reconcile_s": self.reconcile_s, "sweep_interval_ms": self.sweep_interval_ms}
 
 
+_OURS = FleetTiming.production()
 PRODUCTION = {
-    "ours": ProductionTiming(lease_s=8.0, heartbeat_s=2.0, liveness="session",
-                             checkpoint_s=20.0),
+    "ours": ProductionTiming(lease_s=_OURS.lease_s, heartbeat_s=_OURS.heartbeat_s,
+                             liveness="session", checkpoint_s=_OURS.checkpoint_s,
+                             skew_ms=_OURS.skew_ms),
     "baseline": ProductionTiming(lease_s=20.0, heartbeat_s=5.0, liveness="lease"),
 }
 

@@ -20,13 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.density import run_density
+from holdfast.core import settings
 
 __all__ = ["CPU_TARGET_CORES", "TARGET_STREAMS", "burst_excess", "density_cpu", "summarize",
            "verdict"]
 
 CPU_TARGET_CORES = 0.2  # the sessions issue: liveness + checkpoints at 5,000 connections
 TARGET_STREAMS = 5000
-HEARTBEAT_S, LEASE_S, CHECKPOINT_S, OFF_S = 2.0, 8.0, 20.0, 3600.0
+# The production defaults (holdfast.core.settings); checkpoints off: 3,600 s.
+HEARTBEAT_S, LEASE_S, CHECKPOINT_S, OFF_S = (settings.HEARTBEAT_SECONDS.read({}),
+                                              settings.LEASE_SECONDS.read({}),
+                                              settings.CHECKPOINT_SECONDS.read({}), 3600.0)
 
 
 def burst_excess(series: list[float], sample_s: float) -> float | None:

@@ -2,13 +2,13 @@
 
 - **Stop**: ``desired_state = STOPPED`` written -> the holder has closed the upstream
   connection (``scenarios.stop_latency``). Ours with the order queue; ours with orders riding
-  the session item only (the next heartbeat, 2 s); the seed (its next lease renewal, 5 s).
+  the session item only (the next heartbeat); the seed (its next lease renewal, 5 s).
 - **Crash with the platform report**: SIGKILL, then what ECS would report (``holdfast
   task-stopped``) -> every stream handled again by a survivor, measured from the kill, beside
   the same crash found by the session TTL (``bench.crash_production`` has the seed's).
 
-Production timings as in ``bench.crash_production``: lease (session TTL) 8 s, heartbeat 2 s,
-checkpoint 20 s, skew 1 s, the sweeper every 1 s. Locally the "platform" reports within a few
+Production timings as in ``bench.crash_production`` (``FleetTiming.production``), the sweeper
+every 1 s. Locally the "platform" reports within a few
 milliseconds of the kill; in AWS, EventBridge's own delivery of the ECS event comes on top and
 cannot be measured here.
 """

@@ -18,7 +18,13 @@ from typing import Any, Final
 
 from holdfast.core import names
 from holdfast.core.exceptions import ConfigError
-from holdfast.core.rules import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS, DEFAULT_SKEW_MS, LeaseTiming
+from holdfast.core.rules import (
+    DEFAULT_HEARTBEAT_MS,
+    DEFAULT_LEASE_MS,
+    DEFAULT_SKEW_MS,
+    LeaseTiming,
+    throttled_heartbeat_ms,
+)
 from holdfast.infra.exceptions import SettingsError
 
 __all__ = ["LOG_RETENTION_DAYS", "Settings", "context_key"]
@@ -151,7 +157,7 @@ class Settings:
     heartbeat_seconds: int = _setting(DEFAULT_HEARTBEAT_MS // 1000, _int(1, 100),
                                       "session heartbeat interval (per worker)")
     checkpoint_seconds: int = _setting(
-        20, _int(1, 3600), "how often a stream's position is saved (replay window on a crash)")
+        20, _int(1, 1200), "how often a stream's position is saved (replay window on a crash)")
     skew_ms: int = _setting(DEFAULT_SKEW_MS, _int(0, 10_000), "clock-skew allowance between hosts")
     reconcile_seconds: int = _setting(60, _int(5, 3600), "worker full reconcile interval")
     renew_mode: str = _setting("batch", _choice("batch", "single"), "PartiQL batch or one by one")
@@ -294,9 +300,13 @@ class Settings:
 
         A throttled session heartbeat is not a slow write: a worker silent for a lease loses
         every stream it holds, so the floor must not wait for auto scaling to catch up. A
-        rolling deployment runs up to twice ``maxTasks`` (new tasks start before old ones stop).
+        rolling deployment runs up to twice ``maxTasks`` (new tasks start before old ones stop),
+        and a worker whose heartbeat was refused beats at ``rules.throttled_heartbeat_ms`` for a
+        while: the floor covers that rate too, so refusals cannot feed themselves.
         """
-        floor = max(self.table_write_min, math.ceil(2 * self.max_tasks / self.heartbeat_seconds))
+        timing = LeaseTiming.from_env(self.timing_environment)
+        floor = max(self.table_write_min, math.ceil(
+            2 * self.max_tasks * 1000 / throttled_heartbeat_ms(timing)))
         return floor, max(floor, self.table_write_max)
 
     @property

@@ -90,6 +90,7 @@ class SessionKeeper:
     _loop: asyncio.AbstractEventLoop | None = None
     _given_up: Session | None = None  # the incarnation the loop was told is over
     _stalled: bool = False
+    _failed_mono_ms: int | None = None  # the last failed attempt (``period_ms``)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
     _lost_task: asyncio.Future[None] | None = None
@@ -131,7 +132,16 @@ class SessionKeeper:
             # The next one is a period after the attempt that landed: a heartbeat that needed
             # retries (throttled) is not followed at once by another one.
             anchor = max(started, self.last_ok_mono_ms or started)
-            self._stop.wait(max(0.0, (self.timing.heartbeat_ms - (self.mono() - anchor)) / 1000))
+            self._stop.wait(max(0.0, (self.period_ms() - (self.mono() - anchor)) / 1000))
+
+    def period_ms(self) -> int:
+        """The heartbeat period; ``rules.throttled_heartbeat_ms`` for two periods after any
+        refused attempt (throttling comes in waves: a partial phase before a full one), so a
+        full outage of ``rules.OUTAGE_TOLERANCE_MS`` fences nothing. Two periods, not longer:
+        once DynamoDB is back the worker's call rate is too."""
+        troubled = (self._failed_mono_ms is not None
+                    and self.mono() - self._failed_mono_ms < 2 * self.timing.heartbeat_ms)
+        return rules.throttled_heartbeat_ms(self.timing) if troubled else self.timing.heartbeat_ms
 
     def beat(self) -> None:
         """Renew once, retrying until it lands, the session is lost, or the fence passes."""
@@ -167,6 +177,7 @@ class SessionKeeper:
                 beat = call.result(timeout=(fence - sent) / 1000)
             except concurrent.futures.TimeoutError:
                 failures += 1
+                self._failed_mono_ms = self.mono()
                 continue  # at the fence: handled above
             except SessionLost as lost:
                 self.last_ok_mono_ms = sent
@@ -176,11 +187,14 @@ class SessionKeeper:
                 return
             except HoldfastError as exc:
                 failures += 1
+                self._failed_mono_ms = self.mono()
                 self._on_loop(self.metrics.incr, names.METRIC_SESSION_RENEW_FAILURES)
                 left = fence - self.mono()
                 if failures == 1 or failures % 10 == 0:
                     logger.warning("session heartbeat failed; retrying until the fence",
                                    error=str(exc)[:300], fence_in_ms=left, attempts=failures)
+                # A quarter to half a period: shorter pauses would double a small worker's call
+                # rate while throttled (the heartbeat is most of its calls).
                 self._stop.wait(retry_before_s(failures, left, hb_s / 4, hb_s / 2, self.rand))
                 continue
             self._renewed(session, beat, sent)

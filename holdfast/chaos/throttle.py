@@ -4,8 +4,8 @@ Two figures judge it (``throttle_figures``), counted at the worker-side proxy an
 workers' own logs:
 
 - streams fenced (or sessions fenced) during the window: none, when the fully throttled part is
-  shorter than the usable window minus one heartbeat (``tolerated``), since every heartbeat is
-  retried until its fence;
+  no longer than the outage the session keep-alive tolerates (``tolerated``), since every
+  heartbeat is retried until its fence;
 - call rate during the window over the rate in the same span before it: at most 2 (adaptive
   retry: one token bucket per worker process, heartbeat retries jittered and bounded).
 """
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from holdfast.chaos.invariants import Verdict, Violation
 from holdfast.chaos.proxy import FaultProxy, FaultWindow
+from holdfast.core import rules
 from holdfast.fleet.procs import FleetTiming
 
 __all__ = ["FENCE_MESSAGES", "ThrottlePlan", "fences_in", "judge_throttle", "run_throttle",
@@ -41,11 +42,12 @@ class ThrottlePlan:
         return self.partial_s + self.full_s
 
 
-def tolerated(plan: ThrottlePlan, usable_ms: int, heartbeat_ms: int) -> bool:
-    """True if no stream may be fenced: the fully throttled part fits in the usable window
-    after one heartbeat (the last renewal may have been sent a heartbeat before it began) and
-    one retry pause (at most half a heartbeat, ``worker.session``) after it ended."""
-    return plan.full_s * 1000 + heartbeat_ms * 1.5 < usable_ms
+def tolerated(plan: ThrottlePlan, timing: rules.LeaseTiming) -> bool:
+    """True if no stream may be fenced: the fully throttled part is no longer than the outage
+    the keep-alive tolerates (``rules.tolerated_outage_ms``; after the partial phase if that
+    lasted a heartbeat, which put it on its throttled period)."""
+    waved = plan.partial_s * 1000 >= timing.heartbeat_ms
+    return plan.full_s * 1000 < rules.tolerated_outage_ms(timing, after_refusals=waved)
 
 
 def run_throttle(proxy: FaultProxy, plan: ThrottlePlan,
@@ -108,8 +110,7 @@ def judge_throttle(verdict: Verdict, proxy: FaultProxy, windows: list[FaultWindo
     call rate above twice the rate before; any fence, if the throttle was ``tolerated``."""
     lease_ms = round(timing.lease_s * 1000)
     figures = throttle_figures(proxy, windows, logs, lease_ms)
-    figures["tolerated"] = tolerated(plan, lease_ms - timing.skew_ms - timing.margin_ms,
-                                     round(timing.heartbeat_s * 1000))
+    figures["tolerated"] = tolerated(plan, timing.lease_timing())
     verdict.stats["throttle"] = figures
     start = windows[0].start_ms
     if float(str(figures["rate_ratio"])) > 2.0:

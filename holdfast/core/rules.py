@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_LEASE_MS",
     "DEFAULT_MARGIN_MS",
     "DEFAULT_SKEW_MS",
+    "OUTAGE_TOLERANCE_MS",
     "LeaseTiming",
     "acquire_cutoff_ms",
     "checkpoint_slice",
@@ -40,6 +41,8 @@ __all__ = [
     "next_checkpoint",
     "renew_due_mono_ms",
     "session_action",
+    "throttled_heartbeat_ms",
+    "tolerated_outage_ms",
 ]
 
 
@@ -143,6 +146,30 @@ def classify_loss(current: LeaseItem | None, owner: str, epoch: int) -> LossReas
 def fence_deadline_mono_ms(renew_sent_mono_ms: int, timing: LeaseTiming) -> int:
     """Monotonic time after which the holder must stop using a lease it last renewed then."""
     return renew_sent_mono_ms + timing.usable_ms
+
+
+# A full DynamoDB outage (every call throttled) this long, after a wave of refusals, must fence
+# no healthy worker: the throttle scenario's 2 s (``holdfast.chaos.throttle``).
+OUTAGE_TOLERANCE_MS: Final = 2_000
+
+
+def throttled_heartbeat_ms(timing: LeaseTiming) -> int:
+    """The session heartbeat period for two periods after a refused attempt.
+
+    The last renewal before a full outage may be a period old and the first attempt after it
+    half a period late (a retry pause), so the outage that fences nothing is ``usable - 1.5 x
+    heartbeat``. Where that is under ``OUTAGE_TOLERANCE_MS`` the period halves while refusals
+    come (one more write per worker and period, only then); a window wide enough keeps it."""
+    if timing.usable_ms - timing.heartbeat_ms * 3 // 2 >= OUTAGE_TOLERANCE_MS:
+        return timing.heartbeat_ms
+    return timing.heartbeat_ms // 2
+
+
+def tolerated_outage_ms(timing: LeaseTiming, *, after_refusals: bool) -> int:
+    """The longest full outage that fences nothing: the usable window less the last renewal's
+    age (a period; ``throttled_heartbeat_ms`` when refusals came first) and a retry pause."""
+    age = throttled_heartbeat_ms(timing) if after_refusals else timing.heartbeat_ms
+    return timing.usable_ms - age - timing.heartbeat_ms // 2
 
 
 def renew_due_mono_ms(last_renew_sent_mono_ms: int, timing: LeaseTiming) -> int:

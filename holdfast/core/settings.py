@@ -52,12 +52,12 @@ DLQ_URL: Final = Text(name="HOLDFAST_DLQ_URL", readers=("cli", "local"),
 # --- the lease timings: the same for the worker, the Lambdas and the stack --------------------
 _TIMED: Final = (*_ALL, "local")
 LEASE_SECONDS: Final = Number(
-    name=names.ENV_LEASE_SECONDS, unit="s", default=8.0, lo=0.5, hi=3600, readers=_TIMED,
+    name=names.ENV_LEASE_SECONDS, unit="s", default=4.0, lo=0.5, hi=3600, readers=_TIMED,
     doc="The session TTL: how long a silent worker keeps its streams.")
 HEARTBEAT_SECONDS: Final = Number(
-    name=names.ENV_HEARTBEAT_SECONDS, unit="s", default=2.0, lo=0.05, hi=1200, readers=_TIMED,
+    name=names.ENV_HEARTBEAT_SECONDS, unit="s", default=1.0, lo=0.05, hi=1200, readers=_TIMED,
     doc="One session heartbeat per worker this often; 2 x heartbeat <= lease - skew - margin.")
-SKEW_MS: Final = Integer(name=names.ENV_SKEW_MS, unit="ms", default=1000, lo=0, hi=60_000,
+SKEW_MS: Final = Integer(name=names.ENV_SKEW_MS, unit="ms", default=250, lo=0, hi=60_000,
                          readers=_TIMED, doc="Clock-skew allowance between hosts.")
 MARGIN_MS: Final = Integer(
     name=names.ENV_MARGIN_MS, unit="ms", lo=0, hi=60_000, readers=_TIMED,
@@ -77,8 +77,9 @@ PROTOCOL: Final = Text(name="HOLDFAST_PROTOCOL", readers=_W, default="query",
                        doc="How a stream resumes: query (from_seq=), header (X-From-Seq), frame, "
                            "'package.module:factory'.")
 CHECKPOINT_SECONDS: Final = Number(
-    name=names.ENV_CHECKPOINT_SECONDS, unit="s", default=20, lo=0.05, hi=3600, readers=_W,
-    doc="How often a stream's last_seq is written: the replay window after a crash.")
+    name=names.ENV_CHECKPOINT_SECONDS, unit="s", default=20, lo=0.05, hi=1200, readers=_W,
+    doc="How often a stream's last_seq is written: the replay window after a crash (at most "
+        "20 min: a stream's 1 h backstop is refreshed at half-life in its checkpoint).")
 MAX_CONNECTIONS: Final = Integer(name=names.ENV_MAX_CONNECTIONS, default=1000, lo=1, hi=100_000,
                                  readers=_W,
                                  doc="Streams held at most; a full worker stops polling.")

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from holdfast.core import names
-from holdfast.core.rules import default_margin_ms
+from holdfast.core import names, settings
+from holdfast.core.rules import LeaseTiming, default_margin_ms
 from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORD_WRAPS_ENV, RECORDER_SPEC
 from holdfast.localaws import LocalAws
 from holdfast.localaws.processes import _die_with_parent, free_port, wait_for_port
@@ -51,19 +51,30 @@ class FleetTiming:
     balance_interval_ms: int = 1000
 
     @classmethod
-    def production(cls, *, lease_s: float = 8.0, heartbeat_s: float = 2.0,
-                   checkpoint_s: float = 20.0, skew_ms: int = 1000,
+    def production(cls, *, lease_s: float | None = None, heartbeat_s: float | None = None,
+                   checkpoint_s: float | None = None, skew_ms: int | None = None,
                    sweep_interval_ms: int = 1000, cooldown_s: float = 60.0,
                    balance_interval_ms: int = 2000) -> FleetTiming:
-        """The worker's and the sweeper's production defaults (lease 8 s, heartbeat 2 s,
-        checkpoint 20 s, skew 1 s, margin min(1 s, lease / 10), sweep every 1 s, cool-down
-        60 s, a balancing decision every 2 s); the rest
-        (upstream rate, shutdown) as the defaults. The seed's: ``production(lease_s=20,
-        heartbeat_s=5)``."""
-        return cls(lease_s=lease_s, heartbeat_s=heartbeat_s, checkpoint_s=checkpoint_s,
-                   skew_ms=skew_ms, margin_ms=default_margin_ms(round(lease_s * 1000)),
+        """The worker's and the sweeper's production defaults (lease, heartbeat, checkpoint
+        and skew from ``holdfast.core.settings``, margin min(1 s, lease / 10), sweep every
+        1 s, cool-down 60 s, a balancing decision every 2 s); the rest (upstream rate,
+        shutdown) as the defaults. The seed's: ``production(lease_s=20, heartbeat_s=5,
+        skew_ms=1000)``."""
+        lease_s = settings.LEASE_SECONDS.read({}) if lease_s is None else lease_s
+        return cls(lease_s=lease_s,
+                   heartbeat_s=settings.HEARTBEAT_SECONDS.read({}) if heartbeat_s is None
+                   else heartbeat_s,
+                   checkpoint_s=settings.CHECKPOINT_SECONDS.read({}) if checkpoint_s is None
+                   else checkpoint_s,
+                   skew_ms=settings.SKEW_MS.read({}) if skew_ms is None else skew_ms,
+                   margin_ms=default_margin_ms(round(lease_s * 1000)),
                    sweep_interval_ms=sweep_interval_ms, cooldown_s=cooldown_s,
                    balance_interval_ms=balance_interval_ms)
+
+    def lease_timing(self) -> LeaseTiming:
+        """These timings as the worker validates and uses them."""
+        return LeaseTiming(round(self.lease_s * 1000), round(self.heartbeat_s * 1000),
+                           self.skew_ms, self.margin_ms)
 
     def timing_env(self) -> dict[str, str]:
         """The timing variables the workers and the Lambdas share (``LeaseTiming.from_env``)."""

@@ -9,6 +9,7 @@ import pytest
 
 from holdfast.chaos.fleetctl import ProxiedFleet
 from holdfast.chaos.throttle import ThrottlePlan, run_throttle, throttle_figures, tolerated
+from holdfast.core import rules
 from holdfast.core.table import create_stream
 from holdfast.fleet.procs import FleetTiming
 
@@ -35,7 +36,7 @@ def test_throttling_fences_nothing_and_calls_stay_within_twice_normal(tmp_path: 
     """50 % throttled for 5 s then 100 % for 2 s: no fence, no re-own, call rate <= 2x during
     the throttle and in the span after it (no herd)."""
     plan = ThrottlePlan()
-    assert tolerated(plan, usable_ms=USABLE_MS, heartbeat_ms=1500)
+    assert tolerated(plan, TIMING.lease_timing())
     pf = ProxiedFleet(tmp_path, TIMING)
     try:
         pf.start()
@@ -62,3 +63,14 @@ def test_throttling_fences_nothing_and_calls_stay_within_twice_normal(tmp_path: 
         assert worker.alive()
     finally:
         pf.close()
+
+
+def test_the_production_defaults_tolerate_the_throttle_scenario() -> None:
+    """At the production defaults the scenario's 2 s full throttle fences nothing, thanks to
+    the throttled heartbeat period; without a wave before it the same outage could."""
+    timing = FleetTiming.production().lease_timing()
+    assert rules.throttled_heartbeat_ms(timing) == timing.heartbeat_ms // 2
+    assert tolerated(ThrottlePlan(), timing)
+    assert not tolerated(ThrottlePlan(partial_s=0.0), timing)
+    # A usable window wide enough keeps the period (the slow test's timings).
+    assert rules.throttled_heartbeat_ms(TIMING.lease_timing()) == 1500

@@ -32,11 +32,11 @@ def test_timing_rejects_non_positive_values() -> None:
 
 
 def test_default_timing_is_the_production_default() -> None:
-    """The defaults are production's: TTL 8 s, heartbeat 2 s, skew 1 s, margin 0.8 s; an
+    """The defaults are production's: TTL 4 s, heartbeat 1 s, skew 0.25 s, margin 0.4 s; an
     empty environment reads as exactly those."""
     t = LeaseTiming()
-    assert (t.lease_ms, t.heartbeat_ms, t.skew_ms, t.margin_ms) == (8_000, 2_000, 1_000, 800)
-    assert t.usable_ms == 6_200
+    assert (t.lease_ms, t.heartbeat_ms, t.skew_ms, t.margin_ms) == (4_000, 1_000, 250, 400)
+    assert t.usable_ms == 3_350
     assert LeaseTiming.from_env({}) == t
 
 

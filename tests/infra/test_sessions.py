@@ -51,8 +51,9 @@ def test_session_table_follows_the_provisioned_setting(alt_template_json: dict[s
     assert props["TableName"] == f"{ALT_CONTEXT['tableName']}-sessions"
     assert props["DeletionProtectionEnabled"] is False and table["DeletionPolicy"] == "Delete"
     writes = Settings.from_context(ALT_CONTEXT.get).session_write_capacity
-    # maxTasks 10 heartbeating every 2 s, twice over during a deployment: above tableWriteMin.
-    assert writes == (10, 30)
+    # maxTasks 10 heartbeating every 0.5 s while refused, twice over during a deployment:
+    # above tableWriteMin, and it lifts the maximum.
+    assert writes == (40, 40)
     assert props["ProvisionedThroughput"] == {"ReadCapacityUnits": 2,
                                               "WriteCapacityUnits": writes[0]}
     targets = scalable_targets(alt_template_json, session_table_id(alt_template_json))

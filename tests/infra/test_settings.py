@@ -20,8 +20,8 @@ def test_defaults_need_no_context() -> None:
     """With no context at all the settings are the documented defaults."""
     s = from_context()
     assert s == Settings()
-    assert (s.lease_seconds, s.heartbeat_seconds, s.checkpoint_seconds) == (8, 2, 20)
-    assert s.table_billing == "on-demand" and s.shutdown_seconds == 10
+    assert (s.lease_seconds, s.heartbeat_seconds, s.checkpoint_seconds) == (4, 1, 20)
+    assert s.table_billing == "on-demand" and s.shutdown_seconds == 5
     assert s.deletion_protection and s.removal_policy == "retain"
     assert s.vpc_id is None and s.min_tasks >= 2
 
@@ -67,8 +67,8 @@ def test_context_keys_are_camel_case() -> None:
     ("taskCpu", 300, "Fargate allows"),
     ("taskMemoryMib", 600, "with 512 CPU units"),
     ("stopTimeoutSeconds", 121, "between 10 and 120"),
-    ("checkpointSeconds", 0, "between 1 and 3600"),
-    ("checkpointSeconds", 3601, "between 1 and 3600"),
+    ("checkpointSeconds", 0, "between 1 and 1200"),
+    ("checkpointSeconds", 1201, "between 1 and 1200"),
     ("checkpointSeconds", "often", "expected an integer"),
     ("tableName", "x" * 247, "at most 246"),
 ])
@@ -85,17 +85,17 @@ def test_lease_timing_is_checked_with_the_core_rules() -> None:
     with pytest.raises(ConfigError, match="heartbeat"):
         from_context(leaseSeconds=10, heartbeatSeconds=5)
     assert from_context(leaseSeconds=12, heartbeatSeconds=5).lease_ms == 12_000
-    # The default lease of 8 s fits two heartbeats of at most 3 s (8 - skew 1 - margin 0.8).
-    assert from_context(heartbeatSeconds=3).heartbeat_seconds == 3
+    # The default lease of 4 s fits two heartbeats of at most 1 s (4 - skew 0.25 - margin 0.4).
+    assert from_context(heartbeatSeconds=1).heartbeat_seconds == 1
     with pytest.raises(ConfigError, match="heartbeat"):
-        from_context(heartbeatSeconds=4)
+        from_context(heartbeatSeconds=2)
 
 
 @pytest.mark.parametrize(("values", "needle"), [
     ({"minTasks": 5, "maxTasks": 4}, "minTasks=5 is above maxTasks=4"),
     ({"removalPolicy": "destroy"}, "deletionProtection=false"),
     ({"tableReadMin": 50, "tableReadMax": 10}, "tableReadMin"),
-    ({"stopTimeoutSeconds": 19}, "at least"),  # < lease 8 + heartbeat 2 + 10
+    ({"stopTimeoutSeconds": 14}, "at least"),  # < lease 4 + heartbeat 1 + 10
 ])
 def test_inconsistent_combinations_are_refused(values: dict[str, Any], needle: str) -> None:
     """Values fine alone but contradictory together fail at synth, not mid-deployment."""
@@ -104,10 +104,10 @@ def test_inconsistent_combinations_are_refused(values: dict[str, Any], needle: s
 
 
 def test_checkpoint_range_edges_are_accepted() -> None:
-    """checkpointSeconds accepts 1 and 3600; the shortest stop timeout is accepted too."""
+    """checkpointSeconds accepts 1 and 1200; the shortest stop timeout is accepted too."""
     assert from_context(checkpointSeconds=1).checkpoint_seconds == 1
-    assert from_context(checkpointSeconds="3600").checkpoint_seconds == 3600
-    assert from_context(stopTimeoutSeconds=20).stop_timeout_seconds == 20
+    assert from_context(checkpointSeconds="1200").checkpoint_seconds == 1200
+    assert from_context(stopTimeoutSeconds=15).stop_timeout_seconds == 15
 
 
 def test_session_table_is_named_after_the_lease_table() -> None:
@@ -118,14 +118,15 @@ def test_session_table_is_named_after_the_lease_table() -> None:
 
 
 @pytest.mark.parametrize(("values", "expected"), [
-    ({}, (10, 200)),  # 10 tasks x 2 (deploying) / 2 s
+    ({}, (40, 200)),  # 10 tasks x 2 (deploying) / 0.5 s (the throttled heartbeat)
     ({"tableWriteMin": 50}, (50, 200)),  # the configured minimum is higher
-    ({"maxTasks": 100, "heartbeatSeconds": 3}, (67, 200)),  # rounded up
-    ({"maxTasks": 400}, (400, 400)),  # the floor lifts the maximum too
+    ({"maxTasks": 100, "leaseSeconds": 12, "heartbeatSeconds": 3}, (67, 200)),  # rounded up;
+    # a usable window that wide keeps the period when refused (``throttled_heartbeat_ms``)
+    ({"maxTasks": 100}, (400, 400)),  # the floor lifts the maximum too
 ])
 def test_session_write_floor_covers_every_heartbeat(values: dict[str, Any],
                                                     expected: tuple[int, int]) -> None:
-    """Provisioned session writes never start below 2 x maxTasks / heartbeatSeconds."""
+    """Provisioned session writes never start below 2 x maxTasks / the throttled heartbeat."""
     assert from_context(**values).session_write_capacity == expected
 
 

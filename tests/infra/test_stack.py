@@ -215,8 +215,8 @@ def test_worker_and_every_lambda_get_the_same_timing_variables(
     task = one_resource(template_json, "AWS::ECS::TaskDefinition")["Properties"]
     (worker,) = [c for c in task["ContainerDefinitions"] if c["Name"] == "worker"]
     want = {e["Name"]: e["Value"] for e in worker["Environment"] if e["Name"] in timing}
-    assert want == {names.ENV_LEASE_SECONDS: "8", names.ENV_HEARTBEAT_SECONDS: "2",
-                    names.ENV_SKEW_MS: "1000"}
+    assert want == {names.ENV_LEASE_SECONDS: "4", names.ENV_HEARTBEAT_SECONDS: "1",
+                    names.ENV_SKEW_MS: "250"}
     functions = resources(template_json, "AWS::Lambda::Function").values()
     envs = [f["Properties"]["Environment"]["Variables"] for f in functions
             if names.ENV_TABLE in f["Properties"].get("Environment", {}).get("Variables", {})]

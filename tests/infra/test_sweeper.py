@@ -23,7 +23,7 @@ def test_sweeper_runs_alone_for_about_a_minute(template_json: dict[str, Any]) ->
     assert fn["ReservedConcurrentExecutions"] == 1
     assert fn["Architectures"] == ["arm64"]
     env = fn["Environment"]["Variables"]
-    assert env[names.ENV_LEASE_SECONDS] == "8" and env[names.ENV_SKEW_MS] == "1000"
+    assert env[names.ENV_LEASE_SECONDS] == "4" and env[names.ENV_SKEW_MS] == "250"
     assert env[names.ENV_SERVICE_NAME] == "holdfast-sweeper"
     assert {names.ENV_TABLE, names.ENV_QUEUE_URL} <= set(env)
     assert env[names.ENV_SESSION_TABLE] == {"Ref": session_table_id(template_json)}

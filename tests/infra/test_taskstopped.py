@@ -66,7 +66,7 @@ def test_its_environment_names_both_tables_and_its_own_service(
     assert env[names.ENV_QUEUE_URL] == {
         "Ref": logical_id(template_json, "AWS::SQS::Queue", "QueuesNudges")}
     assert (env[names.ENV_LEASE_SECONDS], env[names.ENV_HEARTBEAT_SECONDS],
-            env[names.ENV_SKEW_MS]) == ("8", "2", "1000")
+            env[names.ENV_SKEW_MS]) == ("4", "1", "250")
 
 
 def test_its_role_may_only_read_and_kill_sessions_and_release_leases(

@@ -17,9 +17,9 @@ def test_defaults_are_the_workers_defaults() -> None:
     """Without timing variables the router and sweeper use the worker's TTL and skew."""
     s = Settings.from_env(BASE)
     assert (s.lease_ms, s.skew_ms) == (LeaseTiming().lease_ms, LeaseTiming().skew_ms) == (
-        8_000, 1_000)
+        4_000, 250)
     assert (Settings(table="t", queue_url="q").lease_ms, Settings(table="t", queue_url="q")
-            .skew_ms) == (8_000, 1_000)
+            .skew_ms) == (4_000, 250)
 
 
 @pytest.mark.parametrize("timing", [
@@ -37,12 +37,12 @@ def test_one_environment_means_one_lease_for_worker_and_lambdas(timing: dict[str
 
 def test_the_old_millisecond_variable_is_not_read() -> None:
     """HOLDFAST_LEASE_MS (the old Lambda-only name) no longer sets the lease."""
-    assert Settings.from_env({**BASE, "HOLDFAST_LEASE_MS": "20000"}).lease_ms == 8_000
+    assert Settings.from_env({**BASE, "HOLDFAST_LEASE_MS": "20000"}).lease_ms == 4_000
 
 
 @pytest.mark.parametrize(("env", "name"), [
     ({"HOLDFAST_LEASE_SECONDS": "soon"}, "HOLDFAST_LEASE_SECONDS"),
-    ({"HOLDFAST_LEASE_SECONDS": "3"}, "HOLDFAST_HEARTBEAT_SECONDS"),  # 2 s heartbeat too long
+    ({"HOLDFAST_LEASE_SECONDS": "2"}, "HOLDFAST_HEARTBEAT_SECONDS"),  # 1 s heartbeat too long
     ({"HOLDFAST_SKEW_MS": "-5"}, "HOLDFAST_SKEW_MS"),
 ])
 def test_bad_timings_name_the_variable(env: dict[str, str], name: str) -> None:

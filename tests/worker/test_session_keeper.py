@@ -153,3 +153,18 @@ async def test_a_lost_session_is_reported_to_the_loop() -> None:
     await _beat(keeper)
     assert len(lost) == 1 and "DEAD" in lost[0].why
     keeper.executor.shutdown(wait=False)
+
+
+async def test_the_period_halves_for_a_ttl_after_a_failed_attempt() -> None:
+    """Throttled once: heartbeats every half period for two periods, then every period again."""
+    now = [10_000]
+    keeper = _keeper(Store(fail=1), [])
+    keeper.mono = lambda: now[0]
+    keeper.started(keeper.session, now[0])
+    keeper._stop.wait = lambda timeout=None: False  # type: ignore[method-assign]
+    assert keeper.period_ms() == TIMING.heartbeat_ms
+    await _beat(keeper)  # one throttled attempt, then one that lands
+    assert keeper.period_ms() == rules.throttled_heartbeat_ms(TIMING) == TIMING.heartbeat_ms // 2
+    now[0] += 2 * TIMING.heartbeat_ms
+    assert keeper.period_ms() == TIMING.heartbeat_ms
+    keeper.executor.shutdown(wait=False)

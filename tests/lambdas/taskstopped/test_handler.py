@@ -146,10 +146,10 @@ def test_each_released_stream_is_nudged_by_the_report_too(ddb_local: LocalAws,
 
 
 def test_the_session_ttl_comes_from_the_workers_lease_seconds(ddb_local: LocalAws) -> None:
-    """The TTL and skew are read as the worker reads them: HOLDFAST_LEASE_SECONDS (default 8 s),
+    """The TTL and skew are read as the worker reads them: HOLDFAST_LEASE_SECONDS (default 4 s),
     not the old HOLDFAST_LEASE_MS; a bad value is a ConfigError naming the variable."""
     env = ddb_local.env()
-    assert deps_for_env({**env, "HOLDFAST_LEASE_MS": "20000"}).sessions.ttl_ms == 8_000
+    assert deps_for_env({**env, "HOLDFAST_LEASE_MS": "20000"}).sessions.ttl_ms == 4_000
     tuned = deps_for_env({**env, "HOLDFAST_LEASE_SECONDS": "3", "HOLDFAST_HEARTBEAT_SECONDS": "0.5",
                           "HOLDFAST_SKEW_MS": "300"}).sessions
     assert (tuned.ttl_ms, tuned.skew_ms) == (3_000, 300)
