@@ -209,8 +209,9 @@ SWEEP_RENUDGE_MAX_MS: Final = Integer(
     name="HOLDFAST_SWEEP_RENUDGE_MAX_MS", unit="ms", default=300_000, lo=100, hi=86_400_000,
     readers=_S, doc="Re-nudges back off up to.")
 SWEEP_UNCLAIMED_GRACE_MS: Final = Integer(
-    name="HOLDFAST_SWEEP_UNCLAIMED_GRACE_MS", unit="ms", default=1000, lo=0, hi=3_600_000,
-    readers=_S, doc="Released or never-claimed streams: the router's turn first.")
+    name="HOLDFAST_SWEEP_UNCLAIMED_GRACE_MS", unit="ms", default=500, lo=0, hi=3_600_000,
+    readers=_S, doc="Released or never-claimed streams: the router's turn first (its nudge "
+                    "may go to a crashed worker's pending long poll: then the sweeper's).")
 SWEEP_MARGIN_MS: Final = Integer(
     name="HOLDFAST_SWEEP_MARGIN_MS", unit="ms", default=3000, lo=0, hi=600_000, readers=_S,
     doc="Stop looping this long before the Lambda timeout.")

@@ -8,7 +8,9 @@ same connection is a new orphan and is nudged at once.
 - An expired lease (expiry > 0: its holder died or its back-off ended) is nudged on sight.
 - A released or never-claimed one (expiry 0) was already nudged by the router when it was
   written, so the sweeper waits ``unclaimed_grace_ms`` of continuous orphanhood before nudging
-  it: the sweeper is the backup for a lost stream record, not a second copy of every release.
+  it: the sweeper is the backup for a lost stream record or a nudge that went astray (a
+  crashed worker's long polls still pending in SQS take messages no one will claim), not a
+  second copy of every release. The sweep wakes when a grace ends (``next_due_ms``).
 - A nudged orphan still orphaned after ``first_ms`` is nudged again (the nudge may be lost, or no
   worker had room), then after 2x, 4x ... up to ``max_ms``, so a fleet that is down is not
   flooded with duplicates.
@@ -30,7 +32,7 @@ Key = tuple[str, int]
 class RenudgePolicy:
     first_ms: int = 5_000
     max_ms: int = 300_000
-    unclaimed_grace_ms: int = 1_000
+    unclaimed_grace_ms: int = 500
 
     def window_ms(self, times_nudged: int) -> int:
         """How long after the last nudge an orphan nudged ``times_nudged`` times waits."""
@@ -68,11 +70,21 @@ class NudgeMemory:
         return chosen
 
     def _due(self, orphan: Orphan, entry: _Entry, now_ms: int) -> bool:
+        return now_ms >= self._due_at(orphan.expires_at_ms, entry)
+
+    def _due_at(self, expires_at_ms: int, entry: _Entry) -> int:
         if entry.last_nudged_ms is not None:
-            return now_ms - entry.last_nudged_ms >= self.policy.window_ms(entry.times_nudged)
-        if orphan.expires_at_ms == 0:
-            return now_ms - entry.first_seen_ms >= self.policy.unclaimed_grace_ms
-        return True
+            return entry.last_nudged_ms + self.policy.window_ms(entry.times_nudged)
+        if expires_at_ms == 0:
+            return entry.first_seen_ms + self.policy.unclaimed_grace_ms
+        return entry.first_seen_ms
+
+    def next_due_ms(self, now_ms: int) -> int | None:
+        """When the first orphan remembered now becomes due (None: none waits), so the sweep
+        can wake then: a released stream whose router nudge went astray (into a dead worker's
+        pending long poll) is nudged again at the end of its grace, not up to a sweep later."""
+        due = [self._due_at(expires, e) for (_, expires), e in self._entries.items()]
+        return min((t for t in due if t > now_ms), default=None)
 
     def unowned_since_ms(self, orphan: Orphan) -> int | None:
         """When this process first saw ``orphan`` (None: never). For a released or never-claimed

@@ -184,7 +184,8 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     ages = [now - (o.expires_at_ms if o.expires_at_ms > 0 else
                    (memory.unowned_since_ms(o) or now)) for o in due]
     next_claimable = rules.claimable_at_ms(min(upcoming), s.skew_ms) if upcoming else None
-    wake = [t for t in (next_claimable, sessions.next_due_ms) if t is not None]
+    wake = [t for t in (next_claimable, sessions.next_due_ms, memory.next_due_ms(now))
+            if t is not None]
     return SweepResult(due, report.sent, report.failed, min(wake, default=None), complete,
                        max(ages, default=0), sessions.dead, sessions.reaped, sessions.malformed,
                        normalised, balance, audit,

@@ -99,3 +99,13 @@ def test_never_renudged_within_the_first_window(steps: list[tuple[int, set[Orpha
         for o in list(last):
             if o not in orphans:
                 del last[o]  # it left the orphan set: a fresh sighting may nudge at once
+
+
+def test_the_next_due_time_is_the_end_of_a_grace_or_a_window() -> None:
+    """The sweep can wake exactly when a released stream's grace or a re-nudge window ends."""
+    m = NudgeMemory(POLICY)
+    assert m.next_due_ms(0) is None
+    sweep(m, 0, RELEASED)  # first seen: due at the end of its grace
+    assert m.next_due_ms(0) == 1_000
+    sweep(m, 1_000, RELEASED, EXPIRED)  # both nudged now: due again after the first window
+    assert m.next_due_ms(1_000) == 6_000
