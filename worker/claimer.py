@@ -130,11 +130,11 @@ class Claimer:
             # a scale-in's burst of released streams is taken up twice as fast.
             async with asyncio.TaskGroup() as tg:
                 for _ in range(self.pollers):
-                    tg.create_task(self._poll_loop())
+                    tg.create_task(self._poll_loop(tg))
         finally:
             self._abandon.set()
 
-    async def _poll_loop(self) -> None:
+    async def _poll_loop(self, tg: asyncio.TaskGroup | None = None) -> None:
         while True:
             want = min(10, self.free_capacity() - self._reserved)
             if want <= 0:
@@ -149,8 +149,22 @@ class Claimer:
                 continue
             finally:
                 self._reserved -= want
-            if messages:
+            if not messages:
+                continue
+            if tg is None:
                 await self.handle(messages)
+                continue
+            # Poll again while these are claimed: a crash's or a burst's nudges arrive faster
+            # than one batch's conditional writes and connects (150 released streams took 4 s
+            # to claim with each poller waiting on its batch). Their slots stay reserved.
+            self._reserved += len(messages)
+            tg.create_task(self._handle_reserved(messages))
+
+    async def _handle_reserved(self, messages: list[dict[str, Any]]) -> None:
+        try:
+            await self.handle(messages)
+        finally:
+            self._reserved -= len(messages)
 
     def _receive(self, n: int) -> list[dict[str, Any]]:
         with self._lock:

@@ -142,3 +142,30 @@ async def test_a_refused_nudge_is_handed_on_with_its_hops_then_waits(queue: Any)
     assert visible(sqs, url) == []
     await asyncio.sleep(1.3)
     assert visible(sqs, url) == ["r"]
+
+
+async def test_the_next_batch_is_polled_while_one_is_being_claimed(queue: Any) -> None:
+    """One poller, claims that wait: the second batch is received and claimed before the first
+    batch's claims finish, and free capacity counts the claims in flight."""
+    sqs, url = queue
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def claim(conn_id: str, source: str) -> Claim:
+        started.append(conn_id)
+        await release.wait()
+        return Claim.CLAIMED
+
+    send(sqs, url, *(f"s{i}" for i in range(15)))
+    claimer = Claimer(sqs, url, claim, lambda: 12, WorkerMetrics(), poll_s=1, pollers=1,
+                      idle_s=0.05)
+    task = asyncio.create_task(claimer.run())
+    try:
+        await async_wait_until(lambda: len(started) >= 12, 5, "two batches claimed at once")
+        await asyncio.sleep(0.3)
+        assert len(started) == 12  # capacity 12: the rest waits for the claims in flight
+    finally:
+        release.set()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
