@@ -53,10 +53,11 @@ logger = Logger(service="holdfast-worker", child=True)
 def loop_bound_ms(timing: rules.LeaseTiming) -> int:
     """How long the loop may go without publishing before its session stops being renewed.
 
-    Twice the TTL: well past what a busy loop lags (a 5,000-stream claim storm, a full
-    collection: seconds), short enough that a stuck loop's streams move on within
-    ``2 x TTL + usable window`` (the watchdog ends the process at its fence)."""
-    return 2 * timing.lease_ms
+    30 s (or 2 x TTL if longer): past what an overloaded but live loop lags (a 5,000-stream
+    claim storm on 2 shared cores lagged 9 s), short enough that a stuck loop's streams move
+    on within ``30 s + usable window`` (the watchdog ends the process at its fence). A process
+    that stops as a whole (crash, SIGSTOP, a frozen VM) stops this thread too: its TTL rules."""
+    return max(30_000, 2 * timing.lease_ms)
 
 
 @dataclass
@@ -109,6 +110,13 @@ class SessionKeeper:
         self._snapshot = (self.held(), self.load() if self.load is not None else None)
         self.loop_stamp_ms = self.mono()
 
+    def loop_lag_ms(self) -> int:
+        """How far behind the loop runs: how overdue its next publish is (0 on time)."""
+        return max(0, self.mono() - self.loop_stamp_ms - self._publish_ms())
+
+    def _publish_ms(self) -> int:
+        return min(250, self.timing.heartbeat_ms // 4)
+
     async def run(self) -> None:
         """Run the keep-alive thread and publish the loop's stamp until cancelled."""
         self._loop = asyncio.get_running_loop()
@@ -118,7 +126,7 @@ class SessionKeeper:
         thread.start()
         try:
             while True:
-                await asyncio.sleep(min(0.25, self.timing.heartbeat_ms / 4000))
+                await asyncio.sleep(self._publish_ms() / 1000)
                 self.publish()
         finally:
             self._stop.set()

@@ -121,7 +121,8 @@ class Supervisor:
             session_fence=lambda: self.keeper.fence_mono_ms if self.keeper else NO_FENCE_MS,
             wall=wall, mono=mono, metrics=self.metrics,
             counts=self.counts, balancing=self.balancing,
-            admit_connect=self.budget.admit)
+            admit_connect=self.budget.admit,
+            loop_lag_ms=lambda: self.keeper.loop_lag_ms() if self.keeper else 0)
         self.tasks = self.holdings.tasks  # the connection tasks, awaited by the stop
 
     def free_capacity(self) -> int:

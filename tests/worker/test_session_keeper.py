@@ -168,3 +168,15 @@ async def test_the_period_halves_for_a_ttl_after_a_failed_attempt() -> None:
     now[0] += 2 * TIMING.heartbeat_ms
     assert keeper.period_ms() == TIMING.heartbeat_ms
     keeper.executor.shutdown(wait=False)
+
+
+async def test_loop_lag_is_how_overdue_the_next_publish_is() -> None:
+    """Published on time: no lag; a publish 2 s overdue: 2 s of lag."""
+    now = [50_000]
+    keeper = _keeper(Store(), [])
+    keeper.mono = lambda: now[0]
+    keeper.publish()
+    now[0] += 200
+    assert keeper.loop_lag_ms() == 0
+    now[0] += 2_050  # the publish due 250 ms after the last one is 2 s late
+    assert keeper.loop_lag_ms() == 2_000

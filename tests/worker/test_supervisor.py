@@ -10,6 +10,7 @@ import boto3
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import delete_stream, set_desired_state
 from holdfast.worker.handler import Message
+from holdfast.worker.holdings import CLAIM_LAG_LIMIT_MS
 from holdfast.worker.supervisor import Supervisor
 from tests.conftest import client_for
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
@@ -116,6 +117,27 @@ async def test_capacity_limit_leaves_work_to_others(fleet: Fleet, upstream: Upst
         assert fleet.queue_depth() == 3
         owners = [item_attr(fleet.item(c), "lease_owner") for c in conns]
         assert sum(o is not None for o in owners) == 2
+
+
+async def test_a_lagging_loop_claims_nothing_more(fleet: Fleet, upstream: UpstreamThread,
+                                                 unique_id: str) -> None:
+    """While the loop runs over a second behind, the worker has no free capacity: nudges stay
+    for others; it claims again once the loop keeps time."""
+    conn = f"{unique_id}-lag"
+    fleet.create(conn, upstream.url(conn))
+    async with running_worker(fleet, Recorder()) as run:
+        await async_wait_until(lambda: run.worker.owner is not None, 10, "a session")
+        keeper = run.worker.keeper
+        assert keeper is not None
+        real = keeper.loop_lag_ms
+        keeper.loop_lag_ms = lambda: CLAIM_LAG_LIMIT_MS + 1  # type: ignore[method-assign]
+        assert run.worker.free_capacity() == 0
+        fleet.nudge(conn)
+        await asyncio.sleep(1.5)
+        assert conn not in run.worker.streams
+        keeper.loop_lag_ms = real  # type: ignore[method-assign]
+        assert run.worker.free_capacity() > 0
+        await async_wait_until(lambda: conn in run.worker.streams, 15, "claimed after the lag")
 
 
 async def test_poison_and_conflicting_nudges_are_deleted(
