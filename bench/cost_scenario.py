@@ -2,10 +2,10 @@
 workers for ``seconds``, everything the workers and the runner send to DynamoDB and SQS metered
 (``bench.meter``), then priced for 500 and 10,000 connections (``bench.cost``).
 
-Timings: ours (sessions) lease 8 s, heartbeat 2 s, checkpoint 20 s, sweep 1 s, SQS long polls
-of 20 s; the seed's program (``bench.seed_worker``) lease 20 s, heartbeat 5 s, reconcile 60 s.
-The upstream sends 1 message per second per stream, so every stream's seq moves between two
-checkpoints.
+Timings: ours (sessions) the production defaults (``FleetTiming.production``), sweep 1 s, SQS
+long polls of 20 s; the seed's program (``bench.seed_worker``) lease 20 s, heartbeat 5 s,
+reconcile 60 s. The upstream sends 1 message per second per stream, so every stream's seq
+moves between two checkpoints.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """CPU spent on liveness and checkpoints by one worker holding N streams, at production defaults
-(sessions: heartbeat 2 s, lease 8 s, checkpoint 20 s), measured rather than estimated.
+(sessions, ``holdfast.core.settings``' heartbeat, lease and checkpoint), measured rather than
+estimated.
 
 The same N and upstream rate (1 message per second per stream) run twice, each its own fleet
 and worker: checkpoints every 20 s, and every 3,600 s (nothing written in the window). The

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.density_cpu import HEARTBEAT_S, LEASE_S
+
 __all__ = ["crash_production_md", "density_cpu_md", "load_md", "per_round"]
 
 MODES = {"ours": "ours (sessions + sweeper)", "baseline": "seed (per-stream leases, reconcile)"}
@@ -107,13 +109,15 @@ def density_cpu_md(entries: list[dict[str, Any]]) -> list[str]:
     if not entries:
         return []
     out = ["## CPU on liveness and checkpoints (one worker, production defaults)", "",
-           "Sessions, heartbeat 2 s, lease 8 s, upstream 1 msg/s per stream. The same N run "
+           f"Sessions, heartbeat {HEARTBEAT_S:g} s, lease {LEASE_S:g} s (the production "
+           "defaults), upstream 1 msg/s per stream. The same N run "
            "twice, each its own worker: checkpoints every 20 s, and every 3,600 s (none in the "
            "window); the worker's CPU (its process only, from /proc) over the same window. "
            "**A/B** = the difference: what the checkpoints cost. **burst** = in the 20 s run, "
            "the CPU above the run's median (the checkpoint cycles are bursts every 20 s). "
            "**per write x rate** = client CPU per batched write (`bench/renew_cost.py`) x N / "
-           "20 s. The session heartbeat (1 UpdateItem per 2 s per worker, in both runs) is "
+           f"20 s. The session heartbeat (1 UpdateItem per {HEARTBEAT_S:g} s per worker, in both "
+           "runs) is "
            "added from the client CPU of one UpdateItem. In cores:", "",
            "| connections | CPU, checkpoint 20 s | CPU, checkpoint off | checkpoints A/B | "
            "burst | per write x rate | session heartbeat | liveness + checkpoints | at 5,000 "
