@@ -24,6 +24,8 @@ into ``--merge``'s report if given, else written as ``<date>-<part>``):
     --start-burst-only
                       start latency of 30, then 300 streams inserted at once into 3 workers:
                       insert -> first message handled, split at the router (~2 min)
+    --throttle-only   the throttling scenario at production defaults, 5 runs of one worker:
+                      self-fences, owners kept, call rate against normal (~4 min)
     --rebalance-only  scale-out from 2 to 4 workers at N = 100: time until balanced, moves,
                       unowned time, a quiet period (~9 min at production defaults; ~3 min
                       with --quick: scaled timings, 60 s quiet)
@@ -60,6 +62,7 @@ from bench.report_rebalance import rebalance_md, write_rebalance
 from bench.report_sections import model_summary
 from bench.scenarios import handover, start_latency, steady_cost, stop_latency
 from bench.start_burst import start_burst
+from bench.throttle import throttle_production
 from holdfast.fleet.procs import REPO_ROOT, FleetTiming
 
 __all__ = ["main"]
@@ -203,6 +206,7 @@ _PARTS = {
     "fast-paths": "the fast paths at production defaults (stop, reported crash)",
     "forced-release": "the forced release of held streams, ours and the seed",
     "start-burst": "the start latency of 30 and 300 streams inserted at once",
+    "throttle": "the throttling scenario at production defaults (self-fences, call rate)",
 }
 
 
@@ -217,6 +221,7 @@ def _one_part(args: argparse.Namespace, part: str, run_dir: Path, say: Any) -> i
         "fast-paths": lambda: fast_paths(run_dir, args.quick, say),
         "forced-release": lambda: forced_release(run_dir, say=say),
         "start-burst": lambda: start_burst(run_dir, say),
+        "throttle": lambda: throttle_production(run_dir, runs=3 if args.quick else 5, say=say),
     }
     name = part.replace("-", " ")
     figures = {part.replace("-", "_"): run[part](), "logs": str(run_dir),
@@ -345,6 +350,8 @@ def full_run(args: argparse.Namespace, run_dir: Path, say: Any) -> int:
         result["start_burst"] = start_burst(run_dir, say)
     if not args.no_blocked_handler:
         result["blocked_handler"] = blocked_handler(run_dir, say)
+    if not args.no_throttle:
+        result["throttle"] = throttle_production(run_dir, runs=3 if args.quick else 5, say=say)
     if not args.no_crash_production:
         say("crash failover at production defaults")
         result["crash_production"] = crash_production(

@@ -13,6 +13,7 @@ from bench.report_fastpaths import fast_paths_md
 from bench.report_production import crash_production_md, density_cpu_md, load_md
 from bench.report_sections import capacity_md, consumed_md, model_md
 from bench.report_start_burst import start_burst_md
+from bench.throttle import throttle_md
 
 __all__ = ["markdown", "write_report"]
 
@@ -80,6 +81,8 @@ def markdown(r: dict[str, Any]) -> str:
         out += start_burst_md(r["start_burst"])
     if r.get("blocked_handler"):
         out += blocked_handler_md(r["blocked_handler"])
+    if r.get("throttle"):
+        out += throttle_md(r["throttle"])
     if r.get("crash_production"):
         out += crash_production_md(r["crash_production"])
     if r.get("fast_paths"):
