@@ -111,7 +111,7 @@ def density_cpu_md(entries: list[dict[str, Any]]) -> list[str]:
     out = ["## CPU on liveness and checkpoints (one worker, production defaults)", "",
            f"Sessions, heartbeat {HEARTBEAT_S:g} s, lease {LEASE_S:g} s (the production "
            "defaults), upstream 1 msg/s per stream. The same N run "
-           "twice, each its own worker: checkpoints every 20 s, and every 3,600 s (none in the "
+           "twice, each its own worker: checkpoints every 20 s, and every 1,200 s (none in the "
            "window); the worker's CPU (its process only, from /proc) over the same window. "
            "**A/B** = the difference: what the checkpoints cost. **burst** = in the 20 s run, "
            "the CPU above the run's median (the checkpoint cycles are bursts every 20 s). "
