@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from holdfast.core import rules
 from holdfast.core.aws import THROTTLING_CODES, InvalidRequest, call
@@ -41,6 +41,10 @@ from holdfast.core.expressions import renew_clauses, renewed
 from holdfast.core.model import Lease
 from holdfast.core.schema import pk_for
 from holdfast.core.store import LeaseStore
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import BatchStatementRequestTypeDef
 
 __all__ = ["BATCH_LIMIT", "THROTTLE_ROUNDS", "Outcome", "RenewMode", "RenewRefused",
            "RenewRequest", "RenewResult", "renew_many", "run_statements", "throttle_pause_s"]
@@ -176,8 +180,9 @@ def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest],
     return [out[i] for i in range(len(chunk))]
 
 
-def run_statements(client: Any, operation: str,
-                   statements: Sequence[dict[str, Any]]) -> list[tuple[Outcome, str]]:
+def run_statements(client: DynamoDBClient, operation: str,
+                   statements: Sequence[BatchStatementRequestTypeDef],
+                   ) -> list[tuple[Outcome, str]]:
     """One ``BatchExecuteStatement`` of up to ``BATCH_LIMIT`` statements: each statement's
     outcome and message, in order. A whole call refused gives every statement that outcome
     (throttled, invalid, or failed: a timeout or 5xx, which may have applied any of them)."""

@@ -40,6 +40,7 @@ from holdfast.core.store import wall_clock_ms
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import BatchStatementRequestTypeDef
 
     from holdfast.core.sessions import ReportedDeath, SessionItem, SessionStore
 
@@ -222,15 +223,15 @@ class Reaper:
         return True
 
     def _release_statement(self, conn_id: str, owner: str, reason: str,
-                           unowned_since_ms: int | None, now: int) -> dict[str, Any]:
+                           unowned_since_ms: int | None, now: int) -> BatchStatementRequestTypeDef:
         """``release_owned``'s write as one PartiQL UPDATE: the same attributes, the same
         condition. PartiQL has no ``if_not_exists``: the marker copies the epoch and desired
         state as they are, and an item missing one is refused (a ValidationError), to be
         released by ``release_owned`` alone."""
-        sets = [(ATTR.lease_expires_at_ms, num(0)), (ATTR.status, {"S": LeaseStatus.RELEASED}),
-                (ATTR.updated_at_ms, num(now)), (ATTR.last_error, {"S": reason[:500]}),
-                (ATTR.unowned_since_ms, num(now if unowned_since_ms is None
-                                            else unowned_since_ms))]
+        sets: list[tuple[str, dict[str, str]]] = [
+            (ATTR.lease_expires_at_ms, num(0)), (ATTR.status, {"S": LeaseStatus.RELEASED}),
+            (ATTR.updated_at_ms, num(now)), (ATTR.last_error, {"S": reason[:500]}),
+            (ATTR.unowned_since_ms, num(now if unowned_since_ms is None else unowned_since_ms))]
         copies = ((ATTR.unowned_epoch, ATTR.epoch),
                   (ATTR.unowned_desired_state, ATTR.desired_state))
         text = " ".join([*(f'SET "{a}" = ?' for a, _ in sets),
