@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from holdfast.core import settings as S
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.rules import DEFAULT_LEASE_MS, DEFAULT_SKEW_MS, LeaseTiming
+
+if TYPE_CHECKING:  # only the type: the infra synth reads these defaults without boto3
+    from holdfast.core.batch import RenewMode
 
 __all__ = ["Settings"]
 
@@ -44,6 +47,8 @@ class Settings:
     balance_band_min: float = S.BALANCE_BAND_MIN.read(_UNSET)
     balance_motion: float = S.BALANCE_MOTION.read(_UNSET)
     balance_target_ttl_ms: int = S.BALANCE_TARGET_TTL_MS.read(_UNSET)
+    # How a dead session's streams are released (``SessionStore.reap_mode``); batch on AWS.
+    renew_mode: RenewMode = "batch"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -70,6 +75,7 @@ class Settings:
             balance_band_min=S.BALANCE_BAND_MIN.read(e),
             balance_motion=S.BALANCE_MOTION.read(e),
             balance_target_ttl_ms=ttl,
+            renew_mode="single" if S.RENEW_MODE.read(e) == "single" else "batch",
         )
 
 

@@ -20,27 +20,34 @@ counts it for that stream; the lease is kept until its fence, as for any other f
 
 ``mode="single"`` renews one UpdateItem at a time, for backends whose PartiQL ignores conditions
 (moto) and as the measured baseline.
+
+``run_statements`` is the bare call with each statement's outcome on its own, for writers with
+simpler rules than a renewal (the sweeper's release of a dead session's streams).
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from holdfast.core import rules
 from holdfast.core.aws import THROTTLING_CODES, InvalidRequest, call
-from holdfast.core.exceptions import LeaseError, StoreUnavailable
+from holdfast.core.exceptions import HoldfastError, LeaseError, StoreUnavailable
 from holdfast.core.expressions import renew_clauses, renewed
 from holdfast.core.model import Lease
 from holdfast.core.schema import pk_for
 from holdfast.core.store import LeaseStore
 
-__all__ = ["BATCH_LIMIT", "THROTTLE_ROUNDS", "RenewMode", "RenewRefused", "RenewRequest",
-           "RenewResult", "renew_many", "throttle_pause_s"]
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import BatchStatementRequestTypeDef
+
+__all__ = ["BATCH_LIMIT", "THROTTLE_ROUNDS", "Outcome", "RenewMode", "RenewRefused",
+           "RenewRequest", "RenewResult", "renew_many", "run_statements", "throttle_pause_s"]
 
 BATCH_LIMIT = 25  # DynamoDB's maximum statements per BatchExecuteStatement
 THROTTLE_ROUNDS = 1  # one more batch call for throttled statements, then the next checkpoint
@@ -48,6 +55,10 @@ THROTTLE_ROUNDS = 1  # one more batch call for throttled statements, then the ne
 RenewMode = Literal["batch", "single"]
 # BatchExecuteStatement's per-statement code for a statement refused as invalid.
 _INVALID_CODES = frozenset({"ValidationError", "ValidationException"})
+_CONDITION_CODES = frozenset({"ConditionalCheckFailed", "ConditionalCheckFailedException"})
+# One statement's fate: applied, its WHERE was false, refused as invalid, throttled (not
+# applied), or failed otherwise (outcome unknown); with DynamoDB's message.
+Outcome = Literal["ok", "condition", "invalid", "throttled", "failed"]
 
 
 class RenewRefused(LeaseError):
@@ -167,3 +178,37 @@ def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest],
         out[i] = RenewResult(chunk[i].lease.conn_id, None,
                              StoreUnavailable("renew_many", "throttled"))
     return [out[i] for i in range(len(chunk))]
+
+
+def run_statements(client: DynamoDBClient, operation: str,
+                   statements: Sequence[BatchStatementRequestTypeDef],
+                   ) -> list[tuple[Outcome, str]]:
+    """One ``BatchExecuteStatement`` of up to ``BATCH_LIMIT`` statements: each statement's
+    outcome and message, in order. A whole call refused gives every statement that outcome
+    (throttled, invalid, or failed: a timeout or 5xx, which may have applied any of them)."""
+    try:
+        resp = call(operation, client.batch_execute_statement, Statements=list(statements))
+    except InvalidRequest as bad:
+        return [("invalid", bad.message)] * len(statements)
+    except StoreUnavailable as exc:
+        kind: Outcome = "throttled" if exc.detail in THROTTLING_CODES else "failed"
+        return [(kind, str(exc))] * len(statements)
+    except HoldfastError as exc:  # refused credentials, a missing table: every item fails
+        return [("failed", str(exc))] * len(statements)
+    answers = resp.get("Responses", [])
+    if len(answers) != len(statements):  # not DynamoDB's contract: trust none of them
+        return [("failed", f"{len(answers)} answers to {len(statements)} statements")] * len(
+            statements)
+    return [_outcome(answer.get("Error")) for answer in answers]
+
+
+def _outcome(error: Mapping[str, Any] | None) -> tuple[Outcome, str]:
+    if error is None:
+        return "ok", ""
+    code = str(error.get("Code", ""))
+    message = f"{code}: {error.get('Message') or ''}".rstrip(": ")
+    if code in _CONDITION_CODES:
+        return "condition", message
+    if code in _INVALID_CODES:
+        return "invalid", message
+    return ("throttled" if code in THROTTLING_CODES else "failed"), message
