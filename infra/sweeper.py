@@ -42,9 +42,10 @@ SWEEPER_TIMEOUT = Duration.seconds(70)
 # Sessions: read them all, read one (the owner audit judges an owner the scan did not see
 # alive), mark dead or reaped, write rebalancing targets. Never Put or Delete (TTL removes them).
 SWEEPER_SESSION_ACTIONS = ("dynamodb:Scan", "dynamodb:GetItem", "dynamodb:UpdateItem")
-# Leases: release a dead session's streams, one conditional UpdateItem each (no PartiQL); the
-# slow pass scans for items the sparse index cannot see and gives them an expiry.
-SWEEPER_LEASE_ACTIONS = ("dynamodb:Scan", "dynamodb:UpdateItem")
+# Leases: release a dead session's streams (PartiQL batches of conditional UPDATEs, a lone one
+# or a refused statement by UpdateItem); the slow pass scans for items the sparse index cannot
+# see and gives them an expiry.
+SWEEPER_LEASE_ACTIONS = ("dynamodb:Scan", "dynamodb:UpdateItem", "dynamodb:PartiQLUpdate")
 
 _BALANCE = Settings(table="-", queue_url="-")  # only for its defaults: one place for them
 # Rebalancing, written out so the deployed values are visible in the function's configuration.

@@ -92,7 +92,8 @@ class Supervisor:
         # fence. The reconcile sweep's session reads and releases are bulk work: ``ddb``.
         self.sessions, self.sweep_sessions = (SessionStore(
             client, config.session_table, config.table, ttl_ms=config.lease_ms,
-            skew_ms=config.timing.skew_ms, clock=wall) for client in (session_ddb or ddb, ddb))
+            skew_ms=config.timing.skew_ms, clock=wall, reap_mode=config.renew_mode)
+            for client in (session_ddb or ddb, ddb))
         self.streams: dict[str, Connection] = {}
         # Rebalancing (targets and drains reach our session) and the fleet's reconnect budget.
         self.budget = ConnectBudget(config.connect_rate, config.connect_burst)  # rate 0: no limit

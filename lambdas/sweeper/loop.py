@@ -132,7 +132,7 @@ def session_store_for(ddb: DynamoDBClient, settings: Settings) -> SessionStore |
     if settings.session_table is None:
         return None
     return SessionStore(ddb, settings.session_table, settings.table, ttl_ms=settings.lease_ms,
-                        skew_ms=settings.skew_ms)
+                        skew_ms=settings.skew_ms, reap_mode=settings.renew_mode)
 
 
 def memory_for(settings: Settings) -> NudgeMemory:

@@ -66,7 +66,8 @@ MINIMUM = {
                     ("SendMessageBatch", "queue"),
                     ("Query", "owner index"), ("UpdateItem", "leases")},
     "sweeper": {("Scan", "sessions"), ("UpdateItem", "sessions"), ("Query", "owner index"),
-                ("UpdateItem", "leases"), ("Query", "seed index"), ("Scan", "leases"),
+                ("UpdateItem", "leases"), ("BatchExecuteStatement", ""),
+                ("Query", "seed index"), ("Scan", "leases"),
                 ("SendMessageBatch", "queue"),
                 # The owner audit: the owner index read whole, an unknown owner's session.
                 ("Scan", "owner index"), ("GetItem", "sessions"),
@@ -215,6 +216,10 @@ def _drive_sweeper(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> 
     from holdfast.lambdas.sweeper import handler as sweeper
 
     ghost = _stale_session(fleet, f"ghost-{tag}", f"{tag}-g", up.url("g"))
+    # A second stream of the dead session: the reap releases them in one PartiQL batch.
+    fleet.create(f"{tag}-g2", up.url("g2"))
+    LeaseStore(fleet.ddb, fleet.table, lease_ms=3_600_000, skew_ms=300).acquire(f"{tag}-g2",
+                                                                                 ghost)
     # The order queue its crash left behind: the sweeper collects it once the session is dead.
     fleet.sqs.create_queue(QueueName=order_queue_name(prefix_for(fleet.table), ghost))
     live = SessionStore(fleet.ddb, fleet.session_table, fleet.table, ttl_ms=60_000,
