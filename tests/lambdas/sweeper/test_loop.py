@@ -248,3 +248,17 @@ def test_dynamodb_errors_are_survived(sqs: Any, queue_url: str, memory: NudgeMem
     stats = run_sweeps(deps, memory, should_stop=lambda: len(waits) >= 5)
     assert stats.errors == 5 and stats.sweeps == 0
     assert waits == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_a_grace_ending_wakes_the_sweep_at_most_every_quarter_interval(
+        ddb: Any, sqs: Any, table: str, queue_url: str, store: Store, memory: NudgeMemory,
+        unique_id: str) -> None:
+    """A released stream's grace end is a wake-up time, but never sooner than a quarter of the
+    interval: a burst's due times every few ms must not make the sweep spin."""
+    store.release(store.take(unique_id, "w1"))
+    now = [wall_clock_ms()]
+    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url, sweep_interval_ms=2_000),
+                     clock=lambda: now[0])
+    first = sweep_once(deps, memory)  # first seen now: its grace (200 ms) ends soon
+    assert first.next_due_ms is not None
+    assert first.next_due_ms == now[0] + 500  # not now + 200: a quarter of 2 s
