@@ -12,14 +12,11 @@ and in the span after it over the rate before (``throttle_figures``). The target
 from __future__ import annotations
 
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from holdfast.chaos.fleetctl import ProxiedFleet
-from holdfast.chaos.throttle import ThrottlePlan, run_throttle, throttle_figures, tolerated
-from holdfast.core.table import create_stream
+from holdfast.chaos.throttle import ThrottlePlan, one_worker_run, tolerated
 from holdfast.fleet.procs import FleetTiming
 
 __all__ = ["STREAMS", "throttle_md", "throttle_production"]
@@ -27,37 +24,13 @@ __all__ = ["STREAMS", "throttle_md", "throttle_production"]
 STREAMS = 4  # a small worker: its heartbeat is most of its calls, the hardest case for the rate
 
 
-def _owners(pf: ProxiedFleet) -> dict[str, tuple[str, str]]:
-    items = pf.client("dynamodb").scan(TableName=pf.table, ConsistentRead=True)["Items"]
-    return {i["Pk"]["S"].partition("#")[2]: (i["lease_owner"]["S"], i["lease_epoch"]["N"])
-            for i in items if "lease_owner" in i}
-
-
 def _one_run(run_dir: Path, timing: FleetTiming, plan: ThrottlePlan) -> dict[str, Any]:
-    pf = ProxiedFleet(run_dir, timing)
-    try:
-        pf.start()
-        ddb = pf.client("dynamodb")
-        ids = [f"t{i}" for i in range(STREAMS)]
-        for cid in ids:
-            create_stream(ddb, pf.table, cid, f"{pf.base_url}/s/{cid}")
-        worker = pf.start_worker()
-        deadline = time.monotonic() + 30
-        while set(_owners(pf)) != set(ids) and time.monotonic() < deadline:
-            time.sleep(0.25)
-        before = _owners(pf)
-        time.sleep(plan.seconds + 1)  # the normal call rate
-        assert pf.ddb_proxy is not None
-        windows = run_throttle(pf.ddb_proxy, plan)
-        time.sleep(max(timing.lease_s, plan.seconds) + 1)
-        figures = throttle_figures(pf.ddb_proxy, windows, [worker.log_path],
-                                   round(timing.lease_s * 1000))
-        return {"fences": len(figures["fences"]),  # type: ignore[arg-type]
-                "owners_kept": _owners(pf) == before and len(before) == STREAMS,
-                "rate_ratio": figures["rate_ratio"], "after_ratio": figures["after_ratio"],
-                "alive": worker.alive()}
-    finally:
-        pf.close()
+    figures = one_worker_run(run_dir, timing, plan, STREAMS)
+    fences = figures["fences"]
+    return {"fences": len(fences) if isinstance(fences, list) else fences,
+            "owners_kept": bool(figures["owners_kept"]) and bool(figures["held_all"]),
+            "rate_ratio": figures["rate_ratio"], "after_ratio": figures["after_ratio"],
+            "alive": figures["alive"]}
 
 
 def throttle_production(run_dir: Path, *, runs: int = 5,

@@ -19,13 +19,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from holdfast.chaos.fleetctl import ProxiedFleet
 from holdfast.chaos.invariants import Verdict, Violation
 from holdfast.chaos.proxy import FaultProxy, FaultWindow
 from holdfast.core import rules
+from holdfast.core.table import create_stream
 from holdfast.fleet.procs import FleetTiming
 
-__all__ = ["FENCE_MESSAGES", "ThrottlePlan", "fences_in", "judge_throttle", "run_throttle",
-           "throttle_figures", "tolerated"]
+__all__ = ["FENCE_MESSAGES", "ThrottlePlan", "fences_in", "judge_throttle", "one_worker_run",
+           "owners", "run_throttle", "throttle_figures", "tolerated"]
 
 # What a worker logs when it stops a stream (or its whole session) for want of a renewal.
 FENCE_MESSAGES = ("self-fencing", "session fenced")
@@ -124,3 +126,41 @@ def judge_throttle(verdict: Verdict, proxy: FaultProxy, windows: list[FaultWindo
             "throttle_fenced", None, start,
             f"{len(fences)} fences during a throttle shorter than the usable window: "
             f"{fences[:3]}"))
+
+
+def owners(pf: ProxiedFleet) -> dict[str, tuple[str, str]]:
+    """Each held stream's (owner, epoch), read consistently."""
+    items = pf.client("dynamodb").scan(TableName=pf.table, ConsistentRead=True)["Items"]
+    return {i["Pk"]["S"].partition("#")[2]: (i["lease_owner"]["S"], i["lease_epoch"]["N"])
+            for i in items if "lease_owner" in i}
+
+
+def one_worker_run(run_dir: Path, timing: FleetTiming, plan: ThrottlePlan,
+                   streams: int) -> dict[str, object]:
+    """One worker holding ``streams`` streams through ``plan`` (the test's and the bench's
+    scenario): a quiet span as long as the throttle (the normal call rate), the throttle, then
+    a lease for any fence it causes. ``throttle_figures`` plus whether every stream was held
+    before, kept its owner and epoch, and the worker is still running."""
+    pf = ProxiedFleet(run_dir, timing)
+    try:
+        pf.start()
+        ddb = pf.client("dynamodb")
+        ids = {f"t{i}" for i in range(streams)}
+        for cid in sorted(ids):
+            create_stream(ddb, pf.table, cid, f"{pf.base_url}/s/{cid}")
+        worker = pf.start_worker()
+        deadline = time.monotonic() + 30
+        while set(owners(pf)) != ids and time.monotonic() < deadline:
+            time.sleep(0.25)
+        before = owners(pf)
+        time.sleep(plan.seconds + 1)
+        assert pf.ddb_proxy is not None
+        windows = run_throttle(pf.ddb_proxy, plan)
+        # Any fence the throttle caused would have happened, and the span after it is over.
+        time.sleep(max(timing.lease_s, plan.seconds) + 1)
+        figures = throttle_figures(pf.ddb_proxy, windows, [worker.log_path],
+                                   round(timing.lease_s * 1000))
+        return {**figures, "held_all": set(before) == ids, "owners_kept": owners(pf) == before,
+                "alive": worker.alive()}
+    finally:
+        pf.close()

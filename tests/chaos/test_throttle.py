@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
-from holdfast.chaos.fleetctl import ProxiedFleet
-from holdfast.chaos.throttle import ThrottlePlan, run_throttle, throttle_figures, tolerated
+from holdfast.chaos.throttle import ThrottlePlan, one_worker_run, tolerated
 from holdfast.core import rules
-from holdfast.core.table import create_stream
 from holdfast.fleet.procs import FleetTiming
 
 # Usable window 7 s, one heartbeat 1.5 s: a 2 s full throttle must fence nothing. The window
@@ -19,15 +16,6 @@ from holdfast.fleet.procs import FleetTiming
 # the last four runs here; covering ~2.75 s takes ~6 half-odds failures in a row (about 1 in
 # 64, arithmetic).
 TIMING = FleetTiming(lease_s=8.0, heartbeat_s=1.5, checkpoint_s=2.0, skew_ms=500, margin_ms=500)
-USABLE_MS = 7000
-STREAMS = [f"t{i}" for i in range(4)]
-
-
-def _owners(pf: ProxiedFleet) -> dict[str, tuple[str, str]]:
-    ddb = pf.client("dynamodb")
-    items = ddb.scan(TableName=pf.table, ConsistentRead=True)["Items"]
-    return {i["Pk"]["S"].partition("#")[2]: (i["lease_owner"]["S"], i["lease_epoch"]["N"])
-            for i in items if "lease_owner" in i}
 
 
 @pytest.mark.slow
@@ -37,32 +25,14 @@ def test_throttling_fences_nothing_and_calls_stay_within_twice_normal(tmp_path: 
     the throttle and in the span after it (no herd)."""
     plan = ThrottlePlan()
     assert tolerated(plan, TIMING.lease_timing())
-    pf = ProxiedFleet(tmp_path, TIMING)
-    try:
-        pf.start()
-        ddb = pf.client("dynamodb")
-        for cid in STREAMS:
-            create_stream(ddb, pf.table, cid, f"{pf.base_url}/s/{cid}")
-        worker = pf.start_worker()
-        deadline = time.monotonic() + 30
-        while set(_owners(pf)) != set(STREAMS) and time.monotonic() < deadline:
-            time.sleep(0.25)
-        before = _owners(pf)
-        assert set(before) == set(STREAMS)
-        time.sleep(plan.seconds + 1)  # a quiet span as long as the throttle: the normal rate
-        assert pf.ddb_proxy is not None
-        windows = run_throttle(pf.ddb_proxy, plan)
-        # Any fence the throttle caused would have happened, and the span after it is over.
-        time.sleep(max(TIMING.lease_s, plan.seconds) + 1)
-        figures = throttle_figures(pf.ddb_proxy, windows, [worker.log_path], USABLE_MS)
-        print("throttle figures:", figures)
-        assert figures["fences"] == [], figures
-        assert _owners(pf) == before, figures  # same owner, same epoch: never re-owned
-        assert 0 < float(str(figures["rate_ratio"])) <= 2.0, figures
-        assert float(str(figures["after_ratio"])) <= 2.0, figures  # no herd afterwards
-        assert worker.alive()
-    finally:
-        pf.close()
+    figures = one_worker_run(tmp_path, TIMING, plan, streams=4)
+    print("throttle figures:", figures)
+    assert figures["held_all"], figures
+    assert figures["fences"] == [], figures
+    assert figures["owners_kept"], figures  # same owner, same epoch: never re-owned
+    assert 0 < float(str(figures["rate_ratio"])) <= 2.0, figures
+    assert float(str(figures["after_ratio"])) <= 2.0, figures  # no herd afterwards
+    assert figures["alive"], figures
 
 
 def test_the_production_defaults_tolerate_the_throttle_scenario() -> None:
