@@ -30,6 +30,7 @@ import concurrent.futures
 import contextlib
 import random
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from holdfast.core import names, rules
+from holdfast.core.aws import throttled_at_s
 from holdfast.core.directives import Directive
 from holdfast.core.exceptions import HoldfastError, SessionLost
 from holdfast.core.orders import Order, parse_order
@@ -147,13 +149,19 @@ class SessionKeeper:
             anchor = max(started, self.last_ok_mono_ms or started)
             self._stop.wait(max(0.0, (self.period_ms() - (self.mono() - anchor)) / 1000))
 
+    def _throttled_mono_ms(self) -> int | None:
+        """When any DynamoDB call of this process was last refused as throttled (a checkpoint
+        or a claim often meets a wave before the heartbeat does), on ``mono``'s clock."""
+        at_s = throttled_at_s()
+        return None if at_s is None else self.mono() - round(1000 * (time.monotonic() - at_s))
+
     def period_ms(self) -> int:
         """The heartbeat period; ``rules.throttled_heartbeat_ms`` for two periods after any
-        refused attempt (throttling comes in waves: a partial phase before a full one), so a
+        refused call (throttling comes in waves: a partial phase before a full one), so a
         full outage of ``rules.OUTAGE_TOLERANCE_MS`` fences nothing. Two periods, not longer:
         once DynamoDB is back the worker's call rate is too."""
-        troubled = (self._failed_mono_ms is not None
-                    and self.mono() - self._failed_mono_ms < 2 * self.timing.heartbeat_ms)
+        refused = [t for t in (self._failed_mono_ms, self._throttled_mono_ms()) if t is not None]
+        troubled = bool(refused) and self.mono() - max(refused) < 2 * self.timing.heartbeat_ms
         return rules.throttled_heartbeat_ms(self.timing) if troubled else self.timing.heartbeat_ms
 
     def beat(self) -> None:

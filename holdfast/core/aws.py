@@ -16,6 +16,7 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +43,10 @@ __all__ = [
     "client_config",
     "component_of_caller",
     "dynamodb_client",
+    "note_throttled",
     "pages",
     "sqs_client",
+    "throttled_at_s",
 ]
 
 T = TypeVar("T")
@@ -52,6 +55,22 @@ T = TypeVar("T")
 THROTTLING_CODES = frozenset({
     "ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded",
     "ThrottlingError", "ProvisionedThroughputExceeded"})
+
+
+# When this process last had a DynamoDB call refused as throttled (time.monotonic(), None:
+# never): a worker's session heartbeat shortens its period while its table refuses calls,
+# whichever call met the refusal first (``worker.session``).
+_THROTTLED_AT_S: list[float] = []  # one entry at most (a mutable cell, no ``global``)
+
+
+def note_throttled() -> None:
+    """A DynamoDB call of this process was refused as throttled now."""
+    _THROTTLED_AT_S[:] = [time.monotonic()]
+
+
+def throttled_at_s() -> float | None:
+    """``time.monotonic()`` of the last throttled call of this process (None: none yet)."""
+    return _THROTTLED_AT_S[0] if _THROTTLED_AT_S else None
 
 
 RetryMode = Literal["standard", "adaptive"]
@@ -218,6 +237,8 @@ def call(operation: str, fn: Callable[..., T], **kwargs: Any) -> T:
         if code in ("UnrecognizedClientException", "InvalidSignatureException",
                     "AccessDeniedException", "ExpiredTokenException"):
             raise ConfigError(f"{operation}: AWS refused the credentials ({code})") from None
+        if code in THROTTLING_CODES:
+            note_throttled()
         raise StoreUnavailable(operation, code or "client error") from None
     except BotoCoreError as exc:
         # Timeouts, connection errors, no credentials: the outcome of a write is unknown.

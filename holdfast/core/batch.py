@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from holdfast.core import rules
-from holdfast.core.aws import THROTTLING_CODES, InvalidRequest, call
+from holdfast.core.aws import THROTTLING_CODES, InvalidRequest, call, note_throttled
 from holdfast.core.exceptions import HoldfastError, LeaseError, StoreUnavailable
 from holdfast.core.expressions import renew_clauses, renewed
 from holdfast.core.model import Lease
@@ -165,6 +165,7 @@ def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest],
             if error is None:
                 out[i] = RenewResult(request.lease.conn_id, renewed(request.lease, expires, seq))
             elif error.get("Code") in THROTTLING_CODES:
+                note_throttled()
                 throttled.append(i)  # not applied: the same statement may simply be sent again
             elif error.get("Code") in _INVALID_CODES:  # sent alone it would fail the same way
                 out[i] = RenewResult(request.lease.conn_id, None, RenewRefused(

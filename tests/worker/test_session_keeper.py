@@ -5,15 +5,27 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from holdfast.core import rules
+import pytest
+
+from holdfast.core import aws, rules
 from holdfast.core.exceptions import SessionLost, StoreUnavailable
 from holdfast.core.orders import Order
 from holdfast.core.sessions import Beat, Session
 from holdfast.worker.held import monotonic_ms
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.session import SessionKeeper, loop_bound_ms
+
+
+@pytest.fixture(autouse=True)
+def _no_throttle_seen() -> Iterator[None]:
+    """Each test starts with no throttled call noted by this process (a module-level mark)."""
+    aws._THROTTLED_AT_S.clear()
+    yield
+    aws._THROTTLED_AT_S.clear()
+
 
 TIMING = rules.LeaseTiming(lease_ms=4000, heartbeat_ms=1000, skew_ms=500, margin_ms=400)
 FAST = rules.LeaseTiming(lease_ms=800, heartbeat_ms=100, skew_ms=100, margin_ms=80)
@@ -180,3 +192,11 @@ async def test_loop_lag_is_how_overdue_the_next_publish_is() -> None:
     assert keeper.loop_lag_ms() == 0
     now[0] += 2_050  # the publish due 250 ms after the last one is 2 s late
     assert keeper.loop_lag_ms() == 2_000
+
+
+async def test_a_throttled_call_elsewhere_halves_the_period_too() -> None:
+    """A checkpoint or claim refused as throttled puts the heartbeat on its short period."""
+    keeper = _keeper(Store(), [])
+    assert keeper.period_ms() == TIMING.heartbeat_ms
+    aws.note_throttled()
+    assert keeper.period_ms() == rules.throttled_heartbeat_ms(TIMING)
