@@ -95,8 +95,17 @@ def client_config(*, read_timeout: float = 3.0, max_attempts: int = 3,
 
 def dynamodb_client(config: Config | None = None) -> DynamoDBClient:
     client = boto3.session.Session().client("dynamodb", config=config or client_config())
+    # Every throttled answer, also those botocore retries itself and that so never reach
+    # ``call`` as an error, marks the process as throttled (``note_throttled``).
+    client.meta.events.register("needs-retry.dynamodb", _note_throttled_answer)
     _maybe_record(client)
     return client
+
+
+def _note_throttled_answer(response: Any = None, **_: Any) -> None:
+    parsed = response[1] if isinstance(response, tuple) and len(response) == 2 else None
+    if isinstance(parsed, dict) and parsed.get("Error", {}).get("Code") in THROTTLING_CODES:
+        note_throttled()
 
 
 def sqs_client(config: Config | None = None) -> SQSClient:

@@ -23,3 +23,14 @@ def test_a_throttled_call_is_noted_and_other_errors_are_not() -> None:
         aws.call("op", _refuse, code="ThrottlingException")
     assert aws.throttled_at_s() is not None
     aws._THROTTLED_AT_S.clear()
+
+
+def test_a_throttle_botocore_retries_itself_is_noted_too() -> None:
+    """The clients' retry hook notes every throttled answer, also one a retry then hides."""
+    aws._THROTTLED_AT_S.clear()
+    aws._note_throttled_answer(response=(None, {"Error": {"Code": "InternalServerError"}}))
+    aws._note_throttled_answer(response=None, attempts=2)  # a connection error: no answer
+    assert aws.throttled_at_s() is None
+    aws._note_throttled_answer(response=(None, {"Error": {"Code": "ThrottlingException"}}))
+    assert aws.throttled_at_s() is not None
+    aws._THROTTLED_AT_S.clear()
