@@ -281,12 +281,13 @@ class Settings:
 
     @property
     def shutdown_seconds(self) -> int:
-        """The worker's graceful-stop budget: a lease plus a heartbeat.
+        """The worker's graceful-stop budget: a lease plus a heartbeat, at least 10 s.
 
-        Releasing is only worth waiting for while the leases are still live; after a lease
-        they have expired anyway and the sweeper hands them out.
+        The session keeps heartbeating while the worker drains, so its streams stay held; the
+        floor gives handler calls in flight and the releases of a large worker time to finish
+        now that the lease is 4 s (it was 8 s + 2 s: the budget stays what it was).
         """
-        return self.lease_seconds + self.heartbeat_seconds
+        return max(10, self.lease_seconds + self.heartbeat_seconds)
 
     @property
     def session_table_name(self) -> str | None:
@@ -342,7 +343,8 @@ class Settings:
         if self.stop_timeout_seconds < need:
             raise SettingsError(
                 f"{k('stop_timeout_seconds')}={self.stop_timeout_seconds}: must be at least "
-                f"{k('lease_seconds')} + {k('heartbeat_seconds')} + 10 = {need} s")
+                f"the stop budget (max(10, {k('lease_seconds')} + {k('heartbeat_seconds')})) "
+                f"+ 10 = {need} s")
         if self.table_read_min > self.table_read_max:
             raise SettingsError(f"{k('table_read_min')} is above {k('table_read_max')}")
         if self.table_write_min > self.table_write_max:

@@ -55,11 +55,12 @@ logger = Logger(service="holdfast-worker", child=True)
 def loop_bound_ms(timing: rules.LeaseTiming) -> int:
     """How long the loop may go without publishing before its session stops being renewed.
 
-    30 s (or 2 x TTL if longer): past what an overloaded but live loop lags (a 5,000-stream
-    claim storm on 2 shared cores lagged 9 s), short enough that a stuck loop's streams move
-    on within ``30 s + usable window`` (the watchdog ends the process at its fence). A process
-    that stops as a whole (crash, SIGSTOP, a frozen VM) stops this thread too: its TTL rules."""
-    return max(30_000, 2 * timing.lease_ms)
+    10 s (or 2 x TTL if longer): past what a busy but live loop lags (a loop more than 1 s
+    behind claims nothing more, ``worker.holdings``: a 5,000-stream claim storm that lagged 9 s
+    without that now stays within it), short enough that a stuck loop's streams move on within
+    ``10 s + usable window`` (the watchdog ends the process at its fence). A process that stops
+    as a whole (crash, SIGSTOP, a frozen VM) stops this thread too: its TTL rules."""
+    return max(10_000, 2 * timing.lease_ms)
 
 
 @dataclass

@@ -19,25 +19,27 @@ def test_production_timing_leaves_the_defaults_alone() -> None:
     """``FleetTiming.production()`` has the worker's defaults; ``FleetTiming()`` is unchanged."""
     p = FleetTiming.production()
     assert (p.lease_s, p.heartbeat_s, p.checkpoint_s, p.skew_ms, p.margin_ms,
-            p.sweep_interval_ms) == (8.0, 2.0, 20.0, 1000, 800, 1000)
+            p.sweep_interval_ms) == (4.0, 1.0, 20.0, 250, 400, 1000)
     assert p.rate == FleetTiming().rate and FleetTiming().lease_s == 4.0
     assert FleetTiming.production(lease_s=20.0, heartbeat_s=5.0).margin_ms == 1000
+    assert FleetTiming.production(lease_s=20.0, heartbeat_s=5.0, skew_ms=1000).skew_ms == 1000
 
 
 def test_crash_verdict() -> None:
-    """Met only with every stream resumed and the slowest within 12 s."""
-    assert CRASH_TARGET_S == 12.0
-    assert verdict(11.9, 0) == "met"
-    assert verdict(12.5, 0) == "NOT met"
+    """Met only with every stream resumed and the slowest within 6 s."""
+    assert CRASH_TARGET_S == 6.0
+    assert verdict(5.9, 0) == "met"
+    assert verdict(6.5, 0) == "NOT met"
     assert verdict(3.0, 2) == "NOT met (2 never resumed)"
     assert verdict(None, 0) == "not measured"
 
 
 def test_detection_arithmetic() -> None:
-    """Ours: TTL + skew + sweep (7 to 10 s before the claim); the seed: 16 to 96 s."""
+    """Ours: TTL + skew + sweep (3.25 to 5.25 s before the claim); the seed: 16 to 96 s."""
     ours = detection("ours", FleetTiming.production())
-    assert (ours["earliest_s"], ours["latest_before_claim_s"]) == (7.0, 10.0)
-    seed = detection("baseline", FleetTiming.production(lease_s=20.0, heartbeat_s=5.0))
+    assert (ours["earliest_s"], ours["latest_before_claim_s"]) == (3.25, 5.25)
+    seed = detection("baseline", FleetTiming.production(lease_s=20.0, heartbeat_s=5.0,
+                                                        skew_ms=1000))
     assert (seed["earliest_s"], seed["latest_unjittered_s"],
             seed["latest_before_claim_s"]) == (16.0, 81.0, 96.0)
 
@@ -74,8 +76,8 @@ def test_summarize_scales_to_5000() -> None:
     """The A/B difference is scaled to 5,000 and the session heartbeat added once."""
     s = summarize(_run(0.33, checkpoints=CP_OK), _run(0.30), RENEW)
     assert s["checkpoint_cores_ab"] == 0.03
-    assert s["session_heartbeat_cores"] == 0.0006
-    assert s["cores_at_5000"] == round(0.03 * 2.5 + 0.0006, 4)
+    assert s["session_heartbeat_cores"] == 0.0012  # one UpdateItem every 1 s
+    assert s["cores_at_5000"] == round(0.03 * 2.5 + 0.0012, 4)
     assert s["checkpoint_cores_from_per_write"] == 0.015
     assert s["kept_up"] is True and s["verdict"] == "met"
 
@@ -119,22 +121,23 @@ def test_report_renders_production_sections() -> None:
               "renew_mode": "single", "sweep_interval_ms": None}
     r = {"date": "2026-12-01", "prices_usd": {}, "load_average": {"start": [1.0, 0.9, 0.8]},
          "crash_production": {
-             "streams": 20, "target_s": 12.0,
+             "streams": 20, "target_s": 6.0,
              "ours": {"timing": t, "rounds": 3, "latency_s": lat, "seq_gap": 0,
                       "duplicates": 40, "missing": 0, "verdict": "met",
                       "detection_s": detection("ours", FleetTiming.production())},
              "baseline": {"timing": seed_t, "rounds": 1, "seq_gap": 0, "duplicates": 0,
                           "latency_s": {"n": 20, "p50": 50.0, "p99": 51.0, "max": 51.0},
                           "missing": 0, "detection_s": detection(
-                              "baseline", FleetTiming.production(lease_s=20, heartbeat_s=5))}},
+                              "baseline", FleetTiming.production(lease_s=20, heartbeat_s=5,
+                                                                 skew_ms=1000))}},
          "density_cpu": [{**summarize(_run(0.33, checkpoints=CP_OK), _run(0.30), RENEW),
                           "runs": {"on": {"checkpoints": CP_OK}}},
                          {"streams": 5000, "error": "on: RuntimeError: x"}]}
     text = markdown(r)
     assert "| ours (sessions + sweeper) | 9.10 / 10.20 / 10.40 (n=60) | 0 | 40 | 0 | " \
-           "max <= 12 s | met |" in text
+           "max <= 6 s | met |" in text
     assert "| seed (per-stream leases, reconcile) | 50.00 / 51.00 / 51.00 (n=20) |" in text
-    assert "TTL 8 + skew 1 + sweep <= 1 + claim: claimable 7 to 10 s" in text
+    assert "TTL 4 + skew 0.25 + sweep <= 1 + claim: claimable 3.25 to 5.25 s" in text
     assert "| 2000 | 0.330 | 0.300 | 0.030 |" in text and "| <= 0.2 | met |" in text
     assert "| 5000 | failed: on: RuntimeError: x |" in text
     assert "kept up: True" in text and "start: 1.00 / 0.90 / 0.80" in text

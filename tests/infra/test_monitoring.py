@@ -22,7 +22,7 @@ def test_required_alarms_exist(template_json: dict[str, Any]) -> None:
     assert alarms["IteratorAge"]["Threshold"] == 60_000
     unowned = alarms[names.METRIC_OLDEST_ORPHAN_AGE]
     assert unowned["Namespace"] == names.NAMESPACE
-    assert unowned["Threshold"] == 8_000  # one lease
+    assert unowned["Threshold"] == 4_000  # one lease
     assert unowned["Dimensions"] == [{"Name": names.DIMENSION_SERVICE,
                                       "Value": "holdfast-sweeper"}]
     visible = [a for a in resources(template_json, "AWS::CloudWatch::Alarm").values()
@@ -126,7 +126,7 @@ def test_unowned_time_alarm_watches_the_worker_p99_above_two_leases(
     assert (alarm["ExtendedStatistic"], alarm["Period"]) == ("p99", 300)
     assert "Statistic" not in alarm
     assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanThreshold",
-                                                                 2 * 8_000)
+                                                                 2 * 4_000)
     assert alarm["TreatMissingData"] == "notBreaching"  # no claims: nothing to judge
     topic = next(iter(resources(template_json, "AWS::SNS::Topic")))
     assert {"Ref": topic} in alarm["AlarmActions"] and {"Ref": topic} in alarm["OKActions"]

@@ -66,7 +66,7 @@ def test_router_environment(template_json: dict[str, Any]) -> None:
                         names.ENV_ORDERS_QUEUE_PREFIX}
     assert env[names.ENV_ORDERS_QUEUE_PREFIX] == orders_queue_prefix(STACK) == "Holdfast-orders-"
     assert env[names.ENV_SESSION_TABLE] == {"Ref": session_table_id(template_json)}
-    assert env[names.ENV_LEASE_SECONDS] == "8"
+    assert env[names.ENV_LEASE_SECONDS] == "4"
     assert env[names.ENV_SERVICE_NAME] == "holdfast-router"
     assert env[names.ENV_METRICS_NAMESPACE] == names.NAMESPACE
 

@@ -78,12 +78,12 @@ def test_container_logs_never_block_the_event_loop(template_json: dict[str, Any]
 def test_task_environment_comes_from_the_settings(template_json: dict[str, Any]) -> None:
     """Liveness timings, limits, renew mode and the Powertools names reach the worker."""
     env = {e["Name"]: e["Value"] for e in container(template_json)["Environment"]}
-    assert env[names.ENV_LEASE_SECONDS] == "8"
-    assert env[names.ENV_HEARTBEAT_SECONDS] == "2"
+    assert env[names.ENV_LEASE_SECONDS] == "4"
+    assert env[names.ENV_HEARTBEAT_SECONDS] == "1"
     assert env[names.ENV_CHECKPOINT_SECONDS] == "20"
     assert env[names.ENV_MAX_CONNECTIONS] == "500"
     assert env[names.ENV_RECONCILE_SECONDS] == "60"
-    # Graceful stop budget: a lease plus a heartbeat, well inside the 120 s stopTimeout.
+    # Graceful stop budget: a lease plus a heartbeat, at least 10 s (stopTimeout is 120 s).
     assert env[names.ENV_SHUTDOWN_SECONDS] == "10"
     assert env[names.ENV_RENEW_MODE] == "batch"
     assert env[names.ENV_SERVICE_NAME] == "holdfast-worker"

@@ -155,7 +155,8 @@ def test_router_role_reads_the_stream_sends_normalises_and_orders_stops(
 
 def test_sweeper_role_scans_sessions_queries_indexes_releases_and_sends(
         template_json: dict[str, Any]) -> None:
-    """Sweeper: Scan/UpdateItem on sessions and leases (the unindexed pass), GetItem on
+    """Sweeper: Scan/UpdateItem on sessions and leases (the unindexed pass, releases; batched:
+    PartiQLUpdate on leases), GetItem on
     sessions and Scan on the owner index (the owner audit), Query on both indexes only, lease
     releases, rebalancing directives to order queues, and collecting order queues."""
     statements = role_statements(template_json, function_role(template_json, SWEEPER_HANDLER))
@@ -165,6 +166,7 @@ def test_sweeper_role_scans_sessions_queries_indexes_releases_and_sends(
         "dynamodb:Scan": {sessions, leases, owner_index},
         "dynamodb:GetItem": {sessions},
         "dynamodb:UpdateItem": {leases, sessions},
+        "dynamodb:PartiQLUpdate": {leases},  # a dead session's streams released in batches
         "dynamodb:Query": {seed_index, owner_index},
         "sqs:SendMessage": {queue, ORDER_QUEUES},
         "sqs:DeleteQueue": {ORDER_QUEUES},

