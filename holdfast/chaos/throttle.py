@@ -47,9 +47,12 @@ class ThrottlePlan:
 def tolerated(plan: ThrottlePlan, timing: rules.LeaseTiming) -> bool:
     """True if no stream may be fenced: the fully throttled part is no longer than the outage
     the keep-alive tolerates (``rules.tolerated_outage_ms``; after the partial phase if that
-    lasted a heartbeat, which put it on its throttled period)."""
+    lasted a heartbeat, which put it on its throttled period), less the margin as an allowance
+    for the heartbeat calls' own latency on a loaded host (the soak fenced when the rules left
+    it 100 ms)."""
     waved = plan.partial_s * 1000 >= timing.heartbeat_ms
-    return plan.full_s * 1000 < rules.tolerated_outage_ms(timing, after_refusals=waved)
+    return plan.full_s * 1000 < (rules.tolerated_outage_ms(timing, after_refusals=waved)
+                                 - timing.margin_ms)
 
 
 def run_throttle(proxy: FaultProxy, plan: ThrottlePlan,

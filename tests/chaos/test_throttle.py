@@ -36,11 +36,14 @@ def test_throttling_fences_nothing_and_calls_stay_within_twice_normal(tmp_path: 
 
 
 def test_the_production_defaults_tolerate_the_throttle_scenario() -> None:
-    """At the production defaults the scenario's 2 s full throttle fences nothing, thanks to
-    the throttled heartbeat period; without a wave before it the same outage could."""
+    """At the production defaults the scenario's 2 s full throttle is within the keep-alive's
+    tolerated outage thanks to the throttled period (not without a wave before it)."""
     timing = FleetTiming.production().lease_timing()
     assert rules.throttled_heartbeat_ms(timing) == timing.heartbeat_ms // 2
-    assert tolerated(ThrottlePlan(), timing)
-    assert not tolerated(ThrottlePlan(partial_s=0.0), timing)
+    plan = ThrottlePlan()
+    assert rules.tolerated_outage_ms(timing, after_refusals=True) > plan.full_s * 1000
+    assert rules.tolerated_outage_ms(timing, after_refusals=False) < plan.full_s * 1000
+    # The judge keeps the margin for call latency: the 2 s outage is measured, not promised.
+    assert not tolerated(plan, timing)
     # A usable window wide enough keeps the period (the slow test's timings).
     assert rules.throttled_heartbeat_ms(TIMING.lease_timing()) == 1500
