@@ -247,7 +247,8 @@ def test_status_counts_owners_and_unowned(aws_env: dict[str, str], ddb_local: Lo
     assert free in st["unowned_started"] and held not in st["unowned_started"]
     assert isinstance(st["queue_depth"], int) and isinstance(st["dlq_depth"], int)
     row = ls_json(capsys, unique_id)[held]
-    assert row["owner"] == owner and row["held"] and 25_000 < row["lease_left_ms"] <= 30_000
+    # The session's 30 s, not the backstop's hour (15 s of slack: a loaded CI took 5.4 s).
+    assert row["owner"] == owner and row["held"] and 15_000 < row["lease_left_ms"] <= 30_000
     code, out, _ = run(capsys, "ls")
     assert code == 0 and owner in out and held in out
     code, out, _ = run(capsys, "status")
