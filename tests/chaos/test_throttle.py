@@ -35,7 +35,7 @@ def test_throttling_fences_nothing_and_calls_stay_within_twice_normal(tmp_path: 
     assert figures["alive"], figures
 
 
-def test_the_production_defaults_tolerate_the_throttle_scenario() -> None:
+def test_the_throttled_period_covers_the_scenario_at_the_production_defaults() -> None:
     """At the production defaults the scenario's 2 s full throttle is within the keep-alive's
     tolerated outage thanks to the throttled period (not without a wave before it)."""
     timing = FleetTiming.production().lease_timing()
