@@ -95,15 +95,30 @@ class Holdings:
         self.metrics, self.counts = metrics, counts
         self.tasks: set[asyncio.Task[None]] = set()
         self._claiming: set[str] = set()
+        self._claims_paused = False
 
     def free_capacity(self) -> int:
         if self.stopping() or self.owner() is None:
             return 0
-        if self.balancing.draining or self.loop_lag_ms() > CLAIM_LAG_LIMIT_MS:
+        if self.balancing.draining or self._lagging():
             return 0
         # Not limited by a rebalancing share: a failover's or a new stream's nudge must be
         # claimed by whoever has room; only a moved stream's nudge is held to the share.
         return self.config.max_connections - len(self.streams) - len(self._claiming)
+
+    def _lagging(self) -> bool:
+        """True while the loop lags past ``CLAIM_LAG_LIMIT_MS``; each pause is logged once."""
+        lag = self.loop_lag_ms()
+        lagging = lag > CLAIM_LAG_LIMIT_MS
+        if lagging != self._claims_paused:
+            self._claims_paused = lagging
+            if lagging:
+                self.metrics.incr(names.METRIC_CLAIMS_PAUSED_LAGGING)
+                logger.warning("claims paused: event loop lagging", loop_lag_ms=lag,
+                               limit_ms=CLAIM_LAG_LIMIT_MS)
+            else:
+                logger.info("claims resumed: event loop caught up", loop_lag_ms=lag)
+        return lagging
 
     async def claim(self, conn_id: str, source: str = "nudge") -> Claim | Later:
         """Try to acquire ``conn_id`` and start holding it (in a ``claim`` span if tracing)."""

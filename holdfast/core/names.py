@@ -63,6 +63,7 @@ __all__ = [
     "METRIC_ACTIVE_CONNECTIONS",
     "METRIC_BALANCE_TARGETS",
     "METRIC_CLAIMS",
+    "METRIC_CLAIMS_PAUSED_LAGGING",
     "METRIC_CLAIM_CONFLICTS",
     "METRIC_CONNECTS_DELAYED",
     "METRIC_DEAD_SESSIONS",
@@ -241,6 +242,8 @@ METRIC_MESSAGES_HANDLED: Final = "MessagesHandled"
 # reconnect budget; the sweeper's targets written, and the load above the fair shares.
 METRIC_STREAMS_SHED: Final = "StreamsShed"
 METRIC_CONNECTS_DELAYED: Final = "ConnectsDelayed"
+# Times a worker stopped taking claims because its event loop lagged past 1 s.
+METRIC_CLAIMS_PAUSED_LAGGING: Final = "ClaimsPausedLagging"
 METRIC_BALANCE_TARGETS: Final = "BalanceTargets"
 METRIC_IMBALANCE: Final = "Imbalance"
 METRIC_POISON_MESSAGES: Final = "PoisonMessages"  # nudges that are not a nudge

@@ -8,11 +8,13 @@ import time
 
 import pytest
 from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection, serve
 
 from holdfast.core.model import Lease
 from holdfast.core.store import LeaseStore
 from holdfast.core.urls import UrlPolicy
 from holdfast.upstream import UpstreamServer
+from holdfast.upstream.feed import frame_for
 from holdfast.worker.backoff import Backoff
 from holdfast.worker.connection import Connection, ConnectionContext, ConnectOptions
 from holdfast.worker.dial import close_reading
@@ -187,3 +189,42 @@ async def test_a_drained_connection_with_unread_frames_closes_without_the_close_
 
         took = await asyncio.gather(*(close_after_idle(i) for i in range(5)))
     assert max(took) < 1.0, took  # the plain close() waits the whole 2 s here
+
+
+async def test_a_replay_gives_the_loop_turns(fleet: Fleet, unique_id: str) -> None:
+    """500 frames arriving in one read are delivered with turns for other tasks between them."""
+    conn, count = f"{unique_id}-burst", 500
+
+    async def burst(ws: ServerConnection) -> None:
+        # Every frame written at once, with no await between them: the client's socket read
+        # gets them together, as in a replay after a failover.
+        for seq in range(1, count + 1):
+            ws.protocol.send_text(frame_for(conn, seq, 0, 10.0).encode())
+        for data in ws.protocol.data_to_send():
+            ws.transport.write(data)
+        await ws.wait_closed()
+
+    ticks = [0]
+
+    async def ticker() -> None:
+        while True:
+            ticks[0] += 1
+            await asyncio.sleep(0)
+
+    seen: list[int] = []
+
+    async def handler(message: object) -> None:
+        seen.append(ticks[0])
+
+    async with serve(burst, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        ctx = context(Recorder())
+        ctx.handler = handler
+        runner = connection(lease_for(fleet, conn, f"ws://127.0.0.1:{port}/{conn}"), ctx)
+        tick = asyncio.create_task(ticker())
+        try:
+            assert await run_until(runner, lambda: len(seen) >= count, 10) is None
+        finally:
+            tick.cancel()
+    # Without the turns the ticker ran only where the socket read ran dry: a handful of times.
+    assert seen[-1] - seen[0] >= count // 20

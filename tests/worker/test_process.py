@@ -55,6 +55,20 @@ def check_no_gaps(records: list[dict[str, object]], conns: list[str]) -> dict[st
     return by
 
 
+def explain_unhandled(fleet: Fleet, workers: list[WorkerProc], conns: list[str]) -> str:
+    """The items and the workers' log lines of streams no worker has handled yet."""
+    seen = seqs_by_stream([r for w in workers for r in w.handled()])
+    lines = []
+    for c in (c for c in conns if c not in seen):
+        item = {k: next(iter(v.values())) for k, v in fleet.item(c).items() if k != "ws_url"}
+        lines.append(f"{c}: {item}")
+        lines += [f"  {w.name}: {r}" for w in workers for r in w.logs()
+                  if c in str(r.get("conn_id", ""))][:20]
+    lines += [f"{w.name} warnings: {r}" for w in workers for r in w.logs()
+              if r.get("level") in ("WARNING", "ERROR")][:30]
+    return "\n".join(lines)
+
+
 def holder_and_standby(fleet: Fleet, upstream: UpstreamThread,
                        spawn: Callable[..., WorkerProc], unique_id: str, n: int,
                        **standby_env: str) -> tuple[list[str], WorkerProc, WorkerProc]:
@@ -170,7 +184,10 @@ def test_fleet_of_workers_shares_and_moves_60_streams(
         def every() -> list[dict[str, object]]:
             return [r for w in workers for r in w.handled()]
 
-        wait_until(lambda: len(seqs_by_stream(every())) == 60, 30, "all 60 streams handled")
+        try:
+            wait_until(lambda: len(seqs_by_stream(every())) == 60, 30, "all 60 streams handled")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{explain_unhandled(fleet, workers, conns)}") from None
         held = {w.name: len(seqs_by_stream(w.handled())) for w in workers}
         assert all(n > 0 for n in held.values()), held
         workers[0].signal(signal.SIGKILL)

@@ -7,6 +7,7 @@ import time
 
 import boto3
 
+from holdfast.core import names
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import delete_stream, set_desired_state
 from holdfast.worker.handler import Message
@@ -121,8 +122,8 @@ async def test_capacity_limit_leaves_work_to_others(fleet: Fleet, upstream: Upst
 
 async def test_a_lagging_loop_claims_nothing_more(fleet: Fleet, upstream: UpstreamThread,
                                                  unique_id: str) -> None:
-    """While the loop runs over a second behind, the worker has no free capacity: nudges stay
-    for others; it claims again once the loop keeps time."""
+    """While the loop runs over a second behind, the worker has no free capacity (counted once
+    per pause): nudges stay for others; it claims again once the loop keeps time."""
     conn = f"{unique_id}-lag"
     fleet.create(conn, upstream.url(conn))
     async with running_worker(fleet, Recorder()) as run:
@@ -135,6 +136,7 @@ async def test_a_lagging_loop_claims_nothing_more(fleet: Fleet, upstream: Upstre
         fleet.nudge(conn)
         await asyncio.sleep(1.5)
         assert conn not in run.worker.streams
+        assert run.worker.metrics.totals[names.METRIC_CLAIMS_PAUSED_LAGGING] == 1
         keeper.loop_lag_ms = real  # type: ignore[method-assign]
         assert run.worker.free_capacity() > 0
         await async_wait_until(lambda: conn in run.worker.streams, 15, "claimed after the lag")
