@@ -185,7 +185,8 @@ def test_fleet_of_workers_shares_and_moves_60_streams(
             return [r for w in workers for r in w.handled()]
 
         try:
-            wait_until(lambda: len(seqs_by_stream(every())) == 60, 30, "all 60 streams handled")
+            wait_until(lambda: len(seqs_by_stream(every())) == 60, 30, "all 60 streams handled",
+                       interval=0.25)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{explain_unhandled(fleet, workers, conns)}") from None
         held = {w.name: len(seqs_by_stream(w.handled())) for w in workers}
