@@ -205,7 +205,8 @@ _PARTS = {
     "crash-production": "the SIGKILL failover at production defaults, ours and the seed",
     "fast-paths": "the fast paths at production defaults (stop, reported crash)",
     "forced-release": "the forced release of held streams, ours and the seed",
-    "start-burst": "the start latency of 30 and 300 streams inserted at once",
+    "start-burst": "the start latency of 30 and 300 streams inserted at once (production "
+                   "defaults)",
     "throttle": "the throttling scenario at production defaults (self-fences, call rate)",
 }
 

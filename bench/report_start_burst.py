@@ -19,8 +19,11 @@ def start_burst_md(sb: dict[str, Any]) -> list[str]:
     sizes = [str(n) for n in BURST_SIZES if str(n) in sb]
     if not sizes:
         return []
+    t = sb.get("timing")
+    timing = ("bench timings" if not t else f"production defaults: lease {t['lease_s']:g} s, "
+              f"heartbeat {t['heartbeat_s']:g} s, checkpoint {t['checkpoint_s']:g} s")
     out = [f"## Start latency, {' / '.join(sizes)} inserted at once", "",
-           f"{sb.get('workers', 3)} workers on the local fleet (bench timings); the items are "
+           f"{sb.get('workers', 3)} workers on the local fleet ({timing}); the items are "
            "written at once from a thread pool. Insert -> first message handled, split at the "
            "router's decision line and the first worker's claim line; deliveries are the "
            "distinct moments the router received the inserts. p50 / p99 / max in seconds.", "",

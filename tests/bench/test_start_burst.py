@@ -57,3 +57,13 @@ def test_verdicts_and_report_section() -> None:
     assert "| 30 | 0.20 / 0.45 / 0.50 (n=30) |" in md
     assert "| 300 | 0.60 / 1.40 / 1.60 (n=300) | - | - | - | 9 (0.3 s) | 0 |" in md
     assert "| 30, right after 100 stops | 0.20 / 0.45 / 0.50 (n=30) |" in md
+    assert "(bench timings)" in md  # a result from before the timings were recorded
+
+
+def test_report_names_the_timings_measured_at() -> None:
+    """A burst measured at production defaults says so, with its lease and checkpoint."""
+    d = {"n": 30, "p50": 0.2, "p99": 0.45, "max": 0.5}
+    sb = {"workers": 3, "timing": {"lease_s": 4.0, "heartbeat_s": 1.0, "checkpoint_s": 20.0},
+          "30": {"latency_s": d, "bursts": 1, "max_gap_s": 0, "missing": 0}}
+    md = markdown({"start_burst": sb})
+    assert "(production defaults: lease 4 s, heartbeat 1 s, checkpoint 20 s)" in md
