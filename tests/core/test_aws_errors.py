@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from holdfast.core import aws
@@ -34,3 +39,39 @@ def test_a_throttle_botocore_retries_itself_is_noted_too() -> None:
     aws._note_throttled_answer(response=(None, {"Error": {"Code": "ThrottlingException"}}))
     assert aws.throttled_at_s() is not None
     aws._THROTTLED_AT_S.clear()
+
+
+class _Throttling(BaseHTTPRequestHandler):
+    """Answers every DynamoDB call as throttled."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException",
+                           "message": "slow down"}).encode()
+        self.send_response(400)
+        self.send_header("Content-Type", "application/x-amz-json-1.0")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_client_notes_the_throttles_its_retries_hide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real client's retry hook notes a throttled HTTP answer before any error is raised."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Throttling)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    aws._THROTTLED_AT_S.clear()
+    client = aws.dynamodb_client(Config(retries={"mode": "standard", "max_attempts": 1}))
+    try:
+        with pytest.raises(ClientError):
+            client.get_item(TableName="t", Key={"Pk": {"S": "x"}})
+        assert aws.throttled_at_s() is not None
+    finally:
+        server.shutdown()
+        aws._THROTTLED_AT_S.clear()
