@@ -1,7 +1,7 @@
 """Health for ECS: a tiny loopback HTTP endpoint and a probe command for the task definition.
 
 ``GET /health`` reports the *process's* liveness: 200 while the event loop keeps time (a task
-stamps the monotonic clock every tick; the lag is how late the last stamp is), 503 once it lags
+stamps its clock, ``worker.loopclock``; the lag is how late the next stamp is), 503 once it lags
 more than ``max_lag_s``, and no answer at all when the loop is stuck. It deliberately says
 nothing about DynamoDB: when DynamoDB is slow or throttled in a whole region every task would
 fail together and ECS would replace the fleet at once, which helps nobody; a worker that cannot
@@ -17,11 +17,8 @@ import contextlib
 import json
 import os
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
@@ -29,42 +26,21 @@ from aws_lambda_powertools import Logger
 from holdfast.core import settings as S
 
 if TYPE_CHECKING:
+    from holdfast.worker.loopclock import LoopClock
     from holdfast.worker.supervisor import Supervisor
 
-__all__ = ["HealthServer", "LoopMonitor", "main", "probe"]
+__all__ = ["HealthServer", "main", "probe"]
 
 logger = Logger(service="holdfast-worker", child=True)
-
-
-@dataclass
-class LoopMonitor:
-    """Event-loop lag: ``run`` stamps the clock every ``tick_s``; ``lag_s`` is how far behind."""
-
-    tick_s: float = 0.5
-    max_lag_s: float = 5.0
-    clock: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    stamped: float | None = None
-
-    async def run(self) -> None:
-        while True:
-            self.stamped = self.clock()
-            await self.sleep(self.tick_s)
-
-    def lag_s(self) -> float:
-        """Seconds the next stamp is overdue (0 while the loop keeps time)."""
-        if self.stamped is None:
-            return 0.0
-        return max(0.0, self.clock() - self.stamped - self.tick_s)
 
 
 class HealthServer:
     """Serve ``/health`` on 127.0.0.1:``port`` until cancelled; a busy port is logged, not fatal."""
 
-    def __init__(self, port: int, subject: Supervisor, host: str = "127.0.0.1",
-                 monitor: LoopMonitor | None = None) -> None:
+    def __init__(self, port: int, subject: Supervisor, clock: LoopClock, *,
+                 host: str = "127.0.0.1", max_lag_s: float = 5.0) -> None:
         self.port, self.host, self.subject = port, host, subject
-        self.monitor = monitor or LoopMonitor()
+        self.clock, self.max_lag_ms = clock, round(max_lag_s * 1000)
         self.server: asyncio.Server | None = None
 
     async def run(self) -> None:
@@ -74,8 +50,7 @@ class HealthServer:
             logger.error("health endpoint cannot listen", port=self.port, error=str(exc))
             return
         try:
-            async with self.server, asyncio.TaskGroup() as tg:
-                tg.create_task(self.monitor.run())
+            async with self.server:
                 await self.server.serve_forever()
         finally:
             self.server = None
@@ -88,11 +63,11 @@ class HealthServer:
             if path not in (b"/health", b"/"):
                 status, body = "404 Not Found", {"error": "try /health"}
             else:
-                lag_s = self.monitor.lag_s()
-                ok = lag_s <= self.monitor.max_lag_s
+                lag_ms = self.clock.lag_ms()
+                ok = lag_ms <= self.max_lag_ms
                 status = "200 OK" if ok else "503 Service Unavailable"
                 body = {"status": "ok" if ok else "event loop lagging",
-                        "loop_lag_ms": round(lag_s * 1000),
+                        "loop_lag_ms": lag_ms,
                         "worker_id": self.subject.worker_id, "stopping": self.subject.stopping,
                         "free_capacity": self.subject.free_capacity()}
             data = json.dumps(body).encode()

@@ -47,6 +47,7 @@ from holdfast.worker.health import HealthServer
 from holdfast.worker.held import NO_FENCE_MS, monotonic_ms
 from holdfast.worker.holdings import Holdings
 from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.orders import OrderInbox
 from holdfast.worker.protocol import QueryParamProtocol, ResumeProtocol
@@ -82,6 +83,8 @@ class Supervisor:
         self.worker_id = config.worker_id
         self.ddb, self.sqs = ddb, sqs
         self.wall, self.mono = wall, mono
+        # The loop's one clock: the session keeper stamps it, everyone else reads it.
+        self.loop_clock = LoopClock(mono, tick_ms=SessionKeeper.publish_ms(config.timing))
         self.metrics = metrics or WorkerMetrics()
         # A stream's own expiry is a far backstop; the session keeps it alive.
         self.store = LeaseStore(ddb, config.table, lease_ms=BACKSTOP_MS,
@@ -123,7 +126,7 @@ class Supervisor:
             wall=wall, mono=mono, metrics=self.metrics,
             counts=self.counts, balancing=self.balancing,
             admit_connect=self.budget.admit,
-            loop_lag_ms=lambda: self.keeper.loop_lag_ms() if self.keeper else 0)
+            loop_lag_ms=self.loop_clock.lag_ms)
         self.tasks = self.holdings.tasks  # the connection tasks, awaited by the stop
 
     def free_capacity(self) -> int:
@@ -166,7 +169,7 @@ class Supervisor:
                 self.sessions, session, timing, self.metrics, held=lambda: len(self.streams),
                 capacity=self.config.max_connections, stop_stream=self._order,
                 on_lost=self._session_lost, mono=self.mono,
-                load=self.balancing.load, on_beat=self.balancing.update)
+                load=self.balancing.load, on_beat=self.balancing.update, clock=self.loop_clock)
         self.keeper.started(session, sent)
         self.owner = session.owner
         if self.inbox is not None:
@@ -239,9 +242,9 @@ class Supervisor:
         claimer = Claimer(self.sqs, cfg.queue_url, self.holdings.claim, self.free_capacity,
                           self.metrics, poll_s=cfg.poll_s, pollers=cfg.pollers,
                           visibility_s=cfg.nudge_visibility_s)
-        health = HealthServer(cfg.health_port, self) if cfg.health_port else None
+        health = HealthServer(cfg.health_port, self, self.loop_clock) if cfg.health_port else None
         # A handler blocking the loop past a fence ends the process (``worker.watchdog``).
-        watchdog = Watchdog(self.earliest_fence, self.mono) if cfg.watchdog else None
+        watchdog = Watchdog(self.earliest_fence, self.loop_clock) if cfg.watchdog else None
         await self._start_session()
         keeper = self.keeper
         assert keeper is not None  # the session has started
@@ -256,8 +259,7 @@ class Supervisor:
                 ("checkpoints", self.checkpointer.run), ("session", keeper.run),
                 ("fence", self.checkpointer.fence_watch), ("metrics", self._metrics_loop),
                 ("orders", self.inbox.run if self.inbox is not None else None),
-                ("health", health.run if health is not None else None),
-                ("watchdog", watchdog.beat if watchdog is not None else None)]
+                ("health", health.run if health is not None else None)]
             keep = [tg.create_task(self._guard(name, loop)) for name, loop in keeping if loop]
             if watchdog is not None:
                 watchdog.start()

@@ -3,8 +3,9 @@
 The fence watcher and the delivery rules run on the event loop. A handler that blocks the
 loop (``time.sleep``, a synchronous HTTP call, a CPU-bound parse) stops them all: past the
 fence deadline another worker may own the stream while this one's handler is still working on
-it. So a thread, which runs while the loop is blocked, watches a heartbeat the loop stamps every
-``beat_s``. When the loop has not stamped for ``stall_ms`` and the earliest fence deadline of
+it. So a thread, which runs while the loop is blocked, watches the loop's clock
+(``worker.loopclock``, stamped by the session keeper's loop task). When the loop has not
+stamped for ``stall_ms`` and the earliest fence deadline of
 the streams it holds has passed, the thread writes one line to stderr and exits with
 ``EXIT_CODE`` at once (``os._exit``: nothing on the blocked loop can run). To the fleet that
 is a crash: the session stops heartbeating and the sweeper and the other workers recover its
@@ -16,13 +17,14 @@ watchdog only acts when the loop cannot.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import threading
 import traceback
 from collections.abc import Callable
 from typing import NoReturn
+
+from holdfast.worker.loopclock import LoopClock
 
 __all__ = ["EXIT_CODE", "Watchdog"]
 
@@ -37,27 +39,15 @@ def _exit(code: int) -> NoReturn:
 class Watchdog:
     """``deadline()`` is the earliest fence deadline (monotonic ms) of the streams held now."""
 
-    def __init__(self, deadline: Callable[[], int], mono: Callable[[], int], *,
-                 beat_s: float = 0.2, stall_ms: int = 1000, check_s: float = 0.1,
+    def __init__(self, deadline: Callable[[], int], clock: LoopClock, *,
+                 stall_ms: int = 1000, check_s: float = 0.1,
                  exit: Callable[[int], object] = _exit) -> None:
-        self.deadline, self.mono, self.exit = deadline, mono, exit
-        self.beat_s, self.stall_ms, self.check_s = beat_s, stall_ms, check_s
-        self.stamp_ms = mono()  # written by the loop, read by the thread (an atomic store)
+        self.deadline, self.clock, self.mono, self.exit = deadline, clock, clock.mono, exit
+        self.stall_ms, self.check_s = stall_ms, check_s
+        self._resumed_ms = clock.mono()  # the whole process last came back from a pause
         self._checked_ms: int | None = None  # when the thread last looked
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._loop_thread: int | None = None  # set by ``beat``, which runs on the loop
-
-    def stamp(self) -> None:
-        """The loop is alive now."""
-        self.stamp_ms = self.mono()
-
-    async def beat(self) -> None:
-        """Stamp every ``beat_s`` until cancelled (a task on the loop being watched)."""
-        self._loop_thread = threading.get_ident()
-        while True:
-            self.stamp()
-            await asyncio.sleep(self.beat_s)
 
     def check(self) -> bool:
         """Exit (and return True, if ``exit`` returns) when the loop is stuck past a fence."""
@@ -67,9 +57,9 @@ class Watchdog:
             # This thread did not run either: the whole process was paused (SIGSTOP, a frozen
             # VM), not the loop blocked. Give the loop one stall period to catch up: it fences
             # its streams itself, and nothing past a fence reaches a handler.
-            self.stamp_ms = max(self.stamp_ms, now)
+            self._resumed_ms = now
             return False
-        stuck_ms = now - self.stamp_ms
+        stuck_ms = now - max(self.clock.stamp_ms, self._resumed_ms)
         if stuck_ms < self.stall_ms:
             return False
         # The deadlines are read here, not stamped by the loop: a stream claimed and blocked
@@ -89,7 +79,7 @@ class Watchdog:
 
     def _where(self) -> str:
         """Where the loop is stuck (its thread's stack, innermost last): what blocked it."""
-        frame = sys._current_frames().get(self._loop_thread or -1)
+        frame = sys._current_frames().get(self.clock.loop_thread or -1)
         if frame is None:
             return ""
         return "blocked at:\n" + "".join(traceback.format_stack(frame, limit=12))

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from holdfast.worker.backoff import Backoff
 from holdfast.worker.handler import Message
 from holdfast.worker.held import NO_FENCE_MS
+from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.watchdog import EXIT_CODE, Watchdog
 from tests.worker.conftest import Fleet, WorkerProc, seqs_by_stream
 from tests.worker.scripted import scripted_upstream
@@ -58,10 +59,11 @@ def _run_thread(dog: Watchdog, clock: Clock, until_ms: int, step_ms: int = 100) 
 def test_watchdog_exits_only_when_the_loop_is_stuck_past_a_fence() -> None:
     """A stale stamp alone, or a passed fence alone, is not enough; both together exit 70."""
     clock, exits, fence = Clock(), [], [5000]
-    dog = Watchdog(lambda: fence[0], clock, stall_ms=1000, exit=exits.append)
-    dog.stamp()
+    loop = LoopClock(clock)
+    dog = Watchdog(lambda: fence[0], loop, stall_ms=1000, exit=exits.append)
+    loop.stamp()
     assert not _run_thread(dog, clock, 4000)  # stuck 4 s, fence not reached
-    dog.stamp()
+    loop.stamp()
     assert _run_thread(dog, clock, 5500) and exits == [EXIT_CODE]  # past the fence, stuck
     exits.clear()
     fence[0] = NO_FENCE_MS  # stuck, but holding nothing: never
@@ -71,21 +73,23 @@ def test_watchdog_exits_only_when_the_loop_is_stuck_past_a_fence() -> None:
 def test_watchdog_spares_a_loop_that_keeps_stamping() -> None:
     """Past the fence with a fresh stamp is the fence watcher's job, not the watchdog's."""
     clock, exits = Clock(), []
-    dog = Watchdog(lambda: 100, clock, stall_ms=1000, exit=exits.append)
+    loop = LoopClock(clock)
+    dog = Watchdog(lambda: 100, loop, stall_ms=1000, exit=exits.append)
     clock.now = 5000
-    dog.stamp()
+    loop.stamp()
     assert not _run_thread(dog, clock, 5900) and not exits
 
 
 def test_watchdog_spares_a_process_that_was_paused_whole() -> None:
     """SIGSTOP then SIGCONT: the thread slept too, so the loop gets a stall period to stamp."""
     clock, exits = Clock(), []
-    dog = Watchdog(lambda: 3000, clock, stall_ms=1000, exit=exits.append)
-    dog.stamp()
+    loop = LoopClock(clock)
+    dog = Watchdog(lambda: 3000, loop, stall_ms=1000, exit=exits.append)
+    loop.stamp()
     assert not _run_thread(dog, clock, 1000)
     clock.now = 7000  # paused for 6 s, past the fence: neither thread nor loop ran
     assert not dog.check() and not exits
-    dog.stamp()  # the loop is back and fences its streams itself
+    loop.stamp()  # the loop is back and fences its streams itself
     assert not _run_thread(dog, clock, 7500) and not exits
     # Still not stamping a stall period after the pause: now it is the loop that is stuck.
     assert _run_thread(dog, clock, 9000) and exits == [EXIT_CODE]

@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
-from holdfast.worker.health import HealthServer, LoopMonitor, main, probe
+from holdfast.worker.health import HealthServer, main, probe
+from holdfast.worker.loopclock import LoopClock
 
 
 @dataclass
@@ -26,28 +27,22 @@ class Subject:
 async def test_health_follows_event_loop_lag_not_dynamodb() -> None:
     """200 while the loop keeps time (whatever DynamoDB does), 503 once it lags; probe follows."""
     subject = Subject()
-    clock = [100.0]
-    monitor = LoopMonitor(tick_s=0.05, max_lag_s=1.0, clock=lambda: clock[0])
-    server = HealthServer(0, subject, monitor=monitor)
+    now = [100_000]
+    loop = LoopClock(lambda: now[0], tick_ms=50)
+    server = HealthServer(0, subject, loop, max_lag_s=1.0)
     task = asyncio.create_task(server.run())
-    while server.server is None or monitor.stamped is None:  # noqa: ASYNC110 - no event
+    while server.server is None:  # noqa: ASYNC110 - no event
         await asyncio.sleep(0.01)
-    assert server.server is not None
     port = server.server.sockets[0].getsockname()[1]
     assert await asyncio.to_thread(probe, port)
     assert subject.healthy_calls == 0
-    clock[0] += 0.9  # the loop is 0.85 s late: within the bound
-    monitor.stamped = 100.0
+    now[0] += 900  # the next stamp is 0.85 s late: within the bound
     assert await asyncio.to_thread(probe, port)
-
-    async def forever(_: float) -> None:
-        await asyncio.Event().wait()
-
-    monitor.sleep = forever
-    await asyncio.sleep(0.1)  # the monitor's last tick: it never stamps again
-    clock[0] += 5.0
+    now[0] += 5_000  # never stamped again
     assert not await asyncio.to_thread(probe, port)
     assert await asyncio.to_thread(main, ["--port", str(port)]) == 1
+    loop.stamp()  # the loop is back
+    assert await asyncio.to_thread(probe, port)
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task

@@ -143,7 +143,7 @@ async def test_a_loop_silent_past_the_bound_is_no_longer_renewed() -> None:
     store = Store()
     keeper = _keeper(store, lost, FAST)
     keeper._loop = asyncio.get_running_loop()
-    keeper.loop_stamp_ms = monotonic_ms() - loop_bound_ms(FAST) - 1
+    keeper.loop_clock.stamp_ms = monotonic_ms() - loop_bound_ms(FAST) - 1
     fence = keeper.fence_mono_ms
     await _beat(keeper)
     assert store.calls == 0 and keeper.fence_mono_ms == fence
@@ -186,7 +186,7 @@ async def test_loop_lag_is_how_overdue_the_next_publish_is() -> None:
     """Published on time: no lag; a publish 2 s overdue: 2 s of lag."""
     now = [50_000]
     keeper = _keeper(Store(), [])
-    keeper.mono = lambda: now[0]
+    keeper.loop_clock.mono = lambda: now[0]
     keeper.publish()
     now[0] += 200
     assert keeper.loop_lag_ms() == 0

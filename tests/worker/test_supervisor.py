@@ -128,16 +128,15 @@ async def test_a_lagging_loop_claims_nothing_more(fleet: Fleet, upstream: Upstre
     fleet.create(conn, upstream.url(conn))
     async with running_worker(fleet, Recorder()) as run:
         await async_wait_until(lambda: run.worker.owner is not None, 10, "a session")
-        keeper = run.worker.keeper
-        assert keeper is not None
-        real = keeper.loop_lag_ms
-        keeper.loop_lag_ms = lambda: CLAIM_LAG_LIMIT_MS + 1  # type: ignore[method-assign]
+        holdings = run.worker.holdings
+        real = holdings.loop_lag_ms
+        holdings.loop_lag_ms = lambda: CLAIM_LAG_LIMIT_MS + 1
         assert run.worker.free_capacity() == 0
         fleet.nudge(conn)
         await asyncio.sleep(1.5)
         assert conn not in run.worker.streams
         assert run.worker.metrics.totals[names.METRIC_CLAIMS_PAUSED_LAGGING] == 1
-        keeper.loop_lag_ms = real  # type: ignore[method-assign]
+        holdings.loop_lag_ms = real
         assert run.worker.free_capacity() > 0
         await async_wait_until(lambda: conn in run.worker.streams, 15, "claimed after the lag")
 
