@@ -6,6 +6,7 @@ Every bad value is a ``ConfigError`` whose message names the variable and says w
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -14,16 +15,19 @@ import socket
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from holdfast.core import names
 from holdfast.core import settings as S
 from holdfast.core.batch import RenewMode
 from holdfast.core.exceptions import ConfigError
+from holdfast.core.model import VERSION_PATTERN
 from holdfast.core.rules import LeaseTiming
 from holdfast.core.urls import UrlPolicy, policy_from_env
 
 __all__ = ["MEMORY_RESERVE_MIB", "HandlerFailureConfig", "WorkerConfig", "buffer_bytes",
-           "default_worker_id", "ecs_task_id", "handler_failure_config", "load_config"]
+           "default_worker_id", "ecs_task_id", "ecs_task_metadata", "ecs_task_version",
+           "handler_failure_config", "load_config"]
 
 _WORKER_ID = re.compile(S.WORKER_ID.pattern)  # the default id must pass the same check
 # What the task needs besides frame buffers: the interpreter, boto3, and each connection's
@@ -114,6 +118,7 @@ class WorkerConfig:
     connect_rate: float
     connect_burst: float
     failures: HandlerFailureConfig = field(default_factory=lambda: handler_failure_config({}))
+    version: str = ""  # HOLDFAST_WORKER_VERSION, else the ECS task definition; "": not known
 
     @property
     def lease_ms(self) -> int:
@@ -186,6 +191,7 @@ def load_config(env: Mapping[str, str] | None = None, *,
         connect_rate=rate,
         connect_burst=burst if burst is not None else (rate or 1),
         failures=handler_failure_config(e),
+        version=S.WORKER_VERSION.get(e) or ecs_task_version(e) or "",
     )
 
 
@@ -212,18 +218,40 @@ def _check_memory(max_connections: int, max_frame: int, max_queue: int, task_mib
             "more memory")
 
 
-def ecs_task_id(env: Mapping[str, str], timeout_s: float = 1.0) -> str | None:
-    """The ECS task id from the task metadata endpoint (v4), or None outside ECS."""
+def ecs_task_metadata(env: Mapping[str, str], timeout_s: float = 1.0) -> dict[str, Any]:
+    """The task metadata endpoint's (v4) answer about this task; {} outside ECS or if it
+    cannot be read. Read once per process: the worker id and the version both come from it."""
     base = env.get("ECS_CONTAINER_METADATA_URI_V4")
     if not base or not base.startswith("http://"):
-        return None
+        return {}
+    return _task_metadata(base, timeout_s)
+
+
+@functools.lru_cache(maxsize=4)
+def _task_metadata(base: str, timeout_s: float) -> dict[str, Any]:
     try:
         with urllib.request.urlopen(f"{base}/task", timeout=timeout_s) as resp:
-            arn = json.loads(resp.read(1_000_000)).get("TaskARN", "")
-    except (OSError, ValueError, AttributeError):
-        return None
+            data = json.loads(resp.read(1_000_000))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def ecs_task_id(env: Mapping[str, str], timeout_s: float = 1.0) -> str | None:
+    """The ECS task id from the task metadata endpoint (v4), or None outside ECS."""
+    arn = ecs_task_metadata(env, timeout_s).get("TaskARN", "")
     task_id = arn.rsplit("/", 1)[-1] if isinstance(arn, str) else ""
     return task_id if task_id and _WORKER_ID.fullmatch(task_id) else None
+
+
+def ecs_task_version(env: Mapping[str, str], timeout_s: float = 1.0) -> str | None:
+    """``family:revision`` of this task's definition (what a deploy changes), or None."""
+    meta = ecs_task_metadata(env, timeout_s)
+    family, revision = meta.get("Family"), meta.get("Revision")
+    if not isinstance(family, str) or not isinstance(revision, str | int):
+        return None
+    version = f"{family}:{revision}"
+    return version if VERSION_PATTERN.fullmatch(version) else None
 
 
 def default_worker_id(env: Mapping[str, str]) -> str:

@@ -149,7 +149,8 @@ class Supervisor:
             sent = self.mono()
             try:
                 session = await on_io_threads(
-                    self.sessions.start, self.worker_id, self.config.max_connections)
+                    self.sessions.start, self.worker_id, self.config.max_connections,
+                    version=self.config.version)
                 break
             except SessionConflict as conflict:
                 if self.mono() >= deadline:
@@ -248,7 +249,8 @@ class Supervisor:
         await self._start_session()
         keeper = self.keeper
         assert keeper is not None  # the session has started
-        logger.info("worker started", worker_id=self.worker_id, table=cfg.table,
+        logger.info("worker started", worker_id=self.worker_id, version=cfg.version or None,
+                    table=cfg.table,
                     max_connections=cfg.max_connections, lease_ms=cfg.lease_ms,
                     heartbeat_ms=cfg.heartbeat_ms, renew_mode=cfg.renew_mode,
                     checkpoint_ms=cfg.checkpoint_ms, owner=self.owner)

@@ -94,12 +94,14 @@ class SessionRow:
     reaped: bool
     draining: bool = False  # ``holdfast drain``: shedding everything, claiming nothing
     target: float | None = None  # a live rebalancing target: the share it is aimed at
+    version: str = ""  # HOLDFAST_WORKER_VERSION ("": not known)
 
     def to_json(self) -> dict[str, Any]:
         return {"owner": self.owner, "state": self.state, "held": self.held,
                 "capacity": self.capacity, "heartbeat_age_ms": self.heartbeat_age_ms,
                 "expires_in_ms": self.expires_in_ms, "reaped": self.reaped,
-                "draining": self.draining, "target": self.target}
+                "draining": self.draining, "target": self.target,
+                "version": self.version or None}
 
 
 def session_rows(items: list[SessionItem | MalformedItem], now_ms: int) -> list[SessionRow]:
@@ -115,7 +117,7 @@ def session_rows(items: list[SessionItem | MalformedItem], now_ms: int) -> list[
             now_ms) else None
         rows.append(SessionRow(item.owner, state, item.held, item.capacity,
                                now_ms - item.heartbeat_at_ms, item.expires_at_ms - now_ms,
-                               item.reaped, item.draining, target))
+                               item.reaped, item.draining, target, item.version))
     return sorted(rows, key=lambda r: (r.state != "ALIVE", r.owner))
 
 

@@ -357,7 +357,8 @@ def _run_status(args: argparse.Namespace) -> int:
     console = Console()
     for r in st.sessions:
         color = {"ALIVE": "green", "SILENT": "red", "DEAD": "red"}.get(r.state, "yellow")
-        console.print(f"  session [{color}]{r.state}[/] {r.owner}: {r.held}/{r.capacity} "
+        console.print(f"  session [{color}]{r.state}[/] {r.owner}"
+                      + (f" ({r.version})" if r.version else "") + f": {r.held}/{r.capacity} "
                       f"streams, heartbeat {_secs(r.heartbeat_age_ms)} ago"
                       + (f", expires in {_secs(r.expires_in_ms)}" if r.state == "ALIVE" else "")
                       + ("" if r.reaped or r.state == "ALIVE" else ", streams being released")

@@ -19,8 +19,10 @@ __all__ = [
     "MAX_EPOCH",
     "MAX_SEQ",
     "MAX_TIMESTAMP_MS",
+    "MAX_VERSION_LEN",
     "MAX_WEIGHT",
     "MAX_WORKER_ID_LEN",
+    "VERSION_PATTERN",
     "Lease",
     "LeaseItem",
     "int_attr",
@@ -40,6 +42,9 @@ MAX_OWNER_LEN = 256
 MAX_WORKER_ID_LEN = 200
 _CONN_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,200}$")
 _WORKER_ID = re.compile(rf"^[A-Za-z0-9._:@/+=-]{{1,{MAX_WORKER_ID_LEN}}}$")
+# A worker version (HOLDFAST_WORKER_VERSION): an ECS "family:revision", an image tag, a hash.
+MAX_VERSION_LEN = 128
+VERSION_PATTERN = re.compile(rf"[A-Za-z0-9._:@/+=-]{{1,{MAX_VERSION_LEN}}}")
 
 AttributeMap = Mapping[str, Any]
 

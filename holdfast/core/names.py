@@ -56,6 +56,7 @@ __all__ = [
     "ENV_TRACE_FILE",
     "ENV_TRACING",
     "ENV_WATCHDOG",
+    "ENV_WORKER_VERSION",
     "FAILURE_FIELDS",
     "HANDLER_ON_FAILURE_PARK",
     "HANDLER_ON_FAILURE_POLICIES",
@@ -184,6 +185,7 @@ SQS_MAX_BODY_BYTES: Final = 262_144  # SQS's limit for one message (256 KiB)
 # "false" turns off the thread that exits the process when the loop is blocked past a fence.
 ENV_WATCHDOG: Final = "HOLDFAST_WATCHDOG"
 ENV_ALLOWED_HOSTS: Final = urls.ENV_ALLOWED_HOSTS  # defined once, with the URL policy
+ENV_WORKER_VERSION: Final = "HOLDFAST_WORKER_VERSION"  # what a worker runs (its session item)
 ENV_RECORD_AWS_CALLS: Final = "HOLDFAST_RECORD_AWS_CALLS"  # tests: a directory to log calls in
 # Powertools reads these two itself, so no code has to pass a service name or namespace.
 ENV_SERVICE_NAME: Final = "POWERTOOLS_SERVICE_NAME"

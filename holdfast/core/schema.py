@@ -133,6 +133,7 @@ class SessionAttributes:
     expires_at_ms: str = "session_expires_at_ms"
     heartbeat_at_ms: str = "heartbeat_at_ms"
     started_at_ms: str = "started_at_ms"
+    worker_version: str = "worker_version"  # HOLDFAST_WORKER_VERSION (absent: not known)
     held: str = "held"  # streams held at the last heartbeat
     capacity: str = "capacity"  # HOLDFAST_MAX_CONNECTIONS
     orders: str = "orders"  # string set of orders for this worker ("stop:<conn id>")

@@ -28,7 +28,13 @@ from holdfast.core.aws import ConditionFailed, call, pages
 from holdfast.core.directives import Directing, Directive, float_attr
 from holdfast.core.exceptions import MalformedItem, SessionConflict, SessionLost
 from holdfast.core.expressions import num
-from holdfast.core.model import MAX_TIMESTAMP_MS, int_attr, str_attr, validate_worker_id
+from holdfast.core.model import (
+    MAX_TIMESTAMP_MS,
+    VERSION_PATTERN,
+    int_attr,
+    str_attr,
+    validate_worker_id,
+)
 from holdfast.core.reaping import (
     REAPED_TTL_S,
     REPORT_READS,
@@ -111,6 +117,7 @@ class SessionItem:
     directive: Directive | None = None
     draining: bool = False
     ended_at_ms: int = 0  # when it stopped being ALIVE (DEAD or ENDED); 0: still ALIVE
+    version: str = ""  # HOLDFAST_WORKER_VERSION ("": not known, or not a version)
 
     @property
     def owner(self) -> str:
@@ -144,7 +151,13 @@ class SessionItem:
                    _n(raw, SESSION.started_at_ms, pk) or 0,
                    float_attr(raw.get(SESSION.load)),
                    Directive.from_item(raw), _draining(raw),
-                   _n(raw, SESSION.ended_at_ms, pk) or 0)
+                   _n(raw, SESSION.ended_at_ms, pk) or 0, _version(raw))
+
+
+def _version(raw: Mapping[str, Any]) -> str:
+    # Informational: an odd value is not a reason to skip (and so never reap) the session.
+    version = str_attr(raw, SESSION.worker_version) or ""
+    return version if VERSION_PATTERN.fullmatch(version) else ""
 
 
 def _draining(raw: Mapping[str, Any]) -> bool:
@@ -175,7 +188,8 @@ class SessionStore(Reaper, Directing):
                     yield bad
 
     # -- the worker's own session ----------------------------------------------------------
-    def start(self, worker_id: str, capacity: int, incarnation: str | None = None) -> Session:
+    def start(self, worker_id: str, capacity: int, incarnation: str | None = None, *,
+              version: str = "") -> Session:
         """Begin a new incarnation of ``worker_id``; reap a silent predecessor first.
 
         ``SessionConflict`` if a live session (heartbeat within TTL + skew) holds the id.
@@ -194,7 +208,8 @@ class SessionStore(Reaper, Directing):
         item = {**self._key(worker_id), SESSION.incarnation: {"S": incarnation},
                 SESSION.state: {"S": SessionState.ALIVE}, SESSION.expires_at_ms: num(expires),
                 SESSION.heartbeat_at_ms: num(now), SESSION.started_at_ms: num(now),
-                SESSION.held: num(0), SESSION.capacity: num(capacity)}
+                SESSION.held: num(0), SESSION.capacity: num(capacity),
+                **({SESSION.worker_version: {"S": version}} if version else {})}
         cond, names, values = "attribute_not_exists(#pk)", {"#pk": SESSION.pk}, {}
         if old is not None:
             # Only over the predecessor we looked at: a concurrent starter wins or loses whole.

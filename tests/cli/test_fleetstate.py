@@ -81,6 +81,19 @@ def test_session_rows_show_draining_and_a_live_rebalancing_target() -> None:
     assert rows[0].to_json()["target"] == 5 and rows[1].to_json()["draining"] is True
 
 
+def test_session_rows_show_the_worker_version() -> None:
+    """status shows what each worker runs (None in JSON where it is not known)."""
+    from holdfast.cli.fleetstate import session_rows
+    from holdfast.core.schema import SessionState
+    from holdfast.core.sessions import SessionItem
+
+    now = 1_000_000
+    rows = session_rows([
+        SessionItem("a", "i1", SessionState.ALIVE, now + 5_000, now, 1, 10, version="wk:3"),
+        SessionItem("b", "i2", SessionState.ALIVE, now + 5_000, now, 1, 10)], now)
+    assert [r.to_json()["version"] for r in rows] == ["wk:3", None]
+
+
 def test_only_a_live_session_holds_and_its_time_left_is_the_sessions() -> None:
     """With the session items read, a stream is held only by a LIVE session (time left = the
     session's); silent, ended, replaced and unknown owners strand it, whatever its expiry."""

@@ -70,6 +70,22 @@ def test_heartbeat_extends_and_returns_orders(sessions: SessionStore, clock: Clo
     assert item is not None and item.held == 2 and item.state is SessionState.ALIVE
 
 
+def test_a_session_records_its_worker_version(sessions: SessionStore, ddb: Any,
+                                              unique_id: str) -> None:
+    """The version a worker starts with is in its session item; an odd one reads as unknown."""
+    sessions.start(unique_id, capacity=1, version="holdfast-worker:42")
+    item = sessions.get(unique_id)
+    assert item is not None and item.version == "holdfast-worker:42"
+    sessions.start(f"{unique_id}-b", capacity=1)
+    plain = sessions.get(f"{unique_id}-b")
+    assert plain is not None and plain.version == ""
+    ddb.update_item(TableName=sessions.table, Key={"Pk": {"S": f"WORKER#{unique_id}"}},
+                    UpdateExpression="SET worker_version = :v",
+                    ExpressionAttributeValues={":v": {"S": "no spaces allowed"}})
+    odd = sessions.get(unique_id)
+    assert odd is not None and odd.version == "" and odd.state is SessionState.ALIVE
+
+
 def test_a_live_twin_is_refused(sessions: SessionStore, clock: Clock, unique_id: str) -> None:
     """A second process with the id of a live session gets SessionConflict, not the session."""
     sessions.start(unique_id, capacity=1)

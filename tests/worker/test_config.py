@@ -17,6 +17,7 @@ from holdfast.worker.config import (
     buffer_bytes,
     default_worker_id,
     ecs_task_id,
+    ecs_task_version,
     load_config,
 )
 
@@ -149,7 +150,8 @@ def test_default_worker_id_is_unique_per_process() -> None:
 def metadata_server() -> Iterator[str]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = json.dumps({"TaskARN": "arn:aws:ecs:eu-west-1:123:task/fleet/0123abcd"})
+            body = json.dumps({"TaskARN": "arn:aws:ecs:eu-west-1:123:task/fleet/0123abcd",
+                               "Family": "holdfast-worker", "Revision": "42"})
             self.send_response(200 if self.path.endswith("/task") else 404)
             self.end_headers()
             self.wfile.write(body.encode())
@@ -174,6 +176,18 @@ def test_worker_id_from_ecs_task_metadata(metadata_server: str) -> None:
 def test_unreachable_metadata_falls_back() -> None:
     """A metadata endpoint that does not answer falls back to host-pid-random."""
     assert ecs_task_id({"ECS_CONTAINER_METADATA_URI_V4": "http://127.0.0.1:1/v4"}) is None
+    assert ecs_task_version({"ECS_CONTAINER_METADATA_URI_V4": "http://127.0.0.1:1/v4"}) is None
+
+
+def test_worker_version_from_the_setting_else_the_task_definition(metadata_server: str) -> None:
+    """HOLDFAST_WORKER_VERSION wins; on ECS without it, family:revision; elsewhere unknown."""
+    env = {"ECS_CONTAINER_METADATA_URI_V4": metadata_server}
+    assert ecs_task_version(env) == "holdfast-worker:42"
+    assert load_config(BASE | env).version == "holdfast-worker:42"
+    assert load_config(BASE | env | {"HOLDFAST_WORKER_VERSION": "v7"}).version == "v7"
+    assert load_config(BASE).version == ""
+    with pytest.raises(ConfigError, match="HOLDFAST_WORKER_VERSION"):
+        load_config(BASE | {"HOLDFAST_WORKER_VERSION": "two words"})
 
 
 def test_the_order_queue_prefix_is_read_and_checked() -> None:

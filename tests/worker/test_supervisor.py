@@ -141,6 +141,14 @@ async def test_a_lagging_loop_claims_nothing_more(fleet: Fleet, upstream: Upstre
         await async_wait_until(lambda: conn in run.worker.streams, 15, "claimed after the lag")
 
 
+async def test_the_session_names_the_workers_version(fleet: Fleet) -> None:
+    """A worker started with HOLDFAST_WORKER_VERSION records it in its session item."""
+    async with running_worker(fleet, Recorder(), HOLDFAST_WORKER_VERSION="hf:7") as run:
+        await async_wait_until(lambda: run.worker.owner is not None, 10, "a session")
+        item = fleet.sessions().get(run.worker.worker_id)
+        assert item is not None and item.version == "hf:7"
+
+
 async def test_poison_and_conflicting_nudges_are_deleted(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
     """Unparseable nudges and nudges for streams held elsewhere are deleted, not retried."""
