@@ -15,7 +15,7 @@ either. From there everything is local:
   are over it, share + band when under), a moved stream's nudge (the router's reason
   ``moved``) is handed on to another worker; a failover's or a new stream's nudge is claimed
   as ever, so none waits for a decision. A stream we shed within the cool-down is never
-  claimed back. Draining claims nothing.
+  claimed back as a move (a failover's nudge for it we claim). Draining claims nothing.
 - **decider down**: targets lapse (``until_ms``) and the gate opens; nothing else depends on
   the decider. Draining goes on without one, ``HOLDFAST_DRAIN_AT_ONCE`` at a time.
 """

@@ -135,10 +135,12 @@ class Holdings:
     async def _claim(self, conn_id: str, source: str, span: Span | None) -> Claim | Later:
         if conn_id in self.streams or conn_id in self._claiming:
             return Claim.CONFLICT  # already ours (a duplicate nudge)
-        if self.balancing.refuses(conn_id) or (source == SOURCE_MOVED and (
-                self._room_for_moves() <= 0)):
-            # We shed it (never straight back), or it is a move and we are at our share:
-            # handed on to a worker below it.
+        if source == SOURCE_MOVED and (self.balancing.refuses(conn_id)
+                                       or self._room_for_moves() <= 0):
+            # A move: never straight back to us who shed it, nor past our share; handed on
+            # to a worker below it. Any other nudge (its new holder died, a sweep found it
+            # unclaimed) is ours if we have room: refusing it too, a failover soon after a
+            # rebalance hopped between the workers that had shed the stream.
             return Claim.REFUSED
         owner = self.owner()
         if self.free_capacity() <= 0 or owner is None:

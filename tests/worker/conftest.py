@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from holdfast.core.names import ENV_ORDERS_QUEUE_PREFIX
+from holdfast.core.nudge import REASON_MOVED
 from holdfast.core.orders import prefix_for
 from holdfast.core.schema import session_table_definition, table_definition
 from holdfast.core.sessions import SessionStore, sweep_sessions
@@ -307,11 +308,16 @@ class RouterSim:
                 conn = raw["Pk"]["S"].removeprefix("CONN#")
                 owner = raw.get("lease_owner")
                 exp = int(raw.get("lease_expires_at_ms", {"N": "0"})["N"])
-                key = (conn, raw.get("updated_at_ms", {"N": "0"})["N"])
+                updated = raw.get("updated_at_ms", {"N": "0"})["N"]
+                key = (conn, updated)
                 if raw["desired_state"]["S"] == "STARTED" and not owner and exp <= now \
                         and key not in self.sent:
                     self.sent.add(key)
-                    self.fleet.nudge(conn)
+                    # The router's reason: a release that stamped moved_at_ms is a move.
+                    moved = raw.get("moved_at_ms", {}).get("N") == updated
+                    self.fleet.nudge(conn, json.dumps({
+                        "conn_id": conn, "reason": REASON_MOVED if moved else "released",
+                        "epoch": None}))
 
     def stop(self) -> None:
         self.stop_event.set()

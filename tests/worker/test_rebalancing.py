@@ -8,6 +8,7 @@ import time
 from holdfast.core.directives import Directive, drain_body
 from holdfast.core.nudge import REASON_MOVED
 from holdfast.core.orders import order_queue_url
+from holdfast.worker.claimer import Claim
 from tests.worker.conftest import (
     Fleet,
     RouterSim,
@@ -50,12 +51,37 @@ async def test_a_target_moves_streams_gracefully_to_the_under_loaded_worker(
                                        10, "more messages after the move")
                 assert set(b.worker.streams) == moved and len(a.worker.streams) == 3
                 assert a.worker.counts["shed"] == 3
+                # Checked while both run: once B stops, A takes its streams back (a stop's
+                # release is no move) and sheds down to its share again.
+                for c in moved:
+                    assert item_attr(fleet.item(c), "moved_at_ms") is not None
+                assert all(item_attr(fleet.item(c), "moved_at_ms") is None
+                           for c in set(conns) - moved)
     finally:
         router.stop()
     for c in moved:
-        assert item_attr(fleet.item(c), "moved_at_ms") is not None
         assert missing_seqs(rec.seqs(c)) == [], c
-    assert all(item_attr(fleet.item(c), "moved_at_ms") is None for c in set(conns) - moved)
+
+
+async def test_a_shed_stream_is_refused_as_a_move_but_taken_back_in_a_failover(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """Within its cool-down a worker never takes back a stream it shed as a move; a
+    failover's nudge for it (its new holder died) it claims like any other."""
+    conn = f"{unique_id}-back"
+    fleet.create(conn, upstream.url(conn))
+    async with running_worker(fleet, Recorder()) as a:
+        await async_wait_until(lambda: a.worker.owner, 5, "A's session")
+        owner = a.worker.owner
+        assert owner is not None
+        assert await a.worker.holdings.claim(conn, "test") is not None
+        assert fleet.sessions().set_draining(owner, True)
+        await async_wait_until(lambda: conn not in a.worker.streams, 10, "shed by the drain")
+        assert fleet.sessions().set_draining(owner, False)
+        await async_wait_until(lambda: not a.worker.balancing.draining, 10, "drain cancelled")
+        assert a.worker.balancing.refuses(conn)
+        assert await a.worker.holdings.claim(conn, "moved") is Claim.REFUSED
+        fleet.nudge(conn, json.dumps({"conn_id": conn, "reason": "released", "epoch": None}))
+        await async_wait_until(lambda: conn in a.worker.streams, 5, "taken back")
 
 
 async def test_drain_by_the_order_queue_empties_a_worker_that_keeps_running(
