@@ -87,7 +87,8 @@ def crash_production_md(cp: dict[str, Any]) -> list[str]:
             out.append(f"\n{MODES[m]}, per round (first / last stream handled again, s): "
                        + "; ".join(f"{a:.2f} / {b:.2f}" for a, b in rounds) + ". The spread "
                        "within a round is the claim term: the sweeper's reap releases the dead "
-                       "worker's streams one write after another, each then nudged and claimed.")
+                       "worker's streams in batches, the router nudges each, and the survivor "
+                       "claims them ten per receive.")
     out += ["", "Detection arithmetic (from the timings alone):", ""]
     out += [f"- {MODES[m]}: {_arith(m, cp[m]['detection_s'])}." for m in modes
             if cp[m].get("detection_s")]
