@@ -192,8 +192,21 @@ class FleetStatus:
     sessions: list[SessionRow] = field(default_factory=list)
     stranded: list[StrandedRow] = field(default_factory=list)
 
+    def versions(self) -> dict[str, tuple[int, int]]:
+        """What the live workers run: version -> (workers, streams they hold); "" is not
+        known. Two or more versions at once: a deploy (or a rollback) is under way."""
+        out: dict[str, tuple[int, int]] = {}
+        for r in self.sessions:
+            if r.state == "ALIVE":
+                workers, held = out.get(r.version, (0, 0))
+                out[r.version] = (workers + 1, held + r.held)
+        return dict(sorted(out.items()))
+
     def to_json(self) -> dict[str, Any]:
-        return {"sessions": [r.to_json() for r in self.sessions], "workers": self.workers,
+        return {"sessions": [r.to_json() for r in self.sessions],
+                "versions": {v or "unknown": {"workers": w, "streams": n}
+                             for v, (w, n) in self.versions().items()},
+                "workers": self.workers,
                 "streams": self.streams, "started": self.started,
                 "stopped": self.stopped, "unowned_started": self.unowned_started,
                 "stranded": [r.to_json() for r in self.stranded],

@@ -364,6 +364,12 @@ def _run_status(args: argparse.Namespace) -> int:
                       + ("" if r.reaped or r.state == "ALIVE" else ", streams being released")
                       + (", draining" if r.draining else "")
                       + (f", rebalancing to {r.target:g}" if r.target is not None else ""))
+    versions = st.versions()
+    if any(versions):  # some worker says what it runs
+        console.print(("[yellow]versions live (a deploy is under way)[/]: " if len(versions) > 1
+                       else "version live: ")
+                      + ", ".join(f"{v or 'unknown'} ({w} worker{'s' * (w != 1)}, {n} "
+                                  f"stream{'s' * (n != 1)})" for v, (w, n) in versions.items()))
     console.print(f"[bold]{len(st.workers)} workers[/], {st.streams} streams "
                   f"({st.started} started, {st.stopped} stopped)")
     for owner, n in st.workers.items():

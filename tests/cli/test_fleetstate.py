@@ -94,6 +94,25 @@ def test_session_rows_show_the_worker_version() -> None:
     assert [r.to_json()["version"] for r in rows] == ["wk:3", None]
 
 
+def test_status_counts_workers_and_streams_per_version() -> None:
+    """Live sessions grouped by what they run: two versions at once is a deploy under way."""
+    from holdfast.cli.fleetstate import FleetStatus, session_rows
+    from holdfast.core.schema import SessionState
+    from holdfast.core.sessions import SessionItem
+
+    now = 1_000_000
+    rows = session_rows([
+        SessionItem("a", "i1", SessionState.ALIVE, now + 5_000, now, 30, 50, version="wk:3"),
+        SessionItem("b", "i2", SessionState.ALIVE, now + 5_000, now, 20, 50, version="wk:4"),
+        SessionItem("c", "i3", SessionState.ALIVE, now + 5_000, now, 10, 50, version="wk:4"),
+        SessionItem("d", "i4", SessionState.DEAD, now - 5_000, now - 9_000, 5, 50,
+                    version="wk:2")], now)
+    st = FleetStatus({}, 60, 60, 0, [], [], [], sessions=rows)
+    assert st.versions() == {"wk:3": (1, 30), "wk:4": (2, 30)}
+    assert st.to_json()["versions"] == {"wk:3": {"workers": 1, "streams": 30},
+                                        "wk:4": {"workers": 2, "streams": 30}}
+
+
 def test_only_a_live_session_holds_and_its_time_left_is_the_sessions() -> None:
     """With the session items read, a stream is held only by a LIVE session (time left = the
     session's); silent, ended, replaced and unknown owners strand it, whatever its expiry."""

@@ -238,12 +238,14 @@ def test_status_counts_owners_and_unowned(aws_env: dict[str, str], ddb_local: Lo
     held, free = f"{unique_id}-held", f"{unique_id}-free"
     for sid in (held, free):
         assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/x")[0] == 0
-    owner = _session_store(aws_env, ddb_local, wall_clock_ms()).start(unique_id, 10).owner
+    owner = _session_store(aws_env, ddb_local, wall_clock_ms()).start(
+        unique_id, 10, version="hf:9").owner
     LeaseStore(client_for(ddb_local, "dynamodb"), aws_env["HOLDFAST_TABLE"],
                lease_ms=3_600_000, skew_ms=0).acquire(held, owner)
     code, out, _ = run(capsys, "status", "--json")
     st = json.loads(out)
     assert code == 0 and st["workers"][owner] == 1
+    assert st["versions"] == {"hf:9": {"workers": 1, "streams": 0}}  # held: as last reported
     assert free in st["unowned_started"] and held not in st["unowned_started"]
     assert isinstance(st["queue_depth"], int) and isinstance(st["dlq_depth"], int)
     row = ls_json(capsys, unique_id)[held]
@@ -253,6 +255,7 @@ def test_status_counts_owners_and_unowned(aws_env: dict[str, str], ddb_local: Lo
     assert code == 0 and owner in out and held in out
     code, out, _ = run(capsys, "status")
     assert code == 0 and "unowned STARTED streams" in out
+    assert "version live: hf:9 (1 worker, 0 streams)" in out and f"{owner} (hf:9)" in out
 
 
 @pytest.mark.usefixtures("own_tables_env")
