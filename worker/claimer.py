@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from aws_lambda_powertools import Logger
 
-from holdfast.core import tracing
+from holdfast.core import names, tracing
 from holdfast.core.aws import call
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.nudge import (
@@ -225,6 +225,8 @@ class Claimer:
                     again.append((message, 1))
             else:  # claimed, a definitive no, or poison
                 delete.append(message)
+        if hand:
+            self.metrics.incr(names.METRIC_NUDGES_HANDED_ON, len(hand))
         # Settle in the background: the next poll need not wait for the deletes.
         task = asyncio.create_task(on_io_threads(self._settle, delete, again, hand))
         self._settling.add(task)

@@ -84,6 +84,7 @@ __all__ = [
     "METRIC_NORMALISED",
     "METRIC_NUDGES",
     "METRIC_NUDGES_FAILED",
+    "METRIC_NUDGES_HANDED_ON",
     "METRIC_OLDEST_ORPHAN_AGE",
     "METRIC_POISON_MESSAGES",
     "METRIC_RECONNECTS",
@@ -244,6 +245,9 @@ METRIC_MESSAGES_HANDLED: Final = "MessagesHandled"
 # reconnect budget; the sweeper's targets written, and the load above the fair shares.
 METRIC_STREAMS_SHED: Final = "StreamsShed"
 METRIC_CONNECTS_DELAYED: Final = "ConnectsDelayed"
+# Nudges a worker passed to the others (full, stopping, a move above its share): many of them
+# mean nudges hop between workers before one claims.
+METRIC_NUDGES_HANDED_ON: Final = "NudgesHandedOn"
 # Times a worker stopped taking claims because its event loop lagged past 1 s.
 METRIC_CLAIMS_PAUSED_LAGGING: Final = "ClaimsPausedLagging"
 METRIC_BALANCE_TARGETS: Final = "BalanceTargets"

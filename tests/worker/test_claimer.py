@@ -119,13 +119,15 @@ async def test_stopping_worker_hands_caught_nudges_on(queue: Any) -> None:
 
 
 async def test_a_refused_nudge_is_handed_on_with_its_hops_then_waits(queue: Any) -> None:
-    """A stream we shed is handed on with hops + 1; at MAX_HOPS it waits a second instead."""
+    """A stream we shed is handed on with hops + 1 (each one counted); at MAX_HOPS it waits a
+    second instead."""
     sqs, url = queue
 
     async def claim(conn_id: str, source: str) -> Claim:
         return Claim.REFUSED
 
-    claimer = Claimer(sqs, url, claim, lambda: 10, WorkerMetrics(), poll_s=1)
+    metrics = WorkerMetrics()
+    claimer = Claimer(sqs, url, claim, lambda: 10, metrics, poll_s=1)
     send(sqs, url, "r")
     for hop in range(1, MAX_HOPS + 1):
         resp = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
@@ -139,6 +141,7 @@ async def test_a_refused_nudge_is_handed_on_with_its_hops_then_waits(queue: Any)
     (message,) = resp["Messages"]
     await claimer.handle([dict(message)])  # the last hop: back in a second, not handed on
     await asyncio.gather(*claimer._settling)
+    assert metrics.totals["NudgesHandedOn"] == MAX_HOPS
     assert visible(sqs, url) == []
     await asyncio.sleep(1.3)
     assert visible(sqs, url) == ["r"]
