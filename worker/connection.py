@@ -47,8 +47,8 @@ __all__ = ["FRAMES_PER_TURN", "ConnectOptions", "Connection", "ConnectionContext
            "resolve_checked"]
 
 logger = Logger(service="holdfast-worker", child=True)
-# Buffered frames delivered before the stream gives the loop a turn (see ``_session``): at about
-# 50 us a frame, 150 replaying streams keep each loop round under 0.1 s.
+# Buffered frames delivered before the stream gives the loop a turn (see ``_session``): a loop
+# round with every stream replaying is at most this many handler calls per stream.
 FRAMES_PER_TURN = 8
 LOG_EVERY_MS = 60_000  # a per-frame warning is logged at most this often per stream and kind
 

@@ -77,6 +77,9 @@ class SessionKeeper:
     stop_stream: Callable[[Order], bool]  # True if the stream was ours and is now stopping
     on_lost: Callable[[SessionLost], Awaitable[None]]
     mono: Callable[[], int]
+    # The loop's clock (``worker.loopclock``): ``run`` is its one writer; the keep-alive
+    # thread, the claim admission, the watchdog and /health read it.
+    clock: LoopClock
     # Rebalancing: our load (sum of weights) for the item, and what each heartbeat read back
     # (the target and drain flag, ``holdfast.core.directives``).
     load: Callable[[], float] | None = None
@@ -88,9 +91,6 @@ class SessionKeeper:
     # the next attempt must not queue behind it.
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=2, thread_name_prefix="holdfast-session-call"))
-    # The loop's clock (``worker.loopclock``): ``run`` is its one writer, the keep-alive
-    # thread, the claim admission, the watchdog and /health read it. None: one of our own.
-    clock: LoopClock | None = None
     _snapshot: tuple[int, float | None] = (0, None)
     _done: frozenset[str] = frozenset()
     _loop: asyncio.AbstractEventLoop | None = None
@@ -110,15 +110,6 @@ class SessionKeeper:
             self.last_ok_mono_ms = sent_mono_ms
         self.publish()
 
-    def __post_init__(self) -> None:
-        if self.clock is None:
-            self.clock = LoopClock(self.mono, tick_ms=self.publish_ms(self.timing))
-
-    @property
-    def loop_clock(self) -> LoopClock:
-        assert self.clock is not None  # set in __post_init__
-        return self.clock
-
     @staticmethod
     def publish_ms(timing: rules.LeaseTiming) -> int:
         """How often the loop stamps its clock: a quarter heartbeat, at most 250 ms."""
@@ -128,11 +119,7 @@ class SessionKeeper:
         """The loop is alive now (called on the loop); with ``snapshot``, holding this much."""
         if snapshot:
             self._snapshot = (self.held(), self.load() if self.load is not None else None)
-        self.loop_clock.stamp()
-
-    def loop_lag_ms(self) -> int:
-        """How far behind the loop runs: how overdue its next stamp is (0 on time)."""
-        return self.loop_clock.lag_ms()
+        self.clock.stamp()
 
     async def run(self) -> None:
         """Run the keep-alive thread and publish the loop's stamp until cancelled."""
@@ -144,7 +131,7 @@ class SessionKeeper:
         try:
             ticks = 0
             while True:
-                await asyncio.sleep(self.loop_clock.tick_ms / 1000)
+                await asyncio.sleep(self.clock.tick_ms / 1000)
                 # The load sums every stream's weight (5,000 at a time): once per half period
                 # is enough for the heartbeat; the stamp itself is cheap.
                 ticks += 1
@@ -236,7 +223,7 @@ class SessionKeeper:
             return
 
     def _loop_stuck(self, now: int) -> bool:
-        stale_ms = max(0, now - self.loop_clock.stamp_ms)
+        stale_ms = max(0, now - self.clock.stamp_ms)
         stuck = stale_ms > loop_bound_ms(self.timing)
         if stuck != self._stalled:
             self._stalled = stuck

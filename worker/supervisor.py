@@ -169,8 +169,8 @@ class Supervisor:
             self.keeper = SessionKeeper(
                 self.sessions, session, timing, self.metrics, held=lambda: len(self.streams),
                 capacity=self.config.max_connections, stop_stream=self._order,
-                on_lost=self._session_lost, mono=self.mono,
-                load=self.balancing.load, on_beat=self.balancing.update, clock=self.loop_clock)
+                on_lost=self._session_lost, mono=self.mono, clock=self.loop_clock,
+                load=self.balancing.load, on_beat=self.balancing.update)
         self.keeper.started(session, sent)
         self.owner = session.owner
         if self.inbox is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Final
 
 from holdfast.core import names, urls
-from holdfast.core.model import MAX_VERSION_LEN, MAX_WORKER_ID_LEN
+from holdfast.core.model import MAX_VERSION_LEN, MAX_WORKER_ID_LEN, VERSION_PATTERN
 from holdfast.core.orders import validate_prefix
 from holdfast.core.setting_kinds import Choice, Flag, Integer, Number, Setting, Text
 
@@ -71,8 +71,7 @@ WORKER_ID: Final = Text(
     default_doc="ECS task id, else host-pid-random",
     doc="Unique per process; the lease owner is <worker id>#<incarnation>.")
 WORKER_VERSION: Final = Text(
-    name=names.ENV_WORKER_VERSION, readers=_W,
-    pattern=rf"[A-Za-z0-9._:@/+=-]{{1,{MAX_VERSION_LEN}}}",
+    name=names.ENV_WORKER_VERSION, readers=_W, pattern=VERSION_PATTERN.pattern,
     shape=f"1-{MAX_VERSION_LEN} letters, digits and ._:@/+=-",
     default_doc="ECS task definition family:revision, else none",
     doc="What this worker runs: kept in its session item, shown by holdfast status.")
