@@ -31,6 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core.exceptions import HoldfastError, MalformedItem
 from holdfast.core.liveness import session_owner
+from holdfast.core.nudge import Nudge, send_nudges
 from holdfast.core.orders import is_missing_queue, order_queue_name, order_queue_url
 from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionStore
@@ -41,8 +42,8 @@ if TYPE_CHECKING:
 
     from holdfast.lambdas.router.decide import Decision
 
-__all__ = ["COLLECT_EVERY_MS", "QueueCollector", "queue_orders", "queues_to_delete",
-           "send_body"]
+__all__ = ["COLLECT_EVERY_MS", "QueueCollector", "queue_handoffs", "queue_orders",
+           "queues_to_delete", "send_body"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,29 @@ def queue_orders(decisions: Mapping[str, Decision], sqs: SQSClient, nudge_queue_
                         "order not queued: no order queue", conn_id=order.conn_id, owner=owner,
                         detail=detail, verb=order.verb)
     return counts
+
+
+def queue_handoffs(sqs: SQSClient, nudge_queue_url: str, prefix: str,
+                   nudges: Iterable[Nudge]) -> tuple[list[Nudge], list[tuple[Nudge, str]]]:
+    """Send each handoff nudge (``to`` set) to its successor's order queue, batched per
+    successor, one attempt (the caller falls back to the shared queue for what failed).
+    Returns (sent, [(unsent, why)])."""
+    by_owner: dict[str, list[Nudge]] = {}
+    for nudge in nudges:
+        if nudge.to is not None:
+            by_owner.setdefault(nudge.to, []).append(nudge)
+    sent: list[Nudge] = []
+    failed: list[tuple[Nudge, str]] = []
+    for owner, batch in by_owner.items():
+        try:
+            url = order_queue_url(nudge_queue_url, prefix, owner)
+        except ValueError as exc:
+            failed.extend((n, str(exc)[:200]) for n in batch)
+            continue
+        report = send_nudges(sqs, url, batch, attempts=1)
+        sent.extend(report.sent)
+        failed.extend(report.failed)
+    return sent, failed
 
 
 def queues_to_delete(queue_urls: Iterable[str], live_owners: Iterable[str],

@@ -75,6 +75,9 @@ class Balancing:
         self._wake = asyncio.Event()
         self.owned_elsewhere, self.sleep = owned_elsewhere, sleep
         self._moving: set[str] = set()  # released by a shed, not yet owned again
+        # Handoffs named so far under the directive issued at ``_named_issued`` (its counts).
+        self._named: dict[str, int] = {}
+        self._named_issued = -1
         self._follows: set[asyncio.Task[None]] = set()
 
     # -- news -----------------------------------------------------------------------------
@@ -156,6 +159,22 @@ class Balancing:
         # Whole streams that fit under the ceiling: a claim never takes us past it (with
         # ceiling 27.5, 27 and not 28, which would be out of the band and moved again).
         return max(0, math.floor(d.ceiling - self.load() + 1e-9))
+
+    def successor(self) -> str | None:
+        """Whom the next stream we let go (shed, drained, stopped) is handed to: the decider's
+        successor with the most of its count left under the live directive; None when there
+        is none (no directive, none named, all counts used): then whoever has room takes it."""
+        d = self.live_directive()
+        if d is None or not d.successors:
+            return None
+        if d.issued_ms != self._named_issued:
+            self._named, self._named_issued = {}, d.issued_ms
+        left, owner = max(((n - self._named.get(o, 0), o) for o, n in d.successors),
+                          default=(0, ""))
+        if left <= 0:
+            return None
+        self._named[owner] = self._named.get(owner, 0) + 1
+        return owner
 
     def refuses(self, conn_id: str) -> bool:
         """True for a stream we shed within its cool-down: it goes to another worker."""

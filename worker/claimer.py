@@ -50,7 +50,7 @@ from holdfast.worker.metrics import WorkerMetrics
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["MAX_HOPS", "SOURCE_MOVED", "Claim", "ClaimFn", "Claimer", "Later",
+__all__ = ["MAX_HOPS", "SOURCE_HANDOFF", "SOURCE_MOVED", "Claim", "ClaimFn", "Claimer", "Later",
            "in_daemon_thread"]
 
 logger = Logger(service="holdfast-worker", child=True)
@@ -60,6 +60,7 @@ T = TypeVar("T")
 # "only ever the wrong workers" a one-in-a-thousand case when half the pollers would refuse.
 MAX_HOPS = 10
 SOURCE_MOVED = "moved"  # the claim's source for a moved stream's nudge (worker.holdings)
+SOURCE_HANDOFF = "handoff"  # a stream released to us by name, from our order queue
 
 
 class Claim(Enum):

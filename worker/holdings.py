@@ -286,21 +286,27 @@ class Holdings:
                      retry_in_s=round(retry_s, 1))
             return
         moved = held.stop_reason == SHED  # a rebalancing move: starts its cool-down
-        outcome = await self._release(conn, moved=moved)
+        # A move or a stop of ours is handed to the successor the decider named, if any.
+        successor = self.balancing.successor() if moved or held.stop_reason in (
+            "shutdown", "shutdown-timeout") else None
+        outcome = await self._release(conn, moved=moved, successor=successor)
         self.counts["released" if outcome == "released" else f"release_{outcome}"] += 1
+        if successor is not None and outcome == "released":
+            self.metrics.incr(names.METRIC_STREAMS_HANDED_OFF)
         if moved and outcome == "released":
             self.counts["shed"] += 1
             self.balancing.moved(conn.conn_id)
 
     async def _release(self, conn: Connection, *, attempts: int = 20,
                        error: str | None = None, retry_at_ms: int | None = None,
-                       moved: bool = False) -> str:
+                       moved: bool = False, successor: str | None = None) -> str:
         held = conn.held
         for attempt in range(attempts):
             try:
                 lost = await on_io_threads(self.store.release, held.lease,
-                                               held.checkpoint, error=error,
-                                               retry_at_ms=retry_at_ms, moved=moved)
+                                           held.checkpoint, error=error,
+                                           retry_at_ms=retry_at_ms, moved=moved,
+                                           successor=successor)
             except StoreUnavailable as exc:
                 if attempt + 1 < attempts and self.mono() < held.fence_mono_ms:
                     await asyncio.sleep(0.2 * (attempt + 1))
@@ -313,7 +319,8 @@ class Holdings:
                 return "failed"
             if lost is not None and lost is not LossReason.STOPPED:
                 return f"not_ours_{lost}"
-            conn.log("info", "released", checkpoint=held.checkpoint, handled=held.cursor.handled)
+            conn.log("info", "released", checkpoint=held.checkpoint, handled=held.cursor.handled,
+                     successor=successor)
             return "released"
         return "failed"
 

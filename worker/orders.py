@@ -9,6 +9,8 @@ if this queue is gone, throttled or a message is lost, the stop is late, never l
 - ``open(owner)``: create the queue of a new incarnation (idempotent) and start reading it; the
   previous incarnation's queue is deleted. Messages live 60 s: an order that old has been
   carried out through the session item anyway.
+- Also here: rebalancing directives and the drain flag (``worker.balancing``), and handoff
+  nudges, streams another worker released to us by name (claimed at once).
 - ``run()``: long-poll until cancelled. A message for another owner (a reused name cannot, but
   a forged one could) or one this version does not understand is deleted with a log line; a
   failed receive is retried with jittered back-off, and a queue that vanished (the sweeper
@@ -30,6 +32,7 @@ from aws_lambda_powertools import Logger
 from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core.directives import Directive, parse_inbox_body
+from holdfast.core.nudge import Nudge
 from holdfast.core.orders import Order, is_missing_queue, order_queue_name
 from holdfast.worker.claimer import in_daemon_thread
 
@@ -57,6 +60,9 @@ class OrderInbox:
     # Rebalancing news (a target, or the drain flag) sent to this queue by the decider or
     # ``holdfast drain``; None: such messages are ignored like unknown ones.
     directive: Callable[[Directive | bool], None] | None = None
+    # A stream released to us by name (a handoff, ``holdfast.core.nudge.REASON_HANDOFF``):
+    # claimed at once; None: ignored (the shared queue's nudge comes when the hold ends).
+    handoff: Callable[[Nudge], None] | None = None
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rand: Callable[[], float] = random.random
     owner: str | None = None
@@ -138,6 +144,9 @@ class OrderInbox:
                 acted = self.stop_stream(said)
                 logger.info("order", verb=said.verb, conn_id=said.conn_id, epoch=said.epoch,
                             held=acted, via="queue")
+            elif isinstance(said, Nudge):
+                if self.handoff is not None:
+                    self.handoff(said)
             elif said is not None and self.directive is not None:
                 self.directive(said)
             else:

@@ -32,6 +32,7 @@ from holdfast.core.exceptions import (
     SessionLost,
     StoreUnavailable,
 )
+from holdfast.core.nudge import Nudge
 from holdfast.core.orders import ORDER_STOP, Order
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.sessions import SessionStore
@@ -39,7 +40,7 @@ from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.worker.balancing import Balancing, owned_elsewhere_by
 from holdfast.worker.budget import ConnectBudget
 from holdfast.worker.checkpointer import Checkpointer
-from holdfast.worker.claimer import Claimer
+from holdfast.worker.claimer import SOURCE_HANDOFF, Claimer
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection
 from holdfast.worker.handler import Handler, default_handler
@@ -107,7 +108,7 @@ class Supervisor:
         self.keeper: SessionKeeper | None = None  # from the first session start on
         # Stop orders sent straight to us (sub-second); the session item stays their backstop.
         self.inbox = OrderInbox(sqs, config.orders_queue_prefix, self._order,
-                                directive=self.balancing.news) if (
+                                directive=self.balancing.news, handoff=self._handoff) if (
             config.orders_queue_prefix) else None
         # lease_owner of what we acquire: our session's owner (worker id and incarnation).
         # None: no live session, claim nothing.
@@ -128,6 +129,7 @@ class Supervisor:
             admit_connect=self.budget.admit,
             loop_lag_ms=self.loop_clock.lag_ms)
         self.tasks = self.holdings.tasks  # the connection tasks, awaited by the stop
+        self._handoffs: set[asyncio.Task[object]] = set()  # claims of handoffs in flight
 
     def free_capacity(self) -> int:
         return self.holdings.free_capacity()
@@ -186,6 +188,14 @@ class Supervisor:
         conn.log("info", f"{order.verb} order: draining and releasing", epoch=order.epoch)
         conn.drain("stopped" if order.verb == ORDER_STOP else "release ordered")
         return True
+
+    def _handoff(self, nudge: Nudge) -> None:
+        """A stream released to us by name: claim it now (our capacity and drain still
+        decide; if we cannot, the shared queue's nudge at the end of the hold finds another)."""
+        task = asyncio.get_running_loop().create_task(
+            self.holdings.claim(nudge.conn_id, SOURCE_HANDOFF), name=f"handoff:{nudge.conn_id}")
+        self._handoffs.add(task)
+        task.add_done_callback(self._handoffs.discard)
 
     async def _session_lost(self, lost: SessionLost) -> None:
         """Our session is dead or replaced: nothing of it may be used any more."""

@@ -11,6 +11,9 @@ Both live in the worker's session item, which the worker reads back with every h
   (slow, down, redeployed) leaves nothing behind but targets that lapse, and a worker with no
   live target claims and holds as it did before rebalancing existed. ``fleet`` is the number of
   live workers the decider saw (each worker's share of the fleet-wide reconnect budget).
+  ``successors``: where the streams this worker lets go should go, as (owner, how many): its
+  sheds, its drain, its SIGTERM. Each release names one (a handoff, ``store.release``), so a
+  move lands on the worker the decider chose, not on whoever polls first.
 - **Draining** (written by ``holdfast drain``): shed everything gracefully, claim nothing, keep
   running. It stays until ``holdfast drain --cancel`` or the end of the session.
 
@@ -27,15 +30,18 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.core.aws import ConditionFailed, call
 from holdfast.core.liveness import session_owner
+from holdfast.core.nudge import Nudge, parse_nudge
 from holdfast.core.orders import Order, parse_order
 from holdfast.core.schema import SESSION, SessionState, session_pk_for
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["Directing", "Directive", "drain_body", "float_attr", "parse_inbox_body"]
+__all__ = ["MAX_SUCCESSORS", "Directing", "Directive", "drain_body", "float_attr",
+           "parse_inbox_body"]
 
 _MAX = 10**9
+MAX_SUCCESSORS = 32  # successors named in one directive (the session item stays small)
 # Each field of a directive and its session-item attribute (its queue message uses the fields).
 _ITEM_NAMES = (("share", SESSION.target_share), ("ceiling", SESSION.target_ceiling),
                ("shed_at_once", SESSION.shed_at_once), ("until_ms", SESSION.target_until_ms),
@@ -54,6 +60,7 @@ class Directive:
     # When the decider decided it: a worker keeps the latest decision, whichever way (session
     # item or queue) it came first. A lapse (until_ms = issued_ms) ends a target early.
     issued_ms: int = 0
+    successors: tuple[tuple[str, int], ...] = ()
 
     @staticmethod
     def number(x: float) -> dict[str, str]:
@@ -65,7 +72,9 @@ class Directive:
 
     def attributes(self) -> dict[str, Any]:
         """The session-item attributes (DynamoDB JSON) of this directive."""
-        return {name: Directive.number(getattr(self, f)) for f, name in _ITEM_NAMES}
+        return {**{name: Directive.number(getattr(self, f)) for f, name in _ITEM_NAMES},
+                SESSION.target_successors: {"S": json.dumps(
+                    [list(s) for s in self.successors], separators=(",", ":"))}}
 
     @classmethod
     def from_item(cls, raw: Mapping[str, Any]) -> Directive | None:
@@ -73,14 +82,36 @@ class Directive:
         share, ceiling, at_once, until = [float_attr(raw.get(name)) for _, name in _ITEM_NAMES[:4]]
         if share is None or ceiling is None or at_once is None or until is None:
             return None
+        succ = raw.get(SESSION.target_successors)
         return cls(share, ceiling, int(at_once), int(until),
                    int(float_attr(raw.get(SESSION.fleet_size)) or 0),
-                   int(float_attr(raw.get(SESSION.target_issued_ms)) or 0))
+                   int(float_attr(raw.get(SESSION.target_issued_ms)) or 0),
+                   _successors(succ.get("S") if isinstance(succ, Mapping) else None))
 
     def body(self, owner: str) -> str:
         """The order-queue message of this directive for ``owner``."""
-        return json.dumps({"owner": owner, "directive": {f: getattr(self, f) for f, _ in
-                                                         _ITEM_NAMES}}, separators=(",", ":"))
+        fields: dict[str, Any] = {f: getattr(self, f) for f, _ in _ITEM_NAMES}
+        if self.successors:
+            fields["successors"] = [list(s) for s in self.successors]
+        return json.dumps({"owner": owner, "directive": fields}, separators=(",", ":"))
+
+
+def _successors(text: object) -> tuple[tuple[str, int], ...]:
+    """The successors in a JSON ``[[owner, count], ...]``; what is not a sane entry is left
+    out (a worker then lets that share go to whoever has room, as before handoffs)."""
+    try:
+        data = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return ()
+    if not isinstance(data, list):
+        return ()
+    out: list[tuple[str, int]] = []
+    for entry in data[:MAX_SUCCESSORS]:
+        if (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+                and session_owner(entry[0]) is not None and isinstance(entry[1], int)
+                and not isinstance(entry[1], bool) and 0 < entry[1] <= _MAX):
+            out.append((entry[0], entry[1]))
+    return tuple(out)
 
 
 def drain_body(owner: str, draining: bool) -> str:
@@ -88,11 +119,11 @@ def drain_body(owner: str, draining: bool) -> str:
     return json.dumps({"owner": owner, "drain": draining}, separators=(",", ":"))
 
 
-def parse_inbox_body(body: str, owner: str) -> Order | Directive | bool | None:
+def parse_inbox_body(body: str, owner: str) -> Order | Directive | Nudge | bool | None:
     """What an order-queue message for ``owner`` says, the one parser of that queue: an
-    ``Order`` (stop, release), a ``Directive``, a drain flag (bool), or None (none of these,
-    foreign, or malformed). A message must name its owner: a reused queue name, or a forged
-    message, cannot mislead."""
+    ``Order`` (stop, release), a ``Directive``, a handoff ``Nudge`` (a stream released to
+    us), a drain flag (bool), or None (none of these, foreign, or malformed). A message must
+    name its owner: a reused queue name, or a forged message, cannot mislead."""
     try:
         data = json.loads(body)
     except (TypeError, ValueError):
@@ -102,14 +133,22 @@ def parse_inbox_body(body: str, owner: str) -> Order | Directive | bool | None:
     order = data.get("order")
     if isinstance(order, str):
         return parse_order(order)
+    if "conn_id" in data:
+        try:
+            return parse_nudge(body)
+        except ValueError:
+            return None
     if isinstance(data.get("drain"), bool):
         return bool(data["drain"])
     d = data.get("directive")
     if not isinstance(d, dict):
         return None
-    return Directive.from_item({name: {"N": str(d[f])} for f, name in _ITEM_NAMES
-                                if isinstance(d.get(f), int | float)
-                                and not isinstance(d.get(f), bool)})
+    item: dict[str, Any] = {name: {"N": str(d[f])} for f, name in _ITEM_NAMES
+                            if isinstance(d.get(f), int | float)
+                            and not isinstance(d.get(f), bool)}
+    if isinstance(d.get("successors"), list):
+        item[SESSION.target_successors] = {"S": json.dumps(d["successors"])}
+    return Directive.from_item(item)
 
 
 def float_attr(value: object) -> float | None:

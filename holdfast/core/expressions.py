@@ -31,6 +31,7 @@ NAMES = {
     "#err": ATTR.last_error,
     "#errs": ATTR.error_count,
     "#moved": ATTR.moved_at_ms,
+    "#succ": ATTR.successor,
     **unowned.MARK_NAMES,
 }
 

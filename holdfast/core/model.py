@@ -82,6 +82,8 @@ class LeaseItem:
     status: str | None = None
     last_error: str | None = None
     error_count: int = 0
+    # The owner a handoff named (held for it until the expiry); a malformed one counts as none.
+    successor: str | None = None
 
     @property
     def started(self) -> bool:
@@ -114,6 +116,7 @@ class LeaseItem:
             status=p.opt_str(ATTR.status, 64),
             last_error=p.opt_str(ATTR.last_error, 4096),
             error_count=p.opt_int(ATTR.error_count, 0, 10**6) or 0,
+            successor=_successor(item),
         )
 
 
@@ -216,6 +219,12 @@ class _Parser:
         if not lo <= value <= hi:
             raise MalformedItem(self.key, f"{name}={value} is outside [{lo}, {hi}]")
         return value
+
+
+def _successor(item: AttributeMap) -> str | None:
+    # Only ever written by our release; anything else there is ignored, not fatal to the item.
+    s = str_attr(item, ATTR.successor)
+    return s if s and len(s) <= MAX_OWNER_LEN else None
 
 
 def _type_of(raw: Mapping[str, Any]) -> str:

@@ -94,6 +94,7 @@ __all__ = [
     "METRIC_SESSION_RENEW_FAILURES",
     "METRIC_STRANDED_RELEASED",
     "METRIC_STRANDED_STREAMS",
+    "METRIC_STREAMS_HANDED_OFF",
     "METRIC_STREAMS_REAPED",
     "METRIC_STREAMS_SHED",
     "METRIC_SWEEPS",
@@ -248,6 +249,8 @@ METRIC_CONNECTS_DELAYED: Final = "ConnectsDelayed"
 # Nudges a worker passed to the others (full, stopping, a move above its share): many of them
 # mean nudges hop between workers before one claims.
 METRIC_NUDGES_HANDED_ON: Final = "NudgesHandedOn"
+# Releases that named the successor the decider chose (a handoff, not "whoever polls first").
+METRIC_STREAMS_HANDED_OFF: Final = "StreamsHandedOff"
 # Times a worker stopped taking claims because its event loop lagged past 1 s.
 METRIC_CLAIMS_PAUSED_LAGGING: Final = "ClaimsPausedLagging"
 METRIC_BALANCE_TARGETS: Final = "BalanceTargets"

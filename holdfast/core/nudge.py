@@ -8,7 +8,9 @@ missing or malformed ``reason`` or ``epoch`` is read as empty, and unknown keys 
 A worker that hands a nudge on (it shed that stream a moment ago, or it is above its
 rebalancing share and the nudge is for a moved stream) adds ``HOPS``: how often it was handed
 on, so a nudge cannot bounce between the only pollers for ever. ``REASON_MOVED`` is the router's
-reason for the release of a rebalancing move (``moved_at_ms`` changed with it).
+reason for the release of a rebalancing move (``moved_at_ms`` changed with it);
+``REASON_HANDOFF`` for a release that named its successor (``successor``), which the router
+also sends to that worker's order queue (``holdfast.core.directives.handoff_body``).
 A back-off nudge is sent with ``DelaySeconds`` (not part of the body) so it arrives when the
 lease becomes claimable.
 
@@ -40,14 +42,19 @@ from holdfast.core.model import validate_conn_id
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["HOPS", "MAX_DELAY_S", "REASON_MOVED", "SQS_BATCH_LIMIT", "TRACE_ATTRIBUTE", "Nudge",
+__all__ = ["HOPS", "MAX_DELAY_S", "REASON_HANDOFF", "REASON_MOVED", "SQS_BATCH_LIMIT",
+           "TO", "TRACE_ATTRIBUTE", "Nudge",
            "SendReport", "delay_until", "parse_nudge", "send_nudges", "trace_attributes",
            "traceparent_of"]
 
 MAX_DELAY_S = 900  # SQS's maximum DelaySeconds
 SQS_BATCH_LIMIT = 10  # SQS's maximum entries per SendMessageBatch
 HOPS = "hops"  # body key: hand-ons so far (worker.claimer)
+TO = "owner"  # body key of a handoff nudge on an order queue: the successor it is for
 REASON_MOVED = "moved"  # a rebalancing move's release: over-share workers hand it on
+# A release that named its successor: sent to that worker's order queue at once, and to the
+# shared queue delayed until the hold ends (anyone may take it then).
+REASON_HANDOFF = "handoff"
 TRACE_ATTRIBUTE = "traceparent"  # the SQS message attribute (W3C trace context)
 
 
@@ -61,6 +68,9 @@ class Nudge:
     delay_s: int = 0
     traceparent: str | None = field(default=None, compare=False)
     hops: int = 0  # how often a worker handed it on (worker.claimer); absent from the body at 0
+    # The successor a handoff nudge on an order queue is for (None on the shared queue): an
+    # order queue's reader takes only what names it (``directives.parse_inbox_body``).
+    to: str | None = None
 
     def __post_init__(self) -> None:
         if not self.conn_id:
@@ -74,6 +84,8 @@ class Nudge:
                                "epoch": self.epoch}
         if self.hops:
             obj[HOPS] = self.hops
+        if self.to is not None:
+            obj[TO] = self.to
         return json.dumps(obj, separators=(",", ":"))
 
     def handed_on(self) -> Nudge:
@@ -110,10 +122,11 @@ def parse_nudge(body: str) -> Nudge:
     reason = obj.get("reason")
     epoch = obj.get("epoch")
     hops = obj.get(HOPS)
+    to = obj.get(TO)
     return Nudge(validate_conn_id(conn_id), reason if isinstance(reason, str) else "",
                  epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
                  hops=hops if isinstance(hops, int) and not isinstance(hops, bool) and (
-                     hops >= 0) else 0)
+                     hops >= 0) else 0, to=to if isinstance(to, str) else None)
 
 
 def delay_until(target_ms: int, now_ms: int) -> int:

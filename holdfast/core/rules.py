@@ -121,13 +121,17 @@ def is_expired(expires_at_ms: int | None, now_wall_ms: int, skew_ms: int) -> boo
     return expires_at_ms is None or expires_at_ms <= acquire_cutoff_ms(now_wall_ms, skew_ms)
 
 
-def claim_blocker(item: LeaseItem, now_wall_ms: int, skew_ms: int) -> LossReason | None:
-    """Why ``item`` cannot be acquired now, or None if it can (mirrors the store's condition)."""
+def claim_blocker(item: LeaseItem, now_wall_ms: int, skew_ms: int,
+                  claimer: str | None = None) -> LossReason | None:
+    """Why ``item`` cannot be acquired now by ``claimer``, or None if it can (mirrors the
+    store's condition: a handoff's hold does not block the successor it names)."""
     if not item.started:
         return LossReason.STOPPED
     if item.lease_owner:
         # Whatever its expiry says: only its holder or the reaper of a dead session frees it.
         return LossReason.HELD
+    if claimer is not None and item.successor == claimer:
+        return None
     return None if is_expired(item.lease_expires_at_ms, now_wall_ms, skew_ms) else (
         LossReason.BACKOFF)
 
@@ -146,6 +150,13 @@ def classify_loss(current: LeaseItem | None, owner: str, epoch: int) -> LossReas
 def fence_deadline_mono_ms(renew_sent_mono_ms: int, timing: LeaseTiming) -> int:
     """Monotonic time after which the holder must stop using a lease it last renewed then."""
     return renew_sent_mono_ms + timing.usable_ms
+
+
+# How long a handoff's release keeps a stream for the successor it names: the router's record,
+# one message on the successor's order queue and its acquire take well under a second; a
+# successor that died or is full costs the stream this much (plus the skew) before anyone may
+# take it. Short against the session TTL, so a handoff is never slower than a failover.
+HANDOFF_HOLD_MS: Final = 3_000
 
 
 # A full DynamoDB outage (every call throttled) this long, after a wave of refusals, must fence

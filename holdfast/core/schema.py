@@ -100,6 +100,9 @@ class Attributes:
     # last handed the stream on (its new holder does not move it again within the cool-down).
     weight: str = "weight"
     moved_at_ms: str = "moved_at_ms"
+    # A handoff: the owner a holder released the stream to. Until ``lease_expires_at_ms``
+    # (the hold) only that owner may acquire it; then anyone (``store.LeaseStore.acquire``).
+    successor: str = "successor"
 
 
 ATTR: Final = Attributes()
@@ -149,6 +152,8 @@ class SessionAttributes:
     target_until_ms: str = "target_until_ms"  # the target lapses then
     target_issued_ms: str = "target_issued_ms"  # when decided: the later decision wins
     fleet_size: str = "fleet_size"  # live workers the decider saw
+    # Where this worker's streams go when it lets them go (JSON [[owner, count], ...]).
+    target_successors: str = "target_successors"
     draining: str = "draining"  # BOOL, set by ``holdfast drain``
 
 

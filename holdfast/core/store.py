@@ -47,8 +47,9 @@ QUARANTINE_MS = 300_000
 
 # Only an unowned, STARTED item whose back-off (if any) is over can be acquired; the epoch
 # condition keeps the fencing token strictly increasing (``acquire``).
+# A handoff's hold (expiry in the future, ``successor`` = us) does not block the successor.
 _ACQUIRE_CONDITION = ("#ds = :started AND attribute_not_exists(#owner) AND "
-                      "(attribute_not_exists(#exp) OR #exp <= :cutoff) AND "
+                      "(attribute_not_exists(#exp) OR #exp <= :cutoff OR #succ = :me) AND "
                       "(attribute_not_exists(#epoch) OR #epoch < :epoch)")
 # Taking back a stream that our own session already owns (a lost answer, a failed release).
 _ADOPT_CONDITION = "#ds = :started AND #owner = :me AND #epoch < :epoch"
@@ -117,7 +118,7 @@ class LeaseStore:
                 # lost, or our release of it failed. Owners are unique per incarnation, so no
                 # other process wrote it: taken back under a new epoch.
                 ours = current.started and current.lease_owner == owner
-                blocker = rules.claim_blocker(current, now, self.skew_ms)
+                blocker = rules.claim_blocker(current, now, self.skew_ms, owner)
                 if not ours and not (current.lease_owner is None and blocker is None):
                     raise AcquireFailed(conn_id, blocker or LossReason.HELD, current) from None
                 adopt = adopt or ours
@@ -152,7 +153,7 @@ class LeaseStore:
         if not adopt:
             values[":cutoff"] = num(rules.acquire_cutoff_ms(now, self.skew_ms))
         return self._update("acquire", conn_id, "SET #owner = :me, #exp = :exp, #status = "
-                            ":running, #upd = :now, #epoch = :epoch",
+                            ":running, #upd = :now, #epoch = :epoch REMOVE #succ",
                             _ADOPT_CONDITION if adopt else _ACQUIRE_CONDITION, values,
                             returns="ALL_OLD")
 
@@ -218,19 +219,24 @@ class LeaseStore:
             return LossReason.INVALID
 
     def release(self, lease: Lease, handled_seq: int | None = None, *, error: str | None = None,
-                retry_at_ms: int | None = None, moved: bool = False) -> LossReason | None:
+                retry_at_ms: int | None = None, moved: bool = False,
+                successor: str | None = None) -> LossReason | None:
         """Final checkpoint and hand the lease back; None if released, else why it was not ours.
 
         With ``error`` the release is a give-up after upstream failures: the error is recorded
         and the lease stays unclaimable until ``retry_at_ms`` (the sweep finds it then).
         Otherwise it leaves the unowned-since marker (``holdfast.core.unowned``); ``moved``
         (a rebalancing move) also stamps ``moved_at_ms``, which starts the stream's cool-down.
+        ``successor`` makes it a handoff: the stream is kept for that owner alone for
+        ``rules.HANDOFF_HOLD_MS`` (the expiry), then anyone may take it.
         """
         now = self.clock()
         seq = rules.next_checkpoint(lease.last_seq, handled_seq)
         update = "SET #exp = :exp, #status = :status, #upd = :now, #errs = :errs"
+        handoff = successor is not None and error is None and successor != lease.owner
         values: dict[str, Any] = {
-            ":exp": num(retry_at_ms if error is not None and retry_at_ms else 0),
+            ":exp": num(retry_at_ms if error is not None and retry_at_ms else
+                        now + rules.HANDOFF_HOLD_MS if handoff else 0),
             ":status": string(LeaseStatus.BACKOFF if error is not None
                             else LeaseStatus.RELEASED),
             ":now": num(now),
@@ -247,11 +253,14 @@ class LeaseStore:
             values[":unowned_since"] = num(now)
             if moved:
                 update += ", #moved = :now"
+            if handoff:
+                update += ", #succ = :succ"
+                values[":succ"] = string(str(successor))
         if seq is not None:
             update += ", #seq = :seq"
             condition += " AND (attribute_not_exists(#seq) OR #seq <= :seq)"
             values[":seq"] = num(seq)
-        update += " REMOVE #owner"
+        update += " REMOVE #owner" if handoff else " REMOVE #owner, #succ"
         try:
             self._update("release", lease.conn_id, update, condition, values)
         except ConditionFailed as failed:
@@ -273,7 +282,8 @@ class LeaseStore:
         with contextlib.suppress(ConditionFailed, InvalidRequest, StoreUnavailable):
             self._update(
                 "quarantine", conn_id,
-                "SET #status = :invalid, #err = :err, #exp = :until, #upd = :now REMOVE #owner",
+                "SET #status = :invalid, #err = :err, #exp = :until, #upd = :now "
+                "REMOVE #owner, #succ",  # no handoff's successor gets round the quarantine
                 # Never over another owner's holding, whatever its expiry says: only its
                 # holder or the reaper of a dead session ends that (docs/concepts/protocol.md).
                 "#ds = :started AND (attribute_not_exists(#owner) OR #owner = :me)",

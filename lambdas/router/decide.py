@@ -5,6 +5,10 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
     INSERT of a STARTED item without owner                       -> nudge "inserted"
     MODIFY STOPPED -> STARTED, no owner                          -> nudge "started"
     MODIFY owner -> no owner, expiry 0 (a release)               -> nudge "released"
+    MODIFY owner -> no owner, successor named (a handoff)        -> nudge "handoff" to the
+                                                                    successor's order queue now,
+                                                                    and to the shared queue once
+                                                                    the hold ends (the fallback)
     MODIFY owner -> no owner, status BACKOFF (a give-up)         -> nudge "gave_up", delayed
                                                                     until retry time + skew
     MODIFY owner -> no owner, status INVALID (quarantine)        -> nudge "quarantined", delayed
@@ -43,6 +47,7 @@ logged, counted and skipped, never retried, so it cannot block the shard.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -52,7 +57,7 @@ from holdfast.core import rules
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.expressions import parse_or_none
 from holdfast.core.model import LeaseItem, int_attr
-from holdfast.core.nudge import MAX_DELAY_S, REASON_MOVED, Nudge, delay_until
+from holdfast.core.nudge import MAX_DELAY_S, REASON_HANDOFF, REASON_MOVED, Nudge, delay_until
 from holdfast.core.orders import ORDER_RELEASE, ORDER_STOP, Order
 from holdfast.core.schema import ATTR, LeaseStatus, conn_id_from_pk
 
@@ -78,6 +83,7 @@ class Reason(StrEnum):
     REARMED = "rearmed"
     CHANGED = "changed"
     MOVED = REASON_MOVED  # a rebalancing move's release
+    HANDOFF = REASON_HANDOFF  # a release that named its successor
     # Why an order is given (the order's verb, ``holdfast.core.orders``).
     STOP = ORDER_STOP
     RELEASE = ORDER_RELEASE
@@ -103,6 +109,7 @@ class Decision:
     normalise: bool = False
     detail: str = ""
     owner: str | None = None  # with ORDER: the lease_owner concerned
+    successor: str | None = None  # with NUDGE "handoff": the owner the release named
 
     @property
     def acts(self) -> bool:
@@ -162,6 +169,10 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
         moved_at = int_attr(new_image, ATTR.moved_at_ms)
         moved = moved_at is not None and moved_at != int_attr(old_image or {},
                                                               ATTR.moved_at_ms)
+        if new.successor is not None and new.status == LeaseStatus.RELEASED:
+            # The successor is told at once; the shared nudge waits for the hold's end.
+            return dataclasses.replace(_nudge(new, Reason.HANDOFF, now_ms, skew_ms, normalise),
+                                       successor=new.successor)
         return _nudge(new, Reason.MOVED if moved else _release_reason(new), now_ms, skew_ms,
                       normalise)
     if old.lease_expires_at_ms is None and new.lease_expires_at_ms is not None:

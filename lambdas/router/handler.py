@@ -46,7 +46,7 @@ from holdfast.lambdas.metrics import (
     metrics_enabled,
     service_name,
 )
-from holdfast.lambdas.orderqueues import queue_orders
+from holdfast.lambdas.orderqueues import queue_handoffs, queue_orders
 from holdfast.lambdas.router.decide import Decision, Outcome, decide
 from holdfast.lambdas.settings import Settings
 from holdfast.lambdas.sweeper.loop import session_store_for
@@ -214,6 +214,7 @@ def _send(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> Non
             key = (nudge.conn_id, nudge.delay_s)
             wanted[key] = nudge  # the latest record's reason and epoch win
             records_of.setdefault(key, []).append(seq)
+    _hand_off(plan, deps, wanted)
     if not wanted:
         return
     spans = {}
@@ -234,8 +235,36 @@ def _send(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> Non
     for nudge, error in report.failed:
         plan.counts["send_failed"] += 1
         logger.error("nudge not sent", conn_id=nudge.conn_id, reason=nudge.reason, error=error)
-        for seq in records_of[(nudge.conn_id, nudge.delay_s)]:
-            plan.failures[seq] = error
+        # Keyed by the nudge as decided (a handoff's fallback may have been made immediate).
+        for key in [k for k, n in wanted.items() if n == nudge]:
+            for seq in records_of[key]:
+                plan.failures[seq] = error
+
+
+def _hand_off(plan: _Plan, deps: RouterDeps, wanted: dict[tuple[str, int], Nudge]) -> None:
+    """Tell each handoff's successor on its own order queue now; the shared nudge in
+    ``wanted`` stays delayed until the hold ends (whoever has room takes it then). Where the
+    successor cannot be told (no order queues, its queue is gone), the shared nudge goes now:
+    until the hold ends, only the successor's acquire succeeds."""
+    successor = {decision.conn_id: decision.successor for decision in plan.decisions.values()
+                 if decision.successor is not None and decision.conn_id is not None}
+    handoffs = [dataclasses.replace(n, to=successor[n.conn_id], delay_s=0)
+                for n in wanted.values() if n.conn_id in successor]
+    if not handoffs:
+        return
+    prefix = deps.settings.orders_queue_prefix
+    sent, failed = (queue_handoffs(deps.sqs, deps.settings.queue_url, prefix, handoffs)
+                    if prefix else ([], [(n, "no order queues") for n in handoffs]))
+    plan.counts["handoff_sent"] += len(sent)
+    for nudge, why in failed:
+        plan.counts["handoff_not_queued"] += 1
+        logger.info("handoff not queued for its successor: shared queue now",
+                    conn_id=nudge.conn_id, successor=nudge.to, detail=why)
+        for key in [k for k in wanted if k[0] == nudge.conn_id]:
+            wanted[key] = dataclasses.replace(wanted[key], delay_s=0)
+    for nudge in sent:
+        logger.info("handoff queued for its successor", conn_id=nudge.conn_id,
+                    successor=nudge.to)
 
 
 def _order(plan: _Plan, deps: RouterDeps) -> None:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from holdfast.core.directives import Directive, drain_body, parse_inbox_body
+from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.schema import SESSION, SessionState, owner_for, session_pk_for
 from holdfast.core.sessions import SessionItem, SessionStore
 from holdfast.localaws import LocalAws
@@ -147,6 +148,8 @@ directives = st.builds(
     until_ms=st.integers(min_value=0, max_value=10**13),
     fleet=st.integers(min_value=0, max_value=10**4),
     issued_ms=st.integers(min_value=0, max_value=10**13),
+    successors=st.lists(st.tuples(st.from_regex(r"w-[a-z0-9]{1,8}#[a-f0-9]{6}", fullmatch=True),
+                                  st.integers(1, 10**6)), max_size=4).map(tuple),
 )
 
 
@@ -165,8 +168,8 @@ def test_a_directive_round_trips_through_item_attributes(d: Directive) -> None:
     """from_item(attributes()) is d, up to the 6 significant digits of a fractional number."""
     back = Directive.from_item(d.attributes())
     assert back is not None
-    assert (back.shed_at_once, back.until_ms, back.fleet, back.issued_ms) == (
-        d.shed_at_once, d.until_ms, d.fleet, d.issued_ms)
+    assert (back.shed_at_once, back.until_ms, back.fleet, back.issued_ms, back.successors) == (
+        d.shed_at_once, d.until_ms, d.fleet, d.issued_ms, d.successors)
     for x, y in ((back.share, d.share), (back.ceiling, d.ceiling)):
         assert x == pytest.approx(y, rel=1e-5)
 
@@ -281,3 +284,21 @@ def test_session_item_defaults_without_the_new_fields(draining: Any) -> None:
     extra = {} if draining is None else {SESSION.draining: draining}
     item = SessionItem.from_ddb(session_raw(**extra, **{SESSION.load: {"N": "x"}}))
     assert item.load is None and item.directive is None and item.draining is False
+
+
+@pytest.mark.parametrize("successors", [
+    "not json", "{}", '[["w-1#abc123"]]', '[["w-1#abc123", "3"]]', '[["w-1#abc123", 0]]',
+    '[["w-1#abc123", true]]', '[["no owner", 3]]', '[[3, "w-1#abc123"]]'])
+def test_malformed_successors_are_left_out(successors: str) -> None:
+    """A successor entry that is not [session owner, positive count] is dropped, the rest of
+    the directive stands (its streams then go to whoever has room)."""
+    d = Directive.from_item({**FULL, SESSION.target_successors: {"S": successors}})
+    assert d is not None and d.successors == () and d.share == 12
+
+
+def test_a_handoff_nudge_on_the_order_queue_is_for_its_successor_only() -> None:
+    """parse_inbox_body gives the Nudge to the owner it names, None to any other."""
+    body = Nudge("c1", REASON_HANDOFF, 5, to=OWNER).body()
+    assert parse_inbox_body(body, OWNER) == Nudge("c1", REASON_HANDOFF, 5, to=OWNER)
+    assert parse_inbox_body(body, "w-2#abc123") is None
+    assert parse_inbox_body(Nudge("c1", REASON_HANDOFF).body(), OWNER) is None

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from holdfast.core.names import ENV_ORDERS_QUEUE_PREFIX
-from holdfast.core.nudge import REASON_MOVED
-from holdfast.core.orders import prefix_for
+from holdfast.core.nudge import REASON_HANDOFF, REASON_MOVED, Nudge
+from holdfast.core.orders import order_queue_url, prefix_for
 from holdfast.core.schema import session_table_definition, table_definition
 from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.table import create_stream
@@ -287,7 +287,8 @@ class RouterSim:
 
     def __init__(self, fleet: Fleet, period_s: float = 0.05) -> None:
         self.fleet, self.period_s = fleet, period_s
-        self.sent: set[tuple[str, str]] = set()
+        self.orders_prefix = prefix_for(fleet.table)  # the workers' (``worker_env``)
+        self.sent: set[tuple[str, ...]] = set()
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -310,6 +311,17 @@ class RouterSim:
                 exp = int(raw.get("lease_expires_at_ms", {"N": "0"})["N"])
                 updated = raw.get("updated_at_ms", {"N": "0"})["N"]
                 key = (conn, updated)
+                successor = raw.get("successor", {}).get("S")
+                if (raw["desired_state"]["S"] == "STARTED" and not owner and successor
+                        and (*key, successor) not in self.sent):
+                    # A handoff: the successor is told on its order queue at once (the
+                    # shared nudge below waits for the hold's end, as the router's).
+                    self.sent.add((*key, successor))
+                    self.fleet.sqs.send_message(
+                        QueueUrl=order_queue_url(self.fleet.queue_url, self.orders_prefix,
+                                                 successor),
+                        MessageBody=Nudge(conn, REASON_HANDOFF, to=successor).body())
+                    continue
                 if raw["desired_state"]["S"] == "STARTED" and not owner and exp <= now \
                         and key not in self.sent:
                     self.sent.add(key)

@@ -186,3 +186,26 @@ async def test_a_shed_stream_holds_its_slot_until_someone_owns_it() -> None:
     for _ in range(10):
         await asyncio.sleep(0)
     assert not answers and b.shedding() == 0 and len(b.step()) == 1
+
+
+def test_successors_are_named_as_the_directive_splits_them() -> None:
+    """Each stream let go names the successor with the most of its count left; once the
+    counts are used up (or without a directive) nobody is named."""
+    streams, clock = _streams(6), Clock()
+    b = _balancing(streams, clock)
+    assert b.successor() is None
+    b.update(Directive(6, 6, 0, NOW + 10_000, 3, NOW,
+                       successors=(("w2#a", 3), ("w3#b", 1))))
+    named = [b.successor() for _ in range(5)]
+    assert sorted(n for n in named if n) == ["w2#a", "w2#a", "w2#a", "w3#b"]
+    assert named[-1] is None
+
+
+def test_a_new_decision_starts_the_successor_counts_again() -> None:
+    """A directive issued later replaces the counts (the decider saw the handoffs land)."""
+    streams, clock = _streams(4), Clock()
+    b = _balancing(streams, clock)
+    b.update(Directive(4, 4, 0, NOW + 10_000, 2, NOW, successors=(("w2#a", 1),)))
+    assert [b.successor(), b.successor()] == ["w2#a", None]
+    b.update(Directive(4, 4, 0, NOW + 10_000, 2, NOW + 1, successors=(("w2#a", 1),)))
+    assert b.successor() == "w2#a"
