@@ -42,6 +42,7 @@ __all__ = [
     "fair_shares",
     "pick_sheds",
     "plan",
+    "split_moves",
 ]
 
 _EPS = 1e-9
@@ -57,6 +58,8 @@ class Member:
     held: int
     capacity: int
     draining: bool = False
+    version: str = ""  # HOLDFAST_WORKER_VERSION ("": not known)
+    started_at_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,8 @@ class Target:
     share: float
     ceiling: float
     shed_at_once: int
+    # Where the streams it lets go should go, (owner, how many) (``holdfast.core.placement``).
+    successors: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +103,7 @@ class Plan:
     targets: tuple[Target, ...]
     excess: float
     budget: int
+    deploying: str | None = None  # the version being rolled out (``holdfast.core.placement``)
 
 
 def fair_shares(members: Sequence[Member], total: float) -> dict[str, float]:
@@ -162,7 +168,7 @@ def plan(members: Sequence[Member], *, unowned: int = 0, in_motion: int = 0,
         return Plan(shares, True, (), excess, budget)
     over = {m.owner: m.load - shares[m.owner] for m in members
             if m.load - shares[m.owner] > _EPS}
-    at_once = _split(budget, over)
+    at_once = split_moves(budget, over)
     targets = tuple(Target(
         m.owner, shares[m.owner],
         shares[m.owner] if m.owner in over or m.draining
@@ -171,7 +177,7 @@ def plan(members: Sequence[Member], *, unowned: int = 0, in_motion: int = 0,
     return Plan(shares, False, targets, excess, budget)
 
 
-def _split(budget: int, over: Mapping[str, float]) -> dict[str, int]:
+def split_moves(budget: int, over: Mapping[str, float]) -> dict[str, int]:
     """Share ``budget`` moves among the members ``over`` their share, the most over first;
     no member gets more than it must shed, and the total never exceeds ``budget``."""
     need = {o: max(1, math.ceil(x - _EPS)) for o, x in over.items()}

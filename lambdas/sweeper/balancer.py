@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from holdfast.core.balance import BalancePolicy, Member, Plan, plan
+from holdfast.core.balance import BalancePolicy, Member, Plan
 from holdfast.core.directives import Directive
 from holdfast.core.exceptions import HoldfastError
+from holdfast.core.placement import place
 from holdfast.core.sessions import SessionItem, SessionStore, SweepLog
 from holdfast.lambdas.orderqueues import send_body
 from holdfast.lambdas.settings import Settings
@@ -71,7 +72,8 @@ def same_target(current: Directive | None, new: Directive, now_ms: int, ttl_ms: 
     # The item keeps six significant digits of a fractional share (Directive.number).
     return (math.isclose(current.share, new.share, rel_tol=1e-5, abs_tol=1e-9)
             and math.isclose(current.ceiling, new.ceiling, rel_tol=1e-5, abs_tol=1e-9)
-            and current.shed_at_once == new.shed_at_once and current.fleet == new.fleet)
+            and current.shed_at_once == new.shed_at_once and current.fleet == new.fleet
+            and current.successors == new.successors)
 
 
 @dataclass
@@ -104,10 +106,10 @@ class Balancer:
         # The decider's view of each live session; a worker that reports no load (a version
         # before weights) carries its stream count.
         members = [Member(i.owner, i.load if i.load is not None else float(i.held), i.held,
-                          i.capacity, i.draining) for i in alive]
+                          i.capacity, i.draining, i.version, i.started_at_ms) for i in alive]
         if not members:
             return None
-        decision = plan(members, unowned=unowned, in_motion=unowned, policy=self.policy)
+        decision = place(members, unowned=unowned, in_motion=unowned, policy=self.policy)
         if not decision.balanced and count is not None:
             decision = self._recount(members, unowned, count, logger) or decision
         current = {i.owner: i.directive for i in alive}
@@ -119,7 +121,8 @@ class Balancer:
         try:
             for target in decision.targets:
                 directive = Directive(target.share, target.ceiling, target.shed_at_once,
-                                      until_ms=until, fleet=len(members), issued_ms=now_ms)
+                                      until_ms=until, fleet=len(members), issued_ms=now_ms,
+                                      successors=target.successors)
                 if same_target(current.get(target.owner), directive, now_ms,
                                s.balance_target_ttl_ms):
                     continue
@@ -150,7 +153,7 @@ class Balancer:
             return None
         fresh = [dataclasses.replace(m, held=held[m.owner], load=held[m.owner] * (
             m.load / m.held if m.held else 1.0)) for m in members]
-        return plan(fresh, unowned=unowned, in_motion=unowned, policy=self.policy)
+        return place(fresh, unowned=unowned, in_motion=unowned, policy=self.policy)
 
     def _lapse(self, sessions: SessionStore, sqs: SQSClient, decision: Plan, *,
                current: Mapping[str, Directive | None], now_ms: int, fleet: int,
@@ -199,6 +202,11 @@ def summary(decision: Plan, members: Sequence[Member], unowned: int, written: in
     shown = ", ".join(f"{m.owner[:_OWNER_CHARS]} {m.load:g}->{decision.shares[m.owner]:g}"
                       + (" (draining)" if m.draining else "") for m in far[:SUMMARY_MEMBERS])
     more = f", +{len(far) - SUMMARY_MEMBERS} more" if len(far) > SUMMARY_MEMBERS else ""
+    if decision.deploying is not None:
+        old = sum(1 for m in members if m.version != decision.deploying)
+        return (f"deploy of {decision.deploying[:_OWNER_CHARS]!r} under way: {old} of "
+                f"{len(members)} workers on an older version keep their streams until they "
+                f"stop, then hand them to the new ones; {written} targets written")
     return (f"rebalance: {decision.excess:g} streams above fair share across {len(members)} "
             f"workers ({unowned} unowned, {decision.budget} may move now), {written} targets "
             f"written: {shown}{more}")

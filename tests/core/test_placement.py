@@ -1,0 +1,117 @@
+"""The one placement authority: successors for every move, and deploys that move each stream
+once, onto a new-version worker (pure: no clock, no I/O)."""
+
+from __future__ import annotations
+
+from holdfast.core.balance import Member, Plan
+from holdfast.core.placement import fill, new_version, place
+
+
+def _m(owner: str, held: int, version: str = "v1", started: int = 0, cap: int = 100,
+       draining: bool = False) -> Member:
+    return Member(owner, float(held), held, cap, draining, version, started)
+
+
+def _target(decision: Plan, owner: str) -> tuple[float, float, int, dict[str, int]]:
+    t = next(t for t in decision.targets if t.owner == owner)
+    return t.share, t.ceiling, t.shed_at_once, dict(t.successors)
+
+
+def test_one_version_live_is_no_deploy() -> None:
+    """All on one version (or none known): no deploy."""
+    assert new_version([_m("a", 5), _m("b", 5, started=9)]) is None
+    assert new_version([]) is None
+
+
+def test_the_new_version_is_the_one_whose_first_worker_started_last() -> None:
+    """An old worker restarted mid-deploy (started last of all) does not make v1 new."""
+    members = [_m("a", 5, "v1", 0), _m("n", 0, "v2", 100), _m("b", 5, "v1", 200)]
+    assert new_version(members) == "v2"
+
+
+def test_fill_gives_the_least_loaded_first_and_keeps_the_caps() -> None:
+    """Water-filling: 5 streams onto loads 0 and 3 (cap 4) give 4 and 1; the loads follow."""
+    loads = {"x": 0.0, "y": 3.0}
+    assert fill(loads, {"x": 4.0, "y": 4.0}, 5) == (("x", 4), ("y", 1))
+    assert loads == {"x": 4.0, "y": 4.0}
+    assert fill(loads, {"x": 4.0, "y": 4.0}, 3) == ()
+
+
+def test_during_a_deploy_nothing_sheds_and_old_workers_take_no_moves() -> None:
+    """Old workers hold what they have (ceiling = load, shed 0) and name new successors; a
+    new worker sheds nothing and may take moves up to its capacity."""
+    members = [_m("o1", 20), _m("o2", 20), _m("n1", 0, "v2", 10, cap=50)]
+    decision = place(members)
+    assert decision.deploying == "v2" and not decision.balanced
+    assert _target(decision, "o1") == (20, 20, 0, {"n1": 20})
+    assert _target(decision, "o2") == (20, 20, 0, {"n1": 20})
+    assert _target(decision, "n1")[1:3] == (50, 0)
+
+
+def test_old_streams_never_go_to_an_old_worker_and_full_new_workers_name_nobody() -> None:
+    """New capacity 25 for 40 old streams: 25 are named, the rest go to whoever has room."""
+    members = [_m("o1", 20), _m("o2", 20), _m("n1", 0, "v2", 10, cap=25)]
+    named = sum(n for t in place(members).targets if t.owner.startswith("o")
+                for o, n in t.successors if o.startswith("n"))
+    assert named == 25
+    assert all(not o.startswith("o") for t in place(members).targets for o, _ in t.successors)
+
+
+def _simulate(members: list[Member], stop: str) -> tuple[list[Member], dict[str, int]]:
+    """``stop`` stops: its streams go where the decider's successors say (one move each)."""
+    decision = place(members)
+    successors = dict(next(t for t in decision.targets if t.owner == stop).successors)
+    assert sum(successors.values()) == next(m for m in members if m.owner == stop).held
+    out = [Member(m.owner, m.load + successors.get(m.owner, 0), m.held + successors.get(
+        m.owner, 0), m.capacity, m.draining, m.version, m.started_at_ms)
+        for m in members if m.owner != stop]
+    return out, successors
+
+
+def test_a_one_at_a_time_deploy_moves_each_stream_once_and_ends_balanced() -> None:
+    """Three old workers of 20, replaced one at a time: each old worker's streams go to the
+    new worker started for it, none to an old worker, and the fleet ends at 20 each."""
+    fleet = [_m("o1", 20), _m("o2", 20), _m("o3", 20)]
+    for i, old in enumerate(("o1", "o2", "o3"), start=1):
+        fleet.append(_m(f"n{i}", 0, "v2", 100 * i))
+        fleet, given = _simulate(fleet, old)
+        assert set(given) <= {"n1", "n2", "n3"}
+    assert sorted(m.held for m in fleet) == [20, 20, 20]
+    assert new_version(fleet) is None and place(fleet).balanced
+
+
+def test_new_first_then_all_old_stopped_at_once_ends_balanced() -> None:
+    """All new workers first, then the three old ones stop together using one decision's
+    successors: the lists add up (each counted before the next), 20 each."""
+    fleet = [_m("o1", 20), _m("o2", 20), _m("o3", 20)] + [
+        _m(f"n{i}", 0, "v2", 100 + i) for i in range(3)]
+    decision = place(fleet)
+    got: dict[str, int] = {}
+    for t in decision.targets:
+        if t.owner.startswith("o"):
+            for owner, n in t.successors:
+                got[owner] = got.get(owner, 0) + n
+    assert got == {"n0": 20, "n1": 20, "n2": 20}
+
+
+def test_a_draining_old_worker_sheds_to_new_workers_only() -> None:
+    """Draining mid-deploy: share 0, sheds within the motion budget, successors new."""
+    members = [_m("o1", 20, draining=True), _m("o2", 20), _m("n1", 0, "v2", 10)]
+    share, ceiling, at_once, successors = _target(place(members), "o1")
+    assert (share, ceiling) == (0, 0) and at_once >= 1 and successors == {"n1": 20}
+
+
+def test_out_of_balance_the_shedders_name_the_members_below_their_share() -> None:
+    """One version: a member above its share names the under-loaded ones for its excess."""
+    members = [_m("a", 30), _m("b", 0), _m("c", 30)]
+    decision = place(members)
+    assert decision.deploying is None and not decision.balanced
+    a, c = _target(decision, "a"), _target(decision, "c")
+    assert a[2] > 0 and c[2] > 0
+    assert a[3] == {"b": 10} and c[3] == {"b": 10}
+    assert _target(decision, "b")[3] == {}
+
+
+def test_a_balanced_fleet_names_nobody() -> None:
+    """Balanced, one version: no targets at all (nothing written)."""
+    assert place([_m("a", 10), _m("b", 10)]).targets == ()
