@@ -1,7 +1,8 @@
 """``holdfast up`` (the local fleet, optionally a scenario) and ``holdfast runner``.
 
 Exit codes of ``up``: 0 clean (scenario passed, or stopped by Ctrl-C/SIGTERM without a
-scenario), 1 the scenario failed (a stream left unowned, a missed seq, a crashed child),
+scenario), 1 the scenario failed (a stream left unowned, a missed seq, a crashed child; for
+``deploy`` also a seq lost or delivered twice across the deploy, never its moves alone),
 2 bad arguments or a ``--handler`` that cannot be loaded, 3 the local AWS or a part of the
 fleet could not start, 130 interrupted during a scenario.
 """
@@ -21,6 +22,8 @@ from typing import Any
 
 from rich.console import Console
 
+from holdfast.fleet.deploy import STYLES, DeployReport, deploy_table
+from holdfast.fleet.deploy_scenario import NEW_VERSION, OLD_VERSION, run_deploy
 from holdfast.fleet.platform import PlatformReporter, Report
 from holdfast.fleet.procs import Fleet, FleetError, FleetTiming
 from holdfast.fleet.recorder import read_records
@@ -40,7 +43,17 @@ SPANS_FILE = "spans.jsonl"  # every process of the run appends its spans (OTLP J
 def _add_up(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
     p.add_argument("--streams", type=int, default=12, help="demo streams (default 12)")
-    p.add_argument("--scenario", choices=["failover"], help="run a scenario, then exit")
+    p.add_argument("--scenario", choices=["failover", "deploy"],
+                   help="run a scenario, then exit (deploy: replace every worker with a new "
+                        f"version, {OLD_VERSION} -> {NEW_VERSION}, and report what it cost "
+                        "each stream)")
+    p.add_argument("--deploy-style", choices=STYLES, default=STYLES[0],
+                   help="deploy: one new worker before each old one's stop (as ECS does), or "
+                        "every new one first, then every old one stopped at once "
+                        "(default %(default)s)")
+    p.add_argument("--settle", type=float, default=5.0, metavar="SECONDS",
+                   help="deploy: seconds from a new worker's start-up to the old one's "
+                        "SIGTERM (default %(default)s)")
     p.add_argument("--env-file", type=Path, help="write the environment a worker needs here")
     p.add_argument("--run-dir", type=Path, help="logs and results (default: a new temp dir)")
     p.add_argument("--rate", type=float, default=10.0, help="upstream msgs/s per stream")
@@ -67,14 +80,20 @@ def _install_signals(stop: threading.Event) -> None:
 
 
 def _verdict(console: Console, session: Session, incidents: list[Incident],
-             run_dir: Path) -> int:
-    """Summary table, seq check, timeline; 0 if every stream recovered and no seq was missed."""
+             run_dir: Path, deploy: DeployReport | None = None) -> int:
+    """Summary table, seq check, timeline; 0 if every stream recovered and no seq was missed
+    (and, after a deploy, none was lost or delivered twice across it)."""
     checkpoints = {c: i.last_seq for c, i in session.items.items()}
     seqs = check_seqs(read_records(session.fleet.record_dir), checkpoints)
     rows = summary_rows(incidents, seqs)
     console.print()
-    console.print(summary_table(rows))
     failures: list[str] = []
+    if deploy is not None:
+        console.print(deploy_table(deploy))
+        if deploy.note:
+            console.print(f"  {deploy.note}")
+        failures += deploy.failures()
+    console.print(summary_table(rows, title="Holdfast run summary" if deploy else None))
     for inc in incidents:
         if inc.note:
             console.print(f"  {inc.name}: {inc.note}")
@@ -87,9 +106,9 @@ def _verdict(console: Console, session: Session, incidents: list[Incident],
         if check.handled == 0:
             failures.append(f"{check.conn_id}: no message handled at all")
     failures += session.crashes
-    (run_dir / "summary.json").write_text(json.dumps({"rows": rows, "failures": failures,
-                                                      "seqs": {c: _seq_json(s) for c, s in
-                                                               seqs.items()}}, indent=1))
+    (run_dir / "summary.json").write_text(json.dumps({
+        "rows": rows, "failures": failures, "seqs": {c: _seq_json(s) for c, s in seqs.items()},
+        **({"deploy": deploy.to_json()} if deploy else {})}, indent=1))
     try:
         from holdfast.fleet.timeline import write_timeline
         png = write_timeline(run_dir / "timeline.png", session.observer, incidents,
@@ -154,7 +173,7 @@ def _shutdown(run: _Run, rc: int) -> int:
             session.tick_final()
         except Exception as exc:
             console.print(f"[yellow]final scan failed: {exc}[/]")
-        rc = rc or _verdict(console, session, run.incidents or [], fleet.run_dir)
+        rc = rc or _verdict(console, session, run.incidents or [], fleet.run_dir, run.deploy)
     for line in fleet.close():
         console.print(f"  {line}")
     console.print(f"stopped in {time.monotonic() - t0:.1f} s; logs in {fleet.run_dir}")
@@ -173,6 +192,7 @@ class _Run:
     session: Session | None = None
     incidents: list[Incident] | None = None
     reporter: PlatformReporter | None = None
+    deploy: DeployReport | None = None
 
     def reported(self, report: Report) -> None:
         """Say what the platform report did (from the reporter's thread)."""
@@ -193,8 +213,9 @@ def _drive(run: _Run, args: argparse.Namespace) -> None:
     else:
         base = fleet.start_upstream()
         console.print(f"demo upstream {base} ({args.rate:g} msgs/s per stream)")
+    version = OLD_VERSION if args.scenario == "deploy" else None
     for i in range(1, args.workers + 1):
-        fleet.start_worker(f"w{i}")
+        fleet.start_worker(f"w{i}", version=version)
     if args.platform_report:
         run.reporter = PlatformReporter(fleet, on_report=run.reported).start()
     console.print(f"{args.workers} workers (handler {fleet.handler or 'the recorder alone'})"
@@ -206,23 +227,28 @@ def _drive(run: _Run, args: argparse.Namespace) -> None:
         session.say("not every worker reported started within 30 s", "yellow")
     ids = session.create_streams(args.streams, base, spread_s=0.15)
     session.say(f"inserted {len(ids)} STARTED streams")
-    if args.scenario != "failover":
+    if args.scenario not in ("failover", "deploy"):
         while True:
             session.sleep(1)
     counter = iter(range(args.workers + 1, 10_000))
 
-    def next_worker() -> str:
+    def start_worker(version: str | None = None) -> str:
         wid = f"w{next(counter)}"
-        fleet.start_worker(wid)
+        fleet.start_worker(wid, version=version)
         return wid
 
-    run.incidents = failover(session, ids, base, next_worker,
+    if args.scenario == "deploy":
+        run.deploy = run_deploy(session, ids, start_worker, style=args.deploy_style,
+                                settle_s=args.settle)
+        return
+    run.incidents = failover(session, ids, base, start_worker,
                              platform_report=run.reporter is not None)
 
 
 def _run_up(args: argparse.Namespace) -> int:
-    if args.workers < 0 or args.streams < 0 or args.rate <= 0:
-        print("holdfast up: --workers/--streams must be >= 0 and --rate > 0", file=sys.stderr)
+    if args.workers < 0 or args.streams < 0 or args.rate <= 0 or args.settle < 0:
+        print("holdfast up: --workers/--streams/--settle must be >= 0 and --rate > 0",
+              file=sys.stderr)
         return 2
     if args.scenario and args.workers < 1:
         print("holdfast up: a scenario needs at least one worker", file=sys.stderr)

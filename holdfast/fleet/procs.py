@@ -280,7 +280,8 @@ class Fleet:
                              f"{self.upstream.tail()}")
         return f"ws://127.0.0.1:{self.upstream_port}"
 
-    def start_worker(self, worker_id: str) -> Proc:
+    def start_worker(self, worker_id: str, *, version: str | None = None) -> Proc:
+        """Start a worker; ``version``: its ``HOLDFAST_WORKER_VERSION`` (a deploy's old or new)."""
         # The recorder always runs, wrapping the user's handler if there is one: the missed-seq
         # check sees every message the user's code saw.
         proc = self._proc(worker_id, [sys.executable, "-m", "holdfast.worker"],
@@ -288,7 +289,8 @@ class Fleet:
                               **self.worker_env, "HOLDFAST_WORKER_ID": worker_id,
                               "HOLDFAST_HANDLER": RECORDER_SPEC,
                               RECORD_WRAPS_ENV: self.handler or "",
-                              RECORD_DIR_ENV: str(self.record_dir)}).start()
+                              RECORD_DIR_ENV: str(self.record_dir),
+                              **({names.ENV_WORKER_VERSION: version} if version else {})}).start()
         self.workers[worker_id] = proc
         return proc
 

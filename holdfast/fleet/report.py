@@ -144,10 +144,10 @@ def _balance_rows(inc: Incident, seqs: dict[str, SeqCheck]) -> list[dict[str, An
     return rows
 
 
-def summary_table(rows: list[dict[str, Any]]) -> Table:
+def summary_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
     table = Table("event", "streams affected", "max unowned", "p50 unowned", "missed seqs",
-                  "duplicates", title="Holdfast failover summary", title_justify="left",
-                  header_style="bold")
+                  "duplicates", title=title or "Holdfast failover summary",
+                  title_justify="left", header_style="bold")
     for r in rows:
         missed = r["missed"]
         unrec = r["unrecovered"]
