@@ -37,7 +37,7 @@ def peak(metric: Callable[..., cw.Metric], label: str) -> cw.Metric:
 def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
                     alarms: Sequence[cw.IAlarm]) -> cw.Dashboard:
     """Rows: alarms; connections and leases; unowned time; sessions and throttles; nudges and
-    queues; router; sweeper; tasks."""
+    queues; router; sweeper; moves and handoffs; tasks."""
     worker = parts.service_names["worker"]
     router = parts.service_names["router"]
     sweeper = parts.service_names["sweeper"]
@@ -124,6 +124,15 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
                 parts.sweeper.metric_errors(period=MINUTE),
                 holdfast_metric(names.METRIC_SWEEPS, sweeper, label="sweeps"),
                 holdfast_metric(names.METRIC_SWEEP_ERRORS, sweeper, label="failed sweeps")]),
+    )
+    dashboard.add_widgets(
+        # A move (a shed for balance, a drain, a stop) names the worker the decider chose; a
+        # handed-on nudge is a worker passing a claim to the others. During a deploy, handoffs
+        # follow each old task's stop, and the unowned time above is what each move cost.
+        _graph("Moves and handoffs",
+               [w(names.METRIC_STREAMS_SHED, label="shed (balance, drain)"),
+                w(names.METRIC_STREAMS_HANDED_OFF, label="handed to a named successor")],
+               [w(names.METRIC_NUDGES_HANDED_ON, label="nudges handed on")], width=24),
     )
     dashboard.add_widgets(
         _graph("Upstream", [w(names.METRIC_RECONNECTS), w(names.METRIC_HANDLER_ERRORS),

@@ -42,7 +42,8 @@ WORKER_LEASE_ATTRIBUTES: Final = (
     schema.ATTR.error_count,
     schema.ATTR.unowned_since_ms,
     schema.ATTR.unowned_epoch, schema.ATTR.unowned_desired_state,
-    schema.ATTR.moved_at_ms)  # a rebalancing move's release
+    schema.ATTR.moved_at_ms,  # a rebalancing move's release
+    schema.ATTR.successor)  # a handoff's release names it; the acquire removes it
 WORKER_INDEX_ACTIONS: Final = ("dynamodb:Query",)
 # Sessions: its own (start with Get and Put, heartbeat, end) and, in the reconcile sweep and
 # at start, silent ones (Scan, mark dead, mark reaped). No Delete: TTL removes them.

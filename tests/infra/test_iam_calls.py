@@ -61,7 +61,9 @@ MINIMUM = {
                ("CreateQueue", "order queue"), ("ReceiveMessage", "order queue"),
                ("DeleteMessageBatch", "order queue"), ("DeleteQueue", "order queue")},
     "router": {("SendMessageBatch", "queue"), ("UpdateItem", "leases"),
-               ("UpdateItem", "sessions"), ("SendMessage", "order queue")},
+               ("UpdateItem", "sessions"), ("SendMessage", "order queue"),
+               # A handoff's nudge on its successor's order queue.
+               ("SendMessageBatch", "order queue")},
     "taskstopped": {("GetItem", "sessions"), ("UpdateItem", "sessions"),
                     ("SendMessageBatch", "queue"),
                     ("Query", "owner index"), ("UpdateItem", "leases")},
@@ -180,8 +182,8 @@ def _lambda_env(aws: LocalAws, fleet: Fleet, folder: Path) -> dict[str, str]:
 
 def _drive_router(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> None:
     """One batch: an insert without expiry (normalise + nudge), a held stream stopped (order
-    queue + session order), and a stream restarted while its old session is gone (session
-    read + release)."""
+    queue + session order), a stream restarted while its old session is gone (session
+    read + release), and a handoff to a live worker (its order queue)."""
     from holdfast.lambdas.router import handler as router
 
     n, a, r = f"{tag}-n", f"{tag}-a", f"{tag}-r"
@@ -196,8 +198,13 @@ def _drive_router(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> N
         r, schema.owner_for(f"gone-{tag}", "abc123"))  # no such session
     restarted = fleet.item(r)
     stopped = {**restarted, "desired_state": {"S": schema.STOPPED}}
+    successor = before[schema.ATTR.lease_owner]["S"]  # a live worker, with an order queue
+    handed = image(f"{tag}-h", expires=wall_clock_ms() + 3_000, epoch=5, status="RELEASED",
+                   **{schema.ATTR.successor: {"S": successor}})
     batch = event(record("INSERT", None, image(n, ws_url=up.url("n"))),
-                  record("MODIFY", before, after), record("MODIFY", stopped, restarted))
+                  record("MODIFY", before, after), record("MODIFY", stopped, restarted),
+                  record("MODIFY", image(f"{tag}-h", owner=f"gone-{tag}#abc123", epoch=5),
+                         handed))
     with pytest.MonkeyPatch.context() as mp:
         for key, value in _lambda_env(fleet.aws, fleet, folder).items():
             mp.setenv(key, value)

@@ -163,3 +163,14 @@ def test_stranded_streams_and_item_errors_are_graphed_beside_the_orphan_age(
     assert {names.METRIC_STRANDED_RELEASED, names.METRIC_ITEM_ERRORS} <= {
         n for m in metrics for n in m if isinstance(n, str)}
     assert all("holdfast-sweeper" in m for m in metrics)
+
+
+def test_the_dashboard_has_a_handoff_panel(template_json: dict[str, Any]) -> None:
+    """One graph shows the worker's sheds and handoffs to named successors (a deploy's moves)."""
+    body = "".join(str(part) for part in one_resource(
+        template_json, "AWS::CloudWatch::Dashboard")["Properties"]["DashboardBody"]["Fn::Join"][1])
+    (panel,) = [w for w in json.loads(body)["widgets"] if any(
+        names.METRIC_STREAMS_HANDED_OFF in m for m in w.get("properties", {}).get("metrics", []))]
+    metrics = panel["properties"]["metrics"]
+    assert any(names.METRIC_STREAMS_SHED in m for m in metrics)
+    assert all("holdfast-worker" in m for m in metrics)
