@@ -24,8 +24,9 @@ from holdfast.core.orders import validate_prefix
 __all__ = ["ROUTER_ORDER_ACTIONS", "SWEEPER_ORDER_ACTIONS", "WORKER_ORDER_ACTIONS",
            "list_queues_statement", "order_queue_statement", "order_queues_arn"]
 
+# SendMessage: a make-before-break handoff's messages go to the other worker's order queue.
 WORKER_ORDER_ACTIONS: Final = ("sqs:CreateQueue", "sqs:ReceiveMessage", "sqs:DeleteMessage",
-                               "sqs:DeleteQueue")
+                               "sqs:DeleteQueue", "sqs:SendMessage")
 ROUTER_ORDER_ACTIONS: Final = ("sqs:SendMessage",)
 SWEEPER_ORDER_ACTIONS: Final = ("sqs:SendMessage", "sqs:DeleteQueue")
 

@@ -42,10 +42,11 @@ if TYPE_CHECKING:
     from holdfast.worker.budget import ConnectBudget
     from holdfast.worker.connection import Connection
 
-__all__ = ["SHED", "Balancing", "owned_elsewhere_by"]
+__all__ = ["HANDOFF", "SHED", "Balancing", "owned_elsewhere_by"]
 
 logger = Logger(service="holdfast-worker", child=True)
 SHED = "shed"  # the drain reason of a stream handed on by rebalancing or draining
+HANDOFF = "handoff"  # the drain reason of a stream whose successor has warmed up
 _STEP_S = 0.5  # look again this often even without news (cool-downs end, sheds land)
 # A stream we shed is refused for at least this long, even with no cool-down configured.
 _REFUSE_MIN_MS = 10_000
@@ -63,7 +64,8 @@ class Balancing:
                  wall: Callable[[], int], mono: Callable[[], int], metrics: WorkerMetrics,
                  budget: ConnectBudget | None = None,
                  owned_elsewhere: Callable[[str], Awaitable[bool]] | None = None,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 offer: Callable[[Connection, str, str], bool] | None = None) -> None:
         self.streams = streams
         self.cooldown_ms, self.drain_at_once = cooldown_ms, drain_at_once
         self.wall, self.mono = wall, mono
@@ -79,6 +81,9 @@ class Balancing:
         self._named: dict[str, int] = {}
         self._named_issued = -1
         self._follows: set[asyncio.Task[None]] = set()
+        # Make-before-break (``worker.handoff``): start a warm handoff instead of a drain.
+        self.offer = offer
+        self._offered: set[str] = set()  # sheds offered warm, still delivering
 
     # -- news -----------------------------------------------------------------------------
     def update(self, directive: Directive | None = None, draining: bool | None = None, *,
@@ -138,6 +143,7 @@ class Balancing:
     def finished(self, conn_id: str) -> None:
         """A stream's release is written (or given up): a shed slot is free again."""
         self._claimed_at.pop(conn_id, None)
+        self._offered.discard(conn_id)
         self._wake.set()
 
     # -- questions ----------------------------------------------------------------------
@@ -184,7 +190,9 @@ class Balancing:
     # -- shedding -----------------------------------------------------------------------
     def shedding(self) -> int:
         """Our streams in motion: being shed, or released by a shed and not owned again."""
-        return sum(1 for c in self.streams.values() if c.held.stop_reason == SHED) + len(
+        self._offered &= self.streams.keys()
+        return sum(1 for c in self.streams.values() if c.held.stop_reason == SHED or (
+            c.conn_id in self._offered and not c.held.stopping)) + len(
             self._moving - self.streams.keys())
 
     def step(self) -> list[str]:
@@ -202,7 +210,8 @@ class Balancing:
         now = self.wall()
         views = [HeldView(c.conn_id, c.held.lease.weight,
                           max(c.held.lease.moved_at_ms or 0, self._claimed_at.get(c.conn_id, 0)))
-                 for c in self.streams.values() if c.held.live and not c.held.stopping]
+                 for c in self.streams.values() if c.held.live and not c.held.stopping
+                 and c.conn_id not in self._offered]
         shedding = self.shedding()
         # What is on its way out no longer counts against the share.
         load = sum(v.weight for v in views)
@@ -217,8 +226,14 @@ class Balancing:
             self._refuse[conn_id] = now_mono + max(self.cooldown_ms, _REFUSE_MIN_MS)
             conn.log("info", "shedding stream (rebalancing)" if not self.draining
                      else "shedding stream (draining)", share=share, load=load)
-            conn.drain(SHED)
             self.metrics.incr(names.METRIC_STREAMS_SHED)
+            successor = self.successor()
+            if successor is not None and self.offer is not None and self.offer(
+                    conn, successor, SHED):
+                self._offered.add(conn_id)  # delivers until the successor is warm
+                continue
+            conn.handoff_to = successor or ""
+            conn.drain(SHED)
         return picked
 
     async def run(self) -> None:

@@ -98,6 +98,7 @@ class WorkerConfig:
     handler_timeout_s: float
     watchdog: bool  # exit 70 when a handler blocks the event loop past a fence
     compression: bool
+    single_connection: bool  # the fleet default of a stream's ``single_connection``
     shutdown_s: float
     poll_s: int
     pollers: int
@@ -174,6 +175,7 @@ def load_config(env: Mapping[str, str] | None = None, *,
         handler_timeout_s=S.HANDLER_TIMEOUT_SECONDS.read(e),
         watchdog=S.WATCHDOG.read(e),
         compression=S.COMPRESSION.read(e),
+        single_connection=S.SINGLE_CONNECTION.read(e),
         shutdown_s=S.SHUTDOWN_SECONDS.read(e),
         poll_s=S.POLL_SECONDS.read(e),
         pollers=S.POLLERS.read(e),

@@ -14,7 +14,7 @@ skips the message once the on-failure queue has it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ from holdfast.worker.dial import (
 from holdfast.worker.handler import Handler, Message, call_once, failure_body
 from holdfast.worker.held import HeldStream, monotonic_ms
 from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.prefetch import Prefetched
 from holdfast.worker.protocol import Parsed, ResumeProtocol
 
 __all__ = ["FRAMES_PER_TURN", "ConnectOptions", "Connection", "ConnectionContext",
@@ -105,6 +106,14 @@ class Connection:
         self.trace: StreamTrace | None = None  # tracing on: until the first handled message
         self.ended = False  # ``run`` has returned: what is left is the release
         self._ws: ClientConnection | None = None
+        # A make-before-break handoff's open socket and buffer: the first session uses them.
+        self.prefetched: Prefetched | None = None
+        # Set by a handoff in progress (``worker.handoff``): the successor it drains for.
+        self.handoff_to: str | None = None
+        # Called once a drain has stopped delivery, before the socket's closing handshake:
+        # a handoff passes the lease here, so the successor never waits for the close.
+        self.on_drained: Callable[[Connection], Awaitable[None]] | None = None
+        self.passed: str | None = None  # the handoff's transfer outcome, once written
         self._in_handler = False
         # Per-frame warnings, per kind: when last logged (monotonic ms), and how many since.
         self._logged: dict[str, tuple[int, int]] = {}
@@ -209,9 +218,20 @@ class Connection:
                 raise  # cancelled from outside (second signal): not ours to swallow
         finally:
             self.ended = True
+            if self.prefetched is not None:  # stopped before its first session: not used
+                self.prefetched.ws.transport.abort()
+                self.prefetched = None
         return None
 
     async def _session(self) -> None:
+        warm, self.prefetched = self.prefetched, None
+        if warm is not None:  # taken over from a warm-up: the socket is open already
+            self.log("info", "connected (warmed up)", buffered=len(warm.frames))
+            try:
+                await self._read(warm.ws, warm.frames)
+            finally:
+                await warm.ws.close()
+            return
         next_seq = self.held.cursor.next_seq
         proto = self.ctx.protocol
         url = proto.url(self.held.lease.ws_url, next_seq)
@@ -223,35 +243,42 @@ class Connection:
             self.ctx.metrics.incr(names.METRIC_CONNECTS_DELAYED)
         async with dial(url, address, checked.port, proto.headers(next_seq), self.ctx.options,
                         worker_id=self.ctx.worker_id) as ws:
-            self._ws = ws
-            self.held.cursor.connected()
-            if self.trace is not None:
-                self.trace.connected()
+            self.log("info", "connected", url=redact(url, paths=self.ctx.policy.log_paths),
+                     from_seq=next_seq)
+            await self._read(ws, (), proto.first_frames(next_seq))
+
+    async def _read(self, ws: ClientConnection, buffered: Sequence[str | bytes],
+                    first: Sequence[str | bytes] = ()) -> None:
+        """Deliver ``buffered`` (a warm-up's, ``worker.prefetch``), then what ``ws`` reads."""
+        self._ws = ws
+        self.held.cursor.connected()
+        if self.trace is not None:
+            self.trace.connected()
+        try:
+            for frame in first:
+                await ws.send(frame)
             try:
-                self.log("info", "connected", url=redact(url, paths=self.ctx.policy.log_paths),
-                         from_seq=next_seq)
-                for first in proto.first_frames(next_seq):
-                    await ws.send(first)
-                try:
-                    n = 0
-                    async for frame in ws:
-                        await self._deliver(frame)
-                        if self.held.stopping:
-                            break
-                        n += 1
-                        if n % FRAMES_PER_TURN == 0:
-                            # One socket read can hold hundreds of frames (a replay after a
-                            # failover), and taking a buffered frame never suspends: without
-                            # this turn one replaying stream kept claims, heartbeats' stamps
-                            # and every other stream waiting until its whole backlog was done.
-                            await asyncio.sleep(0)
-                except asyncio.CancelledError:
-                    if not (self.held.stopping and self.held.live):
-                        raise  # aborted, fenced, lost, or cancelled from outside
-                if self.held.stopping and self.held.live:
-                    await close_reading(ws)
-            finally:
-                self._ws = None
+                n = 0
+                async for frame in _chain(buffered, ws):
+                    await self._deliver(frame)
+                    if self.held.stopping:
+                        break
+                    n += 1
+                    if n % FRAMES_PER_TURN == 0:
+                        # One socket read can hold hundreds of frames (a replay after a
+                        # failover), and taking a buffered frame never suspends: without
+                        # this turn one replaying stream kept claims, heartbeats' stamps
+                        # and every other stream waiting until its whole backlog was done.
+                        await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                if not (self.held.stopping and self.held.live):
+                    raise  # aborted, fenced, lost, or cancelled from outside
+            if self.held.stopping and self.held.live:
+                if self.on_drained is not None:
+                    await self.on_drained(self)
+                await close_reading(ws)
+        finally:
+            self._ws = None
 
     async def _deliver(self, frame: str | bytes) -> None:
         """Apply the delivery rules (``worker.delivery``) to one frame; here only the I/O."""
@@ -366,3 +393,10 @@ class Connection:
                       f"resume from it: {error}"[:1000],
                       why="handler keeps failing, parking the stream")
 
+
+async def _chain(buffered: Sequence[str | bytes], ws: ClientConnection,
+                 ) -> AsyncIterator[str | bytes]:
+    for frame in buffered:
+        yield frame
+    async for frame in ws:
+        yield frame

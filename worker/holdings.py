@@ -32,15 +32,16 @@ from holdfast.core.model import Lease, LeaseItem
 from holdfast.core.nudge import MAX_DELAY_S
 from holdfast.core.store import LeaseStore
 from holdfast.worker.backoff import Backoff
-from holdfast.worker.balancing import SHED, Balancing
+from holdfast.worker.balancing import HANDOFF, SHED, Balancing
 from holdfast.worker.checkpointer import Checkpointer
-from holdfast.worker.claimer import SOURCE_MOVED, Claim, Later
+from holdfast.worker.claimer import SOURCE_HANDOFF, SOURCE_MOVED, Claim, Later
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection, ConnectionContext, ConnectOptions
 from holdfast.worker.handler import FailureQueue, Handler
 from holdfast.worker.held import HeldState, HeldStream
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.prefetch import Prefetched
 from holdfast.worker.protocol import ResumeProtocol
 
 if TYPE_CHECKING:
@@ -96,6 +97,11 @@ class Holdings:
         self.tasks: set[asyncio.Task[None]] = set()
         self._claiming: set[str] = set()
         self._claims_paused = False
+        # Make-before-break (set by the supervisor, ``worker.handoff``): pass a stream whose
+        # successor is warm; how many warm-ups of ours hold a slot.
+        self.transfer: Callable[[Connection], Awaitable[str]] | None = None
+        self.warming: Callable[[], int] = lambda: 0
+        self.incoming: Callable[[], set[str]] = set  # streams a handoff is bringing us
 
     def free_capacity(self) -> int:
         if self.stopping() or self.owner() is None:
@@ -104,7 +110,8 @@ class Holdings:
             return 0
         # Not limited by a rebalancing share: a failover's or a new stream's nudge must be
         # claimed by whoever has room; only a moved stream's nudge is held to the share.
-        return self.config.max_connections - len(self.streams) - len(self._claiming)
+        return (self.config.max_connections - len(self.streams) - len(self._claiming)
+                - self.warming())
 
     def _lagging(self) -> bool:
         """True while the loop lags past ``CLAIM_LAG_LIMIT_MS``; each pause is logged once."""
@@ -133,8 +140,8 @@ class Holdings:
             span.end()
 
     async def _claim(self, conn_id: str, source: str, span: Span | None) -> Claim | Later:
-        if conn_id in self.streams or conn_id in self._claiming:
-            return Claim.CONFLICT  # already ours (a duplicate nudge)
+        if conn_id in self.streams or conn_id in self._claiming or conn_id in self.incoming():
+            return Claim.CONFLICT  # already ours (a duplicate nudge), or coming by a handoff
         if source == SOURCE_MOVED and (self.balancing.refuses(conn_id)
                                        or self._room_for_moves() <= 0):
             # A move: never straight back to us who shed it, nor past our share; handed on
@@ -170,10 +177,22 @@ class Holdings:
             return Claim.UNAVAILABLE
         finally:
             self._claiming.discard(conn_id)
-        self.metrics.incr("Claims")
-        self.balancing.claimed(conn_id)
         if lease.unowned_ms is not None:
             self.metrics.unowned_time(lease.unowned_ms)
+        self._start(lease, sent, source, span=span)
+        return Claim.CLAIMED
+
+    def start_warm(self, lease: Lease, warm: Prefetched) -> None:
+        """Hold a stream passed to us by a make-before-break handoff (``worker.handoff``):
+        the lease names us already; its connection starts on the warm socket."""
+        self._start(lease, self.mono(), SOURCE_HANDOFF, warm=warm)
+
+    def _start(self, lease: Lease, sent: int, source: str, *, span: Span | None = None,
+               warm: Prefetched | None = None) -> None:
+        """Start holding ``lease`` (its backstop written at ``sent``, mono)."""
+        conn_id, owner = lease.conn_id, lease.owner
+        self.metrics.incr("Claims")
+        self.balancing.claimed(conn_id)
         self.counts["claimed"] += 1
         held = HeldStream(lease, fence_mono_ms=self.checkpointer.fence_after(sent),
                           session_fence=self.session_fence,
@@ -185,16 +204,18 @@ class Holdings:
             # while it names our old owner, so we release it at once (never deliver).
             held.drain("session lost")
         conn = Connection(held, self.ctx)
+        conn.prefetched = warm
+        conn.on_drained = self._pass_on
         if span is not None:
             conn.trace = tracing.StreamTrace(span, conn_id, self.config.worker_id)
         self.streams[conn_id] = conn
         conn.log("info", "claimed", source=source, epoch=lease.epoch, last_seq=lease.last_seq,
-                 unowned_ms=lease.unowned_ms, moved_at_ms=lease.moved_at_ms)
+                 unowned_ms=lease.unowned_ms, moved_at_ms=lease.moved_at_ms,
+                 warm=warm is not None or None)
         task = asyncio.create_task(self._hold(conn), name=f"stream:{conn_id}")
         conn.task = task
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-        return Claim.CLAIMED
 
     def _room_for_moves(self) -> int:
         """Moved streams we may still take under our target's ceiling, claims in flight
@@ -215,8 +236,9 @@ class Holdings:
         return Later(int(seconds)) if 0 < seconds <= MAX_DELAY_S else None
 
     def busy(self) -> set[str]:
-        """The streams held or being claimed: not strays, whatever the owner index says."""
-        return set(self.streams) | self._claiming
+        """The streams held, being claimed or coming by a handoff: not strays, whatever the
+        owner index says."""
+        return set(self.streams) | self._claiming | self.incoming()
 
     async def _let_go(self, item: LeaseItem, owner: str) -> bool:
         """Release a stream our session owns but no connection of ours holds (STOPPED, or a
@@ -285,10 +307,20 @@ class Holdings:
             conn.log("warning", "stream handed back after errors", error=error,
                      retry_in_s=round(retry_s, 1))
             return
-        moved = held.stop_reason == SHED  # a rebalancing move: starts its cool-down
-        # A move or a stop of ours is handed to the successor the decider named, if any.
-        successor = self.balancing.successor() if moved or held.stop_reason in (
-            "shutdown", "shutdown-timeout") else None
+        if held.stop_reason == HANDOFF and conn.handoff_to and self.transfer is not None:
+            # Make-before-break, the successor is warm: passed on already before the close
+            # (``_pass_on``), or now (it stopped between two connections).
+            passed = conn.passed or await self.transfer(conn)
+            if passed != "failed":
+                self.counts["handed_over" if passed == "transferred" else "lost"] += 1
+                return
+        moved = held.stop_reason in (SHED, HANDOFF)  # a move: starts its cool-down
+        # A move or a stop of ours is handed to the successor the decider named, if any
+        # ("": decided already, nobody).
+        successor = conn.handoff_to if conn.handoff_to is not None else (
+            self.balancing.successor() if moved or held.stop_reason in (
+                "shutdown", "shutdown-timeout") else None)
+        successor = successor or None
         outcome = await self._release(conn, moved=moved, successor=successor)
         self.counts["released" if outcome == "released" else f"release_{outcome}"] += 1
         if successor is not None and outcome == "released":
@@ -296,6 +328,14 @@ class Holdings:
         if moved and outcome == "released":
             self.counts["shed"] += 1
             self.balancing.moved(conn.conn_id)
+
+    async def _pass_on(self, conn: Connection) -> None:
+        """A drained stream, its socket still open: a warm handoff passes the lease now."""
+        if (conn.held.stop_reason == HANDOFF and conn.handoff_to and conn.passed is None
+                and self.transfer is not None):
+            conn.passed = await self.transfer(conn)
+            if conn.passed == "transferred":
+                conn.held.close()  # not ours: no checkpoint of it from here on
 
     async def _release(self, conn: Connection, *, attempts: int = 20,
                        error: str | None = None, retry_at_ms: int | None = None,

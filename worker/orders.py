@@ -32,6 +32,7 @@ from aws_lambda_powertools import Logger
 from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core.directives import Directive, parse_inbox_body
+from holdfast.core.handoff import HandoffStep
 from holdfast.core.nudge import Nudge
 from holdfast.core.orders import Order, is_missing_queue, order_queue_name
 from holdfast.worker.claimer import in_daemon_thread
@@ -63,6 +64,8 @@ class OrderInbox:
     # A stream released to us by name (a handoff, ``holdfast.core.nudge.REASON_HANDOFF``):
     # claimed at once; None: ignored (the shared queue's nudge comes when the hold ends).
     handoff: Callable[[Nudge], None] | None = None
+    # A make-before-break message (``holdfast.core.handoff``); None: ignored.
+    step: Callable[[HandoffStep], None] | None = None
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rand: Callable[[], float] = random.random
     owner: str | None = None
@@ -147,6 +150,9 @@ class OrderInbox:
             elif isinstance(said, Nudge):
                 if self.handoff is not None:
                     self.handoff(said)
+            elif isinstance(said, HandoffStep):
+                if self.step is not None:
+                    self.step(said)
             elif said is not None and self.directive is not None:
                 self.directive(said)
             else:

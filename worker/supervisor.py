@@ -44,6 +44,7 @@ from holdfast.worker.claimer import SOURCE_HANDOFF, Claimer
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection
 from holdfast.worker.handler import Handler, default_handler
+from holdfast.worker.handoff import Handoffs
 from holdfast.worker.health import HealthServer
 from holdfast.worker.held import NO_FENCE_MS, monotonic_ms
 from holdfast.worker.holdings import Holdings
@@ -129,6 +130,23 @@ class Supervisor:
             admit_connect=self.budget.admit,
             loop_lag_ms=self.loop_clock.lag_ms)
         self.tasks = self.holdings.tasks  # the connection tasks, awaited by the stop
+        # Make-before-break handoffs: they need order queues (ours and the successor's).
+        self.handoffs = Handoffs(
+            sqs=sqs, queue_url=config.queue_url, prefix=config.orders_queue_prefix,
+            store=self.store, streams=self.streams, ctx=self.holdings.ctx,
+            owner=lambda: self.owner, room=self.free_capacity,
+            start=self.holdings.start_warm,
+            claim=lambda conn_id: self.holdings.claim(conn_id, SOURCE_HANDOFF), mono=mono,
+            single_connection=config.single_connection) if self.inbox is not None and (
+            config.orders_queue_prefix) else None
+        if self.handoffs is not None:
+            assert self.inbox is not None
+            self.inbox.step = self.handoffs.on_step
+            self.balancing.offer = self.handoffs.offer
+            self.holdings.transfer = self.handoffs.transfer
+            handoffs = self.handoffs
+            self.holdings.warming = lambda: len(handoffs.incoming())
+            self.holdings.incoming = handoffs.incoming
         self._handoffs: set[asyncio.Task[object]] = set()  # claims of handoffs in flight
 
     def free_capacity(self) -> int:
@@ -271,6 +289,7 @@ class Supervisor:
                 ("checkpoints", self.checkpointer.run), ("session", keeper.run),
                 ("fence", self.checkpointer.fence_watch), ("metrics", self._metrics_loop),
                 ("orders", self.inbox.run if self.inbox is not None else None),
+                ("handoffs", self.handoffs.run if self.handoffs is not None else None),
                 ("health", health.run if health is not None else None)]
             keep = [tg.create_task(self._guard(name, loop)) for name, loop in keeping if loop]
             if watchdog is not None:
@@ -318,6 +337,13 @@ class Supervisor:
         budget = self.config.shutdown_s
         t0 = time.monotonic()
         for conn in list(self.streams.values()):
+            # To the successor the decider named, warm first where it can be (it keeps
+            # delivering until then, ``worker.handoff``); else drained and released to it.
+            successor = self.balancing.successor()
+            if successor is not None and self.handoffs is not None and self.handoffs.offer(
+                    conn, successor, "shutdown"):
+                continue
+            conn.handoff_to = successor or ""
             conn.drain("shutdown")
         await self._wait_tasks(budget * _DRAIN_SHARE)
         slow = [c for c in self.streams.values() if not c.ended]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core.aws import ConditionFailed, call
+from holdfast.core.handoff import STEPS, HandoffStep, parse_step
 from holdfast.core.liveness import session_owner
 from holdfast.core.nudge import Nudge, parse_nudge
 from holdfast.core.orders import Order, parse_order
@@ -119,11 +120,13 @@ def drain_body(owner: str, draining: bool) -> str:
     return json.dumps({"owner": owner, "drain": draining}, separators=(",", ":"))
 
 
-def parse_inbox_body(body: str, owner: str) -> Order | Directive | Nudge | bool | None:
+def parse_inbox_body(body: str, owner: str,
+                     ) -> Order | Directive | Nudge | HandoffStep | bool | None:
     """What an order-queue message for ``owner`` says, the one parser of that queue: an
     ``Order`` (stop, release), a ``Directive``, a handoff ``Nudge`` (a stream released to
-    us), a drain flag (bool), or None (none of these, foreign, or malformed). A message must
-    name its owner: a reused queue name, or a forged message, cannot mislead."""
+    us), a ``HandoffStep`` (make-before-break, ``holdfast.core.handoff``), a drain flag (bool),
+    or None (none of these, foreign, or malformed). A message must name its owner: a reused
+    queue name, or a forged message, cannot mislead."""
     try:
         data = json.loads(body)
     except (TypeError, ValueError):
@@ -138,6 +141,8 @@ def parse_inbox_body(body: str, owner: str) -> Order | Directive | Nudge | bool 
             return parse_nudge(body)
         except ValueError:
             return None
+    if any(k in data for k in STEPS):
+        return parse_step(data)
     if isinstance(data.get("drain"), bool):
         return bool(data["drain"])
     d = data.get("directive")

@@ -32,6 +32,7 @@ NAMES = {
     "#errs": ATTR.error_count,
     "#moved": ATTR.moved_at_ms,
     "#succ": ATTR.successor,
+    "#single": ATTR.single_connection,
     **unowned.MARK_NAMES,
 }
 

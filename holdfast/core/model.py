@@ -25,6 +25,7 @@ __all__ = [
     "VERSION_PATTERN",
     "Lease",
     "LeaseItem",
+    "bool_attr",
     "int_attr",
     "str_attr",
     "validate_conn_id",
@@ -140,6 +141,8 @@ class Lease:
     # last handed it on (None: never), read by the acquire.
     weight: float = 1.0
     moved_at_ms: int | None = None
+    # The item's ``single_connection`` (None: not set, the fleet default decides).
+    single_connection: bool | None = None
 
 
 MAX_WEIGHT = 1_000_000.0
@@ -164,6 +167,14 @@ def int_attr(item: Mapping[str, Any], name: str) -> int | None:
         return int(n) if isinstance(n, str) else None
     except ValueError:
         return None
+
+
+def bool_attr(item: Mapping[str, Any], name: str) -> bool | None:
+    """The boolean in ``item[name]`` (DynamoDB JSON ``{"BOOL": ...}``); None if absent or not
+    one."""
+    value = item.get(name)
+    b = value.get("BOOL") if isinstance(value, Mapping) else None
+    return b if isinstance(b, bool) else None
 
 
 def str_attr(item: Mapping[str, Any], name: str) -> str | None:

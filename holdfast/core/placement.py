@@ -5,11 +5,10 @@ with the live sessions it reads anyway; it returns ``balance.plan``'s targets wi
 additions:
 
 - **Successors.** A target names where the streams its worker lets go should go, as
-  (owner, how many). The worker names one per release (``store.release``: a handoff), so a
-  move lands on the worker chosen here, never on whoever polls first. Streams are given to the
-  least-loaded receivers with room, one at a time (water-filling), and what one worker's list
-  gives is counted before the next worker's list is made, so workers that stop at once do not
-  all pile onto the same receiver.
+  (owner, how many). The worker names one per release or warm handoff (``worker.handoff``),
+  so a move lands on the worker chosen here, never on whoever polls first. Streams are given
+  to the least-loaded receivers with room, one at a time (water-filling). Shedders shed at
+  once, so what one shedder's list gives is counted before the next list is made.
 - **Deploys.** Two versions live at once is a deploy under way. The new version is the one
   whose first live worker started last (an old worker restarted mid-deploy does not make its
   version new). While it lasts:
@@ -18,9 +17,10 @@ additions:
     streams move once, when it stops, onto new workers. Shedding old workers early to the
     first new one piles everything there and moves it all again (measured: 2 moves per stream
     on average in a one-at-a-time deploy, issue 21);
-  - an old worker's successors are new workers only, least loaded first, up to their capacity;
-    when no new worker has room an old one is better than none: what is not named goes to
-    whoever has room;
+  - an old worker's successors are new workers only, least loaded first, up to their capacity,
+    each list made as if its worker stopped next (a one-at-a-time deploy stops one, then the
+    next decision sees where its streams went); when no new worker has room an old one is
+    better than none: what is not named goes to whoever has room;
   - an old worker claims no moved stream (its ceiling is its load); a new one takes them up to
     its capacity. A new worker's own successors (it is stopped mid-deploy) are the other new
     workers.
@@ -50,21 +50,25 @@ def new_version(members: Sequence[Member]) -> str | None:
     return max(first, key=lambda v: (first[v], v))
 
 
-def fill(loads: dict[str, float], caps: Mapping[str, float], count: int,
+def fill(loads: dict[str, float], caps: Mapping[str, float], count: int, *, turn: int = 0,
          ) -> tuple[tuple[str, int], ...]:
     """Give ``count`` streams, one at a time, to the least loaded of ``loads`` below its cap;
-    ``loads`` is updated (the next call sees them). Returns (owner, how many), most first."""
-    heap = [(load, owner) for owner, load in loads.items() if load + 1 <= caps[owner] + 1e-9]
+    ``loads`` is updated. Ties go round in owner order starting ``turn`` places on, so lists
+    made from the same loads do not all leave their odd streams with the same receivers.
+    Returns (owner, how many), most first."""
+    order = sorted(loads)
+    rank = {o: (i - turn) % max(1, len(order)) for i, o in enumerate(order)}
+    heap = [(load, rank[o], o) for o, load in loads.items() if load + 1 <= caps[o] + 1e-9]
     heapq.heapify(heap)
     given: dict[str, int] = {}
     for _ in range(count):
         if not heap:
             break
-        load, owner = heapq.heappop(heap)
+        load, r, owner = heapq.heappop(heap)
         given[owner] = given.get(owner, 0) + 1
         loads[owner] = load + 1
         if load + 2 <= caps[owner] + 1e-9:
-            heapq.heappush(heap, (load + 1, owner))
+            heapq.heappush(heap, (load + 1, r, owner))
     return tuple(sorted(given.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
@@ -106,10 +110,14 @@ def _deploy(members: Sequence[Member], version: str, unowned: int, in_motion: in
     at_once = split_moves(budget, draining) if draining else {}
     shares: dict[str, float] = {}
     targets: dict[str, Target] = {}
-    # Old workers first (their streams are the ones that will move), oldest first.
-    for m in sorted(members, key=lambda m: (m.version == version, m.started_at_ms, m.owner)):
+    # Each old worker's list is made from the new workers' loads as they are, as if it were
+    # the next to stop: a one-at-a-time deploy stops one of them at a time (which one, the
+    # decider cannot know), and the next decision sees where its streams went. Workers that
+    # stop together each spread theirs over the least loaded, ties taking turns.
+    for turn, m in enumerate(sorted(members, key=lambda m: (m.version == version,
+                                                            m.started_at_ms, m.owner))):
         if m.version != version:
-            successors = fill(loads, caps, m.held)
+            successors = fill(dict(loads), caps, m.held, turn=turn)
             share = 0.0 if m.draining else m.load
             ceiling = share
         else:

@@ -103,6 +103,9 @@ class Attributes:
     # A handoff: the owner a holder released the stream to. Until ``lease_expires_at_ms``
     # (the hold) only that owner may acquire it; then anyone (``store.LeaseStore.acquire``).
     successor: str = "successor"
+    # True: the upstream allows one connection at a time, so a handoff never overlaps two
+    # (break-before-make); absent: the fleet default (HOLDFAST_SINGLE_CONNECTION).
+    single_connection: str = "single_connection"
 
 
 ATTR: Final = Attributes()

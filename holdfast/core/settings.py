@@ -148,6 +148,11 @@ SEND_WORKER_ID: Final = Flag(name="HOLDFAST_SEND_WORKER_ID", readers=_W,
                              doc="Send the X-Holdfast-Worker header on upstream handshakes.")
 COMPRESSION: Final = Flag(name="HOLDFAST_COMPRESSION", readers=_W,
                           doc="permessage-deflate (~55 KB per connection instead of ~18 KB).")
+SINGLE_CONNECTION: Final = Flag(
+    name="HOLDFAST_SINGLE_CONNECTION", readers=_W,
+    doc="The upstreams allow one connection per stream at a time: a handoff closes the old "
+        "connection before the successor opens its own (break-before-make). Off: the successor "
+        "warms up first (make-before-break). A stream's `single_connection` attribute wins.")
 HEALTH_PORT: Final = Integer(name="HOLDFAST_HEALTH_PORT", default=8081, lo=0, hi=65535,
                              readers=_W,
                              doc="Loopback /health port; 0 disables it "

@@ -33,7 +33,7 @@ from holdfast.core.expressions import (
     renewed,
     string,
 )
-from holdfast.core.model import Lease, LeaseItem, int_attr, str_attr, weight_of
+from holdfast.core.model import Lease, LeaseItem, bool_attr, int_attr, str_attr, weight_of
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, STARTED, LeaseStatus, pk_for
 
@@ -141,7 +141,8 @@ class LeaseStore:
             unowned_ms = None if adopt else unowned.unowned_time_ms(old, now, self.skew_ms)
             return Lease(conn_id, owner, item.epoch, item.lease_expires_at_ms, item.ws_url,
                          item.last_seq, item.error_count, unowned_ms=unowned_ms,
-                         weight=weight_of(new), moved_at_ms=int_attr(new, ATTR.moved_at_ms))
+                         weight=weight_of(new), moved_at_ms=int_attr(new, ATTR.moved_at_ms),
+                         single_connection=bool_attr(new, ATTR.single_connection))
         raise AcquireFailed(conn_id, LossReason.HELD, None)
 
     def _acquire_write(self, conn_id: str, owner: str, now: int, epoch: int,
@@ -274,6 +275,50 @@ class LeaseStore:
                 raise  # still ours: not released
             return None if owner is None else LossReason.LOST
         return None
+
+    def transfer(self, lease: Lease, handled_seq: int | None, to_owner: str) -> Lease:
+        """Pass ``lease`` straight to ``to_owner`` (a make-before-break handoff,
+        ``holdfast.core.handoff``): final checkpoint, owner, a new epoch, one conditional write.
+
+        Only the holder writes it, after it stopped delivering; the condition is the release's
+        (owner and epoch are ours, the checkpoint never backwards). Returns the successor's
+        lease; ``LeaseLost`` if the stream was not ours any more; ``StoreUnavailable`` if it is
+        still ours and not passed on (the caller releases it instead).
+        """
+        now = self.clock()
+        seq = rules.next_checkpoint(lease.last_seq, handled_seq)
+        last_seq = seq if seq is not None else lease.last_seq
+        epoch = max(lease.epoch + 1, now)
+        update = ("SET #owner = :to, #epoch = :new, #exp = :exp, #status = :running, "
+                  "#upd = :now, #moved = :now")
+        condition = "#owner = :me AND #epoch = :epoch AND #ds = :started"
+        values: dict[str, Any] = {
+            ":to": string(to_owner), ":new": num(epoch), ":exp": num(now + self.lease_ms),
+            ":running": string(LeaseStatus.RUNNING), ":now": num(now),
+            ":me": string(lease.owner), ":epoch": num(lease.epoch), ":started": string(STARTED)}
+        if seq is not None:
+            update += ", #seq = :seq"
+            condition += " AND (attribute_not_exists(#seq) OR #seq <= :seq)"
+            values[":seq"] = num(seq)
+        update += " REMOVE #succ"
+        passed = Lease(lease.conn_id, to_owner, epoch, now + self.lease_ms, lease.ws_url,
+                       last_seq, lease.error_count, weight=lease.weight, moved_at_ms=now,
+                       single_connection=lease.single_connection)
+        try:
+            self._update("transfer", lease.conn_id, update, condition, values)
+        except ConditionFailed as failed:
+            raise LeaseLost(lease.conn_id, self._loss_of(lease, failed.item) or
+                            LossReason.REGRESSION, parse_or_none(failed.item)) from None
+        except StoreUnavailable:
+            raw = self.get_raw(lease.conn_id) or {}
+            if (str_attr(raw, ATTR.lease_owner) == to_owner
+                    and int_attr(raw, ATTR.epoch) == epoch):
+                return passed  # it landed; only the answer was lost
+            if self._loss_of(lease, raw or None) is None:
+                raise  # still ours: not passed on
+            raise LeaseLost(lease.conn_id, self._loss_of(lease, raw or None) or LossReason.LOST,
+                            parse_or_none(raw or None)) from None
+        return passed
 
     def quarantine(self, conn_id: str, owner: str, reason: str) -> None:
         """Park a malformed STARTED item out of the sweep's sight, with the reason recorded."""

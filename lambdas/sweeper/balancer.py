@@ -204,9 +204,14 @@ def summary(decision: Plan, members: Sequence[Member], unowned: int, written: in
     more = f", +{len(far) - SUMMARY_MEMBERS} more" if len(far) > SUMMARY_MEMBERS else ""
     if decision.deploying is not None:
         old = sum(1 for m in members if m.version != decision.deploying)
+        named = {t.owner: t.successors for t in decision.targets}
+        shown = ", ".join(
+            f"{m.owner[:_OWNER_CHARS]} {m.load:g}" + (" (new)" if m.version == decision.deploying
+                                                      else f" -> {dict(named[m.owner])}")
+            for m in members[:SUMMARY_MEMBERS])
         return (f"deploy of {decision.deploying[:_OWNER_CHARS]!r} under way: {old} of "
                 f"{len(members)} workers on an older version keep their streams until they "
-                f"stop, then hand them to the new ones; {written} targets written")
+                f"stop, then hand them to the new ones; {written} targets written: {shown}")
     return (f"rebalance: {decision.excess:g} streams above fair share across {len(members)} "
             f"workers ({unowned} unowned, {decision.budget} may move now), {written} targets "
             f"written: {shown}{more}")

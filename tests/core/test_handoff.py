@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from holdfast.core import rules
-from holdfast.core.exceptions import AcquireFailed, LossReason
+from holdfast.core.exceptions import AcquireFailed, LeaseLost, LossReason
 from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
 from tests.core.test_store import SKEW_MS, Clock, put_raw
@@ -75,3 +75,34 @@ def test_claim_blocker_lets_the_named_successor_through(
     assert item is not None
     assert rules.claim_blocker(item, clock.now, SKEW_MS, "new#1") is None
     assert rules.claim_blocker(item, clock.now, SKEW_MS, "other#1") is LossReason.BACKOFF
+
+
+def test_a_transfer_passes_the_lease_in_one_write(store: LeaseStore, clock: Clock,
+                                                  unique_id: str, ddb: Any) -> None:
+    """Make-before-break: owner, a higher epoch and the final checkpoint move together; the
+    old holder's next write fails as LOST, the successor's lease works."""
+    put_raw(ddb, store.table, unique_id)
+    old = store.acquire(unique_id, "old#1")
+    new = store.transfer(old, 12, "new#1")
+    assert (new.owner, new.last_seq) == ("new#1", 12) and new.epoch > old.epoch
+    item = store.get(unique_id)
+    assert item is not None and (item.lease_owner, item.epoch, item.last_seq) == (
+        "new#1", new.epoch, 12)
+    with pytest.raises(LeaseLost) as info:
+        store.renew(old, 13)
+    assert info.value.reason is LossReason.LOST
+    assert store.renew(new, 20).last_seq == 20
+
+
+def test_a_stale_holder_cannot_transfer(store: LeaseStore, clock: Clock, unique_id: str,
+                                        ddb: Any) -> None:
+    """A holder that lost the stream (released, re-acquired by another) transfers nothing."""
+    put_raw(ddb, store.table, unique_id)
+    old = store.acquire(unique_id, "old#1")
+    store.release(old, 5)
+    other = store.acquire(unique_id, "other#1")
+    with pytest.raises(LeaseLost):
+        store.transfer(old, 9, "new#1")
+    item = store.get(unique_id)
+    assert item is not None and (item.lease_owner, item.epoch, item.last_seq) == (
+        "other#1", other.epoch, 5)

@@ -49,12 +49,21 @@ def test_during_a_deploy_nothing_sheds_and_old_workers_take_no_moves() -> None:
 
 
 def test_old_streams_never_go_to_an_old_worker_and_full_new_workers_name_nobody() -> None:
-    """New capacity 25 for 40 old streams: 25 are named, the rest go to whoever has room."""
-    members = [_m("o1", 20), _m("o2", 20), _m("n1", 0, "v2", 10, cap=25)]
-    named = sum(n for t in place(members).targets if t.owner.startswith("o")
-                for o, n in t.successors if o.startswith("n"))
-    assert named == 25
-    assert all(not o.startswith("o") for t in place(members).targets for o, _ in t.successors)
+    """New capacity 15 for an old worker of 20: 15 are named, the rest go to whoever has
+    room; no list names an old worker."""
+    members = [_m("o1", 20), _m("o2", 20), _m("n1", 0, "v2", 10, cap=15)]
+    decision = place(members)
+    assert _target(decision, "o1")[3] == {"n1": 15} == _target(decision, "o2")[3]
+    assert all(not o.startswith("o") for t in decision.targets for o, _ in t.successors)
+
+
+def test_each_old_list_is_made_as_if_its_worker_stopped_next() -> None:
+    """One-at-a-time: whichever old worker stops next, its streams go to the new worker that
+    just started (least loaded), not half to the one that took the last old worker's."""
+    members = [_m("o2", 20, started=2), _m("o3", 20, started=1), _m("n1", 20, "v2", 10),
+               _m("n2", 0, "v2", 20)]
+    decision = place(members)
+    assert _target(decision, "o2")[3] == {"n2": 20} == _target(decision, "o3")[3]
 
 
 def _simulate(members: list[Member], stop: str) -> tuple[list[Member], dict[str, int]]:
@@ -82,7 +91,7 @@ def test_a_one_at_a_time_deploy_moves_each_stream_once_and_ends_balanced() -> No
 
 def test_new_first_then_all_old_stopped_at_once_ends_balanced() -> None:
     """All new workers first, then the three old ones stop together using one decision's
-    successors: the lists add up (each counted before the next), 20 each."""
+    successors: each list spreads over the three, ties taking turns, 20 each."""
     fleet = [_m("o1", 20), _m("o2", 20), _m("o3", 20)] + [
         _m(f"n{i}", 0, "v2", 100 + i) for i in range(3)]
     decision = place(fleet)

@@ -59,7 +59,9 @@ MINIMUM = {
                ("ChangeMessageVisibilityBatch", "queue"), ("SendMessageBatch", "queue"),
                # Its session's order queue: made at start, read, deleted at the graceful stop.
                ("CreateQueue", "order queue"), ("ReceiveMessage", "order queue"),
-               ("DeleteMessageBatch", "order queue"), ("DeleteQueue", "order queue")},
+               ("DeleteMessageBatch", "order queue"), ("DeleteQueue", "order queue"),
+               # A handoff's warm-up request on the successor's order queue.
+               ("SendMessage", "order queue")},
     "router": {("SendMessageBatch", "queue"), ("UpdateItem", "leases"),
                ("UpdateItem", "sessions"), ("SendMessage", "order queue"),
                # A handoff's nudge on its successor's order queue.
@@ -152,10 +154,15 @@ def _drive_worker(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> s
                                 skew_ms=300)
         item = sessions.get(wid)
         assert item is not None
+        # Named to a successor that never answers: the warm-up request is sent to its order
+        # queue, and after the wait the release names it (break-before-make).
+        successor = sessions.start(f"s-{tag}", 10).owner
+        fleet.sqs.create_queue(QueueName=order_queue_name(prefix_for(fleet.table), successor))
         now = wall_clock_ms()
-        assert sessions.set_directive(item.owner, Directive(2, 2, 1, now + 1_500, 1, now))
+        assert sessions.set_directive(item.owner, Directive(2, 2, 1, now + 6_000, 1, now,
+                                                            successors=((successor, 1),)))
         wait_until(lambda: any(schema.ATTR.moved_at_ms in fleet.item(c) for c in held[1:]),
-                   10, "a stream shed")
+                   15, "a stream shed")
         time.sleep(2.0)
         proc.send_signal(signal.SIGTERM)
         # Once its streams are released the worker only waits on its last long polls: a nudge

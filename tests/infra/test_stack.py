@@ -86,8 +86,9 @@ def names_of(template_json: dict[str, Any]) -> tuple[str, str, str, str, str]:
 
 def test_worker_role_has_exactly_the_lease_session_and_queue_calls(
         template_json: dict[str, Any]) -> None:
-    """Task role: lease calls, both indexes, sessions, receive and send nudges, and its own
-    order queue (create, receive, delete messages, delete)."""
+    """Task role: lease calls, both indexes, sessions, receive and send nudges, its own
+    order queue (create, receive, delete messages, delete) and sends to the others' (a
+    make-before-break handoff's messages)."""
     task = one_resource(template_json, "AWS::ECS::TaskDefinition")["Properties"]
     statements = role_statements(template_json, task["TaskRoleArn"]["Fn::GetAtt"][0])
     leases, sessions, queue, seed_index, owner_index = names_of(template_json)
@@ -98,9 +99,9 @@ def test_worker_role_has_exactly_the_lease_session_and_queue_calls(
         "dynamodb:PutItem": {sessions},
         "dynamodb:Scan": {sessions},
         "dynamodb:Query": {seed_index, owner_index},
-        **{action: {queue} for action in ("sqs:ChangeMessageVisibility", "sqs:SendMessage")},
+        "sqs:ChangeMessageVisibility": {queue},
         **{action: {queue, ORDER_QUEUES} for action in ("sqs:ReceiveMessage",
-                                                        "sqs:DeleteMessage")},
+                                                        "sqs:DeleteMessage", "sqs:SendMessage")},
         **{action: {ORDER_QUEUES} for action in ("sqs:CreateQueue", "sqs:DeleteQueue")},
     }
     # Only UpdateItem is conditioned: pinned attributes and keys, like the router's.

@@ -3,10 +3,12 @@ claimed from its order queue well inside the hold, with no seq lost."""
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from holdfast.core import rules
 from holdfast.core.directives import Directive
+from holdfast.worker.handler import Message
 from tests.worker.conftest import (
     Fleet,
     RouterSim,
@@ -94,3 +96,86 @@ async def test_a_stopping_worker_hands_its_streams_to_the_named_successors(
     assert took_s < rules.HANDOFF_HOLD_MS / 1000
     for x in conns:
         assert missing_seqs(rec.seqs(x)) == [], x
+
+
+class TimedRecorder(Recorder):
+    """Also records when (monotonic s) and by which worker each message was handled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.when: list[tuple[str, int | None, str, float]] = []
+        self.calls_until = 0  # how many of ``when`` the test looks at
+
+    async def __call__(self, message: Message) -> None:
+        await super().__call__(message)
+        self.when.append((message.conn_id, message.seq, message.worker_id, time.monotonic()))
+
+    def switch_gap_s(self, conn_id: str) -> float:
+        """From the first deliverer's last message to the next deliverer's first."""
+        rows = [r for r in self.when[:self.calls_until] if r[0] == conn_id]
+        first = rows[0][2]
+        last_old = max(t for c, _, w, t in rows if w == first)
+        first_new = min(t for c, _, w, t in rows if w != first)
+        return first_new - last_old
+
+
+async def _shed_two(fleet: Fleet, upstream: UpstreamThread, unique_id: str,
+                    rec: TimedRecorder, **a_env: str) -> tuple[dict[str, int], list[str]]:
+    """A holds four and sheds two naming B; returns A's counts and the moved streams."""
+    conns = [f"{unique_id}-w{i}" for i in range(4)]
+    router = RouterSim(fleet)
+    try:
+        async with running_worker(fleet, rec, HOLDFAST_REBALANCE_COOLDOWN_SECONDS="0",
+                                  HOLDFAST_WORKER_ID=f"a-{unique_id}", **a_env) as a:
+            for c in conns:
+                fleet.create(c, upstream.url(c))
+                fleet.nudge(c)
+            await async_wait_until(lambda: len(a.worker.streams) == 4, 10, "A holds four")
+            await async_wait_until(lambda: all(len(rec.seqs(c)) >= 3 for c in conns), 10,
+                                   "messages")
+            async with running_worker(fleet, rec, HOLDFAST_WORKER_ID=f"b-{unique_id}") as b:
+                await async_wait_until(lambda: b.worker.owner, 5, "B's session")
+                assert a.worker.owner and b.worker.owner
+                assert fleet.sessions().set_directive(a.worker.owner, Directive(
+                    2, 2, 2, _now_ms() + 20_000, 2, _now_ms(),
+                    successors=((b.worker.owner, 2),)))
+                await async_wait_until(lambda: len(b.worker.streams) == 2, 10, "B takes two")
+                moved = sorted(b.worker.streams)
+                await async_wait_until(lambda: all(len(rec.seqs(x)) >= 20 for x in moved),
+                                       10, "messages after the handoff")
+                counts = dict(a.worker.counts)
+                # What B's own stop hands back to A after this is another move.
+                rec.calls_until = len(rec.when)
+    finally:
+        router.stop()
+    return counts, moved
+
+
+async def test_a_warm_handoff_switches_deliverer_once_with_a_short_gap(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """Make-before-break: B warms up while A delivers; the lease passes in one write; each
+    moved stream's deliveries switch from A to B once, no seq twice or missing."""
+    rec = TimedRecorder()
+    counts, moved = await _shed_two(fleet, upstream, unique_id, rec)
+    assert counts.get("handed_over") == 2 and not counts.get("released")
+    for x in moved:
+        seqs = rec.seqs(x)
+        assert missing_seqs(seqs) == [] and len(seqs) == len(set(seqs)), x
+        deliverers = [w for c, _, w, _ in rec.when[:rec.calls_until] if c == x]
+        switches = sum(1 for p, q in itertools.pairwise(deliverers) if p != q)
+        assert switches == 1, x
+        # In process, on moto and DynamoDB Local: a drain, one write, one SQS message.
+        assert rec.switch_gap_s(x) < 0.5, (x, rec.switch_gap_s(x))
+
+
+async def test_one_connection_at_a_time_hands_over_break_before_make(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """HOLDFAST_SINGLE_CONNECTION: no warm-up; the release names B, which claims it from
+    its order queue; still nothing lost or twice."""
+    rec = TimedRecorder()
+    counts, moved = await _shed_two(fleet, upstream, unique_id, rec,
+                                    HOLDFAST_SINGLE_CONNECTION="1")
+    assert not counts.get("handed_over") and counts.get("shed") == 2
+    for x in moved:
+        seqs = rec.seqs(x)
+        assert missing_seqs(seqs) == [] and len(seqs) == len(set(seqs)), x

@@ -1,0 +1,92 @@
+"""Make-before-break handoffs: the messages two workers exchange on their order queues.
+
+A holder letting a stream go (a shed, a drain, a SIGTERM) to the successor the decider named
+(``holdfast.core.placement``) first asks it to warm up; the lease moves only once the
+successor's connection is open, in one conditional write (``store.LeaseStore.transfer``):
+
+    holder --WARM(epoch E, from seq F)--> successor   opens the upstream from F, buffers
+    holder <--READY(E)-------------------- successor   (or ABORT: no room, cannot connect)
+    holder: stops delivering after seq K (the handler call in flight finishes), then writes
+            owner = successor, epoch E' > E, last_seq = K   (condition: owner and epoch E)
+    holder --TAKE(epoch E', seq K)-------> successor   reads the item back (owner and E'),
+                                                        delivers K + 1... from its buffer
+
+The handler never sees two deliverers (the holder stops before the write; the successor
+delivers only once the item names it) and never a seq twice (the successor's delivery rules
+skip what is at or below K). The upstream sees two connections for a moment. Every step is
+bounded: no READY within ``WARM_TIMEOUT_MS`` (or the stop budget), or a TAKE that never comes
+(``TAKE_TIMEOUT_MS``), or a buffer past ``BUFFER_MAX_FRAMES``: the warm-up is dropped and the
+holder falls back to a release that names the successor (break-before-make). A holder that
+dies mid-handoff is an ordinary failover. Streams whose upstream allows one connection at a
+time (``single_connection`` on the item, or ``HOLDFAST_SINGLE_CONNECTION``) skip the warm-up.
+
+Messages are JSON with the recipient's ``owner`` (one parser: ``directives.parse_inbox_body``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+from holdfast.core.liveness import session_owner
+from holdfast.core.model import validate_conn_id
+
+__all__ = ["ABORT", "BUFFER_MAX_FRAMES", "READY", "STEPS", "TAKE", "TAKE_TIMEOUT_MS", "WARM",
+           "WARM_TIMEOUT_MS", "HandoffStep", "parse_step"]
+
+WARM: Final = "warm"
+READY: Final = "ready"
+TAKE: Final = "take"
+ABORT: Final = "abort"
+STEPS: Final = (WARM, READY, TAKE, ABORT)
+# A successor that has not connected by then is not waited for (a connect takes tens of ms).
+WARM_TIMEOUT_MS: Final = 3_000
+# A warmed-up connection the holder never hands over is closed after this long.
+TAKE_TIMEOUT_MS: Final = 10_000
+# Frames a successor buffers while the holder still delivers (at 1,000 msgs/s: 10 s).
+BUFFER_MAX_FRAMES: Final = 10_000
+_MAX_SEQ = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class HandoffStep:
+    """One message of a handoff: ``kind`` (``STEPS``), the stream, the epoch it is about
+    (WARM, READY, ABORT: the holder's; TAKE: the successor's new one), ``seq`` (WARM: where
+    to start reading; TAKE: the last seq the holder delivered; None: none yet) and ``peer``,
+    the sender's owner (the reply goes to its order queue)."""
+
+    kind: str
+    conn_id: str
+    epoch: int
+    seq: int | None
+    peer: str
+
+    def body(self, owner: str) -> str:
+        """The order-queue message of this step for ``owner`` (the recipient)."""
+        return json.dumps({"owner": owner, self.kind: {
+            "conn_id": self.conn_id, "epoch": self.epoch, "seq": self.seq, "peer": self.peer}},
+            separators=(",", ":"))
+
+
+def parse_step(data: dict[str, Any]) -> HandoffStep | None:
+    """The handoff step in a parsed order-queue message (its owner already checked); None if
+    it is none or malformed."""
+    kinds = [k for k in STEPS if k in data]
+    if len(kinds) != 1 or not isinstance(data[kinds[0]], dict):
+        return None
+    d = data[kinds[0]]
+    conn_id, epoch, seq, peer = d.get("conn_id"), d.get("epoch"), d.get("seq"), d.get("peer")
+    if not isinstance(conn_id, str) or not isinstance(peer, str) or session_owner(peer) is None:
+        return None
+    if not _int(epoch) or not (seq is None or _int(seq)):
+        return None
+    try:
+        conn_id = validate_conn_id(conn_id)
+    except ValueError:
+        return None
+    return HandoffStep(kinds[0], conn_id, epoch, seq, peer)
+
+
+def _int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and -1 <= x <= _MAX_SEQ

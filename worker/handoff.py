@@ -1,0 +1,290 @@
+"""Make-before-break handoffs, both sides (the protocol: ``holdfast.core.handoff``).
+
+**Holder.** ``offer(conn, successor, reason)`` replaces a drain when the decider named a
+successor (a shed, a drain, a SIGTERM): the stream keeps delivering while WARM goes to the
+successor's order queue. On READY the stream drains with the reason ``HANDOFF`` and
+``Holdings`` calls ``transfer``: one conditional write passes the lease (``store.transfer``),
+then TAKE tells the successor. ABORT, or no READY within ``WARM_TIMEOUT_MS``, and the stream
+drains for its original reason; its release names the successor only after a timeout (an
+ABORT means the successor cannot take it).
+
+**Successor.** WARM is checked (room, the item still names the holder at that epoch, the
+stream allows two connections), then a ``Prefetch`` opens the upstream from the holder's
+position and READY goes back. TAKE: the item is read back (it must name us, at TAKE's
+epoch) and the stream starts on the warm socket; a warm-up never taken over is closed after
+``TAKE_TIMEOUT_MS``. A TAKE without a warm-up (dropped meanwhile) is claimed as our own stray.
+
+Not possible (no order queues, a stream without a position yet, ``single_connection``):
+``offer`` says False and the caller drains and releases naming the successor (break-before-
+make, ``store.release``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aws_lambda_powertools import Logger
+from botocore.exceptions import BotoCoreError, ClientError
+
+from holdfast.core import names
+from holdfast.core.exceptions import HoldfastError, LeaseLost, MalformedItem
+from holdfast.core.handoff import (
+    ABORT,
+    READY,
+    TAKE,
+    TAKE_TIMEOUT_MS,
+    WARM,
+    WARM_TIMEOUT_MS,
+    HandoffStep,
+)
+from holdfast.core.model import Lease, LeaseItem, bool_attr, int_attr, weight_of
+from holdfast.core.orders import order_queue_url
+from holdfast.core.schema import ATTR
+from holdfast.worker.balancing import HANDOFF
+from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.prefetch import Prefetch, Prefetched
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+    from holdfast.core.store import LeaseStore
+    from holdfast.worker.connection import Connection, ConnectionContext
+
+__all__ = ["Handoffs"]
+
+logger = Logger(service="holdfast-worker", child=True)
+_TICK_S = 0.2
+
+
+@dataclass
+class _Offer:
+    successor: str
+    epoch: int
+    reason: str  # the drain reason if it falls through (shed, shutdown)
+    deadline_ms: int
+
+
+@dataclass
+class _Warm:
+    prefetch: Prefetch
+    holder: str
+    epoch: int
+    deadline_ms: int
+
+
+class Handoffs:
+    """Both sides of this worker's make-before-break handoffs (see the module)."""
+
+    def __init__(self, *, sqs: SQSClient, queue_url: str, prefix: str, store: LeaseStore,
+                 streams: dict[str, Connection], ctx: ConnectionContext,
+                 owner: Callable[[], str | None], room: Callable[[], int],
+                 start: Callable[[Lease, Prefetched], None],
+                 claim: Callable[[str], Awaitable[object]],
+                 mono: Callable[[], int], single_connection: bool) -> None:
+        self.sqs, self.queue_url, self.prefix = sqs, queue_url, prefix
+        self.store, self.streams, self.ctx = store, streams, ctx
+        self.owner, self.room, self.start, self.claim = owner, room, start, claim
+        self.mono, self.single_connection = mono, single_connection
+        self.offers: dict[str, _Offer] = {}
+        self.warming: dict[str, _Warm] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._taking: set[str] = set()  # TAKE received, the item being read back
+
+    # -- holder ---------------------------------------------------------------------------
+    def offer(self, conn: Connection, successor: str, reason: str) -> bool:
+        """Start handing ``conn`` to ``successor`` make-before-break; False if it cannot be."""
+        me, lease = self.owner(), conn.held.lease
+        single = (lease.single_connection if lease.single_connection is not None
+                  else self.single_connection)
+        from_seq = conn.held.cursor.next_seq
+        if (me is None or single or from_seq is None or successor == me
+                or conn.conn_id in self.offers or not conn.held.live or conn.held.stopping):
+            return False
+        self.offers[conn.conn_id] = _Offer(successor, lease.epoch, reason,
+                                           self.mono() + WARM_TIMEOUT_MS)
+        self._send(successor, HandoffStep(WARM, conn.conn_id, lease.epoch, from_seq, me))
+        conn.log("info", "handing over (warming up the successor)", successor=successor,
+                 from_seq=from_seq, why=reason)
+        return True
+
+    def offered(self, conn_id: str) -> bool:
+        return conn_id in self.offers
+
+    async def transfer(self, conn: Connection) -> str:
+        """The stream stopped delivering for its handoff: pass the lease on, tell the
+        successor. "transferred", "lost" (not ours any more) or "failed" (still ours: the
+        caller releases it)."""
+        successor, held, me = conn.handoff_to, conn.held, self.owner()
+        self.offers.pop(conn.conn_id, None)
+        assert successor and me
+        try:
+            passed = await on_io_threads(self.store.transfer, held.lease, held.checkpoint,
+                                         successor)
+        except LeaseLost as lost:
+            conn.log("warning", "handoff: the stream was not ours any more", reason=lost.reason)
+            self._send(successor, HandoffStep(ABORT, conn.conn_id, held.lease.epoch, None, me))
+            return "lost"
+        except HoldfastError as exc:
+            conn.log("warning", "handoff: transfer failed, releasing instead",
+                     error=str(exc)[:300])
+            self._send(successor, HandoffStep(ABORT, conn.conn_id, held.lease.epoch, None, me))
+            return "failed"
+        self._send(successor, HandoffStep(TAKE, conn.conn_id, passed.epoch, passed.last_seq, me))
+        self.ctx.metrics.incr(names.METRIC_STREAMS_HANDED_OFF)
+        conn.log("info", "handed over", successor=successor, last_seq=passed.last_seq,
+                 epoch=passed.epoch)
+        return "transferred"
+
+    def _fall_through(self, conn_id: str, name_successor: bool, why: str) -> None:
+        offer = self.offers.pop(conn_id, None)
+        conn = self.streams.get(conn_id)
+        if offer is None or conn is None or not conn.held.live or conn.held.stopping:
+            return
+        conn.handoff_to = offer.successor if name_successor else ""
+        conn.log("info", "handoff not warm, releasing instead", why=why,
+                 successor=offer.successor if name_successor else None)
+        conn.drain(offer.reason)
+
+    # -- messages ---------------------------------------------------------------------------
+    def on_step(self, step: HandoffStep) -> None:
+        """A handoff message from our order queue."""
+        if step.kind == READY:
+            offer, conn = self.offers.get(step.conn_id), self.streams.get(step.conn_id)
+            if offer is None or offer.successor != step.peer or offer.epoch != step.epoch:
+                return  # timed out or aborted meanwhile: the successor got an ABORT
+            if conn is None or not conn.held.live or conn.held.stopping:
+                self.offers.pop(step.conn_id, None)
+                self._send(step.peer, HandoffStep(ABORT, step.conn_id, step.epoch, None,
+                                                  self.owner() or ""))
+                return
+            conn.handoff_to = step.peer
+            conn.drain(HANDOFF)
+        elif step.kind == ABORT:
+            if step.conn_id in self.offers:
+                self._fall_through(step.conn_id, False, "the successor refused")
+            warm = self.warming.pop(step.conn_id, None)
+            if warm is not None:
+                self._spawn(warm.prefetch.close())
+        elif step.kind == WARM:
+            self._spawn(self._warm_up(step))
+        elif step.kind == TAKE:
+            self._spawn(self._take(step))
+
+    # -- successor --------------------------------------------------------------------------
+    async def _warm_up(self, step: HandoffStep) -> None:
+        me = self.owner()
+        if (me is None or step.conn_id in self.streams or step.conn_id in self.warming
+                or self.room() <= 0):
+            self._send(step.peer, HandoffStep(ABORT, step.conn_id, step.epoch, None, me or ""))
+            return
+        prefetch: Prefetch | None = None
+        try:
+            raw = await on_io_threads(self.store.get_raw, step.conn_id)
+            item = LeaseItem.from_ddb(raw) if raw is not None else None
+            single = bool_attr(raw or {}, ATTR.single_connection)
+            if (item is None or not item.started or item.lease_owner != step.peer
+                    or item.epoch != step.epoch or single):
+                raise HoldfastError("the item does not name the holder at that epoch, or "
+                                    "allows one connection at a time")
+            prefetch = Prefetch(step.conn_id, item.ws_url, step.seq, self.ctx.protocol,
+                                self.ctx.policy, self.ctx.options, self.ctx.resolve,
+                                self.ctx.worker_id)
+            self.warming[step.conn_id] = _Warm(prefetch, step.peer, step.epoch,
+                                               self.mono() + TAKE_TIMEOUT_MS)
+            if self.ctx.admit_connect is not None:
+                await self.ctx.admit_connect()
+            async with asyncio.timeout(WARM_TIMEOUT_MS / 1000):
+                await prefetch.open()
+        except Exception as exc:  # whatever it was, it costs a fallback, never the worker
+            self.warming.pop(step.conn_id, None)
+            if prefetch is not None:
+                await prefetch.close()
+            logger.info("handoff: cannot warm up", conn_id=step.conn_id, holder=step.peer,
+                        error=f"{type(exc).__name__}: {exc}"[:300])
+            self._send(step.peer, HandoffStep(ABORT, step.conn_id, step.epoch, None, me))
+            return
+        if step.conn_id in self.warming:  # not aborted while connecting
+            logger.info("handoff: warmed up", conn_id=step.conn_id, holder=step.peer,
+                        from_seq=step.seq)
+            self._send(step.peer, HandoffStep(READY, step.conn_id, step.epoch, None, me))
+
+    def incoming(self) -> set[str]:
+        """Streams on their way to us by a handoff (warming up, or being taken over): not
+        strays, whatever the owner index says, and not to be claimed meanwhile."""
+        return self.warming.keys() | self._taking
+
+    async def _take(self, step: HandoffStep) -> None:
+        self._taking.add(step.conn_id)
+        try:
+            claim = await self._take_warm(step)
+        finally:
+            self._taking.discard(step.conn_id)
+        if claim:
+            await self.claim(step.conn_id)  # ours without a usable warm-up: taken back
+
+    async def _take_warm(self, step: HandoffStep) -> bool:
+        """Start the stream on its warm socket; True: claim it instead (it is ours, but not
+        at that epoch, or there is no warm socket)."""
+        warm = self.warming.pop(step.conn_id, None)
+        me = self.owner()
+        try:
+            raw = await on_io_threads(self.store.get_raw, step.conn_id)
+            item = LeaseItem.from_ddb(raw) if raw is not None else None
+        except (HoldfastError, MalformedItem) as exc:
+            logger.warning("handoff: cannot read the stream taken over; the strays pass "
+                           "takes it back", conn_id=step.conn_id, error=str(exc)[:300])
+            item = None
+        if item is None or me is None or item.lease_owner != me or item.epoch != step.epoch:
+            if warm is not None:
+                await warm.prefetch.close()
+            return item is not None and me is not None and item.lease_owner == me
+        if warm is None or warm.prefetch.ws is None:
+            return True
+        assert raw is not None and item.lease_expires_at_ms is not None
+        lease = Lease(item.conn_id, me, item.epoch, item.lease_expires_at_ms, item.ws_url,
+                      item.last_seq, item.error_count, weight=weight_of(raw),
+                      moved_at_ms=int_attr(raw, ATTR.moved_at_ms))
+        self.start(lease, await warm.prefetch.take())
+        return False
+
+    # -- housekeeping ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Time out offers and warm-ups, until cancelled (then close every warm-up)."""
+        try:
+            while True:
+                await asyncio.sleep(_TICK_S)
+                now = self.mono()
+                for conn_id in [c for c, o in self.offers.items() if o.deadline_ms <= now]:
+                    offer = self.offers[conn_id]
+                    self._send(offer.successor, HandoffStep(ABORT, conn_id, offer.epoch, None,
+                                                            self.owner() or ""))
+                    self._fall_through(conn_id, True, "no ready in time")
+                for conn_id in [c for c, w in self.warming.items() if w.deadline_ms <= now]:
+                    self._spawn(self.warming.pop(conn_id).prefetch.close())
+        finally:
+            for warm in list(self.warming.values()):
+                with contextlib.suppress(Exception):
+                    await warm.prefetch.close()
+            self.warming.clear()
+
+    def _send(self, peer: str, step: HandoffStep) -> None:
+        self._spawn(self._send_now(peer, step))
+
+    async def _send_now(self, peer: str, step: HandoffStep) -> None:
+        try:
+            url = order_queue_url(self.queue_url, self.prefix, peer)
+            await on_io_threads(self.sqs.send_message, QueueUrl=url,
+                                MessageBody=step.body(peer))
+        except (BotoCoreError, ClientError, ValueError) as exc:
+            # Each side times out on its own: a lost message costs a fallback, not a stream.
+            logger.warning("handoff message not sent", conn_id=step.conn_id, peer=peer,
+                           kind=step.kind, error=str(exc)[:300])
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

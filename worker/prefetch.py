@@ -1,0 +1,98 @@
+"""A successor's warm-up: the upstream opened from the holder's position, frames buffered
+while the holder still delivers (make-before-break, ``holdfast.core.handoff``).
+
+``Prefetch.open`` checks the URL as a connection would (``holdfast.core.urls``), takes a token
+of the reconnect budget, dials and starts reading into a buffer; ``take`` stops reading and
+hands the open socket and the buffer to the stream's ``Connection``, which delivers what is
+above the holder's last seq and goes on reading. Nothing here calls the handler.
+
+Reading stops at ``BUFFER_MAX_FRAMES``: the rest waits in the socket (the library's queue,
+then TCP back-pressure on the upstream), so a long wait costs memory up to the bound, never
+frames. A socket the upstream closes during the warm-up is handed over closed: the connection
+reconnects from its checkpoint as after any drop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import WebSocketException
+
+from holdfast.core.handoff import BUFFER_MAX_FRAMES
+from holdfast.core.urls import UrlPolicy, check_url
+from holdfast.worker.dial import ConnectOptions, Resolver, dial, resolve_checked
+from holdfast.worker.protocol import ResumeProtocol
+
+__all__ = ["Prefetch", "Prefetched"]
+
+
+@dataclass
+class Prefetched:
+    """What a warm-up hands over: the open socket and the frames read so far, in order."""
+
+    ws: ClientConnection
+    frames: Sequence[str | bytes]
+
+
+@dataclass
+class Prefetch:
+    """One stream's warm-up connection (see the module)."""
+
+    conn_id: str
+    ws_url: str
+    from_seq: int | None
+    protocol: ResumeProtocol
+    policy: UrlPolicy
+    options: ConnectOptions
+    resolve: Resolver
+    worker_id: str
+    max_frames: int = BUFFER_MAX_FRAMES
+    frames: list[str | bytes] = field(default_factory=list)
+    ws: ClientConnection | None = None
+    _reader: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        """Connect and start buffering; raises what a connect raises (refused URL, OSError,
+        a WebSocket error, a timeout)."""
+        url = self.protocol.url(self.ws_url, self.from_seq)
+        checked = check_url(url, self.policy)
+        address = await resolve_checked(checked, self.policy, self.resolve)
+        self.ws = await dial(url, address, checked.port, self.protocol.headers(self.from_seq),
+                             self.options, worker_id=self.worker_id)
+        for first in self.protocol.first_frames(self.from_seq):
+            await self.ws.send(first)
+        self._reader = asyncio.get_running_loop().create_task(self._read(self.ws))
+
+    async def _read(self, ws: ClientConnection) -> None:
+        with contextlib.suppress(WebSocketException, OSError):
+            async for frame in ws:
+                self.frames.append(frame)
+                if len(self.frames) >= self.max_frames:
+                    return  # the rest waits in the socket until the takeover
+
+    async def _stop_reading(self) -> None:
+        if self._reader is not None:
+            # Cancelling a read loses nothing: websockets hands the frame to the next reader.
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            self._reader = None
+
+    async def take(self) -> Prefetched:
+        """Stop buffering and hand over the socket and the buffer (``open`` must have
+        succeeded)."""
+        await self._stop_reading()
+        assert self.ws is not None
+        return Prefetched(self.ws, self.frames)
+
+    async def close(self) -> None:
+        """Drop the warm-up (not taken over): stop reading and close the socket."""
+        await self._stop_reading()
+        if self.ws is not None:
+            with contextlib.suppress(WebSocketException, OSError):
+                await self.ws.close()
+            self.ws = None
