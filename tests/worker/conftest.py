@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from holdfast.core.names import ENV_ORDERS_QUEUE_PREFIX
 from holdfast.core.nudge import REASON_HANDOFF, REASON_MOVED, Nudge
@@ -317,10 +318,13 @@ class RouterSim:
                     # A handoff: the successor is told on its order queue at once (the
                     # shared nudge below waits for the hold's end, as the router's).
                     self.sent.add((*key, successor))
-                    self.fleet.sqs.send_message(
-                        QueueUrl=order_queue_url(self.fleet.queue_url, self.orders_prefix,
-                                                 successor),
-                        MessageBody=Nudge(conn, REASON_HANDOFF, to=successor).body())
+                    try:
+                        self.fleet.sqs.send_message(
+                            QueueUrl=order_queue_url(self.fleet.queue_url, self.orders_prefix,
+                                                     successor),
+                            MessageBody=Nudge(conn, REASON_HANDOFF, to=successor).body())
+                    except ClientError:  # no such queue: the router nudges the shared one now
+                        self.fleet.nudge(conn, Nudge(conn, REASON_HANDOFF).body())
                     continue
                 if raw["desired_state"]["S"] == "STARTED" and not owner and exp <= now \
                         and key not in self.sent:

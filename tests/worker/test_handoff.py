@@ -8,6 +8,7 @@ import time
 
 from holdfast.core import rules
 from holdfast.core.directives import Directive
+from holdfast.core.handoff import WARM_TIMEOUT_MS
 from holdfast.worker.handler import Message
 from tests.worker.conftest import (
     Fleet,
@@ -179,3 +180,37 @@ async def test_one_connection_at_a_time_hands_over_break_before_make(
     for x in moved:
         seqs = rec.seqs(x)
         assert missing_seqs(seqs) == [] and len(seqs) == len(set(seqs)), x
+
+
+async def test_a_successor_that_never_answers_costs_a_named_release_not_the_stream(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The named successor has no order queue (gone): A delivers on through the warm-up wait,
+    then drains and releases naming it; once the hold ends the stream is taken by a live
+    worker, nothing lost."""
+    rec, conn = TimedRecorder(), f"{unique_id}-g"
+    gone = fleet.sessions().start(f"gone-{unique_id}", 10).owner
+    router = RouterSim(fleet)
+    try:
+        async with running_worker(fleet, rec, HOLDFAST_REBALANCE_COOLDOWN_SECONDS="0") as a:
+            fleet.create(conn, upstream.url(conn))
+            fleet.nudge(conn)
+            await async_wait_until(lambda: conn in a.worker.streams, 10, "A holds it")
+            assert a.worker.owner
+            t0 = time.monotonic()
+            assert fleet.sessions().set_directive(a.worker.owner, Directive(
+                0, 0, 1, _now_ms() + 20_000, 2, _now_ms(), successors=((gone, 1),)))
+            await async_wait_until(lambda: conn not in a.worker.streams, 10, "A let it go")
+            waited_s = time.monotonic() - t0
+            item = fleet.item(conn)
+            assert item.get("successor", {}).get("S") == gone and "lease_owner" not in item
+            async with running_worker(fleet, rec) as c:
+                # Whoever polls the fallback nudge first (A's refusal covers moves only).
+                await async_wait_until(lambda: conn in c.worker.streams
+                                       or conn in a.worker.streams, 15,
+                                       "taken once the hold ended")
+                await async_wait_until(lambda: len(rec.seqs(conn)) >= 40, 10, "messages")
+    finally:
+        router.stop()
+    assert waited_s >= WARM_TIMEOUT_MS / 1000 - 0.5  # it delivered while it waited
+    assert missing_seqs(rec.seqs(conn)) == []
+    assert len(rec.seqs(conn)) == len(set(rec.seqs(conn)))
