@@ -4,7 +4,10 @@ Tolerances, and why:
 - connection overlap: none (monotonic ns from one upstream process), except a connection whose
   worker was SIGSTOPped: a paused process cannot close its socket. That connection is "stale",
   allowed if it closes within ``resume_grace_ms`` of SIGCONT, and any message it handles after
-  another worker took over is caught by the handling check, which has no such exception;
+  another worker took over is caught by the handling check, which has no such exception; and
+  a make-before-break handoff (``holdfast.core.handoff``): another worker's warm-up connection
+  may overlap for at most ``handoff_overlap_ms`` (the warm-up wait plus the take-over wait
+  plus a second), counted, not a violation: the handling check still allows no overlap;
 - handling overlap: none beyond the recorder's 1 ms resolution (both sides read one clock);
 - re-ownership: measured from the moment the lease ended (its expiry, or the release write),
   or, for a stream owned by a session that is not live (stranded: DEAD, ENDED, replaced, silent
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 
 from holdfast.chaos.evidence import Action, ConnSpan, Evidence, Sample
 from holdfast.chaos.proxy import FaultWindow
+from holdfast.core.handoff import TAKE_TIMEOUT_MS, WARM_TIMEOUT_MS
 from holdfast.fleet.report import check_seqs
 
 __all__ = ["Limits", "Verdict", "Violation", "check", "pauses_of"]
@@ -50,6 +54,7 @@ class Limits:
     slack_ms: int = 1000
     resume_grace_ms: int = 2000
     nudge_visibility_ms: int = 2000
+    handoff_overlap_ms: int = WARM_TIMEOUT_MS + TAKE_TIMEOUT_MS + 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +102,7 @@ def check_conn_overlaps(conns: list[ConnSpan], pauses: dict[str, list[tuple[int,
     by_stream: dict[str, list[ConnSpan]] = defaultdict(list)
     for c in conns:
         by_stream[c.stream].append(c)
-    stale = 0
+    stale = handoffs = 0
     for stream, spans in by_stream.items():
         spans.sort(key=lambda c: c.open_ns)
         for i, a in enumerate(spans):
@@ -111,11 +116,17 @@ def check_conn_overlaps(conns: list[ConnSpan], pauses: dict[str, list[tuple[int,
                         and a.close_ms <= pause[1] + limits.resume_grace_ms):
                     stale += 1
                     continue
+                ends = [x for x in (a.close_ms, b.close_ms) if x is not None]
+                if not pause and a.worker != b.worker and ends and (
+                        min(ends) - b.open_ms <= limits.handoff_overlap_ms):
+                    handoffs += 1  # a warm-up beside the holder's connection, bounded
+                    continue
                 verdict.violations.append(Violation(
                     "connection-overlap", stream, b.open_ms,
                     f"{stream}: connection #{a.conn_no} of {a.worker} (open {a.open_ms}, close "
                     f"{a.close_ms}) still open when #{b.conn_no} of {b.worker} opened"))
     verdict.stats["stale_connections_of_paused_workers"] = stale
+    verdict.stats["handoff_overlaps"] = handoffs
 
 
 def check_handling(ev: Evidence, verdict: Verdict) -> None:

@@ -45,10 +45,25 @@ def test_clean_handover_passes() -> None:
 
 
 def test_overlapping_connections_found() -> None:
-    """Two workers with the upstream connection open at once is a violation."""
+    """Two workers with the upstream connection open at once for longer than a handoff may
+    take is a violation."""
+    ev = clean()
+    ev.conns[0] = _span(0, "A", T0, T0 + 1001 + LIMITS.handoff_overlap_ms + 1)
+    ev.conns[1] = _span(1, "B", T0 + 1001, T0 + 1001 + LIMITS.handoff_overlap_ms + 500)
+    assert kinds(ev, until=T0 + 1001 + LIMITS.handoff_overlap_ms + 500) == [
+        "connection-overlap"]
+
+
+def test_a_warm_handoff_overlap_is_counted_not_a_violation() -> None:
+    """Make-before-break: B's warm-up opens while A still delivers; A closes soon after. The
+    connections overlap, the handling does not: counted, no violation."""
     ev = clean()
     ev.conns[0] = _span(0, "A", T0, T0 + 1500)
-    assert kinds(ev) == ["connection-overlap"]
+    verdict = check(ev, LIMITS, until_ms=T0 + 3000)
+    assert verdict.ok, verdict.violations
+    assert verdict.stats["handoff_overlaps"] == 1
+    ev.handled.append(Handled("c1", 9, "A", T0 + 1400))  # A handles while B does: caught
+    assert kinds(ev) == ["handling-overlap"]
 
 
 def test_paused_worker_connection_is_stale_but_handling_is_not() -> None:
@@ -134,8 +149,9 @@ def test_crash_reported_and_timeline_rendered() -> None:
     ev.exits = {"A": 1}
     assert kinds(ev) == ["worker-crash"]
     ev = clean()
-    ev.conns[0] = _span(0, "A", T0, T0 + 1500)
-    verdict = check(ev, LIMITS, until_ms=T0 + 3000)
+    ev.conns[0] = _span(0, "A", T0, T0 + 1001 + LIMITS.handoff_overlap_ms + 1)
+    ev.conns[1] = _span(1, "B", T0 + 1001, T0 + 1001 + LIMITS.handoff_overlap_ms + 500)
+    verdict = check(ev, LIMITS, until_ms=T0 + 1001 + LIMITS.handoff_overlap_ms + 500)
     lines = timeline(ev, verdict.violations[0])
     assert any("opened by B" in line for line in lines)
     assert any("handled: A seq 0..9" in line for line in lines)
