@@ -5,8 +5,8 @@ successor (a shed, a drain, a SIGTERM): the stream keeps delivering while WARM g
 successor's order queue. On READY the stream drains with the reason ``HANDOFF`` and
 ``Holdings`` calls ``transfer``: one conditional write passes the lease (``store.transfer``),
 then TAKE tells the successor. ABORT, or no READY within ``WARM_TIMEOUT_MS``, and the stream
-drains for its original reason; its release names the successor only after a timeout (an
-ABORT means the successor cannot take it).
+drains for its original reason and is released to whoever has room (the successor refused,
+or is too slow to be trusted with the hold of a named release).
 
 **Successor.** WARM is checked (room, the item still names the holder at that epoch, the
 stream allows two connections), then a ``Prefetch`` opens the upstream from the holder's
@@ -139,14 +139,17 @@ class Handoffs:
                  epoch=passed.epoch)
         return "transferred"
 
-    def _fall_through(self, conn_id: str, name_successor: bool, why: str) -> None:
+    def _fall_through(self, conn_id: str, why: str) -> None:
+        """The warm-up failed: drain for the original reason and release to whoever has room.
+        Not to the successor: it refused, or did not answer in time and was told to drop its
+        warm-up, so naming it could cost the stream the whole hold."""
         offer = self.offers.pop(conn_id, None)
         conn = self.streams.get(conn_id)
         if offer is None or conn is None or not conn.held.live or conn.held.stopping:
             return
-        conn.handoff_to = offer.successor if name_successor else ""
+        conn.handoff_to = ""
         conn.log("info", "handoff not warm, releasing instead", why=why,
-                 successor=offer.successor if name_successor else None)
+                 successor=offer.successor)
         conn.drain(offer.reason)
 
     # -- messages ---------------------------------------------------------------------------
@@ -165,7 +168,7 @@ class Handoffs:
             conn.drain(HANDOFF)
         elif step.kind == ABORT:
             if step.conn_id in self.offers:
-                self._fall_through(step.conn_id, False, "the successor refused")
+                self._fall_through(step.conn_id, "the successor refused")
             warm = self.warming.pop(step.conn_id, None)
             if warm is not None:
                 self._spawn(warm.prefetch.close())
@@ -262,7 +265,7 @@ class Handoffs:
                     offer = self.offers[conn_id]
                     self._send(offer.successor, HandoffStep(ABORT, conn_id, offer.epoch, None,
                                                             self.owner() or ""))
-                    self._fall_through(conn_id, True, "no ready in time")
+                    self._fall_through(conn_id, "no ready in time")
                 for conn_id in [c for c, w in self.warming.items() if w.deadline_ms <= now]:
                     self._spawn(self.warming.pop(conn_id).prefetch.close())
         finally:

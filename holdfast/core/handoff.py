@@ -16,7 +16,7 @@ delivers only once the item names it) and never a seq twice (the successor's del
 skip what is at or below K). The upstream sees two connections for a moment. Every step is
 bounded: no READY within ``WARM_TIMEOUT_MS`` (or the stop budget), or a TAKE that never comes
 (``TAKE_TIMEOUT_MS``), or a buffer past ``BUFFER_MAX_FRAMES``: the warm-up is dropped and the
-holder falls back to a release that names the successor (break-before-make). A holder that
+holder falls back to a plain release (break-before-make, to whoever has room). A holder that
 dies mid-handoff is an ordinary failover. Streams whose upstream allows one connection at a
 time (``single_connection`` on the item, or ``HOLDFAST_SINGLE_CONNECTION``) skip the warm-up.
 

@@ -185,8 +185,8 @@ async def test_one_connection_at_a_time_hands_over_break_before_make(
 async def test_a_successor_that_never_answers_costs_a_named_release_not_the_stream(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
     """The named successor has no order queue (gone): A delivers on through the warm-up wait,
-    then drains and releases naming it; once the hold ends the stream is taken by a live
-    worker, nothing lost."""
+    then drains and releases it to whoever has room (no hold for a successor that failed),
+    nothing lost."""
     rec, conn = TimedRecorder(), f"{unique_id}-g"
     gone = fleet.sessions().start(f"gone-{unique_id}", 10).owner
     router = RouterSim(fleet)
@@ -202,12 +202,12 @@ async def test_a_successor_that_never_answers_costs_a_named_release_not_the_stre
             await async_wait_until(lambda: conn not in a.worker.streams, 10, "A let it go")
             waited_s = time.monotonic() - t0
             item = fleet.item(conn)
-            assert item.get("successor", {}).get("S") == gone and "lease_owner" not in item
+            assert "successor" not in item  # a plain release (it may be claimed already)
             async with running_worker(fleet, rec) as c:
                 # Whoever polls the fallback nudge first (A's refusal covers moves only).
                 await async_wait_until(lambda: conn in c.worker.streams
                                        or conn in a.worker.streams, 15,
-                                       "taken once the hold ended")
+                                       "taken again")
                 await async_wait_until(lambda: len(rec.seqs(conn)) >= 40, 10, "messages")
     finally:
         router.stop()
