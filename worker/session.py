@@ -139,6 +139,11 @@ class SessionKeeper:
         finally:
             self._stop.set()
 
+    def stop(self) -> None:
+        """No more heartbeats: the worker is about to end its session itself (a heartbeat
+        that then finds it ENDED is not a loss)."""
+        self._stop.set()
+
     # -- the keep-alive thread --------------------------------------------------------------------
     def keep_alive(self) -> None:
         """Heartbeat every period until ``run`` ends (the keep-alive thread's body)."""
@@ -203,6 +208,8 @@ class SessionKeeper:
                 continue  # at the fence: handled above
             except SessionLost as lost:
                 self.last_ok_mono_ms = sent
+                if self._stop.is_set():
+                    return  # our own goodbye landed first: nothing is lost
                 logger.error("session lost: stopping every stream", owner=session.owner,
                              why=lost.why)
                 self._lost(session, lost)

@@ -32,6 +32,7 @@ from holdfast.core.exceptions import (
     SessionLost,
     StoreUnavailable,
 )
+from holdfast.core.handoff import WARM_AT_STOP_MAX
 from holdfast.core.nudge import Nudge
 from holdfast.core.orders import ORDER_STOP, Order
 from holdfast.core.schema import BACKSTOP_MS
@@ -311,6 +312,7 @@ class Supervisor:
             await claimer.finish_polls(min(cfg.poll_drain_s, max(
                 0.0, cfg.shutdown_s - (time.monotonic() - stop_t0))))
             # Goodbye: the sweeper releases whatever we could not, without waiting a TTL.
+            keeper.stop()
             try:
                 await on_io_threads(self.sessions.end, keeper.session)
             except HoldfastError as exc:
@@ -336,12 +338,16 @@ class Supervisor:
     async def _stop_streams(self) -> None:
         budget = self.config.shutdown_s
         t0 = time.monotonic()
+        warm = 0
         for conn in list(self.streams.values()):
             # To the successor the decider named, warm first where it can be (it keeps
-            # delivering until then, ``worker.handoff``); else drained and released to it.
+            # delivering until then, ``worker.handoff``), the first few only; else drained and
+            # released to it.
             successor = self.balancing.successor()
-            if successor is not None and self.handoffs is not None and self.handoffs.offer(
-                    conn, successor, "shutdown"):
+            if (successor is not None and self.handoffs is not None
+                    and warm < WARM_AT_STOP_MAX
+                    and self.handoffs.offer(conn, successor, "shutdown")):
+                warm += 1
                 continue
             conn.handoff_to = successor or ""
             conn.drain("shutdown")

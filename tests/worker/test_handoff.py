@@ -142,8 +142,9 @@ async def _shed_two(fleet: Fleet, upstream: UpstreamThread, unique_id: str,
                     successors=((b.worker.owner, 2),)))
                 await async_wait_until(lambda: len(b.worker.streams) == 2, 10, "B takes two")
                 moved = sorted(b.worker.streams)
-                await async_wait_until(lambda: all(len(rec.seqs(x)) >= 20 for x in moved),
-                                       10, "messages after the handoff")
+                await async_wait_until(lambda: all(sum(
+                    1 for c, _, w, _ in rec.when if c == x and w == f"b-{unique_id}") >= 5
+                    for x in moved), 10, "B's messages after the handoff")
                 counts = dict(a.worker.counts)
                 # What B's own stop hands back to A after this is another move.
                 rec.calls_until = len(rec.when)

@@ -169,6 +169,24 @@ async def test_a_lost_session_is_reported_to_the_loop() -> None:
     keeper.executor.shutdown(wait=False)
 
 
+async def test_a_heartbeat_that_meets_our_own_goodbye_is_no_loss() -> None:
+    """The worker stopped the keeper and ended its session while a heartbeat was in flight:
+    that heartbeat finding the session ENDED reports nothing (no error, no lost session)."""
+    lost: list[SessionLost] = []
+    keeper: SessionKeeper | None = None
+
+    class Ended(Store):
+        def heartbeat_full(self, session: Session, **_: Any) -> Beat:
+            assert keeper is not None
+            keeper.stop()  # the goodbye is written meanwhile
+            raise SessionLost(session.worker_id, session.incarnation, "session is ENDED")
+
+    keeper = _keeper(Ended(), lost)
+    await _beat(keeper)
+    assert lost == []
+    keeper.executor.shutdown(wait=False)
+
+
 async def test_the_period_halves_for_a_ttl_after_a_failed_attempt() -> None:
     """Throttled once: heartbeats every half period for two periods, then every period again."""
     now = [10_000]
