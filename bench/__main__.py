@@ -1,9 +1,10 @@
 """``python -m bench [--quick] [--no-density]``: run the benchmarks, write the report.
 
-Full run: about 55 minutes (about 25 with --no-crash-production --no-density-cpu --no-fast-paths);
+Full run: about 75 minutes, 20 of them the deploy (about 25 with --no-crash-production
+--no-density-cpu --no-fast-paths --no-deploy);
 ``--quick``: a few minutes more than before, with fewer repetitions (the same figures, wider
-error bars) and density at 1,000 connections only. Parts alone (each merged
-into ``--merge``'s report if given, else written as ``<date>-<part>``):
+error bars), density at 1,000 connections only and the deploy one at a time only. Parts alone
+(each merged into ``--merge``'s report if given, else written as ``<date>-<part>``):
 
     --capacity-only   DynamoDB units per operation on DynamoDB Local, and the model (~20 s)
     --model-only      the hot-key model from bench/results/capacity.json (instant)
@@ -26,6 +27,10 @@ into ``--merge``'s report if given, else written as ``<date>-<part>``):
                       insert -> first message handled, split at the router (~2 min)
     --throttle-only   the throttling scenario at production defaults, 5 runs of one worker:
                       self-fences, owners kept, call rate against normal (~4 min)
+    --deploy-only     a deploy of 3 workers x 100 streams at production defaults, one at a
+                      time and new first, ours (make-before-break, one connection at a time)
+                      and the seed: moves per stream, moves onto old workers, delivery gap
+                      per move, duplicates (~20 min)
     --rebalance-only  scale-out from 2 to 4 workers at N = 100: time until balanced, moves,
                       unowned time, a quiet period (~9 min at production defaults; ~3 min
                       with --quick: scaled timings, 60 s quiet)
@@ -53,6 +58,7 @@ from bench.cost_scenario import production_cost
 from bench.crash_production import crash_production
 from bench.density import run_density
 from bench.density_cpu import density_cpu
+from bench.deploy import deploy_bench
 from bench.fastpaths import crash_reported, stop_production
 from bench.forced import forced_release
 from bench.harness import BASELINE_RECONCILE_S, BenchFleet
@@ -63,6 +69,7 @@ from bench.report_sections import model_summary
 from bench.scenarios import handover, start_latency, steady_cost, stop_latency
 from bench.start_burst import start_burst
 from bench.throttle import throttle_production
+from holdfast.fleet.deploy import STYLES
 from holdfast.fleet.procs import REPO_ROOT, FleetTiming
 
 __all__ = ["main"]
@@ -203,6 +210,7 @@ def _partial(args: argparse.Namespace, part: str, figures: dict[str, Any], say: 
 _PARTS = {
     "blocked-handler": "claims, releases and heartbeats while handlers block their threads",
     "crash-production": "the SIGKILL failover at production defaults, ours and the seed",
+    "deploy": "the deploy of 3 workers x 100 streams in both styles, ours and the seed",
     "fast-paths": "the fast paths at production defaults (stop, reported crash)",
     "forced-release": "the forced release of held streams, ours and the seed",
     "start-burst": "the start latency of 30 and 300 streams inserted at once (production "
@@ -219,6 +227,7 @@ def _one_part(args: argparse.Namespace, part: str, run_dir: Path, say: Any) -> i
         "crash-production": lambda: crash_production(
             run_dir, streams=args.crash_streams, rounds=args.crash_rounds,
             modes=tuple(args.modes.split(",")), say=say),
+        "deploy": lambda: deploy_bench(run_dir, modes=args.modes.split(","), say=say),
         "fast-paths": lambda: fast_paths(run_dir, args.quick, say),
         "forced-release": lambda: forced_release(run_dir, say=say),
         "start-burst": lambda: start_burst(run_dir, say),
@@ -364,6 +373,9 @@ def full_run(args: argparse.Namespace, run_dir: Path, say: Any) -> int:
     if not args.no_forced_release:
         say("forced release of held streams")
         result["forced_release"] = forced_release(run_dir, say=say)
+    if not args.no_deploy:  # deploy_bench says what it runs
+        result["deploy"] = deploy_bench(run_dir, modes=args.modes.split(","),
+                                        styles=STYLES[:1] if args.quick else STYLES, say=say)
     if not args.no_rebalance:
         say("rebalancing: scale-out from 2 to 4 workers")
         result["rebalance"] = rebalance(run_dir, args, say)

@@ -9,6 +9,7 @@ from typing import Any
 
 from bench.blocked import blocked_handler_md
 from bench.forced import forced_release_md
+from bench.report_deploy import deploy_md
 from bench.report_fastpaths import fast_paths_md
 from bench.report_production import crash_production_md, density_cpu_md, load_md
 from bench.report_sections import capacity_md, consumed_md, model_md
@@ -89,6 +90,8 @@ def markdown(r: dict[str, Any]) -> str:
         out += fast_paths_md(r["fast_paths"])
     if r.get("forced_release"):
         out += forced_release_md(r["forced_release"])
+    if r.get("deploy"):
+        out += deploy_md(r["deploy"])
     if r.get("density_cpu"):
         out += density_cpu_md(r["density_cpu"])
     out += load_md(r)
