@@ -20,13 +20,12 @@ import json
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
 from rich.table import Table
 
-from holdfast.fleet.moves import CLAIMED_MESSAGE, percentile
+from holdfast.fleet.moves import CLAIMED_MESSAGE, log_wall_ms, percentile
 from holdfast.fleet.recorder import Handled
 
 __all__ = ["STYLES", "Claim", "DeployReport", "Gap", "OwnerChange", "claims_from_logs",
@@ -72,16 +71,6 @@ class Gap:
         return (self.first_ms - self.last_ms) / 1000
 
 
-def _wall_ms(stamp: object) -> int | None:
-    """Powertools' ``2026-12-01 22:36:40,774+0000`` as epoch ms."""
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return round(datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f%z").timestamp() * 1000)
-    except ValueError:
-        return None
-
-
 def claims_from_logs(lines: Iterable[str]) -> list[Claim]:
     """The "claimed" lines among the workers' JSON log lines, in time order."""
     out: list[Claim] = []
@@ -94,7 +83,8 @@ def claims_from_logs(lines: Iterable[str]) -> list[Claim]:
             continue
         if not isinstance(rec, dict) or rec.get("message") != CLAIMED_MESSAGE:
             continue
-        conn, worker, at = rec.get("conn_id"), rec.get("worker_id"), _wall_ms(rec.get("timestamp"))
+        conn, worker = rec.get("conn_id"), rec.get("worker_id")
+        at = log_wall_ms(rec.get("timestamp"))
         if isinstance(conn, str) and isinstance(worker, str) and at is not None:
             out.append(Claim(conn, worker, at))
     return sorted(out, key=lambda c: (c.wall_ms, c.conn_id, c.worker))

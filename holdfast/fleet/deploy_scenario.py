@@ -27,7 +27,7 @@ from holdfast.fleet.deploy import (
     last_deliverers,
 )
 from holdfast.fleet.recorder import read_records
-from holdfast.fleet.scenario import ScenarioFailed, balance_now
+from holdfast.fleet.scenario import ScenarioFailed, balance_now, worker_log_lines
 from holdfast.fleet.session import Session
 
 __all__ = ["NEW_VERSION", "OLD_VERSION", "run_deploy"]
@@ -93,16 +93,6 @@ def _delivered_by_owner(s: Session, ids: list[str]) -> bool:
     return all((o := s.observer.worker_of(c)) and last.get(c) == o for c in ids)
 
 
-def _log_lines(s: Session) -> list[str]:
-    lines: list[str] = []
-    for proc in s.fleet.workers.values():
-        try:
-            lines += proc.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-    return lines
-
-
 def run_deploy(s: Session, ids: list[str], start_worker: Callable[[str], str], *,
                style: str = "one-at-a-time", settle_s: float = 5.0,
                balance_s: float | None = None) -> DeployReport:
@@ -147,7 +137,8 @@ def run_deploy(s: Session, ids: list[str], start_worker: Callable[[str], str], *
             + f": {balance_now(s).describe()}" + ("" if all_ok else "; a step timed out"))
     report = deploy_report(
         style=style, conn_ids=ids, versions=versions, old_version=OLD_VERSION,
-        claims=claims_from_logs(_log_lines(s)), records=list(read_records(s.fleet.record_dir)),
+        claims=claims_from_logs(worker_log_lines(s)),
+        records=list(read_records(s.fleet.record_dir)),
         start_ms=start_ms, end_ms=end_ms, last_stop_ms=last_stop_ms,
         unowned_at_end=[c for c in ids if (o := s.observer.worker_of(c)) is None or o in old],
         note=note)

@@ -24,8 +24,8 @@ from datetime import datetime
 from holdfast.core.balance import BalancePolicy, Member, fair_shares
 from holdfast.fleet.recorder import Handled
 
-__all__ = ["Balance", "Move", "balance_of", "duplicates_across", "moves_from_logs",
-           "percentile", "unowned_stats"]
+__all__ = ["Balance", "Move", "balance_of", "duplicates_across", "log_wall_ms",
+           "moves_from_logs", "percentile", "unowned_stats"]
 
 SHED_MESSAGE = "shedding stream"
 CLAIMED_MESSAGE = "claimed"
@@ -85,7 +85,7 @@ def balance_of(loads: Mapping[str, int], live: Iterable[str], unowned: int = 0,
     return Balance(holdings, shares, share, policy.band(share), unowned, policy)
 
 
-def _wall_ms(stamp: object) -> int | None:
+def log_wall_ms(stamp: object) -> int | None:
     """Powertools' ``2026-12-01 22:36:40,774+0000`` as epoch ms."""
     if not isinstance(stamp, str):
         return None
@@ -113,7 +113,7 @@ def moves_from_logs(lines: Iterable[str]) -> list[Move]:
         if not isinstance(rec, dict):
             continue
         msg, conn, worker = rec.get("message"), rec.get("conn_id"), rec.get("worker_id")
-        at = _wall_ms(rec.get("timestamp"))
+        at = log_wall_ms(rec.get("timestamp"))
         if not isinstance(msg, str) or not isinstance(conn, str) or not isinstance(
                 worker, str) or at is None:
             continue

@@ -29,7 +29,8 @@ from holdfast.fleet.recorder import read_records
 from holdfast.fleet.report import Incident
 from holdfast.fleet.session import Session
 
-__all__ = ["ScenarioFailed", "balance_now", "failover", "open_connections", "run_moves"]
+__all__ = ["ScenarioFailed", "balance_now", "failover", "open_connections", "run_moves",
+           "worker_log_lines"]
 
 
 class ScenarioFailed(Exception):
@@ -189,16 +190,21 @@ def balance_now(s: Session) -> Balance:
     return balance_of(s.observer.loads(), _live(s), unowned=len(s.unowned_started()))
 
 
-def run_moves(s: Session) -> list[Move]:
-    """Every rebalancing move so far (the workers' logs), with seqs handled twice across it
-    (the handler's records) and its time on the run's clock."""
+def worker_log_lines(s: Session) -> list[str]:
+    """Every line every worker of the run has logged so far (unreadable logs left out)."""
     lines: list[str] = []
     for proc in s.fleet.workers.values():
         try:
             lines += proc.log_path.read_text(errors="replace").splitlines()
         except OSError:
             continue
-    moves = moves_from_logs(lines)
+    return lines
+
+
+def run_moves(s: Session) -> list[Move]:
+    """Every rebalancing move so far (the workers' logs), with seqs handled twice across it
+    (the handler's records) and its time on the run's clock."""
+    moves = moves_from_logs(worker_log_lines(s))
     records = list(read_records(s.fleet.record_dir))
     wall_now = time.time() * 1000
     for m in moves:
