@@ -111,9 +111,6 @@ class Handoffs:
                  from_seq=from_seq, why=reason)
         return True
 
-    def offered(self, conn_id: str) -> bool:
-        return conn_id in self.offers
-
     async def transfer(self, conn: Connection) -> str:
         """The stream stopped delivering for its handoff: pass the lease on, tell the
         successor. "transferred", "lost" (not ours any more) or "failed" (still ours: the
