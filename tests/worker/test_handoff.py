@@ -9,6 +9,7 @@ import time
 from holdfast.core import rules
 from holdfast.core.directives import Directive
 from holdfast.core.handoff import WARM_TIMEOUT_MS
+from holdfast.core.store import wall_clock_ms
 from holdfast.worker.handler import Message
 from tests.worker.conftest import (
     Fleet,
@@ -18,10 +19,6 @@ from tests.worker.conftest import (
     missing_seqs,
 )
 from tests.worker.helpers import Recorder, running_worker
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 async def test_a_shed_stream_goes_to_the_named_successor_within_the_hold(
@@ -40,10 +37,10 @@ async def test_a_shed_stream_goes_to_the_named_successor_within_the_hold(
                 await async_wait_until(lambda: b.worker.owner and c.worker.owner, 5,
                                        "sessions")
                 assert a.worker.owner and b.worker.owner
-                until = _now_ms() + 20_000
+                until = wall_clock_ms() + 20_000
                 t0 = time.monotonic()
                 assert fleet.sessions().set_directive(a.worker.owner, Directive(
-                    2, 2, 2, until, 3, _now_ms(), successors=((b.worker.owner, 2),)))
+                    2, 2, 2, until, 3, wall_clock_ms(), successors=((b.worker.owner, 2),)))
                 await async_wait_until(lambda: len(b.worker.streams) == 2, 10, "B takes two")
                 took_s = time.monotonic() - t0
                 assert len(a.worker.streams) == 2 and not c.worker.streams
@@ -82,7 +79,7 @@ async def test_a_stopping_worker_hands_its_streams_to_the_named_successors(
                                        "messages")
                 assert a.worker.owner and b.worker.owner and c.worker.owner
                 a.worker.balancing.update(Directive(
-                    6, 6, 0, _now_ms() + 20_000, 3, _now_ms(),
+                    6, 6, 0, wall_clock_ms() + 20_000, 3, wall_clock_ms(),
                     successors=((b.worker.owner, 4), (c.worker.owner, 2))))
                 t0 = time.monotonic()
             await async_wait_until(lambda: len(b.worker.streams) + len(c.worker.streams) == 6,
@@ -138,7 +135,7 @@ async def _shed_two(fleet: Fleet, upstream: UpstreamThread, unique_id: str,
                 await async_wait_until(lambda: b.worker.owner, 5, "B's session")
                 assert a.worker.owner and b.worker.owner
                 assert fleet.sessions().set_directive(a.worker.owner, Directive(
-                    2, 2, 2, _now_ms() + 20_000, 2, _now_ms(),
+                    2, 2, 2, wall_clock_ms() + 20_000, 2, wall_clock_ms(),
                     successors=((b.worker.owner, 2),)))
                 await async_wait_until(lambda: len(b.worker.streams) == 2, 10, "B takes two")
                 moved = sorted(b.worker.streams)
@@ -199,7 +196,7 @@ async def test_a_successor_that_never_answers_costs_a_named_release_not_the_stre
             assert a.worker.owner
             t0 = time.monotonic()
             assert fleet.sessions().set_directive(a.worker.owner, Directive(
-                0, 0, 1, _now_ms() + 20_000, 2, _now_ms(), successors=((gone, 1),)))
+                0, 0, 1, wall_clock_ms() + 20_000, 2, wall_clock_ms(), successors=((gone, 1),)))
             await async_wait_until(lambda: conn not in a.worker.streams, 10, "A let it go")
             waited_s = time.monotonic() - t0
             item = fleet.item(conn)

@@ -8,6 +8,7 @@ import time
 from holdfast.core.directives import Directive, drain_body
 from holdfast.core.nudge import REASON_MOVED
 from holdfast.core.orders import order_queue_url
+from holdfast.core.store import wall_clock_ms
 from holdfast.worker.claimer import Claim
 from tests.worker.conftest import (
     Fleet,
@@ -17,10 +18,6 @@ from tests.worker.conftest import (
     missing_seqs,
 )
 from tests.worker.helpers import Recorder, item_attr, running_worker
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 async def test_a_target_moves_streams_gracefully_to_the_under_loaded_worker(
@@ -39,7 +36,7 @@ async def test_a_target_moves_streams_gracefully_to_the_under_loaded_worker(
             async with running_worker(fleet, rec) as b:
                 await async_wait_until(lambda: b.worker.owner, 5, "B's session")
                 assert a.worker.owner is not None and b.worker.owner is not None
-                until = _now_ms() + 20_000
+                until = wall_clock_ms() + 20_000
                 sessions = fleet.sessions()
                 # B's ceiling is written first: A's sheds must find room there.
                 assert sessions.set_directive(b.worker.owner, Directive(3, 3, 0, until, 2))
@@ -135,7 +132,7 @@ async def test_at_its_share_a_worker_hands_moves_on_but_takes_failovers(
         for c in held:
             fleet.create(c, upstream.url(c))
             assert await a.worker.holdings.claim(c, "test") is not None
-        now = _now_ms()
+        now = wall_clock_ms()
         assert fleet.sessions().set_directive(a.worker.owner, Directive(2, 2, 0, now + 30_000,
                                                                         2, now))
         await async_wait_until(lambda: a.worker.balancing and a.worker.balancing.room() == 0,
@@ -151,7 +148,7 @@ async def test_at_its_share_a_worker_hands_moves_on_but_takes_failovers(
     async with running_worker(fleet, rec) as a:
         await async_wait_until(lambda: a.worker.owner, 5, "A's session")
         assert a.worker.owner is not None
-        now = _now_ms()
+        now = wall_clock_ms()
         assert fleet.sessions().set_directive(a.worker.owner, Directive(0, 0, 0, now + 30_000,
                                                                         1, now))
         await async_wait_until(lambda: a.worker.balancing and a.worker.balancing.room() == 0,
