@@ -117,7 +117,8 @@ class Handoffs:
         caller releases it)."""
         successor, held, me = conn.handoff_to, conn.held, self.owner()
         self.offers.pop(conn.conn_id, None)
-        assert successor and me
+        if not successor or me is None:
+            return "lost"  # our session is gone meanwhile: nothing of it may be passed on
         try:
             passed = await on_io_threads(self.store.transfer, held.lease, held.checkpoint,
                                          successor)

@@ -29,9 +29,13 @@ from enum import StrEnum
 from holdfast.core.model import Lease
 from holdfast.worker.delivery import Delivery, Verdict
 
-__all__ = ["NO_FENCE_MS", "HeldState", "HeldStream", "monotonic_ms"]
+__all__ = ["NO_FENCE_MS", "SHUTDOWN", "SHUTDOWN_TIMEOUT", "HeldState", "HeldStream",
+           "monotonic_ms"]
 
 NO_FENCE_MS = 2**62  # a deadline that never comes (no session fence yet)
+# Why a stream stops when its worker stops: drained, then aborted at the budget's end.
+SHUTDOWN = "shutdown"
+SHUTDOWN_TIMEOUT = "shutdown-timeout"
 
 
 def monotonic_ms() -> int:

@@ -38,7 +38,7 @@ from holdfast.worker.claimer import SOURCE_HANDOFF, SOURCE_MOVED, Claim, Later
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection, ConnectionContext, ConnectOptions
 from holdfast.worker.handler import FailureQueue, Handler
-from holdfast.worker.held import HeldState, HeldStream
+from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT, HeldState, HeldStream
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.prefetch import Prefetched
@@ -98,10 +98,9 @@ class Holdings:
         self._claiming: set[str] = set()
         self._claims_paused = False
         # Make-before-break (set by the supervisor, ``worker.handoff``): pass a stream whose
-        # successor is warm; how many warm-ups of ours hold a slot.
+        # successor is warm; the streams a handoff is bringing us (each holds a slot).
         self.transfer: Callable[[Connection], Awaitable[str]] | None = None
-        self.warming: Callable[[], int] = lambda: 0
-        self.incoming: Callable[[], set[str]] = set  # streams a handoff is bringing us
+        self.incoming: Callable[[], set[str]] = set
 
     def free_capacity(self) -> int:
         if self.stopping() or self.owner() is None:
@@ -111,7 +110,7 @@ class Holdings:
         # Not limited by a rebalancing share: a failover's or a new stream's nudge must be
         # claimed by whoever has room; only a moved stream's nudge is held to the share.
         return (self.config.max_connections - len(self.streams) - len(self._claiming)
-                - self.warming())
+                - len(self.incoming()))
 
     def _lagging(self) -> bool:
         """True while the loop lags past ``CLAIM_LAG_LIMIT_MS``; each pause is logged once."""
@@ -198,7 +197,7 @@ class Holdings:
                           session_fence=self.session_fence,
                           max_seq_jump=self.config.max_seq_jump)
         if self.stopping():  # the stop began while we were acquiring: hand it straight back
-            held.drain("shutdown")
+            held.drain(SHUTDOWN)
         elif self.owner() != owner:
             # The session was lost while we were acquiring: nobody else can own the stream
             # while it names our old owner, so we release it at once (never deliver).
@@ -307,19 +306,18 @@ class Holdings:
             conn.log("warning", "stream handed back after errors", error=error,
                      retry_in_s=round(retry_s, 1))
             return
-        if held.stop_reason == HANDOFF and conn.handoff_to and self.transfer is not None:
-            # Make-before-break, the successor is warm: passed on already before the close
-            # (``_pass_on``), or now (it stopped between two connections).
-            passed = conn.passed or await self.transfer(conn)
-            if passed != "failed":
-                self.counts["handed_over" if passed == "transferred" else "lost"] += 1
-                return
+        # Make-before-break, the successor is warm: passed on already before the close, or
+        # now (it stopped between two connections).
+        await self._pass_on(conn)
+        if conn.passed is not None and conn.passed != "failed":
+            self.counts["handed_over" if conn.passed == "transferred" else "lost"] += 1
+            return
         moved = held.stop_reason in (SHED, HANDOFF)  # a move: starts its cool-down
         # A move or a stop of ours is handed to the successor the decider named, if any
         # ("": decided already, nobody).
         successor = conn.handoff_to if conn.handoff_to is not None else (
             self.balancing.successor() if moved or held.stop_reason in (
-                "shutdown", "shutdown-timeout") else None)
+                SHUTDOWN, SHUTDOWN_TIMEOUT) else None)
         successor = successor or None
         outcome = await self._release(conn, moved=moved, successor=successor)
         self.counts["released" if outcome == "released" else f"release_{outcome}"] += 1

@@ -47,7 +47,7 @@ from holdfast.worker.connection import Connection
 from holdfast.worker.handler import Handler, default_handler
 from holdfast.worker.handoff import Handoffs
 from holdfast.worker.health import HealthServer
-from holdfast.worker.held import NO_FENCE_MS, monotonic_ms
+from holdfast.worker.held import NO_FENCE_MS, SHUTDOWN, SHUTDOWN_TIMEOUT, monotonic_ms
 from holdfast.worker.holdings import Holdings
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.loopclock import LoopClock
@@ -145,9 +145,7 @@ class Supervisor:
             self.inbox.step = self.handoffs.on_step
             self.balancing.offer = self.handoffs.offer
             self.holdings.transfer = self.handoffs.transfer
-            handoffs = self.handoffs
-            self.holdings.warming = lambda: len(handoffs.incoming())
-            self.holdings.incoming = handoffs.incoming
+            self.holdings.incoming = self.handoffs.incoming
         self._handoffs: set[asyncio.Task[object]] = set()  # claims of handoffs in flight
 
     def free_capacity(self) -> int:
@@ -346,16 +344,16 @@ class Supervisor:
             successor = self.balancing.successor()
             if (successor is not None and self.handoffs is not None
                     and warm < WARM_AT_STOP_MAX
-                    and self.handoffs.offer(conn, successor, "shutdown")):
+                    and self.handoffs.offer(conn, successor, SHUTDOWN)):
                 warm += 1
                 continue
             conn.handoff_to = successor or ""
-            conn.drain("shutdown")
+            conn.drain(SHUTDOWN)
         await self._wait_tasks(budget * _DRAIN_SHARE)
         slow = [c for c in self.streams.values() if not c.ended]
         for conn in slow:
             conn.log("warning", "handler still busy at the drain deadline: aborting")
-            conn.abort("shutdown-timeout")
+            conn.abort(SHUTDOWN_TIMEOUT)
         await self._wait_tasks(max(0.0, budget - (time.monotonic() - t0) - 0.5))
         for task in list(self.tasks):
             task.cancel()  # releases still hanging on DynamoDB: the leases will expire

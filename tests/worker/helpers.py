@@ -12,7 +12,7 @@ from typing import Any
 from holdfast.worker.handler import Handler, Message
 from holdfast.worker.supervisor import Supervisor
 from tests.conftest import client_for
-from tests.worker.conftest import Fleet, worker_config
+from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, worker_config
 
 __all__ = ["Recorder", "running_worker"]
 
@@ -70,3 +70,14 @@ def item_attr(item: dict[str, Any], name: str) -> Any:
     if not value:
         return None
     return value.get("S") if "S" in value else int(value["N"]) if "N" in value else value
+
+
+async def start_held(fleet: Fleet, upstream: UpstreamThread, run: Running,
+                     conns: list[str]) -> None:
+    """Create and nudge ``conns`` (on the demo upstream); wait until ``run``'s worker holds
+    every one."""
+    for c in conns:
+        fleet.create(c, upstream.url(c))
+        fleet.nudge(c)
+    await async_wait_until(lambda: all(c in run.worker.streams for c in conns), 10,
+                           f"{len(conns)} streams held")

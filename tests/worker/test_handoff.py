@@ -18,7 +18,7 @@ from tests.worker.conftest import (
     async_wait_until,
     missing_seqs,
 )
-from tests.worker.helpers import Recorder, running_worker
+from tests.worker.helpers import Recorder, running_worker, start_held
 
 
 async def test_a_shed_stream_goes_to_the_named_successor_within_the_hold(
@@ -29,10 +29,7 @@ async def test_a_shed_stream_goes_to_the_named_successor_within_the_hold(
     router = RouterSim(fleet)
     try:
         async with running_worker(fleet, rec, HOLDFAST_REBALANCE_COOLDOWN_SECONDS="0") as a:
-            for c in conns:
-                fleet.create(c, upstream.url(c))
-                fleet.nudge(c)
-            await async_wait_until(lambda: len(a.worker.streams) == 4, 10, "A holds four")
+            await start_held(fleet, upstream, a, conns)
             async with running_worker(fleet, rec) as b, running_worker(fleet, rec) as c:
                 await async_wait_until(lambda: b.worker.owner and c.worker.owner, 5,
                                        "sessions")
@@ -125,10 +122,7 @@ async def _shed_two(fleet: Fleet, upstream: UpstreamThread, unique_id: str,
     try:
         async with running_worker(fleet, rec, HOLDFAST_REBALANCE_COOLDOWN_SECONDS="0",
                                   HOLDFAST_WORKER_ID=f"a-{unique_id}", **a_env) as a:
-            for c in conns:
-                fleet.create(c, upstream.url(c))
-                fleet.nudge(c)
-            await async_wait_until(lambda: len(a.worker.streams) == 4, 10, "A holds four")
+            await start_held(fleet, upstream, a, conns)
             await async_wait_until(lambda: all(len(rec.seqs(c)) >= 3 for c in conns), 10,
                                    "messages")
             async with running_worker(fleet, rec, HOLDFAST_WORKER_ID=f"b-{unique_id}") as b:
@@ -190,9 +184,7 @@ async def test_a_successor_that_never_answers_costs_a_named_release_not_the_stre
     router = RouterSim(fleet)
     try:
         async with running_worker(fleet, rec, HOLDFAST_REBALANCE_COOLDOWN_SECONDS="0") as a:
-            fleet.create(conn, upstream.url(conn))
-            fleet.nudge(conn)
-            await async_wait_until(lambda: conn in a.worker.streams, 10, "A holds it")
+            await start_held(fleet, upstream, a, [conn])
             assert a.worker.owner
             t0 = time.monotonic()
             assert fleet.sessions().set_directive(a.worker.owner, Directive(

@@ -17,7 +17,7 @@ from tests.worker.conftest import (
     async_wait_until,
     missing_seqs,
 )
-from tests.worker.helpers import Recorder, item_attr, running_worker
+from tests.worker.helpers import Recorder, item_attr, running_worker, start_held
 
 
 async def test_a_target_moves_streams_gracefully_to_the_under_loaded_worker(
@@ -27,10 +27,7 @@ async def test_a_target_moves_streams_gracefully_to_the_under_loaded_worker(
     router = RouterSim(fleet)
     try:
         async with running_worker(fleet, rec, HOLDFAST_REBALANCE_COOLDOWN_SECONDS="0") as a:
-            for c in conns:
-                fleet.create(c, upstream.url(c))
-                fleet.nudge(c)
-            await async_wait_until(lambda: len(a.worker.streams) == 6, 10, "A holds six")
+            await start_held(fleet, upstream, a, conns)
             await async_wait_until(lambda: all(len(rec.seqs(c)) >= 2 for c in conns), 10,
                                    "messages")
             async with running_worker(fleet, rec) as b:
@@ -90,10 +87,7 @@ async def test_drain_by_the_order_queue_empties_a_worker_that_keeps_running(
             "HOLDFAST_SKEW_MS": "1000", "HOLDFAST_MARGIN_MS": "1000"}
     try:
         async with running_worker(fleet, rec, **slow) as a:
-            for c in conns:
-                fleet.create(c, upstream.url(c))
-                fleet.nudge(c)
-            await async_wait_until(lambda: len(a.worker.streams) == 4, 10, "A holds four")
+            await start_held(fleet, upstream, a, conns)
             async with running_worker(fleet, rec, **slow) as b:
                 await async_wait_until(lambda: b.worker.owner, 5, "B's session")
                 owner = a.worker.owner
