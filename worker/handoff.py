@@ -10,9 +10,11 @@ or is too slow to be trusted with the hold of a named release).
 
 **Successor.** WARM is checked (room, the item still names the holder at that epoch, the
 stream allows two connections), then a ``Prefetch`` opens the upstream from the holder's
-position and READY goes back. TAKE: the item is read back (it must name us, at TAKE's
-epoch) and the stream starts on the warm socket; a warm-up never taken over is closed after
-``TAKE_TIMEOUT_MS``. A TAKE without a warm-up (dropped meanwhile) is claimed as our own stray.
+position and READY goes back. TAKE from the holder we warmed up for, past that epoch: the
+stream starts on the warm socket at once, its lease made of the warm-up's read and TAKE (the
+holder sends TAKE only after its write landed). Any other TAKE: the item is read back first
+(it must name us at TAKE's epoch); one without a warm-up (dropped meanwhile) is claimed as our
+own stray. A warm-up never taken over is closed after ``TAKE_TIMEOUT_MS``.
 
 Not possible (no order queues, a stream without a position yet, ``single_connection``):
 ``offer`` says False and the caller drains and releases naming the successor (break-before-
@@ -28,7 +30,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
-from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core import names
 from holdfast.core.exceptions import HoldfastError, LeaseLost, MalformedItem
@@ -42,17 +43,17 @@ from holdfast.core.handoff import (
     HandoffStep,
 )
 from holdfast.core.model import Lease, LeaseItem, bool_attr, int_attr, weight_of
-from holdfast.core.orders import order_queue_url
+from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.schema import ATTR
 from holdfast.worker.balancing import HANDOFF
 from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.outbox import Letter
 from holdfast.worker.prefetch import Prefetch, Prefetched
 
 if TYPE_CHECKING:
-    from mypy_boto3_sqs import SQSClient
-
     from holdfast.core.store import LeaseStore
     from holdfast.worker.connection import Connection, ConnectionContext
+    from holdfast.worker.outbox import Outbox
 
 __all__ = ["Handoffs"]
 
@@ -74,18 +75,20 @@ class _Warm:
     holder: str
     epoch: int
     deadline_ms: int
+    item: LeaseItem  # as the warm-up read it: what TAKE does not say
+    weight: float
 
 
 class Handoffs:
     """Both sides of this worker's make-before-break handoffs (see the module)."""
 
-    def __init__(self, *, sqs: SQSClient, queue_url: str, prefix: str, store: LeaseStore,
+    def __init__(self, *, outbox: Outbox, store: LeaseStore,
                  streams: dict[str, Connection], ctx: ConnectionContext,
                  owner: Callable[[], str | None], room: Callable[[], int],
                  start: Callable[[Lease, Prefetched], None],
                  claim: Callable[[str], Awaitable[object]],
                  mono: Callable[[], int], single_connection: bool) -> None:
-        self.sqs, self.queue_url, self.prefix = sqs, queue_url, prefix
+        self.outbox = outbox
         self.store, self.streams, self.ctx = store, streams, ctx
         self.owner, self.room, self.start, self.claim = owner, room, start, claim
         self.mono, self.single_connection = mono, single_connection
@@ -131,7 +134,8 @@ class Handoffs:
                      error=str(exc)[:300])
             self._send(successor, HandoffStep(ABORT, conn.conn_id, held.lease.epoch, None, me))
             return "failed"
-        self._send(successor, HandoffStep(TAKE, conn.conn_id, passed.epoch, passed.last_seq, me))
+        self._send(successor, HandoffStep(TAKE, conn.conn_id, passed.epoch, passed.last_seq, me,
+                                          passed.moved_at_ms))
         self.ctx.metrics.incr(names.METRIC_STREAMS_HANDED_OFF)
         conn.log("info", "handed over", successor=successor, last_seq=passed.last_seq,
                  epoch=passed.epoch)
@@ -195,7 +199,8 @@ class Handoffs:
                                 self.ctx.policy, self.ctx.options, self.ctx.resolve,
                                 self.ctx.worker_id)
             self.warming[step.conn_id] = _Warm(prefetch, step.peer, step.epoch,
-                                               self.mono() + TAKE_TIMEOUT_MS)
+                                               self.mono() + TAKE_TIMEOUT_MS, item,
+                                               weight_of(raw or {}))
             if self.ctx.admit_connect is not None:
                 await self.ctx.admit_connect()
             async with asyncio.timeout(WARM_TIMEOUT_MS / 1000):
@@ -232,6 +237,16 @@ class Handoffs:
         at that epoch, or there is no warm socket)."""
         warm = self.warming.pop(step.conn_id, None)
         me = self.owner()
+        if (warm is not None and me is not None and warm.prefetch.ws is not None
+                and step.peer == warm.holder and step.epoch > warm.epoch
+                and step.at is not None):
+            # The holder we warmed up for wrote the transfer: no read in the gap.
+            known = warm.item
+            self.start(Lease(known.conn_id, me, step.epoch, step.at + self.store.lease_ms,
+                             known.ws_url, step.seq, known.error_count, unowned_ms=0,
+                             weight=warm.weight, moved_at_ms=step.at),
+                       await warm.prefetch.take())
+            return False
         try:
             raw = await on_io_threads(self.store.get_raw, step.conn_id)
             item = LeaseItem.from_ddb(raw) if raw is not None else None
@@ -247,7 +262,7 @@ class Handoffs:
             return True
         assert raw is not None and item.lease_expires_at_ms is not None
         lease = Lease(item.conn_id, me, item.epoch, item.lease_expires_at_ms, item.ws_url,
-                      item.last_seq, item.error_count, weight=weight_of(raw),
+                      item.last_seq, item.error_count, unowned_ms=0, weight=weight_of(raw),
                       moved_at_ms=int_attr(raw, ATTR.moved_at_ms))
         self.start(lease, await warm.prefetch.take())
         return False
@@ -273,17 +288,14 @@ class Handoffs:
             self.warming.clear()
 
     def _send(self, peer: str, step: HandoffStep) -> None:
-        self._spawn(self._send_now(peer, step))
+        # Each side times out on its own: a lost message costs a fallback, not a stream.
+        self.outbox.post(peer, Letter(step.body(peer)))
 
-    async def _send_now(self, peer: str, step: HandoffStep) -> None:
-        try:
-            url = order_queue_url(self.queue_url, self.prefix, peer)
-            await on_io_threads(self.sqs.send_message, QueueUrl=url,
-                                MessageBody=step.body(peer))
-        except (BotoCoreError, ClientError, ValueError) as exc:
-            # Each side times out on its own: a lost message costs a fallback, not a stream.
-            logger.warning("handoff message not sent", conn_id=step.conn_id, peer=peer,
-                           kind=step.kind, error=str(exc)[:300])
+    def released(self, conn_id: str, successor: str) -> None:
+        """A release named ``successor`` (break-before-make): nudge it straight away, one
+        SQS message, rather than a stream record and the router later (whose nudge follows
+        and finds the stream claimed)."""
+        self.outbox.post(successor, Nudge(conn_id, REASON_HANDOFF, to=successor))
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)

@@ -100,6 +100,8 @@ class Holdings:
         # Make-before-break (set by the supervisor, ``worker.handoff``): pass a stream whose
         # successor is warm; the streams a handoff is bringing us (each holds a slot).
         self.transfer: Callable[[Connection], Awaitable[str]] | None = None
+        # A release named its successor: tell it at once (``Handoffs.released``).
+        self.named_release: Callable[[str, str], None] | None = None
         self.incoming: Callable[[], set[str]] = set
 
     def free_capacity(self) -> int:
@@ -323,6 +325,8 @@ class Holdings:
         self.counts["released" if outcome == "released" else f"release_{outcome}"] += 1
         if successor is not None and outcome == "released":
             self.metrics.incr(names.METRIC_STREAMS_HANDED_OFF)
+            if self.named_release is not None:
+                self.named_release(conn.conn_id, successor)
         if moved and outcome == "released":
             self.counts["shed"] += 1
             self.balancing.moved(conn.conn_id)

@@ -25,7 +25,7 @@ import contextlib
 import functools
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
@@ -71,6 +71,7 @@ class OrderInbox:
     owner: str | None = None
     url: str | None = None
     received: int = 0
+    _acks: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def _io(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
         # A daemon thread of its own per call: a 20 s long poll must neither hold up a claim
@@ -136,7 +137,12 @@ class OrderInbox:
             messages = resp.get("Messages", [])
             if messages:
                 self._act_on(messages, owner)
-                await self._ack(url, messages)
+                # Deleted beside the next receive, not before it: a handoff's next message
+                # (READY, TAKE) often lands in the same instant, and waiting for this call
+                # put it in every handoff's gap.
+                ack = asyncio.ensure_future(self._ack(url, messages))
+                self._acks.add(ack)
+                ack.add_done_callback(self._acks.discard)
 
     def _act_on(self, messages: list[Any], owner: str) -> None:
         for msg in messages:

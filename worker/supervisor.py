@@ -53,6 +53,7 @@ from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.orders import OrderInbox
+from holdfast.worker.outbox import Outbox
 from holdfast.worker.protocol import QueryParamProtocol, ResumeProtocol
 from holdfast.worker.reconciler import Reconciler, Strays
 from holdfast.worker.session import SessionKeeper
@@ -132,9 +133,10 @@ class Supervisor:
             loop_lag_ms=self.loop_clock.lag_ms)
         self.tasks = self.holdings.tasks  # the connection tasks, awaited by the stop
         # Make-before-break handoffs: they need order queues (ours and the successor's).
+        self.outbox = Outbox(sqs=sqs, queue_url=config.queue_url,  # unused without handoffs
+                             prefix=config.orders_queue_prefix or "")
         self.handoffs = Handoffs(
-            sqs=sqs, queue_url=config.queue_url, prefix=config.orders_queue_prefix,
-            store=self.store, streams=self.streams, ctx=self.holdings.ctx,
+            outbox=self.outbox, store=self.store, streams=self.streams, ctx=self.holdings.ctx,
             owner=lambda: self.owner, room=self.free_capacity,
             start=self.holdings.start_warm,
             claim=lambda conn_id: self.holdings.claim(conn_id, SOURCE_HANDOFF), mono=mono,
@@ -145,6 +147,7 @@ class Supervisor:
             self.inbox.step = self.handoffs.on_step
             self.balancing.offer = self.handoffs.offer
             self.holdings.transfer = self.handoffs.transfer
+            self.holdings.named_release = self.handoffs.released
             self.holdings.incoming = self.handoffs.incoming
         self._handoffs: set[asyncio.Task[object]] = set()  # claims of handoffs in flight
 
@@ -306,6 +309,8 @@ class Supervisor:
             for task in claiming:
                 task.cancel()
             await self._stop_streams()
+            # The handoff messages of the last releases and transfers go before the goodbye.
+            await self.outbox.drain()
             # Nudges for the streams just released may sit in our own last polls: hand them on.
             await claimer.finish_polls(min(cfg.poll_drain_s, max(
                 0.0, cfg.shutdown_s - (time.monotonic() - stop_t0))))

@@ -8,16 +8,18 @@ successor's connection is open, in one conditional write (``store.LeaseStore.tra
     holder <--READY(E)-------------------- successor   (or ABORT: no room, cannot connect)
     holder: stops delivering after seq K (the handler call in flight finishes), then writes
             owner = successor, epoch E' > E, last_seq = K   (condition: owner and epoch E)
-    holder --TAKE(epoch E', seq K)-------> successor   reads the item back (owner and E'),
-                                                        delivers K + 1... from its buffer
+    holder --TAKE(epoch E', seq K, at T)-> successor   delivers K + 1... from its buffer
 
-The handler never sees two deliverers (the holder stops before the write; the successor
-delivers only once the item names it) and never a seq twice (the successor's delivery rules
-skip what is at or below K). The upstream sees two connections for a moment. Every step is
-bounded: no READY within ``WARM_TIMEOUT_MS`` (or the stop budget), or a TAKE that never comes
-(``TAKE_TIMEOUT_MS``), or a buffer past ``BUFFER_MAX_FRAMES``: the warm-up is dropped and the
-holder falls back to a plain release (break-before-make, to whoever has room). A holder that
-dies mid-handoff is an ordinary failover. Streams whose upstream allows one connection at a
+The handler never sees two deliverers (the holder stops before the write, and sends TAKE only
+once the write landed) and never a seq twice (the successor's delivery rules skip what is at or
+below K). The successor trusts a TAKE only from the holder it warmed up for, with an epoch past
+the one it warmed up at (a stale or repeated TAKE matches no warm-up); anything else, it reads
+the item back first. No read in the gap: the gap is the write and one message. The upstream
+sees two connections for a moment. Every step is bounded: no READY within ``WARM_TIMEOUT_MS``
+(or the stop budget), or a TAKE that never comes (``TAKE_TIMEOUT_MS``), or a buffer past
+``BUFFER_MAX_FRAMES``: the warm-up is dropped and the holder falls back to a plain release
+(break-before-make, to whoever has room). A holder that dies mid-handoff is an ordinary
+failover. Streams whose upstream allows one connection at a
 time (``single_connection`` on the item, or ``HOLDFAST_SINGLE_CONNECTION``) skip the warm-up.
 
 Messages are JSON with the recipient's ``owner`` (one parser: ``directives.parse_inbox_body``).
@@ -59,19 +61,24 @@ class HandoffStep:
     """One message of a handoff: ``kind`` (``STEPS``), the stream, the epoch it is about
     (WARM, READY, ABORT: the holder's; TAKE: the successor's new one), ``seq`` (WARM: where
     to start reading; TAKE: the last seq the holder delivered; None: none yet) and ``peer``,
-    the sender's owner (the reply goes to its order queue)."""
+    the sender's owner (the reply goes to its order queue). ``at`` (TAKE only): when the
+    holder wrote the transfer (wall ms, the item's ``moved_at_ms``; its expiry is this plus
+    the lease length), so the successor needs no read to hold the stream."""
 
     kind: str
     conn_id: str
     epoch: int
     seq: int | None
     peer: str
+    at: int | None = None
 
     def body(self, owner: str) -> str:
         """The order-queue message of this step for ``owner`` (the recipient)."""
-        return json.dumps({"owner": owner, self.kind: {
-            "conn_id": self.conn_id, "epoch": self.epoch, "seq": self.seq, "peer": self.peer}},
-            separators=(",", ":"))
+        step: dict[str, Any] = {"conn_id": self.conn_id, "epoch": self.epoch, "seq": self.seq,
+                                "peer": self.peer}
+        if self.at is not None:
+            step["at"] = self.at
+        return json.dumps({"owner": owner, self.kind: step}, separators=(",", ":"))
 
 
 def parse_step(data: dict[str, Any]) -> HandoffStep | None:
@@ -82,15 +89,16 @@ def parse_step(data: dict[str, Any]) -> HandoffStep | None:
         return None
     d = data[kinds[0]]
     conn_id, epoch, seq, peer = d.get("conn_id"), d.get("epoch"), d.get("seq"), d.get("peer")
+    at = d.get("at")
     if not isinstance(conn_id, str) or not isinstance(peer, str) or session_owner(peer) is None:
         return None
-    if not _int(epoch) or not (seq is None or _int(seq)):
+    if not _int(epoch) or not (seq is None or _int(seq)) or not (at is None or _int(at)):
         return None
     try:
         conn_id = validate_conn_id(conn_id)
     except ValueError:
         return None
-    return HandoffStep(kinds[0], conn_id, epoch, seq, peer)
+    return HandoffStep(kinds[0], conn_id, epoch, seq, peer, at)
 
 
 def _int(x: object) -> bool:

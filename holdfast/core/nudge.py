@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 __all__ = ["HOPS", "MAX_DELAY_S", "REASON_HANDOFF", "REASON_MOVED", "SQS_BATCH_LIMIT",
-           "TO", "TRACE_ATTRIBUTE", "Nudge",
+           "TO", "TRACE_ATTRIBUTE", "Nudge", "Outgoing",
            "SendReport", "delay_until", "parse_nudge", "send_nudges", "trace_attributes",
            "traceparent_of"]
 
@@ -134,24 +134,41 @@ def delay_until(target_ms: int, now_ms: int) -> int:
     return max(0, min(MAX_DELAY_S, math.ceil((target_ms - now_ms) / 1000)))
 
 
-@dataclass
-class SendReport:
-    """What ``send_nudges`` achieved: every input nudge is in exactly one of the two lists."""
+class Outgoing(Protocol):
+    """What ``send_nudges`` sends: a ``Nudge``, or any message with a body (a worker's
+    handoff steps, ``worker.outbox``)."""
 
-    sent: list[Nudge] = field(default_factory=list)
-    failed: list[tuple[Nudge, str]] = field(default_factory=list)
+    @property
+    def delay_s(self) -> int: ...
+
+    @property
+    def traceparent(self) -> str | None: ...
+
+    def body(self) -> str: ...
+
+
+M = TypeVar("M", bound=Outgoing)
+
+
+@dataclass
+class SendReport(Generic[M]):
+    """What ``send_nudges`` achieved: every input message is in exactly one of the two lists."""
+
+    sent: list[M] = field(default_factory=list)
+    failed: list[tuple[M, str]] = field(default_factory=list)
     calls: int = 0
 
 
-def send_nudges(sqs: SQSClient, queue_url: str, nudges: Sequence[Nudge], *, attempts: int = 3,
+def send_nudges(sqs: SQSClient, queue_url: str, nudges: Sequence[M], *, attempts: int = 3,
                 backoff_s: float = 0.05, sleep: Callable[[float], object] = time.sleep,
-                out_of_time: Callable[[], bool] = lambda: False) -> SendReport:
+                out_of_time: Callable[[], bool] = lambda: False) -> SendReport[M]:
     """Send ``nudges`` in batches of 10; retry retryable failures up to ``attempts`` rounds.
 
     ``out_of_time()`` is asked before every call but the first: once it says so, what is
     still pending fails at once (a Lambda about to time out should report, not hang).
     """
-    report, pending = SendReport(), dict(enumerate(nudges))
+    report: SendReport[M] = SendReport()
+    pending = dict(enumerate(nudges))
     errors: dict[int, str] = {}  # the last error of each pending nudge
 
     def send(chunk: list[int]) -> None:

@@ -12,6 +12,9 @@ ms) from two sources, with no I/O:
   time from the last record of the old deliverer to the first of the new one, the new one's
   first in the window. It includes the upstream's spacing (0.1 s at 10 msgs/s), and a holder
   that never delivered merges into one longer gap: there are at most as many gaps as moves.
+  The **delay a move added** is its gap less the stream's usual spacing (the median time
+  between two deliveries by the same worker): what the move cost beyond the feed's own pace,
+  0 for a move the stream's pace hid.
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ from rich.table import Table
 from holdfast.fleet.moves import CLAIMED_MESSAGE, log_wall_ms, percentile
 from holdfast.fleet.recorder import Handled
 
-__all__ = ["STYLES", "Claim", "DeployReport", "Gap", "OwnerChange", "claims_from_logs",
-           "delivery_gaps", "deploy_report", "deploy_table", "duplicate_deliveries",
-           "last_deliverers", "lost_seqs", "moves_per_stream", "onto_old", "owner_changes"]
+__all__ = ["STYLES", "Claim", "DeployReport", "Gap", "OwnerChange", "added_delays",
+           "claims_from_logs", "delivery_gaps", "deploy_report", "deploy_table",
+           "duplicate_deliveries", "last_deliverers", "lost_seqs", "moves_per_stream", "onto_old",
+           "owner_changes", "usual_spacing_ms"]
 
 STYLES = ("one-at-a-time", "new-first")
 
@@ -138,6 +142,23 @@ def delivery_gaps(records: Iterable[Handled], start_ms: int, end_ms: int) -> lis
     return sorted(out, key=lambda g: (g.first_ms, g.conn_id))
 
 
+def usual_spacing_ms(records: Iterable[Handled]) -> dict[str, float]:
+    """Per stream, the median time between two consecutive deliveries by the same worker."""
+    out: dict[str, float] = {}
+    for conn, recs in _by_stream(records).items():
+        steps = [b.wall_ms - a.wall_ms for a, b in pairwise(recs) if a.worker_id == b.worker_id]
+        if steps:
+            out[conn] = statistics.median(steps)
+    return out
+
+
+def added_delays(records: list[Handled], start_ms: int, end_ms: int) -> list[float]:
+    """Per delivery gap in the window: seconds beyond its stream's usual spacing (>= 0)."""
+    spacing = usual_spacing_ms(records)
+    return [max(0.0, g.seconds - spacing.get(g.conn_id, 0.0) / 1000)
+            for g in delivery_gaps(records, start_ms, end_ms)]
+
+
 def duplicate_deliveries(records: Iterable[Handled], start_ms: int, end_ms: int) -> int:
     """Deliveries in the window of a seq of the same stream already delivered (by anyone)."""
     dups = 0
@@ -196,6 +217,9 @@ class DeployReport:
     gap_max_s: float | None
     duplicates: int
     lost: int
+    added_p50_s: float | None = None  # the delay a move added (the gap less the spacing)
+    added_p99_s: float | None = None
+    added_max_s: float | None = None
     unowned_at_end: list[str] = field(default_factory=list)
     lost_by_stream: dict[str, list[int]] = field(default_factory=dict)
     moves_by_stream: dict[str, int] = field(default_factory=dict)
@@ -228,6 +252,7 @@ def deploy_report(*, style: str, conn_ids: list[str], versions: Mapping[str, str
     per = moves_per_stream(changes, conn_ids)
     old = onto_old(changes, versions, old_version)
     gaps = [g.seconds for g in delivery_gaps(records, start_ms, end_ms)]
+    added = added_delays(records, start_ms, end_ms)
     lost = lost_seqs(records, start_ms, end_ms)
     return DeployReport(
         style=style, workers=sum(1 for v in versions.values() if v == old_version),
@@ -240,6 +265,8 @@ def deploy_report(*, style: str, conn_ids: list[str], versions: Mapping[str, str
         moves_after_last_stop=sum(1 for ch in changes if ch.wall_ms > last_stop_ms),
         gaps=len(gaps), gap_p50_s=statistics.median(gaps) if gaps else None,
         gap_p99_s=percentile(gaps, 0.99), gap_max_s=max(gaps) if gaps else None,
+        added_p50_s=statistics.median(added) if added else None,
+        added_p99_s=percentile(added, 0.99), added_max_s=max(added) if added else None,
         duplicates=duplicate_deliveries(records, start_ms, end_ms),
         lost=sum(len(s) for s in lost.values()), unowned_at_end=sorted(unowned_at_end),
         lost_by_stream=lost, moves_by_stream=per, note=note)
@@ -268,6 +295,8 @@ def deploy_table(r: DeployReport) -> Table:
     table.add_row("moves after the last old worker stopped", str(r.moves_after_last_stop))
     table.add_row("delivery gap per move p50 / p99 / max",
                   f"{_s(r.gap_p50_s)} / {_s(r.gap_p99_s)} / {_s(r.gap_max_s)} ({r.gaps} gaps)")
+    table.add_row("delay a move added (gap less the feed's spacing) p50 / p99 / max",
+                  f"{_s(r.added_p50_s)} / {_s(r.added_p99_s)} / {_s(r.added_max_s)}")
     table.add_row("duplicates", _red(r.duplicates))
     table.add_row("lost seqs", _red(r.lost))
     table.add_row("unowned at the end", _red(len(r.unowned_at_end),

@@ -16,6 +16,7 @@ from holdfast.fleet.deploy import (
     DeployReport,
     Gap,
     OwnerChange,
+    added_delays,
     claims_from_logs,
     delivery_gaps,
     deploy_report,
@@ -102,6 +103,16 @@ def test_delivery_gaps_per_change_of_deliverer() -> None:
     assert delivery_gaps(delivered("a", "w1", range(5), 0), 0, 10_000) == []
 
 
+def test_added_delay_is_the_gap_less_the_streams_usual_spacing() -> None:
+    """A stream delivered every 100 ms whose move left a 350 ms gap: 0.25 s added; a move
+    the pace hid (gap = spacing) adds 0, never a negative delay."""
+    recs = [*delivered("a", "w1", range(0, 5), 0),       # every 100 ms, last at 400
+            *delivered("a", "w2", range(5, 10), 750),    # gap 0.35 s
+            *delivered("b", "w1", range(0, 5), 0, 200),  # every 200 ms, last at 800
+            *delivered("b", "w2", range(5, 8), 950)]     # gap 0.15 s, under the spacing
+    assert added_delays(recs, 0, 10_000) == [pytest.approx(0.25), 0.0]
+
+
 def test_duplicate_deliveries_in_the_window() -> None:
     """A seq delivered again in the window counts, whoever delivered it first; before, not."""
     recs = [*delivered("a", "w1", range(0, 5), 0),        # 0..4 at 0..400
@@ -159,6 +170,7 @@ def test_deploy_report_figures_and_what_fails() -> None:
     assert r.moves_mean == 1.0 and r.moves_after_last_stop == 1
     assert r.moves_by_stream == {"a": 2, "b": 1, "c": 0, "d": 1}
     assert (r.gaps, r.gap_p50_s, r.gap_max_s) == (2, pytest.approx(1.85), 1.9)
+    assert (r.added_p50_s, r.added_max_s) == (pytest.approx(1.75), pytest.approx(1.8))
     assert (r.duplicates, r.lost) == (0, 0)
     assert r.failures() == [] and r.window_s == 4.5
     bad = _report([*recs, Handled("a", 4, "w3", t + 2300), Handled("a", 10, "w3", t + 2400)],
@@ -176,6 +188,7 @@ def test_deploy_table_shows_every_figure() -> None:
     text = console.export_text()
     for words in ("one-at-a-time: 2 workers replaced, 4 streams", "mean 1.00, max 2",
                   "moved more than once", "onto an old worker", "p50 / p99 / max",
+                  "delay a move added",
                   "duplicates", "lost seqs", "unowned at the end"):
         assert words in text, words
 

@@ -60,8 +60,9 @@ MINIMUM = {
                # Its session's order queue: made at start, read, deleted at the graceful stop.
                ("CreateQueue", "order queue"), ("ReceiveMessage", "order queue"),
                ("DeleteMessageBatch", "order queue"), ("DeleteQueue", "order queue"),
-               # A handoff's warm-up request on the successor's order queue.
-               ("SendMessage", "order queue")},
+               # A handoff's warm-up request on the successor's order queue (batched per
+               # recipient; IAM's action for both calls is sqs:SendMessage).
+               ("SendMessageBatch", "order queue")},
     "router": {("SendMessageBatch", "queue"), ("UpdateItem", "leases"),
                ("UpdateItem", "sessions"), ("SendMessage", "order queue"),
                # A handoff's nudge on its successor's order queue.

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import Counter
+from typing import Any
 
 from holdfast.core import rules
 from holdfast.core.directives import Directive
@@ -114,11 +116,25 @@ class TimedRecorder(Recorder):
         return first_new - last_old
 
 
+def _count_reads(store: Any, reads: Counter[str]) -> None:
+    """Count ``store``'s item reads per stream from now on (the store itself unchanged)."""
+    read = store.get_raw
+
+    def counted(conn_id: str) -> Any:
+        reads[conn_id] += 1
+        return read(conn_id)
+
+    store.get_raw = counted
+
+
 async def _shed_two(fleet: Fleet, upstream: UpstreamThread, unique_id: str,
-                    rec: TimedRecorder, **a_env: str) -> tuple[dict[str, int], list[str]]:
-    """A holds four and sheds two naming B; returns A's counts and the moved streams."""
+                    rec: TimedRecorder, *, reads: Counter[str] | None = None,
+                    with_router: bool = True, **a_env: str) -> tuple[dict[str, int], list[str]]:
+    """A holds four and sheds two naming B; returns A's counts and the moved streams
+    (``reads``: B's item reads per stream; ``with_router=False``: no stream records are
+    routed, only the workers' own messages move anything)."""
     conns = [f"{unique_id}-w{i}" for i in range(4)]
-    router = RouterSim(fleet)
+    router = RouterSim(fleet) if with_router else None
     try:
         async with running_worker(fleet, rec, HOLDFAST_REBALANCE_COOLDOWN_SECONDS="0",
                                   HOLDFAST_WORKER_ID=f"a-{unique_id}", **a_env) as a:
@@ -128,6 +144,8 @@ async def _shed_two(fleet: Fleet, upstream: UpstreamThread, unique_id: str,
             async with running_worker(fleet, rec, HOLDFAST_WORKER_ID=f"b-{unique_id}") as b:
                 await async_wait_until(lambda: b.worker.owner, 5, "B's session")
                 assert a.worker.owner and b.worker.owner
+                if reads is not None:
+                    _count_reads(b.worker.store, reads)
                 assert fleet.sessions().set_directive(a.worker.owner, Directive(
                     2, 2, 2, wall_clock_ms() + 20_000, 2, wall_clock_ms(),
                     successors=((b.worker.owner, 2),)))
@@ -140,17 +158,20 @@ async def _shed_two(fleet: Fleet, upstream: UpstreamThread, unique_id: str,
                 # What B's own stop hands back to A after this is another move.
                 rec.calls_until = len(rec.when)
     finally:
-        router.stop()
+        if router is not None:
+            router.stop()
     return counts, moved
 
 
 async def test_a_warm_handoff_switches_deliverer_once_with_a_short_gap(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
     """Make-before-break: B warms up while A delivers; the lease passes in one write; each
-    moved stream's deliveries switch from A to B once, no seq twice or missing."""
-    rec = TimedRecorder()
-    counts, moved = await _shed_two(fleet, upstream, unique_id, rec)
+    moved stream's deliveries switch from A to B once, no seq twice or missing; B reads each
+    item once, to warm up, and nothing in the gap."""
+    rec, reads = TimedRecorder(), Counter[str]()
+    counts, moved = await _shed_two(fleet, upstream, unique_id, rec, reads=reads)
     assert counts.get("handed_over") == 2 and not counts.get("released")
+    assert all(reads[x] == 1 for x in moved), reads
     for x in moved:
         seqs = rec.seqs(x)
         assert missing_seqs(seqs) == [] and len(seqs) == len(set(seqs)), x
@@ -172,6 +193,17 @@ async def test_one_connection_at_a_time_hands_over_break_before_make(
     for x in moved:
         seqs = rec.seqs(x)
         assert missing_seqs(seqs) == [] and len(seqs) == len(set(seqs)), x
+
+
+async def test_a_named_release_reaches_its_successor_without_the_router(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """One connection at a time, no stream records routed at all: the holder's own nudge
+    on B's order queue gets both streams claimed by B (the hold ends in 3 s; the test
+    waits 10 s for B's five messages each)."""
+    rec = TimedRecorder()
+    counts, moved = await _shed_two(fleet, upstream, unique_id, rec, with_router=False,
+                                    HOLDFAST_SINGLE_CONNECTION="1")
+    assert counts.get("shed") == 2 and len(moved) == 2
 
 
 async def test_a_successor_that_never_answers_costs_a_named_release_not_the_stream(

@@ -119,3 +119,31 @@ async def test_worker_stops_on_a_queued_order_long_before_its_heartbeat(
     assert "lease_owner" not in item
     assert item_attr(item, "last_seq") == rec.seqs(conn)[-1]
     assert not queue_exists(fleet.sqs, order_queue_name(prefix, owner))
+
+
+class SlowDeletes:
+    """The SQS client, its deletes taking ``delay_s`` (a slow or busy SQS endpoint)."""
+
+    def __init__(self, sqs: Any, delay_s: float) -> None:
+        self._sqs, self.delay_s = sqs, delay_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sqs, name)
+
+    def delete_message_batch(self, **kwargs: Any) -> Any:
+        time.sleep(self.delay_s)
+        return self._sqs.delete_message_batch(**kwargs)
+
+
+async def test_a_slow_delete_does_not_hold_up_the_next_message(sqs: Any, unique_id: str) -> None:
+    """The next receive does not wait for the last one's delete: a handoff's next step lands
+    in the same instant, and the delete's latency was in every handoff's gap."""
+    prefix, owner, taken = f"{unique_id}-o-", "w4#abc123", []
+    async with inbox_running(SlowDeletes(sqs, 2.0), prefix, owner, taken) as inbox:
+        assert inbox.url is not None
+        sqs.send_message(QueueUrl=inbox.url, MessageBody=Order.stop("c1").body(owner))
+        await async_wait_until(lambda: taken, 5, "the first order")
+        t0 = time.monotonic()
+        sqs.send_message(QueueUrl=inbox.url, MessageBody=Order.stop("c2").body(owner))
+        await async_wait_until(lambda: len(taken) == 2, 5, "the second order")
+        assert time.monotonic() - t0 < 1.0  # well before the first delete returned

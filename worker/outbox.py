@@ -1,0 +1,86 @@
+"""Messages to other workers' order queues, sent in batches per recipient.
+
+A worker writes to another worker's order queue for handoffs only: the make-before-break steps
+(``holdfast.core.handoff``) and, after a release that named its successor, a handoff nudge
+straight to that successor (the router sends one too, a stream record later; the second is a
+no-op). A stop or a shed hands over tens of streams in one turn of the event loop: one SQS call
+per message queued them behind each other, and the queueing was most of each handoff's gap. So
+``post`` only queues; a flush in the next turn sends everything queued by then with
+``SendMessageBatch``, ten per call, the recipients side by side (``holdfast.core.nudge``'s
+sender, two attempts). A message that cannot be sent is logged: each handoff step has its own
+timeout on both sides, and a handoff nudge has the router's and the shared queue's behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aws_lambda_powertools import Logger
+
+from holdfast.core.nudge import Outgoing, send_nudges
+from holdfast.core.orders import order_queue_url
+from holdfast.worker.iothreads import on_io_threads
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = ["Letter", "Outbox"]
+
+logger = Logger(service="holdfast-worker", child=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Letter:
+    """A message body as it is (a handoff step, already addressed)."""
+
+    text: str
+    delay_s: int = 0
+    traceparent: str | None = None
+
+    def body(self) -> str:
+        return self.text
+
+
+class Outbox:
+    """Batches messages for other workers' order queues (see the module)."""
+
+    def __init__(self, *, sqs: SQSClient, queue_url: str, prefix: str) -> None:
+        self.sqs, self.queue_url, self.prefix = sqs, queue_url, prefix
+        self._pending: dict[str, list[Outgoing]] = {}
+        self._flusher: asyncio.Task[None] | None = None
+        self.calls = 0  # SendMessageBatch calls made (tests, and the bench's call counts)
+
+    def post(self, peer: str, message: Outgoing) -> None:
+        """Queue ``message`` for ``peer``'s order queue; sent in this turn's batch."""
+        self._pending.setdefault(peer, []).append(message)
+        if self._flusher is None:
+            self._flusher = asyncio.ensure_future(self._flush())
+
+    async def _flush(self) -> None:
+        try:
+            await asyncio.sleep(0)  # let this turn's other handoffs post theirs too
+            while self._pending:
+                batch, self._pending = self._pending, {}
+                await asyncio.gather(*(self._send(p, m) for p, m in batch.items()))
+        finally:
+            self._flusher = None
+
+    async def _send(self, peer: str, messages: list[Outgoing]) -> None:
+        try:
+            url = order_queue_url(self.queue_url, self.prefix, peer)
+            report = await on_io_threads(send_nudges, self.sqs, url, messages, attempts=2)
+        except Exception as exc:  # a bad name or a client bug costs these messages only
+            logger.warning("messages for a worker not sent", peer=peer, messages=len(messages),
+                           error=f"{type(exc).__name__}: {exc}"[:300])
+            return
+        self.calls += report.calls
+        for message, why in report.failed:
+            logger.warning("message for a worker not sent", peer=peer,
+                           body=message.body()[:200], error=why)
+
+    async def drain(self) -> None:
+        """Wait until what was posted so far is sent (a stop, before the session ends)."""
+        while self._flusher is not None:
+            await asyncio.shield(self._flusher)
