@@ -7,7 +7,9 @@ start (t0 = both ready). The lease table is polled (owner = ``lease_owner``'s wo
 fair share (total / workers): the time until balanced. Moves = the epoch increments after the
 new workers started (each one acquisition), beside the least that must move (the held
 streams above the share at t0). Unowned time per move: the ``unowned_ms`` of the claimers'
-"claimed" lines with ``moved_at_ms``. Seq gap (lost) and duplicates from the handled
+"claimed" lines with ``moved_at_ms`` (0 for a warm handoff). Delivery gap per move, and the
+delay it added beyond the feed's spacing: ``holdfast.fleet.deploy``'s, from the handled
+records between t0 and settled. Seq gap (lost) and duplicates from the handled
 records, as in ``scenarios.handover``. Then, once nothing has moved for ``settle_s``, a quiet
 period in which nothing may move, and the "never straight back" check: no stream claimed
 again by the worker that shed it within the cool-down.
@@ -34,7 +36,9 @@ from bench.harness import BenchFleet, dist, now_ms
 from bench.scenarios import loss
 from holdfast.core.model import LeaseItem
 from holdfast.core.table import scan_items
+from holdfast.fleet.deploy import added_delays, delivery_gaps
 from holdfast.fleet.procs import FleetTiming
+from holdfast.fleet.recorder import read_records
 
 __all__ = ["BALANCE_TARGET_S", "UNOWNED_TARGET_S", "LogEvent", "Variant", "balanced",
            "claim_counts", "held_by_worker", "max_in_motion", "min_moves", "moved_twice", "moves",
@@ -280,6 +284,10 @@ def _scale(out: dict[str, Any], bf: BenchFleet, w: _Watch, ids: list[str], v: Va
     bf.handled.poll()
     out["stalled"] = sorted(c for c in ids if not bf.handled.first_after(c, q1 - 3000))
     out["seq_gap"], out["duplicates"] = loss(bf, ids)
+    # Unowned time says nothing of a warm handoff (never unowned): the delivery gap does.
+    records = [r for r in read_records(bf.pf.fleet.record_dir) if r.conn_id in w.ids]
+    out["gap_per_move_s"] = dist([g.seconds for g in delivery_gaps(records, t0, settled_ms)])
+    out["added_per_move_s"] = dist(added_delays(records, t0, settled_ms))
     _from_logs(out, bf, w, base_ms, quiet=(q0, q1), cooldown_ms=round(t.cooldown_s * 1000))
     say(f"{tag} moves {out['moves']} (min {out['min_moves']}), unowned {out['unowned_s']}, "
         f"quiet moves {out['quiet_moves']}, gap {out['seq_gap']}, dups {out['duplicates']}")

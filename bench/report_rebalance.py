@@ -48,6 +48,13 @@ def rebalance_rows(e: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows.append(("unowned time per move (release -> claim, the claimer's `unowned_ms`), "
                  "p50 / p99 / max s", _dist(un), f"p99 <= {target_p99:g} s",
                  _judge(None if p99 is None else p99 <= target_p99)))
+    if e.get("gap_per_move_s"):
+        rows.append(("delivery gap per move (the old deliverer's last message -> the new "
+                     "one's first; the feed's 0.1 s spacing included), p50 / p99 / max s",
+                     _dist(e["gap_per_move_s"]), "-", "shown"))
+        added = e.get("added_per_move_s") or {}
+        rows.append(("delay a move added (the gap less the stream's usual spacing), "
+                     "p50 / p99 / max s", _dist(added), "-", "shown"))
     most, bound = e.get("max_unowned_at_once"), e.get("motion_bound")
     if most is not None and bound is not None:
         rows.append(("moved streams unowned at once, most (release written -> claimed)",
@@ -108,7 +115,10 @@ def rebalance_md(rb: dict[str, Any]) -> list[str]:
            "(total / workers). Moves are the claimers' `claimed` lines after the scale-out; "
            "the least that must move is what the two first workers held above the new share. "
            "Unowned time per move is the claimer's `unowned_ms` on its `claimed` line for streams "
-           "with `moved_at_ms`. Lost and duplicates come from the handled records of every "
+           "with `moved_at_ms` (0 for a warm handoff, which never leaves the stream "
+           "unowned); the delivery gap per move is the old deliverer's last handled message to "
+           "the new one's first, and the delay a move added that gap less the stream's usual "
+           "spacing. Lost and duplicates come from the handled records of every "
            "stream over the whole run. After nothing moved for 10 s, a quiet period in which "
            "nothing may move (`shedding stream` and `claimed` log lines).", ""]
     for v in variants:

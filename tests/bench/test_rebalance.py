@@ -191,3 +191,14 @@ def test_motion_row() -> None:
     assert rebalance_rows(_figures(max_unowned_at_once=39, motion_bound=10))[3][3] == (
         "**NOT met**")
     assert len(rebalance_rows(_figures())) == 7
+
+
+def test_gap_rows_shown_when_measured() -> None:
+    """A run with handled records shows the gap per move and the delay it added after the
+    unowned row, judged by no target of their own; older figures have neither row."""
+    rows = rebalance_rows(_figures(gap_per_move_s=dist([0.2, 0.4]),
+                                   added_per_move_s=dist([0.1, 0.3])))
+    assert [r[0].split(" (")[0] for r in rows[3:5]] == ["delivery gap per move",
+                                                         "delay a move added"]
+    assert [r[1] for r in rows[3:5]] == ["0.30 / 0.40 / 0.40 (n=2)", "0.20 / 0.30 / 0.30 (n=2)"]
+    assert not any("gap per move" in r[0] for r in rebalance_rows(_figures()))
