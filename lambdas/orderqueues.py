@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from holdfast.core.bundles import send_bundled
 from holdfast.core.exceptions import HoldfastError, MalformedItem
 from holdfast.core.liveness import session_owner
-from holdfast.core.nudge import Nudge, send_nudges
+from holdfast.core.nudge import Nudge
 from holdfast.core.orders import is_missing_queue, order_queue_name, order_queue_url
 from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionStore
@@ -96,8 +97,9 @@ def queue_orders(decisions: Mapping[str, Decision], sqs: SQSClient, nudge_queue_
 
 def queue_handoffs(sqs: SQSClient, nudge_queue_url: str, prefix: str,
                    nudges: Iterable[Nudge]) -> tuple[list[Nudge], list[tuple[Nudge, str]]]:
-    """Send each handoff nudge (``to`` set) to its successor's order queue, batched per
-    successor, one attempt (the caller falls back to the shared queue for what failed).
+    """Send each handoff nudge (``to`` set) to its successor's order queue, one bundle per
+    successor (``holdfast.core.bundles``: one receive takes them all), one attempt (the
+    caller falls back to the shared queue for what failed).
     Returns (sent, [(unsent, why)])."""
     by_owner: dict[str, list[Nudge]] = {}
     for nudge in nudges:
@@ -111,7 +113,7 @@ def queue_handoffs(sqs: SQSClient, nudge_queue_url: str, prefix: str,
         except ValueError as exc:
             failed.extend((n, str(exc)[:200]) for n in batch)
             continue
-        report = send_nudges(sqs, url, batch, attempts=1)
+        report = send_bundled(sqs, url, owner, batch, attempts=1)
         sent.extend(report.sent)
         failed.extend(report.failed)
     return sent, failed

@@ -10,7 +10,8 @@ if this queue is gone, throttled or a message is lost, the stop is late, never l
   previous incarnation's queue is deleted. Messages live 60 s: an order that old has been
   carried out through the session item anyway.
 - Also here: rebalancing directives and the drain flag (``worker.balancing``), and handoff
-  nudges, streams another worker released to us by name (claimed at once).
+  nudges, streams another worker released to us by name (claimed at once), and the
+  make-before-break steps; many at once come as one bundle (``holdfast.core.bundles``).
 - ``run()``: long-poll until cancelled. A message for another owner (a reused name cannot, but
   a forged one could) or one this version does not understand is deleted with a log line; a
   failed receive is retried with jittered back-off, and a queue that vanished (the sweeper
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger
 from botocore.exceptions import BotoCoreError, ClientError
 
+from holdfast.core.bundles import unbundle
 from holdfast.core.directives import Directive, parse_inbox_body
 from holdfast.core.handoff import HandoffStep
 from holdfast.core.nudge import Nudge
@@ -145,9 +147,8 @@ class OrderInbox:
                 ack.add_done_callback(self._acks.discard)
 
     def _act_on(self, messages: list[Any], owner: str) -> None:
-        for msg in messages:
+        for body in (b for msg in messages for b in unbundle(str(msg.get("Body", "")), owner)):
             self.received += 1
-            body = str(msg.get("Body", ""))
             said = parse_inbox_body(body, owner)
             if isinstance(said, Order):
                 acted = self.stop_stream(said)

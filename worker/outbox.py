@@ -5,10 +5,11 @@ A worker writes to another worker's order queue for handoffs only: the make-befo
 straight to that successor (the router sends one too, a stream record later; the second is a
 no-op). A stop or a shed hands over tens of streams in one turn of the event loop: one SQS call
 per message queued them behind each other, and the queueing was most of each handoff's gap. So
-``post`` only queues; a flush in the next turn sends everything queued by then with
-``SendMessageBatch``, ten per call, the recipients side by side (``holdfast.core.nudge``'s
-sender, two attempts). A message that cannot be sent is logged: each handoff step has its own
-timeout on both sides, and a handoff nudge has the router's and the shared queue's behind it.
+``post`` only queues; a flush in the next turn sends everything queued by then for one
+recipient as one bundle (``holdfast.core.bundles``: one SQS message, one receive), the
+recipients side by side, two attempts. A message that cannot be sent is logged: each handoff
+step has its own timeout on both sides, and a handoff nudge has the router's and the shared
+queue's behind it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
-from holdfast.core.nudge import Outgoing, send_nudges
+from holdfast.core.bundles import send_bundled
+from holdfast.core.nudge import Outgoing
 from holdfast.core.orders import order_queue_url
 from holdfast.worker.iothreads import on_io_threads
 
@@ -50,7 +52,7 @@ class Outbox:
         self.sqs, self.queue_url, self.prefix = sqs, queue_url, prefix
         self._pending: dict[str, list[Outgoing]] = {}
         self._flusher: asyncio.Task[None] | None = None
-        self.calls = 0  # SendMessageBatch calls made (tests, and the bench's call counts)
+        self.calls = 0  # SendMessageBatch calls made
 
     def post(self, peer: str, message: Outgoing) -> None:
         """Queue ``message`` for ``peer``'s order queue; sent in this turn's batch."""
@@ -70,7 +72,7 @@ class Outbox:
     async def _send(self, peer: str, messages: list[Outgoing]) -> None:
         try:
             url = order_queue_url(self.queue_url, self.prefix, peer)
-            report = await on_io_threads(send_nudges, self.sqs, url, messages, attempts=2)
+            report = await on_io_threads(send_bundled, self.sqs, url, peer, messages, attempts=2)
         except Exception as exc:  # a bad name or a client bug costs these messages only
             logger.warning("messages for a worker not sent", peer=peer, messages=len(messages),
                            error=f"{type(exc).__name__}: {exc}"[:300])

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from holdfast.core.bundles import bundle_body
 from holdfast.core.orders import Order, is_missing_queue, order_queue_name, order_queue_url
 from holdfast.core.table import set_desired_state
 from holdfast.worker.orders import OrderInbox
@@ -147,3 +148,15 @@ async def test_a_slow_delete_does_not_hold_up_the_next_message(sqs: Any, unique_
         sqs.send_message(QueueUrl=inbox.url, MessageBody=Order.stop("c2").body(owner))
         await async_wait_until(lambda: len(taken) == 2, 5, "the second order")
         assert time.monotonic() - t0 < 1.0  # well before the first delete returned
+
+
+async def test_a_bundle_is_acted_on_message_by_message(sqs: Any, unique_id: str) -> None:
+    """Three stop orders in one bundle: three orders carried out, in order."""
+    prefix, owner, taken = f"{unique_id}-o-", "w5#abc123", []
+    async with inbox_running(sqs, prefix, owner, taken) as inbox:
+        assert inbox.url is not None
+        orders = [Order.stop(f"c{i}", i) for i in range(3)]
+        sqs.send_message(QueueUrl=inbox.url, MessageBody=bundle_body(
+            owner, [o.body(owner) for o in orders]))
+        await async_wait_until(lambda: len(taken) == 3, 5, "three orders")
+    assert taken == orders

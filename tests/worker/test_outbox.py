@@ -6,24 +6,26 @@ import asyncio
 import json
 from typing import Any
 
+from holdfast.core.bundles import unbundle
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.orders import order_queue_name
 from holdfast.worker.outbox import Letter, Outbox
 
 
-def _drain(sqs: Any, url: str) -> list[str]:
+def _drain(sqs: Any, url: str, owner: str) -> list[str]:
+    """The messages in ``url`` (bundles unpacked), and how many SQS messages held them."""
     bodies: list[str] = []
     while True:
         got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
         if not got:
             return bodies
-        bodies += [m["Body"] for m in got]
+        bodies += [b for m in got for b in unbundle(m["Body"], owner)]
 
 
-async def test_one_turn_of_posts_goes_in_batches_of_ten_per_recipient(
+async def test_one_turn_of_posts_goes_as_one_bundle_per_recipient(
         sqs: Any, unique_id: str) -> None:
-    """25 messages for one worker and 3 for another, posted in one turn: 3 + 1 calls, every
-    message in its recipient's order queue."""
+    """25 messages for one worker and 3 for another, posted in one turn: one SQS message and
+    one call each; every message in its recipient's order queue."""
     prefix, a, b = f"{unique_id}-o-", "wa#abc123", "wb#abc123"
     urls = {w: sqs.create_queue(QueueName=order_queue_name(prefix, w))["QueueUrl"]
             for w in (a, b)}
@@ -34,9 +36,10 @@ async def test_one_turn_of_posts_goes_in_batches_of_ten_per_recipient(
     for i in range(3):
         outbox.post(b, Nudge(f"c{i}", REASON_HANDOFF, to=b))
     await outbox.drain()
-    assert outbox.calls == 4
-    assert sorted(json.loads(x)["n"] for x in _drain(sqs, urls[a])) == list(range(25))
-    assert sorted(json.loads(x)["conn_id"] for x in _drain(sqs, urls[b])) == ["c0", "c1", "c2"]
+    assert outbox.calls == 2
+    assert sorted(json.loads(x)["n"] for x in _drain(sqs, urls[a], a)) == list(range(25))
+    assert sorted(json.loads(x)["conn_id"] for x in _drain(sqs, urls[b], b)) == [
+        "c0", "c1", "c2"]
 
 
 async def test_a_recipient_without_a_queue_costs_only_its_messages(
@@ -53,4 +56,4 @@ async def test_a_recipient_without_a_queue_costs_only_its_messages(
     await asyncio.sleep(0)
     outbox.post(a, Letter('{"n": 2}'))
     await outbox.drain()
-    assert sorted(json.loads(x)["n"] for x in _drain(sqs, url)) == [1, 2]
+    assert sorted(json.loads(x)["n"] for x in _drain(sqs, url, a)) == [1, 2]
