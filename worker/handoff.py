@@ -46,6 +46,7 @@ from holdfast.core.model import Lease, LeaseItem, bool_attr, int_attr, weight_of
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.schema import ATTR
 from holdfast.worker.balancing import HANDOFF
+from holdfast.worker.held import SHUTDOWN
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.outbox import Letter
 from holdfast.worker.prefetch import Prefetch, Prefetched
@@ -113,6 +114,29 @@ class Handoffs:
         conn.log("info", "handing over (warming up the successor)", successor=successor,
                  from_seq=from_seq, why=reason)
         return True
+
+    async def offer_at_stop(self, conns: list[Connection], successor: Callable[[], str | None],
+                            *, until_ms: int, at_once: int) -> list[Connection]:
+        """A stop: offer ``conns`` warm to the successors the decider named, ``at_once`` in
+        flight, the next as one ends, until ``until_ms`` (monotonic). A stream that cannot go
+        warm is drained for its named successor at once. Returns those not reached (the
+        caller drains them): each waits delivering, so waiting is no gap."""
+        left = list(reversed(conns))
+        while left and self.mono() < until_ms:
+            if len(self.offers) >= at_once:
+                await asyncio.sleep(0.02)
+                continue
+            conn = left.pop()
+            if conn.ended or conn.held.stopping:
+                continue
+            named = successor()
+            if named is None:
+                left.append(conn)
+                break
+            if not self.offer(conn, named, SHUTDOWN):
+                conn.handoff_to = named
+                conn.drain(SHUTDOWN)
+        return list(reversed(left))
 
     async def transfer(self, conn: Connection) -> str:
         """The stream stopped delivering for its handoff: pass the lease on, tell the

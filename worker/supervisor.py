@@ -32,7 +32,7 @@ from holdfast.core.exceptions import (
     SessionLost,
     StoreUnavailable,
 )
-from holdfast.core.handoff import WARM_AT_STOP_MAX
+from holdfast.core.handoff import WARM_AT_ONCE_AT_STOP, WARM_TIMEOUT_MS
 from holdfast.core.nudge import Nudge
 from holdfast.core.orders import ORDER_STOP, Order
 from holdfast.core.schema import BACKSTOP_MS
@@ -341,20 +341,21 @@ class Supervisor:
     async def _stop_streams(self) -> None:
         budget = self.config.shutdown_s
         t0 = time.monotonic()
-        warm = 0
-        for conn in list(self.streams.values()):
-            # To the successor the decider named, warm first where it can be (it keeps
-            # delivering until then, ``worker.handoff``), the first few only; else drained and
-            # released to it.
-            successor = self.balancing.successor()
-            if (successor is not None and self.handoffs is not None
-                    and warm < WARM_AT_STOP_MAX
-                    and self.handoffs.offer(conn, successor, SHUTDOWN)):
-                warm += 1
-                continue
-            conn.handoff_to = successor or ""
+        rest = list(self.streams.values())
+        if self.handoffs is not None:
+            # Warm first, a few at a time, while an offer can still end (handed over, or
+            # fallen back to a release) before the drain deadline; each stream delivers
+            # until its turn (``worker.handoff``).
+            rest = await self.handoffs.offer_at_stop(
+                rest, self.balancing.successor, at_once=WARM_AT_ONCE_AT_STOP,
+                until_ms=self.mono() + round((budget * _DRAIN_SHARE) * 1000) - WARM_TIMEOUT_MS)
+        for conn in rest:
+            if conn.held.stopping:
+                continue  # stopping already (a shed, a handoff): its own way out stands
+            # Drained and released to the successor the decider named ("": none).
+            conn.handoff_to = self.balancing.successor() or ""
             conn.drain(SHUTDOWN)
-        await self._wait_tasks(budget * _DRAIN_SHARE)
+        await self._wait_tasks(budget * _DRAIN_SHARE - (time.monotonic() - t0))
         slow = [c for c in self.streams.values() if not c.ended]
         for conn in slow:
             conn.log("warning", "handler still busy at the drain deadline: aborting")

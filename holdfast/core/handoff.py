@@ -35,7 +35,7 @@ from holdfast.core.liveness import session_owner
 from holdfast.core.model import validate_conn_id
 
 __all__ = ["ABORT", "BUFFER_MAX_FRAMES", "READY", "STEPS", "TAKE", "TAKE_TIMEOUT_MS", "WARM",
-           "WARM_AT_STOP_MAX", "WARM_TIMEOUT_MS", "HandoffStep", "parse_step"]
+           "WARM_AT_ONCE_AT_STOP", "WARM_TIMEOUT_MS", "HandoffStep", "parse_step"]
 
 WARM: Final = "warm"
 READY: Final = "ready"
@@ -48,11 +48,13 @@ WARM_TIMEOUT_MS: Final = 3_000
 TAKE_TIMEOUT_MS: Final = 10_000
 # Frames a successor buffers while the holder still delivers (at 1,000 msgs/s: 10 s).
 BUFFER_MAX_FRAMES: Final = 10_000
-# Streams a stopping worker hands over warm; the rest go break-before-make, still to their
-# named successors. Each warm handoff is three messages, two reads and a second connection:
-# workers stopping with 100 streams each (the bench's deploy) queued them past the warm-up
-# wait (30-99 % missed it) and past the stop budget, and what the budget cut was replayed.
-WARM_AT_STOP_MAX: Final = 20
+# Warm handoffs a stopping worker has in flight at once; it offers the next as one ends, for
+# as long as an offer can still end before the drain deadline, and releases the rest
+# break-before-make, still to their named successors. 100 offered at once by each stopping
+# worker (the bench's deploy) queued past the warm-up wait (30-99 % missed it) and past the
+# stop budget; 20 at once, with 80 releases beside them, slowed the warm ones to the
+# releases' pace.
+WARM_AT_ONCE_AT_STOP: Final = 20
 _MAX_SEQ = 2**63 - 1
 
 
