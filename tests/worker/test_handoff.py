@@ -236,3 +236,37 @@ async def test_a_successor_that_never_answers_costs_a_named_release_not_the_stre
     assert waited_s >= WARM_TIMEOUT_MS / 1000 - 0.5  # it delivered while it waited
     assert missing_seqs(rec.seqs(conn)) == []
     assert len(rec.seqs(conn)) == len(set(rec.seqs(conn)))
+
+
+async def test_a_stop_hands_more_streams_warm_than_it_has_in_flight_at_once(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A stopping worker with 25 streams (20 warm handoffs in flight at most): all 25 go
+    over warm to the named successor, the last five as the first ones end; none lost."""
+    rec, conns = Recorder(), [f"{unique_id}-m{i:02d}" for i in range(25)]
+    router: RouterSim | None = None
+    try:
+        async with running_worker(fleet, rec) as b:
+            await async_wait_until(lambda: b.worker.owner, 5, "B's session")
+            async with running_worker(fleet, rec, HOLDFAST_SHUTDOWN_SECONDS="20") as a:
+                await async_wait_until(lambda: a.worker.owner, 5, "A's session")
+                for x in conns:
+                    fleet.create(x, upstream.url(x))
+                for x in conns:
+                    await a.worker.holdings.claim(x)
+                router = RouterSim(fleet)
+                await async_wait_until(lambda: all(len(rec.seqs(x)) >= 3 for x in conns), 15,
+                                       "messages")
+                assert a.worker.owner and b.worker.owner
+                a.worker.balancing.update(Directive(
+                    25, 25, 0, wall_clock_ms() + 30_000, 2, wall_clock_ms(),
+                    successors=((b.worker.owner, 25),)))
+            counts = dict(a.worker.counts)
+            await async_wait_until(lambda: len(b.worker.streams) == 25, 10, "all 25 with B")
+            await async_wait_until(lambda: all(len(rec.seqs(x)) >= 8 for x in conns), 10,
+                                   "messages after the stop")
+    finally:
+        if router is not None:
+            router.stop()
+    assert counts.get("handed_over") == 25 and not counts.get("released"), counts
+    for x in conns:
+        assert missing_seqs(rec.seqs(x)) == [], x
