@@ -189,8 +189,8 @@ async def test_a_shed_stream_holds_its_slot_until_someone_owns_it() -> None:
 
 
 def test_successors_are_named_as_the_directive_splits_them() -> None:
-    """Each stream let go names the successor with the most of its count left; once the
-    counts are used up (or without a directive) nobody is named."""
+    """Each stream let go names a successor in proportion to its count; once the counts are
+    used up (or without a directive) nobody is named."""
     streams, clock = _streams(6), Clock()
     b = _balancing(streams, clock)
     assert b.successor() is None
@@ -209,3 +209,17 @@ def test_a_new_decision_starts_the_successor_counts_again() -> None:
     assert [b.successor(), b.successor()] == ["w2#a", None]
     b.update(Directive(4, 4, 0, NOW + 10_000, 2, NOW + 1, successors=(("w2#a", 1),)))
     assert b.successor() == "w2#a"
+
+
+def test_successors_take_turns_so_a_new_decision_does_not_favour_the_largest() -> None:
+    """Counts 40 / 30 / 30, a new directive after every 9 streams (a stop takes seconds):
+    90 streams split 36 / 27 / 27, as the counts say (most-left-first gave the first
+    streams after each directive all to the largest: 90 / 0 / 0)."""
+    streams, clock = _streams(4), Clock()
+    b = _balancing(streams, clock)
+    named: list[str | None] = []
+    for k in range(10):
+        b.update(Directive(4, 4, 0, NOW + 10_000, 2, NOW + k, successors=(
+            ("w2#a", 40), ("w3#b", 30), ("w4#c", 30))))
+        named += [b.successor() for _ in range(9)]
+    assert (named.count("w2#a"), named.count("w3#b"), named.count("w4#c")) == (36, 27, 27)
