@@ -62,7 +62,8 @@ def acknowledge_findings(*, router: Router, sweeper: Sweeper, workers: WorkerSer
                 f"order queue of its own; {_ORDER_QUEUES}")
     acknowledge(sweeper.handler.role.node.find_child("DefaultPolicy"),
                 _order_queues(router.orders_queue_prefix),
-                "sqs:SendMessage of rebalancing directives to live sessions' order queues, and "
+                "sqs:SendMessage of rebalancing directives, and of nudges for a dead worker's "
+                "streams, to live sessions' order queues, and "
                 "sqs:DeleteQueue of order queues that no live session reads (a crashed worker "
                 f"could not delete its own); no receive or purge; {_ORDER_QUEUES}")
     acknowledge(sweeper.handler.role.node.find_child("DefaultPolicy"), _WILDCARD_RESOURCE,

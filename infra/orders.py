@@ -28,6 +28,7 @@ __all__ = ["ROUTER_ORDER_ACTIONS", "SWEEPER_ORDER_ACTIONS", "WORKER_ORDER_ACTION
 WORKER_ORDER_ACTIONS: Final = ("sqs:CreateQueue", "sqs:ReceiveMessage", "sqs:DeleteMessage",
                                "sqs:DeleteQueue", "sqs:SendMessage")
 ROUTER_ORDER_ACTIONS: Final = ("sqs:SendMessage",)
+# SendMessage: directives, and nudges for a dead worker's streams; DeleteQueue: collection.
 SWEEPER_ORDER_ACTIONS: Final = ("sqs:SendMessage", "sqs:DeleteQueue")
 
 

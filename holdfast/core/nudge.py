@@ -42,8 +42,8 @@ from holdfast.core.model import validate_conn_id
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["HOPS", "MAX_DELAY_S", "REASON_HANDOFF", "REASON_MOVED", "SQS_BATCH_LIMIT",
-           "TO", "TRACE_ATTRIBUTE", "Nudge", "Outgoing",
+__all__ = ["HOPS", "MAX_DELAY_S", "REASON_HANDOFF", "REASON_MOVED", "REASON_REAPED",
+           "SQS_BATCH_LIMIT", "TO", "TRACE_ATTRIBUTE", "Nudge", "Outgoing",
            "SendReport", "delay_until", "parse_nudge", "send_nudges", "trace_attributes",
            "traceparent_of"]
 
@@ -55,6 +55,10 @@ REASON_MOVED = "moved"  # a rebalancing move's release: over-share workers hand 
 # A release that named its successor: sent to that worker's order queue at once, and to the
 # shared queue delayed until the hold ends (anyone may take it then).
 REASON_HANDOFF = "handoff"
+# A dead worker's stream, nudged by the sweeper on a live worker's order queue as well as the
+# shared queue: a killed worker's long polls still pending on the shared queue can swallow a
+# nudge there until its visibility timeout (measured: 5 s late, one stream in 60).
+REASON_REAPED = "reaped"
 TRACE_ATTRIBUTE = "traceparent"  # the SQS message attribute (W3C trace context)
 
 

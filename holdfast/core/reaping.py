@@ -321,6 +321,7 @@ class SessionSweep:
     next_due_ms: int | None = None
     # The sessions alive now (the rebalancing decider's view, from the same Scan).
     alive: list[SessionItem] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)  # the streams reaped, by id
 
 
 def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
@@ -357,6 +358,7 @@ def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
             ids, errors = store.reap(target)
             released = len(ids)
             out.reaped += released
+            out.released += ids
             if released:
                 logger.info("released %d streams of session %s", released, item.owner,
                             extra={"owner": item.owner, "released": released})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,11 +24,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from holdfast.core import names, rules, tracing
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.liveness import AUDIT_INTERVAL_MS, AuditResult, OwnerAudit
-from holdfast.core.nudge import Nudge, send_nudges
+from holdfast.core.nudge import REASON_REAPED, Nudge, send_nudges
+from holdfast.core.placement import fill
 from holdfast.core.sessions import SessionStore, SessionSweep, SweepLog, sweep_sessions
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import Orphan, count_owned, find_orphans
-from holdfast.lambdas.orderqueues import QueueCollector
+from holdfast.lambdas.orderqueues import QueueCollector, queue_handoffs
 from holdfast.lambdas.settings import Settings
 from holdfast.lambdas.sweeper.balancer import Balancer, BalanceRound
 from holdfast.lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
@@ -148,6 +150,7 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     now = deps.clock()
     sessions = (sweep_sessions(deps.sessions, now, s.skew_ms, deps.log or log)
                 if deps.sessions is not None else SessionSweep())
+    _hand_reaped(deps, sessions)
     audit = _audit_step(deps, sessions, now)
     normalised = _unindexed_step(deps, now)
     _orders_step(deps, now)
@@ -195,6 +198,30 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
                        max(ages, default=0), sessions.dead, sessions.reaped, sessions.malformed,
                        normalised, balance, audit,
                        sessions.item_errors + (len(audit.errors) if audit else 0))
+
+
+def _hand_reaped(deps: SweepDeps, sessions: SessionSweep) -> int:
+    """Nudge the streams just reaped on live workers' order queues as well, the least loaded
+    first (``placement.fill``, up to each one's capacity), in one bundle per worker. The
+    router nudges the shared queue for each of them too, but a killed worker's long polls
+    may still be pending there and swallow a nudge until its visibility timeout; a live
+    worker's own queue has no such reader, and one receive takes the whole bundle. Whoever
+    claims first wins; the other nudge finds the stream taken. Returns the nudges sent."""
+    prefix = deps.settings.orders_queue_prefix
+    live = [s for s in sessions.alive if not s.draining]
+    if prefix is None or not sessions.released or not live:
+        return 0
+    loads = {s.owner: float(s.load if s.load is not None else s.held) for s in live}
+    caps = {s.owner: float(s.capacity) if s.capacity > 0 else math.inf for s in live}
+    ids = iter(sessions.released)
+    nudges = [Nudge(conn_id, REASON_REAPED, to=owner)
+              for owner, n in fill(loads, caps, len(sessions.released))
+              for conn_id in islice(ids, n)]
+    sent, failed = queue_handoffs(deps.sqs, deps.settings.queue_url, prefix, nudges)
+    if failed:  # the shared queue's nudges still stand
+        (deps.log or log).info("reaped streams not nudged on a live worker's queue: %d (%s)",
+                               len(failed), failed[0][1])
+    return len(sent)
 
 
 def _audit_step(deps: SweepDeps, sessions: SessionSweep, now: int) -> AuditResult | None:

@@ -10,8 +10,10 @@ import pytest
 
 from holdfast.core import names
 from holdfast.core.aws import client_config
+from holdfast.core.bundles import unbundle
 from holdfast.core.directives import Directive, parse_inbox_body
 from holdfast.core.exceptions import ConfigError
+from holdfast.core.nudge import Nudge
 from holdfast.core.orders import order_queue_name, prefix_for
 from holdfast.core.schema import SessionState, session_table_definition
 from holdfast.core.sessions import Session, SessionItem, SessionStore
@@ -382,3 +384,29 @@ def test_shares_come_from_what_each_worker_holds_not_the_stale_reports(
     assert result is not None and result.written == 2
     d = directive_of(store, f"{unique_id}-a")
     assert d is not None and d.share == 7
+
+
+def test_a_dead_workers_streams_are_nudged_on_live_workers_queues_least_loaded_first(
+        ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str) -> None:
+    """A gone worker's 6 streams, reaped: nudged on the live workers' own order queues too,
+    one bundle each, the idle worker getting more than the busy one (4 and 2), each stream
+    once; a killed worker's pending long polls on the shared queue cannot swallow these."""
+    settings = settings_for(table, queue_url, session_table, balance=False)
+    deps = deps_for(ddb, sqs, settings)
+    assert deps.sessions is not None and settings.orders_queue_prefix is not None
+    suffix = uuid.uuid4().hex[:6]
+    idle, busy = worker(deps.sessions, f"idle-{suffix}", 0), worker(
+        deps.sessions, f"busy-{suffix}", 2)
+    urls = {s.owner: sqs.create_queue(QueueName=order_queue_name(
+        settings.orders_queue_prefix, s.owner))["QueueUrl"] for s in (idle, busy)}
+    # Gone without releasing (its goodbye written, its streams still its own): reaped.
+    deps.sessions.end(worker(deps.sessions, f"dead-{suffix}", 6))
+    sweep_once(deps, memory_for(settings))
+    got: dict[str, list[str]] = {}
+    for owner, url in urls.items():
+        msgs = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        assert len(msgs) == 1, owner  # one bundle
+        said = [parse_inbox_body(b, owner) for b in unbundle(msgs[0]["Body"], owner)]
+        got[owner] = [n.conn_id for n in said if isinstance(n, Nudge)]
+    assert (len(got[idle.owner]), len(got[busy.owner])) == (4, 2)
+    assert sorted(got[idle.owner] + got[busy.owner]) == [f"dead-{suffix}-s{i}" for i in range(6)]
