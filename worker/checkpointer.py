@@ -42,6 +42,7 @@ from holdfast.core.exceptions import HoldfastError, LeaseLost, LossReason
 from holdfast.core.model import Lease
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore, wall_clock_ms
+from holdfast.worker.balancing import HANDOFF
 from holdfast.worker.connection import Connection
 from holdfast.worker.held import monotonic_ms
 from holdfast.worker.metrics import WorkerMetrics
@@ -110,7 +111,10 @@ class Checkpointer:
     async def write_slice(self, index: int, slices: int) -> None:
         """Write the checkpoints of the held streams in slice ``index`` of ``slices``."""
         # Draining streams too: their checkpoint moves until the release writes the last one.
-        held = [c for c in self.streams.values() if c.held.live and (
+        # Not one being handed over warm: its transfer writes the last one, and a checkpoint
+        # landing after it could only find the lease passed on.
+        held = [c for c in self.streams.values() if c.held.live
+                and c.held.stop_reason != HANDOFF and (
             slices == 1 or rules.checkpoint_slice(c.held.lease.conn_id, slices) == index)]
         if not held:
             return
@@ -173,8 +177,8 @@ class Checkpointer:
     def on_lost(self, conn: Connection, lost: LeaseLost, source: str = "checkpoint") -> None:
         """Act on a stream found lost: drain a STOPPED stream, stop any other at once."""
         reason = lost.reason
-        if not conn.held.live:
-            return
+        if not conn.held.live or conn.held.stop_reason == HANDOFF:
+            return  # ended, or being passed on by our own transfer (a write in flight met it)
         if reason is LossReason.STOPPED:
             if conn.held.stopping:
                 return

@@ -335,7 +335,9 @@ class Holdings:
         """A drained stream, its socket still open: a warm handoff passes the lease now."""
         if (conn.held.stop_reason == HANDOFF and conn.handoff_to and conn.passed is None
                 and self.transfer is not None):
-            conn.passed = await self.transfer(conn)
+            # Shielded: once the write is sent, the successor must hear of it (TAKE) even if
+            # this stream is aborted meanwhile, or it waits for a TAKE that never comes.
+            conn.passed = await asyncio.shield(self.transfer(conn))
             if conn.passed == "transferred":
                 conn.held.close()  # not ours: no checkpoint of it from here on
 
