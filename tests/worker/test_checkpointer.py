@@ -8,10 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
+from holdfast.core.exceptions import LeaseLost, LossReason
 from holdfast.core.model import Lease
 from holdfast.core.rules import LeaseTiming, checkpoint_slice, checkpoint_slices
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore
+from holdfast.worker.balancing import HANDOFF
 from holdfast.worker.checkpointer import Checkpointer
 from holdfast.worker.connection import Connection, ConnectionContext
 from holdfast.worker.held import NO_FENCE_MS, HeldState, HeldStream
@@ -46,6 +48,22 @@ async def test_foreign_checkpoint_is_a_loss(fleet: Fleet, unique_id: str) -> Non
     assert runner.held.state is HeldState.LOST and runner.held.stop_reason == "lost:regression"
     assert writer.metrics.totals["LeasesLost"] == 1
     assert item_attr(fleet.item(conn), "last_seq") == 1000  # nothing written over it
+
+
+async def test_a_stream_draining_for_its_handoff_is_not_checkpointed_nor_lost(
+        fleet: Fleet, unique_id: str) -> None:
+    """Between READY and its transfer a stream is not checkpointed (the transfer writes the
+    last one), and a loss met by a write already in flight is the transfer's own: the
+    stream is neither aborted nor counted lost (aborting it swallowed the successor's TAKE)."""
+    conn = f"{unique_id}-h"
+    writer, runner = runner_for(fleet, conn, 7)
+    runner.held.drain(HANDOFF)
+    store = LeaseStore(fleet.ddb, fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
+    store.transfer(runner.held.lease, runner.held.checkpoint, "successor#abc123")
+    await writer.write()
+    assert item_attr(fleet.item(conn), "lease_owner") == "successor#abc123"
+    writer.on_lost(runner, LeaseLost(conn, LossReason.LOST, None))
+    assert runner.held.state is not HeldState.LOST and not writer.metrics.totals["LeasesLost"]
 
 
 async def test_checkpoint_moved_ahead_by_an_operator_stops_the_stream(
