@@ -16,7 +16,7 @@ Timings are the production defaults of ``bench.crash_production.plan_for``: ours
 ``FleetTiming.production()`` (session TTL 4 s, heartbeat 1 s, checkpoint 20 s, cool-down 60 s)
 with the production worker settings; the seed at lease 20 s, heartbeat 5 s, reconcile 60 s.
 Both stop within the budget the CDK stack gives a worker (``HOLDFAST_SHUTDOWN_SECONDS``:
-max(10, lease + heartbeat) = 10 s at the production lease), not the bench's 8 s.
+max(25, lease + heartbeat) = 25 s at the production lease), not the bench's 8 s.
 
 Placement before the deploy: ours, three workers and the 300 streams inserted 0.15 s apart
 (each nudge wakes another poller), then ``run_deploy`` waits until the fleet is balanced; the
@@ -60,7 +60,7 @@ SETTLE_S = 5.0  # ECS: a new task healthy -> the old one stopped
 SPREAD_S = 0.15  # ours: inserts this far apart, as ``holdfast up`` does
 GAP_TARGET_MBB_S = 0.1  # issue 21: delivery gap per move p99, make-before-break
 GAP_TARGET_ONE_CONN_S = 0.5  # ... where one connection at a time is required
-SHUTDOWN_S = 10.0  # infra/settings.py ``shutdown_seconds`` at the production lease and heartbeat
+SHUTDOWN_S = 25.0  # infra/settings.py ``shutdown_seconds`` at the production lease and heartbeat
 SEED_MODULE = "bench.seed_worker"
 # Per design: how a stream moves, and what our workers are told for it.
 CONNECTIONS = {"ours": ("make-before-break", {}),

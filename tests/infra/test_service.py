@@ -84,7 +84,7 @@ def test_task_environment_comes_from_the_settings(template_json: dict[str, Any])
     assert env[names.ENV_MAX_CONNECTIONS] == "500"
     assert env[names.ENV_RECONCILE_SECONDS] == "60"
     # Graceful stop budget: a lease plus a heartbeat, at least 10 s (stopTimeout is 120 s).
-    assert env[names.ENV_SHUTDOWN_SECONDS] == "10"
+    assert env[names.ENV_SHUTDOWN_SECONDS] == "25"
     assert env[names.ENV_RENEW_MODE] == "batch"
     assert env[names.ENV_SERVICE_NAME] == "holdfast-worker"
     assert env[names.ENV_METRICS_NAMESPACE] == names.NAMESPACE

@@ -21,7 +21,7 @@ def test_defaults_need_no_context() -> None:
     s = from_context()
     assert s == Settings()
     assert (s.lease_seconds, s.heartbeat_seconds, s.checkpoint_seconds) == (4, 1, 20)
-    assert s.table_billing == "on-demand" and s.shutdown_seconds == 10
+    assert s.table_billing == "on-demand" and s.shutdown_seconds == 25
     assert s.deletion_protection and s.removal_policy == "retain"
     assert s.vpc_id is None and s.min_tasks >= 2
 
@@ -95,7 +95,7 @@ def test_lease_timing_is_checked_with_the_core_rules() -> None:
     ({"minTasks": 5, "maxTasks": 4}, "minTasks=5 is above maxTasks=4"),
     ({"removalPolicy": "destroy"}, "deletionProtection=false"),
     ({"tableReadMin": 50, "tableReadMax": 10}, "tableReadMin"),
-    ({"stopTimeoutSeconds": 19}, "at least"),  # < the 10 s stop budget + 10
+    ({"stopTimeoutSeconds": 34}, "at least"),  # < the 25 s stop budget + 10
 ])
 def test_inconsistent_combinations_are_refused(values: dict[str, Any], needle: str) -> None:
     """Values fine alone but contradictory together fail at synth, not mid-deployment."""
@@ -107,7 +107,7 @@ def test_checkpoint_range_edges_are_accepted() -> None:
     """checkpointSeconds accepts 1 and 1200; the shortest stop timeout is accepted too."""
     assert from_context(checkpointSeconds=1).checkpoint_seconds == 1
     assert from_context(checkpointSeconds="1200").checkpoint_seconds == 1200
-    assert from_context(stopTimeoutSeconds=20).stop_timeout_seconds == 20
+    assert from_context(stopTimeoutSeconds=35).stop_timeout_seconds == 35
 
 
 def test_session_table_is_named_after_the_lease_table() -> None:
