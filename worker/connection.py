@@ -113,7 +113,8 @@ class Connection:
         # Called once a drain has stopped delivery, before the socket's closing handshake:
         # a handoff passes the lease here, so the successor never waits for the close.
         self.on_drained: Callable[[Connection], Awaitable[None]] | None = None
-        self.passed: str | None = None  # the handoff's transfer outcome, once written
+        # The handoff's transfer: "passing" while in flight, then its outcome.
+        self.passed: str | None = None
         self._in_handler = False
         # Per-frame warnings, per kind: when last logged (monotonic ms), and how many since.
         self._logged: dict[str, tuple[int, int]] = {}

@@ -127,8 +127,8 @@ class Handoffs:
                 await asyncio.sleep(0.02)
                 continue
             conn = left.pop()
-            if conn.ended or conn.held.stopping:
-                continue
+            if conn.ended or conn.held.stopping or conn.conn_id in self.offers:
+                continue  # gone, stopping, or already being handed over (a shed)
             named = successor()
             if named is None:
                 left.append(conn)

@@ -15,6 +15,7 @@ decides the release:
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
@@ -336,8 +337,12 @@ class Holdings:
         if (conn.held.stop_reason == HANDOFF and conn.handoff_to and conn.passed is None
                 and self.transfer is not None):
             # Shielded: once the write is sent, the successor must hear of it (TAKE) even if
-            # this stream is aborted meanwhile, or it waits for a TAKE that never comes.
-            conn.passed = await asyncio.shield(self.transfer(conn))
+            # this stream is aborted meanwhile, or it waits for a TAKE that never comes. Once
+            # only: the finish after an abort finds it "passing" and leaves it be.
+            conn.passed = "passing"
+            passing = asyncio.ensure_future(self.transfer(conn))
+            passing.add_done_callback(functools.partial(_passed, conn))
+            await asyncio.shield(passing)
             if conn.passed == "transferred":
                 conn.held.close()  # not ours: no checkpoint of it from here on
 
@@ -368,3 +373,8 @@ class Holdings:
             return "released"
         return "failed"
 
+
+def _passed(conn: Connection, passing: asyncio.Future[str]) -> None:
+    """The transfer's outcome on its stream ("failed" if it raised or was cancelled)."""
+    ok = not passing.cancelled() and passing.exception() is None
+    conn.passed = passing.result() if ok else "failed"
