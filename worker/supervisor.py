@@ -342,6 +342,7 @@ class Supervisor:
         budget = self.config.shutdown_s
         t0 = time.monotonic()
         rest = list(self.streams.values())
+        self.balancing.pin_successors()
         if self.handoffs is not None:
             # Warm first, a few at a time, while an offer can still end (handed over, or
             # fallen back to a release) before the drain deadline; each stream delivers

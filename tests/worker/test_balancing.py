@@ -223,3 +223,17 @@ def test_successors_take_turns_so_a_new_decision_does_not_favour_the_largest() -
             ("w2#a", 40), ("w3#b", 30), ("w4#c", 30))))
         named += [b.successor() for _ in range(9)]
     assert (named.count("w2#a"), named.count("w3#b"), named.count("w4#c")) == (36, 27, 27)
+
+
+def test_a_stop_names_successors_from_the_directive_live_when_it_began() -> None:
+    """Pinned at the stop: a later directive (remade from a half-moved fleet) does not
+    change the split; 6 streams go 3 / 3 as the first one said, not 5 / 1."""
+    streams, clock = _streams(4), Clock()
+    b = _balancing(streams, clock)
+    b.update(Directive(4, 4, 0, NOW + 10_000, 2, NOW, successors=(("w2#a", 3), ("w3#b", 3))))
+    b.pin_successors()
+    named = [b.successor() for _ in range(2)]
+    b.update(Directive(4, 4, 0, NOW + 10_000, 2, NOW + 1, successors=(("w2#a", 5),
+                                                                          ("w3#b", 1))))
+    named += [b.successor() for _ in range(4)]
+    assert (named.count("w2#a"), named.count("w3#b")) == (3, 3)
