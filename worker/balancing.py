@@ -191,6 +191,17 @@ class Balancing:
         self._given[owner] = self._given.get(owner, 0) + 1
         return owner
 
+    def withdraws(self, conn_id: str, successor: str) -> bool:
+        """At READY: whether the shed of ``conn_id`` to ``successor`` is withdrawn, because
+        the live directive no longer names that successor (a deploy began meanwhile: an old
+        worker that will stop too). Then the stream stays ours and its shed slot is free."""
+        d = self.live_directive()
+        if d is None or any(o == successor for o, _ in d.successors):
+            return False
+        self._offered.discard(conn_id)
+        self._wake.set()
+        return True
+
     def pin_successors(self) -> None:
         """A stop begins: name successors from the directive live now until it ends. The
         decider makes each old worker's list as if it alone stopped next; three stopping at

@@ -45,7 +45,7 @@ from holdfast.core.handoff import (
 from holdfast.core.model import Lease, LeaseItem, bool_attr, int_attr, weight_of
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.schema import ATTR
-from holdfast.worker.balancing import HANDOFF
+from holdfast.worker.balancing import HANDOFF, SHED
 from holdfast.worker.held import SHUTDOWN
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.outbox import Letter
@@ -88,11 +88,13 @@ class Handoffs:
                  owner: Callable[[], str | None], room: Callable[[], int],
                  start: Callable[[Lease, Prefetched], None],
                  claim: Callable[[str], Awaitable[object]],
-                 mono: Callable[[], int], single_connection: bool) -> None:
+                 mono: Callable[[], int], single_connection: bool,
+                 withdraws: Callable[[str, str], bool] = lambda _conn, _to: False) -> None:
         self.outbox = outbox
         self.store, self.streams, self.ctx = store, streams, ctx
         self.owner, self.room, self.start, self.claim = owner, room, start, claim
         self.mono, self.single_connection = mono, single_connection
+        self.withdraws = withdraws  # a shed whose successor the decider dropped (at READY)
         self.offers: dict[str, _Offer] = {}
         self.warming: dict[str, _Warm] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -185,7 +187,10 @@ class Handoffs:
             offer, conn = self.offers.get(step.conn_id), self.streams.get(step.conn_id)
             if offer is None or offer.successor != step.peer or offer.epoch != step.epoch:
                 return  # timed out or aborted meanwhile: the successor got an ABORT
-            if conn is None or not conn.held.live or conn.held.stopping:
+            withdrawn = offer.reason == SHED and self.withdraws(step.conn_id, offer.successor)
+            if conn is None or not conn.held.live or conn.held.stopping or withdrawn:
+                # Gone; or a shed whose successor the decider no longer names (a deploy began
+                # meanwhile: that old worker will stop too): we keep the stream.
                 self.offers.pop(step.conn_id, None)
                 self._send(step.peer, HandoffStep(ABORT, step.conn_id, step.epoch, None,
                                                   self.owner() or ""))

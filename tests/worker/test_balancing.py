@@ -237,3 +237,15 @@ def test_a_stop_names_successors_from_the_directive_live_when_it_began() -> None
                                                                           ("w3#b", 1))))
     named += [b.successor() for _ in range(4)]
     assert (named.count("w2#a"), named.count("w3#b")) == (3, 3)
+
+
+def test_a_shed_is_withdrawn_when_the_live_directive_drops_its_successor() -> None:
+    """A shed's successor dropped by a newer directive (a deploy began) withdraws the shed at
+    READY and frees its slot; a named one, or no live directive, withdraws nothing."""
+    streams, clock = _streams(4), Clock()
+    b = _balancing(streams, clock)
+    assert not b.withdraws("c0", "w2#a")
+    b.update(Directive(4, 4, 1, NOW + 10_000, 2, NOW, successors=(("w2#a", 1),)))
+    b._offered.add("c0")
+    assert not b.withdraws("c0", "w2#a") and "c0" in b._offered
+    assert b.withdraws("c0", "w3#b") and "c0" not in b._offered
