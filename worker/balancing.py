@@ -174,14 +174,16 @@ class Balancing:
         fewest of our streams so far for its count (a weighted round robin; the larger count
         first on a tie); None when there is none (no directive, none named, all counts used):
         then whoever has room takes it. The counts start again with each directive, what each
-        successor had does not: a stop hands over for seconds, across several directives, and
-        "most left first" gave the largest count the first streams after every one of them
-        (132 / 85 / 83 streams where 100 each was meant)."""
+        successor had does not (while the same ones are named): a shed or stop spans several
+        directives, and "most left first" gave the largest count the first streams after
+        every one of them (132 / 85 / 83 streams where 100 each was meant)."""
         d = self._pinned or self.live_directive()
         if d is None or not d.successors:
             return None
         if d.issued_ms != self._named_issued:
             self._named, self._named_issued = {}, d.issued_ms
+            if self._given.keys() - {o for o, _ in d.successors}:
+                self._given = {}  # other successors now: what the old ones had is history
         open_ = [(self._given.get(o, 0) / n, -n, i, o) for i, (o, n) in enumerate(d.successors)
                  if self._named.get(o, 0) < n]
         if not open_:
