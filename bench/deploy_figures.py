@@ -8,7 +8,6 @@ owner changes are read here (``seed_claims``) and recomputed over the deploy's w
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from bench.harness import dist
 from bench.rebalance import LogEvent
 from holdfast.fleet.deploy import Claim, DeployReport, Gap
+from holdfast.fleet.moves import json_records
 
 __all__ = ["STOP_LINE", "WINDOW_OPEN", "compact", "deploy_window", "handoff_figures",
            "seed_claims"]
@@ -30,14 +30,8 @@ def seed_claims(lines: Iterable[str], worker: str) -> list[Claim]:
     """The seed's ``acquired`` lines (JSON, ``ts_ms``, no worker id) in ``worker``'s log as
     claims, in time order."""
     out: list[Claim] = []
-    for line in lines:
-        if '"acquired"' not in line:
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if (isinstance(rec, dict) and rec.get("message") == "acquired"
+    for rec in json_records(lines, '"acquired"'):
+        if (rec.get("message") == "acquired"
                 and isinstance(rec.get("conn_id"), str) and isinstance(rec.get("ts_ms"), int)):
             out.append(Claim(rec["conn_id"], worker, rec["ts_ms"]))
     return sorted(out, key=lambda c: (c.wall_ms, c.conn_id))

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools import Logger
 
 from holdfast.core import names
+from holdfast.core.bundles import Letter
 from holdfast.core.exceptions import HoldfastError, LeaseLost, MalformedItem
 from holdfast.core.handoff import (
     ABORT,
@@ -48,7 +49,6 @@ from holdfast.core.schema import ATTR
 from holdfast.worker.balancing import HANDOFF, SHED
 from holdfast.worker.held import SHUTDOWN
 from holdfast.worker.iothreads import on_io_threads
-from holdfast.worker.outbox import Letter
 from holdfast.worker.prefetch import Prefetch, Prefetched
 
 if TYPE_CHECKING:

@@ -15,7 +15,6 @@ queue's behind it.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
@@ -28,21 +27,9 @@ from holdfast.worker.iothreads import on_io_threads
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["Letter", "Outbox"]
+__all__ = ["Outbox"]
 
 logger = Logger(service="holdfast-worker", child=True)
-
-
-@dataclass(frozen=True, slots=True)
-class Letter:
-    """A message body as it is (a handoff step, already addressed)."""
-
-    text: str
-    delay_s: int = 0
-    traceparent: str | None = None
-
-    def body(self) -> str:
-        return self.text
 
 
 class Outbox:

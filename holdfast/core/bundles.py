@@ -17,14 +17,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Generic
+from typing import TYPE_CHECKING, Final
 
-from holdfast.core.nudge import M, SendReport, send_nudges
+from holdfast.core.nudge import M, Outgoing, SendReport, send_nudges
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["BUNDLE", "BUNDLE_MAX", "bundle_body", "send_bundled", "unbundle"]
+__all__ = ["BUNDLE", "BUNDLE_MAX", "Letter", "bundle_body", "send_bundled", "unbundle"]
 
 BUNDLE: Final = "bundle"
 # Messages are 80-250 bytes: 500 stay far below SQS's 256 KiB per message.
@@ -54,9 +54,10 @@ def unbundle(body: str, owner: str) -> list[str]:
             if isinstance(m, dict)]
 
 
-@dataclass(frozen=True)
-class _Bundle(Generic[M]):
-    items: Sequence[M]
+@dataclass(frozen=True, slots=True)
+class Letter:
+    """A message body as it is (a bundle, a handoff step already addressed)."""
+
     text: str
     delay_s: int = 0
     traceparent: str | None = None
@@ -69,15 +70,12 @@ def send_bundled(sqs: SQSClient, queue_url: str, owner: str, messages: Sequence[
                  attempts: int = 2) -> SendReport[M]:
     """Send ``messages`` (all for ``owner``, none delayed) to ``queue_url`` in bundles, ten
     bundles per call; what was sent and what failed, per message."""
-    bundles: list[Any] = []
-    for i in range(0, len(messages), BUNDLE_MAX):
-        chunk = messages[i:i + BUNDLE_MAX]
-        bundles.append(chunk[0] if len(chunk) == 1 else _Bundle(
-            chunk, bundle_body(owner, [m.body() for m in chunk])))
-    sent = send_nudges(sqs, queue_url, bundles, attempts=attempts)
+    chunks = [messages[i:i + BUNDLE_MAX] for i in range(0, len(messages), BUNDLE_MAX)]
+    outgoing: list[Outgoing] = [c[0] if len(c) == 1 else Letter(
+        bundle_body(owner, [m.body() for m in c])) for c in chunks]
+    held = {id(o): c for o, c in zip(outgoing, chunks, strict=True)}  # sent -> its messages
+    sent = send_nudges(sqs, queue_url, outgoing, attempts=attempts)
     out: SendReport[M] = SendReport(calls=sent.calls)
-    for b in sent.sent:
-        out.sent.extend(b.items if isinstance(b, _Bundle) else [b])
-    for b, why in sent.failed:
-        out.failed.extend((m, why) for m in (b.items if isinstance(b, _Bundle) else [b]))
+    out.sent.extend(m for o in sent.sent for m in held[id(o)])
+    out.failed.extend((m, why) for o, why in sent.failed for m in held[id(o)])
     return out

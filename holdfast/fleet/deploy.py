@@ -19,7 +19,6 @@ ms) from two sources, with no I/O:
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -28,7 +27,7 @@ from typing import Any
 
 from rich.table import Table
 
-from holdfast.fleet.moves import CLAIMED_MESSAGE, log_wall_ms, percentile
+from holdfast.fleet.moves import CLAIMED_MESSAGE, json_records, log_wall_ms, percentile
 from holdfast.fleet.recorder import Handled
 
 __all__ = ["STYLES", "Claim", "DeployReport", "Gap", "OwnerChange", "added_delays",
@@ -78,14 +77,8 @@ class Gap:
 def claims_from_logs(lines: Iterable[str]) -> list[Claim]:
     """The "claimed" lines among the workers' JSON log lines, in time order."""
     out: list[Claim] = []
-    for line in lines:
-        if f'"{CLAIMED_MESSAGE}"' not in line:
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict) or rec.get("message") != CLAIMED_MESSAGE:
+    for rec in json_records(lines, f'"{CLAIMED_MESSAGE}"'):
+        if rec.get("message") != CLAIMED_MESSAGE:
             continue
         conn, worker = rec.get("conn_id"), rec.get("worker_id")
         at = log_wall_ms(rec.get("timestamp"))

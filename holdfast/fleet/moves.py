@@ -17,14 +17,15 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from holdfast.core.balance import BalancePolicy, Member, fair_shares
 from holdfast.fleet.recorder import Handled
 
-__all__ = ["Balance", "Move", "balance_of", "duplicates_across", "log_wall_ms",
+__all__ = ["Balance", "Move", "balance_of", "duplicates_across", "json_records", "log_wall_ms",
            "moves_from_logs", "percentile", "unowned_stats"]
 
 SHED_MESSAGE = "shedding stream"
@@ -95,6 +96,20 @@ def log_wall_ms(stamp: object) -> int | None:
         return None
 
 
+def json_records(lines: Iterable[str], needle: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects among ``lines`` that contain ``needle`` (a cheap text test first);
+    torn or foreign lines are skipped."""
+    for line in lines:
+        if needle not in line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            yield rec
+
+
 def _opt_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -103,15 +118,7 @@ def moves_from_logs(lines: Iterable[str]) -> list[Move]:
     """The moves in the workers' JSON log lines (any order, any mix of workers)."""
     sheds: list[tuple[int, str, str, str]] = []  # (ms, worker, conn, reason)
     claims: dict[str, list[tuple[int, str, int | None, int | None]]] = {}
-    for line in lines:
-        if '"message"' not in line:
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict):
-            continue
+    for rec in json_records(lines, '"message"'):
         msg, conn, worker = rec.get("message"), rec.get("conn_id"), rec.get("worker_id")
         at = log_wall_ms(rec.get("timestamp"))
         if not isinstance(msg, str) or not isinstance(conn, str) or not isinstance(

@@ -6,10 +6,10 @@ import asyncio
 import json
 from typing import Any
 
-from holdfast.core.bundles import unbundle
+from holdfast.core.bundles import Letter, unbundle
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.orders import order_queue_name
-from holdfast.worker.outbox import Letter, Outbox
+from holdfast.worker.outbox import Outbox
 
 
 def _drain(sqs: Any, url: str, owner: str) -> list[str]:
