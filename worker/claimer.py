@@ -37,6 +37,7 @@ from holdfast.core import names, tracing
 from holdfast.core.aws import call
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.nudge import (
+    REASON_INSERTED,
     REASON_MOVED,
     TRACE_ATTRIBUTE,
     parse_nudge,
@@ -50,8 +51,8 @@ from holdfast.worker.metrics import WorkerMetrics
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["MAX_HOPS", "SOURCE_HANDOFF", "SOURCE_MOVED", "Claim", "ClaimFn", "Claimer", "Later",
-           "in_daemon_thread"]
+__all__ = ["MAX_HOPS", "SOURCE_HANDOFF", "SOURCE_INSERTED", "SOURCE_MOVED", "Claim", "ClaimFn",
+           "Claimer", "Later", "in_daemon_thread"]
 
 logger = Logger(service="holdfast-worker", child=True)
 T = TypeVar("T")
@@ -61,6 +62,7 @@ T = TypeVar("T")
 MAX_HOPS = 10
 SOURCE_MOVED = "moved"  # the claim's source for a moved stream's nudge (worker.holdings)
 SOURCE_HANDOFF = "handoff"  # a stream released to us by name, from our order queue
+SOURCE_INSERTED = "inserted"  # a new stream's nudge: connected before its claim (worker.prestart)
 
 
 class Claim(Enum):
@@ -245,7 +247,8 @@ class Claimer:
         # Each message is its own task (gather): the claim span's parent is this nudge's.
         # A moved stream's nudge may be handed on by a worker above its share (a few hops).
         source = SOURCE_MOVED if nudge.reason == REASON_MOVED and _hops(
-            message) < MAX_HOPS else "nudge"
+            message) < MAX_HOPS else SOURCE_INSERTED if nudge.reason == REASON_INSERTED else (
+            "nudge")
         with tracing.attached(traceparent_of(message)):
             return await self.claim(nudge.conn_id, source)
 

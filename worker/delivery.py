@@ -47,10 +47,15 @@ from enum import Enum
 
 from holdfast.core import names
 
-__all__ = ["RESUME_OVERLAP", "STALL_AFTER", "Delivery", "Step", "Verdict"]
+__all__ = ["RESUME_OVERLAP", "STALL_AFTER", "Delivery", "Step", "Verdict", "first_checkpoint"]
 
 RESUME_OVERLAP = 100  # how far below the checkpoint a resume may start re-sending
 STALL_AFTER = 100  # out-of-contract frames in a row on one connection before giving up
+
+
+def first_checkpoint(seq: int | None) -> int | None:
+    """The checkpoint a stream that starts at ``seq`` is anchored at (None: no seq)."""
+    return None if seq is None else seq - 1
 
 
 class Step(Enum):
@@ -130,9 +135,9 @@ class Delivery:
     def anchor_for(self, seq: int | None) -> int | None:
         """The first checkpoint (``seq - 1``) a never-checkpointed stream must write before
         handling ``seq``, so that a crash before the next heartbeat cannot skip it; else None."""
-        if seq is None or self._checkpoint is not None:
+        if self._checkpoint is not None:
             return None
-        return seq - 1
+        return first_checkpoint(seq)
 
     def anchored(self, checkpoint: int) -> None:
         """The stream starts at ``checkpoint`` (written or not); a no-op once it has one."""

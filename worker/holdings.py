@@ -35,7 +35,7 @@ from holdfast.core.store import LeaseStore
 from holdfast.worker.backoff import Backoff
 from holdfast.worker.balancing import HANDOFF, SHED, Balancing
 from holdfast.worker.checkpointer import Checkpointer
-from holdfast.worker.claimer import SOURCE_HANDOFF, SOURCE_MOVED, Claim, Later
+from holdfast.worker.claimer import SOURCE_HANDOFF, SOURCE_INSERTED, SOURCE_MOVED, Claim, Later
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection, ConnectionContext, ConnectOptions
 from holdfast.worker.handler import FailureQueue, Handler
@@ -43,6 +43,7 @@ from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT, HeldState, HeldStre
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.prefetch import Prefetched
+from holdfast.worker.prestart import Prestart, prestart
 from holdfast.worker.protocol import ResumeProtocol
 
 if TYPE_CHECKING:
@@ -155,9 +156,14 @@ class Holdings:
         if self.free_capacity() <= 0 or owner is None:
             return Claim.NO_CAPACITY  # handed on to another worker at once
         self._claiming.add(conn_id)
+        early: Prestart | None = None
+        lease: Lease | None = None
         try:
+            if source == SOURCE_INSERTED:
+                early = await prestart(conn_id, owner, self.store, self.ctx)
             sent = self.mono()
-            lease = await on_io_threads(self.store.acquire, conn_id, owner)
+            lease = await on_io_threads(self.store.acquire, conn_id, owner, first_checkpoint=(
+                None if early is None else early.first_checkpoint))
         except AcquireFailed as exc:
             if exc.reason is LossReason.STOPPED and exc.current is not None and (
                     exc.current.lease_owner == owner):
@@ -179,9 +185,12 @@ class Holdings:
             return Claim.UNAVAILABLE
         finally:
             self._claiming.discard(conn_id)
+            if early is not None and lease is None:
+                await early.close()
         if lease.unowned_ms is not None:
             self.metrics.unowned_time(lease.unowned_ms)
-        self._start(lease, sent, source, span=span)
+        warm = None if early is None else await early.taken_by(lease)
+        self._start(lease, sent, source, span=span, warm=warm)
         return Claim.CLAIMED
 
     def start_warm(self, lease: Lease, warm: Prefetched) -> None:

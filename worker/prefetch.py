@@ -54,6 +54,7 @@ class Prefetch:
     frames: list[str | bytes] = field(default_factory=list)
     ws: ClientConnection | None = None
     _reader: asyncio.Task[None] | None = None
+    _read_one: asyncio.Event = field(default_factory=asyncio.Event)  # a frame, or the end
 
     async def open(self) -> None:
         """Connect and start buffering; raises what a connect raises (refused URL, OSError,
@@ -68,11 +69,24 @@ class Prefetch:
         self._reader = asyncio.get_running_loop().create_task(self._read(self.ws))
 
     async def _read(self, ws: ClientConnection) -> None:
-        with contextlib.suppress(WebSocketException, OSError):
-            async for frame in ws:
-                self.frames.append(frame)
-                if len(self.frames) >= self.max_frames:
-                    return  # the rest waits in the socket until the takeover
+        try:
+            with contextlib.suppress(WebSocketException, OSError):
+                async for frame in ws:
+                    self.frames.append(frame)
+                    self._read_one.set()
+                    if len(self.frames) >= self.max_frames:
+                        return  # the rest waits in the socket until the takeover
+        finally:
+            self._read_one.set()  # closed by the upstream: no frame is coming
+
+    async def first_frame(self, timeout_s: float) -> str | bytes | None:
+        """The first frame read, waiting up to ``timeout_s`` for it (None: none came, or the
+        upstream closed first)."""
+        if not self.frames and self._reader is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._read_one.wait()
+        return self.frames[0] if self.frames else None
 
     async def _stop_reading(self) -> None:
         if self._reader is not None:

@@ -42,8 +42,8 @@ from holdfast.core.model import validate_conn_id
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["HOPS", "MAX_DELAY_S", "REASON_HANDOFF", "REASON_MOVED", "REASON_REAPED",
-           "SQS_BATCH_LIMIT", "TO", "TRACE_ATTRIBUTE", "Nudge", "Outgoing",
+__all__ = ["HOPS", "MAX_DELAY_S", "REASON_HANDOFF", "REASON_INSERTED", "REASON_MOVED",
+           "REASON_REAPED", "SQS_BATCH_LIMIT", "TO", "TRACE_ATTRIBUTE", "Nudge", "Outgoing",
            "SendReport", "delay_until", "parse_nudge", "send_nudges", "trace_attributes",
            "traceparent_of"]
 
@@ -51,6 +51,8 @@ MAX_DELAY_S = 900  # SQS's maximum DelaySeconds
 SQS_BATCH_LIMIT = 10  # SQS's maximum entries per SendMessageBatch
 HOPS = "hops"  # body key: hand-ons so far (worker.claimer)
 TO = "owner"  # body key of a handoff nudge on an order queue: the successor it is for
+# A new item's nudge (the router): the worker may connect before its claim (worker.prestart).
+REASON_INSERTED = "inserted"
 REASON_MOVED = "moved"  # a rebalancing move's release: over-share workers hand it on
 # A release that named its successor: sent to that worker's order queue at once, and to the
 # shared queue delayed until the hold ends (anyone may take it then).

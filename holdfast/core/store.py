@@ -94,7 +94,7 @@ class LeaseStore:
                     ReturnValuesOnConditionCheckFailure="ALL_OLD")
         return dict(resp.get("Attributes") or {})
 
-    def acquire(self, conn_id: str, owner: str) -> Lease:
+    def acquire(self, conn_id: str, owner: str, *, first_checkpoint: int | None = None) -> Lease:
         """Take a STARTED stream that nobody owns (and whose back-off, if any, is over).
 
         One conditional UpdateItem. Only an unowned item can be taken: an item that names an
@@ -104,12 +104,16 @@ class LeaseStore:
         across a delete and re-create or a table restore (the clock is the floor). An item
         already owned by ``owner`` (an acquire whose answer was lost, a release that failed)
         is taken back under a new epoch.
+
+        ``first_checkpoint`` is written with it if the item has no checkpoint yet (a new
+        stream connected before its claim, ``worker.prestart``): its anchor in the same write.
         """
         now = self.clock()
         epoch, adopt = now, False
         for _ in range(4):
             try:
-                old = self._acquire_write(conn_id, owner, now, epoch, adopt)
+                old = self._acquire_write(conn_id, owner, now, epoch, adopt,
+                                          first_checkpoint=first_checkpoint)
             except ConditionFailed as failed:
                 if failed.item is None:
                     raise AcquireFailed(conn_id, LossReason.DELETED, None) from None
@@ -136,6 +140,8 @@ class LeaseStore:
                 continue
             new = {**old, ATTR.lease_owner: string(owner), ATTR.epoch: num(epoch),
                    ATTR.lease_expires_at_ms: num(now + self.lease_ms)}
+            if first_checkpoint is not None and ATTR.last_seq not in old:
+                new[ATTR.last_seq] = num(first_checkpoint)
             item = self._usable(conn_id, owner, new)  # ours now: parked if we cannot use it
             assert item.lease_expires_at_ms is not None
             unowned_ms = None if adopt else unowned.unowned_time_ms(old, now, self.skew_ms)
@@ -146,15 +152,21 @@ class LeaseStore:
         raise AcquireFailed(conn_id, LossReason.HELD, None)
 
     def _acquire_write(self, conn_id: str, owner: str, now: int, epoch: int,
-                       adopt: bool) -> dict[str, Any]:
+                       adopt: bool, *, first_checkpoint: int | None = None
+                       ) -> dict[str, Any]:
         """The acquire's one write; returns the item as it was before it (ALL_OLD)."""
         values = {":me": string(owner), ":exp": num(now + self.lease_ms),
                   ":running": string(LeaseStatus.RUNNING), ":now": num(now),
                   ":epoch": num(epoch), ":started": string(STARTED)}
         if not adopt:
             values[":cutoff"] = num(rules.acquire_cutoff_ms(now, self.skew_ms))
+        anchor = ""
+        if first_checkpoint is not None:
+            # Never over a checkpoint already there: a holder's is the truth.
+            values[":first"] = num(first_checkpoint)
+            anchor = ", #seq = if_not_exists(#seq, :first)"
         return self._update("acquire", conn_id, "SET #owner = :me, #exp = :exp, #status = "
-                            ":running, #upd = :now, #epoch = :epoch REMOVE #succ",
+                            f":running, #upd = :now, #epoch = :epoch{anchor} REMOVE #succ",
                             _ADOPT_CONDITION if adopt else _ACQUIRE_CONDITION, values,
                             returns="ALL_OLD")
 

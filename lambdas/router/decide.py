@@ -57,7 +57,14 @@ from holdfast.core import rules
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.expressions import parse_or_none
 from holdfast.core.model import LeaseItem, int_attr
-from holdfast.core.nudge import MAX_DELAY_S, REASON_HANDOFF, REASON_MOVED, Nudge, delay_until
+from holdfast.core.nudge import (
+    MAX_DELAY_S,
+    REASON_HANDOFF,
+    REASON_INSERTED,
+    REASON_MOVED,
+    Nudge,
+    delay_until,
+)
 from holdfast.core.orders import ORDER_RELEASE, ORDER_STOP, Order
 from holdfast.core.schema import ATTR, LeaseStatus, conn_id_from_pk
 
@@ -75,7 +82,7 @@ class Outcome(StrEnum):
 
 class Reason(StrEnum):
     # Why a nudge is sent.
-    INSERTED = "inserted"
+    INSERTED = REASON_INSERTED  # the worker may connect before claiming (worker.prestart)
     STARTED = "started"
     RELEASED = "released"
     GAVE_UP = "gave_up"

@@ -49,6 +49,19 @@ def test_acquire_returns_checkpoint_without_read(store: LeaseStore, ddb: Any,
     assert store.acquire(unique_id, "w1").last_seq == 41
 
 
+def test_acquire_writes_a_first_checkpoint_only_where_there_is_none(
+        store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """``first_checkpoint`` is the new stream's anchor, in the acquire's one write; a checkpoint
+    already stored is kept (a holder's is the truth)."""
+    fresh, used = f"{unique_id}-new", f"{unique_id}-used"
+    put_raw(ddb, store.table, fresh)
+    put_raw(ddb, store.table, used, last_seq={"N": "41"}, lease_expires_at_ms={"N": "0"})
+    assert store.acquire(fresh, "w1", first_checkpoint=6).last_seq == 6
+    assert store.get(fresh).last_seq == 6  # type: ignore[union-attr]
+    assert store.acquire(used, "w1", first_checkpoint=6).last_seq == 41
+    assert store.get(used).last_seq == 41  # type: ignore[union-attr]
+
+
 def test_acquire_held_reports_holder(store: LeaseStore, ddb: Any, unique_id: str) -> None:
     """A live lease cannot be taken; the failure names its holder from ALL_OLD."""
     put_raw(ddb, store.table, unique_id)

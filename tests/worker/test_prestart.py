@@ -1,0 +1,138 @@
+"""A new stream connected before its claim, its anchor written by the claim (``worker.prestart``).
+
+In-process worker, DynamoDB Local, the demo upstream (or a quiet WebSocket server) on 127.0.0.1.
+Whether the upstream was connected before or after the claim is read from the upstream's own
+connection log against the lease's epoch (the acquire's wall clock); the checkpointer's anchor
+writes are counted by wrapping the real method.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterator
+
+import pytest
+from websockets.asyncio.server import ServerConnection, serve
+
+from holdfast.core.nudge import REASON_INSERTED
+from holdfast.core.schema import ATTR
+from holdfast.worker.checkpointer import Checkpointer
+from holdfast.worker.connection import Connection
+from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
+from tests.worker.helpers import Recorder, running_worker
+
+
+@pytest.fixture
+def anchors(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
+    """Every anchor the checkpointer is asked to write, as (conn_id, checkpoint)."""
+    asked: list[tuple[str, int]] = []
+    real: Callable[[Checkpointer, Connection, int], Awaitable[None]] = Checkpointer.anchor
+
+    async def counting(self: Checkpointer, conn: Connection, seq: int) -> None:
+        asked.append((conn.held.lease.conn_id, seq))
+        await real(self, conn, seq)
+
+    monkeypatch.setattr(Checkpointer, "anchor", counting)
+    yield asked
+
+
+def inserted(fleet: Fleet, conn_id: str) -> None:
+    """The router's nudge for a new item."""
+    fleet.nudge(conn_id, json.dumps({"conn_id": conn_id, "reason": REASON_INSERTED,
+                                     "epoch": None}))
+
+
+async def test_new_stream_is_connected_before_its_claim_and_anchored_by_it(
+        fleet: Fleet, upstream: UpstreamThread, anchors: list[tuple[str, int]]) -> None:
+    """An inserted stream's upstream opens before the acquire, on one connection; the claim
+    stores seq - 1 of the first frame, so no anchor write follows, and nothing is skipped."""
+    rec = Recorder()
+    async with running_worker(fleet, rec) as run:
+        fleet.create("fresh", upstream.url("fresh"))
+        inserted(fleet, "fresh")
+        await async_wait_until(lambda: len(rec.seqs("fresh")) >= 5, 10, "5 messages handled")
+        epoch = run.worker.streams["fresh"].held.lease.epoch
+        conns = upstream.server.connlog.records("fresh")
+        stored = fleet.item("fresh")
+    assert len(conns) == 1 and conns[0].opened_wall_ms <= epoch
+    first = conns[0].first_seq
+    assert first is not None and rec.seqs("fresh")[:5] == list(range(first, first + 5))
+    assert anchors == []
+    assert int(stored[ATTR.last_seq]["N"]) >= first - 1
+
+
+async def test_stream_allowing_one_connection_is_claimed_before_it_connects(
+        fleet: Fleet, upstream: UpstreamThread, anchors: list[tuple[str, int]]) -> None:
+    """A single-connection stream is never connected early (two nudged workers would both
+    connect): claimed, then connected, then anchored as before."""
+    rec = Recorder()
+    async with running_worker(fleet, rec) as run:
+        fleet.create("single", upstream.url("single"))
+        fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": "CONN#single"}},
+                              UpdateExpression="SET #s = :t",
+                              ExpressionAttributeNames={"#s": ATTR.single_connection},
+                              ExpressionAttributeValues={":t": {"BOOL": True}})
+        inserted(fleet, "single")
+        await async_wait_until(lambda: rec.seqs("single"), 10, "a message handled")
+        epoch = run.worker.streams["single"].held.lease.epoch
+        conns = upstream.server.connlog.records("single")
+    assert len(conns) == 1 and conns[0].opened_wall_ms >= epoch
+    assert [c for c, _ in anchors] == ["single"]
+
+
+async def test_stream_with_a_checkpoint_is_claimed_first_and_resumes_after_it(
+        fleet: Fleet, upstream: UpstreamThread, anchors: list[tuple[str, int]]) -> None:
+    """An "inserted" nudge for an item that has a checkpoint: no early connect; the stream
+    resumes right after its checkpoint."""
+    rec = Recorder()
+    async with running_worker(fleet, rec) as run:
+        fleet.create("used", upstream.url("used"))
+        fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": "CONN#used"}},
+                              UpdateExpression="SET #q = :q",
+                              ExpressionAttributeNames={"#q": ATTR.last_seq},
+                              ExpressionAttributeValues={":q": {"N": "41"}})
+        inserted(fleet, "used")
+        await async_wait_until(lambda: rec.seqs("used"), 10, "a message handled")
+        epoch = run.worker.streams["used"].held.lease.epoch
+        conns = upstream.server.connlog.records("used")
+    assert len(conns) == 1 and conns[0].opened_wall_ms >= epoch
+    assert conns[0].from_seq == 42 and rec.seqs("used")[0] == 42
+    assert anchors == []
+
+
+async def test_upstream_refusing_the_early_connect_is_claimed_all_the_same(
+        fleet: Fleet, upstream: UpstreamThread) -> None:
+    """An upstream that refuses the handshake costs the early connect only: the stream is
+    claimed at once and its own connection's back-off takes over."""
+    async with running_worker(fleet, Recorder()) as run:
+        fleet.create("refuses", upstream.url("refuses", kind="reject"))
+        inserted(fleet, "refuses")
+        await async_wait_until(lambda: run.worker.counts["claimed"] >= 1, 10, "claimed")
+
+
+async def test_quiet_upstream_is_claimed_without_its_first_frame(
+        fleet: Fleet, anchors: list[tuple[str, int]]) -> None:
+    """An upstream that says nothing on connect is claimed after a short wait, on the socket
+    already open; its anchor is written when its first frame comes."""
+    speak = asyncio.Event()
+    opened: list[int] = []
+
+    async def quiet(ws: ServerConnection) -> None:
+        opened.append(1)
+        await speak.wait()
+        for seq in range(7, 10):
+            await ws.send(json.dumps({"seq": seq}))
+        await ws.wait_closed()
+
+    rec = Recorder()
+    async with serve(quiet, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        async with running_worker(fleet, rec) as run:
+            fleet.create("quiet", f"ws://127.0.0.1:{port}/quiet")
+            inserted(fleet, "quiet")
+            await async_wait_until(lambda: "quiet" in run.worker.streams, 10, "claimed")
+            assert anchors == [] and opened == [1]
+            speak.set()
+            await async_wait_until(lambda: rec.seqs("quiet") == [7, 8, 9], 10, "3 handled")
+    assert anchors == [("quiet", 6)] and opened == [1]
