@@ -21,7 +21,8 @@ provisioned table. Outcomes per stream:
 A never-checkpointed stream's first seq (its anchor) is written before its first handler call
 (``anchor``); the anchors asked for while one write is in flight go together in the next one,
 so a burst of new streams costs a few batch calls, not one write each on two threads (300
-streams started at once waited up to 4 s for their first message).
+streams started at once waited up to 4 s for their first message). A new stream connected
+before its claim has its anchor written by the claim itself (``worker.prestart``).
 
 The fence watcher aborts every stream past its deadline: its session's fence, or its own.
 """

@@ -54,8 +54,8 @@ class SessionLostDuringAcquire(LeaseStore):
         super().__init__(*args, **kwargs)
         self.session = session
 
-    def acquire(self, conn_id: str, owner: str) -> Lease:
-        lease = super().acquire(conn_id, owner)
+    def acquire(self, conn_id: str, owner: str, *, first_checkpoint: int | None = None) -> Lease:
+        lease = super().acquire(conn_id, owner, first_checkpoint=first_checkpoint)
         self.session["owner"] = f"{owner.partition('#')[0]}#newincarnation"
         return lease
 
