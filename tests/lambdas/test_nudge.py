@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 
-from holdfast.core.nudge import Nudge, send_nudges
+from holdfast.core.nudge import SEND_CONCURRENCY, Nudge, send_nudges
 from tests.lambdas.helpers import receive_nudges
 
 
@@ -26,7 +28,7 @@ def test_sends_in_batches_of_ten(sqs: Any, queue_url: str, unique_id: str) -> No
     counting = CountingSqs(sqs)
     nudges = [Nudge(f"{unique_id}-{i}", "inserted", i) for i in range(25)]
     report = send_nudges(counting, queue_url, nudges)  # type: ignore[arg-type]
-    assert counting.batches == [10, 10, 5]
+    assert sorted(counting.batches) == [5, 10, 10]
     assert len(report.sent) == 25 and not report.failed
     got = receive_nudges(sqs, queue_url, expect=25, prefix=unique_id)
     assert sorted(b["conn_id"] for b in got) == sorted(n.conn_id for n in nudges)
@@ -69,6 +71,32 @@ def test_partial_failures_are_retried_and_bounded() -> None:
     assert {n.conn_id: e.split(":")[0] for n, e in report.failed} == {
         "c": "InternalError", "d": "InvalidParameter"}
     assert sleeps == [0.05, 0.1]
+
+
+class SlowSqs:
+    """Answers each SendMessageBatch after ``delay_s``; counts the calls in flight at once."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.lock = threading.Lock()
+        self.in_flight = self.most = 0
+
+    def send_message_batch(self, **kw: Any) -> Any:
+        with self.lock:
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+        time.sleep(self.delay_s)
+        with self.lock:
+            self.in_flight -= 1
+        return {"Successful": [{"Id": e["Id"], "MessageId": "m"} for e in kw["Entries"]]}
+
+
+def test_batches_of_one_round_go_side_by_side() -> None:
+    """300 nudges are 30 batches, sent SEND_CONCURRENCY at a time, not one after the other."""
+    sqs = SlowSqs(0.02)
+    report = send_nudges(sqs, "q", [Nudge(f"c{i}", "r") for i in range(300)])  # type: ignore[arg-type]
+    assert len(report.sent) == 300 and report.calls == 30
+    assert sqs.most == SEND_CONCURRENCY
 
 
 def test_unreachable_sqs_fails_everything(dead_sqs: Any) -> None:
