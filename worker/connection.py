@@ -116,6 +116,9 @@ class Connection:
         # The handoff's transfer: "passing" while in flight, then its outcome.
         self.passed: str | None = None
         self._in_handler = False
+        # A drain waiting for the next frame (``drain_after_frame``): its reason and the timer
+        # that drains anyway.
+        self._drain_next: tuple[str, asyncio.TimerHandle] | None = None
         # Per-frame warnings, per kind: when last logged (monotonic ms), and how many since.
         self._logged: dict[str, tuple[int, int]] = {}
 
@@ -125,6 +128,29 @@ class Connection:
         self.held.drain(reason)
         if self.task is not None and not self._in_handler and not self.ended:
             self.task.cancel()  # waiting for a frame or a reconnect: nothing in flight to keep
+
+    def drain_after_frame(self, reason: str, within_s: float) -> None:
+        """Drain right after the next frame is handled (``STOP_AFTER_FRAME_WAIT_MS``); at once
+        if a call is in flight (it ends one), if not connected, or if none comes in time."""
+        if self._in_handler or self._ws is None or self.held.stopping or self.ended:
+            self.drain(reason)
+            return
+        if self._drain_next is None:
+            timer = asyncio.get_running_loop().call_later(within_s, self._drain_waiting, False)
+            self._drain_next = (reason, timer)
+
+    def _drain_waiting(self, in_task: bool) -> None:
+        waiting, self._drain_next = self._drain_next, None
+        if waiting is None:
+            return
+        reason, timer = waiting
+        timer.cancel()
+        if self.held.stopping:
+            return  # drained meanwhile for another reason
+        if in_task:
+            self.held.drain(reason)  # the read loop itself: it stops after this frame
+        else:
+            self.drain(reason)
 
     def abort(self, reason: str) -> None:
         """Stop now (the shutdown budget ran out)."""
@@ -262,6 +288,8 @@ class Connection:
                 n = 0
                 async for frame in _chain(buffered, ws):
                     await self._deliver(frame)
+                    if self._drain_next is not None:
+                        self._drain_waiting(True)
                     if self.held.stopping:
                         break
                     n += 1

@@ -37,6 +37,7 @@ from holdfast.core.exceptions import HoldfastError, LeaseLost, MalformedItem
 from holdfast.core.handoff import (
     ABORT,
     READY,
+    STOP_AFTER_FRAME_WAIT_MS,
     TAKE,
     TAKE_TIMEOUT_MS,
     WARM,
@@ -196,7 +197,7 @@ class Handoffs:
                                                   self.owner() or ""))
                 return
             conn.handoff_to = step.peer
-            conn.drain(HANDOFF)
+            conn.drain_after_frame(HANDOFF, STOP_AFTER_FRAME_WAIT_MS / 1000)
         elif step.kind == ABORT:
             if step.conn_id in self.offers:
                 self._fall_through(step.conn_id, "the successor refused")

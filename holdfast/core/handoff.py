@@ -34,8 +34,9 @@ from typing import Any, Final
 from holdfast.core.liveness import session_owner
 from holdfast.core.model import validate_conn_id
 
-__all__ = ["ABORT", "BUFFER_MAX_FRAMES", "READY", "STEPS", "TAKE", "TAKE_TIMEOUT_MS", "WARM",
-           "WARM_AT_ONCE_AT_STOP", "WARM_TIMEOUT_MS", "HandoffStep", "parse_step"]
+__all__ = ["ABORT", "BUFFER_MAX_FRAMES", "READY", "STEPS", "STOP_AFTER_FRAME_WAIT_MS", "TAKE",
+           "TAKE_TIMEOUT_MS", "WARM", "WARM_AT_ONCE_AT_STOP", "WARM_TIMEOUT_MS", "HandoffStep",
+           "parse_step"]
 
 WARM: Final = "warm"
 READY: Final = "ready"
@@ -55,6 +56,11 @@ BUFFER_MAX_FRAMES: Final = 10_000
 # stop budget; 20 at once, with 80 releases beside them, slowed the warm ones to the
 # releases' pace.
 WARM_AT_ONCE_AT_STOP: Final = 20
+# On READY the holder stops right after its next frame, when the one after is furthest away:
+# the transfer and the TAKE then fit in the feed's own spacing instead of adding to it (stopping
+# at once, somewhere between two frames, left on average half a spacing less room). A stream
+# quiet for this long is stopped anyway: its gap is not waiting on the handoff.
+STOP_AFTER_FRAME_WAIT_MS: Final = 250
 _MAX_SEQ = 2**63 - 1
 
 

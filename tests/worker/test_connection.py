@@ -228,3 +228,50 @@ async def test_a_replay_gives_the_loop_turns(fleet: Fleet, unique_id: str) -> No
             tick.cancel()
     # Without the turns the ticker ran only where the socket read ran dry: a handful of times.
     assert seen[-1] - seen[0] >= count // 20
+
+
+async def test_drain_after_frame_stops_right_after_the_next_frame(fleet: Fleet,
+                                                                  unique_id: str) -> None:
+    """A warm handoff's drain waits for the next frame, hands it to the handler and stops
+    there: the frame after it is left for the successor."""
+    more = asyncio.Event()
+
+    async def feed(ws: ServerConnection) -> None:
+        await ws.send('{"seq": 0}')
+        await more.wait()
+        await ws.send('{"seq": 1}')
+        await ws.send('{"seq": 2}')
+        await ws.wait_closed()
+
+    conn, rec = f"{unique_id}-between", Recorder()
+    async with serve(feed, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        runner = connection(lease_for(fleet, conn, f"ws://127.0.0.1:{port}/x"), context(rec))
+        runner.task = asyncio.create_task(runner.run())
+        try:
+            await async_wait_until(lambda: rec.seqs(conn) == [0], 5, "seq 0 handled")
+            runner.drain_after_frame("handoff", 30)
+            await asyncio.sleep(0.05)
+            assert not runner.task.done() and not runner.held.stopping  # waiting for a frame
+        finally:
+            more.set()  # the server's handler ends either way
+        await asyncio.wait_for(runner.task, 5)
+    assert rec.seqs(conn) == [0, 1] and runner.held.stop_reason == "handoff"
+
+
+async def test_drain_after_frame_stops_a_quiet_stream_in_time(fleet: Fleet,
+                                                              unique_id: str) -> None:
+    """No next frame within the wait: the stream drains anyway."""
+    async def quiet(ws: ServerConnection) -> None:
+        await ws.send('{"seq": 0}')
+        await ws.wait_closed()
+
+    conn, rec = f"{unique_id}-quiet", Recorder()
+    async with serve(quiet, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        runner = connection(lease_for(fleet, conn, f"ws://127.0.0.1:{port}/x"), context(rec))
+        runner.task = asyncio.create_task(runner.run())
+        await async_wait_until(lambda: rec.seqs(conn) == [0], 5, "seq 0 handled")
+        runner.drain_after_frame("handoff", 0.05)
+        await asyncio.wait_for(runner.task, 5)
+    assert rec.seqs(conn) == [0] and runner.held.stop_reason == "handoff"
