@@ -2,11 +2,13 @@
 
 **Holder.** ``offer(conn, successor, reason)`` replaces a drain when the decider named a
 successor (a shed, a drain, a SIGTERM): the stream keeps delivering while WARM goes to the
-successor's order queue. On READY the stream drains with the reason ``HANDOFF`` and
-``Holdings`` calls ``transfer``: one conditional write passes the lease (``store.transfer``),
-then TAKE tells the successor. ABORT, or no READY within ``WARM_TIMEOUT_MS``, and the stream
-drains for its original reason and is released to whoever has room (the successor refused,
-or is too slow to be trusted with the hold of a named release).
+successor's order queue. On READY the stream drains with the reason ``HANDOFF`` right after
+its next frame (``STOP_AFTER_FRAME_WAIT_MS``: the transfer and TAKE then fit in the gap to the
+frame after it) and ``Holdings`` calls ``transfer``: one conditional write passes the lease
+(``store.transfer``), then TAKE tells the successor. ABORT, or no READY within
+``WARM_TIMEOUT_MS``, and the stream drains for its original reason and is released to whoever
+has room (the successor refused, or is too slow to be trusted with the hold of a named
+release).
 
 **Successor.** WARM is checked (room, the item still names the holder at that epoch, the
 stream allows two connections), then a ``Prefetch`` opens the upstream from the holder's

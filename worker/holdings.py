@@ -322,8 +322,7 @@ class Holdings:
         # now (it stopped between two connections).
         await self._pass_on(conn)
         if conn.passed is not None and conn.passed != "failed":
-            self.counts["handed_over" if conn.passed == "transferred" else "lost"] += 1
-            return
+            return  # counted when its transfer ends (it may still be "passing" after an abort)
         moved = held.stop_reason in (SHED, HANDOFF)  # a move: starts its cool-down
         # A move or a stop of ours is handed to the successor the decider named, if any
         # ("": decided already, nobody).
@@ -351,9 +350,16 @@ class Holdings:
             conn.passed = "passing"
             passing = asyncio.ensure_future(self.transfer(conn))
             passing.add_done_callback(functools.partial(_passed, conn))
+            passing.add_done_callback(lambda _: self._count_passed(conn))
             await asyncio.shield(passing)
             if conn.passed == "transferred":
                 conn.held.close()  # not ours: no checkpoint of it from here on
+
+    def _count_passed(self, conn: Connection) -> None:
+        """A transfer's end, counted once: an abort at the drain deadline can end the stream
+        while its transfer is still in flight (counted "lost" then, though it landed)."""
+        if conn.passed != "failed":  # failed: still ours, released and counted as such
+            self.counts["handed_over" if conn.passed == "transferred" else "lost"] += 1
 
     async def _release(self, conn: Connection, *, attempts: int = 20,
                        error: str | None = None, retry_at_ms: int | None = None,
