@@ -111,13 +111,12 @@ class LocalAws:
         # -disableTelemetry: without it DynamoDB Local tries to reach the internet.
         # -sharedDb: otherwise it keeps one database per access key and region, and a client
         # with other (dummy) credentials would find no table.
-        # -XX:TieredStopAtLevel=1: the client compiler only. The optimising compiler's
-        # threads ran for the first minutes of every fleet, on the same 2 cores as the writes
-        # they were meant to speed up (a 30-stream start burst: claims 210-280 ms p50 with it,
-        # 90-160 ms without; 16 writers: 600 writes/s without it, 400-630 with).
+        # The JVM's default compilers, though the optimising one's threads take CPU for the
+        # first minutes of a fleet (a young fleet's 30-stream start burst: claims 90-160 ms p50
+        # with -XX:TieredStopAtLevel=1, 210-280 ms without): once compiled, a checkpoint of 600
+        # leases in PartiQL batches takes 376 ms, against 627 ms with the client compiler only.
         child = Child("dynamodb-local", [
-            java, "-Xms64m", "-XX:TieredStopAtLevel=1",
-            f"-Djava.library.path={jar_dir / 'DynamoDBLocal_lib'}",
+            java, "-Xms64m", f"-Djava.library.path={jar_dir / 'DynamoDBLocal_lib'}",
             "-jar", str(jar_dir / "DynamoDBLocal.jar"), "-inMemory", "-sharedDb",
             "-disableTelemetry", "-port", str(port)], self.workdir / "dynamodb-local.log")
         self.children.append(child)
