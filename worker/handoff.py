@@ -314,10 +314,16 @@ class Handoffs:
                 for conn_id in [c for c, w in self.warming.items() if w.deadline_ms <= now]:
                     self._spawn(self.warming.pop(conn_id).prefetch.close())
         finally:
-            for warm in list(self.warming.values()):
-                with contextlib.suppress(Exception):
-                    await warm.prefetch.close()
-            self.warming.clear()
+            await self.close_warm_ups()
+
+    async def close_warm_ups(self) -> None:
+        """Close every warm-up: the worker stops, or its session is lost (each warm-up was
+        for that session's owner; left open, a paused worker's socket outlived its SIGCONT by
+        seconds, waiting for a TAKE addressed to the old owner)."""
+        warming, self.warming = list(self.warming.values()), {}
+        for warm in warming:
+            with contextlib.suppress(Exception):
+                await warm.prefetch.close()
 
     def _send(self, peer: str, step: HandoffStep) -> None:
         # Each side times out on its own: a lost message costs a fallback, not a stream.

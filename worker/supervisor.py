@@ -227,6 +227,8 @@ class Supervisor:
                 self.metrics.incr("LeasesLost")
                 conn.log("warning", "session lost, closing at once", why=lost.why)
                 conn.lose("session")
+        if self.handoffs is not None:
+            await self.handoffs.close_warm_ups()
         await self._wait_tasks(5.0)
         if not self.stopping:
             await self._start_session()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from websockets.asyncio.client import connect
@@ -230,6 +232,18 @@ async def test_a_replay_gives_the_loop_turns(fleet: Fleet, unique_id: str) -> No
     assert seen[-1] - seen[0] >= count // 20
 
 
+@contextlib.asynccontextmanager
+async def after_seq_0(fleet: Fleet, conn: str, feed: Callable[[ServerConnection], Awaitable[None]],
+                      rec: Recorder) -> AsyncIterator[Connection]:
+    """A connection to ``feed`` (a server on 127.0.0.1), running, once seq 0 was handled."""
+    async with serve(feed, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        runner = connection(lease_for(fleet, conn, f"ws://127.0.0.1:{port}/x"), context(rec))
+        runner.task = asyncio.create_task(runner.run())
+        await async_wait_until(lambda: rec.seqs(conn) == [0], 5, "seq 0 handled")
+        yield runner
+
+
 async def test_drain_after_frame_stops_right_after_the_next_frame(fleet: Fleet,
                                                                   unique_id: str) -> None:
     """A warm handoff's drain waits for the next frame, hands it to the handler and stops
@@ -244,15 +258,12 @@ async def test_drain_after_frame_stops_right_after_the_next_frame(fleet: Fleet,
         await ws.wait_closed()
 
     conn, rec = f"{unique_id}-between", Recorder()
-    async with serve(feed, "127.0.0.1", 0) as server:
-        port = server.sockets[0].getsockname()[1]
-        runner = connection(lease_for(fleet, conn, f"ws://127.0.0.1:{port}/x"), context(rec))
-        runner.task = asyncio.create_task(runner.run())
+    async with after_seq_0(fleet, conn, feed, rec) as runner:
         try:
-            await async_wait_until(lambda: rec.seqs(conn) == [0], 5, "seq 0 handled")
             runner.drain_after_frame("handoff", 30)
             await asyncio.sleep(0.05)
-            assert not runner.task.done() and not runner.held.stopping  # waiting for a frame
+            assert runner.task is not None and not runner.task.done()
+            assert not runner.held.stopping  # waiting for a frame
         finally:
             more.set()  # the server's handler ends either way
         await asyncio.wait_for(runner.task, 5)
@@ -267,11 +278,8 @@ async def test_drain_after_frame_stops_a_quiet_stream_in_time(fleet: Fleet,
         await ws.wait_closed()
 
     conn, rec = f"{unique_id}-quiet", Recorder()
-    async with serve(quiet, "127.0.0.1", 0) as server:
-        port = server.sockets[0].getsockname()[1]
-        runner = connection(lease_for(fleet, conn, f"ws://127.0.0.1:{port}/x"), context(rec))
-        runner.task = asyncio.create_task(runner.run())
-        await async_wait_until(lambda: rec.seqs(conn) == [0], 5, "seq 0 handled")
+    async with after_seq_0(fleet, conn, quiet, rec) as runner:
         runner.drain_after_frame("handoff", 0.05)
+        assert runner.task is not None
         await asyncio.wait_for(runner.task, 5)
     assert rec.seqs(conn) == [0] and runner.held.stop_reason == "handoff"

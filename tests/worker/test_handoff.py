@@ -10,9 +10,13 @@ from typing import Any
 
 from holdfast.core import rules
 from holdfast.core.directives import Directive
+from holdfast.core.exceptions import SessionLost
 from holdfast.core.handoff import WARM_TIMEOUT_MS
+from holdfast.core.model import LeaseItem
 from holdfast.core.store import wall_clock_ms
 from holdfast.worker.handler import Message
+from holdfast.worker.handoff import _Warm
+from holdfast.worker.prefetch import Prefetch
 from tests.worker.conftest import (
     Fleet,
     RouterSim,
@@ -270,3 +274,25 @@ async def test_a_stop_hands_more_streams_warm_than_it_has_in_flight_at_once(
     assert counts.get("handed_over") == 25 and not counts.get("released"), counts
     for x in conns:
         assert missing_seqs(rec.seqs(x)) == [], x
+
+
+async def test_a_lost_session_closes_its_warm_ups(fleet: Fleet, upstream: UpstreamThread,
+                                                  unique_id: str) -> None:
+    """A warm-up was for the session that was asked: when that session is lost the socket is
+    closed at once, not left open waiting for a TAKE addressed to the old owner."""
+    conn = f"{unique_id}-warm"
+    fleet.create(conn, upstream.url(conn))
+    async with running_worker(fleet, Recorder()) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        ctx = run.worker.holdings.ctx
+        item = LeaseItem.from_ddb(fleet.item(conn))
+        prefetch = Prefetch(conn, item.ws_url, None, ctx.protocol, ctx.policy, ctx.options,
+                            ctx.resolve, ctx.worker_id)
+        await prefetch.open()
+        run.worker.handoffs.warming[conn] = _Warm(prefetch, "holder#1", 1, 2**62, item, 1.0)
+        run.worker.stopping = True  # no new incarnation after it: the old one is live here
+        await run.worker._session_lost(SessionLost(ctx.worker_id, "old", "test"))
+        assert not run.worker.handoffs.warming
+        await async_wait_until(lambda: all(
+            r.closed_ns is not None for r in upstream.server.connlog.records(conn)), 5,
+            "the warm socket closed")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
@@ -43,6 +44,13 @@ def inserted(fleet: Fleet, conn_id: str) -> None:
                                      "epoch": None}))
 
 
+def set_attr(fleet: Fleet, conn_id: str, name: str, value: dict[str, Any]) -> None:
+    """Set one attribute of a stream's item, as an operator would."""
+    fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn_id}"}},
+                          UpdateExpression="SET #a = :v", ExpressionAttributeNames={"#a": name},
+                          ExpressionAttributeValues={":v": value})
+
+
 async def test_new_stream_is_connected_before_its_claim_and_anchored_by_it(
         fleet: Fleet, upstream: UpstreamThread, anchors: list[tuple[str, int]]) -> None:
     """An inserted stream's upstream opens before the acquire, on one connection; the claim
@@ -69,10 +77,7 @@ async def test_stream_allowing_one_connection_is_claimed_before_it_connects(
     rec = Recorder()
     async with running_worker(fleet, rec) as run:
         fleet.create("single", upstream.url("single"))
-        fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": "CONN#single"}},
-                              UpdateExpression="SET #s = :t",
-                              ExpressionAttributeNames={"#s": ATTR.single_connection},
-                              ExpressionAttributeValues={":t": {"BOOL": True}})
+        set_attr(fleet, "single", ATTR.single_connection, {"BOOL": True})
         inserted(fleet, "single")
         await async_wait_until(lambda: rec.seqs("single"), 10, "a message handled")
         epoch = run.worker.streams["single"].held.lease.epoch
@@ -88,10 +93,7 @@ async def test_stream_with_a_checkpoint_is_claimed_first_and_resumes_after_it(
     rec = Recorder()
     async with running_worker(fleet, rec) as run:
         fleet.create("used", upstream.url("used"))
-        fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": "CONN#used"}},
-                              UpdateExpression="SET #q = :q",
-                              ExpressionAttributeNames={"#q": ATTR.last_seq},
-                              ExpressionAttributeValues={":q": {"N": "41"}})
+        set_attr(fleet, "used", ATTR.last_seq, {"N": "41"})
         inserted(fleet, "used")
         await async_wait_until(lambda: rec.seqs("used"), 10, "a message handled")
         epoch = run.worker.streams["used"].held.lease.epoch
