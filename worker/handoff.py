@@ -227,16 +227,11 @@ class Handoffs:
                     or item.epoch != step.epoch or single):
                 raise HoldfastError("the item does not name the holder at that epoch, or "
                                     "allows one connection at a time")
-            prefetch = Prefetch(step.conn_id, item.ws_url, step.seq, self.ctx.protocol,
-                                self.ctx.policy, self.ctx.options, self.ctx.resolve,
-                                self.ctx.worker_id)
+            prefetch = Prefetch.for_stream(step.conn_id, item.ws_url, step.seq, self.ctx)
             self.warming[step.conn_id] = _Warm(prefetch, step.peer, step.epoch,
                                                self.mono() + TAKE_TIMEOUT_MS, item,
                                                weight_of(raw or {}))
-            if self.ctx.admit_connect is not None:
-                await self.ctx.admit_connect()
-            async with asyncio.timeout(WARM_TIMEOUT_MS / 1000):
-                await prefetch.open()
+            await prefetch.open(WARM_TIMEOUT_MS / 1000)
         except Exception as exc:  # whatever it was, it costs a fallback, never the worker
             self.warming.pop(step.conn_id, None)
             if prefetch is not None:

@@ -349,15 +349,17 @@ class Holdings:
             # only: the finish after an abort finds it "passing" and leaves it be.
             conn.passed = "passing"
             passing = asyncio.ensure_future(self.transfer(conn))
-            passing.add_done_callback(functools.partial(_passed, conn))
-            passing.add_done_callback(lambda _: self._count_passed(conn))
+            passing.add_done_callback(functools.partial(self._passed, conn))
             await asyncio.shield(passing)
             if conn.passed == "transferred":
                 conn.held.close()  # not ours: no checkpoint of it from here on
 
-    def _count_passed(self, conn: Connection) -> None:
-        """A transfer's end, counted once: an abort at the drain deadline can end the stream
-        while its transfer is still in flight (counted "lost" then, though it landed)."""
+    def _passed(self, conn: Connection, passing: asyncio.Future[str]) -> None:
+        """The transfer's outcome on its stream ("failed" if it raised or was cancelled),
+        counted here, once: an abort at the drain deadline can end the stream while its
+        transfer is still in flight (counted "lost" then, though it landed)."""
+        ok = not passing.cancelled() and passing.exception() is None
+        conn.passed = passing.result() if ok else "failed"
         if conn.passed != "failed":  # failed: still ours, released and counted as such
             self.counts["handed_over" if conn.passed == "transferred" else "lost"] += 1
 
@@ -387,9 +389,3 @@ class Holdings:
                      successor=successor)
             return "released"
         return "failed"
-
-
-def _passed(conn: Connection, passing: asyncio.Future[str]) -> None:
-    """The transfer's outcome on its stream ("failed" if it raised or was cancelled)."""
-    ok = not passing.cancelled() and passing.exception() is None
-    conn.passed = passing.result() if ok else "failed"

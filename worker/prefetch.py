@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import WebSocketException
@@ -26,6 +27,9 @@ from holdfast.core.handoff import BUFFER_MAX_FRAMES
 from holdfast.core.urls import UrlPolicy, check_url
 from holdfast.worker.dial import ConnectOptions, Resolver, dial, resolve_checked
 from holdfast.worker.protocol import ResumeProtocol
+
+if TYPE_CHECKING:
+    from holdfast.worker.connection import ConnectionContext
 
 __all__ = ["Prefetch", "Prefetched"]
 
@@ -51,21 +55,35 @@ class Prefetch:
     resolve: Resolver
     worker_id: str
     max_frames: int = BUFFER_MAX_FRAMES
+    admit: Callable[[], Awaitable[float]] | None = None  # the fleet's connect budget
     frames: list[str | bytes] = field(default_factory=list)
     ws: ClientConnection | None = None
     _reader: asyncio.Task[None] | None = None
     _read_one: asyncio.Event = field(default_factory=asyncio.Event)  # a frame, or the end
 
-    async def open(self) -> None:
-        """Connect and start buffering; raises what a connect raises (refused URL, OSError,
-        a WebSocket error, a timeout)."""
+    @classmethod
+    def for_stream(cls, conn_id: str, ws_url: str, from_seq: int | None,
+                   ctx: ConnectionContext) -> Prefetch:
+        """A warm-up as the worker's connections make them: their protocol, URL policy,
+        options, resolver and connect budget."""
+        return cls(conn_id, ws_url, from_seq, ctx.protocol, ctx.policy, ctx.options,
+                   ctx.resolve, ctx.worker_id, admit=ctx.admit_connect)
+
+    async def open(self, timeout_s: float | None = None) -> None:
+        """Take a token of the connect budget, then connect (within ``timeout_s``) and start
+        buffering; raises what a connect raises (refused URL, OSError, a WebSocket error, a
+        timeout)."""
+        if self.admit is not None:
+            await self.admit()
         url = self.protocol.url(self.ws_url, self.from_seq)
         checked = check_url(url, self.policy)
-        address = await resolve_checked(checked, self.policy, self.resolve)
-        self.ws = await dial(url, address, checked.port, self.protocol.headers(self.from_seq),
-                             self.options, worker_id=self.worker_id)
-        for first in self.protocol.first_frames(self.from_seq):
-            await self.ws.send(first)
+        async with asyncio.timeout(timeout_s):
+            address = await resolve_checked(checked, self.policy, self.resolve)
+            self.ws = await dial(url, address, checked.port,
+                                 self.protocol.headers(self.from_seq), self.options,
+                                 worker_id=self.worker_id)
+            for first in self.protocol.first_frames(self.from_seq):
+                await self.ws.send(first)
         self._reader = asyncio.get_running_loop().create_task(self._read(self.ws))
 
     async def _read(self, ws: ClientConnection) -> None:

@@ -24,7 +24,6 @@ anchor it asked for or still none); otherwise it is closed and the stream connec
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Final
 
@@ -85,13 +84,9 @@ async def prestart(conn_id: str, owner: str, store: LeaseStore,
             or rules.claim_blocker(item, store.clock(), store.skew_ms, owner) is not None
             or bool_attr(raw, ATTR.single_connection)):
         return None
-    prefetch = Prefetch(conn_id, item.ws_url, None, ctx.protocol, ctx.policy, ctx.options,
-                        ctx.resolve, ctx.worker_id)
+    prefetch = Prefetch.for_stream(conn_id, item.ws_url, None, ctx)
     try:
-        if ctx.admit_connect is not None:
-            await ctx.admit_connect()
-        async with asyncio.timeout(CONNECT_FIRST_TIMEOUT_MS / 1000):
-            await prefetch.open()
+        await prefetch.open(CONNECT_FIRST_TIMEOUT_MS / 1000)
         frame = await prefetch.first_frame(FIRST_FRAME_WAIT_MS / 1000)
         seq = None if frame is None else ctx.protocol.parse(frame).seq
         if seq is not None and not 0 <= seq <= MAX_SEQ:

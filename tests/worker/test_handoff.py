@@ -286,8 +286,7 @@ async def test_a_lost_session_closes_its_warm_ups(fleet: Fleet, upstream: Upstre
         await async_wait_until(lambda: run.worker.owner, 5, "a session")
         ctx = run.worker.holdings.ctx
         item = LeaseItem.from_ddb(fleet.item(conn))
-        prefetch = Prefetch(conn, item.ws_url, None, ctx.protocol, ctx.policy, ctx.options,
-                            ctx.resolve, ctx.worker_id)
+        prefetch = Prefetch.for_stream(conn, item.ws_url, None, ctx)
         await prefetch.open()
         run.worker.handoffs.warming[conn] = _Warm(prefetch, "holder#1", 1, 2**62, item, 1.0)
         run.worker.stopping = True  # no new incarnation after it: the old one is live here
