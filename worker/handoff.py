@@ -16,7 +16,13 @@ position and READY goes back. TAKE from the holder we warmed up for, past that e
 stream starts on the warm socket at once, its lease made of the warm-up's read and TAKE (the
 holder sends TAKE only after its write landed). Any other TAKE: the item is read back first
 (it must name us at TAKE's epoch); one without a warm-up (dropped meanwhile) is claimed as our
-own stray. A warm-up never taken over is closed after ``TAKE_TIMEOUT_MS``.
+own stray. A TAKE late by ``TAKE_CHECK_MS`` after READY is looked for in the table, once per
+``TAKE_CHECK_MS``: the item names us past that epoch (the transfer landed; its TAKE was lost, or
+the holder died right after writing it): taken as if TAKE had come; nobody (the holder died
+before its transfer and was reaped): the warm-up is dropped and the stream claimed, an
+ordinary failover instead of one that waits for ``TAKE_TIMEOUT_MS`` (a nudge for a stream we
+warm up for is refused meanwhile); another owner, or no item: dropped. A warm-up never taken
+over is closed after ``TAKE_TIMEOUT_MS``.
 
 Not possible (no order queues, a stream without a position yet, ``single_connection``):
 ``offer`` says False and the caller drains and releases naming the successor (break-before-
@@ -41,6 +47,7 @@ from holdfast.core.handoff import (
     READY,
     STOP_AFTER_FRAME_WAIT_MS,
     TAKE,
+    TAKE_CHECK_MS,
     TAKE_TIMEOUT_MS,
     WARM,
     WARM_TIMEOUT_MS,
@@ -81,6 +88,7 @@ class _Warm:
     deadline_ms: int
     item: LeaseItem  # as the warm-up read it: what TAKE does not say
     weight: float
+    check_ms: int = 0  # when to look in the table for a TAKE that has not come
 
 
 class Handoffs:
@@ -228,9 +236,9 @@ class Handoffs:
                 raise HoldfastError("the item does not name the holder at that epoch, or "
                                     "allows one connection at a time")
             prefetch = Prefetch.for_stream(step.conn_id, item.ws_url, step.seq, self.ctx)
-            self.warming[step.conn_id] = _Warm(prefetch, step.peer, step.epoch,
-                                               self.mono() + TAKE_TIMEOUT_MS, item,
-                                               weight_of(raw or {}))
+            deadline = self.mono() + TAKE_TIMEOUT_MS
+            self.warming[step.conn_id] = _Warm(prefetch, step.peer, step.epoch, deadline,
+                                               item, weight_of(raw or {}), check_ms=deadline)
             await prefetch.open(WARM_TIMEOUT_MS / 1000)
         except Exception as exc:  # whatever it was, it costs a fallback, never the worker
             self.warming.pop(step.conn_id, None)
@@ -240,9 +248,10 @@ class Handoffs:
                         error=f"{type(exc).__name__}: {exc}"[:300])
             self._send(step.peer, HandoffStep(ABORT, step.conn_id, step.epoch, None, me))
             return
-        if step.conn_id in self.warming:  # not aborted while connecting
+        if (warm := self.warming.get(step.conn_id)) is not None:  # not aborted meanwhile
             logger.info("handoff: warmed up", conn_id=step.conn_id, holder=step.peer,
                         from_seq=step.seq)
+            warm.check_ms = self.mono() + TAKE_CHECK_MS
             self._send(step.peer, HandoffStep(READY, step.conn_id, step.epoch, None, me))
 
     def incoming(self) -> set[str]:
@@ -294,6 +303,34 @@ class Handoffs:
         self.start(lease, await warm.prefetch.take())
         return False
 
+    async def _look_for_take(self, conn_id: str, warm: _Warm) -> None:
+        """TAKE is late: what the table says decides (see the module)."""
+        try:
+            raw = await on_io_threads(self.store.get_raw, conn_id)
+            item = LeaseItem.from_ddb(raw) if raw is not None else None
+        except (HoldfastError, MalformedItem) as exc:
+            logger.debug("handoff: cannot look for a late take", conn_id=conn_id,
+                         error=str(exc)[:300])
+            return  # looked for again in TAKE_CHECK_MS
+        me = self.owner()
+        if self.warming.get(conn_id) is not warm or me is None:
+            return  # taken, aborted or timed out meanwhile
+        if item is not None and item.started and item.lease_owner == warm.holder and (
+                item.epoch == warm.epoch):
+            return  # still the holder's: its TAKE may yet come
+        if item is not None and item.lease_owner == me and item.epoch > warm.epoch:
+            logger.info("handoff: taking over without its take message", conn_id=conn_id,
+                        holder=warm.holder, epoch=item.epoch)
+            await self._take(HandoffStep(TAKE, conn_id, item.epoch, item.last_seq,
+                                         warm.holder))
+            return
+        del self.warming[conn_id]
+        await warm.prefetch.close()
+        if item is not None and item.started and item.lease_owner is None:
+            logger.info("handoff: the holder let go without a take (it died and was reaped, "
+                        "or released it); claiming it", conn_id=conn_id, holder=warm.holder)
+            await self.claim(conn_id)
+
     # -- housekeeping ---------------------------------------------------------------------------
     async def run(self) -> None:
         """Time out offers and warm-ups, until cancelled (then close every warm-up)."""
@@ -308,6 +345,10 @@ class Handoffs:
                     self._fall_through(conn_id, "no ready in time")
                 for conn_id in [c for c, w in self.warming.items() if w.deadline_ms <= now]:
                     self._spawn(self.warming.pop(conn_id).prefetch.close())
+                for conn_id, warm in self.warming.items():
+                    if warm.check_ms <= now:
+                        warm.check_ms = now + TAKE_CHECK_MS  # the next look, if still due
+                        self._spawn(self._look_for_take(conn_id, warm))
         finally:
             await self.close_warm_ups()
 

@@ -19,8 +19,10 @@ sees two connections for a moment. Every step is bounded: no READY within ``WARM
 (or the stop budget), or a TAKE that never comes (``TAKE_TIMEOUT_MS``), or a buffer past
 ``BUFFER_MAX_FRAMES``: the warm-up is dropped and the holder falls back to a plain release
 (break-before-make, to whoever has room). A holder that dies mid-handoff is an ordinary
-failover. Streams whose upstream allows one connection at a
-time (``single_connection`` on the item, or ``HOLDFAST_SINGLE_CONNECTION``) skip the warm-up.
+failover: a successor whose TAKE is late (``TAKE_CHECK_MS``) looks in the table and takes the
+stream if the transfer landed, or claims it once the holder is reaped. Streams whose upstream
+allows one connection at a time (``single_connection`` on the item, or
+``HOLDFAST_SINGLE_CONNECTION``) skip the warm-up.
 
 Messages are JSON with the recipient's ``owner`` (one parser: ``directives.parse_inbox_body``).
 """
@@ -35,8 +37,8 @@ from holdfast.core.liveness import session_owner
 from holdfast.core.model import validate_conn_id
 
 __all__ = ["ABORT", "BUFFER_MAX_FRAMES", "READY", "STEPS", "STOP_AFTER_FRAME_WAIT_MS", "TAKE",
-           "TAKE_TIMEOUT_MS", "WARM", "WARM_AT_ONCE_AT_STOP", "WARM_TIMEOUT_MS", "HandoffStep",
-           "parse_step"]
+           "TAKE_CHECK_MS", "TAKE_TIMEOUT_MS", "WARM", "WARM_AT_ONCE_AT_STOP", "WARM_TIMEOUT_MS",
+           "HandoffStep", "parse_step"]
 
 WARM: Final = "warm"
 READY: Final = "ready"
@@ -47,6 +49,10 @@ STEPS: Final = (WARM, READY, TAKE, ABORT)
 WARM_TIMEOUT_MS: Final = 3_000
 # A warmed-up connection the holder never hands over is closed after this long.
 TAKE_TIMEOUT_MS: Final = 10_000
+# A TAKE not come this long after READY is looked for in the table, as often until it comes
+# (its transfer may have landed and the message been lost, or the holder died): normally it
+# comes within a frame's spacing (``STOP_AFTER_FRAME_WAIT_MS``), a write and one message.
+TAKE_CHECK_MS: Final = 1_000
 # Frames a successor buffers while the holder still delivers (at 1,000 msgs/s: 10 s).
 BUFFER_MAX_FRAMES: Final = 10_000
 # Warm handoffs a stopping worker has in flight at once; it offers the next as one ends, for

@@ -1,0 +1,60 @@
+"""A successor whose TAKE does not come looks in the table: a transfer that landed is taken on
+the warm socket, a holder that let go (died and was reaped) is an ordinary claim; neither
+waits for the warm-up's ``TAKE_TIMEOUT_MS``."""
+
+from __future__ import annotations
+
+from holdfast.core.model import Lease, LeaseItem
+from holdfast.core.store import LeaseStore
+from holdfast.worker.handoff import _Warm
+from holdfast.worker.prefetch import Prefetch
+from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
+from tests.worker.helpers import Recorder, Running, running_worker
+
+
+async def _warm_for_holder(fleet: Fleet, upstream: UpstreamThread, run: Running,
+                           conn: str, holder_id: str) -> tuple[LeaseStore, Lease]:
+    """``conn`` held by a holder outside any worker (a session of its own); ``run``'s worker
+    warmed up for it from seq 1, READY sent long ago: its look for TAKE is due."""
+    fleet.create(conn, upstream.url(conn))
+    holder = fleet.sessions().start(holder_id, 10).owner
+    store = run.worker.store
+    lease = store.acquire(conn, holder)
+    prefetch = Prefetch.for_stream(conn, lease.ws_url, 1, run.worker.holdings.ctx)
+    await prefetch.open()
+    # The deadline far away: without the look, nothing would end this warm-up in the test.
+    run.worker.handoffs.warming[conn] = _Warm(prefetch, holder, lease.epoch, 2**62,
+                                              LeaseItem.from_ddb(fleet.item(conn)), 1.0)
+    return store, lease
+
+
+async def test_a_landed_transfer_without_its_take_is_taken_on_the_warm_socket(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The holder wrote the transfer but its TAKE never came: the successor finds itself
+    named in the table and starts on its warm socket (one upstream connection), from seq 1."""
+    rec, conn = Recorder(), f"{unique_id}-landed"
+    async with running_worker(fleet, rec) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        assert run.worker.owner
+        store, lease = await _warm_for_holder(fleet, upstream, run, conn, f"h-{unique_id}")
+        store.transfer(lease, None, run.worker.owner)  # and the holder dies: no TAKE
+        await async_wait_until(lambda: conn in run.worker.streams, 5, "taken without TAKE")
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 5, 5, "messages")
+    seqs = rec.seqs(conn)
+    assert seqs[0] == 1 and missing_seqs(seqs) == [] and len(seqs) == len(set(seqs))
+    assert len(upstream.server.connlog.records(conn)) == 1  # the warm socket, no reconnect
+
+
+async def test_a_holder_gone_before_its_transfer_is_claimed_not_waited_for(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The holder let the stream go without a transfer (it died and was reaped; here it
+    releases): the successor drops its warm-up and claims the stream at once."""
+    rec, conn = Recorder(), f"{unique_id}-reaped"
+    async with running_worker(fleet, rec) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        store, lease = await _warm_for_holder(fleet, upstream, run, conn, f"h-{unique_id}")
+        assert store.release(lease) is None
+        await async_wait_until(lambda: conn in run.worker.streams, 5, "claimed")
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 5, "messages")
+        assert conn not in run.worker.handoffs.warming
+    assert missing_seqs(rec.seqs(conn)) == []
