@@ -149,7 +149,7 @@ class Supervisor:
             self.balancing.offer = self.handoffs.offer
             self.holdings.transfer = self.handoffs.transfer
             self.holdings.named_release = self.handoffs.released
-            self.holdings.incoming = self.handoffs.incoming
+            self.holdings.incoming = self.handoffs.warm_ups.incoming
         self._handoffs: set[asyncio.Task[object]] = set()  # claims of handoffs in flight
 
     def free_capacity(self) -> int:
@@ -228,7 +228,7 @@ class Supervisor:
                 conn.log("warning", "session lost, closing at once", why=lost.why)
                 conn.lose("session")
         if self.handoffs is not None:
-            await self.handoffs.close_warm_ups()
+            await self.handoffs.warm_ups.close_all()
         await self._wait_tasks(5.0)
         if not self.stopping:
             await self._start_session()

@@ -15,8 +15,8 @@ from holdfast.core.handoff import WARM_TIMEOUT_MS
 from holdfast.core.model import LeaseItem
 from holdfast.core.store import wall_clock_ms
 from holdfast.worker.handler import Message
-from holdfast.worker.handoff import _Warm
 from holdfast.worker.prefetch import Prefetch
+from holdfast.worker.warmups import _Warm
 from tests.worker.conftest import (
     Fleet,
     RouterSim,
@@ -288,10 +288,11 @@ async def test_a_lost_session_closes_its_warm_ups(fleet: Fleet, upstream: Upstre
         item = LeaseItem.from_ddb(fleet.item(conn))
         prefetch = Prefetch.for_stream(conn, item.ws_url, None, ctx)
         await prefetch.open()
-        run.worker.handoffs.warming[conn] = _Warm(prefetch, "holder#1", 1, 2**62, item, 1.0)
+        warming = run.worker.handoffs.warm_ups.warming
+        warming[conn] = _Warm(prefetch, "holder#1", 1, 2**62, item, 1.0)
         run.worker.stopping = True  # no new incarnation after it: the old one is live here
         await run.worker._session_lost(SessionLost(ctx.worker_id, "old", "test"))
-        assert not run.worker.handoffs.warming
+        assert not warming
         await async_wait_until(lambda: all(
             r.closed_ns is not None for r in upstream.server.connlog.records(conn)), 5,
             "the warm socket closed")

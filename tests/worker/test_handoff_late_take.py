@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from holdfast.core.model import Lease, LeaseItem
 from holdfast.core.store import LeaseStore
-from holdfast.worker.handoff import _Warm
 from holdfast.worker.prefetch import Prefetch
+from holdfast.worker.warmups import _Warm
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
 from tests.worker.helpers import Recorder, Running, running_worker
 
@@ -23,7 +23,7 @@ async def _warm_for_holder(fleet: Fleet, upstream: UpstreamThread, run: Running,
     prefetch = Prefetch.for_stream(conn, lease.ws_url, 1, run.worker.holdings.ctx)
     await prefetch.open()
     # The deadline far away: without the look, nothing would end this warm-up in the test.
-    run.worker.handoffs.warming[conn] = _Warm(prefetch, holder, lease.epoch, 2**62,
+    run.worker.handoffs.warm_ups.warming[conn] = _Warm(prefetch, holder, lease.epoch, 2**62,
                                               LeaseItem.from_ddb(fleet.item(conn)), 1.0)
     return store, lease
 
@@ -56,5 +56,5 @@ async def test_a_holder_gone_before_its_transfer_is_claimed_not_waited_for(
         assert store.release(lease) is None
         await async_wait_until(lambda: conn in run.worker.streams, 5, "claimed")
         await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 5, "messages")
-        assert conn not in run.worker.handoffs.warming
+        assert conn not in run.worker.handoffs.warm_ups.warming
     assert missing_seqs(rec.seqs(conn)) == []

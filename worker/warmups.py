@@ -1,0 +1,215 @@
+"""The successor's side of a make-before-break handoff (the holder's: ``worker.handoff``;
+the protocol: ``holdfast.core.handoff``).
+
+WARM is checked (room, the item still names the holder at that epoch, the stream allows two
+connections), then a ``Prefetch`` opens the upstream from the holder's position and READY goes
+back. TAKE from the holder we warmed up for, past that epoch: the stream starts on the warm
+socket at once, its lease made of the warm-up's read and TAKE (the holder sends TAKE only after
+its write landed). Any other TAKE: the item is read back first (it must name us at TAKE's
+epoch); one without a warm-up (dropped meanwhile) is claimed as our own stray.
+
+A TAKE late by ``TAKE_CHECK_MS`` after READY is looked for in the table, once per
+``TAKE_CHECK_MS``: the item names us past that epoch (the transfer landed; its TAKE was lost, or
+the holder died right after writing it): taken as if TAKE had come; nobody (the holder died
+before its transfer and was reaped): the warm-up is dropped and the stream claimed, an
+ordinary failover instead of one that waits for ``TAKE_TIMEOUT_MS`` (a nudge for a stream we
+warm up for is refused meanwhile); another owner, or no item: dropped. A warm-up never taken
+over is closed after ``TAKE_TIMEOUT_MS``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aws_lambda_powertools import Logger
+
+from holdfast.core.exceptions import HoldfastError, MalformedItem
+from holdfast.core.handoff import (
+    ABORT,
+    READY,
+    TAKE,
+    TAKE_CHECK_MS,
+    TAKE_TIMEOUT_MS,
+    WARM_TIMEOUT_MS,
+    HandoffStep,
+)
+from holdfast.core.model import Lease, LeaseItem, bool_attr, int_attr, weight_of
+from holdfast.core.schema import ATTR
+from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.prefetch import Prefetch, Prefetched
+
+if TYPE_CHECKING:
+    from holdfast.core.store import LeaseStore
+    from holdfast.worker.connection import Connection, ConnectionContext
+
+__all__ = ["WarmUps"]
+
+logger = Logger(service="holdfast-worker", child=True)
+
+
+@dataclass
+class _Warm:
+    prefetch: Prefetch
+    holder: str
+    epoch: int
+    deadline_ms: int
+    item: LeaseItem  # as the warm-up read it: what TAKE does not say
+    weight: float
+    check_ms: int = 0  # when to look in the table for a TAKE that has not come
+
+
+class WarmUps:
+    """The streams a handoff is bringing to this worker (see the module)."""
+
+    def __init__(self, *, store: LeaseStore, streams: dict[str, Connection],
+                 ctx: ConnectionContext, owner: Callable[[], str | None],
+                 room: Callable[[], int], start: Callable[[Lease, Prefetched], None],
+                 claim: Callable[[str], Awaitable[object]], mono: Callable[[], int],
+                 send: Callable[[str, HandoffStep], None],
+                 spawn: Callable[[Awaitable[None]], None]) -> None:
+        self.store, self.streams, self.ctx = store, streams, ctx
+        self.owner, self.room, self.start, self.claim = owner, room, start, claim
+        self.mono, self._send, self._spawn = mono, send, spawn
+        self.warming: dict[str, _Warm] = {}
+        self._taking: set[str] = set()  # TAKE received, the item being read back
+
+    async def warm_up(self, step: HandoffStep) -> None:
+        """WARM: check, connect, answer READY (or ABORT)."""
+        me = self.owner()
+        if (me is None or step.conn_id in self.streams or step.conn_id in self.warming
+                or self.room() <= 0):
+            self._send(step.peer, HandoffStep(ABORT, step.conn_id, step.epoch, None, me or ""))
+            return
+        prefetch: Prefetch | None = None
+        try:
+            raw = await on_io_threads(self.store.get_raw, step.conn_id)
+            item = LeaseItem.from_ddb(raw) if raw is not None else None
+            single = bool_attr(raw or {}, ATTR.single_connection)
+            if (item is None or not item.started or item.lease_owner != step.peer
+                    or item.epoch != step.epoch or single):
+                raise HoldfastError("the item does not name the holder at that epoch, or "
+                                    "allows one connection at a time")
+            prefetch = Prefetch.for_stream(step.conn_id, item.ws_url, step.seq, self.ctx)
+            deadline = self.mono() + TAKE_TIMEOUT_MS
+            self.warming[step.conn_id] = _Warm(prefetch, step.peer, step.epoch, deadline,
+                                               item, weight_of(raw or {}), check_ms=deadline)
+            await prefetch.open(WARM_TIMEOUT_MS / 1000)
+        except Exception as exc:  # whatever it was, it costs a fallback, never the worker
+            self.warming.pop(step.conn_id, None)
+            if prefetch is not None:
+                await prefetch.close()
+            logger.info("handoff: cannot warm up", conn_id=step.conn_id, holder=step.peer,
+                        error=f"{type(exc).__name__}: {exc}"[:300])
+            self._send(step.peer, HandoffStep(ABORT, step.conn_id, step.epoch, None, me))
+            return
+        if (warm := self.warming.get(step.conn_id)) is not None:  # not aborted meanwhile
+            logger.info("handoff: warmed up", conn_id=step.conn_id, holder=step.peer,
+                        from_seq=step.seq)
+            warm.check_ms = self.mono() + TAKE_CHECK_MS
+            self._send(step.peer, HandoffStep(READY, step.conn_id, step.epoch, None, me))
+
+    def incoming(self) -> set[str]:
+        """Streams on their way to us by a handoff (warming up, or being taken over): not
+        strays, whatever the owner index says, and not to be claimed meanwhile."""
+        return self.warming.keys() | self._taking
+
+    async def take(self, step: HandoffStep) -> None:
+        """TAKE: start the stream on its warm socket (see the module)."""
+        self._taking.add(step.conn_id)
+        try:
+            claim = await self._take_warm(step)
+        finally:
+            self._taking.discard(step.conn_id)
+        if claim:
+            await self.claim(step.conn_id)  # ours without a usable warm-up: taken back
+
+    async def _take_warm(self, step: HandoffStep) -> bool:
+        """Start the stream on its warm socket; True: claim it instead (it is ours, but not
+        at that epoch, or there is no warm socket)."""
+        warm = self.warming.pop(step.conn_id, None)
+        me = self.owner()
+        if (warm is not None and me is not None and warm.prefetch.ws is not None
+                and step.peer == warm.holder and step.epoch > warm.epoch
+                and step.at is not None):
+            # The holder we warmed up for wrote the transfer: no read in the gap.
+            known = warm.item
+            self.start(Lease(known.conn_id, me, step.epoch, step.at + self.store.lease_ms,
+                             known.ws_url, step.seq, known.error_count, unowned_ms=0,
+                             weight=warm.weight, moved_at_ms=step.at),
+                       await warm.prefetch.take())
+            return False
+        try:
+            raw = await on_io_threads(self.store.get_raw, step.conn_id)
+            item = LeaseItem.from_ddb(raw) if raw is not None else None
+        except (HoldfastError, MalformedItem) as exc:
+            logger.warning("handoff: cannot read the stream taken over; the strays pass "
+                           "takes it back", conn_id=step.conn_id, error=str(exc)[:300])
+            item = None
+        if item is None or me is None or item.lease_owner != me or item.epoch != step.epoch:
+            if warm is not None:
+                await warm.prefetch.close()
+            return item is not None and me is not None and item.lease_owner == me
+        if warm is None or warm.prefetch.ws is None:
+            return True
+        assert raw is not None and item.lease_expires_at_ms is not None
+        lease = Lease(item.conn_id, me, item.epoch, item.lease_expires_at_ms, item.ws_url,
+                      item.last_seq, item.error_count, unowned_ms=0, weight=weight_of(raw),
+                      moved_at_ms=int_attr(raw, ATTR.moved_at_ms))
+        self.start(lease, await warm.prefetch.take())
+        return False
+
+    async def _look_for_take(self, conn_id: str, warm: _Warm) -> None:
+        """TAKE is late: what the table says decides (see the module)."""
+        try:
+            raw = await on_io_threads(self.store.get_raw, conn_id)
+            item = LeaseItem.from_ddb(raw) if raw is not None else None
+        except (HoldfastError, MalformedItem) as exc:
+            logger.debug("handoff: cannot look for a late take", conn_id=conn_id,
+                         error=str(exc)[:300])
+            return  # looked for again in TAKE_CHECK_MS
+        me = self.owner()
+        if self.warming.get(conn_id) is not warm or me is None:
+            return  # taken, aborted or timed out meanwhile
+        if item is not None and item.started and item.lease_owner == warm.holder and (
+                item.epoch == warm.epoch):
+            return  # still the holder's: its TAKE may yet come
+        if item is not None and item.lease_owner == me and item.epoch > warm.epoch:
+            logger.info("handoff: taking over without its take message", conn_id=conn_id,
+                        holder=warm.holder, epoch=item.epoch)
+            await self.take(HandoffStep(TAKE, conn_id, item.epoch, item.last_seq,
+                                         warm.holder))
+            return
+        del self.warming[conn_id]
+        await warm.prefetch.close()
+        if item is not None and item.started and item.lease_owner is None:
+            logger.info("handoff: the holder let go without a take (it died and was reaped, "
+                        "or released it); claiming it", conn_id=conn_id, holder=warm.holder)
+            await self.claim(conn_id)
+
+    def abort(self, conn_id: str) -> None:
+        """ABORT from the holder: drop the warm-up."""
+        warm = self.warming.pop(conn_id, None)
+        if warm is not None:
+            self._spawn(warm.prefetch.close())
+
+    def tick(self, now: int) -> None:
+        """Close the warm-ups past their deadline; look for the TAKEs that are late."""
+        for conn_id in [c for c, w in self.warming.items() if w.deadline_ms <= now]:
+            self._spawn(self.warming.pop(conn_id).prefetch.close())
+        for conn_id, warm in self.warming.items():
+            if warm.check_ms <= now:
+                warm.check_ms = now + TAKE_CHECK_MS  # the next look, if still due
+                self._spawn(self._look_for_take(conn_id, warm))
+
+    async def close_all(self) -> None:
+        """Close every warm-up: the worker stops, or its session is lost (each warm-up was
+        for that session's owner; left open, a paused worker's socket outlived its SIGCONT by
+        seconds, waiting for a TAKE addressed to the old owner)."""
+        warming = list(self.warming.values())
+        self.warming.clear()
+        for warm in warming:
+            with contextlib.suppress(Exception):
+                await warm.prefetch.close()
