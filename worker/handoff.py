@@ -14,9 +14,10 @@ release).
 **Successor.** ``worker.warmups``: WARM opens the upstream from the holder's position and
 answers READY; TAKE starts the stream on the warm socket.
 
-Not possible (no order queues, a stream without a position yet, ``single_connection``):
-``offer`` says False and the caller drains and releases naming the successor (break-before-
-make, ``store.release``).
+A stream that allows one connection at a time (``single_connection``) is offered with RESERVE:
+the successor connects only on TAKE, and ``Holdings`` writes the transfer once the socket is
+closed. Not possible (no order queues, a stream without a position yet): ``offer`` says False
+and the caller drains and releases naming the successor (break-before-make, ``store.release``).
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ from holdfast.core.exceptions import HoldfastError, LeaseLost
 from holdfast.core.handoff import (
     ABORT,
     READY,
+    RESERVE,
     STOP_AFTER_FRAME_WAIT_MS,
     TAKE,
     WARM,
     WARM_TIMEOUT_MS,
     HandoffStep,
 )
-from holdfast.core.model import Lease
+from holdfast.core.model import Lease, one_connection_only
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.worker.balancing import HANDOFF, SHED
 from holdfast.worker.held import SHUTDOWN
@@ -73,7 +75,7 @@ class Handoffs:
     def __init__(self, *, outbox: Outbox, store: LeaseStore,
                  streams: dict[str, Connection], ctx: ConnectionContext,
                  owner: Callable[[], str | None], room: Callable[[], int],
-                 start: Callable[[Lease, Prefetched], None],
+                 start: Callable[[Lease, Prefetched | None], None],
                  claim: Callable[[str], Awaitable[object]],
                  mono: Callable[[], int], single_connection: bool,
                  withdraws: Callable[[str, str], bool] = lambda _conn, _to: False) -> None:
@@ -86,22 +88,23 @@ class Handoffs:
         self._tasks: set[asyncio.Task[None]] = set()
         self.warm_ups = WarmUps(store=store, streams=streams, ctx=ctx, owner=owner, room=room,
                                 start=start, claim=claim, mono=mono, send=self._send,
-                                spawn=self._spawn)
+                                spawn=self._spawn, single_connection=single_connection)
 
     # -- holder ---------------------------------------------------------------------------
     def offer(self, conn: Connection, successor: str, reason: str) -> bool:
         """Start handing ``conn`` to ``successor`` make-before-break; False if it cannot be."""
         me, lease = self.owner(), conn.held.lease
-        single = (lease.single_connection if lease.single_connection is not None
-                  else self.single_connection)
+        single = one_connection_only(lease.single_connection, self.single_connection)
         from_seq = conn.held.cursor.next_seq
-        if (me is None or single or from_seq is None or successor == me
+        if (me is None or from_seq is None or successor == me
                 or conn.conn_id in self.offers or not conn.held.live or conn.held.stopping):
             return False
         self.offers[conn.conn_id] = _Offer(successor, lease.epoch, reason,
                                            self.mono() + WARM_TIMEOUT_MS)
-        self._send(successor, HandoffStep(WARM, conn.conn_id, lease.epoch, from_seq, me))
-        conn.log("info", "handing over (warming up the successor)", successor=successor,
+        self._send(successor, HandoffStep(RESERVE if single else WARM, conn.conn_id,
+                                          lease.epoch, from_seq, me))
+        conn.log("info", "handing over (reserving a slot at the successor)" if single else
+                 "handing over (warming up the successor)", successor=successor,
                  from_seq=from_seq, why=reason)
         return True
 
@@ -189,7 +192,7 @@ class Handoffs:
             if step.conn_id in self.offers:
                 self._fall_through(step.conn_id, "the successor refused")
             self.warm_ups.abort(step.conn_id)
-        elif step.kind == WARM:
+        elif step.kind in (WARM, RESERVE):
             self._spawn(self.warm_ups.warm_up(step))
         elif step.kind == TAKE:
             self._spawn(self.warm_ups.take(step))

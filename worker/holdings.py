@@ -29,7 +29,7 @@ from holdfast.core.exceptions import (
     LossReason,
     StoreUnavailable,
 )
-from holdfast.core.model import Lease, LeaseItem
+from holdfast.core.model import Lease, LeaseItem, one_connection_only
 from holdfast.core.nudge import MAX_DELAY_S
 from holdfast.core.store import LeaseStore
 from holdfast.worker.backoff import Backoff
@@ -160,7 +160,8 @@ class Holdings:
         lease: Lease | None = None
         try:
             if source == SOURCE_INSERTED:
-                early = await prestart(conn_id, owner, self.store, self.ctx)
+                early = await prestart(conn_id, owner, self.store, self.ctx,
+                                       single_connection=self.config.single_connection)
             sent = self.mono()
             lease = await on_io_threads(self.store.acquire, conn_id, owner, first_checkpoint=(
                 None if early is None else early.first_checkpoint))
@@ -193,9 +194,10 @@ class Holdings:
         self._start(lease, sent, source, span=span, warm=warm)
         return Claim.CLAIMED
 
-    def start_warm(self, lease: Lease, warm: Prefetched) -> None:
-        """Hold a stream passed to us by a make-before-break handoff (``worker.handoff``):
-        the lease names us already; its connection starts on the warm socket."""
+    def start_warm(self, lease: Lease, warm: Prefetched | None) -> None:
+        """Hold a stream passed to us by a handoff (``worker.warmups``): the lease names us
+        already; its connection starts on the warm socket, or (one connection at a time,
+        ``warm`` None) connects from the transferred checkpoint."""
         self._start(lease, self.mono(), SOURCE_HANDOFF, warm=warm)
 
     def _start(self, lease: Lease, sent: int, source: str, *, span: Span | None = None,
@@ -216,7 +218,7 @@ class Holdings:
             held.drain("session lost")
         conn = Connection(held, self.ctx)
         conn.prefetched = warm
-        conn.on_drained = self._pass_on
+        conn.on_drained = functools.partial(self._pass_on, socket_open=True)
         if span is not None:
             conn.trace = tracing.StreamTrace(span, conn_id, self.config.worker_id)
         self.streams[conn_id] = conn
@@ -340,8 +342,13 @@ class Holdings:
             self.counts["shed"] += 1
             self.balancing.moved(conn.conn_id)
 
-    async def _pass_on(self, conn: Connection) -> None:
-        """A drained stream, its socket still open: a warm handoff passes the lease now."""
+    async def _pass_on(self, conn: Connection, *, socket_open: bool = False) -> None:
+        """A drained stream: a handoff passes the lease now; a warm one with the socket still
+        open (no reconnect in the gap), one connection at a time only once it is closed
+        (the successor connects on TAKE)."""
+        if socket_open and one_connection_only(conn.held.lease.single_connection,
+                                               self.config.single_connection):
+            return
         if (conn.held.stop_reason == HANDOFF and conn.handoff_to and conn.passed is None
                 and self.transfer is not None):
             # Shielded: once the write is sent, the successor must hear of it (TAKE) even if

@@ -30,7 +30,7 @@ from typing import Final
 from aws_lambda_powertools import Logger
 
 from holdfast.core import rules
-from holdfast.core.model import MAX_SEQ, Lease, LeaseItem, bool_attr
+from holdfast.core.model import MAX_SEQ, Lease, LeaseItem, bool_attr, one_connection_only
 from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
 from holdfast.worker.connection import ConnectionContext
@@ -70,10 +70,11 @@ class Prestart:
         await self.prefetch.close()
 
 
-async def prestart(conn_id: str, owner: str, store: LeaseStore,
-                   ctx: ConnectionContext) -> Prestart | None:
+async def prestart(conn_id: str, owner: str, store: LeaseStore, ctx: ConnectionContext, *,
+                   single_connection: bool) -> Prestart | None:
     """Read ``conn_id`` and, if it is a new stream we may claim, connect to it and wait a moment
-    for its first frame (see the module); None: claim as usual."""
+    for its first frame (see the module); None: claim as usual. ``single_connection``: the
+    fleet default (``HOLDFAST_SINGLE_CONNECTION``), for an item that does not say."""
     try:
         raw = await on_io_threads(store.get_raw, conn_id)
         item = LeaseItem.from_ddb(raw) if raw is not None else None
@@ -82,7 +83,7 @@ async def prestart(conn_id: str, owner: str, store: LeaseStore,
         return None
     if (item is None or raw is None or item.last_seq is not None
             or rules.claim_blocker(item, store.clock(), store.skew_ms, owner) is not None
-            or bool_attr(raw, ATTR.single_connection)):
+            or one_connection_only(bool_attr(raw, ATTR.single_connection), single_connection)):
         return None
     prefetch = Prefetch.for_stream(conn_id, item.ws_url, None, ctx)
     try:

@@ -30,13 +30,21 @@ from holdfast.core.exceptions import HoldfastError, MalformedItem
 from holdfast.core.handoff import (
     ABORT,
     READY,
+    RESERVE,
     TAKE,
     TAKE_CHECK_MS,
     TAKE_TIMEOUT_MS,
     WARM_TIMEOUT_MS,
     HandoffStep,
 )
-from holdfast.core.model import Lease, LeaseItem, bool_attr, int_attr, weight_of
+from holdfast.core.model import (
+    Lease,
+    LeaseItem,
+    bool_attr,
+    int_attr,
+    one_connection_only,
+    weight_of,
+)
 from holdfast.core.schema import ATTR
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.prefetch import Prefetch, Prefetched
@@ -52,7 +60,7 @@ logger = Logger(service="holdfast-worker", child=True)
 
 @dataclass
 class _Warm:
-    prefetch: Prefetch
+    prefetch: Prefetch | None  # None: reserved (one connection at a time), connected on TAKE
     holder: str
     epoch: int
     deadline_ms: int
@@ -60,24 +68,38 @@ class _Warm:
     weight: float
     check_ms: int = 0  # when to look in the table for a TAKE that has not come
 
+    @property
+    def usable(self) -> bool:
+        """A reservation, or a warm-up whose socket is still open."""
+        return self.prefetch is None or self.prefetch.ws is not None
+
+    async def taken(self) -> Prefetched | None:
+        """The warm socket and its frames (None for a reservation: the stream connects)."""
+        return None if self.prefetch is None else await self.prefetch.take()
+
+    async def close(self) -> None:
+        if self.prefetch is not None:
+            await self.prefetch.close()
+
 
 class WarmUps:
     """The streams a handoff is bringing to this worker (see the module)."""
 
     def __init__(self, *, store: LeaseStore, streams: dict[str, Connection],
                  ctx: ConnectionContext, owner: Callable[[], str | None],
-                 room: Callable[[], int], start: Callable[[Lease, Prefetched], None],
+                 room: Callable[[], int], start: Callable[[Lease, Prefetched | None], None],
                  claim: Callable[[str], Awaitable[object]], mono: Callable[[], int],
                  send: Callable[[str, HandoffStep], None],
-                 spawn: Callable[[Awaitable[None]], None]) -> None:
+                 spawn: Callable[[Awaitable[None]], None], single_connection: bool) -> None:
         self.store, self.streams, self.ctx = store, streams, ctx
+        self.single_connection = single_connection  # the fleet default
         self.owner, self.room, self.start, self.claim = owner, room, start, claim
         self.mono, self._send, self._spawn = mono, send, spawn
         self.warming: dict[str, _Warm] = {}
         self._taking: set[str] = set()  # TAKE received, the item being read back
 
     async def warm_up(self, step: HandoffStep) -> None:
-        """WARM: check, connect, answer READY (or ABORT)."""
+        """WARM: check, connect, answer READY (or ABORT); RESERVE: check, answer READY."""
         me = self.owner()
         if (me is None or step.conn_id in self.streams or step.conn_id in self.warming
                 or self.room() <= 0):
@@ -87,16 +109,19 @@ class WarmUps:
         try:
             raw = await on_io_threads(self.store.get_raw, step.conn_id)
             item = LeaseItem.from_ddb(raw) if raw is not None else None
-            single = bool_attr(raw or {}, ATTR.single_connection)
+            single = one_connection_only(bool_attr(raw or {}, ATTR.single_connection),
+                                         self.single_connection)
             if (item is None or not item.started or item.lease_owner != step.peer
-                    or item.epoch != step.epoch or single):
+                    or item.epoch != step.epoch or (single and step.kind != RESERVE)):
                 raise HoldfastError("the item does not name the holder at that epoch, or "
                                     "allows one connection at a time")
-            prefetch = Prefetch.for_stream(step.conn_id, item.ws_url, step.seq, self.ctx)
+            if step.kind != RESERVE:
+                prefetch = Prefetch.for_stream(step.conn_id, item.ws_url, step.seq, self.ctx)
             deadline = self.mono() + TAKE_TIMEOUT_MS
             self.warming[step.conn_id] = _Warm(prefetch, step.peer, step.epoch, deadline,
                                                item, weight_of(raw or {}), check_ms=deadline)
-            await prefetch.open(WARM_TIMEOUT_MS / 1000)
+            if prefetch is not None:
+                await prefetch.open(WARM_TIMEOUT_MS / 1000)
         except Exception as exc:  # whatever it was, it costs a fallback, never the worker
             self.warming.pop(step.conn_id, None)
             if prefetch is not None:
@@ -106,7 +131,8 @@ class WarmUps:
             self._send(step.peer, HandoffStep(ABORT, step.conn_id, step.epoch, None, me))
             return
         if (warm := self.warming.get(step.conn_id)) is not None:  # not aborted meanwhile
-            logger.info("handoff: warmed up", conn_id=step.conn_id, holder=step.peer,
+            logger.info("handoff: warmed up" if prefetch is not None else
+                        "handoff: slot reserved", conn_id=step.conn_id, holder=step.peer,
                         from_seq=step.seq)
             warm.check_ms = self.mono() + TAKE_CHECK_MS
             self._send(step.peer, HandoffStep(READY, step.conn_id, step.epoch, None, me))
@@ -131,7 +157,7 @@ class WarmUps:
         at that epoch, or there is no warm socket)."""
         warm = self.warming.pop(step.conn_id, None)
         me = self.owner()
-        if (warm is not None and me is not None and warm.prefetch.ws is not None
+        if (warm is not None and me is not None and warm.usable
                 and step.peer == warm.holder and step.epoch > warm.epoch
                 and step.at is not None):
             # The holder we warmed up for wrote the transfer: no read in the gap.
@@ -139,7 +165,7 @@ class WarmUps:
             self.start(Lease(known.conn_id, me, step.epoch, step.at + self.store.lease_ms,
                              known.ws_url, step.seq, known.error_count, unowned_ms=0,
                              weight=warm.weight, moved_at_ms=step.at),
-                       await warm.prefetch.take())
+                       await warm.taken())
             return False
         try:
             raw = await on_io_threads(self.store.get_raw, step.conn_id)
@@ -150,15 +176,15 @@ class WarmUps:
             item = None
         if item is None or me is None or item.lease_owner != me or item.epoch != step.epoch:
             if warm is not None:
-                await warm.prefetch.close()
+                await warm.close()
             return item is not None and me is not None and item.lease_owner == me
-        if warm is None or warm.prefetch.ws is None:
+        if warm is None or not warm.usable:
             return True
         assert raw is not None and item.lease_expires_at_ms is not None
         lease = Lease(item.conn_id, me, item.epoch, item.lease_expires_at_ms, item.ws_url,
                       item.last_seq, item.error_count, unowned_ms=0, weight=weight_of(raw),
                       moved_at_ms=int_attr(raw, ATTR.moved_at_ms))
-        self.start(lease, await warm.prefetch.take())
+        self.start(lease, await warm.taken())
         return False
 
     async def _look_for_take(self, conn_id: str, warm: _Warm) -> None:
@@ -183,7 +209,7 @@ class WarmUps:
                                          warm.holder))
             return
         del self.warming[conn_id]
-        await warm.prefetch.close()
+        await warm.close()
         if item is not None and item.started and item.lease_owner is None:
             logger.info("handoff: the holder let go without a take (it died and was reaped, "
                         "or released it); claiming it", conn_id=conn_id, holder=warm.holder)
@@ -193,12 +219,12 @@ class WarmUps:
         """ABORT from the holder: drop the warm-up."""
         warm = self.warming.pop(conn_id, None)
         if warm is not None:
-            self._spawn(warm.prefetch.close())
+            self._spawn(warm.close())
 
     def tick(self, now: int) -> None:
         """Close the warm-ups past their deadline; look for the TAKEs that are late."""
         for conn_id in [c for c, w in self.warming.items() if w.deadline_ms <= now]:
-            self._spawn(self.warming.pop(conn_id).prefetch.close())
+            self._spawn(self.warming.pop(conn_id).close())
         for conn_id, warm in self.warming.items():
             if warm.check_ms <= now:
                 warm.check_ms = now + TAKE_CHECK_MS  # the next look, if still due
@@ -212,4 +238,4 @@ class WarmUps:
         self.warming.clear()
         for warm in warming:
             with contextlib.suppress(Exception):
-                await warm.prefetch.close()
+                await warm.close()

@@ -10,19 +10,25 @@ successor's connection is open, in one conditional write (``store.LeaseStore.tra
             owner = successor, epoch E' > E, last_seq = K   (condition: owner and epoch E)
     holder --TAKE(epoch E', seq K, at T)-> successor   delivers K + 1... from its buffer
 
+A stream whose upstream allows one connection at a time (``single_connection`` on the item, or
+``HOLDFAST_SINGLE_CONNECTION``) is handed over break-before-make the same way, with RESERVE
+instead of WARM: the successor checks the item and keeps a slot but connects nothing before
+READY; the holder closes its socket before it writes the transfer, and the successor connects
+from K + 1 on TAKE. One write (the transfer), as for a warm handoff; a plain named release
+would cost two (the release and the successor's acquire) and a nudge in the gap.
+
 The handler never sees two deliverers (the holder stops before the write, and sends TAKE only
 once the write landed) and never a seq twice (the successor's delivery rules skip what is at or
 below K). The successor trusts a TAKE only from the holder it warmed up for, with an epoch past
 the one it warmed up at (a stale or repeated TAKE matches no warm-up); anything else, it reads
-the item back first. No read in the gap: the gap is the write and one message. The upstream
-sees two connections for a moment. Every step is bounded: no READY within ``WARM_TIMEOUT_MS``
-(or the stop budget), or a TAKE that never comes (``TAKE_TIMEOUT_MS``), or a buffer past
-``BUFFER_MAX_FRAMES``: the warm-up is dropped and the holder falls back to a plain release
-(break-before-make, to whoever has room). A holder that dies mid-handoff is an ordinary
-failover: a successor whose TAKE is late (``TAKE_CHECK_MS``) looks in the table and takes the
-stream if the transfer landed, or claims it once the holder is reaped. Streams whose upstream
-allows one connection at a time (``single_connection`` on the item, or
-``HOLDFAST_SINGLE_CONNECTION``) skip the warm-up.
+the item back first. No read in the gap: the gap is the write and one message (and, after
+RESERVE, the connect). In a warm handoff the upstream sees two connections for a moment.
+Every step is bounded: no READY within ``WARM_TIMEOUT_MS`` (or the stop budget), or a TAKE
+that never comes (``TAKE_TIMEOUT_MS``), or a buffer past ``BUFFER_MAX_FRAMES``: the warm-up is
+dropped and the holder falls back to a plain release (break-before-make, to whoever has room).
+A holder that dies mid-handoff is an ordinary failover: a successor whose TAKE is late
+(``TAKE_CHECK_MS``) looks in the table and takes the stream if the transfer landed, or claims
+it once the holder is reaped.
 
 Messages are JSON with the recipient's ``owner`` (one parser: ``directives.parse_inbox_body``).
 """
@@ -36,15 +42,19 @@ from typing import Any, Final
 from holdfast.core.liveness import session_owner
 from holdfast.core.model import validate_conn_id
 
-__all__ = ["ABORT", "BUFFER_MAX_FRAMES", "READY", "STEPS", "STOP_AFTER_FRAME_WAIT_MS", "TAKE",
-           "TAKE_CHECK_MS", "TAKE_TIMEOUT_MS", "WARM", "WARM_AT_ONCE_AT_STOP", "WARM_TIMEOUT_MS",
-           "HandoffStep", "parse_step"]
+__all__ = ["ABORT", "BUFFER_MAX_FRAMES", "READY", "RESERVE", "STEPS", "STOP_AFTER_FRAME_WAIT_MS",
+           "TAKE", "TAKE_CHECK_MS", "TAKE_TIMEOUT_MS", "WARM", "WARM_AT_ONCE_AT_STOP",
+           "WARM_TIMEOUT_MS", "HandoffStep", "parse_step"]
 
 WARM: Final = "warm"
+# WARM for a stream that allows one connection at a time: keep a slot, connect only on TAKE.
+# A step of its own, not a flag on WARM: a worker that does not know it ignores it (the holder
+# falls back after WARM_TIMEOUT_MS) instead of reading a WARM and opening a second connection.
+RESERVE: Final = "reserve"
 READY: Final = "ready"
 TAKE: Final = "take"
 ABORT: Final = "abort"
-STEPS: Final = (WARM, READY, TAKE, ABORT)
+STEPS: Final = (WARM, RESERVE, READY, TAKE, ABORT)
 # A successor that has not connected by then is not waited for (a connect takes tens of ms).
 WARM_TIMEOUT_MS: Final = 3_000
 # A warmed-up connection the holder never hands over is closed after this long.
@@ -73,8 +83,8 @@ _MAX_SEQ = 2**63 - 1
 @dataclass(frozen=True, slots=True)
 class HandoffStep:
     """One message of a handoff: ``kind`` (``STEPS``), the stream, the epoch it is about
-    (WARM, READY, ABORT: the holder's; TAKE: the successor's new one), ``seq`` (WARM: where
-    to start reading; TAKE: the last seq the holder delivered; None: none yet) and ``peer``,
+    (WARM, RESERVE, READY, ABORT: the holder's; TAKE: the successor's new one), ``seq`` (WARM:
+    where to start reading; TAKE: the last seq the holder delivered; None: none yet) and ``peer``,
     the sender's owner (the reply goes to its order queue). ``at`` (TAKE only): when the
     holder wrote the transfer (wall ms, the item's ``moved_at_ms``; its expiry is this plus
     the lease length), so the successor needs no read to hold the stream."""

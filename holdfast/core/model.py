@@ -27,6 +27,7 @@ __all__ = [
     "LeaseItem",
     "bool_attr",
     "int_attr",
+    "one_connection_only",
     "str_attr",
     "validate_conn_id",
     "validate_worker_id",
@@ -167,6 +168,12 @@ def int_attr(item: Mapping[str, Any], name: str) -> int | None:
         return int(n) if isinstance(n, str) else None
     except ValueError:
         return None
+
+
+def one_connection_only(attr: bool | None, fleet_default: bool) -> bool:
+    """Whether a stream's upstream allows one connection at a time: its ``single_connection``
+    attribute (``attr``, None if unset), else the fleet's ``HOLDFAST_SINGLE_CONNECTION``."""
+    return fleet_default if attr is None else attr
 
 
 def bool_attr(item: Mapping[str, Any], name: str) -> bool | None:

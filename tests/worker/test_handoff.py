@@ -188,12 +188,14 @@ async def test_a_warm_handoff_switches_deliverer_once_with_a_short_gap(
 
 async def test_one_connection_at_a_time_hands_over_break_before_make(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
-    """HOLDFAST_SINGLE_CONNECTION: no warm-up; the release names B, which claims it from
-    its order queue; still nothing lost or twice."""
+    """HOLDFAST_SINGLE_CONNECTION: B reserves a slot (RESERVE) without connecting; A closes its
+    socket, then passes the lease in one write and B connects on TAKE: the upstream never sees
+    two connections of a stream at once, no acquire by B, nothing lost or twice."""
     rec = TimedRecorder()
     counts, moved = await _shed_two(fleet, upstream, unique_id, rec,
                                     HOLDFAST_SINGLE_CONNECTION="1")
-    assert not counts.get("handed_over") and counts.get("shed") == 2
+    assert counts.get("handed_over") == 2 and not counts.get("released"), counts
+    assert upstream.server.connlog.overlaps() == []
     for x in moved:
         seqs = rec.seqs(x)
         assert missing_seqs(seqs) == [] and len(seqs) == len(set(seqs)), x
@@ -201,13 +203,31 @@ async def test_one_connection_at_a_time_hands_over_break_before_make(
 
 async def test_a_named_release_reaches_its_successor_without_the_router(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
-    """One connection at a time, no stream records routed at all: the holder's own nudge
-    on B's order queue gets both streams claimed by B (the hold ends in 3 s; the test
-    waits 10 s for B's five messages each)."""
-    rec = TimedRecorder()
-    counts, moved = await _shed_two(fleet, upstream, unique_id, rec, with_router=False,
-                                    HOLDFAST_SINGLE_CONNECTION="1")
-    assert counts.get("shed") == 2 and len(moved) == 2
+    """A stop whose budget leaves no time for a handoff (4 s: the drain deadline comes before
+    a warm-up could time out) releases naming B; with no stream records routed at all, the
+    holder's own nudge on B's order queue gets both streams claimed by B."""
+    rec, conns = Recorder(), [f"{unique_id}-n{i}" for i in range(2)]
+    async with running_worker(fleet, rec) as b:
+        await async_wait_until(lambda: b.worker.owner, 5, "B's session")
+        async with running_worker(fleet, rec, HOLDFAST_SHUTDOWN_SECONDS="4") as a:
+            await async_wait_until(lambda: a.worker.owner, 5, "A's session")
+            for c in conns:
+                fleet.create(c, upstream.url(c))
+                await a.worker.holdings.claim(c)
+            await async_wait_until(lambda: all(len(rec.seqs(c)) >= 3 for c in conns), 10,
+                                   "messages")
+            assert b.worker.owner
+            a.worker.balancing.update(Directive(
+                2, 2, 0, wall_clock_ms() + 30_000, 2, wall_clock_ms(),
+                successors=((b.worker.owner, 2),)))
+        counts = dict(a.worker.counts)
+        await async_wait_until(lambda: all(c in b.worker.streams for c in conns), 10,
+                               "B claims both")
+        await async_wait_until(lambda: all(len(rec.seqs(c)) >= 8 for c in conns), 10,
+                               "B's messages")
+    assert counts.get("released") == 2 and not counts.get("handed_over"), counts
+    for c in conns:
+        assert missing_seqs(rec.seqs(c)) == [], c
 
 
 async def test_a_successor_that_never_answers_costs_a_named_release_not_the_stream(

@@ -70,14 +70,19 @@ async def test_new_stream_is_connected_before_its_claim_and_anchored_by_it(
     assert int(stored[ATTR.last_seq]["N"]) >= first - 1
 
 
+@pytest.mark.parametrize("by", ["item", "fleet default"])
 async def test_stream_allowing_one_connection_is_claimed_before_it_connects(
-        fleet: Fleet, upstream: UpstreamThread, anchors: list[tuple[str, int]]) -> None:
-    """A single-connection stream is never connected early (two nudged workers would both
+        fleet: Fleet, upstream: UpstreamThread, anchors: list[tuple[str, int]],
+        by: str) -> None:
+    """A single-connection stream (its item says so, or the item is silent and
+    HOLDFAST_SINGLE_CONNECTION does) is never connected early (two nudged workers would both
     connect): claimed, then connected, then anchored as before."""
     rec = Recorder()
-    async with running_worker(fleet, rec) as run:
+    env = {"HOLDFAST_SINGLE_CONNECTION": "1"} if by == "fleet default" else {}
+    async with running_worker(fleet, rec, **env) as run:
         fleet.create("single", upstream.url("single"))
-        set_attr(fleet, "single", ATTR.single_connection, {"BOOL": True})
+        if by == "item":
+            set_attr(fleet, "single", ATTR.single_connection, {"BOOL": True})
         inserted(fleet, "single")
         await async_wait_until(lambda: rec.seqs("single"), 10, "a message handled")
         epoch = run.worker.streams["single"].held.lease.epoch
