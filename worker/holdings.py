@@ -204,6 +204,15 @@ class Holdings:
                warm: Prefetched | None = None) -> None:
         """Start holding ``lease`` (its backstop written at ``sent``, mono)."""
         conn_id, owner = lease.conn_id, lease.owner
+        if conn_id in self.streams:
+            # Never two deliverers of one stream in one worker: the one running stays (if
+            # its epoch is stale its next checkpoint ends it, and the strays pass takes the
+            # stream back). Every caller checks before; this is the last line.
+            logger.error("a second start of a held stream refused", conn_id=conn_id,
+                         epoch=lease.epoch, source=source)
+            if warm is not None:
+                warm.ws.transport.abort()
+            return
         self.metrics.incr("Claims")
         self.balancing.claimed(conn_id)
         self.counts["claimed"] += 1

@@ -4,6 +4,12 @@ waits for the warm-up's ``TAKE_TIMEOUT_MS``."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import time
+from typing import Any
+
+from holdfast.core.handoff import TAKE, HandoffStep
 from holdfast.core.model import Lease, LeaseItem
 from holdfast.core.store import LeaseStore
 from holdfast.worker.prefetch import Prefetch
@@ -26,6 +32,18 @@ async def _warm_for_holder(fleet: Fleet, upstream: UpstreamThread, run: Running,
     run.worker.handoffs.warm_ups.warming[conn] = _Warm(prefetch, holder, lease.epoch, 2**62,
                                               LeaseItem.from_ddb(fleet.item(conn)), 1.0)
     return store, lease
+
+
+def _first_read_slow(store: LeaseStore, delay_s: float = 0.3) -> None:
+    """``store``'s next item read answers ``delay_s`` late (the reads after it at once)."""
+    read, calls = store.get_raw, itertools.count()
+
+    def slow_first(conn_id: str) -> Any:
+        if next(calls) == 0:
+            time.sleep(delay_s)  # on the worker's I/O thread, not the loop
+        return read(conn_id)
+
+    store.get_raw = slow_first  # type: ignore[method-assign]
 
 
 async def test_a_landed_transfer_without_its_take_is_taken_on_the_warm_socket(
@@ -58,3 +76,48 @@ async def test_a_holder_gone_before_its_transfer_is_claimed_not_waited_for(
         await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 5, "messages")
         assert conn not in run.worker.handoffs.warm_ups.warming
     assert missing_seqs(rec.seqs(conn)) == []
+
+
+async def test_a_take_racing_the_tables_look_starts_the_stream_once(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The look found the transfer (no ``at``: it reads the item back) while the real TAKE
+    arrives: one take runs, the other is dropped; the stream starts once, at the transferred
+    epoch (no second claim re-epoching it), on the warm socket, nothing twice."""
+    rec, conn = Recorder(), f"{unique_id}-race"
+    async with running_worker(fleet, rec) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        assert run.worker.owner
+        store, lease = await _warm_for_holder(fleet, upstream, run, conn, f"h-{unique_id}")
+        run.worker.handoffs.warm_ups.warming[conn].check_ms = 2**62  # the test plays the look
+        passed = store.transfer(lease, None, run.worker.owner)
+        looked = HandoffStep(TAKE, conn, passed.epoch, passed.last_seq, lease.owner)
+        # The real TAKE finds no warm-up left (the look took it): it reads the item back.
+        real = HandoffStep(TAKE, conn, passed.epoch, passed.last_seq, lease.owner)
+        _first_read_slow(store)  # the look's read answers last, as on the loaded bench
+        await asyncio.gather(run.worker.handoffs.warm_ups.take(looked),
+                             run.worker.handoffs.warm_ups.take(real))
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 5, 5, "messages")
+        assert run.worker.streams[conn].held.lease.epoch == passed.epoch
+        assert LeaseItem.from_ddb(fleet.item(conn)).epoch == passed.epoch
+    seqs = rec.seqs(conn)
+    assert missing_seqs(seqs) == [] and len(seqs) == len(set(seqs))
+    assert len(upstream.server.connlog.records(conn)) == 1
+
+
+async def test_a_second_start_of_a_held_stream_is_refused(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The last line against two deliverers in one worker: starting a stream it holds
+    already leaves the running connection alone (one upstream connection, nothing twice)."""
+    rec, conn = Recorder(), f"{unique_id}-twice"
+    async with running_worker(fleet, rec) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        fleet.create(conn, upstream.url(conn))
+        await run.worker.holdings.claim(conn)
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 2, 5, "messages")
+        running = run.worker.streams[conn]
+        run.worker.holdings.start_warm(running.held.lease, None)
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 8, 5, "more messages")
+        assert run.worker.streams[conn] is running
+    seqs = rec.seqs(conn)
+    assert len(seqs) == len(set(seqs))
+    assert len(upstream.server.connlog.records(conn)) == 1
