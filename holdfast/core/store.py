@@ -316,15 +316,22 @@ class LeaseStore:
         passed = Lease(lease.conn_id, to_owner, epoch, now + self.lease_ms, lease.ws_url,
                        last_seq, lease.error_count, weight=lease.weight, moved_at_ms=now,
                        single_connection=lease.single_connection)
+        def landed(raw: dict[str, Any]) -> bool:
+            return str_attr(raw, ATTR.lease_owner) == to_owner and int_attr(
+                raw, ATTR.epoch) == epoch
+
         try:
             self._update("transfer", lease.conn_id, update, condition, values)
         except ConditionFailed as failed:
+            if failed.item and landed(failed.item):
+                # botocore's retry of a write that landed but whose answer timed out (measured:
+                # DynamoDB Local past the 3 s read timeout in a deploy): that is done.
+                return passed
             raise LeaseLost(lease.conn_id, self._loss_of(lease, failed.item) or
                             LossReason.REGRESSION, parse_or_none(failed.item)) from None
         except StoreUnavailable:
             raw = self.get_raw(lease.conn_id) or {}
-            if (str_attr(raw, ATTR.lease_owner) == to_owner
-                    and int_attr(raw, ATTR.epoch) == epoch):
+            if landed(raw):
                 return passed  # it landed; only the answer was lost
             if self._loss_of(lease, raw or None) is None:
                 raise  # still ours: not passed on

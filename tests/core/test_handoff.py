@@ -106,3 +106,18 @@ def test_a_stale_holder_cannot_transfer(store: LeaseStore, clock: Clock, unique_
     item = store.get(unique_id)
     assert item is not None and (item.lease_owner, item.epoch, item.last_seq) == (
         "other#1", other.epoch, 5)
+
+
+def test_a_transfer_replayed_after_it_landed_returns_the_passed_lease(
+        store: LeaseStore, clock: Clock, unique_id: str, ddb: Any) -> None:
+    """botocore retries a transfer whose answer timed out though it landed: the retry's failed
+    condition finds the item passed at that epoch, so it is done, not LOST (which would tell
+    the successor ABORT and leave the stream named to it but held by nobody)."""
+    put_raw(ddb, store.table, unique_id)
+    old = store.acquire(unique_id, "old#1")
+    first = store.transfer(old, 12, "new#1")  # landed; the holder never heard
+    again = store.transfer(old, 12, "new#1")  # the retry, same clock: the same write
+    assert (again.owner, again.epoch, again.last_seq) == ("new#1", first.epoch, 12)
+    with pytest.raises(LeaseLost):
+        store.transfer(old, 12, "other#1")  # not our write: still not ours
+
