@@ -155,7 +155,16 @@ class Holdings:
         owner = self.owner()
         if self.free_capacity() <= 0 or owner is None:
             return Claim.NO_CAPACITY  # handed on to another worker at once
+        # Claiming until it is started: the connect-first start awaits its socket after the
+        # acquire, and a second nudge seen then re-acquired the stream under a new epoch.
         self._claiming.add(conn_id)
+        try:
+            return await self._acquire_and_start(conn_id, owner, source, span)
+        finally:
+            self._claiming.discard(conn_id)
+
+    async def _acquire_and_start(self, conn_id: str, owner: str, source: str,
+                                 span: Span | None) -> Claim | Later:
         early: Prestart | None = None
         lease: Lease | None = None
         try:
@@ -185,7 +194,6 @@ class Holdings:
                          error=str(exc)[:300])
             return Claim.UNAVAILABLE
         finally:
-            self._claiming.discard(conn_id)
             if early is not None and lease is None:
                 await early.close()
         if lease.unowned_ms is not None:

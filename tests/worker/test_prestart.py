@@ -16,10 +16,13 @@ from typing import Any
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
+from holdfast.core.model import Lease, LeaseItem
 from holdfast.core.nudge import REASON_INSERTED
 from holdfast.core.schema import ATTR
 from holdfast.worker.checkpointer import Checkpointer
+from holdfast.worker.claimer import SOURCE_INSERTED, Claim
 from holdfast.worker.connection import Connection
+from holdfast.worker.prestart import Prestart
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
 from tests.worker.helpers import Recorder, running_worker
 
@@ -143,3 +146,31 @@ async def test_quiet_upstream_is_claimed_without_its_first_frame(
             speak.set()
             await async_wait_until(lambda: rec.seqs("quiet") == [7, 8, 9], 10, "3 handled")
     assert anchors == [("quiet", 6)] and opened == [1]
+
+
+async def test_a_second_nudge_while_the_claim_takes_its_socket_is_refused(
+        fleet: Fleet, upstream: UpstreamThread, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claim awaits its early socket after the acquire; another nudge for the stream seen
+    then is a conflict (it is still being claimed), not a second acquire under a new epoch."""
+    real = Prestart.taken_by
+    taking = asyncio.Event()
+
+    async def slow_taken_by(self: Prestart, lease: Lease) -> Any:
+        taking.set()
+        await asyncio.sleep(0.3)  # the window a second nudge fell into (measured under load)
+        return await real(self, lease)
+
+    monkeypatch.setattr(Prestart, "taken_by", slow_taken_by)
+    rec = Recorder()
+    async with running_worker(fleet, rec) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        fleet.create("twice", upstream.url("twice"))
+        first = asyncio.create_task(run.worker.holdings.claim("twice", SOURCE_INSERTED))
+        await asyncio.wait_for(taking.wait(), 10)
+        epoch = LeaseItem.from_ddb(fleet.item("twice")).epoch
+        assert await run.worker.holdings.claim("twice") is Claim.CONFLICT
+        assert await first is Claim.CLAIMED
+        await async_wait_until(lambda: len(rec.seqs("twice")) >= 3, 10, "messages")
+        assert LeaseItem.from_ddb(fleet.item("twice")).epoch == epoch
+        assert run.worker.streams["twice"].held.lease.epoch == epoch
+    assert len(upstream.server.connlog.records("twice")) == 1
