@@ -70,7 +70,8 @@ class _Offer:
 
 
 class Handoffs:
-    """Both sides of this worker's make-before-break handoffs (see the module)."""
+    """This worker's handoffs: the holder's side, the successor's (``warm_ups``), the
+    messages and their timeouts (see the module)."""
 
     def __init__(self, *, outbox: Outbox, store: LeaseStore,
                  streams: dict[str, Connection], ctx: ConnectionContext,

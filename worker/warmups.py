@@ -3,7 +3,9 @@ the protocol: ``holdfast.core.handoff``).
 
 WARM is checked (room, the item still names the holder at that epoch, the stream allows two
 connections), then a ``Prefetch`` opens the upstream from the holder's position and READY goes
-back. TAKE from the holder we warmed up for, past that epoch: the stream starts on the warm
+back. RESERVE (a stream that allows one connection at a time) is checked the same way and
+answered READY at once: a slot is kept, and the stream connects when it starts on TAKE.
+TAKE from the holder we warmed up for, past that epoch: the stream starts on the warm
 socket at once, its lease made of the warm-up's read and TAKE (the holder sends TAKE only after
 its write landed). Any other TAKE: the item is read back first (it must name us at TAKE's
 epoch); one without a warm-up (dropped meanwhile) is claimed as our own stray.
@@ -66,6 +68,7 @@ class _Warm:
     deadline_ms: int
     item: LeaseItem  # as the warm-up read it: what TAKE does not say
     weight: float
+    single_connection: bool | None  # the item's attribute (None: the fleet default decides)
     check_ms: int = 0  # when to look in the table for a TAKE that has not come
 
     @property
@@ -109,8 +112,8 @@ class WarmUps:
         try:
             raw = await on_io_threads(self.store.get_raw, step.conn_id)
             item = LeaseItem.from_ddb(raw) if raw is not None else None
-            single = one_connection_only(bool_attr(raw or {}, ATTR.single_connection),
-                                         self.single_connection)
+            attr = bool_attr(raw or {}, ATTR.single_connection)
+            single = one_connection_only(attr, self.single_connection)
             if (item is None or not item.started or item.lease_owner != step.peer
                     or item.epoch != step.epoch or (single and step.kind != RESERVE)):
                 raise HoldfastError("the item does not name the holder at that epoch, or "
@@ -119,7 +122,8 @@ class WarmUps:
                 prefetch = Prefetch.for_stream(step.conn_id, item.ws_url, step.seq, self.ctx)
             deadline = self.mono() + TAKE_TIMEOUT_MS
             self.warming[step.conn_id] = _Warm(prefetch, step.peer, step.epoch, deadline,
-                                               item, weight_of(raw or {}), check_ms=deadline)
+                                               item, weight_of(raw or {}), attr,
+                                               check_ms=deadline)
             if prefetch is not None:
                 await prefetch.open(WARM_TIMEOUT_MS / 1000)
         except Exception as exc:  # whatever it was, it costs a fallback, never the worker
@@ -169,7 +173,8 @@ class WarmUps:
             known = warm.item
             self.start(Lease(known.conn_id, me, step.epoch, step.at + self.store.lease_ms,
                              known.ws_url, step.seq, known.error_count, unowned_ms=0,
-                             weight=warm.weight, moved_at_ms=step.at),
+                             weight=warm.weight, moved_at_ms=step.at,
+                             single_connection=warm.single_connection),
                        await warm.taken())
             return False
         try:
@@ -188,7 +193,8 @@ class WarmUps:
         assert raw is not None and item.lease_expires_at_ms is not None
         lease = Lease(item.conn_id, me, item.epoch, item.lease_expires_at_ms, item.ws_url,
                       item.last_seq, item.error_count, unowned_ms=0, weight=weight_of(raw),
-                      moved_at_ms=int_attr(raw, ATTR.moved_at_ms))
+                      moved_at_ms=int_attr(raw, ATTR.moved_at_ms),
+                      single_connection=bool_attr(raw, ATTR.single_connection))
         self.start(lease, await warm.taken())
         return False
 

@@ -81,3 +81,10 @@ async def start_held(fleet: Fleet, upstream: UpstreamThread, run: Running,
         fleet.nudge(c)
     await async_wait_until(lambda: all(c in run.worker.streams for c in conns), 10,
                            f"{len(conns)} streams held")
+
+
+def set_attr(fleet: Fleet, conn_id: str, name: str, value: dict[str, Any]) -> None:
+    """Set one attribute of a stream's item, as an operator would."""
+    fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn_id}"}},
+                          UpdateExpression="SET #a = :v", ExpressionAttributeNames={"#a": name},
+                          ExpressionAttributeValues={":v": value})

@@ -11,26 +11,33 @@ from typing import Any
 
 from holdfast.core.handoff import TAKE, HandoffStep
 from holdfast.core.model import Lease, LeaseItem
+from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
 from holdfast.worker.prefetch import Prefetch
 from holdfast.worker.warmups import _Warm
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
-from tests.worker.helpers import Recorder, Running, running_worker
+from tests.worker.helpers import Recorder, Running, running_worker, set_attr
 
 
 async def _warm_for_holder(fleet: Fleet, upstream: UpstreamThread, run: Running,
-                           conn: str, holder_id: str) -> tuple[LeaseStore, Lease]:
+                           conn: str, holder_id: str, *,
+                           single: bool | None = None) -> tuple[LeaseStore, Lease]:
     """``conn`` held by a holder outside any worker (a session of its own); ``run``'s worker
-    warmed up for it from seq 1, READY sent long ago: its look for TAKE is due."""
+    warmed up for it from seq 1 (``single``: the item's single_connection, and a reservation
+    instead, no socket), READY sent long ago: its look for TAKE is due."""
     fleet.create(conn, upstream.url(conn))
+    if single is not None:
+        set_attr(fleet, conn, ATTR.single_connection, {"BOOL": single})
     holder = fleet.sessions().start(holder_id, 10).owner
     store = run.worker.store
     lease = store.acquire(conn, holder)
-    prefetch = Prefetch.for_stream(conn, lease.ws_url, 1, run.worker.holdings.ctx)
-    await prefetch.open()
+    prefetch = None
+    if not single:
+        prefetch = Prefetch.for_stream(conn, lease.ws_url, 1, run.worker.holdings.ctx)
+        await prefetch.open()
     # The deadline far away: without the look, nothing would end this warm-up in the test.
-    run.worker.handoffs.warm_ups.warming[conn] = _Warm(prefetch, holder, lease.epoch, 2**62,
-                                              LeaseItem.from_ddb(fleet.item(conn)), 1.0)
+    run.worker.handoffs.warm_ups.warming[conn] = _Warm(
+        prefetch, holder, lease.epoch, 2**62, LeaseItem.from_ddb(fleet.item(conn)), 1.0, single)
     return store, lease
 
 
@@ -121,3 +128,23 @@ async def test_a_second_start_of_a_held_stream_is_refused(
     seqs = rec.seqs(conn)
     assert len(seqs) == len(set(seqs))
     assert len(upstream.server.connlog.records(conn)) == 1
+
+
+async def test_a_reserved_stream_connects_once_the_lease_is_passed_and_keeps_its_rule(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A reservation (the item allows one connection at a time) taken over: the successor's
+    only connection opens after the transfer, resumes after its checkpoint, and the held lease
+    keeps the item's single_connection, so the successor's own next move is a reservation."""
+    rec, conn = Recorder(), f"{unique_id}-reserved"
+    async with running_worker(fleet, rec) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        assert run.worker.owner
+        store, lease = await _warm_for_holder(fleet, upstream, run, conn, f"h-{unique_id}",
+                                              single=True)
+        assert upstream.server.connlog.records(conn) == []
+        store.transfer(lease, 4, run.worker.owner)
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 5, "messages")
+        assert run.worker.streams[conn].held.lease.single_connection is True
+    assert len(upstream.server.connlog.records(conn)) == 1
+    assert rec.seqs(conn)[0] == 5
+

@@ -24,7 +24,7 @@ from holdfast.worker.claimer import SOURCE_INSERTED, Claim
 from holdfast.worker.connection import Connection
 from holdfast.worker.prestart import Prestart
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
-from tests.worker.helpers import Recorder, running_worker
+from tests.worker.helpers import Recorder, running_worker, set_attr
 
 
 @pytest.fixture
@@ -45,13 +45,6 @@ def inserted(fleet: Fleet, conn_id: str) -> None:
     """The router's nudge for a new item."""
     fleet.nudge(conn_id, json.dumps({"conn_id": conn_id, "reason": REASON_INSERTED,
                                      "epoch": None}))
-
-
-def set_attr(fleet: Fleet, conn_id: str, name: str, value: dict[str, Any]) -> None:
-    """Set one attribute of a stream's item, as an operator would."""
-    fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn_id}"}},
-                          UpdateExpression="SET #a = :v", ExpressionAttributeNames={"#a": name},
-                          ExpressionAttributeValues={":v": value})
 
 
 async def test_new_stream_is_connected_before_its_claim_and_anchored_by_it(
