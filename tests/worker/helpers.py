@@ -88,3 +88,15 @@ def set_attr(fleet: Fleet, conn_id: str, name: str, value: dict[str, Any]) -> No
     fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn_id}"}},
                           UpdateExpression="SET #a = :v", ExpressionAttributeNames={"#a": name},
                           ExpressionAttributeValues={":v": value})
+
+
+async def claim_directly(fleet: Fleet, upstream: UpstreamThread, run: Running,
+                         conns: list[str]) -> None:
+    """Create ``conns`` (on the demo upstream) and have ``run``'s worker claim each itself, no
+    nudge (another running worker would take some), once its session is up."""
+    await async_wait_until(lambda: run.worker.owner, 5, "a session")
+    for c in conns:
+        fleet.create(c, upstream.url(c))
+    for c in conns:
+        await run.worker.holdings.claim(c)
+

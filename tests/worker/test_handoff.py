@@ -24,7 +24,7 @@ from tests.worker.conftest import (
     async_wait_until,
     missing_seqs,
 )
-from tests.worker.helpers import Recorder, running_worker, start_held
+from tests.worker.helpers import Recorder, claim_directly, running_worker, start_held
 
 
 async def test_a_shed_stream_goes_to_the_named_successor_within_the_hold(
@@ -210,10 +210,7 @@ async def test_a_named_release_reaches_its_successor_without_the_router(
     async with running_worker(fleet, rec) as b:
         await async_wait_until(lambda: b.worker.owner, 5, "B's session")
         async with running_worker(fleet, rec, HOLDFAST_SHUTDOWN_SECONDS="4") as a:
-            await async_wait_until(lambda: a.worker.owner, 5, "A's session")
-            for c in conns:
-                fleet.create(c, upstream.url(c))
-                await a.worker.holdings.claim(c)
+            await claim_directly(fleet, upstream, a, conns)
             await async_wait_until(lambda: all(len(rec.seqs(c)) >= 3 for c in conns), 10,
                                    "messages")
             assert b.worker.owner
@@ -272,11 +269,7 @@ async def test_a_stop_hands_more_streams_warm_than_it_has_in_flight_at_once(
         async with running_worker(fleet, rec) as b:
             await async_wait_until(lambda: b.worker.owner, 5, "B's session")
             async with running_worker(fleet, rec, HOLDFAST_SHUTDOWN_SECONDS="20") as a:
-                await async_wait_until(lambda: a.worker.owner, 5, "A's session")
-                for x in conns:
-                    fleet.create(x, upstream.url(x))
-                for x in conns:
-                    await a.worker.holdings.claim(x)
+                await claim_directly(fleet, upstream, a, conns)
                 router = RouterSim(fleet)
                 await async_wait_until(lambda: all(len(rec.seqs(x)) >= 3 for x in conns), 15,
                                        "messages")
