@@ -195,6 +195,15 @@ def test_drained_worker_sheds_everything_and_claims_nothing() -> None:
     assert drain_kinds(drained(None)) == ["drain-not-empty"]
     assert drain_kinds(drained(T0 + 8500)) == ["drain-not-empty"]
     assert drain_kinds(drained(T0 + 1500, claim_at=T0 + 4000)) == ["drain-claimed"]
+    # A successor killed just before or during the drain may be named while its session
+    # looks live: each such worker allows one warm-up wait more (3 s), no more.
+    late = drained(T0 + 8500)
+    late.actions.append(Action(T0 - 2000, "sigkill", "C"))
+    assert drain_kinds(late) == []
+    late = drained(T0 + 8500)
+    late.actions.append(Action(T0 - 2000, "sigkill", "A"))  # the drained one: no allowance
+    late.actions.append(Action(T0 - 9000, "sigkill", "C"))  # long dead: not named any more
+    assert drain_kinds(late) == ["drain-not-empty"]
     ev = drained(None)  # cancelled before it could finish: nothing to judge
     ev.actions.append(Action(T0 + 1000, "undrain", "A", "A#1"))
     assert drain_kinds(ev) == []
