@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
@@ -44,8 +44,8 @@ from holdfast.core.model import (
     LeaseItem,
     bool_attr,
     int_attr,
+    lease_of,
     one_connection_only,
-    weight_of,
 )
 from holdfast.core.schema import ATTR
 from holdfast.worker.iothreads import on_io_threads
@@ -67,8 +67,7 @@ class _Warm:
     epoch: int
     deadline_ms: int
     item: LeaseItem  # as the warm-up read it: what TAKE does not say
-    weight: float
-    single_connection: bool | None  # the item's attribute (None: the fleet default decides)
+    raw: dict[str, Any]  # the same, as stored (weight, single_connection: ``lease_of``)
     check_ms: int = 0  # when to look in the table for a TAKE that has not come
 
     @property
@@ -112,8 +111,8 @@ class WarmUps:
         try:
             raw = await on_io_threads(self.store.get_raw, step.conn_id)
             item = LeaseItem.from_ddb(raw) if raw is not None else None
-            attr = bool_attr(raw or {}, ATTR.single_connection)
-            single = one_connection_only(attr, self.single_connection)
+            single = one_connection_only(bool_attr(raw or {}, ATTR.single_connection),
+                                         self.single_connection)
             if (item is None or not item.started or item.lease_owner != step.peer
                     or item.epoch != step.epoch or (single and step.kind != RESERVE)):
                 raise HoldfastError("the item does not name the holder at that epoch, or "
@@ -122,8 +121,7 @@ class WarmUps:
                 prefetch = Prefetch.for_stream(step.conn_id, item.ws_url, step.seq, self.ctx)
             deadline = self.mono() + TAKE_TIMEOUT_MS
             self.warming[step.conn_id] = _Warm(prefetch, step.peer, step.epoch, deadline,
-                                               item, weight_of(raw or {}), attr,
-                                               check_ms=deadline)
+                                               item, raw or {}, check_ms=deadline)
             if prefetch is not None:
                 await prefetch.open(WARM_TIMEOUT_MS / 1000)
         except Exception as exc:  # whatever it was, it costs a fallback, never the worker
@@ -169,13 +167,13 @@ class WarmUps:
         if (warm is not None and me is not None and warm.usable
                 and step.peer == warm.holder and step.epoch > warm.epoch
                 and step.at is not None):
-            # The holder we warmed up for wrote the transfer: no read in the gap.
-            known = warm.item
-            self.start(Lease(known.conn_id, me, step.epoch, step.at + self.store.lease_ms,
-                             known.ws_url, step.seq, known.error_count, unowned_ms=0,
-                             weight=warm.weight, moved_at_ms=step.at,
-                             single_connection=warm.single_connection),
-                       await warm.taken())
+            # The holder we warmed up for wrote the transfer: no read in the gap; the lease is
+            # the warm-up's read with what TAKE says.
+            lease = replace(
+                lease_of(warm.item, warm.raw, me, unowned_ms=0), epoch=step.epoch,
+                expires_at_ms=step.at + self.store.lease_ms, last_seq=step.seq,
+                moved_at_ms=step.at)
+            self.start(lease, await warm.taken())
             return False
         try:
             raw = await on_io_threads(self.store.get_raw, step.conn_id)
@@ -191,11 +189,7 @@ class WarmUps:
         if warm is None or not warm.usable:
             return True
         assert raw is not None and item.lease_expires_at_ms is not None
-        lease = Lease(item.conn_id, me, item.epoch, item.lease_expires_at_ms, item.ws_url,
-                      item.last_seq, item.error_count, unowned_ms=0, weight=weight_of(raw),
-                      moved_at_ms=int_attr(raw, ATTR.moved_at_ms),
-                      single_connection=bool_attr(raw, ATTR.single_connection))
-        self.start(lease, await warm.taken())
+        self.start(lease_of(item, raw, me, unowned_ms=0), await warm.taken())
         return False
 
     async def _look_for_take(self, conn_id: str, warm: _Warm) -> None:

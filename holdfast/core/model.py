@@ -27,6 +27,7 @@ __all__ = [
     "LeaseItem",
     "bool_attr",
     "int_attr",
+    "lease_of",
     "one_connection_only",
     "str_attr",
     "validate_conn_id",
@@ -168,6 +169,18 @@ def int_attr(item: Mapping[str, Any], name: str) -> int | None:
         return int(n) if isinstance(n, str) else None
     except ValueError:
         return None
+
+
+def lease_of(item: LeaseItem, raw: Mapping[str, Any], owner: str, *,
+             unowned_ms: int | None) -> Lease:
+    """The lease ``owner`` holds on ``item`` (an acquire's result, or a handoff's read-back);
+    ``raw`` is the same item as stored, for what the parsed item does not carry (weight, last
+    move, single_connection). An item without an expiry (the caller has checked it has one)
+    gets 0."""
+    return Lease(item.conn_id, owner, item.epoch, item.lease_expires_at_ms or 0, item.ws_url,
+                 item.last_seq, item.error_count, unowned_ms=unowned_ms, weight=weight_of(raw),
+                 moved_at_ms=int_attr(raw, ATTR.moved_at_ms),
+                 single_connection=bool_attr(raw, ATTR.single_connection))
 
 
 def one_connection_only(attr: bool | None, fleet_default: bool) -> bool:

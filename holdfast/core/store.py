@@ -33,7 +33,7 @@ from holdfast.core.expressions import (
     renewed,
     string,
 )
-from holdfast.core.model import Lease, LeaseItem, bool_attr, int_attr, str_attr, weight_of
+from holdfast.core.model import Lease, LeaseItem, int_attr, lease_of, str_attr
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, STARTED, LeaseStatus, pk_for
 
@@ -145,10 +145,7 @@ class LeaseStore:
             item = self._usable(conn_id, owner, new)  # ours now: parked if we cannot use it
             assert item.lease_expires_at_ms is not None
             unowned_ms = None if adopt else unowned.unowned_time_ms(old, now, self.skew_ms)
-            return Lease(conn_id, owner, item.epoch, item.lease_expires_at_ms, item.ws_url,
-                         item.last_seq, item.error_count, unowned_ms=unowned_ms,
-                         weight=weight_of(new), moved_at_ms=int_attr(new, ATTR.moved_at_ms),
-                         single_connection=bool_attr(new, ATTR.single_connection))
+            return lease_of(item, new, owner, unowned_ms=unowned_ms)
         raise AcquireFailed(conn_id, LossReason.HELD, None)
 
     def _acquire_write(self, conn_id: str, owner: str, now: int, epoch: int,

@@ -37,7 +37,8 @@ async def _warm_for_holder(fleet: Fleet, upstream: UpstreamThread, run: Running,
         await prefetch.open()
     # The deadline far away: without the look, nothing would end this warm-up in the test.
     run.worker.handoffs.warm_ups.warming[conn] = _Warm(
-        prefetch, holder, lease.epoch, 2**62, LeaseItem.from_ddb(fleet.item(conn)), 1.0, single)
+        prefetch, holder, lease.epoch, 2**62, LeaseItem.from_ddb(fleet.item(conn)),
+        fleet.item(conn))
     return store, lease
 
 
