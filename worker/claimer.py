@@ -29,7 +29,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from aws_lambda_powertools import Logger
 
@@ -82,7 +82,12 @@ class Later:
     seconds: int
 
 
-ClaimFn = Callable[[str, str], Awaitable["Claim | Later"]]  # (conn_id, source) -> outcome
+
+class ClaimFn(Protocol):
+    """``Holdings.claim``: (conn_id, source, the inserted nudge's URL) -> outcome."""
+
+    def __call__(self, conn_id: str, source: str = ..., *,
+                 ws_url: str | None = ...) -> Awaitable[Claim | Later]: ...
 
 
 def in_daemon_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
@@ -250,7 +255,8 @@ class Claimer:
             message) < MAX_HOPS else SOURCE_INSERTED if nudge.reason == REASON_INSERTED else (
             "nudge")
         with tracing.attached(traceparent_of(message)):
-            return await self.claim(nudge.conn_id, source)
+            return await self.claim(nudge.conn_id, source, ws_url=(
+                nudge.ws_url if source == SOURCE_INSERTED else None))
 
     def _settle(self, delete: list[dict[str, Any]],
                 again: list[tuple[dict[str, Any], int]],

@@ -130,19 +130,22 @@ class Holdings:
                 logger.info("claims resumed: event loop caught up", loop_lag_ms=lag)
         return lagging
 
-    async def claim(self, conn_id: str, source: str = "nudge") -> Claim | Later:
-        """Try to acquire ``conn_id`` and start holding it (in a ``claim`` span if tracing)."""
+    async def claim(self, conn_id: str, source: str = "nudge", *,
+                    ws_url: str | None = None) -> Claim | Later:
+        """Try to acquire ``conn_id`` and start holding it (in a ``claim`` span if tracing).
+        ``ws_url``: an inserted nudge's URL (``worker.prestart`` connects without a read)."""
         span = tracing.start_span(names.SPAN_CLAIM, conn_id, worker_id=self.config.worker_id)
         if span is None:
-            return await self._claim(conn_id, source, None)
+            return await self._claim(conn_id, source, None, ws_url)
         try:
-            outcome = await self._claim(conn_id, source, span)
+            outcome = await self._claim(conn_id, source, span, ws_url)
             span.set_attribute("holdfast.outcome", str(getattr(outcome, "value", outcome)))
             return outcome
         finally:
             span.end()
 
-    async def _claim(self, conn_id: str, source: str, span: Span | None) -> Claim | Later:
+    async def _claim(self, conn_id: str, source: str, span: Span | None,
+                     ws_url: str | None) -> Claim | Later:
         if conn_id in self.streams or conn_id in self._claiming or conn_id in self.incoming():
             return Claim.CONFLICT  # already ours (a duplicate nudge), or coming by a handoff
         if source == SOURCE_MOVED and (self.balancing.refuses(conn_id)
@@ -159,17 +162,17 @@ class Holdings:
         # acquire, and a second nudge seen then re-acquired the stream under a new epoch.
         self._claiming.add(conn_id)
         try:
-            return await self._acquire_and_start(conn_id, owner, source, span)
+            return await self._acquire_and_start(conn_id, owner, source, span, ws_url)
         finally:
             self._claiming.discard(conn_id)
 
     async def _acquire_and_start(self, conn_id: str, owner: str, source: str,
-                                 span: Span | None) -> Claim | Later:
+                                 span: Span | None, ws_url: str | None) -> Claim | Later:
         early: Prestart | None = None
         lease: Lease | None = None
         try:
             if source == SOURCE_INSERTED:
-                early = await prestart(conn_id, owner, self.store, self.ctx,
+                early = await prestart(conn_id, owner, self.store, self.ctx, ws_url=ws_url,
                                        single_connection=self.config.single_connection)
             sent = self.mono()
             lease = await on_io_threads(self.store.acquire, conn_id, owner, first_checkpoint=(

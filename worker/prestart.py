@@ -7,7 +7,10 @@ write on every start's path: on a loaded machine half of "claimed -> first messa
 p50 of a 30-stream burst, writes queued on DynamoDB Local; measured with the start-burst bench).
 
 For a nudge that says the stream was just inserted (``REASON_INSERTED``), the claim first reads
-the item (one strongly consistent read), opens the upstream as a handoff's warm-up does
+the item (one strongly consistent read; skipped when the nudge carries the URL, which the
+router adds only for an item it saw claimable, unchecked and silent about
+``single_connection``: the read was 66-102 ms p50 of a 30-stream burst's start), opens the
+upstream as a handoff's warm-up does
 (``worker.prefetch``: frames are buffered, nothing reaches the handler), waits briefly for the
 first frame, and acquires with that frame's seq - 1 as the first checkpoint
 (``LeaseStore.acquire(first_checkpoint=...)``, written only if the item has none). The stream
@@ -71,21 +74,18 @@ class Prestart:
 
 
 async def prestart(conn_id: str, owner: str, store: LeaseStore, ctx: ConnectionContext, *,
-                   single_connection: bool) -> Prestart | None:
+                   single_connection: bool, ws_url: str | None = None) -> Prestart | None:
     """Read ``conn_id`` and, if it is a new stream we may claim, connect to it and wait a moment
     for its first frame (see the module); None: claim as usual. ``single_connection``: the
-    fleet default (``HOLDFAST_SINGLE_CONNECTION``), for an item that does not say."""
-    try:
-        raw = await on_io_threads(store.get_raw, conn_id)
-        item = LeaseItem.from_ddb(raw) if raw is not None else None
-    except Exception as exc:  # unreadable, throttled, malformed: the acquire will say
-        logger.debug("connect first: cannot read the item", conn_id=conn_id, error=str(exc)[:200])
+    fleet default (``HOLDFAST_SINGLE_CONNECTION``), for an item that does not say.
+    ``ws_url``: the URL the router saw in the new item, for an item it saw fit (no read)."""
+    if ws_url is None:
+        ws_url = await _read_fit(conn_id, owner, store, single_connection)
+    elif one_connection_only(None, single_connection):
+        ws_url = None  # the item is silent and the fleet default says one connection at a time
+    if ws_url is None:
         return None
-    if (item is None or raw is None or item.last_seq is not None
-            or rules.claim_blocker(item, store.clock(), store.skew_ms, owner) is not None
-            or one_connection_only(bool_attr(raw, ATTR.single_connection), single_connection)):
-        return None
-    prefetch = Prefetch.for_stream(conn_id, item.ws_url, None, ctx)
+    prefetch = Prefetch.for_stream(conn_id, ws_url, None, ctx)
     try:
         await prefetch.open(CONNECT_FIRST_TIMEOUT_MS / 1000)
         frame = await prefetch.first_frame(FIRST_FRAME_WAIT_MS / 1000)
@@ -100,4 +100,20 @@ async def prestart(conn_id: str, owner: str, store: LeaseStore, ctx: ConnectionC
     except BaseException:  # cancelled (the worker stops): no socket left behind
         await prefetch.close()
         raise
-    return Prestart(prefetch, item.ws_url, first_checkpoint(seq))
+    return Prestart(prefetch, ws_url, first_checkpoint(seq))
+
+
+async def _read_fit(conn_id: str, owner: str, store: LeaseStore,
+                    single_connection: bool) -> str | None:
+    """The item's URL if it may be connected before its claim (see the module), else None."""
+    try:
+        raw = await on_io_threads(store.get_raw, conn_id)
+        item = LeaseItem.from_ddb(raw) if raw is not None else None
+    except Exception as exc:  # unreadable, throttled, malformed: the acquire will say
+        logger.debug("connect first: cannot read the item", conn_id=conn_id, error=str(exc)[:200])
+        return None
+    if (item is None or raw is None or item.last_seq is not None
+            or rules.claim_blocker(item, store.clock(), store.skew_ms, owner) is not None
+            or one_connection_only(bool_attr(raw, ATTR.single_connection), single_connection)):
+        return None
+    return item.ws_url

@@ -11,6 +11,11 @@ on, so a nudge cannot bounce between the only pollers for ever. ``REASON_MOVED``
 reason for the release of a rebalancing move (``moved_at_ms`` changed with it);
 ``REASON_HANDOFF`` for a release that named its successor (``successor``), which the router
 also sends to that worker's order queue (``holdfast.core.directives.handoff_body``).
+``REASON_INSERTED`` (the router's nudge for a new item) may carry ``WS_URL``, the item's URL
+as the change record had it, when the item could be connected before its claim (no checkpoint,
+no owner, no back-off, no ``single_connection`` attribute): the worker then connects without
+reading the item first (``worker.prestart``); the acquire still decides, and the socket is used
+only if the acquired lease has that URL.
 A back-off nudge is sent with ``DelaySeconds`` (not part of the body) so it arrives when the
 lease becomes claimable.
 
@@ -44,16 +49,19 @@ from holdfast.core.model import validate_conn_id
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["HOPS", "MAX_DELAY_S", "REASON_HANDOFF", "REASON_INSERTED", "REASON_MOVED",
-           "REASON_REAPED", "SEND_CONCURRENCY", "SQS_BATCH_LIMIT", "TO", "TRACE_ATTRIBUTE",
-           "Nudge", "Outgoing", "SendReport", "delay_until", "parse_nudge", "send_nudges",
-           "trace_attributes", "traceparent_of"]
+__all__ = ["HOPS", "MAX_DELAY_S", "MAX_URL_CHARS", "REASON_HANDOFF", "REASON_INSERTED",
+           "REASON_MOVED", "REASON_REAPED", "SEND_CONCURRENCY", "SQS_BATCH_LIMIT", "TO",
+           "TRACE_ATTRIBUTE", "WS_URL", "Nudge", "Outgoing", "SendReport", "delay_until",
+           "parse_nudge", "send_nudges", "trace_attributes", "traceparent_of"]
 
 MAX_DELAY_S = 900  # SQS's maximum DelaySeconds
 SQS_BATCH_LIMIT = 10  # SQS's maximum entries per SendMessageBatch
 # SendMessageBatch calls in flight at once (botocore's default pool holds 10 connections).
 SEND_CONCURRENCY = 8
 HOPS = "hops"  # body key: hand-ons so far (worker.claimer)
+WS_URL = "ws_url"  # body key of an inserted nudge: the new item's URL (worker.prestart)
+# Longer URLs are not carried (the worker reads the item instead): a nudge stays a small message.
+MAX_URL_CHARS = 2_048
 TO = "owner"  # body key of a handoff nudge on an order queue: the successor it is for
 # A new item's nudge (the router): the worker may connect before its claim (worker.prestart).
 REASON_INSERTED = "inserted"
@@ -81,6 +89,9 @@ class Nudge:
     # The successor a handoff nudge on an order queue is for (None on the shared queue): an
     # order queue's reader takes only what names it (``directives.parse_inbox_body``).
     to: str | None = None
+    # The new item's URL (``REASON_INSERTED`` only, see the module): the worker may connect
+    # without reading the item. A hint: the acquire decides.
+    ws_url: str | None = None
 
     def __post_init__(self) -> None:
         if not self.conn_id:
@@ -96,6 +107,8 @@ class Nudge:
             obj[HOPS] = self.hops
         if self.to is not None:
             obj[TO] = self.to
+        if self.ws_url is not None:
+            obj[WS_URL] = self.ws_url
         return json.dumps(obj, separators=(",", ":"))
 
     def handed_on(self) -> Nudge:
@@ -133,10 +146,13 @@ def parse_nudge(body: str) -> Nudge:
     epoch = obj.get("epoch")
     hops = obj.get(HOPS)
     to = obj.get(TO)
+    url = obj.get(WS_URL)
     return Nudge(validate_conn_id(conn_id), reason if isinstance(reason, str) else "",
                  epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
                  hops=hops if isinstance(hops, int) and not isinstance(hops, bool) and (
-                     hops >= 0) else 0, to=to if isinstance(to, str) else None)
+                     hops >= 0) else 0, to=to if isinstance(to, str) else None,
+                 ws_url=url if isinstance(url, str) and 0 < len(url) <= MAX_URL_CHARS
+                 else None)
 
 
 def delay_until(target_ms: int, now_ms: int) -> int:

@@ -2,7 +2,9 @@
 
 A STARTED item needs a nudge when a change leaves it with no live owner:
 
-    INSERT of a STARTED item without owner                       -> nudge "inserted"
+    INSERT of a STARTED item without owner                       -> nudge "inserted" (with its
+                                                                    URL if it may be connected
+                                                                    before its claim)
     MODIFY STOPPED -> STARTED, no owner                          -> nudge "started"
     MODIFY owner -> no owner, expiry 0 (a release)               -> nudge "released"
     MODIFY owner -> no owner, successor named (a handoff)        -> nudge "handoff" to the
@@ -56,9 +58,10 @@ from typing import Any
 from holdfast.core import rules
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.expressions import parse_or_none
-from holdfast.core.model import LeaseItem, int_attr
+from holdfast.core.model import LeaseItem, bool_attr, int_attr
 from holdfast.core.nudge import (
     MAX_DELAY_S,
+    MAX_URL_CHARS,
     REASON_HANDOFF,
     REASON_INSERTED,
     REASON_MOVED,
@@ -117,6 +120,7 @@ class Decision:
     detail: str = ""
     owner: str | None = None  # with ORDER: the lease_owner concerned
     successor: str | None = None  # with NUDGE "handoff": the owner the release named
+    ws_url: str | None = None  # with NUDGE "inserted": the URL to connect before the claim
 
     @property
     def acts(self) -> bool:
@@ -132,7 +136,8 @@ class Decision:
     def nudge(self) -> Nudge | None:
         if self.outcome is not Outcome.NUDGE or self.conn_id is None:
             return None
-        return Nudge(self.conn_id, self.reason.value, self.epoch, self.delay_s)
+        return Nudge(self.conn_id, self.reason.value, self.epoch, self.delay_s,
+                     ws_url=self.ws_url)
 
 
 def decide(event_name: str | None, old_image: Image | None, new_image: Image | None,
@@ -165,7 +170,8 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
         return _owned(event_name, old_image, new, now_ms, skew_ms)
     normalise = new.lease_expires_at_ms is None
     if event_name == "INSERT":
-        return _nudge(new, Reason.INSERTED, now_ms, skew_ms, normalise)
+        return _inserted(_nudge(new, Reason.INSERTED, now_ms, skew_ms, normalise), new,
+                         new_image)
     old = parse_or_none(old_image)
     if old is None:
         return _nudge(new, Reason.CHANGED, now_ms, skew_ms, normalise)
@@ -232,6 +238,17 @@ def _nudge(new: LeaseItem, reason: Reason, now_ms: int, skew_ms: int,
                             detail=f"claimable in {wait_ms // 1000} s; the sweeper nudges it")
         delay_s = delay_until(claimable_at, now_ms)
     return Decision(Outcome.NUDGE, reason, new.conn_id, new.epoch, delay_s, normalise)
+
+
+def _inserted(decision: Decision, new: LeaseItem, new_image: Image) -> Decision:
+    """A new item's nudge carries its URL when the worker may connect before reading it
+    (``worker.prestart``'s conditions the record can show: claimable now, no checkpoint, no
+    ``single_connection`` attribute; the worker applies its fleet default and its URL rules)."""
+    if (decision.outcome is not Outcome.NUDGE or decision.delay_s or new.last_seq is not None
+            or bool_attr(new_image, ATTR.single_connection) is not None
+            or len(new.ws_url) > MAX_URL_CHARS):
+        return decision
+    return dataclasses.replace(decision, ws_url=new.ws_url)
 
 
 def _conn_id_or_none(image: Image | None) -> str | None:

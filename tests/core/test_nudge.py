@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from holdfast.core.nudge import MAX_DELAY_S, Nudge, delay_until, parse_nudge
+from holdfast.core.nudge import MAX_DELAY_S, MAX_URL_CHARS, Nudge, delay_until, parse_nudge
 
 
 def test_body_is_the_documented_json() -> None:
@@ -62,3 +62,15 @@ def test_delay_is_bounded() -> None:
 def test_delay_until_rounds_up_and_clamps(target: int, now: int, expected: int) -> None:
     """Delays round up (never early) and clamp to SQS's limits."""
     assert delay_until(target, now) == expected
+
+
+def test_an_inserted_nudges_url_round_trips_and_a_bad_one_is_dropped() -> None:
+    """``ws_url`` is written only when set and read back; a non-string, empty or over-long one
+    is read as absent (the worker then reads the item)."""
+    nudge = Nudge("c", "inserted", None, ws_url="wss://h.test/a")
+    assert json.loads(nudge.body())["ws_url"] == "wss://h.test/a"
+    assert parse_nudge(nudge.body()).ws_url == "wss://h.test/a"
+    assert "ws_url" not in json.loads(Nudge("c", "inserted").body())
+    for bad in (5, "", "wss://h.test/" + "x" * MAX_URL_CHARS, None, ["wss://h.test/a"]):
+        body = json.dumps({"conn_id": "c", "reason": "inserted", "ws_url": bad})
+        assert parse_nudge(body).ws_url is None, bad

@@ -49,7 +49,7 @@ async def test_outcomes_decide_each_message(queue: Any) -> None:
     outcomes = {"a": Claim.CLAIMED, "b": Claim.CONFLICT, "c": Claim.NO_CAPACITY,
                 "d": Claim.UNAVAILABLE}
 
-    async def claim(conn_id: str, source: str) -> Claim:
+    async def claim(conn_id: str, source: str, *, ws_url: str | None = None) -> Claim:
         return outcomes[conn_id]
 
     claimer = Claimer(sqs, url, claim, lambda: 10, WorkerMetrics(), poll_s=1, retry_delay_s=2)
@@ -68,7 +68,7 @@ async def test_asks_only_for_free_capacity(queue: Any) -> None:
     seen: list[str] = []
     free = [3]
 
-    async def claim(conn_id: str, source: str) -> Claim:
+    async def claim(conn_id: str, source: str, *, ws_url: str | None = None) -> Claim:
         seen.append(conn_id)
         free[0] -= 1
         return Claim.CLAIMED
@@ -91,7 +91,7 @@ async def test_later_outcome_returns_the_nudge_after_its_delay(queue: Any) -> No
     """A Later(n) outcome hides the nudge for n seconds instead of deleting it."""
     sqs, url = queue
 
-    async def claim(conn_id: str, source: str) -> Later:
+    async def claim(conn_id: str, source: str, *, ws_url: str | None = None) -> Later:
         return Later(2)
 
     claimer = Claimer(sqs, url, claim, lambda: 10, WorkerMetrics(), poll_s=1)
@@ -123,7 +123,7 @@ async def test_a_refused_nudge_is_handed_on_with_its_hops_then_waits(queue: Any)
     second instead."""
     sqs, url = queue
 
-    async def claim(conn_id: str, source: str) -> Claim:
+    async def claim(conn_id: str, source: str, *, ws_url: str | None = None) -> Claim:
         return Claim.REFUSED
 
     metrics = WorkerMetrics()
@@ -154,7 +154,7 @@ async def test_the_next_batch_is_polled_while_one_is_being_claimed(queue: Any) -
     release = asyncio.Event()
     started: list[str] = []
 
-    async def claim(conn_id: str, source: str) -> Claim:
+    async def claim(conn_id: str, source: str, *, ws_url: str | None = None) -> Claim:
         started.append(conn_id)
         await release.wait()
         return Claim.CLAIMED

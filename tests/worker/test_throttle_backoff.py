@@ -41,7 +41,7 @@ async def test_unavailable_claims_come_back_jittered_and_later_each_time() -> No
     """Nudges refused as unavailable return after jittered delays growing with receives."""
     sqs = FakeSqs()
 
-    async def claim(conn_id: str, source: str) -> Claim:
+    async def claim(conn_id: str, source: str, *, ws_url: str | None = None) -> Claim:
         return Claim.UNAVAILABLE
 
     claimer = Claimer(sqs, "q", claim, lambda: 10, WorkerMetrics(),  # type: ignore[arg-type]

@@ -254,3 +254,23 @@ def test_plain_owner_has_no_live_session() -> None:
     """An owner without '#' names no session; owner_liveness never calls it live (the owner
     audit frees its stream once it has been unknown for TTL + skew)."""
     assert owner_liveness("w1", _session(), NOW, SKEW)[0] is Liveness.UNKNOWN
+
+
+def test_an_inserted_nudge_carries_the_url_of_a_stream_that_may_connect_first() -> None:
+    """A new item that is claimable now, unchecked and silent about single_connection is nudged
+    with its URL (the worker connects without reading it); any other insert is not."""
+    url = "wss://feeds.example.test/new"
+    fit = decide("INSERT", None, image(C, expires=0, ws_url=url), NOW, skew_ms=SKEW)
+    nudge = fit.nudge()
+    assert nudge is not None and (nudge.reason, nudge.ws_url) == ("inserted", url)
+    unfit = {
+        "checkpointed": image(C, expires=0, last_seq=5),
+        "single connection": image(C, expires=0, single_connection={"BOOL": False}),
+        "backing off": image(C, expires=NOW + 30_000),
+        "url too long": image(C, expires=0, ws_url="wss://h.test/" + "x" * 2_100)}
+    for case, new in unfit.items():
+        nudge = decide("INSERT", None, new, NOW, skew_ms=SKEW).nudge()
+        assert nudge is not None and nudge.ws_url is None, case
+    changed = decide("MODIFY", image(C, state="STOPPED"), image(C, expires=0, ws_url=url), NOW,
+                     skew_ms=SKEW).nudge()
+    assert changed is not None and changed.ws_url is None

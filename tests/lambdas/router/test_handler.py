@@ -39,11 +39,14 @@ def held(conn_id: str) -> dict[str, Any]:
 
 
 def test_insert_is_nudged(deps: RouterDeps, sqs: Any, queue_url: str, unique_id: str) -> None:
-    """An INSERT of a STARTED item puts one nudge on the queue and reports no failure."""
-    resp = route(event(record("INSERT", None, image(unique_id, expires=0))), None, deps)
+    """An INSERT of a STARTED item puts one nudge on the queue, with the item's URL (the worker
+    connects before claiming without reading it), and reports no failure."""
+    item = image(unique_id, expires=0)
+    resp = route(event(record("INSERT", None, item)), None, deps)
     assert resp == {"batchItemFailures": []}
     assert receive_nudges(sqs, queue_url, expect=1) == [
-        {"conn_id": unique_id, "reason": "inserted", "epoch": 0}]
+        {"conn_id": unique_id, "reason": "inserted", "epoch": 0,
+         "ws_url": item["ws_url"]["S"]}]
 
 
 def test_mixed_batch_nudges_only_what_needs_it(deps: RouterDeps, sqs: Any, queue_url: str,
