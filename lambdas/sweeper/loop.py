@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core import names, rules, tracing
+from holdfast.core import settings as S
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.liveness import AUDIT_INTERVAL_MS, AuditResult, OwnerAudit
 from holdfast.core.nudge import REASON_REAPED, Nudge, send_nudges
@@ -48,6 +49,11 @@ MIN_WAIT_MS = 5  # never spin: DynamoDB Local and the index need a moment betwee
 PAGE_SIZE = 200
 MAX_SCAN = 1_000  # orphans read per sweep; the rest wait for the next sweep (a second later)
 MAX_ERROR_BACKOFF_MS = 5_000
+# How long after a reap a dead worker's long polls may still be pending on the shared queue,
+# each swallowing the next nudge until its visibility timeout: at most the longest poll wait.
+# Meanwhile the orphans a sweep nudges go on live workers' order queues too: a release's nudge
+# swallowed that way (and the sweep's own, 0.5 s later) held a stream unowned 4.5 s in a soak.
+PENDING_POLLS_MS = S.POLL_SECONDS.hi * 1000
 
 
 @dataclass
@@ -67,6 +73,9 @@ class SweepDeps:
     balancer: Balancer | None = None
     # Finds streams owned by a session that is not live (holdfast.core.liveness).
     audit: OwnerAudit | None = None
+    # When this sweeper last reaped a session (wall ms): its worker's long polls may still be
+    # pending on the shared queue (``PENDING_POLLS_MS``).
+    last_reap_ms: int | None = None
 
 
 @dataclass
@@ -150,7 +159,9 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     now = deps.clock()
     sessions = (sweep_sessions(deps.sessions, now, s.skew_ms, deps.log or log)
                 if deps.sessions is not None else SessionSweep())
-    _hand_reaped(deps, sessions)
+    if sessions.dead or sessions.released:
+        deps.last_reap_ms = now
+    _nudge_live(deps, sessions, [Nudge(c, REASON_REAPED) for c in sessions.released])
     audit = _audit_step(deps, sessions, now)
     normalised = _unindexed_step(deps, now)
     _orders_step(deps, now)
@@ -174,6 +185,9 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
         if span is not None:
             span.end()
     memory.record_sent([by_id[n.conn_id] for n in report.sent], now)
+    if deps.last_reap_ms is not None and now - deps.last_reap_ms <= PENDING_POLLS_MS:
+        reaped = set(sessions.released)  # on a live queue a moment ago
+        _nudge_live(deps, sessions, [n for n in report.sent if n.conn_id not in reaped])
     # After the nudges (they are what claims wait on); ``due`` are the unowned STARTED streams.
     balance = _balance_step(deps, sessions, len(due), now)
     complete = len(items) < MAX_SCAN
@@ -200,27 +214,27 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
                        sessions.item_errors + (len(audit.errors) if audit else 0))
 
 
-def _hand_reaped(deps: SweepDeps, sessions: SessionSweep) -> int:
-    """Nudge the streams just reaped on live workers' order queues as well, the least loaded
-    first (``placement.fill``, up to each one's capacity), in one bundle per worker. The
-    router nudges the shared queue for each of them too, but a killed worker's long polls
-    may still be pending there and swallow a nudge until its visibility timeout; a live
+def _nudge_live(deps: SweepDeps, sessions: SessionSweep, shared: list[Nudge]) -> int:
+    """Send the nudges ``shared`` on live workers' order queues as well, the least loaded first
+    (``placement.fill``, up to each one's capacity), in one bundle per worker: the streams
+    just reaped, and while a reaped worker's polls may be pending (``PENDING_POLLS_MS``) the
+    orphans this sweep nudged. Each has a nudge on the shared queue too, but a killed worker's
+    long polls may still be pending there and swallow it until its visibility timeout; a live
     worker's own queue has no such reader, and one receive takes the whole bundle. Whoever
     claims first wins; the other nudge finds the stream taken. Returns the nudges sent."""
     prefix = deps.settings.orders_queue_prefix
     live = [s for s in sessions.alive if not s.draining]
-    if prefix is None or not sessions.released or not live:
+    if prefix is None or not shared or not live:
         return 0
     loads = {s.owner: float(s.load if s.load is not None else s.held) for s in live}
     caps = {s.owner: float(s.capacity) if s.capacity > 0 else math.inf for s in live}
-    ids = iter(sessions.released)
-    nudges = [Nudge(conn_id, REASON_REAPED, to=owner)
-              for owner, n in fill(loads, caps, len(sessions.released))
-              for conn_id in islice(ids, n)]
+    each = iter(shared)
+    nudges = [dataclasses.replace(nudge, to=owner)
+              for owner, n in fill(loads, caps, len(shared)) for nudge in islice(each, n)]
     sent, failed = queue_handoffs(deps.sqs, deps.settings.queue_url, prefix, nudges)
     if failed:  # the shared queue's nudges still stand
-        (deps.log or log).info("reaped streams not nudged on a live worker's queue: %d (%s)",
-                               len(failed), failed[0][1])
+        (deps.log or log).info("%s streams not nudged on a live worker's queue: %d (%s)",
+                               shared[0].reason, len(failed), failed[0][1])
     return len(sent)
 
 

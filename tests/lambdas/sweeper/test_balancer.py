@@ -410,3 +410,43 @@ def test_a_dead_workers_streams_are_nudged_on_live_workers_queues_least_loaded_f
         got[owner] = [n.conn_id for n in said if isinstance(n, Nudge)]
     assert (len(got[idle.owner]), len(got[busy.owner])) == (4, 2)
     assert sorted(got[idle.owner] + got[busy.owner]) == [f"dead-{suffix}-s{i}" for i in range(6)]
+
+
+def _order_queue_nudges(sqs: Any, url: str, owner: str) -> list[str]:
+    """The conn_ids of every nudge waiting on ``owner``'s order queue (bundles unpacked)."""
+    ids: list[str] = []
+    while msgs := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []):
+        for msg in msgs:
+            said = [parse_inbox_body(b, owner) for b in unbundle(msg["Body"], owner)]
+            ids += [n.conn_id for n in said if isinstance(n, Nudge)]
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"])
+    return ids
+
+
+@pytest.mark.parametrize("reaped", ["just now", "long ago"])
+def test_orphans_are_nudged_on_live_queues_while_a_reaped_workers_polls_may_be_pending(
+        ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str,
+        reaped: str) -> None:
+    """Within the longest poll wait of a reap, an orphan the sweep nudges (a release whose
+    shared-queue nudge a dead worker's pending poll may have swallowed) also goes to a live
+    worker's own queue; long after it, only to the shared queue."""
+    from holdfast.lambdas.sweeper.loop import PENDING_POLLS_MS
+    settings = settings_for(table, queue_url, session_table, balance=False,
+                            unclaimed_grace_ms=0)
+    deps = deps_for(ddb, sqs, settings)
+    assert deps.sessions is not None and settings.orders_queue_prefix is not None
+    suffix = uuid.uuid4().hex[:6]
+    live = worker(deps.sessions, f"live-{suffix}", 0)
+    url = sqs.create_queue(QueueName=order_queue_name(settings.orders_queue_prefix,
+                                                      live.owner))["QueueUrl"]
+    deps.sessions.end(worker(deps.sessions, f"dead-{suffix}", 1))
+    sweep_once(deps, memory_for(settings))
+    assert _order_queue_nudges(sqs, url, live.owner) == [f"dead-{suffix}-s0"]
+    if reaped == "long ago":
+        assert deps.last_reap_ms is not None
+        deps.last_reap_ms -= PENDING_POLLS_MS + 1
+    orphan = f"released-{suffix}"
+    create_stream(ddb, table, orphan, "wss://example.com/x")
+    result = sweep_once(deps, memory_for(settings))
+    assert orphan in [n.conn_id for n in result.nudged]  # the shared queue's nudge, always
+    assert (orphan in _order_queue_nudges(sqs, url, live.owner)) == (reaped == "just now")
