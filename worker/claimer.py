@@ -43,7 +43,9 @@ from holdfast.core.nudge import (
     parse_nudge,
     trace_attributes,
     traceparent_of,
+    url_if_fresh,
 )
+from holdfast.core.store import wall_clock_ms
 from holdfast.worker.backoff import claim_retry_s, jittered
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
@@ -124,6 +126,7 @@ class Claimer:
     visibility_s: int = 5
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rand: Callable[[], float] = random.random
+    wall: Callable[[], int] = wall_clock_ms  # epoch ms, against a nudge's SentTimestamp
     _abandon: threading.Event = field(default_factory=threading.Event)
     _reserved: int = 0  # slots asked for by polls in flight
     _settling: set[asyncio.Task[None]] = field(default_factory=set)
@@ -184,7 +187,7 @@ class Claimer:
             resp = call("ReceiveMessage", self.sqs.receive_message, QueueUrl=self.queue_url,
                         MaxNumberOfMessages=n, WaitTimeSeconds=self.poll_s,
                         VisibilityTimeout=self.visibility_s,
-                        AttributeNames=["ApproximateReceiveCount"], **extra)
+                        AttributeNames=["ApproximateReceiveCount", "SentTimestamp"], **extra)
             messages = [dict(m) for m in resp.get("Messages", [])]
             if messages and self._abandon.is_set():
                 # The worker stopped while this poll was in flight: hand them on at once.
@@ -255,8 +258,9 @@ class Claimer:
             message) < MAX_HOPS else SOURCE_INSERTED if nudge.reason == REASON_INSERTED else (
             "nudge")
         with tracing.attached(traceparent_of(message)):
-            return await self.claim(nudge.conn_id, source, ws_url=(
-                nudge.ws_url if source == SOURCE_INSERTED else None))
+            return await self.claim(nudge.conn_id, source, ws_url=url_if_fresh(
+                nudge, _sent_ms(message), _receives(message), self.wall())
+                if source == SOURCE_INSERTED else None)
 
     def _settle(self, delete: list[dict[str, Any]],
                 again: list[tuple[dict[str, Any], int]],
@@ -320,6 +324,14 @@ def _copy(i: int, message: dict[str, Any]) -> dict[str, Any]:
     if attributes:
         entry["MessageAttributes"] = attributes
     return entry
+
+
+def _sent_ms(message: dict[str, Any]) -> int | None:
+    """When SQS says ``message`` was sent (epoch ms; None if it does not say)."""
+    try:
+        return int(message.get("Attributes", {})["SentTimestamp"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _receives(message: dict[str, Any]) -> int:

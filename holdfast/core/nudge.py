@@ -15,7 +15,10 @@ also sends to that worker's order queue (``holdfast.core.directives.handoff_body
 as the change record had it, when the item could be connected before its claim (no checkpoint,
 no owner, no back-off, no ``single_connection`` attribute): the worker then connects without
 reading the item first (``worker.prestart``); the acquire still decides, and the socket is used
-only if the acquired lease has that URL.
+only if the acquired lease has that URL. The URL is used only while the nudge is fresh
+(``url_if_fresh``): a nudge received late or again (a worker that started long after the
+insert, a redelivery) may be for a stream someone holds by now, and connecting to it would
+cost its upstream a connection for nothing.
 A back-off nudge is sent with ``DelaySeconds`` (not part of the body) so it arrives when the
 lease becomes claimable.
 
@@ -51,8 +54,9 @@ if TYPE_CHECKING:
 
 __all__ = ["HOPS", "MAX_DELAY_S", "MAX_URL_CHARS", "REASON_HANDOFF", "REASON_INSERTED",
            "REASON_MOVED", "REASON_REAPED", "SEND_CONCURRENCY", "SQS_BATCH_LIMIT", "TO",
-           "TRACE_ATTRIBUTE", "WS_URL", "Nudge", "Outgoing", "SendReport", "delay_until",
-           "parse_nudge", "send_nudges", "trace_attributes", "traceparent_of"]
+           "TRACE_ATTRIBUTE", "URL_FRESH_MS", "WS_URL", "Nudge", "Outgoing", "SendReport",
+           "delay_until", "parse_nudge", "send_nudges", "trace_attributes", "traceparent_of",
+           "url_if_fresh"]
 
 MAX_DELAY_S = 900  # SQS's maximum DelaySeconds
 SQS_BATCH_LIMIT = 10  # SQS's maximum entries per SendMessageBatch
@@ -62,6 +66,9 @@ HOPS = "hops"  # body key: hand-ons so far (worker.claimer)
 WS_URL = "ws_url"  # body key of an inserted nudge: the new item's URL (worker.prestart)
 # Longer URLs are not carried (the worker reads the item instead): a nudge stays a small message.
 MAX_URL_CHARS = 2_048
+# How long after it was sent an inserted nudge's URL is used without reading the item: within
+# it, only a duplicate of the nudge can have led another worker to the stream first.
+URL_FRESH_MS = 1_000
 TO = "owner"  # body key of a handoff nudge on an order queue: the successor it is for
 # A new item's nudge (the router): the worker may connect before its claim (worker.prestart).
 REASON_INSERTED = "inserted"
@@ -114,6 +121,14 @@ class Nudge:
     def handed_on(self) -> Nudge:
         """This nudge as a worker hands it on: one hop more."""
         return dataclasses.replace(self, hops=self.hops + 1, delay_s=0)
+
+
+def url_if_fresh(nudge: Nudge, sent_ms: int | None, receives: int, now_ms: int) -> str | None:
+    """``nudge``'s URL if it may be used without reading the item: received for the first time
+    within ``URL_FRESH_MS`` of ``sent_ms`` (SQS's ``SentTimestamp``; None: unknown, not used)."""
+    if nudge.ws_url is None or sent_ms is None or receives > 1:
+        return None
+    return nudge.ws_url if now_ms - sent_ms <= URL_FRESH_MS else None
 
 
 def trace_attributes(traceparent: str | None) -> dict[str, Any]:

@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from holdfast.core.nudge import MAX_DELAY_S, MAX_URL_CHARS, Nudge, delay_until, parse_nudge
+from holdfast.core.nudge import (
+    MAX_DELAY_S,
+    MAX_URL_CHARS,
+    URL_FRESH_MS,
+    Nudge,
+    delay_until,
+    parse_nudge,
+    url_if_fresh,
+)
 
 
 def test_body_is_the_documented_json() -> None:
@@ -74,3 +82,16 @@ def test_an_inserted_nudges_url_round_trips_and_a_bad_one_is_dropped() -> None:
     for bad in (5, "", "wss://h.test/" + "x" * MAX_URL_CHARS, None, ["wss://h.test/a"]):
         body = json.dumps({"conn_id": "c", "reason": "inserted", "ws_url": bad})
         assert parse_nudge(body).ws_url is None, bad
+
+
+def test_an_inserted_nudges_url_is_used_only_while_fresh() -> None:
+    """The URL is used on a first receive within URL_FRESH_MS of the send; late, redelivered
+    or of unknown age, the worker reads the item instead."""
+    nudge = Nudge("c", "inserted", None, ws_url="wss://h.test/a")
+    sent = 1_000_000
+    assert url_if_fresh(nudge, sent, 1, sent + URL_FRESH_MS) == "wss://h.test/a"
+    assert url_if_fresh(nudge, sent, 1, sent - 200) == "wss://h.test/a"  # clocks a bit apart
+    assert url_if_fresh(nudge, sent, 1, sent + URL_FRESH_MS + 1) is None
+    assert url_if_fresh(nudge, sent, 2, sent) is None
+    assert url_if_fresh(nudge, None, 1, sent) is None
+    assert url_if_fresh(Nudge("c", "inserted"), sent, 1, sent) is None
