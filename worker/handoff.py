@@ -5,8 +5,8 @@
 successor (a shed, a drain, a SIGTERM): the stream keeps delivering while WARM goes to the
 successor's order queue. On READY the stream drains with the reason ``HANDOFF`` right after
 its next frame (``STOP_AFTER_FRAME_WAIT_MS``: the transfer and TAKE then fit in the gap to the
-frame after it) and ``Holdings`` calls ``transfer``: one conditional write passes the lease
-(``store.transfer``), then TAKE tells the successor. ABORT, or no READY within
+frame after it) and ``Endings`` (``worker.endings``) calls ``transfer``: one conditional write
+passes the lease (``store.transfer``), then TAKE tells the successor. ABORT, or no READY within
 ``WARM_TIMEOUT_MS``, and the stream drains for its original reason and is released to whoever
 has room (the successor refused, or is too slow to be trusted with the hold of a named
 release).
@@ -15,7 +15,7 @@ release).
 answers READY; TAKE starts the stream on the warm socket.
 
 A stream that allows one connection at a time (``single_connection``) is offered with RESERVE:
-the successor connects only on TAKE, and ``Holdings`` writes the transfer once the socket is
+the successor connects only on TAKE, and ``Endings`` writes the transfer once the socket is
 closed. Not possible (no order queues, a stream without a position yet): ``offer`` says False
 and the caller drains and releases naming the successor (break-before-make, ``store.release``).
 """

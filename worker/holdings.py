@@ -1,15 +1,8 @@
-"""Claims and releases: acquire a lease, start its connection, and hand it back when it ends.
+"""Claims: acquire a lease, start its connection, and run it until it ends.
 
 Each held stream is a ``Connection`` (the I/O) with its ``HeldStream`` (the lease state) in
-``streams``, from the acquire until its release has been written (or given up). How it ended
-decides the release:
-
-- lost (taken over, deleted, our session gone): nothing to write, it is not ours;
-- fenced: one best-effort release (it may still be ours, or already someone else's);
-- given up after upstream failures, or parked by a handler failing on one message (the
-  handler contract, ``worker.handler``): released in BACKOFF with the error and a retry time;
-- anything else (drained, aborted at the shutdown deadline, cancelled): released with its
-  final checkpoint and ``lease_expires_at_ms = 0``, so the router hands it on at once.
+``streams``, from the acquire until its last write (``worker.endings``: a release or a
+transfer, decided by how it ended) has been written or given up.
 """
 
 from __future__ import annotations
@@ -29,17 +22,18 @@ from holdfast.core.exceptions import (
     LossReason,
     StoreUnavailable,
 )
-from holdfast.core.model import Lease, LeaseItem, one_connection_only
+from holdfast.core.model import Lease
 from holdfast.core.nudge import MAX_DELAY_S
 from holdfast.core.store import LeaseStore
 from holdfast.worker.backoff import Backoff
-from holdfast.worker.balancing import HANDOFF, SHED, Balancing
+from holdfast.worker.balancing import Balancing
 from holdfast.worker.checkpointer import Checkpointer
 from holdfast.worker.claimer import SOURCE_HANDOFF, SOURCE_INSERTED, SOURCE_MOVED, Claim, Later
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection, ConnectionContext, ConnectOptions
+from holdfast.worker.endings import Endings
 from holdfast.worker.handler import FailureQueue, Handler
-from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT, HeldState, HeldStream
+from holdfast.worker.held import SHUTDOWN, HeldStream
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.prefetch import Prefetched
@@ -99,11 +93,11 @@ class Holdings:
         self.tasks: set[asyncio.Task[None]] = set()
         self._claiming: set[str] = set()
         self._claims_paused = False
-        # Make-before-break (set by the supervisor, ``worker.handoff``): pass a stream whose
-        # successor is warm; the streams a handoff is bringing us (each holds a slot).
-        self.transfer: Callable[[Connection], Awaitable[str]] | None = None
-        # A release named its successor: tell it at once (``Handoffs.released``).
-        self.named_release: Callable[[str, str], None] | None = None
+        # How each stream ends: its last write (release, transfer), one writer.
+        self.endings = Endings(store, balancing, self.ctx.backoff,
+                               single_connection=config.single_connection, metrics=metrics,
+                               counts=counts, wall=wall, mono=mono)
+        # The streams a handoff is bringing us (each holds a slot; set by the supervisor).
         self.incoming: Callable[[], set[str]] = set
 
     def free_capacity(self) -> int:
@@ -182,7 +176,7 @@ class Holdings:
                     exc.current.lease_owner == owner):
                 # Ours but STOPPED (its stop order was missed, or its release failed): we
                 # are its holder, so we release it.
-                await self._let_go(exc.current, owner)
+                await self.endings.let_go(exc.current, owner)
                 return Claim.CONFLICT
             self.metrics.incr("ClaimConflicts")
             logger.debug("claim refused", conn_id=conn_id, worker_id=self.config.worker_id,
@@ -238,7 +232,7 @@ class Holdings:
             held.drain("session lost")
         conn = Connection(held, self.ctx)
         conn.prefetched = warm
-        conn.on_drained = functools.partial(self._pass_on, socket_open=True)
+        conn.on_drained = functools.partial(self.endings.pass_on, socket_open=True)
         if span is not None:
             conn.trace = tracing.StreamTrace(span, conn_id, self.config.worker_id)
         self.streams[conn_id] = conn
@@ -273,21 +267,6 @@ class Holdings:
         owner index says."""
         return set(self.streams) | self._claiming | self.incoming()
 
-    async def _let_go(self, item: LeaseItem, owner: str) -> bool:
-        """Release a stream our session owns but no connection of ours holds (STOPPED, or a
-        stray we will not hold): only its holder may free it, and that is us."""
-        lease = Lease(item.conn_id, owner, item.epoch, item.lease_expires_at_ms or 0,
-                      item.ws_url, item.last_seq)
-        try:
-            await on_io_threads(self.store.release, lease)
-        except HoldfastError as exc:
-            logger.warning("cannot release a stream we own but do not hold",
-                           conn_id=item.conn_id, error=str(exc)[:300])
-            return False
-        logger.info("released a stream we owned but did not hold", conn_id=item.conn_id,
-                    desired_state=item.desired_state)
-        return True
-
     async def release_stray(self, conn_id: str, owner: str) -> bool:
         """Hand back a stray we will not hold (full, or one we shed). False if it was not ours
         to release, or the release failed (the next strays pass tries again)."""
@@ -301,7 +280,7 @@ class Holdings:
         if item is None or item.lease_owner != owner or conn_id in self.streams or (
                 conn_id in self._claiming):
             return False
-        return await self._let_go(item, owner)
+        return await self.endings.let_go(item, owner)
 
     # -- one stream's life -------------------------------------------------------------------
     async def _hold(self, conn: Connection) -> None:
@@ -317,102 +296,7 @@ class Holdings:
         if conn.trace is not None:
             conn.trace.close()
         try:
-            await self._finish(conn, error)
+            await self.endings.finish(conn, error)
         finally:
             self.streams.pop(conn.conn_id, None)
             self.balancing.finished(conn.conn_id)
-
-    async def _finish(self, conn: Connection, error: str | None) -> None:
-        held = conn.held
-        if held.state is HeldState.LOST:
-            self.counts["lost"] += 1
-            return  # not ours any more: nothing to write
-        if held.state is HeldState.FENCED:
-            self.counts["fenced"] += 1
-            await self._release(conn, attempts=1)  # best effort: it may be ours still
-            return
-        if error is not None and not held.stopping:
-            self.counts["gave_up"] += 1
-            self.metrics.incr("UpstreamGiveUps")
-            retry_s = self.ctx.backoff.retry_after_s(held.lease.error_count + 1)
-            await self._release(conn, error=error, retry_at_ms=self.wall() + round(
-                retry_s * 1000))
-            conn.log("warning", "stream handed back after errors", error=error,
-                     retry_in_s=round(retry_s, 1))
-            return
-        # Make-before-break, the successor is warm: passed on already before the close, or
-        # now (it stopped between two connections).
-        await self._pass_on(conn)
-        if conn.passed is not None and conn.passed != "failed":
-            return  # counted when its transfer ends (it may still be "passing" after an abort)
-        moved = held.stop_reason in (SHED, HANDOFF)  # a move: starts its cool-down
-        # A move or a stop of ours is handed to the successor the decider named, if any
-        # ("": decided already, nobody).
-        successor = conn.handoff_to if conn.handoff_to is not None else (
-            self.balancing.successor() if moved or held.stop_reason in (
-                SHUTDOWN, SHUTDOWN_TIMEOUT) else None)
-        successor = successor or None
-        outcome = await self._release(conn, moved=moved, successor=successor)
-        self.counts["released" if outcome == "released" else f"release_{outcome}"] += 1
-        if successor is not None and outcome == "released":
-            self.metrics.incr(names.METRIC_STREAMS_HANDED_OFF)
-            if self.named_release is not None:
-                self.named_release(conn.conn_id, successor)
-        if moved and outcome == "released":
-            self.counts["shed"] += 1
-            self.balancing.moved(conn.conn_id)
-
-    async def _pass_on(self, conn: Connection, *, socket_open: bool = False) -> None:
-        """A drained stream: a handoff passes the lease now; a warm one with the socket still
-        open (no reconnect in the gap), one connection at a time only once it is closed
-        (the successor connects on TAKE)."""
-        if socket_open and one_connection_only(conn.held.lease.single_connection,
-                                               self.config.single_connection):
-            return
-        if (conn.held.stop_reason == HANDOFF and conn.handoff_to and conn.passed is None
-                and self.transfer is not None):
-            # Shielded: once the write is sent, the successor must hear of it (TAKE) even if
-            # this stream is aborted meanwhile, or it waits for a TAKE that never comes. Once
-            # only: the finish after an abort finds it "passing" and leaves it be.
-            conn.passed = "passing"
-            passing = asyncio.ensure_future(self.transfer(conn))
-            passing.add_done_callback(functools.partial(self._passed, conn))
-            await asyncio.shield(passing)
-            if conn.passed == "transferred":
-                conn.held.close()  # not ours: no checkpoint of it from here on
-
-    def _passed(self, conn: Connection, passing: asyncio.Future[str]) -> None:
-        """The transfer's outcome on its stream ("failed" if it raised or was cancelled),
-        counted here, once: an abort at the drain deadline can end the stream while its
-        transfer is still in flight (counted "lost" then, though it landed)."""
-        ok = not passing.cancelled() and passing.exception() is None
-        conn.passed = passing.result() if ok else "failed"
-        if conn.passed != "failed":  # failed: still ours, released and counted as such
-            self.counts["handed_over" if conn.passed == "transferred" else "lost"] += 1
-
-    async def _release(self, conn: Connection, *, attempts: int = 20,
-                       error: str | None = None, retry_at_ms: int | None = None,
-                       moved: bool = False, successor: str | None = None) -> str:
-        held = conn.held
-        for attempt in range(attempts):
-            try:
-                lost = await on_io_threads(self.store.release, held.lease,
-                                           held.checkpoint, error=error,
-                                           retry_at_ms=retry_at_ms, moved=moved,
-                                           successor=successor)
-            except StoreUnavailable as exc:
-                if attempt + 1 < attempts and self.mono() < held.fence_mono_ms:
-                    await asyncio.sleep(0.2 * (attempt + 1))
-                    continue
-                conn.log("warning", "release failed: the lease will expire instead",
-                         error=str(exc)[:300])
-                return "failed"
-            except HoldfastError as exc:
-                conn.log("error", "release failed", error=str(exc)[:300])
-                return "failed"
-            if lost is not None and lost is not LossReason.STOPPED:
-                return f"not_ours_{lost}"
-            conn.log("info", "released", checkpoint=held.checkpoint, handled=held.cursor.handled,
-                     successor=successor)
-            return "released"
-        return "failed"

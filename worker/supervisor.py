@@ -147,8 +147,8 @@ class Supervisor:
             assert self.inbox is not None
             self.inbox.step = self.handoffs.on_step
             self.balancing.offer = self.handoffs.offer
-            self.holdings.transfer = self.handoffs.transfer
-            self.holdings.named_release = self.handoffs.released
+            self.holdings.endings.transfer = self.handoffs.transfer
+            self.holdings.endings.named_release = self.handoffs.released
             self.holdings.incoming = self.handoffs.warm_ups.incoming
         self._handoffs: set[asyncio.Task[object]] = set()  # claims of handoffs in flight
 
@@ -275,7 +275,7 @@ class Supervisor:
         started = time.monotonic()
         claimer = Claimer(self.sqs, cfg.queue_url, self.holdings.claim, self.free_capacity,
                           self.metrics, poll_s=cfg.poll_s, pollers=cfg.pollers,
-                          visibility_s=cfg.nudge_visibility_s)
+                          visibility_s=cfg.nudge_visibility_s, wall=self.wall)
         health = HealthServer(cfg.health_port, self, self.loop_clock) if cfg.health_port else None
         # A handler blocking the loop past a fence ends the process (``worker.watchdog``).
         watchdog = Watchdog(self.earliest_fence, self.loop_clock) if cfg.watchdog else None

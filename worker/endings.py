@@ -1,0 +1,172 @@
+"""How a held stream ends: the one writer of a holding's last write (``docs/concepts/protocol.md``).
+
+``Holdings`` runs each stream; when its connection returns, ``Endings.finish`` decides what to
+write, from how it ended:
+
+- lost (taken over, deleted, our session gone): nothing to write, it is not ours;
+- fenced: one best-effort release (it may still be ours, or already someone else's);
+- given up after upstream failures, or parked by a handler failing on one message (the
+  handler contract, ``worker.handler``): released in BACKOFF with the error and a retry time;
+- handed over (make-before-break, ``worker.handoff``): one transfer to the warm successor
+  (``pass_on``), written with the socket still open, or once it is closed for a stream that
+  allows one connection at a time;
+- anything else (drained, aborted at the shutdown deadline, cancelled): released with its
+  final checkpoint and ``lease_expires_at_ms = 0``, naming the successor the decider chose
+  for a move or a stop, so the router hands it on at once.
+
+A stream our session owns but no connection of ours holds (STOPPED, a stray we will not hold)
+is released by ``let_go``: only its holder may free it, and that is us.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+from aws_lambda_powertools import Logger
+
+from holdfast.core import names
+from holdfast.core.exceptions import HoldfastError, LossReason, StoreUnavailable
+from holdfast.core.model import Lease, LeaseItem, one_connection_only
+from holdfast.core.store import LeaseStore
+from holdfast.worker.backoff import Backoff
+from holdfast.worker.balancing import HANDOFF, SHED, Balancing
+from holdfast.worker.connection import Connection
+from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT, HeldState
+from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.metrics import WorkerMetrics
+
+__all__ = ["Endings"]
+
+logger = Logger(service="holdfast-worker", child=True)
+
+
+class Endings:
+    """The last write of each held stream (see the module). ``single_connection``: the fleet
+    default for a stream whose item does not say."""
+
+    def __init__(self, store: LeaseStore, balancing: Balancing, backoff: Backoff, *,
+                 single_connection: bool, metrics: WorkerMetrics, counts: Counter[str],
+                 wall: Callable[[], int], mono: Callable[[], int]) -> None:
+        self.store, self.balancing, self.backoff = store, balancing, backoff
+        self.single_connection = single_connection
+        self.metrics, self.counts = metrics, counts
+        self.wall, self.mono = wall, mono
+        # Make-before-break (set by the supervisor, ``worker.handoff``): pass a stream whose
+        # successor is warm.
+        self.transfer: Callable[[Connection], Awaitable[str]] | None = None
+        # A release named its successor: tell it at once (``Handoffs.released``).
+        self.named_release: Callable[[str, str], None] | None = None
+
+    async def finish(self, conn: Connection, error: str | None) -> None:
+        """Write what ``conn``'s end calls for (``error``: why its connection gave up)."""
+        held = conn.held
+        if held.state is HeldState.LOST:
+            self.counts["lost"] += 1
+            return  # not ours any more: nothing to write
+        if held.state is HeldState.FENCED:
+            self.counts["fenced"] += 1
+            await self._release(conn, attempts=1)  # best effort: it may be ours still
+            return
+        if error is not None and not held.stopping:
+            self.counts["gave_up"] += 1
+            self.metrics.incr("UpstreamGiveUps")
+            retry_s = self.backoff.retry_after_s(held.lease.error_count + 1)
+            await self._release(conn, error=error, retry_at_ms=self.wall() + round(
+                retry_s * 1000))
+            conn.log("warning", "stream handed back after errors", error=error,
+                     retry_in_s=round(retry_s, 1))
+            return
+        # Make-before-break, the successor is warm: passed on already before the close, or
+        # now (it stopped between two connections).
+        await self.pass_on(conn)
+        if conn.passed is not None and conn.passed != "failed":
+            return  # counted when its transfer ends (it may still be "passing" after an abort)
+        moved = held.stop_reason in (SHED, HANDOFF)  # a move: starts its cool-down
+        # A move or a stop of ours is handed to the successor the decider named, if any
+        # ("": decided already, nobody).
+        successor = conn.handoff_to if conn.handoff_to is not None else (
+            self.balancing.successor() if moved or held.stop_reason in (
+                SHUTDOWN, SHUTDOWN_TIMEOUT) else None)
+        successor = successor or None
+        outcome = await self._release(conn, moved=moved, successor=successor)
+        self.counts["released" if outcome == "released" else f"release_{outcome}"] += 1
+        if successor is not None and outcome == "released":
+            self.metrics.incr(names.METRIC_STREAMS_HANDED_OFF)
+            if self.named_release is not None:
+                self.named_release(conn.conn_id, successor)
+        if moved and outcome == "released":
+            self.counts["shed"] += 1
+            self.balancing.moved(conn.conn_id)
+
+    async def pass_on(self, conn: Connection, *, socket_open: bool = False) -> None:
+        """A drained stream: a handoff passes the lease now; a warm one with the socket still
+        open (no reconnect in the gap), one connection at a time only once it is closed
+        (the successor connects on TAKE)."""
+        if socket_open and one_connection_only(conn.held.lease.single_connection,
+                                               self.single_connection):
+            return
+        if (conn.held.stop_reason == HANDOFF and conn.handoff_to and conn.passed is None
+                and self.transfer is not None):
+            # Shielded: once the write is sent, the successor must hear of it (TAKE) even if
+            # this stream is aborted meanwhile, or it waits for a TAKE that never comes. Once
+            # only: the finish after an abort finds it "passing" and leaves it be.
+            conn.passed = "passing"
+            passing = asyncio.ensure_future(self.transfer(conn))
+            passing.add_done_callback(functools.partial(self._passed, conn))
+            await asyncio.shield(passing)
+            if conn.passed == "transferred":
+                conn.held.close()  # not ours: no checkpoint of it from here on
+
+    def _passed(self, conn: Connection, passing: asyncio.Future[str]) -> None:
+        """The transfer's outcome on its stream ("failed" if it raised or was cancelled),
+        counted here, once: an abort at the drain deadline can end the stream while its
+        transfer is still in flight (counted "lost" then, though it landed)."""
+        ok = not passing.cancelled() and passing.exception() is None
+        conn.passed = passing.result() if ok else "failed"
+        if conn.passed != "failed":  # failed: still ours, released and counted as such
+            self.counts["handed_over" if conn.passed == "transferred" else "lost"] += 1
+
+    async def _release(self, conn: Connection, *, attempts: int = 20,
+                       error: str | None = None, retry_at_ms: int | None = None,
+                       moved: bool = False, successor: str | None = None) -> str:
+        held = conn.held
+        for attempt in range(attempts):
+            try:
+                lost = await on_io_threads(self.store.release, held.lease,
+                                           held.checkpoint, error=error,
+                                           retry_at_ms=retry_at_ms, moved=moved,
+                                           successor=successor)
+            except StoreUnavailable as exc:
+                if attempt + 1 < attempts and self.mono() < held.fence_mono_ms:
+                    await asyncio.sleep(0.2 * (attempt + 1))
+                    continue
+                conn.log("warning", "release failed: the lease will expire instead",
+                         error=str(exc)[:300])
+                return "failed"
+            except HoldfastError as exc:
+                conn.log("error", "release failed", error=str(exc)[:300])
+                return "failed"
+            if lost is not None and lost is not LossReason.STOPPED:
+                return f"not_ours_{lost}"
+            conn.log("info", "released", checkpoint=held.checkpoint, handled=held.cursor.handled,
+                     successor=successor)
+            return "released"
+        return "failed"
+
+    async def let_go(self, item: LeaseItem, owner: str) -> bool:
+        """Release a stream our session owns but no connection of ours holds (STOPPED, or a
+        stray we will not hold): only its holder may free it, and that is us."""
+        lease = Lease(item.conn_id, owner, item.epoch, item.lease_expires_at_ms or 0,
+                      item.ws_url, item.last_seq)
+        try:
+            await on_io_threads(self.store.release, lease)
+        except HoldfastError as exc:
+            logger.warning("cannot release a stream we own but do not hold",
+                           conn_id=item.conn_id, error=str(exc)[:300])
+            return False
+        logger.info("released a stream we owned but did not hold", conn_id=item.conn_id,
+                    desired_state=item.desired_state)
+        return True
