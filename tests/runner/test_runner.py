@@ -45,7 +45,8 @@ def test_insert_puts_a_nudge_on_the_queue(runner_env: dict[str, str], ddb: Any, 
         assert create_stream(ddb, runner_env["HOLDFAST_TABLE"], unique_id, URL)
         got = receive_nudges(sqs, runner_env["HOLDFAST_QUEUE_URL"], expect=1)
         latency = time.monotonic() - started
-    assert got == [{"conn_id": unique_id, "reason": "inserted", "epoch": 0}]
+    assert got == [{"conn_id": unique_id, "reason": "inserted", "epoch": 0,
+                    "ws_url": URL}]
     assert latency < 2 * TIMEOUT_SCALE  # measured by bench/router_latency.py, not here
     assert runner.stats.esm.invocations == 1
 
@@ -99,7 +100,8 @@ def test_seed_item_is_normalised_through_the_stream(runner_env: dict[str, str], 
     item = ddb.get_item(TableName=table, Key={ATTR.pk: {"S": pk_for(unique_id)}},
                         ConsistentRead=True)["Item"]
     assert item[ATTR.lease_expires_at_ms] == {"N": "0"}
-    assert got == [{"conn_id": unique_id, "reason": "inserted", "epoch": 0}]
+    assert got == [{"conn_id": unique_id, "reason": "inserted", "epoch": 0,
+                    "ws_url": image(unique_id)[ATTR.ws_url]["S"]}]
 
 
 def test_sweeper_thread_nudges_an_expired_lease(runner_env: dict[str, str], ddb: Any, sqs: Any,
@@ -207,7 +209,8 @@ def test_runs_on_moto_streams_too(moto_local: Any, monkeypatch: pytest.MonkeyPat
                         ExpressionAttributeValues={":s": {"S": "STARTED"}, ":u": {"S": URL},
                                                    ":z": {"N": "0"}})
         got = receive_nudges(sqs, env["HOLDFAST_QUEUE_URL"], expect=2, timeout_s=2)
-    assert got == [{"conn_id": unique_id, "reason": "inserted", "epoch": 0}]
+    assert got == [{"conn_id": unique_id, "reason": "inserted", "epoch": 0,
+                    "ws_url": URL}]
     assert runner.stats.esm.invocations == 1
 
 
