@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -25,27 +24,22 @@ from websockets.exceptions import InvalidURI, WebSocketException
 from holdfast.core import names
 from holdfast.core.exceptions import UnsafeUrl
 from holdfast.core.tracing import StreamTrace
-from holdfast.core.urls import UrlPolicy, check_url, redact
-from holdfast.worker.backoff import Backoff
+from holdfast.core.urls import check_url, redact
+from holdfast.worker.context import ConnectionContext
 from holdfast.worker.delivery import Step
 from holdfast.worker.dial import (
-    ConnectOptions,
-    Resolver,
     close_reading,
     describe,
     dial,
-    getaddrinfo,
     killed_by_a_frame,
     resolve_checked,
 )
-from holdfast.worker.handler import Handler, Message, call_once, failure_body
-from holdfast.worker.held import HeldStream, monotonic_ms
-from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.handler import Message, call_once, failure_body
+from holdfast.worker.held import HeldStream
 from holdfast.worker.prefetch import Prefetched
-from holdfast.worker.protocol import Parsed, ResumeProtocol
+from holdfast.worker.protocol import Parsed
 
-__all__ = ["FRAMES_PER_TURN", "ConnectOptions", "Connection", "ConnectionContext",
-           "resolve_checked"]
+__all__ = ["FRAMES_PER_TURN", "LOG_EVERY_MS", "Connection"]
 
 logger = Logger(service="holdfast-worker", child=True)
 # Buffered frames delivered before the stream gives the loop a turn (see ``_session``): a loop
@@ -61,38 +55,6 @@ class _GiveUp(Exception):
                  why: str = "upstream breaks the seq contract, giving the stream back") -> None:
         super().__init__(error)
         self.why = why
-
-
-@dataclass
-class ConnectionContext:
-    """What every stream of one worker shares."""
-
-    worker_id: str
-    handler: Handler
-    protocol: ResumeProtocol
-    metrics: WorkerMetrics
-    policy: UrlPolicy = field(default_factory=UrlPolicy)
-    backoff: Backoff = field(default_factory=Backoff)
-    options: ConnectOptions = field(default_factory=ConnectOptions)
-    resolve: Resolver = getaddrinfo
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    # Writes a first checkpoint (seq - 1) before a never-checkpointed stream's first handler
-    # call, so a crash before the first heartbeat cannot skip what this worker handled.
-    anchor: Callable[[Connection, int], Awaitable[None]] | None = None
-    mono: Callable[[], int] = monotonic_ms  # the clock of fence deadlines
-    # A handler call longer than this is cancelled and counted as failed (``HandlerTimeouts``).
-    # The fence deadline is the other bound: the fence watcher cancels the call at it.
-    handler_timeout_s: float = 30.0
-    # The handler contract (``worker.handler``): calls per message, the back-off between them
-    # (``delay_s``), then park the stream or send the message to the on-failure queue.
-    handler_attempts: int = 5
-    handler_backoff: Backoff = field(default_factory=lambda: Backoff(1.0, 30.0))
-    on_failure: str = names.HANDLER_ON_FAILURE_PARK
-    send_failure: Callable[[str], Awaitable[None]] | None = None
-    # Connection deaths in a row by a frame at one resume point before the stream is given up.
-    poison_replays: int = 3
-    # Waits for a token of the fleet's reconnect budget before each connect (worker.budget).
-    admit_connect: Callable[[], Awaitable[float]] | None = None
 
 
 class Connection:

@@ -52,7 +52,8 @@ from holdfast.worker.warmups import WarmUps
 
 if TYPE_CHECKING:
     from holdfast.core.store import LeaseStore
-    from holdfast.worker.connection import Connection, ConnectionContext
+    from holdfast.worker.connection import Connection
+    from holdfast.worker.context import ConnectionContext
     from holdfast.worker.outbox import Outbox
 
 __all__ = ["Handoffs"]

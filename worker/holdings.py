@@ -25,14 +25,14 @@ from holdfast.core.exceptions import (
 from holdfast.core.model import Lease
 from holdfast.core.nudge import MAX_DELAY_S
 from holdfast.core.store import LeaseStore
-from holdfast.worker.backoff import Backoff
 from holdfast.worker.balancing import Balancing
 from holdfast.worker.checkpointer import Checkpointer
 from holdfast.worker.claimer import SOURCE_HANDOFF, SOURCE_INSERTED, SOURCE_MOVED, Claim, Later
 from holdfast.worker.config import WorkerConfig
-from holdfast.worker.connection import Connection, ConnectionContext, ConnectOptions
+from holdfast.worker.connection import Connection
+from holdfast.worker.context import ConnectionContext
 from holdfast.worker.endings import Endings
-from holdfast.worker.handler import FailureQueue, Handler
+from holdfast.worker.handler import Handler
 from holdfast.worker.held import SHUTDOWN, HeldStream
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
@@ -66,24 +66,9 @@ class Holdings:
                  admit_connect: Callable[[], Awaitable[float]] | None = None,
                  loop_lag_ms: Callable[[], int] = lambda: 0) -> None:
         self.config, self.store, self.checkpointer = config, store, checkpointer
-        self.ctx = ConnectionContext(
-            worker_id=config.worker_id, handler=handler, protocol=protocol, metrics=metrics,
-            policy=config.url_policy,
-            backoff=Backoff(config.reconnect_base_s, config.reconnect_cap_s,
-                            config.max_upstream_failures, config.retry_base_s),
-            options=ConnectOptions(max_size=config.max_frame_bytes,
-                                   max_queue=config.max_queue,
-                                   compression=config.compression,
-                                   open_timeout_s=config.open_timeout_s,
-                                   send_worker_id=config.send_worker_id),
-            anchor=self.checkpointer.anchor, mono=mono, handler_timeout_s=config.handler_timeout_s,
-            poison_replays=config.poison_replays,
-            handler_attempts=config.failures.attempts,
-            handler_backoff=Backoff(config.failures.retry_base_s, config.failures.retry_cap_s),
-            on_failure=config.failures.on_failure,
-            send_failure=None if config.failures.queue_url is None else FailureQueue(
-                config.failures.queue_url).send,
-            admit_connect=admit_connect)
+        self.ctx = ConnectionContext.for_worker(
+            config, handler=handler, protocol=protocol, metrics=metrics,
+            anchor=self.checkpointer.anchor, mono=mono, admit_connect=admit_connect)
         self.balancing = balancing
         self.streams = streams
         self.owner, self.stopping, self.session_fence = owner, stopping, session_fence

@@ -29,7 +29,7 @@ from holdfast.worker.dial import ConnectOptions, Resolver, dial, resolve_checked
 from holdfast.worker.protocol import ResumeProtocol
 
 if TYPE_CHECKING:
-    from holdfast.worker.connection import ConnectionContext
+    from holdfast.worker.context import ConnectionContext
 
 __all__ = ["Prefetch", "Prefetched"]
 

@@ -36,7 +36,7 @@ from holdfast.core import rules
 from holdfast.core.model import MAX_SEQ, Lease, LeaseItem, bool_attr, one_connection_only
 from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
-from holdfast.worker.connection import ConnectionContext
+from holdfast.worker.context import ConnectionContext
 from holdfast.worker.delivery import first_checkpoint
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.prefetch import Prefetch, Prefetched

@@ -53,7 +53,8 @@ from holdfast.worker.prefetch import Prefetch, Prefetched
 
 if TYPE_CHECKING:
     from holdfast.core.store import LeaseStore
-    from holdfast.worker.connection import Connection, ConnectionContext
+    from holdfast.worker.connection import Connection
+    from holdfast.worker.context import ConnectionContext
 
 __all__ = ["WarmUps"]
 

@@ -8,7 +8,8 @@ from holdfast.core.directives import Directive
 from holdfast.core.model import Lease
 from holdfast.worker.balancing import SHED, Balancing
 from holdfast.worker.budget import ConnectBudget
-from holdfast.worker.connection import Connection, ConnectionContext
+from holdfast.worker.connection import Connection
+from holdfast.worker.context import ConnectionContext
 from holdfast.worker.held import HeldStream
 from holdfast.worker.metrics import WorkerMetrics
 

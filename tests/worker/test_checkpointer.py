@@ -15,7 +15,8 @@ from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore
 from holdfast.worker.balancing import HANDOFF
 from holdfast.worker.checkpointer import Checkpointer
-from holdfast.worker.connection import Connection, ConnectionContext
+from holdfast.worker.connection import Connection
+from holdfast.worker.context import ConnectionContext
 from holdfast.worker.held import NO_FENCE_MS, HeldState, HeldStream
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.protocol import QueryParamProtocol

@@ -18,8 +18,9 @@ from holdfast.core.urls import UrlPolicy
 from holdfast.upstream import UpstreamServer
 from holdfast.upstream.feed import frame_for
 from holdfast.worker.backoff import Backoff
-from holdfast.worker.connection import Connection, ConnectionContext, ConnectOptions
-from holdfast.worker.dial import close_reading
+from holdfast.worker.connection import Connection
+from holdfast.worker.context import ConnectionContext
+from holdfast.worker.dial import ConnectOptions, close_reading
 from holdfast.worker.held import NO_FENCE_MS, HeldStream
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.protocol import QueryParamProtocol

@@ -15,7 +15,8 @@ from holdfast.core import names
 from holdfast.core.exceptions import ConfigError
 from holdfast.worker.backoff import Backoff
 from holdfast.worker.config import load_config
-from holdfast.worker.connection import Connection, ConnectionContext
+from holdfast.worker.connection import Connection
+from holdfast.worker.context import ConnectionContext
 from holdfast.worker.handler import FailureQueue, Message, failure_body
 from tests.worker.conftest import Fleet, RouterSim, UpstreamThread, async_wait_until
 from tests.worker.helpers import item_attr, running_worker

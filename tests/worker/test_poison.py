@@ -8,8 +8,9 @@ import json
 import pytest
 
 from holdfast.worker.backoff import Backoff
-from holdfast.worker.connection import LOG_EVERY_MS, ConnectOptions
+from holdfast.worker.connection import LOG_EVERY_MS
 from holdfast.worker.delivery import STALL_AFTER
+from holdfast.worker.dial import ConnectOptions
 from tests.worker.conftest import Fleet, async_wait_until
 from tests.worker.helpers import Recorder, item_attr, running_worker
 from tests.worker.scripted import scripted_upstream
