@@ -5,11 +5,16 @@ Shutdown is a parameter (an awaitable that completes when the worker must stop),
 The stop is two-phase and bounded by ``shutdown_s`` so that it fits ECS's stop timeout:
 
 1. stop claiming (nudges received in flight go back to the queue at once);
-2. drain every stream: the handler call in flight finishes, the connection closes, then the
-   lease is released with its final checkpoint (``lease_expires_at_ms = 0``) so the router hands
-   it on at once. The session heartbeat, checkpoints and fencing go on meanwhile. What has not
-   drained by 60% of the budget is aborted (the call in flight is not checkpointed) and
-   released all the same.
+2. hand streams over warm to the successors the decider named (make-before-break,
+   ``worker.handoff``), a few at a time, each delivering until its turn, for as long as an
+   offer can still end before the drain deadline;
+3. drain the rest: the handler call in flight finishes, the connection closes, then the lease
+   is released with its final checkpoint (``lease_expires_at_ms = 0``), naming the successor
+   if there is one, so the router hands it on at once (``worker.endings``). The session
+   heartbeat, checkpoints and fencing go on meanwhile. What has not drained by 60% of the
+   budget is aborted (the call in flight is not checkpointed) and released all the same;
+4. goodbye: the last handoff messages, nudges of our last polls handed back, the session ended
+   (the sweeper then releases whatever we could not, without waiting a TTL).
 
 One log line at the end counts what happened.
 """
