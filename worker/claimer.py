@@ -84,7 +84,6 @@ class Later:
     seconds: int
 
 
-
 class ClaimFn(Protocol):
     """``Holdings.claim``: (conn_id, source, the inserted nudge's URL) -> outcome."""
 
