@@ -33,7 +33,7 @@ from typing import Final
 from aws_lambda_powertools import Logger
 
 from holdfast.core import rules
-from holdfast.core.model import MAX_SEQ, Lease, LeaseItem, bool_attr, one_connection_only
+from holdfast.core.model import MAX_SEQ, Lease, bool_attr, one_connection_only
 from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
 from holdfast.worker.context import ConnectionContext
@@ -107,8 +107,7 @@ async def _read_fit(conn_id: str, owner: str, store: LeaseStore,
                     single_connection: bool) -> str | None:
     """The item's URL if it may be connected before its claim (see the module), else None."""
     try:
-        raw = await on_io_threads(store.get_raw, conn_id)
-        item = LeaseItem.from_ddb(raw) if raw is not None else None
+        item, raw = await on_io_threads(store.read, conn_id) or (None, None)
     except Exception as exc:  # unreadable, throttled, malformed: the acquire will say
         logger.debug("connect first: cannot read the item", conn_id=conn_id, error=str(exc)[:200])
         return None

@@ -110,8 +110,7 @@ class WarmUps:
             return
         prefetch: Prefetch | None = None
         try:
-            raw = await on_io_threads(self.store.get_raw, step.conn_id)
-            item = LeaseItem.from_ddb(raw) if raw is not None else None
+            item, raw = await on_io_threads(self.store.read, step.conn_id) or (None, None)
             single = one_connection_only(bool_attr(raw or {}, ATTR.single_connection),
                                          self.single_connection)
             if (item is None or not item.started or item.lease_owner != step.peer
@@ -177,8 +176,7 @@ class WarmUps:
             self.start(lease, await warm.taken())
             return False
         try:
-            raw = await on_io_threads(self.store.get_raw, step.conn_id)
-            item = LeaseItem.from_ddb(raw) if raw is not None else None
+            item, raw = await on_io_threads(self.store.read, step.conn_id) or (None, None)
         except (HoldfastError, MalformedItem) as exc:
             logger.warning("handoff: cannot read the stream taken over; the strays pass "
                            "takes it back", conn_id=step.conn_id, error=str(exc)[:300])
@@ -196,8 +194,7 @@ class WarmUps:
     async def _look_for_take(self, conn_id: str, warm: _Warm) -> None:
         """TAKE is late: what the table says decides (see the module)."""
         try:
-            raw = await on_io_threads(self.store.get_raw, conn_id)
-            item = LeaseItem.from_ddb(raw) if raw is not None else None
+            item, raw = await on_io_threads(self.store.read, conn_id) or (None, None)
         except (HoldfastError, MalformedItem) as exc:
             logger.debug("handoff: cannot look for a late take", conn_id=conn_id,
                          error=str(exc)[:300])
