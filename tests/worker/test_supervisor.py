@@ -6,10 +6,12 @@ import asyncio
 import time
 
 import boto3
+import pytest
 
 from holdfast.core import names
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import delete_stream, set_desired_state
+from holdfast.worker.claimer import Claimer
 from holdfast.worker.handler import Message
 from holdfast.worker.holdings import CLAIM_LAG_LIMIT_MS
 from holdfast.worker.supervisor import Supervisor
@@ -334,3 +336,31 @@ async def test_first_checkpoint_is_written_before_the_first_handler_call(
         await async_wait_until(lambda: seen, 10, "first message")
     first_seq, stored = seen[0]
     assert first_seq is not None and stored == first_seq - 1
+
+
+async def test_the_stop_keeps_the_end_of_its_budget_for_the_goodbye(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waiting for our last polls (which a 20 s long poll can fill) ends goodbye_s() before the
+    budget does, so the session's end is written inside it: it was given the whole rest of the
+    budget, and a 1,000-stream stop exited 0.9 s past it."""
+    waits: list[float] = []  # when the polls' wait would end, seconds after the stop began
+    real = Claimer.finish_polls
+    stop_began = 0.0
+
+    async def recording(self: Claimer, timeout_s: float) -> int:
+        waits.append(time.monotonic() - stop_began + timeout_s)
+        return await real(self, timeout_s)
+
+    monkeypatch.setattr(Claimer, "finish_polls", recording)
+    budget = 4.0
+    async with running_worker(fleet, Recorder(), HOLDFAST_SHUTDOWN_SECONDS=str(budget),
+                              HOLDFAST_POLL_DRAIN_SECONDS=str(budget)) as run:
+        conn = f"{unique_id}-bye"
+        fleet.create(conn, upstream.url(conn))
+        fleet.nudge(conn)
+        await async_wait_until(lambda: conn in run.worker.streams, 10, "held")
+        stop_began = time.monotonic()
+    # goodbye_s(4 s) is 0.4 s: the wait ends that much before the budget, less the moment the
+    # stop takes to begin (0.2 s allowed for a loaded machine).
+    assert len(waits) == 1 and waits[0] <= budget - 0.2, waits
