@@ -14,7 +14,8 @@ The stop is two-phase and bounded by ``shutdown_s`` so that it fits ECS's stop t
    heartbeat, checkpoints and fencing go on meanwhile. What has not drained by 60% of the
    budget is aborted (the call in flight is not checkpointed) and released all the same;
 4. goodbye: the last handoff messages, nudges of our last polls handed back, the session ended
-   (the sweeper then releases whatever we could not, without waiting a TTL).
+   (the sweeper then releases whatever we could not, without waiting a TTL), inside the budget:
+   its last ``goodbye_s`` is kept for it.
 
 One log line at the end counts what happened.
 """
