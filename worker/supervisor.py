@@ -40,7 +40,7 @@ from holdfast.core.exceptions import (
     StoreUnavailable,
 )
 from holdfast.core.handoff import WARM_AT_ONCE_AT_STOP, WARM_TIMEOUT_MS
-from holdfast.core.nudge import Nudge
+from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.orders import ORDER_STOP, Order
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.sessions import SessionStore
@@ -228,10 +228,13 @@ class Supervisor:
         return True
 
     def _handoff(self, nudge: Nudge) -> None:
-        """A stream released to us by name: claim it now (our capacity and drain still
-        decide; if we cannot, the shared queue's nudge at the end of the hold finds another)."""
+        """A nudge on our own queue: a stream released to us by name, or one the sweeper sends
+        a live worker (reaped, or unclaimed while a dead worker's polls may be pending). Claim
+        it now (our capacity and drain still decide; if we cannot, the shared queue's nudge
+        finds another). Counted as a handoff only if it is one."""
+        source = SOURCE_HANDOFF if nudge.reason == REASON_HANDOFF else "nudge"
         task = asyncio.get_running_loop().create_task(
-            self.holdings.claim(nudge.conn_id, SOURCE_HANDOFF), name=f"handoff:{nudge.conn_id}")
+            self.holdings.claim(nudge.conn_id, source), name=f"handoff:{nudge.conn_id}")
         self._handoffs.add(task)
         task.add_done_callback(self._handoffs.discard)
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from holdfast.core.bundles import bundle_body
+from holdfast.core.nudge import Nudge
 from holdfast.core.orders import Order, is_missing_queue, order_queue_name, order_queue_url
 from holdfast.core.table import set_desired_state
 from holdfast.worker.orders import OrderInbox
@@ -160,3 +161,23 @@ async def test_a_bundle_is_acted_on_message_by_message(sqs: Any, unique_id: str)
             owner, [o.body(owner) for o in orders]))
         await async_wait_until(lambda: len(taken) == 3, 5, "three orders")
     assert taken == orders
+
+
+@pytest.mark.parametrize("reason", ["handoff", "reaped"])
+async def test_a_nudge_on_our_queue_is_claimed_and_counted_a_handoff_only_if_it_is_one(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str, reason: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A stream named to us (handoff) and one the sweeper sends a live worker (reaped, or
+    unclaimed after a reap) are both claimed from our order queue; only the first is logged
+    with source "handoff", so claims by source tell a move from a failover."""
+    rec, conn, prefix = Recorder(), f"{unique_id}-{reason}", f"{unique_id}-o-"
+    fleet.create(conn, upstream.url(conn))
+    async with running_worker(fleet, rec, HOLDFAST_ORDERS_QUEUE_PREFIX=prefix) as run:
+        await async_wait_until(lambda: run.worker.owner and run.worker.inbox, 5, "a session")
+        owner = run.worker.owner
+        assert owner is not None
+        fleet.sqs.send_message(QueueUrl=order_queue_url(fleet.queue_url, prefix, owner),
+                               MessageBody=Nudge(conn, reason, to=owner).body())
+        await async_wait_until(lambda: conn in run.worker.streams, 10, "claimed")
+    sources = [vars(r).get("source") for r in caplog.records if r.getMessage() == "claimed"]
+    assert sources == ["handoff" if reason == "handoff" else "nudge"]
