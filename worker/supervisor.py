@@ -2,21 +2,15 @@
 metrics and health.
 
 Shutdown is a parameter (an awaitable that completes when the worker must stop), as in hypercorn.
-The stop is two-phase and bounded by ``shutdown_s`` so that it fits ECS's stop timeout:
+The stop is bounded by ``shutdown_s`` so that it fits ECS's stop timeout:
 
 1. stop claiming (nudges received in flight go back to the queue at once);
-2. hand streams over warm to the successors the decider named (make-before-break,
-   ``worker.handoff``), a few at a time, each delivering until its turn, for as long as an
-   offer can still end before the drain deadline;
-3. drain the rest: the handler call in flight finishes, the connection closes, then the lease
-   is released with its final checkpoint (``lease_expires_at_ms = 0``), naming the successor
-   if there is one, so the router hands it on at once (``worker.endings``). The session
-   heartbeat, checkpoints and fencing go on meanwhile. What has not drained by 60% of the
-   budget is aborted (the call in flight is not checkpointed) and released all the same;
-4. goodbye: the last handoff messages, nudges of our last polls handed back, the session ended
+2. stop every stream (``worker.stopping``): warm handoffs first, then drains and releases
+   naming the decider's successors, aborts at the drain deadline. The session heartbeat,
+   checkpoints and fencing go on meanwhile;
+3. goodbye: the last handoff messages, nudges of our last polls handed back, the session ended
    (the sweeper then releases whatever we could not, without waiting a TTL). The wait for our
-   last polls leaves it the budget's last ``goodbye_s``; releases still running are not cut
-   short for it.
+   last polls leaves it the budget's last ``goodbye_s``.
 
 One log line at the end counts what happened.
 """
@@ -29,7 +23,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
@@ -39,7 +33,6 @@ from holdfast.core.exceptions import (
     SessionLost,
     StoreUnavailable,
 )
-from holdfast.core.handoff import WARM_AT_ONCE_AT_STOP, WARM_TIMEOUT_MS
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.orders import ORDER_STOP, Order
 from holdfast.core.schema import BACKSTOP_MS
@@ -54,7 +47,7 @@ from holdfast.worker.connection import Connection
 from holdfast.worker.handler import Handler, default_handler
 from holdfast.worker.handoff import Handoffs
 from holdfast.worker.health import HealthServer
-from holdfast.worker.held import NO_FENCE_MS, SHUTDOWN, SHUTDOWN_TIMEOUT, monotonic_ms
+from holdfast.worker.held import NO_FENCE_MS, monotonic_ms
 from holdfast.worker.holdings import Holdings
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.loopclock import LoopClock
@@ -64,29 +57,19 @@ from holdfast.worker.outbox import Outbox
 from holdfast.worker.protocol import QueryParamProtocol, ResumeProtocol
 from holdfast.worker.reconciler import Reconciler, Strays
 from holdfast.worker.session import SessionKeeper
+from holdfast.worker.stopping import goodbye_s, stop_streams, wait_tasks
 from holdfast.worker.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["GOODBYE_S", "Supervisor", "goodbye_s"]
+__all__ = ["Supervisor"]
 
 logger = Logger(service="holdfast-worker", child=True)
-_DRAIN_SHARE = 0.6  # of the shutdown budget; the rest is for releases
-# The end of the budget our last polls' wait leaves for the goodbye (the last handoff
-# messages, the session's end, the order queue's deletion: about 0.9 s after a 1,000-stream
-# stop on a loaded machine). The wait had the whole rest of the budget, and a stop whose
-# releases were all done in 6.4 s of 8 exited 0.9 s past it. A tenth of a short budget at most.
-GOODBYE_S: Final = 1.0
-
-
-def goodbye_s(budget_s: float) -> float:
-    """The end of a stop budget of ``budget_s`` kept for the goodbye (``GOODBYE_S``)."""
-    return min(GOODBYE_S, 0.1 * budget_s)
-
 
 _Loop = Callable[[], Coroutine[Any, Any, None]]
+
 
 class Supervisor:
     """One worker process's state and tasks. ``run(shutdown_trigger)`` until told to stop.
@@ -249,7 +232,7 @@ class Supervisor:
                 conn.lose("session")
         if self.handoffs is not None:
             await self.handoffs.warm_ups.close_all()
-        await self._wait_tasks(5.0)
+        await wait_tasks(self.tasks, 5.0)
         if not self.stopping:
             await self._start_session()
 
@@ -331,7 +314,8 @@ class Supervisor:
             stop_t0 = time.monotonic()
             for task in claiming:
                 task.cancel()
-            await self._stop_streams()
+            await stop_streams(self.streams, self.tasks, budget_s=cfg.shutdown_s,
+                               balancing=self.balancing, handoffs=self.handoffs, mono=self.mono)
             # The handoff messages of the last releases and transfers go before the goodbye.
             await self.outbox.drain()
             # Nudges for the streams just released may sit in our own last polls: hand them on.
@@ -360,40 +344,3 @@ class Supervisor:
             "messages": self.metrics.totals["MessagesHandled"],
             "handler_errors": self.metrics.totals["HandlerErrors"], **self.counts})
         return self.counts
-
-    async def _stop_streams(self) -> None:
-        budget = self.config.shutdown_s
-        t0 = time.monotonic()
-        rest = list(self.streams.values())
-        self.balancing.pin_successors()
-        if self.handoffs is not None:
-            # Warm first, a few at a time, while an offer can still end (handed over, or
-            # fallen back to a release) before the drain deadline; each stream delivers
-            # until its turn (``worker.handoff``).
-            rest = await self.handoffs.offer_at_stop(
-                rest, self.balancing.successor, at_once=WARM_AT_ONCE_AT_STOP,
-                until_ms=self.mono() + round((budget * _DRAIN_SHARE) * 1000) - WARM_TIMEOUT_MS)
-        for conn in rest:
-            if conn.held.stopping:
-                continue  # stopping already (a shed, a handoff): its own way out stands
-            # Drained and released to the successor the decider named ("": none).
-            conn.handoff_to = self.balancing.successor() or ""
-            conn.drain(SHUTDOWN)
-        await self._wait_tasks(budget * _DRAIN_SHARE - (time.monotonic() - t0))
-        slow = [c for c in self.streams.values() if not c.ended]
-        for conn in slow:
-            conn.log("warning", "handler still busy at the drain deadline: aborting")
-            conn.abort(SHUTDOWN_TIMEOUT)
-        # Releases are not cut short for the goodbye: a stream released carries its final
-        # checkpoint, one left to the reaper resumes from its last (a 1,000-stream stop with the
-        # goodbye's second taken from its releases left 431 of them to the reaper, 424 seqs
-        # handled twice); the platform's grace is past the budget (the stack's: 10 s).
-        await self._wait_tasks(max(0.0, budget - (time.monotonic() - t0) - 0.5))
-        for task in list(self.tasks):
-            task.cancel()  # releases still hanging on DynamoDB: the leases will expire
-        if self.tasks:
-            await asyncio.wait(list(self.tasks), timeout=0.5)
-
-    async def _wait_tasks(self, timeout_s: float) -> None:
-        if self.tasks and timeout_s > 0:
-            await asyncio.wait(list(self.tasks), timeout=timeout_s)
