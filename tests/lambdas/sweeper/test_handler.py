@@ -44,10 +44,11 @@ def test_invocation_sweeps_until_its_run_time_ends(sweeper_env: dict[str, str], 
 
 def test_invocation_stops_before_the_lambda_timeout(sweeper_env: dict[str, str]) -> None:
     """The loop ends when the remaining time drops under the margin, before max run time:
-    with 1.3 s left and a 1 s margin, at most the sweeps of its first 0.3 s (one every 0.2 s),
-    not the 1.5 s run's seven. Counted, not timed: a loaded machine only sweeps fewer."""
+    with 1.3 s left and a 1 s margin, at most the sweeps of its first 0.3 s (one every 0.2 s;
+    none if a loaded machine took that long to start), not the 1.5 s run's six. Counted, not
+    timed: a loaded machine only sweeps fewer."""
     summary = handler.lambda_handler({}, LocalContext("holdfast-sweeper", timeout_ms=1_300))
-    assert 1 <= summary["sweeps"] <= 2, summary
+    assert summary["sweeps"] <= 2, summary
 
 
 def test_bad_setting_is_a_clear_error(aws_env: dict[str, str],
