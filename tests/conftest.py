@@ -17,6 +17,7 @@ import boto3
 import pytest
 from hypothesis import HealthCheck, settings
 
+from holdfast.core import aws as core_aws
 from holdfast.core.schema import session_table_definition, table_definition
 from holdfast.localaws import LocalAws
 from tests.scheduling import (
@@ -108,3 +109,11 @@ def aws_env(ddb_local: LocalAws, monkeypatch: pytest.MonkeyPatch) -> dict[str, s
 def unique_id() -> str:
     """A connection-id prefix no other test uses."""
     return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(autouse=True)
+def no_throttle_left_over() -> Iterator[None]:
+    """Each test starts with no throttled call on record: the mark is process-wide (the
+    heartbeat's pace and the balancer's pause read it), and a test process runs many tests."""
+    core_aws._THROTTLED_AT_S.clear()
+    yield

@@ -25,12 +25,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
 from holdfast.core import names
+from holdfast.core.aws import throttled_at_s
 from holdfast.core.balance import HeldView, pick_sheds
 from holdfast.core.directives import Directive
 from holdfast.core.schema import ATTR, STARTED
@@ -42,7 +44,8 @@ if TYPE_CHECKING:
     from holdfast.worker.budget import ConnectBudget
     from holdfast.worker.connection import Connection
 
-__all__ = ["HANDOFF", "SHED", "Balancing", "owned_elsewhere_by"]
+__all__ = ["HANDOFF", "SHED", "SHED_PAUSE_AFTER_THROTTLE_S", "Balancing", "owned_elsewhere_by",
+           "recently_throttled"]
 
 logger = Logger(service="holdfast-worker", child=True)
 SHED = "shed"  # the drain reason of a stream handed on by rebalancing or draining
@@ -57,6 +60,17 @@ _FOLLOW_S = 0.2
 _FOLLOW_MAX_S = 5.0
 
 
+# How long after a throttled call this process sheds nothing for balance (``Balancing``).
+SHED_PAUSE_AFTER_THROTTLE_S = 5.0
+
+
+def recently_throttled() -> bool:
+    """True within ``SHED_PAUSE_AFTER_THROTTLE_S`` of a DynamoDB call of this process refused
+    as throttled."""
+    at_s = throttled_at_s()
+    return at_s is not None and time.monotonic() - at_s < SHED_PAUSE_AFTER_THROTTLE_S
+
+
 class Balancing:
     """Rebalancing state of one worker; the supervisor runs ``run`` as a service loop."""
 
@@ -65,8 +79,13 @@ class Balancing:
                  budget: ConnectBudget | None = None,
                  owned_elsewhere: Callable[[str], Awaitable[bool]] | None = None,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 offer: Callable[[Connection, str, str], bool] | None = None) -> None:
+                 offer: Callable[[Connection, str, str], bool] | None = None,
+                 throttled: Callable[[], bool] | None = None) -> None:
         self.streams = streams
+        # No shed for balance while DynamoDB refuses our calls (a drain goes on): a move is
+        # writes (a transfer or a release, then a claim) on a table already refusing them; the
+        # soak saw a rebalance in a throttle window lift the call rate past twice normal.
+        self.throttled = throttled or recently_throttled
         self.cooldown_ms, self.drain_at_once = cooldown_ms, drain_at_once
         self.wall, self.mono = wall, mono
         self.metrics, self.budget = metrics, budget
@@ -233,7 +252,7 @@ class Balancing:
         if self.draining:
             share, at_once = 0.0, (d.shed_at_once if d is not None and d.shed_at_once > 0
                                    else self.drain_at_once)
-        elif d is not None and d.shed_at_once > 0:
+        elif d is not None and d.shed_at_once > 0 and not self.throttled():
             share, at_once = d.share, d.shed_at_once
         else:
             return []

@@ -47,7 +47,8 @@ def _streams(n: int, *, moved_at_ms: int | None = None,
 
 
 def _balancing(streams: dict[str, Connection], clock: Clock, **kw: object) -> Balancing:
-    args: dict[str, object] = {"cooldown_ms": 60_000, "drain_at_once": 3}
+    args: dict[str, object] = {"cooldown_ms": 60_000, "drain_at_once": 3,
+                               "throttled": lambda: False}
     args.update(kw)
     return Balancing(streams, wall=clock.wall, mono=clock.mono, metrics=WorkerMetrics(),
                      **args)  # type: ignore[arg-type]
@@ -127,6 +128,21 @@ def test_draining_sheds_everything_and_claims_nothing() -> None:
     assert b.room() == 0 and len(b.step()) == 3
     b.update(draining=False)
     assert b.room() is None
+
+
+def test_no_shed_for_balance_while_throttled_but_a_drain_goes_on() -> None:
+    """While DynamoDB refuses our calls a target sheds nothing (a move is writes on a table
+    refusing them); once it stops refusing the shed goes ahead; draining is not held back."""
+    streams, clock, throttled = _streams(10), Clock(), [True]
+    b = _balancing(streams, clock, throttled=lambda: throttled[0])
+    b.update(_target(6, 6, 2))
+    assert b.step() == []
+    throttled[0] = False
+    assert len(b.step()) == 2
+    throttled[0] = True
+    draining = _balancing(_streams(5, moved_at_ms=NOW), clock, throttled=lambda: True)
+    draining.update(draining=True, via="queue")
+    assert len(draining.step()) == 3
 
 
 def test_weights_count_as_load() -> None:
