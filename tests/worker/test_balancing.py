@@ -139,7 +139,6 @@ def test_no_shed_for_balance_while_throttled_but_a_drain_goes_on() -> None:
     assert b.step() == []
     throttled[0] = False
     assert len(b.step()) == 2
-    throttled[0] = True
     draining = _balancing(_streams(5, moved_at_ms=NOW), clock, throttled=lambda: True)
     draining.update(draining=True, via="queue")
     assert len(draining.step()) == 3
