@@ -28,6 +28,8 @@ from collections.abc import Awaitable, Callable
 from aws_lambda_powertools import Logger
 
 from holdfast.core import names
+from holdfast.core.batch import RenewMode
+from holdfast.core.batch_release import ReleaseRequest
 from holdfast.core.exceptions import HoldfastError, LossReason, StoreUnavailable
 from holdfast.core.model import Lease, LeaseItem, one_connection_only
 from holdfast.core.store import LeaseStore
@@ -37,6 +39,7 @@ from holdfast.worker.connection import Connection
 from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT, HeldState
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.releases import Releases
 
 __all__ = ["Endings"]
 
@@ -49,8 +52,11 @@ class Endings:
 
     def __init__(self, store: LeaseStore, balancing: Balancing, backoff: Backoff, *,
                  single_connection: bool, metrics: WorkerMetrics, counts: Counter[str],
-                 wall: Callable[[], int], mono: Callable[[], int]) -> None:
+                 wall: Callable[[], int], mono: Callable[[], int],
+                 release_mode: RenewMode = "batch") -> None:
         self.store, self.balancing, self.backoff = store, balancing, backoff
+        # Plain releases, gathered into batch calls when many end together (a stop).
+        self.releases = Releases(store, release_mode)
         self.single_connection = single_connection
         self.metrics, self.counts = metrics, counts
         self.wall, self.mono = wall, mono
@@ -135,10 +141,12 @@ class Endings:
         held = conn.held
         for attempt in range(attempts):
             try:
-                lost = await on_io_threads(self.store.release, held.lease,
-                                           held.checkpoint, error=error,
-                                           retry_at_ms=retry_at_ms, moved=moved,
-                                           successor=successor)
+                if error is None:
+                    lost = await self.releases.release(ReleaseRequest(
+                        held.lease, held.checkpoint, moved=moved, successor=successor))
+                else:  # a give-up: rare, alone
+                    lost = await on_io_threads(self.store.release, held.lease, held.checkpoint,
+                                               error=error, retry_at_ms=retry_at_ms)
             except StoreUnavailable as exc:
                 if attempt + 1 < attempts and self.mono() < held.fence_mono_ms:
                     await asyncio.sleep(0.2 * (attempt + 1))
@@ -162,10 +170,14 @@ class Endings:
         lease = Lease(item.conn_id, owner, item.epoch, item.lease_expires_at_ms or 0,
                       item.ws_url, item.last_seq)
         try:
-            await on_io_threads(self.store.release, lease)
+            lost = await self.releases.release(ReleaseRequest(lease))
         except HoldfastError as exc:
             logger.warning("cannot release a stream we own but do not hold",
                            conn_id=item.conn_id, error=str(exc)[:300])
+            return False
+        if lost is not None:
+            logger.info("a stream we owned but did not hold is not ours any more",
+                        conn_id=item.conn_id, reason=str(lost))
             return False
         logger.info("released a stream we owned but did not hold", conn_id=item.conn_id,
                     desired_state=item.desired_state)

@@ -81,7 +81,8 @@ class Holdings:
         # How each stream ends: its last write (release, transfer), one writer.
         self.endings = Endings(store, balancing, self.ctx.backoff,
                                single_connection=config.single_connection, metrics=metrics,
-                               counts=counts, wall=wall, mono=mono)
+                               counts=counts, wall=wall, mono=mono,
+                               release_mode=config.renew_mode)
         # The streams a handoff is bringing us (each holds a slot; set by the supervisor).
         self.incoming: Callable[[], set[str]] = set
 

@@ -1,6 +1,7 @@
-"""The words of every lease write: attribute placeholders, and the renew/checkpoint write as
-data, rendered for UpdateItem and for PartiQL alike (``holdfast.core.store`` and
-``holdfast.core.batch`` both send it, so the two can never drift apart).
+"""The words of every lease write: attribute placeholders, and the renew/checkpoint and
+release writes as data, rendered for UpdateItem and for PartiQL alike (``holdfast.core.store``
+sends them one at a time, ``holdfast.core.batch``, ``holdfast.core.batch_release`` and the
+reaper in batches, so the two forms can never drift apart).
 """
 
 from __future__ import annotations
@@ -9,15 +10,18 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules, unowned
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.model import Lease, LeaseItem
-from holdfast.core.schema import ATTR, STARTED
+from holdfast.core.schema import ATTR, STARTED, LeaseStatus
 
-__all__ = ["NAMES", "RenewClauses", "names_for", "num", "overtaken", "parse_or_none",
-           "renew_clauses", "renewed", "string"]
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import BatchStatementRequestTypeDef
+
+__all__ = ["NAMES", "WriteClauses", "dead_release_clauses", "names_for", "num", "overtaken",
+           "parse_or_none", "release_clauses", "renew_clauses", "renewed", "string"]
 
 # Expression attribute names used by every lease write (``status`` is a reserved word).
 NAMES = {
@@ -52,17 +56,21 @@ def names_for(expression: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True, slots=True)
-class RenewClauses:
-    """The renew/checkpoint write as data, rendered for UpdateItem and for PartiQL alike.
+class WriteClauses:
+    """One conditional lease write as data, rendered for UpdateItem and for PartiQL alike.
 
-    Conditions: owner and epoch (the fencing pair), STARTED, the expiry never shortened (a late
-    older renewal must not cut a lease short) and the checkpoint never backwards.
+    ``copies`` set an attribute from another of the item (target, source, default):
+    UpdateItem writes the default where the source is missing (``if_not_exists``); PartiQL has
+    no ``if_not_exists``, so there an item missing the source is refused as invalid, and the
+    sender writes that one alone with UpdateItem.
     """
 
     sets: tuple[tuple[str, dict[str, str]], ...]
     equals: tuple[tuple[str, dict[str, str]], ...]
-    at_most: tuple[tuple[str, dict[str, str]], ...]  # attribute <= value
-    at_most_or_missing: tuple[tuple[str, dict[str, str]], ...]
+    at_most: tuple[tuple[str, dict[str, str]], ...] = ()  # attribute <= value
+    at_most_or_missing: tuple[tuple[str, dict[str, str]], ...] = ()
+    copies: tuple[tuple[str, str, dict[str, str]], ...] = ()
+    removes: tuple[str, ...] = ()
 
     def update_expression(self) -> tuple[str, str, dict[str, Any]]:
         """(UpdateExpression, ConditionExpression, values) with ``NAMES`` placeholders."""
@@ -74,27 +82,38 @@ class RenewClauses:
             values[name] = value
             return name
 
-        update = "SET " + ", ".join(f"{alias[a]} = {val(a, 'set', v)}" for a, v in self.sets)
+        sets = [f"{alias[a]} = {val(a, 'set', v)}" for a, v in self.sets]
+        sets += [f"{alias[a]} = if_not_exists({alias[b]}, {val(a, 'else', v)})"
+                 for a, b, v in self.copies]
+        update = "SET " + ", ".join(sets)
+        if self.removes:
+            update += " REMOVE " + ", ".join(alias[a] for a in self.removes)
         conds = [f"{alias[a]} = {val(a, 'eq', v)}" for a, v in self.equals]
         conds += [f"{alias[a]} <= {val(a, 'max', v)}" for a, v in self.at_most]
         conds += [f"(attribute_not_exists({alias[a]}) OR {alias[a]} <= {val(a, 'max', v)})"
                   for a, v in self.at_most_or_missing]
         return update, " AND ".join(conds), values
 
-    def partiql(self, table: str, pk: str) -> dict[str, Any]:
+    def partiql(self, table: str, pk: str) -> BatchStatementRequestTypeDef:
         """One PartiQL UPDATE statement with the same effect and condition."""
-        tests = [(f"{a} = ?", v) for a, v in self.equals]
-        tests += [(f"{a} <= ?", v) for a, v in self.at_most]
-        tests += [(f"({a} IS MISSING OR {a} <= ?)", v) for a, v in self.at_most_or_missing]
-        where = [f"{ATTR.pk} = ?", *(t for t, _ in tests)]
+        tests = [(f'"{a}" = ?', v) for a, v in self.equals]
+        tests += [(f'"{a}" <= ?', v) for a, v in self.at_most]
+        tests += [(f'("{a}" IS MISSING OR "{a}" <= ?)', v) for a, v in self.at_most_or_missing]
+        where = [f'"{ATTR.pk}" = ?', *(t for t, _ in tests)]
         params = [*(v for _, v in self.sets), string(pk), *(v for _, v in tests)]
-        sets = " ".join(f"SET {a} = ?" for a, _ in self.sets)
-        return {"Statement": f'UPDATE "{table}" {sets} WHERE {" AND ".join(where)}',
+        clauses = [*(f'SET "{a}" = ?' for a, _ in self.sets),
+                   *(f'SET "{a}" = "{b}"' for a, b, _ in self.copies),
+                   *(f'REMOVE "{a}"' for a in self.removes)]
+        return {"Statement": f'UPDATE "{table}" {" ".join(clauses)} WHERE {" AND ".join(where)}',
                 "Parameters": params}
 
 
-def renew_clauses(lease: Lease, now: int, expires: int | None, seq: int | None) -> RenewClauses:
-    """The one definition of a renew (``expires`` set) or checkpoint-only write."""
+def renew_clauses(lease: Lease, now: int, expires: int | None, seq: int | None) -> WriteClauses:
+    """The one definition of a renew (``expires`` set) or checkpoint-only write.
+
+    Conditions: owner and epoch (the fencing pair), STARTED, the expiry never shortened (a late
+    older renewal must not cut a lease short) and the checkpoint never backwards.
+    """
     sets: list[tuple[str, dict[str, str]]] = []
     at_most: list[tuple[str, dict[str, str]]] = []
     if expires is not None:
@@ -105,11 +124,60 @@ def renew_clauses(lease: Lease, now: int, expires: int | None, seq: int | None) 
     if seq is not None:
         sets.append((ATTR.last_seq, num(seq)))
         seq_clause = ((ATTR.last_seq, num(seq)),)
-    return RenewClauses(
+    return WriteClauses(
         sets=tuple(sets),
         equals=((ATTR.lease_owner, string(lease.owner)), (ATTR.epoch, num(lease.epoch)),
                 (ATTR.desired_state, string(STARTED))),
         at_most=tuple(at_most), at_most_or_missing=seq_clause)
+
+
+def release_clauses(lease: Lease, now: int, seq: int | None, *, error: str | None = None,
+                    retry_at_ms: int | None = None, moved: bool = False,
+                    successor: str | None = None) -> WriteClauses:
+    """The one definition of the holder's release (``LeaseStore.release`` says what each
+    argument means; ``error`` is the text to record, scrubbed already).
+
+    Conditions: owner and epoch, and the final checkpoint ``seq`` never backwards.
+    """
+    handoff = successor is not None and error is None and successor != lease.owner
+    sets = [(ATTR.lease_expires_at_ms, num(
+                retry_at_ms if error is not None and retry_at_ms else
+                now + rules.HANDOFF_HOLD_MS if handoff else 0)),
+            (ATTR.status, string(LeaseStatus.BACKOFF if error is not None
+                                 else LeaseStatus.RELEASED)),
+            (ATTR.updated_at_ms, num(now)),
+            (ATTR.error_count, num(lease.error_count + 1 if error is not None else 0))]
+    copies: tuple[tuple[str, str, dict[str, str]], ...] = ()
+    if error is not None:
+        sets.append((ATTR.last_error, string(error)))
+    else:
+        sets.append((ATTR.unowned_since_ms, num(now)))
+        copies = unowned.MARK_COPIES
+        if moved:
+            sets.append((ATTR.moved_at_ms, num(now)))
+        if handoff:
+            sets.append((ATTR.successor, string(str(successor))))
+    seq_clause: tuple[tuple[str, dict[str, str]], ...] = ()
+    if seq is not None:
+        sets.append((ATTR.last_seq, num(seq)))
+        seq_clause = ((ATTR.last_seq, num(seq)),)
+    return WriteClauses(
+        sets=tuple(sets), copies=copies,
+        equals=((ATTR.lease_owner, string(lease.owner)), (ATTR.epoch, num(lease.epoch))),
+        at_most_or_missing=seq_clause,
+        removes=(ATTR.lease_owner,) if handoff else (ATTR.lease_owner, ATTR.successor))
+
+
+def dead_release_clauses(owner: str, reason: str, now: int, since_ms: int) -> WriteClauses:
+    """The one definition of the sweeper's release of a dead or ended session's stream:
+    conditional on the owner alone (any epoch of that session's), marked unowned since
+    ``since_ms``."""
+    return WriteClauses(
+        sets=((ATTR.lease_expires_at_ms, num(0)), (ATTR.status, string(LeaseStatus.RELEASED)),
+              (ATTR.updated_at_ms, num(now)), (ATTR.last_error, string(reason[:500])),
+              (ATTR.unowned_since_ms, num(since_ms))),
+        copies=unowned.MARK_COPIES, equals=((ATTR.lease_owner, string(owner)),),
+        removes=(ATTR.lease_owner,))
 
 
 def overtaken(lease: Lease, raw: dict[str, Any] | None, expires: int | None,

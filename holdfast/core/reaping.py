@@ -20,17 +20,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from holdfast.core import rules, unowned
+from holdfast.core import rules
 from holdfast.core.aws import ConditionFailed, call, pages
 from holdfast.core.batch import BATCH_LIMIT, RenewMode, run_statements
 from holdfast.core.exceptions import HoldfastError, MalformedItem
-from holdfast.core.expressions import names_for, num
+from holdfast.core.expressions import dead_release_clauses, names_for, num
 from holdfast.core.model import validate_worker_id
 from holdfast.core.schema import (
     ATTR,
     OWNER_INDEX_NAME,
     SESSION,
-    LeaseStatus,
     SessionState,
     conn_id_from_pk,
     pk_for,
@@ -40,7 +39,6 @@ from holdfast.core.store import wall_clock_ms
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
-    from mypy_boto3_dynamodb.type_defs import BatchStatementRequestTypeDef
 
     from holdfast.core.sessions import ReportedDeath, SessionItem, SessionStore
 
@@ -205,40 +203,18 @@ class Reaper:
         unowned-time marker (``holdfast.core.unowned``): a dead holder's last heartbeat.
         """
         now = self.clock()
-        update = ("SET #exp = :zero, #status = :released, #upd = :now, #err = :why, "
-                  f"{unowned.MARK_SET} REMOVE #owner")
+        update, condition, values = dead_release_clauses(
+            owner, reason, now, now if unowned_since_ms is None else unowned_since_ms,
+        ).update_expression()
         try:
             call("release_dead", self.client.update_item, TableName=self.lease_table,
                  Key={ATTR.pk: {"S": pk_for(conn_id)}}, UpdateExpression=update,
-                 ConditionExpression="#owner = :owner", ExpressionAttributeNames=names_for(update),
-                 ExpressionAttributeValues={":zero": num(0),
-                                            ":released": {"S": LeaseStatus.RELEASED},
-                                            ":now": num(now), ":why": {"S": reason[:500]},
-                                            ":owner": {"S": owner}, **unowned.MARK_VALUES,
-                                            ":unowned_since": num(
-                                                now if unowned_since_ms is None
-                                                else unowned_since_ms)})
+                 ConditionExpression=condition,
+                 ExpressionAttributeNames=names_for(update + condition),
+                 ExpressionAttributeValues=values)
         except ConditionFailed:
             return False  # released already, or the stream moved on
         return True
-
-    def _release_statement(self, conn_id: str, owner: str, reason: str,
-                           unowned_since_ms: int | None, now: int) -> BatchStatementRequestTypeDef:
-        """``release_owned``'s write as one PartiQL UPDATE: the same attributes, the same
-        condition. PartiQL has no ``if_not_exists``: the marker copies the epoch and desired
-        state as they are, and an item missing one is refused (a ValidationError), to be
-        released by ``release_owned`` alone."""
-        sets: list[tuple[str, dict[str, str]]] = [
-            (ATTR.lease_expires_at_ms, num(0)), (ATTR.status, {"S": LeaseStatus.RELEASED}),
-            (ATTR.updated_at_ms, num(now)), (ATTR.last_error, {"S": reason[:500]}),
-            (ATTR.unowned_since_ms, num(now if unowned_since_ms is None else unowned_since_ms))]
-        copies = ((ATTR.unowned_epoch, ATTR.epoch),
-                  (ATTR.unowned_desired_state, ATTR.desired_state))
-        text = " ".join([*(f'SET "{a}" = ?' for a, _ in sets),
-                         *(f'SET "{a}" = "{b}"' for a, b in copies)])
-        return {"Statement": f'UPDATE "{self.lease_table}" {text} REMOVE "{ATTR.lease_owner}" '
-                             f'WHERE "{ATTR.pk}" = ? AND "{ATTR.lease_owner}" = ?',
-                "Parameters": [*(v for _, v in sets), {"S": pk_for(conn_id)}, {"S": owner}]}
 
     def _release_chunk(self, conn_ids: list[str], owner: str, reason: str,
                        unowned_since_ms: int | None) -> list[str | None]:
@@ -259,7 +235,9 @@ class Reaper:
             return [alone(c) for c in conn_ids]
         now = self.clock()
         outcomes = run_statements(self.client, "release_dead", [
-            self._release_statement(c, owner, reason, unowned_since_ms, now) for c in conn_ids])
+            dead_release_clauses(owner, reason, now, now if unowned_since_ms is None
+                                 else unowned_since_ms).partiql(self.lease_table, pk_for(c))
+            for c in conn_ids])
         out: list[str | None] = []
         for conn_id, (outcome, message) in zip(conn_ids, outcomes, strict=True):
             if outcome == "ok":

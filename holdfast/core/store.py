@@ -29,6 +29,7 @@ from holdfast.core.expressions import (
     num,
     overtaken,
     parse_or_none,
+    release_clauses,
     renew_clauses,
     renewed,
     string,
@@ -246,37 +247,11 @@ class LeaseStore:
         ``successor`` makes it a handoff: the stream is kept for that owner alone for
         ``rules.HANDOFF_HOLD_MS`` (the expiry), then anyone may take it.
         """
-        now = self.clock()
-        seq = rules.next_checkpoint(lease.last_seq, handled_seq)
-        update = "SET #exp = :exp, #status = :status, #upd = :now, #errs = :errs"
-        handoff = successor is not None and error is None and successor != lease.owner
-        values: dict[str, Any] = {
-            ":exp": num(retry_at_ms if error is not None and retry_at_ms else
-                        now + rules.HANDOFF_HOLD_MS if handoff else 0),
-            ":status": string(LeaseStatus.BACKOFF if error is not None
-                            else LeaseStatus.RELEASED),
-            ":now": num(now),
-            ":errs": num(lease.error_count + 1 if error is not None else 0),
-            ":me": string(lease.owner), ":epoch": num(lease.epoch)}
-        condition = "#owner = :me AND #epoch = :epoch"
-        if error is not None:
-            update += ", #err = :err"
-            # Whatever wrote the error text, the URL's secrets never reach the item.
-            values[":err"] = string(scrub(error, lease.ws_url)[:1000])
-        else:
-            update += ", " + unowned.MARK_SET
-            values.update(unowned.MARK_VALUES)
-            values[":unowned_since"] = num(now)
-            if moved:
-                update += ", #moved = :now"
-            if handoff:
-                update += ", #succ = :succ"
-                values[":succ"] = string(str(successor))
-        if seq is not None:
-            update += ", #seq = :seq"
-            condition += " AND (attribute_not_exists(#seq) OR #seq <= :seq)"
-            values[":seq"] = num(seq)
-        update += " REMOVE #owner" if handoff else " REMOVE #owner, #succ"
+        # Whatever wrote the error text, the URL's secrets never reach the item.
+        text = None if error is None else scrub(error, lease.ws_url)[:1000]
+        update, condition, values = release_clauses(
+            lease, self.clock(), rules.next_checkpoint(lease.last_seq, handled_seq), error=text,
+            retry_at_ms=retry_at_ms, moved=moved, successor=successor).update_expression()
         try:
             self._update("release", lease.conn_id, update, condition, values)
         except ConditionFailed as failed:

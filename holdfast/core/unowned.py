@@ -30,17 +30,16 @@ from typing import Any, Final
 from holdfast.core.model import int_attr, str_attr
 from holdfast.core.schema import ATTR, STARTED
 
-__all__ = ["MARK_NAMES", "MARK_SET", "MARK_VALUES", "creation_marker", "unowned_time_ms"]
+__all__ = ["MARK_COPIES", "MARK_NAMES", "creation_marker", "unowned_time_ms"]
 
-# The SET clauses of the marker, for an UpdateExpression that also uses ``MARK_NAMES`` and
-# ``MARK_VALUES`` plus ``:unowned_since``. ``if_not_exists`` because SET from a missing path
-# fails the whole write: a release must never fail for the sake of a metric.
-MARK_SET: Final = ("#us = :unowned_since, #ue = if_not_exists(#epoch, :unowned_zero), "
-                   "#uds = if_not_exists(#ds, :unowned_unknown)")
+# The marker's copies (target, source, default if the source is missing), for
+# ``expressions.WriteClauses`` beside ``unowned_since_ms`` = when. A default because a copy
+# from a missing attribute fails the whole write: a release must never fail for a metric.
+MARK_COPIES: Final = ((ATTR.unowned_epoch, ATTR.epoch, {"N": "0"}),
+                      (ATTR.unowned_desired_state, ATTR.desired_state, {"S": "UNKNOWN"}))
 MARK_NAMES: Final = {"#us": ATTR.unowned_since_ms, "#ue": ATTR.unowned_epoch,
                      "#uds": ATTR.unowned_desired_state, "#epoch": ATTR.epoch,
                      "#ds": ATTR.desired_state}
-MARK_VALUES: Final = {":unowned_zero": {"N": "0"}, ":unowned_unknown": {"S": "UNKNOWN"}}
 
 
 def creation_marker(now_ms: int) -> dict[str, dict[str, str]]:
