@@ -33,7 +33,7 @@ from typing import Final
 from aws_lambda_powertools import Logger
 
 from holdfast.core import rules
-from holdfast.core.model import MAX_SEQ, Lease, bool_attr, one_connection_only
+from holdfast.core.model import MAX_SEQ, Lease, bool_attr, connects_before_claim
 from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
 from holdfast.worker.context import ConnectionContext
@@ -79,10 +79,10 @@ async def prestart(conn_id: str, owner: str, store: LeaseStore, ctx: ConnectionC
     for its first frame (see the module); None: claim as usual. ``single_connection``: the
     fleet default (``HOLDFAST_SINGLE_CONNECTION``), for an item that does not say.
     ``ws_url``: the URL the router saw in the new item, for an item it saw fit (no read)."""
-    if ws_url is None:
+    if ws_url is None or single_connection:
+        # No URL, or the fleet default is one connection at a time: only the item can say
+        # that this stream allows two (the nudge carries no ``single_connection``).
         ws_url = await _read_fit(conn_id, owner, store, single_connection)
-    elif one_connection_only(None, single_connection):
-        ws_url = None  # the item is silent and the fleet default says one connection at a time
     if ws_url is None:
         return None
     prefetch = Prefetch.for_stream(conn_id, ws_url, None, ctx)
@@ -111,8 +111,9 @@ async def _read_fit(conn_id: str, owner: str, store: LeaseStore,
     except Exception as exc:  # unreadable, throttled, malformed: the acquire will say
         logger.debug("connect first: cannot read the item", conn_id=conn_id, error=str(exc)[:200])
         return None
-    if (item is None or raw is None or item.last_seq is not None
+    if (item is None or raw is None
             or rules.claim_blocker(item, store.clock(), store.skew_ms, owner) is not None
-            or one_connection_only(bool_attr(raw, ATTR.single_connection), single_connection)):
+            or not connects_before_claim(item, bool_attr(raw, ATTR.single_connection),
+                                         single_connection)):
         return None
     return item.ws_url

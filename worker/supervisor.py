@@ -312,23 +312,29 @@ class Supervisor:
                         streams=len(self.streams))
             self.stopping = True
             stop_t0 = time.monotonic()
+            steps: dict[str, float] = {}
             for task in claiming:
                 task.cancel()
             await stop_streams(self.streams, self.tasks, budget_s=cfg.shutdown_s,
                                balancing=self.balancing, handoffs=self.handoffs, mono=self.mono)
+            steps["streams"] = time.monotonic()
             # The handoff messages of the last releases and transfers go before the goodbye.
             await self.outbox.drain()
+            steps["messages"] = time.monotonic()
             # Nudges for the streams just released may sit in our own last polls: hand them on.
             await claimer.finish_polls(min(cfg.poll_drain_s, max(
                 0.0, cfg.shutdown_s - goodbye_s(cfg.shutdown_s) - (time.monotonic() - stop_t0))))
+            steps["polls"] = time.monotonic()
             # Goodbye: the sweeper releases whatever we could not, without waiting a TTL.
             keeper.stop()
             try:
                 await on_io_threads(self.sessions.end, keeper.session)
             except HoldfastError as exc:
                 logger.warning("cannot end the session; it will expire", error=str(exc)[:300])
+            steps["session"] = time.monotonic()
             if self.inbox is not None:
                 await self.inbox.close()
+            steps["inbox"] = time.monotonic()
             if watchdog is not None:
                 watchdog.stop()
             for task in keep:
@@ -341,6 +347,8 @@ class Supervisor:
         logger.info("worker stopped", extra={
             "worker_id": self.worker_id, "uptime_s": round(time.monotonic() - started, 3),
             "stop_s": round(time.monotonic() - stop_t0, 3),
+            # Where the stop's time went: each step's end, seconds after the signal.
+            "stop_steps_s": {k: round(t - stop_t0, 2) for k, t in steps.items()},
             "messages": self.metrics.totals["MessagesHandled"],
             "handler_errors": self.metrics.totals["HandlerErrors"], **self.counts})
         return self.counts

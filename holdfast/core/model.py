@@ -26,6 +26,7 @@ __all__ = [
     "Lease",
     "LeaseItem",
     "bool_attr",
+    "connects_before_claim",
     "int_attr",
     "lease_of",
     "one_connection_only",
@@ -187,6 +188,16 @@ def one_connection_only(attr: bool | None, fleet_default: bool) -> bool:
     """Whether a stream's upstream allows one connection at a time: its ``single_connection``
     attribute (``attr``, None if unset), else the fleet's ``HOLDFAST_SINGLE_CONNECTION``."""
     return fleet_default if attr is None else attr
+
+
+def connects_before_claim(item: LeaseItem, single_connection: bool | None,
+                          fleet_default: bool) -> bool:
+    """Whether a claimable stream may be connected before its claim (``worker.prestart``):
+    no checkpoint yet (nothing the claim could change to resume from) and an upstream that
+    allows a second connection (``one_connection_only`` of its ``single_connection``
+    attribute). The router, which does not know the fleet's default, passes False: the worker
+    applies its own."""
+    return item.last_seq is None and not one_connection_only(single_connection, fleet_default)
 
 
 def bool_attr(item: Mapping[str, Any], name: str) -> bool | None:

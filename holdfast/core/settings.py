@@ -96,9 +96,10 @@ SHUTDOWN_SECONDS: Final = Number(
     doc="Graceful-stop budget; keep it below the ECS stopTimeout (the stack's: 120 s).")
 RENEW_MODE: Final = Choice(name=names.ENV_RENEW_MODE, default="batch", choices=("batch", "single"),
                            readers=(*_W, *_LAMBDAS),
-                           doc="Checkpoints, and the sweeper's release of a dead session's "
-                               "streams: batch (PartiQL, 25 per call) or single (moto, which "
-                               "ignores PartiQL conditions).")
+                           doc="Checkpoints, a worker's releases when many end together, and "
+                               "the sweeper's release of a dead session's streams: batch "
+                               "(PartiQL, 25 per call) or single (moto, which ignores PartiQL "
+                               "conditions).")
 MAX_FRAME_BYTES: Final = Integer(
     name=names.ENV_MAX_FRAME_BYTES, unit="bytes", default=2**18, lo=1024, hi=2**30, readers=_W,
     doc="A larger frame drops the connection (close 1009).")

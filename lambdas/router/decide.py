@@ -58,7 +58,7 @@ from typing import Any
 from holdfast.core import rules
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.expressions import parse_or_none
-from holdfast.core.model import LeaseItem, bool_attr, int_attr
+from holdfast.core.model import LeaseItem, bool_attr, connects_before_claim, int_attr
 from holdfast.core.nudge import (
     MAX_DELAY_S,
     MAX_URL_CHARS,
@@ -241,11 +241,12 @@ def _nudge(new: LeaseItem, reason: Reason, now_ms: int, skew_ms: int,
 
 
 def _inserted(decision: Decision, new: LeaseItem, new_image: Image) -> Decision:
-    """A new item's nudge carries its URL when the worker may connect before reading it
-    (``worker.prestart``'s conditions the record can show: claimable now, no checkpoint, no
-    ``single_connection`` attribute; the worker applies its fleet default and its URL rules)."""
-    if (decision.outcome is not Outcome.NUDGE or decision.delay_s or new.last_seq is not None
-            or bool_attr(new_image, ATTR.single_connection) is not None
+    """A new item's nudge carries its URL when it is claimable now and may be connected
+    before its claim (``connects_before_claim``; the worker applies its fleet default where
+    the item is silent, and its URL rules)."""
+    if (decision.outcome is not Outcome.NUDGE or decision.delay_s
+            or not connects_before_claim(new, bool_attr(new_image, ATTR.single_connection),
+                                         fleet_default=False)
             or len(new.ws_url) > MAX_URL_CHARS):
         return decision
     return dataclasses.replace(decision, ws_url=new.ws_url)

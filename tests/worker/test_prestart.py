@@ -118,6 +118,21 @@ async def test_a_nudge_carrying_the_url_connects_first_without_reading_the_item(
     assert "hinted" not in reads and anchors == []
 
 
+async def test_a_stream_allowing_two_connections_connects_first_under_a_single_fleet_default(
+        fleet: Fleet, upstream: UpstreamThread) -> None:
+    """HOLDFAST_SINGLE_CONNECTION=1 but the item says single_connection false: the worker reads
+    the item (the nudge cannot say) and connects before its claim."""
+    rec = Recorder()
+    async with running_worker(fleet, rec, HOLDFAST_SINGLE_CONNECTION="1") as run:
+        fleet.create("two", upstream.url("two"))
+        set_attr(fleet, "two", ATTR.single_connection, {"BOOL": False})
+        inserted(fleet, "two", upstream.url("two"))
+        await async_wait_until(lambda: rec.seqs("two"), 10, "a message handled")
+        epoch = run.worker.streams["two"].held.lease.epoch
+        conns = upstream.server.connlog.records("two")
+    assert len(conns) == 1 and conns[0].opened_wall_ms <= epoch
+
+
 async def test_a_nudges_stale_url_is_dropped_for_the_items(
         fleet: Fleet, upstream: UpstreamThread, reads: list[str]) -> None:
     """A nudge whose URL the item no longer has (changed since the insert) costs one early

@@ -257,15 +257,16 @@ def test_plain_owner_has_no_live_session() -> None:
 
 
 def test_an_inserted_nudge_carries_the_url_of_a_stream_that_may_connect_first() -> None:
-    """A new item that is claimable now, unchecked and silent about single_connection is nudged
+    """A new item that is claimable now, unchecked and not limited to one connection is nudged
     with its URL (the worker connects without reading it); any other insert is not."""
     url = "wss://feeds.example.test/new"
-    fit = decide("INSERT", None, image(C, expires=0, ws_url=url), NOW, skew_ms=SKEW)
-    nudge = fit.nudge()
-    assert nudge is not None and (nudge.reason, nudge.ws_url) == ("inserted", url)
+    for fit in (image(C, expires=0, ws_url=url),
+                image(C, expires=0, ws_url=url, single_connection={"BOOL": False})):
+        nudge = decide("INSERT", None, fit, NOW, skew_ms=SKEW).nudge()
+        assert nudge is not None and (nudge.reason, nudge.ws_url) == ("inserted", url)
     unfit = {
         "checkpointed": image(C, expires=0, last_seq=5),
-        "single connection": image(C, expires=0, single_connection={"BOOL": False}),
+        "single connection": image(C, expires=0, single_connection={"BOOL": True}),
         "backing off": image(C, expires=NOW + 30_000),
         "url too long": image(C, expires=0, ws_url="wss://h.test/" + "x" * 2_100)}
     for case, new in unfit.items():
