@@ -1,9 +1,10 @@
 """Release many leases in few round trips: PartiQL ``BatchExecuteStatement`` of the release.
 
 A worker told to stop releases every stream it could not hand over warm, within its stop
-budget. One UpdateItem each is about 2.3 s of calls for 1,000 streams on DynamoDB Local from
-16 threads (and client CPU the stopping worker's loop needs); 25 to a call, 4 calls at a time,
-about 0.6 s (``bench/results/2026-12-05-release-batch.md``).
+budget. One UpdateItem each, from the worker's 16 IO threads, is 1,000 calls, 2.1 s and 1.4 s of
+client CPU (which the stopping worker's loop needs) for 1,000 streams on DynamoDB Local; 25 to
+a call, 4 calls at a time, 40 calls, 1.1 s and 0.14 s (``python -m bench.release_cost``,
+``bench/results/2026-12-05-release-batch.md``).
 
 Each statement is ``LeaseStore.release``'s write (``expressions.release_clauses``, rendered
 for PartiQL) and fails on its own. A statement applied is released. One whose condition
