@@ -1,6 +1,6 @@
 """A stop's releases of 1,000 leases: one ``LeaseStore.release`` each (16 threads, the worker's
-IO pool, as before ``worker.releases``) vs ``release_many`` in PartiQL batches of 25, 4 calls
-at a time (``worker.releases.CALLS_IN_FLIGHT``).
+IO pool, as before ``worker.gathered``) vs ``release_many`` in PartiQL batches of 25, 4 calls
+at a time (``worker.gathered.CALLS_IN_FLIGHT``).
 
 Runs the real code on DynamoDB Local; counts API calls at the client (botocore events), wall
 time and the client's CPU time. Prints JSON.
@@ -21,12 +21,12 @@ import boto3
 from botocore.config import Config
 
 from holdfast.core.batch import BATCH_LIMIT
-from holdfast.core.batch_release import ReleaseRequest, release_many
+from holdfast.core.batch_endings import ReleaseRequest, release_many
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
+from holdfast.worker.gathered import CALLS_IN_FLIGHT
 from holdfast.worker.iothreads import IO_THREADS
-from holdfast.worker.releases import CALLS_IN_FLIGHT
 
 __all__ = ["main"]
 

@@ -29,17 +29,17 @@ from aws_lambda_powertools import Logger
 
 from holdfast.core import names
 from holdfast.core.batch import RenewMode
-from holdfast.core.batch_release import ReleaseRequest
+from holdfast.core.batch_endings import ReleaseRequest, ReleaseResult, release_many
 from holdfast.core.exceptions import HoldfastError, LossReason, StoreUnavailable
 from holdfast.core.model import Lease, LeaseItem, one_connection_only
 from holdfast.core.store import LeaseStore
 from holdfast.worker.backoff import Backoff
 from holdfast.worker.balancing import HANDOFF, SHED, Balancing
 from holdfast.worker.connection import Connection
+from holdfast.worker.gathered import Gathered
 from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT, HeldState
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
-from holdfast.worker.releases import Releases
 
 __all__ = ["Endings"]
 
@@ -56,7 +56,9 @@ class Endings:
                  release_mode: RenewMode = "batch") -> None:
         self.store, self.balancing, self.backoff = store, balancing, backoff
         # Plain releases, gathered into batch calls when many end together (a stop).
-        self.releases = Releases(store, release_mode)
+        self.releases: Gathered[ReleaseRequest, ReleaseResult] = Gathered(
+            functools.partial(release_many, store, mode=release_mode),
+            lambda q, error: ReleaseResult(q.lease.conn_id, error=error), mode=release_mode)
         self.single_connection = single_connection
         self.metrics, self.counts = metrics, counts
         self.wall, self.mono = wall, mono
@@ -142,7 +144,7 @@ class Endings:
         for attempt in range(attempts):
             try:
                 if error is None:
-                    lost = await self.releases.release(ReleaseRequest(
+                    lost = await self._release_gathered(ReleaseRequest(
                         held.lease, held.checkpoint, moved=moved, successor=successor))
                 else:  # a give-up: rare, alone
                     lost = await on_io_threads(self.store.release, held.lease, held.checkpoint,
@@ -164,13 +166,20 @@ class Endings:
             return "released"
         return "failed"
 
+    async def _release_gathered(self, request: ReleaseRequest) -> LossReason | None:
+        """``LeaseStore.release`` of a plain release, through the gathered batch calls."""
+        answer = await self.releases.write(request)
+        if answer.error is not None:
+            raise answer.error
+        return answer.lost
+
     async def let_go(self, item: LeaseItem, owner: str) -> bool:
         """Release a stream our session owns but no connection of ours holds (STOPPED, or a
         stray we will not hold): only its holder may free it, and that is us."""
         lease = Lease(item.conn_id, owner, item.epoch, item.lease_expires_at_ms or 0,
                       item.ws_url, item.last_seq)
         try:
-            lost = await self.releases.release(ReleaseRequest(lease))
+            lost = await self._release_gathered(ReleaseRequest(lease))
         except HoldfastError as exc:
             logger.warning("cannot release a stream we own but do not hold",
                            conn_id=item.conn_id, error=str(exc)[:300])

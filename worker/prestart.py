@@ -8,8 +8,9 @@ p50 of a 30-stream burst, writes queued on DynamoDB Local; measured with the sta
 
 For a nudge that says the stream was just inserted (``REASON_INSERTED``), the claim first reads
 the item (one strongly consistent read; skipped when the nudge carries the URL, which the
-router adds only for an item it saw claimable, unchecked and silent about
-``single_connection``, and the nudge is fresh, ``holdfast.core.nudge.url_if_fresh``: the read
+router adds only for an item it saw claimable, unchecked and not limited to one connection
+(``holdfast.core.model.connects_before_claim``), the nudge is fresh
+(``holdfast.core.nudge.url_if_fresh``) and the fleet default allows two connections: the read
 was 66-102 ms p50 of a 30-stream burst's start), opens the upstream as a handoff's warm-up does
 (``worker.prefetch``: frames are buffered, nothing reaches the handler), waits briefly for the
 first frame, and acquires with that frame's seq - 1 as the first checkpoint

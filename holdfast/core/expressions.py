@@ -1,6 +1,6 @@
 """The words of every lease write: attribute placeholders, and the renew/checkpoint and
 release writes as data, rendered for UpdateItem and for PartiQL alike (``holdfast.core.store``
-sends them one at a time, ``holdfast.core.batch``, ``holdfast.core.batch_release`` and the
+sends them one at a time, ``holdfast.core.batch``, ``holdfast.core.batch_endings`` and the
 reaper in batches, so the two forms can never drift apart).
 """
 
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import BatchStatementRequestTypeDef
 
 __all__ = ["NAMES", "WriteClauses", "dead_release_clauses", "names_for", "num", "overtaken",
-           "parse_or_none", "release_clauses", "renew_clauses", "renewed", "string"]
+           "parse_or_none", "release_clauses", "renew_clauses", "renewed", "string",
+           "transfer_clauses"]
 
 # Expression attribute names used by every lease write (``status`` is a reserved word).
 NAMES = {
@@ -166,6 +167,27 @@ def release_clauses(lease: Lease, now: int, seq: int | None, *, error: str | Non
         equals=((ATTR.lease_owner, string(lease.owner)), (ATTR.epoch, num(lease.epoch))),
         at_most_or_missing=seq_clause,
         removes=(ATTR.lease_owner,) if handoff else (ATTR.lease_owner, ATTR.successor))
+
+
+def transfer_clauses(lease: Lease, passed: Lease, seq: int | None) -> WriteClauses:
+    """The one definition of the holder's transfer to a warm successor (``LeaseStore.transfer``):
+    the successor's lease ``passed`` (owner, epoch, expiry, RUNNING, moved at
+    ``passed.moved_at_ms``, the write's time) with the final checkpoint ``seq``. Conditions:
+    owner and epoch are the holder's, STARTED, the checkpoint never backwards."""
+    now = passed.moved_at_ms or 0
+    sets = [(ATTR.lease_owner, string(passed.owner)), (ATTR.epoch, num(passed.epoch)),
+            (ATTR.lease_expires_at_ms, num(passed.expires_at_ms)),
+            (ATTR.status, string(LeaseStatus.RUNNING)), (ATTR.updated_at_ms, num(now)),
+            (ATTR.moved_at_ms, num(now))]
+    seq_clause: tuple[tuple[str, dict[str, str]], ...] = ()
+    if seq is not None:
+        sets.append((ATTR.last_seq, num(seq)))
+        seq_clause = ((ATTR.last_seq, num(seq)),)
+    return WriteClauses(
+        sets=tuple(sets),
+        equals=((ATTR.lease_owner, string(lease.owner)), (ATTR.epoch, num(lease.epoch)),
+                (ATTR.desired_state, string(STARTED))),
+        at_most_or_missing=seq_clause, removes=(ATTR.successor,))
 
 
 def dead_release_clauses(owner: str, reason: str, now: int, since_ms: int) -> WriteClauses:

@@ -33,6 +33,7 @@ from holdfast.core.expressions import (
     renew_clauses,
     renewed,
     string,
+    transfer_clauses,
 )
 from holdfast.core.model import Lease, LeaseItem, int_attr, lease_of, str_attr
 from holdfast.core.redact import scrub
@@ -266,37 +267,35 @@ class LeaseStore:
             return None if owner is None else LossReason.LOST
         return None
 
-    def transfer(self, lease: Lease, handled_seq: int | None, to_owner: str) -> Lease:
+    def transferred(self, lease: Lease, handled_seq: int | None, to_owner: str,
+                    now: int) -> Lease:
+        """The successor's lease once ``transfer`` at ``now`` has landed."""
+        seq = rules.next_checkpoint(lease.last_seq, handled_seq)
+        return Lease(lease.conn_id, to_owner, max(lease.epoch + 1, now), now + self.lease_ms,
+                     lease.ws_url, seq if seq is not None else lease.last_seq,
+                     lease.error_count, weight=lease.weight, moved_at_ms=now,
+                     single_connection=lease.single_connection)
+
+    def transfer(self, lease: Lease, handled_seq: int | None, to_owner: str, *,
+                 now: int | None = None) -> Lease:
         """Pass ``lease`` straight to ``to_owner`` (a make-before-break handoff,
         ``holdfast.core.handoff``): final checkpoint, owner, a new epoch, one conditional write.
 
         Only the holder writes it, after it stopped delivering; the condition is the release's
         (owner and epoch are ours, the checkpoint never backwards). Returns the successor's
         lease; ``LeaseLost`` if the stream was not ours any more; ``StoreUnavailable`` if it is
-        still ours and not passed on (the caller releases it instead).
+        still ours and not passed on (the caller releases it instead). ``now`` (default the
+        clock) fixes the new epoch: a batch's statement settled alone again must write the
+        same one, or its own landed write would read as a loss.
         """
-        now = self.clock()
+        now = self.clock() if now is None else now
         seq = rules.next_checkpoint(lease.last_seq, handled_seq)
-        last_seq = seq if seq is not None else lease.last_seq
-        epoch = max(lease.epoch + 1, now)
-        update = ("SET #owner = :to, #epoch = :new, #exp = :exp, #status = :running, "
-                  "#upd = :now, #moved = :now")
-        condition = "#owner = :me AND #epoch = :epoch AND #ds = :started"
-        values: dict[str, Any] = {
-            ":to": string(to_owner), ":new": num(epoch), ":exp": num(now + self.lease_ms),
-            ":running": string(LeaseStatus.RUNNING), ":now": num(now),
-            ":me": string(lease.owner), ":epoch": num(lease.epoch), ":started": string(STARTED)}
-        if seq is not None:
-            update += ", #seq = :seq"
-            condition += " AND (attribute_not_exists(#seq) OR #seq <= :seq)"
-            values[":seq"] = num(seq)
-        update += " REMOVE #succ"
-        passed = Lease(lease.conn_id, to_owner, epoch, now + self.lease_ms, lease.ws_url,
-                       last_seq, lease.error_count, weight=lease.weight, moved_at_ms=now,
-                       single_connection=lease.single_connection)
+        passed = self.transferred(lease, handled_seq, to_owner, now)
+        update, condition, values = transfer_clauses(lease, passed, seq).update_expression()
+
         def landed(raw: dict[str, Any]) -> bool:
             return str_attr(raw, ATTR.lease_owner) == to_owner and int_attr(
-                raw, ATTR.epoch) == epoch
+                raw, ATTR.epoch) == passed.epoch
 
         try:
             self._update("transfer", lease.conn_id, update, condition, values)

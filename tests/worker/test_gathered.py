@@ -1,20 +1,23 @@
-"""The worker's releases are gathered into batch calls while earlier ones are in flight: a
-burst costs a few calls, a lone one goes at once, a cancelled caller's release is still written."""
+"""A holding's last writes are gathered into batch calls while earlier ones are in flight: a
+burst of releases costs a few calls, a lone one goes at once, a cancelled caller's release is
+still written, and a call that raises answers every caller."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import pytest
 
-from holdfast.core.batch_release import ReleaseRequest
+from holdfast.core.batch_endings import ReleaseRequest, ReleaseResult, release_many
+from holdfast.core.exceptions import HoldfastError, StoreUnavailable
 from holdfast.core.model import Lease
 from holdfast.core.schema import ATTR, pk_for
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
-from holdfast.worker.releases import CALLS_IN_FLIGHT, Releases
+from holdfast.worker.gathered import CALLS_IN_FLIGHT, Gathered
 from tests.conftest import client_for, own_tables
 from tests.core.test_store import LEASE_MS, SKEW_MS, Clock
 
@@ -37,6 +40,12 @@ def held(ddb_local: LocalAws) -> tuple[Any, LeaseStore, list[str], list[Lease]]:
     return ddb, store, calls, leases
 
 
+def releases(store: LeaseStore, **kw: Any) -> Gathered[ReleaseRequest, ReleaseResult]:
+    """The worker's gathered releases (``worker.endings``)."""
+    return Gathered(functools.partial(release_many, store, mode="batch"),
+                    lambda q, error: ReleaseResult(q.lease.conn_id, error=error), **kw)
+
+
 def _owner(ddb: Any, store: LeaseStore, conn_id: str) -> str | None:
     raw = ddb.get_item(TableName=store.table, Key={ATTR.pk: {"S": pk_for(conn_id)}},
                        ConsistentRead=True)["Item"]
@@ -47,13 +56,13 @@ def test_a_burst_of_releases_takes_a_few_batch_calls(
         held: tuple[Any, LeaseStore, list[str], list[Lease]]) -> None:
     """60 releases at once: every one written, in at most the calls in flight plus 60/25."""
     ddb, store, calls, leases = held
-    releases = Releases(store, "batch")
+    gathered = releases(store)
 
     async def run() -> list[Any]:
-        return await asyncio.gather(*(releases.release(ReleaseRequest(lease, 5))
+        return await asyncio.gather(*(gathered.write(ReleaseRequest(lease, 5))
                                       for lease in leases))
 
-    assert asyncio.run(run()) == [None] * 60
+    assert [(a.lost, a.error) for a in asyncio.run(run())] == [(None, None)] * 60
     assert len(calls) <= CALLS_IN_FLIGHT + 3, calls
     assert calls.count("BatchExecuteStatement") >= 2
     assert [_owner(ddb, store, lease.conn_id) for lease in leases] == [None] * 60
@@ -63,7 +72,8 @@ def test_a_lone_release_is_one_update_sent_at_once(
         held: tuple[Any, LeaseStore, list[str], list[Lease]]) -> None:
     """Nothing else in flight: one UpdateItem, no waiting for company."""
     ddb, store, calls, leases = held
-    assert asyncio.run(Releases(store, "batch").release(ReleaseRequest(leases[0]))) is None
+    answer = asyncio.run(releases(store).write(ReleaseRequest(leases[0])))
+    assert (answer.lost, answer.error) == (None, None)
     assert calls == ["UpdateItem"]
     assert _owner(ddb, store, "c0") is None
 
@@ -72,18 +82,32 @@ def test_a_cancelled_callers_release_is_still_written(
         held: tuple[Any, LeaseStore, list[str], list[Lease]]) -> None:
     """The stop's deadline cancels the waiting stream, not its release: no lease left to expire."""
     ddb, store, _, leases = held
-    releases = Releases(store, "batch", calls_in_flight=1)
+    gathered = releases(store, calls_in_flight=1)
 
     async def run() -> None:
-        waiting = [asyncio.ensure_future(releases.release(ReleaseRequest(lease)))
+        waiting = [asyncio.ensure_future(gathered.write(ReleaseRequest(lease)))
                    for lease in leases[:30]]
         await asyncio.sleep(0)  # all queued behind the first call
         for task in waiting[1:]:
             task.cancel()
         await asyncio.gather(*waiting, return_exceptions=True)
-        while releases._calls:  # the calls go on without their callers
-            await asyncio.wait(list(releases._calls))
+        await gathered.settled()  # the calls go on without their callers
 
     asyncio.run(run())
     assert [_owner(ddb, store, lease.conn_id) for lease in leases[:30]] == [None] * 30
     assert _owner(ddb, store, "c30") == "w1"
+
+
+def test_a_call_that_raises_answers_every_caller_with_its_error() -> None:
+    """A batch call's fault (ours or the store's) is each request's error: nobody waits for ever."""
+    def broken(requests: Any) -> list[str]:
+        raise (StoreUnavailable("x", "down") if len(requests) > 1 else KeyError("bug"))
+
+    gathered: Gathered[int, Any] = Gathered(broken, lambda q, error: error, calls_in_flight=1)
+
+    async def run() -> list[Any]:
+        return await asyncio.gather(*(gathered.write(i) for i in range(3)))
+
+    first, *rest = asyncio.run(run())
+    assert isinstance(first, HoldfastError) and "KeyError" in str(first)
+    assert [type(e) for e in rest] == [StoreUnavailable, StoreUnavailable]
