@@ -1,13 +1,13 @@
-"""A holding's last writes (releases, transfers), gathered into batch calls while earlier ones
-are in flight.
+"""Writes gathered into batch calls while earlier ones are in flight: the worker's releases
+(``worker.endings``).
 
 A stop drains its streams together, and each finished drain asks for its release: one
 UpdateItem each was the stop's bottleneck (a SIGTERMed worker with 1,000 streams wrote 130-240
-releases a second on DynamoDB Local and left the rest to the reaper); warm handoffs of several
-stopping workers end together the same way, each stream waiting in its gap for its transfer.
-Here a write waits for nobody: with fewer than ``calls_in_flight`` calls out it is sent at once;
-otherwise it joins the next call, up to ``per_call`` to one (``holdfast.core.batch_endings``).
-A lone write costs what it did; a burst of them, a twenty-fifth of the calls.
+releases a second on DynamoDB Local and left the rest to the reaper). Here a write waits for
+nobody: with fewer than ``calls_in_flight`` calls out it is sent at once; otherwise it joins
+the next call, up to ``per_call`` to one (``holdfast.core.batch_endings``). A lone write costs
+what it did; a burst of them, a twenty-fifth of the calls. (Transfers, gathered the same way,
+showed no gain in the deploy bench and stay one write each.)
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Gathered(Generic[Q, A]):
 
     async def write(self, request: Q) -> A:
         """The answer for ``request``. A caller cancelled (the stop's deadline) still has its
-        write sent: a release, or the reaper; a transfer, or a stream held by nobody."""
+        write sent: a release now, rather than the reaper's after the session ends."""
         done: asyncio.Future[A] = asyncio.get_running_loop().create_future()
         self._waiting.append((request, done))
         self._send()

@@ -6,8 +6,7 @@ successor (a shed, a drain, a SIGTERM): the stream keeps delivering while WARM g
 successor's order queue. On READY the stream drains with the reason ``HANDOFF`` right after
 its next frame (``STOP_AFTER_FRAME_WAIT_MS``: the transfer and TAKE then fit in the gap to the
 frame after it) and ``Endings`` (``worker.endings``) calls ``transfer``: one conditional write
-passes the lease (``LeaseStore.transfer``'s write; transfers that end together share PartiQL
-batch calls, ``worker.gathered``), then TAKE tells the successor. ABORT, or no READY within
+passes the lease (``store.transfer``), then TAKE tells the successor. ABORT, or no READY within
 ``WARM_TIMEOUT_MS``, and the stream drains for its original reason and is released to whoever
 has room (the successor refused, or is too slow to be trusted with the hold of a named
 release).
@@ -24,7 +23,6 @@ and the caller drains and releases naming the successor (break-before-make, ``st
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,8 +30,6 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools import Logger
 
 from holdfast.core import names
-from holdfast.core.batch import RenewMode
-from holdfast.core.batch_endings import TransferRequest, TransferResult, transfer_many
 from holdfast.core.bundles import Letter
 from holdfast.core.exceptions import HoldfastError, LeaseLost
 from holdfast.core.handoff import (
@@ -49,8 +45,8 @@ from holdfast.core.handoff import (
 from holdfast.core.model import Lease, one_connection_only
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.worker.balancing import HANDOFF, SHED
-from holdfast.worker.gathered import Gathered
 from holdfast.worker.held import SHUTDOWN
+from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.prefetch import Prefetched
 from holdfast.worker.warmups import WarmUps
 
@@ -84,14 +80,9 @@ class Handoffs:
                  start: Callable[[Lease, Prefetched | None], None],
                  claim: Callable[[str], Awaitable[object]],
                  mono: Callable[[], int], single_connection: bool,
-                 withdraws: Callable[[str, str], bool] = lambda _conn, _to: False,
-                 write_mode: RenewMode = "batch") -> None:
+                 withdraws: Callable[[str, str], bool] = lambda _conn, _to: False) -> None:
         self.outbox = outbox
         self.store, self.streams, self.ctx = store, streams, ctx
-        # Transfers, gathered into batch calls when many handoffs end together (a deploy).
-        self.transfers: Gathered[TransferRequest, TransferResult] = Gathered(
-            functools.partial(transfer_many, store, mode=write_mode),
-            lambda q, error: TransferResult(q.lease.conn_id, error=error), mode=write_mode)
         self.owner, self.room, self.start, self.claim = owner, room, start, claim
         self.mono, self.single_connection = mono, single_connection
         self.withdraws = withdraws  # a shed whose successor the decider dropped (at READY)
@@ -151,12 +142,8 @@ class Handoffs:
         if not successor or me is None:
             return "lost"  # our session is gone meanwhile: nothing of it may be passed on
         try:
-            answer = await self.transfers.write(TransferRequest(held.lease, held.checkpoint,
-                                                                successor))
-            if answer.error is not None:
-                raise answer.error
-            passed = answer.passed
-            assert passed is not None
+            passed = await on_io_threads(self.store.transfer, held.lease, held.checkpoint,
+                                         successor)
         except LeaseLost as lost:
             conn.log("warning", "handoff: the stream was not ours any more", reason=lost.reason)
             self._send(successor, HandoffStep(ABORT, conn.conn_id, held.lease.epoch, None, me))

@@ -140,8 +140,8 @@ class Supervisor:
             owner=lambda: self.owner, room=self.free_capacity,
             start=self.holdings.start_warm,
             claim=lambda conn_id: self.holdings.claim(conn_id, SOURCE_HANDOFF), mono=mono,
-            single_connection=config.single_connection, withdraws=self.balancing.withdraws,
-            write_mode=config.renew_mode) if self.inbox is not None and (
+            single_connection=config.single_connection,
+            withdraws=self.balancing.withdraws) if self.inbox is not None and (
             config.orders_queue_prefix) else None
         if self.handoffs is not None:
             assert self.inbox is not None

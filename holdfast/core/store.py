@@ -267,8 +267,8 @@ class LeaseStore:
             return None if owner is None else LossReason.LOST
         return None
 
-    def transferred(self, lease: Lease, handled_seq: int | None, to_owner: str,
-                    now: int) -> Lease:
+    def _transferred(self, lease: Lease, handled_seq: int | None, to_owner: str,
+                     now: int) -> Lease:
         """The successor's lease once ``transfer`` at ``now`` has landed."""
         seq = rules.next_checkpoint(lease.last_seq, handled_seq)
         return Lease(lease.conn_id, to_owner, max(lease.epoch + 1, now), now + self.lease_ms,
@@ -276,21 +276,18 @@ class LeaseStore:
                      lease.error_count, weight=lease.weight, moved_at_ms=now,
                      single_connection=lease.single_connection)
 
-    def transfer(self, lease: Lease, handled_seq: int | None, to_owner: str, *,
-                 now: int | None = None) -> Lease:
+    def transfer(self, lease: Lease, handled_seq: int | None, to_owner: str) -> Lease:
         """Pass ``lease`` straight to ``to_owner`` (a make-before-break handoff,
         ``holdfast.core.handoff``): final checkpoint, owner, a new epoch, one conditional write.
 
         Only the holder writes it, after it stopped delivering; the condition is the release's
         (owner and epoch are ours, the checkpoint never backwards). Returns the successor's
         lease; ``LeaseLost`` if the stream was not ours any more; ``StoreUnavailable`` if it is
-        still ours and not passed on (the caller releases it instead). ``now`` (default the
-        clock) fixes the new epoch: a batch's statement settled alone again must write the
-        same one, or its own landed write would read as a loss.
+        still ours and not passed on (the caller releases it instead).
         """
-        now = self.clock() if now is None else now
+        now = self.clock()
         seq = rules.next_checkpoint(lease.last_seq, handled_seq)
-        passed = self.transferred(lease, handled_seq, to_owner, now)
+        passed = self._transferred(lease, handled_seq, to_owner, now)
         update, condition, values = transfer_clauses(lease, passed, seq).update_expression()
 
         def landed(raw: dict[str, Any]) -> bool:

@@ -1,6 +1,5 @@
-"""Releases and transfers in PartiQL batches (``release_many``, ``transfer_many``) write
-exactly what ``LeaseStore.release`` and ``LeaseStore.transfer`` write, each statement on its
-own; what a batch cannot settle goes alone through the store."""
+"""Releases in PartiQL batches (``release_many``) write exactly what ``LeaseStore.release``
+writes, each statement on its own; what a batch cannot settle goes alone through the store."""
 
 from __future__ import annotations
 
@@ -8,13 +7,8 @@ from typing import Any
 
 import pytest
 
-from holdfast.core.batch_endings import (
-    ReleaseRequest,
-    TransferRequest,
-    release_many,
-    transfer_many,
-)
-from holdfast.core.exceptions import LeaseLost, LossReason, StoreUnavailable
+from holdfast.core.batch_endings import ReleaseRequest, release_many
+from holdfast.core.exceptions import LossReason, StoreUnavailable
 from holdfast.core.model import Lease
 from holdfast.core.schema import ATTR, pk_for
 from holdfast.core.store import LeaseStore
@@ -121,57 +115,3 @@ def test_a_throttled_statement_is_an_error_to_retry_not_a_call_alone() -> None:
     assert all(isinstance(r.error, StoreUnavailable) for r in results[1::2])
     assert fake.batches == [4] and fake.singles == []
 
-
-def test_a_batch_of_transfers_writes_what_a_transfer_alone_writes(
-        pair: tuple[Any, LeaseStore, LeaseStore]) -> None:
-    """With and without a final checkpoint: the same item and the same successor's lease."""
-    ddb, alone, batched = pair
-    seqs = [None, 7, 9]
-    leases = {s.table: [_held(ddb, s, f"c{i}") for i in range(len(seqs))]
-              for s in (alone, batched)}
-    passed = [alone.transfer(lease, seq, "w2") for seq, lease in zip(
-        seqs, leases[alone.table], strict=True)]
-    results = transfer_many(batched, [TransferRequest(lease, seq, "w2") for seq, lease in zip(
-        seqs, leases[batched.table], strict=True)])
-    assert [r.error for r in results] == [None] * len(seqs)
-    assert [r.passed for r in results] == passed
-    for i in range(len(seqs)):
-        assert _item(ddb, batched, f"c{i}") == _item(ddb, alone, f"c{i}")
-    assert _item(ddb, batched, "c1")[ATTR.lease_owner] == {"S": "w2"}
-
-
-class _Ticking(Clock):
-    """Each read of the clock is a millisecond later (a statement settled alone comes later)."""
-
-    def __call__(self) -> int:
-        self.now += 1
-        return self.now - 1
-
-
-def test_a_transfer_that_landed_unseen_is_passed_not_lost(ddb_local: LocalAws) -> None:
-    """Its statement failed (here: landed by an earlier try at the batch's time), settled alone
-    later: the same new epoch, so our own write is told apart from a loss."""
-    ddb, clock = client_for(ddb_local, "dynamodb"), _Ticking()
-    store = LeaseStore(ddb, own_tables(ddb_local)[0], lease_ms=LEASE_MS, skew_ms=SKEW_MS,
-                       clock=clock)
-    leases = [_held(ddb, store, f"c{i}") for i in range(2)]
-    at = clock.now + 10_000  # past the acquires' epochs: the new epoch is the time
-    store.transfer(leases[0], 5, "w2", now=at)
-    clock.now = at
-    results = transfer_many(store, [TransferRequest(lease, 5, "w2") for lease in leases])
-    assert [r.error for r in results] == [None, None]
-    assert results[0].passed is not None and results[0].passed.epoch == at
-
-
-def test_a_transfer_of_a_lease_lost_is_told_lost(
-        pair: tuple[Any, LeaseStore, LeaseStore]) -> None:
-    """Taken over meanwhile: LeaseLost for it; the other is passed on."""
-    ddb, _, store = pair
-    leases = [_held(ddb, store, f"c{i}") for i in range(2)]
-    assert store.release(leases[1]) is None
-    store.clock.now += 1  # type: ignore[attr-defined]
-    store.acquire("c1", "w3")
-    results = transfer_many(store, [TransferRequest(lease, None, "w2") for lease in leases])
-    assert results[0].error is None
-    assert isinstance(results[1].error, LeaseLost) and results[1].passed is None
-    assert _item(ddb, store, "c1")[ATTR.lease_owner] == {"S": "w3"}
