@@ -76,7 +76,7 @@ async def stop_streams(streams: dict[str, Connection], tasks: set[asyncio.Task[N
     # Releases are not cut short for the goodbye: a stream released carries its final
     # checkpoint, one left to the reaper resumes from its last (a 1,000-stream stop with the
     # goodbye's second taken from its releases left 431 of them to the reaper, 424 seqs
-    # handled twice); the platform's grace is past the budget (the stack's: 10 s).
+    # handled twice); the platform's grace is past the budget (the stack's: at least 10 s).
     await wait_tasks(tasks, max(0.0, budget_s - (time.monotonic() - t0) - 0.5))
     for task in list(tasks):
         task.cancel()  # releases still hanging on DynamoDB: the leases will expire
