@@ -34,8 +34,7 @@ from typing import Final
 from aws_lambda_powertools import Logger
 
 from holdfast.core import rules
-from holdfast.core.model import MAX_SEQ, Lease, bool_attr, connects_before_claim
-from holdfast.core.schema import ATTR
+from holdfast.core.model import MAX_SEQ, Lease, connects_before_claim
 from holdfast.core.store import LeaseStore
 from holdfast.worker.context import ConnectionContext
 from holdfast.worker.delivery import first_checkpoint
@@ -108,13 +107,13 @@ async def _read_fit(conn_id: str, owner: str, store: LeaseStore,
                     single_connection: bool) -> str | None:
     """The item's URL if it may be connected before its claim (see the module), else None."""
     try:
-        item, raw = await on_io_threads(store.read, conn_id) or (None, None)
+        stored = await on_io_threads(store.read, conn_id)
     except Exception as exc:  # unreadable, throttled, malformed: the acquire will say
         logger.debug("connect first: cannot read the item", conn_id=conn_id, error=str(exc)[:200])
         return None
-    if (item is None or raw is None
-            or rules.claim_blocker(item, store.clock(), store.skew_ms, owner) is not None
-            or not connects_before_claim(item, bool_attr(raw, ATTR.single_connection),
+    if (stored is None
+            or rules.claim_blocker(stored.item, store.clock(), store.skew_ms, owner) is not None
+            or not connects_before_claim(stored.item, stored.single_connection,
                                          single_connection)):
         return None
-    return item.ws_url
+    return stored.item.ws_url

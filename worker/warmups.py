@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
@@ -39,15 +39,7 @@ from holdfast.core.handoff import (
     WARM_TIMEOUT_MS,
     HandoffStep,
 )
-from holdfast.core.model import (
-    Lease,
-    LeaseItem,
-    bool_attr,
-    int_attr,
-    lease_of,
-    one_connection_only,
-)
-from holdfast.core.schema import ATTR
+from holdfast.core.model import Lease, StoredItem, one_connection_only
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.prefetch import Prefetch, Prefetched
 
@@ -67,8 +59,7 @@ class _Warm:
     holder: str
     epoch: int
     deadline_ms: int
-    item: LeaseItem  # as the warm-up read it: what TAKE does not say
-    raw: dict[str, Any]  # the same, as stored (weight, single_connection: ``lease_of``)
+    stored: StoredItem  # as the warm-up read it: what TAKE does not say
     check_ms: int = 0  # when to look in the table for a TAKE that has not come
 
     @property
@@ -110,18 +101,20 @@ class WarmUps:
             return
         prefetch: Prefetch | None = None
         try:
-            item, raw = await on_io_threads(self.store.read, step.conn_id) or (None, None)
-            single = one_connection_only(bool_attr(raw or {}, ATTR.single_connection),
+            stored = await on_io_threads(self.store.read, step.conn_id)
+            item = stored.item if stored is not None else None
+            single = one_connection_only(stored.single_connection if stored else None,
                                          self.single_connection)
-            if (item is None or not item.started or item.lease_owner != step.peer
-                    or item.epoch != step.epoch or (single and step.kind != RESERVE)):
+            if (stored is None or item is None or not item.started
+                    or item.lease_owner != step.peer or item.epoch != step.epoch
+                    or (single and step.kind != RESERVE)):
                 raise HoldfastError("the item does not name the holder at that epoch, or "
                                     "allows one connection at a time")
             if step.kind != RESERVE:
                 prefetch = Prefetch.for_stream(step.conn_id, item.ws_url, step.seq, self.ctx)
             deadline = self.mono() + TAKE_TIMEOUT_MS
             self.warming[step.conn_id] = _Warm(prefetch, step.peer, step.epoch, deadline,
-                                               item, raw or {}, check_ms=deadline)
+                                               stored, check_ms=deadline)
             if prefetch is not None:
                 await prefetch.open(WARM_TIMEOUT_MS / 1000)
         except Exception as exc:  # whatever it was, it costs a fallback, never the worker
@@ -170,35 +163,37 @@ class WarmUps:
             # The holder we warmed up for wrote the transfer: no read in the gap; the lease is
             # the warm-up's read with what TAKE says.
             lease = replace(
-                lease_of(warm.item, warm.raw, me, unowned_ms=0), epoch=step.epoch,
+                warm.stored.lease(me, unowned_ms=0), epoch=step.epoch,
                 expires_at_ms=step.at + self.store.lease_ms, last_seq=step.seq,
                 moved_at_ms=step.at)
             self.start(lease, await warm.taken())
             return False
         try:
-            item, raw = await on_io_threads(self.store.read, step.conn_id) or (None, None)
+            stored = await on_io_threads(self.store.read, step.conn_id)
         except (HoldfastError, MalformedItem) as exc:
             logger.warning("handoff: cannot read the stream taken over; the strays pass "
                            "takes it back", conn_id=step.conn_id, error=str(exc)[:300])
-            item = None
+            stored = None
+        item = stored.item if stored is not None else None
         if item is None or me is None or item.lease_owner != me or item.epoch != step.epoch:
             if warm is not None:
                 await warm.close()
             return item is not None and me is not None and item.lease_owner == me
         if warm is None or not warm.usable:
             return True
-        assert raw is not None and item.lease_expires_at_ms is not None
-        self.start(lease_of(item, raw, me, unowned_ms=0), await warm.taken())
+        assert stored is not None and item.lease_expires_at_ms is not None
+        self.start(stored.lease(me, unowned_ms=0), await warm.taken())
         return False
 
     async def _look_for_take(self, conn_id: str, warm: _Warm) -> None:
         """TAKE is late: what the table says decides (see the module)."""
         try:
-            item, raw = await on_io_threads(self.store.read, conn_id) or (None, None)
+            stored = await on_io_threads(self.store.read, conn_id)
         except (HoldfastError, MalformedItem) as exc:
             logger.debug("handoff: cannot look for a late take", conn_id=conn_id,
                          error=str(exc)[:300])
             return  # looked for again in TAKE_CHECK_MS
+        item = stored.item if stored is not None else None
         me = self.owner()
         if self.warming.get(conn_id) is not warm or me is None:
             return  # taken, aborted or timed out meanwhile
@@ -210,7 +205,7 @@ class WarmUps:
                         holder=warm.holder, epoch=item.epoch)
             # ``at`` from the item: taken with no second read, as from a TAKE.
             await self.take(HandoffStep(TAKE, conn_id, item.epoch, item.last_seq,
-                                        warm.holder, int_attr(raw or {}, ATTR.moved_at_ms)))
+                                        warm.holder, stored.moved_at_ms if stored else None))
             return
         del self.warming[conn_id]
         await warm.close()

@@ -25,6 +25,7 @@ __all__ = [
     "VERSION_PATTERN",
     "Lease",
     "LeaseItem",
+    "StoredItem",
     "bool_attr",
     "connects_before_claim",
     "int_attr",
@@ -182,6 +183,28 @@ def lease_of(item: LeaseItem, raw: Mapping[str, Any], owner: str, *,
                  item.last_seq, item.error_count, unowned_ms=unowned_ms, weight=weight_of(raw),
                  moved_at_ms=int_attr(raw, ATTR.moved_at_ms),
                  single_connection=bool_attr(raw, ATTR.single_connection))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredItem:
+    """A lease item as read: parsed, and as stored (``raw``), for what ``LeaseItem`` does not
+    carry (weight, last move, ``single_connection``)."""
+
+    item: LeaseItem
+    raw: Mapping[str, Any]
+
+    @property
+    def single_connection(self) -> bool | None:
+        """The item's ``single_connection`` attribute (None: it does not say)."""
+        return bool_attr(self.raw, ATTR.single_connection)
+
+    @property
+    def moved_at_ms(self) -> int | None:
+        return int_attr(self.raw, ATTR.moved_at_ms)
+
+    def lease(self, owner: str, *, unowned_ms: int | None = None) -> Lease:
+        """``lease_of`` this item for ``owner``."""
+        return lease_of(self.item, self.raw, owner, unowned_ms=unowned_ms)
 
 
 def one_connection_only(attr: bool | None, fleet_default: bool) -> bool:

@@ -35,7 +35,7 @@ from holdfast.core.expressions import (
     string,
     transfer_clauses,
 )
-from holdfast.core.model import Lease, LeaseItem, int_attr, lease_of, str_attr
+from holdfast.core.model import Lease, LeaseItem, StoredItem, int_attr, lease_of, str_attr
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, STARTED, LeaseStatus, pk_for
 
@@ -83,13 +83,13 @@ class LeaseStore:
     def get(self, conn_id: str) -> LeaseItem | None:
         """The parsed item, None if absent; ``MalformedItem`` if it breaks the schema."""
         got = self.read(conn_id)
-        return got[0] if got is not None else None
+        return got.item if got is not None else None
 
-    def read(self, conn_id: str) -> tuple[LeaseItem, dict[str, Any]] | None:
+    def read(self, conn_id: str) -> StoredItem | None:
         """The item parsed and as stored (for the attributes ``LeaseItem`` does not carry),
         None if absent; ``MalformedItem`` if it breaks the schema."""
         raw = self.get_raw(conn_id)
-        return (LeaseItem.from_ddb(raw), raw) if raw is not None else None
+        return StoredItem(LeaseItem.from_ddb(raw), raw) if raw is not None else None
 
     # -- writes --------------------------------------------------------------------------
     def _update(self, op: str, conn_id: str, update: str, condition: str,

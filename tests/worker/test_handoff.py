@@ -12,7 +12,7 @@ from holdfast.core import rules
 from holdfast.core.directives import Directive
 from holdfast.core.exceptions import SessionLost
 from holdfast.core.handoff import WARM_TIMEOUT_MS
-from holdfast.core.model import LeaseItem
+from holdfast.core.model import LeaseItem, StoredItem
 from holdfast.core.store import wall_clock_ms
 from holdfast.worker.handler import Message
 from holdfast.worker.prefetch import Prefetch
@@ -305,7 +305,7 @@ async def test_a_lost_session_closes_its_warm_ups(fleet: Fleet, upstream: Upstre
         prefetch = Prefetch.for_stream(conn, item.ws_url, None, ctx)
         await prefetch.open()
         warming = run.worker.handoffs.warm_ups.warming
-        warming[conn] = _Warm(prefetch, "holder#1", 1, 2**62, item, fleet.item(conn))
+        warming[conn] = _Warm(prefetch, "holder#1", 1, 2**62, StoredItem(item, fleet.item(conn)))
         run.worker.stopping = True  # no new incarnation after it: the old one is live here
         await run.worker._session_lost(SessionLost(ctx.worker_id, "old", "test"))
         assert not warming

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from holdfast.core.handoff import TAKE, HandoffStep
-from holdfast.core.model import Lease, LeaseItem
+from holdfast.core.model import Lease, LeaseItem, StoredItem
 from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
 from holdfast.worker.prefetch import Prefetch
@@ -37,8 +37,8 @@ async def _warm_for_holder(fleet: Fleet, upstream: UpstreamThread, run: Running,
         await prefetch.open()
     # The deadline far away: without the look, nothing would end this warm-up in the test.
     run.worker.handoffs.warm_ups.warming[conn] = _Warm(
-        prefetch, holder, lease.epoch, 2**62, LeaseItem.from_ddb(fleet.item(conn)),
-        fleet.item(conn))
+        prefetch, holder, lease.epoch, 2**62,
+        StoredItem(LeaseItem.from_ddb(fleet.item(conn)), fleet.item(conn)))
     return store, lease
 
 
