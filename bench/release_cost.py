@@ -17,13 +17,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import boto3
-from botocore.config import Config
-
 from holdfast.core.batch import BATCH_LIMIT
 from holdfast.core.batch_endings import ReleaseRequest, release_many
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream
+from holdfast.fleet.procs import client_for_env
 from holdfast.localaws import LocalAws
 from holdfast.worker.gathered import CALLS_IN_FLIGHT
 from holdfast.worker.iothreads import IO_THREADS
@@ -37,11 +35,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     with LocalAws(backend="dynamodb-local") as aws:
-        env = aws.env()
-        ddb: Any = boto3.session.Session().client(
-            "dynamodb", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB"], region_name="us-east-1",
-            aws_access_key_id="local", aws_secret_access_key="local",
-            config=Config(max_pool_connections=32))  # the worker's bulk client's pool
+        # The worker's client settings (its 32 pooled connections, timeouts and retries).
+        ddb = client_for_env(aws.env(), "dynamodb")
         calls: list[str] = []
         ddb.meta.events.register("before-call.dynamodb.*",
                                  lambda model, **_: calls.append(model.name))

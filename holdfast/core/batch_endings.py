@@ -3,7 +3,7 @@
 A worker told to stop releases every stream it could not hand over warm, within its stop
 budget. One UpdateItem each, from the worker's 16 IO threads, is 1,000 calls, 2.1 s and 1.4 s of
 client CPU (which the stopping worker's loop needs) for 1,000 streams on DynamoDB Local; 25 to
-a call, 4 calls at a time, 40 calls, 1.1 s and 0.14 s (``python -m bench.release_cost``,
+a call, 4 calls at a time, 40 calls, 1.1 s and 0.14-0.16 s (``python -m bench.release_cost``,
 ``bench/results/2026-12-05-release-batch.md``).
 
 Each statement is ``LeaseStore.release``'s write (``expressions.release_clauses``, rendered

@@ -56,6 +56,10 @@ def names_for(expression: str) -> dict[str, str]:
     return {k: v for k, v in NAMES.items() if k in used}
 
 
+# (attribute, DynamoDB-typed value) pairs: SETs or conditions.
+_Clauses = tuple[tuple[str, dict[str, str]], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class WriteClauses:
     """One conditional lease write as data, rendered for UpdateItem and for PartiQL alike.
@@ -66,10 +70,10 @@ class WriteClauses:
     sender writes that one alone with UpdateItem.
     """
 
-    sets: tuple[tuple[str, dict[str, str]], ...]
-    equals: tuple[tuple[str, dict[str, str]], ...]
-    at_most: tuple[tuple[str, dict[str, str]], ...] = ()  # attribute <= value
-    at_most_or_missing: tuple[tuple[str, dict[str, str]], ...] = ()
+    sets: _Clauses
+    equals: _Clauses
+    at_most: _Clauses = ()  # attribute <= value
+    at_most_or_missing: _Clauses = ()
     copies: tuple[tuple[str, str, dict[str, str]], ...] = ()
     removes: tuple[str, ...] = ()
 
@@ -109,6 +113,18 @@ class WriteClauses:
                 "Parameters": params}
 
 
+def _final_checkpoint(seq: int | None) -> _Clauses:
+    """The checkpoint ``seq`` as a SET and, the same pair, as its never-backwards condition
+    (``at_most_or_missing``); nothing for None."""
+    return () if seq is None else ((ATTR.last_seq, num(seq)),)
+
+
+def _held_by(lease: Lease, *, started: bool) -> _Clauses:
+    """The fencing pair (owner and epoch are the holder's), and STARTED if ``started``."""
+    pair = ((ATTR.lease_owner, string(lease.owner)), (ATTR.epoch, num(lease.epoch)))
+    return (*pair, (ATTR.desired_state, string(STARTED))) if started else pair
+
+
 def renew_clauses(lease: Lease, now: int, expires: int | None, seq: int | None) -> WriteClauses:
     """The one definition of a renew (``expires`` set) or checkpoint-only write.
 
@@ -121,15 +137,9 @@ def renew_clauses(lease: Lease, now: int, expires: int | None, seq: int | None) 
         sets.append((ATTR.lease_expires_at_ms, num(expires)))
         at_most.append((ATTR.lease_expires_at_ms, num(expires)))
     sets.append((ATTR.updated_at_ms, num(now)))
-    seq_clause: tuple[tuple[str, dict[str, str]], ...] = ()
-    if seq is not None:
-        sets.append((ATTR.last_seq, num(seq)))
-        seq_clause = ((ATTR.last_seq, num(seq)),)
     return WriteClauses(
-        sets=tuple(sets),
-        equals=((ATTR.lease_owner, string(lease.owner)), (ATTR.epoch, num(lease.epoch)),
-                (ATTR.desired_state, string(STARTED))),
-        at_most=tuple(at_most), at_most_or_missing=seq_clause)
+        sets=(*sets, *_final_checkpoint(seq)), equals=_held_by(lease, started=True),
+        at_most=tuple(at_most), at_most_or_missing=_final_checkpoint(seq))
 
 
 def release_clauses(lease: Lease, now: int, seq: int | None, *, error: str | None = None,
@@ -158,14 +168,9 @@ def release_clauses(lease: Lease, now: int, seq: int | None, *, error: str | Non
             sets.append((ATTR.moved_at_ms, num(now)))
         if handoff:
             sets.append((ATTR.successor, string(str(successor))))
-    seq_clause: tuple[tuple[str, dict[str, str]], ...] = ()
-    if seq is not None:
-        sets.append((ATTR.last_seq, num(seq)))
-        seq_clause = ((ATTR.last_seq, num(seq)),)
     return WriteClauses(
-        sets=tuple(sets), copies=copies,
-        equals=((ATTR.lease_owner, string(lease.owner)), (ATTR.epoch, num(lease.epoch))),
-        at_most_or_missing=seq_clause,
+        sets=(*sets, *_final_checkpoint(seq)), copies=copies,
+        equals=_held_by(lease, started=False), at_most_or_missing=_final_checkpoint(seq),
         removes=(ATTR.lease_owner,) if handoff else (ATTR.lease_owner, ATTR.successor))
 
 
@@ -178,16 +183,10 @@ def transfer_clauses(lease: Lease, passed: Lease, seq: int | None) -> WriteClaus
     sets = [(ATTR.lease_owner, string(passed.owner)), (ATTR.epoch, num(passed.epoch)),
             (ATTR.lease_expires_at_ms, num(passed.expires_at_ms)),
             (ATTR.status, string(LeaseStatus.RUNNING)), (ATTR.updated_at_ms, num(now)),
-            (ATTR.moved_at_ms, num(now))]
-    seq_clause: tuple[tuple[str, dict[str, str]], ...] = ()
-    if seq is not None:
-        sets.append((ATTR.last_seq, num(seq)))
-        seq_clause = ((ATTR.last_seq, num(seq)),)
+            (ATTR.moved_at_ms, num(now)), *_final_checkpoint(seq)]
     return WriteClauses(
-        sets=tuple(sets),
-        equals=((ATTR.lease_owner, string(lease.owner)), (ATTR.epoch, num(lease.epoch)),
-                (ATTR.desired_state, string(STARTED))),
-        at_most_or_missing=seq_clause, removes=(ATTR.successor,))
+        sets=tuple(sets), equals=_held_by(lease, started=True),
+        at_most_or_missing=_final_checkpoint(seq), removes=(ATTR.successor,))
 
 
 def dead_release_clauses(owner: str, reason: str, now: int, since_ms: int) -> WriteClauses:
