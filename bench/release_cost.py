@@ -17,10 +17,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from bench.renew_cost import counted_streams
 from holdfast.core.batch import BATCH_LIMIT
 from holdfast.core.batch_endings import ReleaseRequest, release_many
-from holdfast.core.store import LeaseStore
-from holdfast.core.table import create_stream
 from holdfast.fleet.procs import client_for_env
 from holdfast.localaws import LocalAws
 from holdfast.worker.gathered import CALLS_IN_FLIGHT
@@ -36,14 +35,8 @@ def main() -> None:
     args = parser.parse_args()
     with LocalAws(backend="dynamodb-local") as aws:
         # The worker's client settings (its 32 pooled connections, timeouts and retries).
-        ddb = client_for_env(aws.env(), "dynamodb")
-        calls: list[str] = []
-        ddb.meta.events.register("before-call.dynamodb.*",
-                                 lambda model, **_: calls.append(model.name))
-        store = LeaseStore(ddb, aws.table, lease_ms=20_000, skew_ms=1_000)
-        ids = [f"bench-{i}" for i in range(args.leases)]
-        for cid in ids:
-            create_stream(ddb, aws.table, cid, "ws://127.0.0.1:9/s/x")
+        store, ids, calls = counted_streams(client_for_env(aws.env(), "dynamodb"), aws.table,
+                                            args.leases)
         results: dict[str, Any] = {"leases": args.leases, "backend": "dynamodb-local"}
         holder = 0  # each round's holder is the successor the last named (its hold lets it in)
         for mode in ("single", "batch"):

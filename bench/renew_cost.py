@@ -35,13 +35,7 @@ def main() -> None:
         ddb: Any = boto3.session.Session().client(
             "dynamodb", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB"], region_name="us-east-1",
             aws_access_key_id="local", aws_secret_access_key="local")
-        calls: list[str] = []
-        ddb.meta.events.register("before-call.dynamodb.*",
-                                 lambda model, **_: calls.append(model.name))
-        store = LeaseStore(ddb, aws.table, lease_ms=20_000, skew_ms=1_000)
-        ids = [f"bench-{i}" for i in range(args.leases)]
-        for cid in ids:
-            create_stream(ddb, aws.table, cid, "ws://127.0.0.1:9/s/x")
+        store, ids, calls = counted_streams(ddb, aws.table, args.leases)
         leases = [store.acquire(cid, "bench-worker") for cid in ids]
         results: dict[str, Any] = {"leases": args.leases, "backend": "dynamodb-local"}
         pool = ThreadPoolExecutor(max_workers=4)  # what the worker's renewer uses
@@ -67,6 +61,19 @@ def main() -> None:
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def counted_streams(ddb: Any, table: str, n: int) -> tuple[LeaseStore, list[str], list[str]]:
+    """A store on ``table`` with ``n`` new streams (their ids), and the list each DynamoDB
+    operation ``ddb`` makes from then on is appended to."""
+    calls: list[str] = []
+    ddb.meta.events.register("before-call.dynamodb.*",
+                             lambda model, **_: calls.append(model.name))
+    store = LeaseStore(ddb, table, lease_ms=20_000, skew_ms=1_000)
+    ids = [f"bench-{i}" for i in range(n)]
+    for cid in ids:
+        create_stream(ddb, table, cid, "ws://127.0.0.1:9/s/x")
+    return store, ids, calls
 
 
 def mode_of(name: str) -> RenewMode:
