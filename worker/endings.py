@@ -57,7 +57,7 @@ class Endings:
         self.store, self.balancing, self.backoff = store, balancing, backoff
         # Plain releases, gathered into batch calls when many end together (a stop).
         self.releases: Gathered[ReleaseRequest, ReleaseResult] = Gathered(
-            functools.partial(release_many, store, mode=release_mode),
+            functools.partial(release_many, store),
             lambda q, error: ReleaseResult(q.lease.conn_id, error=error), mode=release_mode)
         self.single_connection = single_connection
         self.metrics, self.counts = metrics, counts

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from holdfast.core import rules
 from holdfast.core.aws import note_throttled
-from holdfast.core.batch import BATCH_LIMIT, RenewMode, run_statements
+from holdfast.core.batch import BATCH_LIMIT, run_statements
 from holdfast.core.exceptions import HoldfastError, LossReason, StoreUnavailable
 from holdfast.core.expressions import release_clauses
 from holdfast.core.model import Lease
@@ -64,13 +64,11 @@ def _alone(store: LeaseStore, r: ReleaseRequest) -> ReleaseResult:
         return ReleaseResult(r.lease.conn_id, error=exc)
 
 
-def release_many(store: LeaseStore, requests: Sequence[ReleaseRequest],
-                 mode: RenewMode = "batch") -> list[ReleaseResult]:
-    """Release every request, ``BATCH_LIMIT`` to a call; results in request order.
-
-    ``mode="single"`` writes one UpdateItem each (backends whose PartiQL ignores conditions).
-    """
-    if mode == "single" or len(requests) == 1:
+def release_many(store: LeaseStore, requests: Sequence[ReleaseRequest]) -> list[ReleaseResult]:
+    """Release every request, ``BATCH_LIMIT`` to a call; results in request order. A single
+    request is one UpdateItem (``worker.gathered`` sends one at a time for backends whose
+    PartiQL ignores conditions, ``HOLDFAST_RENEW_MODE=single``)."""
+    if len(requests) == 1:
         return [_alone(store, r) for r in requests]
     out: list[ReleaseResult] = []
     for start in range(0, len(requests), BATCH_LIMIT):

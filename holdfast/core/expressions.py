@@ -189,14 +189,15 @@ def transfer_clauses(lease: Lease, passed: Lease, seq: int | None) -> WriteClaus
         at_most_or_missing=_final_checkpoint(seq), removes=(ATTR.successor,))
 
 
-def dead_release_clauses(owner: str, reason: str, now: int, since_ms: int) -> WriteClauses:
+def dead_release_clauses(owner: str, reason: str, now: int,
+                         since_ms: int | None) -> WriteClauses:
     """The one definition of the sweeper's release of a dead or ended session's stream:
     conditional on the owner alone (any epoch of that session's), marked unowned since
-    ``since_ms``."""
+    ``since_ms`` (None: now)."""
     return WriteClauses(
         sets=((ATTR.lease_expires_at_ms, num(0)), (ATTR.status, string(LeaseStatus.RELEASED)),
               (ATTR.updated_at_ms, num(now)), (ATTR.last_error, string(reason[:500])),
-              (ATTR.unowned_since_ms, num(since_ms))),
+              (ATTR.unowned_since_ms, num(now if since_ms is None else since_ms))),
         copies=unowned.MARK_COPIES, equals=((ATTR.lease_owner, string(owner)),),
         removes=(ATTR.lease_owner,))
 

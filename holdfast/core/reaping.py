@@ -204,8 +204,7 @@ class Reaper:
         """
         now = self.clock()
         update, condition, values = dead_release_clauses(
-            owner, reason, now, now if unowned_since_ms is None else unowned_since_ms,
-        ).update_expression()
+            owner, reason, now, unowned_since_ms).update_expression()
         try:
             call("release_dead", self.client.update_item, TableName=self.lease_table,
                  Key={ATTR.pk: {"S": pk_for(conn_id)}}, UpdateExpression=update,
@@ -235,8 +234,8 @@ class Reaper:
             return [alone(c) for c in conn_ids]
         now = self.clock()
         outcomes = run_statements(self.client, "release_dead", [
-            dead_release_clauses(owner, reason, now, now if unowned_since_ms is None
-                                 else unowned_since_ms).partiql(self.lease_table, pk_for(c))
+            dead_release_clauses(owner, reason, now, unowned_since_ms).partiql(
+                self.lease_table, pk_for(c))
             for c in conn_ids])
         out: list[str | None] = []
         for conn_id, (outcome, message) in zip(conn_ids, outcomes, strict=True):

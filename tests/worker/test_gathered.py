@@ -42,7 +42,7 @@ def held(ddb_local: LocalAws) -> tuple[Any, LeaseStore, list[str], list[Lease]]:
 
 def releases(store: LeaseStore, **kw: Any) -> Gathered[ReleaseRequest, ReleaseResult]:
     """The worker's gathered releases (``worker.endings``)."""
-    return Gathered(functools.partial(release_many, store, mode="batch"),
+    return Gathered(functools.partial(release_many, store),
                     lambda q, error: ReleaseResult(q.lease.conn_id, error=error), **kw)
 
 
@@ -108,6 +108,7 @@ def test_a_call_that_raises_answers_every_caller_with_its_error() -> None:
     async def run() -> list[Any]:
         return await asyncio.gather(*(gathered.write(i) for i in range(3)))
 
-    first, *rest = asyncio.run(run())
+    # Bounded: without the answers on failure the callers would wait for ever.
+    first, *rest = asyncio.run(asyncio.wait_for(run(), 10))
     assert isinstance(first, HoldfastError) and "KeyError" in str(first)
     assert [type(e) for e in rest] == [StoreUnavailable, StoreUnavailable]
