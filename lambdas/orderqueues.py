@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from holdfast.core.bundles import send_bundled
+from holdfast.core.bundles import in_bundles, packed, send_bundled
 from holdfast.core.exceptions import HoldfastError, MalformedItem
 from holdfast.core.liveness import session_owner
 from holdfast.core.nudge import Nudge
-from holdfast.core.orders import is_missing_queue, order_queue_name, order_queue_url
+from holdfast.core.orders import Order, is_missing_queue, order_queue_name, order_queue_url
 from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionStore
 
@@ -73,25 +73,31 @@ def send_body(sqs: SQSClient, nudge_queue_url: str, prefix: str, owner: str,
 
 def queue_orders(decisions: Mapping[str, Decision], sqs: SQSClient, nudge_queue_url: str,
                  prefix: str, logger: Logger) -> Counter[str]:
-    """Send each order of a batch's decisions to its owner's order queue; counts by result."""
-    counts: Counter[str] = Counter()
-    sent: set[tuple[str, str]] = set()
+    """Send a batch's orders to their owners' order queues; counts by result, per order.
+
+    One message per owner (a bundle, ``holdfast.core.bundles``: one receive takes them all):
+    one message per order, one after the other, made a stop of 100 streams 100 sends.
+    """
+    by_owner: dict[str, dict[str, Order]] = {}
     for decision in decisions.values():
         order, owner = decision.order(), decision.owner
         # Only sessions have order queues (a plain owner has none); one send per order.
-        if (order is None or owner is None or session_owner(owner) is None
-                or (owner, order.encode()) in sent):
-            continue
-        sent.add((owner, order.encode()))
-        result, detail = send_body(sqs, nudge_queue_url, prefix, owner, order.body(owner))
-        counts[result] += 1
-        if result == "order_queue_failed":
-            logger.error("order not queued", conn_id=order.conn_id, owner=owner, detail=detail,
-                         verb=order.verb)
-        else:
-            logger.info("order queued" if result == "order_queue_sent" else
-                        "order not queued: no order queue", conn_id=order.conn_id, owner=owner,
-                        detail=detail, verb=order.verb)
+        if order is not None and owner is not None and session_owner(owner) is not None:
+            by_owner.setdefault(owner, {})[order.encode()] = order
+    counts: Counter[str] = Counter()
+    for owner, orders in by_owner.items():
+        for chunk in in_bundles(list(orders.values())):
+            result, detail = send_body(sqs, nudge_queue_url, prefix, owner,
+                                       packed(owner, [o.body(owner) for o in chunk]))
+            counts[result] += len(chunk)
+            for order in chunk:
+                if result == "order_queue_failed":
+                    logger.error("order not queued", conn_id=order.conn_id, owner=owner,
+                                 detail=detail, verb=order.verb)
+                else:
+                    logger.info("order queued" if result == "order_queue_sent" else
+                                "order not queued: no order queue", conn_id=order.conn_id,
+                                owner=owner, detail=detail, verb=order.verb)
     return counts
 
 

@@ -17,14 +17,17 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from holdfast.core.nudge import M, Outgoing, SendReport, send_nudges
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["BUNDLE", "BUNDLE_MAX", "Letter", "bundle_body", "send_bundled", "unbundle"]
+__all__ = ["BUNDLE", "BUNDLE_MAX", "Letter", "bundle_body", "in_bundles", "packed", "send_bundled",
+           "unbundle"]
+
+T = TypeVar("T")
 
 BUNDLE: Final = "bundle"
 # Messages are 80-250 bytes: 500 stay far below SQS's 256 KiB per message.
@@ -35,6 +38,17 @@ def bundle_body(owner: str, bodies: Sequence[str]) -> str:
     """One message carrying ``bodies`` (each a JSON object naming ``owner``)."""
     return json.dumps({"owner": owner, BUNDLE: [json.loads(b) for b in bodies]},
                       separators=(",", ":"))
+
+
+def packed(owner: str, bodies: Sequence[str]) -> str:
+    """One message for ``bodies`` (at most ``BUNDLE_MAX``): a bundle, or the body itself if
+    there is one only."""
+    return bodies[0] if len(bodies) == 1 else bundle_body(owner, bodies)
+
+
+def in_bundles(messages: Sequence[T]) -> list[Sequence[T]]:
+    """``messages`` cut into the runs that one bundle each carries."""
+    return [messages[i:i + BUNDLE_MAX] for i in range(0, len(messages), BUNDLE_MAX)]
 
 
 def unbundle(body: str, owner: str) -> list[str]:
@@ -70,9 +84,9 @@ def send_bundled(sqs: SQSClient, queue_url: str, owner: str, messages: Sequence[
                  attempts: int = 2) -> SendReport[M]:
     """Send ``messages`` (all for ``owner``, none delayed) to ``queue_url`` in bundles, ten
     bundles per call; what was sent and what failed, per message."""
-    chunks = [messages[i:i + BUNDLE_MAX] for i in range(0, len(messages), BUNDLE_MAX)]
+    chunks = in_bundles(messages)
     outgoing: list[Outgoing] = [c[0] if len(c) == 1 else Letter(
-        bundle_body(owner, [m.body() for m in c])) for c in chunks]
+        packed(owner, [m.body() for m in c])) for c in chunks]
     held = {id(o): c for o, c in zip(outgoing, chunks, strict=True)}  # sent -> its messages
     sent = send_nudges(sqs, queue_url, outgoing, attempts=attempts)
     out: SendReport[M] = SendReport(calls=sent.calls)

@@ -11,7 +11,7 @@ process (same id, new incarnation) never matches its predecessor's streams.
   and returns pending orders; a DEAD or replaced session raises ``SessionLost``.
 
 Here: the session item types, their parsing, and the worker's own side of ``SessionStore``
-(scan, start, heartbeat_full, end, add_order). The sweeper's side (``mark_dead``, ``reap``,
+(scan, start, heartbeat_full, end, add_orders). The sweeper's side (``mark_dead``, ``reap``,
 ``report_dead``, ``sweep_sessions``) and ``get`` live in ``holdfast.core.reaping``, in
 ``Reaper``, the base class of ``SessionStore``; its public names are re-exported from here.
 """
@@ -19,7 +19,7 @@ Here: the session item types, their parsing, and the worker's own side of ``Sess
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -264,10 +264,15 @@ class SessionStore(Reaper, Directing):
         return self._leave_alive("end_session", session.worker_id, session.incarnation,
                                  SessionState.ENDED, reason)
 
-    def add_order(self, owner: str, order: str) -> bool:
-        """Give the live session ``owner`` an order (router); False if no such live session."""
+    def add_orders(self, owner: str, orders: Iterable[str]) -> bool:
+        """Give the live session ``owner`` orders (router), in one write however many: a
+        stop of 100 streams of one worker was 100 writes to its one session item, one after
+        the other; False if no such live session."""
+        values = sorted(set(orders))
+        if not values:
+            return True
         return self._conditional(owner, "ADD #orders :o", {"#orders": SESSION.orders},
-                                 {":o": {"SS": [order]}}, op="add_order")
+                                 {":o": {"SS": values}}, op="add_orders")
 
 def _why_lost(raw: Mapping[str, Any] | None, incarnation: str) -> str:
     if not raw:

@@ -414,7 +414,7 @@ class Fleet:
         for w in self.workers:  # the queue named from the owner exists while it runs
             if w.session is not None and w.session.owner == owner:
                 w.queue.append(order)
-        self.router.add_order(owner, order.encode())  # no live session: the audit's
+        self.router.add_orders(owner, [order.encode()])  # no live session: the audit's
 
 
 @contextmanager

@@ -61,7 +61,7 @@ def test_heartbeat_extends_and_returns_orders(sessions: SessionStore, clock: Clo
     beat = sessions.heartbeat_full(s, held=3, capacity=10)
     s2, orders = beat.session, beat.orders
     assert s2.expires_at_ms == clock.now + TTL_MS and orders == frozenset()
-    assert sessions.add_order(s.owner, Order.stop("c1").encode())
+    assert sessions.add_orders(s.owner, [Order.stop("c1").encode()])
     orders = sessions.heartbeat_full(s2, held=3, capacity=10).orders
     assert orders == {"stop:c1"} and parse_order("stop:c1") == Order.stop("c1")
     orders = sessions.heartbeat_full(s2, held=2, capacity=10, done=orders).orders

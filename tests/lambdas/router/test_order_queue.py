@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from holdfast.core import names
+from holdfast.core.bundles import unbundle
 from holdfast.core.directives import parse_inbox_body
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.orders import Order, order_queue_name
@@ -69,6 +70,33 @@ def test_order_goes_to_the_owners_queue_and_session(ddb_local: LocalAws, ddb: An
     assert messages(sqs, order_url) == [order.body(live_owner)]
     assert parse_inbox_body(order.body(live_owner), live_owner) == order
     assert session_orders(ddb_local, ddb, live_owner) == {order.encode()}
+
+
+def test_a_batchs_orders_for_one_owner_are_one_message_and_one_session_write(
+        ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, unique_id: str,
+        live_owner: str) -> None:
+    """Stops of many streams of one worker: one bundle on its queue, one write to its session."""
+    order_url = sqs.create_queue(QueueName=order_queue_name(PREFIX, live_owner))["QueueUrl"]
+    deps = deps_for(ddb_local, ddb, sqs, queue_url, PREFIX)
+    ids = [f"{unique_id}-{i}" for i in range(12)]
+    writes: list[str] = []
+
+    def count(params: dict[str, Any], **_: Any) -> None:
+        writes.append(params.get("TableName", ""))
+
+    ddb.meta.events.register("before-parameter-build.dynamodb.UpdateItem", count)
+    try:
+        assert route(event(*(stop_record(c, live_owner) for c in ids)), None, deps) == {
+            "batchItemFailures": []}
+    finally:
+        ddb.meta.events.unregister("before-parameter-build.dynamodb.UpdateItem", count)
+    orders = [Order.stop(c, 6) for c in ids]
+    bodies = messages(sqs, order_url)
+    assert len(bodies) == 1
+    assert sorted(parse_inbox_body(b, live_owner).encode() for b in unbundle(
+        bodies[0], live_owner)) == sorted(o.encode() for o in orders)  # type: ignore[union-attr]
+    assert writes.count(ddb_local.session_table) == 1
+    assert session_orders(ddb_local, ddb, live_owner) == {o.encode() for o in orders}
 
 
 def test_missing_order_queue_is_not_a_failure(ddb_local: LocalAws, ddb: Any, sqs: Any,
