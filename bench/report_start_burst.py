@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.start_burst import BEHIND_KEY, BURST_SIZES, verdicts
+from bench.start_burst import BEHIND_KEY, BURST_SIZES, COLD_KEY, verdicts
 
 __all__ = ["start_burst_md"]
 
@@ -31,6 +31,13 @@ def start_burst_md(sb: dict[str, Any]) -> list[str]:
            "routed -> claimed | claimed -> handled | deliveries (max gap) | missing |",
            "|---|---|---|---|---|---|---|"]
     rows = [(n, n) for n in sizes]
+    if COLD_KEY in sb:
+        out[2] += (f" The first row is the fresh fleet's first burst, on a cold DynamoDB Local "
+                   f"(a JVM whose JIT has not compiled its write path yet); then the emulator "
+                   f"was warmed up ({sb.get('warm_cycles')} insert/claim/release cycles on a "
+                   f"scratch table, {sb.get('warm_up_s')} s, no worker involved) and the other "
+                   "rows measured.")
+        rows.insert(0, (COLD_KEY, f"{sb[COLD_KEY].get('streams')}, cold emulator"))
     if BEHIND_KEY in sb:
         b = sb[BEHIND_KEY]
         rows.append((BEHIND_KEY, f"{b.get('streams')}, right after {b.get('behind_stops')} stops"))
