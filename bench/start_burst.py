@@ -119,8 +119,11 @@ def warm_emulator(bf: BenchFleet, cycles: int = WARM_CYCLES) -> float:
         store.release(store.acquire(f"warm-{i}", "warm-up#bench", first_checkpoint=0))
 
     t0 = time.monotonic()
-    with ThreadPoolExecutor(WARM_THREADS) as pool:
-        list(pool.map(cycle, range(cycles)))
+    try:
+        with ThreadPoolExecutor(WARM_THREADS) as pool:
+            list(pool.map(cycle, range(cycles)))
+    finally:
+        bf.ddb.delete_table(TableName=WARM_TABLE)  # the fleet's emulator as it was, compiled
     return time.monotonic() - t0
 
 
