@@ -32,11 +32,10 @@ def start_burst_md(sb: dict[str, Any]) -> list[str]:
            "|---|---|---|---|---|---|---|"]
     rows = [(n, n) for n in sizes]
     if COLD_KEY in sb:
-        out[2] += (f" The first row is the fresh fleet's first burst, on a cold DynamoDB Local "
-                   f"(a JVM whose JIT has not compiled its write path yet); then the emulator "
-                   f"was warmed up ({sb.get('warm_cycles')} insert/claim/release cycles on a "
-                   f"scratch table, {sb.get('warm_up_s')} s, no worker involved) and the other "
-                   "rows measured.")
+        out[2] += (" The first row is the fresh fleet's first burst, on a cold DynamoDB Local "
+                   "(a JVM whose JIT has not compiled its write path yet); then "
+                   f"{sb.get('warm_bursts')} more bursts of {sb[COLD_KEY].get('streams')}, not "
+                   "measured, and the other rows.")
         rows.insert(0, (COLD_KEY, f"{sb[COLD_KEY].get('streams')}, cold emulator"))
     if BEHIND_KEY in sb:
         b = sb[BEHIND_KEY]

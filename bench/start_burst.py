@@ -2,8 +2,8 @@
 
 On the bench's local fleet (DynamoDB Local, moto SQS, the local runner, 3 of our workers), after
 one warm-up stream (the router's cold start), ``N`` STARTED items are written at once from a
-thread pool: first on the fresh fleet (a cold DynamoDB Local: the ``30_cold`` row), then once
-the emulator is warmed up (``warm_emulator``, a scratch table). Per stream: insert -> first
+thread pool: first on the fresh fleet (a cold DynamoDB Local: the ``30_cold`` row), then, after
+``WARM_BURSTS`` bursts not measured, for the figures. Per stream: insert -> first
 message handled (the figure, p50 / p99 / max), split at the router's ``router decision ...
 INSERT`` line and at the first worker's ``claimed`` line (insert -> routed -> claimed -> first
 message), so a slow figure says whether the time went before the nudge or after it.
@@ -25,13 +25,11 @@ from typing import Any
 
 from bench.harness import BenchFleet, dist, now_ms
 from bench.scenarios import _retire
-from holdfast.core.schema import table_definition
-from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream
 from holdfast.fleet.procs import FleetTiming
 
 __all__ = ["BEHIND_KEY", "BURST_SIZES", "BURST_TARGETS_S", "COLD_KEY", "bursts", "first_logged",
-           "router_arrivals", "start_burst", "verdicts", "warm_emulator"]
+           "router_arrivals", "start_burst", "verdicts"]
 
 BURST_SIZES = (30, 300)
 BURST_TARGETS_S = {30: 0.5, 300: 1.0}  # issue 19: start latency p99, 3 workers, loaded 2 cores
@@ -42,12 +40,12 @@ BEHIND_STOPS = 100
 BEHIND_KEY = "30_behind_stops"
 COLD_KEY = "30_cold"
 # DynamoDB Local is a JVM started for the run: its first few hundred writes run before the
-# JIT has compiled them. Acquires of the first two 30-bursts took 320-450 ms p50 against
-# 60-140 ms from the third on; 600 insert/claim/release cycles on a scratch table, no worker
-# involved, gave the first burst the later ones' figures. AWS has no such warm-up.
-WARM_CYCLES = 600
-WARM_THREADS = 10
-WARM_TABLE = "start-burst-warm-up"
+# JIT has compiled them (acquires of a fresh fleet's first two 30-bursts took 320-450 ms p50,
+# 60-140 ms from the third on). So the bursts are measured after two more bursts of 30
+# through the fleet, not measured, and the first one is its own row. A synthetic warm-up
+# (600 insert/claim/release cycles on a scratch table) was tried: the 30 burst as fast, but
+# the 300 burst's p99 went to 4-9 s (1.5 s without it) in four runs of four; not kept.
+WARM_BURSTS = 2
 BURST_CLUSTER_MS = 100  # router lines closer than this are one delivery
 _TS = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)[,.](\d{3})\d*([+-]\d{2}:?\d{2}|Z)?")
 
@@ -108,25 +106,6 @@ def verdicts(result: dict[str, Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
-def warm_emulator(bf: BenchFleet, cycles: int = WARM_CYCLES) -> float:
-    """Insert, claim and release ``cycles`` items of a scratch table with the real lease store
-    (no worker, no router sees them); the seconds it took."""
-    bf.ddb.create_table(**table_definition(WARM_TABLE))
-    store = LeaseStore(bf.ddb, WARM_TABLE, lease_ms=4_000, skew_ms=1_000)
-
-    def cycle(i: int) -> None:
-        create_stream(bf.ddb, WARM_TABLE, f"warm-{i}", "ws://127.0.0.1:9/warm")
-        store.release(store.acquire(f"warm-{i}", "warm-up#bench", first_checkpoint=0))
-
-    t0 = time.monotonic()
-    try:
-        with ThreadPoolExecutor(WARM_THREADS) as pool:
-            list(pool.map(cycle, range(cycles)))
-    finally:
-        bf.ddb.delete_table(TableName=WARM_TABLE)  # the fleet's emulator as it was, compiled
-    return time.monotonic() - t0
-
-
 def _insert_at_once(bf: BenchFleet, ids: list[str]) -> dict[str, int]:
     def one(cid: str) -> tuple[str, int]:
         t = now_ms()
@@ -181,11 +160,11 @@ def _one_burst(bf: BenchFleet, n: int, timeout_s: float, tag: str = "") -> dict[
 
 def start_burst(run_dir: Path, say: Any, sizes: Iterable[int] = BURST_SIZES, *,
                 timeout_s: float = 60.0, behind_stops: int = BEHIND_STOPS,
-                warm_cycles: int = WARM_CYCLES) -> dict[str, Any]:
-    """The first size on the fresh fleet (``COLD_KEY``), then, once DynamoDB Local is warmed
-    up (``warm_emulator``), each size in turn on one fleet of 3 workers at production
-    defaults, then the first size again right after ``behind_stops`` streams were stopped;
-    figures by size.
+                warm_bursts: int = WARM_BURSTS) -> dict[str, Any]:
+    """The first size on the fresh fleet (``COLD_KEY``), then, after ``warm_bursts`` more
+    of it (not measured: DynamoDB Local's JIT), each size in turn on one fleet of 3 workers
+    at production defaults, then the first size again right after ``behind_stops`` streams
+    were stopped; figures by size.
 
     Production defaults, not the bench's 2 s checkpoints: 300 new streams checkpointing every
     2 s are 150 writes a second more than users' fleets make, and on 2 shared cores that load
@@ -203,14 +182,16 @@ def start_burst(run_dir: Path, say: Any, sizes: Iterable[int] = BURST_SIZES, *,
         bf.wait(lambda: bf.handled.first_after("burst-warmup", warm["burst-warmup"]) is not None,
                 timeout_s)
         _retire(bf, ["burst-warmup"])
-        if warm_cycles:
+        if warm_bursts:
             time.sleep(QUIET_S)
             say(f"start burst: {sizes_list[0]} inserted at once on a cold emulator")
             r = out[COLD_KEY] = _one_burst(bf, sizes_list[0], timeout_s, tag="cold-")
             say(f"start burst cold: {r['latency_s']}, to router {r['insert_to_router_s']}")
-            out["warm_up_s"] = round(warm_emulator(bf, warm_cycles), 2)
-            out["warm_cycles"] = warm_cycles
-            say(f"start burst: emulator warmed up ({warm_cycles} cycles, {out['warm_up_s']} s)")
+            for i in range(warm_bursts):
+                time.sleep(QUIET_S)
+                _one_burst(bf, sizes_list[0], timeout_s, tag=f"warm{i}-")
+            out["warm_bursts"] = warm_bursts
+            say(f"start burst: {warm_bursts} bursts of {sizes_list[0]} to warm up, not measured")
         for n in sizes_list:
             time.sleep(QUIET_S)  # the previous step's stop orders and claims settle first
             say(f"start burst: {n} streams inserted at once")

@@ -74,11 +74,11 @@ def test_report_shows_the_cold_burst_first_and_the_warm_up() -> None:
     d = {"n": 30, "p50": 0.4, "p99": 0.9, "max": 0.9}
     sb = {"workers": 3, COLD_KEY: {"streams": 30, "latency_s": d, "bursts": 1, "max_gap_s": 0,
                                    "missing": 0},
-          "warm_cycles": 600, "warm_up_s": 7.6,
+          "warm_bursts": 2,
           "30": {"latency_s": {**d, "p99": 0.45}, "bursts": 1, "max_gap_s": 0, "missing": 0}}
     md = markdown({"start_burst": sb})
     rows = [ln for ln in md.splitlines() if ln.startswith("| 30")]
     assert rows[0].startswith("| 30, cold emulator | 0.40 / 0.90 / 0.90 (n=30) |")
     assert rows[1].startswith("| 30 | 0.40 / 0.45 / 0.90 (n=30) |")
-    assert "600 insert/claim/release cycles on a scratch table, 7.6 s" in md
+    assert "then 2 more bursts of 30, not measured, and the other rows" in md
     assert next(v for _, _, v in verdicts(sb)) == "met"  # the verdict is on the warm burst
