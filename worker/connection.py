@@ -1,14 +1,12 @@
 """The connection task of one held stream: connect to ``ws_url``, resume, call the handler.
 
-The stream's lease state is its ``HeldStream`` (``worker.held``), and which frame reaches the
-handler is decided by the pure rules of ``worker.delivery`` (the seq contract; nothing is
-skipped without a handler call); this module does the I/O around them. Drops are retried with
-jittered back-off while the lease is kept. A stream that cannot make progress (``max_failures``
-drops in a row, ``poison_replays`` deaths by one frame, a stall on broken seqs) is given up:
-``run`` returns the error and the supervisor hands the lease back (BACKOFF, ``last_error``).
-A handler that keeps failing on one message is retried on this stream's task only (other streams
-never wait for it) and then, by the policy (``worker.handler``), parks the stream the same way or
-skips the message once the on-failure queue has it.
+The stream's lease state is its ``HeldStream`` (``worker.held``); each frame read goes to
+``worker.handling`` (the delivery rules and the handler calls); this module holds the socket:
+connect, read, reconnect, and the supervisor's controls (drain, abort, fence, lose). Drops are
+retried with jittered back-off while the lease is kept. A stream that cannot make progress
+(``max_failures`` drops in a row, ``poison_replays`` deaths by one frame, a stall on broken
+seqs, a handler that keeps failing under the park policy) is given up: ``run`` returns the
+error and the supervisor hands the lease back (BACKOFF, ``last_error``).
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from holdfast.core.exceptions import UnsafeUrl
 from holdfast.core.tracing import StreamTrace
 from holdfast.core.urls import check_url, redact
 from holdfast.worker.context import ConnectionContext
-from holdfast.worker.delivery import Step
 from holdfast.worker.dial import (
     close_reading,
     describe,
@@ -34,10 +31,9 @@ from holdfast.worker.dial import (
     killed_by_a_frame,
     resolve_checked,
 )
-from holdfast.worker.handler import Message, call_once, failure_body
+from holdfast.worker.handling import GiveUp, Handling
 from holdfast.worker.held import HeldStream
 from holdfast.worker.prefetch import Prefetched
-from holdfast.worker.protocol import Parsed
 
 __all__ = ["FRAMES_PER_TURN", "LOG_EVERY_MS", "Connection"]
 
@@ -46,15 +42,6 @@ logger = Logger(service="holdfast-worker", child=True)
 # round with every stream replaying is at most this many handler calls per stream.
 FRAMES_PER_TURN = 8
 LOG_EVERY_MS = 60_000  # a per-frame warning is logged at most this often per stream and kind
-
-
-class _GiveUp(Exception):
-    """The stream cannot make progress on this upstream: hand it back with this error."""
-
-    def __init__(self, error: str,
-                 why: str = "upstream breaks the seq contract, giving the stream back") -> None:
-        super().__init__(error)
-        self.why = why
 
 
 class Connection:
@@ -77,7 +64,7 @@ class Connection:
         self.on_drained: Callable[[Connection], Awaitable[None]] | None = None
         # The handoff's transfer: "passing" while in flight, then its outcome.
         self.passed: str | None = None
-        self._in_handler = False
+        self.handling = Handling(self)  # each frame: the delivery rules, the handler calls
         # A drain waiting for the next frame (``drain_after_frame``): its reason and the timer
         # that drains anyway.
         self._drain_next: tuple[str, asyncio.TimerHandle] | None = None
@@ -88,13 +75,13 @@ class Connection:
     def drain(self, reason: str) -> None:
         """Stop after the handler call in flight returns; the connection is closed cleanly."""
         self.held.drain(reason)
-        if self.task is not None and not self._in_handler and not self.ended:
+        if self.task is not None and not self.handling.in_call and not self.ended:
             self.task.cancel()  # waiting for a frame or a reconnect: nothing in flight to keep
 
     def drain_after_frame(self, reason: str, within_s: float) -> None:
         """Drain right after the next frame is handled (``STOP_AFTER_FRAME_WAIT_MS``); at once
         if a call is in flight (it ends one), if not connected, or if none comes in time."""
-        if self._in_handler or self._ws is None or self.held.stopping or self.ended:
+        if self.handling.in_call or self._ws is None or self.held.stopping or self.ended:
             self.drain(reason)
             return
         if self._drain_next is None:
@@ -171,7 +158,7 @@ class Connection:
                         f"{redact(held.lease.ws_url, paths=self.ctx.policy.log_paths)}")
                     self.log("warning", "ws_url refused", error=msg)
                     return msg
-                except _GiveUp as exc:
+                except GiveUp as exc:
                     if held.stopping:
                         break
                     self.log("error", exc.why, error=str(exc))
@@ -249,7 +236,7 @@ class Connection:
             try:
                 n = 0
                 async for frame in _chain(buffered, ws):
-                    await self._deliver(frame)
+                    await self.handling.frame(frame)
                     if self._drain_next is not None:
                         self._drain_waiting(True)
                     if self.held.stopping:
@@ -270,120 +257,6 @@ class Connection:
                 await close_reading(ws)
         finally:
             self._ws = None
-
-    async def _deliver(self, frame: str | bytes) -> None:
-        """Apply the delivery rules (``worker.delivery``) to one frame; here only the I/O."""
-        held = self.held
-        try:
-            parsed = self.ctx.protocol.parse(frame)
-        except Exception:  # a plugged-in protocol's bug must not kill the stream on every replay
-            parsed = Parsed(None, frame, malformed=True)
-        if parsed.malformed:
-            self.ctx.metrics.incr(names.METRIC_MALFORMED_FRAMES)
-            self.log_limited("malformed", "warning",
-                             "frame not parseable, handed on without seq", size=len(frame))
-        seq = parsed.seq
-        anchor = held.cursor.anchor_for(seq)
-        if anchor is not None:
-            # No checkpoint anywhere yet: the stream starts here for whoever holds it next.
-            if self.ctx.anchor is not None:
-                await self.ctx.anchor(self, anchor)
-            held.cursor.anchored(anchor)
-        if not held.live:
-            return  # aborted, fenced or lost meanwhile: no more handler calls
-        verdict = held.admit(seq, self.ctx.mono())
-        if verdict.step is Step.SKIP_REPLAY:
-            return  # a replay of what was already handled (resume overlap)
-        if verdict.step in (Step.WENT_BACK, Step.REFUSED_JUMP, Step.STALLED):
-            # Out of the seq contract (``worker.delivery``): counted, logged, not handled.
-            self.ctx.metrics.incr(names.METRIC_FRAMES_SKIPPED)
-            what, fix = verdict.explain(seq)
-            if verdict.step is Step.STALLED:  # the stream cannot make progress: given up
-                raise _GiveUp(f"{what}: {verdict.streak} frames in a row out of the seq "
-                              f"contract, none handled ({fix})")
-            self.log_limited((verdict.cause or verdict.step).value, "error",
-                             f"{what}: frame not handled, checkpoint kept",
-                             expected=verdict.expected, got=seq, streak=verdict.streak)
-            return
-        if verdict.step is Step.FENCED:
-            # Past the fence (the process was paused: SIGSTOP, a stalled VM): another worker
-            # may hold the lease by now, and frames buffered during the pause must not reach
-            # the handler before the fence watcher runs. Found by the chaos soak.
-            self.ctx.metrics.incr("LeasesFenced")
-            self.log("error", "self-fencing: past the fence deadline, frame not handled",
-                     seq=seq)
-            self.fence()
-            return
-        if verdict.step is Step.GAP:
-            self.log("warning", "gap in upstream sequence", expected=verdict.expected, got=seq)
-        message = Message(self.conn_id, seq, parsed.data, self.ctx.worker_id,
-                          epoch=held.lease.epoch)
-        if not await self._handle(message):
-            return  # stopped meanwhile: not handled, the checkpoint stays before it
-        held.cursor.done(seq)
-        self.ctx.metrics.incr("MessagesHandled")
-        if self.trace is not None:  # the first handled message ends the trace; then nothing
-            self.trace.close()
-            self.trace = None
-
-    async def _handle(self, message: Message) -> bool:
-        """Call the handler until a call succeeds; True once the checkpoint may pass it.
-
-        A call that raises or times out is retried after a jittered back-off (this stream's
-        task sleeps, no other); after ``handler_attempts`` calls the policy parks the stream
-        (``_GiveUp``) or sends the message to the on-failure queue. False: the stream stopped
-        meanwhile, the message stays unhandled for whoever resumes it.
-        """
-        ctx, held = self.ctx, self.held
-        attempt = 0
-        while True:
-            attempt += 1
-            self._in_handler = True  # a drain lets the call in flight finish
-            try:
-                failed = await call_once(ctx.handler, message, ctx.handler_timeout_s)
-            finally:
-                self._in_handler = False
-            if failed is None:
-                return True
-            ctx.metrics.incr(names.METRIC_HANDLER_TIMEOUTS if failed.timed_out
-                             else names.METRIC_HANDLER_ERRORS)
-            self.log("error", "handler timed out, call cancelled" if failed.timed_out
-                     else "handler raised", seq=message.seq, attempt=attempt, error=failed.error)
-            if held.stopping or attempt >= ctx.handler_attempts:
-                break
-            ctx.metrics.incr(names.METRIC_HANDLER_RETRIES)
-            await ctx.sleep(ctx.handler_backoff.delay_s(attempt))  # a drain cancels it
-            if held.live and ctx.mono() >= held.deadline():  # paused past the fence meanwhile
-                ctx.metrics.incr(names.METRIC_LEASES_FENCED)
-                self.log("error", "self-fencing: past the fence deadline, retry not made",
-                         seq=message.seq)
-                self.fence()
-            if held.stopping:
-                break
-        return False if held.stopping else await self._after_failures(
-            message, failed.error, attempt)
-
-    async def _after_failures(self, message: Message, error: str, attempts: int) -> bool:
-        """The last attempt failed: skip once the on-failure queue has it, else park."""
-        if self.ctx.on_failure == names.HANDLER_ON_FAILURE_SKIP and self.ctx.send_failure:
-            self._in_handler = True  # a drain waits for SQS's answer
-            try:
-                await self.ctx.send_failure(failure_body(message, error, attempts))
-            except Exception as exc:  # nothing lost: the stream parks on this seq instead
-                error = (f"{error[:300]}; not skipped, the on-failure queue refused it: "
-                         f"{type(exc).__name__}: {str(exc)[:300]}")
-            else:
-                self.ctx.metrics.incr(names.METRIC_HANDLER_FAILURES_SENT_TO_QUEUE)
-                self.log("warning", "handler failed, message sent to the on-failure queue and "
-                         "skipped", seq=message.seq, attempts=attempts)
-                return True
-            finally:
-                self._in_handler = False
-        self.ctx.metrics.incr(names.METRIC_HANDLER_FAILURES_PARKED)
-        raise _GiveUp(f"handler failed {attempts} times on seq {message.seq}, stream parked to "
-                      f"resume from it: {error}"[:1000],
-                      why="handler keeps failing, parking the stream")
-
 
 async def _chain(buffered: Sequence[str | bytes], ws: ClientConnection,
                  ) -> AsyncIterator[str | bytes]:

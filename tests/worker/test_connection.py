@@ -168,7 +168,7 @@ async def test_abort_stops_handler_calls_at_once(fleet: Fleet, upstream: Upstrea
     conn, rec = f"{unique_id}-ab", Recorder(delay_s=1.0)
     runner = connection(lease_for(fleet, conn, upstream.url(conn)), context(rec))
     runner.task = asyncio.create_task(runner.run())
-    await async_wait_until(lambda: runner._in_handler, 5, "handler call")
+    await async_wait_until(lambda: runner.handling.in_call, 5, "handler call")
     runner.abort("fenced")
     assert await asyncio.wait_for(runner.task, 1) is None
     # Nothing handled: the checkpoint only marks where this holder started (first seq - 1).

@@ -1,0 +1,156 @@
+"""One frame of a held stream, from the socket to the handler: the delivery rules' I/O.
+
+Which frame reaches the handler is decided by the pure rules of ``worker.delivery`` (the seq
+contract; nothing is skipped without a handler call); this module applies them and calls the
+handler. A handler that keeps failing on one message is retried on this stream's task only
+(other streams never wait for it) and then, by the policy (``worker.handler``), parks the
+stream (``GiveUp``: the supervisor hands the lease back, BACKOFF, ``last_error``) or skips the
+message once the on-failure queue has it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from holdfast.core import names
+from holdfast.worker.delivery import Step
+from holdfast.worker.handler import Message, call_once, failure_body
+from holdfast.worker.protocol import Parsed
+
+if TYPE_CHECKING:
+    from holdfast.worker.connection import Connection
+
+__all__ = ["GiveUp", "Handling"]
+
+
+class GiveUp(Exception):
+    """The stream cannot make progress on this upstream: hand it back with this error."""
+
+    def __init__(self, error: str,
+                 why: str = "upstream breaks the seq contract, giving the stream back") -> None:
+        super().__init__(error)
+        self.why = why
+
+
+class Handling:
+    """The frames of one connection (``worker.connection``): rules applied, handler called."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.in_call = False  # a handler call (or its on-failure send) is in flight
+
+    async def frame(self, frame: str | bytes) -> None:
+        """Apply the delivery rules (``worker.delivery``) to one frame; here only the I/O."""
+        conn = self.conn
+        held = conn.held
+        try:
+            parsed = conn.ctx.protocol.parse(frame)
+        except Exception:  # a plugged-in protocol's bug must not kill the stream on every replay
+            parsed = Parsed(None, frame, malformed=True)
+        if parsed.malformed:
+            conn.ctx.metrics.incr(names.METRIC_MALFORMED_FRAMES)
+            conn.log_limited("malformed", "warning",
+                             "frame not parseable, handed on without seq", size=len(frame))
+        seq = parsed.seq
+        anchor = held.cursor.anchor_for(seq)
+        if anchor is not None:
+            # No checkpoint anywhere yet: the stream starts here for whoever holds it next.
+            if conn.ctx.anchor is not None:
+                await conn.ctx.anchor(conn, anchor)
+            held.cursor.anchored(anchor)
+        if not held.live:
+            return  # aborted, fenced or lost meanwhile: no more handler calls
+        verdict = held.admit(seq, conn.ctx.mono())
+        if verdict.step is Step.SKIP_REPLAY:
+            return  # a replay of what was already handled (resume overlap)
+        if verdict.step in (Step.WENT_BACK, Step.REFUSED_JUMP, Step.STALLED):
+            # Out of the seq contract (``worker.delivery``): counted, logged, not handled.
+            conn.ctx.metrics.incr(names.METRIC_FRAMES_SKIPPED)
+            what, fix = verdict.explain(seq)
+            if verdict.step is Step.STALLED:  # the stream cannot make progress: given up
+                raise GiveUp(f"{what}: {verdict.streak} frames in a row out of the seq "
+                             f"contract, none handled ({fix})")
+            conn.log_limited((verdict.cause or verdict.step).value, "error",
+                             f"{what}: frame not handled, checkpoint kept",
+                             expected=verdict.expected, got=seq, streak=verdict.streak)
+            return
+        if verdict.step is Step.FENCED:
+            # Past the fence (the process was paused: SIGSTOP, a stalled VM): another worker
+            # may hold the lease by now, and frames buffered during the pause must not reach
+            # the handler before the fence watcher runs. Found by the chaos soak.
+            conn.ctx.metrics.incr("LeasesFenced")
+            conn.log("error", "self-fencing: past the fence deadline, frame not handled",
+                     seq=seq)
+            conn.fence()
+            return
+        if verdict.step is Step.GAP:
+            conn.log("warning", "gap in upstream sequence", expected=verdict.expected, got=seq)
+        message = Message(conn.conn_id, seq, parsed.data, conn.ctx.worker_id,
+                          epoch=held.lease.epoch)
+        if not await self._until_done(message):
+            return  # stopped meanwhile: not handled, the checkpoint stays before it
+        held.cursor.done(seq)
+        conn.ctx.metrics.incr("MessagesHandled")
+        if conn.trace is not None:  # the first handled message ends the trace; then nothing
+            conn.trace.close()
+            conn.trace = None
+
+    async def _until_done(self, message: Message) -> bool:
+        """Call the handler until a call succeeds; True once the checkpoint may pass it.
+
+        A call that raises or times out is retried after a jittered back-off (this stream's
+        task sleeps, no other); after ``handler_attempts`` calls the policy parks the stream
+        (``GiveUp``) or sends the message to the on-failure queue. False: the stream stopped
+        meanwhile, the message stays unhandled for whoever resumes it.
+        """
+        conn = self.conn
+        ctx, held = conn.ctx, conn.held
+        attempt = 0
+        while True:
+            attempt += 1
+            self.in_call = True  # a drain lets the call in flight finish
+            try:
+                failed = await call_once(ctx.handler, message, ctx.handler_timeout_s)
+            finally:
+                self.in_call = False
+            if failed is None:
+                return True
+            ctx.metrics.incr(names.METRIC_HANDLER_TIMEOUTS if failed.timed_out
+                             else names.METRIC_HANDLER_ERRORS)
+            conn.log("error", "handler timed out, call cancelled" if failed.timed_out
+                     else "handler raised", seq=message.seq, attempt=attempt, error=failed.error)
+            if held.stopping or attempt >= ctx.handler_attempts:
+                break
+            ctx.metrics.incr(names.METRIC_HANDLER_RETRIES)
+            await ctx.sleep(ctx.handler_backoff.delay_s(attempt))  # a drain cancels it
+            if held.live and ctx.mono() >= held.deadline():  # paused past the fence meanwhile
+                ctx.metrics.incr(names.METRIC_LEASES_FENCED)
+                conn.log("error", "self-fencing: past the fence deadline, retry not made",
+                         seq=message.seq)
+                conn.fence()
+            if held.stopping:
+                break
+        return False if held.stopping else await self._after_failures(
+            message, failed.error, attempt)
+
+    async def _after_failures(self, message: Message, error: str, attempts: int) -> bool:
+        """The last attempt failed: skip once the on-failure queue has it, else park."""
+        conn = self.conn
+        if conn.ctx.on_failure == names.HANDLER_ON_FAILURE_SKIP and conn.ctx.send_failure:
+            self.in_call = True  # a drain waits for SQS's answer
+            try:
+                await conn.ctx.send_failure(failure_body(message, error, attempts))
+            except Exception as exc:  # nothing lost: the stream parks on this seq instead
+                error = (f"{error[:300]}; not skipped, the on-failure queue refused it: "
+                         f"{type(exc).__name__}: {str(exc)[:300]}")
+            else:
+                conn.ctx.metrics.incr(names.METRIC_HANDLER_FAILURES_SENT_TO_QUEUE)
+                conn.log("warning", "handler failed, message sent to the on-failure queue and "
+                         "skipped", seq=message.seq, attempts=attempts)
+                return True
+            finally:
+                self.in_call = False
+        conn.ctx.metrics.incr(names.METRIC_HANDLER_FAILURES_PARKED)
+        raise GiveUp(f"handler failed {attempts} times on seq {message.seq}, stream parked to "
+                      f"resume from it: {error}"[:1000],
+                      why="handler keeps failing, parking the stream")
