@@ -38,7 +38,6 @@ from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import HoldfastError, NudgeNotSent
 from holdfast.core.nudge import Nudge, send_nudges
-from holdfast.core.orders import Order
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.lambdas.metrics import (
@@ -47,7 +46,7 @@ from holdfast.lambdas.metrics import (
     metrics_enabled,
     service_name,
 )
-from holdfast.lambdas.orderqueues import queue_handoffs, queue_orders
+from holdfast.lambdas.orderqueues import give_orders, queue_handoffs
 from holdfast.lambdas.router.decide import Decision, Outcome, decide
 from holdfast.lambdas.settings import Settings
 from holdfast.lambdas.sweeper.loop import session_store_for
@@ -269,36 +268,15 @@ def _hand_off(plan: _Plan, deps: RouterDeps, wanted: dict[tuple[str, int], Nudge
 
 
 def _order(plan: _Plan, deps: RouterDeps) -> None:
-    """Give each order (stop, release) to the owner: its order queue first (fast, best
-    effort), then its session item (durable). An owner with no live session to take it is the
-    sweeper's: its owner audit releases that stream (``holdfast.core.liveness``)."""
-    prefix = deps.settings.orders_queue_prefix
-    if prefix:
-        plan.counts.update(queue_orders(plan.decisions, deps.sqs, deps.settings.queue_url,
-                                        prefix, logger))
-    if deps.sessions is None:
-        return
-    by_owner: dict[str, list[tuple[str, Order]]] = {}
-    for seq, decision in plan.decisions.items():
-        order = decision.order()
-        if order is not None and decision.owner is not None:
-            by_owner.setdefault(decision.owner, []).append((seq, order))
-    for owner, orders in by_owner.items():
-        # One write per owner, not per order: a stop of 100 streams of one worker was 100
-        # writes to its one session item, one after the other (an invocation of 62 records
-        # took 7.9 s on a loaded machine, and the records behind it waited).
-        try:
-            given = deps.sessions.add_orders(owner, [order.encode() for _, order in orders])
-        except HoldfastError as exc:
-            for seq, order in orders:
-                logger.error("order not given", conn_id=order.conn_id, owner=owner,
-                             error=str(exc)[:300])
-                plan.failures[seq] = f"order failed: {exc}"
-            continue
-        plan.counts["ordered" if given else "order_no_session"] += len(orders)
-        for _, order in orders:
-            logger.info("order", verb=order.verb, conn_id=order.conn_id, owner=owner,
-                        given=given)
+    """Give each order (stop, release) to its owner (``orderqueues.give_orders``): its order
+    queue first (fast, best effort), then its session item (durable). An owner with no live
+    session to take it is the sweeper's: its owner audit releases that stream
+    (``holdfast.core.liveness``)."""
+    counts, failures = give_orders(plan.decisions, deps.sqs, deps.sessions,
+                                   nudge_queue_url=deps.settings.queue_url,
+                                   prefix=deps.settings.orders_queue_prefix, logger=logger)
+    plan.counts.update(counts)
+    plan.failures.update(failures)
 
 
 def _normalise(plan: _Plan, deps: RouterDeps) -> None:
