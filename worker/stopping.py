@@ -10,8 +10,10 @@
    checkpointed) and released all the same; releases still hanging half a second before the
    budget ends are cancelled (their leases are reaped once the session ends).
 
-The goodbye after it (the session's end) is the supervisor's; its wait for our last polls
-leaves it the budget's last ``goodbye_s``.
+Then the goodbye (``goodbye``): the last handoff messages, the nudges of our last polls handed
+back, the session ended (the sweeper then releases whatever we could not, without waiting a
+TTL), the order queue deleted. The wait for our last polls leaves it the budget's last
+``goodbye_s``.
 """
 
 from __future__ import annotations
@@ -21,15 +23,26 @@ import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Final
 
+from aws_lambda_powertools import Logger
+
+from holdfast.core.exceptions import HoldfastError
 from holdfast.core.handoff import WARM_AT_ONCE_AT_STOP, WARM_TIMEOUT_MS
 from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT
+from holdfast.worker.iothreads import on_io_threads
 
 if TYPE_CHECKING:
+    from holdfast.core.sessions import SessionStore
     from holdfast.worker.balancing import Balancing
+    from holdfast.worker.claimer import Claimer
     from holdfast.worker.connection import Connection
     from holdfast.worker.handoff import Handoffs
+    from holdfast.worker.orders import OrderInbox
+    from holdfast.worker.outbox import Outbox
+    from holdfast.worker.session import SessionKeeper
 
-__all__ = ["DRAIN_SHARE", "GOODBYE_S", "goodbye_s", "stop_streams", "wait_tasks"]
+__all__ = ["DRAIN_SHARE", "GOODBYE_S", "goodbye", "goodbye_s", "stop_streams", "wait_tasks"]
+
+logger = Logger(service="holdfast-worker", child=True)
 
 DRAIN_SHARE: Final = 0.6  # of the stop budget; the rest is for releases
 # The end of the budget our last polls' wait leaves for the goodbye (the last handoff
@@ -82,3 +95,28 @@ async def stop_streams(streams: dict[str, Connection], tasks: set[asyncio.Task[N
         task.cancel()  # releases still hanging on DynamoDB: the leases will expire
     if tasks:
         await asyncio.wait(list(tasks), timeout=0.5)
+
+
+async def goodbye(*, outbox: Outbox, claimer: Claimer, keeper: SessionKeeper,
+                  sessions: SessionStore, inbox: OrderInbox | None, polls_s: float
+                  ) -> dict[str, float]:
+    """After the streams: the last messages, our last polls (at most ``polls_s``), the
+    session's end, the order queue; when each step ended (``time.monotonic``)."""
+    steps: dict[str, float] = {}
+    # The handoff messages of the last releases and transfers go before the goodbye.
+    await outbox.drain()
+    steps["messages"] = time.monotonic()
+    # Nudges for the streams just released may sit in our own last polls: hand them on.
+    await claimer.finish_polls(polls_s)
+    steps["polls"] = time.monotonic()
+    # Goodbye: the sweeper releases whatever we could not, without waiting a TTL.
+    keeper.stop()
+    try:
+        await on_io_threads(sessions.end, keeper.session)
+    except HoldfastError as exc:
+        logger.warning("cannot end the session; it will expire", error=str(exc)[:300])
+    steps["session"] = time.monotonic()
+    if inbox is not None:
+        await inbox.close()
+    steps["inbox"] = time.monotonic()
+    return steps

@@ -8,9 +8,9 @@ The stop is bounded by ``shutdown_s`` so that it fits ECS's stop timeout:
 2. stop every stream (``worker.stopping``): warm handoffs first, then drains and releases
    naming the decider's successors, aborts at the drain deadline. The session heartbeat,
    checkpoints and fencing go on meanwhile;
-3. goodbye: the last handoff messages, nudges of our last polls handed back, the session ended
-   (the sweeper then releases whatever we could not, without waiting a TTL). The wait for our
-   last polls leaves it the budget's last ``goodbye_s``.
+3. goodbye (``worker.stopping``): the last handoff messages, nudges of our last polls handed
+   back, the session ended (the sweeper then releases whatever we could not, without waiting
+   a TTL). The wait for our last polls leaves it the budget's last ``goodbye_s``.
 
 One log line at the end counts what happened.
 """
@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger
 
 from holdfast.core.exceptions import (
-    HoldfastError,
     SessionConflict,
     SessionLost,
     StoreUnavailable,
@@ -57,7 +56,7 @@ from holdfast.worker.outbox import Outbox
 from holdfast.worker.protocol import QueryParamProtocol, ResumeProtocol
 from holdfast.worker.reconciler import Reconciler, Strays
 from holdfast.worker.session import SessionKeeper
-from holdfast.worker.stopping import goodbye_s, stop_streams, wait_tasks
+from holdfast.worker.stopping import goodbye, goodbye_s, stop_streams, wait_tasks
 from holdfast.worker.watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -312,29 +311,15 @@ class Supervisor:
                         streams=len(self.streams))
             self.stopping = True
             stop_t0 = time.monotonic()
-            steps: dict[str, float] = {}
             for task in claiming:
                 task.cancel()
             await stop_streams(self.streams, self.tasks, budget_s=cfg.shutdown_s,
                                balancing=self.balancing, handoffs=self.handoffs, mono=self.mono)
-            steps["streams"] = time.monotonic()
-            # The handoff messages of the last releases and transfers go before the goodbye.
-            await self.outbox.drain()
-            steps["messages"] = time.monotonic()
-            # Nudges for the streams just released may sit in our own last polls: hand them on.
-            await claimer.finish_polls(min(cfg.poll_drain_s, max(
-                0.0, cfg.shutdown_s - goodbye_s(cfg.shutdown_s) - (time.monotonic() - stop_t0))))
-            steps["polls"] = time.monotonic()
-            # Goodbye: the sweeper releases whatever we could not, without waiting a TTL.
-            keeper.stop()
-            try:
-                await on_io_threads(self.sessions.end, keeper.session)
-            except HoldfastError as exc:
-                logger.warning("cannot end the session; it will expire", error=str(exc)[:300])
-            steps["session"] = time.monotonic()
-            if self.inbox is not None:
-                await self.inbox.close()
-            steps["inbox"] = time.monotonic()
+            steps = {"streams": time.monotonic()}
+            left_s = cfg.shutdown_s - goodbye_s(cfg.shutdown_s) - (steps["streams"] - stop_t0)
+            steps |= await goodbye(
+                outbox=self.outbox, claimer=claimer, keeper=keeper, sessions=self.sessions,
+                inbox=self.inbox, polls_s=min(cfg.poll_drain_s, max(0.0, left_s)))
             if watchdog is not None:
                 watchdog.stop()
             for task in keep:
