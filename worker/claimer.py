@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import functools
 import random
 import threading
@@ -41,7 +40,6 @@ from holdfast.core.nudge import (
     REASON_MOVED,
     TRACE_ATTRIBUTE,
     parse_nudge,
-    trace_attributes,
     traceparent_of,
     url_if_fresh,
 )
@@ -49,6 +47,7 @@ from holdfast.core.store import wall_clock_ms
 from holdfast.worker.backoff import claim_retry_s, jittered
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.settle import hand_on, hops, receives, sent_ms, settle
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -190,7 +189,7 @@ class Claimer:
             messages = [dict(m) for m in resp.get("Messages", [])]
             if messages and self._abandon.is_set():
                 # The worker stopped while this poll was in flight: hand them on at once.
-                self._hand_on(messages)
+                hand_on(self.sqs, self.queue_url, messages)
                 return []
             return messages
         finally:
@@ -222,14 +221,14 @@ class Claimer:
                 again.append((message, outcome.seconds))
             elif outcome is Claim.UNAVAILABLE:
                 again.append((message, claim_retry_s(
-                    _receives(message), self.retry_delay_s, 2.0 * self.retry_delay_s,
+                    receives(message), self.retry_delay_s, 2.0 * self.retry_delay_s,
                     self.rand)))
             elif outcome is Claim.NO_CAPACITY:
                 hand.append(message)
             elif outcome is Claim.REFUSED:
                 # Handed on with a hop count: if we are the only worker polling, our own copy
                 # comes back to us, so after a few hops it waits a second instead.
-                if _hops(message) < MAX_HOPS:
+                if hops(message) < MAX_HOPS:
                     hand.append(message)
                 else:
                     again.append((message, 1))
@@ -238,7 +237,8 @@ class Claimer:
         if hand:
             self.metrics.incr(names.METRIC_NUDGES_HANDED_ON, len(hand))
         # Settle in the background: the next poll need not wait for the deletes.
-        task = asyncio.create_task(on_io_threads(self._settle, delete, again, hand))
+        task = asyncio.create_task(on_io_threads(
+            settle, self.sqs, self.queue_url, delete, again, hand))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
@@ -253,89 +253,10 @@ class Claimer:
             return None
         # Each message is its own task (gather): the claim span's parent is this nudge's.
         # A moved stream's nudge may be handed on by a worker above its share (a few hops).
-        source = SOURCE_MOVED if nudge.reason == REASON_MOVED and _hops(
+        source = SOURCE_MOVED if nudge.reason == REASON_MOVED and hops(
             message) < MAX_HOPS else SOURCE_INSERTED if nudge.reason == REASON_INSERTED else (
             "nudge")
         with tracing.attached(traceparent_of(message)):
             return await self.claim(nudge.conn_id, source, ws_url=url_if_fresh(
-                nudge, _sent_ms(message), _receives(message), self.wall())
+                nudge, sent_ms(message), receives(message), self.wall())
                 if source == SOURCE_INSERTED else None)
-
-    def _settle(self, delete: list[dict[str, Any]],
-                again: list[tuple[dict[str, Any], int]],
-                hand: list[dict[str, Any]] | None = None) -> None:
-        if hand:
-            try:
-                self._hand_on(hand)
-            except HoldfastError as exc:  # back after the visibility timeout: nothing lost
-                logger.warning("cannot hand nudges on", error=str(exc)[:300])
-        try:
-            if delete:
-                call("DeleteMessageBatch", self.sqs.delete_message_batch,
-                     QueueUrl=self.queue_url, Entries=[
-                         {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
-                         for i, m in enumerate(delete)])
-            self._change_visibility(again)
-        except HoldfastError as exc:
-            # The messages come back after the visibility timeout: nothing is lost.
-            logger.warning("cannot settle nudges", error=str(exc)[:300])
-
-    def _hand_on(self, messages: list[dict[str, Any]]) -> None:
-        """Give nudges to the other workers now: send fresh copies, then delete ours.
-
-        Making them visible again (visibility 0) would do on SQS, but a long poll already in
-        flight elsewhere is only woken by a send on some implementations (moto), which cost a
-        graceful handover about a second. A failed send falls back to visibility 0; a failed
-        delete leaves a duplicate nudge, which costs one refused acquire.
-        """
-        try:
-            call("SendMessageBatch", self.sqs.send_message_batch, QueueUrl=self.queue_url,
-                 Entries=[_copy(i, m) for i, m in enumerate(messages)])
-        except HoldfastError:
-            self._change_visibility([(m, 0) for m in messages])
-            return
-        self._settle(messages, [])
-
-    def _change_visibility(self, again: list[tuple[dict[str, Any], int]]) -> None:
-        if again:
-            call("ChangeMessageVisibilityBatch", self.sqs.change_message_visibility_batch,
-                 QueueUrl=self.queue_url, Entries=[
-                     {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"],
-                      "VisibilityTimeout": seconds} for i, (m, seconds) in enumerate(again)])
-
-
-def _hops(message: dict[str, Any]) -> int:
-    """How often ``message``'s nudge was handed on already (0 for anything else)."""
-    try:
-        return parse_nudge(str(message.get("Body", ""))).hops
-    except ValueError:
-        return 0
-
-
-def _copy(i: int, message: dict[str, Any]) -> dict[str, Any]:
-    """A fresh send of ``message`` with its hop count + 1 (anything that is not a nudge goes
-    as it came); its trace context goes with it (tracing on)."""
-    body = str(message.get("Body", ""))
-    with contextlib.suppress(ValueError):
-        body = parse_nudge(body).handed_on().body()
-    entry: dict[str, Any] = {"Id": str(i), "MessageBody": body}
-    attributes = trace_attributes(traceparent_of(message))
-    if attributes:
-        entry["MessageAttributes"] = attributes
-    return entry
-
-
-def _sent_ms(message: dict[str, Any]) -> int | None:
-    """When SQS says ``message`` was sent (epoch ms; None if it does not say)."""
-    try:
-        return int(message.get("Attributes", {})["SentTimestamp"])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _receives(message: dict[str, Any]) -> int:
-    """How often SQS has delivered ``message`` (1 if it does not say)."""
-    try:
-        return max(1, int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1)))
-    except (TypeError, ValueError):
-        return 1

@@ -125,13 +125,13 @@ def test_no_sdk_means_off(tmp_path: Path) -> None:
 def test_a_handed_on_nudge_keeps_its_trace() -> None:
     """A stopping worker's fresh copy of a nudge carries the same traceparent attribute (and
     one more hop: holdfast.core.nudge.HOPS)."""
-    from holdfast.worker.claimer import _copy
+    from holdfast.worker.settle import copy_of
 
     tp = "00-" + "3" * 32 + "-" + "4" * 16 + "-01"
     body = '{"conn_id":"c1","reason":"moved","epoch":null}'
     received = {"Body": body, "MessageAttributes": {
         TRACE_ATTRIBUTE: {"StringValue": tp, "DataType": "String", "StringListValues": []}}}
-    assert _copy(2, received) == {
+    assert copy_of(2, received) == {
         "Id": "2", "MessageBody": '{"conn_id":"c1","reason":"moved","epoch":null,"hops":1}',
         "MessageAttributes": {TRACE_ATTRIBUTE: {"DataType": "String", "StringValue": tp}}}
-    assert "MessageAttributes" not in _copy(0, {"Body": body})
+    assert "MessageAttributes" not in copy_of(0, {"Body": body})
