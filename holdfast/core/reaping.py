@@ -14,16 +14,15 @@ grant ``dynamodb:PartiQLUpdate``). Both write the same attributes under the same
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import KW_ONLY, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules
 from holdfast.core.aws import ConditionFailed, call, pages
 from holdfast.core.batch import BATCH_LIMIT, RenewMode, run_statements
-from holdfast.core.exceptions import HoldfastError, MalformedItem
+from holdfast.core.exceptions import HoldfastError
 from holdfast.core.expressions import dead_release_clauses, names_for, num
 from holdfast.core.model import validate_worker_id
 from holdfast.core.schema import (
@@ -40,16 +39,9 @@ from holdfast.core.store import wall_clock_ms
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from holdfast.core.sessions import ReportedDeath, SessionItem, SessionStore
+    from holdfast.core.sessions import ReportedDeath, SessionItem
 
-__all__ = [
-    "REAPED_TTL_S",
-    "REPORT_READS",
-    "Reaper",
-    "SessionSweep",
-    "SweepLog",
-    "sweep_sessions",
-]
+__all__ = ["REAPED_TTL_S", "REPORT_READS", "Reaper"]
 
 # How long a reaped session item stays visible (holdfast status: recent deaths) before TTL.
 REAPED_TTL_S = 86_400
@@ -62,16 +54,6 @@ REAP_SETTLE_MS = 2_000
 REPORT_READS = (SESSION.pk, SESSION.incarnation, SESSION.state, SESSION.expires_at_ms,
                 SESSION.heartbeat_at_ms, SESSION.started_at_ms, SESSION.reaped_at_ms,
                 SESSION.ended_at_ms)
-
-
-class SweepLog(Protocol):
-    """What a session sweep logs through: a ``logging.Logger`` or a Powertools ``Logger``."""
-
-    def info(self, msg: object, *args: object,
-             extra: Mapping[str, object] | None = None) -> None: ...
-
-    def error(self, msg: object, *args: object,
-              extra: Mapping[str, object] | None = None) -> None: ...
 
 
 @dataclass(eq=False)
@@ -160,7 +142,7 @@ class Reaper:
             return ReportedDeath(False, 0, f"session {item.owner} is within its TTL and the "
                                            "report has no stop time: left to its TTL")
         if declared:
-            item = _as_dead(item)
+            item = item.as_dead()
         elif item.state is SessionState.ALIVE:
             # Lost a race: re-read. Another reporter or the sweeper made it DEAD (reap it), or
             # a newer incarnation took the id (leave it alone).
@@ -287,64 +269,3 @@ class Reaper:
                                                 ":inc": {"S": item.incarnation},
                                                 ":alive": {"S": SessionState.ALIVE}})
         return released, errors
-
-
-@dataclass
-class SessionSweep:
-    dead: list[str] = field(default_factory=list)
-    reaped: int = 0
-    malformed: int = 0
-    item_errors: int = 0  # streams whose release failed (retried by the next sweep)
-    next_due_ms: int | None = None
-    # The sessions alive now (the rebalancing decider's view, from the same Scan).
-    alive: list[SessionItem] = field(default_factory=list)
-    released: list[str] = field(default_factory=list)  # the streams reaped, by id
-
-
-def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
-                   logger: SweepLog) -> SessionSweep:
-    """Declare silent sessions dead and release the streams of dead or ended ones.
-
-    One Scan of the session table (one item per worker). A malformed or foreign item is
-    logged and skipped; it never stops the others from being handled.
-    """
-    out = SessionSweep()
-    for item in store.scan():
-        if isinstance(item, MalformedItem):
-            out.malformed += 1
-            logger.error("skipping malformed session item: %s", item,
-                         extra={"key": item.key[:200], "reason": item.reason[:300]})
-            continue
-        action = rules.session_action(item.state, item.expires_at_ms, item.reaped,
-                                      now, skew_ms)
-        if action == "wait":  # ALIVE within TTL + skew (the only sessions that wait)
-            out.alive.append(item)
-            due = rules.claimable_at_ms(item.expires_at_ms, skew_ms)
-            out.next_due_ms = due if out.next_due_ms is None else min(out.next_due_ms, due)
-            continue
-        target = item
-        if action == "declare_dead" and store.mark_dead(item):
-            out.dead.append(item.owner)
-            logger.info("session %s declared dead (silent %d ms past its TTL)", item.owner,
-                        now - item.expires_at_ms,
-                        extra={"owner": item.owner, "held": item.held})
-            target = _as_dead(item)
-        if action in ("declare_dead", "reap"):
-            # A session that lost the race (a late heartbeat renewed it) is still ALIVE here,
-            # and reap() leaves an ALIVE session alone.
-            ids, errors = store.reap(target)
-            released = len(ids)
-            out.reaped += released
-            out.released += ids
-            if released:
-                logger.info("released %d streams of session %s", released, item.owner,
-                            extra={"owner": item.owner, "released": released})
-            for conn_id, error in errors:
-                out.item_errors += 1
-                logger.error("cannot release %s of session %s: %s", conn_id, item.owner,
-                             error, extra={"conn_id": conn_id, "owner": item.owner})
-    return out
-
-
-def _as_dead(item: SessionItem) -> SessionItem:
-    return dataclasses.replace(item, state=SessionState.DEAD)

@@ -12,12 +12,14 @@ process (same id, new incarnation) never matches its predecessor's streams.
 
 Here: the session item types, their parsing, and the worker's own side of ``SessionStore``
 (scan, start, heartbeat_full, end, add_orders). The sweeper's side (``mark_dead``, ``reap``,
-``report_dead``, ``sweep_sessions``) and ``get`` live in ``holdfast.core.reaping``, in
-``Reaper``, the base class of ``SessionStore``; its public names are re-exported from here.
+``report_dead``) and ``get`` live in ``holdfast.core.reaping``, in ``Reaper``, the base class
+of ``SessionStore``; the sweep over sessions (``sweep_sessions``) in
+``holdfast.core.session_sweep``. Their public names are re-exported from here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -35,21 +37,14 @@ from holdfast.core.model import (
     str_attr,
     validate_worker_id,
 )
-from holdfast.core.reaping import (
-    REAPED_TTL_S,
-    REPORT_READS,
-    Reaper,
-    SessionSweep,
-    SweepLog,
-    _as_dead,
-    sweep_sessions,
-)
+from holdfast.core.reaping import REAPED_TTL_S, REPORT_READS, Reaper
 from holdfast.core.schema import (
     SESSION,
     SessionState,
     owner_for,
     worker_of_session_pk,
 )
+from holdfast.core.session_sweep import SessionSweep, SweepLog, sweep_sessions
 
 __all__ = [
     "REAPED_TTL_S",
@@ -122,6 +117,10 @@ class SessionItem:
     @property
     def owner(self) -> str:
         return owner_for(self.worker_id, self.incarnation)
+
+    def as_dead(self) -> SessionItem:
+        """This item as it is once declared DEAD (the write that did it returns nothing)."""
+        return dataclasses.replace(self, state=SessionState.DEAD)
 
     @classmethod
     def from_ddb(cls, raw: Mapping[str, Any]) -> SessionItem:
@@ -202,7 +201,7 @@ class SessionStore(Reaper, Directing):
             raise SessionConflict(worker_id, old.incarnation, old.expires_at_ms - now)
         if old is not None and not old.reaped:
             if self.mark_dead(old, reason=f"replaced by incarnation {incarnation}"):
-                old = _as_dead(old)
+                old = old.as_dead()
             self.reap(old)
         expires = now + self.ttl_ms
         item = {**self._key(worker_id), SESSION.incarnation: {"S": incarnation},

@@ -1,0 +1,87 @@
+"""The sweeper's pass over the session table: silent sessions declared dead, the streams of
+dead or ended ones released (``Reaper.mark_dead`` and ``Reaper.reap``,
+``holdfast.core.reaping``), the live ones handed on to the rebalancing decider.
+
+Re-exported by ``holdfast.core.sessions``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from holdfast.core import rules
+from holdfast.core.exceptions import MalformedItem
+
+if TYPE_CHECKING:
+    from holdfast.core.sessions import SessionItem, SessionStore
+
+__all__ = ["SessionSweep", "SweepLog", "sweep_sessions"]
+
+
+class SweepLog(Protocol):
+    """What a session sweep logs through: a ``logging.Logger`` or a Powertools ``Logger``."""
+
+    def info(self, msg: object, *args: object,
+             extra: Mapping[str, object] | None = None) -> None: ...
+
+    def error(self, msg: object, *args: object,
+              extra: Mapping[str, object] | None = None) -> None: ...
+
+
+@dataclass
+class SessionSweep:
+    dead: list[str] = field(default_factory=list)
+    reaped: int = 0
+    malformed: int = 0
+    item_errors: int = 0  # streams whose release failed (retried by the next sweep)
+    next_due_ms: int | None = None
+    # The sessions alive now (the rebalancing decider's view, from the same Scan).
+    alive: list[SessionItem] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)  # the streams reaped, by id
+
+
+def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
+                   logger: SweepLog) -> SessionSweep:
+    """Declare silent sessions dead and release the streams of dead or ended ones.
+
+    One Scan of the session table (one item per worker). A malformed or foreign item is
+    logged and skipped; it never stops the others from being handled.
+    """
+    out = SessionSweep()
+    for item in store.scan():
+        if isinstance(item, MalformedItem):
+            out.malformed += 1
+            logger.error("skipping malformed session item: %s", item,
+                         extra={"key": item.key[:200], "reason": item.reason[:300]})
+            continue
+        action = rules.session_action(item.state, item.expires_at_ms, item.reaped,
+                                      now, skew_ms)
+        if action == "wait":  # ALIVE within TTL + skew (the only sessions that wait)
+            out.alive.append(item)
+            due = rules.claimable_at_ms(item.expires_at_ms, skew_ms)
+            out.next_due_ms = due if out.next_due_ms is None else min(out.next_due_ms, due)
+            continue
+        target = item
+        if action == "declare_dead" and store.mark_dead(item):
+            out.dead.append(item.owner)
+            logger.info("session %s declared dead (silent %d ms past its TTL)", item.owner,
+                        now - item.expires_at_ms,
+                        extra={"owner": item.owner, "held": item.held})
+            target = item.as_dead()
+        if action in ("declare_dead", "reap"):
+            # A session that lost the race (a late heartbeat renewed it) is still ALIVE here,
+            # and reap() leaves an ALIVE session alone.
+            ids, errors = store.reap(target)
+            released = len(ids)
+            out.reaped += released
+            out.released += ids
+            if released:
+                logger.info("released %d streams of session %s", released, item.owner,
+                            extra={"owner": item.owner, "released": released})
+            for conn_id, error in errors:
+                out.item_errors += 1
+                logger.error("cannot release %s of session %s: %s", conn_id, item.owner,
+                             error, extra={"conn_id": conn_id, "owner": item.owner})
+    return out
