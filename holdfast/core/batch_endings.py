@@ -7,12 +7,14 @@ a call, 4 calls at a time, 40 calls, 1.1 s and 0.14-0.16 s (``python -m bench.re
 ``bench/results/2026-12-05-release-batch.md``).
 
 Each statement is ``LeaseStore.release``'s write (``expressions.release_clauses``, rendered
-for PartiQL) and fails on its own. A statement applied is released. One whose condition
-failed, that DynamoDB refused as invalid (an item missing what the unowned marker copies, one
-near 400 KB) or whose outcome is unknown is released again alone by ``LeaseStore.release``,
-which tells our own replayed release from a lost lease and writes the marker's defaults: one
-set of rules. A throttled one comes back as ``StoreUnavailable`` for the caller to retry
-later; sending each alone at once would add calls to a table already refusing them.
+for PartiQL) and fails on its own. A statement applied is released. Those whose condition
+failed or whose outcome is unknown are read back in one ``BatchGetItem`` and settled by the
+store's rules (``release_landed``: our replayed release, or the named successor holds it
+already; ``held_by``: still ours, to try again; otherwise lost). One that DynamoDB refused as
+invalid (an item missing what the unowned marker copies, one near 400 KB), or one the read did
+not return, is released again alone by ``LeaseStore.release``, which writes the marker's
+defaults: one set of rules. A throttled one comes back as ``StoreUnavailable`` for the caller
+to retry later; sending each alone at once would add calls to a table already refusing them.
 
 Only the plain release is batched; a give-up after upstream errors (``error``) is rare and goes
 alone. Transfers (a warm handoff's last write) stay one UpdateItem each: gathered into batches
@@ -23,15 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from holdfast.core import rules
-from holdfast.core.aws import note_throttled
+from holdfast.core.aws import call, note_throttled
 from holdfast.core.batch import BATCH_LIMIT, run_statements
 from holdfast.core.exceptions import HoldfastError, LossReason, StoreUnavailable
 from holdfast.core.expressions import release_clauses
-from holdfast.core.model import Lease
-from holdfast.core.schema import pk_for
-from holdfast.core.store import LeaseStore
+from holdfast.core.model import Lease, str_attr
+from holdfast.core.schema import ATTR, pk_for
+from holdfast.core.store import LeaseStore, held_by, release_landed
 
 __all__ = ["ReleaseRequest", "ReleaseResult", "release_many"]
 
@@ -78,13 +81,63 @@ def release_many(store: LeaseStore, requests: Sequence[ReleaseRequest]) -> list[
             release_clauses(r.lease, now, rules.next_checkpoint(r.lease.last_seq, r.handled_seq),
                             moved=r.moved, successor=r.successor,
                             ).partiql(store.table, pk_for(r.lease.conn_id)) for r in chunk])
-        for r, (outcome, message) in zip(chunk, outcomes, strict=True):
+        unsettled = [(i, r, outcome) for i, (r, (outcome, _)) in enumerate(
+            zip(chunk, outcomes, strict=True)) if outcome in ("condition", "failed")]
+        read = _read_back(store, [r for _, r, _ in unsettled])
+        settled = {i: _settle(store, r, outcome, read) for i, r, outcome in unsettled}
+        for i, (r, (outcome, message)) in enumerate(zip(chunk, outcomes, strict=True)):
             if outcome == "ok":
                 out.append(ReleaseResult(r.lease.conn_id))
             elif outcome == "throttled":
                 note_throttled()
                 out.append(ReleaseResult(r.lease.conn_id, error=StoreUnavailable(
                     "release_many", f"throttled: {message}"[:300])))
-            else:  # condition, invalid, unknown: alone, the store's rules decide
+            elif i in settled:
+                out.append(settled[i])
+            else:  # refused as invalid: alone, the store's rules decide
                 out.append(_alone(store, r))
     return out
+
+
+def _read_back(store: LeaseStore, requests: Sequence[ReleaseRequest]
+               ) -> dict[str, dict[str, Any] | None]:
+    """The items of statements whose condition failed or whose outcome is unknown, in one
+    read: after a batch call timed out on a loaded table, botocore's retry replays it, and
+    every statement of a batch that landed fails its condition. Alone, one UpdateItem each,
+    those took 5 s for 25 on the deploy's DynamoDB Local and answered "lost" for the streams
+    the named successors had taken meanwhile."""
+    asked = {pk_for(r.lease.conn_id): r.lease.conn_id for r in requests}
+    out: dict[str, dict[str, Any] | None] = {}
+    keys: list[Any] = [{ATTR.pk: {"S": pk}} for pk in asked]
+    try:
+        for _ in range(2 if keys else 0):  # at most 25 keys: one call, and one for leftovers
+            resp: Any = call("BatchGetItem", store.client.batch_get_item, RequestItems={
+                store.table: {"Keys": keys, "ConsistentRead": True}})
+            for item in resp.get("Responses", {}).get(store.table, []):
+                out[asked[str_attr(item, ATTR.pk) or ""]] = dict(item)
+            keys = list(resp.get("UnprocessedKeys", {}).get(store.table, {}).get("Keys", []))
+            if not keys:
+                break
+    except HoldfastError:
+        return {}  # not read: each goes alone
+    left = {str_attr(k, ATTR.pk) for k in keys}
+    out.update((c, None) for pk, c in asked.items() if c not in out and pk not in left)
+    return out
+
+
+def _settle(store: LeaseStore, r: ReleaseRequest, outcome: str,
+            read: dict[str, dict[str, Any] | None]) -> ReleaseResult:
+    """One unsettled statement's result from its item as read back (``LeaseStore.release``'s
+    rules: ``release_landed``, ``held_by``)."""
+    conn_id = r.lease.conn_id
+    if conn_id not in read:
+        return _alone(store, r)  # not read: the store's one UpdateItem decides
+    raw = read[conn_id]
+    if raw is None or release_landed(raw, r.successor):
+        return ReleaseResult(conn_id)
+    if held_by(raw, r.lease):
+        if outcome == "failed":  # not written: the caller tries again
+            return ReleaseResult(conn_id, error=StoreUnavailable(
+                "release_many", "outcome unknown and the lease is still ours"))
+        return _alone(store, r)  # its condition failed while ours: the store's rules decide
+    return ReleaseResult(conn_id, LossReason.LOST)

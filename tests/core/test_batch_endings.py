@@ -3,6 +3,8 @@ writes, each statement on its own; what a batch cannot settle goes alone through
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -87,6 +89,65 @@ def test_a_replayed_release_in_a_batch_is_done_not_lost(
     assert store.release(leases[0], 4) is None
     results = release_many(store, [ReleaseRequest(lease, 4) for lease in leases])
     assert [(r.lost, r.error) for r in results] == [(None, None), (None, None)]
+
+
+def _calls(ddb: Any, ops: tuple[str, ...]) -> tuple[list[str], Any]:
+    """Count ``ops`` on ``ddb`` (the list), and the handler to unregister."""
+    seen: list[str] = []
+
+    def count(model: Any, **_: Any) -> None:
+        seen.append(model.name)
+
+    for op in ops:
+        ddb.meta.events.register(f"before-call.dynamodb.{op}", count)
+    return seen, count
+
+
+def test_a_replayed_handoff_release_is_settled_by_one_read_also_once_the_successor_took_it(
+        pair: tuple[Any, LeaseStore, LeaseStore]) -> None:
+    """A batch that landed, replayed by botocore after a timeout: released, none lost, no call
+    alone, though the named successor acquired some streams in between."""
+    ddb, _, store = pair
+    leases = [_held(ddb, store, f"c{i}") for i in range(4)]
+    requests = [ReleaseRequest(lease, 6, successor="w2") for lease in leases]
+    assert [r.lost for r in release_many(store, requests)] == [None] * 4
+    store.clock.now += 1  # type: ignore[attr-defined]
+    store.acquire("c1", "w2")
+    store.acquire("c3", "w2")
+    seen, handler = _calls(ddb, ("UpdateItem", "BatchGetItem", "GetItem"))
+    try:
+        results = release_many(store, requests)  # the replay
+    finally:
+        for op in ("UpdateItem", "BatchGetItem", "GetItem"):
+            ddb.meta.events.unregister(f"before-call.dynamodb.{op}", handler)
+    assert [(r.lost, r.error) for r in results] == [(None, None)] * 4
+    assert seen == ["BatchGetItem"]
+    assert _item(ddb, store, "c1")[ATTR.lease_owner] == {"S": "w2"}
+
+
+def test_an_unknown_outcome_still_ours_is_an_error_to_retry_and_a_landed_one_is_done(
+        pair: tuple[Any, LeaseStore, LeaseStore]) -> None:
+    """Statements whose outcome DynamoDB could not tell: read back, the one still held is
+    StoreUnavailable (the caller retries), the one released already is done."""
+    ddb, _, store = pair
+    leases = [_held(ddb, store, f"c{i}") for i in range(2)]
+    assert store.release(leases[1], 3) is None
+
+    def unknown(params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
+        # An answer made here: the call never reaches DynamoDB Local.
+        error = {"Code": "InternalServerError", "Message": "try again"}
+        statements = json.loads(params["body"])["Statements"]
+        return (SimpleNamespace(status_code=200, headers={}),
+                {"Responses": [{"Error": error} for _ in statements]})
+
+    ddb.meta.events.register("before-call.dynamodb.BatchExecuteStatement", unknown)
+    try:
+        results = release_many(store, [ReleaseRequest(lease, 3) for lease in leases])
+    finally:
+        ddb.meta.events.unregister("before-call.dynamodb.BatchExecuteStatement", unknown)
+    assert isinstance(results[0].error, StoreUnavailable) and results[0].lost is None
+    assert (results[1].lost, results[1].error) == (None, None)
+    assert _item(ddb, store, "c0")[ATTR.lease_owner] == {"S": "w1"}  # not written
 
 
 def test_an_item_missing_what_the_marker_copies_is_released_alone(

@@ -323,6 +323,18 @@ def test_lost_release_response_is_done(store: LeaseStore, ddb: Any, unique_id: s
     assert item is not None and item.lease_owner is None and item.last_seq == 2
 
 
+def test_a_replayed_handoff_release_is_done_once_the_named_successor_holds_it(
+        store: LeaseStore, ddb: Any, clock: Clock, unique_id: str) -> None:
+    """botocore's retry of a handoff release that landed finds the successor's lease: done."""
+    put_raw(ddb, store.table, unique_id)
+    lease = store.acquire(unique_id, "w1")
+    assert store.release(lease, 2, successor="w2") is None
+    clock.now += 1
+    store.acquire(unique_id, "w2")
+    assert store.release(lease, 2, successor="w2") is None  # the replay
+    assert store.release(lease, 2, successor="w3") is LossReason.LOST  # not the one it named
+
+
 def test_malformed_item_is_quarantined_not_fatal(store: LeaseStore, ddb: Any, clock: Clock,
                                                  unique_id: str) -> None:
     """A STARTED item with a bad attribute fails acquire as INVALID and is parked with a reason."""
