@@ -15,12 +15,12 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from holdfast.core import names, settings
 from holdfast.core.exceptions import ConfigError, LossReason
-from holdfast.core.model import LeaseItem
-from holdfast.core.schema import SessionState
+from holdfast.core.model import LeaseItem, int_attr, str_attr
+from holdfast.core.schema import ATTR, SessionState
 
 __all__ = [
     "DEFAULT_HEARTBEAT_MS",
@@ -37,8 +37,10 @@ __all__ = [
     "classify_loss",
     "default_margin_ms",
     "fence_deadline_mono_ms",
+    "held_by",
     "is_expired",
     "next_checkpoint",
+    "release_landed",
     "renew_due_mono_ms",
     "session_action",
     "throttled_heartbeat_ms",
@@ -145,6 +147,20 @@ def classify_loss(current: LeaseItem | None, owner: str, epoch: int) -> LossReas
     if not current.started:
         return LossReason.STOPPED
     return None
+
+
+def release_landed(raw: Mapping[str, Any], successor: str | None) -> bool:
+    """Whether ``raw`` (the item as a release's condition found it, or as read after a release
+    whose answer was lost) shows that release done: no owner, or the successor it named holds
+    the stream already (it acquires within a second of a handoff's release: a botocore retry of
+    a release that landed, sent after the read timeout, found the successor's lease)."""
+    owner = str_attr(raw, ATTR.lease_owner)
+    return owner is None or (successor is not None and owner == successor)
+
+
+def held_by(raw: Mapping[str, Any], owner: str, epoch: int) -> bool:
+    """Whether the item ``raw`` is still held by ``owner`` under ``epoch``."""
+    return str_attr(raw, ATTR.lease_owner) == owner and int_attr(raw, ATTR.epoch) == epoch
 
 
 def fence_deadline_mono_ms(renew_sent_mono_ms: int, timing: LeaseTiming) -> int:

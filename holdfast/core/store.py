@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +42,7 @@ from holdfast.core.schema import ATTR, STARTED, LeaseStatus, pk_for
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["QUARANTINE_MS", "LeaseStore", "held_by", "release_landed", "wall_clock_ms"]
+__all__ = ["QUARANTINE_MS", "LeaseStore", "wall_clock_ms"]
 
 # How long a malformed STARTED item is parked before the sweep looks at it again.
 QUARANTINE_MS = 300_000
@@ -55,21 +55,6 @@ _ACQUIRE_CONDITION = ("#ds = :started AND attribute_not_exists(#owner) AND "
                       "(attribute_not_exists(#epoch) OR #epoch < :epoch)")
 # Taking back a stream that our own session already owns (a lost answer, a failed release).
 _ADOPT_CONDITION = "#ds = :started AND #owner = :me AND #epoch < :epoch"
-
-
-def release_landed(raw: Mapping[str, Any], successor: str | None) -> bool:
-    """Whether ``raw`` (the item as a release's condition found it, or as read after a release
-    whose answer was lost) shows that release done: no owner, or the successor it named holds
-    the stream already (it acquires within a second of a handoff's release: a botocore retry of
-    a release that landed, sent after the read timeout, found the successor's lease)."""
-    owner = str_attr(raw, ATTR.lease_owner)
-    return owner is None or (successor is not None and owner == successor)
-
-
-def held_by(raw: Mapping[str, Any], lease: Lease) -> bool:
-    """Whether ``raw`` is still held under ``lease`` (its owner and epoch)."""
-    return (str_attr(raw, ATTR.lease_owner) == lease.owner
-            and int_attr(raw, ATTR.epoch) == lease.epoch)
 
 
 def wall_clock_ms() -> int:
@@ -272,14 +257,14 @@ class LeaseStore:
             self._update("release", lease.conn_id, update, condition, values)
         except ConditionFailed as failed:
             # Our own replayed release (botocore's retry of one that landed): that is done.
-            if not failed.item or release_landed(failed.item, successor):
+            if not failed.item or rules.release_landed(failed.item, successor):
                 return None
             return self._loss_of(lease, failed.item)
         except StoreUnavailable:
             raw = self.get_raw(lease.conn_id) or {}
-            if held_by(raw, lease):
+            if rules.held_by(raw, lease.owner, lease.epoch):
                 raise  # still ours: not released
-            return None if release_landed(raw, successor) else LossReason.LOST
+            return None if rules.release_landed(raw, successor) else LossReason.LOST
         return None
 
     def _transferred(self, lease: Lease, handled_seq: int | None, to_owner: str,

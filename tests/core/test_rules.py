@@ -10,6 +10,7 @@ from holdfast.core import rules
 from holdfast.core.exceptions import ConfigError, LossReason
 from holdfast.core.model import LeaseItem
 from holdfast.core.rules import LeaseTiming
+from holdfast.core.schema import ATTR
 
 
 def item(**kw: object) -> LeaseItem:
@@ -143,3 +144,21 @@ def test_claimable_at_is_where_expiry_ends(expires: int, skew: int, offset: int)
     """A lease is expired for a challenger exactly from ``claimable_at_ms`` on."""
     now = rules.claimable_at_ms(expires, skew) + offset
     assert rules.is_expired(expires, now, skew) == (offset >= 0)
+
+
+def test_a_release_has_landed_with_no_owner_or_with_the_successor_it_named() -> None:
+    """No owner, or the named successor holding it: landed; anyone else: not."""
+    owned = {ATTR.lease_owner: {"S": "w2"}, ATTR.epoch: {"N": "7"}}
+    assert rules.release_landed({ATTR.epoch: {"N": "7"}}, None)
+    assert rules.release_landed(owned, "w2")
+    assert not rules.release_landed(owned, "w3")
+    assert not rules.release_landed(owned, None)
+
+
+def test_held_by_needs_the_owner_and_the_epoch() -> None:
+    """Still held: the same owner under the same epoch."""
+    item = {ATTR.lease_owner: {"S": "w1"}, ATTR.epoch: {"N": "7"}}
+    assert rules.held_by(item, "w1", 7)
+    assert not rules.held_by(item, "w1", 8)
+    assert not rules.held_by(item, "w2", 7)
+    assert not rules.held_by({}, "w1", 7)
