@@ -84,7 +84,7 @@ def queue_orders(decisions: Mapping[str, Decision], sqs: SQSClient, nudge_queue_
     by_owner: dict[str, dict[str, Order]] = {}
     for decision in decisions.values():
         order, owner = decision.order(), decision.owner
-        # Only sessions have order queues (a plain owner has none); one send per order.
+        # Only sessions have order queues (a plain owner has none); one send per owner.
         if order is not None and owner is not None and session_owner(owner) is not None:
             by_owner.setdefault(owner, {})[order.encode()] = order
     counts: Counter[str] = Counter()
