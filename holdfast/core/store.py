@@ -35,7 +35,7 @@ from holdfast.core.expressions import (
     string,
     transfer_clauses,
 )
-from holdfast.core.model import Lease, LeaseItem, StoredItem, int_attr, lease_of, str_attr
+from holdfast.core.model import Lease, LeaseItem, StoredItem, int_attr, lease_of
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, STARTED, LeaseStatus, pk_for
 
@@ -291,8 +291,7 @@ class LeaseStore:
         update, condition, values = transfer_clauses(lease, passed, seq).update_expression()
 
         def landed(raw: dict[str, Any]) -> bool:
-            return str_attr(raw, ATTR.lease_owner) == to_owner and int_attr(
-                raw, ATTR.epoch) == passed.epoch
+            return rules.held_by(raw, to_owner, passed.epoch)
 
         try:
             self._update("transfer", lease.conn_id, update, condition, values)
