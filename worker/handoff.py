@@ -48,6 +48,7 @@ from holdfast.worker.balancing import HANDOFF, SHED
 from holdfast.worker.held import SHUTDOWN
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.prefetch import Prefetched
+from holdfast.worker.stopping import beyond_warm_reach
 from holdfast.worker.warmups import WarmUps
 
 if TYPE_CHECKING:
@@ -117,7 +118,18 @@ class Handoffs:
         warm is drained for its named successor at once. Returns those not reached (the
         caller drains them): each waits delivering, so waiting is no gap."""
         left = list(reversed(conns))
+        t0, before, started = self.mono(), len(self.offers), 0
         while left and self.mono() < until_ms:
+            now = self.mono()
+            # The tail the offers will not reach in time is drained now, not at the phase's end.
+            for _ in range(beyond_warm_reach(len(left), started - max(0, len(
+                    self.offers) - before), now - t0, until_ms - now, at_once)):
+                tail = left.pop(0)
+                if not (tail.ended or tail.held.stopping or tail.conn_id in self.offers):
+                    tail.handoff_to = successor() or ""
+                    tail.drain(SHUTDOWN)
+            if not left:
+                break
             if len(self.offers) >= at_once:
                 await asyncio.sleep(0.02)
                 continue
@@ -128,7 +140,9 @@ class Handoffs:
             if named is None:
                 left.append(conn)
                 break
-            if not self.offer(conn, named, SHUTDOWN):
+            if self.offer(conn, named, SHUTDOWN):
+                started += 1
+            else:
                 conn.handoff_to = named
                 conn.drain(SHUTDOWN)
         return list(reversed(left))
