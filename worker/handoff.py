@@ -118,12 +118,12 @@ class Handoffs:
         warm is drained for its named successor at once. Returns those not reached (the
         caller drains them): each waits delivering, so waiting is no gap."""
         left = list(reversed(conns))
-        t0, before, started = self.mono(), len(self.offers), 0
+        t0, started = self.mono(), 0
         while left and self.mono() < until_ms:
             now = self.mono()
             # The tail the offers will not reach in time is drained now, not at the phase's end.
-            for _ in range(beyond_warm_reach(len(left), started - max(0, len(
-                    self.offers) - before), now - t0, until_ms - now, at_once)):
+            for _ in range(beyond_warm_reach(len(left), started, now - t0, until_ms - now,
+                                             at_once)):
                 tail = left.pop(0)
                 if not (tail.ended or tail.held.stopping or tail.conn_id in self.offers):
                     tail.handoff_to = successor() or ""

@@ -63,15 +63,17 @@ WARM_PACE_AFTER_MS: Final = 500
 WARM_REACH_SLACK: Final = 1.5
 
 
-def beyond_warm_reach(waiting: int, ended: int, elapsed_ms: int, left_ms: int, at_once: int,
+def beyond_warm_reach(waiting: int, offered: int, elapsed_ms: int, left_ms: int, at_once: int,
                       ) -> int:
     """How many of the ``waiting`` streams (the last of the stop's warm queue) no warm offer
-    will reach before the warm phase ends, at the pace so far (``ended`` offers ended in
-    ``elapsed_ms``) with ``WARM_REACH_SLACK``: those are drained and released now, not at the
-    phase's end. None before ``WARM_PACE_AFTER_MS`` or the first ended offer (no pace yet)."""
-    if elapsed_ms < WARM_PACE_AFTER_MS or ended <= 0 or left_ms <= 0:
+    will reach before the warm phase ends, at the pace so far (``offered`` offers begun in
+    ``elapsed_ms``: a new one begins as one ends, so after the first ``at_once`` this is the
+    pace they end at, and the phase's first offers, all begun at once, do not make it look
+    slow) with ``WARM_REACH_SLACK``: those are drained and released now, not at the phase's
+    end. None before ``WARM_PACE_AFTER_MS`` (no pace yet)."""
+    if elapsed_ms < WARM_PACE_AFTER_MS or offered <= 0 or left_ms <= 0:
         return 0
-    reach = ended / elapsed_ms * left_ms * WARM_REACH_SLACK + at_once
+    reach = offered / elapsed_ms * left_ms * WARM_REACH_SLACK + at_once
     return max(0, waiting - math.ceil(reach))
 
 
