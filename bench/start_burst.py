@@ -40,11 +40,12 @@ BEHIND_STOPS = 100
 BEHIND_KEY = "30_behind_stops"
 COLD_KEY = "30_cold"
 # DynamoDB Local is a JVM started for the run: its first few hundred writes run before the
-# JIT has compiled them (acquires of a fresh fleet's first two 30-bursts took 320-450 ms p50,
-# 60-140 ms from the third on). So the bursts are measured after two more bursts of 30
+# JIT has compiled them (acquires of a fresh fleet's first two 30-bursts took 324 and 366 ms
+# p50, the third and fourth 119 and 142 ms). So the bursts are measured after two more bursts of 30
 # through the fleet, not measured, and the first one is its own row. A synthetic warm-up
 # (600 insert/claim/release cycles on a scratch table) was tried: the 30 burst as fast, but
-# the 300 burst's p99 went to 4-9 s (1.5 s without it) in four runs of four; not kept.
+# the 300 burst's p99 was above 4 s in six of ten runs, 4.1-9.3 s in the four alternating with
+# runs without it (1.47 and 1.58 s); not kept.
 WARM_BURSTS = 2
 BURST_CLUSTER_MS = 100  # router lines closer than this are one delivery
 _TS = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)[,.](\d{3})\d*([+-]\d{2}:?\d{2}|Z)?")

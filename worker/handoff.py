@@ -115,8 +115,9 @@ class Handoffs:
                             *, until_ms: int, at_once: int) -> list[Connection]:
         """A stop: offer ``conns`` warm to the successors the decider named, ``at_once`` in
         flight, the next as one ends, until ``until_ms`` (monotonic). A stream that cannot go
-        warm is drained for its named successor at once. Returns those not reached (the
-        caller drains them): each waits delivering, so waiting is no gap."""
+        warm is drained for its named successor at once, and so is the queue's tail that the
+        offers will not reach at their pace (``stopping.beyond_warm_reach``). Returns those
+        not reached (the caller drains them): each waits delivering, so waiting is no gap."""
         left = list(reversed(conns))
         t0, started = self.mono(), 0
         while left and self.mono() < until_ms:

@@ -86,7 +86,7 @@ def send_bundled(sqs: SQSClient, queue_url: str, owner: str, messages: Sequence[
     bundles per call; what was sent and what failed, per message."""
     chunks = in_bundles(messages)
     outgoing: list[Outgoing] = [c[0] if len(c) == 1 else Letter(
-        packed(owner, [m.body() for m in c])) for c in chunks]
+        bundle_body(owner, [m.body() for m in c])) for c in chunks]
     held = {id(o): c for o, c in zip(outgoing, chunks, strict=True)}  # sent -> its messages
     sent = send_nudges(sqs, queue_url, outgoing, attempts=attempts)
     out: SendReport[M] = SendReport(calls=sent.calls)
