@@ -12,10 +12,11 @@
    checkpointed) and released all the same; releases still hanging half a second before the
    budget ends are cancelled (their leases are reaped once the session ends).
 
-Then the goodbye (``goodbye``): the last handoff messages, the nudges of our last polls handed
-back, the session ended (the sweeper then releases whatever we could not, without waiting a
-TTL), the order queue deleted. The wait for our last polls leaves it the budget's last
-``goodbye_s``.
+Then the goodbye (``goodbye``): the releases still being sent (their callers cancelled at the
+budget's end) given up to ``RELEASES_SETTLE_S`` to land, the last handoff messages, the nudges
+of our last polls handed back, the session ended (the sweeper then releases whatever we could
+not, without waiting a TTL), the order queue deleted. The wait for our last polls leaves it
+the budget's last ``goodbye_s``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Final
 
 from aws_lambda_powertools import Logger
@@ -43,7 +44,8 @@ if TYPE_CHECKING:
     from holdfast.worker.outbox import Outbox
     from holdfast.worker.session import SessionKeeper
 
-__all__ = ["DRAIN_SHARE", "GOODBYE_S", "WARM_PACE_AFTER_MS", "WARM_REACH_SLACK",
+__all__ = ["DRAIN_SHARE", "GOODBYE_S", "RELEASES_SETTLE_S", "WARM_PACE_AFTER_MS",
+           "WARM_REACH_SLACK",
            "beyond_warm_reach", "goodbye", "goodbye_s", "stop_streams", "wait_tasks"]
 
 logger = Logger(service="holdfast-worker", child=True)
@@ -54,6 +56,12 @@ DRAIN_SHARE: Final = 0.6  # of the stop budget; the rest is for releases
 # stop on a loaded machine). The wait had the whole rest of the budget, and a stop whose
 # releases were all done in 6.4 s of 8 exited 0.9 s past it. A tenth of a short budget at most.
 GOODBYE_S: Final = 1.0
+# How long the goodbye waits for release calls still out when the streams step ends (their
+# callers cancelled at the budget's end; the calls go on). Ended before them, the session's end
+# set the sweeper racing them, and their spans ended after tracing had shut down (23 "Processor
+# is already shutdown" lines after a 1,000-stream stop whose last batch of 25 landed last).
+# Past the budget, but the platform's SIGKILL comes at least 10 s after it (the stack's).
+RELEASES_SETTLE_S: Final = 1.0
 # The warm phase's pace is taken after this long, and its reach over-estimated this much: a
 # stream released early that an offer would have reached loses its warm handoff, one kept
 # waiting past the phase loses budget for its release. A SIGTERMed worker with 1,000 streams
@@ -123,11 +131,20 @@ async def stop_streams(streams: dict[str, Connection], tasks: set[asyncio.Task[N
 
 
 async def goodbye(*, outbox: Outbox, claimer: Claimer, keeper: SessionKeeper,
-                  sessions: SessionStore, inbox: OrderInbox | None, polls_s: float
+                  sessions: SessionStore, inbox: OrderInbox | None, polls_s: float,
+                  releases_settled: Callable[[], Awaitable[None]] | None = None,
                   ) -> dict[str, float]:
-    """After the streams: the last messages, our last polls (at most ``polls_s``), the
+    """After the streams: the releases still being sent (``releases_settled``, at most
+    ``RELEASES_SETTLE_S``), the last messages, our last polls (at most ``polls_s``), the
     session's end, the order queue; when each step ended (``time.monotonic``)."""
     steps: dict[str, float] = {}
+    if releases_settled is not None:
+        try:
+            await asyncio.wait_for(releases_settled(), RELEASES_SETTLE_S)
+        except TimeoutError:
+            logger.warning("releases still being sent at the session's end",
+                           waited_s=RELEASES_SETTLE_S)
+        steps["releases"] = time.monotonic()
     # The handoff messages of the last releases and transfers go before the goodbye.
     await outbox.drain()
     steps["messages"] = time.monotonic()

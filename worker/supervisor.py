@@ -319,7 +319,8 @@ class Supervisor:
             left_s = cfg.shutdown_s - goodbye_s(cfg.shutdown_s) - (steps["streams"] - stop_t0)
             steps |= await goodbye(
                 outbox=self.outbox, claimer=claimer, keeper=keeper, sessions=self.sessions,
-                inbox=self.inbox, polls_s=min(cfg.poll_drain_s, max(0.0, left_s)))
+                inbox=self.inbox, polls_s=min(cfg.poll_drain_s, max(0.0, left_s)),
+                releases_settled=self.holdings.endings.releases.settled)
             if watchdog is not None:
                 watchdog.stop()
             for task in keep:

@@ -1,8 +1,15 @@
-"""The stop's rules (``worker.stopping``): which streams the warm phase will not reach."""
+"""The stop's rules (``worker.stopping``): which streams the warm phase will not reach, and
+the goodbye's order."""
 
 from __future__ import annotations
 
-from holdfast.worker.stopping import WARM_PACE_AFTER_MS, beyond_warm_reach, goodbye_s
+import asyncio
+from typing import Any
+
+import pytest
+
+from holdfast.worker import stopping
+from holdfast.worker.stopping import WARM_PACE_AFTER_MS, beyond_warm_reach, goodbye, goodbye_s
 
 
 def test_no_stream_is_given_up_on_before_the_warm_phase_has_a_pace() -> None:
@@ -30,3 +37,59 @@ def test_the_goodbye_keeps_a_tenth_of_a_short_budget() -> None:
     """At most 1 s, and a tenth of a budget shorter than 10 s."""
     assert goodbye_s(25.0) == 1.0
     assert goodbye_s(8.0) == 0.8
+
+
+class _Steps:
+    """The goodbye's other parties, each noting when it was called."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+        self.session = "session"
+
+    async def drain(self) -> None:
+        self.said.append("messages")
+
+    async def finish_polls(self, timeout_s: float) -> int:
+        self.said.append("polls")
+        return 0
+
+    def stop(self) -> None:
+        self.said.append("heartbeat stopped")
+
+    def end(self, session: Any) -> None:
+        self.said.append("session ended")
+
+
+async def _goodbye(steps: _Steps, settle: Any) -> dict[str, float]:
+    return await goodbye(outbox=steps, claimer=steps, keeper=steps,  # type: ignore[arg-type]
+                         sessions=steps, inbox=None, polls_s=0.0,  # type: ignore[arg-type]
+                         releases_settled=settle)
+
+
+async def test_the_session_ends_after_the_releases_still_being_sent() -> None:
+    """A release whose caller the budget's end cancelled lands before the session's end (the
+    sweeper would race it) and before tracing shuts down."""
+    steps = _Steps()
+
+    async def settle() -> None:
+        await asyncio.sleep(0.05)
+        steps.said.append("releases landed")
+
+    ended = await _goodbye(steps, settle)
+    assert steps.said == ["releases landed", "messages", "polls", "heartbeat stopped",
+                          "session ended"]
+    assert list(ended) == ["releases", "messages", "polls", "session", "inbox"]
+
+
+async def test_a_release_that_hangs_does_not_hold_the_goodbye(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait is bounded (``RELEASES_SETTLE_S``): a call hanging on DynamoDB is left to its
+    thread, and the session still ends."""
+    monkeypatch.setattr(stopping, "RELEASES_SETTLE_S", 0.05)
+    steps = _Steps()
+
+    async def settle() -> None:
+        await asyncio.sleep(30)
+
+    await asyncio.wait_for(_goodbye(steps, settle), 5)
+    assert steps.said[-1] == "session ended"
