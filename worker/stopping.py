@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from holdfast.worker.session import SessionKeeper
 
 __all__ = ["DRAIN_SHARE", "GOODBYE_S", "RELEASES_SETTLE_S", "WARM_PACE_AFTER_MS",
-           "WARM_REACH_SLACK",
-           "beyond_warm_reach", "goodbye", "goodbye_s", "stop_streams", "wait_tasks"]
+           "WARM_REACH_SLACK", "beyond_warm_reach", "goodbye", "goodbye_s", "stop_streams",
+           "wait_tasks"]
 
 logger = Logger(service="holdfast-worker", child=True)
 
@@ -58,8 +58,9 @@ DRAIN_SHARE: Final = 0.6  # of the stop budget; the rest is for releases
 GOODBYE_S: Final = 1.0
 # How long the goodbye waits for release calls still out when the streams step ends (their
 # callers cancelled at the budget's end; the calls go on). Ended before them, the session's end
-# set the sweeper racing them, and their spans ended after tracing had shut down (23 "Processor
-# is already shutdown" lines after a 1,000-stream stop whose last batch of 25 landed last).
+# set the sweeper racing them, and their spans could end after tracing had shut down (23
+# "Processor is already shutdown" lines followed the one 1,000-stream stop of four whose last
+# batch of 25 releases was still out).
 # Past the budget, but the platform's SIGKILL comes at least 10 s after it (the stack's).
 RELEASES_SETTLE_S: Final = 1.0
 # The warm phase's pace is taken after this long, and its reach over-estimated this much: a
