@@ -6,8 +6,9 @@ heartbeat period. The same order also waits in the session item, read with the n
 if this queue is gone, throttled or a message is lost, the stop is late, never lost
 (``holdfast.core.orders``).
 
-- ``open(owner)``: create the queue of a new incarnation (idempotent) and start reading it; the
-  previous incarnation's queue is deleted. Messages live 60 s: an order that old has been
+- ``open(owner)``: create the queue of a new incarnation (idempotent) and start reading it at
+  once (the long poll of the old one is not waited for); the previous incarnation's queue is
+  deleted. Messages live 60 s: an order that old has been
   carried out through the session item anyway.
 - Also here: rebalancing directives and the drain flag (``worker.balancing``), and handoff
   nudges, streams another worker released to us by name (claimed at once), and the
@@ -74,6 +75,9 @@ class OrderInbox:
     url: str | None = None
     received: int = 0
     _acks: set[asyncio.Task[None]] = field(default_factory=set)
+    # Set when the queue being read is replaced (a new incarnation's) or closed: the long poll
+    # of the old one is left to end in its thread (see ``_receive``).
+    _replaced: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def _io(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
         # A daemon thread of its own per call: a 20 s long poll must neither hold up a claim
@@ -98,12 +102,14 @@ class OrderInbox:
             return False
         if owner == self.owner:  # not replaced by a newer incarnation meanwhile
             self.url = resp["QueueUrl"]
+            self._replaced.set()
             logger.info("order queue ready", queue=name, owner=owner)
         return True
 
     async def close(self) -> None:
         """Delete the current queue (best effort: the sweeper collects what is left)."""
         url, self.url, self.owner = self.url, None, None
+        self._replaced.set()
         if url is not None:
             await self._delete(url)
 
@@ -125,8 +131,7 @@ class OrderInbox:
                     await self.sleep(self._backoff_s(failures))
                 continue
             try:
-                resp = await self._io(self.sqs.receive_message, QueueUrl=url,
-                                      MaxNumberOfMessages=10, WaitTimeSeconds=self.wait_s)
+                resp = await self._receive(url)
             except (BotoCoreError, ClientError) as exc:
                 failures += 1
                 if is_missing_queue(exc) and url == self.url:
@@ -136,6 +141,8 @@ class OrderInbox:
                 await self.sleep(self._backoff_s(failures))
                 continue
             failures = 0
+            if resp is None:
+                continue  # another queue now: read that one
             messages = resp.get("Messages", [])
             if messages:
                 self._act_on(messages, owner)
@@ -145,6 +152,29 @@ class OrderInbox:
                 ack = asyncio.ensure_future(self._ack(url, messages))
                 self._acks.add(ack)
                 ack.add_done_callback(self._acks.discard)
+
+    async def _receive(self, url: str) -> dict[str, Any] | None:
+        """One long poll of ``url``; None if the queue was replaced or closed meanwhile. The
+        old queue's poll is not waited for: a deletion does not end a long poll on moto, and a
+        worker that had fenced its session read its new incarnation's queue only when the old
+        one's 20 s poll ended, refusing every handoff meanwhile (the soak's successor that
+        answered no warm-up in 15 s and ended its run out of balance)."""
+        self._replaced.clear()
+        if url != self.url:
+            return None
+        poll = asyncio.ensure_future(self._io(
+            self.sqs.receive_message, QueueUrl=url, MaxNumberOfMessages=10,
+            WaitTimeSeconds=self.wait_s))
+        replaced = asyncio.ensure_future(self._replaced.wait())
+        try:
+            await asyncio.wait({poll, replaced}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            replaced.cancel()
+        if poll.done():
+            return dict(poll.result())
+        # What it brings is the old incarnation's (dropped as foreign if read): not acted on.
+        poll.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return None
 
     def _act_on(self, messages: list[Any], owner: str) -> None:
         for body in (b for msg in messages for b in unbundle(str(msg.get("Body", "")), owner)):

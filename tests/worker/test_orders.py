@@ -92,6 +92,32 @@ async def test_a_vanished_queue_is_created_again(sqs: Any, unique_id: str) -> No
     assert taken == [Order.stop("c3")]
 
 
+async def test_a_new_incarnations_queue_is_read_at_once(sqs: Any, unique_id: str) -> None:
+    """After a new session (a fenced worker's next incarnation), orders on the new queue are
+    read at once, not after the old queue's long poll ends (a deletion does not end it)."""
+    prefix, taken = f"{unique_id}-o-", []
+
+    def stop(order: Order) -> bool:
+        taken.append(order)
+        return True
+
+    inbox = OrderInbox(sqs, prefix, stop, wait_s=20)
+    assert await inbox.open("w5#old000000001")
+    task = asyncio.create_task(inbox.run())
+    try:
+        await asyncio.sleep(0.3)  # the old queue's 20 s poll is in flight
+        assert await inbox.open("w5#new000000002")
+        assert inbox.url is not None
+        sqs.send_message(QueueUrl=inbox.url, MessageBody=Order.stop("c9").body("w5#new000000002"))
+        await async_wait_until(lambda: taken, 3, "the new incarnation's order")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await inbox.close()
+    assert taken == [Order.stop("c9")]
+
+
 async def test_worker_stops_on_a_queued_order_long_before_its_heartbeat(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
     """A stop order in the queue closes and releases the stream well inside a heartbeat."""
