@@ -162,19 +162,20 @@ class OrderInbox:
         self._replaced.clear()
         if url != self.url:
             return None
-        poll = asyncio.ensure_future(self._io(
+        # The thread's future itself (not a task around it): cancelled at once below.
+        poll = in_daemon_thread(functools.partial(
             self.sqs.receive_message, QueueUrl=url, MaxNumberOfMessages=10,
             WaitTimeSeconds=self.wait_s))
-        replaced = asyncio.ensure_future(self._replaced.wait())
+        replaced: asyncio.Future[Any] = asyncio.ensure_future(self._replaced.wait())
         try:
-            await asyncio.wait({poll, replaced}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([poll, replaced], return_when=asyncio.FIRST_COMPLETED)
         finally:
             replaced.cancel()
-        if poll.done():
-            return dict(poll.result())
-        # What it brings is the old incarnation's (dropped as foreign if read): not acted on.
-        poll.add_done_callback(lambda done: done.cancelled() or done.exception())
-        return None
+            if not poll.done():
+                # The old queue's poll (or the stop's): what it brings is not acted on; its
+                # thread ends with the poll, and its answer is dropped.
+                poll.cancel()
+        return None if poll.cancelled() else dict(poll.result())
 
     def _act_on(self, messages: list[Any], owner: str) -> None:
         for body in (b for msg in messages for b in unbundle(str(msg.get("Body", "")), owner)):
