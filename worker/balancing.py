@@ -281,8 +281,7 @@ class Balancing:
                     conn, successor, SHED):
                 self._offered.add(conn_id)  # delivers until the successor is warm
                 continue
-            conn.handoff_to = successor or ""
-            conn.drain(SHED)
+            conn.drain_to(successor, SHED)
         return picked
 
     async def run(self) -> None:

@@ -78,6 +78,12 @@ class Connection:
         if self.task is not None and not self.handling.in_call and not self.ended:
             self.task.cancel()  # waiting for a frame or a reconnect: nothing in flight to keep
 
+    def drain_to(self, successor: str | None, reason: str) -> None:
+        """``drain``, then release to ``successor`` by name (None or "": to nobody; the
+        successor is decided now, not again at the release)."""
+        self.handoff_to = successor or ""
+        self.drain(reason)
+
     def drain_after_frame(self, reason: str, within_s: float) -> None:
         """Drain right after the next frame is handled (``STOP_AFTER_FRAME_WAIT_MS``); at once
         if a call is in flight (it ends one), if not connected, or if none comes in time."""

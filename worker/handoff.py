@@ -127,8 +127,7 @@ class Handoffs:
                                              at_once)):
                 tail = left.pop(0)
                 if not (tail.ended or tail.held.stopping or tail.conn_id in self.offers):
-                    tail.handoff_to = successor() or ""
-                    tail.drain(SHUTDOWN)
+                    tail.drain_to(successor(), SHUTDOWN)
             if not left:
                 break
             if len(self.offers) >= at_once:
@@ -144,8 +143,7 @@ class Handoffs:
             if self.offer(conn, named, SHUTDOWN):
                 started += 1
             else:
-                conn.handoff_to = named
-                conn.drain(SHUTDOWN)
+                conn.drain_to(named, SHUTDOWN)
         return list(reversed(left))
 
     async def transfer(self, conn: Connection) -> str:
@@ -183,10 +181,9 @@ class Handoffs:
         conn = self.streams.get(conn_id)
         if offer is None or conn is None or not conn.held.live or conn.held.stopping:
             return
-        conn.handoff_to = ""
         conn.log("info", "handoff not warm, releasing instead", why=why,
                  successor=offer.successor)
-        conn.drain(offer.reason)
+        conn.drain_to(None, offer.reason)
 
     # -- messages ---------------------------------------------------------------------------
     def on_step(self, step: HandoffStep) -> None:

@@ -8,8 +8,8 @@ if this queue is gone, throttled or a message is lost, the stop is late, never l
 
 - ``open(owner)``: create the queue of a new incarnation (idempotent) and start reading it at
   once (the long poll of the old one is not waited for); the previous incarnation's queue is
-  deleted. Messages live 60 s: an order that old has been
-  carried out through the session item anyway.
+  deleted. Messages live 60 s: an order that old has been carried out through the session item
+  anyway.
 - Also here: rebalancing directives and the drain flag (``worker.balancing``), and handoff
   nudges, streams another worker released to us by name (claimed at once), and the
   make-before-break steps; many at once come as one bundle (``holdfast.core.bundles``).

@@ -113,9 +113,8 @@ async def stop_streams(streams: dict[str, Connection], tasks: set[asyncio.Task[N
     for conn in rest:
         if conn.held.stopping:
             continue  # stopping already (a shed, a handoff): its own way out stands
-        # Drained and released to the successor the decider named ("": none).
-        conn.handoff_to = balancing.successor() or ""
-        conn.drain(SHUTDOWN)
+        # Drained and released to the successor the decider named (or nobody).
+        conn.drain_to(balancing.successor(), SHUTDOWN)
     await wait_tasks(tasks, budget_s * DRAIN_SHARE - (time.monotonic() - t0))
     for conn in [c for c in streams.values() if not c.ended]:
         conn.log("warning", "handler still busy at the drain deadline: aborting")

@@ -56,16 +56,12 @@ def dispatch_key(environ: dict[str, Any]) -> tuple[str, str, str] | None:
     return service.lower(), region, target
 
 
-def _now_s(original: Callable[..., float]) -> Callable[..., float]:
-    def unix_time(dt: Any = None) -> float:
-        return time.time() if dt is None else original(dt)
-    return unix_time
-
-
-def _now_ms(original: Callable[..., float]) -> Callable[..., float]:
-    def unix_time_millis(dt: Any = None) -> float:
-        return time.time() * 1000.0 if dt is None else original(dt)
-    return unix_time_millis
+def _now(original: Callable[..., float], scale: float) -> Callable[..., float]:
+    """moto's ``unix_time`` (``scale`` 1) or ``unix_time_millis`` (1000): ``time.time()`` for
+    "now", the original for a given datetime."""
+    def now(dt: Any = None) -> float:
+        return time.time() * scale if dt is None else original(dt)
+    return now
 
 
 def install() -> list[str]:
@@ -112,8 +108,8 @@ def install() -> list[str]:
 
     if callable(getattr(models, "unix_time", None)) and callable(
             getattr(models, "unix_time_millis", None)):
-        models.unix_time = _now_s(models.unix_time)  # type: ignore[attr-defined]
-        models.unix_time_millis = _now_ms(models.unix_time_millis)  # type: ignore[attr-defined]
+        models.unix_time = _now(models.unix_time, 1.0)  # type: ignore[attr-defined]
+        models.unix_time_millis = _now(models.unix_time_millis, 1000.0)  # type: ignore[attr-defined]
         applied.append("clock")
     return applied
 
