@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any
 
 from holdfast.core.bundles import Letter, unbundle
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.orders import order_queue_name
-from holdfast.worker.outbox import Outbox
+from holdfast.worker.outbox import FLUSHES_IN_FLIGHT, Outbox
 
 
 def _drain(sqs: Any, url: str, owner: str) -> list[str]:
@@ -57,3 +58,64 @@ async def test_a_recipient_without_a_queue_costs_only_its_messages(
     outbox.post(a, Letter('{"n": 2}'))
     await outbox.drain()
     assert sorted(json.loads(x)["n"] for x in _drain(sqs, url, a)) == [1, 2]
+
+
+class _HeldSends:
+    """The SQS client, but a send to ``held_url`` waits until ``release`` is set."""
+
+    def __init__(self, sqs: Any, held_url: str) -> None:
+        self.sqs, self.held_url, self.release = sqs, held_url, threading.Event()
+
+    def send_message_batch(self, **kwargs: Any) -> Any:
+        if kwargs["QueueUrl"] == self.held_url:
+            self.release.wait(10)
+        return self.sqs.send_message_batch(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sqs, name)
+
+
+async def test_a_post_does_not_wait_for_a_send_already_out(sqs: Any, unique_id: str) -> None:
+    """A message posted while an earlier turn's send is still out goes at once, not after it
+    (a TAKE behind another worker's bundle waited for that call)."""
+    prefix, a, b = f"{unique_id}-o-", "wa#abc123", "wb#abc123"
+    urls = {w: sqs.create_queue(QueueName=order_queue_name(prefix, w))["QueueUrl"]
+            for w in (a, b)}
+    slow = _HeldSends(sqs, urls[a])
+    outbox = Outbox(sqs=slow, queue_url=urls[a].rsplit("/", 1)[0] + "/nudges",  # type: ignore[arg-type]
+                    prefix=prefix)
+    outbox.post(a, Letter('{"n": 1}'))
+    await asyncio.sleep(0.05)  # a's send is out, held
+    outbox.post(b, Letter('{"n": 2}'))
+    try:
+        for _ in range(100):
+            if outbox.calls:
+                break
+            await asyncio.sleep(0.02)
+        assert [json.loads(x)["n"] for x in _drain(sqs, urls[b], b)] == [2]
+    finally:
+        slow.release.set()
+    await outbox.drain()
+    assert [json.loads(x)["n"] for x in _drain(sqs, urls[a], a)] == [1]
+
+
+async def test_posts_beyond_the_sends_in_flight_go_together_when_one_ends(
+        sqs: Any, unique_id: str) -> None:
+    """With FLUSHES_IN_FLIGHT sends out, later posts wait and then go as one call."""
+    prefix, a, b = f"{unique_id}-o-", "wa#abc123", "wb#abc123"
+    urls = {w: sqs.create_queue(QueueName=order_queue_name(prefix, w))["QueueUrl"]
+            for w in (a, b)}
+    slow = _HeldSends(sqs, urls[a])
+    outbox = Outbox(sqs=slow, queue_url=urls[a].rsplit("/", 1)[0] + "/nudges",  # type: ignore[arg-type]
+                    prefix=prefix)
+    for i in range(FLUSHES_IN_FLIGHT):
+        outbox.post(a, Letter(f'{{"n": {i}}}'))
+        await asyncio.sleep(0.02)
+    for i in range(3):
+        outbox.post(b, Letter(f'{{"n": {i}}}'))
+        await asyncio.sleep(0.02)
+    assert outbox.calls == 0
+    slow.release.set()
+    await outbox.drain()
+    assert outbox.calls == FLUSHES_IN_FLIGHT + 1
+    assert sorted(json.loads(x)["n"] for x in _drain(sqs, urls[b], b)) == [0, 1, 2]
