@@ -1,7 +1,8 @@
 """A worker's graceful stop of its streams, bounded by the stop budget (``shutdown_s``).
 
 1. hand streams over warm to the successors the decider named (make-before-break,
-   ``worker.handoff``), a few at a time, each delivering until its turn, for as long as an
+   ``worker.handoff``), a few at a time (``holdfast.core.handoff.warm_at_once``: the fewest
+   that fit the warm phase), each delivering until its turn, for as long as an
    offer can still end before the drain deadline (``DRAIN_SHARE`` of the budget); the streams
    at the queue's end that the offers will not reach at their pace so far
    (``beyond_warm_reach``) go to step 2 at once;
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Final
 from aws_lambda_powertools import Logger
 
 from holdfast.core.exceptions import HoldfastError
-from holdfast.core.handoff import WARM_AT_ONCE_AT_STOP, WARM_TIMEOUT_MS
+from holdfast.core.handoff import WARM_TIMEOUT_MS, warm_at_once
 from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT
 from holdfast.worker.iothreads import on_io_threads
 
@@ -107,9 +108,10 @@ async def stop_streams(streams: dict[str, Connection], tasks: set[asyncio.Task[N
     if handoffs is not None:
         # Warm first, a few at a time, while an offer can still end (handed over, or fallen
         # back to a release) before the drain deadline; each stream delivers until its turn.
+        phase_ms = round((budget_s * DRAIN_SHARE) * 1000) - WARM_TIMEOUT_MS
         rest = await handoffs.offer_at_stop(
-            rest, balancing.successor, at_once=WARM_AT_ONCE_AT_STOP,
-            until_ms=mono() + round((budget_s * DRAIN_SHARE) * 1000) - WARM_TIMEOUT_MS)
+            rest, balancing.successor, at_once=warm_at_once(len(rest), phase_ms),
+            until_ms=mono() + phase_ms)
     for conn in rest:
         if conn.held.stopping:
             continue  # stopping already (a shed, a handoff): its own way out stands

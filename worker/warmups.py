@@ -10,17 +10,21 @@ socket at once, its lease made of the warm-up's read and TAKE (the holder sends 
 its write landed). Any other TAKE: the item is read back first (it must name us at TAKE's
 epoch); one without a warm-up (dropped meanwhile) is claimed as our own stray.
 
-A TAKE late by ``TAKE_CHECK_MS`` after READY is looked for in the table, once per
-``TAKE_CHECK_MS``: the item names us past that epoch (the transfer landed; its TAKE was lost, or
-the holder died right after writing it): taken as if TAKE had come; nobody (the holder died
-before its transfer and was reaped): the warm-up is dropped and the stream claimed, an
-ordinary failover instead of one that waits for ``TAKE_TIMEOUT_MS`` (a nudge for a stream we
-warm up for is refused meanwhile); another owner, or no item: dropped. A warm-up never taken
-over is closed after ``TAKE_TIMEOUT_MS``.
+Right after READY the successor also looks for the transfer in the table, every
+``TAKE_LOOK_EVERY_MS`` for ``TAKE_LOOK_FOR_MS`` (a read is faster than the TAKE message on a
+loaded machine); then, a TAKE late by ``TAKE_CHECK_MS`` after READY is looked for once per
+``TAKE_CHECK_MS``. What a look finds: the item names us past that epoch (the transfer landed;
+TAKE is on its way, was lost, or the holder died right after writing it): taken as if TAKE had
+come (TAKE, when it comes, finds the stream started at its epoch and is dropped); nobody
+(the holder died before its transfer and was reaped): the warm-up is dropped and the stream
+claimed, an ordinary failover instead of one that waits for ``TAKE_TIMEOUT_MS`` (a nudge for a
+stream we warm up for is refused meanwhile); another owner, or no item: dropped. A warm-up
+never taken over is closed after ``TAKE_TIMEOUT_MS``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -35,6 +39,9 @@ from holdfast.core.handoff import (
     RESERVE,
     TAKE,
     TAKE_CHECK_MS,
+    TAKE_LOOK_EVERY_MS,
+    TAKE_LOOK_FIRST_MS,
+    TAKE_LOOK_FOR_MS,
     TAKE_TIMEOUT_MS,
     WARM_TIMEOUT_MS,
     HandoffStep,
@@ -84,11 +91,12 @@ class WarmUps:
                  room: Callable[[], int], start: Callable[[Lease, Prefetched | None], None],
                  claim: Callable[[str], Awaitable[object]], mono: Callable[[], int],
                  send: Callable[[str, HandoffStep], None],
-                 spawn: Callable[[Awaitable[None]], None], single_connection: bool) -> None:
+                 spawn: Callable[[Awaitable[None]], None], single_connection: bool,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.store, self.streams, self.ctx = store, streams, ctx
         self.single_connection = single_connection  # the fleet default
         self.owner, self.room, self.start, self.claim = owner, room, start, claim
-        self.mono, self._send, self._spawn = mono, send, spawn
+        self.mono, self._send, self._spawn, self.sleep = mono, send, spawn, sleep
         self.warming: dict[str, _Warm] = {}
         self._taking: set[str] = set()  # TAKE received, the item being read back
 
@@ -131,6 +139,15 @@ class WarmUps:
                         from_seq=step.seq)
             warm.check_ms = self.mono() + TAKE_CHECK_MS
             self._send(step.peer, HandoffStep(READY, step.conn_id, step.epoch, None, me))
+            self._spawn(self._look_soon(step.conn_id, warm))
+
+    async def _look_soon(self, conn_id: str, warm: _Warm) -> None:
+        """Look for the transfer in the table right after READY (see the module)."""
+        await self.sleep(TAKE_LOOK_FIRST_MS / 1000)
+        until = self.mono() + TAKE_LOOK_FOR_MS
+        while self.warming.get(conn_id) is warm and self.mono() < until:
+            await self._look_for_take(conn_id, warm)
+            await self.sleep(TAKE_LOOK_EVERY_MS / 1000)
 
     def incoming(self) -> set[str]:
         """Streams on their way to us by a handoff (warming up, or being taken over): not
@@ -157,6 +174,9 @@ class WarmUps:
         at that epoch, or there is no warm socket)."""
         warm = self.warming.pop(step.conn_id, None)
         me = self.owner()
+        held = self.streams.get(step.conn_id)
+        if warm is None and held is not None and held.held.lease.epoch == step.epoch:
+            return False  # the look in the table started it at this epoch: nothing to read
         if (warm is not None and me is not None and warm.usable
                 and step.peer == warm.holder and step.epoch > warm.epoch
                 and step.at is not None):
@@ -201,8 +221,10 @@ class WarmUps:
                 item.epoch == warm.epoch):
             return  # still the holder's: its TAKE may yet come
         if item is not None and item.lease_owner == me and item.epoch > warm.epoch:
-            logger.info("handoff: taking over without its take message", conn_id=conn_id,
-                        holder=warm.holder, epoch=item.epoch)
+            # The usual way now (the look after READY beats the message): no line of its own,
+            # the stream's "claimed" says it came by a handoff.
+            logger.debug("handoff: the transfer found in the table", conn_id=conn_id,
+                         holder=warm.holder, epoch=item.epoch)
             # ``at`` from the item: taken with no second read, as from a TAKE.
             await self.take(HandoffStep(TAKE, conn_id, item.epoch, item.last_seq,
                                         warm.holder, stored.moved_at_ms if stored else None))

@@ -11,7 +11,13 @@ from typing import Any
 from holdfast.core import rules
 from holdfast.core.directives import Directive
 from holdfast.core.exceptions import SessionLost
-from holdfast.core.handoff import WARM_TIMEOUT_MS
+from holdfast.core.handoff import (
+    TAKE,
+    TAKE_CHECK_MS,
+    TAKE_LOOK_EVERY_MS,
+    TAKE_LOOK_FOR_MS,
+    WARM_TIMEOUT_MS,
+)
 from holdfast.core.model import LeaseItem, StoredItem
 from holdfast.core.store import wall_clock_ms
 from holdfast.worker.handler import Message
@@ -136,10 +142,12 @@ def _count_reads(store: Any, reads: Counter[str]) -> None:
 
 async def _shed_two(fleet: Fleet, upstream: UpstreamThread, unique_id: str,
                     rec: TimedRecorder, *, reads: Counter[str] | None = None,
-                    with_router: bool = True, **a_env: str) -> tuple[dict[str, int], list[str]]:
+                    with_router: bool = True, drop_takes: bool = False,
+                    **a_env: str) -> tuple[dict[str, int], list[str]]:
     """A holds four and sheds two naming B; returns A's counts and the moved streams
     (``reads``: B's item reads per stream; ``with_router=False``: no stream records are
-    routed, only the workers' own messages move anything)."""
+    routed, only the workers' own messages move anything; ``drop_takes``: A's TAKE messages
+    are never sent)."""
     conns = [f"{unique_id}-w{i}" for i in range(4)]
     router = RouterSim(fleet) if with_router else None
     try:
@@ -148,6 +156,10 @@ async def _shed_two(fleet: Fleet, upstream: UpstreamThread, unique_id: str,
             await start_held(fleet, upstream, a, conns)
             await async_wait_until(lambda: all(len(rec.seqs(c)) >= 3 for c in conns), 10,
                                    "messages")
+            if drop_takes:
+                send = a.worker.handoffs._send
+                a.worker.handoffs._send = (  # type: ignore[method-assign]
+                    lambda peer, step: None if step.kind == TAKE else send(peer, step))
             async with running_worker(fleet, rec, HOLDFAST_WORKER_ID=f"b-{unique_id}") as b:
                 await async_wait_until(lambda: b.worker.owner, 5, "B's session")
                 assert a.worker.owner and b.worker.owner
@@ -174,11 +186,12 @@ async def test_a_warm_handoff_switches_deliverer_once_with_a_short_gap(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
     """Make-before-break: B warms up while A delivers; the lease passes in one write; each
     moved stream's deliveries switch from A to B once, no seq twice or missing; B reads each
-    item once, to warm up, and nothing in the gap."""
+    item to warm up and, after READY, looks for the transfer a bounded number of times."""
     rec, reads = TimedRecorder(), Counter[str]()
     counts, moved = await _shed_two(fleet, upstream, unique_id, rec, reads=reads)
     assert counts.get("handed_over") == 2 and not counts.get("released")
-    assert all(reads[x] == 1 for x in moved), reads
+    looks_at_most = TAKE_LOOK_FOR_MS // TAKE_LOOK_EVERY_MS + 1
+    assert all(1 <= reads[x] <= 1 + looks_at_most for x in moved), reads
     for x in moved:
         seqs = rec.seqs(x)
         assert missing_seqs(seqs) == [] and len(seqs) == len(set(seqs)), x
@@ -187,6 +200,19 @@ async def test_a_warm_handoff_switches_deliverer_once_with_a_short_gap(
         assert switches == 1, x
         # In process, on moto and DynamoDB Local: a drain, one write, one SQS message.
         assert rec.switch_gap_s(x) < 0.5, (x, rec.switch_gap_s(x))
+
+
+async def test_a_successor_finds_the_transfer_in_the_table_before_its_take(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A's TAKE messages never arrive: B's looks after READY find each transfer and start the
+    stream well inside TAKE_CHECK_MS (the once-a-second look), no seq twice or missing."""
+    rec = TimedRecorder()
+    counts, moved = await _shed_two(fleet, upstream, unique_id, rec, drop_takes=True)
+    assert counts.get("handed_over") == 2
+    for x in moved:
+        seqs = rec.seqs(x)
+        assert missing_seqs(seqs) == [] and len(seqs) == len(set(seqs)), x
+        assert rec.switch_gap_s(x) < 0.5 * TAKE_CHECK_MS / 1000, (x, rec.switch_gap_s(x))
 
 
 async def test_one_connection_at_a_time_hands_over_break_before_make(
