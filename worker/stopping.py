@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Final
 from aws_lambda_powertools import Logger
 
 from holdfast.core.exceptions import HoldfastError
-from holdfast.core.handoff import WARM_TIMEOUT_MS, warm_at_once
+from holdfast.core.handoff import WARM_AT_ONCE_AT_STOP, WARM_TIMEOUT_MS, warm_at_once
 from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT
 from holdfast.worker.iothreads import on_io_threads
 
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DRAIN_SHARE", "GOODBYE_S", "RELEASES_SETTLE_S", "WARM_PACE_AFTER_MS",
            "WARM_REACH_SLACK", "beyond_warm_reach", "goodbye", "goodbye_s", "stop_streams",
-           "wait_tasks"]
+           "wait_tasks", "warm_slots"]
 
 logger = Logger(service="holdfast-worker", child=True)
 
@@ -85,6 +85,20 @@ def beyond_warm_reach(waiting: int, offered: int, elapsed_ms: int, left_ms: int,
         return 0
     reach = offered / elapsed_ms * left_ms * WARM_REACH_SLACK + at_once
     return max(0, waiting - math.ceil(reach))
+
+
+def warm_slots(waiting: int, offered: int, slot_ms: int, left_ms: int, at_once: int) -> int:
+    """The warm offers to keep in flight from now on: as many as reach the ``waiting`` streams
+    in ``left_ms`` at the pace so far per offer in flight (``offered`` begun in ``slot_ms``,
+    the offers allowed in flight summed over the phase's milliseconds), with
+    ``WARM_REACH_SLACK``; at least ``at_once`` (a stop starts with the fewest,
+    ``holdfast.core.handoff.warm_at_once``, and adds more only when the pace says they will
+    not do: a stream reached late is still warm, one drained is not), at most
+    ``WARM_AT_ONCE_AT_STOP``."""
+    if offered <= 0 or slot_ms <= 0 or left_ms <= 0:
+        return at_once
+    need = math.ceil(waiting / (offered / slot_ms * left_ms * WARM_REACH_SLACK + 1))
+    return max(at_once, min(WARM_AT_ONCE_AT_STOP, need))
 
 
 def goodbye_s(budget_s: float) -> float:

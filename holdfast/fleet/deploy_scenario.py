@@ -36,6 +36,10 @@ OLD_VERSION = "v1"
 NEW_VERSION = "v2"
 READY_S = 30.0  # a new worker's session must be live within this
 TAIL_S = 10.0  # at most this long for every stream to deliver from its final owner
+# No owner change for this long before the deploy begins: a balancing shed still landing in
+# the deploy's window counted as a stream moved onto an old worker, and moved twice (one run:
+# the shed's last transfers 0.3 s into the window).
+QUIET_S = 3.0
 
 
 def _wall_ms() -> int:
@@ -84,7 +88,24 @@ def _settled(s: Session, ids: list[str]) -> None:
     timing = s.fleet.timing
     if not s.wait_until(lambda: balance_now(s).balanced, timing.cooldown_s + timing.lease_s):
         s.say(f"not balanced before the deploy: {balance_now(s).describe()}", "yellow")
-    s.sleep(2)  # messages flow on every stream before the first new worker starts
+    # Also: messages flow on every stream before the first new worker starts.
+    if not s.wait_until(_quiet(s, ids), timing.cooldown_s + timing.lease_s):
+        s.say("streams still moving before the deploy", "yellow")
+
+
+def _quiet(s: Session, ids: list[str]) -> Callable[[], bool]:
+    """A predicate: no stream of ``ids`` has changed owner for ``QUIET_S``."""
+    seen: dict[str, str | None] = {}
+    since = time.monotonic()
+
+    def quiet() -> bool:
+        nonlocal seen, since
+        now = {c: s.observer.worker_of(c) for c in ids}
+        if now != seen:
+            seen, since = now, time.monotonic()
+        return time.monotonic() - since >= QUIET_S
+
+    return quiet
 
 
 def _delivered_by_owner(s: Session, ids: list[str]) -> bool:

@@ -8,8 +8,15 @@ from typing import Any
 
 import pytest
 
+from holdfast.core.handoff import WARM_AT_ONCE_AT_STOP
 from holdfast.worker import stopping
-from holdfast.worker.stopping import WARM_PACE_AFTER_MS, beyond_warm_reach, goodbye, goodbye_s
+from holdfast.worker.stopping import (
+    WARM_PACE_AFTER_MS,
+    beyond_warm_reach,
+    goodbye,
+    goodbye_s,
+    warm_slots,
+)
 
 
 def test_no_stream_is_given_up_on_before_the_warm_phase_has_a_pace() -> None:
@@ -31,6 +38,22 @@ def test_a_long_warm_phase_reaches_every_stream() -> None:
     none of the first 20 offers, begun at once, has ended yet."""
     assert beyond_warm_reach(80, 20, 500, 11_500, 20) == 0
     assert beyond_warm_reach(80, 21, 2_000, 10_000, 20) == 0
+
+
+def test_a_stop_keeps_its_few_warm_offers_while_they_reach_the_queue() -> None:
+    """6 in flight, 8 begun in 0.5 s, 92 waiting, 11.5 s left: 6 will do; no pace yet, or
+    no time left: as it was."""
+    assert warm_slots(92, 8, 6 * 500, 11_500, 6) == 6
+    assert warm_slots(92, 0, 0, 11_500, 6) == 6
+    assert warm_slots(92, 8, 3_000, 0, 6) == 6
+
+
+def test_a_slow_pace_adds_warm_offers_up_to_the_most() -> None:
+    """One offer per second per slot, 90 waiting, 6 s left: 9 in flight (6 x 1.5 + 1 each);
+    900 waiting in 1 s: the most, 20; never fewer than already in flight."""
+    assert warm_slots(90, 6, 6_000, 6_000, 6) == 9
+    assert warm_slots(900, 6, 6_000, 1_000, 6) == WARM_AT_ONCE_AT_STOP
+    assert warm_slots(10, 6, 6_000, 6_000, 12) == 12
 
 
 def test_the_goodbye_keeps_a_tenth_of_a_short_budget() -> None:
