@@ -49,9 +49,10 @@ def test_a_stop_keeps_its_few_warm_offers_while_they_reach_the_queue() -> None:
 
 
 def test_a_slow_pace_adds_warm_offers_up_to_the_most() -> None:
-    """One offer per second per slot, 90 waiting, 6 s left: 9 in flight (6 x 1.5 + 1 each);
-    900 waiting in 1 s: the most, 20; never fewer than already in flight."""
-    assert warm_slots(90, 6, 6_000, 6_000, 6) == 9
+    """One offer per second per slot, 6 s left: each slot reaches 4 (3 in half the time left,
+    and the one in flight), so 60 waiting need 15; 900 waiting in 1 s: the most, 20; never
+    fewer than already in flight."""
+    assert warm_slots(60, 6, 6_000, 6_000, 6) == 15
     assert warm_slots(900, 6, 6_000, 1_000, 6) == WARM_AT_ONCE_AT_STOP
     assert warm_slots(10, 6, 6_000, 6_000, 12) == 12
 
