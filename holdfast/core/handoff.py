@@ -21,8 +21,11 @@ The handler never sees two deliverers (the holder stops before the write, and se
 once the write landed) and never a seq twice (the successor's delivery rules skip what is at or
 below K). The successor trusts a TAKE only from the holder it warmed up for, with an epoch past
 the one it warmed up at (a stale or repeated TAKE matches no warm-up); anything else, it reads
-the item back first. No read in the gap: the gap is the write and one message (and, after
-RESERVE, the connect). In a warm handoff the upstream sees two connections for a moment.
+the item back first. It also looks for the transfer in the table right after READY
+(``TAKE_LOOK_*``): the item naming it past the warm-up's epoch is the same proof as TAKE, and a
+read comes sooner than the message on a loaded machine. So the gap is the write and the first
+of one message or one read (and, after RESERVE, the connect). In a warm handoff the upstream
+sees two connections for a moment.
 Every step is bounded: no READY within ``WARM_TIMEOUT_MS`` (or the stop budget), or a TAKE
 that never comes (``TAKE_TIMEOUT_MS``), or a buffer past ``BUFFER_MAX_FRAMES``: the warm-up is
 dropped and the holder falls back to a plain release (break-before-make, to whoever has room).
