@@ -1,8 +1,8 @@
 """A worker's graceful stop of its streams, bounded by the stop budget (``shutdown_s``).
 
 1. hand streams over warm to the successors the decider named (make-before-break,
-   ``worker.handoff``), a few at a time (``holdfast.core.handoff.warm_at_once``: the fewest
-   that fit the warm phase), each delivering until its turn, for as long as an
+   ``worker.handoff``), a few at a time (``warm_at_once``: the fewest that fit the warm phase;
+   more as the pace needs, ``warm_slots``), each delivering until its turn, for as long as an
    offer can still end before the drain deadline (``DRAIN_SHARE`` of the budget); the streams
    at the queue's end that the offers will not reach at their pace so far
    (``beyond_warm_reach``) go to step 2 at once;
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Final
 from aws_lambda_powertools import Logger
 
 from holdfast.core.exceptions import HoldfastError
-from holdfast.core.handoff import WARM_AT_ONCE_AT_STOP, WARM_TIMEOUT_MS, warm_at_once
+from holdfast.core.handoff import WARM_TIMEOUT_MS
 from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT
 from holdfast.worker.iothreads import on_io_threads
 
@@ -45,9 +45,10 @@ if TYPE_CHECKING:
     from holdfast.worker.outbox import Outbox
     from holdfast.worker.session import SessionKeeper
 
-__all__ = ["DRAIN_SHARE", "GOODBYE_S", "RELEASES_SETTLE_S", "WARM_PACE_AFTER_MS",
-           "WARM_REACH_SLACK", "WARM_SLOTS_AIM", "beyond_warm_reach", "goodbye", "goodbye_s",
-           "stop_streams", "wait_tasks", "warm_slots"]
+__all__ = ["DRAIN_SHARE", "GOODBYE_S", "RELEASES_SETTLE_S", "WARM_AT_ONCE_AT_STOP",
+           "WARM_AT_ONCE_LEAST", "WARM_CYCLE_MS", "WARM_PACE_AFTER_MS", "WARM_REACH_SLACK",
+           "WARM_SLOTS_AIM", "beyond_warm_reach", "goodbye", "goodbye_s", "stop_streams",
+           "wait_tasks", "warm_at_once", "warm_slots"]
 
 logger = Logger(service="holdfast-worker", child=True)
 
@@ -64,6 +65,22 @@ GOODBYE_S: Final = 1.0
 # batch of 25 releases was still out).
 # Past the budget, but the platform's SIGKILL comes at least 10 s after it (the stack's).
 RELEASES_SETTLE_S: Final = 1.0
+# Warm handoffs a stopping worker has in flight at once (``warm_at_once``, ``warm_slots``); it
+# offers the next as one ends, for as long as an offer can still end before the drain
+# deadline, and releases the rest break-before-make, still to their named successors. 100
+# offered at once by each stopping worker (the bench's deploy) queued past the warm-up wait
+# (30-99 % missed it) and past the stop budget; 20 at once, with 80 releases beside them,
+# slowed the warm ones to the releases' pace. Fewer at once, fewer in each gap's way: in the
+# bench's one-at-a-time deploy (100 streams per worker, 25 s budget) the gap was p50 / p99
+# 0.25 / 0.42-0.82 s with 20 at once, 0.19 / 0.33 with 10, 0.16 / 0.27 with 5 (the machine's
+# CPU was full in the handoffs' seconds at 20); the stop took 3-7 s, 4-8 s and 10 s. So a stop
+# runs the fewest at once that hand its streams over in three quarters of its warm phase, at a
+# cycle of ``WARM_CYCLE_MS`` each.
+WARM_AT_ONCE_AT_STOP: Final = 20  # the most
+WARM_AT_ONCE_LEAST: Final = 5
+# One warm handoff's cycle (WARM, connect, READY, the next frame, the transfer, TAKE), as
+# measured with 5 at once on the local fleet: 100 streams in 10 s.
+WARM_CYCLE_MS: Final = 500
 # The warm phase's pace is taken after this long, and its reach over-estimated this much: a
 # stream released early that an offer would have reached loses its warm handoff, one kept
 # waiting past the phase loses budget for its release. A SIGTERMed worker with 1,000 streams
@@ -91,12 +108,22 @@ def beyond_warm_reach(waiting: int, offered: int, elapsed_ms: int, left_ms: int,
     return max(0, waiting - math.ceil(reach))
 
 
+def warm_at_once(streams: int, phase_ms: int) -> int:
+    """How many warm handoffs a stop of ``streams`` runs at once in a warm phase of
+    ``phase_ms``: the fewest that end them in three quarters of it at ``WARM_CYCLE_MS``
+    each, between ``WARM_AT_ONCE_LEAST`` and ``WARM_AT_ONCE_AT_STOP``."""
+    if phase_ms <= 0:
+        return WARM_AT_ONCE_AT_STOP
+    need = math.ceil(streams * WARM_CYCLE_MS / (phase_ms * 0.75))
+    return max(WARM_AT_ONCE_LEAST, min(WARM_AT_ONCE_AT_STOP, need))
+
+
 def warm_slots(waiting: int, offered: int, slot_ms: int, left_ms: int, at_once: int) -> int:
     """The warm offers to keep in flight from now on: as many as reach the ``waiting`` streams
     in half of ``left_ms`` (``WARM_SLOTS_AIM``) at the pace so far per offer in flight
     (``offered`` begun in ``slot_ms``, the offers allowed in flight summed over the phase's
-    milliseconds); at least ``at_once`` (a stop starts with the fewest,
-    ``holdfast.core.handoff.warm_at_once``, and adds more only when the pace says they will
+    milliseconds); at least ``at_once`` (a stop starts with the fewest, ``warm_at_once``,
+    and adds more only when the pace says they will
     not do: a stream reached late is still warm, one drained is not), at most
     ``WARM_AT_ONCE_AT_STOP``."""
     if offered <= 0 or slot_ms <= 0 or left_ms <= 0:

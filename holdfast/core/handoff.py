@@ -39,7 +39,6 @@ Messages are JSON with the recipient's ``owner`` (one parser: ``directives.parse
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -48,9 +47,8 @@ from holdfast.core.model import validate_conn_id
 
 __all__ = ["ABORT", "BUFFER_MAX_FRAMES", "READY", "RESERVE", "STEPS", "STOP_AFTER_FRAME_WAIT_MS",
            "TAKE", "TAKE_CHECK_MS", "TAKE_LOOK_EVERY_MS", "TAKE_LOOK_FIRST_MS",
-           "TAKE_LOOK_FOR_MS", "TAKE_TIMEOUT_MS", "WARM", "WARM_AT_ONCE_AT_STOP",
-           "WARM_AT_ONCE_LEAST", "WARM_CYCLE_MS", "WARM_TIMEOUT_MS", "HandoffStep", "parse_step",
-           "warm_at_once"]
+           "TAKE_LOOK_FOR_MS", "TAKE_TIMEOUT_MS", "WARM", "WARM_TIMEOUT_MS", "HandoffStep",
+           "parse_step"]
 
 WARM: Final = "warm"
 # WARM for a stream that allows one connection at a time: keep a slot, connect only on TAKE.
@@ -80,22 +78,6 @@ TAKE_LOOK_EVERY_MS: Final = 25
 TAKE_LOOK_FOR_MS: Final = 800
 # Frames a successor buffers while the holder still delivers (at 1,000 msgs/s: 10 s).
 BUFFER_MAX_FRAMES: Final = 10_000
-# Warm handoffs a stopping worker has in flight at once (``warm_at_once``); it offers the next
-# as one ends, for as long as an offer can still end before the drain deadline, and releases
-# the rest break-before-make, still to their named successors. 100 offered at once by each
-# stopping worker (the bench's deploy) queued past the warm-up wait (30-99 % missed it) and
-# past the stop budget; 20 at once, with 80 releases beside them, slowed the warm ones to the
-# releases' pace. Fewer at once, fewer in each gap's way: in the bench's one-at-a-time deploy
-# (100 streams per worker, 25 s budget) the gap was p50 / p99 0.25 / 0.42-0.82 s with 20 at
-# once, 0.19 / 0.33 with 10, 0.16 / 0.27 with 5 (the machine's CPU was full in the handoffs'
-# seconds at 20); the stop took 3-7 s, 4-8 s and 10 s. So a stop runs the fewest at once
-# that hand its streams over in three quarters of its warm phase, at a cycle of
-# ``WARM_CYCLE_MS`` each.
-WARM_AT_ONCE_AT_STOP: Final = 20  # the most
-WARM_AT_ONCE_LEAST: Final = 5
-# One warm handoff's cycle (WARM, connect, READY, the next frame, the transfer, TAKE), as
-# measured with 5 at once on the local fleet: 100 streams in 10 s.
-WARM_CYCLE_MS: Final = 500
 # On READY the holder stops right after its next frame, when the one after is furthest away:
 # the transfer and the TAKE then fit in the feed's own spacing instead of adding to it (stopping
 # at once, somewhere between two frames, left on average half a spacing less room). A stream
@@ -152,12 +134,3 @@ def parse_step(data: dict[str, Any]) -> HandoffStep | None:
 def _int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and -1 <= x <= _MAX_SEQ
 
-
-def warm_at_once(streams: int, phase_ms: int) -> int:
-    """How many warm handoffs a stop of ``streams`` runs at once in a warm phase of
-    ``phase_ms``: the fewest that end them in three quarters of it at ``WARM_CYCLE_MS``
-    each, between ``WARM_AT_ONCE_LEAST`` and ``WARM_AT_ONCE_AT_STOP``."""
-    if phase_ms <= 0:
-        return WARM_AT_ONCE_AT_STOP
-    need = math.ceil(streams * WARM_CYCLE_MS / (phase_ms * 0.75))
-    return max(WARM_AT_ONCE_LEAST, min(WARM_AT_ONCE_AT_STOP, need))

@@ -8,13 +8,15 @@ from typing import Any
 
 import pytest
 
-from holdfast.core.handoff import WARM_AT_ONCE_AT_STOP
 from holdfast.worker import stopping
 from holdfast.worker.stopping import (
+    WARM_AT_ONCE_AT_STOP,
+    WARM_AT_ONCE_LEAST,
     WARM_PACE_AFTER_MS,
     beyond_warm_reach,
     goodbye,
     goodbye_s,
+    warm_at_once,
     warm_slots,
 )
 
@@ -38,6 +40,17 @@ def test_a_long_warm_phase_reaches_every_stream() -> None:
     none of the first 20 offers, begun at once, has ended yet."""
     assert beyond_warm_reach(80, 20, 500, 11_500, 20) == 0
     assert beyond_warm_reach(80, 21, 2_000, 10_000, 20) == 0
+
+
+def test_a_small_stop_hands_over_few_at_once_and_a_large_one_many() -> None:
+    """100 streams in a 12 s warm phase go 5 or 6 at once; 1,000 in 1.8 s at the most, 20;
+    none at all, or no phase left, never below the least or above the most."""
+    assert warm_at_once(100, 12_000) in (5, 6)
+    assert warm_at_once(300, 12_000) == 17
+    assert warm_at_once(1_000, 1_800) == WARM_AT_ONCE_AT_STOP
+    assert warm_at_once(0, 12_000) == WARM_AT_ONCE_LEAST
+    assert warm_at_once(100, 0) == WARM_AT_ONCE_AT_STOP
+    assert WARM_AT_ONCE_LEAST < WARM_AT_ONCE_AT_STOP
 
 
 def test_a_stop_keeps_its_few_warm_offers_while_they_reach_the_queue() -> None:
