@@ -11,8 +11,9 @@ its write landed). Any other TAKE: the item is read back first (it must name us 
 epoch); one without a warm-up (dropped meanwhile) is claimed as our own stray.
 
 Right after READY the successor also looks for the transfer in the table, every
-``TAKE_LOOK_EVERY_MS`` for ``TAKE_LOOK_FOR_MS`` (a read is faster than the TAKE message on a
-loaded machine); then, a TAKE late by ``TAKE_CHECK_MS`` after READY is looked for once per
+``TAKE_LOOK_EVERY_MS`` for ``TAKE_LOOK_FOR_MS``, one read for all its warm-ups
+(``holdfast.core.batch_reads``; a read is faster than the TAKE message on a loaded machine);
+then, a TAKE late by ``TAKE_CHECK_MS`` after READY is looked for once per
 ``TAKE_CHECK_MS``. What a look finds: the item names us past that epoch (the transfer landed;
 TAKE is on its way, was lost, or the holder died right after writing it): taken as if TAKE had
 come (TAKE, when it comes, finds the stream started at its epoch and is dropped); nobody
@@ -26,12 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
+from holdfast.core.batch_reads import read_raw_many
 from holdfast.core.exceptions import HoldfastError, MalformedItem
 from holdfast.core.handoff import (
     ABORT,
@@ -99,6 +101,9 @@ class WarmUps:
         self.mono, self._send, self._spawn, self.sleep = mono, send, spawn, sleep
         self.warming: dict[str, _Warm] = {}
         self._taking: set[str] = set()  # TAKE received, the item being read back
+        # READY said lately: the warm-up, and when its looks in the table begin and end.
+        self._looks: dict[str, tuple[_Warm, int, int]] = {}
+        self._looking = False  # the look loop (``_look_soon``) runs
 
     async def warm_up(self, step: HandoffStep) -> None:
         """WARM: check, connect, answer READY (or ABORT); RESERVE: check, answer READY."""
@@ -139,15 +144,33 @@ class WarmUps:
                         from_seq=step.seq)
             warm.check_ms = self.mono() + TAKE_CHECK_MS
             self._send(step.peer, HandoffStep(READY, step.conn_id, step.epoch, None, me))
-            self._spawn(self._look_soon(step.conn_id, warm))
+            begin = self.mono() + TAKE_LOOK_FIRST_MS
+            self._looks[step.conn_id] = (warm, begin, begin + TAKE_LOOK_FOR_MS)
+            if not self._looking:
+                self._looking = True
+                self._spawn(self._look_soon())
 
-    async def _look_soon(self, conn_id: str, warm: _Warm) -> None:
-        """Look for the transfer in the table right after READY (see the module)."""
-        await self.sleep(TAKE_LOOK_FIRST_MS / 1000)
-        until = self.mono() + TAKE_LOOK_FOR_MS
-        while self.warming.get(conn_id) is warm and self.mono() < until:
-            await self._look_for_take(conn_id, warm)
-            await self.sleep(TAKE_LOOK_EVERY_MS / 1000)
+    async def _look_soon(self) -> None:
+        """Look for the transfers of the warm-ups that said READY lately (see the module):
+        every ``TAKE_LOOK_EVERY_MS``, one read for all of them, while any is in its window."""
+        try:
+            while self._looks:
+                await self.sleep(TAKE_LOOK_EVERY_MS / 1000)
+                now, due = self.mono(), {}
+                for conn_id, (warm, begin, end) in list(self._looks.items()):
+                    if self.warming.get(conn_id) is not warm or now >= end:
+                        del self._looks[conn_id]  # taken, dropped, or the window is over
+                    elif now >= begin:
+                        due[conn_id] = warm
+                if not due:
+                    continue
+                read = await on_io_threads(read_raw_many, self.store, list(due))
+                for conn_id, warm in due.items():
+                    if conn_id in read:  # not read: looked for again next time
+                        raw = read[conn_id]
+                        self._spawn(self._judge(conn_id, warm, raw))
+        finally:
+            self._looking = False
 
     def incoming(self) -> set[str]:
         """Streams on their way to us by a handoff (warming up, or being taken over): not
@@ -208,8 +231,18 @@ class WarmUps:
     async def _look_for_take(self, conn_id: str, warm: _Warm) -> None:
         """TAKE is late: what the table says decides (see the module)."""
         try:
-            stored = await on_io_threads(self.store.read, conn_id)
-        except (HoldfastError, MalformedItem) as exc:
+            raw = await on_io_threads(self.store.get_raw, conn_id)
+        except HoldfastError as exc:
+            logger.debug("handoff: cannot look for a late take", conn_id=conn_id,
+                         error=str(exc)[:300])
+            return  # looked for again in TAKE_CHECK_MS
+        await self._judge(conn_id, warm, raw)
+
+    async def _judge(self, conn_id: str, warm: _Warm, raw: Mapping[str, Any] | None) -> None:
+        """What a look found in the table (``raw``: the item as stored, None: none)."""
+        try:
+            stored = StoredItem.of(raw) if raw is not None else None
+        except MalformedItem as exc:
             logger.debug("handoff: cannot look for a late take", conn_id=conn_id,
                          error=str(exc)[:300])
             return  # looked for again in TAKE_CHECK_MS

@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from holdfast.core import rules
-from holdfast.core.aws import call, note_throttled
+from holdfast.core.aws import note_throttled
 from holdfast.core.batch import BATCH_LIMIT, run_statements
+from holdfast.core.batch_reads import read_raw_many
 from holdfast.core.exceptions import HoldfastError, LossReason, StoreUnavailable
 from holdfast.core.expressions import release_clauses
-from holdfast.core.model import Lease, str_attr
-from holdfast.core.schema import ATTR, pk_for
+from holdfast.core.model import Lease
+from holdfast.core.schema import pk_for
 from holdfast.core.store import LeaseStore
 
 __all__ = ["ReleaseRequest", "ReleaseResult", "release_many"]
@@ -105,24 +106,8 @@ def _read_back(store: LeaseStore, requests: Sequence[ReleaseRequest]
     read: after a batch call timed out on a loaded table, botocore's retry replays it, and
     every statement of a batch that landed fails its condition. Alone, one UpdateItem each,
     those took 5 s for 25 on the deploy's DynamoDB Local and answered "lost" for the streams
-    the named successors had taken meanwhile."""
-    asked = {pk_for(r.lease.conn_id): r.lease.conn_id for r in requests}
-    out: dict[str, dict[str, Any] | None] = {}
-    keys: list[Any] = [{ATTR.pk: {"S": pk}} for pk in asked]
-    try:
-        for _ in range(2 if keys else 0):  # at most 25 keys: one call, and one for leftovers
-            resp: Any = call("BatchGetItem", store.client.batch_get_item, RequestItems={
-                store.table: {"Keys": keys, "ConsistentRead": True}})
-            for item in resp.get("Responses", {}).get(store.table, []):
-                out[asked[str_attr(item, ATTR.pk) or ""]] = dict(item)
-            keys = list(resp.get("UnprocessedKeys", {}).get(store.table, {}).get("Keys", []))
-            if not keys:
-                break
-    except HoldfastError:
-        return {}  # not read: each goes alone
-    left = {str_attr(k, ATTR.pk) for k in keys}
-    out.update((c, None) for pk, c in asked.items() if c not in out and pk not in left)
-    return out
+    the named successors had taken meanwhile. One not read goes alone."""
+    return read_raw_many(store, (r.lease.conn_id for r in requests))
 
 
 def _settle(store: LeaseStore, r: ReleaseRequest, outcome: str,

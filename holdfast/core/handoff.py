@@ -67,12 +67,14 @@ TAKE_TIMEOUT_MS: Final = 10_000
 # (its transfer may have landed and the message been lost, or the holder died): normally it
 # comes within a frame's spacing (``STOP_AFTER_FRAME_WAIT_MS``), a write and one message.
 TAKE_CHECK_MS: Final = 1_000
-# Right after READY the successor also looks for the transfer in the table (a consistent read)
-# every ``TAKE_LOOK_EVERY_MS`` from ``TAKE_LOOK_FIRST_MS`` on, for ``TAKE_LOOK_FOR_MS``;
-# whichever comes first, the look or TAKE, starts the stream. Under the bench's deploy the TAKE
-# message took 95 ms p50 from its send to the successor's receive (1-5 ms when idle), a read
-# 30-40 ms: the gap was p50 / p99 0.16 / 0.27 s with TAKE alone, 0.11 / 0.22 with the looks
-# (3 reads per move p50, 6 at most).
+# Right after READY the successor also looks for the transfer in the table (consistent reads,
+# one BatchGetItem for all its warm-ups) every ``TAKE_LOOK_EVERY_MS`` from
+# ``TAKE_LOOK_FIRST_MS`` on, for ``TAKE_LOOK_FOR_MS``; whichever comes first, the look or
+# TAKE, starts the stream. Under the bench's deploy the TAKE message took 95 ms p50 from its
+# send to the successor's receive (1-5 ms when idle), a read 30-40 ms: the gap was p50 / p99
+# 0.16 / 0.27 s with TAKE alone, 0.11 / 0.22 with the looks (3 per move p50, 6 at most). One
+# GetItem per warm-up instead flooded DynamoDB Local when three workers stopped at once (60
+# warm-ups looking: 67 of 300 missed the 3 s READY wait).
 TAKE_LOOK_FIRST_MS: Final = 60
 TAKE_LOOK_EVERY_MS: Final = 25
 TAKE_LOOK_FOR_MS: Final = 800

@@ -193,6 +193,11 @@ class StoredItem:
     item: LeaseItem
     raw: Mapping[str, Any]
 
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> StoredItem:
+        """``raw`` parsed; ``MalformedItem`` if it breaks the schema."""
+        return cls(LeaseItem.from_ddb(raw), raw)
+
     @property
     def single_connection(self) -> bool | None:
         """The item's ``single_connection`` attribute (None: it does not say)."""

@@ -89,7 +89,7 @@ class LeaseStore:
         """The item parsed and as stored (for the attributes ``LeaseItem`` does not carry),
         None if absent; ``MalformedItem`` if it breaks the schema."""
         raw = self.get_raw(conn_id)
-        return StoredItem(LeaseItem.from_ddb(raw), raw) if raw is not None else None
+        return StoredItem.of(raw) if raw is not None else None
 
     # -- writes --------------------------------------------------------------------------
     def _update(self, op: str, conn_id: str, update: str, condition: str,
