@@ -75,15 +75,25 @@ class _HeldSends:
         return getattr(self.sqs, name)
 
 
+A, B = "wa#abc123", "wb#abc123"
+
+
+def _held_outbox(sqs: Any, unique_id: str) -> tuple[dict[str, str], _HeldSends, Outbox]:
+    """Order queues for A and B, and an outbox whose sends to A wait for ``release``."""
+    prefix = f"{unique_id}-o-"
+    urls = {w: sqs.create_queue(QueueName=order_queue_name(prefix, w))["QueueUrl"]
+            for w in (A, B)}
+    slow = _HeldSends(sqs, urls[A])
+    outbox = Outbox(sqs=slow, queue_url=urls[A].rsplit("/", 1)[0] + "/nudges",  # type: ignore[arg-type]
+                    prefix=prefix)
+    return urls, slow, outbox
+
+
 async def test_a_post_does_not_wait_for_a_send_already_out(sqs: Any, unique_id: str) -> None:
     """A message posted while an earlier turn's send is still out goes at once, not after it
     (a TAKE behind another worker's bundle waited for that call)."""
-    prefix, a, b = f"{unique_id}-o-", "wa#abc123", "wb#abc123"
-    urls = {w: sqs.create_queue(QueueName=order_queue_name(prefix, w))["QueueUrl"]
-            for w in (a, b)}
-    slow = _HeldSends(sqs, urls[a])
-    outbox = Outbox(sqs=slow, queue_url=urls[a].rsplit("/", 1)[0] + "/nudges",  # type: ignore[arg-type]
-                    prefix=prefix)
+    a, b = A, B
+    urls, slow, outbox = _held_outbox(sqs, unique_id)
     outbox.post(a, Letter('{"n": 1}'))
     await asyncio.sleep(0.05)  # a's send is out, held
     outbox.post(b, Letter('{"n": 2}'))
@@ -102,12 +112,8 @@ async def test_a_post_does_not_wait_for_a_send_already_out(sqs: Any, unique_id: 
 async def test_posts_beyond_the_sends_in_flight_go_together_when_one_ends(
         sqs: Any, unique_id: str) -> None:
     """With FLUSHES_IN_FLIGHT sends out, later posts wait and then go as one call."""
-    prefix, a, b = f"{unique_id}-o-", "wa#abc123", "wb#abc123"
-    urls = {w: sqs.create_queue(QueueName=order_queue_name(prefix, w))["QueueUrl"]
-            for w in (a, b)}
-    slow = _HeldSends(sqs, urls[a])
-    outbox = Outbox(sqs=slow, queue_url=urls[a].rsplit("/", 1)[0] + "/nudges",  # type: ignore[arg-type]
-                    prefix=prefix)
+    a, b = A, B
+    urls, slow, outbox = _held_outbox(sqs, unique_id)
     for i in range(FLUSHES_IN_FLIGHT):
         outbox.post(a, Letter(f'{{"n": {i}}}'))
         await asyncio.sleep(0.02)
