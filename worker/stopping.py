@@ -45,10 +45,10 @@ if TYPE_CHECKING:
     from holdfast.worker.outbox import Outbox
     from holdfast.worker.session import SessionKeeper
 
-__all__ = ["DRAIN_SHARE", "GOODBYE_S", "RELEASES_SETTLE_S", "WARM_AT_ONCE_AT_STOP",
-           "WARM_AT_ONCE_LEAST", "WARM_CYCLE_MS", "WARM_PACE_AFTER_MS", "WARM_REACH_SLACK",
-           "WARM_SLOTS_AIM", "beyond_warm_reach", "goodbye", "goodbye_s", "stop_streams",
-           "wait_tasks", "warm_at_once", "warm_slots"]
+__all__ = ["DRAIN_SHARE", "GOODBYE_S", "RELEASES_SETTLE_S", "WARM_AT_ONCE_AIM",
+           "WARM_AT_ONCE_AT_STOP", "WARM_AT_ONCE_LEAST", "WARM_CYCLE_MS", "WARM_PACE_AFTER_MS",
+           "WARM_REACH_SLACK", "WARM_SLOTS_AIM", "beyond_warm_reach", "goodbye", "goodbye_s",
+           "stop_streams", "wait_tasks", "warm_at_once", "warm_slots"]
 
 logger = Logger(service="holdfast-worker", child=True)
 
@@ -81,6 +81,7 @@ WARM_AT_ONCE_LEAST: Final = 5
 # One warm handoff's cycle (WARM, connect, READY, the next frame, the transfer, TAKE), as
 # measured with 5 at once on the local fleet: 100 streams in 10 s.
 WARM_CYCLE_MS: Final = 500
+WARM_AT_ONCE_AIM: Final = 0.75  # the share of the warm phase the first estimate aims at
 # The warm phase's pace is taken after this long, and its reach over-estimated this much: a
 # stream released early that an offer would have reached loses its warm handoff, one kept
 # waiting past the phase loses budget for its release. A SIGTERMed worker with 1,000 streams
@@ -110,11 +111,11 @@ def beyond_warm_reach(waiting: int, offered: int, elapsed_ms: int, left_ms: int,
 
 def warm_at_once(streams: int, phase_ms: int) -> int:
     """How many warm handoffs a stop of ``streams`` runs at once in a warm phase of
-    ``phase_ms``: the fewest that end them in three quarters of it at ``WARM_CYCLE_MS``
-    each, between ``WARM_AT_ONCE_LEAST`` and ``WARM_AT_ONCE_AT_STOP``."""
+    ``phase_ms``: the fewest that end them in ``WARM_AT_ONCE_AIM`` of it at
+    ``WARM_CYCLE_MS`` each, between ``WARM_AT_ONCE_LEAST`` and ``WARM_AT_ONCE_AT_STOP``."""
     if phase_ms <= 0:
         return WARM_AT_ONCE_AT_STOP
-    need = math.ceil(streams * WARM_CYCLE_MS / (phase_ms * 0.75))
+    need = math.ceil(streams * WARM_CYCLE_MS / (phase_ms * WARM_AT_ONCE_AIM))
     return max(WARM_AT_ONCE_LEAST, min(WARM_AT_ONCE_AT_STOP, need))
 
 
@@ -123,9 +124,8 @@ def warm_slots(waiting: int, offered: int, slot_ms: int, left_ms: int, at_once: 
     in half of ``left_ms`` (``WARM_SLOTS_AIM``) at the pace so far per offer in flight
     (``offered`` begun in ``slot_ms``, the offers allowed in flight summed over the phase's
     milliseconds); at least ``at_once`` (a stop starts with the fewest, ``warm_at_once``,
-    and adds more only when the pace says they will
-    not do: a stream reached late is still warm, one drained is not), at most
-    ``WARM_AT_ONCE_AT_STOP``."""
+    and adds more only when the pace says they will not do: a stream reached late is still
+    warm, one drained is not), at most ``WARM_AT_ONCE_AT_STOP``."""
     if offered <= 0 or slot_ms <= 0 or left_ms <= 0:
         return at_once
     need = math.ceil(waiting / (offered / slot_ms * left_ms * WARM_SLOTS_AIM + 1))

@@ -4,8 +4,8 @@ For the callers that must read several items at once and can take "not read" for
 a batch release settling the statements whose outcome it does not know
 (``holdfast.core.batch_endings``), and a successor looking for the transfers of the
 handoffs it is warming up for (``worker.warmups``; one call for all of them instead of one
-GetItem each, which flooded DynamoDB Local with 2,000 reads a second when three workers
-stopped at once).
+GetItem each: with three workers stopping at once, up to 20 warm handoffs each, 67 of 300
+warm-ups missed the 3 s READY wait).
 """
 
 from __future__ import annotations

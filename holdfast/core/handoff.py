@@ -74,8 +74,8 @@ TAKE_CHECK_MS: Final = 1_000
 # send to the successor's receive (5 ms when idle); the successor's claim came 117 ms p50
 # after the holder's "handed over" by TAKE, 60 ms by the looks (5 at once): the gap was p50 / p99
 # 0.16 / 0.27 s with TAKE alone, 0.11 / 0.22 with the looks (3 per move p50, 6 at most). One
-# GetItem per warm-up instead flooded DynamoDB Local when three workers stopped at once (60
-# warm-ups looking: 67 of 300 missed the 3 s READY wait).
+# GetItem per warm-up instead, with three workers stopping at once (up to 20 warm handoffs
+# each), 67 of 300 warm-ups missed the 3 s READY wait.
 TAKE_LOOK_FIRST_MS: Final = 60
 TAKE_LOOK_EVERY_MS: Final = 25
 TAKE_LOOK_FOR_MS: Final = 800

@@ -49,4 +49,3 @@ def test_any_step_like_body_parses_without_raising(data: dict[str, object]) -> N
     """Whatever a step-like message holds: a HandoffStep or None, never an exception."""
     said = parse_inbox_body(json.dumps({**data, "owner": OWNER}), OWNER)
     assert said is None or isinstance(said, HandoffStep | bool)
-

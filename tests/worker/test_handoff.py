@@ -19,6 +19,7 @@ from holdfast.core.handoff import (
     WARM_TIMEOUT_MS,
 )
 from holdfast.core.model import LeaseItem, StoredItem
+from holdfast.core.schema import ATTR, PK_PREFIX
 from holdfast.core.store import wall_clock_ms
 from holdfast.worker.handler import Message
 from holdfast.worker.prefetch import Prefetch
@@ -130,14 +131,22 @@ class TimedRecorder(Recorder):
 
 
 def _count_reads(store: Any, reads: Counter[str]) -> None:
-    """Count ``store``'s item reads per stream from now on (the store itself unchanged)."""
-    read = store.get_raw
+    """Count ``store``'s item reads per stream from now on, one by one and in batches (the
+    store itself unchanged)."""
+    read, batch = store.get_raw, store.client.batch_get_item
 
     def counted(conn_id: str) -> Any:
         reads[conn_id] += 1
         return read(conn_id)
 
+    def counted_batch(**kwargs: Any) -> Any:
+        for keys in kwargs["RequestItems"].values():
+            for key in keys["Keys"]:
+                reads[key[ATTR.pk]["S"].removeprefix(PK_PREFIX)] += 1
+        return batch(**kwargs)
+
     store.get_raw = counted
+    store.client.batch_get_item = counted_batch
 
 
 async def _shed_two(fleet: Fleet, upstream: UpstreamThread, unique_id: str,
