@@ -58,8 +58,8 @@ def compact(report: DeployReport) -> dict[str, Any]:
     out["moves_histogram"] = {str(k): v for k, v in sorted(Counter(per.values()).items())}
     out["lost_by_stream"] = dict(sorted(out["lost_by_stream"].items())[:10])
     for key in ("moves_mean", "window_s", "gap_p50_s", "gap_p99_s", "gap_max_s", "added_p50_s",
-                "added_p99_s", "added_max_s"):
-        if out[key] is not None:
+                "added_p99_s", "added_max_s", "steady_p99_s", "steady_max_s"):
+        if out.get(key) is not None:
             out[key] = round(out[key], 3)
     return out
 

@@ -26,8 +26,11 @@ def _gap(e: dict[str, Any]) -> str:
     added = ("" if e.get("added_p99_s") is None else
              f"; added {_s(e.get('added_p50_s'))} / {_s(e.get('added_p99_s'))} / "
              f"{_s(e.get('added_max_s'))} s")
+    steady = ("" if e.get("steady_p99_s") is None else
+              f"; streams not moving meanwhile, between two deliveries p99 / max "
+              f"{_s(e.get('steady_p99_s'))} / {_s(e.get('steady_max_s'))} s")
     return (f"{_s(e.get('gap_p50_s'))} / {_s(e.get('gap_p99_s'))} / {_s(e.get('gap_max_s'))} s "
-            f"(n={e.get('gaps')}){added}")
+            f"(n={e.get('gaps')}){added}{steady}")
 
 
 def checks(e: dict[str, Any], targets: dict[str, float],

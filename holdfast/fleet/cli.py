@@ -22,8 +22,9 @@ from typing import Any
 
 from rich.console import Console
 
-from holdfast.fleet.deploy import STYLES, DeployReport, deploy_table
+from holdfast.fleet.deploy import STYLES, DeployReport
 from holdfast.fleet.deploy_scenario import NEW_VERSION, OLD_VERSION, run_deploy
+from holdfast.fleet.deploy_table import deploy_table
 from holdfast.fleet.platform import PlatformReporter, Report
 from holdfast.fleet.procs import Fleet, FleetError, FleetTiming
 from holdfast.fleet.recorder import read_records

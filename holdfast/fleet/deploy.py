@@ -14,7 +14,10 @@ ms) from two sources, with no I/O:
   that never delivered merges into one longer gap: there are at most as many gaps as moves.
   The **delay a move added** is its gap less the stream's usual spacing (the median time
   between two deliveries by the same worker): what the move cost beyond the feed's own pace,
-  0 for a move the stream's pace hid.
+  0 for a move the stream's pace hid. Beside it, the **steady gaps**: between two deliveries
+  of a stream by the same worker while the moves went on (from the window's first move to its
+  last), the pace of the streams not moving then. On one machine that runs the whole fleet,
+  the stops' work slows every stream's deliveries, moved or not; this says by how much.
 """
 
 from __future__ import annotations
@@ -25,15 +28,13 @@ from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from rich.table import Table
-
 from holdfast.fleet.moves import CLAIMED_MESSAGE, json_records, log_wall_ms, percentile
 from holdfast.fleet.recorder import Handled
 
 __all__ = ["STYLES", "Claim", "DeployReport", "Gap", "OwnerChange", "added_delays",
-           "claims_from_logs", "delivery_gaps", "deploy_report", "deploy_table",
+           "claims_from_logs", "delivery_gaps", "deploy_report",
            "duplicate_deliveries", "last_deliverers", "lost_seqs", "moves_per_stream", "onto_old",
-           "owner_changes", "usual_spacing_ms"]
+           "owner_changes", "steady_gaps", "usual_spacing_ms"]
 
 STYLES = ("one-at-a-time", "new-first")
 
@@ -152,6 +153,17 @@ def added_delays(records: list[Handled], start_ms: int, end_ms: int) -> list[flo
             for g in delivery_gaps(records, start_ms, end_ms)]
 
 
+def steady_gaps(records: list[Handled], start_ms: int, end_ms: int) -> list[float]:
+    """Seconds between two deliveries of a stream by the same worker, the second one between
+    the first and the last delivery gap of the window (none if it has no gap)."""
+    moved = [g.first_ms for g in delivery_gaps(records, start_ms, end_ms)]
+    if not moved:
+        return []
+    lo, hi = min(moved), max(moved)
+    return [(b.wall_ms - a.wall_ms) / 1000 for recs in _by_stream(records).values()
+            for a, b in pairwise(recs) if a.worker_id == b.worker_id and lo <= b.wall_ms <= hi]
+
+
 def duplicate_deliveries(records: Iterable[Handled], start_ms: int, end_ms: int) -> int:
     """Deliveries in the window of a seq of the same stream already delivered (by anyone)."""
     dups = 0
@@ -213,6 +225,9 @@ class DeployReport:
     added_p50_s: float | None = None  # the delay a move added (the gap less the spacing)
     added_p99_s: float | None = None
     added_max_s: float | None = None
+    # between two deliveries by the same worker while the moves went on (``steady_gaps``)
+    steady_p99_s: float | None = None
+    steady_max_s: float | None = None
     unowned_at_end: list[str] = field(default_factory=list)
     lost_by_stream: dict[str, list[int]] = field(default_factory=dict)
     moves_by_stream: dict[str, int] = field(default_factory=dict)
@@ -246,6 +261,7 @@ def deploy_report(*, style: str, conn_ids: list[str], versions: Mapping[str, str
     old = onto_old(changes, versions, old_version)
     gaps = [g.seconds for g in delivery_gaps(records, start_ms, end_ms)]
     added = added_delays(records, start_ms, end_ms)
+    steady = steady_gaps(records, start_ms, end_ms)
     lost = lost_seqs(records, start_ms, end_ms)
     return DeployReport(
         style=style, workers=sum(1 for v in versions.values() if v == old_version),
@@ -260,38 +276,7 @@ def deploy_report(*, style: str, conn_ids: list[str], versions: Mapping[str, str
         gap_p99_s=percentile(gaps, 0.99), gap_max_s=max(gaps) if gaps else None,
         added_p50_s=statistics.median(added) if added else None,
         added_p99_s=percentile(added, 0.99), added_max_s=max(added) if added else None,
+        steady_p99_s=percentile(steady, 0.99), steady_max_s=max(steady) if steady else None,
         duplicates=duplicate_deliveries(records, start_ms, end_ms),
         lost=sum(len(s) for s in lost.values()), unowned_at_end=sorted(unowned_at_end),
         lost_by_stream=lost, moves_by_stream=per, note=note)
-
-
-def _s(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds:.2f} s"
-
-
-def _red(value: int, text: str | None = None) -> str:
-    shown = str(value) if text is None else text
-    return f"[red]{shown}[/]" if value else f"[green]{shown}[/]"
-
-
-def deploy_table(r: DeployReport) -> Table:
-    """The deploy's summary as a two-column table."""
-    table = Table("deploy", "cost", title=f"Holdfast deploy summary ({r.style})",
-                  title_justify="left", header_style="bold")
-    table.add_row("style", f"{r.style}: {r.workers} workers replaced, {r.streams} streams, "
-                           f"{r.window_s:.1f} s")
-    table.add_row("moves per stream", f"mean {r.moves_mean:.2f}, max {r.moves_max} "
-                                      f"({r.moves} moves; {r.never_moved} streams never moved)")
-    table.add_row("streams moved more than once", str(r.moved_more_than_once))
-    table.add_row("moves onto an old worker", f"{r.moves_onto_old} ({r.streams_onto_old} "
-                                              "streams)")
-    table.add_row("moves after the last old worker stopped", str(r.moves_after_last_stop))
-    table.add_row("delivery gap per move p50 / p99 / max",
-                  f"{_s(r.gap_p50_s)} / {_s(r.gap_p99_s)} / {_s(r.gap_max_s)} ({r.gaps} gaps)")
-    table.add_row("delay a move added (gap less the feed's spacing) p50 / p99 / max",
-                  f"{_s(r.added_p50_s)} / {_s(r.added_p99_s)} / {_s(r.added_max_s)}")
-    table.add_row("duplicates", _red(r.duplicates))
-    table.add_row("lost seqs", _red(r.lost))
-    table.add_row("unowned at the end", _red(len(r.unowned_at_end),
-                                             ", ".join(r.unowned_at_end) or "0"))
-    return table

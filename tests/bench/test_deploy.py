@@ -127,15 +127,16 @@ def test_checks_of_a_failed_run_are_empty() -> None:
 
 
 def test_section_shows_both_designs_and_a_failed_run() -> None:
-    """The section has a row per design and style, the targets table, the load around each
-    run, and says which failed; the whole report renders it."""
+    """The section has a row per design and style (with the steady gaps where measured), the
+    targets table, the load around each run, and says which failed; the whole report renders
+    it."""
     e = compact(_report({"a": ["w1", "w3"], "b": ["w2", "w4"]}))
     t = {"lease_s": 4.0, "heartbeat_s": 1.0, "checkpoint_s": 20.0, "skew_ms": 250,
          "reconcile_s": 60.0, "shutdown_s": 8.0, "cooldown_s": 60.0, "balance_interval_ms": 2000}
     d = {"workers": 2, "streams_per_worker": 1, "settle_s": 5.0, "old_version": "v1",
          "new_version": "v2", "target_gap_p99_s": TARGETS,
          "ours": {"timing": t, "connection": "make-before-break", "one-at-a-time": e,
-                  "new-first": {**e, "handoff": {
+                  "new-first": {**e, "steady_p99_s": 0.8, "steady_max_s": 0.9, "handoff": {
              "stop_s": {"w1": 6.4}, "released": 1, "sessions_lost": 0,
              "unowned_s": {"n": 2, "p50": 0.2, "p99": 0.4, "max": 0.4},
              "claim_sources": {"handoff": 2}, "warm": 1,
@@ -149,6 +150,8 @@ def test_section_shows_both_designs_and_a_failed_run() -> None:
     assert "lease 20 s" in md and "session TTL 4 s" in md and "Moves: make-before-break." in md
     assert "| 10.00 s (target 0.1 s): **NOT met** |" in md and "(target 0.5 s)" not in md
     assert "- seed, one-at-a-time: boom; load average 1.00 / 2.00 / 3.00 at the start, -" in md
+    assert "meanwhile, between two deliveries p99 / max 0.80 / 0.90 s |" in md
+    assert md.count("streams not moving meanwhile") == 1
     assert "release -> claim (`unowned_ms`) 0.20 / 0.40 / 0.40 s (n=2)" in md
     assert "1 on a warm socket; gap taken over warm 0.15 / 0.15 / 0.15 s (n=1);" in md
     assert "## Deploy: 2 workers x 1 streams" in markdown({"deploy": d})

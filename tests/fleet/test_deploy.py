@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from holdfast.fleet.deploy import (
     Claim,
@@ -20,13 +19,13 @@ from holdfast.fleet.deploy import (
     claims_from_logs,
     delivery_gaps,
     deploy_report,
-    deploy_table,
     duplicate_deliveries,
     last_deliverers,
     lost_seqs,
     moves_per_stream,
     onto_old,
     owner_changes,
+    steady_gaps,
 )
 from holdfast.fleet.procs import REPO_ROOT
 from holdfast.fleet.recorder import Handled
@@ -113,6 +112,19 @@ def test_added_delay_is_the_gap_less_the_streams_usual_spacing() -> None:
     assert added_delays(recs, 0, 10_000) == [pytest.approx(0.25), 0.0]
 
 
+def test_steady_gaps_are_the_same_deliverers_while_the_moves_went_on() -> None:
+    """Between two deliveries by one worker, the second from the window's first move to its
+    last: a stream slowed meanwhile counts, one delivering before or after does not."""
+    recs = [*delivered("a", "w1", range(0, 5), 0),            # 0..400
+            *delivered("a", "w2", range(5, 10), 1000),        # the first move: 1000
+            *delivered("b", "w1", range(0, 3), 0),            # 0..200
+            *delivered("b", "w3", range(3, 6), 2000),         # the last move: 2000
+            *delivered("c", "w4", range(0, 4), 900, 400)]     # 900, 1300, 1700, 2100
+    steady = steady_gaps(recs, 500, 5000)
+    assert sorted(steady) == [0.1, 0.1, 0.1, 0.1, 0.4, 0.4]  # a: 1100..1400; c: 1300, 1700
+    assert steady_gaps(recs, 2500, 5000) == []  # no move in the window
+
+
 def test_duplicate_deliveries_in_the_window() -> None:
     """A seq delivered again in the window counts, whoever delivered it first; before, not."""
     recs = [*delivered("a", "w1", range(0, 5), 0),        # 0..4 at 0..400
@@ -172,6 +184,7 @@ def test_deploy_report_figures_and_what_fails() -> None:
     assert (r.gaps, r.gap_p50_s, r.gap_max_s) == (2, pytest.approx(1.85), 1.9)
     assert (r.added_p50_s, r.added_max_s) == (pytest.approx(1.75), pytest.approx(1.8))
     assert (r.duplicates, r.lost) == (0, 0)
+    assert (r.steady_p99_s, r.steady_max_s) == (0.1, 0.1)  # b's 2200 and a's last 3
     assert r.failures() == [] and r.window_s == 4.5
     bad = _report([*recs, Handled("a", 4, "w3", t + 2300), Handled("a", 10, "w3", t + 2400)],
                   unowned=["c"])
@@ -179,18 +192,6 @@ def test_deploy_report_figures_and_what_fails() -> None:
     why = " | ".join(bad.failures())
     assert "2 seqs lost" in why and "1 seqs delivered twice" in why and "unowned" in why
     assert json.loads(json.dumps(r.to_json()))["moves_onto_old"] == 1
-
-
-def test_deploy_table_shows_every_figure() -> None:
-    """The table names the style and every figure the brief asks for."""
-    console = Console(width=140, record=True)
-    console.print(deploy_table(_report([])))
-    text = console.export_text()
-    for words in ("one-at-a-time: 2 workers replaced, 4 streams", "mean 1.00, max 2",
-                  "moved more than once", "onto an old worker", "p50 / p99 / max",
-                  "delay a move added",
-                  "duplicates", "lost seqs", "unowned at the end"):
-        assert words in text, words
 
 
 @pytest.mark.slow
