@@ -86,19 +86,22 @@ class HandledLog:
 class BenchFleet:
     """One mode's fleet: "ours" (our workers and the runner) or "baseline" (the seed's own
     program, ``bench.seed_worker``, with no runner). Every DynamoDB call of the workers and the
-    runner goes through a counting proxy that also adds up the consumed capacity.
+    runner goes through a counting proxy that also adds up the consumed capacity; with
+    ``proxied=False`` straight to the backend (``ProxiedFleet``), and nothing is metered.
     ``worker_env`` / ``runner_env`` override the timing's variables."""
 
     def __init__(self, run_dir: Path, mode: str, timing: FleetTiming, *,
                  worker_env: dict[str, str] | None = None,
-                 runner_env: dict[str, str] | None = None, name: str | None = None) -> None:
+                 runner_env: dict[str, str] | None = None, name: str | None = None,
+                 proxied: bool = True) -> None:
         self.mode = mode
         extra = {"HOLDFAST_LOG_LEVEL": "INFO"}  # "worker started" is an INFO line
         if mode == "baseline":
             extra[names.ENV_RECONCILE_SECONDS] = f"{BASELINE_RECONCILE_S:g}"
         extra.update(worker_env or {})
         self.pf = ProxiedFleet(run_dir / (name or mode), timing, with_runner=mode == "ours",
-                               worker_env=extra, runner_env=runner_env, capacity=True)
+                               worker_env=extra, runner_env=runner_env, capacity=True,
+                               proxied=proxied)
         self.timing = timing
         self.handled = HandledLog(self.pf.fleet.record_dir)
 
@@ -117,6 +120,8 @@ class BenchFleet:
     def meter(self) -> Snapshot:
         """The proxies' counters and the router invocations so far (see ``bench.meter``)."""
         pf = self.pf
+        if not pf.proxied:
+            raise RuntimeError("this fleet runs without proxies: nothing is metered")
         proxies = {"worker_dynamodb": pf.ddb_proxy, "worker_sqs": pf.sqs_proxy}
         if pf.runner_proxies:
             proxies.update(runner_dynamodb=pf.runner_proxies[0],

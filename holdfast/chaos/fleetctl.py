@@ -22,14 +22,18 @@ __all__ = ["ProxiedFleet"]
 class ProxiedFleet:
     """Local AWS + runner (direct) + upstream + workers whose DynamoDB (and SQS) go through
     counting proxies. ``with_runner=False`` is the seed's polling design: no router, no sweeper.
-    ``capacity=True``: the DynamoDB proxies also add up consumed capacity (the benchmarks)."""
+    ``capacity=True``: the DynamoDB proxies also add up consumed capacity (the benchmarks).
+    ``proxied=False``: no proxies at all, every process straight to the backend (nothing
+    counted or faulted: for figures read from logs and records, where a proxy's hop and its
+    CPU would only be in the way)."""
 
     def __init__(self, run_dir: Path, timing: FleetTiming, *, with_runner: bool = True,
                  worker_env: dict[str, str] | None = None, runner_env: dict[str, str] | None = None,
-                 capacity: bool = False) -> None:
+                 capacity: bool = False, proxied: bool = True) -> None:
         self.fleet = Fleet(run_dir, timing, backend="dynamodb-local")
         self.with_runner = with_runner
         self.capacity = capacity
+        self.proxied = proxied
         self.runner_env = runner_env or {}
         self.worker_env = worker_env or {}
         self.ddb_proxy: FaultProxy | None = None
@@ -50,22 +54,25 @@ class ProxiedFleet:
             # The runner plays the router and sweeper Lambdas: its DynamoDB (index queries)
             # and SQS (nudges) calls are counted too; its Streams reads stay direct (free to a
             # Lambda event source mapping).
-            rd = FaultProxy(f.env["AWS_ENDPOINT_URL_DYNAMODB"], name="runner-ddb",
-                            **ddb_opts).start()
-            rs = FaultProxy(f.env["AWS_ENDPOINT_URL_SQS"], name="runner-sqs").start()
-            self.runner_proxies = [rd, rs]
+            through: dict[str, str] = {}
+            if self.proxied:
+                rd = FaultProxy(f.env["AWS_ENDPOINT_URL_DYNAMODB"], name="runner-ddb",
+                                **ddb_opts).start()
+                rs = FaultProxy(f.env["AWS_ENDPOINT_URL_SQS"], name="runner-sqs").start()
+                self.runner_proxies = [rd, rs]
+                through = {"AWS_ENDPOINT_URL_DYNAMODB": rd.url, "AWS_ENDPOINT_URL_SQS": rs.url,
+                           "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": f.env["AWS_ENDPOINT_URL_DYNAMODB"]}
             saved = dict(f.env)
-            f.env.update(AWS_ENDPOINT_URL_DYNAMODB=rd.url, AWS_ENDPOINT_URL_SQS=rs.url,
-                         AWS_ENDPOINT_URL_DYNAMODB_STREAMS=saved["AWS_ENDPOINT_URL_DYNAMODB"],
-                         **self.runner_env)
+            f.env.update(**through, **self.runner_env)
             f.start_runner()
             f.env.clear()
             f.env.update(saved)
-        self.ddb_proxy = FaultProxy(f.env["AWS_ENDPOINT_URL_DYNAMODB"], name="ddb-proxy",
-                                    **ddb_opts).start()
-        self.sqs_proxy = FaultProxy(f.env["AWS_ENDPOINT_URL_SQS"], name="sqs-proxy").start()
-        f.env["AWS_ENDPOINT_URL_DYNAMODB"] = self.ddb_proxy.url
-        f.env["AWS_ENDPOINT_URL_SQS"] = self.sqs_proxy.url
+        if self.proxied:
+            self.ddb_proxy = FaultProxy(f.env["AWS_ENDPOINT_URL_DYNAMODB"], name="ddb-proxy",
+                                        **ddb_opts).start()
+            self.sqs_proxy = FaultProxy(f.env["AWS_ENDPOINT_URL_SQS"], name="sqs-proxy").start()
+            f.env["AWS_ENDPOINT_URL_DYNAMODB"] = self.ddb_proxy.url
+            f.env["AWS_ENDPOINT_URL_SQS"] = self.sqs_proxy.url
         self.base_url = f.start_upstream()
         return self
 
