@@ -95,27 +95,34 @@ WARM_REACH_SLACK: Final = 1.5
 WARM_SLOTS_AIM: Final = 0.5
 
 
+def _slot_reach(per_offer_ms: float, time_ms: float, share: float) -> float:
+    """How many offers one slot reaches in ``share`` of ``time_ms`` at ``per_offer_ms`` each:
+    those it begins then and the one in flight. The one rule behind how many slots a stop
+    starts with, how many it grows to, and what the slots it has will not reach."""
+    return time_ms * share / per_offer_ms + 1
+
+
 def beyond_warm_reach(waiting: int, offered: int, elapsed_ms: int, left_ms: int, at_once: int,
                       ) -> int:
     """How many of the ``waiting`` streams (the last of the stop's warm queue) no warm offer
     will reach before the warm phase ends, at the pace so far (``offered`` offers begun in
-    ``elapsed_ms``: a new one begins as one ends, so after the first ``at_once`` this is the
-    pace they end at, and the phase's first offers, all begun at once, do not make it look
-    slow) with ``WARM_REACH_SLACK``: those are drained and released now, not at the phase's
-    end. None before ``WARM_PACE_AFTER_MS`` (no pace yet)."""
+    ``elapsed_ms`` by ``at_once`` slots: a new one begins as one ends, so after the first
+    ``at_once`` this is the pace they end at, and the phase's first offers, all begun at once,
+    do not make it look slow) with ``WARM_REACH_SLACK``: those are drained and released now,
+    not at the phase's end. None before ``WARM_PACE_AFTER_MS`` (no pace yet)."""
     if elapsed_ms < WARM_PACE_AFTER_MS or offered <= 0 or left_ms <= 0:
         return 0
-    reach = offered / elapsed_ms * left_ms * WARM_REACH_SLACK + at_once
+    reach = at_once * _slot_reach(elapsed_ms * at_once / offered, left_ms, WARM_REACH_SLACK)
     return max(0, waiting - math.ceil(reach))
 
 
 def warm_at_once(streams: int, phase_ms: int) -> int:
     """How many warm handoffs a stop of ``streams`` runs at once in a warm phase of
-    ``phase_ms``: the fewest that end them in ``WARM_AT_ONCE_AIM`` of it at
+    ``phase_ms``: the fewest that reach them in ``WARM_AT_ONCE_AIM`` of it at
     ``WARM_CYCLE_MS`` each, between ``WARM_AT_ONCE_LEAST`` and ``WARM_AT_ONCE_AT_STOP``."""
     if phase_ms <= 0:
         return WARM_AT_ONCE_AT_STOP
-    need = math.ceil(streams * WARM_CYCLE_MS / (phase_ms * WARM_AT_ONCE_AIM))
+    need = math.ceil(streams / _slot_reach(WARM_CYCLE_MS, phase_ms, WARM_AT_ONCE_AIM))
     return max(WARM_AT_ONCE_LEAST, min(WARM_AT_ONCE_AT_STOP, need))
 
 
@@ -128,7 +135,7 @@ def warm_slots(waiting: int, offered: int, slot_ms: int, left_ms: int, at_once: 
     warm, one drained is not), at most ``WARM_AT_ONCE_AT_STOP``."""
     if offered <= 0 or slot_ms <= 0 or left_ms <= 0:
         return at_once
-    need = math.ceil(waiting / (offered / slot_ms * left_ms * WARM_SLOTS_AIM + 1))
+    need = math.ceil(waiting / _slot_reach(slot_ms / offered, left_ms, WARM_SLOTS_AIM))
     return max(at_once, min(WARM_AT_ONCE_AT_STOP, need))
 
 
