@@ -205,6 +205,11 @@ class SessionKeeper:
             except concurrent.futures.TimeoutError:
                 failures += 1
                 self._failed_mono_ms = self.mono()
+                # Said apart from the fence's own line: an attempt that hung (no answer, no
+                # error, no timeout of its own) is not a run of refused ones.
+                logger.error("session heartbeat cut off at the fence: no answer",
+                             owner=session.owner, in_flight_ms=self._failed_mono_ms - sent,
+                             attempts=failures)
                 continue  # at the fence: handled above
             except SessionLost as lost:
                 self.last_ok_mono_ms = sent
