@@ -63,7 +63,7 @@ GAP_TARGET_ONE_CONN_S = 0.5  # ... where one connection at a time is required
 SHUTDOWN_S = 25.0  # infra/settings.py ``shutdown_seconds`` at the production lease and heartbeat
 # The workers and the runner talk straight to DynamoDB Local and moto: the figures come from
 # logs and records, nothing is metered, and the counting proxies only added a hop to every
-# call and CPU to the bench's own process (proxies and the scenario's observer together: 20-29 %
+# call and CPU to the bench's own process (proxies and the scenario's observer together: 19-29 %
 # of a core in the stops' seconds). Gap p99 in the same session, with / without them, two runs
 # each of new first, alternating: 1.54, 1.23 / 1.26, 3.68 s, within the machine's noise.
 PROXIED = False
