@@ -11,16 +11,17 @@ its write landed). Any other TAKE: the item is read back first (it must name us 
 epoch); one without a warm-up (dropped meanwhile) is claimed as our own stray.
 
 Right after READY the successor also looks for the transfer in the table, every
-``TAKE_LOOK_EVERY_MS`` for ``TAKE_LOOK_FOR_MS``, one read for all its warm-ups
-(``holdfast.core.batch_reads``; a read is faster than the TAKE message on a loaded machine);
-then, a TAKE late by ``TAKE_CHECK_MS`` after READY is looked for once per
-``TAKE_CHECK_MS``. What a look finds: the item names us past that epoch (the transfer landed;
-TAKE is on its way, was lost, or the holder died right after writing it): taken as if TAKE had
-come (TAKE, when it comes, finds the stream started at its epoch and is dropped); nobody
-(the holder died before its transfer and was reaped): the warm-up is dropped and the stream
-claimed, an ordinary failover instead of one that waits for ``TAKE_TIMEOUT_MS`` (a nudge for a
-stream we warm up for is refused meanwhile); another owner, or no item: dropped. A warm-up
-never taken over is closed after ``TAKE_TIMEOUT_MS``.
+``TAKE_LOOK_EVERY_MS`` for ``TAKE_LOOK_FOR_MS`` (a read is faster than the TAKE message on a
+loaded machine); then, a TAKE late by ``TAKE_CHECK_MS`` after READY is looked for once per
+``TAKE_CHECK_MS``. Both are windows of one look loop (``_look_soon``): one read for every
+warm-up due (``holdfast.core.batch_reads``), one judgement (``_judge``). What a look finds:
+the item names us past that epoch (the transfer landed; TAKE is on its way, was lost, or the
+holder died right after writing it): taken as if TAKE had come (TAKE, when it comes, finds the
+stream started at its epoch and is dropped); nobody (the holder died before its transfer and
+was reaped): the warm-up is dropped and the stream claimed, an ordinary failover instead of
+one that waits for ``TAKE_TIMEOUT_MS`` (a nudge for a stream we warm up for is refused
+meanwhile); another owner, or no item: dropped. A warm-up never taken over is closed after
+``TAKE_TIMEOUT_MS``.
 """
 
 from __future__ import annotations
@@ -145,23 +146,32 @@ class WarmUps:
             warm.check_ms = self.mono() + TAKE_CHECK_MS
             self._send(step.peer, HandoffStep(READY, step.conn_id, step.epoch, None, me))
             begin = self.mono() + TAKE_LOOK_FIRST_MS
-            self._looks[step.conn_id] = (warm, begin, begin + TAKE_LOOK_FOR_MS)
-            if not self._looking:
-                self._looking = True
-                self._spawn(self._look_soon())
+            self._look(step.conn_id, warm, begin, begin + TAKE_LOOK_FOR_MS)
+
+    def _look(self, conn_id: str, warm: _Warm, begin_ms: int, end_ms: int) -> None:
+        """Look for ``warm``'s transfer every ``TAKE_LOOK_EVERY_MS`` from ``begin_ms`` until a
+        look at or past ``end_ms`` (at least once), with the other warm-ups due."""
+        self._looks[conn_id] = (warm, begin_ms, end_ms)
+        if not self._looking:
+            self._looking = True
+            self._spawn(self._look_soon())
 
     async def _look_soon(self) -> None:
-        """Look for the transfers of the warm-ups that said READY lately (see the module):
-        every ``TAKE_LOOK_EVERY_MS``, one read for all of them, while any is in its window."""
+        """Look for the transfers of the warm-ups in a window (``_look``; see the module):
+        every ``TAKE_LOOK_EVERY_MS``, one read for all of them, while any window is open."""
         try:
             while self._looks:
                 await self.sleep(TAKE_LOOK_EVERY_MS / 1000)
                 now, due = self.mono(), {}
                 for conn_id, (warm, begin, end) in list(self._looks.items()):
-                    if self.warming.get(conn_id) is not warm or now >= end:
-                        del self._looks[conn_id]  # taken, dropped, or the window is over
+                    if self.warming.get(conn_id) is not warm:
+                        del self._looks[conn_id]  # taken, aborted or timed out
                     elif now >= begin:
                         due[conn_id] = warm
+                        if now >= end:
+                            # The window's last look (a late TAKE's window is one look; one
+                            # not read is looked for again by ``tick``).
+                            del self._looks[conn_id]
                 if not due:
                     continue
                 read = await on_io_threads(read_raw_many, self.store, list(due))
@@ -228,24 +238,14 @@ class WarmUps:
         self.start(stored.lease(me, unowned_ms=0), await warm.taken())
         return False
 
-    async def _look_for_take(self, conn_id: str, warm: _Warm) -> None:
-        """TAKE is late: what the table says decides (see the module)."""
-        try:
-            raw = await on_io_threads(self.store.get_raw, conn_id)
-        except HoldfastError as exc:
-            logger.debug("handoff: cannot look for a late take", conn_id=conn_id,
-                         error=str(exc)[:300])
-            return  # looked for again in TAKE_CHECK_MS
-        await self._judge(conn_id, warm, raw)
-
     async def _judge(self, conn_id: str, warm: _Warm, raw: Mapping[str, Any] | None) -> None:
         """What a look found in the table (``raw``: the item as stored, None: none)."""
         try:
             stored = StoredItem.of(raw) if raw is not None else None
         except MalformedItem as exc:
-            logger.debug("handoff: cannot look for a late take", conn_id=conn_id,
-                         error=str(exc)[:300])
-            return  # looked for again in TAKE_CHECK_MS
+            logger.debug("handoff: a malformed item where a transfer was looked for",
+                         conn_id=conn_id, error=str(exc)[:300])
+            return  # looked for again: the window's next look, or ``tick``'s
         item = stored.item if stored is not None else None
         me = self.owner()
         if self.warming.get(conn_id) is not warm or me is None:
@@ -280,9 +280,9 @@ class WarmUps:
         for conn_id in [c for c, w in self.warming.items() if w.deadline_ms <= now]:
             self._spawn(self.warming.pop(conn_id).close())
         for conn_id, warm in self.warming.items():
-            if warm.check_ms <= now:
+            if warm.check_ms <= now and conn_id not in self._looks:
                 warm.check_ms = now + TAKE_CHECK_MS  # the next look, if still due
-                self._spawn(self._look_for_take(conn_id, warm))
+                self._look(conn_id, warm, now, now)
 
     async def close_all(self) -> None:
         """Close every warm-up: the worker stops, or its session is lost (each warm-up was

@@ -9,10 +9,14 @@ import itertools
 import time
 from typing import Any
 
+import pytest
+
+from holdfast.core.batch_reads import read_raw_many
 from holdfast.core.handoff import TAKE, HandoffStep
 from holdfast.core.model import Lease, LeaseItem, StoredItem
 from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
+from holdfast.worker import warmups
 from holdfast.worker.prefetch import Prefetch
 from holdfast.worker.warmups import _Warm
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
@@ -69,6 +73,34 @@ async def test_a_landed_transfer_without_its_take_is_taken_on_the_warm_socket(
     seqs = rec.seqs(conn)
     assert seqs[0] == 1 and missing_seqs(seqs) == [] and len(seqs) == len(set(seqs))
     assert len(upstream.server.connlog.records(conn)) == 1  # the warm socket, no reconnect
+
+
+async def test_late_takes_are_looked_for_in_one_read_for_all(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two warm-ups whose TAKE is late at the same moment: one batched read looks for both
+    transfers (the look loop after READY, not a GetItem each), and both streams start."""
+    rec, conns = Recorder(), [f"{unique_id}-late-{i}" for i in range(2)]
+    reads: list[list[str]] = []
+
+    def counted(store: LeaseStore, conn_ids: Any) -> Any:
+        reads.append(sorted(conn_ids))
+        return read_raw_many(store, conn_ids)
+
+    monkeypatch.setattr(warmups, "read_raw_many", counted)
+    async with running_worker(fleet, rec) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        assert run.worker.owner
+        warming = run.worker.handoffs.warm_ups.warming
+        for conn in conns:
+            store, lease = await _warm_for_holder(fleet, upstream, run, conn, f"h-{conn}")
+            warming[conn].check_ms = 2**62  # not yet late
+            store.transfer(lease, None, run.worker.owner)  # and the holder dies: no TAKE
+        for conn in conns:
+            warming[conn].check_ms = 0  # both late now, together
+        await async_wait_until(lambda: all(c in run.worker.streams for c in conns), 5,
+                               "taken without TAKE")
+    assert reads[0] == sorted(conns)
 
 
 async def test_a_holder_gone_before_its_transfer_is_claimed_not_waited_for(
