@@ -125,19 +125,19 @@ class Handoffs:
         while left and self.mono() < until_ms:
             now = self.mono()
             slot_ms, last = slot_ms + (now - last) * at_once, now
-            if now - t0 >= WARM_PACE_AFTER_MS:
+            if now - t0 >= WARM_PACE_AFTER_MS:  # the phase has a pace
                 wider = warm_slots(len(left), started, slot_ms, until_ms - now, at_once)
                 if wider > at_once:
                     logger.info("stop: more warm handoffs at once, to reach the queue in time",
                                 at_once=wider, waiting=len(left))
                     at_once = wider
-            # The tail the offers will not reach in time is drained now, not at the phase's
-            # end (the pace so far as if ``at_once`` had always been in flight).
-            for _ in range(beyond_warm_reach(len(left), started, slot_ms // at_once,
-                                             until_ms - now, at_once)):
-                tail = left.pop(0)
-                if not (tail.ended or tail.held.stopping or tail.conn_id in self.offers):
-                    tail.drain_to(successor(), SHUTDOWN)
+                # The tail the offers will not reach in time is drained now, not at the
+                # phase's end.
+                for _ in range(beyond_warm_reach(len(left), started, slot_ms, until_ms - now,
+                                                 at_once)):
+                    tail = left.pop(0)
+                    if not (tail.ended or tail.held.stopping or tail.conn_id in self.offers):
+                        tail.drain_to(successor(), SHUTDOWN)
             if not left:
                 break
             if len(self.offers) >= at_once:

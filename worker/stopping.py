@@ -102,17 +102,18 @@ def _slot_reach(per_offer_ms: float, time_ms: float, share: float) -> float:
     return time_ms * share / per_offer_ms + 1
 
 
-def beyond_warm_reach(waiting: int, offered: int, elapsed_ms: int, left_ms: int, at_once: int,
+def beyond_warm_reach(waiting: int, offered: int, slot_ms: int, left_ms: int, at_once: int,
                       ) -> int:
     """How many of the ``waiting`` streams (the last of the stop's warm queue) no warm offer
-    will reach before the warm phase ends, at the pace so far (``offered`` offers begun in
-    ``elapsed_ms`` by ``at_once`` slots: a new one begins as one ends, so after the first
-    ``at_once`` this is the pace they end at, and the phase's first offers, all begun at once,
-    do not make it look slow) with ``WARM_REACH_SLACK``: those are drained and released now,
-    not at the phase's end. None before ``WARM_PACE_AFTER_MS`` (no pace yet)."""
-    if elapsed_ms < WARM_PACE_AFTER_MS or offered <= 0 or left_ms <= 0:
+    will reach before the warm phase ends, at the pace so far per offer in flight
+    (``offered`` begun in ``slot_ms``, as ``warm_slots``: a new one begins as one ends, so
+    after the first ``at_once`` this is the pace they end at) with ``WARM_REACH_SLACK``, for
+    the ``at_once`` slots: those are drained and released now, not at the phase's end. The
+    caller asks only once the phase has a pace (``WARM_PACE_AFTER_MS``: the phase's first
+    offers, all begun at once, would make it look slow)."""
+    if offered <= 0 or slot_ms <= 0 or left_ms <= 0:
         return 0
-    reach = at_once * _slot_reach(elapsed_ms * at_once / offered, left_ms, WARM_REACH_SLACK)
+    reach = at_once * _slot_reach(slot_ms / offered, left_ms, WARM_REACH_SLACK)
     return max(0, waiting - math.ceil(reach))
 
 

@@ -12,7 +12,6 @@ from holdfast.worker import stopping
 from holdfast.worker.stopping import (
     WARM_AT_ONCE_AT_STOP,
     WARM_AT_ONCE_LEAST,
-    WARM_PACE_AFTER_MS,
     beyond_warm_reach,
     goodbye,
     goodbye_s,
@@ -21,25 +20,26 @@ from holdfast.worker.stopping import (
 )
 
 
-def test_no_stream_is_given_up_on_before_the_warm_phase_has_a_pace() -> None:
-    """Too early, or no offer begun: every stream keeps its turn."""
-    assert beyond_warm_reach(900, 40, WARM_PACE_AFTER_MS - 1, 1_300, 20) == 0
-    assert beyond_warm_reach(900, 0, 1_000, 1_300, 20) == 0
-    assert beyond_warm_reach(900, 40, 1_000, 0, 20) == 0
+def test_no_stream_is_given_up_on_without_a_pace_or_time() -> None:
+    """No offer begun, no slot time yet, or no time left: every stream keeps its turn."""
+    assert beyond_warm_reach(900, 0, 10_000, 1_300, 20) == 0
+    assert beyond_warm_reach(900, 40, 0, 1_300, 20) == 0
+    assert beyond_warm_reach(900, 40, 20_000, 0, 20) == 0
 
 
 def test_the_tail_beyond_the_paces_reach_is_released_now() -> None:
-    """1,000 streams, 20 offers begun in 0.5 s, 1.3 s left: about 98 can still go warm."""
+    """1,000 streams, 20 offers begun by 20 slots in 0.5 s, 1.3 s left: about 98 can still
+    go warm."""
     # 20 / 500 ms x 1,300 ms x 1.5 = 78, plus the 20 in flight: 98 reachable of 900 waiting.
-    assert beyond_warm_reach(900, 20, 500, 1_300, 20) == 802
-    assert beyond_warm_reach(90, 20, 500, 1_300, 20) == 0
+    assert beyond_warm_reach(900, 20, 20 * 500, 1_300, 20) == 802
+    assert beyond_warm_reach(90, 20, 20 * 500, 1_300, 20) == 0
 
 
 def test_a_long_warm_phase_reaches_every_stream() -> None:
     """The stack's 25 s budget: 12 s of warm phase reach a worker's 100 streams, though
     none of the first 20 offers, begun at once, has ended yet."""
-    assert beyond_warm_reach(80, 20, 500, 11_500, 20) == 0
-    assert beyond_warm_reach(80, 21, 2_000, 10_000, 20) == 0
+    assert beyond_warm_reach(80, 20, 20 * 500, 11_500, 20) == 0
+    assert beyond_warm_reach(80, 21, 20 * 2_000, 10_000, 20) == 0
 
 
 def test_a_small_stop_hands_over_few_at_once_and_a_large_one_many() -> None:
