@@ -27,11 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
-from holdfast.core.exceptions import (
-    SessionConflict,
-    SessionLost,
-    StoreUnavailable,
-)
+from holdfast.core.exceptions import SessionLost
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.orders import ORDER_STOP, Order
 from holdfast.core.schema import BACKSTOP_MS
@@ -48,7 +44,7 @@ from holdfast.worker.handoff import Handoffs
 from holdfast.worker.health import HealthServer
 from holdfast.worker.held import NO_FENCE_MS, monotonic_ms
 from holdfast.worker.holdings import Holdings
-from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.incarnation import start_incarnation
 from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.orders import OrderInbox
@@ -161,32 +157,11 @@ class Supervisor:
 
     # -- the session ----------------------------------------------------------------------
     async def _start_session(self) -> None:
-        """Start a new incarnation; wait out a predecessor with our id, refuse a live twin."""
+        """Start a new incarnation (``worker.incarnation``) and renew it from now on."""
         timing = self.config.timing
-        # A crashed predecessor stops counting as alive after TTL + skew; one that still
-        # heartbeats after that long is a second live process with our id.
-        deadline = self.mono() + timing.lease_ms + timing.skew_ms + 2 * timing.heartbeat_ms
-        warned = False
-        while True:
-            sent = self.mono()
-            try:
-                session = await on_io_threads(
-                    self.sessions.start, self.worker_id, self.config.max_connections,
-                    version=self.config.version)
-                break
-            except SessionConflict as conflict:
-                if self.mono() >= deadline:
-                    raise
-                if not warned:
-                    logger.warning("worker id in use by a live session: waiting for it to "
-                                   "expire", worker_id=self.worker_id,
-                                   incarnation=conflict.incarnation,
-                                   expires_in_ms=conflict.expires_in_ms)
-                    warned = True
-            except StoreUnavailable as exc:
-                logger.warning("cannot start the session yet", error=str(exc)[:300])
-            # Jittered: after a regional problem the fleet's restarts do not retry in step.
-            await asyncio.sleep(min(1.0, timing.heartbeat_ms / 1000) * (0.5 + random.random()))
+        session, sent = await start_incarnation(
+            self.sessions, self.worker_id, capacity=self.config.max_connections,
+            version=self.config.version, timing=timing, mono=self.mono)
         if self.keeper is None:
             self.keeper = SessionKeeper(
                 self.sessions, session, timing, self.metrics, held=lambda: len(self.streams),

@@ -1,0 +1,96 @@
+"""A worker's new incarnation waits out a crashed predecessor with its id, refuses a live
+twin, and retries a table that does not answer; on DynamoDB Local, with no real waiting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from holdfast.core.exceptions import SessionConflict, StoreUnavailable
+from holdfast.core.rules import LeaseTiming
+from holdfast.core.sessions import SessionStore
+from holdfast.localaws import LocalAws
+from holdfast.worker.incarnation import start_incarnation
+from tests.conftest import client_for, own_tables
+from tests.core.test_store import Clock
+
+TIMING = LeaseTiming(lease_ms=8_000, heartbeat_ms=2_000, skew_ms=1_000)
+
+
+class Time:
+    """One clock for the table's wall and the worker's monotonic ms; sleeping advances it."""
+
+    def __init__(self) -> None:
+        self.wall = Clock()
+        self.slept: list[float] = []
+        self.on_sleep: Any = None  # what happens elsewhere while we sleep
+
+    def mono(self) -> int:
+        return self.wall.now - 1_600_000_000_000
+
+    async def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.wall.now += round(s * 1000)
+        if self.on_sleep is not None:
+            self.on_sleep()
+
+
+@pytest.fixture
+def t() -> Time:
+    return Time()
+
+
+@pytest.fixture
+def sessions(ddb_local: LocalAws, t: Time) -> SessionStore:
+    lease_table, session_table = own_tables(ddb_local)
+    return SessionStore(client_for(ddb_local, "dynamodb"), session_table, lease_table,
+                        ttl_ms=TIMING.lease_ms, skew_ms=TIMING.skew_ms, clock=t.wall)
+
+
+async def _start(sessions: SessionStore, worker_id: str, t: Time) -> Any:
+    return await start_incarnation(sessions, worker_id, capacity=10, version="v1",
+                                   timing=TIMING, mono=t.mono, sleep=t.sleep,
+                                   rand=lambda: 0.5)
+
+
+async def test_a_crashed_predecessor_is_waited_out(sessions: SessionStore, t: Time,
+                                                   unique_id: str,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A predecessor with our id that stopped heartbeating: we start once its TTL + skew has
+    passed, after one warning, and the write's send time is returned."""
+    old = sessions.start(unique_id, 10)
+    session, sent = await _start(sessions, unique_id, t)
+    assert session.incarnation != old.incarnation and session.worker_id == unique_id
+    assert sent == t.mono()
+    assert sum(t.slept) * 1000 >= TIMING.lease_ms + TIMING.skew_ms
+    assert caplog.text.count("worker id in use by a live session") == 1
+
+
+async def test_a_live_twin_is_refused(sessions: SessionStore, t: Time, unique_id: str) -> None:
+    """A second process with our id that keeps heartbeating: refused after TTL + skew + two
+    heartbeats, not waited for forever."""
+    twin = sessions.start(unique_id, 10)
+    t.on_sleep = lambda: sessions.heartbeat_full(twin, held=0, capacity=10)
+    with pytest.raises(SessionConflict):
+        await _start(sessions, unique_id, t)
+    assert sum(t.slept) * 1000 >= TIMING.lease_ms + TIMING.skew_ms + 2 * TIMING.heartbeat_ms
+
+
+async def test_a_table_that_does_not_answer_is_retried(sessions: SessionStore, t: Time,
+                                                       unique_id: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """StoreUnavailable (throttled, timed out) twice, then the start lands: retried with a
+    jittered pause of about a heartbeat (at most a second), never raised."""
+    start, calls = sessions.start, []
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        if len(calls) <= 2:
+            raise StoreUnavailable("PutItem", "throttled")
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(sessions, "start", flaky)
+    session, _ = await _start(sessions, unique_id, t)
+    assert session.worker_id == unique_id and len(calls) == 3
+    assert t.slept == [1.0, 1.0]  # min(1 s, heartbeat) x (0.5 + 0.5)
