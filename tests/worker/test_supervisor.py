@@ -14,6 +14,7 @@ from holdfast.core.table import delete_stream, set_desired_state
 from holdfast.worker.claimer import Claimer
 from holdfast.worker.handler import Message
 from holdfast.worker.holdings import CLAIM_LAG_LIMIT_MS
+from holdfast.worker.orders import OrderInbox
 from holdfast.worker.supervisor import Supervisor
 from tests.conftest import client_for
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
@@ -149,6 +150,26 @@ async def test_the_session_names_the_workers_version(fleet: Fleet) -> None:
         await async_wait_until(lambda: run.worker.owner is not None, 10, "a session")
         item = fleet.sessions().get(run.worker.worker_id)
         assert item is not None and item.version == "hf:7"
+
+
+async def test_a_slow_order_queue_creation_does_not_fence_a_new_session(
+        fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The order queue's creation takes longer than the session's usable window (a new
+    process's first SQS call on a loaded machine): the heartbeat runs meanwhile, so the
+    session is kept, not fenced and started again."""
+    create = OrderInbox._create
+
+    async def slow_create(inbox: OrderInbox, owner: str) -> bool:
+        await asyncio.sleep(3.0)  # past the fence: lease 3 s - skew 0.3 - margin 0.3 = 2.4 s
+        return await create(inbox, owner)
+
+    monkeypatch.setattr(OrderInbox, "_create", slow_create)
+    async with running_worker(fleet, Recorder()) as run:
+        await async_wait_until(lambda: run.worker.inbox is not None and run.worker.inbox.url,
+                               10, "the order queue")
+        owner = run.worker.owner
+        await asyncio.sleep(1.0)  # a heartbeat after it
+        assert run.worker.owner == owner and run.worker.counts["sessions_lost"] == 0
 
 
 async def test_poison_and_conflicting_nudges_are_deleted(
