@@ -191,7 +191,7 @@ class SessionKeeper:
                 # has stopped without a release we can trust, so this incarnation must never be
                 # renewed again; a new one reaps it once its TTL has passed.
                 logger.error("session fenced: no heartbeat landed in time", owner=session.owner,
-                             late_ms=sent - fence)
+                             late_ms=sent - fence, since_renewed_ms=self._since_renewed(sent))
                 self._lost(session, SessionLost(session.worker_id, session.incarnation,
                                                 "fenced: not renewed within TTL - skew - margin"))
                 return
@@ -209,7 +209,7 @@ class SessionKeeper:
                 # error, no timeout of its own) is not a run of refused ones.
                 logger.error("session heartbeat cut off at the fence: no answer",
                              owner=session.owner, in_flight_ms=self._failed_mono_ms - sent,
-                             attempts=failures)
+                             attempts=failures, since_renewed_ms=self._since_renewed(sent))
                 continue  # at the fence: handled above
             except SessionLost as lost:
                 self.last_ok_mono_ms = sent
@@ -233,6 +233,11 @@ class SessionKeeper:
                 continue
             self._renewed(session, beat, sent)
             return
+
+    def _since_renewed(self, sent: int) -> int | None:
+        """How long before ``sent`` the last renewal (or the start) was sent: an attempt that
+        began late (the thread waited) is told apart from one that hung."""
+        return None if self.last_ok_mono_ms is None else sent - self.last_ok_mono_ms
 
     def _loop_stuck(self, now: int) -> bool:
         stale_ms = max(0, now - self.clock.stamp_ms)

@@ -95,7 +95,7 @@ async def test_a_throttled_heartbeat_is_retried_before_the_fence() -> None:
 async def test_a_hanging_heartbeat_is_cut_off_at_the_fence(
         caplog: pytest.LogCaptureFixture) -> None:
     """A call that would answer after the fence is abandoned at the fence, said so with how
-    long it hung: the session fences."""
+    long it hung and how long after the last renewal it was sent: the session fences."""
     lost: list[SessionLost] = []
     keeper = _keeper(Store(hang_s=2.0), lost)
     keeper.fence_mono_ms = monotonic_ms() + 300
@@ -104,6 +104,7 @@ async def test_a_hanging_heartbeat_is_cut_off_at_the_fence(
     assert time.monotonic() - t0 < 2.0
     cut = [r for r in caplog.records if "cut off at the fence" in r.getMessage()]
     assert len(cut) == 1 and 250 <= getattr(cut[0], "in_flight_ms", -1) < 2000
+    assert getattr(cut[0], "since_renewed_ms", None) is not None  # sent late, or hung?
     assert not lost  # the fence watcher stops the streams first (fenced, not lost)
     await _beat(keeper)  # the next heartbeat, past the fence, ends the incarnation
     assert len(lost) == 1 and "fenced" in lost[0].why
