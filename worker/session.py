@@ -100,6 +100,7 @@ class SessionKeeper:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
     _lost_task: asyncio.Future[None] | None = None
+    _thread: threading.Thread | None = None  # the keep-alive thread (``begin``)
 
     def started(self, session: Session, sent_mono_ms: int) -> None:
         """A new incarnation was written at ``sent_mono_ms`` (on the loop)."""
@@ -121,13 +122,21 @@ class SessionKeeper:
             self._snapshot = (self.held(), self.load() if self.load is not None else None)
         self.clock.stamp()
 
-    async def run(self) -> None:
-        """Run the keep-alive thread and publish the loop's stamp until cancelled."""
+    def begin(self) -> None:
+        """Start the keep-alive thread now (on the loop) unless it runs: at the session's
+        start, before the rest of the worker's start; ``run`` then stamps the loop."""
         self._loop = asyncio.get_running_loop()
-        self._stop.clear()
-        self.publish()
-        thread = threading.Thread(target=self.keep_alive, name="holdfast-session", daemon=True)
-        thread.start()
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self.publish()
+            self._thread = threading.Thread(target=self.keep_alive, name="holdfast-session",
+                                            daemon=True)
+            self._thread.start()
+
+    async def run(self) -> None:
+        """Run the keep-alive thread (``begin``) and publish the loop's stamp until
+        cancelled."""
+        self.begin()
         try:
             ticks = 0
             while True:

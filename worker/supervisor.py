@@ -169,16 +169,15 @@ class Supervisor:
                 on_lost=self._session_lost, mono=self.mono, clock=self.loop_clock,
                 load=self.balancing.load, on_beat=self.balancing.update)
         self.keeper.started(session, sent)
+        # Renewed from now on, before the rest of the start: the session's fence counts from
+        # its start write, and a new process's first SQS call (the order queue's creation)
+        # took seconds on a loaded machine (a worker fenced itself 1.25 s after its start,
+        # its first heartbeat sent 0.25 s before the fence).
+        self.keeper.begin()
         self.owner = session.owner
+        if self.inbox is not None:
+            await self.inbox.open(session.owner)
         logger.info("session started", worker_id=self.worker_id, owner=session.owner)
-
-    async def _open_inbox(self) -> None:
-        """Our session's order queue. Only once the heartbeat runs: the session's fence counts
-        from its start write, and a new process's first SQS call took seconds on a loaded
-        machine (a worker fenced itself 1.25 s after its start, its first heartbeat left 0.25
-        s before the fence)."""
-        if self.inbox is not None and self.owner is not None:
-            await self.inbox.open(self.owner)
 
     def _order(self, order: Order) -> bool:
         """Carry out an order (stop, release): the holder stops delivering and releases the
@@ -215,7 +214,6 @@ class Supervisor:
         await wait_tasks(self.tasks, 5.0)
         if not self.stopping:
             await self._start_session()
-            await self._open_inbox()
 
     # -- the service loops --------------------------------------------------------------------
     async def _guard(self, name: str, coro: _Loop) -> None:
@@ -272,16 +270,15 @@ class Supervisor:
                     heartbeat_ms=cfg.heartbeat_ms, renew_mode=cfg.renew_mode,
                     checkpoint_ms=cfg.checkpoint_ms, owner=self.owner)
         async with asyncio.TaskGroup() as tg:
+            claiming = [tg.create_task(self._guard(name, loop))
+                        for name, loop in self._claiming_loops(claimer)]
             keeping: list[tuple[str, _Loop | None]] = [
-                ("session", keeper.run), ("checkpoints", self.checkpointer.run),
+                ("checkpoints", self.checkpointer.run), ("session", keeper.run),
                 ("fence", self.checkpointer.fence_watch), ("metrics", self._metrics_loop),
                 ("orders", self.inbox.run if self.inbox is not None else None),
                 ("handoffs", self.handoffs.run if self.handoffs is not None else None),
                 ("health", health.run if health is not None else None)]
             keep = [tg.create_task(self._guard(name, loop)) for name, loop in keeping if loop]
-            await self._open_inbox()  # with the heartbeat running (``_open_inbox``)
-            claiming = [tg.create_task(self._guard(name, loop))
-                        for name, loop in self._claiming_loops(claimer)]
             if watchdog is not None:
                 watchdog.start()
             await shutdown_trigger()
