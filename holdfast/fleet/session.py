@@ -6,12 +6,11 @@ that no child died unexpectedly. Scenarios are plain sequential code on top of `
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from holdfast.cli.fleetstate import sessions_by_worker
 from holdfast.cli.ops import scan_all
@@ -29,29 +28,10 @@ from holdfast.fleet.view import Snapshot, View
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["INSERT_SPREAD_MAX_S", "Interrupted", "Session", "insert_groups", "stream_url"]
+__all__ = ["Interrupted", "Session", "stream_url"]
 
 _STYLE = {"claimed": "green", "moved": "cyan", "released": "yellow", "expired": "red",
           "removed": "magenta", "action": "bold", "crash": "bold red"}
-
-
-# A run's streams are inserted with pauses between them, so that each nudge wakes a different
-# waiting poller (the streams spread over the workers instead of one receive taking ten), but
-# the pauses last this long in all at most: one at a time, each pause at least a table scan,
-# 1,000 streams took about four minutes to insert (2-5 a second by the end).
-INSERT_SPREAD_MAX_S: Final = 10.0
-
-
-def insert_groups(count: int, spread_s: float, max_s: float = INSERT_SPREAD_MAX_S) -> list[int]:
-    """How many of ``count`` streams to insert before each pause of ``spread_s``: one at a time
-    while the pauses fit in ``max_s``, else as evenly as can be, in as many groups as fit."""
-    if count <= 0:
-        return []
-    if spread_s <= 0:
-        return [count]
-    groups = min(count, 1 + int(max_s / spread_s))
-    size, extra = divmod(count, groups)
-    return [size + (1 if i < extra else 0) for i in range(groups)]
 
 
 def _started(log: Path) -> bool:
@@ -146,13 +126,13 @@ class Session:
 
     def create_streams_named(self, ids: list[str], base_url: str,
                              spread_s: float = 0.0) -> list[str]:
-        left = iter(ids)
-        for n, size in enumerate(insert_groups(len(ids), spread_s)):
-            if n:
-                self.sleep(spread_s)  # ``INSERT_SPREAD_MAX_S``
-            for conn_id in itertools.islice(left, size):
-                # Exactly what a user does: insert a STARTED item with the seed attributes.
-                create_stream(self.ddb, self.table, conn_id, stream_url(base_url, conn_id))
+        for n, conn_id in enumerate(ids):
+            if n and spread_s:
+                # One at a time: each nudge wakes a different waiting poller, so the streams
+                # spread over the workers instead of one receive taking a batch of ten.
+                self.sleep(spread_s)
+            # Exactly what a user does: insert a STARTED item with the seed attributes.
+            create_stream(self.ddb, self.table, conn_id, stream_url(base_url, conn_id))
         return ids
 
     def tick(self) -> None:
