@@ -101,6 +101,7 @@ class SessionKeeper:
     _stop: threading.Event = field(default_factory=threading.Event)
     _lost_task: asyncio.Future[None] | None = None
     _thread: threading.Thread | None = None  # the keep-alive thread (``begin``)
+    _generation: int = 0  # of the keep-alive thread that may beat
 
     def started(self, session: Session, sent_mono_ms: int) -> None:
         """A new incarnation was written at ``sent_mono_ms`` (on the loop)."""
@@ -126,12 +127,18 @@ class SessionKeeper:
         """Start the keep-alive thread now (on the loop) unless it runs: at the session's
         start, before the rest of the worker's start; ``run`` then stamps the loop."""
         self._loop = asyncio.get_running_loop()
-        if self._thread is None or not self._thread.is_alive():
-            self._stop.clear()
-            self.publish()
-            self._thread = threading.Thread(target=self.keep_alive, name="holdfast-session",
-                                            daemon=True)
-            self._thread.start()
+        running = self._thread is not None and self._thread.is_alive()
+        if running and not self._stop.is_set():
+            return
+        # None yet, or one told to stop (``run`` ended: a crash its guard restarts) that may
+        # still be in its last beat: a new one, and the old one ends after that beat (one
+        # keep-alive at a time: each is a write per period).
+        self._generation += 1
+        self._stop.clear()
+        self.publish()
+        self._thread = threading.Thread(target=self.keep_alive, args=(self._generation,),
+                                        name="holdfast-session", daemon=True)
+        self._thread.start()
 
     async def run(self) -> None:
         """Run the keep-alive thread (``begin``) and publish the loop's stamp until
@@ -154,9 +161,10 @@ class SessionKeeper:
         self._stop.set()
 
     # -- the keep-alive thread --------------------------------------------------------------------
-    def keep_alive(self) -> None:
-        """Heartbeat every period until ``run`` ends (the keep-alive thread's body)."""
-        while not self._stop.is_set():
+    def keep_alive(self, generation: int = 0) -> None:
+        """Heartbeat every period until ``run`` ends or a newer keep-alive began (the thread's
+        body)."""
+        while not self._stop.is_set() and generation == self._generation:
             started = self.mono()
             self.beat()
             # The next one is a period after the attempt that landed: a heartbeat that needed

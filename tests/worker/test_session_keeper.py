@@ -144,6 +144,33 @@ async def test_the_heartbeat_keeps_time_while_the_loop_is_blocked() -> None:
     keeper.executor.shutdown(wait=False)
 
 
+async def test_heartbeats_begin_before_run_and_go_on_after_a_restart() -> None:
+    """``begin`` (the session's start) beats at once, before ``run``; ``run`` adds no second
+    thread; a ``run`` ended and started again (a crash its guard restarts) while its thread is
+    in a beat goes on beating, with one keep-alive thread."""
+    lost: list[SessionLost] = []
+    store = Store(hang_s=0.06)  # a thread is mostly inside a call
+    keeper = _keeper(store, lost, FAST)
+    keeper.begin()
+    await asyncio.sleep(0.15)
+    assert store.calls >= 1  # before any ``run``
+    thread = keeper._thread
+    task = asyncio.create_task(keeper.run())
+    await asyncio.sleep(0.05)
+    assert keeper._thread is thread
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    task = asyncio.create_task(keeper.run())  # restarted at once
+    await asyncio.sleep(0.05)
+    calls = store.calls
+    await asyncio.sleep(0.3)
+    assert store.calls >= calls + 2 and not lost
+    assert thread is not None and not thread.is_alive()  # one keep-alive: the old one ended
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    keeper.executor.shutdown(wait=False)
+
+
 async def test_a_loop_silent_past_the_bound_is_no_longer_renewed() -> None:
     """No publish for longer than the bound: the keep-alive stops renewing, the fence passes."""
     lost: list[SessionLost] = []
