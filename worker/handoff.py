@@ -48,7 +48,7 @@ from holdfast.worker.balancing import HANDOFF, SHED
 from holdfast.worker.held import SHUTDOWN
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.prefetch import Prefetched
-from holdfast.worker.stopping import WARM_PACE_AFTER_MS, beyond_warm_reach, warm_slots
+from holdfast.worker.stopping import warm_pace
 from holdfast.worker.warmups import WarmUps
 
 if TYPE_CHECKING:
@@ -114,10 +114,10 @@ class Handoffs:
     async def offer_at_stop(self, conns: list[Connection], successor: Callable[[], str | None],
                             *, until_ms: int, at_once: int) -> list[Connection]:
         """A stop: offer ``conns`` warm to the successors the decider named, ``at_once`` in
-        flight (more if the pace needs them, ``stopping.warm_slots``), the next as one ends,
+        flight (more if the pace needs them, ``stopping.warm_pace``), the next as one ends,
         until ``until_ms`` (monotonic). A stream that cannot go
         warm is drained for its named successor at once, and so is the queue's tail that the
-        offers will not reach at their pace (``stopping.beyond_warm_reach``). Returns those
+        offers will not reach at their pace (``stopping.warm_pace``). Returns those
         not reached (the caller drains them): each waits delivering, so waiting is no gap."""
         left = list(reversed(conns))
         t0 = last = self.mono()
@@ -125,19 +125,17 @@ class Handoffs:
         while left and self.mono() < until_ms:
             now = self.mono()
             slot_ms, last = slot_ms + (now - last) * at_once, now
-            if now - t0 >= WARM_PACE_AFTER_MS:  # the phase has a pace
-                wider = warm_slots(len(left), started, slot_ms, until_ms - now, at_once)
-                if wider > at_once:
-                    logger.info("stop: more warm handoffs at once, to reach the queue in time",
-                                at_once=wider, waiting=len(left))
-                    at_once = wider
-                # The tail the offers will not reach in time is drained now, not at the
-                # phase's end.
-                for _ in range(beyond_warm_reach(len(left), started, slot_ms, until_ms - now,
-                                                 at_once)):
-                    tail = left.pop(0)
-                    if not (tail.ended or tail.held.stopping or tail.conn_id in self.offers):
-                        tail.drain_to(successor(), SHUTDOWN)
+            wider, beyond = warm_pace(now - t0, len(left), started, slot_ms, until_ms - now,
+                                      at_once=at_once)
+            if wider > at_once:
+                logger.info("stop: more warm handoffs at once, to reach the queue in time",
+                            at_once=wider, waiting=len(left))
+                at_once = wider
+            # The tail the offers will not reach in time is drained now, not at the phase's end.
+            for _ in range(beyond):
+                tail = left.pop(0)
+                if not (tail.ended or tail.held.stopping or tail.conn_id in self.offers):
+                    tail.drain_to(successor(), SHUTDOWN)
             if not left:
                 break
             if len(self.offers) >= at_once:

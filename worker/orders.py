@@ -78,6 +78,9 @@ class OrderInbox:
     # Set when the queue being read is replaced (a new incarnation's) or closed: the long poll
     # of the old one is left to end in its thread (see ``_receive``).
     _replaced: asyncio.Event = field(default_factory=asyncio.Event)
+    # The creation in flight and its owner: ``open`` and ``run`` (which sees no URL while
+    # ``open`` waits on SQS) share one CreateQueue instead of racing two.
+    _creating: tuple[str, asyncio.Future[bool]] | None = None
 
     async def _io(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
         # A daemon thread of its own per call: a 20 s long poll must neither hold up a claim
@@ -92,6 +95,15 @@ class OrderInbox:
         return await self._create(owner)
 
     async def _create(self, owner: str) -> bool:
+        """Create ``owner``'s queue, or wait for the creation already in flight for it."""
+        pending = self._creating
+        if pending is None or pending[0] != owner or pending[1].done():
+            pending = (owner, asyncio.ensure_future(self._create_now(owner)))
+            self._creating = pending
+        # Shielded: a cancelled reader must not cancel the creation the other one awaits.
+        return await asyncio.shield(pending[1])
+
+    async def _create_now(self, owner: str) -> bool:
         name = order_queue_name(self.prefix, owner)
         try:
             resp = await self._io(self.sqs.create_queue, QueueName=name,

@@ -2,9 +2,9 @@
 
 1. hand streams over warm to the successors the decider named (make-before-break,
    ``worker.handoff``), a few at a time (``warm_at_once``: the fewest that fit the warm phase;
-   more as the pace needs, ``warm_slots``), each delivering until its turn, for as long as an
-   offer can still end before the drain deadline (``DRAIN_SHARE`` of the budget); the streams
-   at the queue's end that the offers will not reach at their pace so far
+   more as the pace needs once it has one, ``warm_pace``), each delivering until its turn, for
+   as long as an offer can still end before the drain deadline (``DRAIN_SHARE`` of the
+   budget); the streams at the queue's end that the offers will not reach at their pace so far
    (``beyond_warm_reach``) go to step 2 at once;
 2. drain the rest: the handler call in flight finishes, the connection closes, then the lease
    is released with its final checkpoint, naming the successor if there is one
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["DRAIN_SHARE", "GOODBYE_S", "RELEASES_SETTLE_S", "WARM_AT_ONCE_AIM",
            "WARM_AT_ONCE_AT_STOP", "WARM_AT_ONCE_LEAST", "WARM_CYCLE_MS", "WARM_PACE_AFTER_MS",
            "WARM_REACH_SLACK", "WARM_SLOTS_AIM", "beyond_warm_reach", "goodbye", "goodbye_s",
-           "stop_streams", "wait_tasks", "warm_at_once", "warm_slots"]
+           "stop_streams", "wait_tasks", "warm_at_once", "warm_pace", "warm_slots"]
 
 logger = Logger(service="holdfast-worker", child=True)
 
@@ -108,9 +108,8 @@ def beyond_warm_reach(waiting: int, offered: int, slot_ms: int, left_ms: int, at
     will reach before the warm phase ends, at the pace so far per offer in flight
     (``offered`` begun in ``slot_ms``, as ``warm_slots``: a new one begins as one ends, so
     after the first ``at_once`` this is the pace they end at) with ``WARM_REACH_SLACK``, for
-    the ``at_once`` slots: those are drained and released now, not at the phase's end. The
-    caller asks only once the phase has a pace (``WARM_PACE_AFTER_MS``: the phase's first
-    offers, all begun at once, would make it look slow)."""
+    the ``at_once`` slots: those are drained and released now, not at the phase's end. Asked
+    only once the phase has a pace (``warm_pace``)."""
     if offered <= 0 or slot_ms <= 0 or left_ms <= 0:
         return 0
     reach = at_once * _slot_reach(slot_ms / offered, left_ms, WARM_REACH_SLACK)
@@ -138,6 +137,19 @@ def warm_slots(waiting: int, offered: int, slot_ms: int, left_ms: int, at_once: 
         return at_once
     need = math.ceil(waiting / _slot_reach(slot_ms / offered, left_ms, WARM_SLOTS_AIM))
     return max(at_once, min(WARM_AT_ONCE_AT_STOP, need))
+
+
+def warm_pace(elapsed_ms: int, waiting: int, offered: int, slot_ms: int, left_ms: int, *,
+              at_once: int) -> tuple[int, int]:
+    """A stop's warm phase, ``elapsed_ms`` in: the warm offers to keep in flight
+    (``warm_slots``) and how many of the queue's last streams to drain now
+    (``beyond_warm_reach``, for that many slots). Nothing changes before
+    ``WARM_PACE_AFTER_MS``: the phase's first offers, all begun at once, would make it look
+    slow, and a stream drained early that an offer would have reached loses its warm handoff."""
+    if elapsed_ms < WARM_PACE_AFTER_MS:
+        return at_once, 0
+    wider = warm_slots(waiting, offered, slot_ms, left_ms, at_once)
+    return wider, beyond_warm_reach(waiting, offered, slot_ms, left_ms, wider)
 
 
 def goodbye_s(budget_s: float) -> float:

@@ -150,25 +150,31 @@ async def test_worker_stops_on_a_queued_order_long_before_its_heartbeat(
     assert not queue_exists(fleet.sqs, order_queue_name(prefix, owner))
 
 
-class SlowDeletes:
-    """The SQS client, its deletes taking ``delay_s`` (a slow or busy SQS endpoint)."""
+class SlowCalls:
+    """The SQS client, the calls named in ``delays`` taking that long (a slow or busy SQS
+    endpoint); ``calls`` counts them."""
 
-    def __init__(self, sqs: Any, delay_s: float) -> None:
-        self._sqs, self.delay_s = sqs, delay_s
+    def __init__(self, sqs: Any, **delays: float) -> None:
+        self._sqs, self.delays = sqs, delays
+        self.calls: dict[str, int] = dict.fromkeys(delays, 0)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._sqs, name)
+        if name not in self.delays:
+            return getattr(self._sqs, name)
 
-    def delete_message_batch(self, **kwargs: Any) -> Any:
-        time.sleep(self.delay_s)
-        return self._sqs.delete_message_batch(**kwargs)
+        def slow(**kwargs: Any) -> Any:
+            self.calls[name] += 1
+            time.sleep(self.delays[name])
+            return getattr(self._sqs, name)(**kwargs)
+        return slow
 
 
 async def test_a_slow_delete_does_not_hold_up_the_next_message(sqs: Any, unique_id: str) -> None:
     """The next receive does not wait for the last one's delete: a handoff's next step lands
     in the same instant, and the delete's latency was in every handoff's gap."""
     prefix, owner, taken = f"{unique_id}-o-", "w4#abc123", []
-    async with inbox_running(SlowDeletes(sqs, 2.0), prefix, owner, taken) as inbox:
+    slow = SlowCalls(sqs, delete_message_batch=2.0)
+    async with inbox_running(slow, prefix, owner, taken) as inbox:
         assert inbox.url is not None
         sqs.send_message(QueueUrl=inbox.url, MessageBody=Order.stop("c1").body(owner))
         await async_wait_until(lambda: taken, 5, "the first order")
@@ -176,6 +182,33 @@ async def test_a_slow_delete_does_not_hold_up_the_next_message(sqs: Any, unique_
         sqs.send_message(QueueUrl=inbox.url, MessageBody=Order.stop("c2").body(owner))
         await async_wait_until(lambda: len(taken) == 2, 5, "the second order")
         assert time.monotonic() - t0 < 1.0  # well before the first delete returned
+
+
+async def test_the_reader_waits_for_opens_queue_creation_instead_of_sending_its_own(
+        sqs: Any, unique_id: str) -> None:
+    """A reader already running while ``open`` creates the queue shares that CreateQueue."""
+    prefix, owner = f"{unique_id}-o-", "w6#abc123"
+    taken: list[Order] = []
+
+    def stop(order: Order) -> bool:
+        taken.append(order)
+        return True
+
+    slow: Any = SlowCalls(sqs, create_queue=0.6)
+    inbox = OrderInbox(slow, prefix, stop, wait_s=1)
+    task = asyncio.create_task(inbox.run())
+    try:
+        await asyncio.sleep(0.3)  # the reader waits for an owner
+        assert await inbox.open(owner)
+        assert inbox.url is not None
+        sqs.send_message(QueueUrl=inbox.url, MessageBody=Order.stop("c1").body(owner))
+        await async_wait_until(lambda: taken, 5, "the order")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await inbox.close()
+    assert slow.calls["create_queue"] == 1
 
 
 async def test_a_bundle_is_acted_on_message_by_message(sqs: Any, unique_id: str) -> None:

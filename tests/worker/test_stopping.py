@@ -16,6 +16,7 @@ from holdfast.worker.stopping import (
     goodbye,
     goodbye_s,
     warm_at_once,
+    warm_pace,
     warm_slots,
 )
 
@@ -69,6 +70,15 @@ def test_a_slow_pace_adds_warm_offers_up_to_the_most() -> None:
     assert warm_slots(60, 6, 6_000, 6_000, 6) == 15
     assert warm_slots(900, 6, 6_000, 1_000, 6) == WARM_AT_ONCE_AT_STOP
     assert warm_slots(10, 6, 6_000, 6_000, 12) == 12
+
+
+def test_the_warm_phase_keeps_its_slots_and_queue_until_it_has_a_pace() -> None:
+    """0.4 s into a stop whose first 20 offers have not ended (a pace that reaches 98 of 900
+    waiting): 20 at once and nothing drained; from 0.5 s on: the most and the tail beyond."""
+    assert warm_pace(400, 900, 20, 20 * 400, 1_300, at_once=20) == (20, 0)
+    assert WARM_AT_ONCE_AT_STOP == 20
+    assert warm_pace(500, 900, 20, 20 * 500, 1_300, at_once=20) == (20, 802)
+    assert warm_pace(500, 60, 6, 6_000, 6_000, at_once=6) == (15, 0)
 
 
 def test_the_goodbye_keeps_a_tenth_of_a_short_budget() -> None:
