@@ -27,7 +27,8 @@ def render(result: SoakResult) -> list[str]:
              f"actions {s.get('actions')}, DynamoDB fault windows {s.get('faults')}",
              f"re-own gaps {s.get('reown_gaps_ms')} (bound {s.get('reown_bound_ms')} ms + fault "
              f"extensions), stop closes {s.get('stop_close_ms')}, stale connections of paused "
-             f"workers {s.get('stale_connections_of_paused_workers')}, skewed worker's clock "
+             f"workers {s.get('stale_connections_of_paused_workers')}, handler calls a pause "
+             f"caught in flight {s.get('handler_calls_across_pauses')}, skewed worker's clock "
              f"lead seen in its writes {s.get('skewed_worker_w2_max_lead_ms')} ms"]
     for cid, sample in sorted(result.hostile.items()):
         lines.append(f"  bad input {cid!r}: status={sample.get('status')} "

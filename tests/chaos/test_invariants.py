@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from holdfast.chaos.evidence import Action, ConnSpan, Evidence, Sample
-from holdfast.chaos.invariants import Limits, check
+from holdfast.chaos.invariants import IN_FLIGHT_WAKE_MS, Limits, check
 from holdfast.chaos.proxy import FaultWindow
 from holdfast.chaos.timeline import timeline
 from holdfast.fleet.recorder import Handled
@@ -75,6 +75,23 @@ def test_paused_worker_connection_is_stale_but_handling_is_not() -> None:
     verdict = check(ev, LIMITS, until_ms=T0 + 3000)
     assert verdict.ok and verdict.stats["stale_connections_of_paused_workers"] == 1
     ev.handled.append(Handled("c1", 9, "A", T0 + 2450))
+    assert kinds(ev) == ["handling-overlap"]
+
+
+def test_a_call_a_pause_caught_in_flight_is_counted_once_not_a_violation() -> None:
+    """A paused after the fence check of seq 10, before its handler ran: the call is recorded
+    when A wakes, while B holds the stream; counted, once. A second record after the wake,
+    or one later than ``IN_FLIGHT_WAKE_MS``, was handled after it: a violation."""
+    ev = clean()
+    ev.conns[0] = _span(0, "A", T0, T0 + 2410)
+    ev.actions = [Action(T0 + 105, "sigstop", "A"), Action(T0 + 2400, "sigcont", "A")]
+    ev.handled.append(Handled("c1", 10, "A", T0 + 2400))
+    verdict = check(ev, LIMITS, until_ms=T0 + 3000)
+    assert verdict.ok, verdict.violations
+    assert verdict.stats["handler_calls_across_pauses"] == 1
+    ev.handled.append(Handled("c1", 11, "A", T0 + 2401))
+    assert kinds(ev) == ["handling-overlap"]
+    ev.handled[-2:] = [Handled("c1", 10, "A", T0 + 2400 + IN_FLIGHT_WAKE_MS + 1)]
     assert kinds(ev) == ["handling-overlap"]
 
 
