@@ -152,14 +152,15 @@ def calls_across_pauses(handled: list[Handled], pauses: dict[str, list[tuple[int
             seen: set[str] = set()
             for i in order:
                 h = handled[i]
+                if h.wall_ms > end + IN_FLIGHT_WAKE_MS:
+                    break  # in time order: nothing later can be this pause's
                 if h.worker_id != worker or h.conn_id in seen:
                     continue
                 if h.wall_ms <= start:
                     last[h.conn_id] = h.seq
                     continue
                 seen.add(h.conn_id)  # only the first record after the pause began
-                if (h.wall_ms <= end + IN_FLIGHT_WAKE_MS and h.conn_id in last
-                        and last[h.conn_id] <= h.seq <= last[h.conn_id] + 1):
+                if h.conn_id in last and last[h.conn_id] <= h.seq <= last[h.conn_id] + 1:
                     out.add(i)
     return out
 
