@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,15 +20,18 @@ from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
 from tests.worker.helpers import Recorder, item_attr, running_worker
 
 
-@asynccontextmanager
-async def inbox_running(sqs: Any, prefix: str, owner: str,
-                        taken: list[Order]) -> AsyncIterator[OrderInbox]:
+def taking(taken: list[Order]) -> Callable[[Order], bool]:
+    """A ``stop_stream`` that appends each order to ``taken`` and says it was carried out."""
     def stop(order: Order) -> bool:
         taken.append(order)
         return True
+    return stop
 
-    inbox = OrderInbox(sqs, prefix, stop, wait_s=1)
-    assert await inbox.open(owner)
+
+@asynccontextmanager
+async def reading(inbox: OrderInbox) -> AsyncIterator[OrderInbox]:
+    """``inbox.run()`` as a task for the block; then cancelled (it ends no other way) and the
+    queue deleted."""
     task = asyncio.create_task(inbox.run())
     try:
         yield inbox
@@ -37,6 +40,15 @@ async def inbox_running(sqs: Any, prefix: str, owner: str,
         with pytest.raises(asyncio.CancelledError):
             await task
         await inbox.close()
+
+
+@asynccontextmanager
+async def inbox_running(sqs: Any, prefix: str, owner: str,
+                        taken: list[Order]) -> AsyncIterator[OrderInbox]:
+    inbox = OrderInbox(sqs, prefix, taking(taken), wait_s=1)
+    assert await inbox.open(owner)
+    async with reading(inbox):
+        yield inbox
 
 
 def queue_exists(sqs: Any, name: str) -> bool:
@@ -96,25 +108,14 @@ async def test_a_new_incarnations_queue_is_read_at_once(sqs: Any, unique_id: str
     """After a new session (a fenced worker's next incarnation), orders on the new queue are
     read at once, not after the old queue's long poll ends (a deletion does not end it)."""
     prefix, taken = f"{unique_id}-o-", []
-
-    def stop(order: Order) -> bool:
-        taken.append(order)
-        return True
-
-    inbox = OrderInbox(sqs, prefix, stop, wait_s=20)
+    inbox = OrderInbox(sqs, prefix, taking(taken), wait_s=20)
     assert await inbox.open("w5#old000000001")
-    task = asyncio.create_task(inbox.run())
-    try:
+    async with reading(inbox):
         await asyncio.sleep(0.3)  # the old queue's 20 s poll is in flight
         assert await inbox.open("w5#new000000002")
         assert inbox.url is not None
         sqs.send_message(QueueUrl=inbox.url, MessageBody=Order.stop("c9").body("w5#new000000002"))
         await async_wait_until(lambda: taken, 3, "the new incarnation's order")
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await inbox.close()
     assert taken == [Order.stop("c9")]
 
 
@@ -189,25 +190,13 @@ async def test_the_reader_waits_for_opens_queue_creation_instead_of_sending_its_
     """A reader already running while ``open`` creates the queue shares that CreateQueue."""
     prefix, owner = f"{unique_id}-o-", "w6#abc123"
     taken: list[Order] = []
-
-    def stop(order: Order) -> bool:
-        taken.append(order)
-        return True
-
     slow: Any = SlowCalls(sqs, create_queue=0.6)
-    inbox = OrderInbox(slow, prefix, stop, wait_s=1)
-    task = asyncio.create_task(inbox.run())
-    try:
+    async with reading(OrderInbox(slow, prefix, taking(taken), wait_s=1)) as inbox:
         await asyncio.sleep(0.3)  # the reader waits for an owner
         assert await inbox.open(owner)
         assert inbox.url is not None
         sqs.send_message(QueueUrl=inbox.url, MessageBody=Order.stop("c1").body(owner))
         await async_wait_until(lambda: taken, 5, "the order")
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await inbox.close()
     assert slow.calls["create_queue"] == 1
 
 
