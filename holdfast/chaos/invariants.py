@@ -11,8 +11,9 @@ Tolerances, and why:
 - handling overlap: none beyond the recorder's 1 ms resolution (both sides read one clock),
   except one call per stream of a worker SIGSTOPped in the middle of it: the fence was checked
   before the pause, the call goes on when the process wakes, and the recorder stamps it then.
-  Only a record within ``IN_FLIGHT_WAKE_MS`` of the SIGCONT, of the seq after the worker's last
-  one (or that seq again) is taken for it; any other record after the wake is a violation;
+  Only a record within ``IN_FLIGHT_WAKE_MS`` of the SIGCONT (``holdfast.chaos.pauses``), of
+  the seq after the worker's last one (or that seq again) is taken for it; any other record
+  after the wake is a violation;
 - re-ownership: measured from the moment the lease ended (its expiry, or the release write),
   or, for a stream owned by a session that is not live (stranded: DEAD, ENDED, replaced, silent
   past its TTL, or no session item), from when that owner stopped being live (the sampler's
@@ -37,20 +38,16 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from holdfast.chaos.evidence import Action, ConnSpan, Evidence, Sample
+from holdfast.chaos.evidence import ConnSpan, Evidence, Sample
+from holdfast.chaos.pauses import calls_across_pauses, paused_at, pauses_of
 from holdfast.chaos.proxy import FaultWindow
 from holdfast.core.handoff import TAKE_TIMEOUT_MS, WARM_TIMEOUT_MS
-from holdfast.fleet.recorder import Handled
 from holdfast.fleet.report import check_seqs
 
-__all__ = ["IN_FLIGHT_WAKE_MS", "Limits", "Verdict", "Violation", "check", "pauses_of"]
+__all__ = ["Limits", "Verdict", "Violation", "check"]
 
 # A nudge refused as "DynamoDB unavailable" comes back within 4 s (worker.backoff.claim_retry_s).
 NUDGE_RETRY_MS = 4000
-# How soon after its SIGCONT a woken worker's call begun before the pause is recorded: it
-# resumes where it stopped, the recorder's stamp microseconds on (0 ms in the soak that showed
-# it, seed 13), or a CPU slice later on a busy machine.
-IN_FLIGHT_WAKE_MS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,28 +81,6 @@ class Verdict:
         return not self.violations
 
 
-def pauses_of(actions: list[Action]) -> dict[str, list[tuple[int, int]]]:
-    """Worker -> [(SIGSTOP ms, SIGCONT ms)]; a pause never resumed lasts forever."""
-    out: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    started: dict[str, int] = {}
-    for a in sorted(actions, key=lambda a: a.wall_ms):
-        if a.kind == "sigstop":
-            started[a.target] = a.wall_ms
-        elif a.kind in ("sigcont", "sigkill") and a.target in started:
-            out[a.target].append((started.pop(a.target), a.wall_ms))
-    for worker, t in started.items():
-        out[worker].append((t, 2**62))
-    return out
-
-
-def _paused(pauses: dict[str, list[tuple[int, int]]], worker: str, at_ms: int,
-            grace_ms: int) -> tuple[int, int] | None:
-    for start, end in pauses.get(worker, []):
-        if start <= at_ms <= end + grace_ms:
-            return start, end
-    return None
-
-
 def check_conn_overlaps(conns: list[ConnSpan], pauses: dict[str, list[tuple[int, int]]],
                         limits: Limits, verdict: Verdict) -> None:
     by_stream: dict[str, list[ConnSpan]] = defaultdict(list)
@@ -120,7 +95,7 @@ def check_conn_overlaps(conns: list[ConnSpan], pauses: dict[str, list[tuple[int,
                     break
                 # A paused worker cannot close its socket until it runs again: the new owner
                 # may connect during the pause or just after SIGCONT, before the fence closes it.
-                pause = _paused(pauses, a.worker, b.open_ms, limits.resume_grace_ms)
+                pause = paused_at(pauses, a.worker, b.open_ms, limits.resume_grace_ms)
                 if (pause and a.worker != b.worker and a.close_ms is not None
                         and a.close_ms <= pause[1] + limits.resume_grace_ms):
                     stale += 1
@@ -136,33 +111,6 @@ def check_conn_overlaps(conns: list[ConnSpan], pauses: dict[str, list[tuple[int,
                     f"{a.close_ms}) still open when #{b.conn_no} of {b.worker} opened"))
     verdict.stats["stale_connections_of_paused_workers"] = stale
     verdict.stats["handoff_overlaps"] = handoffs
-
-
-def calls_across_pauses(handled: list[Handled], pauses: dict[str, list[tuple[int, int]]],
-                        ) -> set[int]:
-    """Indexes into ``handled`` of the calls a worker began just before a SIGSTOP and that
-    were recorded when it woke (see the module): per worker, stream and pause, the first
-    record after the pause began, if it comes within ``IN_FLIGHT_WAKE_MS`` of the SIGCONT and
-    is the seq after the worker's last record of the stream before the pause, or that seq."""
-    order = sorted(range(len(handled)), key=lambda i: handled[i].wall_ms)
-    out: set[int] = set()
-    for worker, spans in pauses.items():
-        for start, end in spans:
-            last: dict[str, int] = {}
-            seen: set[str] = set()
-            for i in order:
-                h = handled[i]
-                if h.wall_ms > end + IN_FLIGHT_WAKE_MS:
-                    break  # in time order: nothing later can be this pause's
-                if h.worker_id != worker or h.conn_id in seen:
-                    continue
-                if h.wall_ms <= start:
-                    last[h.conn_id] = h.seq
-                    continue
-                seen.add(h.conn_id)  # only the first record after the pause began
-                if h.conn_id in last and last[h.conn_id] <= h.seq <= last[h.conn_id] + 1:
-                    out.add(i)
-    return out
 
 
 def check_handling(ev: Evidence, verdict: Verdict,
@@ -338,7 +286,7 @@ def check_stops(ev: Evidence, limits: Limits, pauses: dict[str, list[tuple[int, 
             deadline = a.wall_ms + limits.heartbeat_ms + limits.slack_ms
             deadline += _fault_extension(ev.faults, a.wall_ms,
                                          limits.heartbeat_ms + limits.slack_ms, 0)
-            pause = _paused(pauses, c.worker, closed, 0) or _paused(
+            pause = paused_at(pauses, c.worker, closed, 0) or paused_at(
                 pauses, c.worker, a.wall_ms, 0)
             if pause:
                 deadline = max(deadline, pause[1] + limits.resume_grace_ms)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from holdfast.chaos.evidence import Action, ConnSpan, Evidence, Sample
-from holdfast.chaos.invariants import IN_FLIGHT_WAKE_MS, Limits, check
+from holdfast.chaos.invariants import Limits, check
+from holdfast.chaos.pauses import IN_FLIGHT_WAKE_MS
 from holdfast.chaos.proxy import FaultWindow
 from holdfast.chaos.timeline import timeline
 from holdfast.fleet.recorder import Handled
