@@ -161,7 +161,7 @@ class SessionKeeper:
         self._stop.set()
 
     # -- the keep-alive thread --------------------------------------------------------------------
-    def keep_alive(self, generation: int = 0) -> None:
+    def keep_alive(self, generation: int) -> None:
         """Heartbeat every period until ``run`` ends or a newer keep-alive began (the thread's
         body)."""
         while not self._stop.is_set() and generation == self._generation:

@@ -157,13 +157,14 @@ async def test_a_slow_order_queue_creation_does_not_fence_a_new_session(
     """The order queue's creation takes longer than the session's usable window (a new
     process's first SQS call on a loaded machine): the heartbeat runs meanwhile, so the
     session is kept, not fenced and started again."""
-    create = OrderInbox._create
+    create = OrderInbox._create_now
 
     async def slow_create(inbox: OrderInbox, owner: str) -> bool:
         await asyncio.sleep(3.0)  # past the fence: lease 3 s - skew 0.3 - margin 0.3 = 2.4 s
         return await create(inbox, owner)
 
-    monkeypatch.setattr(OrderInbox, "_create", slow_create)
+    # The SQS call itself is slow: the reader's and ``open``'s wait share it.
+    monkeypatch.setattr(OrderInbox, "_create_now", slow_create)
     async with running_worker(fleet, Recorder()) as run:
         await async_wait_until(lambda: run.worker.inbox is not None and run.worker.inbox.url,
                                10, "the order queue")
