@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from holdfast.core import rules, unowned
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.model import Lease, LeaseItem
-from holdfast.core.schema import ATTR, STARTED, LeaseStatus
+from holdfast.core.schema import ATTR, LeaseStatus
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import BatchStatementRequestTypeDef
@@ -120,9 +120,11 @@ def _final_checkpoint(seq: int | None) -> _Clauses:
 
 
 def _held_by(lease: Lease, *, started: bool) -> _Clauses:
-    """The fencing pair (owner and epoch are the holder's), and STARTED if ``started``."""
-    pair = ((ATTR.lease_owner, string(lease.owner)), (ATTR.epoch, num(lease.epoch)))
-    return (*pair, (ATTR.desired_state, string(STARTED))) if started else pair
+    """The fencing pair (owner and epoch are the holder's), and STARTED if ``started``: the
+    conditions ``rules`` defines, as clauses."""
+    conditions = rules.fencing_pair(lease.owner, lease.epoch)
+    return tuple((a, string(v) if isinstance(v, str) else num(v))
+                 for a, v in (*conditions, *((rules.STILL_STARTED,) if started else ())))
 
 
 def renew_clauses(lease: Lease, now: int, expires: int | None, seq: int | None) -> WriteClauses:
@@ -212,7 +214,7 @@ def overtaken(lease: Lease, raw: dict[str, Any] | None, expires: int | None,
     and lasts at least as long as this renewal meant: it counts as renewed.
     """
     current = parse_or_none(raw)
-    if current is None or rules.classify_loss(current, lease.owner, lease.epoch) is not None:
+    if current is None or rules.classify_loss(raw, lease.owner, lease.epoch) is not None:
         return None
     stored_exp = current.lease_expires_at_ms or 0
     # A checkpoint-only write (``expires`` None) has no racing twin of ours (the first

@@ -20,7 +20,7 @@ from typing import Any, Final
 from holdfast.core import names, settings
 from holdfast.core.exceptions import ConfigError, LossReason
 from holdfast.core.model import LeaseItem, int_attr, str_attr
-from holdfast.core.schema import ATTR, SessionState
+from holdfast.core.schema import ATTR, STARTED, SessionState
 
 __all__ = [
     "DEFAULT_HEARTBEAT_MS",
@@ -28,6 +28,8 @@ __all__ = [
     "DEFAULT_MARGIN_MS",
     "DEFAULT_SKEW_MS",
     "OUTAGE_TOLERANCE_MS",
+    "STILL_STARTED",
+    "Condition",
     "LeaseTiming",
     "acquire_cutoff_ms",
     "checkpoint_slice",
@@ -37,8 +39,10 @@ __all__ = [
     "classify_loss",
     "default_margin_ms",
     "fence_deadline_mono_ms",
+    "fencing_pair",
     "held_by",
     "is_expired",
+    "meets",
     "next_checkpoint",
     "release_landed",
     "renew_due_mono_ms",
@@ -138,13 +142,16 @@ def claim_blocker(item: LeaseItem, now_wall_ms: int, skew_ms: int,
         LossReason.BACKOFF)
 
 
-def classify_loss(current: LeaseItem | None, owner: str, epoch: int) -> LossReason | None:
-    """Why a renew/release by (owner, epoch) failed, given the item as it is; None: still ours."""
-    if current is None:
+def classify_loss(raw: Mapping[str, Any] | None, owner: str,
+                  epoch: int) -> LossReason | None:
+    """Why a renew/release by (owner, epoch) failed, given the item ``raw`` as it is (a failed
+    condition's old item, or read back): what each of the holder's conditions found; None:
+    still ours."""
+    if raw is None:
         return LossReason.DELETED
-    if current.lease_owner != owner or current.epoch != epoch:
+    if not meets(raw, fencing_pair(owner, epoch)):
         return LossReason.LOST
-    if not current.started:
+    if not meets(raw, (STILL_STARTED,)):
         return LossReason.STOPPED
     return None
 
@@ -158,9 +165,31 @@ def release_landed(raw: Mapping[str, Any], successor: str | None) -> bool:
     return owner is None or (successor is not None and owner == successor)
 
 
+# One condition of a holder's write, (attribute, value): the one definition of what DynamoDB
+# checks (``expressions`` turns these into the write's condition) and of the same judged on an
+# item read back (``meets``), so the two cannot drift apart.
+Condition = tuple[str, str | int]
+
+# The stream is still wanted: a holder's renew and transfer are conditional on it (a release is
+# not: a stopped stream is released all the same).
+STILL_STARTED: Final[Condition] = (ATTR.desired_state, STARTED)
+
+
+def fencing_pair(owner: str, epoch: int) -> tuple[Condition, Condition]:
+    """The fencing pair: every write a holder makes is conditional on the item naming it as
+    owner under this epoch (a take-over by anyone else bumps the epoch)."""
+    return ((ATTR.lease_owner, owner), (ATTR.epoch, epoch))
+
+
+def meets(raw: Mapping[str, Any], conditions: tuple[Condition, ...]) -> bool:
+    """Whether the item ``raw`` has each (attribute, value) of ``conditions``."""
+    return all((str_attr(raw, a) if isinstance(v, str) else int_attr(raw, a)) == v
+               for a, v in conditions)
+
+
 def held_by(raw: Mapping[str, Any], owner: str, epoch: int) -> bool:
     """Whether the item ``raw`` is still held by ``owner`` under ``epoch``."""
-    return str_attr(raw, ATTR.lease_owner) == owner and int_attr(raw, ATTR.epoch) == epoch
+    return meets(raw, fencing_pair(owner, epoch))
 
 
 def fence_deadline_mono_ms(renew_sent_mono_ms: int, timing: LeaseTiming) -> int:

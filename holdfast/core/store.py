@@ -232,9 +232,10 @@ class LeaseStore:
         if raw is None:
             return LossReason.DELETED
         try:
-            return rules.classify_loss(LeaseItem.from_ddb(raw), lease.owner, lease.epoch)
+            LeaseItem.from_ddb(raw)
         except MalformedItem:
             return LossReason.INVALID
+        return rules.classify_loss(raw, lease.owner, lease.epoch)
 
     def release(self, lease: Lease, handled_seq: int | None = None, *, error: str | None = None,
                 retry_at_ms: int | None = None, moved: bool = False,

@@ -88,12 +88,16 @@ def test_claim_blocker_reasons() -> None:
 
 def test_classify_loss() -> None:
     """Lost, stopped and deleted are told apart; a matching owner and epoch is still ours."""
+    def raw(owner: str, epoch: int, state: str = "STARTED") -> dict[str, dict[str, str]]:
+        return {ATTR.lease_owner: {"S": owner}, ATTR.epoch: {"N": str(epoch)},
+                ATTR.desired_state: {"S": state}}
+
     assert rules.classify_loss(None, "w", 1) is LossReason.DELETED
-    assert rules.classify_loss(item(lease_owner="x", epoch=1), "w", 1) is LossReason.LOST
-    assert rules.classify_loss(item(lease_owner="w", epoch=2), "w", 1) is LossReason.LOST
-    assert rules.classify_loss(item(lease_owner="w", epoch=1, desired_state="STOPPED"), "w",
-                               1) is LossReason.STOPPED
-    assert rules.classify_loss(item(lease_owner="w", epoch=1), "w", 1) is None
+    assert rules.classify_loss(raw("x", 1), "w", 1) is LossReason.LOST
+    assert rules.classify_loss(raw("w", 2), "w", 1) is LossReason.LOST
+    assert rules.classify_loss({ATTR.epoch: {"N": "1"}}, "w", 1) is LossReason.LOST
+    assert rules.classify_loss(raw("w", 1, "STOPPED"), "w", 1) is LossReason.STOPPED
+    assert rules.classify_loss(raw("w", 1), "w", 1) is None
 
 
 def test_fence_deadline_and_renew_due() -> None:

@@ -6,7 +6,10 @@ from typing import Any
 
 import pytest
 
+from holdfast.core import rules
 from holdfast.core.exceptions import AcquireFailed, LeaseLost, LossReason, StoreUnavailable
+from holdfast.core.model import Lease
+from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream, set_desired_state
 from tests.core.faults import drop_request, lose_response
@@ -188,6 +191,32 @@ def test_renew_tells_losses_apart(store: LeaseStore, clock: Clock, ddb: Any, uni
     with pytest.raises(LeaseLost) as info:
         store.renew(lease, 3)
     assert info.value.reason is reason
+
+
+@pytest.mark.parametrize("owner", ["w1", "w2", None])
+@pytest.mark.parametrize("epoch", [5, 6, None])
+@pytest.mark.parametrize("state", ["STARTED", "STOPPED"])
+def test_the_write_condition_and_the_read_back_judgement_agree(
+        store: LeaseStore, ddb: Any, unique_id: str, owner: str | None, epoch: int | None,
+        state: str) -> None:
+    """A holder's renew lands exactly where ``rules.classify_loss`` judges the item still
+    ours, and a refused one gives the reason the judgement gives."""
+    attrs: dict[str, Any] = {ATTR.desired_state: {"S": state},
+                             ATTR.lease_expires_at_ms: {"N": "0"}}
+    if owner is not None:
+        attrs[ATTR.lease_owner] = {"S": owner}
+    if epoch is not None:
+        attrs[ATTR.epoch] = {"N": str(epoch)}
+    put_raw(ddb, store.table, unique_id, **attrs)
+    raw = ddb.get_item(TableName=store.table, Key={"Pk": {"S": f"CONN#{unique_id}"}})["Item"]
+    judged = rules.classify_loss(raw, "w1", 5)
+    lease = Lease(unique_id, "w1", 5, 0, f"ws://127.0.0.1:9/s/{unique_id}", None)
+    try:
+        store.renew(lease, 3)
+    except LeaseLost as lost:
+        assert lost.reason is judged is not None
+    else:
+        assert judged is None
 
 
 def test_stale_owner_same_id_is_fenced_by_epoch(store: LeaseStore, clock: Clock, ddb: Any,
