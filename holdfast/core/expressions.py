@@ -1,7 +1,8 @@
-"""The words of every lease write: attribute placeholders, and the renew/checkpoint and
-release writes as data, rendered for UpdateItem and for PartiQL alike (``holdfast.core.store``
-sends them one at a time, ``holdfast.core.batch``, ``holdfast.core.batch_endings`` and the
-reaper in batches, so the two forms can never drift apart).
+"""The words of every lease write: attribute placeholders, the acquire and the quarantine as
+expressions, and the renew/checkpoint and release writes as data, rendered for UpdateItem and
+for PartiQL alike (``holdfast.core.store`` sends them one at a time, ``holdfast.core.batch``,
+``holdfast.core.batch_endings`` and the reaper in batches, so the two forms can never drift
+apart).
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 from holdfast.core import rules, unowned
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.model import Lease, LeaseItem
-from holdfast.core.schema import ATTR, LeaseStatus
+from holdfast.core.schema import ATTR, STARTED, LeaseStatus
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import BatchStatementRequestTypeDef
 
-__all__ = ["NAMES", "WriteClauses", "dead_release_clauses", "names_for", "num", "overtaken",
-           "parse_or_none", "release_clauses", "renew_clauses", "renewed", "string",
-           "transfer_clauses"]
+__all__ = ["NAMES", "WriteClauses", "acquire_expression", "dead_release_clauses", "names_for",
+           "num", "overtaken", "parse_or_none", "quarantine_expression", "release_clauses",
+           "renew_clauses", "renewed", "string", "transfer_clauses"]
 
 # Expression attribute names used by every lease write (``status`` is a reserved word).
 NAMES = {
@@ -239,3 +240,46 @@ def parse_or_none(raw: Mapping[str, Any] | None) -> LeaseItem | None:
         return LeaseItem.from_ddb(raw) if raw is not None else None
     except MalformedItem:
         return None
+
+# Only an unowned, STARTED item whose back-off (if any) is over can be acquired; the epoch
+# condition keeps the fencing token strictly increasing (``LeaseStore.acquire``).
+# A handoff's hold (expiry in the future, ``successor`` = us) does not block the successor.
+_ACQUIRE_CONDITION = ("#ds = :started AND attribute_not_exists(#owner) AND "
+                      "(attribute_not_exists(#exp) OR #exp <= :cutoff OR #succ = :me) AND "
+                      "(attribute_not_exists(#epoch) OR #epoch < :epoch)")
+# Taking back a stream that our own session already owns (a lost answer, a failed release).
+_ADOPT_CONDITION = "#ds = :started AND #owner = :me AND #epoch < :epoch"
+
+
+def acquire_expression(owner: str, now: int, expires: int, epoch: int, *, cutoff: int | None,
+                       first_checkpoint: int | None) -> tuple[str, str, dict[str, Any]]:
+    """The one definition of the acquire's write (``LeaseStore.acquire``): UpdateItem's update,
+    condition and values. ``cutoff`` None takes back a stream our session owns already
+    (``_ADOPT_CONDITION``); ``first_checkpoint`` is written only where there is none (a
+    holder's checkpoint is the truth)."""
+    values = {":me": string(owner), ":exp": num(expires),
+              ":running": string(LeaseStatus.RUNNING), ":now": num(now),
+              ":epoch": num(epoch), ":started": string(STARTED)}
+    if cutoff is not None:
+        values[":cutoff"] = num(cutoff)
+    anchor = ""
+    if first_checkpoint is not None:
+        values[":first"] = num(first_checkpoint)
+        anchor = ", #seq = if_not_exists(#seq, :first)"
+    update = (f"SET #owner = :me, #exp = :exp, #status = :running, #upd = :now, "
+              f"#epoch = :epoch{anchor} REMOVE #succ")
+    return update, _ADOPT_CONDITION if cutoff is None else _ACQUIRE_CONDITION, values
+
+
+def quarantine_expression(owner: str, error: str, now: int,
+                          until: int) -> tuple[str, str, dict[str, Any]]:
+    """The one definition of the write that parks a malformed STARTED item until ``until``
+    with ``error`` recorded (``LeaseStore.quarantine``)."""
+    return ("SET #status = :invalid, #err = :err, #exp = :until, #upd = :now "
+            "REMOVE #owner, #succ",  # no handoff's successor gets round the quarantine
+            # Never over another owner's holding, whatever its expiry says: only its holder
+            # or the reaper of a dead session ends that (docs/concepts/protocol.md).
+            "#ds = :started AND (attribute_not_exists(#owner) OR #owner = :me)",
+            {":invalid": string(LeaseStatus.INVALID), ":err": string(error),
+             ":until": num(until), ":now": num(now), ":me": string(owner),
+             ":started": string(STARTED)})

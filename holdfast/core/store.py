@@ -25,10 +25,12 @@ from holdfast.core.exceptions import (
     StoreUnavailable,
 )
 from holdfast.core.expressions import (
+    acquire_expression,
     names_for,
     num,
     overtaken,
     parse_or_none,
+    quarantine_expression,
     release_clauses,
     renew_clauses,
     renewed,
@@ -37,7 +39,7 @@ from holdfast.core.expressions import (
 )
 from holdfast.core.model import Lease, LeaseItem, StoredItem, int_attr, lease_of
 from holdfast.core.redact import scrub
-from holdfast.core.schema import ATTR, STARTED, LeaseStatus, pk_for
+from holdfast.core.schema import ATTR, pk_for
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -46,16 +48,6 @@ __all__ = ["QUARANTINE_MS", "LeaseStore", "wall_clock_ms"]
 
 # How long a malformed STARTED item is parked before the sweep looks at it again.
 QUARANTINE_MS = 300_000
-
-# Only an unowned, STARTED item whose back-off (if any) is over can be acquired; the epoch
-# condition keeps the fencing token strictly increasing (``acquire``).
-# A handoff's hold (expiry in the future, ``successor`` = us) does not block the successor.
-_ACQUIRE_CONDITION = ("#ds = :started AND attribute_not_exists(#owner) AND "
-                      "(attribute_not_exists(#exp) OR #exp <= :cutoff OR #succ = :me) AND "
-                      "(attribute_not_exists(#epoch) OR #epoch < :epoch)")
-# Taking back a stream that our own session already owns (a lost answer, a failed release).
-_ADOPT_CONDITION = "#ds = :started AND #owner = :me AND #epoch < :epoch"
-
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -160,20 +152,10 @@ class LeaseStore:
                        adopt: bool, *, first_checkpoint: int | None = None
                        ) -> dict[str, Any]:
         """The acquire's one write; returns the item as it was before it (ALL_OLD)."""
-        values = {":me": string(owner), ":exp": num(now + self.lease_ms),
-                  ":running": string(LeaseStatus.RUNNING), ":now": num(now),
-                  ":epoch": num(epoch), ":started": string(STARTED)}
-        if not adopt:
-            values[":cutoff"] = num(rules.acquire_cutoff_ms(now, self.skew_ms))
-        anchor = ""
-        if first_checkpoint is not None:
-            # Never over a checkpoint already there: a holder's is the truth.
-            values[":first"] = num(first_checkpoint)
-            anchor = ", #seq = if_not_exists(#seq, :first)"
-        return self._update("acquire", conn_id, "SET #owner = :me, #exp = :exp, #status = "
-                            f":running, #upd = :now, #epoch = :epoch{anchor} REMOVE #succ",
-                            _ADOPT_CONDITION if adopt else _ACQUIRE_CONDITION, values,
-                            returns="ALL_OLD")
+        update, condition, values = acquire_expression(
+            owner, now, now + self.lease_ms, epoch, first_checkpoint=first_checkpoint,
+            cutoff=None if adopt else rules.acquire_cutoff_ms(now, self.skew_ms))
+        return self._update("acquire", conn_id, update, condition, values, returns="ALL_OLD")
 
     def _usable(self, conn_id: str, owner: str, raw: dict[str, Any]) -> LeaseItem:
         """``raw`` parsed; one that breaks the schema (a mistyped epoch fails the acquire) is
@@ -318,17 +300,8 @@ class LeaseStore:
         now = self.clock()
         # Best effort: someone else holds or fixed it, or the next sweep tries again.
         with contextlib.suppress(ConditionFailed, InvalidRequest, StoreUnavailable):
-            self._update(
-                "quarantine", conn_id,
-                "SET #status = :invalid, #err = :err, #exp = :until, #upd = :now "
-                "REMOVE #owner, #succ",  # no handoff's successor gets round the quarantine
-                # Never over another owner's holding, whatever its expiry says: only its
-                # holder or the reaper of a dead session ends that (docs/concepts/protocol.md).
-                "#ds = :started AND (attribute_not_exists(#owner) OR #owner = :me)",
-                {":invalid": string(LeaseStatus.INVALID),
-                 ":err": string(f"malformed item: {reason}"[:1000]),
-                 ":until": num(now + QUARANTINE_MS), ":now": num(now), ":me": string(owner),
-                 ":started": string(STARTED)})
+            self._update("quarantine", conn_id, *quarantine_expression(
+                owner, f"malformed item: {reason}"[:1000], now, now + QUARANTINE_MS))
 
     def normalise(self, conn_id: str) -> bool:
         """Give an item without ``lease_expires_at_ms`` the value 0, so the GSI sees it."""
