@@ -38,6 +38,7 @@ from holdfast.core.directives import Directive
 from holdfast.core.schema import ATTR, STARTED
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.successors import Successors
 
 if TYPE_CHECKING:
     from holdfast.core.store import LeaseStore
@@ -96,11 +97,7 @@ class Balancing:
         self._wake = asyncio.Event()
         self.owned_elsewhere, self.sleep = owned_elsewhere, sleep
         self._moving: set[str] = set()  # released by a shed, not yet owned again
-        # Handoffs named so far under the directive issued at ``_named_issued`` (its counts).
-        self._named: dict[str, int] = {}
-        self._named_issued = -1
-        self._given: dict[str, int] = {}  # streams handed to each successor, every directive
-        self._pinned: Directive | None = None  # a stop's successors (``pin_successors``)
+        self.successors = Successors(live=self.live_directive, mono=mono)
         self._follows: set[asyncio.Task[None]] = set()
         # Make-before-break (``worker.handoff``): start a warm handoff instead of a drain.
         self.offer = offer
@@ -114,6 +111,7 @@ class Balancing:
                                       or directive.issued_ms >= self.directive.issued_ms):
             changed = directive != self.directive
             self.directive = directive
+            self.successors.newer(directive, self.wall())
             if self.budget is not None and directive.fleet > 0:
                 self.budget.set_fleet(directive.fleet)
             if changed and directive.live(self.wall()):
@@ -188,29 +186,8 @@ class Balancing:
         return max(0, math.floor(d.ceiling - self.load() + 1e-9))
 
     def successor(self) -> str | None:
-        """Whom the next stream we let go (shed, drained, stopped) is handed to: among the
-        live directive's successors with some of its count left, the one that has had the
-        fewest of our streams so far for its count (a weighted round robin; the larger count
-        first on a tie); None when there is none (no directive, none named, all counts used):
-        then whoever has room takes it. The counts start again with each directive, what each
-        successor had does not (while the same ones are named): a shed or stop spans several
-        directives, and "most left first" gave the largest count the first streams after
-        every one of them (132 / 85 / 83 streams where 100 each was meant)."""
-        d = self._pinned or self.live_directive()
-        if d is None or not d.successors:
-            return None
-        if d.issued_ms != self._named_issued:
-            self._named, self._named_issued = {}, d.issued_ms
-            if self._given.keys() - {o for o, _ in d.successors}:
-                self._given = {}  # other successors now: what the old ones had is history
-        open_ = [(self._given.get(o, 0) / n, -n, i, o) for i, (o, n) in enumerate(d.successors)
-                 if self._named.get(o, 0) < n]
-        if not open_:
-            return None
-        owner = min(open_)[3]
-        self._named[owner] = self._named.get(owner, 0) + 1
-        self._given[owner] = self._given.get(owner, 0) + 1
-        return owner
+        """Whom the next stream we let go is handed to (``worker.successors``)."""
+        return self.successors.next()
 
     def withdraws(self, conn_id: str, successor: str) -> bool:
         """At READY: whether the shed of ``conn_id`` to ``successor`` is withdrawn, because
@@ -224,12 +201,8 @@ class Balancing:
         return True
 
     def pin_successors(self) -> None:
-        """A stop begins: name successors from the directive live now until it ends. The
-        decider makes each old worker's list as if it alone stopped next; three stopping at
-        once, each following the lists the decider kept remaking from the half-moved fleet,
-        all sent their rest to the same least-loaded new worker (115 / 107 / 78 streams where
-        100 each was meant, and 22 moved again after the cool-down)."""
-        self._pinned = self.live_directive()
+        """A stop begins: its successors are the directive's live now (``worker.successors``)."""
+        self.successors.pin()
 
     def refuses(self, conn_id: str) -> bool:
         """True for a stream we shed within its cool-down: it goes to another worker."""

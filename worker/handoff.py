@@ -61,6 +61,7 @@ __all__ = ["Handoffs"]
 
 logger = Logger(service="holdfast-worker", child=True)
 _TICK_S = 0.2
+_AWAIT_S = 0.05  # how often a stop waiting for successors looks again
 
 
 @dataclass
@@ -112,19 +113,23 @@ class Handoffs:
         return True
 
     async def offer_at_stop(self, conns: list[Connection], successor: Callable[[], str | None],
-                            *, until_ms: int, at_once: int) -> list[Connection]:
+                            *, until_ms: int, at_once: int,
+                            awaiting: Callable[[], bool] = lambda: False) -> list[Connection]:
         """A stop: offer ``conns`` warm to the successors the decider named, ``at_once`` in
         flight (more if the pace needs them, ``stopping.warm_pace``), the next as one ends,
         until ``until_ms`` (monotonic). A stream that cannot go
         warm is drained for its named successor at once, and so is the queue's tail that the
-        offers will not reach at their pace (``stopping.warm_pace``). Returns those
-        not reached (the caller drains them): each waits delivering, so waiting is no gap."""
+        offers will not reach at their pace (``stopping.warm_pace``). None named while
+        ``awaiting`` (the decider's answer to our drain mark, ``worker.successors``): the
+        offers wait for it. Returns those not reached (the caller drains them): each waits
+        delivering, so waiting is no gap."""
         left = list(reversed(conns))
         t0 = last = self.mono()
         started = slot_ms = 0
         while left and self.mono() < until_ms:
             now = self.mono()
-            slot_ms, last = slot_ms + (now - last) * at_once, now
+            # The pace counts the slots in use: a wait for successors is no offer's time.
+            slot_ms, last = slot_ms + (now - last) * min(at_once, len(self.offers)), now
             wider, beyond = warm_pace(now - t0, len(left), started, slot_ms, until_ms - now,
                                       at_once=at_once)
             if wider > at_once:
@@ -147,7 +152,12 @@ class Handoffs:
             named = successor()
             if named is None:
                 left.append(conn)
-                break
+                if not awaiting():
+                    break
+                if not started:  # the pace begins with the first offer
+                    t0, slot_ms = self.mono(), 0
+                await asyncio.sleep(_AWAIT_S)
+                continue
             if self.offer(conn, named, SHUTDOWN):
                 started += 1
             else:

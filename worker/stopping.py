@@ -165,23 +165,30 @@ async def wait_tasks(tasks: Collection[asyncio.Task[None]], timeout_s: float) ->
 
 async def stop_streams(streams: dict[str, Connection], tasks: set[asyncio.Task[None]], *,
                        budget_s: float, balancing: Balancing, handoffs: Handoffs | None,
-                       mono: Callable[[], int]) -> None:
-    """Stop every stream within ``budget_s`` (see the module); ``tasks`` are their tasks."""
+                       mono: Callable[[], int],
+                       mark_draining: Callable[[], Awaitable[bool]] | None = None) -> None:
+    """Stop every stream within ``budget_s`` (see the module); ``tasks`` are their tasks.
+    ``mark_draining`` marks our session draining: how a stop asks the decider for the
+    successors its pinned directive does not name (``worker.successors``)."""
     t0 = time.monotonic()
     rest = list(streams.values())
-    balancing.pin_successors()
+    successors = balancing.successors
+    successors.pin()
+    asking: asyncio.Task[None] | None = None
     if handoffs is not None:
+        if mark_draining is not None and successors.needs(len(rest)):
+            asking = successors.ask(mark_draining)
         # Warm first, a few at a time, while an offer can still end (handed over, or fallen
         # back to a release) before the drain deadline; each stream delivers until its turn.
         phase_ms = round((budget_s * DRAIN_SHARE) * 1000) - WARM_TIMEOUT_MS
         rest = await handoffs.offer_at_stop(
-            rest, balancing.successor, at_once=warm_at_once(len(rest), phase_ms),
-            until_ms=mono() + phase_ms)
+            rest, successors.next, at_once=warm_at_once(len(rest), phase_ms),
+            until_ms=mono() + phase_ms, awaiting=successors.awaiting)
     for conn in rest:
         if conn.held.stopping:
             continue  # stopping already (a shed, a handoff): its own way out stands
         # Drained and released to the successor the decider named (or nobody).
-        conn.drain_to(balancing.successor(), SHUTDOWN)
+        conn.drain_to(successors.next(), SHUTDOWN)
     await wait_tasks(tasks, budget_s * DRAIN_SHARE - (time.monotonic() - t0))
     for conn in [c for c in streams.values() if not c.ended]:
         conn.log("warning", "handler still busy at the drain deadline: aborting")
@@ -195,6 +202,8 @@ async def stop_streams(streams: dict[str, Connection], tasks: set[asyncio.Task[N
         task.cancel()  # releases still hanging on DynamoDB: the leases will expire
     if tasks:
         await asyncio.wait(list(tasks), timeout=0.5)
+    if asking is not None:
+        asking.cancel()  # the mark hanging on DynamoDB: the session ends anyway
 
 
 async def goodbye(*, outbox: Outbox, claimer: Claimer, keeper: SessionKeeper,

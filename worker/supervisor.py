@@ -18,6 +18,7 @@ One log line at the end counts what happened.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import random
 import time
@@ -45,6 +46,7 @@ from holdfast.worker.health import HealthServer
 from holdfast.worker.held import NO_FENCE_MS, monotonic_ms
 from holdfast.worker.holdings import Holdings
 from holdfast.worker.incarnation import start_incarnation
+from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.orders import OrderInbox
@@ -294,7 +296,9 @@ class Supervisor:
             for task in claiming:
                 task.cancel()
             await stop_streams(self.streams, self.tasks, budget_s=cfg.shutdown_s,
-                               balancing=self.balancing, handoffs=self.handoffs, mono=self.mono)
+                               balancing=self.balancing, handoffs=self.handoffs, mono=self.mono,
+                               mark_draining=None if self.owner is None else functools.partial(
+                                   on_io_threads, self.sessions.set_draining, self.owner, True))
             steps = {"streams": time.monotonic()}
             left_s = cfg.shutdown_s - goodbye_s(cfg.shutdown_s) - (steps["streams"] - stop_t0)
             steps |= await goodbye(

@@ -1,4 +1,5 @@
-"""Rebalancing, the decider's side: at most one decision every ``balance_interval_ms``.
+"""Rebalancing, the decider's side: at most one decision every ``balance_interval_ms``, and
+one at once when a member begins draining.
 
 The sweeper is the one decider (README, "Rebalancing"). It scans the session table on every
 sweep anyway, so a decision reads nothing more: the live sessions of that scan (their load,
@@ -82,6 +83,10 @@ class Balancer:
 
     settings: Settings
     next_ms: int = 0
+    # The members draining at the last decision: one that begins draining (``holdfast drain``,
+    # or a worker's own stop, ``worker.stopping``) is decided for at once, not up to an interval
+    # later: a SIGTERMed worker waits for its successors, and its stop budget runs meanwhile.
+    draining: frozenset[str] = frozenset()
 
     @property
     def policy(self) -> BalancePolicy:
@@ -100,9 +105,10 @@ class Balancer:
         not at all.
         """
         s = self.settings
-        if not s.balance or now_ms < self.next_ms:
+        draining = frozenset(i.owner for i in alive if i.draining)
+        if not s.balance or (now_ms < self.next_ms and draining <= self.draining):
             return None
-        self.next_ms = now_ms + s.balance_interval_ms
+        self.next_ms, self.draining = now_ms + s.balance_interval_ms, draining
         # The decider's view of each live session; a worker that reports no load (a version
         # before weights) carries its stream count.
         members = [Member(i.owner, i.load if i.load is not None else float(i.held), i.held,

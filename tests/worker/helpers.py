@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import threading
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from holdfast.core.orders import prefix_for
+from holdfast.core.schema import SessionState
+from holdfast.core.sessions import SessionItem
+from holdfast.lambdas.settings import Settings
+from holdfast.lambdas.sweeper.balancer import Balancer, BalanceRound
 from holdfast.worker.handler import Handler, Message
 from holdfast.worker.supervisor import Supervisor
 from tests.conftest import client_for
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, worker_config
 
-__all__ = ["Recorder", "running_worker"]
+__all__ = ["DeciderSim", "Recorder", "running_worker"]
 
 
 @dataclass
@@ -100,3 +108,33 @@ async def claim_directly(fleet: Fleet, upstream: UpstreamThread, run: Running,
     for c in conns:
         await run.worker.holdings.claim(c)
 
+
+class DeciderSim:
+    """Stands in for the sweeper's placement decider: the real ``Balancer`` over the fleet's
+    live sessions every ``period_s``, a decision an interval apart or at once when a member
+    begins draining, written to the session items and sent to the order queues."""
+
+    def __init__(self, fleet: Fleet, period_s: float = 0.1) -> None:
+        self.fleet, self.period_s = fleet, period_s
+        self.balancer = Balancer(Settings(
+            table=fleet.table, queue_url=fleet.queue_url, session_table=fleet.session_table,
+            orders_queue_prefix=prefix_for(fleet.table), balance_interval_ms=60_000))
+        self.rounds: list[BalanceRound] = []
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        sessions, sqs = self.fleet.sessions(), client_for(self.fleet.aws, "sqs")
+        while not self.stop_event.wait(self.period_s):
+            alive = [i for i in sessions.scan()
+                     if isinstance(i, SessionItem) and i.state is SessionState.ALIVE]
+            done = self.balancer.step(sessions, sqs, alive, unowned=0,
+                                      now_ms=int(time.time() * 1000),
+                                      logger=logging.getLogger("tests.decidersim"))
+            if done is not None:
+                self.rounds.append(done)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(5)

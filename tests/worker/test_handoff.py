@@ -20,6 +20,7 @@ from holdfast.core.handoff import (
 )
 from holdfast.core.model import LeaseItem, StoredItem
 from holdfast.core.schema import ATTR, PK_PREFIX
+from holdfast.core.sessions import SessionItem
 from holdfast.core.store import wall_clock_ms
 from holdfast.worker.handler import Message
 from holdfast.worker.prefetch import Prefetch
@@ -31,7 +32,13 @@ from tests.worker.conftest import (
     async_wait_until,
     missing_seqs,
 )
-from tests.worker.helpers import Recorder, claim_directly, running_worker, start_held
+from tests.worker.helpers import (
+    DeciderSim,
+    Recorder,
+    claim_directly,
+    running_worker,
+    start_held,
+)
 
 
 async def test_a_shed_stream_goes_to_the_named_successor_within_the_hold(
@@ -105,6 +112,43 @@ async def test_a_stopping_worker_hands_its_streams_to_the_named_successors(
         if router is not None:
             router.stop()
     assert took_s < rules.HANDOFF_HOLD_MS / 1000
+    for x in conns:
+        assert missing_seqs(rec.seqs(x)) == [], x
+
+
+async def test_a_stop_with_no_target_asks_the_decider_and_hands_its_streams_over_warm(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A balanced fleet has no live target, so a SIGTERM had no successor: the stopping
+    worker marks itself draining, the decider names the other worker at once, and every
+    stream goes to it warm, none lost."""
+    rec, conns = Recorder(), [f"{unique_id}-q{i}" for i in range(6)]
+    router: RouterSim | None = None
+    decider: DeciderSim | None = None
+    try:
+        async with running_worker(fleet, rec) as b:
+            async with running_worker(fleet, rec) as a:
+                await async_wait_until(lambda: a.worker.owner and b.worker.owner, 5,
+                                       "sessions")
+                for i, x in enumerate(conns):
+                    fleet.create(x, upstream.url(x))
+                    await (a if i % 2 else b).worker.holdings.claim(x)
+                router = RouterSim(fleet)
+                # Balanced as the decider sees it (its first decision writes no target).
+                await async_wait_until(lambda: sorted(
+                    i.held for i in fleet.sessions().scan()
+                    if isinstance(i, SessionItem)) == [3, 3], 10, "heartbeats say 3 and 3")
+                decider = DeciderSim(fleet)
+                await async_wait_until(lambda: decider.rounds and all(
+                    len(rec.seqs(x)) >= 3 for x in conns), 10, "a decision, messages")
+                assert decider.rounds[0].balanced and a.worker.balancing.live_directive() is None
+            await async_wait_until(lambda: len(b.worker.streams) == 6, 10, "all six on B")
+            assert a.worker.metrics.totals["StreamsHandedOff"] == 3
+            await async_wait_until(lambda: all(len(rec.seqs(x)) >= 8 for x in conns), 10,
+                                   "messages after the stop")
+    finally:
+        for sim in (router, decider):
+            if sim is not None:
+                sim.stop()
     for x in conns:
         assert missing_seqs(rec.seqs(x)) == [], x
 

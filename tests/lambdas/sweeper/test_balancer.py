@@ -244,6 +244,26 @@ def test_a_draining_session_is_told_to_shed_everything(
     assert d is not None and (d.share, d.ceiling, d.shed_at_once) == (0, 0, 1)
 
 
+def test_a_member_that_begins_draining_is_decided_for_at_once(
+        ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str,
+        unique_id: str) -> None:
+    """A drain that begins between two decisions (a worker's own stop) is decided at the next
+    sweep, not an interval later; one already decided for waits for the interval as ever."""
+    settings = settings_for(table, queue_url, session_table, balance_interval_ms=60_000)
+    store = SessionStore(ddb, session_table, table, ttl_ms=TTL_MS, skew_ms=1_000)
+    leaving = worker(store, f"{unique_id}-a", 6)
+    staying = worker(store, f"{unique_id}-b", 6)
+    balancer, t0 = Balancer(settings), wall_clock_ms()
+    first = balancer.step(store, sqs, alive(store), unowned=0, now_ms=t0)
+    assert first is not None and first.balanced
+    assert store.set_draining(leaving.owner, True)
+    out = balancer.step(store, sqs, alive(store), unowned=0, now_ms=t0 + 1_000)
+    assert out is not None and not out.balanced
+    d = directive_of(store, f"{unique_id}-a")
+    assert d is not None and (d.share, d.successors) == (0, ((staying.owner, 6),))
+    assert balancer.step(store, sqs, alive(store), unowned=0, now_ms=t0 + 2_000) is None
+
+
 def test_a_dynamodb_error_skips_the_round_without_failing(
         ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str,
         unique_id: str, caplog: pytest.LogCaptureFixture) -> None:
