@@ -31,6 +31,9 @@ error bars), density at 1,000 connections only and the deploy one at a time only
                       time and new first, ours (make-before-break, one connection at a time)
                       and the seed: moves per stream, moves onto old workers, delivery gap
                       per move, duplicates (~20 min)
+    --scale-in-only   one of 3 workers x 100 streams SIGTERMed with no replacement, production
+                      defaults, ours and the seed: gap per move, warm handoffs, duplicates
+                      (~5 min)
     --rebalance-only  scale-out from 2 to 4 workers at N = 100: time until balanced, moves,
                       unowned time, a quiet period (~9 min at production defaults; ~3 min
                       with --quick: scaled timings, 60 s quiet)
@@ -66,6 +69,7 @@ from bench.rebalance import scale_out
 from bench.report import write_report
 from bench.report_rebalance import rebalance_md, write_rebalance
 from bench.report_sections import model_summary
+from bench.scale_in import scale_in_bench
 from bench.scenarios import handover, start_latency, steady_cost, stop_latency
 from bench.start_burst import start_burst
 from bench.throttle import throttle_production
@@ -213,26 +217,38 @@ _PARTS = {
     "deploy": "the deploy of 3 workers x 100 streams in both styles, ours and the seed",
     "fast-paths": "the fast paths at production defaults (stop, reported crash)",
     "forced-release": "the forced release of held streams, ours and the seed",
+    "scale-in": "a scale-in (one of 3 workers x 100 streams SIGTERMed), ours and the seed",
     "start-burst": "the start latency of 30 and 300 streams inserted at once (production "
                    "defaults)",
     "throttle": "the throttling scenario at production defaults (self-fences, call rate)",
 }
 
 
+def _runners(args: argparse.Namespace, run_dir: Path, say: Any, *,
+             full: bool) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Each part of ``_PARTS`` as a call, in a full run's order (``full``: with ``--quick``'s
+    fewer rounds and deploy styles)."""
+    quick = full and args.quick
+    modes = args.modes.split(",")
+    return {
+        "start-burst": lambda: start_burst(run_dir, say),
+        "blocked-handler": lambda: blocked_handler(run_dir, say),
+        "throttle": lambda: throttle_production(run_dir, runs=3 if args.quick else 5, say=say),
+        "crash-production": lambda: crash_production(
+            run_dir, streams=args.crash_streams, rounds=1 if quick else args.crash_rounds,
+            modes=tuple(modes), say=say),
+        "fast-paths": lambda: fast_paths(run_dir, args.quick, say),
+        "forced-release": lambda: forced_release(run_dir, say=say),
+        "deploy": lambda: deploy_bench(run_dir, modes=modes,
+                                       styles=STYLES[:1] if quick else STYLES, say=say),
+        "scale-in": lambda: scale_in_bench(run_dir, modes=modes, say=say),
+    }
+
+
 def _one_part(args: argparse.Namespace, part: str, run_dir: Path, say: Any) -> int:
     """One part alone, with the load average around it (``_partial`` writes the report)."""
     load0 = _load()
-    run: dict[str, Callable[[], dict[str, Any]]] = {
-        "blocked-handler": lambda: blocked_handler(run_dir, say),
-        "crash-production": lambda: crash_production(
-            run_dir, streams=args.crash_streams, rounds=args.crash_rounds,
-            modes=tuple(args.modes.split(",")), say=say),
-        "deploy": lambda: deploy_bench(run_dir, modes=args.modes.split(","), say=say),
-        "fast-paths": lambda: fast_paths(run_dir, args.quick, say),
-        "forced-release": lambda: forced_release(run_dir, say=say),
-        "start-burst": lambda: start_burst(run_dir, say),
-        "throttle": lambda: throttle_production(run_dir, runs=3 if args.quick else 5, say=say),
-    }
+    run = _runners(args, run_dir, say, full=False)
     name = part.replace("-", " ")
     figures = {part.replace("-", "_"): run[part](), "logs": str(run_dir),
                "load_average": {f"{name} start": load0, f"{name} end": _load()}}
@@ -356,26 +372,10 @@ def full_run(args: argparse.Namespace, run_dir: Path, say: Any) -> int:
         result["production_cost"] = cost_scenarios(
             args.modes.split(","), run_dir, args.cost_streams,
             min(args.cost_seconds, 60.0) if args.quick else args.cost_seconds, say)
-    if not args.no_start_burst:
-        result["start_burst"] = start_burst(run_dir, say)
-    if not args.no_blocked_handler:
-        result["blocked_handler"] = blocked_handler(run_dir, say)
-    if not args.no_throttle:
-        result["throttle"] = throttle_production(run_dir, runs=3 if args.quick else 5, say=say)
-    if not args.no_crash_production:
-        say("crash failover at production defaults")
-        result["crash_production"] = crash_production(
-            run_dir, streams=args.crash_streams, rounds=1 if args.quick else args.crash_rounds,
-            modes=tuple(args.modes.split(",")), say=say)
-    if not args.no_fast_paths:
-        say("fast paths at production defaults")
-        result["fast_paths"] = fast_paths(run_dir, args.quick, say)
-    if not args.no_forced_release:
-        say("forced release of held streams")
-        result["forced_release"] = forced_release(run_dir, say=say)
-    if not args.no_deploy:  # deploy_bench says what it runs
-        result["deploy"] = deploy_bench(run_dir, modes=args.modes.split(","),
-                                        styles=STYLES[:1] if args.quick else STYLES, say=say)
+    for part, run in _runners(args, run_dir, say, full=True).items():
+        if not getattr(args, "no_" + part.replace("-", "_")):
+            say(_PARTS[part])
+            result[part.replace("-", "_")] = run()
     if not args.no_rebalance:
         say("rebalancing: scale-out from 2 to 4 workers")
         result["rebalance"] = rebalance(run_dir, args, say)

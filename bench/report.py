@@ -14,6 +14,7 @@ from bench.report_fastpaths import fast_paths_md
 from bench.report_production import crash_production_md, density_cpu_md, load_md
 from bench.report_sections import capacity_md, consumed_md, model_md
 from bench.report_start_burst import start_burst_md
+from bench.scale_in import scale_in_md
 from bench.throttle import throttle_md
 
 __all__ = ["markdown", "write_report"]
@@ -92,6 +93,8 @@ def markdown(r: dict[str, Any]) -> str:
         out += forced_release_md(r["forced_release"])
     if r.get("deploy"):
         out += deploy_md(r["deploy"])
+    if r.get("scale_in"):
+        out += scale_in_md(r["scale_in"])
     if r.get("density_cpu"):
         out += density_cpu_md(r["density_cpu"])
     out += load_md(r)
