@@ -82,6 +82,8 @@ def _one(run_dir: Path, mode: str, say: Callable[[str], None]) -> dict[str, Any]
         end_ms = now_ms()
         records = list(read_records(s.fleet.record_dir))
         log = s.fleet.workers[victim].log_path.read_text(errors="replace").splitlines()
+        # Its stop's lines: the sheds that balanced the fleet before it are not the scale-in's.
+        log = log[next((i for i, line in enumerate(log) if '"signal received' in line), 0):]
         stopped = [json.loads(line) for line in log if '"worker stopped"' in line]
         out.update(
             moves=len(delivery_gaps(records, start_ms, end_ms)),
@@ -90,8 +92,9 @@ def _one(run_dir: Path, mode: str, say: Callable[[str], None]) -> dict[str, Any]
             not_moving_s=dist(steady_gaps(records, start_ms, end_ms)),
             duplicates=duplicate_deliveries(records, start_ms, end_ms),
             lost=sum(len(v) for v in lost_seqs(records, start_ms, end_ms).values()),
-            handed_over=sum('"handed over"' in line for line in log),
-            released=sum('"message":"released"' in line for line in log),
+            # Our worker's lines (the seed's program logs neither).
+            handed_over=None if seed else sum('"handed over"' in line for line in log),
+            released=None if seed else sum('"message":"released"' in line for line in log),
             stop_s=stopped[0].get("stop_s") if stopped else None)
         say(f"{tag} {out['moves']} moves of {out['held']}, gap p50/p99 "
             f"{out['gap_s'].get('p50')} / {out['gap_s'].get('p99')} s, {out['handed_over']} "
@@ -136,10 +139,12 @@ def scale_in_md(r: dict[str, Any]) -> list[str]:
         if e.get("error"):
             out.append(f"| {label} **Failed: {e['error']}** | | | | | | | |")
             continue
+        warm = ("-" if e.get("handed_over") is None
+                else f"{e.get('handed_over')} / {e.get('released')}")
+        stop = "-" if e.get("stop_s") is None else f"{e['stop_s']:.1f} s"
         out.append(f"| {label} | {e.get('moves')} / {e.get('held')} | {_dist(e.get('gap_s'))} "
-                   f"| {_dist(e.get('added_s'))} | {_dist(e.get('not_moving_s'))} | "
-                   f"{e.get('handed_over')} / {e.get('released')} | {e.get('stop_s')} s | "
-                   f"{e.get('duplicates')} / {e.get('lost')} |")
+                   f"| {_dist(e.get('added_s'))} | {_dist(e.get('not_moving_s'))} | {warm} | "
+                   f"{stop} | {e.get('duplicates')} / {e.get('lost')} |")
     out += ["", f"Target (ours, as for a deploy's planned moves): added p99 <= "
             f"{r.get('target_added_p99_s')} s.", ""]
     return out
