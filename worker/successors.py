@@ -104,7 +104,10 @@ class Successors:
             if directive.share == 0 and directive.ceiling == 0:
                 self._asked_until = None  # our drain, decided: nobody to name
             return
-        if pinned is not None and self.unnamed(pinned) > 0:
+        # The pinned directive read again (the heartbeat brings what the queue brought) is no
+        # answer: re-pinned, it ended the wait with nobody named (50 of 100 streams went cold).
+        if pinned is not None and (directive.issued_ms <= pinned.issued_ms
+                                   or self.unnamed(pinned) > 0):
             return
         self._pinned, self._asked_until = directive, None
         logger.info("stop: successors named for the rest", successors=len(directive.successors),

@@ -57,6 +57,20 @@ def test_the_answer_is_pinned_once_the_pinned_directive_has_no_name_left() -> No
     assert [s.next() for _ in range(4)] == ["w3#b", "w3#b", "w3#b", None]
 
 
+async def test_the_pinned_directive_read_again_is_no_answer() -> None:
+    """The directive the stop pinned, used up and read again by a heartbeat, neither ends the
+    wait for the decider's answer nor is pinned as if it were one."""
+    pinned = _named(1)
+    s, _ = _successors(pinned)
+    s.pin()
+    await s.ask(lambda: _marked(True))
+    assert s.next() == "w2#a" and s.next() is None
+    s.newer(pinned, NOW)
+    assert s.awaiting() and s.next() is None
+    s.newer(_named(2, issued=NOW + 1, owner="w3#b"), NOW)
+    assert not s.awaiting() and s.next() == "w3#b"
+
+
 def test_a_directive_is_not_pinned_outside_a_stop() -> None:
     """Before a stop a directive is only live: ``newer`` pins nothing."""
     s, _ = _successors()
