@@ -30,11 +30,12 @@ recomputed from its own log lines (``bench.deploy_figures``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ from holdfast.fleet.session import Session
 from holdfast.fleet.view import Snapshot
 
 __all__ = ["CONNECTIONS", "GAP_TARGET_MBB_S", "GAP_TARGET_ONE_CONN_S", "PER_WORKER", "SETTLE_S",
-           "SHUTDOWN_S", "WORKERS", "BenchSession", "deploy_bench"]
+           "SHUTDOWN_S", "WORKERS", "BenchRun", "BenchSession", "bench_run", "deploy_bench"]
 
 WORKERS = 3
 PER_WORKER = 100
@@ -190,17 +191,33 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def _one(run_dir: Path, mode: str, style: str, say: Callable[[str], None]) -> dict[str, Any]:
-    """One deploy of ``style`` on a fleet of its own: the figures, or the error."""
+@dataclass
+class BenchRun:
+    """One design's run on a fleet of its own (``bench_run``): the fleet, the session reading
+    it, its lines, ``start(version)`` for a worker, and the figures so far (``out``)."""
+
+    bf: BenchFleet
+    s: BenchSession
+    view: _Lines
+    start: Callable[[str], str]
+    out: dict[str, Any]
+
+    @property
+    def seed(self) -> bool:
+        return self.s.seed
+
+
+@contextlib.contextmanager
+def bench_run(run_dir: Path, mode: str, name: str, tag: str,
+              say: Callable[[str], None]) -> Iterator[BenchRun]:
+    """A fleet of ``mode``'s production plan (``_plan``) for one run; an error in the block is
+    reported in ``out`` (the other runs' figures are kept), and the fleet is closed after it."""
     plan = _plan(mode)
     seed = plan.mode == "baseline"
-    tag = f"[deploy {'seed' if seed else mode} {style}]"
     bf = BenchFleet(run_dir, plan.mode, plan.timing, worker_env=plan.worker_env,
-                    runner_env=plan.runner_env, name=f"deploy-{mode}-{style}",
-                    proxied=PROXIED).start()
+                    runner_env=plan.runner_env, name=name, proxied=PROXIED).start()
     out: dict[str, Any] = {"load_average_start": _load(), "logs": str(bf.pf.fleet.run_dir)}
     view = _Lines(say, tag, bf.pf.fleet.run_dir / "scenario.log")
-    s = BenchSession(bf, view, seed=seed)
     numbers = count(1)
 
     def start(version: str) -> str:
@@ -211,22 +228,9 @@ def _one(run_dir: Path, mode: str, style: str, say: Callable[[str], None]) -> di
             bf.pf.start_worker(wid, HOLDFAST_WORKER_VERSION=version)
         return wid
 
-    ids = [f"dep-{i:03d}" for i in range(WORKERS * PER_WORKER)]
     t0 = time.monotonic()
     try:
-        _place(s, bf, ids, start)
-        # The seed never balances: wait out its slowest reconcile for streams still unowned.
-        report = run_deploy(s, ids, start, style=style, settle_s=SETTLE_S,
-                            balance_s=RECONCILE_S * (1 + RECONCILE_JITTER) + 5 if seed else None)
-        if seed:
-            report = _seed_report(s, view, ids, style, report)
-        else:
-            out["handoff"] = _handoffs(s, view, report)
-        out.update(compact(report))
-        say(f"{tag} moves mean {report.moves_mean:.2f} max {report.moves_max}, onto old "
-            f"{report.moves_onto_old}, gap p50/p99/max {out['gap_p50_s']} / "
-            f"{out['gap_p99_s']} / {out['gap_max_s']} s, dups {report.duplicates}, lost "
-            f"{report.lost}")
+        yield BenchRun(bf, BenchSession(bf, view, seed=seed), view, start, out)
     except Exception as exc:  # report what failed, keep the other runs' figures
         out["error"] = f"{type(exc).__name__}: {exc}"
         say(f"{tag} failed: {out['error']}")
@@ -234,7 +238,29 @@ def _one(run_dir: Path, mode: str, style: str, say: Callable[[str], None]) -> di
         out["runtime_s"] = round(time.monotonic() - t0, 1)
         out["close"] = bf.close()
         out["load_average_end"] = _load()
-    return out
+
+
+def _one(run_dir: Path, mode: str, style: str, say: Callable[[str], None]) -> dict[str, Any]:
+    """One deploy of ``style`` on a fleet of its own: the figures, or the error."""
+    seed = _plan(mode).mode == "baseline"
+    tag = f"[deploy {'seed' if seed else mode} {style}]"
+    ids = [f"dep-{i:03d}" for i in range(WORKERS * PER_WORKER)]
+    with bench_run(run_dir, mode, f"deploy-{mode}-{style}", tag, say) as run:
+        s, out = run.s, run.out
+        _place(s, run.bf, ids, run.start)
+        # The seed never balances: wait out its slowest reconcile for streams still unowned.
+        report = run_deploy(s, ids, run.start, style=style, settle_s=SETTLE_S,
+                            balance_s=RECONCILE_S * (1 + RECONCILE_JITTER) + 5 if seed else None)
+        if seed:
+            report = _seed_report(s, run.view, ids, style, report)
+        else:
+            out["handoff"] = _handoffs(s, run.view, report)
+        out.update(compact(report))
+        say(f"{tag} moves mean {report.moves_mean:.2f} max {report.moves_max}, onto old "
+            f"{report.moves_onto_old}, gap p50/p99/max {out['gap_p50_s']} / "
+            f"{out['gap_p99_s']} / {out['gap_max_s']} s, dups {report.duplicates}, lost "
+            f"{report.lost}")
+    return run.out
 
 
 def deploy_bench(run_dir: Path, *, modes: Iterable[str] = ("ours", "baseline"),

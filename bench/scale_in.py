@@ -16,25 +16,21 @@ the old workers placed by ``bench.deploy._place`` and settled by the deploy scen
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterable
-from itertools import count
 from pathlib import Path
 from typing import Any
 
 from bench.crash_production import RECONCILE_JITTER, RECONCILE_S
 from bench.deploy import (
     PER_WORKER,
-    SEED_MODULE,
     SHUTDOWN_S,
     WORKERS,
     BenchSession,
-    _Lines,
-    _load,
     _place,
     _plan,
+    bench_run,
 )
-from bench.harness import BenchFleet, dist, now_ms
+from bench.harness import dist, now_ms
 from holdfast.fleet.deploy import (
     added_delays,
     delivery_gaps,
@@ -52,25 +48,12 @@ TARGET_ADDED_P99_S = 0.1  # issue 21's make-before-break target, for any planned
 
 def _one(run_dir: Path, mode: str, say: Callable[[str], None]) -> dict[str, Any]:
     """One scale-in on a fleet of its own: the figures, or the error."""
-    plan = _plan(mode)
-    seed = plan.mode == "baseline"
+    seed = _plan(mode).mode == "baseline"
     tag = f"[scale-in {'seed' if seed else mode}]"
-    bf = BenchFleet(run_dir, plan.mode, plan.timing, worker_env=plan.worker_env,
-                    runner_env=plan.runner_env, name=f"scale-in-{mode}", proxied=False).start()
-    out: dict[str, Any] = {"load_average_start": _load(), "logs": str(bf.pf.fleet.run_dir)}
-    s = BenchSession(bf, _Lines(say, tag, bf.pf.fleet.run_dir / "scenario.log"), seed=seed)
-    numbers = count(1)
-
-    def start(version: str) -> str:
-        wid = f"w{next(numbers)}"
-        bf.pf.start_worker(wid, HOLDFAST_WORKER_VERSION=version,
-                           **({"module": SEED_MODULE} if seed else {}))
-        return wid
-
     ids = [f"sin-{i:03d}" for i in range(WORKERS * PER_WORKER)]
-    t0 = time.monotonic()
-    try:
-        _place(s, bf, ids, start)
+    with bench_run(run_dir, mode, f"scale-in-{mode}", tag, say) as run:
+        s, out = run.s, run.out
+        _place(s, run.bf, ids, run.start)
         _settled(s, ids)
         victim = _live(s)[0]
         out["held"] = sum(1 for c in ids if s.observer.worker_of(c) == victim)
@@ -79,34 +62,31 @@ def _one(run_dir: Path, mode: str, say: Callable[[str], None]) -> dict[str, Any]
         if seed:  # its streams wait for the others' next reconcile
             s.wait_until(lambda: s.all_owned(ids), RECONCILE_S * (1 + RECONCILE_JITTER) + 5)
         s.wait_until(lambda: _delivered_by_owner(s, ids), 10)
-        end_ms = now_ms()
-        records = list(read_records(s.fleet.record_dir))
-        log = s.fleet.workers[victim].log_path.read_text(errors="replace").splitlines()
-        # Its stop's lines: the sheds that balanced the fleet before it are not the scale-in's.
-        log = log[next((i for i, line in enumerate(log) if '"signal received' in line), 0):]
-        stopped = [json.loads(line) for line in log if '"worker stopped"' in line]
-        out.update(
-            moves=len(delivery_gaps(records, start_ms, end_ms)),
-            gap_s=dist([g.seconds for g in delivery_gaps(records, start_ms, end_ms)]),
-            added_s=dist(added_delays(records, start_ms, end_ms)),
-            not_moving_s=dist(steady_gaps(records, start_ms, end_ms)),
-            duplicates=duplicate_deliveries(records, start_ms, end_ms),
-            lost=sum(len(v) for v in lost_seqs(records, start_ms, end_ms).values()),
-            # Our worker's lines (the seed's program logs neither).
-            handed_over=None if seed else sum('"handed over"' in line for line in log),
-            released=None if seed else sum('"message":"released"' in line for line in log),
-            stop_s=stopped[0].get("stop_s") if stopped else None)
+        out.update(_figures(s, victim, start_ms, now_ms(), seed=seed))
         say(f"{tag} {out['moves']} moves of {out['held']}, gap p50/p99 "
             f"{out['gap_s'].get('p50')} / {out['gap_s'].get('p99')} s, {out['handed_over']} "
             f"warm, dups {out['duplicates']}, lost {out['lost']}")
-    except Exception as exc:  # report what failed, keep the other runs' figures
-        out["error"] = f"{type(exc).__name__}: {exc}"
-        say(f"{tag} failed: {out['error']}")
-    finally:
-        out["runtime_s"] = round(time.monotonic() - t0, 1)
-        out["close"] = bf.close()
-        out["load_average_end"] = _load()
-    return out
+    return run.out
+
+
+def _figures(s: BenchSession, victim: str, start_ms: int, end_ms: int, *,
+             seed: bool) -> dict[str, Any]:
+    """The scale-in's figures from the run's records and the stopped worker's log."""
+    records = list(read_records(s.fleet.record_dir))
+    gaps = delivery_gaps(records, start_ms, end_ms)
+    log = s.fleet.workers[victim].log_path.read_text(errors="replace").splitlines()
+    # Its stop's lines: the sheds that balanced the fleet before it are not the scale-in's.
+    log = log[next((i for i, line in enumerate(log) if '"signal received' in line), 0):]
+    stopped = [json.loads(line) for line in log if '"worker stopped"' in line]
+    return {"moves": len(gaps), "gap_s": dist([g.seconds for g in gaps]),
+            "added_s": dist(added_delays(records, start_ms, end_ms)),
+            "not_moving_s": dist(steady_gaps(records, start_ms, end_ms)),
+            "duplicates": duplicate_deliveries(records, start_ms, end_ms),
+            "lost": sum(len(v) for v in lost_seqs(records, start_ms, end_ms).values()),
+            # Our worker's lines (the seed's program logs neither).
+            "handed_over": None if seed else sum('"handed over"' in line for line in log),
+            "released": None if seed else sum('"message":"released"' in line for line in log),
+            "stop_s": stopped[0].get("stop_s") if stopped else None}
 
 
 def scale_in_bench(run_dir: Path, *, modes: Iterable[str] = ("ours", "baseline"),
