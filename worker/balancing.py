@@ -200,10 +200,6 @@ class Balancing:
         self._wake.set()
         return True
 
-    def pin_successors(self) -> None:
-        """A stop begins: its successors are the directive's live now (``worker.successors``)."""
-        self.successors.pin()
-
     def refuses(self, conn_id: str) -> bool:
         """True for a stream we shed within its cool-down: it goes to another worker."""
         until = self._refuse.get(conn_id)

@@ -1,8 +1,10 @@
 """A worker's graceful stop of its streams, bounded by the stop budget (``shutdown_s``).
 
 1. hand streams over warm to the successors the decider named (make-before-break,
-   ``worker.handoff``), a few at a time (``warm_at_once``: the fewest that fit the warm phase;
-   more as the pace needs once it has one, ``warm_pace``), each delivering until its turn, for
+   ``worker.handoff``; where the live target names too few, the stop asks the decider for the
+   rest and the offers wait for its answer, ``worker.successors``), a few at a time
+   (``warm_at_once``: the fewest that fit the warm phase; more as the pace needs once it has
+   one, ``warm_pace``), each delivering until its turn, for
    as long as an offer can still end before the drain deadline (``DRAIN_SHARE`` of the
    budget); the streams at the queue's end that the offers will not reach at their pace so far
    (``beyond_warm_reach``) go to step 2 at once;

@@ -247,7 +247,7 @@ def test_a_stop_names_successors_from_the_directive_live_when_it_began() -> None
     streams, clock = _streams(4), Clock()
     b = _balancing(streams, clock)
     b.update(Directive(4, 4, 0, NOW + 10_000, 2, NOW, successors=(("w2#a", 3), ("w3#b", 3))))
-    b.pin_successors()
+    b.successors.pin()
     named = [b.successor() for _ in range(2)]
     b.update(Directive(4, 4, 0, NOW + 10_000, 2, NOW + 1, successors=(("w2#a", 5),
                                                                           ("w3#b", 1))))
