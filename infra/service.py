@@ -54,13 +54,14 @@ WORKER_SESSION_ACTIONS: Final = (
     "dynamodb:Scan",  # the reconcile sweep's session half (holdfast.core.sessions.sweep_sessions)
 )
 # Every session attribute a worker's UpdateItem names: not ``started_at_ms`` (Put only), nor
-# the directives it only reads (the sweeper writes targets, ``holdfast drain`` the drain flag).
+# the targets it only reads (the sweeper writes them). The drain flag it sets itself when a
+# SIGTERM's stop needs successors its live target does not name (``worker.successors``).
 WORKER_SESSION_ATTRIBUTES: Final = (
     schema.PARTITION_KEY, schema.SESSION.incarnation, schema.SESSION.state,
     schema.SESSION.expires_at_ms, schema.SESSION.heartbeat_at_ms, schema.SESSION.held,
     schema.SESSION.capacity, schema.SESSION.load, schema.SESSION.orders,
     schema.SESSION.ended_at_ms, schema.SESSION.end_reason, schema.SESSION.reaped_at_ms,
-    schema.SESSION.ttl)
+    schema.SESSION.ttl, schema.SESSION.draining)
 WORKER_QUEUE_ACTIONS: Final = (
     "sqs:ReceiveMessage",
     "sqs:DeleteMessage",
