@@ -52,6 +52,7 @@ class Successors:
     _pinned: Directive | None = None
     _stopping: bool = False
     _asked_until: int | None = None  # waiting for the decider's answer until (mono ms)
+    _later: Directive | None = None  # a stop's next list, once the pinned one is used up
 
     def next(self) -> str | None:
         """Whom the next stream we let go (shed, drained, stopped) is handed to: among the
@@ -72,7 +73,10 @@ class Successors:
         open_ = [(self._given.get(o, 0) / n, -n, i, o) for i, (o, n) in enumerate(d.successors)
                  if self._named.get(o, 0) < n]
         if not open_:
-            return None
+            if self._later is None:
+                return None
+            self._pin(self._later)
+            return self.next()
         owner = min(open_)[3]
         self._named[owner] = self._named.get(owner, 0) + 1
         self._given[owner] = self._given.get(owner, 0) + 1
@@ -95,8 +99,9 @@ class Successors:
 
     def newer(self, directive: Directive, now_wall_ms: int) -> None:
         """A newer directive arrived: while stopping, pinned once the pinned one has no
-        successor left to name (the decider's answer to ``ask``). A drain's answer that names
-        nobody (no other worker has room) ends the wait."""
+        successor left to name, now or when it is used up (the decider's answer to ``ask``,
+        which may come before that). A drain's answer that names nobody (no other worker has
+        room) ends the wait."""
         pinned = self._pinned
         if not self._stopping or not directive.live(now_wall_ms):
             return
@@ -106,10 +111,16 @@ class Successors:
             return
         # The pinned directive read again (the heartbeat brings what the queue brought) is no
         # answer: re-pinned, it ended the wait with nobody named (50 of 100 streams went cold).
-        if pinned is not None and (directive.issued_ms <= pinned.issued_ms
-                                   or self.unnamed(pinned) > 0):
+        if pinned is not None and directive.issued_ms <= pinned.issued_ms:
             return
-        self._pinned, self._asked_until = directive, None
+        self._asked_until = None  # answered: pinned now, or once the pinned one is used up
+        if pinned is not None and self.unnamed(pinned) > 0:
+            self._later = directive
+            return
+        self._pin(directive)
+
+    def _pin(self, directive: Directive) -> None:
+        self._pinned, self._later = directive, None
         logger.info("stop: successors named for the rest", successors=len(directive.successors),
                     streams=self.unnamed(directive))
 

@@ -71,6 +71,18 @@ async def test_the_pinned_directive_read_again_is_no_answer() -> None:
     assert not s.awaiting() and s.next() == "w3#b"
 
 
+async def test_an_answer_that_comes_before_the_pinned_list_is_used_up_is_kept_for_after_it(
+        ) -> None:
+    """The decider's answer while the pinned list still names someone: no more waiting, and
+    its successors follow once the pinned ones are named."""
+    s, _ = _successors(_named(1))
+    s.pin()
+    await s.ask(lambda: _marked(True))
+    s.newer(_named(2, issued=NOW + 1, owner="w3#b"), NOW)
+    assert not s.awaiting()
+    assert [s.next() for _ in range(4)] == ["w2#a", "w3#b", "w3#b", None]
+
+
 def test_a_directive_is_not_pinned_outside_a_stop() -> None:
     """Before a stop a directive is only live: ``newer`` pins nothing."""
     s, _ = _successors()
