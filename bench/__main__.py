@@ -1,7 +1,7 @@
 """``python -m bench [--quick] [--no-density]``: run the benchmarks, write the report.
 
-Full run: about 75 minutes, 20 of them the deploy (about 25 with --no-crash-production
---no-density-cpu --no-fast-paths --no-deploy);
+Full run: about 80 minutes, 20 of them the deploy and 5 the scale-in (about 25 with
+--no-crash-production --no-density-cpu --no-fast-paths --no-deploy --no-scale-in);
 ``--quick``: a few minutes more than before, with fewer repetitions (the same figures, wider
 error bars), density at 1,000 connections only and the deploy one at a time only. Parts alone
 (each merged into ``--merge``'s report if given, else written as ``<date>-<part>``):
