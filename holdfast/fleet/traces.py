@@ -1,9 +1,11 @@
 """The acquisition path of a stream, read back from ``spans.jsonl`` (one OTLP-JSON span a line).
 
 A complete path is a ``claim`` span whose parent is the router's ``route`` (or the sweeper's)
-span, with ``connect`` and ``first message handled`` children. Its hops, in milliseconds: the
-router's span, the nudge queue (router span end to claim start), the claim, the connect, and
-the wait for the first handled message.
+span, with a ``first message handled`` child and a ``connect`` child, unless the upstream was
+opened before the claim (a new stream's prestart, a warm handoff): then its connect hop is
+``CONNECTED_BEFORE``, 0 ms. Its hops, in milliseconds: the router's span, the nudge queue
+(router span end to claim start), the claim, the connect, and the wait for the first handled
+message.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from typing import Any
 
 from holdfast.core import names
 
-__all__ = ["AcquisitionPath", "Hop", "acquisition_paths", "moved_path", "read_spans"]
+__all__ = ["CONNECTED_BEFORE", "AcquisitionPath", "Hop", "acquisition_paths", "moved_path",
+           "read_spans"]
 
 _SENDERS = (names.SPAN_ROUTE, names.SPAN_SWEEP)
+# The connect hop of a claim whose upstream was opened before it (no connect span under it).
+CONNECTED_BEFORE = "connected before the claim"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +96,13 @@ def acquisition_paths(spans: Iterable[dict[str, Any]]) -> list[AcquisitionPath]:
         sender = by_id.get(claim.get("parentSpanId") or "")
         kids = children.get(claim["spanId"], {})
         connect, first = kids.get(names.SPAN_CONNECT), kids.get(names.SPAN_FIRST_MESSAGE)
-        if sender is None or sender.get("name") not in _SENDERS or not connect or not first:
+        if sender is None or sender.get("name") not in _SENDERS or not first:
             continue
         hops = (Hop(str(sender["name"]), _ms(_ns(sender, "start"), _ns(sender, "end"))),
                 Hop("nudge queue", _ms(_ns(sender, "end"), _ns(claim, "start"))),
                 Hop("claim", _ms(_ns(claim, "start"), _ns(claim, "end"))),
-                Hop("connect", _ms(_ns(connect, "start"), _ns(connect, "end"))),
+                Hop("connect", _ms(_ns(connect, "start"), _ns(connect, "end"))) if connect
+                else Hop(CONNECTED_BEFORE, 0.0),
                 Hop("first message", _ms(_ns(first, "start"), _ns(first, "end"))))
         paths.append(AcquisitionPath(
             _attr(claim, names.TRACE_ATTR_STREAM_ID), _attr(claim, names.TRACE_ATTR_WORKER_ID),

@@ -7,7 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from holdfast.core import names
-from holdfast.fleet.traces import Hop, acquisition_paths, moved_path, read_spans
+from holdfast.fleet.traces import (
+    CONNECTED_BEFORE,
+    Hop,
+    acquisition_paths,
+    moved_path,
+    read_spans,
+)
 
 MS = 1_000_000
 
@@ -43,12 +49,20 @@ def test_hops_and_their_milliseconds() -> None:
 
 
 def test_incomplete_or_unlinked_claims_are_not_paths() -> None:
-    """A claim without a sender parent, or without connect and first message, is skipped."""
+    """A claim without a sender parent, or without a first message, is skipped."""
     spans = _acquisition("a", 0)
     assert acquisition_paths([s for s in spans if s["name"] != names.SPAN_FIRST_MESSAGE]) == []
     assert acquisition_paths([s for s in spans if s["name"] != names.SPAN_ROUTE]) == []
     refused = _span(names.SPAN_CLAIM, "x", "ar", 30, 31, worker="w2")  # a lost race
     assert len(acquisition_paths([*spans, refused])) == 1
+
+
+def test_a_claim_whose_upstream_was_opened_before_it_is_a_path() -> None:
+    """No connect span under the claim (a prestart, a warm handoff): the connect hop says it
+    was before the claim, 0 ms."""
+    spans = [s for s in _acquisition("a", 1000) if s["name"] != names.SPAN_CONNECT]
+    (path,) = acquisition_paths(spans)
+    assert path.hops[3] == Hop(CONNECTED_BEFORE, 0.0) and path.hops[4] == Hop("first message", 100)
 
 
 def test_moved_path_prefers_a_stream_acquired_twice(tmp_path: Path) -> None:
