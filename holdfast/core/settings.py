@@ -237,7 +237,8 @@ BALANCE: Final = Flag(name=names.ENV_BALANCE, default=True, readers=_S,
                       doc="Rebalancing decided by the sweeper.")
 BALANCE_INTERVAL_MS: Final = Integer(
     name=names.ENV_BALANCE_INTERVAL_MS, unit="ms", default=2000, lo=100, hi=600_000, readers=_S,
-    doc="At most one rebalancing decision per.")
+    doc="At most one rebalancing decision per; a worker that begins draining (holdfast drain, "
+        "a SIGTERM that needs successors) is decided for at the next sweep.")
 BALANCE_BAND: Final = Number(name=names.ENV_BALANCE_BAND, default=0.10, lo=0, hi=1, readers=_S,
                              doc="Balanced while within this fraction of a share...")
 BALANCE_BAND_MIN: Final = Number(name=names.ENV_BALANCE_BAND_MIN, unit="streams", default=1,
