@@ -219,6 +219,33 @@ def test_the_write_condition_and_the_read_back_judgement_agree(
         assert judged is None
 
 
+@pytest.mark.parametrize("owner", ["w9#x", None])
+@pytest.mark.parametrize("expired", [True, False])
+@pytest.mark.parametrize("successor", [None, "w1", "w2"])
+@pytest.mark.parametrize("state", ["STARTED", "STOPPED"])
+def test_the_acquire_condition_and_claim_blocker_agree(
+        store: LeaseStore, clock: Clock, ddb: Any, unique_id: str, owner: str | None,
+        expired: bool, successor: str | None, state: str) -> None:
+    """An acquire lands exactly where ``rules.claim_blocker`` (the router's and the claimer's
+    judgement of an item) finds nothing in its way."""
+    attrs: dict[str, Any] = {ATTR.desired_state: {"S": state}, ATTR.lease_expires_at_ms: {
+        "N": str(clock.now - 5_000 if expired else clock.now + 5_000)}}
+    if owner is not None:
+        attrs[ATTR.lease_owner] = {"S": owner}
+    if successor is not None:
+        attrs[ATTR.successor] = {"S": successor}
+    put_raw(ddb, store.table, unique_id, **attrs)
+    item = store.get(unique_id)
+    assert item is not None
+    blocker = rules.claim_blocker(item, clock.now, SKEW_MS, "w1")
+    try:
+        store.acquire(unique_id, "w1")
+    except AcquireFailed as failed:
+        assert failed.reason is blocker is not None
+    else:
+        assert blocker is None
+
+
 def test_stale_owner_same_id_is_fenced_by_epoch(store: LeaseStore, clock: Clock, ddb: Any,
                                                 unique_id: str) -> None:
     """An old lease of the same owner id cannot renew after that owner re-acquired it."""
