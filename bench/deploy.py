@@ -208,14 +208,18 @@ class BenchRun:
 
 
 @contextlib.contextmanager
-def bench_run(run_dir: Path, mode: str, name: str, tag: str,
-              say: Callable[[str], None]) -> Iterator[BenchRun]:
-    """A fleet of ``mode``'s production plan (``_plan``) for one run; an error in the block is
-    reported in ``out`` (the other runs' figures are kept), and the fleet is closed after it."""
+def bench_run(run_dir: Path, part: str, mode: str, say: Callable[[str], None], *,
+              detail: str = "") -> Iterator[BenchRun]:
+    """A fleet of ``mode``'s production plan (``_plan``) for one run of ``part`` (its fleet
+    named ``part-mode-detail``, its lines tagged ``[part design detail]``); an error in the
+    block is reported in ``out`` (the other runs' figures are kept), and the fleet is closed
+    after it."""
     plan = _plan(mode)
     seed = plan.mode == "baseline"
+    tag = f"[{part} {'seed' if seed else mode}{f' {detail}' if detail else ''}]"
     bf = BenchFleet(run_dir, plan.mode, plan.timing, worker_env=plan.worker_env,
-                    runner_env=plan.runner_env, name=name, proxied=PROXIED).start()
+                    runner_env=plan.runner_env, name="-".join(filter(None, (part, mode, detail))),
+                    proxied=PROXIED).start()
     out: dict[str, Any] = {"load_average_start": _load(), "logs": str(bf.pf.fleet.run_dir)}
     view = _Lines(say, tag, bf.pf.fleet.run_dir / "scenario.log")
     numbers = count(1)
@@ -242,21 +246,19 @@ def bench_run(run_dir: Path, mode: str, name: str, tag: str,
 
 def _one(run_dir: Path, mode: str, style: str, say: Callable[[str], None]) -> dict[str, Any]:
     """One deploy of ``style`` on a fleet of its own: the figures, or the error."""
-    seed = _plan(mode).mode == "baseline"
-    tag = f"[deploy {'seed' if seed else mode} {style}]"
     ids = [f"dep-{i:03d}" for i in range(WORKERS * PER_WORKER)]
-    with bench_run(run_dir, mode, f"deploy-{mode}-{style}", tag, say) as run:
+    with bench_run(run_dir, "deploy", mode, say, detail=style) as run:
         s, out = run.s, run.out
         _place(s, run.bf, ids, run.start)
         # The seed never balances: wait out its slowest reconcile for streams still unowned.
-        report = run_deploy(s, ids, run.start, style=style, settle_s=SETTLE_S,
-                            balance_s=RECONCILE_S * (1 + RECONCILE_JITTER) + 5 if seed else None)
-        if seed:
+        report = run_deploy(s, ids, run.start, style=style, settle_s=SETTLE_S, balance_s=(
+            RECONCILE_S * (1 + RECONCILE_JITTER) + 5 if run.seed else None))
+        if run.seed:
             report = _seed_report(s, run.view, ids, style, report)
         else:
             out["handoff"] = _handoffs(s, run.view, report)
         out.update(compact(report))
-        say(f"{tag} moves mean {report.moves_mean:.2f} max {report.moves_max}, onto old "
+        say(f"{run.view.tag} moves mean {report.moves_mean:.2f} max {report.moves_max}, onto old "
             f"{report.moves_onto_old}, gap p50/p99/max {out['gap_p50_s']} / "
             f"{out['gap_p99_s']} / {out['gap_max_s']} s, dups {report.duplicates}, lost "
             f"{report.lost}")

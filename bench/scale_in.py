@@ -27,7 +27,6 @@ from bench.deploy import (
     WORKERS,
     BenchSession,
     _place,
-    _plan,
     bench_run,
 )
 from bench.harness import dist, now_ms
@@ -48,11 +47,9 @@ TARGET_ADDED_P99_S = 0.1  # issue 21's make-before-break target, for any planned
 
 def _one(run_dir: Path, mode: str, say: Callable[[str], None]) -> dict[str, Any]:
     """One scale-in on a fleet of its own: the figures, or the error."""
-    seed = _plan(mode).mode == "baseline"
-    tag = f"[scale-in {'seed' if seed else mode}]"
     ids = [f"sin-{i:03d}" for i in range(WORKERS * PER_WORKER)]
-    with bench_run(run_dir, mode, f"scale-in-{mode}", tag, say) as run:
-        s, out = run.s, run.out
+    with bench_run(run_dir, "scale-in", mode, say) as run:
+        s, out, seed = run.s, run.out, run.seed
         _place(s, run.bf, ids, run.start)
         _settled(s, ids)
         victim = _live(s)[0]
@@ -63,7 +60,7 @@ def _one(run_dir: Path, mode: str, say: Callable[[str], None]) -> dict[str, Any]
             s.wait_until(lambda: s.all_owned(ids), RECONCILE_S * (1 + RECONCILE_JITTER) + 5)
         s.wait_until(lambda: _delivered_by_owner(s, ids), 10)
         out.update(_figures(s, victim, start_ms, now_ms(), seed=seed))
-        say(f"{tag} {out['moves']} moves of {out['held']}, gap p50/p99 "
+        say(f"{run.view.tag} {out['moves']} moves of {out['held']}, gap p50/p99 "
             f"{out['gap_s'].get('p50')} / {out['gap_s'].get('p99')} s, {out['handed_over']} "
             f"warm, dups {out['duplicates']}, lost {out['lost']}")
     return run.out

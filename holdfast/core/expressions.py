@@ -241,6 +241,7 @@ def parse_or_none(raw: Mapping[str, Any] | None) -> LeaseItem | None:
     except MalformedItem:
         return None
 
+
 # Only an unowned, STARTED item whose back-off (if any) is over can be acquired; the epoch
 # condition keeps the fencing token strictly increasing (``LeaseStore.acquire``).
 # A handoff's hold (expiry in the future, ``successor`` = us) does not block the successor.

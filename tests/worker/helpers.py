@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from holdfast.core.orders import prefix_for
-from holdfast.core.schema import SessionState
-from holdfast.core.sessions import SessionItem
+from holdfast.core.sessions import sweep_sessions
 from holdfast.lambdas.settings import Settings
 from holdfast.lambdas.sweeper.balancer import Balancer, BalanceRound
 from holdfast.worker.handler import Handler, Message
@@ -126,12 +125,12 @@ class DeciderSim:
 
     def _run(self) -> None:
         sessions, sqs = self.fleet.sessions(), client_for(self.fleet.aws, "sqs")
+        log = logging.getLogger("tests.decidersim")
         while not self.stop_event.wait(self.period_s):
-            alive = [i for i in sessions.scan()
-                     if isinstance(i, SessionItem) and i.state is SessionState.ALIVE]
-            done = self.balancer.step(sessions, sqs, alive, unowned=0,
-                                      now_ms=int(time.time() * 1000),
-                                      logger=logging.getLogger("tests.decidersim"))
+            now = int(time.time() * 1000)
+            # The sweeper's own view of the live sessions (its session half, as RouterSim runs).
+            alive = sweep_sessions(sessions, now, sessions.skew_ms, log).alive
+            done = self.balancer.step(sessions, sqs, alive, unowned=0, now_ms=now, logger=log)
             if done is not None:
                 self.rounds.append(done)
 
