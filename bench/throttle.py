@@ -1,12 +1,13 @@
 """The throttling scenario at production defaults (``--throttle-only``): self-fences and calls.
 
-One worker holding ``STREAMS`` streams behind the fault proxy (``holdfast.chaos``); a quiet
-span as long as the throttle, then ``holdfast.chaos.throttle``'s plan (50 % of DynamoDB calls
-refused for 5 s, then 100 % for 2 s), then a lease for any fence it causes. Repeated ``runs``
-times, each on a fleet of its own. Per run: fences logged by the worker (streams or the whole
-session), whether every stream kept its owner and epoch, and the call rate during the throttle
-and in the span after it over the rate before (``throttle_figures``). The targets (issue
-"Liveness"): 0 self-fences; the call rate within twice normal.
+One worker holding ``STREAMS`` streams behind the fault proxy (``holdfast.chaos``); quiet for
+three spans as long as the throttle (the normal rate, their mean), then
+``holdfast.chaos.throttle``'s plan (50 % of DynamoDB calls refused for 5 s, then 100 % for 2 s),
+then a lease for any fence it causes. Repeated ``runs`` times, each on a fleet of its own. Per
+run: fences logged by the worker (streams or the whole session), whether every stream kept its
+owner and epoch, and the call rate during the throttle and in the span after it over the rate
+before (``throttle_figures``). The targets (issue "Liveness"): 0 self-fences; the call rate
+within twice normal.
 """
 
 from __future__ import annotations

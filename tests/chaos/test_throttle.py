@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from holdfast.chaos.throttle import ThrottlePlan, one_worker_run, tolerated
+from holdfast.chaos.proxy import FaultProxy, FaultWindow
+from holdfast.chaos.throttle import ThrottlePlan, one_worker_run, throttle_figures, tolerated
 from holdfast.core import rules
 from holdfast.fleet.procs import FleetTiming
 
@@ -47,3 +48,23 @@ def test_the_throttled_period_covers_the_scenario_at_the_production_defaults() -
     assert not tolerated(plan, timing)
     # A usable window wide enough keeps the period (the slow test's timings).
     assert rules.throttled_heartbeat_ms(TIMING.lease_timing()) == 1500
+
+
+def test_the_normal_rate_is_the_mean_over_the_spans_before_the_throttle() -> None:
+    """The rate ratio's denominator is the mean of the baseline spans' calls, not the last
+    span's alone (one heartbeat more or less there moved the ratio across 2 in CI)."""
+    with FaultProxy("http://127.0.0.1:9") as proxy:  # only its call stamps are read
+        span = 7000
+        start = 100_000
+        # 11, 11 and 9 calls in the three spans before; 19 during; 12 after.
+        for lo, n in ((start - 3 * span, 11), (start - 2 * span, 11), (start - span, 9),
+                      (start, 19), (start + span, 12)):
+            proxy.stamps.extend(lo + i * (span // n) for i in range(n))
+        windows = [FaultWindow("throttle", start, start + 5000, 0.3, 0.5),
+                   FaultWindow("throttle", start + 5000, start + span, 0.3, 1.0)]
+        figures = throttle_figures(proxy, windows, [], 0, baseline_spans=3)
+        assert figures["calls_before"] == round(31 / 3, 2)
+        assert figures["rate_ratio"] == round(19 / (31 / 3), 2) < 2.0
+        assert figures["after_ratio"] == round(12 / (31 / 3), 2)
+        # The soak's judge keeps its one span: the last alone.
+        assert throttle_figures(proxy, windows, [], 0)["rate_ratio"] == round(19 / 9, 2)
