@@ -25,14 +25,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
 from holdfast.core import names
-from holdfast.core.aws import throttled_at_s
+from holdfast.core.aws import recently_throttled
 from holdfast.core.balance import HeldView, pick_sheds
 from holdfast.core.directives import Directive
 from holdfast.core.schema import ATTR, STARTED
@@ -45,8 +44,7 @@ if TYPE_CHECKING:
     from holdfast.worker.budget import ConnectBudget
     from holdfast.worker.connection import Connection
 
-__all__ = ["HANDOFF", "SHED", "SHED_PAUSE_AFTER_THROTTLE_S", "Balancing", "owned_elsewhere_by",
-           "recently_throttled"]
+__all__ = ["HANDOFF", "SHED", "Balancing", "owned_elsewhere_by"]
 
 logger = Logger(service="holdfast-worker", child=True)
 SHED = "shed"  # the drain reason of a stream handed on by rebalancing or draining
@@ -59,17 +57,6 @@ _REFUSE_MIN_MS = 10_000
 # longest wait the slot is free anyway (the decider's count of unowned streams still bounds).
 _FOLLOW_S = 0.2
 _FOLLOW_MAX_S = 5.0
-
-
-# How long after a throttled call this process sheds nothing for balance (``Balancing``).
-SHED_PAUSE_AFTER_THROTTLE_S = 5.0
-
-
-def recently_throttled() -> bool:
-    """True within ``SHED_PAUSE_AFTER_THROTTLE_S`` of a DynamoDB call of this process refused
-    as throttled."""
-    at_s = throttled_at_s()
-    return at_s is not None and time.monotonic() - at_s < SHED_PAUSE_AFTER_THROTTLE_S
 
 
 class Balancing:

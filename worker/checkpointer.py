@@ -18,6 +18,11 @@ provisioned table. Outcomes per stream:
 - STOPPED: drain it (finish the handler call, close) and release with the final checkpoint;
 - StoreUnavailable: keep it; the next round writes the checkpoint again.
 
+While the table throttles (``holdfast.core.aws.recently_throttled``) a round writes only the
+streams whose backstop is due: a checkpoint is a resume point that can wait a round or two, and
+its writes would add to the calls of a table already refusing them (the heartbeat's retries
+come first).
+
 A never-checkpointed stream's first seq (its anchor) is written before its first handler call
 (``anchor``); the anchors asked for while one write is in flight go together in the next one,
 so a burst of new streams costs a few batch calls, not one write each on two threads (300
@@ -38,6 +43,7 @@ from dataclasses import dataclass, field
 from aws_lambda_powertools import Logger
 
 from holdfast.core import rules
+from holdfast.core.aws import recently_throttled
 from holdfast.core.batch import RenewMode, RenewRequest, renew_many
 from holdfast.core.exceptions import HoldfastError, LeaseLost, LossReason
 from holdfast.core.model import Lease
@@ -66,6 +72,7 @@ class Checkpointer:
     checkpoint_ms: int = 20_000
     wall: Callable[[], int] = wall_clock_ms
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    throttled: Callable[[], bool] = recently_throttled
     # Threads of their own: a burst of claims or releases queued on the default executor must
     # not delay the writes (a stream whose backstop is due needs its write in time).
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
@@ -121,6 +128,11 @@ class Checkpointer:
             return
         requests = [RenewRequest(c.held.lease, c.held.checkpoint,
                                  extend=self._backstop_due(c.held.lease)) for c in held]
+        if self.throttled():
+            kept = [(c, r) for c, r in zip(held, requests, strict=True) if r.extend]
+            if not kept:
+                return
+            held, requests = [c for c, _ in kept], [r for _, r in kept]
         await self._renew(held, requests, "checkpoint")
 
     async def anchor(self, conn: Connection, seq: int) -> None:

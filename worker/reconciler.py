@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
+from holdfast.core.aws import recently_throttled
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.table import find_orphans
@@ -36,11 +37,16 @@ STRAY_SCAN_S = 5.0
 logger = Logger(service="holdfast-worker", child=True)
 
 
-async def _every(period_s: float, once: Callable[[], Awaitable[int]], failed: str,
-                 sleep: Callable[[float], Awaitable[None]], rand: Callable[[], float]) -> None:
-    """Run ``once`` every jittered ``period_s`` until cancelled; a failed pass is logged."""
+async def _every(period_s: float, once: Callable[[], Awaitable[int]], failed: str, *,
+                 sleep: Callable[[float], Awaitable[None]], rand: Callable[[], float],
+                 throttled: Callable[[], bool]) -> None:
+    """Run ``once`` every jittered ``period_s`` until cancelled; a failed pass is logged. A
+    pass due while the table throttles (``throttled``) is skipped: a safety net's reads can
+    wait a period, and on a table refusing calls they would only add to them."""
     while True:
         await sleep(jittered(period_s, rand))
+        if throttled():
+            continue
         try:
             await once()
         except HoldfastError as exc:  # InvalidRequest too: one bad item never stops it
@@ -65,9 +71,11 @@ class Reconciler:
     sessions: SessionStore | None = None
     # Told how many live sessions the sweep saw (this worker's share of the connect budget).
     fleet: Callable[[int], None] | None = None
+    throttled: Callable[[], bool] = recently_throttled
 
     async def run(self) -> None:
-        await _every(self.period_s, self.sweep, "reconcile sweep failed", self.sleep, self.rand)
+        await _every(self.period_s, self.sweep, "reconcile sweep failed", sleep=self.sleep,
+                     rand=self.rand, throttled=self.throttled)
 
     async def sweep(self) -> int:
         """One pass; returns how many streams it claimed."""
@@ -120,9 +128,11 @@ class Strays:
     period_s: float = STRAY_SCAN_S
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rand: Callable[[], float] = random.random
+    throttled: Callable[[], bool] = recently_throttled
 
     async def run(self) -> None:
-        await _every(self.period_s, self.once, "stray scan failed", self.sleep, self.rand)
+        await _every(self.period_s, self.once, "stray scan failed", sleep=self.sleep,
+                     rand=self.rand, throttled=self.throttled)
 
     async def once(self) -> int:
         """One pass; returns how many strays it claimed back."""

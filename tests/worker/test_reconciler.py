@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+import pytest
 
 from holdfast.core.sessions import SessionStore
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
 from holdfast.worker.claimer import Claim
-from holdfast.worker.reconciler import Strays
+from holdfast.worker.reconciler import STRAY_SCAN_S, Strays
 from tests.worker.conftest import async_wait_until
 
 
@@ -46,3 +49,30 @@ async def test_the_pass_reads_the_held_set_once_for_all_owned_streams(
     assert await strays.once() == 4
     assert sorted(claimed) == sorted(ids[2:])
     assert len(reads) == 1
+
+
+async def test_a_pass_due_while_the_table_throttles_is_skipped() -> None:
+    """The safety nets' passes (stray scan, reconcile sweep) due while DynamoDB refuses calls
+    as throttled are skipped; the next one after it runs."""
+    slept: list[float] = []
+    passes: list[int] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 6:
+            raise asyncio.CancelledError
+
+    class Counting(Strays):
+        async def once(self) -> int:
+            passes.append(len(slept))
+            return 0
+
+    async def never(*_: object) -> Any:
+        raise AssertionError("no claim or release in this test")
+
+    strays = Counting(sessions=None, owner=lambda: None, claim=never,  # type: ignore[arg-type]
+                      busy=set, release=never, sleep=sleep, rand=lambda: 0.5,
+                      throttled=lambda: len(slept) in (2, 3, 4))
+    with pytest.raises(asyncio.CancelledError):
+        await strays.run()
+    assert slept == [STRAY_SCAN_S] * 6 and passes == [1, 5]
