@@ -18,10 +18,11 @@ provisioned table. Outcomes per stream:
 - STOPPED: drain it (finish the handler call, close) and release with the final checkpoint;
 - StoreUnavailable: keep it; the next round writes the checkpoint again.
 
-While the table throttles (``holdfast.core.aws.recently_throttled``) a round writes only the
-streams whose backstop is due: a checkpoint is a resume point that can wait a round or two, and
+While the table throttles (``holdfast.core.aws.recently_throttled``) a round puts off the
+streams whose backstop is not due: a checkpoint is a resume point that can wait a period, and
 its writes would add to the calls of a table already refusing them (the heartbeat's retries
-come first).
+come first). Never twice in a row: a table throttled now and then for hours must not stop a
+stream's checkpoints, so its replay window is at most two periods.
 
 A never-checkpointed stream's first seq (its anchor) is written before its first handler call
 (``anchor``); the anchors asked for while one write is in flight go together in the next one,
@@ -82,6 +83,7 @@ class Checkpointer:
     chunk_pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=4, thread_name_prefix="holdfast-checkpoint-chunk"))
     _anchors: list[tuple[Connection, int, asyncio.Future[None]]] = field(default_factory=list)
+    _put_off: set[str] = field(default_factory=set)  # streams the last throttled round put off
     _anchoring: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
@@ -128,12 +130,25 @@ class Checkpointer:
             return
         requests = [RenewRequest(c.held.lease, c.held.checkpoint,
                                  extend=self._backstop_due(c.held.lease)) for c in held]
-        if self.throttled():
-            kept = [(c, r) for c, r in zip(held, requests, strict=True) if r.extend]
-            if not kept:
-                return
-            held, requests = [c for c, _ in kept], [r for _, r in kept]
-        await self._renew(held, requests, "checkpoint")
+        held, requests = self._put_off_while_throttled(held, requests)
+        if held:
+            await self._renew(held, requests, "checkpoint")
+
+    def _put_off_while_throttled(self, held: list[Connection], requests: list[RenewRequest]
+                                 ) -> tuple[list[Connection], list[RenewRequest]]:
+        """The round's streams less, while the table throttles, those whose backstop is not
+        due and whose last round was not put off already (see the module's docstring)."""
+        ids = {c.held.lease.conn_id for c in held}
+        if not self.throttled():
+            self._put_off -= ids
+            return held, requests
+        later = {c.held.lease.conn_id for c, r in zip(held, requests, strict=True)
+                 if not r.extend and c.held.lease.conn_id not in self._put_off}
+        # Kept only for the streams still held: one that left meanwhile is forgotten.
+        self._put_off = ((self._put_off - ids) & set(self.streams)) | later
+        kept = [(c, r) for c, r in zip(held, requests, strict=True)
+                if c.held.lease.conn_id not in later]
+        return [c for c, _ in kept], [r for _, r in kept]
 
     async def anchor(self, conn: Connection, seq: int) -> None:
         """Write ``seq`` as the first checkpoint of a never-checkpointed stream, batched with

@@ -42,11 +42,15 @@ async def _every(period_s: float, once: Callable[[], Awaitable[int]], failed: st
                  throttled: Callable[[], bool]) -> None:
     """Run ``once`` every jittered ``period_s`` until cancelled; a failed pass is logged. A
     pass due while the table throttles (``throttled``) is skipped: a safety net's reads can
-    wait a period, and on a table refusing calls they would only add to them."""
+    wait a period, and on a table refusing calls they would only add to them. Never two in a
+    row: a table throttled now and then for hours must not strand a stray that long."""
+    skipped = False
     while True:
         await sleep(jittered(period_s, rand))
-        if throttled():
+        if not skipped and throttled():
+            skipped = True
             continue
+        skipped = False
         try:
             await once()
         except HoldfastError as exc:  # InvalidRequest too: one bad item never stops it
