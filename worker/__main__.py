@@ -37,13 +37,14 @@ def build_worker(config: WorkerConfig) -> Supervisor:
     # releases, sweeps), in adaptive mode: its token bucket is the process's one shared
     # back-off, so a throttled table sees this worker slow down as a whole rather than every
     # caller retrying on its own.
-    ddb = dynamodb_client(client_config(read_timeout=read_timeout, max_attempts=2,
+    ddb = dynamodb_client(client_config(read_timeout=read_timeout, retries=2,
                                         retry_mode="adaptive"))
     # The session heartbeat (one call per heartbeat for every stream) must not wait in that
     # bucket: throttled, the bucket drops to half a call a second and the heartbeat would miss
-    # its fence. It makes one attempt per call and retries itself, jittered and bounded by the
-    # fence (worker.session).
-    session_ddb = dynamodb_client(client_config(read_timeout=read_timeout, max_attempts=1))
+    # its fence. It makes one attempt per call (no botocore retry: its pause, up to a second,
+    # is not timed against the fence) and retries itself, jittered and bounded by the fence
+    # (worker.session).
+    session_ddb = dynamodb_client(client_config(read_timeout=read_timeout, retries=0))
     sqs = sqs_client()
     return Supervisor(config, ddb=ddb, sqs=sqs, handler=load_handler(config.handler),
                       protocol=load_protocol(config.protocol), session_ddb=session_ddb)

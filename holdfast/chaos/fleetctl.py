@@ -82,7 +82,7 @@ class ProxiedFleet:
 
     def client(self, service: str) -> Any:
         """A client straight to the backend (never faulted, never counted)."""
-        return client_for_env(self.direct_env, service, read_timeout=10, max_attempts=5)
+        return client_for_env(self.direct_env, service, read_timeout=10, retries=5)
 
     def start_worker(self, worker_id: str | None = None, *, clock_offset_ms: int = 0,
                      module: str = "holdfast.chaos.launch", **extra: str) -> Proc:

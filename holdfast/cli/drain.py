@@ -54,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(EXIT_USAGE, f"{S.SESSION_TABLE.name} is not set ({_ENV_HINT})")
     draining = not args.cancel
     # Only the session table is read and written: no lease table, TTL or skew is needed.
-    store = SessionStore(dynamodb_client(client_config(read_timeout=5, max_attempts=2)),
+    store = SessionStore(dynamodb_client(client_config(read_timeout=5, retries=2)),
                          table, "", ttl_ms=0, skew_ms=0)
     try:
         item = store.get(worker_id)
@@ -87,7 +87,7 @@ def _queue(owner: str, draining: bool) -> str:
         return "it reads the flag with its next heartbeat"
     if not prefix or not queue_url:
         return "it reads the flag with its next heartbeat"
-    sqs = sqs_client(client_config(read_timeout=5, max_attempts=2))
+    sqs = sqs_client(client_config(read_timeout=5, retries=2))
     result, detail = send_body(sqs, queue_url, prefix, owner, drain_body(owner, draining))
     if result == "order_queue_sent":
         return "sent to its order queue"

@@ -78,7 +78,7 @@ def _table(args: argparse.Namespace) -> str:
 
 def _ddb() -> DynamoDBClient:
     # An operator waits for an answer; two attempts with short timeouts say "unreachable" fast.
-    return dynamodb_client(client_config(read_timeout=5, max_attempts=2))
+    return dynamodb_client(client_config(read_timeout=5, retries=2))
 
 
 def _id(text: str) -> str:
@@ -304,7 +304,7 @@ def _depth(url: str | None, notes: list[str]) -> int | None:
     if not url:
         return None
     try:
-        sqs = sqs_client(client_config(read_timeout=5, max_attempts=2))
+        sqs = sqs_client(client_config(read_timeout=5, retries=2))
         attrs = sqs.get_queue_attributes(QueueUrl=url,
                                          AttributeNames=["ApproximateNumberOfMessages"])
         return int(attrs["Attributes"]["ApproximateNumberOfMessages"])

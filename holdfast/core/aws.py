@@ -93,9 +93,15 @@ def recently_throttled() -> bool:
 RetryMode = Literal["standard", "adaptive"]
 
 
-def client_config(*, read_timeout: float = 3.0, max_attempts: int = 3,
+def client_config(*, read_timeout: float = 3.0, retries: int = 3,
                   retry_mode: RetryMode = "standard") -> Config:
     """Short timeouts and few retries: a heartbeat must not hang longer than its fence allows.
+
+    ``retries``: attempts after the first. The name is botocore's meaning of ``max_attempts``
+    in a client's config (retries, not attempts); under that name the session heartbeat's
+    client, meant to make one attempt per call, made two, a jittered pause of up to a second
+    apart, so a refused heartbeat came back 0.1-0.9 s late and its own retries, timed against
+    the fence, came late too (the throttle scenario fenced at production defaults).
 
     ``adaptive`` adds botocore's client-side rate limiter (a token bucket that shrinks on every
     throttling answer): a process whose DynamoDB calls all go through one such client backs off
@@ -104,7 +110,7 @@ def client_config(*, read_timeout: float = 3.0, max_attempts: int = 3,
     return Config(
         connect_timeout=2,
         read_timeout=read_timeout,
-        retries={"mode": retry_mode, "max_attempts": max_attempts},
+        retries={"mode": retry_mode, "max_attempts": retries},
         tcp_keepalive=True,
         max_pool_connections=32,
     )

@@ -177,7 +177,7 @@ class Proc:
 
 
 def client_for_env(env: Mapping[str, str], service: str, *, read_timeout: float = 5,
-                   max_attempts: int = 3) -> Any:
+                   retries: int = 3) -> Any:
     """A boto3 client on the local AWS that ``env`` names (its endpoints and credentials),
     not this process's environment, which may point elsewhere."""
     import boto3
@@ -191,7 +191,7 @@ def client_for_env(env: Mapping[str, str], service: str, *, read_timeout: float 
         region_name=env["AWS_DEFAULT_REGION"])
     return session.client(service, endpoint_url=env[key],
                           config=client_config(read_timeout=read_timeout,
-                                               max_attempts=max_attempts))
+                                               retries=retries))
 
 
 class FleetError(RuntimeError):

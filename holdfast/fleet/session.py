@@ -76,7 +76,7 @@ class Session:
     def ddb(self) -> DynamoDBClient:
         if self._ddb is None:
             self._ddb = client_for_env(self.fleet.env, "dynamodb", read_timeout=3,
-                                       max_attempts=2)
+                                       retries=2)
         return self._ddb
 
     @property

@@ -86,7 +86,7 @@ class RouterDeps:
         ddb = dynamodb_client(client_config(read_timeout=3.0))
         store = LeaseStore(ddb, settings.table, lease_ms=settings.lease_ms,
                            skew_ms=settings.skew_ms)
-        sqs = sqs_client(client_config(read_timeout=3.0, max_attempts=2))
+        sqs = sqs_client(client_config(read_timeout=3.0, retries=2))
         return cls(sqs, store, settings, sessions=session_store_for(ddb, settings))
 
 

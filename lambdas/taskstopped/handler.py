@@ -86,7 +86,7 @@ def _client_for(env: Mapping[str, str], service: str = "dynamodb") -> Any:
     """The sweeper's client (short timeouts, few retries) on the endpoint ``env`` names."""
     if env is os.environ:
         return (dynamodb_client(client_config(read_timeout=2.0)) if service == "dynamodb"
-                else sqs_client(client_config(read_timeout=3.0, max_attempts=2)))
+                else sqs_client(client_config(read_timeout=3.0, retries=2)))
     import boto3
 
     session = boto3.session.Session(

@@ -6,10 +6,12 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from holdfast.chaos.proxy import FaultProxy
 from holdfast.core import aws
 from holdfast.core.exceptions import StoreUnavailable
 
@@ -75,3 +77,21 @@ def test_a_client_notes_the_throttles_its_retries_hide(monkeypatch: pytest.Monke
     finally:
         server.shutdown()
         aws._THROTTLED_AT_S.clear()
+
+
+@pytest.mark.parametrize("retries", [0, 2])
+def test_client_config_retries_are_the_attempts_after_the_first(retries: int) -> None:
+    """``client_config(retries=N)`` sends a call refused as throttled N + 1 times, so 0 is one
+    attempt (the session heartbeat's client: botocore's own ``max_attempts`` counts retries,
+    and the heartbeat's one attempt was two, up to a second apart)."""
+    with FaultProxy("http://127.0.0.1:9") as proxy:  # nothing behind it: refusals only
+        proxy.inject("throttle", 30)
+        client = boto3.session.Session().client(
+            "dynamodb", endpoint_url=proxy.url, region_name="us-east-1",
+            aws_access_key_id="x", aws_secret_access_key="x",
+            config=aws.client_config(read_timeout=1.0, retries=retries))
+        with pytest.raises(ClientError):
+            client.update_item(TableName="abc", Key={"Pk": {"S": "x"}},
+                               UpdateExpression="SET a = :a",
+                               ExpressionAttributeValues={":a": {"S": "1"}})
+        assert proxy.counts["UpdateItem"] == retries + 1

@@ -32,4 +32,4 @@ def dead_sqs() -> Any:
     return boto3.session.Session().client(
         "sqs", endpoint_url=f"http://127.0.0.1:{free_port()}", region_name="us-east-1",
         aws_access_key_id="local", aws_secret_access_key="local",
-        config=client_config(read_timeout=1.0, max_attempts=1))
+        config=client_config(read_timeout=1.0, retries=1))

@@ -281,7 +281,7 @@ async def test_self_fencing_when_dynamodb_is_unreachable(
             "dynamodb", endpoint_url=proxy.url, region_name="us-east-1",
             aws_access_key_id="local", aws_secret_access_key="local",
             config=__import__("holdfast.core.aws", fromlist=["x"]).client_config(
-                read_timeout=0.5, max_attempts=1))
+                read_timeout=0.5, retries=1))
         worker = Supervisor(config, ddb=ddb, sqs=client_for(fleet.aws, "sqs"), handler=rec)
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop.wait))

@@ -279,7 +279,7 @@ def test_a_dynamodb_error_skips_the_round_without_failing(
     dead = boto3.session.Session().client(
         "dynamodb", endpoint_url=f"http://127.0.0.1:{free_port()}", region_name="us-east-1",
         aws_access_key_id="local", aws_secret_access_key="local",
-        config=client_config(max_attempts=1, read_timeout=1.0))
+        config=client_config(retries=1, read_timeout=1.0))
     unreachable = SessionStore(dead, session_table, table, ttl_ms=TTL_MS, skew_ms=1_000)
     out = Balancer(settings).step(unreachable, sqs, alive(store), unowned=0,
                                   now_ms=wall_clock_ms())

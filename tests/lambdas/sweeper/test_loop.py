@@ -241,7 +241,7 @@ def test_dynamodb_errors_are_survived(sqs: Any, queue_url: str, memory: NudgeMem
     dead = boto3.session.Session().client(
         "dynamodb", endpoint_url=f"http://127.0.0.1:{free_port()}", region_name="us-east-1",
         aws_access_key_id="local", aws_secret_access_key="local",
-        config=client_config(max_attempts=1))
+        config=client_config(retries=1))
     waits: list[float] = []
     deps = SweepDeps(dead, sqs, Settings(table="t", queue_url=queue_url,
                                          sweep_interval_ms=1_000), sleep=waits.append)
