@@ -73,7 +73,9 @@ class Claim(Enum):
     CONFLICT = "conflict"  # definitive no: delete the nudge
     UNAVAILABLE = "unavailable"  # try again later: redeliver after a delay
     NO_CAPACITY = "no_capacity"  # full or stopping: hand the nudge to another worker now
-    REFUSED = "refused"  # we shed this stream a moment ago: hand it on, never take it back
+    # Not ours to take now: we shed it a moment ago (never take it back), or our release of
+    # it is still being answered. Handed on; after ``MAX_HOPS`` it waits a second instead.
+    REFUSED = "refused"
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,10 @@ class Connection:
         self.task: asyncio.Task[Any] | None = None  # set by the supervisor
         self.trace: StreamTrace | None = None  # tracing on: until the first handled message
         self.ended = False  # ``run`` has returned: what is left is the release
+        # ``run`` has begun. Until then a stop must not cancel the task: a task cancelled
+        # before its first step never runs its coroutine, so the holding's end (the release,
+        # leaving the worker's streams) never ran and the stream stayed held by nobody.
+        self.running = False
         self._ws: ClientConnection | None = None
         # A make-before-break handoff's open socket and buffer: the first session uses them.
         self.prefetched: Prefetched | None = None
@@ -75,7 +79,8 @@ class Connection:
     def drain(self, reason: str) -> None:
         """Stop after the handler call in flight returns; the connection is closed cleanly."""
         self.held.drain(reason)
-        if self.task is not None and not self.handling.in_call and not self.ended:
+        if (self.task is not None and self.running and not self.handling.in_call
+                and not self.ended):
             self.task.cancel()  # waiting for a frame or a reconnect: nothing in flight to keep
 
     def drain_to(self, successor: str | None, reason: str) -> None:
@@ -127,7 +132,7 @@ class Connection:
         a second stop of a stopped stream costs nothing)."""
         if self._ws is not None:
             self._ws.transport.abort()
-        if self.task is not None and not self.ended:
+        if self.task is not None and self.running and not self.ended:
             self.task.cancel()
 
     def log(self, level: str, msg: str, **extra: Any) -> None:
@@ -148,6 +153,7 @@ class Connection:
     # -- the task ------------------------------------------------------------------------
     async def run(self) -> str | None:
         """Hold the stream until stopped (returns None) or given up (returns the error)."""
+        self.running = True
         failures = deaths = 0
         poison_at: int | None = None  # the resume point of the last death by a frame
         held = self.held

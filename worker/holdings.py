@@ -126,7 +126,13 @@ class Holdings:
 
     async def _claim(self, conn_id: str, source: str, span: Span | None,
                      ws_url: str | None) -> Claim | Later:
-        if conn_id in self.streams or conn_id in self._claiming or conn_id in self.incoming():
+        ours = self.streams.get(conn_id)
+        if ours is not None and (ours.held.stopping or not ours.held.live):
+            # Ours until its release returns, but the release may have landed already and
+            # this be its nudge (the router can be faster than the write's answer): handed
+            # on, not deleted as a duplicate, or the stream waits unowned for the sweep.
+            return Claim.REFUSED
+        if ours is not None or conn_id in self._claiming or conn_id in self.incoming():
             return Claim.CONFLICT  # already ours (a duplicate nudge), or coming by a handoff
         if source == SOURCE_MOVED and (self.balancing.refuses(conn_id)
                                        or self._room_for_moves() <= 0):

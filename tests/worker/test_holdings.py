@@ -1,0 +1,102 @@
+"""A worker's holdings: a stream it is letting go is never stranded.
+
+In process, on DynamoDB Local and the demo upstream, with the real lease store (one test holds
+back its release's answer: the write lands, the caller hears of it later).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from typing import Any
+
+from holdfast.core.exceptions import LossReason
+from holdfast.core.model import Lease
+from holdfast.core.schema import BACKSTOP_MS
+from holdfast.core.store import LeaseStore
+from holdfast.worker.balancing import SHED
+from holdfast.worker.claimer import Claim
+from holdfast.worker.holdings import Holdings
+from holdfast.worker.protocol import QueryParamProtocol
+from holdfast.worker.supervisor import Supervisor
+from tests.conftest import client_for
+from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, worker_config
+from tests.worker.helpers import Recorder
+
+
+class SlowReleaseAnswer(LeaseStore):
+    """The real store, whose release lands in the table and is answered only once
+    ``answer`` is set (a busy worker or a slow connection: the router can see the released
+    item before the holder hears back)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.landed, self.answer = threading.Event(), threading.Event()
+
+    def release(self, lease: Lease, handled_seq: int | None = None,
+                **kwargs: Any) -> LossReason | None:
+        lost = super().release(lease, handled_seq, **kwargs)
+        self.landed.set()
+        self.answer.wait(10)
+        return lost
+
+
+def holdings_for(fleet: Fleet, store_class: type[LeaseStore] = LeaseStore,
+                 ) -> tuple[Holdings, Recorder, LeaseStore]:
+    """A worker's holdings alone (no session, claims by hand), on ``store_class``."""
+    config = worker_config(fleet)
+    ddb = client_for(fleet.aws, "dynamodb")
+    sup = Supervisor(config, ddb=ddb, sqs=client_for(fleet.aws, "sqs"), handler=Recorder())
+    owner = f"{config.worker_id}#holdings"
+    store = store_class(ddb, config.table, lease_ms=BACKSTOP_MS, skew_ms=config.timing.skew_ms)
+    rec = Recorder()
+    holdings = Holdings(
+        config, store, sup.checkpointer, handler=rec, protocol=QueryParamProtocol(),
+        streams={}, owner=lambda: owner, stopping=lambda: False,
+        session_fence=lambda: sup.mono() + 60_000, wall=sup.wall, mono=sup.mono,
+        metrics=sup.metrics, counts=Counter(), balancing=sup.balancing)
+    return holdings, rec, store
+
+
+async def test_a_nudge_for_a_stream_whose_release_is_in_flight_is_handed_on(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The released stream's nudge, arriving before its release is answered, is handed on
+    (not deleted as a duplicate, which stranded it until the sweep), and once the stream is
+    gone it is claimed."""
+    conn_id = f"{unique_id}-inflight"
+    fleet.create(conn_id, upstream.url(conn_id))
+    holdings, rec, store = holdings_for(fleet, SlowReleaseAnswer)
+    assert isinstance(store, SlowReleaseAnswer)
+    try:
+        assert await holdings.claim(conn_id) is Claim.CLAIMED
+        await async_wait_until(lambda: rec.seqs(conn_id), 10, "delivering")
+        holdings.streams[conn_id].drain_to(None, SHED)
+        assert await asyncio.to_thread(store.landed.wait, 10), "the release never landed"
+        assert "lease_owner" not in fleet.item(conn_id)  # released: its nudge is on its way
+        assert conn_id in holdings.streams  # ... and we have not heard back yet
+        assert await holdings.claim(conn_id, "nudge") is Claim.REFUSED
+    finally:
+        store.answer.set()
+    await async_wait_until(lambda: not holdings.streams, 5, "the stream let go")
+    before = len(rec.seqs(conn_id))
+    assert await holdings.claim(conn_id, "nudge") is Claim.CLAIMED
+    await async_wait_until(lambda: len(rec.seqs(conn_id)) > before, 10, "delivering again")
+    holdings.streams[conn_id].drain_to(None, SHED)
+    await async_wait_until(lambda: not holdings.streams, 5, "the stream let go again")
+
+
+async def test_a_stream_stopped_before_its_task_ran_is_still_released(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A drain in the same loop turn as the claim (a stop, a shed, an order) ends the holding
+    like any other: released and gone from the worker's streams (cancelling the task before
+    its first step skipped both, and the stream stayed held by nobody)."""
+    conn_id = f"{unique_id}-early"
+    fleet.create(conn_id, upstream.url(conn_id))
+    holdings, _rec, _store = holdings_for(fleet)
+    assert await holdings.claim(conn_id) is Claim.CLAIMED
+    holdings.streams[conn_id].drain_to(None, SHED)
+    await async_wait_until(lambda: not holdings.streams, 5, "the stream let go")
+    item = fleet.item(conn_id)
+    assert "lease_owner" not in item, item.get("lease_owner")
+    assert holdings.counts["released"] == 1
