@@ -53,6 +53,13 @@ logger = Logger(service="holdfast-worker", child=True)
 CLAIM_LAG_LIMIT_MS: Final = 1_000
 
 
+def _log_orphan_failure(task: asyncio.Task[Claim | Later]) -> None:
+    """A claim whose caller was cancelled: its failure is logged here or nowhere."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.error("claim failed after its caller stopped waiting",
+                     error=f"{type(exc).__name__}: {exc}"[:300])
+
+
 class Holdings:
     """The streams one worker holds. ``owner()`` is the ``lease_owner`` to acquire as (None:
     no live session, claim nothing); ``stopping()`` is True once the worker is stopping."""
@@ -77,6 +84,7 @@ class Holdings:
         self.metrics, self.counts = metrics, counts
         self.tasks: set[asyncio.Task[None]] = set()
         self._claiming: set[str] = set()
+        self._claims: set[asyncio.Task[Claim | Later]] = set()  # see ``claim``
         self._claims_paused = False
         # How each stream ends: its last write (release, transfer), one writer.
         self.endings = Endings(store, balancing, self.ctx.backoff,
@@ -113,7 +121,22 @@ class Holdings:
     async def claim(self, conn_id: str, source: str = "nudge", *,
                     ws_url: str | None = None) -> Claim | Later:
         """Try to acquire ``conn_id`` and start holding it (in a ``claim`` span if tracing).
-        ``ws_url``: an inserted nudge's URL (``worker.prestart`` connects without a read)."""
+        ``ws_url``: an inserted nudge's URL (``worker.prestart`` connects without a read).
+
+        Not cancelled with its caller (a stop cancels the loops that claim): an acquire sent
+        may land, and must then reach its start, which hands the stream straight back if we
+        are stopping. Cancelled at the await, the stream stayed owned by this session and held
+        by nobody until the session ended and the sweeper reaped it."""
+        task = asyncio.get_running_loop().create_task(self._traced(conn_id, source, ws_url))
+        self._claims.add(task)
+        task.add_done_callback(self._claims.discard)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_log_orphan_failure)  # nobody awaits its outcome now
+            raise
+
+    async def _traced(self, conn_id: str, source: str, ws_url: str | None) -> Claim | Later:
         span = tracing.start_span(names.SPAN_CLAIM, conn_id, worker_id=self.config.worker_id)
         if span is None:
             return await self._claim(conn_id, source, None, ws_url)
@@ -160,6 +183,8 @@ class Holdings:
             if source == SOURCE_INSERTED:
                 early = await prestart(conn_id, owner, self.store, self.ctx, ws_url=ws_url,
                                        single_connection=self.config.single_connection)
+                if self.stopping():
+                    return Claim.NO_CAPACITY  # the stop began while we connected: hand it on
             sent = self.mono()
             lease = await on_io_threads(self.store.acquire, conn_id, owner, first_checkpoint=(
                 None if early is None else early.first_checkpoint))

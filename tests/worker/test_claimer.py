@@ -172,3 +172,32 @@ async def test_the_next_batch_is_polled_while_one_is_being_claimed(queue: Any) -
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_stop_cancels_the_polling_not_the_claims_in_flight(queue: Any) -> None:
+    """Cancelling ``run`` (the worker's stop) lets a batch being claimed finish: its claimed
+    nudge is deleted, the one answered "no capacity" (stopping) is handed on at once."""
+    sqs, url = queue
+    release, stopping = asyncio.Event(), [False]
+
+    async def claim(conn_id: str, source: str, *, ws_url: str | None = None) -> Claim:
+        if conn_id == "landing":
+            await release.wait()  # its acquire is on its way
+            return Claim.CLAIMED
+        await async_wait_until(lambda: stopping[0], 5, "the stop")
+        return Claim.NO_CAPACITY
+
+    claimer = Claimer(sqs, url, claim, lambda: 10, WorkerMetrics(), poll_s=1)
+    send(sqs, url, "landing", "next")
+    task = asyncio.create_task(claimer.run())
+    await async_wait_until(lambda: claimer._handling, 5, "a batch being claimed")
+    await asyncio.sleep(0.3)  # both in one batch, or the second in a second one
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    stopping[0] = True
+    release.set()
+    assert await claimer.finish_polls(5) == 0
+    assert not claimer._handling
+    await asyncio.gather(*claimer._settling)
+    assert visible(sqs, url) == ["next"]

@@ -22,7 +22,7 @@ from holdfast.worker.protocol import QueryParamProtocol
 from holdfast.worker.supervisor import Supervisor
 from tests.conftest import client_for
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, worker_config
-from tests.worker.helpers import Recorder
+from tests.worker.helpers import Recorder, running_worker
 
 
 class SlowReleaseAnswer(LeaseStore):
@@ -57,6 +57,41 @@ def holdings_for(fleet: Fleet, store_class: type[LeaseStore] = LeaseStore,
         session_fence=lambda: sup.mono() + 60_000, wall=sup.wall, mono=sup.mono,
         metrics=sup.metrics, counts=Counter(), balancing=sup.balancing)
     return holdings, rec, store
+
+
+class SlowAcquireAnswer(LeaseStore):
+    """The real store, whose acquire lands and is answered only once ``answer`` is set."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.landed, self.answer = threading.Event(), threading.Event()
+
+    def acquire(self, conn_id: str, owner: str, *, first_checkpoint: int | None = None) -> Lease:
+        lease = super().acquire(conn_id, owner, first_checkpoint=first_checkpoint)
+        self.landed.set()
+        self.answer.wait(10)
+        return lease
+
+
+async def test_a_claim_whose_caller_is_cancelled_still_starts_what_it_acquired(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The caller (a claiming loop) cancelled while the acquire is on its way: the acquire
+    lands and the stream is held and delivered, not left owned by us and held by nobody."""
+    conn_id = f"{unique_id}-orphan"
+    fleet.create(conn_id, upstream.url(conn_id))
+    holdings, rec, store = holdings_for(fleet, SlowAcquireAnswer)
+    assert isinstance(store, SlowAcquireAnswer)
+    caller = asyncio.create_task(holdings.claim(conn_id))
+    try:
+        assert await asyncio.to_thread(store.landed.wait, 10), "the acquire never landed"
+        caller.cancel()
+        await asyncio.sleep(0.1)
+    finally:
+        store.answer.set()
+    await async_wait_until(lambda: rec.seqs(conn_id), 10, "delivering")
+    assert caller.cancelled()
+    holdings.streams[conn_id].drain_to(None, SHED)
+    await async_wait_until(lambda: not holdings.streams, 5, "the stream let go")
 
 
 async def test_a_nudge_for_a_stream_whose_release_is_in_flight_is_handed_on(
@@ -100,3 +135,34 @@ async def test_a_stream_stopped_before_its_task_ran_is_still_released(
     item = fleet.item(conn_id)
     assert "lease_owner" not in item, item.get("lease_owner")
     assert holdings.counts["released"] == 1
+
+
+async def test_a_stop_during_an_acquire_releases_the_stream_it_lands(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A stop that begins while a claim's acquire is on its way: the acquire lands and the
+    worker releases the stream itself (cancelled with the claiming loops, the claim never
+    reached its start, and the stream stayed owned by the ended session)."""
+    conn_id = f"{unique_id}-stopclaim"
+    landed, answer = threading.Event(), threading.Event()
+    async with running_worker(fleet, Recorder()) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        store, acquire = run.worker.store, run.worker.store.acquire
+
+        def slow_answer(conn: str, owner: str, **kwargs: Any) -> Lease:
+            lease = acquire(conn, owner, **kwargs)  # the real write, answered late
+            if conn == conn_id:
+                landed.set()
+                answer.wait(10)
+            return lease
+
+        store.acquire = slow_answer  # type: ignore[method-assign]
+        fleet.create(conn_id, upstream.url(conn_id))
+        fleet.nudge(conn_id)
+        assert await asyncio.to_thread(landed.wait, 10), "the acquire never landed"
+        run.stop.set()
+        await asyncio.sleep(0.3)  # the stop has cancelled the claiming loops
+        answer.set()
+        await asyncio.wait_for(run.task, 30)
+    item = fleet.item(conn_id)
+    assert "lease_owner" not in item, item.get("lease_owner")
+    assert run.worker.counts["released"] == 1
