@@ -4,7 +4,8 @@ metrics and health.
 Shutdown is a parameter (an awaitable that completes when the worker must stop), as in hypercorn.
 The stop is bounded by ``shutdown_s`` so that it fits ECS's stop timeout:
 
-1. stop claiming (nudges received in flight go back to the queue at once);
+1. stop claiming (nudges received in flight go back to the queue at once; a claim whose
+   acquire is on its way ends, and its start hands the stream straight back);
 2. stop every stream (``worker.stopping``): warm handoffs first, then drains and releases
    naming the decider's successors, aborts at the drain deadline. The session heartbeat,
    checkpoints and fencing go on meanwhile;
