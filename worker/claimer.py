@@ -7,12 +7,14 @@ happens to each message:
   whoever holds the stream now does not need the nudge, and the router or sweep nudges again
   when it becomes claimable;
 - in back-off that ends within 15 minutes: shown again when it ends (later ones: deleted, the
-  sweep finds the stream then);
+  sweep finds the stream then); a claim of it on its way here: shown again in a second (that
+  claim may fail, and the nudge be about a newer state);
 - DynamoDB unavailable (throttled, down): made visible again after a jittered delay that doubles
   with each receive (``worker.backoff.claim_retry_s``), so a throttled fleet's claims neither
   spin nor all come back at once when it recovers (after ``DLQ_MAX_RECEIVE_COUNT`` receives
   the queue parks it in the dead-letter queue);
-- no capacity any more, or shutting down: made visible at once for another worker;
+- no capacity any more, shutting down, or our release of it still being answered: handed on
+  at once to another worker;
 - poison (not JSON, no valid ``conn_id``): deleted with a log line.
 
 The reconcile sweep (``worker.reconciler``) is the safety net for a router that is down.

@@ -155,7 +155,12 @@ class Holdings:
             # this be its nudge (the router can be faster than the write's answer): handed
             # on, not deleted as a duplicate, or the stream waits unowned for the sweep.
             return Claim.REFUSED
-        if ours is not None or conn_id in self._claiming or conn_id in self.incoming():
+        if conn_id in self._claiming:
+            # A claim of it is on its way (another nudge's, a sweep's): this nudge is shown
+            # again in a second, not deleted: that claim may fail, and this nudge may be about
+            # a newer state (a release since), the only one left to carry it.
+            return Later(1)
+        if ours is not None or conn_id in self.incoming():
             return Claim.CONFLICT  # already ours (a duplicate nudge), or coming by a handoff
         if source == SOURCE_MOVED and (self.balancing.refuses(conn_id)
                                        or self._room_for_moves() <= 0):

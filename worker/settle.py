@@ -50,16 +50,22 @@ def hand_on(sqs: SQSClient, queue_url: str, messages: list[dict[str, Any]]) -> N
 
     Making them visible again (visibility 0) would do on SQS, but a long poll already in
     flight elsewhere is only woken by a send on some implementations (moto), which cost a
-    graceful handover about a second. A failed send falls back to visibility 0; a failed
-    delete leaves a duplicate nudge, which costs one refused acquire.
+    graceful handover about a second. A failed send (the call, or one entry of it) falls
+    back to visibility 0 for that message, whose original is kept; a failed delete leaves a
+    duplicate nudge, which costs one refused acquire.
     """
     try:
-        call("SendMessageBatch", sqs.send_message_batch, QueueUrl=queue_url,
-             Entries=[copy_of(i, m) for i, m in enumerate(messages)])
+        resp = call("SendMessageBatch", sqs.send_message_batch, QueueUrl=queue_url,
+                    Entries=[copy_of(i, m) for i, m in enumerate(messages)])
     except HoldfastError:
         change_visibility(sqs, queue_url, [(m, 0) for m in messages])
         return
-    settle(sqs, queue_url, messages, [])
+    failed = {int(f["Id"]) for f in resp.get("Failed", [])}
+    if failed:
+        logger.warning("cannot hand some nudges on: shown again instead", failed=len(failed),
+                       error=str(resp["Failed"][0].get("Message", ""))[:200])
+    settle(sqs, queue_url, [m for i, m in enumerate(messages) if i not in failed],
+           [(m, 0) for i, m in enumerate(messages) if i in failed])
 
 
 def change_visibility(sqs: SQSClient, queue_url: str,

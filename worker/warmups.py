@@ -21,7 +21,8 @@ stream started at its epoch and is dropped); nobody (the holder died before its 
 was reaped): the warm-up is dropped and the stream claimed, an ordinary failover instead of
 one that waits for ``TAKE_TIMEOUT_MS`` (a nudge for a stream we warm up for is refused
 meanwhile); another owner, or no item: dropped. A warm-up never taken over is closed after
-``TAKE_TIMEOUT_MS``.
+``TAKE_TIMEOUT_MS``. A warm-up dropped (that, or ABORT) has one last look: a stream its holder
+let go to nobody meanwhile is claimed (its nudge came while we warmed up, and was refused).
 """
 
 from __future__ import annotations
@@ -269,16 +270,34 @@ class WarmUps:
                         "or released it); claiming it", conn_id=conn_id, holder=warm.holder)
             await self.claim(conn_id)
 
+    async def _dropped(self, conn_id: str, warm: _Warm) -> None:
+        """A warm-up dropped (ABORT, or past its deadline): closed, and one last look. While
+        it was on, a nudge for the stream was refused as coming to us and deleted; if the
+        holder let it go to nobody meanwhile, nothing else would nudge it before the sweep."""
+        await warm.close()
+        try:
+            raw = await on_io_threads(self.store.get_raw, conn_id)
+            item = StoredItem.of(raw).item if raw is not None else None
+        except (HoldfastError, MalformedItem) as exc:
+            logger.debug("handoff: no last look at a dropped warm-up", conn_id=conn_id,
+                         error=str(exc)[:300])
+            return  # the sweep finds it if it needs one
+        if (item is not None and item.started and item.lease_owner is None
+                and conn_id not in self.warming and self.owner() is not None):
+            logger.info("handoff: dropped, and the holder let the stream go; claiming it",
+                        conn_id=conn_id, holder=warm.holder)
+            await self.claim(conn_id)
+
     def abort(self, conn_id: str) -> None:
         """ABORT from the holder: drop the warm-up."""
         warm = self.warming.pop(conn_id, None)
         if warm is not None:
-            self._spawn(warm.close())
+            self._spawn(self._dropped(conn_id, warm))
 
     def tick(self, now: int) -> None:
         """Close the warm-ups past their deadline; look for the TAKEs that are late."""
         for conn_id in [c for c, w in self.warming.items() if w.deadline_ms <= now]:
-            self._spawn(self.warming.pop(conn_id).close())
+            self._spawn(self._dropped(conn_id, self.warming.pop(conn_id)))
         for conn_id, warm in self.warming.items():
             if warm.check_ms <= now and conn_id not in self._looks:
                 warm.check_ms = now + TAKE_CHECK_MS  # the next look, if still due

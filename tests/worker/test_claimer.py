@@ -13,6 +13,7 @@ from holdfast.core.nudge import HOPS
 from holdfast.localaws import LocalAws
 from holdfast.worker.claimer import MAX_HOPS, Claim, Claimer, Later, in_daemon_thread
 from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.settle import hand_on
 from tests.conftest import client_for
 from tests.worker.conftest import async_wait_until
 
@@ -201,3 +202,33 @@ async def test_a_stop_cancels_the_polling_not_the_claims_in_flight(queue: Any) -
     assert not claimer._handling
     await asyncio.gather(*claimer._settling)
     assert visible(sqs, url) == ["next"]
+
+
+class FailsEntriesAfterTheFirst:
+    """The moto client, whose SendMessageBatch sends only its first entry and reports the
+    others failed, as SQS may (an InternalError per entry)."""
+
+    def __init__(self, sqs: Any) -> None:
+        self._sqs = sqs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sqs, name)
+
+    def send_message_batch(self, *, QueueUrl: str, Entries: list[dict[str, Any]]) -> Any:
+        resp = self._sqs.send_message_batch(QueueUrl=QueueUrl, Entries=Entries[:1])
+        return {"Successful": resp.get("Successful", []), "Failed": [
+            {"Id": e["Id"], "SenderFault": False, "Code": "InternalError",
+             "Message": "try again"} for e in Entries[1:]]}
+
+
+async def test_a_nudge_whose_copy_failed_is_kept_and_shown_again(queue: Any) -> None:
+    """Handing on, an entry SQS did not send keeps its original, visible again at once; only
+    the ones copied are deleted (both were deleted, and the unsent nudge was lost)."""
+    sqs, url = queue
+    send(sqs, url, "a", "b")
+    resp = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                               VisibilityTimeout=30)
+    messages = sorted((dict(m) for m in resp["Messages"]), key=lambda m: m["Body"])
+    assert len(messages) == 2
+    hand_on(FailsEntriesAfterTheFirst(sqs), url, messages)
+    assert visible(sqs, url) == ["a", "b"]  # "a" as its copy, "b" as its original again

@@ -17,6 +17,7 @@ from holdfast.core.model import Lease, LeaseItem, StoredItem
 from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
 from holdfast.worker import warmups
+from holdfast.worker.claimer import Claim
 from holdfast.worker.prefetch import Prefetch
 from holdfast.worker.warmups import _Warm
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
@@ -181,3 +182,22 @@ async def test_a_reserved_stream_connects_once_the_lease_is_passed_and_keeps_its
     assert len(upstream.server.connlog.records(conn)) == 1
     assert rec.seqs(conn)[0] == 5
 
+
+
+async def test_a_warm_up_aborted_after_its_holder_let_go_claims_the_stream(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The holder gave the handoff up and released the stream to nobody; its nudge came
+    while we still warmed up (refused as coming to us, deleted), then its ABORT: the dropped
+    warm-up's last look claims the stream (nothing else would nudge it before the sweep)."""
+    rec, conn = Recorder(), f"{unique_id}-aborted"
+    async with running_worker(fleet, rec) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        store, lease = await _warm_for_holder(fleet, upstream, run, conn, f"h-{unique_id}")
+        warm_ups = run.worker.handoffs.warm_ups
+        warm_ups.warming[conn].check_ms = 2**62  # no look for a late TAKE: only the last one
+        assert store.release(lease) is None
+        assert await run.worker.holdings.claim(conn, "nudge") is Claim.CONFLICT
+        warm_ups.abort(conn)
+        await async_wait_until(lambda: conn in run.worker.streams, 5, "claimed")
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 5, "messages")
+    assert missing_seqs(rec.seqs(conn)) == []
