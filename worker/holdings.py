@@ -25,6 +25,7 @@ from holdfast.core.exceptions import (
 from holdfast.core.model import Lease
 from holdfast.core.nudge import MAX_DELAY_S
 from holdfast.core.store import LeaseStore
+from holdfast.worker.backoff import nudge_again_in_s
 from holdfast.worker.balancing import Balancing
 from holdfast.worker.checkpointer import Checkpointer
 from holdfast.worker.claimer import SOURCE_HANDOFF, SOURCE_INSERTED, SOURCE_MOVED, Claim, Later
@@ -279,10 +280,9 @@ class Holdings:
         if exc.reason is not LossReason.BACKOFF or current is None or (
                 current.lease_expires_at_ms is None):
             return None
-        wait_ms = rules.claimable_at_ms(current.lease_expires_at_ms,
-                                        self.config.timing.skew_ms) - self.wall()
-        seconds = -(-wait_ms // 1000) + 1  # round up, plus a second for clock jitter
-        return Later(int(seconds)) if 0 < seconds <= MAX_DELAY_S else None
+        seconds = nudge_again_in_s(rules.claimable_at_ms(
+            current.lease_expires_at_ms, self.config.timing.skew_ms) - self.wall(), MAX_DELAY_S)
+        return None if seconds is None else Later(seconds)
 
     def busy(self) -> set[str]:
         """The streams held, being claimed or coming by a handoff: not strays, whatever the
