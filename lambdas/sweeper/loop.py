@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -44,6 +44,7 @@ __all__ = ["SweepDeps", "SweepResult", "SweepStats", "memory_for", "run_sweeps",
            "session_store_for", "sweep_once"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MIN_WAIT_MS = 5  # never spin: DynamoDB Local and the index need a moment between queries
 PAGE_SIZE = 200
@@ -154,17 +155,22 @@ def memory_for(settings: Settings) -> NudgeMemory:
 
 
 def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
-    """One sweep; raises ``HoldfastError`` if DynamoDB did not answer (SQS errors are reported)."""
+    """One sweep; raises ``HoldfastError`` if DynamoDB did not answer the orphans' query (a step
+    before it that fails is logged and skipped; SQS errors are reported)."""
     s = deps.settings
     now = deps.clock()
-    sessions = (sweep_sessions(deps.sessions, now, s.skew_ms, deps.log or log)
-                if deps.sessions is not None else SessionSweep())
+    # The steps before the orphans' query are guarded: one failing (a throttled Scan, a
+    # missing permission) must not stop every re-nudge of a lost nudge's stream.
+    swept = _guarded(deps, "sessions", lambda: (
+        sweep_sessions(deps.sessions, now, s.skew_ms, deps.log or log)
+        if deps.sessions is not None else SessionSweep()), None)
+    sessions = swept if swept is not None else SessionSweep()
     if sessions.dead or sessions.released:
         deps.last_reap_ms = now
     _nudge_live(deps, sessions, [Nudge(c, REASON_REAPED) for c in sessions.released])
-    audit = _audit_step(deps, sessions, now)
-    normalised = _unindexed_step(deps, now)
-    _orders_step(deps, now)
+    audit = _guarded(deps, "owner audit", lambda: _audit_step(deps, sessions, now), None)
+    normalised = _guarded(deps, "unindexed items", lambda: _unindexed_step(deps, now), 0)
+    _guarded(deps, "order queues", lambda: _orders_step(deps, now), 0)
     items = list(islice(find_orphans(deps.ddb, s.table, now_ms=now + s.sweep_interval_ms,
                                      skew_ms=s.skew_ms, page_size=PAGE_SIZE), MAX_SCAN))
     cutoff = rules.acquire_cutoff_ms(now, s.skew_ms)
@@ -189,7 +195,8 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
         reaped = set(sessions.released)  # on a live queue a moment ago
         _nudge_live(deps, sessions, [n for n in report.sent if n.conn_id not in reaped])
     # After the nudges (they are what claims wait on); ``due`` are the unowned STARTED streams.
-    balance = _balance_step(deps, sessions, len(due), now)
+    # Not without the live sessions: the balancer would see no worker.
+    balance = _balance_step(deps, sessions, len(due), now) if swept is not None else None
     complete = len(items) < MAX_SCAN
     if complete:
         memory.retain_only(due)
@@ -236,6 +243,15 @@ def _nudge_live(deps: SweepDeps, sessions: SessionSweep, shared: list[Nudge]) ->
         (deps.log or log).info("%s streams not nudged on a live worker's queue: %d (%s)",
                                shared[0].reason, len(failed), failed[0][1])
     return len(sent)
+
+
+def _guarded(deps: SweepDeps, step: str, run: Callable[[], T], fallback: T) -> T:
+    """``run()``, or ``fallback`` with an error line if DynamoDB or SQS did not answer."""
+    try:
+        return run()
+    except (HoldfastError, BotoCoreError, ClientError) as exc:
+        (deps.log or log).error("sweep step failed, the sweep goes on: %s: %s", step, exc)
+        return fallback
 
 
 def _audit_step(deps: SweepDeps, sessions: SessionSweep, now: int) -> AuditResult | None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from holdfast.core.exceptions import StoreUnavailable
 from holdfast.core.liveness import AUDIT_INTERVAL_MS
 from holdfast.core.model import Lease
 from holdfast.core.sessions import SessionStore
@@ -17,6 +18,7 @@ from holdfast.core.table import create_stream
 from holdfast.lambdas.settings import Settings
 from holdfast.lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
 from holdfast.lambdas.sweeper.loop import SweepDeps, run_sweeps, sweep_once
+from holdfast.lambdas.sweeper.unindexed import UnindexedPass
 from holdfast.localaws import LocalAws
 from tests.conftest import TIMEOUT_SCALE
 from tests.lambdas.helpers import receive_nudges
@@ -262,3 +264,24 @@ def test_a_grace_ending_wakes_the_sweep_at_most_every_quarter_interval(
     first = sweep_once(deps, memory)  # first seen now: its grace (200 ms) ends soon
     assert first.next_due_ms is not None
     assert first.next_due_ms == now[0] + 500  # not now + 200: a quarter of 2 s
+
+
+class ScanRefused(UnindexedPass):
+    """The slow pass whose Scan DynamoDB refuses every time (throttled, or no permission)."""
+
+    def step(self, ddb: Any, table: str, now_ms: int, normalise: Any) -> int:
+        raise StoreUnavailable("Scan", "throttled")
+
+
+def test_a_failing_step_before_the_orphans_query_does_not_stop_the_nudges(
+        ddb: Any, sqs: Any, table: str, queue_url: str, store: Store, memory: NudgeMemory,
+        unique_id: str) -> None:
+    """The slow pass's Scan failing every sweep: the orphans are still nudged (the sweep
+    raised, and no re-nudge went out while the Scan kept failing)."""
+    store.release(store.take(unique_id, "w1"))
+    now = [wall_clock_ms()]
+    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url), clock=lambda: now[0],
+                     unindexed=ScanRefused(60_000))
+    sweep_once(deps, memory)  # first sight: the unclaimed grace begins
+    now[0] += 300
+    assert [n.conn_id for n in sweep_once(deps, memory).nudged] == [unique_id]
