@@ -16,6 +16,7 @@ import threading
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from holdfast.runner.context import LocalContext
@@ -59,9 +60,13 @@ class Sandboxes:
     """A handler callable that runs each invocation in one of ``size`` child processes."""
 
     def __init__(self, spec: str, size: int) -> None:
-        self.size = size
-        self.pool = ProcessPoolExecutor(size, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_init, initargs=(spec,))
+        self.spec, self.size = spec, size
+        self._lock = threading.Lock()
+        self.pool = self._new_pool()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(self.size, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_init, initargs=(self.spec,))
 
     def warm(self) -> None:
         """Start every sandbox now (imports and clients take a second or more on a loaded
@@ -71,9 +76,21 @@ class Sandboxes:
 
     def __call__(self, event: dict[str, Any], context: LocalContext) -> Any:
         # An exception raised in the sandbox comes back here: a function error.
-        return self.pool.submit(_invoke, event, context.function_name,
-                                context.get_remaining_time_in_millis(),
-                                context.aws_request_id).result()
+        pool = self.pool
+        try:
+            return pool.submit(_invoke, event, context.function_name,
+                               context.get_remaining_time_in_millis(),
+                               context.aws_request_id).result()
+        except BrokenProcessPool:
+            # A sandbox died (killed, out of memory, a crash in C): this invocation is a
+            # function error, retried as Lambda would; the next ones get fresh sandboxes, as
+            # Lambda gives them (a broken pool refused every later batch, and the local router
+            # sent nothing for the rest of the runner's life).
+            with self._lock:
+                if self.pool is pool:
+                    self.pool = self._new_pool()
+                    pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
