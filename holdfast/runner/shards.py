@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.runner.exceptions import ChangesNotFound
 
@@ -149,14 +150,23 @@ class ShardReader:
         if self.monotonic() >= self._next_refresh:
             self.refresh()
         out: list[tuple[str, list[dict[str, Any]]]] = []
+        failed: list[Exception] = []
         states = self.readable()
         read = map if pool is None or len(states) < 2 else pool.map
-        for state, records in zip(states, read(self._timed_read, states), strict=True):
+        for state, records in zip(states, read(functools.partial(
+                self._timed_read, failed=failed), states), strict=True):
             if records:
                 out.append((state.shard_id, records))
             if state.finished:
                 log.info("shard %s read to its end", state.shard_id)
                 self._next_refresh = 0.0  # look for its children now
+        if failed and not out:
+            raise failed[0]  # the caller backs off
+        if failed:
+            # The others' records are kept: raising here lost them (their positions had
+            # moved past them already); the failed shard is read again from its position.
+            log.warning("reading %d shard(s) failed, the others' records kept: %s",
+                        len(failed), failed[0])
         return out
 
     def _iterator(self, state: ShardState) -> str | None:
@@ -169,13 +179,17 @@ class ShardReader:
         iterator: str | None = self.client.get_shard_iterator(**kwargs).get("ShardIterator")
         return iterator
 
-    def _timed_read(self, state: ShardState) -> list[dict[str, Any]]:
+    def _timed_read(self, state: ShardState, *, failed: list[Exception]) -> list[dict[str, Any]]:
         started = self.monotonic()
         if state.read_at is not None:
             state.gap_ms = (started - state.read_at) * 1000
         state.read_at = started
         try:
             return self._read(state)
+        except (BotoCoreError, ClientError) as exc:
+            state.iterator = None  # read again after ``last_seq``, which did not move
+            failed.append(exc)
+            return []
         finally:
             state.read_ms = (self.monotonic() - started) * 1000
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 from holdfast.core.aws import client_config
 from holdfast.localaws import LocalAws
@@ -99,6 +101,50 @@ def streams(ddb_local: LocalAws) -> Any:
         "dynamodbstreams", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB_STREAMS"],
         region_name=env["AWS_REGION"], aws_access_key_id="local",
         aws_secret_access_key="local", config=client_config())
+
+
+class FailsOneRead(FakeChangesApi):
+    """The in-memory API, whose next GetRecords of shard ``fail`` raises once."""
+
+    fail: str | None = None
+
+    def get_records(self, ShardIterator: str, Limit: int = 1000) -> dict[str, Any]:
+        if self.fail is not None and ShardIterator.startswith(f"{self.fail}|"):
+            self.fail = None
+            raise ClientError({"Error": {"Code": "InternalServerError"}}, "GetRecords")
+        return super().get_records(ShardIterator, Limit)
+
+
+def test_one_shards_failed_read_keeps_the_others_records() -> None:
+    """Shard B's read fails: A's records of the same poll are returned (they were lost, A's
+    position already past them), and B's come on the next poll, from where it was."""
+    api = FailsOneRead()
+    api.add_shard("A")
+    api.add_shard("B")
+    a_seqs, b_seqs = api.write("A", 3), api.write("B", 1)
+    reader = ShardReader(api, "arn")  # type: ignore[arg-type]
+    reader.refresh()
+    reader.prime()
+    api.fail = "B"
+    with ThreadPoolExecutor(2) as pool:
+        first = reader.poll(pool)
+        assert [(s, [r["dynamodb"]["SequenceNumber"] for r in rs]) for s, rs in first] == [
+            ("A", a_seqs)]
+        assert read_all(reader) == [("B", b_seqs)]
+
+
+def test_a_failed_read_of_the_only_shard_is_raised() -> None:
+    """Nothing read at all: the error reaches the caller, which backs off."""
+    api = FailsOneRead()
+    api.add_shard("A")
+    api.write("A", 1)
+    reader = ShardReader(api, "arn")  # type: ignore[arg-type]
+    reader.refresh()
+    reader.prime()
+    api.fail = "A"
+    with pytest.raises(ClientError):
+        reader.poll()
+    assert len(read_all(reader)) == 1
 
 
 def test_dynamodb_local_records_in_order(ddb_local: LocalAws, streams: Any,
