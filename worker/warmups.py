@@ -86,6 +86,11 @@ class _Warm:
         if self.prefetch is not None:
             await self.prefetch.close()
 
+    def abort(self) -> None:
+        """Drop the socket now, no closing handshake (``close`` then only cleans up)."""
+        if self.prefetch is not None and self.prefetch.ws is not None:
+            self.prefetch.ws.transport.abort()
+
 
 class WarmUps:
     """The streams a handoff is bringing to this worker (see the module)."""
@@ -309,6 +314,11 @@ class WarmUps:
         seconds, waiting for a TAKE addressed to the old owner)."""
         warming = list(self.warming.values())
         self.warming.clear()
+        # Every socket dropped at once, before any await: a closing handshake each, one after
+        # the other on a loop just resumed, kept a paused worker's last socket open 2 s past
+        # its SIGCONT while the stream's new holder delivered (the soak's overlap judge).
+        for warm in warming:
+            warm.abort()
         for warm in warming:
             with contextlib.suppress(Exception):
                 await warm.close()

@@ -201,3 +201,24 @@ async def test_a_warm_up_aborted_after_its_holder_let_go_claims_the_stream(
         await async_wait_until(lambda: conn in run.worker.streams, 5, "claimed")
         await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 5, "messages")
     assert missing_seqs(rec.seqs(conn)) == []
+
+
+async def test_closing_every_warm_up_drops_every_socket_at_once(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A lost session's warm-ups: all their sockets are dropped before the first close
+    handshake is awaited (one handshake after the other kept the last socket open 2 s past a
+    paused worker's SIGCONT, beside the stream's new holder)."""
+    conns = [f"{unique_id}-all-{i}" for i in range(3)]
+    async with running_worker(fleet, Recorder()) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        warm_ups = run.worker.handoffs.warm_ups
+        for conn in conns:
+            await _warm_for_holder(fleet, upstream, run, conn, f"h-{conn}")
+        sockets = [w.prefetch.ws for w in warm_ups.warming.values()
+                   if w.prefetch is not None and w.prefetch.ws is not None]
+        assert len(sockets) == 3
+        closing = asyncio.create_task(warm_ups.close_all())
+        await asyncio.sleep(0)  # close_all's first step, up to its first await
+        assert all(ws.transport.is_closing() for ws in sockets)
+        await closing
+        assert not warm_ups.warming
