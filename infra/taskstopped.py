@@ -34,11 +34,12 @@ __all__ = ["TASKSTOPPED_HANDLER", "TASKSTOPPED_LEASE_ATTRIBUTES",
 TASKSTOPPED_HANDLER = "holdfast.lambdas.taskstopped.handler.lambda_handler"
 # What report_dead reads of a session item (a projected GetItem).
 TASKSTOPPED_SESSION_READS = tuple(REPORT_READS)
-# Its session writes: the DEAD declaration (state, when, why; conditional on the incarnation)
-# and the reaped mark (when, TTL). It can never start, renew or order a session.
+# Its session writes: the DEAD declaration (state, when, why; conditional on the incarnation,
+# and on no heartbeat after the stop nor a start after it, read by the condition alone) and the
+# reaped mark (when, TTL). It can never start, renew (the expiry) or order a session.
 TASKSTOPPED_SESSION_WRITES = (schema.PARTITION_KEY, SESSION.state, SESSION.ended_at_ms,
-                              SESSION.end_reason, SESSION.incarnation, SESSION.reaped_at_ms,
-                              SESSION.ttl)
+                              SESSION.end_reason, SESSION.incarnation, SESSION.heartbeat_at_ms,
+                              SESSION.started_at_ms, SESSION.reaped_at_ms, SESSION.ttl)
 # Its lease writes: the conditional release of a dead owner's stream (expiry 0, status, owner
 # removed, the unowned-time marker); never the URL, epoch, checkpoint or desired state.
 TASKSTOPPED_LEASE_ATTRIBUTES = (schema.PARTITION_KEY, ATTR.lease_expires_at_ms, ATTR.status,

@@ -17,8 +17,8 @@ the sweeper collects them every few minutes rather than on every death: one ``Li
 name prefix, then one Scan of the session table, and every queue that belongs to no ALIVE
 session is deleted. Order matters: the queues are listed *before* the sessions are read. A
 worker writes its session before it creates its queue, so a queue seen in the listing belongs to
-a session the later scan sees; a queue created after the listing is simply not looked at this
-time.
+a session the later scan sees (a consistent one); a queue created after the listing is simply
+not looked at this time.
 """
 
 from __future__ import annotations
@@ -190,7 +190,10 @@ class QueueCollector:
             urls = [url for page in pages for url in page.get("QueueUrls", [])]
             if not urls:
                 return 0
-            live = [s.owner for s in sessions.scan()
+            # Consistent: "listed before scanned" holds only if the Scan sees every session
+            # written before it began (an eventually consistent one could miss a new worker's
+            # and delete its queue).
+            live = [s.owner for s in sessions.scan(consistent=True)
                     if not isinstance(s, MalformedItem) and s.state is SessionState.ALIVE]
         except (BotoCoreError, ClientError, HoldfastError) as exc:
             log.warning("order queues not collected: %s", exc)

@@ -75,19 +75,25 @@ class Reaper:
         return {SESSION.pk: {"S": session_pk_for(worker_id)}}
 
     def mark_dead(self, item: SessionItem, *, reason: str = "silent past its TTL",
-                  stopped: bool = False) -> bool:
+                  stopped_at_ms: int | None = None) -> bool:
         """Declare an ALIVE session DEAD; True if this call did it. The one DEAD write:
-        conditional on the incarnation, ALIVE and (unless the platform reported the process
-        ``stopped``) silent past TTL + skew. A late heartbeat cannot undo it: it requires ALIVE."""
-        cutoff = None if stopped else rules.acquire_cutoff_ms(self.clock(), self.skew_ms)
+        conditional on the incarnation, ALIVE and silent past TTL + skew, or, when the platform
+        reported the process stopped at ``stopped_at_ms``, started before that and silent since
+        (no heartbeat more than the skew after it: in the write's condition, so a heartbeat
+        landing between the report's read and this write fails it). A late heartbeat cannot
+        undo it: it requires ALIVE."""
+        cutoff = None if stopped_at_ms is not None else rules.acquire_cutoff_ms(
+            self.clock(), self.skew_ms)
         return item.state is SessionState.ALIVE and self._leave_alive(
             "mark_session_dead", item.worker_id, item.incarnation, SessionState.DEAD, reason,
-            cutoff_ms=cutoff)
+            cutoff_ms=cutoff, stopped_at_ms=stopped_at_ms)
 
     def _leave_alive(self, op: str, worker_id: str, incarnation: str, state: SessionState,
-                     reason: str, *, cutoff_ms: int | None = None) -> bool:
+                     reason: str, *, cutoff_ms: int | None = None,
+                     stopped_at_ms: int | None = None) -> bool:
         """The write that ends an ALIVE incarnation (DEAD, or ENDED by its own goodbye); False
-        if it is not ALIVE, not that incarnation, or (``cutoff_ms``) expires after it."""
+        if it is not ALIVE, not that incarnation, (``cutoff_ms``) expires after it, or
+        (``stopped_at_ms``) started after or heartbeated more than the skew after it."""
         cond = "#inc = :inc AND #state = :alive"
         names = {"#state": SESSION.state, "#at": SESSION.ended_at_ms, "#why": SESSION.end_reason,
                  "#inc": SESSION.incarnation}
@@ -98,6 +104,12 @@ class Reaper:
             cond += " AND #exp <= :cutoff"
             names["#exp"] = SESSION.expires_at_ms
             values[":cutoff"] = num(cutoff_ms)
+        if stopped_at_ms is not None:
+            cond += (" AND (attribute_not_exists(#hb) OR #hb <= :hb_cutoff)"
+                     " AND (attribute_not_exists(#started) OR #started <= :stopped)")
+            names |= {"#hb": SESSION.heartbeat_at_ms, "#started": SESSION.started_at_ms}
+            values |= {":hb_cutoff": num(stopped_at_ms + self.skew_ms),
+                       ":stopped": num(stopped_at_ms)}
         try:
             call(op, self.client.update_item, TableName=self.table, Key=self._key(worker_id),
                  UpdateExpression="SET #state = :new, #at = :now, #why = :why",
@@ -136,7 +148,7 @@ class Reaper:
         # Without a stop time the report proves nothing about when the process went silent:
         # the session is declared dead only once silent past its TTL, as the sweeper would.
         stopped = stopped_at_ms is not None
-        declared = self.mark_dead(item, reason=f"platform: {reason}", stopped=stopped)
+        declared = self.mark_dead(item, reason=f"platform: {reason}", stopped_at_ms=stopped_at_ms)
         if not declared and not stopped and item.state is SessionState.ALIVE and (
                 not rules.is_expired(item.expires_at_ms, self.clock(), self.skew_ms)):
             return ReportedDeath(False, 0, f"session {item.owner} is within its TTL and the "
@@ -149,6 +161,9 @@ class Reaper:
             again = self.get(worker_id, only=REPORT_READS)
             if again is None or again.incarnation != item.incarnation:
                 return ReportedDeath(False, 0, "replaced by a newer incarnation meanwhile")
+            if again.state is SessionState.ALIVE:
+                return ReportedDeath(False, 0, f"session {item.owner} heartbeated meanwhile: "
+                                               "alive, left to its TTL")
             item = again
         ids = self.reap(item)[0]
         return ReportedDeath(declared, len(ids), None, tuple(ids))

@@ -177,9 +177,12 @@ class SessionStore(Reaper, Directing):
     """Session operations; ``client`` serves both the session table and the lease table."""
 
     # -- reads -------------------------------------------------------------------------------
-    def scan(self) -> Iterator[SessionItem | MalformedItem]:
-        """Every session item, parsed; a malformed or foreign one comes back as the error."""
-        for resp in pages("scan_sessions", self.client.scan, TableName=self.table):
+    def scan(self, *, consistent: bool = False) -> Iterator[SessionItem | MalformedItem]:
+        """Every session item, parsed; a malformed or foreign one comes back as the error.
+        ``consistent``: every write that landed before the Scan began is seen (twice the
+        read units)."""
+        for resp in pages("scan_sessions", self.client.scan, TableName=self.table,
+                          ConsistentRead=consistent):
             for raw in resp.get("Items", []):
                 try:
                     yield SessionItem.from_ddb(raw)

@@ -141,7 +141,7 @@ class Decision:
 
 
 def decide(event_name: str | None, old_image: Image | None, new_image: Image | None,
-           now_ms: int, *, skew_ms: int = 1_000) -> Decision:
+           now_ms: int, *, skew_ms: int = rules.DEFAULT_SKEW_MS) -> Decision:
     """Decide for one stream record (low-level DynamoDB JSON images); never raises."""
     if event_name == "REMOVE":
         gone = parse_or_none(old_image)

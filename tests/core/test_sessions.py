@@ -267,6 +267,42 @@ def test_a_report_of_a_stop_before_the_last_heartbeat_is_refused(
     assert leases.get(lease.conn_id).lease_owner == s.owner  # type: ignore[union-attr]
 
 
+class HeartbeatAfterTheReportsRead(SessionStore):
+    """The real store, whose session's process heartbeats right after a report read it (the
+    report is about another process, or wrong): the one race the read's checks cannot see."""
+
+    beat: Any = None  # (session, clock) to heartbeat once after the next read
+
+    def get(self, worker_id: str, *, only: tuple[str, ...] = ()) -> Any:
+        item = super().get(worker_id, only=only)
+        if self.beat is not None:
+            session, clock = self.beat
+            self.beat = None
+            clock.now += SKEW_MS + 1
+            self.heartbeat_full(session, held=1, capacity=5)
+        return item
+
+
+def test_a_heartbeat_between_a_reports_read_and_its_write_keeps_the_session_alive(
+        tables: tuple[str, str], ddb: Any, leases: LeaseStore, clock: Clock,
+        unique_id: str) -> None:
+    """The stop time's guards are in the DEAD write's condition: a heartbeat landing after the
+    report read the session (and more than the skew after the stop) fails the write, and its
+    streams are not released (declared dead, they got a second deliverer)."""
+    sessions = HeartbeatAfterTheReportsRead(ddb, tables[1], tables[0], ttl_ms=TTL_MS,
+                                            skew_ms=SKEW_MS, clock=clock)
+    s = sessions.start(unique_id, capacity=5)
+    (lease,) = held_streams(leases, s.owner, [f"{unique_id}-a"])
+    stopped_at = clock.now
+    sessions.beat = (s, clock)
+    done = sessions.report_dead(unique_id, stopped_at_ms=stopped_at, reason="false report")
+    assert not done.declared_dead and done.released == 0, done
+    assert "heartbeated meanwhile" in (done.skipped_reason or "")
+    assert leases.get(lease.conn_id).lease_owner == s.owner  # type: ignore[union-attr]
+    item = sessions.get(unique_id)
+    assert item is not None and item.state is SessionState.ALIVE
+
+
 def test_reported_death_spares_a_newer_incarnation_under_the_same_id(
         sessions: SessionStore, leases: LeaseStore, clock: Clock, unique_id: str) -> None:
     """A stop reported for a task that stopped before this session started leaves it alive."""

@@ -57,3 +57,32 @@ def test_a_sweep_collects_the_queues_of_its_own_prefix(ddb: Any, sqs: Any, table
     sweep_once(deps, memory_for(settings))
     assert deps.orders is not None and deps.orders.deleted == 1
     assert not sqs.list_queues(QueueNamePrefix=prefix_for(table)).get("QueueUrls")
+
+
+class ScansRecorded:
+    """The DynamoDB client, recording each Scan's arguments."""
+
+    def __init__(self, ddb: Any) -> None:
+        self._ddb, self.scans = ddb, []  # type: list[dict[str, Any]]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ddb, name)
+
+    def scan(self, **kwargs: Any) -> Any:
+        self.scans.append(kwargs)
+        return self._ddb.scan(**kwargs)
+
+
+def test_the_collector_reads_the_sessions_consistently(ddb: Any, sqs: Any) -> None:
+    """The sessions are read with a consistent Scan: "listed before scanned" needs every
+    session written before the Scan began (an eventually consistent one could miss a new
+    worker's and delete its queue)."""
+    table = f"hf-oq-{uuid.uuid4().hex[:8]}"
+    ddb.create_table(**session_table_definition(f"{table}-sessions"))
+    recorded = ScansRecorded(ddb)
+    store = SessionStore(recorded, f"{table}-sessions", table, ttl_ms=10_000, skew_ms=500)
+    alive = store.start("w-new", 10)
+    prefix = prefix_for(table)
+    sqs.create_queue(QueueName=order_queue_name(prefix, alive.owner))
+    assert QueueCollector(prefix).step(sqs, store, now_ms=1_000) == 0
+    assert [s.get("ConsistentRead") for s in recorded.scans] == [True]
