@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -75,11 +75,13 @@ def send_body(sqs: SQSClient, nudge_queue_url: str, prefix: str, owner: str,
 
 
 def queue_orders(decisions: Mapping[str, Decision], sqs: SQSClient, nudge_queue_url: str,
-                 prefix: str, logger: Logger) -> Counter[str]:
+                 prefix: str, logger: Logger, *,
+                 out_of_time: Callable[[], bool] = lambda: False) -> Counter[str]:
     """Send a batch's orders to their owners' order queues; counts by result, per order.
 
     One message per owner (a bundle, ``holdfast.core.bundles``: one receive takes them all):
-    one message per order, one after the other, made a stop of 100 streams 100 sends.
+    one message per order, one after the other, made a stop of 100 streams 100 sends. Best
+    effort: once ``out_of_time()``, the rest are skipped (their session items carry them).
     """
     by_owner: dict[str, dict[str, Order]] = {}
     for decision in decisions.values():
@@ -89,6 +91,9 @@ def queue_orders(decisions: Mapping[str, Decision], sqs: SQSClient, nudge_queue_
             by_owner.setdefault(owner, {})[order.encode()] = order
     counts: Counter[str] = Counter()
     for owner, orders in by_owner.items():
+        if out_of_time():
+            counts["order_queue_skipped"] += len(orders)
+            continue
         for chunk in in_bundles(list(orders.values())):
             result, detail = send_body(sqs, nudge_queue_url, prefix, owner,
                                        packed(owner, [o.body(owner) for o in chunk]))
@@ -106,11 +111,14 @@ def queue_orders(decisions: Mapping[str, Decision], sqs: SQSClient, nudge_queue_
 
 def give_orders(decisions: Mapping[str, Decision], sqs: SQSClient,
                 sessions: SessionStore | None, *, nudge_queue_url: str, prefix: str | None,
-                logger: Logger) -> tuple[Counter[str], dict[str, str]]:
+                logger: Logger, out_of_time: Callable[[], bool] = lambda: False,
+                ) -> tuple[Counter[str], dict[str, str]]:
     """Give a batch's orders to their owners: the order queues (``queue_orders``, if
     ``prefix``), then the session items. Returns counts and the failed records' errors by
-    sequence number (a session write that failed: Lambda retries the record)."""
-    counts = queue_orders(decisions, sqs, nudge_queue_url, prefix, logger) if prefix else Counter()
+    sequence number (a session write that failed, or not tried once ``out_of_time()``: Lambda
+    retries the record; an invocation timed out instead, its whole batch retried)."""
+    counts = queue_orders(decisions, sqs, nudge_queue_url, prefix, logger,
+                          out_of_time=out_of_time) if prefix else Counter()
     failures: dict[str, str] = {}
     if sessions is None:
         return counts, failures
@@ -120,6 +128,12 @@ def give_orders(decisions: Mapping[str, Decision], sqs: SQSClient,
         if order is not None and decision.owner is not None:
             by_owner.setdefault(decision.owner, []).append((seq, order))
     for owner, orders in by_owner.items():
+        if out_of_time():
+            for seq, order in orders:
+                logger.warning("order not given: the invocation is out of time, retried",
+                               conn_id=order.conn_id, owner=owner)
+                failures[seq] = "order not given: out of time"
+            continue
         # One write per owner, not per order: a stop of 100 streams of one worker was 100
         # writes to its one session item, one after the other (an invocation of 62 records
         # took 7.9 s on a loaded machine, and the records behind it waited).

@@ -55,7 +55,8 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["METRICS_NAMESPACE", "RouterDeps", "configure", "lambda_handler", "route"]
+__all__ = ["METRICS_NAMESPACE", "SEND_RESERVE_MS", "RouterDeps", "configure", "lambda_handler",
+           "route"]
 
 SERVICE = service_name("holdfast-router")
 SEND_RESERVE_MS = 12_000
@@ -143,8 +144,9 @@ def route(event: dict[str, Any], context: LambdaContext | None,
                        extra={"skipped": len(raw_records) - len(records)})
     plan = _decide_all(records, deps)
     plan.start_ns = time.time_ns()
-    _send(plan, deps, _out_of_time(context))
-    _order(plan, deps)
+    out_of_time = _out_of_time(context)
+    _send(plan, deps, out_of_time)
+    _order(plan, deps, out_of_time)
     _normalise(plan, deps)
     _emit_metrics(plan, len(records))
 
@@ -267,14 +269,16 @@ def _hand_off(plan: _Plan, deps: RouterDeps, wanted: dict[tuple[str, int], Nudge
                     successor=nudge.to)
 
 
-def _order(plan: _Plan, deps: RouterDeps) -> None:
+def _order(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> None:
     """Give each order (stop, release) to its owner (``orderqueues.give_orders``): its order
     queue first (fast, best effort), then its session item (durable). An owner with no live
     session to take it is the sweeper's: its owner audit releases that stream
-    (``holdfast.core.liveness``)."""
+    (``holdfast.core.liveness``). Within the invocation's time: what is left once it runs
+    short goes back as record failures, retried alone."""
     counts, failures = give_orders(plan.decisions, deps.sqs, deps.sessions,
                                    nudge_queue_url=deps.settings.queue_url,
-                                   prefix=deps.settings.orders_queue_prefix, logger=logger)
+                                   prefix=deps.settings.orders_queue_prefix, logger=logger,
+                                   out_of_time=out_of_time)
     plan.counts.update(counts)
     plan.failures.update(failures)
 

@@ -13,9 +13,10 @@ from holdfast.core.exceptions import ConfigError
 from holdfast.core.orders import Order, order_queue_name
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
-from holdfast.lambdas.router.handler import RouterDeps, route
+from holdfast.lambdas.router.handler import SEND_RESERVE_MS, RouterDeps, route
 from holdfast.lambdas.settings import Settings
 from holdfast.localaws import LocalAws
+from holdfast.runner.context import LocalContext
 from tests.lambdas.records import event, image, record
 
 PREFIX = "test-orders-"
@@ -168,3 +169,18 @@ def test_prefix_setting() -> None:
     with pytest.raises(ConfigError, match=names.ENV_ORDERS_QUEUE_PREFIX):
         Settings.from_env({**base, names.ENV_ORDERS_QUEUE_PREFIX: "x" * 41})
 
+
+
+def test_orders_left_when_the_invocation_runs_short_are_retried_not_timed_out(
+        ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, unique_id: str,
+        live_owner: str) -> None:
+    """Short of time (less than the send reserve left), an order is neither queued nor written
+    but failed back for Lambda to retry alone (a slow owner's writes timed the invocation
+    out, and its whole batch was retried)."""
+    order_url = sqs.create_queue(QueueName=order_queue_name(PREFIX, live_owner))["QueueUrl"]
+    deps = deps_for(ddb_local, ddb, sqs, queue_url, PREFIX)
+    short = LocalContext("holdfast-router", timeout_ms=SEND_RESERVE_MS - 1_000)
+    assert route(event(stop_record(unique_id, live_owner, seq="34")), short, deps) == {
+        "batchItemFailures": [{"itemIdentifier": "34"}]}
+    assert messages(sqs, order_url) == []
+    assert session_orders(ddb_local, ddb, live_owner) == frozenset()
