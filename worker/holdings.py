@@ -151,10 +151,13 @@ class Holdings:
     async def _claim(self, conn_id: str, source: str, span: Span | None,
                      ws_url: str | None) -> Claim | Later:
         ours = self.streams.get(conn_id)
-        if ours is not None and (ours.held.stopping or not ours.held.live):
+        if ours is not None and (ours.held.stopping or not ours.held.live
+                                 or self.mono() >= ours.held.deadline()):
             # Ours until its release returns, but the release may have landed already and
             # this be its nudge (the router can be faster than the write's answer): handed
-            # on, not deleted as a duplicate, or the stream waits unowned for the sweep.
+            # on, not deleted as a duplicate, or the stream waits unowned for the sweep. So
+            # is one past its fence not yet stopped (a worker just resumed from a pause: the
+            # stream may have been reaped, and this be the nudge for its next holder).
             return Claim.REFUSED
         if conn_id in self._claiming:
             # A claim of it is on its way (another nudge's, a sweep's): this nudge is shown

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from holdfast.core.exceptions import AcquireFailed, LossReason
@@ -17,6 +18,7 @@ from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore
 from holdfast.worker.balancing import SHED
 from holdfast.worker.claimer import Claim, Later
+from holdfast.worker.held import monotonic_ms
 from holdfast.worker.holdings import Holdings
 from holdfast.worker.protocol import QueryParamProtocol
 from holdfast.worker.supervisor import Supervisor
@@ -42,9 +44,11 @@ class SlowReleaseAnswer(LeaseStore):
         return lost
 
 
-def holdings_for(fleet: Fleet, store_class: type[LeaseStore] = LeaseStore,
+def holdings_for(fleet: Fleet, store_class: type[LeaseStore] = LeaseStore, *,
+                 session_fence: Callable[[], int] | None = None,
                  ) -> tuple[Holdings, Recorder, LeaseStore]:
-    """A worker's holdings alone (no session, claims by hand), on ``store_class``."""
+    """A worker's holdings alone (no session, claims by hand, no fence watcher), on
+    ``store_class``; ``session_fence``: the session's fence (default a minute ahead)."""
     config = worker_config(fleet)
     ddb = client_for(fleet.aws, "dynamodb")
     sup = Supervisor(config, ddb=ddb, sqs=client_for(fleet.aws, "sqs"), handler=Recorder())
@@ -54,8 +58,8 @@ def holdings_for(fleet: Fleet, store_class: type[LeaseStore] = LeaseStore,
     holdings = Holdings(
         config, store, sup.checkpointer, handler=rec, protocol=QueryParamProtocol(),
         streams={}, owner=lambda: owner, stopping=lambda: False,
-        session_fence=lambda: sup.mono() + 60_000, wall=sup.wall, mono=sup.mono,
-        metrics=sup.metrics, counts=Counter(), balancing=sup.balancing)
+        session_fence=session_fence or (lambda: sup.mono() + 60_000), wall=sup.wall,
+        mono=sup.mono, metrics=sup.metrics, counts=Counter(), balancing=sup.balancing)
     return holdings, rec, store
 
 
@@ -204,3 +208,20 @@ async def test_a_nudge_for_a_stream_being_claimed_comes_back_later(
         store.answer.set()
     assert await first is Claim.CONFLICT  # the first nudge: held when it was claimed
     assert "lease_owner" not in fleet.item(conn_id)  # what the second nudge will claim
+
+
+async def test_a_nudge_for_a_stream_of_ours_past_its_fence_is_handed_on(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """Our stream past its fence, not yet stopped (a worker resumed from a pause, before its
+    fence watcher's next look): its nudge is for the next holder, handed on, not deleted."""
+    conn_id = f"{unique_id}-fenced"
+    fleet.create(conn_id, upstream.url(conn_id))
+    fence = [monotonic_ms() + 60_000]
+    holdings, rec, _store = holdings_for(fleet, session_fence=lambda: fence[0])
+    assert await holdings.claim(conn_id) is Claim.CLAIMED
+    await async_wait_until(lambda: rec.seqs(conn_id), 10, "delivering")
+    assert await holdings.claim(conn_id, "nudge") is Claim.CONFLICT  # a duplicate: ours
+    fence[0] = monotonic_ms() - 1
+    assert await holdings.claim(conn_id, "nudge") is Claim.REFUSED
+    holdings.streams[conn_id].drain_to(None, SHED)
+    await async_wait_until(lambda: not holdings.streams, 5, "the stream let go")
