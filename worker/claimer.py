@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 __all__ = ["MAX_HOPS", "SOURCE_HANDOFF", "SOURCE_INSERTED", "SOURCE_MOVED", "Claim", "ClaimFn",
-           "Claimer", "Later", "in_daemon_thread"]
+           "Claimer", "Later", "in_daemon_thread", "logs_failure"]
 
 logger = Logger(service="holdfast-worker", child=True)
 T = TypeVar("T")
@@ -109,6 +109,15 @@ def in_daemon_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
 
     threading.Thread(target=work, name="holdfast-sqs-poll", daemon=True).start()
     return awaited
+
+
+def logs_failure(what: str) -> Callable[[asyncio.Task[Any]], None]:
+    """A done-callback for a task whose outcome nobody awaits: logs ``what`` failed, if so."""
+
+    def done(task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.error(f"{what} failed", error=f"{type(exc).__name__}: {exc}"[:300])
+    return done
 
 
 @dataclass
@@ -177,14 +186,9 @@ class Claimer:
             self._reserved += len(messages)
             task = asyncio.get_running_loop().create_task(self._handle_reserved(messages))
             self._handling.add(task)
-            task.add_done_callback(self._handled)
-
-    def _handled(self, task: asyncio.Task[None]) -> None:
-        self._handling.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
+            task.add_done_callback(self._handling.discard)
             # A bug: its messages come back after their visibility timeout.
-            logger.error("handling a batch of nudges failed",
-                         error=f"{type(exc).__name__}: {exc}"[:300])
+            task.add_done_callback(logs_failure("handling a batch of nudges"))
 
     async def _handle_reserved(self, messages: list[dict[str, Any]]) -> None:
         try:

@@ -28,7 +28,14 @@ from holdfast.core.store import LeaseStore
 from holdfast.worker.backoff import nudge_again_in_s
 from holdfast.worker.balancing import Balancing
 from holdfast.worker.checkpointer import Checkpointer
-from holdfast.worker.claimer import SOURCE_HANDOFF, SOURCE_INSERTED, SOURCE_MOVED, Claim, Later
+from holdfast.worker.claimer import (
+    SOURCE_HANDOFF,
+    SOURCE_INSERTED,
+    SOURCE_MOVED,
+    Claim,
+    Later,
+    logs_failure,
+)
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection
 from holdfast.worker.context import ConnectionContext
@@ -52,13 +59,6 @@ logger = Logger(service="holdfast-worker", child=True)
 # regardless, a 5,000-stream claim storm on 2 shared cores lagged the loop 9 s (frames, handler
 # calls and fences all that late) until the worker fenced itself; its nudges go to others.
 CLAIM_LAG_LIMIT_MS: Final = 1_000
-
-
-def _log_orphan_failure(task: asyncio.Task[Claim | Later]) -> None:
-    """A claim whose caller was cancelled: its failure is logged here or nowhere."""
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        logger.error("claim failed after its caller stopped waiting",
-                     error=f"{type(exc).__name__}: {exc}"[:300])
 
 
 class Holdings:
@@ -134,7 +134,7 @@ class Holdings:
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            task.add_done_callback(_log_orphan_failure)  # nobody awaits its outcome now
+            task.add_done_callback(logs_failure("a claim whose caller stopped waiting"))
             raise
 
     async def _traced(self, conn_id: str, source: str, ws_url: str | None) -> Claim | Later:

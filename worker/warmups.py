@@ -50,7 +50,7 @@ from holdfast.core.handoff import (
     WARM_TIMEOUT_MS,
     HandoffStep,
 )
-from holdfast.core.model import Lease, StoredItem, one_connection_only
+from holdfast.core.model import Lease, LeaseItem, StoredItem, one_connection_only
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.prefetch import Prefetch, Prefetched
 
@@ -270,15 +270,20 @@ class WarmUps:
             return
         del self.warming[conn_id]
         await warm.close()
-        if item is not None and item.started and item.lease_owner is None:
+        await self._claim_if_let_go(conn_id, item, warm.holder)
+
+    async def _claim_if_let_go(self, conn_id: str, item: LeaseItem | None, holder: str) -> None:
+        """Claim ``conn_id`` if ``item`` says its holder let it go to nobody (it died and was
+        reaped, or released it): the nudge of that release came while we warmed up for the
+        stream, and was refused; nothing else would nudge it before the sweep."""
+        if (item is not None and item.started and item.lease_owner is None
+                and conn_id not in self.warming and self.owner() is not None):
             logger.info("handoff: the holder let go without a take (it died and was reaped, "
-                        "or released it); claiming it", conn_id=conn_id, holder=warm.holder)
+                        "or released it); claiming it", conn_id=conn_id, holder=holder)
             await self.claim(conn_id)
 
     async def _dropped(self, conn_id: str, warm: _Warm) -> None:
-        """A warm-up dropped (ABORT, or past its deadline): closed, and one last look. While
-        it was on, a nudge for the stream was refused as coming to us and deleted; if the
-        holder let it go to nobody meanwhile, nothing else would nudge it before the sweep."""
+        """A warm-up dropped (ABORT, or past its deadline): closed, and one last look."""
         await warm.close()
         try:
             raw = await on_io_threads(self.store.get_raw, conn_id)
@@ -287,11 +292,7 @@ class WarmUps:
             logger.debug("handoff: no last look at a dropped warm-up", conn_id=conn_id,
                          error=str(exc)[:300])
             return  # the sweep finds it if it needs one
-        if (item is not None and item.started and item.lease_owner is None
-                and conn_id not in self.warming and self.owner() is not None):
-            logger.info("handoff: dropped, and the holder let the stream go; claiming it",
-                        conn_id=conn_id, holder=warm.holder)
-            await self.claim(conn_id)
+        await self._claim_if_let_go(conn_id, item, warm.holder)
 
     def abort(self, conn_id: str) -> None:
         """ABORT from the holder: drop the warm-up."""
