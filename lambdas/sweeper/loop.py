@@ -168,7 +168,10 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     if sessions.dead or sessions.released:
         deps.last_reap_ms = now
     _nudge_live(deps, sessions, [Nudge(c, REASON_REAPED) for c in sessions.released])
-    audit = _guarded(deps, "owner audit", lambda: _audit_step(deps, sessions, now), None)
+    # Neither without the live sessions: the audit would read every owner's session (on a
+    # table that just refused a Scan), the balancer would see no worker.
+    audit = _guarded(deps, "owner audit", lambda: _audit_step(deps, sessions, now),
+                     None) if swept is not None else None
     normalised = _guarded(deps, "unindexed items", lambda: _unindexed_step(deps, now), 0)
     _guarded(deps, "order queues", lambda: _orders_step(deps, now), 0)
     items = list(islice(find_orphans(deps.ddb, s.table, now_ms=now + s.sweep_interval_ms,
@@ -195,7 +198,6 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
         reaped = set(sessions.released)  # on a live queue a moment ago
         _nudge_live(deps, sessions, [n for n in report.sent if n.conn_id not in reaped])
     # After the nudges (they are what claims wait on); ``due`` are the unowned STARTED streams.
-    # Not without the live sessions: the balancer would see no worker.
     balance = _balance_step(deps, sessions, len(due), now) if swept is not None else None
     complete = len(items) < MAX_SCAN
     if complete:
