@@ -96,6 +96,7 @@ class SweepResult:
     balance: BalanceRound | None = None  # None: no rebalancing decision this sweep
     audit: AuditResult | None = None  # None: no owner audit this sweep
     item_errors: int = 0  # streams a release or audit could not write (retried next sweep)
+    step_errors: int = 0  # steps before the orphans' query that failed (skipped this sweep)
 
 
 @dataclass
@@ -128,6 +129,7 @@ class SweepStats:
         self.reaped += result.reaped
         self.malformed_sessions += result.malformed_sessions
         self.item_errors += result.item_errors
+        self.errors += result.step_errors
         if result.audit is not None:
             self.stranded_released += len(result.audit.released)
             self.stranded = result.audit.stranded
@@ -161,7 +163,8 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     now = deps.clock()
     # The steps before the orphans' query are guarded: one failing (a throttled Scan, a
     # missing permission) must not stop every re-nudge of a lost nudge's stream.
-    swept = _guarded(deps, "sessions", lambda: (
+    failed_steps: list[str] = []
+    swept = _guarded(deps, failed_steps, "sessions", lambda: (
         sweep_sessions(deps.sessions, now, s.skew_ms, deps.log or log)
         if deps.sessions is not None else SessionSweep()), None)
     sessions = swept if swept is not None else SessionSweep()
@@ -170,10 +173,11 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     _nudge_live(deps, sessions, [Nudge(c, REASON_REAPED) for c in sessions.released])
     # Neither without the live sessions: the audit would read every owner's session (on a
     # table that just refused a Scan), the balancer would see no worker.
-    audit = _guarded(deps, "owner audit", lambda: _audit_step(deps, sessions, now),
+    audit = _guarded(deps, failed_steps, "owner audit", lambda: _audit_step(deps, sessions, now),
                      None) if swept is not None else None
-    normalised = _guarded(deps, "unindexed items", lambda: _unindexed_step(deps, now), 0)
-    _guarded(deps, "order queues", lambda: _orders_step(deps, now), 0)
+    normalised = _guarded(deps, failed_steps, "unindexed items",
+                          lambda: _unindexed_step(deps, now), 0)
+    _guarded(deps, failed_steps, "order queues", lambda: _orders_step(deps, now), 0)
     items = list(islice(find_orphans(deps.ddb, s.table, now_ms=now + s.sweep_interval_ms,
                                      skew_ms=s.skew_ms, page_size=PAGE_SIZE), MAX_SCAN))
     cutoff = rules.acquire_cutoff_ms(now, s.skew_ms)
@@ -220,7 +224,8 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     return SweepResult(due, report.sent, report.failed, min(wake, default=None), complete,
                        max(ages, default=0), sessions.dead, sessions.reaped, sessions.malformed,
                        normalised, balance, audit,
-                       sessions.item_errors + (len(audit.errors) if audit else 0))
+                       sessions.item_errors + (len(audit.errors) if audit else 0),
+                       len(failed_steps))
 
 
 def _nudge_live(deps: SweepDeps, sessions: SessionSweep, shared: list[Nudge]) -> int:
@@ -247,12 +252,15 @@ def _nudge_live(deps: SweepDeps, sessions: SessionSweep, shared: list[Nudge]) ->
     return len(sent)
 
 
-def _guarded(deps: SweepDeps, step: str, run: Callable[[], T], fallback: T) -> T:
-    """``run()``, or ``fallback`` with an error line if DynamoDB or SQS did not answer."""
+def _guarded(deps: SweepDeps, failed: list[str], step: str, run: Callable[[], T],
+             fallback: T) -> T:
+    """``run()``, or ``fallback`` with an error line (and ``step`` in ``failed``) if DynamoDB
+    or SQS did not answer."""
     try:
         return run()
     except (HoldfastError, BotoCoreError, ClientError) as exc:
         (deps.log or log).error("sweep step failed, the sweep goes on: %s: %s", step, exc)
+        failed.append(step)
         return fallback
 
 

@@ -284,4 +284,6 @@ def test_a_failing_step_before_the_orphans_query_does_not_stop_the_nudges(
                      unindexed=ScanRefused(60_000))
     sweep_once(deps, memory)  # first sight: the unclaimed grace begins
     now[0] += 300
-    assert [n.conn_id for n in sweep_once(deps, memory).nudged] == [unique_id]
+    result = sweep_once(deps, memory)
+    assert [n.conn_id for n in result.nudged] == [unique_id]
+    assert result.step_errors == 1  # counted with the sweep's errors (SweepErrors)
