@@ -216,7 +216,7 @@ class Connection:
         if warm is not None:  # taken over from a warm-up: the socket is open already
             self.log("info", "connected (warmed up)", buffered=len(warm.frames))
             try:
-                await self._read(warm.ws, warm.frames)
+                await self._read(warm.ws, warm.frames, resumed_from=warm.from_seq)
             finally:
                 await warm.ws.close()
             return
@@ -236,10 +236,12 @@ class Connection:
             await self._read(ws, (), proto.first_frames(next_seq))
 
     async def _read(self, ws: ClientConnection, buffered: Sequence[str | bytes],
-                    first: Sequence[str | bytes] = ()) -> None:
-        """Deliver ``buffered`` (a warm-up's, ``worker.prefetch``), then what ``ws`` reads."""
+                    first: Sequence[str | bytes] = (), *,
+                    resumed_from: int | None = None) -> None:
+        """Deliver ``buffered`` (a warm-up's, ``worker.prefetch``, opened ``resumed_from``
+        a seq the holder went on past), then what ``ws`` reads."""
         self._ws = ws
-        self.held.cursor.connected()
+        self.held.cursor.connected(resumed_from)
         if self.trace is not None:
             self.trace.connected()
         try:

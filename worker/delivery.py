@@ -6,7 +6,9 @@ For every parsed frame the connection asks ``admit(seq, now_mono_ms, fence_mono_
 
 - ``SKIP_REPLAY``: the resume overlap, silent. ``seq`` is at or below the checkpoint, the
   connection has sent nothing but such replays so far, and ``seq`` is within ``overlap`` of the
-  checkpoint: the upstream re-sends what was already handled;
+  checkpoint, or at or past the seq the connection asked to resume from (a warm handoff's
+  socket, opened from the holder's checkpoint while the holder went on: its frames up to the
+  transferred checkpoint, however many): the upstream re-sends what was already handled;
 - ``FENCED``: the fence deadline has passed (the process was paused: SIGSTOP, a stalled VM);
   another worker may hold the lease by now, so nothing more reaches the handler;
 - ``WENT_BACK``: any other seq at or below the checkpoint: the upstream went back (its
@@ -101,7 +103,7 @@ class Delivery:
     """
 
     __slots__ = ("_checkpoint", "_handled", "_in_overlap", "_max_jump", "_overlap",
-                 "_stall_after", "_streak")
+                 "_resumed_from", "_stall_after", "_streak")
 
     def __init__(self, checkpoint: int | None, *, max_jump: int | None = None,
                  overlap: int = RESUME_OVERLAP, stall_after: int = STALL_AFTER) -> None:
@@ -111,6 +113,7 @@ class Delivery:
         self._overlap = overlap
         self._stall_after = stall_after
         self._in_overlap = True
+        self._resumed_from: int | None = None
         self._streak = 0
 
     @property
@@ -127,9 +130,11 @@ class Delivery:
         """The seq to resume from: right after the checkpoint (None: wherever upstream starts)."""
         return None if self._checkpoint is None else self._checkpoint + 1
 
-    def connected(self) -> None:
-        """A new connection: its first frames may be a resume overlap again."""
+    def connected(self, resumed_from: int | None = None) -> None:
+        """A new connection (asked to resume from ``resumed_from``, if it was opened before
+        the checkpoint moved: a warm handoff's): its first frames may be a resume overlap."""
         self._in_overlap = True
+        self._resumed_from = resumed_from
         self._streak = 0
 
     def anchor_for(self, seq: int | None) -> int | None:
@@ -151,7 +156,8 @@ class Delivery:
         """
         last = self._checkpoint
         if (seq is not None and last is not None and seq <= last and self._in_overlap
-                and seq > last - self._overlap):
+                and (seq > last - self._overlap or (
+                    self._resumed_from is not None and seq >= self._resumed_from))):
             return Verdict(Step.SKIP_REPLAY)  # hands nothing on: safe past the fence too
         if now_mono_ms >= fence_mono_ms:
             return Verdict(Step.FENCED)

@@ -36,10 +36,12 @@ __all__ = ["Prefetch", "Prefetched"]
 
 @dataclass
 class Prefetched:
-    """What a warm-up hands over: the open socket and the frames read so far, in order."""
+    """What a warm-up hands over: the open socket and the frames read so far, in order, and
+    the seq it asked the upstream to resume from (None: wherever the upstream starts)."""
 
     ws: ClientConnection
     frames: Sequence[str | bytes]
+    from_seq: int | None = None
 
 
 @dataclass
@@ -119,7 +121,7 @@ class Prefetch:
         succeeded)."""
         await self._stop_reading()
         assert self.ws is not None
-        return Prefetched(self.ws, self.frames)
+        return Prefetched(self.ws, self.frames, self.from_seq)
 
     async def close(self) -> None:
         """Drop the warm-up (not taken over): stop reading and close the socket."""

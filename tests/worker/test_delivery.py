@@ -176,3 +176,16 @@ def test_checkpoint_never_passes_a_handled_seq(start: int | None, script: list[o
             cursor.done(seq)  # returned or raised: the same for the checkpoint
     marks = [m for m in (floor, *handled) if m is not None]
     assert cursor.checkpoint == (max(marks) if marks else None)
+
+
+def test_a_warm_connection_skips_what_the_holder_handled_since_its_resume_point() -> None:
+    """A warm handoff's socket asked to resume from 101 while the holder went on to 600: its
+    101..600 are the resume overlap, however far below the checkpoint (WENT_BACK, then
+    STALLED after 100: a fast stream's handoff gave it up); 601 is delivered; a seq below the
+    resume point still went back."""
+    cursor = Delivery(600, overlap=100)
+    cursor.connected(resumed_from=101)
+    assert {cursor.admit(seq, 0, FAR).step for seq in range(101, 601)} == {Step.SKIP_REPLAY}
+    assert cursor.admit(601, 0, FAR) == Verdict(Step.DELIVER)
+    cursor.connected(resumed_from=101)
+    assert cursor.admit(100, 0, FAR).step is Step.WENT_BACK

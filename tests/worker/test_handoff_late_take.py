@@ -222,3 +222,35 @@ async def test_closing_every_warm_up_drops_every_socket_at_once(
         assert all(ws.transport.is_closing() for ws in sockets)
         await closing
         assert not warm_ups.warming
+
+
+async def test_a_fast_streams_warm_socket_skips_all_the_holder_handled_meanwhile(
+        fleet: Fleet, unique_id: str) -> None:
+    """The holder handled 250 seqs after the warm-up began at 1 (a fast feed): the successor
+    starts at 251, not giving the stream up over its buffer's 1..250 (more than the resume
+    overlap of 100: they went back, stalled, and the stream sat in BACKOFF)."""
+    fast = UpstreamThread(rate=400)
+    try:
+        rec, conn = Recorder(), f"{unique_id}-fast"
+        async with running_worker(fleet, rec) as run:
+            await async_wait_until(lambda: run.worker.owner, 5, "a session")
+            assert run.worker.owner
+            fleet.create(conn, fast.url(conn))
+            fast.server.start_of(conn)
+            holder = fleet.sessions().start(f"h-{unique_id}", 10).owner
+            store = run.worker.store
+            lease = store.acquire(conn, holder)
+            await asyncio.sleep(0.8)  # the upstream is at ~320 by now
+            prefetch = Prefetch.for_stream(conn, lease.ws_url, 1, run.worker.holdings.ctx)
+            await prefetch.open()
+            run.worker.handoffs.warm_ups.warming[conn] = _Warm(
+                prefetch, holder, lease.epoch, 2**62,
+                StoredItem(LeaseItem.from_ddb(fleet.item(conn)), fleet.item(conn)))
+            await async_wait_until(lambda: len(prefetch.frames) >= 260, 5, "buffered")
+            store.transfer(lease, 250, run.worker.owner)  # the holder handled 1..250
+            await async_wait_until(lambda: len(rec.seqs(conn)) >= 10, 5, "delivering")
+            assert run.worker.counts["gave_up"] == 0
+        seqs = rec.seqs(conn)
+        assert seqs[0] == 251 and missing_seqs(seqs) == [] and len(seqs) == len(set(seqs))
+    finally:
+        fast.stop()
