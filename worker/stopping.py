@@ -211,10 +211,14 @@ async def stop_streams(streams: dict[str, Connection], tasks: set[asyncio.Task[N
 async def goodbye(*, outbox: Outbox, claimer: Claimer, keeper: SessionKeeper,
                   sessions: SessionStore, inbox: OrderInbox | None, polls_s: float,
                   releases_settled: Callable[[], Awaitable[None]] | None = None,
+                  streams_running: Callable[[], int] = lambda: 0,
                   ) -> dict[str, float]:
     """After the streams: the releases still being sent (``releases_settled``, at most
     ``RELEASES_SETTLE_S``), the last messages, our last polls (at most ``polls_s``), the
-    session's end, the order queue; when each step ended (``time.monotonic``)."""
+    session's end, the order queue; when each step ended (``time.monotonic``). With
+    ``streams_running()`` still above 0 (a handler that would not stop, even cancelled) the
+    session is not ended but left to expire: ended, the sweeper releases its streams at once,
+    and the next holder would deliver beside that handler."""
     steps: dict[str, float] = {}
     if releases_settled is not None:
         try:
@@ -231,10 +235,15 @@ async def goodbye(*, outbox: Outbox, claimer: Claimer, keeper: SessionKeeper,
     steps["polls"] = time.monotonic()
     # Goodbye: the sweeper releases whatever we could not, without waiting a TTL.
     keeper.stop()
-    try:
-        await on_io_threads(sessions.end, keeper.session)
-    except HoldfastError as exc:
-        logger.warning("cannot end the session; it will expire", error=str(exc)[:300])
+    running = streams_running()
+    if running:
+        logger.warning("streams still running at the session's end (a handler that would not "
+                       "stop): the session is left to expire, not ended", streams=running)
+    else:
+        try:
+            await on_io_threads(sessions.end, keeper.session)
+        except HoldfastError as exc:
+            logger.warning("cannot end the session; it will expire", error=str(exc)[:300])
     steps["session"] = time.monotonic()
     if inbox is not None:
         await inbox.close()

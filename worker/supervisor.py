@@ -305,7 +305,8 @@ class Supervisor:
             steps |= await goodbye(
                 outbox=self.outbox, claimer=claimer, keeper=keeper, sessions=self.sessions,
                 inbox=self.inbox, polls_s=min(cfg.poll_drain_s, max(0.0, left_s)),
-                releases_settled=self.holdings.endings.releases.settled)
+                releases_settled=self.holdings.endings.releases.settled,
+                streams_running=lambda: sum(not t.done() for t in self.tasks))
             if watchdog is not None:
                 watchdog.stop()
             for task in keep:

@@ -108,10 +108,10 @@ class _Steps:
         self.said.append("session ended")
 
 
-async def _goodbye(steps: _Steps, settle: Any) -> dict[str, float]:
+async def _goodbye(steps: _Steps, settle: Any, running: int = 0) -> dict[str, float]:
     return await goodbye(outbox=steps, claimer=steps, keeper=steps,  # type: ignore[arg-type]
                          sessions=steps, inbox=None, polls_s=0.0,  # type: ignore[arg-type]
-                         releases_settled=settle)
+                         releases_settled=settle, streams_running=lambda: running)
 
 
 async def test_the_session_ends_after_the_releases_still_being_sent() -> None:
@@ -141,3 +141,15 @@ async def test_a_release_that_hangs_does_not_hold_the_goodbye(
 
     await asyncio.wait_for(_goodbye(steps, settle), 5)
     assert steps.said[-1] == "session ended"
+
+
+async def test_a_stream_still_running_leaves_the_session_to_expire() -> None:
+    """A handler that would not stop, even cancelled: the session is not ended (the sweeper
+    would release its stream at once, and the next holder deliver beside that handler)."""
+    steps = _Steps()
+
+    async def settle() -> None:
+        return None
+
+    await _goodbye(steps, settle, running=1)
+    assert "heartbeat stopped" in steps.said and "session ended" not in steps.said
