@@ -54,9 +54,8 @@ from holdfast.worker.settle import hand_on, hops, receives, sent_ms, settle
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["MAX_HOPS", "MOVED_RECEIVES", "SOURCE_HANDOFF", "SOURCE_INSERTED", "SOURCE_MOVED",
-           "Claim", "ClaimFn", "Claimer", "Later", "in_daemon_thread", "logs_failure",
-           "still_a_move"]
+__all__ = ["MAX_HOPS", "SOURCE_HANDOFF", "SOURCE_INSERTED", "SOURCE_MOVED", "Claim", "ClaimFn",
+           "Claimer", "Later", "in_daemon_thread", "logs_failure"]
 
 logger = Logger(service="holdfast-worker", child=True)
 T = TypeVar("T")
@@ -64,11 +63,6 @@ T = TypeVar("T")
 # move at a worker at its share): each hop lands on a random waiting poll, so 10 hops make
 # "only ever the wrong workers" a one-in-a-thousand case when half the pollers would refuse.
 MAX_HOPS = 10
-# Then a moved stream's nudge is still a move for this many receives, shown again a second at
-# a time, before anyone may claim it (its shedder too): ten hops all landed on the shedder's
-# polls when the only other worker had paused its claims (its loop lagging, a loaded machine),
-# and the shedder took its stream back and shed it again. Below the dead-letter queue's 5.
-MOVED_RECEIVES = 3
 SOURCE_MOVED = "moved"  # the claim's source for a moved stream's nudge (worker.holdings)
 SOURCE_HANDOFF = "handoff"  # a stream released to us by name, from our order queue
 SOURCE_INSERTED = "inserted"  # a new stream's nudge: connected before its claim (worker.prestart)
@@ -115,15 +109,6 @@ def in_daemon_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
 
     threading.Thread(target=work, name="holdfast-sqs-poll", daemon=True).start()
     return awaited
-
-
-def still_a_move(hops: int, receives: int) -> bool:
-    """Whether a moved stream's nudge, handed on ``hops`` times and received ``receives``
-    times in its present copy, is still held to the move's rules (never back to its shedder,
-    never past a share): ``MAX_HOPS`` hand-ons, then ``MOVED_RECEIVES`` receives a second
-    apart; after that whoever receives it claims it (every worker at its share, or none but
-    the shedder left)."""
-    return hops < MAX_HOPS or receives < MOVED_RECEIVES
 
 
 def logs_failure(what: str) -> Callable[[asyncio.Task[Any]], None]:
@@ -291,9 +276,9 @@ class Claimer:
             return None
         # Each message is its own task (gather): the claim span's parent is this nudge's.
         # A moved stream's nudge may be handed on by a worker above its share (a few hops).
-        source = SOURCE_MOVED if nudge.reason == REASON_MOVED and still_a_move(
-            hops(message), receives(message)) else SOURCE_INSERTED if (
-            nudge.reason == REASON_INSERTED) else "nudge"
+        source = SOURCE_MOVED if nudge.reason == REASON_MOVED and hops(
+            message) < MAX_HOPS else SOURCE_INSERTED if nudge.reason == REASON_INSERTED else (
+            "nudge")
         with tracing.attached(traceparent_of(message)):
             return await self.claim(nudge.conn_id, source, ws_url=url_if_fresh(
                 nudge, sent_ms(message), receives(message), self.wall())

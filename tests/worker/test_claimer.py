@@ -9,18 +9,9 @@ from typing import Any
 
 import pytest
 
-from holdfast.core.nudge import HOPS, REASON_MOVED
+from holdfast.core.nudge import HOPS
 from holdfast.localaws import LocalAws
-from holdfast.worker.claimer import (
-    MAX_HOPS,
-    MOVED_RECEIVES,
-    SOURCE_MOVED,
-    Claim,
-    Claimer,
-    Later,
-    in_daemon_thread,
-    still_a_move,
-)
+from holdfast.worker.claimer import MAX_HOPS, Claim, Claimer, Later, in_daemon_thread
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.settle import hand_on
 from tests.conftest import client_for
@@ -241,36 +232,3 @@ async def test_a_nudge_whose_copy_failed_is_kept_and_shown_again(queue: Any) -> 
     assert len(messages) == 2
     hand_on(FailsEntriesAfterTheFirst(sqs), url, messages)
     assert visible(sqs, url) == ["a", "b"]  # "a" as its copy, "b" as its original again
-
-
-def test_a_moved_nudge_stays_a_move_for_its_hops_then_for_a_few_receives() -> None:
-    """Held to the move's rules for MAX_HOPS hand-ons, then MOVED_RECEIVES receives of the
-    last copy (a second apart), then anyone's (the shedder took its stream back at once)."""
-    assert still_a_move(MAX_HOPS - 1, 1)
-    assert still_a_move(MAX_HOPS, 1) and still_a_move(MAX_HOPS, MOVED_RECEIVES - 1)
-    assert not still_a_move(MAX_HOPS, MOVED_RECEIVES)
-
-
-async def test_a_moved_nudge_past_its_hops_waits_a_second_at_a_time_before_anyone_claims(
-        queue: Any) -> None:
-    """Its last copy, refused as a move, comes back a second later, still a move, until its
-    MOVED_RECEIVES-th receive: then it is claimed as a plain nudge."""
-    sqs, url = queue
-    sources: list[str] = []
-
-    async def claim(conn_id: str, source: str, *, ws_url: str | None = None) -> Claim:
-        sources.append(source)
-        return Claim.REFUSED if source == SOURCE_MOVED else Claim.CLAIMED
-
-    claimer = Claimer(sqs, url, claim, lambda: 10, WorkerMetrics(), poll_s=2, pollers=1)
-    sqs.send_message(QueueUrl=url, MessageBody=json.dumps(
-        {"conn_id": "m", "reason": REASON_MOVED, "epoch": None, HOPS: MAX_HOPS}))
-    task = asyncio.create_task(claimer.run())
-    try:
-        await async_wait_until(lambda: len(sources) >= MOVED_RECEIVES, 10, "receives")
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    assert sources[0] == SOURCE_MOVED  # at MAX_HOPS still a move (it was anyone's at once)
-    assert sources == [SOURCE_MOVED] * (MOVED_RECEIVES - 1) + ["nudge"]
