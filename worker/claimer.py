@@ -7,8 +7,7 @@ happens to each message:
   whoever holds the stream now does not need the nudge, and the router or sweep nudges again
   when it becomes claimable;
 - in back-off that ends within 15 minutes: shown again when it ends (later ones: deleted, the
-  sweep finds the stream then); a claim of it on its way here: shown again in a second (that
-  claim may fail, and the nudge be about a newer state);
+  sweep finds the stream then);
 - DynamoDB unavailable (throttled, down): made visible again after a jittered delay that doubles
   with each receive (``worker.backoff.claim_retry_s``), so a throttled fleet's claims neither
   spin nor all come back at once when it recovers (after ``DLQ_MAX_RECEIVE_COUNT`` receives

@@ -159,13 +159,12 @@ class Holdings:
             # is one past its fence not yet stopped (a worker just resumed from a pause: the
             # stream may have been reaped, and this be the nudge for its next holder).
             return Claim.REFUSED
-        if conn_id in self._claiming:
-            # A claim of it is on its way (another nudge's, a sweep's): this nudge is shown
-            # again in a second, not deleted: that claim may fail, and this nudge may be about
-            # a newer state (a release since), the only one left to carry it.
-            return Later(1)
-        if ours is not None or conn_id in self.incoming():
-            return Claim.CONFLICT  # already ours (a duplicate nudge), or coming by a handoff
+        if ours is not None or conn_id in self._claiming or conn_id in self.incoming():
+            # Already ours (a duplicate nudge), being claimed, or coming by a handoff. Deleted:
+            # shown again instead, a duplicate about an older state (a new stream's second
+            # nudge) came back a second later to a worker that had just shed the stream, and
+            # it took the stream back.
+            return Claim.CONFLICT
         if source == SOURCE_MOVED and (self.balancing.refuses(conn_id)
                                        or self._room_for_moves() <= 0):
             # A move: never straight back to us who shed it, nor past our share; handed on

@@ -12,12 +12,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from holdfast.core.exceptions import AcquireFailed, LossReason
+from holdfast.core.exceptions import LossReason
 from holdfast.core.model import Lease
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore
 from holdfast.worker.balancing import SHED
-from holdfast.worker.claimer import Claim, Later
+from holdfast.worker.claimer import Claim
 from holdfast.worker.held import monotonic_ms
 from holdfast.worker.holdings import Holdings
 from holdfast.worker.protocol import QueryParamProtocol
@@ -170,44 +170,6 @@ async def test_a_stop_during_an_acquire_releases_the_stream_it_lands(
     item = fleet.item(conn_id)
     assert "lease_owner" not in item, item.get("lease_owner")
     assert run.worker.counts["released"] == 1
-
-
-class RefusedAnswerLate(LeaseStore):
-    """The real store, whose refused acquire (the stream is held) is answered late."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.refused, self.answer = threading.Event(), threading.Event()
-
-    def acquire(self, conn_id: str, owner: str, *, first_checkpoint: int | None = None) -> Lease:
-        try:
-            return super().acquire(conn_id, owner, first_checkpoint=first_checkpoint)
-        except AcquireFailed:
-            self.refused.set()
-            self.answer.wait(10)
-            raise
-
-
-async def test_a_nudge_for_a_stream_being_claimed_comes_back_later(
-        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
-    """While a claim of the stream is on its way (here refused: another worker holds it),
-    the next nudge (that holder's release) is shown again in a second, not deleted: deleted,
-    and the first claim refused, nothing was left to nudge the released stream."""
-    conn_id = f"{unique_id}-claiming"
-    fleet.create(conn_id, upstream.url(conn_id))
-    other = LeaseStore(fleet.ddb, fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
-    lease = other.acquire(conn_id, "other-worker#1")
-    holdings, _rec, store = holdings_for(fleet, RefusedAnswerLate)
-    assert isinstance(store, RefusedAnswerLate)
-    first = asyncio.create_task(holdings.claim(conn_id, "nudge"))
-    try:
-        assert await asyncio.to_thread(store.refused.wait, 10), "never refused"
-        assert other.release(lease) is None  # the holder lets go: its nudge comes to us
-        assert await holdings.claim(conn_id, "nudge") == Later(1)
-    finally:
-        store.answer.set()
-    assert await first is Claim.CONFLICT  # the first nudge: held when it was claimed
-    assert "lease_owner" not in fleet.item(conn_id)  # what the second nudge will claim
 
 
 async def test_a_nudge_for_a_stream_of_ours_past_its_fence_is_handed_on(

@@ -21,7 +21,7 @@ from holdfast.core.nudge import REASON_INSERTED, Nudge
 from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
 from holdfast.worker.checkpointer import Checkpointer
-from holdfast.worker.claimer import SOURCE_INSERTED, Claim, Later
+from holdfast.worker.claimer import SOURCE_INSERTED, Claim
 from holdfast.worker.connection import Connection
 from holdfast.worker.prestart import Prestart
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
@@ -206,8 +206,7 @@ async def test_quiet_upstream_is_claimed_without_its_first_frame(
 async def test_a_second_nudge_while_the_claim_takes_its_socket_is_refused(
         fleet: Fleet, upstream: UpstreamThread, monkeypatch: pytest.MonkeyPatch) -> None:
     """The claim awaits its early socket after the acquire; another nudge for the stream seen
-    then is shown again later (it is still being claimed), not a second acquire under a new
-    epoch."""
+    then is a conflict (it is still being claimed), not a second acquire under a new epoch."""
     real = Prestart.taken_by
     taking = asyncio.Event()
 
@@ -224,7 +223,7 @@ async def test_a_second_nudge_while_the_claim_takes_its_socket_is_refused(
         first = asyncio.create_task(run.worker.holdings.claim("twice", SOURCE_INSERTED))
         await asyncio.wait_for(taking.wait(), 10)
         epoch = LeaseItem.from_ddb(fleet.item("twice")).epoch
-        assert await run.worker.holdings.claim("twice") == Later(1)
+        assert await run.worker.holdings.claim("twice") is Claim.CONFLICT
         assert await first is Claim.CLAIMED
         await async_wait_until(lambda: len(rec.seqs("twice")) >= 3, 10, "messages")
         assert LeaseItem.from_ddb(fleet.item("twice")).epoch == epoch
