@@ -74,8 +74,9 @@ class Claim(Enum):
     CONFLICT = "conflict"  # definitive no: delete the nudge
     UNAVAILABLE = "unavailable"  # try again later: redeliver after a delay
     NO_CAPACITY = "no_capacity"  # full or stopping: hand the nudge to another worker now
-    # Not ours to take now: we shed it a moment ago (never take it back), or our release of
-    # it is still being answered. Handed on; after ``MAX_HOPS`` it waits a second instead.
+    # Not ours to take now: we shed it a moment ago (never take it back), our release of it
+    # is still being answered, or we hold it past its fence (``Holdings._claim``). Handed on;
+    # after ``MAX_HOPS`` it waits a second instead.
     REFUSED = "refused"
 
 
