@@ -90,14 +90,21 @@ class Connection:
         self.drain(reason)
 
     def drain_after_frame(self, reason: str, within_s: float) -> None:
-        """Drain right after the next frame is handled (``STOP_AFTER_FRAME_WAIT_MS``); at once
-        if a call is in flight (it ends one), if not connected, or if none comes in time."""
-        if self.handling.in_call or self._ws is None or self.held.stopping or self.ended:
+        """Drain right after the next frame with a seq is handled (``STOP_AFTER_FRAME_WAIT_MS``,
+        any frame on a stream without seqs); at once if such a call is in flight (it ends
+        one), if not connected, or if none comes in time."""
+        if ((self.handling.in_call and self._at_stop_point()) or self._ws is None
+                or self.held.stopping or self.ended):
             self.drain(reason)
             return
         if self._drain_next is None:
             timer = asyncio.get_running_loop().call_later(within_s, self._drain_waiting, False)
             self._drain_next = (reason, timer)
+
+    def _at_stop_point(self) -> bool:
+        """The last frame taken carried a seq (or the stream has none): a handoff may stop
+        after it, the successor skipping everything up to the checkpoint."""
+        return self.handling.after_seq or self.held.cursor.checkpoint is None
 
     def _drain_waiting(self, in_task: bool) -> None:
         waiting, self._drain_next = self._drain_next, None
@@ -251,7 +258,7 @@ class Connection:
                 n = 0
                 async for frame in _chain(buffered, ws):
                     await self.handling.frame(frame)
-                    if self._drain_next is not None:
+                    if self._drain_next is not None and self._at_stop_point():
                         self._drain_waiting(True)
                     if self.held.stopping:
                         break

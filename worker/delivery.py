@@ -28,6 +28,13 @@ For every parsed frame the connection asks ``admit(seq, now_mono_ms, fence_mono_
 - ``DELIVER``: the next message (or a frame without a seq, which moves no checkpoint and
   touches none of the counters above).
 
+A frame without a seq has no idempotency key, so the cursor can only place it: one that comes
+between a replayed seq below the checkpoint and the checkpoint's own seq (or any later one) is
+inside the replay, handled already (by this worker before a reconnect, or by the holder a warm
+handoff's socket took over from), and is skipped as ``SKIP_REPLAY`` too. Before a connection's
+first replayed seq (a greeting of that connection) and after the replay it is delivered; so one
+the holder handled after its last seq, just before it stopped, reaches the successor too.
+
 An upstream reset that restarts within ``overlap`` of the checkpoint looks exactly like a resume
 overlap: it is skipped silently up to the checkpoint, then delivered. A reset further back is
 ``WENT_BACK`` for every frame up to the checkpoint, so it stalls and is given up.
@@ -103,7 +110,7 @@ class Delivery:
     """
 
     __slots__ = ("_checkpoint", "_handled", "_in_overlap", "_max_jump", "_overlap",
-                 "_resumed_from", "_stall_after", "_streak")
+                 "_replaying", "_resumed_from", "_stall_after", "_streak")
 
     def __init__(self, checkpoint: int | None, *, max_jump: int | None = None,
                  overlap: int = RESUME_OVERLAP, stall_after: int = STALL_AFTER) -> None:
@@ -113,6 +120,7 @@ class Delivery:
         self._overlap = overlap
         self._stall_after = stall_after
         self._in_overlap = True
+        self._replaying = False  # between a replayed seq below the checkpoint and the checkpoint
         self._resumed_from: int | None = None
         self._streak = 0
 
@@ -134,6 +142,7 @@ class Delivery:
         """A new connection (asked to resume from ``resumed_from``, if it was opened before
         the checkpoint moved: a warm handoff's): its first frames may be a resume overlap."""
         self._in_overlap = True
+        self._replaying = False
         self._resumed_from = resumed_from
         self._streak = 0
 
@@ -155,10 +164,15 @@ class Delivery:
         Moves no checkpoint; it only keeps the current connection's counters.
         """
         last = self._checkpoint
+        if seq is None and self._replaying:
+            return Verdict(Step.SKIP_REPLAY)  # inside a replay: the holder handled it
         if (seq is not None and last is not None and seq <= last and self._in_overlap
                 and (seq > last - self._overlap or (
                     self._resumed_from is not None and seq >= self._resumed_from))):
+            self._replaying = seq < last  # the checkpoint's own seq ends the replay
             return Verdict(Step.SKIP_REPLAY)  # hands nothing on: safe past the fence too
+        if seq is not None:
+            self._replaying = False
         if now_mono_ms >= fence_mono_ms:
             return Verdict(Step.FENCED)
         if seq is None or last is None:

@@ -38,6 +38,10 @@ class Handling:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.in_call = False  # a handler call (or its on-failure send) is in flight
+        # The last frame taken (in flight, or done) carried a seq. A handoff's stop waits for
+        # such a frame: what follows a seq-less one cannot be told apart from it at the
+        # successor, which would hand it on again (``worker.delivery``).
+        self.after_seq = False
 
     async def frame(self, frame: str | bytes) -> None:
         """Apply the delivery rules (``worker.delivery``) to one frame; here only the I/O."""
@@ -52,6 +56,7 @@ class Handling:
             conn.log_limited("malformed", "warning",
                              "frame not parseable, handed on without seq", size=len(frame))
         seq = parsed.seq
+        self.after_seq = seq is not None
         anchor = held.cursor.anchor_for(seq)
         if anchor is not None:
             # No checkpoint anywhere yet: the stream starts here for whoever holds it next.

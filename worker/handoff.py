@@ -4,9 +4,10 @@
 **Holder.** ``offer(conn, successor, reason)`` replaces a drain when the decider named a
 successor (a shed, a drain, a SIGTERM): the stream keeps delivering while WARM goes to the
 successor's order queue. On READY the stream drains with the reason ``HANDOFF`` right after
-its next frame (``STOP_AFTER_FRAME_WAIT_MS``: the transfer and TAKE then fit in the gap to the
-frame after it) and ``Endings`` (``worker.endings``) calls ``transfer``: one conditional write
-passes the lease (``store.transfer``), then TAKE tells the successor. ABORT, or no READY within
+its next frame with a seq (``STOP_AFTER_FRAME_WAIT_MS``: the transfer and TAKE then fit in the
+gap to the frame after it; the successor skips seq-less frames only up to that seq's) and
+``Endings`` (``worker.endings``) calls ``transfer``: one conditional write passes the lease
+(``store.transfer``), then TAKE tells the successor. ABORT, or no READY within
 ``WARM_TIMEOUT_MS``, and the stream drains for its original reason and is released to whoever
 has room (the successor refused, or is too slow to be trusted with the hold of a named
 release).

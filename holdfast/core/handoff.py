@@ -81,7 +81,8 @@ TAKE_LOOK_EVERY_MS: Final = 25
 TAKE_LOOK_FOR_MS: Final = 800
 # Frames a successor buffers while the holder still delivers (at 1,000 msgs/s: 10 s).
 BUFFER_MAX_FRAMES: Final = 10_000
-# On READY the holder stops right after its next frame, when the one after is furthest away:
+# On READY the holder stops right after its next frame with a seq (the successor can place
+# seq-less frames only by the seqs around them), when the one after is furthest away:
 # the transfer and the TAKE then fit in the feed's own spacing instead of adding to it (stopping
 # at once, somewhere between two frames, left on average half a spacing less room). A stream
 # quiet for this long is stopped anyway: its gap is not waiting on the handoff.

@@ -271,6 +271,28 @@ async def test_drain_after_frame_stops_right_after_the_next_frame(fleet: Fleet,
     assert rec.seqs(conn) == [0, 1] and runner.held.stop_reason == "handoff"
 
 
+async def test_drain_after_frame_stops_after_a_frame_with_a_seq(fleet: Fleet,
+                                                                 unique_id: str) -> None:
+    """Frames without a seq before the next seq are handled and do not stop the drain there
+    (the successor could not tell them from the ones after it): it stops after seq 1."""
+    more = asyncio.Event()
+
+    async def feed(ws: ServerConnection) -> None:
+        await ws.send('{"seq": 0}')
+        await more.wait()
+        for frame in ('{"note": "a"}', b"\x00", '{"seq": 1}', '{"note": "b"}', '{"seq": 2}'):
+            await ws.send(frame)
+        await ws.wait_closed()
+
+    conn, rec = f"{unique_id}-seqless", Recorder()
+    async with after_seq_0(fleet, conn, feed, rec) as runner:
+        runner.drain_after_frame("handoff", 30)
+        more.set()
+        assert runner.task is not None
+        await asyncio.wait_for(runner.task, 5)
+    assert [m.seq for m in rec.calls] == [0, None, None, 1]
+
+
 async def test_drain_after_frame_stops_a_quiet_stream_in_time(fleet: Fleet,
                                                               unique_id: str) -> None:
     """No next frame within the wait: the stream drains anyway."""

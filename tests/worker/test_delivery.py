@@ -189,3 +189,30 @@ def test_a_warm_connection_skips_what_the_holder_handled_since_its_resume_point(
     assert cursor.admit(601, 0, FAR) == Verdict(Step.DELIVER)
     cursor.connected(resumed_from=101)
     assert cursor.admit(100, 0, FAR).step is Step.WENT_BACK
+
+
+def test_a_frame_without_a_seq_inside_a_replay_is_skipped_with_it() -> None:
+    """Seq-less frames between a replayed seq and the checkpoint's seq are replays (a warm
+    handoff's buffer: the holder handled them); before the replay and after it, delivered."""
+    cursor = Delivery(600, overlap=100)
+    cursor.connected(resumed_from=101)
+    steps = [cursor.admit(seq, 0, FAR).step for seq in (None, 101, None, 599, None, 600, None)]
+    assert steps == [Step.DELIVER, Step.SKIP_REPLAY, Step.SKIP_REPLAY, Step.SKIP_REPLAY,
+                     Step.SKIP_REPLAY, Step.SKIP_REPLAY, Step.DELIVER]
+    assert cursor.admit(601, 0, FAR).step is Step.DELIVER
+    assert cursor.admit(None, 0, FAR).step is Step.DELIVER
+
+
+def test_a_replay_that_ends_without_the_checkpoints_seq_delivers_what_follows() -> None:
+    """A replay that skips straight past the checkpoint (the upstream lost it) ends there:
+    the seq-less frame after the next new seq is delivered, and so is every one on a fresh
+    connection until a replayed seq comes."""
+    cursor = Delivery(10)
+    assert cursor.admit(8, 0, FAR).step is Step.SKIP_REPLAY
+    assert cursor.admit(None, 0, FAR).step is Step.SKIP_REPLAY
+    assert cursor.admit(12, 0, FAR).step is Step.GAP
+    assert cursor.admit(None, 0, FAR).step is Step.DELIVER
+    cursor.admit(9, 0, FAR)  # went back: out of the overlap, not a replay
+    assert cursor.admit(None, 0, FAR).step is Step.DELIVER
+    cursor.connected()
+    assert cursor.admit(None, 0, FAR).step is Step.DELIVER

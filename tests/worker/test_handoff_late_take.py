@@ -25,12 +25,13 @@ from tests.worker.helpers import Recorder, Running, running_worker, set_attr
 
 
 async def _warm_for_holder(fleet: Fleet, upstream: UpstreamThread, run: Running,
-                           conn: str, holder_id: str, *,
-                           single: bool | None = None) -> tuple[LeaseStore, Lease]:
+                           conn: str, holder_id: str, *, single: bool | None = None,
+                           kind: str = "s") -> tuple[LeaseStore, Lease]:
     """``conn`` held by a holder outside any worker (a session of its own); ``run``'s worker
     warmed up for it from seq 1 (``single``: the item's single_connection, and a reservation
-    instead, no socket), READY sent long ago: its look for TAKE is due."""
-    fleet.create(conn, upstream.url(conn))
+    instead, no socket), READY sent long ago: its look for TAKE is due. ``kind``: the demo
+    upstream's path."""
+    fleet.create(conn, upstream.url(conn, kind))
     if single is not None:
         set_attr(fleet, conn, ATTR.single_connection, {"BOOL": single})
     holder = fleet.sessions().start(holder_id, 10).owner
@@ -254,3 +255,29 @@ async def test_a_fast_streams_warm_socket_skips_all_the_holder_handled_meanwhile
         assert seqs[0] == 251 and missing_seqs(seqs) == [] and len(seqs) == len(set(seqs))
     finally:
         fast.stop()
+
+
+async def test_a_warm_sockets_seqless_frames_the_holder_handled_are_skipped(
+        fleet: Fleet, unique_id: str) -> None:
+    """A feed with a frame without a seq after each message: of the successor's buffer, those
+    among the seqs the holder handled (1..100) are skipped with them; the one after 100 and
+    every later one are delivered, once each."""
+    up = UpstreamThread(rate=200)
+    try:
+        rec, conn = Recorder(), f"{unique_id}-seqless"
+        async with running_worker(fleet, rec) as run:
+            await async_wait_until(lambda: run.worker.owner, 5, "a session")
+            assert run.worker.owner
+            store, lease = await _warm_for_holder(fleet, up, run, conn, f"h-{unique_id}",
+                                                  kind="garbage")
+            prefetch = run.worker.handoffs.warm_ups.warming[conn].prefetch
+            assert prefetch is not None
+            await async_wait_until(lambda: len(prefetch.frames) >= 2 * 110, 5, "buffered")
+            store.transfer(lease, 100, run.worker.owner)  # the holder handled 1..100
+            await async_wait_until(lambda: len(rec.seqs(conn)) >= 20, 5, "delivering")
+        calls = [m.seq for m in rec.calls if m.conn_id == conn]
+        first = calls.index(101)
+        assert calls[:first] == [None]  # 100's own follower; 99 before it, from 1..99: 0
+        assert calls[first:first + 6] == [101, None, 102, None, 103, None]
+    finally:
+        up.stop()
