@@ -145,14 +145,15 @@ class Reaper:
                                            "the reported stop")
         if item.reaped:
             return ReportedDeath(False, 0, f"session {item.owner} is already reaped")
-        # Without a stop time the report proves nothing about when the process went silent:
-        # the session is declared dead only once silent past its TTL, as the sweeper would.
-        stopped = stopped_at_ms is not None
-        declared = self.mark_dead(item, reason=f"platform: {reason}", stopped_at_ms=stopped_at_ms)
-        if not declared and not stopped and item.state is SessionState.ALIVE and (
-                not rules.is_expired(item.expires_at_ms, self.clock(), self.skew_ms)):
-            return ReportedDeath(False, 0, f"session {item.owner} is within its TTL and the "
-                                           "report has no stop time: left to its TTL")
+        if stopped_at_ms is None and item.state is SessionState.ALIVE:
+            # Without a stop time the report proves nothing about when the process went
+            # silent: an ALIVE session is the sweeper's to declare dead, once silent past its
+            # TTL (one writer of that decision; and the reporter's IAM policy names no expiry,
+            # not even for a condition to read).
+            return ReportedDeath(False, 0, f"session {item.owner} is alive and the report has "
+                                           "no stop time: left to its TTL (the sweeper)")
+        declared = stopped_at_ms is not None and self.mark_dead(
+            item, reason=f"platform: {reason}", stopped_at_ms=stopped_at_ms)
         if declared:
             item = item.as_dead()
         elif item.state is SessionState.ALIVE:

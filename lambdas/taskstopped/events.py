@@ -88,7 +88,7 @@ def parse_event(event: object) -> TaskStopped | Skip:
                     malformed=True)
     # No stoppedAt: None, never the envelope's time. That time is later than the stop, so it
     # would let a report kill a session that heartbeated after the stop; without a stop time
-    # the reaper waits for the session's own TTL instead (``Reaper.report_dead``).
+    # an ALIVE session is left to the sweeper, at its own TTL (``Reaper.report_dead``).
     reason = detail.get("stoppedReason")
     return TaskStopped(worker_id, stopped_at,
                        reason[:200] if isinstance(reason, str) and reason else "task stopped",

@@ -239,17 +239,24 @@ def test_reported_death_is_idempotent(sessions: SessionStore, leases: LeaseStore
             and "already reaped" in (third.skipped_reason or ""))
 
 
-def test_a_report_without_a_stop_time_waits_for_the_ttl(
+def test_a_report_without_a_stop_time_leaves_an_alive_session_to_the_sweeper(
         sessions: SessionStore, leases: LeaseStore, clock: Clock, unique_id: str) -> None:
-    """A report that says nothing of when the task stopped never declares a session that is
-    within its TTL dead; once silent past TTL + skew it does (finding 4)."""
+    """A report that says nothing of when the task stopped never declares an ALIVE session
+    dead (finding 4), within its TTL or past it: silent past TTL + skew is the sweeper's to
+    declare, and the reporter's policy names no expiry; a DEAD one it still reaps."""
     s = sessions.start(unique_id, capacity=5)
     (lease,) = held_streams(leases, s.owner, [f"{unique_id}-a"])
     done = sessions.report_dead(unique_id, stopped_at_ms=None, reason="no stoppedAt")
-    assert not done.declared_dead and "within its TTL" in (done.skipped_reason or "")
+    assert not done.declared_dead and "left to its TTL" in (done.skipped_reason or "")
     assert leases.get(lease.conn_id).lease_owner == s.owner  # type: ignore[union-attr]
     clock.now += TTL_MS + SKEW_MS
-    assert sessions.report_dead(unique_id, stopped_at_ms=None, reason="late").declared_dead
+    late = sessions.report_dead(unique_id, stopped_at_ms=None, reason="late")
+    assert not late.declared_dead and late.released == 0
+    item = sessions.get(unique_id)
+    assert item is not None and item.state is SessionState.ALIVE
+    assert sessions.mark_dead(item)  # the sweeper's call
+    reaped = sessions.report_dead(unique_id, stopped_at_ms=None, reason="later")
+    assert not reaped.declared_dead and reaped.released == 1
 
 
 def test_a_report_of_a_stop_before_the_last_heartbeat_is_refused(
