@@ -267,7 +267,8 @@ def _drive_sweeper(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> 
 
 def _drive_taskstopped(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> None:
     """A live session holding a stream reported STOPPED (dead + release), then the same event
-    in a cold container (nothing left: the session is marked reaped)."""
+    in a cold container (nothing left: the session is marked reaped); a session silent past
+    its TTL reported without a stop time (the sweeper's to declare: only read)."""
     from holdfast.lambdas.taskstopped import handler as taskstopped
     from holdfast.lambdas.taskstopped.events import task_stopped_event
 
@@ -278,18 +279,29 @@ def _drive_taskstopped(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str)
     LeaseStore(fleet.ddb, fleet.table, lease_ms=3_600_000, skew_ms=300).acquire(
         f"{tag}-t", session.owner)
     stopped = task_stopped_event(wid, stopped_at_ms=wall_clock_ms())
+    silent = SessionStore(fleet.ddb, fleet.session_table, fleet.table, ttl_ms=1,
+                          skew_ms=0).start(f"{wid}-silent", 10)
+    fleet.ddb.update_item(  # long past its TTL
+        TableName=fleet.session_table, Key={schema.SESSION.pk: {
+            "S": schema.session_pk_for(silent.worker_id)}},
+        UpdateExpression="SET #exp = :zero",
+        ExpressionAttributeNames={"#exp": schema.SESSION.expires_at_ms},
+        ExpressionAttributeValues={":zero": {"N": "0"}})
+    no_stop_time = task_stopped_event(silent.worker_id, stopped_at_ms=0)
+    del no_stop_time["detail"]["stoppedAt"]
     summaries = []
     with pytest.MonkeyPatch.context() as mp:
         for key, value in _lambda_env(fleet.aws, fleet, folder).items():
             mp.setenv(key, value)
-        for _ in range(2):
+        for report in (stopped, stopped, no_stop_time):
             taskstopped.configure(None)
             try:
                 summaries.append(taskstopped.lambda_handler(
-                    stopped, LocalContext("holdfast-taskstopped")))  # type: ignore[arg-type]
+                    report, LocalContext("holdfast-taskstopped")))  # type: ignore[arg-type]
             finally:
                 taskstopped.configure(None)
-    assert [(s["declared_dead"], s["released"]) for s in summaries] == [(True, 1), (False, 0)]
+    assert [(s["declared_dead"], s["released"]) for s in summaries] == [
+        (True, 1), (False, 0), (False, 0)]
 
 
 @pytest.fixture(scope="module")

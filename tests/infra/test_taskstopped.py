@@ -5,17 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from holdfast.core import names, schema
-from holdfast.core.store import LeaseStore, wall_clock_ms
-from holdfast.core.table import create_stream
 from holdfast.infra.taskstopped import (
     TASKSTOPPED_HANDLER,
     TASKSTOPPED_LEASE_ATTRIBUTES,
     TASKSTOPPED_SESSION_READS,
     TASKSTOPPED_SESSION_WRITES,
 )
-from holdfast.lambdas.taskstopped.events import task_stopped_event
-from holdfast.lambdas.taskstopped.handler import deps_for_env, handle
-from holdfast.localaws import LocalAws
 from tests.infra.conftest import lease_table_id, logical_id, resources, session_table_id
 from tests.infra.iam import arn_name, as_list, role_statements
 
@@ -106,51 +101,3 @@ def test_its_role_may_only_read_and_kill_sessions_and_release_leases(
     assert not {schema.SESSION.expires_at_ms, schema.SESSION.orders} & set(
         TASKSTOPPED_SESSION_WRITES)
 
-
-def _names_in(params: dict[str, Any]) -> set[str]:
-    """The attributes one DynamoDB call names: its key and its expressions' names (IAM's
-    ``dynamodb:Attributes`` is taken here to count a condition's reads too)."""
-    return set(params.get("Key", {})) | set(params.get("ExpressionAttributeNames", {}).values())
-
-
-def test_every_attribute_its_real_calls_name_is_in_its_policy(ddb_local: LocalAws,
-                                                              unique_id: str) -> None:
-    """A report with a stop time (DEAD, streams released, reaped) and one without (a session
-    silent past its TTL: the sweeper's): each call names only what the role's lists name."""
-    deps = deps_for_env(ddb_local.env())
-    store, client = deps.sessions, deps.sessions.client
-    for worker, streams in ((f"{unique_id}-a", 2), (f"{unique_id}-b", 1)):
-        owner = store.start(worker, capacity=streams).owner
-        leases = LeaseStore(client, store.lease_table, lease_ms=schema.BACKSTOP_MS,
-                            skew_ms=1_000)
-        for i in range(streams):
-            assert create_stream(client, store.lease_table, f"{worker}-{i}", "ws://127.0.0.1:9/x")
-            leases.acquire(f"{worker}-{i}", owner)
-    client.update_item(  # b silent long past its TTL: the old no-stop-time path's case
-        TableName=store.table, Key={schema.SESSION.pk: {"S": schema.session_pk_for(
-            f"{unique_id}-b")}}, UpdateExpression="SET #exp = :zero",
-        ExpressionAttributeNames={"#exp": schema.SESSION.expires_at_ms},
-        ExpressionAttributeValues={":zero": {"N": "0"}})
-    calls: list[tuple[str, str, set[str]]] = []
-
-    def record(params: dict[str, Any], model: Any, **_: Any) -> None:
-        calls.append((model.name, params.get("TableName", ""), _names_in(params)))
-
-    client.meta.events.register("before-parameter-build.dynamodb", record)
-    try:
-        stopped = handle(task_stopped_event(f"{unique_id}-a", stopped_at_ms=wall_clock_ms()),
-                         deps)
-        event = task_stopped_event(f"{unique_id}-b", stopped_at_ms=0)
-        del event["detail"]["stoppedAt"]
-        silent = handle(event, deps)
-    finally:
-        client.meta.events.unregister("before-parameter-build.dynamodb", record)
-    allowed = {("GetItem", store.table): set(TASKSTOPPED_SESSION_READS),
-               ("UpdateItem", store.table): set(TASKSTOPPED_SESSION_WRITES),
-               ("UpdateItem", store.lease_table): set(TASKSTOPPED_LEASE_ATTRIBUTES)}
-    for op, table, named in calls:
-        if op == "Query":
-            continue  # the owner index: no attribute condition in the policy
-        assert named <= allowed[(op, table)], (op, table, named - allowed[(op, table)])
-    assert {op for op, _, _ in calls} == {"GetItem", "UpdateItem", "Query"}
-    assert (stopped.released, silent.released) == (2, 0)
