@@ -13,7 +13,7 @@ epoch); one without a warm-up (dropped meanwhile) is claimed as our own stray.
 Right after READY the successor also looks for the transfer in the table, every
 ``TAKE_LOOK_EVERY_MS`` for ``TAKE_LOOK_FOR_MS`` (a read is faster than the TAKE message on a
 loaded machine); then, a TAKE late by ``TAKE_CHECK_MS`` after READY is looked for once per
-``TAKE_CHECK_MS``. Both are windows of one look loop (``_look_soon``): one read for every
+``TAKE_CHECK_MS``. Both are windows of one look loop (``worker.looks``): one read for every
 warm-up due (``holdfast.core.batch_reads``), one judgement (``_judge``). What a look finds:
 the item names us past that epoch (the transfer landed; TAKE is on its way, was lost, or the
 holder died right after writing it): taken as if TAKE had come (TAKE, when it comes, finds the
@@ -21,8 +21,9 @@ stream started at its epoch and is dropped); nobody (the holder died before its 
 was reaped): the warm-up is dropped and the stream claimed, an ordinary failover instead of
 one that waits for ``TAKE_TIMEOUT_MS`` (a nudge for a stream we warm up for is refused
 meanwhile); another owner, or no item: dropped. A warm-up never taken over is closed after
-``TAKE_TIMEOUT_MS``. A warm-up dropped (that, or ABORT) has one last look: a stream its holder
-let go to nobody meanwhile is claimed (its nudge came while we warmed up, and was refused).
+``TAKE_TIMEOUT_MS``. A warm-up dropped (that, or ABORT) has one last look, in the look loop's
+next read: a stream its holder let go to nobody meanwhile is claimed (its nudge came while we
+warmed up, and was refused).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from holdfast.core.handoff import (
 )
 from holdfast.core.model import Lease, LeaseItem, StoredItem, one_connection_only
 from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.looks import Looks
 from holdfast.worker.prefetch import Prefetch, Prefetched
 
 if TYPE_CHECKING:
@@ -108,9 +110,10 @@ class WarmUps:
         self.mono, self._send, self._spawn, self.sleep = mono, send, spawn, sleep
         self.warming: dict[str, _Warm] = {}
         self._taking: set[str] = set()  # TAKE received, the item being read back
-        # READY said lately: the warm-up, and when its looks in the table begin and end.
-        self._looks: dict[str, tuple[_Warm, int, int]] = {}
-        self._looking = False  # the look loop (``_look_soon``) runs
+        self.looks = Looks[_Warm](
+            read=lambda ids: on_io_threads(read_raw_many, self.store, ids),
+            current=self.warming.get, found=self._judge, last_found=self._last_look,
+            mono=mono, spawn=spawn, sleep=sleep, every_ms=TAKE_LOOK_EVERY_MS)
 
     async def warm_up(self, step: HandoffStep) -> None:
         """WARM: check, connect, answer READY (or ABORT); RESERVE: check, answer READY."""
@@ -152,41 +155,7 @@ class WarmUps:
             warm.check_ms = self.mono() + TAKE_CHECK_MS
             self._send(step.peer, HandoffStep(READY, step.conn_id, step.epoch, None, me))
             begin = self.mono() + TAKE_LOOK_FIRST_MS
-            self._look(step.conn_id, warm, begin, begin + TAKE_LOOK_FOR_MS)
-
-    def _look(self, conn_id: str, warm: _Warm, begin_ms: int, end_ms: int) -> None:
-        """Look for ``warm``'s transfer every ``TAKE_LOOK_EVERY_MS`` from ``begin_ms`` until a
-        look at or past ``end_ms`` (at least once), with the other warm-ups due."""
-        self._looks[conn_id] = (warm, begin_ms, end_ms)
-        if not self._looking:
-            self._looking = True
-            self._spawn(self._look_soon())
-
-    async def _look_soon(self) -> None:
-        """Look for the transfers of the warm-ups in a window (``_look``; see the module):
-        every ``TAKE_LOOK_EVERY_MS``, one read for all of them, while any window is open."""
-        try:
-            while self._looks:
-                await self.sleep(TAKE_LOOK_EVERY_MS / 1000)
-                now, due = self.mono(), {}
-                for conn_id, (warm, begin, end) in list(self._looks.items()):
-                    if self.warming.get(conn_id) is not warm:
-                        del self._looks[conn_id]  # taken, aborted or timed out
-                    elif now >= begin:
-                        due[conn_id] = warm
-                        if now >= end:
-                            # The window's last look (a late TAKE's window is one look; one
-                            # not read is looked for again by ``tick``).
-                            del self._looks[conn_id]
-                if not due:
-                    continue
-                read = await on_io_threads(read_raw_many, self.store, list(due))
-                for conn_id, warm in due.items():
-                    if conn_id in read:  # not read: looked for again next time
-                        raw = read[conn_id]
-                        self._spawn(self._judge(conn_id, warm, raw))
-        finally:
-            self._looking = False
+            self.looks.window(step.conn_id, warm, begin, begin + TAKE_LOOK_FOR_MS)
 
     def incoming(self) -> set[str]:
         """Streams on their way to us by a handoff (warming up, or being taken over): not
@@ -285,14 +254,17 @@ class WarmUps:
     async def _dropped(self, conn_id: str, warm: _Warm) -> None:
         """A warm-up dropped (ABORT, or past its deadline): closed, and one last look."""
         await warm.close()
+        self.looks.last(conn_id, warm.holder)
+
+    async def _last_look(self, conn_id: str, holder: str, raw: Mapping[str, Any] | None) -> None:
+        """What a dropped warm-up's last look found (``raw``: the item, None: none)."""
         try:
-            raw = await on_io_threads(self.store.get_raw, conn_id)
             item = StoredItem.of(raw).item if raw is not None else None
-        except (HoldfastError, MalformedItem) as exc:
+        except MalformedItem as exc:
             logger.debug("handoff: no last look at a dropped warm-up", conn_id=conn_id,
                          error=str(exc)[:300])
             return  # the sweep finds it if it needs one
-        await self._claim_if_let_go(conn_id, item, warm.holder)
+        await self._claim_if_let_go(conn_id, item, holder)
 
     def abort(self, conn_id: str) -> None:
         """ABORT from the holder: drop the warm-up."""
@@ -305,9 +277,9 @@ class WarmUps:
         for conn_id in [c for c, w in self.warming.items() if w.deadline_ms <= now]:
             self._spawn(self._dropped(conn_id, self.warming.pop(conn_id)))
         for conn_id, warm in self.warming.items():
-            if warm.check_ms <= now and conn_id not in self._looks:
+            if warm.check_ms <= now and not self.looks.pending(conn_id):
                 warm.check_ms = now + TAKE_CHECK_MS  # the next look, if still due
-                self._look(conn_id, warm, now, now)
+                self.looks.window(conn_id, warm, now, now)
 
     async def close_all(self) -> None:
         """Close every warm-up: the worker stops, or its session is lost (each warm-up was
