@@ -29,13 +29,8 @@ from holdfast.lambdas.metrics import (
 )
 from holdfast.lambdas.settings import Settings
 from holdfast.lambdas.sweeper.dedup import NudgeMemory
-from holdfast.lambdas.sweeper.loop import (
-    SweepDeps,
-    SweepStats,
-    memory_for,
-    run_sweeps,
-    session_store_for,
-)
+from holdfast.lambdas.sweeper.loop import SweepDeps, memory_for, run_sweeps, session_store_for
+from holdfast.lambdas.sweeper.results import SweepStats
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext

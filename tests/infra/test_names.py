@@ -65,7 +65,7 @@ def emitted(capsys: pytest.CaptureFixture[str],
     monkeypatch.delenv("POWERTOOLS_DEV", raising=False)
     from holdfast.lambdas.router import handler as router
     from holdfast.lambdas.sweeper import handler as sweeper
-    from holdfast.lambdas.sweeper.loop import SweepStats
+    from holdfast.lambdas.sweeper.results import SweepStats
     from holdfast.worker.metrics import WorkerMetrics
 
     capsys.readouterr()

@@ -22,7 +22,8 @@ from holdfast.core.table import count_owned, create_stream
 from holdfast.lambdas.settings import Settings
 from holdfast.lambdas.sweeper import handler
 from holdfast.lambdas.sweeper.balancer import Balancer
-from holdfast.lambdas.sweeper.loop import SweepDeps, SweepResult, SweepStats, memory_for, sweep_once
+from holdfast.lambdas.sweeper.loop import SweepDeps, memory_for, sweep_once
+from holdfast.lambdas.sweeper.results import SweepResult, SweepStats
 from holdfast.runner.context import LocalContext
 
 TTL_MS = 60_000  # sessions stay alive for the whole test
