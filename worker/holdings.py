@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 from aws_lambda_powertools import Logger
 
-from holdfast.core import names, rules, tracing
+from holdfast.core import names, tracing
 from holdfast.core.exceptions import (
     AcquireFailed,
     HoldfastError,
@@ -23,9 +23,7 @@ from holdfast.core.exceptions import (
     StoreUnavailable,
 )
 from holdfast.core.model import Lease
-from holdfast.core.nudge import MAX_DELAY_S
 from holdfast.core.store import LeaseStore
-from holdfast.worker.backoff import nudge_again_in_s
 from holdfast.worker.balancing import Balancing
 from holdfast.worker.checkpointer import Checkpointer
 from holdfast.worker.claimer import (
@@ -36,6 +34,7 @@ from holdfast.worker.claimer import (
     Later,
     logs_failure,
 )
+from holdfast.worker.claimrules import Ours, Seen, later_for, refusal
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection
 from holdfast.worker.context import ConnectionContext
@@ -151,30 +150,18 @@ class Holdings:
     async def _claim(self, conn_id: str, source: str, span: Span | None,
                      ws_url: str | None) -> Claim | Later:
         ours = self.streams.get(conn_id)
-        if ours is not None and (ours.held.stopping or not ours.held.live
-                                 or self.mono() >= ours.held.deadline()):
-            # Ours until its release returns, but the release may have landed already and
-            # this be its nudge (the router can be faster than the write's answer): handed
-            # on, not deleted as a duplicate, or the stream waits unowned for the sweep. So
-            # is one past its fence not yet stopped (a worker just resumed from a pause: the
-            # stream may have been reaped, and this be the nudge for its next holder).
-            return Claim.REFUSED
-        if ours is not None or conn_id in self._claiming or conn_id in self.incoming():
-            # Already ours (a duplicate nudge), being claimed, or coming by a handoff. Deleted:
-            # shown again instead, a duplicate about an older state (a new stream's second
-            # nudge) came back a second later to a worker that had just shed the stream, and
-            # it took the stream back.
-            return Claim.CONFLICT
-        if source == SOURCE_MOVED and (self.balancing.refuses(conn_id)
-                                       or self._room_for_moves() <= 0):
-            # A move: never straight back to us who shed it, nor past our share; handed on
-            # to a worker below it. Any other nudge (its new holder died, a sweep found it
-            # unclaimed) is ours if we have room: refusing it too, a failover soon after a
-            # rebalance hopped between the workers that had shed the stream.
-            return Claim.REFUSED
+        moved = source == SOURCE_MOVED
         owner = self.owner()
-        if self.free_capacity() <= 0 or owner is None:
-            return Claim.NO_CAPACITY  # handed on to another worker at once
+        refused = refusal(Seen(
+            ours=None if ours is None else Ours(
+                stopping=ours.held.stopping, live=ours.held.live,
+                past_fence=self.mono() >= ours.held.deadline()),
+            in_flight=conn_id in self._claiming or conn_id in self.incoming(),
+            moved=moved, shed_here=moved and self.balancing.refuses(conn_id),
+            room_for_moves=self._room_for_moves() if moved else 1,
+            free=self.free_capacity(), has_owner=owner is not None))
+        if refused is not None or owner is None:
+            return refused or Claim.NO_CAPACITY
         # Claiming until it is started: the connect-first start awaits its socket after the
         # acquire, and a second nudge seen then re-acquired the stream under a new epoch.
         self._claiming.add(conn_id)
@@ -206,7 +193,7 @@ class Holdings:
             self.metrics.incr("ClaimConflicts")
             logger.debug("claim refused", conn_id=conn_id, worker_id=self.config.worker_id,
                          reason=str(exc.reason), source=source)
-            return self._later(exc) or Claim.CONFLICT
+            return later_for(exc, self.config.timing.skew_ms, self.wall()) or Claim.CONFLICT
         except StoreUnavailable as exc:
             logger.warning("claim failed, DynamoDB unavailable", conn_id=conn_id,
                            worker_id=self.config.worker_id, error=str(exc)[:300])
@@ -274,17 +261,6 @@ class Holdings:
         counted (a poll's ten nudges are claimed at once: each must see the others)."""
         room = self.balancing.room()
         return 1 if room is None else room - len(self._claiming)
-
-    def _later(self, exc: AcquireFailed) -> Later | None:
-        """For a stream in back-off: when its nudge should come back, if within SQS's
-        ``DelaySeconds`` limit as the router's (None: let it go, the sweep finds it later)."""
-        current = exc.current
-        if exc.reason is not LossReason.BACKOFF or current is None or (
-                current.lease_expires_at_ms is None):
-            return None
-        seconds = nudge_again_in_s(rules.claimable_at_ms(
-            current.lease_expires_at_ms, self.config.timing.skew_ms) - self.wall(), MAX_DELAY_S)
-        return None if seconds is None else Later(seconds)
 
     def busy(self) -> set[str]:
         """The streams held, being claimed or coming by a handoff: not strays, whatever the
