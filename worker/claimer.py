@@ -75,7 +75,7 @@ class Claim(Enum):
     UNAVAILABLE = "unavailable"  # try again later: redeliver after a delay
     NO_CAPACITY = "no_capacity"  # full or stopping: hand the nudge to another worker now
     # Not ours to take now: we shed it a moment ago (never take it back), our release of it
-    # is still being answered, or we hold it past its fence (``Holdings._claim``). Handed on;
+    # is still being answered, or we hold it past its fence (``worker.claimrules``). Handed on;
     # after ``MAX_HOPS`` it waits a second instead.
     REFUSED = "refused"
 
