@@ -8,15 +8,21 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from holdfast.core.orders import prefix_for
+from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.sessions import sweep_sessions
+from holdfast.core.store import LeaseStore
 from holdfast.lambdas.settings import Settings
 from holdfast.lambdas.sweeper.balancer import Balancer, BalanceRound
+from holdfast.worker.config import WorkerConfig
+from holdfast.worker.connection import Connection
 from holdfast.worker.handler import Handler, Message
+from holdfast.worker.holdings import Holdings
+from holdfast.worker.protocol import QueryParamProtocol
 from holdfast.worker.supervisor import Supervisor
 from tests.conftest import client_for
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, worker_config
@@ -70,6 +76,42 @@ async def running_worker(fleet: Fleet, handler: Handler, **env: str) -> AsyncIte
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)
+
+
+@dataclass
+class Alone:
+    """A worker's holdings alone (``holdings_alone``), with its handler, store and supervisor."""
+
+    holdings: Holdings
+    rec: Recorder
+    store: LeaseStore
+    sup: Supervisor
+
+
+def holdings_alone(fleet: Fleet, *, config: WorkerConfig | None = None,
+                   owner: Callable[[], str | None] | None = None,
+                   streams: dict[str, Connection] | None = None,
+                   session_fence: Callable[[], int] | None = None,
+                   store_class: type[LeaseStore] = LeaseStore,
+                   store_kwargs: dict[str, Any] | None = None) -> Alone:
+    """A worker's holdings with no session, claims by hand and no fence watcher: as ``owner``
+    (default one fixed owner), on a ``store_class`` (default the real ``LeaseStore``; its
+    extra arguments ``store_kwargs``), the session's fence ``session_fence`` (default a
+    minute ahead)."""
+    config = config or worker_config(fleet)
+    ddb = client_for(fleet.aws, "dynamodb")
+    sup = Supervisor(config, ddb=ddb, sqs=client_for(fleet.aws, "sqs"), handler=Recorder())
+    fixed = f"{config.worker_id}#holdings"
+    leases = store_class(ddb, config.table, lease_ms=BACKSTOP_MS, skew_ms=config.timing.skew_ms,
+                         **(store_kwargs or {}))
+    rec = Recorder()
+    holdings = Holdings(
+        config, leases, sup.checkpointer, handler=rec, protocol=QueryParamProtocol(),
+        streams={} if streams is None else streams, owner=owner or (lambda: fixed),
+        stopping=lambda: False, session_fence=session_fence or (lambda: sup.mono() + 60_000),
+        wall=sup.wall, mono=sup.mono, metrics=sup.metrics, counts=Counter(),
+        balancing=sup.balancing)
+    return Alone(holdings, rec, leases, sup)
 
 
 def item_attr(item: dict[str, Any], name: str) -> Any:

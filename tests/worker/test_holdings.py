@@ -8,23 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from holdfast.core.exceptions import LossReason
 from holdfast.core.model import Lease
-from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore
 from holdfast.worker.balancing import SHED
 from holdfast.worker.claimer import Claim
 from holdfast.worker.held import monotonic_ms
-from holdfast.worker.holdings import Holdings
-from holdfast.worker.protocol import QueryParamProtocol
-from holdfast.worker.supervisor import Supervisor
-from tests.conftest import client_for
-from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, worker_config
-from tests.worker.helpers import Recorder, running_worker
+from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
+from tests.worker.helpers import Recorder, holdings_alone, running_worker
 
 
 class SlowReleaseAnswer(LeaseStore):
@@ -42,25 +35,6 @@ class SlowReleaseAnswer(LeaseStore):
         self.landed.set()
         self.answer.wait(10)
         return lost
-
-
-def holdings_for(fleet: Fleet, store_class: type[LeaseStore] = LeaseStore, *,
-                 session_fence: Callable[[], int] | None = None,
-                 ) -> tuple[Holdings, Recorder, LeaseStore]:
-    """A worker's holdings alone (no session, claims by hand, no fence watcher), on
-    ``store_class``; ``session_fence``: the session's fence (default a minute ahead)."""
-    config = worker_config(fleet)
-    ddb = client_for(fleet.aws, "dynamodb")
-    sup = Supervisor(config, ddb=ddb, sqs=client_for(fleet.aws, "sqs"), handler=Recorder())
-    owner = f"{config.worker_id}#holdings"
-    store = store_class(ddb, config.table, lease_ms=BACKSTOP_MS, skew_ms=config.timing.skew_ms)
-    rec = Recorder()
-    holdings = Holdings(
-        config, store, sup.checkpointer, handler=rec, protocol=QueryParamProtocol(),
-        streams={}, owner=lambda: owner, stopping=lambda: False,
-        session_fence=session_fence or (lambda: sup.mono() + 60_000), wall=sup.wall,
-        mono=sup.mono, metrics=sup.metrics, counts=Counter(), balancing=sup.balancing)
-    return holdings, rec, store
 
 
 class SlowAcquireAnswer(LeaseStore):
@@ -83,7 +57,8 @@ async def test_a_claim_whose_caller_is_cancelled_still_starts_what_it_acquired(
     lands and the stream is held and delivered, not left owned by us and held by nobody."""
     conn_id = f"{unique_id}-orphan"
     fleet.create(conn_id, upstream.url(conn_id))
-    holdings, rec, store = holdings_for(fleet, SlowAcquireAnswer)
+    alone = holdings_alone(fleet, store_class=SlowAcquireAnswer)
+    holdings, rec, store = alone.holdings, alone.rec, alone.store
     assert isinstance(store, SlowAcquireAnswer)
     caller = asyncio.create_task(holdings.claim(conn_id))
     try:
@@ -105,7 +80,8 @@ async def test_a_nudge_for_a_stream_whose_release_is_in_flight_is_handed_on(
     gone it is claimed."""
     conn_id = f"{unique_id}-inflight"
     fleet.create(conn_id, upstream.url(conn_id))
-    holdings, rec, store = holdings_for(fleet, SlowReleaseAnswer)
+    alone = holdings_alone(fleet, store_class=SlowReleaseAnswer)
+    holdings, rec, store = alone.holdings, alone.rec, alone.store
     assert isinstance(store, SlowReleaseAnswer)
     try:
         assert await holdings.claim(conn_id) is Claim.CLAIMED
@@ -132,7 +108,7 @@ async def test_a_stream_stopped_before_its_task_ran_is_still_released(
     its first step skipped both, and the stream stayed held by nobody)."""
     conn_id = f"{unique_id}-early"
     fleet.create(conn_id, upstream.url(conn_id))
-    holdings, _rec, _store = holdings_for(fleet)
+    holdings = holdings_alone(fleet).holdings
     assert await holdings.claim(conn_id) is Claim.CLAIMED
     holdings.streams[conn_id].drain_to(None, SHED)
     await async_wait_until(lambda: not holdings.streams, 5, "the stream let go")
@@ -179,7 +155,8 @@ async def test_a_nudge_for_a_stream_of_ours_past_its_fence_is_handed_on(
     conn_id = f"{unique_id}-fenced"
     fleet.create(conn_id, upstream.url(conn_id))
     fence = [monotonic_ms() + 60_000]
-    holdings, rec, _store = holdings_for(fleet, session_fence=lambda: fence[0])
+    alone = holdings_alone(fleet, session_fence=lambda: fence[0])
+    holdings, rec = alone.holdings, alone.rec
     assert await holdings.claim(conn_id) is Claim.CLAIMED
     await async_wait_until(lambda: rec.seqs(conn_id), 10, "delivering")
     assert await holdings.claim(conn_id, "nudge") is Claim.CONFLICT  # a duplicate: ours

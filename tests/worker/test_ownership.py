@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -24,16 +23,12 @@ from typing import Any, cast
 import pytest
 
 from holdfast.core.model import Lease
-from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore
 from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORDER_SPEC, Handled, read_records
 from holdfast.worker.claimer import Claim
 from holdfast.worker.connection import Connection
-from holdfast.worker.holdings import Holdings
-from holdfast.worker.protocol import QueryParamProtocol
 from holdfast.worker.reconciler import Strays
-from holdfast.worker.supervisor import Supervisor
-from tests.conftest import TIMEOUT_SCALE, client_for
+from tests.conftest import TIMEOUT_SCALE
 from tests.worker.conftest import (
     ROOT,
     Fleet,
@@ -43,7 +38,7 @@ from tests.worker.conftest import (
     wait_until,
     worker_config,
 )
-from tests.worker.helpers import Recorder
+from tests.worker.helpers import holdings_alone
 
 
 class SessionLostDuringAcquire(LeaseStore):
@@ -67,18 +62,11 @@ async def test_an_acquire_that_lands_after_the_session_was_lost_is_released(
     conn = f"{unique_id}-lost"
     fleet.create(conn, upstream.url(conn))
     config = worker_config(fleet)
-    ddb = client_for(fleet.aws, "dynamodb")
-    sup = Supervisor(config, ddb=ddb, sqs=client_for(fleet.aws, "sqs"), handler=Recorder())
-    old_owner = f"{config.worker_id}#oldincarnation"
-    session = {"owner": old_owner}
-    store = SessionLostDuringAcquire(ddb, config.table, lease_ms=BACKSTOP_MS,
-                                     skew_ms=config.timing.skew_ms, session=session)
-    rec = Recorder()
-    holdings = Holdings(
-        config, store, sup.checkpointer, handler=rec, protocol=QueryParamProtocol(),
-        streams={}, owner=lambda: session["owner"], stopping=lambda: False,
-        session_fence=lambda: sup.mono() + 60_000, wall=sup.wall, mono=sup.mono,
-        metrics=sup.metrics, counts=Counter(), balancing=sup.balancing)
+    session = {"owner": f"{config.worker_id}#oldincarnation"}
+    alone = holdings_alone(fleet, config=config, owner=lambda: session["owner"],
+                           store_class=SessionLostDuringAcquire,
+                           store_kwargs={"session": session})
+    holdings, rec = alone.holdings, alone.rec
 
     assert await holdings.claim(conn) is Claim.CLAIMED
     await async_wait_until(lambda: not holdings.streams, 5, "the stream handed back")
@@ -96,16 +84,11 @@ async def test_a_stray_on_a_full_worker_is_released(
     for any worker), never left owned by us for its hour-long backstop (finding 2)."""
     conn = f"{unique_id}-full"
     config = dataclasses.replace(worker_config(fleet), max_connections=1)
-    ddb = client_for(fleet.aws, "dynamodb")
-    sup = Supervisor(config, ddb=ddb, sqs=client_for(fleet.aws, "sqs"), handler=Recorder())
     owner = f"{config.worker_id}#inc1"
     put_owned(fleet, conn, upstream.url(conn), owner, epoch=5)
-    holdings = Holdings(
-        config, sup.store, sup.checkpointer, handler=Recorder(), protocol=QueryParamProtocol(),
-        streams={"held-elsewhere": cast(Connection, None)},  # the one slot is taken
-        owner=lambda: owner, stopping=lambda: False,
-        session_fence=lambda: sup.mono() + 60_000, wall=sup.wall, mono=sup.mono,
-        metrics=sup.metrics, counts=Counter(), balancing=sup.balancing)
+    alone = holdings_alone(fleet, config=config, owner=lambda: owner,
+                           streams={"held-elsewhere": cast(Connection, None)})  # slot taken
+    holdings, sup = alone.holdings, alone.sup
     strays = Strays(sup.sweep_sessions, lambda: owner, holdings.claim, holdings.busy,
                     holdings.release_stray)
     await async_wait_until(lambda: conn in sup.sweep_sessions.owned_by(owner), 5,
