@@ -1,6 +1,7 @@
-"""Graceful handover A/B: ``python -m bench.ab_handover {session|seed} RUN_DIR``.
+"""Handover A/B: ``python -m bench.ab_handover {session|seed} RUN_DIR [kill [ROUNDS]]``.
 
-One run of ``scenarios.handover`` (N = 100, SIGTERM, 2 rounds) on the short-timing fleet:
+One run of ``scenarios.handover`` (N = 100, SIGTERM, 2 rounds; with ``kill``: SIGKILL, a
+crash failover without the platform report, ROUNDS rounds, default 1) on the short-timing fleet:
 our workers with the router and the sweeper (``session``), or the seed's own program
 (``seed``, ``bench.seed_worker``: per-stream leases, no router, the 12 s scaled reconcile),
 printed as one JSON line with each round's distribution. Run the two
@@ -26,19 +27,23 @@ STREAMS = 100
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2 or args[0] not in ("session", "seed"):
+    kill = len(args) >= 3 and args[2] == "kill"
+    if not 2 <= len(args) <= (4 if kill else 2) or args[0] not in ("session", "seed") or (
+            len(args) == 4 and not args[3].isdigit()):
         print(__doc__, file=sys.stderr)
         return 2
     mode, run_dir = args[0], Path(args[1])
+    sig, rounds = (signal.SIGKILL, int(args[3]) if len(args) == 4 else 1) if kill else (
+        signal.SIGTERM, 2)
     bf = BenchFleet(run_dir, "ours" if mode == "session" else "baseline", FleetTiming()).start()
     try:
-        r = handover(bf, STREAMS, signal.SIGTERM, rounds=2, timeout_s=60, tag=mode)
+        r = handover(bf, STREAMS, sig, rounds=rounds, timeout_s=90 if kill else 60, tag=mode)
     finally:
         bf.close()
     samples = r.pop("samples")
     r["rounds_latency_s"] = [dist(samples[i:i + STREAMS])
                              for i in range(0, len(samples), STREAMS)]
-    print(json.dumps({"mode": mode, **r}))
+    print(json.dumps({"mode": mode, "signal": sig.name, **r}))
     return 0
 
 
