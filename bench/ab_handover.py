@@ -18,7 +18,9 @@ from pathlib import Path
 
 from bench.harness import BenchFleet, dist
 from bench.scenarios import handover
+from holdfast.fleet.deploy import added_delays, delivery_gaps
 from holdfast.fleet.procs import FleetTiming
+from holdfast.fleet.recorder import read_records
 
 __all__ = ["main"]
 
@@ -40,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         r = handover(bf, STREAMS, sig, rounds=rounds, timeout_s=90 if kill else 60, tag=mode)
     finally:
         bf.close()
+    # Since make-before-break a stop hands its streams over one after another, each delivering
+    # until its turn: the outage of a move is its delivery gap, not the time from the signal.
+    records = [h for h in read_records(bf.pf.fleet.record_dir)
+               if h.conn_id.startswith(f"{bf.mode}-{mode}-")]
+    r["gap_per_move_s"] = dist([g.seconds for g in delivery_gaps(records, 0, 2**62)])
+    r["added_per_move_s"] = dist(added_delays(records, 0, 2**62))
     samples = r.pop("samples")
     r["rounds_latency_s"] = [dist(samples[i:i + STREAMS])
                              for i in range(0, len(samples), STREAMS)]
