@@ -52,7 +52,7 @@ from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.worker.balancing import HANDOFF
 from holdfast.worker.connection import Connection
-from holdfast.worker.held import monotonic_ms
+from holdfast.worker.held import STOPPED, monotonic_ms
 from holdfast.worker.metrics import WorkerMetrics
 
 __all__ = ["Checkpointer"]
@@ -211,7 +211,7 @@ class Checkpointer:
             if conn.held.stopping:
                 return
             conn.log("info", "stream STOPPED, closing")
-            conn.drain("stopped")
+            conn.drain_to(None, STOPPED)  # to nobody, whatever a handoff's READY named
         else:
             # LOST/DELETED/REGRESSION/INVALID: someone else may hold it now; no more handler
             # calls and no more bytes from this connection.

@@ -32,7 +32,7 @@ from aws_lambda_powertools import Logger
 
 from holdfast.core import names
 from holdfast.core.bundles import Letter
-from holdfast.core.exceptions import HoldfastError, LeaseLost
+from holdfast.core.exceptions import HoldfastError, LeaseLost, LossReason
 from holdfast.core.handoff import (
     ABORT,
     READY,
@@ -177,8 +177,15 @@ class Handoffs:
             passed = await on_io_threads(self.store.transfer, held.lease, held.checkpoint,
                                          successor)
         except LeaseLost as lost:
-            conn.log("warning", "handoff: the stream was not ours any more", reason=lost.reason)
             self._send(successor, HandoffStep(ABORT, conn.conn_id, held.lease.epoch, None, me))
+            if lost.reason is LossReason.STOPPED:
+                # Stopped by its operator meanwhile (a transfer needs STARTED): still ours,
+                # so we release it, to nobody, as any stopped stream; "lost" wrote nothing
+                # and left it owned by us and held by nobody.
+                conn.log("info", "handoff: the stream was stopped meanwhile; releasing it")
+                conn.handoff_to = ""
+                return "failed"
+            conn.log("warning", "handoff: the stream was not ours any more", reason=lost.reason)
             return "lost"
         except HoldfastError as exc:
             conn.log("warning", "handoff: transfer failed, releasing instead",

@@ -27,15 +27,25 @@ from collections.abc import Callable
 from enum import StrEnum
 
 from holdfast.core.model import Lease
+from holdfast.core.orders import ORDER_STOP, Order
 from holdfast.worker.delivery import Delivery, Verdict
 
-__all__ = ["NO_FENCE_MS", "SHUTDOWN", "SHUTDOWN_TIMEOUT", "HeldState", "HeldStream",
-           "monotonic_ms"]
+__all__ = ["NO_FENCE_MS", "RELEASE_ORDERED", "SHUTDOWN", "SHUTDOWN_TIMEOUT", "STOPPED",
+           "HeldState", "HeldStream", "monotonic_ms", "ordered_reason"]
 
 NO_FENCE_MS = 2**62  # a deadline that never comes (no session fence yet)
 # Why a stream stops when its worker stops: drained, then aborted at the budget's end.
 SHUTDOWN = "shutdown"
 SHUTDOWN_TIMEOUT = "shutdown-timeout"
+# Why a stream stops by its operator's word: STOPPED (an order, or a write that found it so),
+# or a release order.
+STOPPED = "stopped"
+RELEASE_ORDERED = "release ordered"
+
+
+def ordered_reason(order: Order) -> str:
+    """The drain reason of a stream ``order`` ends."""
+    return STOPPED if order.verb == ORDER_STOP else RELEASE_ORDERED
 
 
 def monotonic_ms() -> int:

@@ -23,6 +23,7 @@ from holdfast.core.exceptions import (
     StoreUnavailable,
 )
 from holdfast.core.model import Lease
+from holdfast.core.orders import Order
 from holdfast.core.store import LeaseStore
 from holdfast.worker.balancing import Balancing
 from holdfast.worker.checkpointer import Checkpointer
@@ -40,7 +41,7 @@ from holdfast.worker.connection import Connection
 from holdfast.worker.context import ConnectionContext
 from holdfast.worker.endings import Endings
 from holdfast.worker.handler import Handler
-from holdfast.worker.held import SHUTDOWN, HeldStream
+from holdfast.worker.held import SHUTDOWN, HeldStream, ordered_reason
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.prefetch import Prefetched
@@ -93,6 +94,7 @@ class Holdings:
                                release_mode=config.renew_mode)
         # The streams a handoff is bringing us (each holds a slot; set by the supervisor).
         self.incoming: Callable[[], set[str]] = set
+        self._ordered: dict[str, Order] = {}  # see ``order_on_start``
 
     def free_capacity(self) -> int:
         if self.stopping() or self.owner() is None:
@@ -236,12 +238,15 @@ class Holdings:
         held = HeldStream(lease, fence_mono_ms=self.checkpointer.fence_after(sent),
                           session_fence=self.session_fence,
                           max_seq_jump=self.config.max_seq_jump)
+        ordered = self._ordered.pop(conn_id, None)
         if self.stopping():  # the stop began while we were acquiring: hand it straight back
             held.drain(SHUTDOWN)
         elif self.owner() != owner:
             # The session was lost while we were acquiring: nobody else can own the stream
             # while it names our old owner, so we release it at once (never deliver).
             held.drain("session lost")
+        elif ordered is not None and ordered.applies_to(lease.epoch):
+            held.drain(ordered_reason(ordered))  # stopped while on its way: never delivers
         conn = Connection(held, self.ctx)
         conn.prefetched = warm
         conn.on_drained = functools.partial(self.endings.pass_on, socket_open=True)
@@ -261,6 +266,18 @@ class Holdings:
         counted (a poll's ten nudges are claimed at once: each must see the others)."""
         room = self.balancing.room()
         return 1 if room is None else room - len(self._claiming)
+
+    def order_on_start(self, order: Order) -> bool:
+        """Keep a stop or release ``order`` for a stream on its way here (being claimed, or
+        coming by a handoff: its acquire or transfer landed before the order was written, so
+        the order is ours), to carry out when it starts; False if it is not on its way."""
+        busy = self._claiming | self.incoming()
+        for conn_id in [c for c in self._ordered if c not in busy]:
+            del self._ordered[conn_id]  # its claim or handoff ended without a start
+        if order.conn_id not in busy:
+            return False
+        self._ordered[order.conn_id] = order
+        return True
 
     def busy(self) -> set[str]:
         """The streams held, being claimed or coming by a handoff: not strays, whatever the

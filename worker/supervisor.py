@@ -31,7 +31,7 @@ from aws_lambda_powertools import Logger
 
 from holdfast.core.exceptions import SessionLost
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
-from holdfast.core.orders import ORDER_STOP, Order
+from holdfast.core.orders import Order
 from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
@@ -44,7 +44,7 @@ from holdfast.worker.connection import Connection
 from holdfast.worker.handler import Handler, default_handler
 from holdfast.worker.handoff import Handoffs
 from holdfast.worker.health import HealthServer
-from holdfast.worker.held import NO_FENCE_MS, monotonic_ms
+from holdfast.worker.held import NO_FENCE_MS, monotonic_ms, ordered_reason
 from holdfast.worker.holdings import Holdings
 from holdfast.worker.incarnation import start_incarnation
 from holdfast.worker.iothreads import on_io_threads
@@ -186,10 +186,16 @@ class Supervisor:
         """Carry out an order (stop, release): the holder stops delivering and releases the
         stream itself, the only way a live holding ends (docs/concepts/protocol.md)."""
         conn = self.streams.get(order.conn_id)
-        if conn is None or conn.held.stopping or not order.applies_to(conn.held.lease.epoch):
+        if conn is None:
+            # On its way here (an acquire or a transfer that landed before the order was
+            # written, its answer or TAKE not yet handled): carried out at its start.
+            return self.holdings.order_on_start(order)
+        if conn.held.stopping or not order.applies_to(conn.held.lease.epoch):
             return False
         conn.log("info", f"{order.verb} order: draining and releasing", epoch=order.epoch)
-        conn.drain("stopped" if order.verb == ORDER_STOP else "release ordered")
+        # To nobody: a handoff's READY may have named a successor a moment ago, and the
+        # release would then hold the stream for it (a restart waited out the hold).
+        conn.drain_to(None, ordered_reason(order))
         return True
 
     def _handoff(self, nudge: Nudge) -> None:

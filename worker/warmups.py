@@ -73,6 +73,7 @@ class _Warm:
     epoch: int
     deadline_ms: int
     stored: StoredItem  # as the warm-up read it: what TAKE does not say
+    owner: str  # our session's owner it was for: a TAKE to it is no TAKE to a newer one
     check_ms: int = 0  # when to look in the table for a TAKE that has not come
 
     @property
@@ -125,6 +126,10 @@ class WarmUps:
         prefetch: Prefetch | None = None
         try:
             stored = await on_io_threads(self.store.read, step.conn_id)
+            if self.owner() != me:
+                # Our session was lost (its warm-ups closed) while we read: READY with the
+                # old owner would have the holder pass the lease to it.
+                raise HoldfastError("our session changed while the item was read")
             item = stored.item if stored is not None else None
             single = one_connection_only(stored.single_connection if stored else None,
                                          self.single_connection)
@@ -137,7 +142,7 @@ class WarmUps:
                 prefetch = Prefetch.for_stream(step.conn_id, item.ws_url, step.seq, self.ctx)
             deadline = self.mono() + TAKE_TIMEOUT_MS
             self.warming[step.conn_id] = _Warm(prefetch, step.peer, step.epoch, deadline,
-                                               stored, check_ms=deadline)
+                                               stored, me, check_ms=deadline)
             if prefetch is not None:
                 await prefetch.open(WARM_TIMEOUT_MS / 1000)
         except Exception as exc:  # whatever it was, it costs a fallback, never the worker
@@ -185,7 +190,7 @@ class WarmUps:
         held = self.streams.get(step.conn_id)
         if warm is None and held is not None and held.held.lease.epoch == step.epoch:
             return False  # the look in the table started it at this epoch: nothing to read
-        if (warm is not None and me is not None and warm.usable
+        if (warm is not None and me is not None and warm.usable and warm.owner == me
                 and step.peer == warm.holder and step.epoch > warm.epoch
                 and step.at is not None):
             # The holder we warmed up for wrote the transfer: no read in the gap; the lease is
@@ -203,9 +208,12 @@ class WarmUps:
                            "takes it back", conn_id=step.conn_id, error=str(exc)[:300])
             stored = None
         item = stored.item if stored is not None else None
-        if item is None or me is None or item.lease_owner != me or item.epoch != step.epoch:
+        if (item is None or me is None or item.lease_owner != me or item.epoch != step.epoch
+                or not item.started):
             if warm is not None:
                 await warm.close()
+            # Ours (at another epoch, or stopped since the transfer): the claim takes it
+            # back, or releases a stopped one; never started from here.
             return item is not None and me is not None and item.lease_owner == me
         if warm is None or not warm.usable:
             return True
@@ -228,7 +236,8 @@ class WarmUps:
         if item is not None and item.started and item.lease_owner == warm.holder and (
                 item.epoch == warm.epoch):
             return  # still the holder's: its TAKE may yet come
-        if item is not None and item.lease_owner == me and item.epoch > warm.epoch:
+        if (item is not None and item.started and item.lease_owner == me
+                and item.epoch > warm.epoch):
             # The usual way now (the look after READY beats the message): no line of its own,
             # the stream's "claimed" says it came by a handoff.
             logger.debug("handoff: the transfer found in the table", conn_id=conn_id,
@@ -244,11 +253,18 @@ class WarmUps:
     async def _claim_if_let_go(self, conn_id: str, item: LeaseItem | None, holder: str) -> None:
         """Claim ``conn_id`` if ``item`` says its holder let it go to nobody (it died and was
         reaped, or released it): the nudge of that release came while we warmed up for the
-        stream, and was refused; nothing else would nudge it before the sweep."""
-        if (item is not None and item.started and item.lease_owner is None
-                and conn_id not in self.warming and self.owner() is not None):
+        stream, and was refused; nothing else would nudge it before the sweep. Or if it was
+        passed to us and stopped since: the claim of a stopped stream of ours releases it."""
+        me = self.owner()
+        if item is None or me is None or conn_id in self.warming:
+            return
+        if item.started and item.lease_owner is None:
             logger.info("handoff: the holder let go without a take (it died and was reaped, "
                         "or released it); claiming it", conn_id=conn_id, holder=holder)
+            await self.claim(conn_id)
+        elif not item.started and item.lease_owner == me:
+            logger.info("handoff: passed to us and stopped since; releasing it",
+                        conn_id=conn_id, holder=holder)
             await self.claim(conn_id)
 
     async def _dropped(self, conn_id: str, warm: _Warm) -> None:

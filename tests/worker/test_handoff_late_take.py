@@ -5,6 +5,7 @@ waits for the warm-up's ``TAKE_TIMEOUT_MS``."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 from typing import Any
@@ -12,10 +13,11 @@ from typing import Any
 import pytest
 
 from holdfast.core.batch_reads import read_raw_many
-from holdfast.core.handoff import TAKE, HandoffStep
+from holdfast.core.handoff import ABORT, TAKE, WARM, HandoffStep
 from holdfast.core.model import Lease, LeaseItem, StoredItem
-from holdfast.core.schema import ATTR
+from holdfast.core.schema import ATTR, STOPPED
 from holdfast.core.store import LeaseStore
+from holdfast.core.table import set_desired_state
 from holdfast.worker import warmups
 from holdfast.worker.claimer import Claim
 from holdfast.worker.prefetch import Prefetch
@@ -44,7 +46,8 @@ async def _warm_for_holder(fleet: Fleet, upstream: UpstreamThread, run: Running,
     # The deadline far away: without the look, nothing would end this warm-up in the test.
     run.worker.handoffs.warm_ups.warming[conn] = _Warm(
         prefetch, holder, lease.epoch, 2**62,
-        StoredItem(LeaseItem.from_ddb(fleet.item(conn)), fleet.item(conn)))
+        StoredItem(LeaseItem.from_ddb(fleet.item(conn)), fleet.item(conn)),
+        run.worker.owner or "")
     return store, lease
 
 
@@ -246,7 +249,8 @@ async def test_a_fast_streams_warm_socket_skips_all_the_holder_handled_meanwhile
             await prefetch.open()
             run.worker.handoffs.warm_ups.warming[conn] = _Warm(
                 prefetch, holder, lease.epoch, 2**62,
-                StoredItem(LeaseItem.from_ddb(fleet.item(conn)), fleet.item(conn)))
+                StoredItem(LeaseItem.from_ddb(fleet.item(conn)), fleet.item(conn)),
+                run.worker.owner)
             await async_wait_until(lambda: len(prefetch.frames) >= 260, 5, "buffered")
             store.transfer(lease, 250, run.worker.owner)  # the holder handled 1..250
             await async_wait_until(lambda: len(rec.seqs(conn)) >= 10, 5, "delivering")
@@ -281,3 +285,70 @@ async def test_a_warm_sockets_seqless_frames_the_holder_handled_are_skipped(
         assert calls[first:first + 6] == [101, None, 102, None, 103, None]
     finally:
         up.stop()
+
+
+async def test_a_transfer_to_us_stopped_before_its_take_is_released_not_started(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The holder passed the stream to us and its operator stopped it before we took it: the
+    look finds it ours but STOPPED, drops the warm-up and releases it (the claim of a
+    stopped stream of ours), never delivering it."""
+    rec, conn = Recorder(), f"{unique_id}-stopped-take"
+    async with running_worker(fleet, rec) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        assert run.worker.owner
+        store, lease = await _warm_for_holder(fleet, upstream, run, conn, f"h-{unique_id}")
+        # Handled up to 0: no anchor write of ours would find it STOPPED before delivering.
+        store.transfer(lease, 0, run.worker.owner)  # and the holder dies: no TAKE
+        assert set_desired_state(fleet.ddb, fleet.table, conn, STOPPED)
+        await async_wait_until(lambda: ATTR.lease_owner not in fleet.item(conn), 5, "released")
+        assert conn not in run.worker.streams and not rec.calls
+
+
+async def test_a_warm_up_whose_session_changed_while_it_read_is_refused(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """WARM read the item while our session was lost and replaced: ABORT, not READY (READY
+    under the old owner had the holder pass the lease to a replaced incarnation)."""
+    conn = f"{unique_id}-warm-lost"
+    async with running_worker(fleet, Recorder()) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        fleet.create(conn, upstream.url(conn))
+        holder = fleet.sessions().start(f"h-{unique_id}", 10).owner
+        lease = run.worker.store.acquire(conn, holder)
+        warm_ups, current = run.worker.handoffs.warm_ups, run.worker.owner
+        sent: list[HandoffStep] = []
+        warm_ups._send = lambda _peer, step: sent.append(step)  # type: ignore[method-assign]
+        read = warm_ups.store.read
+
+        def read_while_replaced(conn_id: str) -> Any:
+            run.worker.owner = f"{current}-new"  # lost and started again meanwhile
+            return read(conn_id)
+
+        warm_ups.store.read = read_while_replaced  # type: ignore[method-assign]
+        try:
+            await warm_ups.warm_up(HandoffStep(WARM, conn, lease.epoch, 1, holder))
+        finally:
+            warm_ups.store.read = read  # type: ignore[method-assign]
+            run.worker.owner = current
+        assert [s.kind for s in sent] == [ABORT] and conn not in warm_ups.warming
+
+
+async def test_a_take_for_a_warm_up_of_a_replaced_session_is_not_started(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A warm-up for our old owner, its TAKE read from the old queue after a new session
+    began: not started on the warm socket under the new owner (the table names the old one,
+    which the sweeper releases to others: two deliverers); the item is read and it is not
+    ours."""
+    rec, conn = Recorder(), f"{unique_id}-old-take"
+    async with running_worker(fleet, rec) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        assert run.worker.owner
+        store, lease = await _warm_for_holder(fleet, upstream, run, conn, f"h-{unique_id}")
+        warm_ups = run.worker.handoffs.warm_ups
+        old = f"{run.worker.owner}-old"
+        warm_ups.warming[conn] = dataclasses.replace(warm_ups.warming[conn], owner=old,
+                                                     check_ms=2**62)
+        passed = store.transfer(lease, None, old)
+        await warm_ups.take(HandoffStep(TAKE, conn, passed.epoch, passed.last_seq,
+                                        lease.owner, passed.moved_at_ms))
+        assert conn not in run.worker.streams and conn not in warm_ups.warming
+    assert not rec.calls
