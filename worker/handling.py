@@ -128,15 +128,22 @@ class Handling:
                 break
             ctx.metrics.incr(names.METRIC_HANDLER_RETRIES)
             await ctx.sleep(ctx.handler_backoff.delay_s(attempt))  # a drain cancels it
-            if held.live and ctx.mono() >= held.deadline():  # paused past the fence meanwhile
-                ctx.metrics.incr(names.METRIC_LEASES_FENCED)
-                conn.log("error", "self-fencing: past the fence deadline, retry not made",
-                         seq=message.seq)
-                conn.fence()
-            if held.stopping:
+            if held.stopping or self._past_fence(message, "retry not made"):
                 break
-        return False if held.stopping else await self._after_failures(
-            message, failed.error, attempt)
+        if held.stopping or self._past_fence(message, "not sent to the on-failure queue"):
+            return False  # the next holder has the message too: it is not ours to send
+        return await self._after_failures(message, failed.error, attempt)
+
+    def _past_fence(self, message: Message, what: str) -> bool:
+        """Past the fence (the process was paused meanwhile): the stream is fenced, nothing
+        more of it is handed on, not even to the on-failure queue."""
+        conn, held = self.conn, self.conn.held
+        if not held.live or conn.ctx.mono() < held.deadline():
+            return False
+        conn.ctx.metrics.incr(names.METRIC_LEASES_FENCED)
+        conn.log("error", f"self-fencing: past the fence deadline, {what}", seq=message.seq)
+        conn.fence()
+        return True
 
     async def _after_failures(self, message: Message, error: str, attempts: int) -> bool:
         """The last attempt failed: skip once the on-failure queue has it, else park."""

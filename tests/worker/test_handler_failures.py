@@ -18,6 +18,7 @@ from holdfast.worker.config import load_config
 from holdfast.worker.connection import Connection
 from holdfast.worker.context import ConnectionContext
 from holdfast.worker.handler import FailureQueue, Message, failure_body
+from holdfast.worker.held import HeldStream
 from tests.worker.conftest import Fleet, RouterSim, UpstreamThread, async_wait_until
 from tests.worker.helpers import item_attr, running_worker
 from tests.worker.scripted import scripted_upstream
@@ -149,6 +150,32 @@ async def test_skip_sends_to_the_queue_before_the_checkpoint_passes(
         f"{unique_id}-s", 3, 2, "me")
     assert body["epoch"] == runner.held.lease.epoch and "downstream down at 3" in body["error"]
     assert body["payload"] == FIVE[2] and body["payload_truncated"] is False
+
+
+async def test_past_the_fence_a_failed_message_is_not_sent_to_the_queue(
+        fleet: Fleet, unique_id: str) -> None:
+    """skip, and the process paused past the fence during seq 3's last attempt: the stream is
+    fenced, seq 3 never reaches the on-failure queue (its next holder has it), checkpoint 2."""
+    sent: list[str] = []
+    clock = [0]
+
+    def failing(seq: int) -> bool:
+        if seq == 3 and sink.calls.count(3) == 2:
+            clock[0] = 60_000  # the last attempt returned a minute later, past the fence
+        return seq == 3
+
+    async def send(body: str) -> None:
+        sent.append(body)
+
+    sink = Sink(failing)
+    async with scripted_upstream(lambda _: FIVE) as up:
+        ctx = _ctx(sink, handler_attempts=2, on_failure=names.HANDLER_ON_FAILURE_SKIP,
+                   send_failure=send, mono=lambda: clock[0])
+        runner = Connection(HeldStream(lease_for(fleet, f"{unique_id}-x", up.url),
+                                       fence_mono_ms=30_000), ctx)
+        await _run(runner, within_s=3)
+    assert sink.calls == [1, 2, 3, 3] and sent == [] and runner.held.checkpoint == 2
+    assert ctx.metrics.totals["LeasesFenced"] == 1
 
 
 async def test_a_refused_send_parks_instead(fleet: Fleet, unique_id: str) -> None:
