@@ -248,18 +248,24 @@ class SessionStore(Reaper, Directing):
             values[":done"] = {"SS": sorted(done)}
             names["#orders"] = SESSION.orders
         try:
+            # Never moves the expiry back: a heartbeat applied after a later one of ours (sent
+            # again, or delayed on the way) would have the sweeper declare us dead before
+            # our fence passed.
             resp = call("session_heartbeat", self.client.update_item, TableName=self.table,
                         Key=self._key(session.worker_id), UpdateExpression=update,
-                        ConditionExpression="#inc = :inc AND #state = :alive",
+                        ConditionExpression="#inc = :inc AND #state = :alive AND #exp <= :exp",
                         ExpressionAttributeNames=names, ExpressionAttributeValues=values,
                         ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD")
         except ConditionFailed as failed:
-            raise SessionLost(session.worker_id, session.incarnation,
-                              _why_lost(failed.item, session.incarnation)) from None
-        raw = resp.get("Attributes", {})
-        orders = raw.get(SESSION.orders, {}).get("SS", [])
-        return Beat(Session(session.worker_id, session.incarnation, expires), frozenset(orders),
-                    Directive.from_item(raw), _draining(raw))
+            old = failed.item or {}
+            if (str_attr(old, SESSION.incarnation) != session.incarnation
+                    or str_attr(old, SESSION.state) != SessionState.ALIVE):
+                raise SessionLost(session.worker_id, session.incarnation,
+                                  _why_lost(failed.item, session.incarnation)) from None
+            # Ours and alive, renewed further already (a later heartbeat landed first, or our
+            # wall clock stepped back): it stands as it is.
+            return _beat_of(session, old, int_attr(old, SESSION.expires_at_ms) or expires)
+        return _beat_of(session, resp.get("Attributes", {}), expires)
 
     def end(self, session: Session, reason: str = "shutdown") -> bool:
         """Say goodbye (ENDED): the sweeper reaps whatever the process could not release."""
@@ -275,6 +281,13 @@ class SessionStore(Reaper, Directing):
             return True
         return self._conditional(owner, "ADD #orders :o", {"#orders": SESSION.orders},
                                  {":o": {"SS": values}}, op="add_orders")
+
+def _beat_of(session: Session, raw: Mapping[str, Any], expires_at_ms: int) -> Beat:
+    """What a heartbeat's answer ``raw`` (the session item) says."""
+    orders = raw.get(SESSION.orders, {}).get("SS", [])
+    return Beat(Session(session.worker_id, session.incarnation, expires_at_ms),
+                frozenset(orders), Directive.from_item(raw), _draining(raw))
+
 
 def _why_lost(raw: Mapping[str, Any] | None, incarnation: str) -> str:
     if not raw:

@@ -70,6 +70,22 @@ def test_heartbeat_extends_and_returns_orders(sessions: SessionStore, clock: Clo
     assert item is not None and item.held == 2 and item.state is SessionState.ALIVE
 
 
+def test_a_heartbeat_applied_after_a_later_one_never_moves_the_expiry_back(
+        sessions: SessionStore, clock: Clock, unique_id: str) -> None:
+    """A heartbeat written with an older time than the one stored (applied late, or our wall
+    clock stepped back) leaves the expiry where the later one put it, and the session stands
+    (not lost): orders still come back."""
+    s = sessions.start(unique_id, capacity=10)
+    clock.now += 2_000
+    later = sessions.heartbeat_full(s, held=1, capacity=10).session.expires_at_ms
+    assert sessions.add_orders(s.owner, [Order.stop("c1").encode()])
+    clock.now -= 1_000  # the older heartbeat's time
+    beat = sessions.heartbeat_full(s, held=1, capacity=10)
+    item = sessions.get(unique_id)
+    assert item is not None and item.expires_at_ms == later == beat.session.expires_at_ms
+    assert item.state is SessionState.ALIVE and beat.orders == {"stop:c1"}
+
+
 def test_a_session_records_its_worker_version(sessions: SessionStore, ddb: Any,
                                               unique_id: str) -> None:
     """The version a worker starts with is in its session item; an odd one reads as unknown."""
