@@ -90,6 +90,8 @@ class Handoffs:
         self.mono, self.single_connection = mono, single_connection
         self.withdraws = withdraws  # a shed whose successor the decider dropped (at READY)
         self.offers: dict[str, _Offer] = {}
+        # Whom a stop hands a stream to (its pinned successors; None: not stopping).
+        self.stop_successor: Callable[[], str | None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.warm_ups = WarmUps(store=store, streams=streams, ctx=ctx, owner=owner, room=room,
                                 start=start, claim=claim, mono=mono, send=self._send,
@@ -124,6 +126,7 @@ class Handoffs:
         ``awaiting`` (the decider's answer to our drain mark, ``worker.successors``): the
         offers wait for it. Returns those not reached (the caller drains them): each waits
         delivering, so waiting is no gap."""
+        self.stop_successor = successor
         left = list(reversed(conns))
         t0 = last = self.mono()
         started = slot_ms = 0
@@ -225,6 +228,11 @@ class Handoffs:
                 self.offers.pop(step.conn_id, None)
                 self._send(step.peer, HandoffStep(ABORT, step.conn_id, step.epoch, None,
                                                   self.owner() or ""))
+                if (withdrawn and conn is not None and conn.held.live and not conn.held.stopping
+                        and self.stop_successor is not None):
+                    # Kept, but we are stopping, and the stop passed this stream by as being
+                    # offered: it goes the stop's way now, not at the drain deadline.
+                    conn.drain_to(self.stop_successor(), SHUTDOWN)
                 return
             conn.handoff_to = step.peer
             conn.drain_after_frame(HANDOFF, STOP_AFTER_FRAME_WAIT_MS / 1000)

@@ -13,6 +13,7 @@ from holdfast.core.handoff import READY, HandoffStep
 from holdfast.core.orders import Order
 from holdfast.core.schema import ATTR, STOPPED
 from holdfast.core.table import set_desired_state
+from holdfast.worker.balancing import SHED
 from holdfast.worker.claimer import Claim
 from holdfast.worker.held import SHUTDOWN
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
@@ -94,3 +95,20 @@ async def test_a_stop_order_for_a_stream_being_claimed_is_carried_out_at_its_sta
     await async_wait_until(lambda: not holdings.streams, 5, "released")
     await asyncio.gather(*holdings.tasks)
     assert ATTR.lease_owner not in fleet.item(conn) and not rec.calls
+
+
+async def test_a_shed_withdrawn_at_ready_during_a_stop_goes_the_stops_way(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A shed was on offer when the stop began (the stop passed it by), and at its READY the
+    decider no longer named that successor: the stream goes to the stop's successor at once,
+    instead of delivering on until the drain deadline aborted it."""
+    rec, conn = Recorder(), f"{unique_id}-withdrawn"
+    async with running_worker(fleet, rec) as run:
+        await start_held(fleet, upstream, run, [conn])
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 2, 5, "messages")
+        handoffs, held = run.worker.handoffs, run.worker.streams[conn]
+        assert handoffs.offer(held, SUCCESSOR, SHED)
+        handoffs.withdraws = lambda _conn, _to: True  # type: ignore[assignment]
+        handoffs.stop_successor = lambda: "stop-successor#2"
+        handoffs.on_step(HandoffStep(READY, conn, held.held.lease.epoch, None, SUCCESSOR))
+        assert held.held.stopping and held.handoff_to == "stop-successor#2"
