@@ -233,13 +233,15 @@ class Claimer:
 
     async def handle(self, messages: list[dict[str, Any]]) -> None:
         """Claim what each message names, then delete or return the messages in batches."""
-        outcomes = await asyncio.gather(*(self._one(m) for m in messages))
+        outcomes = await asyncio.gather(*(self._one(m) for m in messages),
+                                        return_exceptions=True)
         delete: list[dict[str, Any]] = []
         again: list[tuple[dict[str, Any], int]] = []
         # Full, stopping, or shut by the rebalancing gate: a fresh copy wakes a long poll
         # elsewhere at once, where visibility 0 may not (see ``_hand_on``).
         hand: list[dict[str, Any]] = []
-        for message, outcome in zip(messages, outcomes, strict=True):
+        for message, result in zip(messages, outcomes, strict=True):
+            outcome = self._settled(message, result)
             if isinstance(outcome, Later):
                 again.append((message, outcome.seconds))
             elif outcome is Claim.UNAVAILABLE:
@@ -264,6 +266,20 @@ class Claimer:
             settle, self.sqs, self.queue_url, delete, again, hand))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
+
+    @staticmethod
+    def _settled(message: dict[str, Any], result: Claim | Later | BaseException | None,
+                 ) -> Claim | Later | None:
+        """A message's outcome; a claim that raised (a bug) is shown again later, and costs
+        only its own message: the others of the batch are settled as they came out."""
+        if not isinstance(result, BaseException):
+            return result
+        if not isinstance(result, Exception | asyncio.CancelledError):
+            raise result
+        logger.error("a nudge's claim failed; shown again later",
+                     error=f"{type(result).__name__}: {result}"[:300],
+                     message_id=message.get("MessageId"))
+        return Claim.UNAVAILABLE
 
     async def _one(self, message: dict[str, Any]) -> Claim | Later | None:
         body = message.get("Body", "")

@@ -190,23 +190,38 @@ class OrderInbox:
         return None if poll.cancelled() else dict(poll.result())
 
     def _act_on(self, messages: list[Any], owner: str) -> None:
-        for body in (b for msg in messages for b in unbundle(str(msg.get("Body", "")), owner)):
-            self.received += 1
-            said = parse_inbox_body(body, owner)
-            if isinstance(said, Order):
-                acted = self.stop_stream(said)
-                logger.info("order", verb=said.verb, conn_id=said.conn_id, epoch=said.epoch,
-                            held=acted, via="queue")
-            elif isinstance(said, Nudge):
-                if self.handoff is not None:
-                    self.handoff(said)
-            elif isinstance(said, HandoffStep):
-                if self.step is not None:
-                    self.step(said)
-            elif said is not None and self.directive is not None:
-                self.directive(said)
-            else:
-                logger.warning("order message ignored (foreign or unknown)", body=body[:200])
+        # One message's bug (or one bundled in it) costs that message, never the inbox: its
+        # loop, and the messages after it in the receive, were lost with it.
+        for msg in messages:
+            body = str(msg.get("Body", ""))
+            try:
+                bodies = unbundle(body, owner)
+            except Exception:
+                logger.exception("order message not read", body=body[:200])
+                continue
+            for one in bodies:
+                self.received += 1
+                try:
+                    self._act_on_one(one, owner)
+                except Exception:
+                    logger.exception("order message not acted on", body=one[:200])
+
+    def _act_on_one(self, body: str, owner: str) -> None:
+        said = parse_inbox_body(body, owner)
+        if isinstance(said, Order):
+            acted = self.stop_stream(said)
+            logger.info("order", verb=said.verb, conn_id=said.conn_id, epoch=said.epoch,
+                        held=acted, via="queue")
+        elif isinstance(said, Nudge):
+            if self.handoff is not None:
+                self.handoff(said)
+        elif isinstance(said, HandoffStep):
+            if self.step is not None:
+                self.step(said)
+        elif said is not None and self.directive is not None:
+            self.directive(said)
+        else:
+            logger.warning("order message ignored (foreign or unknown)", body=body[:200])
 
     async def _ack(self, url: str, messages: list[Any]) -> None:
         entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}

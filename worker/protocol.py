@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 from urllib.parse import unquote_plus
 
+from holdfast.core import jsontext
 from holdfast.worker.handler import HandlerLoadError
 
 __all__ = [
@@ -91,8 +92,8 @@ def parse_json_seq(frame: str | bytes, key: str = "seq") -> Parsed:
         # Only an object can carry a seq; the cheap test spares parsing arrays and scalars.
         return Parsed(None, frame, malformed=not _looks_like_json(frame))
     try:
-        obj = json.loads(frame)
-    except (ValueError, RecursionError):
+        obj = jsontext.loads(frame)
+    except ValueError:
         return Parsed(None, frame, malformed=True)
     seq = obj.get(key) if isinstance(obj, dict) else None
     # bool is an int subclass: {"seq": true} is not a sequence number.

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeVar
 
+from holdfast.core import jsontext
 from holdfast.core.nudge import M, Outgoing, SendReport, send_nudges
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def unbundle(body: str, owner: str) -> list[str]:
     re-encoded for the one parser), or ``body`` itself if it is no bundle. A bundle for
     another owner, or a malformed one, holds nothing."""
     try:
-        data = json.loads(body)
+        data = jsontext.loads(body)
     except (TypeError, ValueError):
         return [body]  # the parser says what is wrong with it
     if not isinstance(data, dict) or BUNDLE not in data:

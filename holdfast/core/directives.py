@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from holdfast.core import jsontext
 from holdfast.core.aws import ConditionFailed, call
 from holdfast.core.handoff import STEPS, HandoffStep, parse_step
 from holdfast.core.liveness import session_owner
@@ -101,7 +102,7 @@ def _successors(text: object) -> tuple[tuple[str, int], ...]:
     """The successors in a JSON ``[[owner, count], ...]``; what is not a sane entry is left
     out (a worker then lets that share go to whoever has room, as before handoffs)."""
     try:
-        data = json.loads(text) if isinstance(text, str) else None
+        data = jsontext.loads(text) if isinstance(text, str) else None
     except ValueError:
         return ()
     if not isinstance(data, list):
@@ -128,7 +129,7 @@ def parse_inbox_body(body: str, owner: str,
     or None (none of these, foreign, or malformed). A message must name its owner: a reused
     queue name, or a forged message, cannot mislead."""
     try:
-        data = json.loads(body)
+        data = jsontext.loads(body)
     except (TypeError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("owner") != owner:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from holdfast.core import jsontext
 from holdfast.core.model import validate_conn_id
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ def traceparent_of(message: dict[str, Any]) -> str | None:
 def parse_nudge(body: str) -> Nudge:
     """The nudge in a message body; ``ValueError`` says why the message is poison."""
     try:
-        obj = json.loads(body)
+        obj = jsontext.loads(body)
     except ValueError:
         raise ValueError("body is not JSON") from None
     if not isinstance(obj, dict):

@@ -29,6 +29,8 @@ def test_what_is_no_bundle_passes_through_and_a_foreign_bundle_holds_nothing() -
     most BUNDLE_MAX are read."""
     plain = Nudge("c1", REASON_HANDOFF, to=OWNER).body()
     assert unbundle(plain, OWNER) == [plain] and unbundle("not json", OWNER) == ["not json"]
+    deep = '{"owner": "' + OWNER + '", "bundle": ' + "[" * 5000
+    assert unbundle(deep, OWNER) == [deep]  # nested past the recursion limit: not JSON
     assert unbundle(bundle_body(OWNER, [plain]), "w-3#abc123") == []
     assert unbundle(json.dumps({"owner": OWNER, "bundle": "x"}), OWNER) == []
     assert len(unbundle(json.dumps({"owner": OWNER, "bundle": [1, "x", {}]}), OWNER)) == 1

@@ -204,6 +204,7 @@ def test_drain_bodies_parse_to_the_flag() -> None:
     ' "shed_at_once": 1, "until_ms": 5}}',
     json.dumps({"owner": "w-1#abc1234", "drain": True}),
     json.dumps({"owner": ["w-1#abc123"], "drain": True}),
+    "[" * 5000, '{"owner": "w-1#abc123", "order": ' + "[" * 5000,
 ])
 def test_foreign_or_malformed_bodies_parse_to_none(body: str) -> None:
     """Not JSON, not an object, another owner, a missing, non-numeric, negative or
@@ -288,7 +289,7 @@ def test_session_item_defaults_without_the_new_fields(draining: Any) -> None:
 
 @pytest.mark.parametrize("successors", [
     "not json", "{}", '[["w-1#abc123"]]', '[["w-1#abc123", "3"]]', '[["w-1#abc123", 0]]',
-    '[["w-1#abc123", true]]', '[["no owner", 3]]', '[[3, "w-1#abc123"]]'])
+    '[["w-1#abc123", true]]', '[["no owner", 3]]', '[[3, "w-1#abc123"]]', "[" * 5000])
 def test_malformed_successors_are_left_out(successors: str) -> None:
     """A successor entry that is not [session owner, positive count] is dropped, the rest of
     the directive stands (its streams then go to whoever has room)."""

@@ -47,9 +47,10 @@ def test_malformed_hints_are_dropped(body: str) -> None:
 
 @pytest.mark.parametrize("body", ["", "not json", "nope", "[]", '"abc"', '{"reason": "x"}',
                                   '{"conn_id": 5}', '{"conn_id": ""}', '{"conn_id": "a b"}',
-                                  '{"id": "abc"}'])
+                                  '{"id": "abc"}', "[" * 5000, '{"conn_id": ' + "[" * 5000])
 def test_poison_bodies_are_rejected(body: str) -> None:
-    """A body without a valid string conn_id raises ValueError, not a KeyError or TypeError."""
+    """A body without a valid string conn_id raises ValueError, not a KeyError or TypeError
+    (nor a RecursionError for nesting past the recursion limit)."""
     with pytest.raises(ValueError):
         parse_nudge(body)
 

@@ -63,6 +63,28 @@ async def test_outcomes_decide_each_message(queue: Any) -> None:
     assert visible(sqs, url) == ["c", "d"]
 
 
+async def test_a_claim_that_raises_costs_only_its_own_message(queue: Any) -> None:
+    """A bug in one claim (it raises): that nudge comes back later, the others of the batch
+    are settled as they came out (one raising used to leave the whole batch unsettled)."""
+    sqs, url = queue
+    outcomes = {"a": Claim.CLAIMED, "c": Claim.NO_CAPACITY}
+
+    async def claim(conn_id: str, source: str, *, ws_url: str | None = None) -> Claim:
+        if conn_id == "boom":
+            raise RuntimeError("a bug")
+        return outcomes[conn_id]
+
+    claimer = Claimer(sqs, url, claim, lambda: 10, WorkerMetrics(), poll_s=1, retry_delay_s=2)
+    send(sqs, url, "a", "boom", "c")
+    resp = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    while len(resp["Messages"]) < 3:
+        more = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+        resp["Messages"] += more.get("Messages", [])
+    await claimer.handle([dict(m) for m in resp["Messages"]])
+    await asyncio.gather(*claimer._settling)
+    assert visible(sqs, url) == ["c"]  # "a" deleted, "boom" back after its delay
+
+
 async def test_asks_only_for_free_capacity(queue: Any) -> None:
     """With 3 free slots the claimer takes at most 3 nudges and leaves the rest queued."""
     sqs, url = queue

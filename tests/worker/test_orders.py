@@ -78,14 +78,16 @@ async def test_stop_for_its_owner_is_carried_out_and_the_queue_removed_at_close(
 
 
 async def test_foreign_and_malformed_messages_are_dropped(sqs: Any, unique_id: str) -> None:
-    """Orders for another owner and bodies that are not orders are deleted, never acted on."""
+    """Orders for another owner and bodies that are not orders (one nested past the recursion
+    limit, which stopped the inbox's loop) are deleted, never acted on."""
     prefix, owner, taken = f"{unique_id}-o-", "w2#abc123", []
     async with inbox_running(sqs, prefix, owner, taken) as inbox:
         assert inbox.url is not None
         for body in (Order.stop("c1").body("w2#other"), "not json", '{"owner": "w2#abc123"}',
-                     '{"owner": "w2#abc123", "order": "explode:c1"}'):
+                     '{"owner": "w2#abc123", "order": "explode:c1"}',
+                     '{"owner": "w2#abc123", "bundle": ' + "[" * 5000):
             sqs.send_message(QueueUrl=inbox.url, MessageBody=body)
-        await async_wait_until(lambda: inbox.received >= 4, 5, "four messages read")
+        await async_wait_until(lambda: inbox.received >= 5, 5, "five messages read")
         sqs.send_message(QueueUrl=inbox.url, MessageBody=Order.stop("c2").body(owner))
         await async_wait_until(lambda: taken, 5, "the real order")
     assert taken == [Order.stop("c2")]
@@ -235,3 +237,27 @@ async def test_a_nudge_on_our_queue_is_claimed_and_counted_a_handoff_only_if_it_
         assert conn in run.worker.streams
     sources = [vars(r).get("source") for r in caplog.records if r.getMessage() == "claimed"]
     assert sources == ["handoff" if reason == "handoff" else "nudge"]
+
+
+async def test_an_order_whose_handling_raises_costs_only_itself(sqs: Any, unique_id: str) -> None:
+    """Acting on one order raises (a bug): logged, and the orders after it in the same
+    receive and later are still carried out; the inbox keeps reading."""
+    prefix, owner, taken = f"{unique_id}-o-", "w3#abc123", []
+
+    def stop_stream(order: Order) -> bool:
+        if order.conn_id == "bad":
+            raise RuntimeError("a bug")
+        taken.append(order)
+        return True
+
+    inbox = OrderInbox(sqs, prefix, stop_stream, wait_s=1)
+    assert await inbox.open(owner)
+    async with reading(inbox):
+        assert inbox.url is not None
+        sqs.send_message_batch(QueueUrl=inbox.url, Entries=[
+            {"Id": str(i), "MessageBody": Order.stop(c).body(owner)}
+            for i, c in enumerate(("bad", "good1"))])
+        await async_wait_until(lambda: taken, 5, "the good order")
+        sqs.send_message(QueueUrl=inbox.url, MessageBody=Order.stop("good2").body(owner))
+        await async_wait_until(lambda: len(taken) == 2, 5, "the next order")
+    assert taken == [Order.stop("good1"), Order.stop("good2")]

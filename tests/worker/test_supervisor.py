@@ -182,12 +182,12 @@ async def test_poison_and_conflicting_nudges_are_deleted(
     rec = Recorder()
     async with running_worker(fleet, rec) as run:
         for body in ("not json", "[1]", '{"conn_id": 5}', '{"conn_id": "has spaces"}',
-                     '{"reason": "no id"}'):
+                     '{"reason": "no id"}', "[" * 5000):  # the last: past the recursion limit
             fleet.nudge("", body)
         fleet.nudge(held)
         fleet.nudge(gone)  # no such item
         await async_wait_until(lambda: fleet.queue_depth() == 0, 10, "queue drained")
-        assert run.worker.metrics.totals["PoisonMessages"] == 5
+        assert run.worker.metrics.totals["PoisonMessages"] == 6
         assert run.worker.metrics.totals["ClaimConflicts"] == 2
         assert not run.worker.streams
     assert item_attr(fleet.item(held), "lease_owner") == "someone-else"
