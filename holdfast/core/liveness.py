@@ -179,4 +179,8 @@ class OwnerAudit:
                 session = sessions.get(parsed[0])
             except MalformedItem as bad:
                 return Liveness.SILENT, f"session item malformed: {bad.reason}"[:300]
+            except HoldfastError as exc:
+                # Not read (throttled): judged again next pass, released by none now; one
+                # owner's failed read used to end the pass for every other owner.
+                return Liveness.SILENT, f"session not read: {exc}"[:300]
         return owner_liveness(owner, session, now_ms, self.skew_ms)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from holdfast.core import rules
-from holdfast.core.exceptions import MalformedItem
+from holdfast.core.exceptions import HoldfastError, MalformedItem
 
 if TYPE_CHECKING:
     from holdfast.core.sessions import SessionItem, SessionStore
@@ -35,7 +35,9 @@ class SessionSweep:
     dead: list[str] = field(default_factory=list)
     reaped: int = 0
     malformed: int = 0
-    item_errors: int = 0  # streams whose release failed (retried by the next sweep)
+    # Streams whose release failed, and sessions that could not be swept (both retried by
+    # the next sweep).
+    item_errors: int = 0
     next_due_ms: int | None = None
     # The sessions alive now (the rebalancing decider's view, from the same Scan).
     alive: list[SessionItem] = field(default_factory=list)
@@ -56,32 +58,45 @@ def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
             logger.error("skipping malformed session item: %s", item,
                          extra={"key": item.key[:200], "reason": item.reason[:300]})
             continue
-        action = rules.session_action(item.state, item.expires_at_ms, item.reaped,
-                                      now, skew_ms)
-        if action == "wait":  # ALIVE within TTL + skew (the only sessions that wait)
-            out.alive.append(item)
-            due = rules.claimable_at_ms(item.expires_at_ms, skew_ms)
-            out.next_due_ms = due if out.next_due_ms is None else min(out.next_due_ms, due)
-            continue
-        target = item
-        if action == "declare_dead" and store.mark_dead(item):
-            out.dead.append(item.owner)
-            logger.info("session %s declared dead (silent %d ms past its TTL)", item.owner,
-                        now - item.expires_at_ms,
-                        extra={"owner": item.owner, "held": item.held})
-            target = item.as_dead()
-        if action in ("declare_dead", "reap"):
-            # A session that lost the race (a late heartbeat renewed it) is still ALIVE here,
-            # and reap() leaves an ALIVE session alone.
-            ids, errors = store.reap(target)
-            released = len(ids)
-            out.reaped += released
-            out.released += ids
-            if released:
-                logger.info("released %d streams of session %s", released, item.owner,
-                            extra={"owner": item.owner, "released": released})
-            for conn_id, error in errors:
-                out.item_errors += 1
-                logger.error("cannot release %s of session %s: %s", conn_id, item.owner,
-                             error, extra={"conn_id": conn_id, "owner": item.owner})
+        try:
+            _one(store, item, out, now=now, skew_ms=skew_ms, logger=logger)
+        except HoldfastError as exc:
+            # One session's failed write or read (a throttled owner-index Query, an item near
+            # 400 KB): that session waits for the next sweep, the others are handled now.
+            out.item_errors += 1
+            logger.error("cannot sweep session %s: %s", item.owner, exc,
+                         extra={"owner": item.owner, "error": str(exc)[:300]})
     return out
+
+
+def _one(store: SessionStore, item: SessionItem, out: SessionSweep, *, now: int, skew_ms: int,
+         logger: SweepLog) -> None:
+    """One session of the sweep: alive, declared dead, or reaped (into ``out``)."""
+    action = rules.session_action(item.state, item.expires_at_ms, item.reaped,
+                                  now, skew_ms)
+    if action == "wait":  # ALIVE within TTL + skew (the only sessions that wait)
+        out.alive.append(item)
+        due = rules.claimable_at_ms(item.expires_at_ms, skew_ms)
+        out.next_due_ms = due if out.next_due_ms is None else min(out.next_due_ms, due)
+        return
+    target = item
+    if action == "declare_dead" and store.mark_dead(item):
+        out.dead.append(item.owner)
+        logger.info("session %s declared dead (silent %d ms past its TTL)", item.owner,
+                    now - item.expires_at_ms,
+                    extra={"owner": item.owner, "held": item.held})
+        target = item.as_dead()
+    if action in ("declare_dead", "reap"):
+        # A session that lost the race (a late heartbeat renewed it) is still ALIVE here,
+        # and reap() leaves an ALIVE session alone.
+        ids, errors = store.reap(target)
+        released = len(ids)
+        out.reaped += released
+        out.released += ids
+        if released:
+            logger.info("released %d streams of session %s", released, item.owner,
+                        extra={"owner": item.owner, "released": released})
+        for conn_id, error in errors:
+            out.item_errors += 1
+            logger.error("cannot release %s of session %s: %s", conn_id, item.owner,
+                         error, extra={"conn_id": conn_id, "owner": item.owner})

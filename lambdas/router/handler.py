@@ -35,7 +35,7 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
 from holdfast.core import names, tracing
-from holdfast.core.aws import client_config, dynamodb_client, sqs_client
+from holdfast.core.aws import InvalidRequest, client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import HoldfastError, NudgeNotSent
 from holdfast.core.nudge import Nudge, send_nudges
 from holdfast.core.sessions import SessionStore
@@ -291,6 +291,13 @@ def _normalise(plan: _Plan, deps: RouterDeps) -> None:
             continue
         try:
             changed = deps.store.normalise(decision.conn_id)
+        except InvalidRequest as exc:
+            # The item's own fault (too big to take an expiry): retrying the record would
+            # hold the shard for nothing; the sweeper's unindexed pass logs it too.
+            logger.error("cannot normalise: the item is refused", conn_id=decision.conn_id,
+                         error=exc.message[:300])
+            plan.counts["normalise_refused"] += 1
+            continue
         except HoldfastError as exc:
             # Until it has an expiry the sweeper cannot see it: retry the record.
             logger.error("normalise failed", conn_id=decision.conn_id, error=str(exc))

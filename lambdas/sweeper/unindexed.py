@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from holdfast.core.aws import InvalidRequest
 from holdfast.core.table import find_unindexed
 
 if TYPE_CHECKING:
@@ -49,7 +50,16 @@ class UnindexedPass:
         fixed = 0
         for conn_id in found:
             # Conditional on the expiry still missing: a router that got there first wins.
-            if normalise(conn_id):
+            try:
+                changed = normalise(conn_id)
+            except InvalidRequest as exc:
+                # That item's own fault (too big to take an expiry): logged, and the pass goes
+                # on; raised, it failed the same page on every sweep and hid the items after.
+                log.error("cannot normalise %s (the sweeper cannot see it until its item is "
+                          "fixed): %s", conn_id, exc.message[:300],
+                          extra={"conn_id": conn_id})
+                continue
+            if changed:
                 fixed += 1
                 log.warning("normalised an item the index could not see (its router record "
                             "was lost?): %s", conn_id, extra={"conn_id": conn_id})

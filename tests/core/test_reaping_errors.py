@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from holdfast.core.aws import InvalidRequest
+from holdfast.core.exceptions import StoreUnavailable
 from holdfast.core.liveness import OwnerAudit
 from holdfast.core.schema import BACKSTOP_MS, session_table_definition, table_definition
 from holdfast.core.sessions import SessionStore, sweep_sessions
@@ -153,6 +154,31 @@ def test_a_bad_item_does_not_stop_the_owner_audit(tables: Tables, unique_id: str
     t.clock.now += 2_000
     third = audit.run(t.sessions, set(), t.clock())
     assert [c for c, _ in third.errors] == [ids[0]] and not third.released
+
+
+def test_one_owners_unread_session_does_not_stop_the_owner_audit(tables: Tables,
+                                                                  unique_id: str) -> None:
+    """The session read for one unknown owner fails (throttled): that owner's stream is left
+    for the next pass, and the other owner's streams are released in this one (the failure
+    used to end the pass for every owner)."""
+    t = tables
+    unread, ghost = f"{unique_id}-u#abc123", f"{unique_id}-g#abc123"
+    owned(t, unread, [f"{unique_id}-u0"])
+    owned(t, ghost, [f"{unique_id}-g0", f"{unique_id}-g1"])
+    get = t.sessions.get
+
+    def throttled(worker_id: str, **kw: Any) -> Any:
+        if worker_id == f"{unique_id}-u":
+            raise StoreUnavailable("get_session", "throttled")
+        return get(worker_id, **kw)
+
+    t.sessions.get = throttled  # type: ignore[method-assign]
+    audit = OwnerAudit(interval_ms=2_000, ttl_ms=TTL_MS, skew_ms=SKEW_MS)
+    audit.run(t.sessions, set(), t.clock())
+    t.clock.now += TTL_MS + SKEW_MS
+    out = audit.run(t.sessions, set(), t.clock())
+    assert sorted(c for c, _, _ in out.released) == [f"{unique_id}-g0", f"{unique_id}-g1"]
+    assert owner_of(t, f"{unique_id}-u0") == unread and out.stranded == 1
 
 
 async def test_a_bad_item_does_not_stop_the_reconcile_sweep(tables: Tables,

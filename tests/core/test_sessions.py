@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from holdfast.core.exceptions import LeaseLost, LossReason, SessionConflict, SessionLost
+from holdfast.core.exceptions import (
+    LeaseLost,
+    LossReason,
+    SessionConflict,
+    SessionLost,
+    StoreUnavailable,
+)
 from holdfast.core.expressions import renew_clauses
 from holdfast.core.model import Lease
 from holdfast.core.orders import Order, parse_order
@@ -168,6 +174,31 @@ def test_reap_releases_only_what_the_dead_session_still_owns(
     sweep_sessions(sessions, clock.now, SKEW_MS, LOG)
     item = sessions.get(unique_id)
     assert item is not None and item.reaped
+
+
+def test_one_sessions_failing_reap_leaves_the_others_to_the_sweep(
+        tables: tuple[str, str], ddb: Any, leases: LeaseStore, clock: Clock,
+        unique_id: str) -> None:
+    """The owner-index read of one dead session fails (throttled): counted and logged, and
+    the other dead session in the same Scan is still declared dead and reaped (one such
+    failure used to end the whole pass, and with it the audit and the balancer's round)."""
+    failing = f"{unique_id}-x#"
+
+    class OneFails(SessionStore):
+        def owned_by(self, owner: str) -> list[str]:
+            if owner.startswith(failing):
+                raise StoreUnavailable("find_owned", "throttled")
+            return super().owned_by(owner)
+
+    store = OneFails(ddb, tables[1], tables[0], ttl_ms=TTL_MS, skew_ms=SKEW_MS, clock=clock)
+    bad, good = store.start(f"{unique_id}-x", capacity=1), store.start(f"{unique_id}-y", 1)
+    (a,) = held_streams(leases, bad.owner, [f"{unique_id}-a"])
+    (b,) = held_streams(leases, good.owner, [f"{unique_id}-b"])
+    clock.now += TTL_MS + SKEW_MS
+    swept = sweep_sessions(store, clock.now, SKEW_MS, LOG)
+    assert swept.item_errors >= 1 and {bad.owner, good.owner} <= set(swept.dead)
+    assert leases.get(b.conn_id).lease_owner is None  # type: ignore[union-attr]
+    assert leases.get(a.conn_id).lease_owner == bad.owner  # type: ignore[union-attr]
 
 
 def test_ended_session_leftovers_are_released(sessions: SessionStore, leases: LeaseStore,

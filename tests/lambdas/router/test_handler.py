@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from holdfast.core.aws import InvalidRequest
 from holdfast.core.schema import ATTR, pk_for
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.lambdas.router import handler
@@ -134,6 +135,18 @@ def test_failed_normalisation_fails_the_record(ddb_local: LocalAws, ddb: Any, sq
     deps = make_deps(ddb_local, ddb, sqs, queue_url, table="no-such-table")
     resp = route(event(record("INSERT", None, image(unique_id), seq="55")), None, deps)
     assert resp == {"batchItemFailures": [{"itemIdentifier": "55"}]}
+
+
+def test_an_item_refused_normalisation_is_not_retried(
+        deps: RouterDeps, unique_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DynamoDB refuses the item itself (too big to take an expiry): logged and counted, the
+    record not failed (retrying it held the shard for nothing, ten times)."""
+    def refuse(conn_id: str) -> bool:
+        raise InvalidRequest("Item size has exceeded the maximum allowed size")
+
+    monkeypatch.setattr(deps.store, "normalise", refuse)
+    resp = route(event(record("INSERT", None, image(unique_id), seq="56")), None, deps)
+    assert resp == {"batchItemFailures": []}
 
 
 def test_garbage_records_are_skipped(deps: RouterDeps) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from holdfast.core.aws import InvalidRequest
 from holdfast.core.exceptions import StoreUnavailable
 from holdfast.core.liveness import AUDIT_INTERVAL_MS
 from holdfast.core.model import Lease
@@ -146,6 +147,31 @@ def test_item_whose_router_record_was_lost_is_found_by_the_slow_pass(
     now[0] += 300  # past the unclaimed grace (200 ms)
     assert [n.conn_id for n in sweep_once(deps, memory).nudged] == [unique_id]
     assert sweep_once(deps, memory).normalised == 0  # the next pass waits out its period
+
+
+def test_an_item_refused_by_the_slow_pass_is_logged_and_passed_over(
+        ddb: Any, table: str, unique_id: str) -> None:
+    """One unindexed item DynamoDB refuses to normalise (too big to take an expiry): the pass
+    goes on with the others of its page and ends (raised, it failed that page on every sweep
+    and hid every unindexed item after it)."""
+    bad, good = f"{unique_id}-big", f"{unique_id}-ok"
+    for conn in (bad, good):
+        ddb.put_item(TableName=table, Item=image(conn))
+    seen: list[str] = []
+
+    def normalise(conn_id: str) -> bool:
+        seen.append(conn_id)
+        if conn_id == bad:
+            raise InvalidRequest("Item size has exceeded the maximum allowed size")
+        return conn_id == good
+
+    unindexed = UnindexedPass(period_ms=60_000)
+    fixed = 0
+    while True:
+        fixed += unindexed.step(ddb, table, wall_clock_ms(), normalise)
+        if not unindexed.in_pass:
+            break
+    assert {bad, good} <= set(seen) and fixed == 1
 
 
 def test_orphan_age_counts_released_and_never_claimed_items(
