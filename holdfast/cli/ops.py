@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape as esc
 from rich.table import Table
 
 from holdfast.cli.fleetstate import (
@@ -275,21 +276,23 @@ def _run_ls(args: argparse.Namespace) -> int:
                   box=None, header_style="bold")
     for r in rows:
         state = r.desired_state if r.desired_state == STOPPED else f"[green]{STARTED}[/]"
-        owner = r.owner or ("[red]unowned[/]" if r.desired_state == STARTED else "-")
+        # Every text from an item escaped: rich reads "[...]" as markup, and a "[/]" in an
+        # owner or an error (anyone can write one) failed the whole listing.
+        owner = esc(r.owner or "") or ("[red]unowned[/]" if r.desired_state == STARTED else "-")
         if r.stranded:
-            owner = f"[red]stranded[/] {r.owner} ({r.stranded[:60]})"
-        detail = (r.status or "-") + (f": {r.last_error[:60]}" if r.last_error else "")
+            owner = f"[red]stranded[/] {esc(r.owner or '')} ({esc(r.stranded[:60])})"
+        detail = esc((r.status or "-") + (f": {r.last_error[:60]}" if r.last_error else ""))
         left = (f"? (backstop {_secs(r.lease_left_ms)})" if r.backstop
                 else _secs(r.lease_left_ms))
-        table.add_row(r.conn_id, state, owner, left,
+        table.add_row(esc(r.conn_id), state, owner, left,
                       "-" if r.last_seq is None else str(r.last_seq), detail)
     console = Console(width=max(Console().width, 120) if not sys.stdout.isatty() else None)
     console.print(table)
     for b in bad:
-        console.print(f"[yellow]malformed[/] {b.key}: {b.reason}")
+        console.print(f"[yellow]malformed[/] {esc(b.key)}: {esc(b.reason)}")
     console.print(f"{len(rows)} streams")
     for note in notes:
-        console.print(f"[yellow]note[/] {note}")
+        console.print(f"[yellow]note[/] {esc(note)}")
     return EXIT_OK
 
 
@@ -357,8 +360,8 @@ def _run_status(args: argparse.Namespace) -> int:
     console = Console()
     for r in st.sessions:
         color = {"ALIVE": "green", "SILENT": "red", "DEAD": "red"}.get(r.state, "yellow")
-        console.print(f"  session [{color}]{r.state}[/] {r.owner}"
-                      + (f" ({r.version})" if r.version else "") + f": {r.held}/{r.capacity} "
+        console.print(f"  session [{color}]{r.state}[/] {esc(r.owner)}"
+                      + (f" ({esc(r.version)})" if r.version else "") + f": {r.held}/{r.capacity} "
                       f"streams, heartbeat {_secs(r.heartbeat_age_ms)} ago"
                       + (f", expires in {_secs(r.expires_in_ms)}" if r.state == "ALIVE" else "")
                       + ("" if r.reaped or r.state == "ALIVE" else ", streams being released")
@@ -368,29 +371,31 @@ def _run_status(args: argparse.Namespace) -> int:
     if any(versions):  # some worker says what it runs
         console.print(("[yellow]versions live (a deploy is under way)[/]: " if len(versions) > 1
                        else "version live: ")
-                      + ", ".join(f"{v or 'unknown'} ({w} worker{'s' * (w != 1)}, {n} "
+                      + ", ".join(f"{esc(v) or 'unknown'} ({w} worker{'s' * (w != 1)}, {n} "
                                   f"stream{'s' * (n != 1)})" for v, (w, n) in versions.items()))
     console.print(f"[bold]{len(st.workers)} workers[/], {st.streams} streams "
                   f"({st.started} started, {st.stopped} stopped)")
     for owner, n in st.workers.items():
-        console.print(f"  {owner}: {n} leases")
+        console.print(f"  {esc(owner)}: {n} leases")
     color = "red" if st.unowned_started else "green"
     console.print(f"[{color}]unowned STARTED streams: {len(st.unowned_started)}[/]"
                   + (f" (oldest {_secs(st.oldest_unowned_ms)})" if st.oldest_unowned_ms
                      is not None else "")
-                  + (f": {', '.join(st.unowned_started[:10])}" if st.unowned_started else ""))
+                  + (f": {esc(', '.join(st.unowned_started[:10]))}" if st.unowned_started
+                     else ""))
     for s in st.stranded[:10]:
-        console.print(f"  [red]stranded[/] {s.conn_id}: owned by {s.owner}, {s.reason}"
+        console.print(f"  [red]stranded[/] {esc(s.conn_id)}: owned by {esc(s.owner)}, "
+                      f"{esc(s.reason)}"
                       + (f", for {_secs(s.age_ms)}" if s.age_ms is not None else "")
                       + " (the sweeper releases it)")
     if st.backoff:
-        console.print(f"in back-off: {len(st.backoff)}: {', '.join(st.backoff[:10])}")
+        console.print(f"in back-off: {len(st.backoff)}: {esc(', '.join(st.backoff[:10]))}")
     if st.malformed:
         console.print(f"[yellow]malformed items: {len(st.malformed)}[/]")
     console.print(f"nudge queue depth: {'-' if st.queue_depth is None else st.queue_depth}, "
                   f"DLQ depth: {'-' if st.dlq_depth is None else st.dlq_depth}")
     for note in notes:
-        console.print(f"[yellow]note[/] {note}")
+        console.print(f"[yellow]note[/] {esc(note)}")
     return EXIT_OK
 
 

@@ -333,3 +333,24 @@ def test_ls_without_sessions_says_the_expiry_is_a_backstop(
     code, out, _ = run(capsys, "ls")
     line = next(x for x in out.splitlines() if held in x)
     assert code == 0 and "? (backstop 35" in line and "session left" in out
+
+
+def test_ls_and_status_show_markup_in_items_as_written(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An owner, an error and a malformed key holding rich markup (a "[/]" anyone can write)
+    are printed as text: they failed the whole listing with a MarkupError."""
+    sid = f"{unique_id}-mk"
+    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/x")[0] == 0
+    ddb, table = client_for(ddb_local, "dynamodb"), aws_env["HOLDFAST_TABLE"]
+    ddb.update_item(TableName=table, Key={"Pk": {"S": f"CONN#{sid}"}},
+                    UpdateExpression="SET lease_owner = :o, last_error = :e, #s = :s",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues={":o": {"S": "w[/]#1"}, ":e": {"S": "x [/b]"},
+                                               ":s": {"S": "BACKOFF"}})
+    ddb.put_item(TableName=table, Item={"Pk": {"S": f"CONN#{unique_id}[/]"},
+                                        "desired_state": {"S": "STARTED"}})  # no ws_url
+    code, out, _ = run(capsys, "ls")
+    assert code == 0 and "w[/]#1" in out and "x [/b]" in out and f"{unique_id}[/]" in out
+    code, out, _ = run(capsys, "status")
+    assert code == 0 and "w[/]#1" in out
