@@ -45,7 +45,7 @@ from holdfast.lambdas.settings import Settings
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["BalanceRound", "Balancer", "same_target", "summary"]
+__all__ = ["BalanceRound", "Balancer", "members_of", "same_target", "summary"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,13 @@ def same_target(current: Directive | None, new: Directive, now_ms: int, ttl_ms: 
             and math.isclose(current.ceiling, new.ceiling, rel_tol=1e-5, abs_tol=1e-9)
             and current.shed_at_once == new.shed_at_once and current.fleet == new.fleet
             and current.successors == new.successors)
+
+
+def members_of(alive: Sequence[SessionItem]) -> list[Member]:
+    """The decider's view of each live session; a worker that reports no load (a version
+    before weights) carries its stream count."""
+    return [Member(i.owner, i.load if i.load is not None else float(i.held), i.held,
+                   i.capacity, i.draining, i.version, i.started_at_ms) for i in alive]
 
 
 @dataclass
@@ -109,10 +116,7 @@ class Balancer:
         if not s.balance or (now_ms < self.next_ms and draining <= self.draining):
             return None
         self.next_ms, self.draining = now_ms + s.balance_interval_ms, draining
-        # The decider's view of each live session; a worker that reports no load (a version
-        # before weights) carries its stream count.
-        members = [Member(i.owner, i.load if i.load is not None else float(i.held), i.held,
-                          i.capacity, i.draining, i.version, i.started_at_ms) for i in alive]
+        members = members_of(alive)
         if not members:
             return None
         decision = place(members, unowned=unowned, in_motion=unowned, policy=self.policy)

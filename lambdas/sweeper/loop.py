@@ -26,13 +26,13 @@ from holdfast.core import settings as S
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.liveness import AUDIT_INTERVAL_MS, AuditResult, OwnerAudit
 from holdfast.core.nudge import REASON_REAPED, Nudge, send_nudges
-from holdfast.core.placement import fill
+from holdfast.core.placement import fill, new_version
 from holdfast.core.sessions import SessionStore, SessionSweep, SweepLog, sweep_sessions
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import count_owned, find_orphans
 from holdfast.lambdas.orderqueues import QueueCollector, queue_handoffs
 from holdfast.lambdas.settings import Settings
-from holdfast.lambdas.sweeper.balancer import Balancer, BalanceRound
+from holdfast.lambdas.sweeper.balancer import Balancer, BalanceRound, members_of
 from holdfast.lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
 from holdfast.lambdas.sweeper.results import SweepResult, SweepStats, log_result
 from holdfast.lambdas.sweeper.unindexed import UnindexedPass
@@ -176,6 +176,11 @@ def _nudge_live(deps: SweepDeps, sessions: SessionSweep, shared: list[Nudge]) ->
     claims first wins; the other nudge finds the stream taken. Returns the nudges sent."""
     prefix = deps.settings.orders_queue_prefix
     live = [s for s in sessions.alive if not s.draining]
+    deploying = new_version(members_of(sessions.alive))
+    if deploying is not None:
+        # A deploy: to the new version, as every move of it goes (an old worker hands its
+        # streams on again when it stops); the shared queue's nudge still reaches anyone.
+        live = [s for s in live if s.version == deploying] or live
     if prefix is None or not shared or not live:
         return 0
     loads = {s.owner: float(s.load if s.load is not None else s.held) for s in live}

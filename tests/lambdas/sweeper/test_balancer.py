@@ -433,6 +433,26 @@ def test_a_dead_workers_streams_are_nudged_on_live_workers_queues_least_loaded_f
     assert sorted(got[idle.owner] + got[busy.owner]) == [f"dead-{suffix}-s{i}" for i in range(6)]
 
 
+def test_in_a_deploy_a_dead_workers_streams_are_nudged_on_the_new_versions_queues(
+        ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str) -> None:
+    """Two versions live (a deploy): the reaped streams' own-queue nudges all go to the new
+    version's worker, however idle the old one (it would hand them on again at its stop)."""
+    settings = settings_for(table, queue_url, session_table, balance=False)
+    deps = deps_for(ddb, sqs, settings)
+    assert deps.sessions is not None and settings.orders_queue_prefix is not None
+    suffix = uuid.uuid4().hex[:6]
+    old = deps.sessions.start(f"old-{suffix}", CAPACITY, version="v1")
+    new = deps.sessions.start(f"new-{suffix}", CAPACITY, version="v2")
+    deps.sessions.heartbeat_full(new, held=5, capacity=CAPACITY)  # busier than the old one
+    urls = {s.owner: sqs.create_queue(QueueName=order_queue_name(
+        settings.orders_queue_prefix, s.owner))["QueueUrl"] for s in (old, new)}
+    deps.sessions.end(worker(deps.sessions, f"dead-{suffix}", 4))
+    sweep_once(deps, memory_for(settings))
+    assert _order_queue_nudges(sqs, urls[old.owner], old.owner) == []
+    assert sorted(_order_queue_nudges(sqs, urls[new.owner], new.owner)) == [
+        f"dead-{suffix}-s{i}" for i in range(4)]
+
+
 def _order_queue_nudges(sqs: Any, url: str, owner: str) -> list[str]:
     """The conn_ids of every nudge waiting on ``owner``'s order queue (bundles unpacked)."""
     ids: list[str] = []
