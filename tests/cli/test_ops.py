@@ -335,6 +335,7 @@ def test_ls_without_sessions_says_the_expiry_is_a_backstop(
     assert code == 0 and "? (backstop 35" in line and "session left" in out
 
 
+@pytest.mark.usefixtures("own_tables_env")  # status lists the first ten of each kind
 def test_ls_and_status_show_markup_in_items_as_written(
         aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
         capsys: pytest.CaptureFixture[str]) -> None:
