@@ -219,6 +219,8 @@ class SessionKeeper:
                                         capacity=self.capacity, done=self._done, load=load)
             try:
                 beat = call.result(timeout=(fence - sent) / 1000)
+            except concurrent.futures.CancelledError:
+                return  # still queued when the worker's stop shut the executor down: its end
             except concurrent.futures.TimeoutError:
                 failures += 1
                 self._failed_mono_ms = self.mono()

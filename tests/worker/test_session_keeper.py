@@ -4,8 +4,10 @@ the fence passes, and renewed only while the event loop is alive."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -217,6 +219,33 @@ async def test_a_heartbeat_that_meets_our_own_goodbye_is_no_loss() -> None:
     await _beat(keeper)
     assert lost == []
     keeper.executor.shutdown(wait=False)
+
+
+async def test_a_heartbeat_whose_call_the_stop_cancelled_ends_quietly() -> None:
+    """The worker's stop shut the heartbeat's executor down with the call still queued: the
+    beat returns, nothing escapes the keep-alive thread and no session is reported lost."""
+    lost: list[SessionLost] = []
+    keeper = _keeper(Store(), lost)
+    keeper.executor.shutdown(wait=True)
+    keeper.executor = ThreadPoolExecutor(max_workers=1)
+    busy = threading.Event()
+    keeper.executor.submit(busy.wait, 5)  # the heartbeat's call waits behind it
+    errors: list[BaseException] = []
+
+    def keep_alive() -> None:
+        try:
+            keeper.beat()
+        except BaseException as exc:  # what would escape the thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=keep_alive)
+    thread.start()
+    await asyncio.sleep(0.1)
+    keeper.stop()
+    keeper.executor.shutdown(wait=False, cancel_futures=True)
+    busy.set()
+    thread.join(5)
+    assert not thread.is_alive() and errors == [] and lost == []
 
 
 async def test_the_period_halves_for_a_ttl_after_a_failed_attempt() -> None:
