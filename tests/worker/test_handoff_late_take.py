@@ -239,18 +239,9 @@ async def test_a_fast_streams_warm_socket_skips_all_the_holder_handled_meanwhile
         async with running_worker(fleet, rec) as run:
             await async_wait_until(lambda: run.worker.owner, 5, "a session")
             assert run.worker.owner
-            fleet.create(conn, fast.url(conn))
-            fast.server.start_of(conn)
-            holder = fleet.sessions().start(f"h-{unique_id}", 10).owner
-            store = run.worker.store
-            lease = store.acquire(conn, holder)
-            await asyncio.sleep(0.8)  # the upstream is at ~320 by now
-            prefetch = Prefetch.for_stream(conn, lease.ws_url, 1, run.worker.holdings.ctx)
-            await prefetch.open()
-            run.worker.handoffs.warm_ups.warming[conn] = _Warm(
-                prefetch, holder, lease.epoch, 2**62,
-                StoredItem(LeaseItem.from_ddb(fleet.item(conn)), fleet.item(conn)),
-                run.worker.owner)
+            store, lease = await _warm_for_holder(fleet, fast, run, conn, f"h-{unique_id}")
+            prefetch = run.worker.handoffs.warm_ups.warming[conn].prefetch
+            assert prefetch is not None
             await async_wait_until(lambda: len(prefetch.frames) >= 260, 5, "buffered")
             store.transfer(lease, 250, run.worker.owner)  # the holder handled 1..250
             await async_wait_until(lambda: len(rec.seqs(conn)) >= 10, 5, "delivering")
