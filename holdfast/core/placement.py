@@ -91,7 +91,10 @@ def place(members: Sequence[Member], *, unowned: int = 0, in_motion: int = 0,
     targets = []
     for t in sorted(decision.targets, key=lambda t: (-t.shed_at_once, t.owner)):
         m = by_owner[t.owner]
-        excess = max(0, round(m.load - t.share)) if t.shed_at_once else 0
+        # A draining member sheds whatever the motion budget says (its worker drains on its
+        # own pace): its successors are named even when the budget spent gives it 0 at once,
+        # or its streams (and a SIGTERM's wait for successors) went to nobody by name.
+        excess = max(0, round(m.load - t.share)) if t.shed_at_once or m.draining else 0
         targets.append(Target(t.owner, t.share, t.ceiling, t.shed_at_once,
                               fill(loads, caps, excess) if excess else ()))
     order = {m.owner: i for i, m in enumerate(members)}

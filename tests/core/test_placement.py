@@ -121,6 +121,18 @@ def test_out_of_balance_the_shedders_name_the_members_below_their_share() -> Non
     assert _target(decision, "b")[3] == {}
 
 
+def test_a_draining_member_names_successors_when_the_motion_budget_is_spent() -> None:
+    """A third of the streams unowned (a failover: the budget for moves spent), and a member
+    draining: it sheds 0 "at once" by the budget, but its successors are named for all it
+    holds (its worker drains anyway; before, its streams went to nobody by name)."""
+    members = [_m("a", 20, draining=True), _m("b", 10), _m("c", 10)]
+    decision = place(members, unowned=20, in_motion=20)
+    assert decision.budget == 0 and not decision.balanced
+    share, _, at_once, successors = _target(decision, "a")
+    assert (share, at_once, sum(successors.values())) == (0.0, 0, 20)
+    assert set(successors) == {"b", "c"}
+
+
 def test_a_balanced_fleet_names_nobody() -> None:
     """Balanced, one version: no targets at all (nothing written)."""
     assert place([_m("a", 10), _m("b", 10)]).targets == ()
