@@ -175,16 +175,19 @@ def _nudge_live(deps: SweepDeps, sessions: SessionSweep, shared: list[Nudge]) ->
     worker's own queue has no such reader, and one receive takes the whole bundle. Whoever
     claims first wins; the other nudge finds the stream taken. Returns the nudges sent."""
     prefix = deps.settings.orders_queue_prefix
-    live = [s for s in sessions.alive if not s.draining]
-    deploying = new_version(members_of(sessions.alive))
+    if prefix is None or not shared:
+        return 0  # most sweeps: nothing to send, nothing to work out
+    everyone = members_of(sessions.alive)
+    live = [m for m in everyone if not m.draining]
+    deploying = new_version(everyone)
     if deploying is not None:
         # A deploy: to the new version, as every move of it goes (an old worker hands its
         # streams on again when it stops); the shared queue's nudge still reaches anyone.
-        live = [s for s in live if s.version == deploying] or live
-    if prefix is None or not shared or not live:
+        live = [m for m in live if m.version == deploying] or live
+    if not live:
         return 0
-    loads = {s.owner: float(s.load if s.load is not None else s.held) for s in live}
-    caps = {s.owner: float(s.capacity) if s.capacity > 0 else math.inf for s in live}
+    loads = {m.owner: m.load for m in live}
+    caps = {m.owner: float(m.capacity) if m.capacity > 0 else math.inf for m in live}
     each = iter(shared)
     nudges = [dataclasses.replace(nudge, to=owner)
               for owner, n in fill(loads, caps, len(shared)) for nudge in islice(each, n)]
