@@ -143,6 +143,10 @@ class Decision:
 def decide(event_name: str | None, old_image: Image | None, new_image: Image | None,
            now_ms: int, *, skew_ms: int = rules.DEFAULT_SKEW_MS) -> Decision:
     """Decide for one stream record (low-level DynamoDB JSON images); never raises."""
+    for name, given in (("OldImage", old_image), ("NewImage", new_image)):
+        if given is not None and not isinstance(given, Mapping):
+            # A hand-built or corrupted record: its own verdict, not the batch's exception.
+            return _malformed(None, f"{name} is a {type(given).__name__}, not a map")
     if event_name == "REMOVE":
         gone = parse_or_none(old_image)
         if gone is not None and gone.lease_owner is not None:

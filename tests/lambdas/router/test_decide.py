@@ -275,3 +275,13 @@ def test_an_inserted_nudge_carries_the_url_of_a_stream_that_may_connect_first() 
     changed = decide("MODIFY", image(C, state="STOPPED"), image(C, expires=0, ws_url=url), NOW,
                      skew_ms=SKEW).nudge()
     assert changed is not None and changed.ws_url is None
+
+
+@pytest.mark.parametrize("event_name", ["INSERT", "MODIFY", "REMOVE"])
+@pytest.mark.parametrize("bad", [["x"], "CONN#a", 5])
+def test_an_image_that_is_not_a_map_is_malformed(event_name: str, bad: Any) -> None:
+    """A record whose image is a list, string or number is that record's malformed verdict,
+    never an exception that fails the batch."""
+    for old, new in ((bad, HELD), (HELD, bad)):
+        d = decide(event_name, old, new, NOW)
+        assert d.outcome is Outcome.MALFORMED and "not a map" in d.detail

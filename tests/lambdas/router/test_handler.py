@@ -158,6 +158,18 @@ def test_garbage_records_are_skipped(deps: RouterDeps) -> None:
     assert route({"Records": "x"}, None, deps) == {"batchItemFailures": []}
 
 
+def test_a_record_whose_image_is_not_a_map_costs_only_itself(
+        deps: RouterDeps, sqs: Any, queue_url: str, unique_id: str) -> None:
+    """A record whose NewImage is a list is skipped as malformed; the insert beside it in the
+    same batch is nudged and nothing is reported failed."""
+    bad = record("INSERT", None, image(f"{unique_id}-bad"))
+    bad["dynamodb"]["NewImage"] = ["not", "a", "map"]
+    good = image(unique_id, expires=0)
+    resp = route(event(bad, record("INSERT", None, good)), None, deps)
+    assert resp == {"batchItemFailures": []}
+    assert [n["conn_id"] for n in receive_nudges(sqs, queue_url, expect=1)] == [unique_id]
+
+
 def test_lambda_handler_from_environment(aws_env: dict[str, str], queue_url: str, sqs: Any,
                                          unique_id: str, monkeypatch: pytest.MonkeyPatch,
                                          caplog: pytest.LogCaptureFixture,
