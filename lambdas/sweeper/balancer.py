@@ -20,7 +20,9 @@ already. So the streams unowned *are* the streams in motion, at most a sweep lat
 failover leaves no budget for moves until its streams are claimed again.
 
 A DynamoDB error skips the rest of the round (logged): targets are absolute, so the next
-decision, two seconds later, writes what this one did not. It never fails the sweep.
+decision, two seconds later, writes what this one did not. A write refused as invalid (one
+session item DynamoDB will not update, say near its size limit) skips that session alone: the
+same refusal would otherwise end every round at the same member. It never fails the sweep.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from holdfast.core.aws import InvalidRequest
 from holdfast.core.balance import BalancePolicy, Member, Plan
 from holdfast.core.directives import Directive
 from holdfast.core.exceptions import HoldfastError
@@ -136,7 +139,7 @@ class Balancer:
                 if same_target(current.get(target.owner), directive, now_ms,
                                s.balance_target_ttl_ms):
                     continue
-                if not sessions.set_directive(target.owner, directive):
+                if not _set(sessions, target.owner, directive, logger):
                     continue  # ended or replaced since the scan: nothing to tell it
                 written += 1
                 sent += self._send(sqs, target.owner, directive, logger)
@@ -176,7 +179,7 @@ class Balancer:
                     continue
                 lapse = Directive(d.share, d.ceiling, 0, until_ms=now_ms, fleet=fleet,
                                   issued_ms=now_ms)
-                if sessions.set_directive(owner, lapse):
+                if _set(sessions, owner, lapse, logger):
                     written += 1
                     sent += self._send(sqs, owner, lapse, logger)
         except (HoldfastError, BotoCoreError, ClientError) as exc:
@@ -203,6 +206,16 @@ class Balancer:
             logger.info("rebalance target not queued for %s: no order queue", owner,
                         extra={"owner": owner, "detail": detail})
         return 1 if result == "order_queue_sent" else 0
+
+
+def _set(sessions: SessionStore, owner: str, directive: Directive, logger: SweepLog) -> bool:
+    """``set_directive``; an invalid write is that session's alone (logged, False)."""
+    try:
+        return sessions.set_directive(owner, directive)
+    except InvalidRequest as bad:
+        logger.error("rebalance target refused for %s: %s", owner[:_OWNER_CHARS], bad,
+                     extra={"owner": owner[:200], "error": str(bad)[:300]})
+        return False
 
 
 def summary(decision: Plan, members: Sequence[Member], unowned: int, written: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from typing import Any
@@ -15,7 +16,7 @@ from holdfast.core.directives import Directive, parse_inbox_body
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.nudge import Nudge
 from holdfast.core.orders import order_queue_name, prefix_for
-from holdfast.core.schema import SessionState, session_table_definition
+from holdfast.core.schema import SESSION, SessionState, session_pk_for, session_table_definition
 from holdfast.core.sessions import Session, SessionItem, SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import count_owned, create_stream
@@ -286,6 +287,33 @@ def test_a_dynamodb_error_skips_the_round_without_failing(
                                   now_ms=wall_clock_ms())
     assert out is not None and out.failed and out.written == 0
     assert any("rebalance round skipped" in r.getMessage() for r in caplog.records)
+
+
+def test_a_session_refused_its_target_as_invalid_costs_only_itself(
+        ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str,
+        unique_id: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A session item too big to take its target (DynamoDB's ValidationException) is logged
+    and skipped; the others are written in the same round, which is not a failed one."""
+    settings = settings_for(table, queue_url, session_table)
+    store = SessionStore(ddb, session_table, table, ttl_ms=TTL_MS, skew_ms=1_000)
+    busy = worker(store, f"{unique_id}-a", 10)
+    idle = [worker(store, f"{unique_id}-i{i}", 0) for i in range(2)]
+    # Filled to within 20 bytes of the 400 KB item limit: the directive's attributes push it
+    # over (the largest padding DynamoDB takes, found by trying).
+    for pad in range(409_600, 408_000, -20):
+        with contextlib.suppress(ddb.exceptions.ClientError):
+            ddb.update_item(
+                TableName=session_table,
+                Key={SESSION.pk: {"S": session_pk_for(idle[0].worker_id)}},
+                UpdateExpression="SET #pad = :pad", ExpressionAttributeNames={"#pad": "pad"},
+                ExpressionAttributeValues={":pad": {"S": "x" * pad}})
+            break
+    out = Balancer(settings).step(store, sqs, alive(store), unowned=0, now_ms=wall_clock_ms())
+    assert out is not None and not out.failed and out.written == 2
+    assert directive_of(store, idle[0].worker_id) is None
+    assert directive_of(store, idle[1].worker_id) is not None
+    assert directive_of(store, busy.worker_id) is not None
+    assert any("rebalance target refused" in r.getMessage() for r in caplog.records)
 
 
 def test_the_invocation_counts_and_emits_its_targets(
