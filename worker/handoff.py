@@ -203,16 +203,22 @@ class Handoffs:
         return "transferred"
 
     def _fall_through(self, conn_id: str, why: str) -> None:
-        """The warm-up failed: drain for the original reason and release to whoever has room.
-        Not to the successor: it refused, or did not answer in time and was told to drop its
-        warm-up, so naming it could cost the stream the whole hold."""
+        """The warm-up failed: drain for the original reason and release. Not to the
+        successor: it refused, or did not answer in time and was told to drop its warm-up, so
+        naming it could cost the stream the whole hold. A stop names the next of its
+        successors instead (in a deploy, released to whoever has room, another old worker
+        about to stop could take it and move it again); a shed, and a stop with no other
+        successor left, releases to whoever has room."""
         offer = self.offers.pop(conn_id, None)
         conn = self.streams.get(conn_id)
         if offer is None or conn is None or not conn.held.live or conn.held.stopping:
             return
+        other = self.stop_successor() if self.stop_successor is not None else None
+        if other == offer.successor:
+            other = None
         conn.log("info", "handoff not warm, releasing instead", why=why,
-                 successor=offer.successor)
-        conn.drain_to(None, offer.reason)
+                 successor=offer.successor, released_to=other)
+        conn.drain_to(other, offer.reason)
 
     # -- messages ---------------------------------------------------------------------------
     def on_step(self, step: HandoffStep) -> None:

@@ -341,6 +341,40 @@ async def test_a_successor_that_never_answers_costs_a_named_release_not_the_stre
     assert len(rec.seqs(conn)) == len(set(rec.seqs(conn)))
 
 
+async def test_a_stops_warm_handoff_that_fails_is_released_to_another_named_successor(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A stopping worker whose warm handoff to one named successor gets no answer (that
+    worker is gone) releases the stream naming the next successor of its list, not to
+    whoever polls first (in a deploy, maybe another old worker); none lost."""
+    rec, conns = Recorder(), [f"{unique_id}-f{i}" for i in range(2)]
+    gone = fleet.sessions().start(f"gone-{unique_id}", 10).owner
+    router: RouterSim | None = None
+    try:
+        async with running_worker(fleet, rec) as b:
+            await async_wait_until(lambda: b.worker.owner, 5, "B's session")
+            async with running_worker(fleet, rec, HOLDFAST_SHUTDOWN_SECONDS="12") as a:
+                await claim_directly(fleet, upstream, a, conns)
+                router = RouterSim(fleet)
+                await async_wait_until(lambda: all(len(rec.seqs(x)) >= 3 for x in conns), 10,
+                                       "messages")
+                assert a.worker.owner and b.worker.owner
+                # B first (the larger count), then the gone one; B has one name left.
+                a.worker.balancing.update(Directive(
+                    2, 2, 0, wall_clock_ms() + 30_000, 3, wall_clock_ms(),
+                    successors=((gone, 1), (b.worker.owner, 2))))
+            totals = dict(a.worker.metrics.totals)
+            await async_wait_until(lambda: len(b.worker.streams) == 2, 10, "both with B")
+            await async_wait_until(lambda: all(len(rec.seqs(x)) >= 8 for x in conns), 10,
+                                   "messages after the stop")
+    finally:
+        if router is not None:
+            router.stop()
+    # One warm handoff to B, one release naming B after the gone one's wait ran out.
+    assert totals.get("StreamsHandedOff") == 2, totals
+    for x in conns:
+        assert missing_seqs(rec.seqs(x)) == [], x
+
+
 async def test_a_stop_hands_more_streams_warm_than_it_has_in_flight_at_once(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
     """A stopping worker with 25 streams (20 warm handoffs in flight at most): all 25 go
