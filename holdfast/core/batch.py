@@ -2,8 +2,11 @@
 
 Each statement carries the same condition as a single renew (owner, epoch, STARTED, checkpoint
 never backwards) and fails on its own, so one lost lease does not fail the other 24. A statement
-that fails on its condition is settled by a single ``LeaseStore.renew``, which classifies the
-loss from ALL_OLD; that path is rare and keeps one set of rules.
+that fails on its condition comes back with the item as it was (ALL_OLD, per statement) and is
+judged by the same rule as a single renew (``expressions.refused_renewal``), with no call of its
+own: under throttling a lost lease is known in the batch's call, not a checkpoint later. One
+refused without the item (gone, or a backend that does not return it) is settled by a single
+``LeaseStore.renew``.
 
 Throttling is the exception: re-trying each throttled statement alone (and re-reading it) turns
 one throttled batch into 25 more calls against a table that is already refusing them. Throttled
@@ -37,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from holdfast.core import rules
 from holdfast.core.aws import THROTTLING_CODES, InvalidRequest, call, note_throttled
 from holdfast.core.exceptions import HoldfastError, LeaseError, StoreUnavailable
-from holdfast.core.expressions import renew_clauses, renewed
+from holdfast.core.expressions import refused_renewal, renew_clauses, renewed
 from holdfast.core.model import Lease
 from holdfast.core.schema import pk_for
 from holdfast.core.store import LeaseStore
@@ -141,7 +144,11 @@ def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest],
         expires = now + store.lease_ms if r.extend else None
         seq = rules.next_checkpoint(r.lease.last_seq, r.handled_seq)
         clauses = renew_clauses(r.lease, now, expires, seq)
-        built.append((clauses.partiql(store.table, pk_for(r.lease.conn_id)), seq, expires))
+        statement = clauses.partiql(store.table, pk_for(r.lease.conn_id))
+        # A refused statement then says why itself (a lost lease is known in this call even
+        # while single calls are throttled); a failed write costs the same with it.
+        statement["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        built.append((statement, seq, expires))
     out: dict[int, RenewResult] = {}
     pending = list(range(len(chunk)))
     for round_ in range(THROTTLE_ROUNDS + 1):
@@ -170,7 +177,9 @@ def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest],
             elif error.get("Code") in _INVALID_CODES:  # sent alone it would fail the same way
                 out[i] = RenewResult(request.lease.conn_id, None, RenewRefused(
                     request.lease.conn_id, str(error.get("Message") or error.get("Code"))))
-            else:
+            elif error.get("Code") in _CONDITION_CODES and "Item" in error:
+                out[i] = _refused(request, error["Item"], expires, seq)
+            else:  # no item: gone, or a backend that does not return it; settled alone
                 out[i] = _renew_one(store, request)
         pending = throttled
         if not pending:
@@ -179,6 +188,15 @@ def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest],
         out[i] = RenewResult(chunk[i].lease.conn_id, None,
                              StoreUnavailable("renew_many", "throttled"))
     return [out[i] for i in range(len(chunk))]
+
+
+def _refused(request: RenewRequest, item: dict[str, Any], expires: int | None,
+             seq: int | None) -> RenewResult:
+    try:
+        return RenewResult(request.lease.conn_id,
+                           refused_renewal(request.lease, item, expires, seq))
+    except LeaseError as exc:
+        return RenewResult(request.lease.conn_id, None, exc)
 
 
 def run_statements(client: DynamoDBClient, operation: str,

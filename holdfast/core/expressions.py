@@ -14,16 +14,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules, unowned
-from holdfast.core.exceptions import MalformedItem
+from holdfast.core.exceptions import LeaseLost, LossReason, MalformedItem
 from holdfast.core.model import Lease, LeaseItem
 from holdfast.core.schema import ATTR, STARTED, LeaseStatus
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import BatchStatementRequestTypeDef
 
-__all__ = ["NAMES", "WriteClauses", "acquire_expression", "dead_release_clauses", "names_for",
-           "num", "overtaken", "parse_or_none", "quarantine_expression", "release_clauses",
-           "renew_clauses", "renewed", "string", "transfer_clauses"]
+__all__ = ["NAMES", "WriteClauses", "acquire_expression", "dead_release_clauses", "loss_of",
+           "names_for", "num", "overtaken", "parse_or_none", "quarantine_expression",
+           "refused_renewal", "release_clauses", "renew_clauses", "renewed", "string",
+           "transfer_clauses"]
 
 # Expression attribute names used by every lease write (``status`` is a reserved word).
 NAMES = {
@@ -226,6 +227,30 @@ def overtaken(lease: Lease, raw: dict[str, Any] | None, expires: int | None,
         return None
     return dataclasses.replace(lease, expires_at_ms=stored_exp, last_seq=current.last_seq,
                                unowned_ms=None)
+
+
+def loss_of(lease: Lease, raw: Mapping[str, Any] | None) -> LossReason | None:
+    """Why the item as stored (``raw``; None: gone) is not ``lease``'s any more; None if it
+    still is."""
+    if raw is None:
+        return LossReason.DELETED
+    try:
+        LeaseItem.from_ddb(raw)
+    except MalformedItem:
+        return LossReason.INVALID
+    return rules.classify_loss(raw, lease.owner, lease.epoch)
+
+
+def refused_renewal(lease: Lease, raw: dict[str, Any] | None, expires: int | None,
+                    seq: int | None) -> Lease:
+    """A renewal refused on its condition, judged from the item as it was (ALL_OLD): the lease
+    as stored if a later write of ours overtook it (``overtaken``), else ``LeaseLost`` saying
+    why. The one judgement of a single renew and of a batch's statement."""
+    raced = overtaken(lease, raw, expires, seq)
+    if raced is None:
+        raise LeaseLost(lease.conn_id, loss_of(lease, raw) or LossReason.REGRESSION,
+                        parse_or_none(raw))
+    return raced
 
 
 def renewed(lease: Lease, expires: int | None, seq: int | None) -> Lease:

@@ -26,11 +26,12 @@ from holdfast.core.exceptions import (
 )
 from holdfast.core.expressions import (
     acquire_expression,
+    loss_of,
     names_for,
     num,
-    overtaken,
     parse_or_none,
     quarantine_expression,
+    refused_renewal,
     release_clauses,
     renew_clauses,
     renewed,
@@ -193,14 +194,10 @@ class LeaseStore:
         try:
             self._update("renew", lease.conn_id, update, condition, values)
         except ConditionFailed as failed:
-            raced = overtaken(lease, failed.item, expires, seq)
-            if raced is None:
-                raise LeaseLost(lease.conn_id, self._loss_of(lease, failed.item) or
-                                LossReason.REGRESSION, parse_or_none(failed.item)) from None
-            return raced
+            return refused_renewal(lease, failed.item, expires, seq)
         except StoreUnavailable:
             raw = self.get_raw(lease.conn_id)
-            reason = self._loss_of(lease, raw)
+            reason = loss_of(lease, raw)
             if reason is not None:
                 raise LeaseLost(lease.conn_id, reason, parse_or_none(raw)) from None
             landed = raw is not None and (
@@ -209,15 +206,6 @@ class LeaseStore:
             if not landed:
                 raise  # still ours but not renewed: the caller retries before its fence
         return renewed(lease, expires, seq)
-
-    def _loss_of(self, lease: Lease, raw: dict[str, Any] | None) -> LossReason | None:
-        if raw is None:
-            return LossReason.DELETED
-        try:
-            LeaseItem.from_ddb(raw)
-        except MalformedItem:
-            return LossReason.INVALID
-        return rules.classify_loss(raw, lease.owner, lease.epoch)
 
     def release(self, lease: Lease, handled_seq: int | None = None, *, error: str | None = None,
                 retry_at_ms: int | None = None, moved: bool = False,
@@ -242,7 +230,7 @@ class LeaseStore:
             # Our own replayed release (botocore's retry of one that landed): that is done.
             if not failed.item or rules.release_landed(failed.item, successor):
                 return None
-            return self._loss_of(lease, failed.item)
+            return loss_of(lease, failed.item)
         except StoreUnavailable:
             raw = self.get_raw(lease.conn_id) or {}
             if rules.held_by(raw, lease.owner, lease.epoch):
@@ -283,15 +271,15 @@ class LeaseStore:
                 # botocore's retry of a write that landed but whose answer timed out (measured:
                 # DynamoDB Local past the 3 s read timeout in a deploy): that is done.
                 return passed
-            raise LeaseLost(lease.conn_id, self._loss_of(lease, failed.item) or
+            raise LeaseLost(lease.conn_id, loss_of(lease, failed.item) or
                             LossReason.REGRESSION, parse_or_none(failed.item)) from None
         except StoreUnavailable:
             raw = self.get_raw(lease.conn_id) or {}
             if landed(raw):
                 return passed  # it landed; only the answer was lost
-            if self._loss_of(lease, raw or None) is None:
+            if loss_of(lease, raw or None) is None:
                 raise  # still ours: not passed on
-            raise LeaseLost(lease.conn_id, self._loss_of(lease, raw or None) or LossReason.LOST,
+            raise LeaseLost(lease.conn_id, loss_of(lease, raw or None) or LossReason.LOST,
                             parse_or_none(raw or None)) from None
         return passed
 

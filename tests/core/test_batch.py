@@ -113,3 +113,29 @@ def test_renew_many_in_a_pool_keeps_order(setup: tuple[LeaseStore, Any, Clock, s
     assert [r.conn_id for r in results] == ids
     assert all(r.lease is not None and r.lease.expires_at_ms == clock.now + LEASE_MS
                for r in results)
+
+
+def test_a_lost_lease_in_a_batch_is_known_without_a_call_of_its_own(
+        setup: tuple[LeaseStore, Any, Clock, str], unique_id: str) -> None:
+    """A batch statement refused on its condition is judged from the item it returns: with
+    every single call failing (a throttled table), the lost lease is LeaseLost at once, not
+    "unavailable" until the next checkpoint, and an overtaken renewal still counts as ours."""
+    store, ddb, clock, mode = setup
+    if mode != "batch":
+        pytest.skip("the single-call mode has no batch statement")
+    ids, leases = held(store, ddb, unique_id, 3)
+    ddb.update_item(TableName=store.table, Key={"Pk": {"S": f"CONN#{ids[0]}"}},
+                    UpdateExpression="SET lease_owner = :o, lease_epoch = :e",
+                    ExpressionAttributeValues={":o": {"S": "w2"}, ":e": {"N": "9"}})
+    clock.now += 2_000
+    later = store.renew(leases[1], 5)  # a later renewal of ours lands first
+    clock.now -= 1_000
+    with drop_request(ddb, "UpdateItem", times=100) as updates, \
+            drop_request(ddb, "GetItem", times=100) as reads:
+        results = renew_many(store, [RenewRequest(lease, 1) for lease in leases], mode)
+    assert (updates, reads) == ([], [])
+    lost = results[0].error
+    assert isinstance(lost, LeaseLost) and lost.reason is LossReason.LOST
+    assert results[1].error is None and results[1].lease is not None
+    assert results[1].lease.expires_at_ms == later.expires_at_ms
+    assert results[2].error is None
