@@ -9,7 +9,7 @@ item is what counts. ``--cancel`` clears the flag: the worker claims again.
 
 It works against the tables the environment names (HOLDFAST_SESSION_TABLE, AWS_ENDPOINT_URL_*),
 as ``holdfast task-stopped`` does. Exit codes as the other operator commands
-(``holdfast.cli.ops``): 1 when the worker has no live session.
+(``holdfast.cli.opscommon``): 1 when the worker has no live session.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-from holdfast.cli.ops import EXIT_AWS, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from holdfast.cli.opscommon import EXIT_AWS, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from holdfast.core import settings as S
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.directives import drain_body

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from holdfast import __version__
 from holdfast.cli.drain import DRAIN_COMMANDS
+from holdfast.cli.listing import LISTING_COMMANDS
 from holdfast.cli.ops import OPS_COMMANDS
 from holdfast.cli.settingsref import SETTINGS_COMMANDS
 from holdfast.cli.taskstopped import TASKSTOPPED_COMMANDS
@@ -37,6 +38,7 @@ COMMANDS["localaws"] = ("run the embedded local AWS (DynamoDB Local + moto SQS) 
                         _add_localaws, _run_localaws)
 COMMANDS["upstream"] = upstream_cli.COMMAND
 COMMANDS.update(OPS_COMMANDS)
+COMMANDS.update(LISTING_COMMANDS)
 COMMANDS.update(TASKSTOPPED_COMMANDS)
 COMMANDS.update(DRAIN_COMMANDS)
 COMMANDS.update(FLEET_COMMANDS)

@@ -1,122 +1,51 @@
-"""Operator commands: ``start``, ``stop``, ``rm``, ``ls``, ``status``.
+"""Operator commands that change streams: ``start``, ``stop``, ``rm``.
 
-They work against the local stack (the env ``holdfast localaws`` / ``holdfast up`` writes) or a
-real AWS account (standard AWS configuration). Exit codes, for scripts:
-
-    0  done
-    1  the operation failed: unknown id, id already exists, ``stop --wait`` timed out
-    2  usage: bad arguments, an invalid id, a refused (hostile) URL, no table named
-    3  AWS or configuration: table missing, credentials refused or absent, AWS unreachable
+The ``--table`` option, exit codes and error handling are those of every operator command
+(``holdfast.cli.opscommon``); ``ls`` and ``status`` are in ``holdfast.cli.listing``.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape as esc
-from rich.table import Table
-
-from holdfast.cli.fleetstate import (
-    SessionRow,
-    fleet_status,
-    session_rows,
-    sessions_by_worker,
-    stream_row,
+from holdfast.cli.opscommon import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    OpsExit,
+    add_table_option,
+    guard,
+    ops_ddb,
+    table_name,
 )
 from holdfast.cli.urlinput import UrlInputError, read_url
-from holdfast.core import rules
-from holdfast.core import settings as S
-from holdfast.core.aws import call, client_config, dynamodb_client, sqs_client
-from holdfast.core.exceptions import (
-    ConfigError,
-    HoldfastError,
-    MalformedItem,
-    StoreUnavailable,
-    StreamHeld,
-)
+from holdfast.core.aws import call
+from holdfast.core.exceptions import StreamHeld
 from holdfast.core.model import LeaseItem, validate_conn_id
 from holdfast.core.redact import redact
-from holdfast.core.schema import ATTR, STARTED, STOPPED, pk_for
-from holdfast.core.sessions import SessionItem, SessionStore
+from holdfast.core.schema import ATTR, STOPPED, pk_for
 from holdfast.core.store import wall_clock_ms
 from holdfast.core.table import create_stream, delete_stream, set_desired_state
-from holdfast.core.urls import UrlPolicy, check_url, log_paths_from_env, policy_from_env
+from holdfast.core.urls import UrlPolicy, check_url, policy_from_env
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["EXIT_AWS", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "OPS_COMMANDS", "scan_all"]
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AWS = 0, 1, 2, 3
-
-
-class _Exit(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--table", default=None,
-                   help="lease table (default: $HOLDFAST_TABLE)")
-
-
-def _table(args: argparse.Namespace) -> str:
-    table: str = args.table or S.TABLE.get(os.environ) or ""
-    if not table:
-        raise _Exit(EXIT_USAGE, "no table: pass --table or set HOLDFAST_TABLE "
-                    "(for the local stack: source the env file `holdfast up` writes)")
-    return table
-
-
-def _ddb() -> DynamoDBClient:
-    # An operator waits for an answer; two attempts with short timeouts say "unreachable" fast.
-    return dynamodb_client(client_config(read_timeout=5, retries=2))
+__all__ = ["OPS_COMMANDS"]
 
 
 def _id(text: str) -> str:
     try:
         return validate_conn_id(text)
     except ValueError as exc:
-        raise _Exit(EXIT_USAGE, f"invalid id {text[:80]!r}: {exc}") from None
+        raise OpsExit(EXIT_USAGE, f"invalid id {text[:80]!r}: {exc}") from None
 
 
-def _guard(run: Any) -> Any:
-    """Turn our exceptions into one clear stderr line and a distinct exit code."""
-    def wrapped(args: argparse.Namespace) -> int:
-        try:
-            code: int = run(args)
-            return code
-        except _Exit as exc:
-            print(f"holdfast {args.command}: {exc}", file=sys.stderr)
-            return exc.code
-        except ConfigError as exc:
-            hint = ""
-            if "not found" in str(exc):
-                hint = " (check --table / HOLDFAST_TABLE, region and endpoint)"
-            print(f"holdfast {args.command}: {exc}{hint}", file=sys.stderr)
-            return EXIT_AWS
-        except StoreUnavailable as exc:
-            endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or os.environ.get(
-                "AWS_ENDPOINT_URL") or "the AWS endpoint"
-            print(f"holdfast {args.command}: cannot reach DynamoDB at {endpoint}: {exc}",
-                  file=sys.stderr)
-            return EXIT_AWS
-        except HoldfastError as exc:
-            print(f"holdfast {args.command}: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-    return wrapped
-
-
-# -- start / stop / rm ------------------------------------------------------------------------
 def _add_start(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="stream (connection) id")
     p.add_argument("url", nargs="?", default=None,
@@ -124,14 +53,14 @@ def _add_start(p: argparse.ArgumentParser) -> None:
                         "secret URL out of ps and shell history)")
     p.add_argument("--url-file", type=Path, default=None, metavar="FILE",
                    help="read the URL from FILE instead")
-    _common(p)
+    add_table_option(p)
 
 
 def _url_policy() -> UrlPolicy:
     try:
         return policy_from_env(os.environ)
     except ValueError as exc:
-        raise _Exit(EXIT_USAGE, str(exc)) from None
+        raise OpsExit(EXIT_USAGE, str(exc)) from None
 
 
 def _run_start(args: argparse.Namespace) -> int:
@@ -140,14 +69,16 @@ def _run_start(args: argparse.Namespace) -> int:
     try:
         url = read_url(args.url, args.url_file, sys.stdin)
     except UrlInputError as exc:
-        raise _Exit(EXIT_USAGE, str(exc)) from None
+        raise OpsExit(EXIT_USAGE, str(exc)) from None
     try:
         check_url(url, policy)
     except ValueError as exc:  # UnsafeUrl is a ValueError too; its message is redacted
-        raise _Exit(EXIT_USAGE, f"refused URL: {exc}") from None
+        raise OpsExit(EXIT_USAGE, f"refused URL: {exc}") from None
     # Marked unowned since now: the first claim is measured like any handover.
-    if not create_stream(_ddb(), _table(args), conn_id, url, created_at_ms=wall_clock_ms()):
-        raise _Exit(EXIT_FAILED, f"{conn_id!r} already exists (use `holdfast stop`/`rm` first)")
+    if not create_stream(ops_ddb(), table_name(args), conn_id, url,
+                         created_at_ms=wall_clock_ms()):
+        raise OpsExit(EXIT_FAILED,
+                      f"{conn_id!r} already exists (use `holdfast stop`/`rm` first)")
     print(f"started {conn_id} -> {redact(url, paths=policy.log_paths)}")
     return EXIT_OK
 
@@ -156,7 +87,7 @@ def _add_stop(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="stream (connection) id")
     p.add_argument("--wait", type=float, default=0, metavar="SECONDS",
                    help="wait until its holder has released the lease")
-    _common(p)
+    add_table_option(p)
 
 
 def _get(client: DynamoDBClient, table: str, conn_id: str) -> LeaseItem | None:
@@ -167,9 +98,9 @@ def _get(client: DynamoDBClient, table: str, conn_id: str) -> LeaseItem | None:
 
 
 def _run_stop(args: argparse.Namespace) -> int:
-    conn_id, table, client = _id(args.id), _table(args), _ddb()
+    conn_id, table, client = _id(args.id), table_name(args), ops_ddb()
     if not set_desired_state(client, table, conn_id, STOPPED):
-        raise _Exit(EXIT_FAILED, f"unknown id {conn_id!r}")
+        raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
     print(f"stopped {conn_id}")
     deadline = time.monotonic() + args.wait
     while args.wait > 0:
@@ -180,8 +111,8 @@ def _run_stop(args: argparse.Namespace) -> int:
             print(f"{conn_id}: lease released (last_seq {item.last_seq if item else None})")
             break
         if time.monotonic() > deadline:
-            raise _Exit(EXIT_FAILED, f"{conn_id}: still held by {item.lease_owner} after "
-                        f"{args.wait:g} s")
+            raise OpsExit(EXIT_FAILED, f"{conn_id}: still held by {item.lease_owner} after "
+                          f"{args.wait:g} s")
         time.sleep(0.2)
     return EXIT_OK
 
@@ -194,218 +125,32 @@ def _add_rm(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="delete even while held (a stream created again under the same id "
                         "may then be delivered twice until the old holder's stop lands)")
-    _common(p)
+    add_table_option(p)
 
 
 def _run_rm(args: argparse.Namespace) -> int:
-    conn_id, table, client = _id(args.id), _table(args), _ddb()
+    conn_id, table, client = _id(args.id), table_name(args), ops_ddb()
     deadline = time.monotonic() + args.wait
     while True:
         try:
             if not delete_stream(client, table, conn_id, held_too=args.force):
-                raise _Exit(EXIT_FAILED, f"unknown id {conn_id!r}")
+                raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
             break
         except StreamHeld as held:
             # Stopped first, deleted once its holder let go: only then can the same id be
             # created again without two deliverers (docs/concepts/protocol.md).
             if time.monotonic() > deadline:
-                raise _Exit(EXIT_FAILED, f"{conn_id}: still held by {held.owner} after "
-                            f"{args.wait:g} s (stopped; run rm again, or --force)") from None
+                raise OpsExit(EXIT_FAILED, f"{conn_id}: still held by {held.owner} after "
+                              f"{args.wait:g} s (stopped; run rm again, or --force)") from None
             set_desired_state(client, table, conn_id, STOPPED)
             time.sleep(0.2)
     print(f"removed {conn_id}")
     return EXIT_OK
 
 
-# -- ls / status -----------------------------------------------------------------------------
-def scan_all(client: DynamoDBClient, table: str) -> tuple[list[LeaseItem | MalformedItem],
-                                                          dict[str, int]]:
-    """Every item, parsed, plus ``updated_at_ms`` per id (for unowned ages)."""
-    items: list[LeaseItem | MalformedItem] = []
-    updated: dict[str, int] = {}
-    kwargs: dict[str, Any] = {"TableName": table}
-    while True:
-        resp = call("scan", client.scan, **kwargs)
-        for raw in resp.get("Items", []):
-            try:
-                item = LeaseItem.from_ddb(raw)
-            except MalformedItem as bad:
-                items.append(bad)
-                continue
-            items.append(item)
-            with_updated = raw.get(ATTR.updated_at_ms, {}).get("N")
-            if with_updated and with_updated.isdigit():
-                updated[item.conn_id] = int(with_updated)
-        if not resp.get("LastEvaluatedKey"):
-            return items, updated
-        kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
-
-
-def _add_ls(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    _common(p)
-
-
-def _secs(ms: int | None) -> str:
-    return "-" if ms is None else f"{ms / 1000:.1f}s"
-
-
-def _run_ls(args: argparse.Namespace) -> int:
-    items, _ = scan_all(_ddb(), _table(args))
-    try:
-        paths = log_paths_from_env(os.environ)
-    except ValueError as exc:
-        raise _Exit(EXIT_USAGE, str(exc)) from None
-    notes: list[str] = []
-    sessions = _read_sessions(notes)
-    by_worker = None if sessions is None else sessions_by_worker(sessions)
-    now = int(time.time() * 1000)
-    rows = sorted((stream_row(i, now, log_paths=paths, sessions=by_worker, skew_ms=_skew_ms())
-                   for i in items if isinstance(i, LeaseItem)),
-                  key=lambda r: r.conn_id)
-    bad = [i for i in items if isinstance(i, MalformedItem)]
-    if args.json:
-        print(json.dumps({"streams": [r.to_json() for r in rows],
-                          "malformed": [{"key": b.key, "reason": b.reason} for b in bad],
-                          "notes": notes}))
-        return EXIT_OK
-    # "session left": how long the holder's session has before it could be declared dead.
-    # Without the session table only the item's backstop expiry is known: say so, since an
-    # hour-long figure next to a seconds-long TTL reads as a bug.
-    table = Table("id", "desired", "owner", "session left", "last_seq", "status / last error",
-                  box=None, header_style="bold")
-    for r in rows:
-        state = r.desired_state if r.desired_state == STOPPED else f"[green]{STARTED}[/]"
-        # Every text from an item escaped: rich reads "[...]" as markup, and a "[/]" in an
-        # owner or an error (anyone can write one) failed the whole listing.
-        owner = esc(r.owner or "") or ("[red]unowned[/]" if r.desired_state == STARTED else "-")
-        if r.stranded:
-            owner = f"[red]stranded[/] {esc(r.owner or '')} ({esc(r.stranded[:60])})"
-        detail = esc((r.status or "-") + (f": {r.last_error[:60]}" if r.last_error else ""))
-        left = (f"? (backstop {_secs(r.lease_left_ms)})" if r.backstop
-                else _secs(r.lease_left_ms))
-        table.add_row(esc(r.conn_id), state, owner, left,
-                      "-" if r.last_seq is None else str(r.last_seq), detail)
-    console = Console(width=max(Console().width, 120) if not sys.stdout.isatty() else None)
-    console.print(table)
-    for b in bad:
-        console.print(f"[yellow]malformed[/] {esc(b.key)}: {esc(b.reason)}")
-    console.print(f"{len(rows)} streams")
-    for note in notes:
-        console.print(f"[yellow]note[/] {esc(note)}")
-    return EXIT_OK
-
-
-def _add_status(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    p.add_argument("--queue-url", default=None, help="nudge queue (default: $HOLDFAST_QUEUE_URL)")
-    p.add_argument("--dlq-url", default=None, help="dead-letter queue (default: $HOLDFAST_DLQ_URL)")
-    _common(p)
-
-
-def _depth(url: str | None, notes: list[str]) -> int | None:
-    if not url:
-        return None
-    try:
-        sqs = sqs_client(client_config(read_timeout=5, retries=2))
-        attrs = sqs.get_queue_attributes(QueueUrl=url,
-                                         AttributeNames=["ApproximateNumberOfMessages"])
-        return int(attrs["Attributes"]["ApproximateNumberOfMessages"])
-    except Exception as exc:  # the queue is a detail of the status: report, do not fail it
-        notes.append(f"queue {url}: {type(exc).__name__}: {str(exc)[:120]}")
-        return None
-
-
-def _read_sessions(notes: list[str]) -> list[SessionItem | MalformedItem] | None:
-    """Every session item, or None (noted) if there is no session table to read: then an
-    owner with an unexpired lease counts as holding it, as before sessions."""
-    table = S.SESSION_TABLE.get(os.environ)
-    if not table:
-        notes.append(f"no {S.SESSION_TABLE.name}: owners are not checked against their sessions, "
-                     "a stream whose owner died may show as held for up to an hour; "
-                     "'backstop' is the item's own expiry (refreshed while held), not the "
-                     "session's time left")
-        return None
-    try:
-        return list(SessionStore(_ddb(), table, "", ttl_ms=0, skew_ms=0).scan())
-    except Exception as exc:  # sessions are a detail of the status: report, do not fail it
-        notes.append(f"sessions {table}: {type(exc).__name__}: {str(exc)[:120]}; owners are "
-                     "not checked against their sessions")
-        return None
-
-
-def _skew_ms() -> int:
-    try:
-        return rules.LeaseTiming.from_env(os.environ).skew_ms
-    except ConfigError:  # a status must not fail on the worker's timings: the default skew
-        return rules.DEFAULT_SKEW_MS
-
-
-def _run_status(args: argparse.Namespace) -> int:
-    items, updated = scan_all(_ddb(), _table(args))
-    notes: list[str] = []
-    sessions = _read_sessions(notes)
-    now = int(time.time() * 1000)
-    st = fleet_status(items, now, updated, skew_ms=_skew_ms(),
-                      sessions=None if sessions is None else sessions_by_worker(sessions))
-    # Unchecked: a status reports what it can reach rather than refuse a malformed URL.
-    queue = args.queue_url or S.QUEUE_URL.raw(os.environ)
-    dlq = args.dlq_url or S.DLQ_URL.raw(os.environ)
-    rows: list[SessionRow] = [] if sessions is None else session_rows(sessions, now)
-    st = dataclasses.replace(st, queue_depth=_depth(queue, notes),
-                             dlq_depth=_depth(dlq, notes), notes=notes, sessions=rows)
-    if args.json:
-        print(json.dumps(st.to_json()))
-        return EXIT_OK
-    console = Console()
-    for r in st.sessions:
-        color = {"ALIVE": "green", "SILENT": "red", "DEAD": "red"}.get(r.state, "yellow")
-        console.print(f"  session [{color}]{r.state}[/] {esc(r.owner)}"
-                      + (f" ({esc(r.version)})" if r.version else "") + f": {r.held}/{r.capacity} "
-                      f"streams, heartbeat {_secs(r.heartbeat_age_ms)} ago"
-                      + (f", expires in {_secs(r.expires_in_ms)}" if r.state == "ALIVE" else "")
-                      + ("" if r.reaped or r.state == "ALIVE" else ", streams being released")
-                      + (", draining" if r.draining else "")
-                      + (f", rebalancing to {r.target:g}" if r.target is not None else ""))
-    versions = st.versions()
-    if any(versions):  # some worker says what it runs
-        console.print(("[yellow]versions live (a deploy is under way)[/]: " if len(versions) > 1
-                       else "version live: ")
-                      + ", ".join(f"{esc(v) or 'unknown'} ({w} worker{'s' * (w != 1)}, {n} "
-                                  f"stream{'s' * (n != 1)})" for v, (w, n) in versions.items()))
-    console.print(f"[bold]{len(st.workers)} workers[/], {st.streams} streams "
-                  f"({st.started} started, {st.stopped} stopped)")
-    for owner, n in st.workers.items():
-        console.print(f"  {esc(owner)}: {n} leases")
-    color = "red" if st.unowned_started else "green"
-    console.print(f"[{color}]unowned STARTED streams: {len(st.unowned_started)}[/]"
-                  + (f" (oldest {_secs(st.oldest_unowned_ms)})" if st.oldest_unowned_ms
-                     is not None else "")
-                  + (f": {esc(', '.join(st.unowned_started[:10]))}" if st.unowned_started
-                     else ""))
-    for s in st.stranded[:10]:
-        console.print(f"  [red]stranded[/] {esc(s.conn_id)}: owned by {esc(s.owner)}, "
-                      f"{esc(s.reason)}"
-                      + (f", for {_secs(s.age_ms)}" if s.age_ms is not None else "")
-                      + " (the sweeper releases it)")
-    if st.backoff:
-        console.print(f"in back-off: {len(st.backoff)}: {esc(', '.join(st.backoff[:10]))}")
-    if st.malformed:
-        console.print(f"[yellow]malformed items: {len(st.malformed)}[/]")
-    console.print(f"nudge queue depth: {'-' if st.queue_depth is None else st.queue_depth}, "
-                  f"DLQ depth: {'-' if st.dlq_depth is None else st.dlq_depth}")
-    for note in notes:
-        console.print(f"[yellow]note[/] {esc(note)}")
-    return EXIT_OK
-
-
 OPS_COMMANDS = {
-    "start": ("insert a STARTED stream (refuses a hostile URL)", _add_start, _guard(_run_start)),
+    "start": ("insert a STARTED stream (refuses a hostile URL)", _add_start, guard(_run_start)),
     "stop": ("set a stream to STOPPED: its holder closes it and releases the lease",
-             _add_stop, _guard(_run_stop)),
-    "rm": ("delete a stream's item", _add_rm, _guard(_run_rm)),
-    "ls": ("list streams: owner, its session time left, last_seq, status", _add_ls,
-           _guard(_run_ls)),
-    "status": ("fleet summary: workers, unowned streams, queue and DLQ depth",
-               _add_status, _guard(_run_status)),
+             _add_stop, guard(_run_stop)),
+    "rm": ("delete a stream's item", _add_rm, guard(_run_rm)),
 }

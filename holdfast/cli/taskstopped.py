@@ -6,7 +6,7 @@ Lambda's own ``handle`` in this process, against the tables the environment name
 once and its streams released, with no TTL waited out. Only for a process that is really gone:
 a session that heartbeated within its TTL is refused unless ``--force`` (a live process would
 deliver its streams beside their new holders until its next heartbeat is refused).
-Exit codes as the other operator commands (``holdfast.cli.ops``).
+Exit codes as the other operator commands (``holdfast.cli.opscommon``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from holdfast.cli.ops import EXIT_AWS, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from holdfast.cli.opscommon import EXIT_AWS, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from holdfast.core.exceptions import (
     ConfigError,
     HoldfastError,

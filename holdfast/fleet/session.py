@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from holdfast.cli.fleetstate import sessions_by_worker
-from holdfast.cli.ops import scan_all
+from holdfast.cli.listing import scan_all
 from holdfast.core import names
 from holdfast.core.exceptions import ConfigError, HoldfastError
 from holdfast.core.model import LeaseItem

@@ -1,0 +1,55 @@
+"""What every operator command shares, against DynamoDB Local: its exit codes for a missing,
+unnamed or unreachable table and for absent credentials (run here through ``ls`` and
+``status``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from holdfast.cli.main import main
+from holdfast.localaws.processes import free_port
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_missing_table_exits_3(aws_env: dict[str, str], unique_id: str,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A table that does not exist is a configuration error with a hint."""
+    code, _, err = run(capsys, "ls", "--table", f"no-such-{unique_id}")
+    assert code == 3 and "not found" in err and "--table" in err
+
+
+def test_no_table_named_exits_2(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --table or HOLDFAST_TABLE the command says how to name one."""
+    monkeypatch.delenv("HOLDFAST_TABLE")
+    code, _, err = run(capsys, "ls")
+    assert code == 2 and "HOLDFAST_TABLE" in err
+
+
+def test_unreachable_endpoint_exits_3(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing listening at the endpoint: exit 3 naming the endpoint."""
+    url = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", url)
+    code, _, err = run(capsys, "status")
+    assert code == 3 and url in err
+
+
+def test_no_credentials_exits_3(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """No credentials anywhere: exit 3 with botocore's message, not a traceback."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    code, _, err = run(capsys, "ls")
+    assert code == 3 and "credentials" in err.lower()
