@@ -24,12 +24,16 @@ __all__ = ["CONTAINER_NAME", "WORKER_INDEX_ACTIONS", "WORKER_LEASE_ATTRIBUTES",
            "WORKER_TABLE_ACTIONS", "WorkerService", "conditioned_update"]
 
 CONTAINER_NAME: Final = "worker"
-# Everything the worker's lease calls do (holdfast/core/store.py, batch.py, table.py's
-# find_orphans for the reconcile sweep, a new session reaping its predecessor's streams through
-# the owner index) and nothing more: no Scan, no PutItem, no DeleteItem, no table management.
+# Everything the worker's lease calls do (holdfast/core/store.py, batch.py, batch_reads.py,
+# table.py's find_orphans for the reconcile sweep, a new session reaping its predecessor's
+# streams through the owner index) and nothing more: no Scan, no PutItem, no DeleteItem, no
+# table management.
 # UpdateItem is granted separately, pinned to WORKER_LEASE_ATTRIBUTES and lease keys.
 WORKER_TABLE_ACTIONS: Final = (
     "dynamodb:GetItem",
+    # A successor's looks for its transfers and a batch release's read-back of the statements
+    # whose outcome it does not know (holdfast/core/batch_reads.py): GetItem does not cover it.
+    "dynamodb:BatchGetItem",
     "dynamodb:PartiQLUpdate",  # BatchExecuteStatement renewals are authorised per statement
 )
 # Every lease attribute a worker's UpdateItem names (acquire, renew, checkpoint, release,

@@ -179,6 +179,9 @@ def call_record(component: str, service: str, operation: str,
         rec["resource"] = str(params["QueueUrl"]).rstrip("/").rpartition("/")[2]
     elif "QueueName" in params:  # CreateQueue: IAM authorises it on the queue it would make
         rec["resource"] = str(params["QueueName"])
+    elif isinstance(params.get("RequestItems"), dict) and len(params["RequestItems"]) == 1:
+        # BatchGetItem / BatchWriteItem: IAM authorises each table named (ours name one).
+        rec["resource"] = str(next(iter(params["RequestItems"])))
     if service == "dynamodb":
         attributes = set(params.get("Key", {})) | set(params.get("Item", {}))
         attributes |= {str(v) for v in params.get("ExpressionAttributeNames", {}).values()}

@@ -10,16 +10,19 @@ warm-ups missed the 3 s READY wait).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any, Final
 
 from holdfast.core.aws import call
-from holdfast.core.exceptions import HoldfastError
+from holdfast.core.exceptions import ConfigError, HoldfastError
 from holdfast.core.model import str_attr
 from holdfast.core.schema import ATTR, pk_for
 from holdfast.core.store import LeaseStore
 
 __all__ = ["GET_BATCH_LIMIT", "read_raw_many"]
+
+log = logging.getLogger(__name__)
 
 GET_BATCH_LIMIT: Final = 100  # BatchGetItem's most keys per call
 
@@ -41,6 +44,11 @@ def read_raw_many(store: LeaseStore, conn_ids: Iterable[str]) -> dict[str, dict[
                 keys = list(resp.get("UnprocessedKeys", {}).get(store.table, {}).get("Keys", []))
                 if not keys:
                     break
+        except ConfigError as exc:
+            # Refused for good (a role without dynamodb:BatchGetItem): every caller falls back
+            # to a slower path, so it is said, once per call, never silently.
+            log.error("lease items cannot be read in a batch: %s", str(exc)[:300])
+            continue
         except HoldfastError:
             continue  # what this chunk's calls did not return is not read (nor absent)
         left = {k[ATTR.pk]["S"] for k in keys}

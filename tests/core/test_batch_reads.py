@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from botocore.exceptions import ClientError
 
 from holdfast.core.batch_reads import GET_BATCH_LIMIT, read_raw_many
@@ -48,3 +49,21 @@ def test_a_failed_read_answers_not_read_never_absent(ddb_local: LocalAws) -> Non
 
     store.client = Throttled()  # type: ignore[assignment]
     assert read_raw_many(store, ["f1", "f2"]) == {}
+
+
+def test_a_read_denied_by_iam_is_said_not_swallowed(
+        ddb_local: LocalAws, caplog: pytest.LogCaptureFixture) -> None:
+    """A role without dynamodb:BatchGetItem: nothing read, and an error line says so (its
+    callers fall back to slower paths, which would otherwise go unnoticed)."""
+    _, store = _store(ddb_local)
+
+    class Denied:
+        def batch_get_item(self, **_: Any) -> Any:
+            raise ClientError({"Error": {"Code": "AccessDeniedException",
+                                         "Message": "not authorized: dynamodb:BatchGetItem"}},
+                              "BatchGetItem")
+
+    store.client = Denied()  # type: ignore[assignment]
+    assert read_raw_many(store, ["d1"]) == {}
+    assert [r.levelname for r in caplog.records
+            if "cannot be read in a batch" in r.getMessage()] == ["ERROR"]

@@ -29,8 +29,9 @@ import pytest
 
 from holdfast.core import names, schema
 from holdfast.core.directives import Directive
+from holdfast.core.handoff import WARM, HandoffStep
 from holdfast.core.orders import order_queue_name, prefix_for
-from holdfast.core.sessions import SessionStore
+from holdfast.core.sessions import Session, SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import set_desired_state
 from holdfast.infra.router import orders_queue_prefix
@@ -62,7 +63,9 @@ MINIMUM = {
                ("DeleteMessageBatch", "order queue"), ("DeleteQueue", "order queue"),
                # A handoff's warm-up request on the successor's order queue (batched per
                # recipient; IAM's action for both calls is sqs:SendMessage).
-               ("SendMessageBatch", "order queue")},
+               ("SendMessageBatch", "order queue"),
+               # A successor's looks for the transfer of a stream it warmed up for.
+               ("BatchGetItem", "leases")},
     "router": {("SendMessageBatch", "queue"), ("UpdateItem", "leases"),
                ("UpdateItem", "sessions"), ("SendMessage", "order queue"),
                # A handoff's nudge on its successor's order queue.
@@ -114,6 +117,26 @@ def _stale_session(fleet: Fleet, worker_id: str, conn_id: str, url: str) -> str:
     return owner
 
 
+def _ask_warm_up(fleet: Fleet, up: UpstreamThread, tag: str, successor: str) -> Session:
+    """A live holder asks ``successor`` to warm up for one of its streams (WARM on its order
+    queue): it reads the item, connects, answers READY and looks for the transfer in the
+    table (BatchGetItem), which never comes. Returns the holder's session, to be ended."""
+    sessions = SessionStore(fleet.ddb, fleet.session_table, fleet.table, ttl_ms=60_000,
+                            skew_ms=300)
+    session = sessions.start(f"h-{tag}", 10)
+    holder = session.owner
+    prefix = prefix_for(fleet.table)
+    fleet.sqs.create_queue(QueueName=order_queue_name(prefix, holder))
+    conn_id = f"{tag}-w"
+    fleet.create(conn_id, up.url("w"))
+    lease = LeaseStore(fleet.ddb, fleet.table, lease_ms=3_600_000, skew_ms=300).acquire(
+        conn_id, holder)
+    url = fleet.sqs.get_queue_url(QueueName=order_queue_name(prefix, successor))["QueueUrl"]
+    fleet.sqs.send_message(QueueUrl=url, MessageBody=HandoffStep(
+        WARM, conn_id, lease.epoch, None, holder).body(successor))
+    return session
+
+
 def _drive_worker(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> str:
     """Run one worker through claim, checkpoint, heartbeat, stop order and shutdown."""
     wid = f"w-{tag}"
@@ -147,6 +170,14 @@ def _drive_worker(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> s
                    "a batched checkpoint")
         wait_until(lambda: _seen(folder, "worker", "ChangeMessageVisibilityBatch"), 10,
                    "the back-off nudge put back")
+        sessions = SessionStore(fleet.ddb, fleet.session_table, fleet.table, ttl_ms=3_000,
+                                skew_ms=300)
+        me = sessions.get(wid)
+        assert me is not None
+        holder = _ask_warm_up(fleet, up, tag, me.owner)
+        wait_until(lambda: _seen(folder, "worker", "BatchGetItem"), 10,
+                   "the successor's look for its transfer")
+        sessions.end(holder)  # not a live member for the sweeper's balancing below
         _drive_router(fleet, up, folder, tag)
         wait_until(lambda: _owner(fleet, f"{tag}-a") is None, 10, "the stop order obeyed")
         # A short rebalancing target: one of the three left is shed (its release names

@@ -94,6 +94,7 @@ def test_worker_role_has_exactly_the_lease_session_and_queue_calls(
     leases, sessions, queue, seed_index, owner_index = names_of(template_json)
     assert grants(statements) == {
         "dynamodb:GetItem": {leases, sessions},
+        "dynamodb:BatchGetItem": {leases},
         "dynamodb:UpdateItem": {leases, sessions},
         "dynamodb:PartiQLUpdate": {leases},
         "dynamodb:PutItem": {sessions},
