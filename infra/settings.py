@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from holdfast.core import names
 from holdfast.core.exceptions import ConfigError
+from holdfast.core.framebuffers import check_buffers_fit
 from holdfast.core.rules import (
     DEFAULT_HEARTBEAT_MS,
     DEFAULT_LEASE_MS,
@@ -337,6 +338,12 @@ class Settings:
             raise SettingsError(
                 f"{k('task_memory_mib')}={self.task_memory_mib}: with {self.task_cpu} CPU units "
                 f"Fargate allows {memory.start}..{memory.stop - 1} MiB in steps of {memory.step}")
+        try:  # the worker's own check, on what the stack gives it (it would exit 2 at start)
+            check_buffers_fit({names.ENV_MAX_CONNECTIONS: str(self.max_connections_per_task),
+                               names.ENV_TASK_MEMORY_MIB: str(self.task_memory_mib)})
+        except ConfigError as exc:
+            raise SettingsError(f"{k('max_connections_per_task')}/{k('task_memory_mib')}: "
+                                f"{exc}") from None
         if self.log_retention_days not in LOG_RETENTION_DAYS:
             raise SettingsError(f"{k('log_retention_days')}={self.log_retention_days}: "
                                 f"CloudWatch allows {sorted(LOG_RETENTION_DAYS)}")

@@ -21,18 +21,15 @@ from holdfast.core import names
 from holdfast.core import settings as S
 from holdfast.core.batch import RenewMode
 from holdfast.core.exceptions import ConfigError
+from holdfast.core.framebuffers import check_buffers_fit
 from holdfast.core.model import VERSION_PATTERN
 from holdfast.core.rules import LeaseTiming
 from holdfast.core.urls import UrlPolicy, policy_from_env
 
-__all__ = ["MEMORY_RESERVE_MIB", "HandlerFailureConfig", "WorkerConfig", "buffer_bytes",
-           "default_worker_id", "ecs_task_id", "ecs_task_metadata", "ecs_task_version",
-           "handler_failure_config", "load_config"]
+__all__ = ["HandlerFailureConfig", "WorkerConfig", "default_worker_id", "ecs_task_id",
+           "ecs_task_metadata", "ecs_task_version", "handler_failure_config", "load_config"]
 
 _WORKER_ID = re.compile(S.WORKER_ID.pattern)  # the default id must pass the same check
-# What the task needs besides frame buffers: the interpreter, boto3, and each connection's
-# socket, TLS and parser state.
-MEMORY_RESERVE_MIB = 256
 
 
 # --- the handler contract: retries and what happens after the last one ----------------------
@@ -89,7 +86,7 @@ class WorkerConfig:
     renew_mode: RenewMode
     health_port: int
     # 256 KiB by default (was 1 MiB): the stack's default 500 connections x 1 MiB frames could
-    # not fit a 1 GiB task (see ``buffer_bytes``).
+    # not fit a 1 GiB task (``holdfast.core.framebuffers``).
     max_frame_bytes: int
     max_queue: int  # websockets' max_queue: frames buffered per connection
     task_memory_mib: int | None  # None: not known (outside the stack), not checked
@@ -148,8 +145,7 @@ def load_config(env: Mapping[str, str] | None = None, *,
     max_connections = S.MAX_CONNECTIONS.read(e)
     max_frame, max_queue = S.MAX_FRAME_BYTES.read(e), S.MAX_QUEUE.read(e)
     task_memory = S.TASK_MEMORY_MIB.get(e)
-    if task_memory is not None:
-        _check_memory(max_connections, max_frame, max_queue, task_memory)
+    check_buffers_fit(e)
     max_failures = S.UPSTREAM_MAX_FAILURES.read(e)
     poison = S.POISON_REPLAYS.read(e)
     if poison > max_failures:
@@ -195,29 +191,6 @@ def load_config(env: Mapping[str, str] | None = None, *,
         failures=handler_failure_config(e),
         version=S.WORKER_VERSION.get(e) or ecs_task_version(e) or "",
     )
-
-
-def buffer_bytes(max_connections: int, max_frame: int, max_queue: int) -> int:
-    """The most frame data the worker can hold at once, each connection at its worst.
-
-    Per connection (websockets 17): the queue pauses reading only once it holds more than
-    ``max_queue`` frames, so ``max_queue + 1`` queued; one message in the handler's hands; one
-    frame half-read in the parser. Each up to ``max_frame`` bytes: ``max_queue + 3``.
-    """
-    return max_connections * max_frame * (max_queue + 3)
-
-
-def _check_memory(max_connections: int, max_frame: int, max_queue: int, task_mib: int) -> None:
-    # An OOM kill releases nothing: every stream waits out its lease. Refuse to start instead.
-    need = buffer_bytes(max_connections, max_frame, max_queue)
-    have = (task_mib - MEMORY_RESERVE_MIB) * 2**20
-    if need > have:
-        raise ConfigError(
-            f"{names.ENV_MAX_CONNECTIONS}={max_connections} x {names.ENV_MAX_FRAME_BYTES}="
-            f"{max_frame} x ({names.ENV_MAX_QUEUE}={max_queue} + 3) = {need / 2**20:.0f} MiB of "
-            f"frame buffers does not fit {names.ENV_TASK_MEMORY_MIB}={task_mib} minus "
-            f"{MEMORY_RESERVE_MIB} MiB reserve: lower one of the first three or give the task "
-            "more memory")
 
 
 def ecs_task_metadata(env: Mapping[str, str], timeout_s: float = 1.0) -> dict[str, Any]:

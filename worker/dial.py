@@ -34,7 +34,7 @@ class NoRedirects(connect):
 class ConnectOptions:
     max_size: int = 2**18
     # websockets' default is 16 frames per connection; few are enough to keep a handler busy,
-    # and the memory check in ``worker.config`` counts them (``buffer_bytes``).
+    # and the memory check counts them (``holdfast.core.framebuffers``).
     max_queue: int = 2
     compression: bool = False
     open_timeout_s: float = 10.0

@@ -96,11 +96,20 @@ def test_lease_timing_is_checked_with_the_core_rules() -> None:
     ({"removalPolicy": "destroy"}, "deletionProtection=false"),
     ({"tableReadMin": 50, "tableReadMax": 10}, "tableReadMin"),
     ({"stopTimeoutSeconds": 34}, "at least"),  # < the 25 s stop budget + 10
+    # The worker would refuse to start: 2000 x 256 KiB x 5 of frame buffers in 1 GiB.
+    ({"maxConnectionsPerTask": 2000}, "maxConnectionsPerTask/taskMemoryMib: .*does not fit"),
 ])
 def test_inconsistent_combinations_are_refused(values: dict[str, Any], needle: str) -> None:
     """Values fine alone but contradictory together fail at synth, not mid-deployment."""
     with pytest.raises(SettingsError, match=needle):
         from_context(**values)
+
+
+def test_more_connections_with_more_memory_are_accepted() -> None:
+    """2,000 connections per task synthesize once the task has the memory their frame
+    buffers need (what the deploy guide shows)."""
+    assert from_context(maxConnectionsPerTask=2000, taskCpu=1024,
+                        taskMemoryMib=3072).max_connections_per_task == 2000
 
 
 def test_checkpoint_range_edges_are_accepted() -> None:
@@ -137,7 +146,7 @@ def test_empty_optional_value_means_unset() -> None:
 
 def test_target_connections_follow_utilization() -> None:
     """Target tracking aims at the given percentage of a task's maximum connections."""
-    s = from_context(maxConnectionsPerTask=1000, targetUtilizationPercent=70)
+    s = from_context(maxConnectionsPerTask=1000, targetUtilizationPercent=70, taskMemoryMib=2048)
     assert s.target_connections_per_task == 700
 
 

@@ -11,10 +11,9 @@ import pytest
 
 from holdfast.core import settings as S
 from holdfast.core.exceptions import ConfigError
+from holdfast.core.framebuffers import MEMORY_RESERVE_MIB, buffer_bytes
 from holdfast.core.rules import LeaseTiming
 from holdfast.worker.config import (
-    MEMORY_RESERVE_MIB,
-    buffer_bytes,
     default_worker_id,
     ecs_task_id,
     ecs_task_version,
