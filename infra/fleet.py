@@ -78,6 +78,19 @@ def worker_environment(s: Settings, *, table_name: str, session_table_name: str,
     return env
 
 
+def _one_fleet_per_name(fleet: Construct, fleet_name: str) -> None:
+    """Two fleets of one stack must have names of their own: the name keys their metrics'
+    ``service``, their alarms and their order queues' prefix (shared, each sweeper would
+    delete the other's queues)."""
+    for other in Stack.of(fleet).node.find_all():
+        if (other is not fleet and isinstance(other, HoldfastFleet)
+                and other.settings.fleet_name == fleet_name):
+            raise SettingsError(
+                f"HoldfastFleet {fleet.node.path!r}: {other.node.path!r} in the same stack is "
+                f"named {fleet_name!r} too; give each fleet its own fleet_name (context key "
+                "fleetName): it keys their metrics, alarms and order queues")
+
+
 class HoldfastFleet(Construct):
     """One Holdfast fleet in the enclosing Stack.
 
@@ -111,6 +124,7 @@ class HoldfastFleet(Construct):
         if worker_image_directory is not None and s.worker_image:
             raise SettingsError("HoldfastFleet: give worker_image or worker_image_directory, "
                                 "not both")
+        _one_fleet_per_name(self, s.fleet_name)
         self.settings = s
         # Every taggable resource (tasks too, via the service) carries its fleet: cost
         # allocation and IAM conditions can tell fleets apart.
@@ -143,7 +157,7 @@ class HoldfastFleet(Construct):
         index_arns = [self.leases.index_arn, self.leases.owner_index_arn]
         # Each worker session's order queue is named <prefix><owner>; the router (and, given
         # this attribute, the workers and sweeper) all derive names from this one prefix.
-        self.orders_queue_prefix = orders_queue_prefix(Stack.of(self).stack_name)
+        self.orders_queue_prefix = orders_queue_prefix(Stack.of(self).stack_name, s.fleet_name)
         self.router = Router(
             self, "Router", table=table, session_table=sessions, queue=queue,
             orders_queue_prefix=self.orders_queue_prefix,

@@ -18,6 +18,7 @@ from holdfast.core.filters import filter_criteria
 from holdfast.core.orders import prefix_for, validate_prefix
 from holdfast.infra.function import FunctionDefaults, HoldfastFunction, lease_environment
 from holdfast.infra.orders import ROUTER_ORDER_ACTIONS, order_queue_statement
+from holdfast.infra.settings import DEFAULT_FLEET_NAME
 
 __all__ = ["ROUTER_HANDLER", "ROUTER_SESSION_ATTRIBUTES", "Router",
            "SendOnlyDestination", "normalise_statement", "orders_queue_prefix",
@@ -29,11 +30,15 @@ ROUTER_HANDLER = "holdfast.lambdas.router.handler.lambda_handler"
 ROUTER_SESSION_ATTRIBUTES = (schema.PARTITION_KEY, schema.SESSION.orders,
                              schema.SESSION.incarnation, schema.SESSION.state)
 
-def orders_queue_prefix(stack_name: str) -> str:
-    """The start of every order queue's name in one stack (``orders.prefix_for``): at most
+def orders_queue_prefix(stack_name: str, fleet_name: str = DEFAULT_FLEET_NAME) -> str:
+    """The start of every order queue's name of one fleet (``orders.prefix_for``): at most
     40 characters of ``[A-Za-z0-9_-]``, and deterministic, so a redeploy keeps the names the
-    IAM grant, the workers and the sweeper agree on."""
-    return prefix_for(stack_name)
+    IAM grant, the workers and the sweeper agree on. A fleet named other than the default
+    has its name in it: two fleets of one stack sharing a prefix would each have their
+    sweeper delete the other's queues (they belong to no session of its own). The default
+    fleet keeps the stack's alone (the names deployed fleets already use)."""
+    return prefix_for(stack_name if fleet_name == DEFAULT_FLEET_NAME
+                      else f"{stack_name}-{fleet_name}")
 
 
 def normalise_statement(table_arn: str) -> iam.PolicyStatement:

@@ -28,7 +28,7 @@ from holdfast.core.rules import (
 )
 from holdfast.infra.exceptions import SettingsError
 
-__all__ = ["LOG_RETENTION_DAYS", "Settings", "context_key"]
+__all__ = ["DEFAULT_FLEET_NAME", "LOG_RETENTION_DAYS", "Settings", "context_key"]
 
 # The values CloudWatch Logs accepts for a retention period.
 LOG_RETENTION_DAYS: Final = frozenset({
@@ -45,6 +45,7 @@ _FARGATE_MEMORY: Final[dict[int, range]] = {
     8192: range(16384, 61441, 4096),
     16384: range(32768, 122881, 8192),
 }
+DEFAULT_FLEET_NAME: Final = "holdfast"
 _STACK_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
 _FLEET_RE: Final = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
 _VPC_RE: Final = re.compile(r"^vpc-[0-9a-f]{8,17}$")
@@ -149,8 +150,10 @@ class Settings:
 
     stack_name: str = _setting("Holdfast", _matching(_STACK_RE, "a CloudFormation stack name"),
                                "CloudFormation stack name")
-    fleet_name: str = _setting("holdfast", _matching(_FLEET_RE, "lowercase a-z0-9- (<= 24)"),
-                               "prefix of the metric service names (several fleets per account)")
+    fleet_name: str = _setting(DEFAULT_FLEET_NAME,
+                               _matching(_FLEET_RE, "lowercase a-z0-9- (<= 24)"),
+                               "prefix of the metric service names and order queues (several "
+                               "fleets per account)")
     # Liveness (the worker, router and sweeper get the same values): one session heartbeat per
     # worker; a worker silent for a lease loses its streams.
     lease_seconds: int = _setting(DEFAULT_LEASE_MS // 1000, _int(3, 300),

@@ -160,6 +160,25 @@ def test_keyword_props_are_validated_like_context() -> None:
         HoldfastFleet(stack, "Fleet", worker_image="example/worker:1", min_tasks=0)
 
 
+def test_two_fleets_in_one_stack_have_their_own_order_queues() -> None:
+    """Two fleets of one stack named apart get order-queue prefixes apart (shared, each
+    sweeper deleted the other's queues); the default fleet keeps the stack's prefix; a second
+    fleet of the same name is refused at synth."""
+    import aws_cdk as cdk
+
+    from holdfast.cdk import HoldfastFleet
+    from holdfast.infra.exceptions import SettingsError
+
+    stack = cdk.Stack(cdk.App(), "Mine")
+    prod = HoldfastFleet(stack, "Prod", worker_image="example/worker:1")
+    staging = HoldfastFleet(stack, "Staging", worker_image="example/worker:1",
+                            fleet_name="staging")
+    assert prod.orders_queue_prefix == "Mine-orders-"
+    assert staging.orders_queue_prefix == "Mine-staging-orders-"
+    with pytest.raises(SettingsError, match="fleetName"):
+        HoldfastFleet(stack, "Again", worker_image="example/worker:1", fleet_name="staging")
+
+
 def test_importing_holdfast_cdk_first_quiets_the_node_20_banner() -> None:
     """`import holdfast.cdk` before aws_cdk: no end-of-life banner from jsii on Node 20."""
     env = {k: v for k, v in cli_env().items()

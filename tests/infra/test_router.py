@@ -15,6 +15,7 @@ from holdfast.core.orders import order_queue_name
 from holdfast.infra.function import RUNTIME
 from holdfast.infra.router import ROUTER_HANDLER, orders_queue_prefix
 from tests.infra.conftest import (
+    ALT_CONTEXT,
     ALT_STACK,
     STACK,
     lease_table_id,
@@ -109,17 +110,19 @@ def _router_statements(template_json: dict[str, Any]) -> list[dict[str, Any]]:
 def test_router_may_send_only_to_its_own_order_queues(template_json: dict[str, Any],
                                                       alt_template_json: dict[str, Any]) -> None:
     """SendMessage to <prefix>* in the stack's own account and region, nothing wider."""
-    for template, stack in ((template_json, STACK), (alt_template_json, ALT_STACK)):
+    for template, prefix in ((template_json, orders_queue_prefix(STACK)),
+                             (alt_template_json, orders_queue_prefix(
+                                 ALT_STACK, ALT_CONTEXT["fleetName"]))):
         sends = [r for s in _router_statements(template) if "sqs:SendMessage" in as_list(
             s["Action"]) for r in as_list(s["Resource"])]
         (wildcard,) = [r for r in sends if "*" in arn_name(r)]
         assert wildcard == {"Fn::Join": ["", [
             "arn:", {"Ref": "AWS::Partition"}, ":sqs:", {"Ref": "AWS::Region"}, ":",
-            {"Ref": "AWS::AccountId"}, f":{orders_queue_prefix(stack)}*"]]}
+            {"Ref": "AWS::AccountId"}, f":{prefix}*"]]}
         # Everything else it sends to is named: the nudge queue and its failure destination.
         assert all("Fn::GetAtt" in r for r in sends if r is not wildcard)
         env = router(template)["Environment"]["Variables"]
-        assert env[names.ENV_ORDERS_QUEUE_PREFIX] == orders_queue_prefix(stack)
+        assert env[names.ENV_ORDERS_QUEUE_PREFIX] == prefix
 
 
 def test_router_frees_no_owned_stream(template_json: dict[str, Any]) -> None:
