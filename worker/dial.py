@@ -16,6 +16,7 @@ from websockets.exceptions import ConnectionClosedError, WebSocketException
 from websockets.frames import CloseCode
 
 from holdfast.core.urls import CheckedUrl, UrlPolicy, check_address
+from holdfast.worker.iothreads import on_io_threads
 
 __all__ = ["ConnectOptions", "NoRedirects", "Resolver", "close_reading", "describe", "dial",
            "getaddrinfo", "killed_by_a_frame", "resolve_checked"]
@@ -58,7 +59,10 @@ def dial(url: str, address: str, port: int, headers: dict[str, str], opts: Conne
 
 
 async def getaddrinfo(host: str, port: int) -> list[str]:
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    """The addresses of ``host``, resolved on the worker's own threads: the loop's
+    ``getaddrinfo`` runs on its default executor, which a handler's ``asyncio.to_thread``
+    calls can fill, and every connect to a host name would wait behind them."""
+    infos = await on_io_threads(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
 
 

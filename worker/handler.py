@@ -34,6 +34,7 @@ from aws_lambda_powertools import Logger
 
 from holdfast.core import aws, names
 from holdfast.core.exceptions import ConfigError
+from holdfast.worker.iothreads import on_io_threads
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -141,7 +142,7 @@ class FailureQueue:
 
     async def send(self, body: str) -> None:
         """Send ``body``; returns once SQS accepted it, raises otherwise."""
-        await asyncio.to_thread(self._send, body)
+        await on_io_threads(self._send, body)  # not the handlers' default executor
 
     def _send(self, body: str) -> None:
         if self._client is None:  # made on first use: most workers never skip a message
