@@ -54,9 +54,9 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(EXIT_USAGE, f"{S.SESSION_TABLE.name} is not set ({_ENV_HINT})")
     draining = not args.cancel
     # Only the session table is read and written: no lease table, TTL or skew is needed.
-    store = SessionStore(dynamodb_client(client_config(read_timeout=5, retries=2)),
-                         table, "", ttl_ms=0, skew_ms=0)
     try:
+        store = SessionStore(dynamodb_client(client_config(read_timeout=5, retries=2)),
+                             table, "", ttl_ms=0, skew_ms=0)
         item = store.get(worker_id)
         if item is None or item.state is not SessionState.ALIVE:
             state = "no session item" if item is None else f"its session is {item.state}"
@@ -87,7 +87,11 @@ def _queue(owner: str, draining: bool) -> str:
         return "it reads the flag with its next heartbeat"
     if not prefix or not queue_url:
         return "it reads the flag with its next heartbeat"
-    sqs = sqs_client(client_config(read_timeout=5, retries=2))
+    try:
+        sqs = sqs_client(client_config(read_timeout=5, retries=2))
+    except ConfigError as exc:
+        print(f"holdfast drain: not queued: {exc}", file=sys.stderr)
+        return "it reads the flag with its next heartbeat"
     result, detail = send_body(sqs, queue_url, prefix, owner, drain_body(owner, draining))
     if result == "order_queue_sent":
         return "sent to its order queue"

@@ -83,7 +83,8 @@ def _secs(ms: int | None) -> str:
 
 
 def _run_ls(args: argparse.Namespace) -> int:
-    items, _ = scan_all(ops_ddb(), table_name(args))
+    name = table_name(args)  # "no table" (usage) before any AWS configuration
+    items, _ = scan_all(ops_ddb(), name)
     try:
         paths = log_paths_from_env(os.environ)
     except ValueError as exc:
@@ -174,7 +175,8 @@ def _skew_ms() -> int:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    items, updated = scan_all(ops_ddb(), table_name(args))
+    name = table_name(args)  # "no table" (usage) before any AWS configuration
+    items, updated = scan_all(ops_ddb(), name)
     notes: list[str] = []
     sessions = _read_sessions(notes)
     now = int(time.time() * 1000)

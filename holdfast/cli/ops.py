@@ -75,7 +75,8 @@ def _run_start(args: argparse.Namespace) -> int:
     except ValueError as exc:  # UnsafeUrl is a ValueError too; its message is redacted
         raise OpsExit(EXIT_USAGE, f"refused URL: {exc}") from None
     # Marked unowned since now: the first claim is measured like any handover.
-    if not create_stream(ops_ddb(), table_name(args), conn_id, url,
+    table = table_name(args)  # "no table" (usage) before any AWS configuration
+    if not create_stream(ops_ddb(), table, conn_id, url,
                          created_at_ms=wall_clock_ms()):
         raise OpsExit(EXIT_FAILED,
                       f"{conn_id!r} already exists (use `holdfast stop`/`rm` first)")

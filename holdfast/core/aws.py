@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
 from holdfast.core import names, schema
 from holdfast.core.exceptions import ConfigError, HoldfastError, StoreUnavailable
@@ -116,8 +116,17 @@ def client_config(*, read_timeout: float = 3.0, retries: int = 3,
     )
 
 
+def _new_client(service: str, config: Config) -> Any:
+    try:
+        return boto3.session.Session().client(service, config=config)  # type: ignore[call-overload]
+    except NoRegionError:
+        # botocore's own message names no setting; ours is one line an operator can act on.
+        raise ConfigError(f"{service}: no AWS region: set AWS_REGION (or a profile with a "
+                          "region)") from None
+
+
 def dynamodb_client(config: Config | None = None) -> DynamoDBClient:
-    client = boto3.session.Session().client("dynamodb", config=config or client_config())
+    client: DynamoDBClient = _new_client("dynamodb", config or client_config())
     # Every throttled answer, also those botocore retries itself and that so never reach
     # ``call`` as an error, marks the process as throttled (``note_throttled``).
     client.meta.events.register("needs-retry.dynamodb", _note_throttled_answer)
@@ -133,8 +142,7 @@ def _note_throttled_answer(response: Any = None, **_: Any) -> None:
 
 def sqs_client(config: Config | None = None) -> SQSClient:
     # Long polls last up to 20 s, so SQS gets a longer read timeout than DynamoDB.
-    client = boto3.session.Session().client("sqs",
-                                            config=config or client_config(read_timeout=25))
+    client: SQSClient = _new_client("sqs", config or client_config(read_timeout=25))
     _maybe_record(client)
     return client
 

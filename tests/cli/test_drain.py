@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from holdfast.cli.main import main
@@ -122,3 +124,13 @@ def test_unreachable_dynamodb_exits_3(aws_env: dict[str, str], monkeypatch: pyte
     monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", f"http://127.0.0.1:{free_port()}")
     code, _, err = run(capsys, "drain", "w1")
     assert code == 3 and "cannot reach DynamoDB" in err
+
+
+def test_no_region_exits_3(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                           tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No AWS region anywhere: exit 3 naming AWS_REGION, not a traceback."""
+    for key in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    code, _, err = run(capsys, "drain", "w1")
+    assert code == 3 and "AWS_REGION" in err

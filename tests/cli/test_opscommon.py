@@ -53,3 +53,19 @@ def test_no_credentials_exits_3(aws_env: dict[str, str], monkeypatch: pytest.Mon
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     code, _, err = run(capsys, "ls")
     assert code == 3 and "credentials" in err.lower()
+
+
+@pytest.mark.parametrize("command", ["ls", "status"])
+def test_no_region_exits_3_and_no_table_still_2(
+        aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
+        capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """No AWS region anywhere: exit 3 naming AWS_REGION, not botocore's traceback; with no
+    table named either, the usage error (exit 2) comes first."""
+    for key in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    code, _, err = run(capsys, command)
+    assert code == 3 and "AWS_REGION" in err and "Traceback" not in err
+    monkeypatch.delenv("HOLDFAST_TABLE")
+    code, _, err = run(capsys, command)
+    assert code == 2 and "HOLDFAST_TABLE" in err
