@@ -224,6 +224,7 @@ class SessionKeeper:
             except concurrent.futures.TimeoutError:
                 failures += 1
                 self._failed_mono_ms = self.mono()
+                self._on_loop(self.metrics.incr, names.METRIC_SESSION_RENEW_FAILURES)
                 # Said apart from the fence's own line: an attempt that hung (no answer, no
                 # error, no timeout of its own) is not a run of refused ones.
                 logger.error("session heartbeat cut off at the fence: no answer",
@@ -245,7 +246,8 @@ class SessionKeeper:
                 left = fence - self.mono()
                 if failures == 1 or failures % 10 == 0:
                     logger.warning("session heartbeat failed; retrying until the fence",
-                                   error=str(exc)[:300], fence_in_ms=left, attempts=failures)
+                                   error=str(exc)[:300], fence_in_ms=left, attempts=failures,
+                                   since_renewed_ms=self._since_renewed(sent))
                 # A quarter to half a period: shorter pauses would double a small worker's call
                 # rate while throttled (the heartbeat is most of its calls).
                 self._stop.wait(retry_before_s(failures, left, hb_s / 4, hb_s / 2, self.rand))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from holdfast.core import aws, rules
+from holdfast.core import aws, names, rules
 from holdfast.core.exceptions import SessionLost, StoreUnavailable
 from holdfast.core.orders import Order
 from holdfast.core.sessions import Beat, Session
@@ -79,8 +79,10 @@ async def _beat(keeper: SessionKeeper) -> None:
     await asyncio.sleep(0.01)
 
 
-async def test_a_throttled_heartbeat_is_retried_before_the_fence() -> None:
-    """Three throttled attempts, then one lands: the fence moves, nothing is lost."""
+async def test_a_throttled_heartbeat_is_retried_before_the_fence(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Three throttled attempts, then one lands: the fence moves, nothing is lost; each
+    failure is counted, and the line says how long after the last renewal it was sent."""
     lost: list[SessionLost] = []
     store = Store(fail=3)
     keeper = _keeper(store, lost)
@@ -92,6 +94,9 @@ async def test_a_throttled_heartbeat_is_retried_before_the_fence() -> None:
     assert keeper.fence_mono_ms >= sent + TIMING.usable_ms > before
     # Short pauses (0.1-0.5 s), not a heartbeat period each.
     assert monotonic_ms() - sent < 1.5 * TIMING.heartbeat_ms
+    assert keeper.metrics.totals[names.METRIC_SESSION_RENEW_FAILURES] == 3
+    failed = [r for r in caplog.records if "retrying until the fence" in r.getMessage()]
+    assert failed and getattr(failed[0], "since_renewed_ms", None) is not None
 
 
 async def test_a_hanging_heartbeat_is_cut_off_at_the_fence(
@@ -107,6 +112,7 @@ async def test_a_hanging_heartbeat_is_cut_off_at_the_fence(
     cut = [r for r in caplog.records if "cut off at the fence" in r.getMessage()]
     assert len(cut) == 1 and 250 <= getattr(cut[0], "in_flight_ms", -1) < 2000
     assert getattr(cut[0], "since_renewed_ms", None) is not None  # sent late, or hung?
+    assert keeper.metrics.totals[names.METRIC_SESSION_RENEW_FAILURES] == 1  # a failed one too
     assert not lost  # the fence watcher stops the streams first (fenced, not lost)
     await _beat(keeper)  # the next heartbeat, past the fence, ends the incarnation
     assert len(lost) == 1 and "fenced" in lost[0].why
