@@ -209,12 +209,13 @@ class HoldfastFleet(Construct):
             self, "Scaling", service=self.workers.service, queue=queue,
             service_name=service_names["worker"], min_tasks=s.min_tasks, max_tasks=s.max_tasks,
             target_connections_per_task=s.target_connections_per_task)
+        service_names["taskstopped"] = f"{s.fleet_name}-{names.TASKSTOPPED_SERVICE}"
         # ECS reports a stopped task at once: its session is declared dead without the TTL.
         self.task_stopped = TaskStopped(
             self, "TaskStopped", defaults=defaults, cluster=self.workers.cluster,
             service=self.workers.service, table=table,
             owner_index_arn=self.leases.owner_index_arn, session_table=sessions, queue=queue,
-            service_name=f"{s.fleet_name}-{names.TASKSTOPPED_SERVICE}",
+            service_name=service_names["taskstopped"],
             timing=s.timing_environment, removal_policy=removal)
         self.queues.only_senders([self.worker_task_role, self.router.handler.role,
                                   self.sweeper.handler.role, self.task_stopped.handler.role])
@@ -223,6 +224,7 @@ class HoldfastFleet(Construct):
             parts=FleetParts(queue=queue, dlq=self.queues.dlq,
                              router_failures=self.queues.router_failures,
                              router=self.router.function, sweeper=self.sweeper.function,
+                             task_stopped=self.task_stopped.function,
                              service=self.workers.service, service_names=service_names,
                              lease_table=table, session_table=sessions))
         self.alarm_topic: sns.ITopic = self.monitoring.topic

@@ -39,6 +39,7 @@ class FleetParts:
     router_failures: sqs.IQueue
     router: lambda_.IFunction
     sweeper: lambda_.IFunction
+    task_stopped: lambda_.IFunction
     service: ecs.FargateService
     service_names: dict[str, str]
     lease_table: dynamodb.ITable

@@ -71,8 +71,17 @@ class Monitoring(Construct):
                         datapoints_to_alarm=periods, comparison_operator=comparison,
                         treat_missing_data=missing)
 
-    def _any(self, alarm_id: str, description: str, metric: cw.Metric) -> cw.Alarm:
-        """An alarm on a count that should stay zero: sum > 0 over :data:`ALARM_WINDOW`."""
+    def _any(self, alarm_id: str, description: str,
+             metric: cw.Metric | cw.MathExpression) -> cw.Alarm:
+        """An alarm on a count that should stay zero: sum > 0 over :data:`ALARM_WINDOW`
+        (an expression's metrics summed each)."""
+        if isinstance(metric, cw.MathExpression):
+            summed = cw.MathExpression(
+                expression=metric.expression, label=metric.label, period=ALARM_WINDOW,
+                using_metrics={k: m.with_(period=ALARM_WINDOW, statistic="Sum")
+                               for k, m in metric.using_metrics.items()
+                               if isinstance(m, cw.Metric)})
+            return self._alarm(alarm_id, description, summed, 0, comparison=_GT)
         return self._alarm(alarm_id, description, metric.with_(period=ALARM_WINDOW,
                                                                statistic="Sum"),
                            0, comparison=_GT)
@@ -83,7 +92,9 @@ class Monitoring(Construct):
         return [
             self._alarm(
                 "DeadLettersNotEmpty",
-                "Nudges no worker could act on were parked in the DLQ: inspect and redrive.",
+                "Nudges no worker could act on were parked in the DLQ: inspect them (their "
+                "streams are re-nudged by the sweeper while unowned; the queue takes no "
+                "redrive, only the fleet's roles may send to it).",
                 p.dlq.metric_approximate_number_of_messages_visible(
                     period=MINUTE, statistic="Maximum"), 1),
             self._alarm(
@@ -112,6 +123,11 @@ class Monitoring(Construct):
             self._alarm("SweeperErrors", "The sweeper function failed.",
                         p.sweeper.metric_errors(period=Duration.minutes(5), statistic="Sum"),
                         1),
+            self._alarm("TaskStoppedErrors",
+                        "The task-stopped function failed: a stopped task's session waits for "
+                        "the sweeper (a lease) instead of being declared dead at once.",
+                        p.task_stopped.metric_errors(period=Duration.minutes(5),
+                                                     statistic="Sum"), 1),
             self._alarm("SweeperNotRunning",
                         "The sweeper has not run for 5 minutes: dead sessions and expired "
                         "leases are not being found.",
@@ -129,11 +145,22 @@ class Monitoring(Construct):
                         missing=cw.TreatMissingData.BREACHING),
             # A deploy or scale-in ends sessions with a goodbye; only a crash, OOM kill or a
             # worker cut off from DynamoDB for a lease leaves one to be declared dead.
+            # Whichever came first declares the death: the sweeper (silent past a lease) or
+            # the task-stopped report (ECS saw the task stop before its goodbye). Alone, the
+            # sweeper's count missed every death the report won, most with a long lease.
             self._any("DeadSessions",
                       "A worker died without saying goodbye: the sweeper found its session "
-                      "silent past a lease and released its streams. Look for the stopped "
-                      "task's reason (crash, out of memory) in the worker logs and ECS events.",
-                      holdfast_metric(names.METRIC_DEAD_SESSIONS, sweeper)),
+                      "silent past a lease, or ECS reported its task stopped first, and its "
+                      "streams were released. Look for the stopped task's reason (crash, out "
+                      "of memory) in the worker logs and ECS events.",
+                      cw.MathExpression(
+                          expression="FILL(silent, 0) + FILL(reported, 0)",
+                          using_metrics={
+                              "silent": holdfast_metric(names.METRIC_DEAD_SESSIONS, sweeper),
+                              "reported": holdfast_metric(
+                                  names.METRIC_REPORTED_DEAD_SESSIONS,
+                                  p.service_names["taskstopped"])},
+                          label="dead sessions")),
             self._any("LeasesFenced",
                       "A worker stopped using streams it could no longer prove it held "
                       "(renewals too slow or failing): expect reconnects and replays.",

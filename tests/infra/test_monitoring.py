@@ -38,9 +38,9 @@ def test_every_operational_alarm_notifies_the_topic(template_json: dict[str, Any
                                                       "AWS::CloudWatch::Alarm").values()
                    if "AlarmActions" in a["Properties"] and
                    {"Ref": topic} in a["Properties"]["AlarmActions"]]
-    # Eight pipeline and worker alarms, three session/fencing ones, the unowned-time one,
+    # Nine pipeline and worker alarms, three session/fencing ones, the unowned-time one,
     # the sweeper's item errors, eight throttle alarms.
-    assert len(operational) == 21
+    assert len(operational) == 22
     assert all({"Ref": topic} in a["OKActions"] for a in operational)
 
 
@@ -87,8 +87,7 @@ def test_sessions_and_fencing_alarm_on_any_occurrence(template_json: dict[str, A
     """DeadSessions and ItemErrors (sweeper), LeasesFenced and RenewFailures (worker): sum > 0
     in 5 minutes."""
     alarms = alarm_metrics(template_json)
-    for metric, service in ((names.METRIC_DEAD_SESSIONS, "holdfast-sweeper"),
-                            (names.METRIC_ITEM_ERRORS, "holdfast-sweeper"),
+    for metric, service in ((names.METRIC_ITEM_ERRORS, "holdfast-sweeper"),
                             (names.METRIC_LEASES_FENCED, "holdfast-worker"),
                             (names.METRIC_RENEW_FAILURES, "holdfast-worker")):
         (alarm,) = alarms[(names.NAMESPACE, metric)]
@@ -97,6 +96,27 @@ def test_sessions_and_fencing_alarm_on_any_occurrence(template_json: dict[str, A
         assert (alarm["ComparisonOperator"], alarm["Threshold"]) == (
             "GreaterThanThreshold", 0), metric
         assert alarm["TreatMissingData"] == "notBreaching", metric
+
+
+def test_dead_sessions_alarm_counts_the_sweepers_and_the_task_reports(
+        template_json: dict[str, Any]) -> None:
+    """A death the task-stopped report declared (ECS first) pages like one the sweeper found:
+    the alarm sums both counts over 5 minutes, > 0; the task-stopped function's own errors
+    alarm too."""
+    (alarm,) = [a["Properties"] for a in resources(template_json,
+                                                   "AWS::CloudWatch::Alarm").values()
+                if "died without saying goodbye" in a["Properties"].get("AlarmDescription", "")]
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanThreshold", 0)
+    stats = {(q["MetricStat"]["Metric"]["MetricName"],
+              q["MetricStat"]["Metric"]["Dimensions"][0]["Value"]):
+             (q["MetricStat"]["Stat"], q["MetricStat"]["Period"])
+             for q in alarm["Metrics"] if "MetricStat" in q}
+    assert stats == {(names.METRIC_DEAD_SESSIONS, "holdfast-sweeper"): ("Sum", 300),
+                     (names.METRIC_REPORTED_DEAD_SESSIONS, "holdfast-taskstopped"): ("Sum", 300)}
+    errors = [a["Properties"] for a in resources(template_json,
+                                                 "AWS::CloudWatch::Alarm").values()
+              if a["Properties"].get("MetricName") == "Errors"]
+    assert len(errors) == 3  # router, sweeper, task-stopped
 
 
 def test_throttling_alarms_cover_both_tables_and_both_indexes(

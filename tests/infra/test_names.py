@@ -14,7 +14,8 @@ import pytest
 
 from holdfast.core import names
 
-SERVICE = names.service_names("holdfast")
+SERVICE = {**names.service_names("holdfast"),
+           "taskstopped": f"holdfast-{names.TASKSTOPPED_SERVICE}"}
 _DASHBOARD_METRIC = re.compile(r'\["' + re.escape(names.NAMESPACE)
                                + r'","([A-Za-z]+)"((?:,"[^"]*")*)')
 
@@ -66,6 +67,7 @@ def emitted(capsys: pytest.CaptureFixture[str],
     from holdfast.lambdas.router import handler as router
     from holdfast.lambdas.sweeper import handler as sweeper
     from holdfast.lambdas.sweeper.results import SweepStats
+    from holdfast.lambdas.taskstopped import handler as taskstopped
     from holdfast.worker.metrics import WorkerMetrics
 
     capsys.readouterr()
@@ -79,6 +81,9 @@ def emitted(capsys: pytest.CaptureFixture[str],
     sweeper.metrics.clear_metrics()
     sweeper._emit(SweepStats(nudged={"expired": 0}))
     sweeper.metrics.flush_metrics()
+    taskstopped.metrics.clear_metrics()
+    taskstopped._emit(taskstopped.Outcome("w1", declared_dead=True))
+    taskstopped.metrics.flush_metrics()
     return emf_names(capsys.readouterr().out)
 
 
@@ -86,7 +91,7 @@ def test_every_watched_metric_is_emitted_by_its_service(
         template_json: dict[str, Any], emitted: dict[str, set[str]]) -> None:
     """Each metric a graph, an alarm or the scaling policy reads is in its service's EMF."""
     refs = watched(template_json)
-    assert {s for s, _ in refs} <= {SERVICE["worker"], SERVICE["router"], SERVICE["sweeper"]}
+    assert {s for s, _ in refs} <= set(SERVICE.values())
     assert (SERVICE["worker"], names.METRIC_ACTIVE_CONNECTIONS) in refs  # the scaling signal
     missing = sorted((s, m) for s, m in refs if m not in emitted.get(s, set()))
     assert missing == [], f"watched but never emitted: {missing}"
