@@ -2,8 +2,8 @@
 
 The public API, importable from here: ``Message`` (what a handler receives), ``Handler``
 (its type), the sink fence (``fenced_put``, ``fence_key``, ``StaleEpoch``), and the test
-fixture's types (``LocalFleet``, ``FleetOptions``, ``FleetTiming``). Everything under ``holdfast.<module>``
-that is not listed here is private and may change.
+fixture's types (``LocalFleet``, ``FleetOptions``, ``FleetTiming``). Everything under
+``holdfast.<module>`` that is not listed here is private and may change.
 
 The names are resolved on first use (PEP 562), not at import: ``holdfast.core`` ships inside
 the Lambda asset with this file, and must not drag the worker, the CLI or rich along with it.

@@ -49,6 +49,7 @@ __all__ = [
     "recently_throttled",
     "sqs_client",
     "throttled_at_s",
+    "worst_call_ms",
 ]
 
 T = TypeVar("T")
@@ -114,6 +115,17 @@ def client_config(*, read_timeout: float = 3.0, retries: int = 3,
         tcp_keepalive=True,
         max_pool_connections=32,
     )
+
+
+def worst_call_ms(config: Config) -> int:
+    """The longest one call through a client of ``config`` can take before it fails: every
+    attempt connecting and reading to its timeouts, and botocore's back-off between them
+    (at most 2 ** n s before retry n, capped at 20 s). What a caller with a deadline (a Lambda's
+    remaining time) must keep in hand before it starts one."""
+    retries = int((config.retries or {}).get("max_attempts", 0))
+    per_attempt = float(config.connect_timeout) + float(config.read_timeout)
+    backoff = sum(min(2.0 ** n, 20.0) for n in range(1, retries + 1))
+    return round(((retries + 1) * per_attempt + backoff) * 1000)
 
 
 def _new_client(service: str, config: Config) -> Any:

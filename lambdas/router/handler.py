@@ -35,7 +35,13 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
 from holdfast.core import names, tracing
-from holdfast.core.aws import InvalidRequest, client_config, dynamodb_client, sqs_client
+from holdfast.core.aws import (
+    InvalidRequest,
+    client_config,
+    dynamodb_client,
+    sqs_client,
+    worst_call_ms,
+)
 from holdfast.core.exceptions import HoldfastError, NudgeNotSent
 from holdfast.core.nudge import Nudge, send_nudges
 from holdfast.core.sessions import SessionStore
@@ -59,7 +65,14 @@ __all__ = ["METRICS_NAMESPACE", "SEND_RESERVE_MS", "RouterDeps", "configure", "l
            "route"]
 
 SERVICE = service_name("holdfast-router")
-SEND_RESERVE_MS = 12_000
+# Short timeouts and few retries (the nudge sender's rounds and Lambda retry beyond them): a
+# stuck call holds the whole shard. The reserve is what the slower of the two clients' calls
+# can take at its worst (21 s), and a second for the partial response: a round begun with less
+# left could be cut off by Lambda's timeout (60 s, ``infra.router``), failing the whole batch
+# instead of reporting what was not done.
+DDB_CONFIG = client_config(read_timeout=3.0, retries=2)
+SQS_CONFIG = client_config(read_timeout=3.0, retries=1)
+SEND_RESERVE_MS = max(worst_call_ms(DDB_CONFIG), worst_call_ms(SQS_CONFIG)) + 1_000
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE)
 tracing.setup(SERVICE)
@@ -83,11 +96,10 @@ class RouterDeps:
     @classmethod
     def from_env(cls) -> RouterDeps:
         settings = Settings.from_env()
-        # Short timeouts: a stuck call holds the whole shard, and Lambda retries anyway.
-        ddb = dynamodb_client(client_config(read_timeout=3.0))
+        ddb = dynamodb_client(DDB_CONFIG)
         store = LeaseStore(ddb, settings.table, lease_ms=settings.lease_ms,
                            skew_ms=settings.skew_ms)
-        sqs = sqs_client(client_config(read_timeout=3.0, retries=2))
+        sqs = sqs_client(SQS_CONFIG)
         return cls(sqs, store, settings, sessions=session_store_for(ddb, settings))
 
 
@@ -147,7 +159,7 @@ def route(event: dict[str, Any], context: LambdaContext | None,
     out_of_time = _out_of_time(context)
     _send(plan, deps, out_of_time)
     _order(plan, deps, out_of_time)
-    _normalise(plan, deps)
+    _normalise(plan, deps, out_of_time)
     _emit_metrics(plan, len(records))
 
     def record_handler(record: DynamoDBRecord) -> None:
@@ -201,8 +213,7 @@ def _decide_all(records: list[dict[str, Any]], deps: RouterDeps) -> _Plan:
 def _out_of_time(context: LambdaContext | None) -> Callable[[], bool]:
     if context is None:
         return lambda: False
-    # Room for one more SendMessageBatch at its worst (2 attempts x (connect + read timeout))
-    # and the partial response, before Lambda kills the invocation.
+    # Room for one more call at its worst and the partial response (``SEND_RESERVE_MS``).
     return lambda: context.get_remaining_time_in_millis() < SEND_RESERVE_MS
 
 
@@ -283,11 +294,14 @@ def _order(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> No
     plan.failures.update(failures)
 
 
-def _normalise(plan: _Plan, deps: RouterDeps) -> None:
+def _normalise(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> None:
     done: set[str] = set()
     for seq, decision in plan.decisions.items():
         if (not decision.normalise or decision.conn_id is None or seq in plan.failures
                 or decision.conn_id in done):
+            continue
+        if out_of_time():
+            plan.failures[seq] = "out of time before its normalisation"  # retried alone
             continue
         try:
             changed = deps.store.normalise(decision.conn_id)

@@ -95,3 +95,11 @@ def test_client_config_retries_are_the_attempts_after_the_first(retries: int) ->
                                UpdateExpression="SET a = :a",
                                ExpressionAttributeValues={":a": {"S": "1"}})
         assert proxy.counts["UpdateItem"] == retries + 1
+
+
+def test_a_calls_worst_case_counts_every_attempt_and_the_back_off() -> None:
+    """Attempts x (connect + read timeout) plus botocore's capped back-off between them: what
+    a caller with a deadline keeps in hand."""
+    assert aws.worst_call_ms(aws.client_config(read_timeout=3.0, retries=0)) == 5_000
+    assert aws.worst_call_ms(aws.client_config(read_timeout=3.0, retries=1)) == 2 * 5_000 + 2_000
+    assert aws.worst_call_ms(aws.client_config(read_timeout=3.0, retries=2)) == 3 * 5_000 + 6_000

@@ -152,3 +152,13 @@ def test_orders_queue_prefix_is_short_and_safe(stack_name: str, prefix: str) -> 
     assert orders_queue_prefix(stack_name) == orders_queue_prefix(stack_name)
     assert len(prefix) <= 40
     assert len(order_queue_name(prefix, "w-" + "x" * 60 + "#abcdef123456")) <= 80
+
+
+def test_the_router_timeout_leaves_room_for_its_reserve(template_json: dict[str, Any]) -> None:
+    """The function's timeout is ROUTER_TIMEOUT_S, and at least twice the handler's reserve
+    (one call at its worst and the partial response): work gets the other half."""
+    from holdfast.infra.router import ROUTER_TIMEOUT_S
+    from holdfast.lambdas.router.handler import SEND_RESERVE_MS
+
+    assert router(template_json)["Timeout"] == ROUTER_TIMEOUT_S
+    assert SEND_RESERVE_MS * 2 <= ROUTER_TIMEOUT_S * 1000

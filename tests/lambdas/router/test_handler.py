@@ -129,6 +129,22 @@ def test_item_without_expiry_is_normalised_once(deps: RouterDeps, ddb: Any, ddb_
     assert len(receive_nudges(sqs, queue_url, expect=2, timeout_s=1.5)) == 1
 
 
+def test_a_normalisation_left_when_the_invocation_runs_short_is_retried(
+        deps: RouterDeps, ddb: Any, ddb_local: LocalAws, unique_id: str) -> None:
+    """Less than the reserve left: the item without an expiry is not written but its record
+    failed back for Lambda to retry (a write begun then could be cut off by the timeout,
+    failing the whole batch)."""
+    seed = image(unique_id)
+    ddb.put_item(TableName=ddb_local.table, Item=seed)
+    changed = {**seed, "note": {"S": "edited"}}
+    short = LocalContext("holdfast-router", timeout_ms=handler.SEND_RESERVE_MS - 1_000)
+    assert route(event(record("MODIFY", seed, changed, seq="77")), short, deps) == {
+        "batchItemFailures": [{"itemIdentifier": "77"}]}
+    stored = ddb.get_item(TableName=ddb_local.table, Key={ATTR.pk: {"S": pk_for(unique_id)}},
+                          ConsistentRead=True)["Item"]
+    assert ATTR.lease_expires_at_ms not in stored
+
+
 def test_failed_normalisation_fails_the_record(ddb_local: LocalAws, ddb: Any, sqs: Any,
                                                queue_url: str, unique_id: str) -> None:
     """If the item cannot be normalised the record is reported, so Lambda retries it."""
