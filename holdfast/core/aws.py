@@ -122,8 +122,10 @@ def worst_call_ms(config: Config) -> int:
     attempt connecting and reading to its timeouts, and botocore's back-off between them
     (at most 2 ** n s before retry n, capped at 20 s). What a caller with a deadline (a Lambda's
     remaining time) must keep in hand before it starts one."""
-    retries = int((config.retries or {}).get("max_attempts", 0))
-    per_attempt = float(config.connect_timeout) + float(config.read_timeout)
+    # Config's options are attributes botocore sets from its keyword arguments (untyped).
+    retries = int((getattr(config, "retries", None) or {}).get("max_attempts", 0))
+    per_attempt = (float(getattr(config, "connect_timeout", 60))
+                   + float(getattr(config, "read_timeout", 60)))
     backoff = sum(min(2.0 ** n, 20.0) for n in range(1, retries + 1))
     return round(((retries + 1) * per_attempt + backoff) * 1000)
 
