@@ -10,7 +10,8 @@ nudge, session order or normalisation failed is reported by sequence number so L
 from it; a malformed record is logged, counted and skipped, so it never blocks the shard.
 
 Clients are built on first use from the standard environment (``AWS_ENDPOINT_URL_*``), so the
-module imports without AWS settings; ``configure()`` injects dependencies in tests.
+module imports without AWS settings (``router.deps``); ``configure()`` injects dependencies in
+tests.
 
 Tracing (``holdfast.core.tracing``, off by default): each nudge sent gets a ``route`` span, from
 the invocation's start to the send, whose ``traceparent`` the nudge carries to the worker.
@@ -35,17 +36,9 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
 from holdfast.core import names, tracing
-from holdfast.core.aws import (
-    InvalidRequest,
-    client_config,
-    dynamodb_client,
-    sqs_client,
-    worst_call_ms,
-)
+from holdfast.core.aws import InvalidRequest
 from holdfast.core.exceptions import HoldfastError, NudgeNotSent
 from holdfast.core.nudge import Nudge, send_nudges
-from holdfast.core.sessions import SessionStore
-from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.lambdas.metrics import (
     METRICS_NAMESPACE,
     emit_counts_by,
@@ -54,25 +47,15 @@ from holdfast.lambdas.metrics import (
 )
 from holdfast.lambdas.orderqueues import give_orders, queue_handoffs
 from holdfast.lambdas.router.decide import Decision, Outcome, decide
-from holdfast.lambdas.settings import Settings
-from holdfast.lambdas.sweeper.loop import session_store_for
+from holdfast.lambdas.router.deps import SEND_RESERVE_MS, RouterDeps, configure, current_deps
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
-    from mypy_boto3_sqs import SQSClient
 
 __all__ = ["METRICS_NAMESPACE", "SEND_RESERVE_MS", "RouterDeps", "configure", "lambda_handler",
            "route"]
 
 SERVICE = service_name("holdfast-router")
-# Short timeouts and few retries (the nudge sender's rounds and Lambda retry beyond them): a
-# stuck call holds the whole shard. The reserve is what the slower of the two clients' calls
-# can take at its worst (21 s), and a second for the partial response: a round begun with less
-# left could be cut off by Lambda's timeout (60 s, ``infra.router``), failing the whole batch
-# instead of reporting what was not done.
-DDB_CONFIG = client_config(read_timeout=3.0, retries=2)
-SQS_CONFIG = client_config(read_timeout=3.0, retries=1)
-SEND_RESERVE_MS = max(worst_call_ms(DDB_CONFIG), worst_call_ms(SQS_CONFIG)) + 1_000
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE)
 tracing.setup(SERVICE)
@@ -80,44 +63,6 @@ tracing.setup(SERVICE)
 # so Lambda's retry, bisect and on-failure settings apply the same way to 1 or N failures.
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams,
                            raise_on_entire_batch_failure=False)
-
-
-@dataclass
-class RouterDeps:
-    """What the router talks to; built from the environment unless a test injects its own."""
-
-    sqs: SQSClient
-    store: LeaseStore
-    settings: Settings
-    clock: Callable[[], int] = wall_clock_ms
-    sleep: Callable[[float], object] = time.sleep
-    sessions: SessionStore | None = None
-
-    @classmethod
-    def from_env(cls) -> RouterDeps:
-        settings = Settings.from_env()
-        ddb = dynamodb_client(DDB_CONFIG)
-        store = LeaseStore(ddb, settings.table, lease_ms=settings.lease_ms,
-                           skew_ms=settings.skew_ms)
-        sqs = sqs_client(SQS_CONFIG)
-        return cls(sqs, store, settings, sessions=session_store_for(ddb, settings))
-
-
-# Warm invocations reuse the clients; a dict rather than a ``global`` rebinding.
-_state: dict[str, RouterDeps] = {}
-
-
-def configure(deps: RouterDeps | None) -> None:
-    """Use ``deps`` for the next invocations (None: rebuild from the environment on next use)."""
-    _state.pop("deps", None)
-    if deps is not None:
-        _state["deps"] = deps
-
-
-def _current_deps() -> RouterDeps:
-    if "deps" not in _state:
-        _state["deps"] = RouterDeps.from_env()
-    return _state["deps"]
 
 
 @dataclass
@@ -135,7 +80,7 @@ class _Plan:
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point (DynamoDB Streams event source mapping, ReportBatchItemFailures)."""
     try:
-        return route(event, context, _current_deps())
+        return route(event, context, current_deps())
     finally:
         tracing.flush()  # a frozen sandbox exports nothing until its next invocation
 
