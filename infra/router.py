@@ -19,8 +19,9 @@ from holdfast.core.orders import prefix_for, validate_prefix
 from holdfast.infra.function import FunctionDefaults, HoldfastFunction, lease_environment
 from holdfast.infra.orders import ROUTER_ORDER_ACTIONS, order_queue_statement
 from holdfast.infra.settings import DEFAULT_FLEET_NAME
+from holdfast.lambdas.router.deps import FUNCTION_TIMEOUT_S
 
-__all__ = ["ROUTER_HANDLER", "ROUTER_SESSION_ATTRIBUTES", "ROUTER_TIMEOUT_S", "Router",
+__all__ = ["ROUTER_HANDLER", "ROUTER_SESSION_ATTRIBUTES", "Router",
            "SendOnlyDestination", "normalise_statement", "orders_queue_prefix",
            "stop_order_statement"]
 
@@ -29,9 +30,6 @@ ROUTER_HANDLER = "holdfast.lambdas.router.handler.lambda_handler"
 # its condition may read to address the holder's own incarnation while it is alive.
 ROUTER_SESSION_ATTRIBUTES = (schema.PARTITION_KEY, schema.SESSION.orders,
                              schema.SESSION.incarnation, schema.SESSION.state)
-
-ROUTER_TIMEOUT_S = 60
-
 
 def orders_queue_prefix(stack_name: str, fleet_name: str = DEFAULT_FLEET_NAME) -> str:
     """The start of every order queue's name of one fleet (``orders.prefix_for``): at most
@@ -130,9 +128,7 @@ class Router(Construct):
             self, "Handler", defaults=defaults, handler=ROUTER_HANDLER,
             description="Holdfast router: lease stream -> claim nudges and stop orders",
             environment=environment,
-            # Room for the handler's reserve (SEND_RESERVE_MS, 22 s: one call at its worst)
-            # after the work a slow table or queue stretches; a normal batch takes under 1 s.
-            timeout=Duration.seconds(ROUTER_TIMEOUT_S), memory_mib=256)
+            timeout=Duration.seconds(FUNCTION_TIMEOUT_S), memory_mib=256)
         self.function = self.handler.function
         role = self.handler.role
         # SendMessage also authorises SendMessageBatch; no GetQueueUrl/Attributes: the URL is

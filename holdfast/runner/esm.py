@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from holdfast.lambdas.router.deps import FUNCTION_TIMEOUT_S
 from holdfast.runner.context import LocalContext
 
 __all__ = ["EsmConfig", "EsmStats", "Invoker"]
@@ -41,7 +42,7 @@ class EsmConfig:
     parallelization: int = 1
     bisect_on_error: bool = True
     retry_backoff_ms: int = 100
-    function_timeout_ms: int = 30_000
+    function_timeout_ms: int = FUNCTION_TIMEOUT_S * 1000  # the stack's
 
 
 @dataclass

@@ -19,17 +19,19 @@ from holdfast.lambdas.sweeper.loop import session_store_for
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["DDB_CONFIG", "SEND_RESERVE_MS", "SQS_CONFIG", "RouterDeps", "configure",
-           "current_deps"]
+__all__ = ["DDB_CONFIG", "FUNCTION_TIMEOUT_S", "SEND_RESERVE_MS", "SQS_CONFIG", "RouterDeps",
+           "configure", "current_deps"]
 
 # Short timeouts and few retries (the nudge sender's rounds and Lambda retry beyond them): a
 # stuck call holds the whole shard. The reserve is what the slower of the two clients' calls
 # can take at its worst (21 s), and a second for the partial response: a round begun with less
-# left could be cut off by Lambda's timeout (60 s, ``infra.router``), failing the whole batch
-# instead of reporting what was not done.
+# left could be cut off by Lambda's timeout (``FUNCTION_TIMEOUT_S``, the stack's and the local
+# runner's), failing the whole batch instead of reporting what was not done.
 DDB_CONFIG = client_config(read_timeout=3.0, retries=2)
 SQS_CONFIG = client_config(read_timeout=3.0, retries=1)
 SEND_RESERVE_MS = max(worst_call_ms(DDB_CONFIG), worst_call_ms(SQS_CONFIG)) + 1_000
+# Room for the reserve after the work a slow table or queue stretches (a batch takes < 1 s).
+FUNCTION_TIMEOUT_S = 60
 
 
 @dataclass

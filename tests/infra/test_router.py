@@ -155,10 +155,11 @@ def test_orders_queue_prefix_is_short_and_safe(stack_name: str, prefix: str) -> 
 
 
 def test_the_router_timeout_leaves_room_for_its_reserve(template_json: dict[str, Any]) -> None:
-    """The function's timeout is ROUTER_TIMEOUT_S, and at least twice the handler's reserve
-    (one call at its worst and the partial response): work gets the other half."""
-    from holdfast.infra.router import ROUTER_TIMEOUT_S
-    from holdfast.lambdas.router.handler import SEND_RESERVE_MS
+    """The function's timeout (the local runner's too) is at least twice the handler's
+    reserve (one call at its worst and the partial response): work gets the other half."""
+    from holdfast.lambdas.router.deps import FUNCTION_TIMEOUT_S, SEND_RESERVE_MS
+    from holdfast.runner.esm import EsmConfig
 
-    assert router(template_json)["Timeout"] == ROUTER_TIMEOUT_S
-    assert SEND_RESERVE_MS * 2 <= ROUTER_TIMEOUT_S * 1000
+    assert router(template_json)["Timeout"] == FUNCTION_TIMEOUT_S
+    assert EsmConfig().function_timeout_ms == FUNCTION_TIMEOUT_S * 1000
+    assert SEND_RESERVE_MS * 2 <= FUNCTION_TIMEOUT_S * 1000

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from holdfast.lambdas.router.deps import FUNCTION_TIMEOUT_S
 from holdfast.runner.esm import EsmConfig, Invoker
 
 
@@ -67,7 +68,7 @@ def test_success_is_one_invocation_with_a_lambda_context() -> None:
     assert h.calls == [[1, 2]]
     ctx = h.contexts[0]
     assert ctx.function_name == "holdfast-router"
-    assert 0 < ctx.get_remaining_time_in_millis() <= 30_000
+    assert 0 < ctx.get_remaining_time_in_millis() <= FUNCTION_TIMEOUT_S * 1000
     assert ctx.invoked_function_arn.endswith(":function:holdfast-router")
     assert inv.stats.records_delivered == 2 and inv.stats.dropped == 0
 
