@@ -38,7 +38,10 @@ def test_invocation_sweeps_until_its_run_time_ends(sweeper_env: dict[str, str], 
                                      LocalContext("holdfast-sweeper", timeout_ms=60_000))
     assert 1.4 <= time.monotonic() - started < 10
     assert summary["nudged"] == {"expired": 1}
-    assert summary["sweeps"] >= 3 and summary["errors"] == 0
+    # More than one sweep, and the run lasted its whole time: it loops. (Not ">= 3": with the
+    # shared session table holding other tests' dead sessions, a loaded machine's sweeps took
+    # 0.7 s each and one run of the suite made only 2.)
+    assert summary["sweeps"] >= 2 and summary["errors"] == 0
     assert receive_nudges(sqs, queue_url, expect=1)[0]["conn_id"] == unique_id
 
 
