@@ -96,6 +96,10 @@ def check_conn_overlaps(conns: list[ConnSpan], pauses: dict[str, list[tuple[int,
                 # A paused worker cannot close its socket until it runs again: the new owner
                 # may connect during the pause or just after SIGCONT, before the fence closes it.
                 pause = paused_at(pauses, a.worker, b.open_ms, limits.resume_grace_ms)
+                if pause is not None and a.open_ms > pause[1]:
+                    # Opened after its worker woke (a warm-up just after SIGCONT, the holder
+                    # reconnecting beside it): no socket held over a pause, judged as any.
+                    pause = None
                 if (pause and a.worker != b.worker and a.close_ms is not None
                         and a.close_ms <= pause[1] + limits.resume_grace_ms):
                     stale += 1

@@ -67,6 +67,19 @@ def test_a_warm_handoff_overlap_is_counted_not_a_violation() -> None:
     assert kinds(ev) == ["handling-overlap"]
 
 
+def test_a_warm_up_opened_just_after_its_workers_sigcont_is_a_handoff() -> None:
+    """B woke 1.9 s ago and warms up for A's stream; A reconnects beside it (its stream's
+    connection dropped) and hands over: a warm handoff's overlap, not a socket held over B's
+    pause (the soak once failed it as one)."""
+    ev = clean()
+    ev.actions = [Action(T0 - 3000, "sigstop", "B"), Action(T0 - 900, "sigcont", "B")]
+    ev.conns = [_span(0, "A", T0 - 500, T0 + 980), _span(1, "B", T0 + 989, T0 + 1164),
+                _span(2, "A", T0 + 1000, T0 + 1139), _span(3, "B", T0 + 1200, T0 + 3000)]
+    verdict = check(ev, LIMITS, until_ms=T0 + 3000)
+    assert "connection-overlap" not in [v.kind for v in verdict.violations]
+    assert verdict.stats["handoff_overlaps"] == 1
+
+
 def test_paused_worker_connection_is_stale_but_handling_is_not() -> None:
     """A SIGSTOPped owner's open socket is excused; a message it handles after B took over is
     not."""
