@@ -10,6 +10,7 @@ import asyncio
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Final
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosedError, WebSocketException
@@ -18,10 +19,31 @@ from websockets.frames import CloseCode
 from holdfast.core.urls import CheckedUrl, UrlPolicy, check_address
 from holdfast.worker.iothreads import on_io_threads
 
-__all__ = ["ConnectOptions", "NoRedirects", "Resolver", "close_reading", "describe", "dial",
-           "getaddrinfo", "killed_by_a_frame", "resolve_checked"]
+__all__ = ["MAX_UNSENT_BYTES", "BoundedConnection", "ConnectOptions", "NoRedirects", "Resolver",
+           "close_reading", "describe", "dial", "getaddrinfo", "killed_by_a_frame",
+           "resolve_checked"]
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+# An upstream that does not read what we send: websockets answers each of its pings with a
+# pong from the reader, with no back-pressure, so a ping flood from a peer that never reads
+# grew one connection's write buffer by ~15 MB a second until the keepalive timed out (40 s).
+# We send only pongs, pings and a close: past this much unsent, the connection is aborted (a
+# failure like any other: reconnected with back-off, given up after the usual count).
+MAX_UNSENT_BYTES: Final = 2**20
+
+
+class BoundedConnection(ClientConnection):
+    """A client connection that aborts once ``MAX_UNSENT_BYTES`` wait unsent (its write
+    limit: asyncio calls ``pause_writing`` when the buffer passes it)."""
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self.set_connection_exc(ConnectionError(
+            f"upstream not reading: more than {MAX_UNSENT_BYTES} bytes unsent (answers to a "
+            "ping flood?)"))
+        self.transport.abort()
 
 
 class NoRedirects(connect):
@@ -55,7 +77,8 @@ def dial(url: str, address: str, port: int, headers: dict[str, str], opts: Conne
         max_queue=opts.max_queue,
         open_timeout=opts.open_timeout_s, ping_interval=opts.ping_interval_s,
         ping_timeout=opts.ping_interval_s, close_timeout=opts.close_timeout_s,
-        proxy=None, user_agent_header="holdfast-worker")
+        proxy=None, user_agent_header="holdfast-worker",
+        write_limit=MAX_UNSENT_BYTES, create_connection=BoundedConnection)
 
 
 async def getaddrinfo(host: str, port: int) -> list[str]:

@@ -1,0 +1,63 @@
+"""Dialling an upstream (``worker.dial``) against hostile servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import socket
+import time
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+
+from holdfast.worker.dial import MAX_UNSENT_BYTES, ConnectOptions, dial
+
+_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+async def _handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    head = await reader.readuntil(b"\r\n\r\n")
+    key = next(line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+               if line.lower().startswith(b"sec-websocket-key"))
+    accept = base64.b64encode(hashlib.sha1(key + _GUID).digest())  # the protocol says SHA-1
+    writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                 b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+
+
+async def test_a_ping_flood_from_a_peer_that_never_reads_aborts_the_connection() -> None:
+    """The upstream floods pings and never reads our pongs: the connection is aborted once
+    ``MAX_UNSENT_BYTES`` wait unsent, in about a second, not after the keepalive's 40 s with
+    the worker's memory growing meanwhile; the error says why."""
+    flooding = asyncio.Event()
+
+    async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        await _handshake(reader, writer)
+        ping = (bytes([0x89, 125]) + b"p" * 125) * 500
+        flooding.set()
+        try:
+            while True:  # never reads: the client's pongs pile up on its side
+                writer.write(ping)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+
+    server = await asyncio.start_server(flood, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    started = time.monotonic()
+    try:
+        async with dial(f"ws://127.0.0.1:{port}/x", "127.0.0.1", port, {}, ConnectOptions(),
+                        worker_id="w1") as ws:
+            with pytest.raises(ConnectionClosed) as closed:
+                async with asyncio.timeout(15):
+                    async for _ in ws:
+                        pass
+                    await ws.recv()  # closed cleanly instead: raises the close
+            unsent = ws.transport.get_write_buffer_size()
+    finally:
+        server.close()
+    assert flooding.is_set()
+    assert time.monotonic() - started < 10
+    assert unsent <= MAX_UNSENT_BYTES + 2**16  # stopped at the bound, not at the keepalive
+    assert "not reading" in str(closed.value.__cause__)
