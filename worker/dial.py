@@ -15,6 +15,7 @@ from typing import Final
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosedError, WebSocketException
 from websockets.frames import CloseCode
+from websockets.protocol import State
 
 from holdfast.core.urls import CheckedUrl, UrlPolicy, check_address
 from holdfast.worker.iothreads import on_io_threads
@@ -36,7 +37,27 @@ MAX_UNSENT_BYTES: Final = 2**20
 
 class BoundedConnection(ClientConnection):
     """A client connection that aborts once ``MAX_UNSENT_BYTES`` wait unsent (its write
-    limit: asyncio calls ``pause_writing`` when the buffer passes it)."""
+    limit: asyncio calls ``pause_writing`` when the buffer passes it), and once a closing
+    handshake it is owed passes ``close_timeout``: websockets sets that deadline when a frame
+    fails the connection (too big, not UTF-8) but enforces it only when it next sends, so a
+    peer that then went silent held the stream until the keepalive's next ping (20 s)."""
+
+    _close_timer: asyncio.TimerHandle | None = None
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.close_deadline is not None and self._close_timer is None:
+            self._close_timer = self.loop.call_at(self.close_deadline, self._close_overdue)
+
+    def _close_overdue(self) -> None:
+        if self.protocol.state is not State.CLOSED:
+            self.set_connection_exc(TimeoutError("timed out while closing connection"))
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+        super().connection_lost(exc)
 
     def pause_writing(self) -> None:
         super().pause_writing()

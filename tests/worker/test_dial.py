@@ -61,3 +61,27 @@ async def test_a_ping_flood_from_a_peer_that_never_reads_aborts_the_connection()
     assert time.monotonic() - started < 10
     assert unsent <= MAX_UNSENT_BYTES + 2**16  # stopped at the bound, not at the keepalive
     assert "not reading" in str(closed.value.__cause__)
+
+
+async def test_a_frame_that_fails_the_connection_ends_it_within_the_close_timeout() -> None:
+    """The upstream announces a 2 GiB frame, then stays silent with its socket open: the
+    connection fails (1009) and ends within ``close_timeout``, not at the keepalive's next
+    ping (20 s), so the stream reconnects at once."""
+    async def huge(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _handshake(reader, writer)
+        writer.write(bytes([0x82, 127]) + (2**31).to_bytes(8, "big"))  # binary, 2 GiB
+        await asyncio.sleep(60)
+
+    server = await asyncio.start_server(huge, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    opts = ConnectOptions()
+    started = time.monotonic()
+    try:
+        async with dial(f"ws://127.0.0.1:{port}/x", "127.0.0.1", port, {}, opts,
+                        worker_id="w1") as ws:
+            with pytest.raises(ConnectionClosed):
+                async with asyncio.timeout(15):
+                    await ws.recv()
+    finally:
+        server.close()
+    assert time.monotonic() - started < opts.close_timeout_s + 1.5
