@@ -10,17 +10,17 @@ import asyncio
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosedError, WebSocketException
 from websockets.frames import CloseCode
 from websockets.protocol import State
 
+from holdfast.core.framebuffers import MAX_UNSENT_BYTES
 from holdfast.core.urls import CheckedUrl, UrlPolicy, check_address
 from holdfast.worker.iothreads import on_io_threads
 
-__all__ = ["MAX_UNSENT_BYTES", "BoundedConnection", "ConnectOptions", "NoRedirects", "Resolver",
+__all__ = ["BoundedConnection", "ConnectOptions", "NoRedirects", "Resolver",
            "close_reading", "describe", "dial", "getaddrinfo", "killed_by_a_frame",
            "resolve_checked"]
 
@@ -30,9 +30,8 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 # An upstream that does not read what we send: websockets answers each of its pings with a
 # pong from the reader, with no back-pressure, so a ping flood from a peer that never reads
 # grew one connection's write buffer by ~15 MB a second until the keepalive timed out (40 s).
-# We send only pongs, pings and a close: past this much unsent, the connection is aborted (a
-# failure like any other: reconnected with back-off, given up after the usual count).
-MAX_UNSENT_BYTES: Final = 2**20
+# Past ``MAX_UNSENT_BYTES`` (counted in the task's memory check) the connection is aborted: a
+# failure like any other, reconnected with back-off, given up after the usual count.
 
 
 class BoundedConnection(ClientConnection):

@@ -12,21 +12,25 @@ from holdfast.core import names
 from holdfast.core import settings as S
 from holdfast.core.exceptions import ConfigError
 
-__all__ = ["MEMORY_RESERVE_MIB", "buffer_bytes", "check_buffers_fit"]
+__all__ = ["MAX_UNSENT_BYTES", "MEMORY_RESERVE_MIB", "buffer_bytes", "check_buffers_fit"]
 
 # What the task needs besides frame buffers: the interpreter, boto3, and each connection's
 # socket, TLS and parser state.
 MEMORY_RESERVE_MIB: Final = 256
+# The most a connection keeps unsent before it is aborted (``worker.dial``): we send only
+# pongs, pings and a close, so more means a peer that does not read (a ping flood's answers).
+MAX_UNSENT_BYTES: Final = 2**16
 
 
 def buffer_bytes(max_connections: int, max_frame: int, max_queue: int) -> int:
-    """The most frame data the worker can hold at once, each connection at its worst.
+    """The most data the worker can hold at once, each connection at its worst.
 
     Per connection (websockets 17): the queue pauses reading only once it holds more than
     ``max_queue`` frames, so ``max_queue + 1`` queued; one message in the handler's hands; one
-    frame half-read in the parser. Each up to ``max_frame`` bytes: ``max_queue + 3``.
+    frame half-read in the parser. Each up to ``max_frame`` bytes: ``max_queue + 3``. And up
+    to ``MAX_UNSENT_BYTES`` unsent.
     """
-    return max_connections * max_frame * (max_queue + 3)
+    return max_connections * (max_frame * (max_queue + 3) + MAX_UNSENT_BYTES)
 
 
 def check_buffers_fit(env: Mapping[str, str]) -> None:
@@ -42,8 +46,8 @@ def check_buffers_fit(env: Mapping[str, str]) -> None:
     have = (task_mib - MEMORY_RESERVE_MIB) * 2**20
     if need > have:
         raise ConfigError(
-            f"{names.ENV_MAX_CONNECTIONS}={max_connections} x {names.ENV_MAX_FRAME_BYTES}="
-            f"{max_frame} x ({names.ENV_MAX_QUEUE}={max_queue} + 3) = {need / 2**20:.0f} MiB of "
-            f"frame buffers does not fit {names.ENV_TASK_MEMORY_MIB}={task_mib} minus "
-            f"{MEMORY_RESERVE_MIB} MiB reserve: lower one of the first three or give the task "
-            "more memory")
+            f"{names.ENV_MAX_CONNECTIONS}={max_connections} x ({names.ENV_MAX_FRAME_BYTES}="
+            f"{max_frame} x ({names.ENV_MAX_QUEUE}={max_queue} + 3) + "
+            f"{MAX_UNSENT_BYTES // 1024} KiB unsent) = {need / 2**20:.0f} MiB of buffers does "
+            f"not fit {names.ENV_TASK_MEMORY_MIB}={task_mib} minus {MEMORY_RESERVE_MIB} MiB "
+            "reserve: lower one of the first three or give the task more memory")

@@ -11,7 +11,8 @@ import time
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from holdfast.worker.dial import MAX_UNSENT_BYTES, ConnectOptions, dial
+from holdfast.core.framebuffers import MAX_UNSENT_BYTES
+from holdfast.worker.dial import ConnectOptions, dial
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
