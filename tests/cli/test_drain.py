@@ -6,19 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from holdfast.cli.main import main
 from holdfast.core import names
 from holdfast.core.directives import drain_body, parse_inbox_body
 from holdfast.core.orders import order_queue_name, prefix_for
 from holdfast.core.sessions import Session, SessionStore
 from holdfast.localaws import LocalAws
+from tests.cli.helpers import run
 from tests.conftest import client_for
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def store_of(aws: LocalAws) -> SessionStore:

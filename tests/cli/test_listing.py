@@ -4,29 +4,16 @@ stranded streams, the backstop label, and item text printed as written."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
-from holdfast.cli.main import main
 from holdfast.core.names import ENV_ORDERS_QUEUE_PREFIX
 from holdfast.core.orders import prefix_for
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.localaws import LocalAws
+from tests.cli.helpers import ls_json, run
 from tests.conftest import client_for, own_tables
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def ls_json(capsys: pytest.CaptureFixture[str], prefix: str) -> dict[str, dict[str, Any]]:
-    code, out, _ = run(capsys, "ls", "--json")
-    assert code == 0
-    return {s["id"]: s for s in json.loads(out)["streams"] if s["id"].startswith(prefix)}
 
 
 @pytest.fixture

@@ -6,26 +6,13 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from holdfast.cli.main import main
 from holdfast.core.store import LeaseStore
 from holdfast.localaws import LocalAws
+from tests.cli.helpers import ls_json, run
 from tests.conftest import client_for
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def ls_json(capsys: pytest.CaptureFixture[str], prefix: str) -> dict[str, dict[str, Any]]:
-    code, out, _ = run(capsys, "ls", "--json")
-    assert code == 0
-    return {s["id"]: s for s in json.loads(out)["streams"] if s["id"].startswith(prefix)}
 
 
 def test_start_stop_rm_round_trip(aws_env: dict[str, str], unique_id: str,

@@ -8,14 +8,8 @@ from typing import Any
 
 import pytest
 
-from holdfast.cli.main import main
 from holdfast.localaws.processes import free_port
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.cli.helpers import run
 
 
 def test_missing_table_exits_3(aws_env: dict[str, str], unique_id: str,

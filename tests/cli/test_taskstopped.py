@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from holdfast.cli.main import main
 from holdfast.core.schema import BACKSTOP_MS, SessionState
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
+from tests.cli.helpers import run
 from tests.conftest import client_for
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_reports_a_worker_dead_and_releases_its_streams(

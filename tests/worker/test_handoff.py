@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from holdfast.core import rules
@@ -341,6 +342,37 @@ async def test_a_successor_that_never_answers_costs_a_named_release_not_the_stre
     assert len(rec.seqs(conn)) == len(set(rec.seqs(conn)))
 
 
+async def _stop_naming(fleet: Fleet, upstream: UpstreamThread, rec: Recorder, conns: list[str],
+                       successors: Callable[[str], tuple[tuple[str, int], ...]], *,
+                       shutdown_s: str, fleet_size: int) -> tuple[dict[str, int], dict[str, int]]:
+    """A holds ``conns`` and stops with a live target naming ``successors(B's owner)``; every
+    stream ends with B, none lost. A's metric totals and counts at its stop's end."""
+    router: RouterSim | None = None
+    n = len(conns)
+    try:
+        async with running_worker(fleet, rec) as b:
+            await async_wait_until(lambda: b.worker.owner, 5, "B's session")
+            async with running_worker(fleet, rec, HOLDFAST_SHUTDOWN_SECONDS=shutdown_s) as a:
+                await claim_directly(fleet, upstream, a, conns)
+                router = RouterSim(fleet)
+                await async_wait_until(lambda: all(len(rec.seqs(x)) >= 3 for x in conns), 15,
+                                       "messages")
+                assert a.worker.owner and b.worker.owner
+                a.worker.balancing.update(Directive(
+                    n, n, 0, wall_clock_ms() + 30_000, fleet_size, wall_clock_ms(),
+                    successors=successors(b.worker.owner)))
+            totals, counts = dict(a.worker.metrics.totals), dict(a.worker.counts)
+            await async_wait_until(lambda: len(b.worker.streams) == n, 10, f"all {n} with B")
+            await async_wait_until(lambda: all(len(rec.seqs(x)) >= 8 for x in conns), 10,
+                                   "messages after the stop")
+    finally:
+        if router is not None:
+            router.stop()
+    for x in conns:
+        assert missing_seqs(rec.seqs(x)) == [], x
+    return totals, counts
+
+
 async def test_a_stops_warm_handoff_that_fails_is_released_to_another_named_successor(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
     """A stopping worker whose warm handoff to one named successor gets no answer (that
@@ -348,31 +380,11 @@ async def test_a_stops_warm_handoff_that_fails_is_released_to_another_named_succ
     whoever polls first (in a deploy, maybe another old worker); none lost."""
     rec, conns = Recorder(), [f"{unique_id}-f{i}" for i in range(2)]
     gone = fleet.sessions().start(f"gone-{unique_id}", 10).owner
-    router: RouterSim | None = None
-    try:
-        async with running_worker(fleet, rec) as b:
-            await async_wait_until(lambda: b.worker.owner, 5, "B's session")
-            async with running_worker(fleet, rec, HOLDFAST_SHUTDOWN_SECONDS="12") as a:
-                await claim_directly(fleet, upstream, a, conns)
-                router = RouterSim(fleet)
-                await async_wait_until(lambda: all(len(rec.seqs(x)) >= 3 for x in conns), 10,
-                                       "messages")
-                assert a.worker.owner and b.worker.owner
-                # B first (the larger count), then the gone one; B has one name left.
-                a.worker.balancing.update(Directive(
-                    2, 2, 0, wall_clock_ms() + 30_000, 3, wall_clock_ms(),
-                    successors=((gone, 1), (b.worker.owner, 2))))
-            totals = dict(a.worker.metrics.totals)
-            await async_wait_until(lambda: len(b.worker.streams) == 2, 10, "both with B")
-            await async_wait_until(lambda: all(len(rec.seqs(x)) >= 8 for x in conns), 10,
-                                   "messages after the stop")
-    finally:
-        if router is not None:
-            router.stop()
+    # B first (the larger count), then the gone one; B has one name left.
+    totals, _ = await _stop_naming(fleet, upstream, rec, conns,
+                                   lambda b: ((gone, 1), (b, 2)), shutdown_s="12", fleet_size=3)
     # One warm handoff to B, one release naming B after the gone one's wait ran out.
     assert totals.get("StreamsHandedOff") == 2, totals
-    for x in conns:
-        assert missing_seqs(rec.seqs(x)) == [], x
 
 
 async def test_a_stop_hands_more_streams_warm_than_it_has_in_flight_at_once(
@@ -380,29 +392,9 @@ async def test_a_stop_hands_more_streams_warm_than_it_has_in_flight_at_once(
     """A stopping worker with 25 streams (20 warm handoffs in flight at most): all 25 go
     over warm to the named successor, the last five as the first ones end; none lost."""
     rec, conns = Recorder(), [f"{unique_id}-m{i:02d}" for i in range(25)]
-    router: RouterSim | None = None
-    try:
-        async with running_worker(fleet, rec) as b:
-            await async_wait_until(lambda: b.worker.owner, 5, "B's session")
-            async with running_worker(fleet, rec, HOLDFAST_SHUTDOWN_SECONDS="20") as a:
-                await claim_directly(fleet, upstream, a, conns)
-                router = RouterSim(fleet)
-                await async_wait_until(lambda: all(len(rec.seqs(x)) >= 3 for x in conns), 15,
-                                       "messages")
-                assert a.worker.owner and b.worker.owner
-                a.worker.balancing.update(Directive(
-                    25, 25, 0, wall_clock_ms() + 30_000, 2, wall_clock_ms(),
-                    successors=((b.worker.owner, 25),)))
-            counts = dict(a.worker.counts)
-            await async_wait_until(lambda: len(b.worker.streams) == 25, 10, "all 25 with B")
-            await async_wait_until(lambda: all(len(rec.seqs(x)) >= 8 for x in conns), 10,
-                                   "messages after the stop")
-    finally:
-        if router is not None:
-            router.stop()
+    _, counts = await _stop_naming(fleet, upstream, rec, conns, lambda b: ((b, 25),),
+                                   shutdown_s="20", fleet_size=2)
     assert counts.get("handed_over") == 25 and not counts.get("released"), counts
-    for x in conns:
-        assert missing_seqs(rec.seqs(x)) == [], x
 
 
 async def test_a_lost_session_closes_its_warm_ups(fleet: Fleet, upstream: UpstreamThread,
