@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Final
 from aws_lambda_powertools import Logger
 
 from holdfast.core import names, tracing
-from holdfast.core.batch_acquires import AcquireAnswer, AcquireRequest, acquire_many
 from holdfast.core.exceptions import (
     AcquireFailed,
     HoldfastError,
@@ -41,7 +40,6 @@ from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection
 from holdfast.worker.context import ConnectionContext
 from holdfast.worker.endings import Endings
-from holdfast.worker.gathered import Gathered
 from holdfast.worker.handler import Handler
 from holdfast.worker.held import SHUTDOWN, HeldStream, ordered_reason
 from holdfast.worker.iothreads import on_io_threads
@@ -89,10 +87,6 @@ class Holdings:
         self._claiming: set[str] = set()
         self._claims: set[asyncio.Task[Claim | Later]] = set()  # see ``claim``
         self._claims_paused = False
-        # Acquires, gathered into batch calls when many claims meet (a burst, a failover).
-        self.acquires: Gathered[AcquireRequest, AcquireAnswer] = Gathered(
-            functools.partial(acquire_many, store), lambda _, error: error,
-            mode=config.renew_mode)
         # How each stream ends: its last write (release, transfer), one writer.
         self.endings = Endings(store, balancing, self.ctx.backoff,
                                single_connection=config.single_connection, metrics=metrics,
@@ -189,11 +183,8 @@ class Holdings:
                 if self.stopping():
                     return Claim.NO_CAPACITY  # the stop began while we connected: hand it on
             sent = self.mono()
-            got = await self.acquires.write(AcquireRequest(conn_id, owner, (
-                None if early is None else early.first_checkpoint)))
-            if not isinstance(got, Lease):
-                raise got
-            lease = got
+            lease = await on_io_threads(self.store.acquire, conn_id, owner, first_checkpoint=(
+                None if early is None else early.first_checkpoint))
         except AcquireFailed as exc:
             if exc.reason is LossReason.STOPPED and exc.current is not None and (
                     exc.current.lease_owner == owner):

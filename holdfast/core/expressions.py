@@ -1,4 +1,4 @@
-"""The words of every lease write: attribute placeholders, the quarantine as
+"""The words of every lease write: attribute placeholders, the acquire and the quarantine as
 expressions, and the renew/checkpoint and release writes as data, rendered for UpdateItem and
 for PartiQL alike (``holdfast.core.store`` sends them one at a time, ``holdfast.core.batch``,
 ``holdfast.core.batch_endings`` and the reaper in batches, so the two forms can never drift
@@ -21,7 +21,7 @@ from holdfast.core.schema import ATTR, STARTED, LeaseStatus
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import BatchStatementRequestTypeDef
 
-__all__ = ["NAMES", "WriteClauses", "dead_release_clauses", "loss_of",
+__all__ = ["NAMES", "WriteClauses", "acquire_expression", "dead_release_clauses", "loss_of",
            "names_for", "num", "overtaken", "parse_or_none", "quarantine_expression",
            "refused_renewal", "release_clauses", "renew_clauses", "renewed", "string",
            "transfer_clauses"]
@@ -265,6 +265,36 @@ def parse_or_none(raw: Mapping[str, Any] | None) -> LeaseItem | None:
         return LeaseItem.from_ddb(raw) if raw is not None else None
     except MalformedItem:
         return None
+
+
+# Only an unowned, STARTED item whose back-off (if any) is over can be acquired; the epoch
+# condition keeps the fencing token strictly increasing (``LeaseStore.acquire``).
+# A handoff's hold (expiry in the future, ``successor`` = us) does not block the successor.
+_ACQUIRE_CONDITION = ("#ds = :started AND attribute_not_exists(#owner) AND "
+                      "(attribute_not_exists(#exp) OR #exp <= :cutoff OR #succ = :me) AND "
+                      "(attribute_not_exists(#epoch) OR #epoch < :epoch)")
+# Taking back a stream that our own session already owns (a lost answer, a failed release).
+_ADOPT_CONDITION = "#ds = :started AND #owner = :me AND #epoch < :epoch"
+
+
+def acquire_expression(owner: str, now: int, expires: int, epoch: int, *, cutoff: int | None,
+                       first_checkpoint: int | None) -> tuple[str, str, dict[str, Any]]:
+    """The one definition of the acquire's write (``LeaseStore.acquire``): UpdateItem's update,
+    condition and values. ``cutoff`` None takes back a stream our session owns already
+    (``_ADOPT_CONDITION``); ``first_checkpoint`` is written only where there is none (a
+    holder's checkpoint is the truth)."""
+    values = {":me": string(owner), ":exp": num(expires),
+              ":running": string(LeaseStatus.RUNNING), ":now": num(now),
+              ":epoch": num(epoch), ":started": string(STARTED)}
+    if cutoff is not None:
+        values[":cutoff"] = num(cutoff)
+    anchor = ""
+    if first_checkpoint is not None:
+        values[":first"] = num(first_checkpoint)
+        anchor = ", #seq = if_not_exists(#seq, :first)"
+    update = (f"SET #owner = :me, #exp = :exp, #status = :running, #upd = :now, "
+              f"#epoch = :epoch{anchor} REMOVE #succ")
+    return update, _ADOPT_CONDITION if cutoff is None else _ACQUIRE_CONDITION, values
 
 
 def quarantine_expression(owner: str, error: str, now: int,

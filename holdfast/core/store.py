@@ -16,7 +16,6 @@ from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules, unowned
-from holdfast.core.acquire_write import acquire_expression
 from holdfast.core.aws import ConditionFailed, InvalidRequest, call
 from holdfast.core.exceptions import (
     AcquireFailed,
@@ -26,6 +25,7 @@ from holdfast.core.exceptions import (
     StoreUnavailable,
 )
 from holdfast.core.expressions import (
+    acquire_expression,
     loss_of,
     names_for,
     num,
@@ -118,11 +118,15 @@ class LeaseStore:
             except ConditionFailed as failed:
                 if failed.item is None:
                     raise AcquireFailed(conn_id, LossReason.DELETED, None) from None
-                current = self.usable(conn_id, owner, failed.item)  # refused if it is malformed
-                refused = self.refusal(conn_id, owner, current, now)
-                if refused is not None:
-                    raise refused from None
-                adopt = adopt or current.lease_owner == owner
+                current = self._usable(conn_id, owner, failed.item)  # refused if it is malformed
+                # Ours already: an earlier acquire of this session landed but its answer was
+                # lost, or our release of it failed. Owners are unique per incarnation, so no
+                # other process wrote it: taken back under a new epoch.
+                ours = current.started and current.lease_owner == owner
+                blocker = rules.claim_blocker(current, now, self.skew_ms, owner)
+                if not ours and not (current.lease_owner is None and blocker is None):
+                    raise AcquireFailed(conn_id, blocker or LossReason.HELD, current) from None
+                adopt = adopt or ours
                 if current.epoch >= epoch:
                     epoch = current.epoch + 1  # a clock behind the stored epoch: the floor wins
                 continue
@@ -139,23 +143,11 @@ class LeaseStore:
                    ATTR.lease_expires_at_ms: num(now + self.lease_ms)}
             if first_checkpoint is not None and ATTR.last_seq not in old:
                 new[ATTR.last_seq] = num(first_checkpoint)
-            item = self.usable(conn_id, owner, new)  # ours now: parked if we cannot use it
+            item = self._usable(conn_id, owner, new)  # ours now: parked if we cannot use it
             assert item.lease_expires_at_ms is not None
             unowned_ms = None if adopt else unowned.unowned_time_ms(old, now, self.skew_ms)
             return lease_of(item, new, owner, unowned_ms=unowned_ms)
         raise AcquireFailed(conn_id, LossReason.HELD, None)
-
-    def refusal(self, conn_id: str, owner: str, current: LeaseItem,
-                now: int) -> AcquireFailed | None:
-        """Why ``owner`` cannot acquire ``current`` (the item as DynamoDB holds it) at ``now``,
-        or None: it may, unowned and claimable, or ours already (an earlier acquire of this
-        session landed but its answer was lost, or our release of it failed; owners are unique
-        per incarnation, so no other process wrote it: taken back under a new epoch)."""
-        ours = current.started and current.lease_owner == owner
-        blocker = rules.claim_blocker(current, now, self.skew_ms, owner)
-        if ours or (current.lease_owner is None and blocker is None):
-            return None
-        return AcquireFailed(conn_id, blocker or LossReason.HELD, current)
 
     def _acquire_write(self, conn_id: str, owner: str, now: int, epoch: int,
                        adopt: bool, *, first_checkpoint: int | None = None
@@ -166,7 +158,7 @@ class LeaseStore:
             cutoff=None if adopt else rules.acquire_cutoff_ms(now, self.skew_ms))
         return self._update("acquire", conn_id, update, condition, values, returns="ALL_OLD")
 
-    def usable(self, conn_id: str, owner: str, raw: dict[str, Any]) -> LeaseItem:
+    def _usable(self, conn_id: str, owner: str, raw: dict[str, Any]) -> LeaseItem:
         """``raw`` parsed; one that breaks the schema (a mistyped epoch fails the acquire) is
         parked with the reason recorded, so it is not nudged and counted for ever, and refused."""
         try:
@@ -180,7 +172,7 @@ class LeaseStore:
         else ``StoreUnavailable`` (or ``AcquireFailed`` for an item we cannot use)."""
         raw = self.get_raw(conn_id)  # may raise StoreUnavailable: then we really don't know
         # A bad item may be why there was no answer (moto answers some such writes so): parked.
-        item = self.usable(conn_id, owner, raw) if raw is not None else None
+        item = self._usable(conn_id, owner, raw) if raw is not None else None
         if item is None or item.lease_owner != owner:
             raise StoreUnavailable("acquire", "no answer, and the stream is not ours on re-read")
         return item.epoch
