@@ -1,4 +1,4 @@
-"""Operator commands that change streams: ``start``, ``stop``, ``rm``.
+"""Operator commands that change streams: ``start``, ``stop``, ``resume``, ``rm``.
 
 The ``--table`` option, exit codes and error handling are those of every operator command
 (``holdfast.cli.opscommon``); ``ls`` and ``status`` are in ``holdfast.cli.listing``.
@@ -25,12 +25,12 @@ from holdfast.cli.opscommon import (
 )
 from holdfast.cli.urlinput import UrlInputError, read_url
 from holdfast.core.aws import call
-from holdfast.core.exceptions import StreamHeld
+from holdfast.core.exceptions import MalformedItem, StreamHeld
 from holdfast.core.model import LeaseItem, validate_conn_id
 from holdfast.core.redact import redact
-from holdfast.core.schema import ATTR, STOPPED, pk_for
+from holdfast.core.schema import ATTR, STARTED, STOPPED, pk_for
 from holdfast.core.store import wall_clock_ms
-from holdfast.core.table import create_stream, delete_stream, set_desired_state
+from holdfast.core.table import create_stream, delete_stream, restart_now, set_desired_state
 from holdfast.core.urls import UrlPolicy, check_url, policy_from_env
 
 if TYPE_CHECKING:
@@ -79,7 +79,8 @@ def _run_start(args: argparse.Namespace) -> int:
     if not create_stream(ops_ddb(), table, conn_id, url,
                          created_at_ms=wall_clock_ms()):
         raise OpsExit(EXIT_FAILED,
-                      f"{conn_id!r} already exists (use `holdfast stop`/`rm` first)")
+                      f"{conn_id!r} already exists (`holdfast resume` starts it again from its "
+                      "checkpoint; `holdfast rm` first to start afresh)")
     print(f"started {conn_id} -> {redact(url, paths=policy.log_paths)}")
     return EXIT_OK
 
@@ -118,6 +119,41 @@ def _run_stop(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_resume(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", help="stream (connection) id")
+    p.add_argument("--now", action="store_true",
+                   help="also end its back-off (after upstream or handler failures) so it is "
+                        "claimed at once; a held stream is left to its holder")
+    add_table_option(p)
+
+
+def _run_resume(args: argparse.Namespace) -> int:
+    conn_id, table, client = _id(args.id), table_name(args), ops_ddb()
+    if not (args.now and restart_now(client, table, conn_id)) and not set_desired_state(
+            client, table, conn_id, STARTED):
+        raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
+    try:
+        item = _get(client, table, conn_id)
+    except MalformedItem as bad:  # started all the same; the worker will say why it cannot
+        print(f"resumed {conn_id} (its item is malformed: {bad.reason[:200]})")
+        return EXIT_OK
+    if item is None:  # deleted in between
+        raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
+    where = "its start" if item.last_seq is None else f"after last_seq {item.last_seq}"
+    said = f"resumed {conn_id} from {where}"
+    left_s = ((item.lease_expires_at_ms or 0) - wall_clock_ms()) / 1000
+    if item.lease_owner:
+        said += f"; held by {item.lease_owner}"
+    elif left_s > 0:
+        # A give-up's back-off outlives a stop (only a holder's release ends one), so the
+        # operator is told, with the way to end it.
+        said += (f"; in back-off for {left_s:.0f} s more ({item.status or 'BACKOFF'}"
+                 f"{': ' + item.last_error[:200] if item.last_error else ''}); "
+                 f"`holdfast resume {conn_id} --now` retries at once")
+    print(said)
+    return EXIT_OK
+
+
 def _add_rm(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="stream (connection) id")
     p.add_argument("--wait", type=float, default=30, metavar="SECONDS",
@@ -153,5 +189,7 @@ OPS_COMMANDS = {
     "start": ("insert a STARTED stream (refuses a hostile URL)", _add_start, guard(_run_start)),
     "stop": ("set a stream to STOPPED: its holder closes it and releases the lease",
              _add_stop, guard(_run_stop)),
+    "resume": ("set a stream STARTED again: a worker claims it and resumes from its "
+               "checkpoint (--now: also end its back-off)", _add_resume, guard(_run_resume)),
     "rm": ("delete a stream's item", _add_rm, guard(_run_rm)),
 }

@@ -36,6 +36,7 @@ __all__ = [
     "delete_stream",
     "find_orphans",
     "find_unindexed",
+    "restart_now",
     "scan_items",
     "set_desired_state",
 ]
@@ -125,6 +126,24 @@ def set_desired_state(client: DynamoDBClient, table: str, conn_id: str, state: s
              ExpressionAttributeNames={"#ds": ATTR.desired_state, "#pk": ATTR.pk,
                                        "#exp": ATTR.lease_expires_at_ms},
              ExpressionAttributeValues={":s": {"S": state}, ":zero": {"N": "0"}})
+    except ConditionFailed:
+        return False
+    return True
+
+
+def restart_now(client: DynamoDBClient, table: str, conn_id: str) -> bool:
+    """Set an unowned item STARTED with its back-off (or a quarantine's parking) ended: claimable
+    at once, from its checkpoint. False if there is no such item or it has an owner: a holder's
+    expiry is its backstop, never an operator's to write (``docs/concepts/protocol.md``)."""
+    try:
+        call("restart_now", client.update_item, TableName=table,
+             Key={ATTR.pk: {"S": pk_for(conn_id)}},
+             UpdateExpression="SET #ds = :s, #exp = :zero",
+             ConditionExpression="attribute_exists(#pk) AND attribute_not_exists(#owner)",
+             ExpressionAttributeNames={"#ds": ATTR.desired_state, "#pk": ATTR.pk,
+                                       "#exp": ATTR.lease_expires_at_ms,
+                                       "#owner": ATTR.lease_owner},
+             ExpressionAttributeValues={":s": {"S": STARTED}, ":zero": {"N": "0"}})
     except ConditionFailed:
         return False
     return True

@@ -1,15 +1,17 @@
-"""The operator commands that change streams (``start``, ``stop``, ``rm``) against DynamoDB
-Local, including their error paths and exit codes."""
+"""The operator commands that change streams (``start``, ``stop``, ``resume``, ``rm``) against
+DynamoDB Local, including their error paths and exit codes."""
 
 from __future__ import annotations
 
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from holdfast.core.store import LeaseStore
+from holdfast.lambdas.router.decide import Outcome, decide
 from holdfast.localaws import LocalAws
 from tests.cli.helpers import ls_json, run
 from tests.conftest import client_for
@@ -174,3 +176,76 @@ def test_stop_wait_times_out_while_held(aws_env: dict[str, str], ddb_local: Loca
                lease_ms=30_000, skew_ms=0).acquire(unique_id, "stuck-worker")
     code, _, err = run(capsys, "stop", unique_id, "--wait", "0.5")
     assert code == 1 and "stuck-worker" in err
+
+
+def _images(ddb: Any, table: str, sid: str) -> dict[str, Any]:
+    return dict(ddb.get_item(TableName=table, Key={"Pk": {"S": f"CONN#{sid}"}},
+                             ConsistentRead=True)["Item"])
+
+
+def _given_up(ddb_local: LocalAws, sid: str) -> tuple[Any, LeaseStore]:
+    """``sid`` started, checkpointed at 41 and given up after upstream errors: BACKOFF for a
+    minute, its last error recorded."""
+    ddb = client_for(ddb_local, "dynamodb")
+    store = LeaseStore(ddb, ddb_local.table, lease_ms=60_000, skew_ms=1_000)
+    lease = store.acquire(sid, "w#a")
+    assert store.release(lease, 41, error="6 connection failures, last: refused",
+                         retry_at_ms=store.clock() + 60_000) is None
+    return ddb, store
+
+
+def test_resume_starts_a_stopped_stream_again_from_its_checkpoint(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """stop then resume: STARTED again with last_seq kept, and the router nudges it at once."""
+    sid = f"{unique_id}-r"
+    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/r")[0] == 0
+    ddb = client_for(ddb_local, "dynamodb")
+    store = LeaseStore(ddb, ddb_local.table, lease_ms=60_000, skew_ms=1_000)
+    assert store.release(store.acquire(sid, "w#a"), 17) is None
+    assert run(capsys, "stop", sid)[0] == 0
+    old = _images(ddb, ddb_local.table, sid)
+    code, out, _ = run(capsys, "resume", sid)
+    assert code == 0 and f"resumed {sid} from after last_seq 17" in out
+    new = _images(ddb, ddb_local.table, sid)
+    assert new["desired_state"] == {"S": "STARTED"} and new["last_seq"] == {"N": "17"}
+    decision = decide("MODIFY", old, new, store.clock())
+    assert (decision.outcome, decision.delay_s) == (Outcome.NUDGE, 0)
+    code, _, err = run(capsys, "start", sid, "ws://127.0.0.1:9/s/r")
+    assert code == 1 and "holdfast resume" in err
+
+
+def test_resume_of_a_given_up_stream_says_its_back_off_and_now_ends_it(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A stream in back-off after a give-up, stopped: resume keeps the back-off and says how
+    long and why; resume --now ends it, and the router nudges it at once."""
+    sid = f"{unique_id}-b"
+    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/b")[0] == 0
+    ddb, store = _given_up(ddb_local, sid)
+    assert run(capsys, "stop", sid)[0] == 0
+    code, out, _ = run(capsys, "resume", sid)
+    assert code == 0 and "in back-off for" in out and "refused" in out and "--now" in out
+    old = _images(ddb, ddb_local.table, sid)
+    assert int(old["lease_expires_at_ms"]["N"]) > store.clock()
+    code, out, _ = run(capsys, "resume", sid, "--now")
+    assert code == 0 and "back-off" not in out and "after last_seq 41" in out
+    new = _images(ddb, ddb_local.table, sid)
+    assert new["lease_expires_at_ms"] == {"N": "0"} and new["last_seq"] == {"N": "41"}
+    decision = decide("MODIFY", old, new, store.clock())
+    assert (decision.outcome, decision.delay_s) == (Outcome.NUDGE, 0)
+
+
+def test_resume_now_never_touches_a_held_streams_expiry(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--now on a held stream: its holder's backstop expiry stays; it is said to be held."""
+    sid = f"{unique_id}-o"
+    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/o")[0] == 0
+    ddb = client_for(ddb_local, "dynamodb")
+    LeaseStore(ddb, ddb_local.table, lease_ms=60_000, skew_ms=1_000).acquire(sid, "w#a")
+    before = _images(ddb, ddb_local.table, sid)["lease_expires_at_ms"]
+    code, out, _ = run(capsys, "resume", sid, "--now")
+    assert code == 0 and "held by w#a" in out
+    assert _images(ddb, ddb_local.table, sid)["lease_expires_at_ms"] == before
+    assert run(capsys, "resume", f"{unique_id}-none")[0] == 1
