@@ -4,7 +4,8 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
 
     INSERT of a STARTED item without owner                       -> nudge "inserted" (with its
                                                                     URL if it may be connected
-                                                                    before its claim)
+                                                                    before its claim and the
+                                                                    record is fresh)
     MODIFY STOPPED -> STARTED, no owner                          -> nudge "started"
     MODIFY owner -> no owner, expiry 0 (a release)               -> nudge "released"
     MODIFY owner -> no owner, successor named (a handoff)        -> nudge "handoff" to the
@@ -29,6 +30,9 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
                                                                     freed by the owner audit
     MODIFY -> STOPPED while owned (a stop of a held stream)      -> order "stop" to the owner
     REMOVE of an owned item (``holdfast rm`` of a held stream)   -> order "stop" to the owner
+      (also with an image otherwise malformed: the order is
+      built from its raw key, owner and epoch, and the record
+      is counted as malformed)
     anything else with an owner (heartbeat, checkpoint, acquire,
       a later write to an item already freed by the same owner)  -> skip "owned"
     new image not STARTED (STARTED -> STOPPED, ...)              -> skip "not_started"
@@ -44,7 +48,8 @@ the decision also asks for ``normalise`` (set it to 0). That normalising write p
 (no expiry -> 0, no owner) which is skipped as "normalised": the record that caused it has
 already nudged, so it causes no second nudge. A back-off longer than SQS's 15-minute maximum
 delay is left to the sweeper ("deferred"). A new image that breaks the schema is "malformed":
-logged, counted and skipped, never retried, so it cannot block the shard.
+logged, counted and skipped, never retried, so it cannot block the shard (one that is STOPPED
+and names an owner still gets its stop order, from the raw attributes, as a deleted one does).
 """
 
 from __future__ import annotations
@@ -58,22 +63,34 @@ from typing import Any
 from holdfast.core import rules
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.expressions import parse_or_none
-from holdfast.core.model import LeaseItem, bool_attr, connects_before_claim, int_attr
+from holdfast.core.model import (
+    LeaseItem,
+    bool_attr,
+    connects_before_claim,
+    int_attr,
+    str_attr,
+)
 from holdfast.core.nudge import (
     MAX_DELAY_S,
     MAX_URL_CHARS,
     REASON_HANDOFF,
     REASON_INSERTED,
     REASON_MOVED,
+    URL_FRESH_MS,
     Nudge,
     delay_until,
 )
 from holdfast.core.orders import ORDER_RELEASE, ORDER_STOP, Order
-from holdfast.core.schema import ATTR, LeaseStatus, conn_id_from_pk
+from holdfast.core.schema import ATTR, STOPPED, LeaseStatus, conn_id_from_pk
 
 __all__ = ["Decision", "Outcome", "Reason", "decide"]
 
 Image = Mapping[str, Any]
+# An inserted nudge carries its URL only for a record this fresh: a late or retried record's
+# stream may be held already, and a connect before its claim would cost its upstream a
+# connection for nothing (``holdfast.core.nudge.url_if_fresh``, the worker's side of the same
+# rule). The record's time is whole seconds.
+RECORD_FRESH_MS = URL_FRESH_MS + 1_000
 
 
 class Outcome(StrEnum):
@@ -121,6 +138,7 @@ class Decision:
     owner: str | None = None  # with ORDER: the lease_owner concerned
     successor: str | None = None  # with NUDGE "handoff": the owner the release named
     ws_url: str | None = None  # with NUDGE "inserted": the URL to connect before the claim
+    malformed: bool = False  # an ORDER built from a malformed image's raw attributes
 
     @property
     def acts(self) -> bool:
@@ -141,8 +159,10 @@ class Decision:
 
 
 def decide(event_name: str | None, old_image: Image | None, new_image: Image | None,
-           now_ms: int, *, skew_ms: int = rules.DEFAULT_SKEW_MS) -> Decision:
-    """Decide for one stream record (low-level DynamoDB JSON images); never raises."""
+           now_ms: int, *, skew_ms: int = rules.DEFAULT_SKEW_MS,
+           created_ms: int | None = None) -> Decision:
+    """Decide for one stream record (low-level DynamoDB JSON images); never raises.
+    ``created_ms``: the record's ``ApproximateCreationDateTime``, if known."""
     for name, given in (("OldImage", old_image), ("NewImage", new_image)):
         if given is not None and not isinstance(given, Mapping):
             # A hand-built or corrupted record: its own verdict, not the batch's exception.
@@ -152,6 +172,9 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
         if gone is not None and gone.lease_owner is not None:
             return Decision(Outcome.ORDER, Reason.STOP, gone.conn_id, gone.epoch,
                             owner=gone.lease_owner)
+        if gone is None and old_image:
+            return _stop_raw(old_image, "deleted") or Decision(
+                Outcome.SKIP, Reason.REMOVED, _conn_id_or_none(old_image))
         return Decision(Outcome.SKIP, Reason.REMOVED, _conn_id_or_none(old_image))
     if event_name not in ("INSERT", "MODIFY"):
         return _malformed(new_image, f"unknown eventName {str(event_name)[:40]!r}")
@@ -161,7 +184,9 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
     try:
         new = LeaseItem.from_ddb(new_image)
     except MalformedItem as bad:
-        return _malformed(new_image, bad.reason)
+        stopped = str_attr(new_image, ATTR.desired_state) == STOPPED
+        return (stopped and _stop_raw(new_image, f"stopped: {bad.reason}")) or _malformed(
+            new_image, bad.reason)
     if not new.started:
         old_state = parse_or_none(old_image)
         if new.lease_owner is not None and (old_state is None or old_state.started):
@@ -174,8 +199,9 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
         return _owned(event_name, old_image, new, now_ms, skew_ms)
     normalise = new.lease_expires_at_ms is None
     if event_name == "INSERT":
-        return _inserted(_nudge(new, Reason.INSERTED, now_ms, skew_ms, normalise), new,
-                         new_image)
+        fresh = created_ms is None or now_ms - created_ms <= RECORD_FRESH_MS
+        decision = _nudge(new, Reason.INSERTED, now_ms, skew_ms, normalise)
+        return _inserted(decision, new, new_image) if fresh else decision
     old = parse_or_none(old_image)
     if old is None:
         return _nudge(new, Reason.CHANGED, now_ms, skew_ms, normalise)
@@ -265,6 +291,19 @@ def _conn_id_or_none(image: Image | None) -> str | None:
         return conn_id_from_pk(pk)[:200]
     except ValueError:
         return None
+
+
+def _stop_raw(image: Image, why: str) -> Decision | None:
+    """A stop order for an item deleted or STOPPED whose image is otherwise malformed, built
+    from the raw key, owner and epoch: its holder must still hear of it within a second, not
+    at its next checkpoint write (``docs/concepts/protocol.md``). None if no owner is named."""
+    owner, conn_id = str_attr(image, ATTR.lease_owner), _conn_id_or_none(image)
+    if not owner or len(owner) > 200 or conn_id is None:
+        return None
+    epoch = int_attr(image, ATTR.epoch)
+    return Decision(Outcome.ORDER, Reason.STOP, conn_id,
+                    epoch if epoch is not None and 0 <= epoch < 10 ** 18 else None,
+                    owner=owner, detail=f"malformed image, {why}"[:300], malformed=True)
 
 
 def _malformed(image: Image | None, detail: str) -> Decision:

@@ -135,9 +135,12 @@ def _decide_all(records: list[dict[str, Any]], deps: RouterDeps) -> _Plan:
         if not isinstance(dynamodb, dict):
             dynamodb = {}
         event_name = raw.get("eventName")
+        created = dynamodb.get("ApproximateCreationDateTime")
         decision = decide(event_name if isinstance(event_name, str) else None,
                           dynamodb.get("OldImage"), dynamodb.get("NewImage"), now,
-                          skew_ms=deps.settings.skew_ms)
+                          skew_ms=deps.settings.skew_ms, created_ms=(
+                              round(created * 1000) if isinstance(created, int | float)
+                              and not isinstance(created, bool) else None))
         if seq.startswith("#") and decision.acts:
             # Without a sequence number a failure could not be reported; say so loudly.
             logger.error("stream record has no SequenceNumber", conn_id=decision.conn_id)
@@ -149,6 +152,10 @@ def _decide_all(records: list[dict[str, Any]], deps: RouterDeps) -> _Plan:
         if decision.outcome is Outcome.MALFORMED:
             logger.warning("malformed stream record skipped",
                            extra={**fields, "detail": decision.detail})
+        elif decision.malformed:
+            plan.counts[Outcome.MALFORMED.value] += 1
+            logger.warning("malformed stream record: its owner is told to stop",
+                           extra={**fields, "owner": decision.owner, "detail": decision.detail})
         else:
             logger.info("router decision", extra={
                 **fields, "delay_s": decision.delay_s, "normalise": decision.normalise})

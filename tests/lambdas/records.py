@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 import uuid
 from typing import Any
 
@@ -48,7 +49,8 @@ def record(event_name: str, old: dict[str, Any] | None, new: dict[str, Any] | No
     """One stream record as Lambda delivers it."""
     some = new or old or {}
     dynamodb: dict[str, Any] = {
-        "ApproximateCreationDateTime": 1764460800.0,
+        # Now, in whole seconds as DynamoDB Streams gives it: a fresh record.
+        "ApproximateCreationDateTime": float(int(time.time())),
         "Keys": {ATTR.pk: some.get(ATTR.pk, {"S": "CONN#?"})},
         "SequenceNumber": seq or str(next(_seq)),
         "SizeBytes": len(json.dumps([old, new])),

@@ -285,3 +285,35 @@ def test_an_image_that_is_not_a_map_is_malformed(event_name: str, bad: Any) -> N
     for old, new in ((bad, HELD), (HELD, bad)):
         d = decide(event_name, old, new, NOW)
         assert d.outcome is Outcome.MALFORMED and "not a map" in d.detail
+
+
+def test_a_late_or_retried_insert_is_nudged_without_its_url() -> None:
+    """An INSERT record older than the URL's freshness (a retried batch, a lagging shard) is
+    nudged, but without the URL: its stream may be held already."""
+    url = "wss://feeds.example.test/new"
+    new = image(C, expires=0, ws_url=url)
+    for created, carried in ((NOW - 1_500, url), (NOW - 2_500, None), (NOW - 600_000, None),
+                             (None, url)):
+        nudge = decide("INSERT", None, new, NOW, skew_ms=SKEW, created_ms=created).nudge()
+        assert nudge is not None and nudge.ws_url == carried, created
+
+
+@pytest.mark.parametrize("bad", [
+    {"ws_url": {"S": ""}}, {"ws_url": {"S": "wss://h.test/" + "x" * 5_000}},
+    {"status": {"S": "R" * 65}}, {"lease_expires_at_ms": {"S": "soon"}},
+    {"lease_epoch": {"S": "three"}}])
+def test_a_held_item_deleted_or_stopped_with_a_malformed_image_still_orders_its_stop(
+        bad: dict[str, Any]) -> None:
+    """A REMOVE, or a MODIFY to STOPPED, of an item that names an owner but breaks the schema
+    elsewhere: the owner is told to stop (the raw epoch if it is a number), counted as
+    malformed; without an owner it stays a skip."""
+    held = {**image(C, owner="w1", expires=LIVE, epoch=3, status="RUNNING"), **bad}
+    epoch = None if "lease_epoch" in bad else 3
+    removed = decide("REMOVE", held, None, NOW)
+    stopped = decide("MODIFY", HELD, {**held, "desired_state": {"S": "STOPPED"}}, NOW)
+    for d in (removed, stopped):
+        assert (d.outcome, d.reason, d.owner, d.epoch, d.malformed) == (
+            Outcome.ORDER, Reason.STOP, "w1", epoch, True)
+    unowned = {k: v for k, v in held.items() if k != "lease_owner"}
+    assert decide("REMOVE", unowned, None, NOW).outcome is Outcome.SKIP
+    assert decide("MODIFY", HELD, held, NOW).outcome is Outcome.MALFORMED  # still STARTED

@@ -50,6 +50,17 @@ def test_insert_is_nudged(deps: RouterDeps, sqs: Any, queue_url: str, unique_id:
          "ws_url": item["ws_url"]["S"]}]
 
 
+def test_a_retried_insert_record_is_nudged_without_its_url(
+        deps: RouterDeps, sqs: Any, queue_url: str, unique_id: str) -> None:
+    """The same INSERT delivered again ten minutes on (a batch retried behind a failure): one
+    nudge, without the URL, so no worker connects before claiming a stream perhaps held."""
+    late = record("INSERT", None, image(unique_id, expires=0))
+    late["dynamodb"]["ApproximateCreationDateTime"] -= 600
+    assert route(event(late), None, deps) == {"batchItemFailures": []}
+    assert receive_nudges(sqs, queue_url, expect=1) == [
+        {"conn_id": unique_id, "reason": "inserted", "epoch": 0}]
+
+
 def test_mixed_batch_nudges_only_what_needs_it(deps: RouterDeps, sqs: Any, queue_url: str,
                                                unique_id: str) -> None:
     """Heartbeats, stops, deletes, TTL deletes and malformed records send nothing."""
