@@ -153,10 +153,12 @@ def give_orders(decisions: Mapping[str, Decision], sqs: SQSClient,
 
 
 def queue_handoffs(sqs: SQSClient, nudge_queue_url: str, prefix: str,
-                   nudges: Iterable[Nudge]) -> tuple[list[Nudge], list[tuple[Nudge, str]]]:
+                   nudges: Iterable[Nudge], *, out_of_time: Callable[[], bool] = lambda: False,
+                   ) -> tuple[list[Nudge], list[tuple[Nudge, str]]]:
     """Send each handoff nudge (``to`` set) to its successor's order queue, one bundle per
     successor (``holdfast.core.bundles``: one receive takes them all), one attempt (the
-    caller falls back to the shared queue for what failed).
+    caller falls back to the shared queue for what failed). ``out_of_time()`` is asked before
+    each successor's call: a drain naming 32 successors is 32 calls, one after the other.
     Returns (sent, [(unsent, why)])."""
     by_owner: dict[str, list[Nudge]] = {}
     for nudge in nudges:
@@ -165,6 +167,9 @@ def queue_handoffs(sqs: SQSClient, nudge_queue_url: str, prefix: str,
     sent: list[Nudge] = []
     failed: list[tuple[Nudge, str]] = []
     for owner, batch in by_owner.items():
+        if out_of_time():
+            failed.extend((n, "out of time") for n in batch)
+            continue
         try:
             url = order_queue_url(nudge_queue_url, prefix, owner)
         except ValueError as exc:

@@ -201,6 +201,33 @@ class SendReport(Generic[M]):
     calls: int = 0
 
 
+def _in_waves(chunks: list[list[int]], send: Callable[[list[int]], None],
+              out_of_time: Callable[[], bool], *, first: bool) -> int:
+    """Send ``chunks``, ``SEND_CONCURRENCY`` at a time, asking ``out_of_time()`` before each
+    wave (what is left then is the caller's "out of time"); with ``first`` (nothing sent yet)
+    the first chunk goes whatever it says. Returns the calls made."""
+    calls = 0
+    pool: ThreadPoolExecutor | None = None
+    try:
+        for start in range(0, len(chunks), SEND_CONCURRENCY):
+            wave = chunks[start:start + SEND_CONCURRENCY]
+            if out_of_time():
+                if calls or not first:
+                    break
+                wave = wave[:1]
+            calls += len(wave)
+            if len(wave) == 1:
+                send(wave[0])
+            else:
+                pool = pool or ThreadPoolExecutor(SEND_CONCURRENCY,
+                                                  thread_name_prefix="holdfast-send")
+                list(pool.map(send, wave))
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return calls
+
+
 def send_nudges(sqs: SQSClient, queue_url: str, nudges: Sequence[M], *, attempts: int = 3,
                 backoff_s: float = 0.05, sleep: Callable[[float], object] = time.sleep,
                 out_of_time: Callable[[], bool] = lambda: False) -> SendReport[M]:
@@ -208,9 +235,11 @@ def send_nudges(sqs: SQSClient, queue_url: str, nudges: Sequence[M], *, attempts
 
     The batches of one round go side by side (``SEND_CONCURRENCY`` calls at once): one after
     the other, the last of 300 new streams' nudges waited for 29 calls (1-1.5 s on a loaded
-    machine) before it left the router. ``out_of_time()`` is asked before each round: once it
-    says so, what is still pending fails at once (a Lambda about to time out should report,
-    not hang), except the first batch, which is always tried.
+    machine) before it left the router. ``out_of_time()`` is asked before each wave of
+    ``SEND_CONCURRENCY`` calls (a call at its worst is what the caller's reserve covers, and a
+    round of 40 batches is five waves): once it says so, what is still pending fails at once (a
+    Lambda about to time out should report, not hang), except the first batch, which is always
+    tried.
     """
     report: SendReport[M] = SendReport()
     pending = dict(enumerate(nudges))
@@ -256,15 +285,7 @@ def send_nudges(sqs: SQSClient, queue_url: str, nudges: Sequence[M], *, attempts
             sleep(backoff_s * 2 ** (attempt - 1))
         ids = list(pending)
         chunks = [ids[i:i + SQS_BATCH_LIMIT] for i in range(0, len(ids), SQS_BATCH_LIMIT)]
-        if out_of_time():
-            chunks = chunks[:1] if not report.calls else []  # the rest: "out of time" below
-        report.calls += len(chunks)
-        if len(chunks) == 1:
-            send(chunks[0])
-        elif chunks:
-            with ThreadPoolExecutor(min(SEND_CONCURRENCY, len(chunks)),
-                                    thread_name_prefix="holdfast-send") as pool:
-                list(pool.map(send, chunks))
+        report.calls += _in_waves(chunks, send, out_of_time, first=not report.calls)
         if not pending or (report.calls and out_of_time()):
             for i in pending:
                 errors.setdefault(i, "out of time")

@@ -5,6 +5,11 @@ invocations (warm starts), one at a time, as Lambda runs one invocation per exec
 environment. Concurrent batches therefore never share the handler's module state (Powertools'
 batch processor and logger keep per-invocation state in module globals), and the handler's
 CPU never competes with the reader or the sweeper for one interpreter lock.
+
+The function's timeout is enforced as Lambda enforces it: an invocation still running when its
+time is up is a function error (``FunctionTimedOut``), and its sandbox is killed (with the
+others of the pool, which are replaced: their invocations fail and are retried), so a handler
+that overruns its deadline fails locally as it would on AWS instead of counting as a success.
 """
 
 from __future__ import annotations
@@ -16,12 +21,17 @@ import threading
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from holdfast.runner.context import LocalContext
 
-__all__ = ["Sandboxes"]
+__all__ = ["FunctionTimedOut", "Sandboxes"]
+
+
+class FunctionTimedOut(RuntimeError):
+    """An invocation ran past the function's timeout (Lambda's "Task timed out")."""
 
 _handler: dict[str, Any] = {}
 
@@ -77,20 +87,34 @@ class Sandboxes:
     def __call__(self, event: dict[str, Any], context: LocalContext) -> Any:
         # An exception raised in the sandbox comes back here: a function error.
         pool = self.pool
+        remaining_ms = context.get_remaining_time_in_millis()
+        future = pool.submit(_invoke, event, context.function_name, remaining_ms,
+                             context.aws_request_id)
         try:
-            return pool.submit(_invoke, event, context.function_name,
-                               context.get_remaining_time_in_millis(),
-                               context.aws_request_id).result()
+            return future.result(timeout=max(0, remaining_ms) / 1000)
+        except FutureTimeout:
+            self._replace(pool, kill=True)
+            raise FunctionTimedOut(f"Task timed out after {remaining_ms / 1000:.2f} seconds"
+                                   ) from None
         except BrokenProcessPool:
             # A sandbox died (killed, out of memory, a crash in C): this invocation is a
             # function error, retried as Lambda would; the next ones get fresh sandboxes, as
             # Lambda gives them (a broken pool refused every later batch, and the local router
             # sent nothing for the rest of the runner's life).
-            with self._lock:
-                if self.pool is pool:
-                    self.pool = self._new_pool()
-                    pool.shutdown(wait=False, cancel_futures=True)
+            self._replace(pool)
             raise
+
+    def _replace(self, pool: ProcessPoolExecutor, *, kill: bool = False) -> None:
+        with self._lock:
+            if self.pool is not pool:
+                return  # replaced already by another invocation's failure
+            self.pool = self._new_pool()
+        if kill:
+            # Lambda stops a timed-out invocation's sandbox; a pool cannot stop one of its
+            # processes, so all of them go (the private map is the only handle to them).
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

@@ -86,11 +86,13 @@ from holdfast.core.schema import ATTR, STOPPED, LeaseStatus, conn_id_from_pk
 __all__ = ["Decision", "Outcome", "Reason", "decide"]
 
 Image = Mapping[str, Any]
-# An inserted nudge carries its URL only for a record this fresh: a late or retried record's
-# stream may be held already, and a connect before its claim would cost its upstream a
-# connection for nothing (``holdfast.core.nudge.url_if_fresh``, the worker's side of the same
-# rule). The record's time is whole seconds.
-RECORD_FRESH_MS = URL_FRESH_MS + 1_000
+# An inserted nudge carries its URL only for a record this fresh: a record read long after
+# its write (a lagging shard, a batch retried again and again) is of a stream that may be held
+# already, and a connect before its claim would cost its upstream a connection for nothing
+# (``holdfast.core.nudge.url_if_fresh`` is the worker's side of the rule, for a redelivered
+# message). The record's time is whole seconds on DynamoDB and whole minutes on DynamoDB Local
+# (measured), so the bound is a minute: it leaves out lag, not the ordinary path.
+RECORD_FRESH_MS = 60_000 + URL_FRESH_MS
 
 
 class Outcome(StrEnum):

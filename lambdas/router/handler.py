@@ -179,7 +179,7 @@ def _send(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> Non
             key = (nudge.conn_id, nudge.delay_s)
             wanted[key] = nudge  # the latest record's reason and epoch win
             records_of.setdefault(key, []).append(seq)
-    _hand_off(plan, deps, wanted)
+    _hand_off(plan, deps, wanted, out_of_time)
     if not wanted:
         return
     spans = {}
@@ -206,11 +206,13 @@ def _send(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> Non
                 plan.failures[seq] = error
 
 
-def _hand_off(plan: _Plan, deps: RouterDeps, wanted: dict[tuple[str, int], Nudge]) -> None:
+def _hand_off(plan: _Plan, deps: RouterDeps, wanted: dict[tuple[str, int], Nudge],
+              out_of_time: Callable[[], bool]) -> None:
     """Tell each handoff's successor on its own order queue now; the shared nudge in
     ``wanted`` stays delayed until the hold ends (whoever has room takes it then). Where the
-    successor cannot be told (no order queues, its queue is gone), the shared nudge goes now:
-    until the hold ends, only the successor's acquire succeeds."""
+    successor cannot be told (no order queues, its queue is gone, the invocation is short of
+    time), the shared nudge goes now: until the hold ends, only the successor's acquire
+    succeeds."""
     successor = {decision.conn_id: decision.successor for decision in plan.decisions.values()
                  if decision.successor is not None and decision.conn_id is not None}
     handoffs = [dataclasses.replace(n, to=successor[n.conn_id], delay_s=0)
@@ -218,7 +220,8 @@ def _hand_off(plan: _Plan, deps: RouterDeps, wanted: dict[tuple[str, int], Nudge
     if not handoffs:
         return
     prefix = deps.settings.orders_queue_prefix
-    sent, failed = (queue_handoffs(deps.sqs, deps.settings.queue_url, prefix, handoffs)
+    sent, failed = (queue_handoffs(deps.sqs, deps.settings.queue_url, prefix, handoffs,
+                                   out_of_time=out_of_time)
                     if prefix else ([], [(n, "no order queues") for n in handoffs]))
     plan.counts["handoff_sent"] += len(sent)
     for nudge, why in failed:

@@ -116,3 +116,21 @@ def test_out_of_time_stops_after_the_first_call() -> None:
                          out_of_time=lambda: True, sleep=lambda _s: None)
     assert len(sqs.calls) == 1 and len(report.sent) == 10
     assert {e for _, e in report.failed} == {"out of time"} and len(report.failed) == 5
+
+
+def test_out_of_time_is_asked_before_each_wave_of_a_round() -> None:
+    """A round of more than SEND_CONCURRENCY batches stops at the wave where time runs short:
+    the later waves are never sent, and their nudges fail as out of time."""
+    sqs = FlakySqs({}, set())
+    calls_before: list[int] = []
+
+    def short_after_first_wave() -> bool:
+        calls_before.append(len(sqs.calls))
+        return len(sqs.calls) >= SEND_CONCURRENCY
+
+    n = SEND_CONCURRENCY * 10 * 3  # three waves of full batches
+    report = send_nudges(sqs, "q", [Nudge(f"c{i}", "r") for i in range(n)],  # type: ignore[arg-type]
+                         out_of_time=short_after_first_wave, sleep=lambda _s: None)
+    assert len(sqs.calls) == SEND_CONCURRENCY and len(report.sent) == SEND_CONCURRENCY * 10
+    assert {e for _, e in report.failed} == {"out of time"}
+    assert len(report.failed) == n - SEND_CONCURRENCY * 10

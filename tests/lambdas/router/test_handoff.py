@@ -12,8 +12,10 @@ from holdfast.core.orders import order_queue_name
 from holdfast.core.schema import ATTR
 from holdfast.core.store import wall_clock_ms
 from holdfast.lambdas.router.decide import Outcome, Reason, decide
+from holdfast.lambdas.router.deps import SEND_RESERVE_MS
 from holdfast.lambdas.router.handler import route
 from holdfast.localaws import LocalAws
+from holdfast.runner.context import LocalContext
 from tests.lambdas.records import event, image, record
 from tests.lambdas.router.test_order_queue import PREFIX, deps_for
 
@@ -79,3 +81,18 @@ def test_without_the_successors_queue_the_shared_nudge_goes_now(
     nudges = [parse_nudge(m["Body"]) for m in shared.get("Messages", [])]
     assert [(n.conn_id, n.reason) for n in nudges if n.conn_id == unique_id] == [
         (unique_id, REASON_HANDOFF)]
+
+
+def test_handoffs_left_when_time_is_short_go_to_the_shared_queue_now(
+        ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, unique_id: str) -> None:
+    """An invocation already short of time (less than the send reserve left) tells no
+    successor on its order queue, one call each: the handoff's shared nudge goes now instead
+    (the first batch is always tried), and the successor's queue gets nothing."""
+    inbox = sqs.create_queue(QueueName=order_queue_name(PREFIX, SUCCESSOR))["QueueUrl"]
+    deps = deps_for(ddb_local, ddb, sqs, queue_url, PREFIX)
+    short = LocalContext("holdfast-router", timeout_ms=SEND_RESERVE_MS - 1_000)
+    assert route(event(handoff_record(unique_id, wall_clock_ms())), short, deps) == {
+        "batchItemFailures": []}
+    assert sqs.receive_message(QueueUrl=inbox, MaxNumberOfMessages=10).get("Messages") is None
+    shared = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    assert unique_id in [parse_nudge(m["Body"]).conn_id for m in shared.get("Messages", [])]
