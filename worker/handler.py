@@ -2,7 +2,8 @@
 
 ``HOLDFAST_HANDLER="package.module:function"`` names it. It receives a ``Message`` with
 ``conn_id``, ``seq`` (int or None), ``data`` (str or bytes), ``worker_id`` and ``epoch``.
-Whatever it raises is logged and counted by the caller; it never ends the worker.
+Whatever it raises (also ``SystemExit`` or a ``CancelledError`` of its own) is its call's
+failure, logged and counted by the caller; it never ends the worker.
 
 The contract loses nothing by default: a call that raises or times out is retried (the same
 message, after a jittered back-off, ``HOLDFAST_HANDLER_ATTEMPTS`` calls in all) and the
@@ -12,11 +13,12 @@ next holder resumes from that seq; ``skip`` sends the message to the on-failure 
 (``failure_body``, ``FailureQueue``) and moves on only once SQS accepted it (a refused send
 parks instead). A handler must therefore be idempotent on ``conn_id:seq``.
 
-``epoch`` is the lease epoch, a fencing token: +1 on every acquisition of the stream, so a
-later holder always has a higher one. A downstream that remembers the highest epoch it has
-seen per ``conn_id`` can refuse a late write from a holder that lost the lease (a paused
-process); ``conn_id:epoch:seq`` names one delivery attempt uniquely. Deduplicate replays on
-``conn_id:seq``: after a handover the new holder replays the overlap under a new epoch.
+``epoch`` is the lease epoch, a fencing token: higher on every acquisition of the stream
+(the wall clock in milliseconds is its floor), so a later holder always has a higher one. A
+downstream that remembers the highest epoch it has seen per ``conn_id`` can refuse a late
+write from a holder that lost the lease (a paused process); ``conn_id:epoch:seq`` names one
+delivery attempt uniquely. Deduplicate replays on ``conn_id:seq``: after a handover the new
+holder replays the overlap under a new epoch.
 """
 
 from __future__ import annotations
@@ -91,22 +93,42 @@ def load_handler(spec: str | None) -> Handler:
 
 @dataclass(frozen=True, slots=True)
 class CallFailed:
-    """One handler call that raised or ran past its timeout."""
+    """One handler call that raised, ran past its timeout, or returned an awaitable it did
+    not await; ``exc`` is what it raised (for the log's traceback)."""
 
     error: str
     timed_out: bool
+    exc: BaseException | None = None
 
 
 async def call_once(handler: Handler, message: Message, timeout_s: float) -> CallFailed | None:
-    """One handler call, cut at ``timeout_s``; None if it returned, else how it failed."""
+    """One handler call, cut at ``timeout_s``; None if it returned, else how it failed.
+
+    Whatever the handler raises is its call's failure, also ``SystemExit``,
+    ``KeyboardInterrupt`` and a ``CancelledError`` of its own: each ended the whole worker (or
+    looked like a stop, released and claimed again every 2 s with no error said), and so the
+    next holder, on the same message. Only a cancellation of this task from outside (a stop)
+    goes on up. A returned awaitable (``return store(m)``, the ``await`` forgotten) is a failure
+    too: counted as handled, its message was lost while the checkpoint passed it.
+    """
     limit = asyncio.timeout(timeout_s)
     try:
         async with limit:
-            await handler(message)
-    except Exception as exc:
+            result = await handler(message)
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise  # ours: the stream stops
+        return CallFailed(f"CancelledError raised by the handler: {exc}"[:500], False, exc)
+    except BaseException as exc:  # a handler's exit is its call's failure (see above)
         if isinstance(exc, TimeoutError) and limit.expired():
             return CallFailed(f"handler timed out after {timeout_s:g} s", timed_out=True)
-        return CallFailed(f"{type(exc).__name__}: {exc}"[:500], timed_out=False)
+        return CallFailed(f"{type(exc).__name__}: {exc}"[:500], False, exc)
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()  # never run: no "never awaited" warning far from the cause
+        return CallFailed(f"the handler returned {type(result).__name__} {result!r:.100} "
+                          "instead of awaiting it (a missing `await`?): not handled", False)
     return None
 
 

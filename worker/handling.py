@@ -123,7 +123,10 @@ class Handling:
             ctx.metrics.incr(names.METRIC_HANDLER_TIMEOUTS if failed.timed_out
                              else names.METRIC_HANDLER_ERRORS)
             conn.log("error", "handler timed out, call cancelled" if failed.timed_out
-                     else "handler raised", seq=message.seq, attempt=attempt, error=failed.error)
+                     else "handler raised", seq=message.seq, attempt=attempt, error=failed.error,
+                     # Where in the handler it failed, once per message (not per retry).
+                     **({"exc_info": failed.exc} if failed.exc is not None and attempt == 1
+                        else {}))
             if held.stopping or attempt >= ctx.handler_attempts:
                 break
             ctx.metrics.incr(names.METRIC_HANDLER_RETRIES)
@@ -163,6 +166,15 @@ class Handling:
             finally:
                 self.in_call = False
         conn.ctx.metrics.incr(names.METRIC_HANDLER_FAILURES_PARKED)
+        if message.seq is None:
+            # No seq, no resume point: the next holder starts after the last checkpoint, at the
+            # upstream's next seq, and this frame is never delivered again. Said, not silent.
+            conn.log("error", "a frame without a seq failed every attempt and is lost (nothing "
+                     "to resume it from; HOLDFAST_HANDLER_ON_FAILURE=skip would queue it)",
+                     attempts=attempts, size=len(message.data), error=error[:300])
+            raise GiveUp(f"handler failed {attempts} times on a frame without a seq (lost: "
+                         f"nothing to resume it from), stream parked: {error}"[:1000],
+                         why="handler keeps failing, parking the stream")
         raise GiveUp(f"handler failed {attempts} times on seq {message.seq}, stream parked to "
                       f"resume from it: {error}"[:1000],
                       why="handler keeps failing, parking the stream")

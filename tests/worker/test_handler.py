@@ -1,10 +1,18 @@
-"""Handler plug-in loading."""
+"""Handler plug-in loading, and what one call of it counts as."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from holdfast.worker.handler import HandlerLoadError, Message, default_handler, load_handler
+from holdfast.worker.handler import (
+    HandlerLoadError,
+    Message,
+    call_once,
+    default_handler,
+    load_handler,
+)
 
 
 async def test_default_handler_logs_at_debug(caplog: pytest.LogCaptureFixture) -> None:
@@ -31,3 +39,46 @@ def test_bad_handlers_are_refused(spec: str, why: str) -> None:
     """Missing or synchronous handlers are a HandlerLoadError naming HOLDFAST_HANDLER."""
     with pytest.raises(HandlerLoadError, match=f"HOLDFAST_HANDLER.*{why}"):
         load_handler(spec)
+
+
+MSG = Message("c1", 4, "data", "w1")
+
+
+async def test_a_returned_awaitable_is_a_failed_call_not_a_handled_message() -> None:
+    """``return store(m)`` with the await forgotten: the call fails, saying so, and the
+    coroutine is closed (never run, no warning far from the cause)."""
+    ran: list[int] = []
+
+    async def store(m: Message) -> None:
+        ran.append(m.seq or 0)
+
+    async def forgot(m: Message) -> object:
+        return store(m)
+
+    failed = await call_once(forgot, MSG, 1.0)
+    assert failed is not None and "missing `await`" in failed.error and not ran
+
+
+@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), asyncio.CancelledError()])
+async def test_a_handlers_own_exit_or_cancellation_is_its_calls_failure(
+        exc: BaseException) -> None:
+    """SystemExit, KeyboardInterrupt or a CancelledError the handler raises itself fail its
+    call (to retry, then park) instead of ending the worker or passing for a stop."""
+    async def leaves(_m: Message) -> None:
+        raise exc
+
+    failed = await call_once(leaves, MSG, 1.0)
+    assert failed is not None and not failed.timed_out and failed.exc is exc
+    assert type(exc).__name__ in failed.error
+
+
+async def test_a_cancellation_from_outside_still_stops_the_call() -> None:
+    """A stop's cancellation of the stream's task is not swallowed as a failed call."""
+    async def slow(_m: Message) -> None:
+        await asyncio.sleep(30)
+
+    task = asyncio.ensure_future(call_once(slow, MSG, 60.0))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -91,6 +92,27 @@ async def test_a_failed_call_is_retried_with_backoff_then_succeeds(
     assert ctx.metrics.totals["HandlerErrors"] == 2 and runner.held.checkpoint == 5
 
 
+async def test_a_failed_calls_first_error_line_carries_where_the_handler_failed(
+        fleet: Fleet, unique_id: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The first "handler raised" line of a message has the exception's traceback (the
+    author's line that raised); its retries say the error only."""
+    failures = {3: 2}
+
+    def failing(seq: int) -> bool:
+        failures[seq] = failures.get(seq, 0) - 1
+        return failures[seq] >= 0
+
+    caplog.set_level("ERROR", logger="holdfast-worker.holdfast.worker.connection")
+    sink = Sink(failing)
+    async with scripted_upstream(lambda _: FIVE) as up:
+        runner = connection(lease_for(fleet, f"{unique_id}-t", up.url), _ctx(sink))
+        assert await run_until(runner, lambda: sink.stored == [1, 2, 3, 4, 5], 10) is None
+    raised = [r for r in caplog.records if r.getMessage() == "handler raised"]
+    assert len(raised) == 2 and raised[0].exc_info and raised[1].exc_info is None
+    assert raised[0].exc_info[2] is not None and "raise ConnectionError" in "".join(
+        traceback.format_tb(raised[0].exc_info[2]))
+
+
 async def test_a_timeout_counts_as_a_failure_and_is_retried(fleet: Fleet, unique_id: str) -> None:
     """Seq 2's first call hangs past the timeout: cancelled, counted, retried, stored."""
     stored: list[int] = []
@@ -122,6 +144,25 @@ async def test_after_the_last_attempt_the_stream_parks_on_the_failed_seq(
     assert error is not None and "seq 3" in error and "ConnectionError" in error
     assert sink.calls == [1, 2, 3, 3, 3] and sink.stored == [1, 2]
     assert runner.held.checkpoint == 2  # the next holder resumes from seq 3
+
+
+async def test_a_frame_without_a_seq_that_always_fails_is_said_to_be_lost(
+        fleet: Fleet, unique_id: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A binary frame (no seq) failing every attempt under park: the stream parks, and both
+    the log and last_error say that frame is lost (no resume point), not "resume from it"."""
+    async def fails_on_bytes(message: Message) -> None:
+        if message.seq is None:
+            raise ConnectionError("downstream down")
+
+    caplog.set_level("ERROR", logger="holdfast-worker.holdfast.worker.connection")
+    async with scripted_upstream(lambda _: [FIVE[0], b"\x00binary", FIVE[1]]) as up:
+        ctx = _ctx(Sink(), handler_attempts=2)
+        ctx.handler = fails_on_bytes
+        runner = connection(lease_for(fleet, f"{unique_id}-n", up.url), ctx)
+        error = await _run(runner)
+    assert error is not None and "without a seq" in error and "resume from it" not in error
+    assert any("is lost" in r.getMessage() for r in caplog.records)
+    assert runner.held.checkpoint == 1
 
 
 async def test_skip_sends_to_the_queue_before_the_checkpoint_passes(
