@@ -10,7 +10,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Backoff", "claim_retry_s", "jittered", "nudge_again_in_s", "retry_before_s"]
+__all__ = ["Backoff", "claim_retry_s", "errors_before", "jittered", "nudge_again_in_s",
+           "retry_before_s"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,15 @@ class Backoff:
         """Seconds the lease stays unclaimable after give-up number ``error_count`` (>= 1)."""
         ceiling = min(self.retry_cap_s, self.retry_base_s * 2.0 ** min(60, max(0, error_count - 1)))
         return ceiling * (0.75 + 0.25 * rand())
+
+
+def errors_before(error_count: int, handled: int) -> int:
+    """The give-ups in a row before this one, for its back-off (``Backoff.retry_after_s`` of one
+    more): the item's ``error_count``, or 0 if this holding handled a message first. A stream
+    that delivers between its failures (a flaky downstream, an upstream that drops now and
+    then) starts again from the base delay instead of doubling up to the cap; one that fails
+    on the same message every time keeps doubling."""
+    return error_count if handled == 0 else 0
 
 
 def jittered(period_s: float, rand: Callable[[], float] = random.random,

@@ -21,6 +21,7 @@ is released by ``let_go``: only its holder may free it, and that is us.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -33,7 +34,7 @@ from holdfast.core.batch_endings import ReleaseRequest, ReleaseResult, release_m
 from holdfast.core.exceptions import HoldfastError, LossReason, StoreUnavailable
 from holdfast.core.model import Lease, LeaseItem, one_connection_only
 from holdfast.core.store import LeaseStore
-from holdfast.worker.backoff import Backoff
+from holdfast.worker.backoff import Backoff, errors_before
 from holdfast.worker.balancing import HANDOFF, SHED, Balancing
 from holdfast.worker.connection import Connection
 from holdfast.worker.gathered import Gathered
@@ -81,9 +82,10 @@ class Endings:
         if error is not None and not held.stopping:
             self.counts["gave_up"] += 1
             self.metrics.incr("UpstreamGiveUps")
-            retry_s = self.backoff.retry_after_s(held.lease.error_count + 1)
+            before = errors_before(held.lease.error_count, held.cursor.handled)
+            retry_s = self.backoff.retry_after_s(before + 1)
             await self._release(conn, error=error, retry_at_ms=self.wall() + round(
-                retry_s * 1000))
+                retry_s * 1000), prior_errors=before)
             conn.log("warning", "stream handed back after errors", error=error,
                      retry_in_s=round(retry_s, 1))
             return
@@ -139,7 +141,10 @@ class Endings:
 
     async def _release(self, conn: Connection, *, attempts: int = 20,
                        error: str | None = None, retry_at_ms: int | None = None,
-                       moved: bool = False, successor: str | None = None) -> str:
+                       moved: bool = False, successor: str | None = None,
+                       prior_errors: int | None = None) -> str:
+        """Write the holding's release; a give-up (``error``) records ``prior_errors`` + 1
+        give-ups in a row (``backoff.errors_before``; the lease's own count if None)."""
         held = conn.held
         for attempt in range(attempts):
             try:
@@ -147,7 +152,9 @@ class Endings:
                     lost = await self._release_gathered(ReleaseRequest(
                         held.lease, held.checkpoint, moved=moved, successor=successor))
                 else:  # a give-up: rare, alone
-                    lost = await on_io_threads(self.store.release, held.lease, held.checkpoint,
+                    lease = held.lease if prior_errors is None else dataclasses.replace(
+                        held.lease, error_count=prior_errors)
+                    lost = await on_io_threads(self.store.release, lease, held.checkpoint,
                                                error=error, retry_at_ms=retry_at_ms)
             except StoreUnavailable as exc:
                 if attempt + 1 < attempts and self.mono() < held.fence_mono_ms:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from holdfast.worker.backoff import Backoff, jittered, nudge_again_in_s
+from holdfast.worker.backoff import Backoff, errors_before, jittered, nudge_again_in_s
 
 
 def test_delays_grow_then_cap() -> None:
@@ -45,3 +45,10 @@ def test_a_back_off_nudge_comes_back_when_it_ends_and_never_is_deleted_for_being
     assert nudge_again_in_s(-30_000, 900) == 1
     assert nudge_again_in_s(899_000, 900) == 900
     assert nudge_again_in_s(900_001, 900) is None
+
+
+def test_a_give_up_after_progress_counts_from_zero() -> None:
+    """The give-ups in a row before this one: the item's count without progress, 0 with any."""
+    assert errors_before(3, handled=0) == 3
+    assert errors_before(3, handled=1) == 0
+    assert errors_before(0, handled=0) == 0

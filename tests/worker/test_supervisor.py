@@ -232,6 +232,33 @@ async def test_failing_upstream_is_handed_back_with_error(
     assert item_attr(item, "error_count") == 1
 
 
+async def test_a_give_up_after_progress_starts_its_back_off_again_from_the_base(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A stream whose item counts 3 give-ups in a row delivers seqs 0-2, then its handler
+    fails on seq 3 until it parks: 1 give-up in a row is recorded (the back-off's base), not 4."""
+    conn = f"{unique_id}-p"
+    fleet.create(conn, upstream.url(conn))
+    fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn}"}},
+                          UpdateExpression="SET error_count = :n",
+                          ExpressionAttributeValues={":n": {"N": "3"}})
+    handled: list[int | None] = []
+
+    async def fails_at_three(message: Message) -> None:
+        if message.seq == 3:
+            raise ConnectionError("downstream down")
+        handled.append(message.seq)
+
+    async with running_worker(fleet, fails_at_three, HOLDFAST_HANDLER_ATTEMPTS="1") as run:
+        fleet.nudge(conn)
+        await async_wait_until(lambda: item_attr(fleet.item(conn), "status") == "BACKOFF", 10,
+                               "park")
+        assert run.worker.metrics.totals["HandlerFailuresParked"] == 1
+    item = fleet.item(conn)
+    assert handled[:3] == [0, 1, 2] and item_attr(item, "error_count") == 1
+    retry_s = (item_attr(item, "lease_expires_at_ms") - time.time() * 1000) / 1000
+    assert retry_s < 31  # the first give-up's back-off (30 s base), not the fourth's (240 s)
+
+
 async def test_graceful_stop_finishes_the_handler_call_in_flight(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
     """On stop the call in flight completes, and the release checkpoints exactly what ran."""
