@@ -139,6 +139,17 @@ class Endings:
         if conn.passed != "failed":  # failed: still ours, released and counted as such
             self.counts["handed_over" if conn.passed == "transferred" else "lost"] += 1
 
+    def park_stuck(self, conn: Connection, error: str) -> None:
+        """The give-up of a stream whose handler blocked the event loop past the fence, written
+        synchronously from the watchdog's thread (the loop cannot run it; the process exits
+        next): like any give-up, with ``error``, its back-off and the checkpoint before the
+        stuck message. Its next holder resumes from that message only after the back-off."""
+        held = conn.held
+        before = errors_before(held.lease.error_count, held.cursor.handled)
+        retry_s = self.backoff.retry_after_s(before + 1)
+        self.store.release(dataclasses.replace(held.lease, error_count=before), held.checkpoint,
+                           error=error, retry_at_ms=self.wall() + round(retry_s * 1000))
+
     async def _release(self, conn: Connection, *, attempts: int = 20,
                        error: str | None = None, retry_at_ms: int | None = None,
                        moved: bool = False, successor: str | None = None,

@@ -41,7 +41,7 @@ from holdfast.worker.checkpointer import Checkpointer
 from holdfast.worker.claimer import SOURCE_HANDOFF, Claimer
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection
-from holdfast.worker.handler import Handler, default_handler
+from holdfast.worker.handler import Handler, Message, default_handler
 from holdfast.worker.handoff import Handoffs
 from holdfast.worker.health import HealthServer
 from holdfast.worker.held import NO_FENCE_MS, monotonic_ms, ordered_reason
@@ -152,6 +152,12 @@ class Supervisor:
 
     def free_capacity(self) -> int:
         return self.holdings.free_capacity()
+
+    def _park_stuck(self, message: Message, error: str) -> None:
+        """The watchdog's park of the stream whose handler call blocks the loop (its thread)."""
+        conn = self.streams.get(message.conn_id)
+        if conn is not None and conn.held.lease.epoch == message.epoch:
+            self.holdings.endings.park_stuck(conn, error)
 
     def earliest_fence(self) -> int:
         """The first fence deadline (monotonic ms) among the streams still handling frames."""
@@ -269,7 +275,8 @@ class Supervisor:
                           visibility_s=cfg.nudge_visibility_s, wall=self.wall)
         health = HealthServer(cfg.health_port, self, self.loop_clock) if cfg.health_port else None
         # A handler blocking the loop past a fence ends the process (``worker.watchdog``).
-        watchdog = Watchdog(self.earliest_fence, self.loop_clock) if cfg.watchdog else None
+        watchdog = Watchdog(self.earliest_fence, self.loop_clock,
+                            park=self._park_stuck) if cfg.watchdog else None
         await self._start_session()
         keeper = self.keeper
         assert keeper is not None  # the session has started

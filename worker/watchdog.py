@@ -13,6 +13,12 @@ streams.
 
 A loop that is slow but not stuck keeps stamping, and the fence watcher fences on time; the
 watchdog only acts when the loop cannot.
+
+Stuck in a handler call (the loop's stack holds ``handler.call_once``), the stream of that call
+is parked first (``park``: its give-up written from this thread, ``worker.endings``), with the
+stuck seq and the blocking line as ``last_error``: its next holder would otherwise meet the same
+message and die the same way, and the fleet crash-looped one worker after another. The park is
+given ``PARK_WAIT_S`` at most; the exit follows whatever it did.
 """
 
 from __future__ import annotations
@@ -22,13 +28,26 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
+from types import FrameType
 from typing import NoReturn
 
+from holdfast.worker.handler import Message, call_once
 from holdfast.worker.loopclock import LoopClock
 
-__all__ = ["EXIT_CODE", "Watchdog"]
+__all__ = ["EXIT_CODE", "PARK_WAIT_S", "Watchdog", "stuck_in_call"]
 
 EXIT_CODE = 70  # EX_SOFTWARE: an internal error, not a clean stop
+PARK_WAIT_S = 2.0  # the stuck stream's park before the exit: a DynamoDB write, usually ms
+
+
+def stuck_in_call(frame: FrameType | None) -> Message | None:
+    """The message of the handler call on the stack from ``frame`` outwards, if any."""
+    while frame is not None:
+        if frame.f_code is call_once.__code__:
+            message = frame.f_locals.get("message")
+            return message if isinstance(message, Message) else None
+        frame = frame.f_back
+    return None
 
 
 def _exit(code: int) -> NoReturn:
@@ -41,8 +60,10 @@ class Watchdog:
 
     def __init__(self, deadline: Callable[[], int], clock: LoopClock, *,
                  stall_ms: int = 1000, check_s: float = 0.1,
-                 exit: Callable[[int], object] = _exit) -> None:
+                 exit: Callable[[int], object] = _exit,
+                 park: Callable[[Message, str], object] | None = None) -> None:
         self.deadline, self.clock, self.mono, self.exit = deadline, clock, clock.mono, exit
+        self.park = park
         self.stall_ms, self.check_s = stall_ms, check_s
         self._resumed_ms = clock.mono()  # the whole process last came back from a pause
         self._checked_ms: int | None = None  # when the thread last looked
@@ -71,15 +92,41 @@ class Watchdog:
             return False
         if now < fence:
             return False
+        frame = sys._current_frames().get(self.clock.loop_thread or -1)
+        where = self._where(frame)
         sys.stderr.write(f"holdfast watchdog: event loop blocked for {stuck_ms} ms, "
                          f"{now - fence} ms past a fence deadline: exiting {EXIT_CODE} so no "
-                         "handler goes on without its lease\n" + self._where())
+                         "handler goes on without its lease\n" + where)
+        message = stuck_in_call(frame)
+        if message is not None and self.park is not None:
+            self._park(message, stuck_ms, where)
         self.exit(EXIT_CODE)
         return True
 
-    def _where(self) -> str:
+    def _park(self, message: Message, stuck_ms: int, where: str) -> None:
+        last = where.strip().splitlines()[-2:]  # the innermost frame: file, line and code
+        why = (f"the handler blocked the event loop for {stuck_ms} ms on seq {message.seq}, "
+               f"past the fence; the worker exited {EXIT_CODE}. Blocked at: "
+               + " ".join(line.strip() for line in last))
+        parking = threading.Thread(target=self._park_now, args=(message, why),
+                                   name="holdfast-watchdog-park", daemon=True)
+        parking.start()
+        parking.join(PARK_WAIT_S)
+
+    def _park_now(self, message: Message, why: str) -> None:
+        try:
+            assert self.park is not None
+            self.park(message, why)
+        except Exception as exc:  # the exit goes on: the sweeper recovers the stream instead
+            sys.stderr.write(f"holdfast watchdog: could not park {message.conn_id}: "
+                             f"{type(exc).__name__}: {exc}\n")
+        else:
+            sys.stderr.write(f"holdfast watchdog: parked {message.conn_id} on seq "
+                             f"{message.seq}\n")
+
+    @staticmethod
+    def _where(frame: FrameType | None) -> str:
         """Where the loop is stuck (its thread's stack, innermost last): what blocked it."""
-        frame = sys._current_frames().get(self.clock.loop_thread or -1)
         if frame is None:
             return ""
         return "blocked at:\n" + "".join(traceback.format_stack(frame, limit=12))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 
 from holdfast.worker.backoff import Backoff
@@ -98,7 +99,8 @@ def test_watchdog_spares_a_process_that_was_paused_whole() -> None:
 def test_a_handler_blocking_the_loop_past_the_fence_ends_the_process(
         fleet: Fleet, spawn: Callable[..., WorkerProc], unique_id: str) -> None:
     """time.sleep in the handler past the fence: the watchdog exits 70 mid-call, and its line
-    shows where the loop was stuck (the handler's frame)."""
+    shows where the loop was stuck (the handler's frame); the stream is parked first, on the
+    stuck seq with that line, so its next holder does not die on the same message."""
     async def serve_and_wait() -> int:
         frames = [json.dumps({"seq": n}) for n in range(1, 10)]
         async with scripted_upstream(lambda _: frames) as up:
@@ -113,6 +115,11 @@ def test_a_handler_blocking_the_loop_past_the_fence_ends_the_process(
             log = w.log_path.read_text()
             assert "holdfast watchdog: event loop blocked" in log
             assert "blocked at:" in log and "in block_on_3" in log
+            item = fleet.item(conn)
+            assert item["status"] == {"S": "BACKOFF"} and item["last_seq"] == {"N": "2"}
+            assert "lease_owner" not in item and "blocked the event loop" in (
+                item["last_error"]["S"]) and "seq 3" in item["last_error"]["S"]
+            assert int(item["lease_expires_at_ms"]["N"]) > time.time() * 1000 + 20_000
             return code
 
     assert asyncio.run(serve_and_wait()) == EXIT_CODE
