@@ -16,6 +16,12 @@ import os
 # which starts the jsii runtime.
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
+try:
+    import aws_cdk  # noqa: F401 - only to say what is missing, before the constructs need it
+except ImportError as exc:  # the base install: say which extra, not a bare module name
+    raise ImportError('holdfast.cdk needs the CDK: pip install ".[cdk]" in a Holdfast checkout '
+                      "(aws-cdk-lib, constructs, cdk-nag)") from exc
+
 from holdfast.infra.exceptions import SettingsError
 from holdfast.infra.fleet import HoldfastFleet
 from holdfast.infra.settings import Settings

@@ -7,6 +7,7 @@ the standard ``AWS_ENDPOINT_URL_*`` variables, so no code of ours has endpoint p
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import shutil
@@ -85,6 +86,9 @@ class LocalAws:
         self.children.clear()
 
     def _start_moto(self) -> str:
+        if importlib.util.find_spec("moto") is None:  # the base install: say which extra
+            raise LocalAwsError('the local fleet needs moto: pip install ".[local]" in a Holdfast '
+                                "checkout (moto[server], matplotlib)")
         port = free_port()
         # moto's server with its per-request dispatch and per-message scans taken out
         # (``holdfast.localaws.moto_server``: moto served 5-10 SQS requests a second in a
