@@ -84,8 +84,11 @@ def load_handler(spec: str | None) -> Handler:
     except Exception as exc:
         raise HandlerLoadError(f"HOLDFAST_HANDLER={spec!r} cannot be loaded: "
                                f"{type(exc).__name__}: {exc}") from None
-    if not inspect.iscoroutinefunction(obj) and not inspect.iscoroutinefunction(
-            getattr(obj, "__call__", None)):  # noqa: B004 - an async callable object is fine
+    # An async function, an async callable object, or a decorator's wrapper of one
+    # (``functools.wraps`` keeps the wrapped function: tracing and retry helpers wrap so).
+    if not any(inspect.iscoroutinefunction(f) for f in (
+            obj, getattr(obj, "__call__", None),  # noqa: B004 - an async callable object
+            inspect.unwrap(obj) if callable(obj) else None)):
         raise HandlerLoadError(f"HOLDFAST_HANDLER={spec!r} must be an async function "
                                f"(async def), got {type(obj).__name__}")
     return obj  # type: ignore[return-value]

@@ -207,7 +207,8 @@ def _run_status(args: argparse.Namespace) -> int:
                        else "version live: ")
                       + ", ".join(f"{esc(v) or 'unknown'} ({w} worker{'s' * (w != 1)}, {n} "
                                   f"stream{'s' * (n != 1)})" for v, (w, n) in versions.items()))
-    console.print(f"[bold]{len(st.workers)} workers[/], {st.streams} streams "
+    # Owners of leases (a live worker holding nothing is in the session lines above only).
+    console.print(f"[bold]{len(st.workers)} workers holding leases[/], {st.streams} streams "
                   f"({st.started} started, {st.stopped} stopped)")
     for owner, n in st.workers.items():
         console.print(f"  {esc(owner)}: {n} leases")

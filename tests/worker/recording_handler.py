@@ -7,10 +7,11 @@ so a test can check afterwards that every seq of every stream was handled.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import time
-from typing import IO
+from typing import IO, Any
 
 from holdfast.worker.handler import Message
 
@@ -51,3 +52,17 @@ async def block_on_3(message: Message) -> None:
     await record(message)
     if message.seq == 3:
         time.sleep(float(os.environ.get("HOLDFAST_TEST_BLOCK_SECONDS", "30")))  # noqa: ASYNC251
+
+
+def _traced(fn: Any) -> Any:
+    """A user's decorator: a sync wrapper (``functools.wraps``) returning the coroutine."""
+    @functools.wraps(fn)
+    def wrapper(message: Message) -> Any:
+        return fn(message)
+    return wrapper
+
+
+@_traced
+async def decorated(message: Message) -> None:
+    """An async handler behind a decorator whose wrapper is not itself async."""
+    await asyncio.sleep(0)

@@ -30,6 +30,12 @@ def test_loads_a_named_async_function() -> None:
     assert load_handler(None) is default_handler
 
 
+async def test_a_decorated_async_handler_loads_and_its_calls_succeed() -> None:
+    """A handler behind a decorator whose wrapper is sync (functools.wraps) is an async handler."""
+    handler = load_handler("tests.worker.recording_handler:decorated")
+    assert await call_once(handler, MSG, 1.0) is None
+
+
 @pytest.mark.parametrize(("spec", "why"), [
     ("tests.worker.recording_handler:not_async", "async function"),
     ("tests.worker.recording_handler:missing", "cannot be loaded"),
