@@ -198,7 +198,7 @@ class Connection:
                         return (f"a frame kills the connection {where} ({deaths} times in a "
                                 f"row), not skipped: {error}. Fix the upstream, raise "
                                 f"{names.ENV_MAX_FRAME_BYTES} if the frame is only too big, or "
-                                "set last_seq past it")
+                                "skip it: holdfast resume <id> --now --after-seq <its seq>")
                 self.ctx.metrics.incr("Reconnects")
                 if self.ctx.backoff.give_up(failures):
                     self.log("warning", "upstream failing, giving the stream back",

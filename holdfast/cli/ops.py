@@ -26,7 +26,7 @@ from holdfast.cli.opscommon import (
 from holdfast.cli.urlinput import UrlInputError, read_url
 from holdfast.core.aws import call
 from holdfast.core.exceptions import MalformedItem, StreamHeld
-from holdfast.core.model import LeaseItem, validate_conn_id
+from holdfast.core.model import MAX_SEQ, LeaseItem, validate_conn_id
 from holdfast.core.redact import redact
 from holdfast.core.schema import ATTR, STARTED, STOPPED, pk_for
 from holdfast.core.store import wall_clock_ms
@@ -124,12 +124,23 @@ def _add_resume(p: argparse.ArgumentParser) -> None:
     p.add_argument("--now", action="store_true",
                    help="also end its back-off (after upstream or handler failures) so it is "
                         "claimed at once; a held stream is left to its holder")
+    p.add_argument("--after-seq", type=int, default=None, metavar="SEQ",
+                   help="with --now: resume after SEQ, its checkpoint set there (past a "
+                        "message that can never be handled: SEQ itself is never delivered "
+                        "again); refused for a held stream")
     add_table_option(p)
 
 
 def _run_resume(args: argparse.Namespace) -> int:
     conn_id, table, client = _id(args.id), table_name(args), ops_ddb()
-    if not (args.now and restart_now(client, table, conn_id)) and not set_desired_state(
+    if args.after_seq is not None:
+        if not args.now or not 0 <= args.after_seq <= MAX_SEQ:
+            raise OpsExit(EXIT_USAGE, f"--after-seq needs --now and a seq in 0..{MAX_SEQ}")
+        if not restart_now(client, table, conn_id, after_seq=args.after_seq):
+            # Its checkpoint is its holder's: never moved under it.
+            raise OpsExit(EXIT_FAILED, f"{conn_id!r} is held or unknown: stop it first "
+                          "(`holdfast stop --wait 30`), then resume it --after-seq")
+    elif not (args.now and restart_now(client, table, conn_id)) and not set_desired_state(
             client, table, conn_id, STARTED):
         raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
     try:

@@ -131,19 +131,25 @@ def set_desired_state(client: DynamoDBClient, table: str, conn_id: str, state: s
     return True
 
 
-def restart_now(client: DynamoDBClient, table: str, conn_id: str) -> bool:
+def restart_now(client: DynamoDBClient, table: str, conn_id: str, *,
+                after_seq: int | None = None) -> bool:
     """Set an unowned item STARTED with its back-off (or a quarantine's parking) ended: claimable
-    at once, from its checkpoint. False if there is no such item or it has an owner: a holder's
-    expiry is its backstop, never an operator's to write (``docs/concepts/protocol.md``)."""
+    at once, from its checkpoint, or with ``after_seq`` from after that seq (its checkpoint set
+    there: past a message that can never be handled). False if there is no such item or it has
+    an owner: a holder's expiry and checkpoint are its own, never an operator's to write
+    (``docs/concepts/protocol.md``)."""
+    update, values = "SET #ds = :s, #exp = :zero", {":s": {"S": STARTED}, ":zero": {"N": "0"}}
+    names = {"#ds": ATTR.desired_state, "#pk": ATTR.pk, "#exp": ATTR.lease_expires_at_ms,
+             "#owner": ATTR.lease_owner}
+    if after_seq is not None:
+        update += ", #seq = :seq"
+        values[":seq"] = {"N": str(after_seq)}
+        names["#seq"] = ATTR.last_seq
     try:
         call("restart_now", client.update_item, TableName=table,
-             Key={ATTR.pk: {"S": pk_for(conn_id)}},
-             UpdateExpression="SET #ds = :s, #exp = :zero",
+             Key={ATTR.pk: {"S": pk_for(conn_id)}}, UpdateExpression=update,
              ConditionExpression="attribute_exists(#pk) AND attribute_not_exists(#owner)",
-             ExpressionAttributeNames={"#ds": ATTR.desired_state, "#pk": ATTR.pk,
-                                       "#exp": ATTR.lease_expires_at_ms,
-                                       "#owner": ATTR.lease_owner},
-             ExpressionAttributeValues={":s": {"S": STARTED}, ":zero": {"N": "0"}})
+             ExpressionAttributeNames=names, ExpressionAttributeValues=values)
     except ConditionFailed:
         return False
     return True

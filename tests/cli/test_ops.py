@@ -249,3 +249,22 @@ def test_resume_now_never_touches_a_held_streams_expiry(
     assert code == 0 and "held by w#a" in out
     assert _images(ddb, ddb_local.table, sid)["lease_expires_at_ms"] == before
     assert run(capsys, "resume", f"{unique_id}-none")[0] == 1
+
+
+def test_resume_after_a_seq_skips_a_poison_message_of_a_parked_stream(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A stream parked on seq 42 (checkpoint 41): resume --now --after-seq 42 sets its checkpoint
+    there and ends the back-off; refused without --now, and for a held stream."""
+    sid = f"{unique_id}-k"
+    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/k")[0] == 0
+    ddb, store = _given_up(ddb_local, sid)
+    assert run(capsys, "resume", sid, "--after-seq", "42")[0] == 2
+    code, out, _ = run(capsys, "resume", sid, "--now", "--after-seq", "42")
+    assert code == 0 and "after last_seq 42" in out
+    item = _images(ddb, ddb_local.table, sid)
+    assert item["last_seq"] == {"N": "42"} and item["lease_expires_at_ms"] == {"N": "0"}
+    store.acquire(sid, "w#b")
+    code, _, err = run(capsys, "resume", sid, "--now", "--after-seq", "50")
+    assert code == 1 and "held" in err
+    assert _images(ddb, ddb_local.table, sid)["last_seq"] == {"N": "42"}
