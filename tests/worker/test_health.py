@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 from dataclasses import dataclass
 
 from holdfast.worker.health import HealthServer, main, probe
@@ -51,3 +53,17 @@ async def test_health_follows_event_loop_lag_not_dynamodb() -> None:
 def test_probe_of_nothing_is_unhealthy() -> None:
     """No worker listening: the probe fails."""
     assert not probe(1, timeout_s=0.5)
+
+
+def test_the_health_probe_loads_alone_and_quietly() -> None:
+    """``python -m holdfast.worker.health`` (every 30 s in the container) imports neither the
+    worker nor websockets, and runpy has nothing to warn about (it warned on every probe)."""
+    code = ("import runpy, sys, warnings\n"
+            "warnings.simplefilter('error')\n"
+            "sys.argv = ['health', '--port', '1']\n"
+            "try:\n    runpy.run_module('holdfast.worker.health', run_name='__main__')\n"
+            "except SystemExit as e:\n    print(e.code)\n"
+            "print('supervisor' in str(sorted(sys.modules)), 'websockets' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert out == ["1", "False", "False"]
