@@ -82,7 +82,18 @@ async def _serve(worker: Supervisor, logger: Logger) -> None:
         frozen.cancel()
 
 
-def main(env: Mapping[str, str] | None = None) -> int:
+_USAGE = f"""usage: python -m holdfast.worker
+
+{__doc__}
+Configured from the environment only (HOLDFAST_TABLE, HOLDFAST_QUEUE_URL, HOLDFAST_HANDLER...):
+`holdfast settings` lists every variable with its default and range."""
+
+
+def main(env: Mapping[str, str] | None = None, argv: list[str] | None = None) -> int:
+    args = argv or []
+    if args:  # no options: --help (or anything) prints how it is configured instead
+        print(_USAGE, file=sys.stdout if args[0] in ("-h", "--help") else sys.stderr)
+        return 0 if args[0] in ("-h", "--help") else 2
     try:
         config = load_config(env)
         source = os.environ if env is None else env
@@ -117,4 +128,4 @@ def main(env: Mapping[str, str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(argv=sys.argv[1:]))

@@ -229,3 +229,12 @@ def test_log_level_is_read_in_any_case() -> None:
     assert load_config({**BASE, "LOG_LEVEL": "warning"}).log_level == "WARNING"
     with pytest.raises(ConfigError, match="HOLDFAST_LOG_LEVEL='LOUD' must be one of DEBUG"):
         load_config({**BASE, "HOLDFAST_LOG_LEVEL": "loud"})
+
+
+def test_the_worker_command_says_how_it_is_configured() -> None:
+    """``python -m holdfast.worker --help``: usage and where its settings come from, exit 0
+    (it was "configuration error: HOLDFAST_TABLE is not set", exit 2); an unknown option: 2."""
+    from holdfast.worker.__main__ import main
+
+    assert main({}, argv=["--help"]) == 0
+    assert main({}, argv=["--port"]) == 2
