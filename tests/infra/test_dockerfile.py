@@ -83,15 +83,17 @@ def test_image_asset_context_excludes_everything_else(cli_assembly: Path) -> Non
 
 
 def test_example_dockerfile_is_a_users_own() -> None:
-    """The example's Dockerfile: python:3.12-slim, pip installs holdfast (no extras) and the
+    """The example's Dockerfile: python:3.12-slim, pip installs the Holdfast wheel beside it or
+    the one HOLDFAST names (no extras; never "holdfast" from PyPI, an unrelated project) and the
     app's package, numeric non-root USER, exec-form `python -m holdfast.worker`; no base
     image built from the checkout."""
     steps = instructions((REPO / "examples" / "transcripts" / "Dockerfile").read_text())
     (base,) = [arg for word, arg in steps if word == "FROM"]
     assert base == "python:3.12-slim"
     runs = " ".join(arg for word, arg in steps if word == "RUN")
-    assert re.search(r"pip install \S*HOLDFAST", runs) and "ARG" in {w for w, _ in steps}
-    assert dict(a.split("=", 1) for w, a in steps if w == "ARG")["HOLDFAST"] == "holdfast"
+    assert dict(a.split("=", 1) for w, a in steps if w == "ARG")["HOLDFAST"] == '""'
+    assert "${HOLDFAST:-$(ls ./holdfast-*-py3-none-any.whl" in runs
+    assert re.search(r'pip install "\$wheel"', runs) and "exit 1" in runs
     assert re.search(r"pip install \.( |$)", runs), runs
     (user,) = [arg for word, arg in steps if word == "USER"]
     assert user.split(":")[0].isdigit() and user.split(":")[0] != "0"
