@@ -11,8 +11,9 @@ the Lambda asset with this file, and must not drag the worker, the CLI or rich a
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from holdfast.lazyexports import lazy_exports
 
 __all__ = ["FleetOptions", "FleetTiming", "Handler", "LocalFleet", "Message", "StaleEpoch",
            "__version__", "fence_key", "fenced_put"]
@@ -36,9 +37,4 @@ if TYPE_CHECKING:
     from holdfast.testing import FleetOptions, FleetTiming, LocalFleet
     from holdfast.worker.handler import Handler, Message
 
-
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'holdfast' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _PUBLIC)

@@ -10,8 +10,9 @@ stops them gracefully); every DynamoDB lease call goes through ``holdfast.core``
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from holdfast.lazyexports import lazy_exports
 
 __all__ = ["Message", "Supervisor", "WorkerConfig", "load_config"]
 
@@ -26,9 +27,4 @@ if TYPE_CHECKING:
     from holdfast.worker.handler import Message
     from holdfast.worker.supervisor import Supervisor
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'holdfast.worker' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _LAZY)

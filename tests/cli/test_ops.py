@@ -183,11 +183,19 @@ def _images(ddb: Any, table: str, sid: str) -> dict[str, Any]:
                              ConsistentRead=True)["Item"])
 
 
-def _given_up(ddb_local: LocalAws, sid: str) -> tuple[Any, LeaseStore]:
+def _started(capsys: pytest.CaptureFixture[str], ddb_local: LocalAws,
+             sid: str) -> tuple[Any, LeaseStore]:
+    """``holdfast start sid``; the table's client and a lease store on it."""
+    assert run(capsys, "start", sid, f"ws://127.0.0.1:9/s/{sid[-1]}")[0] == 0
+    ddb = client_for(ddb_local, "dynamodb")
+    return ddb, LeaseStore(ddb, ddb_local.table, lease_ms=60_000, skew_ms=1_000)
+
+
+def _given_up(capsys: pytest.CaptureFixture[str], ddb_local: LocalAws,
+              sid: str) -> tuple[Any, LeaseStore]:
     """``sid`` started, checkpointed at 41 and given up after upstream errors: BACKOFF for a
     minute, its last error recorded."""
-    ddb = client_for(ddb_local, "dynamodb")
-    store = LeaseStore(ddb, ddb_local.table, lease_ms=60_000, skew_ms=1_000)
+    ddb, store = _started(capsys, ddb_local, sid)
     lease = store.acquire(sid, "w#a")
     assert store.release(lease, 41, error="6 connection failures, last: refused",
                          retry_at_ms=store.clock() + 60_000) is None
@@ -199,9 +207,7 @@ def test_resume_starts_a_stopped_stream_again_from_its_checkpoint(
         capsys: pytest.CaptureFixture[str]) -> None:
     """stop then resume: STARTED again with last_seq kept, and the router nudges it at once."""
     sid = f"{unique_id}-r"
-    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/r")[0] == 0
-    ddb = client_for(ddb_local, "dynamodb")
-    store = LeaseStore(ddb, ddb_local.table, lease_ms=60_000, skew_ms=1_000)
+    ddb, store = _started(capsys, ddb_local, sid)
     assert store.release(store.acquire(sid, "w#a"), 17) is None
     assert run(capsys, "stop", sid)[0] == 0
     old = _images(ddb, ddb_local.table, sid)
@@ -221,8 +227,7 @@ def test_resume_of_a_given_up_stream_says_its_back_off_and_now_ends_it(
     """A stream in back-off after a give-up, stopped: resume keeps the back-off and says how
     long and why; resume --now ends it, and the router nudges it at once."""
     sid = f"{unique_id}-b"
-    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/b")[0] == 0
-    ddb, store = _given_up(ddb_local, sid)
+    ddb, store = _given_up(capsys, ddb_local, sid)
     assert run(capsys, "stop", sid)[0] == 0
     code, out, _ = run(capsys, "resume", sid)
     assert code == 0 and "in back-off for" in out and "refused" in out and "--now" in out
@@ -241,9 +246,8 @@ def test_resume_now_never_touches_a_held_streams_expiry(
         capsys: pytest.CaptureFixture[str]) -> None:
     """--now on a held stream: its holder's backstop expiry stays; it is said to be held."""
     sid = f"{unique_id}-o"
-    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/o")[0] == 0
-    ddb = client_for(ddb_local, "dynamodb")
-    LeaseStore(ddb, ddb_local.table, lease_ms=60_000, skew_ms=1_000).acquire(sid, "w#a")
+    ddb, store = _started(capsys, ddb_local, sid)
+    store.acquire(sid, "w#a")
     before = _images(ddb, ddb_local.table, sid)["lease_expires_at_ms"]
     code, out, _ = run(capsys, "resume", sid, "--now")
     assert code == 0 and "held by w#a" in out
@@ -257,8 +261,7 @@ def test_resume_after_a_seq_skips_a_poison_message_of_a_parked_stream(
     """A stream parked on seq 42 (checkpoint 41): resume --now --after-seq 42 sets its checkpoint
     there and ends the back-off; refused without --now, and for a held stream."""
     sid = f"{unique_id}-k"
-    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/k")[0] == 0
-    ddb, store = _given_up(ddb_local, sid)
+    ddb, store = _given_up(capsys, ddb_local, sid)
     assert run(capsys, "resume", sid, "--after-seq", "42")[0] == 2
     code, out, _ = run(capsys, "resume", sid, "--now", "--after-seq", "42")
     assert code == 0 and "after last_seq 42" in out
