@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from holdfast.lazyexports import lazy_exports
+from holdfast.core.lazyexports import lazy_exports
 
 __all__ = ["FleetOptions", "FleetTiming", "Handler", "LocalFleet", "Message", "StaleEpoch",
            "__version__", "fence_key", "fenced_put"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from holdfast.lazyexports import lazy_exports
+from holdfast.core.lazyexports import lazy_exports
 
 __all__ = ["Message", "Supervisor", "WorkerConfig", "load_config"]
 

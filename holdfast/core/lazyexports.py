@@ -1,6 +1,7 @@
 """Names a package exports but imports on first use (PEP 562), so importing the package costs
 nothing: ``holdfast`` (the public API) and ``holdfast.worker`` (whose health probe, run every
-30 s in the container, must not load the whole worker)."""
+30 s in the container, must not load the whole worker). In ``holdfast.core`` because the
+Lambda asset carries ``holdfast/__init__.py`` and that package only."""
 
 from __future__ import annotations
 
