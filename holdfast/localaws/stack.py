@@ -122,6 +122,7 @@ class LocalAws:
         # first minutes of a fleet (a young fleet's 30-stream start burst: claims 90-160 ms p50
         # with -XX:TieredStopAtLevel=1, 210-280 ms without): once compiled, a checkpoint of 600
         # leases in PartiQL batches takes 376 ms, against 627 ms with the client compiler only.
+        # (The test suite's short-lived instances take the client compiler only: tests/conftest.py.)
         child = Child("dynamodb-local", [
             java, "-Xms64m", f"-Djava.library.path={jar_dir / 'DynamoDBLocal_lib'}",
             "-jar", str(jar_dir / "DynamoDBLocal.jar"), "-inMemory", "-sharedDb",
