@@ -26,11 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import boto3
-
 from bench.client_meter import ClientMeter, Tally
 from bench.seed_worker import SeedTable
 from holdfast.core.batch import RenewRequest, renew_many
+from holdfast.core.boto import new_session
 from holdfast.core.exceptions import LeaseLost
 from holdfast.core.model import Lease
 from holdfast.core.schema import BACKSTOP_MS, SESSION, session_pk_for
@@ -234,7 +233,7 @@ def _refused(b: _Bench, store: LeaseStore, released: Lease) -> Any:
 def run_local(out: Path | None = OUT) -> dict[str, Any]:
     """Start DynamoDB Local, measure, write ``out`` (if given); the result."""
     with LocalAws(backend="dynamodb-local") as aws:
-        ddb = boto3.session.Session().client(
+        ddb = new_session().client(
             "dynamodb", endpoint_url=aws.dynamodb_url, region_name="us-east-1",
             aws_access_key_id="local", aws_secret_access_key="local")
         result = {"backend": "dynamodb-local",

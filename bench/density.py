@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import boto3
-
+from holdfast.core.boto import new_session
 from holdfast.core.schema import ATTR
 from holdfast.core.table import create_stream
 from holdfast.fleet.procs import REPO_ROOT
@@ -99,7 +98,7 @@ def run_density(n: int, *, heartbeat_s: float, lease_s: float, rate: float = 1.0
     work.mkdir(parents=True, exist_ok=True)
     with LocalAws(backend="dynamodb-local", workdir=work / "localaws") as aws:
         env = aws.env()
-        session: Any = boto3.session.Session()
+        session: Any = new_session()
         kw = {"region_name": "us-east-1", "aws_access_key_id": "local",
               "aws_secret_access_key": "local"}
         ddb = session.client("dynamodb", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB"], **kw)

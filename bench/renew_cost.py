@@ -16,9 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import boto3
-
 from holdfast.core.batch import RenewMode, RenewRequest, renew_many
+from holdfast.core.boto import new_session
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
@@ -32,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     with LocalAws(backend="dynamodb-local") as aws:
         env = aws.env()
-        ddb: Any = boto3.session.Session().client(
+        ddb: Any = new_session().client(
             "dynamodb", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB"], region_name="us-east-1",
             aws_access_key_id="local", aws_secret_access_key="local")
         store, ids, calls = counted_streams(ddb, aws.table, args.leases)

@@ -13,11 +13,11 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from hypothesis import HealthCheck, settings
 
 from holdfast.core import aws as core_aws
+from holdfast.core.boto import new_session
 from holdfast.core.schema import session_table_definition, table_definition
 from holdfast.localaws import LocalAws
 from tests.scheduling import (
@@ -76,7 +76,7 @@ def client_for(aws: LocalAws, service: str) -> Any:
     """A boto3 client pointed at ``aws`` without touching the process environment."""
     env = aws.env()
     url = env["AWS_ENDPOINT_URL_SQS"] if service == "sqs" else env["AWS_ENDPOINT_URL_DYNAMODB"]
-    return boto3.session.Session().client(
+    return new_session().client(
         service, endpoint_url=url, region_name=env["AWS_REGION"],
         aws_access_key_id="local", aws_secret_access_key="local")
 

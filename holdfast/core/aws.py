@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
 from holdfast.core import names, schema
+from holdfast.core.boto import new_session
 from holdfast.core.exceptions import ConfigError, HoldfastError, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def worst_call_ms(config: Config) -> int:
 
 def _new_client(service: str, config: Config) -> Any:
     try:
-        return boto3.session.Session().client(service, config=config)  # type: ignore[call-overload]
+        return new_session().client(service, config=config)  # type: ignore[call-overload]
     except NoRegionError:
         # botocore's own message names no setting; ours is one line an operator can act on.
         raise ConfigError(f"{service}: no AWS region: set AWS_REGION (or a profile with a "

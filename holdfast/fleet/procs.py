@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from holdfast.core import names, settings
+from holdfast.core.boto import new_session
 from holdfast.core.rules import LeaseTiming, default_margin_ms
 from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORD_WRAPS_ENV, RECORDER_SPEC
 from holdfast.localaws import LocalAws
@@ -180,12 +181,11 @@ def client_for_env(env: Mapping[str, str], service: str, *, read_timeout: float 
                    retries: int = 3) -> Any:
     """A boto3 client on the local AWS that ``env`` names (its endpoints and credentials),
     not this process's environment, which may point elsewhere."""
-    import boto3
 
     from holdfast.core.aws import client_config
 
     key = "AWS_ENDPOINT_URL_SQS" if service == "sqs" else "AWS_ENDPOINT_URL_DYNAMODB"
-    session: Any = boto3.session.Session(
+    session: Any = new_session(
         aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
         region_name=env["AWS_DEFAULT_REGION"])

@@ -18,8 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-import boto3
-
+from holdfast.core.boto import new_session
 from holdfast.core.names import ENV_ORDERS_QUEUE_PREFIX
 from holdfast.core.orders import prefix_for
 from holdfast.core.schema import (
@@ -135,7 +134,7 @@ class LocalAws:
 
     def _client(self, service: Literal["dynamodb", "sqs"]):  # type: ignore[no-untyped-def]
         url = self.dynamodb_url if service == "dynamodb" else self.sqs_url
-        return boto3.session.Session().client(
+        return new_session().client(
             service, endpoint_url=url, region_name=REGION,
             aws_access_key_id="local", aws_secret_access_key="local")
 

@@ -21,10 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
+from holdfast.core.boto import new_session
 from holdfast.core.filters import FILTER_PATTERNS
 from holdfast.lambdas.settings import Settings
 from holdfast.lambdas.sweeper.loop import SweepDeps, memory_for, run_sweeps, session_store_for
@@ -273,4 +273,4 @@ class Runner:
 
 
 def _changes_client() -> DynamoDBStreamsClient:
-    return boto3.session.Session().client("dynamodbstreams", config=client_config())
+    return new_session().client("dynamodbstreams", config=client_config())

@@ -26,6 +26,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from holdfast.core import names, tracing
 from holdfast.core import settings as S
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
+from holdfast.core.boto import new_session
 from holdfast.core.exceptions import SessionStillLive
 from holdfast.core.model import validate_worker_id
 from holdfast.core.nudge import Nudge, send_nudges
@@ -87,9 +88,8 @@ def _client_for(env: Mapping[str, str], service: str = "dynamodb") -> Any:
     if env is os.environ:
         return (dynamodb_client(client_config(read_timeout=2.0)) if service == "dynamodb"
                 else sqs_client(client_config(read_timeout=3.0, retries=2)))
-    import boto3
 
-    session = boto3.session.Session(
+    session = new_session(
         aws_access_key_id=env.get("AWS_ACCESS_KEY_ID"),
         aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
         aws_session_token=env.get("AWS_SESSION_TOKEN"),

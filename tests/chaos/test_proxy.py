@@ -6,20 +6,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
 from holdfast.chaos.consumed import CapacityKey, index_keys_of
 from holdfast.chaos.proxy import FaultProxy, operation_of
+from holdfast.core.boto import new_session
 from holdfast.core.schema import GSI_NAME, pk_for, table_definition
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
 
 
 def _client(url: str, env: dict[str, str], read_timeout: float = 0.5) -> Any:
-    return boto3.session.Session().client(
+    return new_session().client(
         "dynamodb", endpoint_url=url, region_name=env["AWS_REGION"], aws_access_key_id="local",
         aws_secret_access_key="local", config=Config(
             read_timeout=read_timeout, connect_timeout=1, retries={"total_max_attempts": 1}))

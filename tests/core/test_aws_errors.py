@@ -6,13 +6,13 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from holdfast.chaos.proxy import FaultProxy
 from holdfast.core import aws
+from holdfast.core.boto import new_session
 from holdfast.core.exceptions import StoreUnavailable
 
 
@@ -86,7 +86,7 @@ def test_client_config_retries_are_the_attempts_after_the_first(retries: int) ->
     and the heartbeat's one attempt was two, up to a second apart)."""
     with FaultProxy("http://127.0.0.1:9") as proxy:  # nothing behind it: refusals only
         proxy.inject("throttle", 30)
-        client = boto3.session.Session().client(
+        client = new_session().client(
             "dynamodb", endpoint_url=proxy.url, region_name="us-east-1",
             aws_access_key_id="x", aws_secret_access_key="x",
             config=aws.client_config(read_timeout=1.0, retries=retries))

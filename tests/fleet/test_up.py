@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-import boto3
 import pytest
 
 from holdfast.core import names
+from holdfast.core.boto import new_session
 from holdfast.core.table import create_stream
 from holdfast.fleet.procs import REPO_ROOT
 from holdfast.fleet.traces import CONNECTED_BEFORE, acquisition_paths, read_spans
@@ -61,7 +61,7 @@ def test_env_file_mode_serves_a_worker_we_bring(tmp_path: Path) -> None:
             stderr=subprocess.DEVNULL,
             env={**os.environ, **env, "HOLDFAST_WORKER_ID": "brought", "PYTHONPATH":
                  str(REPO_ROOT), "HOLDFAST_HEALTH_PORT": "0"})
-        ddb = boto3.session.Session().client(
+        ddb = new_session().client(
             "dynamodb", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB"], region_name="us-east-1",
             aws_access_key_id="local", aws_secret_access_key="local")
         time.sleep(2)

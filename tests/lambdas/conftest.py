@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import boto3
 import pytest
 
 from holdfast.core.aws import client_config
+from holdfast.core.boto import new_session
 from holdfast.localaws import LocalAws
 from holdfast.localaws.processes import free_port
 from tests.lambdas.helpers import new_queue, new_table
@@ -29,7 +29,7 @@ def table(ddb_local: LocalAws) -> str:
 @pytest.fixture
 def dead_sqs() -> Any:
     """An SQS client pointed at a loopback port nobody listens on (one attempt, no retries)."""
-    return boto3.session.Session().client(
+    return new_session().client(
         "sqs", endpoint_url=f"http://127.0.0.1:{free_port()}", region_name="us-east-1",
         aws_access_key_id="local", aws_secret_access_key="local",
         config=client_config(read_timeout=1.0, retries=1))

@@ -6,11 +6,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 
 from holdfast.core.aws import client_config
+from holdfast.core.boto import new_session
 from holdfast.localaws import LocalAws
 from holdfast.runner.exceptions import ChangesNotFound
 from holdfast.runner.shards import ShardReader, changes_arn_of, to_lambda_record
@@ -97,7 +97,7 @@ def test_finished_shards_are_forgotten_once_gone() -> None:
 @pytest.fixture
 def streams(ddb_local: LocalAws) -> Any:
     env = ddb_local.env()
-    return boto3.session.Session().client(
+    return new_session().client(
         "dynamodbstreams", endpoint_url=env["AWS_ENDPOINT_URL_DYNAMODB_STREAMS"],
         region_name=env["AWS_REGION"], aws_access_key_id="local",
         aws_secret_access_key="local", config=client_config())

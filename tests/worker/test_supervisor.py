@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-import boto3
 import pytest
 
 from holdfast.core import names
+from holdfast.core.boto import new_session
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import delete_stream, set_desired_state
 from holdfast.worker.claimer import Claimer
@@ -304,7 +304,7 @@ async def test_self_fencing_when_dynamodb_is_unreachable(
     proxy = CuttableProxy(host, int(port))
     try:
         config = __import__("tests.worker.conftest", fromlist=["x"]).worker_config(fleet)
-        ddb = boto3.session.Session().client(
+        ddb = new_session().client(
             "dynamodb", endpoint_url=proxy.url, region_name="us-east-1",
             aws_access_key_id="local", aws_secret_access_key="local",
             config=__import__("holdfast.core.aws", fromlist=["x"]).client_config(

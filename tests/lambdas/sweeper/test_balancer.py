@@ -11,6 +11,7 @@ import pytest
 
 from holdfast.core import names
 from holdfast.core.aws import client_config
+from holdfast.core.boto import new_session
 from holdfast.core.bundles import unbundle
 from holdfast.core.directives import Directive, parse_inbox_body
 from holdfast.core.exceptions import ConfigError
@@ -270,7 +271,6 @@ def test_a_dynamodb_error_skips_the_round_without_failing(
         ddb: Any, sqs: Any, table: str, queue_url: str, session_table: str,
         unique_id: str, caplog: pytest.LogCaptureFixture) -> None:
     """DynamoDB unreachable for the writes: the round is logged as skipped, nothing raised."""
-    import boto3
 
     from holdfast.localaws.processes import free_port
 
@@ -278,7 +278,7 @@ def test_a_dynamodb_error_skips_the_round_without_failing(
     store = SessionStore(ddb, session_table, table, ttl_ms=TTL_MS, skew_ms=1_000)
     worker(store, f"{unique_id}-a", 10)
     worker(store, f"{unique_id}-b", 0)
-    dead = boto3.session.Session().client(
+    dead = new_session().client(
         "dynamodb", endpoint_url=f"http://127.0.0.1:{free_port()}", region_name="us-east-1",
         aws_access_key_id="local", aws_secret_access_key="local",
         config=client_config(retries=1, read_timeout=1.0))

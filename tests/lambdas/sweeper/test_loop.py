@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from holdfast.core.aws import InvalidRequest
+from holdfast.core.boto import new_session
 from holdfast.core.exceptions import StoreUnavailable
 from holdfast.core.liveness import AUDIT_INTERVAL_MS
 from holdfast.core.model import Lease
@@ -261,12 +262,11 @@ def test_wakes_when_the_next_lease_becomes_claimable(ddb: Any, sqs: Any, table: 
 
 def test_dynamodb_errors_are_survived(sqs: Any, queue_url: str, memory: NudgeMemory) -> None:
     """With DynamoDB unreachable the loop logs, backs off, and still stops when told."""
-    import boto3
 
     from holdfast.core.aws import client_config
     from holdfast.localaws.processes import free_port
 
-    dead = boto3.session.Session().client(
+    dead = new_session().client(
         "dynamodb", endpoint_url=f"http://127.0.0.1:{free_port()}", region_name="us-east-1",
         aws_access_key_id="local", aws_secret_access_key="local",
         config=client_config(retries=1))
