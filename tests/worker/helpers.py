@@ -132,6 +132,13 @@ async def start_held(fleet: Fleet, upstream: UpstreamThread, run: Running,
                            f"{len(conns)} streams held")
 
 
+async def nudge_until_backoff(fleet: Fleet, conn: str, timeout_s: float, what: str) -> None:
+    """Nudge ``conn`` and wait until its item is in BACKOFF (given up or parked)."""
+    fleet.nudge(conn)
+    await async_wait_until(lambda: item_attr(fleet.item(conn), "status") == "BACKOFF",
+                           timeout_s, what)
+
+
 def set_attr(fleet: Fleet, conn_id: str, name: str, value: dict[str, Any]) -> None:
     """Set one attribute of a stream's item, as an operator would."""
     fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn_id}"}},

@@ -11,8 +11,8 @@ from holdfast.worker.backoff import Backoff
 from holdfast.worker.connection import LOG_EVERY_MS
 from holdfast.worker.delivery import STALL_AFTER
 from holdfast.worker.dial import ConnectOptions
-from tests.worker.conftest import Fleet, async_wait_until
-from tests.worker.helpers import Recorder, item_attr, running_worker
+from tests.worker.conftest import Fleet
+from tests.worker.helpers import Recorder, item_attr, nudge_until_backoff, running_worker
 from tests.worker.scripted import scripted_upstream
 from tests.worker.test_connection import connection, context, lease_for, run_until
 
@@ -87,9 +87,7 @@ async def test_oversized_first_frames_end_in_backoff_at_the_last_handled_seq(
     async with scripted_upstream(frames) as up:
         fleet.create(conn, up.url)
         async with running_worker(fleet, rec, HOLDFAST_MAX_FRAME_BYTES="4096") as run:
-            fleet.nudge(conn)
-            await async_wait_until(lambda: item_attr(fleet.item(conn), "status") == "BACKOFF",
-                                   15, "give-up")
+            await nudge_until_backoff(fleet, conn, 15, "give-up")
             assert run.worker.metrics.totals["UpstreamGiveUps"] == 1
     item = fleet.item(conn)
     assert rec.seqs(conn) == list(range(1, 81)) and item_attr(item, "last_seq") == 80
@@ -109,9 +107,7 @@ async def test_an_upstream_reset_is_logged_and_the_stream_given_up(
                               UpdateExpression="SET last_seq = :s",
                               ExpressionAttributeValues={":s": {"N": "500"}})
         async with running_worker(fleet, rec) as run:
-            fleet.nudge(conn)
-            await async_wait_until(lambda: item_attr(fleet.item(conn), "status") == "BACKOFF",
-                                   15, "give-up")
+            await nudge_until_backoff(fleet, conn, 15, "give-up")
             assert run.worker.metrics.totals["FramesSkipped"] == STALL_AFTER
     item = fleet.item(conn)
     assert not rec.calls and item_attr(item, "last_seq") == 500

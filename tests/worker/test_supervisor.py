@@ -18,7 +18,7 @@ from holdfast.worker.orders import OrderInbox
 from holdfast.worker.supervisor import Supervisor
 from tests.conftest import client_for
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
-from tests.worker.helpers import Recorder, item_attr, running_worker
+from tests.worker.helpers import Recorder, item_attr, nudge_until_backoff, running_worker
 from tests.worker.proxy import CuttableProxy
 
 
@@ -223,9 +223,7 @@ async def test_failing_upstream_is_handed_back_with_error(
     conn, rec = f"{unique_id}-r", Recorder()
     fleet.create(conn, upstream.url(conn, "reject"))
     async with running_worker(fleet, rec, HOLDFAST_UPSTREAM_MAX_FAILURES="3") as run:
-        fleet.nudge(conn)
-        await async_wait_until(lambda: item_attr(fleet.item(conn), "status") == "BACKOFF", 10,
-                               "give-up")
+        await nudge_until_backoff(fleet, conn, 10, "give-up")
         assert run.worker.metrics.totals["UpstreamGiveUps"] == 1
     item = fleet.item(conn)
     assert "503" in item_attr(item, "last_error")
@@ -249,9 +247,7 @@ async def test_a_give_up_after_progress_starts_its_back_off_again_from_the_base(
         handled.append(message.seq)
 
     async with running_worker(fleet, fails_at_three, HOLDFAST_HANDLER_ATTEMPTS="1") as run:
-        fleet.nudge(conn)
-        await async_wait_until(lambda: item_attr(fleet.item(conn), "status") == "BACKOFF", 10,
-                               "park")
+        await nudge_until_backoff(fleet, conn, 10, "park")
         assert run.worker.metrics.totals["HandlerFailuresParked"] == 1
     item = fleet.item(conn)
     assert handled[:3] == [0, 1, 2] and item_attr(item, "error_count") == 1
