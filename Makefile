@@ -39,9 +39,10 @@ lint: deps
 typecheck: deps
 	$(BIN)/mypy
 
-# The suite is mostly real waiting (leases expiring, fleets failing over): three xdist workers
-# overlap it on two cores. tests/scheduling.py keeps costly set-ups on one worker and hands
-# out the longest tests first. TEST_WORKERS=0 runs it in one process.
+# The suite mixes real waiting (leases expiring, fleets failing over) with CPU (DynamoDB Local,
+# boto3, fleets of processes): three xdist workers keep both cores ~85 % busy. tests/scheduling.py
+# keeps costly set-ups on one worker and hands out the longest tests first. TEST_WORKERS=0 runs
+# it in one process.
 TEST_WORKERS ?= 3
 unit: deps
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup

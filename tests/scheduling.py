@@ -1,8 +1,9 @@
 """The suite on pytest-xdist workers (``make test``: ``-n 3 --dist loadgroup``).
 
-Most of the suite's time is real waiting (leases expiring, fleets failing over, a 60 s soak),
-which workers overlap well, provided that a costly set-up is not repeated on every worker and
-that the longest tests do not start last. So, under ``--dist loadgroup``:
+The suite's time is real waiting (leases expiring, fleets failing over, a 60 s soak) and CPU
+(both cores ~85 % busy at ``-n 3``): workers overlap the waits, provided that a costly set-up
+is not repeated on every worker and that the longest tests do not start last. So, under
+``--dist loadgroup``:
 
 - the tests sharing a costly session fixture (``SET_UP_ONCE``) or any module-scoped fixture
   form one group, run by one worker, so that set-up happens once;
