@@ -250,13 +250,18 @@ class Fleet:
         code = ("import sys\nfrom holdfast.worker.handler import load_handler\n"
                 "try:\n    load_handler(sys.argv[1])\n"
                 "except Exception as exc:\n    print(exc)\n    sys.exit(1)\n")
-        env = self._child_env(self.worker_env)
+        # A worker imports the handler with the local AWS's settings: a module that makes a
+        # client at import needs its region. Before the local AWS runs, its placeholders (no
+        # call made at import reaches real AWS from here either).
+        env = self._child_env({**(self.env or LocalAws.placeholder_env()), **self.worker_env})
         proc = subprocess.run([sys.executable, "-c", code, self.handler], env=env,
                               capture_output=True, text=True, timeout=60,
                               check=False)
         if proc.returncode == 0:
             return None
         why = (proc.stdout.strip() or proc.stderr.strip()[-2000:]).splitlines()[-1:] or ["?"]
+        if "ModuleNotFoundError" not in why[0]:  # found, and its import or lookup failed
+            return why[0]
         where = ", ".join(str(p) for p in self.pythonpath) or "-"
         return (f"{why[0]} (searched: {where}, then the environment of {sys.executable}; "
                 f"run from the directory that holds the package, or install it there)")

@@ -161,6 +161,17 @@ class LocalAws:
         })["QueueUrl"]
 
     # -- what clients need ---------------------------------------------------------------
+    @staticmethod
+    def placeholder_env() -> dict[str, str]:
+        """The AWS settings ``env`` gives, before anything is started: the region and dummy
+        credentials, endpoints on a loopback port nothing serves (a call fails at once, and
+        never reaches real AWS). For checking that code loads as a worker will load it."""
+        nowhere = "http://127.0.0.1:9"
+        return {"AWS_ENDPOINT_URL": nowhere, "AWS_ENDPOINT_URL_DYNAMODB": nowhere,
+                "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": nowhere, "AWS_ENDPOINT_URL_SQS": nowhere,
+                "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION,
+                "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+
     def env(self) -> dict[str, str]:
         """Environment variables that point boto3 (and Holdfast) at this local AWS."""
         return {

@@ -93,6 +93,28 @@ def test_bad_handler_is_refused_with_a_clear_error(tmp_path: Path) -> None:
     assert fleet.check_handler() is None
 
 
+def test_a_handler_making_a_client_at_import_passes_the_check_without_aws_settings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check imports the handler with the local AWS's region and dummy credentials (the
+    handler docs' module-level client loads; nothing reaches real AWS), and an import that
+    fails for another reason than a missing module gets no import-path hint."""
+    for name in ("AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    pkg = tmp_path / "regionpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "handler.py").write_text('import boto3\n\nTABLE = boto3.client("dynamodb")\n\n\n'
+                                    "async def handle(message):\n    pass\n")
+    (pkg / "broken.py").write_text('raise RuntimeError("config missing")\n')
+    fleet = Fleet(tmp_path / "run", FleetTiming(), handler="regionpkg.handler:handle",
+                  pythonpath=[tmp_path])
+    assert fleet.check_handler() is None
+    fleet.handler = "regionpkg.broken:handle"
+    assert fleet.check_handler() == ("HOLDFAST_HANDLER='regionpkg.broken:handle' cannot be "
+                                     "loaded: RuntimeError: config missing")
+
+
 def test_up_with_unloadable_handler_exits_2(tmp_path: Path) -> None:
     """`holdfast up --handler` that cannot be imported exits 2 and says why, starting nothing."""
     proc = subprocess.run([sys.executable, "-m", "holdfast.cli.main", "up", "--handler",
