@@ -1,7 +1,8 @@
 """A handler plug-in that records every handled message, for the "no missed seq" check.
 
 ``HOLDFAST_HANDLER=holdfast.fleet.recorder:handle`` with ``HOLDFAST_RECORD_DIR=<dir>``: each
-worker appends ``conn_id seq worker_id wall_ms`` lines to ``<dir>/<worker_id>.seqs``.
+worker appends ``conn_id seq worker_id wall_ms`` lines to ``<dir>/<worker_id>.seqs`` (and
+`` raised`` at the end of a call that raised).
 
 With ``HOLDFAST_RECORD_WRAPS=package.module:function`` it wraps that (the user's) handler
 instead of replacing it: each message is first awaited by the wrapped handler, then recorded.
@@ -51,6 +52,7 @@ class Handled:
     seq: int
     worker_id: str
     wall_ms: int
+    raised: bool = False  # the wrapped handler raised on it (delivered, not done)
 
 
 def _open(worker_id: str) -> int:
@@ -84,14 +86,17 @@ async def handle(message: _Message) -> None:
         return
     try:
         await inner(message)
-    finally:
-        _record(message)
+    except BaseException:
+        _record(message, raised=True)
+        raise
+    _record(message)
 
 
-def _record(message: _Message) -> None:
+def _record(message: _Message, *, raised: bool = False) -> None:
     if message.seq is None:
         return
-    line = f"{message.conn_id} {message.seq} {message.worker_id} {time.time_ns() // 10**6}\n"
+    line = (f"{message.conn_id} {message.seq} {message.worker_id} {time.time_ns() // 10**6}"
+            f"{' raised' if raised else ''}\n")
     os.write(_open(message.worker_id), line.encode())
 
 
@@ -104,9 +109,10 @@ def read_records(folder: Path) -> Iterator[Handled]:
 def _parse(lines: Iterable[str]) -> Iterator[Handled]:
     for line in lines:
         parts = line.split()
-        if len(parts) != 4 or not parts[1].isdigit() or not parts[3].isdigit():
+        if (len(parts) not in (4, 5) or not parts[1].isdigit() or not parts[3].isdigit()
+                or parts[4:] not in ([], ["raised"])):
             continue
-        yield Handled(parts[0], int(parts[1]), parts[2], int(parts[3]))
+        yield Handled(parts[0], int(parts[1]), parts[2], int(parts[3]), raised=len(parts) == 5)
 
 
 if os.environ.get(RECORD_WRAPS_ENV):

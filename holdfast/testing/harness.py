@@ -27,6 +27,7 @@ from holdfast.fleet.procs import Fleet, FleetError, FleetTiming, Proc, client_fo
 from holdfast.fleet.recorder import Handled, read_records
 from holdfast.fleet.report import SeqCheck, check_seqs
 from holdfast.fleet.scenario import open_connections
+from holdfast.testing.checks import failing_streams, sink_problems
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -123,8 +124,9 @@ class LocalFleet:
     # -- what a test reads -----------------------------------------------------------------
     @property
     def env(self) -> dict[str, str]:
-        """The environment a client of this fleet needs (endpoints, credentials, tables)."""
-        return dict(self.fleet.env)
+        """The environment a worker gets (endpoints, credentials, tables, ``worker_env`` and
+        what ``setup`` returned): what a client of this fleet needs."""
+        return {**self.fleet.env, **self.fleet.worker_env}
 
     @property
     def table(self) -> str:
@@ -199,9 +201,10 @@ class LocalFleet:
 
     def wait_handled(self, conn_id: str, count: int = 1, *, after: int = 0,
                      timeout_s: float = 20) -> list[Handled]:
-        """Until ``count`` more messages of ``conn_id`` than ``after`` were handled."""
-        _wait(lambda: len(self.handled(conn_id)) >= after + count, timeout_s * self.scale,
-              f"{count} messages of {conn_id} handled")
+        """Until ``count`` more handler calls on ``conn_id`` than ``after`` were made (a call
+        that raised counts: ``Handled.raised``)."""
+        self._wait_for(conn_id, lambda: len(self.handled(conn_id)) >= after + count, timeout_s,
+                       f"{count} messages of {conn_id} handled")
         return self.handled(conn_id)
 
     def wait_new_seqs(self, conn_id: str, count: int = 1, *, past: int | None = None,
@@ -218,8 +221,20 @@ class LocalFleet:
         def fresh() -> bool:
             return len({h.seq for h in self.handled(conn_id) if h.seq > floor}) >= count
 
-        _wait(fresh, timeout_s * self.scale, f"{count} new seqs of {conn_id} handled")
+        self._wait_for(conn_id, fresh, timeout_s, f"{count} new seqs of {conn_id} handled")
         return self.handled(conn_id)
+
+    def _wait_for(self, conn_id: str, pred: Callable[[], object], timeout_s: float,
+                  what: str) -> None:
+        """``_wait``, and on a timeout what did arrive and where the workers' logs are."""
+        try:
+            _wait(pred, timeout_s * self.scale, what)
+        except AssertionError as exc:
+            got = self.handled(conn_id)
+            raised = sum(h.raised for h in got)
+            seqs = f", seqs {min(h.seq for h in got)}-{max(h.seq for h in got)}" if got else ""
+            raise AssertionError(f"{exc}: {len(got)} handler calls so far ({raised} raised"
+                                 f"{seqs}); worker logs: {self.fleet.run_dir}") from None
 
     def start_worker(self, *, wait: bool = True) -> str:
         while f"w{self._next}" in self.fleet.workers:
@@ -286,28 +301,14 @@ class LocalFleet:
         checks = self.check(conn_ids)
         problems = [f"{c}: missed {s.missing[:10]}" for c, s in checks.items() if s.missing]
         problems += [f"{c}: nothing handled" for c, s in checks.items() if not s.handled]
+        problems += [f"{line} (its errors: the worker logs in {self.fleet.run_dir})"
+                     for line in failing_streams(self.handled(), checks)]
         if stored is not None:
-            problems += _sink_problems(checks, stored)
+            problems += sink_problems(checks, stored)
         self.collect_crashes()
         problems += self.crashes
         assert not problems, "; ".join(problems)
         return checks
-
-
-def _sink_problems(checks: dict[str, SeqCheck],
-                   stored: Callable[[str], Iterable[int]]) -> list[str]:
-    """What the user's sink lacks of what each stream's checkpoint says was handled."""
-    problems = []
-    for conn_id, check in checks.items():
-        if check.first is None or check.checkpoint is None:
-            continue  # nothing delivered, or nothing checkpointed: nothing claimed handled
-        have = set(stored(conn_id))
-        lacks = [s for s in range(check.first, check.checkpoint + 1) if s not in have]
-        if lacks:
-            problems.append(
-                f"{conn_id}: the sink lacks {len(lacks)} seq(s) the checkpoint "
-                f"{check.checkpoint} says were handled (from {check.first}): {lacks[:10]}")
-    return problems
 
 
 def _started(proc: Proc) -> bool:

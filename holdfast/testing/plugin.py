@@ -7,7 +7,8 @@ Configure it in ``pytest.ini`` / ``[tool.pytest.ini_options]``::
     holdfast_fleet_scope = session                 # or module: a fresh fleet per test module
 
 or override the ``holdfast_options`` fixture (any scope) in a ``conftest.py`` to return a
-``holdfast.testing.FleetOptions`` (a ``setup`` hook, extra worker environment, timings...).
+``holdfast.testing.FleetOptions`` (a ``setup`` hook, extra worker environment, timings...);
+options without a ``pythonpath`` get the default's (the rootdir and where pytest runs).
 
 One fleet serves every test with equal options (per session, or per module); before each test
 it is topped up to the configured number of workers, and the streams a test started are set
@@ -17,6 +18,7 @@ interrupted (Ctrl-C) test too; on Linux they also die with the pytest process.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +29,7 @@ import pytest
 if TYPE_CHECKING:
     from holdfast.testing.harness import FleetOptions, LocalFleet
 
-__all__ = ["holdfast_fleet", "holdfast_options", "pytest_addoption"]
+__all__ = ["default_paths", "holdfast_fleet", "holdfast_options", "pytest_addoption"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -47,10 +49,14 @@ def holdfast_options(pytestconfig: pytest.Config) -> FleetOptions:
 
     handler = (pytestconfig.getoption("holdfast_handler")
                or str(pytestconfig.getini("holdfast_handler")) or None)
-    # The user's code: importable from the rootdir or where pytest runs (as in the tests).
-    paths = tuple(dict.fromkeys([pytestconfig.rootpath, Path.cwd()]))
     return FleetOptions(handler=handler, workers=int(pytestconfig.getini("holdfast_workers")),
-                        pythonpath=paths)
+                        pythonpath=default_paths(pytestconfig))
+
+
+def default_paths(config: pytest.Config) -> tuple[Path, ...]:
+    """Where workers import the user's code from unless told: the rootdir and where pytest
+    runs (as the tests import it)."""
+    return tuple(dict.fromkeys([config.rootpath, Path.cwd()]))
 
 
 class _Pool:
@@ -60,16 +66,27 @@ class _Pool:
         self.base = base
         self.key: Any = None
         self.fleet: LocalFleet | None = None
+        # The last start that failed: the same options fail the same way for every later test,
+        # without paying for another local AWS each time.
+        self.failed: tuple[Any, str] | None = None
 
     def get(self, options: FleetOptions, key: Any) -> LocalFleet:
+        from holdfast.fleet.procs import FleetError
         from holdfast.testing.harness import LocalFleet
 
         if self.fleet is not None and self.key == key:
             return self.fleet
+        if self.failed is not None and self.failed[0] == key:
+            raise FleetError(f"not started again (the same options failed for an earlier "
+                             f"test): {self.failed[1]}")
         self.close()
         scale = float(os.environ.get("HOLDFAST_TEST_TIMEOUT_SCALE", "1"))
         run_dir = self.base / f"fleet-{len(list(self.base.iterdir())) + 1}"
-        self.fleet = LocalFleet(options, run_dir, timeout_scale=scale).start()
+        try:
+            self.fleet = LocalFleet(options, run_dir, timeout_scale=scale).start()
+        except Exception as exc:
+            self.failed = (key, f"{type(exc).__name__}: {exc}")
+            raise
         self.key = key
         return self.fleet
 
@@ -96,7 +113,9 @@ def holdfast_fleet(request: pytest.FixtureRequest, holdfast_options: FleetOption
     if scope not in ("session", "module"):
         raise pytest.UsageError(f"holdfast_fleet_scope must be session or module, not {scope}")
     module = request.node.module.__name__ if scope == "module" else None
-    fleet = _holdfast_pool.get(holdfast_options, (holdfast_options, module))
+    options = holdfast_options if holdfast_options.pythonpath else dataclasses.replace(
+        holdfast_options, pythonpath=default_paths(request.config))
+    fleet = _holdfast_pool.get(options, (options, module))
     fleet.ensure_workers()
     fleet.crashes.clear()
     before = set(fleet.started)

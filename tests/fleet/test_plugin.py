@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from holdfast.fleet.procs import REPO_ROOT, Fleet, FleetTiming
+from holdfast.fleet.recorder import Handled
 from holdfast.testing import LocalFleet
+from holdfast.testing.checks import failing_streams
 from tests.conftest import TIMEOUT_SCALE
 
 pytestmark = pytest.mark.slow
@@ -75,6 +77,31 @@ def test_no_loss_reads_the_users_sink(holdfast_fleet: LocalFleet) -> None:
             rf"{conn}: the sink lacks 1 seq\(s\) the checkpoint {checkpoint} says were "
             rf"handled \(from {first}\): \[{dropped}\]")):
         holdfast_fleet.assert_no_loss([conn], lossy)
+
+
+def test_no_loss_fails_a_stream_whose_handler_always_raised(holdfast_fleet: LocalFleet) -> None:
+    """A handler that raised on every call it got passes no check: assert_no_loss names the
+    stream (its checkpoint never moved, so "every seq to the checkpoint" held vacuously)."""
+    conn = holdfast_fleet.start_stream(holdfast_fleet.new_id("always-fails"))
+    calls = holdfast_fleet.wait_handled(conn, 2)  # attempts: calls that raised count too
+    assert calls and all(c.raised for c in calls)
+    with pytest.raises(AssertionError, match=rf"{conn}: every one of its \d+ handler calls "
+                                             r"raised \(seqs \d+-\d+\) \(its errors: "):
+        holdfast_fleet.assert_no_loss([conn])
+    # A wait that times out says what did arrive.
+    with pytest.raises(AssertionError, match=r"\d+ handler calls so far \(\d+ raised, seqs "):
+        holdfast_fleet.wait_handled(conn, 1000, timeout_s=0.5)
+    holdfast_fleet.stop_stream(conn, wait=False)
+
+
+def test_failing_streams_names_only_streams_with_no_call_done() -> None:
+    """A stream with one completed call among failures is not named; one with only raised
+    calls is, with their count and seqs; streams not asked about are left out."""
+    records = [Handled("a", 5, "w1", 1, raised=True), Handled("a", 5, "w1", 2),
+               Handled("b", 7, "w1", 3, raised=True), Handled("b", 8, "w2", 4, raised=True),
+               Handled("c", 1, "w1", 5, raised=True)]
+    assert failing_streams(records, ["a", "b"]) == [
+        "b: every one of its 2 handler calls raised (seqs 7-8)"]
 
 
 def test_next_test_gets_its_workers_back(holdfast_fleet: LocalFleet) -> None:
@@ -151,6 +178,42 @@ def test_interrupted_session_leaves_no_process(tmp_path: Path) -> None:
     assert len(pids) >= 5
     alive = [p for p in pids if _alive(p)]
     assert not alive, f"left running: {alive}\n{proc.stdout[-3000:]}"
+
+
+def test_overridden_options_keep_the_default_import_path_and_a_failed_start_is_not_repeated(
+        tmp_path: Path) -> None:
+    """Options a conftest returns without ``pythonpath`` import the handler from the rootdir,
+    run from a subfolder too; a start that failed fails the next test at once, saying so."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    pkg = tmp_path / "userpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "h.py").write_text('raise RuntimeError("imported from the rootdir")\n')
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "conftest.py").write_text(textwrap.dedent("""
+        import pytest
+        from holdfast import FleetOptions
+
+        @pytest.fixture
+        def holdfast_options():
+            return FleetOptions(handler="userpkg.h:handle", workers=1)
+    """))
+    (tests / "test_two.py").write_text(textwrap.dedent("""
+        def test_one(holdfast_fleet):
+            pass
+
+        def test_two(holdfast_fleet):
+            pass
+    """))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "test_two.py"], cwd=tests, capture_output=True, text=True,
+                          timeout=120 * TIMEOUT_SCALE, check=False,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "2 errors" in out, out[-3000:]
+    assert "RuntimeError: imported from the rootdir" in out, out[-3000:]
+    assert "not started again (the same options failed for an earlier test)" in out, out[-3000:]
 
 
 def _alive(pid: int) -> bool:

@@ -38,7 +38,8 @@ async def _inner(message: Message) -> None:
 
 
 def test_wraps_the_users_handler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With HOLDFAST_RECORD_WRAPS the user's handler runs first; a raise is recorded, re-raised."""
+    """With HOLDFAST_RECORD_WRAPS the user's handler runs first; a raise is recorded as one,
+    and re-raised."""
     monkeypatch.setenv(recorder.RECORD_DIR_ENV, str(tmp_path))
     monkeypatch.setenv(recorder.RECORD_WRAPS_ENV, f"{__name__}:_inner")
     monkeypatch.setattr(recorder, "_fds", {})
@@ -52,7 +53,8 @@ def test_wraps_the_users_handler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
     asyncio.run(feed())
     assert _calls == [("inner", 1), ("inner", 2)]
-    assert [r.seq for r in recorder.read_records(tmp_path)] == [1, 2]
+    assert [(r.seq, r.raised) for r in recorder.read_records(tmp_path)] == [(1, False),
+                                                                           (2, True)]
 
 
 def test_unloadable_wrapped_handler_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,8 @@ __all__ = ["handle", "not_async"]
 async def handle(message: Message) -> None:
     if message.seq is None:
         return
+    if message.conn_id.startswith("always-fails"):  # a downstream that is always down
+        raise ConnectionError("downstream down")
     # Beside the recorder's folder (which may not exist yet): the fleet's run directory.
     path = os.environ.get("USER_HANDLER_LOG") or os.path.join(
         os.path.dirname(os.environ.get("HOLDFAST_RECORD_DIR", "./x")), "user-handler.log")

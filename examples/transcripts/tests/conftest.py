@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+import boto3
 import pytest
 
-from holdfast.core.boto import new_session
 from holdfast.testing import FAST_TIMING, FleetOptions
 
 EXAMPLE = Path(__file__).resolve().parents[1]
@@ -26,7 +26,8 @@ HANDLER = "transcripts.handler:handle"
 
 def ddb_client(env: Mapping[str, str]):  # type: ignore[no-untyped-def]
     """A DynamoDB client on the fleet's local AWS (its endpoint and dummy credentials)."""
-    return new_session(
+    # Its own session (not this process's environment, which may point elsewhere).
+    return boto3.session.Session(
         aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
         region_name=env["AWS_DEFAULT_REGION"]).client(

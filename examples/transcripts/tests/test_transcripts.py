@@ -23,7 +23,7 @@ OLD, NEW = 1_812_345_678_901, 1_812_345_682_901
 
 
 def _store(fleet: LocalFleet) -> SegmentStore:
-    return SegmentStore(ddb_client(fleet.env), fleet.fleet.worker_env[TABLE_ENV])
+    return SegmentStore(ddb_client(fleet.env), fleet.env[TABLE_ENV])
 
 
 class PausedClient:
@@ -80,8 +80,7 @@ async def test_the_handler_drops_a_late_segment(holdfast_fleet: LocalFleet,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """handle() stores a segment; one at a lower epoch than written is logged, not stored."""
     for key, value in holdfast_fleet.env.items():  # what a worker's environment holds
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv(TABLE_ENV, holdfast_fleet.fleet.worker_env[TABLE_ENV])
+        monkeypatch.setenv(key, value)  # the segment table's name (setup's) among them
     conn = holdfast_fleet.new_id("late")
     handler._store.cache_clear()
     try:
