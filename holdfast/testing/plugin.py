@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,9 +28,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from holdfast.localaws import LocalAws
     from holdfast.testing.harness import FleetOptions, LocalFleet
 
-__all__ = ["default_paths", "holdfast_fleet", "holdfast_options", "pytest_addoption"]
+__all__ = ["default_paths", "fallback_warning", "holdfast_fleet", "holdfast_options",
+           "pytest_addoption"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -57,6 +60,16 @@ def default_paths(config: pytest.Config) -> tuple[Path, ...]:
     """Where workers import the user's code from unless told: the rootdir and where pytest
     runs (as the tests import it)."""
     return tuple(dict.fromkeys([config.rootpath, Path.cwd()]))
+
+
+def fallback_warning(requested: str, aws: LocalAws | None) -> str | None:
+    """What to warn when ``auto`` found no DynamoDB Local and moto serves DynamoDB instead."""
+    if requested != "auto" or aws is None or aws.backend != "moto":
+        return None
+    from holdfast.localaws.dynamodb_local import missing_hint
+
+    return ("holdfast_fleet: moto serves DynamoDB (no DynamoDB Local: slower under load, and "
+            f"its table streams differ slightly); {missing_hint()}")
 
 
 class _Pool:
@@ -88,6 +101,9 @@ class _Pool:
             self.failed = (key, f"{type(exc).__name__}: {exc}")
             raise
         self.key = key
+        fallback = fallback_warning(options.backend, self.fleet.fleet.aws)
+        if fallback:  # a log line pytest shows only on a failure: the warnings summary shows it
+            warnings.warn(fallback, RuntimeWarning, stacklevel=1)
         return self.fleet
 
     def close(self) -> None:

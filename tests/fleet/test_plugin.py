@@ -13,8 +13,10 @@ import pytest
 
 from holdfast.fleet.procs import REPO_ROOT, Fleet, FleetTiming
 from holdfast.fleet.recorder import Handled
+from holdfast.localaws import LocalAws
 from holdfast.testing import LocalFleet
 from holdfast.testing.checks import failing_streams
+from holdfast.testing.plugin import fallback_warning
 from tests.conftest import TIMEOUT_SCALE
 
 pytestmark = pytest.mark.slow
@@ -214,6 +216,20 @@ def test_overridden_options_keep_the_default_import_path_and_a_failed_start_is_n
     assert proc.returncode == 1 and "2 errors" in out, out[-3000:]
     assert "RuntimeError: imported from the rootdir" in out, out[-3000:]
     assert "not started again (the same options failed for an earlier test)" in out, out[-3000:]
+
+
+def test_a_fallback_to_moto_is_a_warning_pytest_shows(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` served by moto (no DynamoDB Local) warns, naming how to get DynamoDB Local; a
+    fleet on DynamoDB Local, or on moto by request, does not."""
+    monkeypatch.setenv("HOLDFAST_DYNAMODB_LOCAL_DIR", str(tmp_path))
+    on_moto = LocalAws(backend="moto", workdir=tmp_path / "a")
+    on_ddb = LocalAws(backend="dynamodb-local", workdir=tmp_path / "b")
+    on_moto.backend, on_ddb.backend = "moto", "dynamodb-local"
+    said = fallback_warning("auto", on_moto)
+    assert said and "moto serves DynamoDB" in said and str(tmp_path) in said
+    assert fallback_warning("auto", on_ddb) is None
+    assert fallback_warning("moto", on_moto) is None and fallback_warning("auto", None) is None
 
 
 def _alive(pid: int) -> bool:
