@@ -181,7 +181,6 @@ def client_for_env(env: Mapping[str, str], service: str, *, read_timeout: float 
                    retries: int = 3) -> Any:
     """A boto3 client on the local AWS that ``env`` names (its endpoints and credentials),
     not this process's environment, which may point elsewhere."""
-
     from holdfast.core.aws import client_config
 
     key = "AWS_ENDPOINT_URL_SQS" if service == "sqs" else "AWS_ENDPOINT_URL_DYNAMODB"

@@ -167,21 +167,12 @@ class LocalAws:
         credentials, endpoints on a loopback port nothing serves (a call fails at once, and
         never reaches real AWS). For checking that code loads as a worker will load it."""
         nowhere = "http://127.0.0.1:9"
-        return {"AWS_ENDPOINT_URL": nowhere, "AWS_ENDPOINT_URL_DYNAMODB": nowhere,
-                "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": nowhere, "AWS_ENDPOINT_URL_SQS": nowhere,
-                "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION,
-                "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+        return {"AWS_ENDPOINT_URL": nowhere, **_aws_settings(nowhere, nowhere)}
 
     def env(self) -> dict[str, str]:
         """Environment variables that point boto3 (and Holdfast) at this local AWS."""
         return {
-            "AWS_ENDPOINT_URL_DYNAMODB": self.dynamodb_url,
-            "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": self.dynamodb_url,
-            "AWS_ENDPOINT_URL_SQS": self.sqs_url,
-            "AWS_DEFAULT_REGION": REGION,
-            "AWS_REGION": REGION,
-            "AWS_ACCESS_KEY_ID": "local",
-            "AWS_SECRET_ACCESS_KEY": "local",
+            **_aws_settings(self.dynamodb_url, self.sqs_url),
             "HOLDFAST_TABLE": self.table,
             "HOLDFAST_SESSION_TABLE": self.session_table,
             "HOLDFAST_QUEUE_URL": self.queue_url,
@@ -201,3 +192,11 @@ class LocalAws:
         """Write ``env()`` as a shell-sourceable file (``KEY=value`` lines)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(f"{k}={v}\n" for k, v in sorted(self.env().items())))
+
+
+def _aws_settings(dynamodb_url: str, sqs_url: str) -> dict[str, str]:
+    """boto3's standard variables for a local AWS: its endpoints, region, dummy credentials."""
+    return {"AWS_ENDPOINT_URL_DYNAMODB": dynamodb_url,
+            "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": dynamodb_url, "AWS_ENDPOINT_URL_SQS": sqs_url,
+            "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
