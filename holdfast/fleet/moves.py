@@ -5,7 +5,10 @@ A **move** is a stream one worker shed (its "shedding stream (rebalancing)" or "
 log line) and another worker claimed next (its "claimed" line, which carries ``unowned_ms``,
 the time from the release to that claim, and ``moved_at_ms``, the release's move stamp). The
 logs are what both sides write at the moment it happens; the lease item keeps only the latest
-``moved_at_ms``, and a scan every 300 ms can miss a move's two writes in between.
+``moved_at_ms``, and a scan every 300 ms can miss a move's two writes in between. A move is
+**completed** when the shedding worker logged that it let the stream go ("handed over" or
+"released") before it claimed that stream again; one whose holder crashed or hung mid-move was
+finished by failover, and its unowned time and replays are that failure's, not rebalancing's.
 
 **Balanced**: every live worker within ±max(1, 10 %) of its fair share, the decider's own
 shares and band (``holdfast.core.balance``; equal capacities: the streams / live workers,
@@ -30,6 +33,8 @@ __all__ = ["Balance", "Move", "balance_of", "duplicates_across", "json_records",
 
 SHED_MESSAGE = "shedding stream"
 CLAIMED_MESSAGE = "claimed"
+# The holder's own word that it let a stream go: a warm transfer, or a (named) release.
+LET_GO_MESSAGES = frozenset({"handed over", "released"})
 
 
 @dataclass(slots=True)
@@ -45,6 +50,7 @@ class Move:
     unowned_ms: int | None
     moved_at_ms: int | None
     duplicates: int | None = None  # seqs both sides handled (None: not counted)
+    completed: bool = True  # False: the holder never let go (it died mid-move; failover did)
     t: float = 0.0  # seconds since the run started, of the claim (for the timeline)
 
 
@@ -118,6 +124,7 @@ def moves_from_logs(lines: Iterable[str]) -> list[Move]:
     """The moves in the workers' JSON log lines (any order, any mix of workers)."""
     sheds: list[tuple[int, str, str, str]] = []  # (ms, worker, conn, reason)
     claims: dict[str, list[tuple[int, str, int | None, int | None]]] = {}
+    let_go: dict[str, list[tuple[int, str]]] = {}  # conn -> (ms, worker)
     for rec in json_records(lines, '"message"'):
         msg, conn, worker = rec.get("message"), rec.get("conn_id"), rec.get("worker_id")
         at = log_wall_ms(rec.get("timestamp"))
@@ -130,13 +137,21 @@ def moves_from_logs(lines: Iterable[str]) -> list[Move]:
         elif msg == CLAIMED_MESSAGE:
             claims.setdefault(conn, []).append((at, worker, _opt_int(rec.get("unowned_ms")),
                                                 _opt_int(rec.get("moved_at_ms"))))
+        elif msg in LET_GO_MESSAGES:
+            let_go.setdefault(conn, []).append((at, worker))
     moves: list[Move] = []
     for at, worker, conn, reason in sorted(sheds):
         later = sorted(c for c in claims.get(conn, []) if c[0] >= at)
         if not later or later[0][1] == worker:
             continue  # never claimed again (yet), or it came back: not a move
         claimed, dst, unowned, moved_at = later[0]
-        moves.append(Move(conn, worker, dst, reason, at, claimed, unowned, moved_at))
+        # The holder's let-go may be logged after the successor's claim (its write returns
+        # later), but not after the holder claims the stream again (a later holding's).
+        back = min((c[0] for c in later if c[1] == worker), default=None)
+        completed = any(w == worker and t >= at and (back is None or t < back)
+                        for t, w in let_go.get(conn, []))
+        moves.append(Move(conn, worker, dst, reason, at, claimed, unowned, moved_at,
+                          completed=completed))
     return moves
 
 

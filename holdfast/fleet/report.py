@@ -121,18 +121,24 @@ def summary_rows(incidents: list[Incident], seqs: dict[str, SeqCheck]) -> list[d
 def _balance_rows(inc: Incident, seqs: dict[str, SeqCheck]) -> list[dict[str, Any]]:
     """The moves row (count, unowned per move, seqs handled twice across a move) and the
     holdings row (per live worker at the end, balanced or not)."""
-    moves = inc.moves or []
+    # A move its holder never finished (it crashed or hung mid-move) was failover's: its
+    # unowned time and replays belong to that failure's row, not to rebalancing's figures.
+    moves = [m for m in inc.moves or [] if m.completed]
+    cut_short = sorted({m.conn_id for m in inc.moves or [] if not m.completed})
     stats = unowned_stats(moves)
     moved = sorted({m.conn_id for m in moves})
+    note = inc.note + (f"; {len(cut_short)} more cut short by a failure (its holder never let "
+                       f"go; failover claimed it): {', '.join(cut_short)}" if cut_short else "")
     rows: list[dict[str, Any]] = [{
         "event": f"rebalancing: {len(moves)} moves", "kind": "moves", "moves": len(moves),
+        "cut_short": cut_short,
         "affected": len(moved), "max_unowned_s": stats["max"], "p50_unowned_s": stats["p50"],
         "p99_unowned_s": stats["p99"], "unrecovered": [],
         "missed": sum(len(seqs[c].missing) for c in moved if c in seqs),
         "duplicates": sum(m.duplicates or 0 for m in moves),
         "by_reason": {r: sum(1 for m in moves if m.reason == r)
                       for r in sorted({m.reason for m in moves})},
-        "note": inc.note}]
+        "note": note}]
     b = inc.balance
     if b is not None:
         rows.append({

@@ -229,8 +229,10 @@ def _rebalance(s: Session, timeout_s: float) -> Incident:
     inc.affected = sorted({m.conn_id for m in moves})
     inc.note = (f"balanced after {took:.1f} s: {balance.describe()}" if balance.balanced
                 else f"NOT balanced within {timeout_s:g} s: {balance.describe()}")
-    s.say(f"rebalancing: {len(moves)} moves; {inc.note}", "green" if balance.balanced
-          else "red")
+    done = sum(1 for m in moves if m.completed)
+    s.say(f"rebalancing: {done} moves"
+          + (f" (and {len(moves) - done} cut short by a failure)" if done < len(moves) else "")
+          + f"; {inc.note}", "green" if balance.balanced else "red")
     return inc
 
 

@@ -83,7 +83,8 @@ def draw_timeline(observer: Observer, incidents: list[Incident], end_t: float) -
                     ha="center", va="bottom", fontsize=7)
         handles.append(Line2D([], [], color="black", linestyle="--", linewidth=0.8))
         labels.append(f"{n}: {ev.text.split(':')[0][:40]}")
-    moves = [m for i in incidents for m in (i.moves or []) if m.conn_id in row]
+    # Completed moves only: one cut short by a crash is drawn as that crash's.
+    moves = [m for i in incidents for m in (i.moves or []) if m.conn_id in row and m.completed]
     for m in moves:
         ax.plot([m.t], [row[m.conn_id]], marker="v", color="black", markersize=6,
                 linestyle="none")

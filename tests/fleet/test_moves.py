@@ -88,3 +88,30 @@ def test_rebalancing_rows() -> None:
     assert "rebalancing: 1 moves" in text and "balanced: yes" in text and "w1=1, w2=1" in text
     inc.balance = balance_of({"w1": 4}, ["w1", "w2"])
     assert inc.unrecovered() and "out of balance" in inc.unrecovered()[0]
+
+
+def test_a_move_its_holder_never_finished_is_cut_short() -> None:
+    """A shed whose holder never logged letting go (it hung mid-move) is not a completed move,
+    even if that worker releases the stream in a later holding."""
+    lines = [line("shedding stream (rebalancing)", "w1", "a", 20_000),
+             line("claimed", "w2", "a", 25_000, unowned_ms=5_000),
+             line("claimed", "w1", "a", 30_000, unowned_ms=0),
+             line("released", "w1", "a", 40_000),
+             line("shedding stream (rebalancing)", "w1", "b", 20_000),
+             line("claimed", "w2", "b", 20_100, unowned_ms=0, moved_at_ms=1),
+             line("handed over", "w1", "b", 20_130)]
+    done = {m.conn_id: m.completed for m in moves_from_logs(lines)}
+    assert done == {"a": False, "b": True}
+
+
+def test_a_cut_short_move_stays_out_of_the_rebalancing_row() -> None:
+    """The moves row counts completed moves only; one cut short is named in its note."""
+    seqs = check_seqs([Handled(c, s, "w", 0) for c in "ab" for s in range(3)], {"a": 2, "b": 2})
+    inc = Incident("rebalancing", 1.0, ["a", "b"], expect_owner=False)
+    inc.moves = [Move("a", "w1", "w2", "rebalancing", 0, 5_500, 5_400, None, duplicates=3,
+                      completed=False),
+                 Move("b", "w1", "w2", "rebalancing", 0, 100, 0, 20, duplicates=0)]
+    inc.note = "balanced"
+    row = summary_rows([inc], seqs)[0]
+    assert (row["moves"], row["max_unowned_s"], row["duplicates"]) == (1, 0.0, 0)
+    assert row["cut_short"] == ["a"] and "1 more cut short by a failure" in row["note"]
