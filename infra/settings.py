@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Final
 
 from holdfast.core import names
@@ -27,6 +27,16 @@ from holdfast.core.rules import (
     throttled_heartbeat_ms,
 )
 from holdfast.infra.exceptions import SettingsError
+from holdfast.infra.parsers import (
+    boolean,
+    choice,
+    int_in,
+    matching,
+    setting,
+    tcp_ports,
+    text,
+    tracing_mode,
+)
 
 __all__ = ["DEFAULT_FLEET_NAME", "LOG_RETENTION_DAYS", "Settings", "context_key"]
 
@@ -53,89 +63,8 @@ _EMAIL_RE: Final = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 # The session table is named "<tableName>-sessions": 246 + 9 is DynamoDB's limit of 255.
 _SESSION_SUFFIX: Final = "-sessions"
 _TABLE_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{3,246}$")
-# Upstream ports the workers may dial: each is one egress rule of a security group (60 max).
-_MAX_PORTS: Final = 20
 # ECS stops a task with SIGKILL this long after SIGTERM at most (the ECS maximum is 120 s).
 _MAX_STOP_TIMEOUT_S: Final = 120
-
-
-def _int(lo: int, hi: int) -> Callable[[str, Any], int]:
-    def parse(key: str, raw: Any) -> int:
-        if isinstance(raw, bool):
-            raise SettingsError(f"{key}={raw!r}: expected an integer in [{lo}, {hi}]")
-        try:
-            value = raw if isinstance(raw, int) else int(str(raw).strip(), 10)
-        except ValueError:
-            raise SettingsError(f"{key}={raw!r}: expected an integer in [{lo}, {hi}]") from None
-        if not lo <= value <= hi:
-            raise SettingsError(f"{key}={value}: must be between {lo} and {hi}")
-        return value
-    return parse
-
-
-def _bool(key: str, raw: Any) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise SettingsError(f"{key}={raw!r}: expected true or false")
-
-
-def _tracing(key: str, raw: Any) -> str:
-    """``off`` or ``xray``; the old boolean values still work: true = xray, false = off."""
-    text = str(raw).strip().lower()
-    if isinstance(raw, bool) or text in ("true", "false", "1", "0", "yes", "no"):
-        return "xray" if _bool(key, raw) else "off"
-    if text not in ("off", "xray"):
-        raise SettingsError(f"{key}={raw!r}: expected off or xray (true/false also accepted)")
-    return text
-
-
-def _choice(*allowed: str) -> Callable[[str, Any], str]:
-    def parse(key: str, raw: Any) -> str:
-        value = str(raw).strip().lower()
-        if value not in allowed:
-            raise SettingsError(f"{key}={raw!r}: expected one of {', '.join(allowed)}")
-        return value
-    return parse
-
-
-def _matching(pattern: re.Pattern[str], what: str) -> Callable[[str, Any], str | None]:
-    def parse(key: str, raw: Any) -> str | None:
-        value = str(raw).strip()
-        if value == "":
-            return None  # `-c key=` clears an optional setting
-        if not pattern.match(value):
-            raise SettingsError(f"{key}={raw!r}: expected {what}")
-        return value
-    return parse
-
-
-def _ports(key: str, raw: Any) -> tuple[int, ...]:
-    """``443``, ``"443,8443"`` or ``[443, 8443]``: distinct TCP ports, at most ``_MAX_PORTS``."""
-    items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
-    ports: list[int] = []
-    for item in items:
-        text = str(item).strip()
-        if isinstance(item, bool) or not text.isdigit() or not 1 <= int(text) <= 65535:
-            raise SettingsError(f"{key}={raw!r}: expected TCP ports 1-65535, comma-separated")
-        if int(text) not in ports:
-            ports.append(int(text))
-    if not 1 <= len(ports) <= _MAX_PORTS:
-        raise SettingsError(f"{key}={raw!r}: expected 1 to {_MAX_PORTS} ports")
-    return tuple(ports)
-
-
-def _text(key: str, raw: Any) -> str | None:
-    value = str(raw).strip()
-    return value or None
-
-
-def _setting(default: Any, parse: Callable[[str, Any], Any], doc: str) -> Any:
-    return field(default=default, metadata={"parse": parse, "doc": doc})
 
 
 def context_key(name: str) -> str:
@@ -148,92 +77,92 @@ def context_key(name: str) -> str:
 class Settings:
     """Everything a deployment may tune; defaults suit a small production fleet."""
 
-    stack_name: str = _setting("Holdfast", _matching(_STACK_RE, "a CloudFormation stack name"),
+    stack_name: str = setting("Holdfast", matching(_STACK_RE, "a CloudFormation stack name"),
                                "CloudFormation stack name")
-    fleet_name: str = _setting(DEFAULT_FLEET_NAME,
-                               _matching(_FLEET_RE, "lowercase a-z0-9- (<= 24)"),
+    fleet_name: str = setting(DEFAULT_FLEET_NAME,
+                               matching(_FLEET_RE, "lowercase a-z0-9- (<= 24)"),
                                "prefix of the metric service names and order queues (several "
                                "fleets per account)")
     # Liveness (the worker, router and sweeper get the same values): one session heartbeat per
     # worker; a worker silent for a lease loses its streams.
-    lease_seconds: int = _setting(DEFAULT_LEASE_MS // 1000, _int(3, 300),
+    lease_seconds: int = setting(DEFAULT_LEASE_MS // 1000, int_in(3, 300),
                                   "how long a silent worker keeps its streams")
-    heartbeat_seconds: int = _setting(DEFAULT_HEARTBEAT_MS // 1000, _int(1, 100),
+    heartbeat_seconds: int = setting(DEFAULT_HEARTBEAT_MS // 1000, int_in(1, 100),
                                       "session heartbeat interval (per worker)")
-    checkpoint_seconds: int = _setting(
-        20, _int(1, 1200), "how often a stream's position is saved (replay window on a crash)")
-    skew_ms: int = _setting(DEFAULT_SKEW_MS, _int(0, 10_000), "clock-skew allowance between hosts")
-    reconcile_seconds: int = _setting(60, _int(5, 3600), "worker full reconcile interval")
-    renew_mode: str = _setting("batch", _choice("batch", "single"), "PartiQL batch or one by one")
+    checkpoint_seconds: int = setting(
+        20, int_in(1, 1200), "how often a stream's position is saved (replay window on a crash)")
+    skew_ms: int = setting(DEFAULT_SKEW_MS, int_in(0, 10_000), "clock-skew allowance between hosts")
+    reconcile_seconds: int = setting(60, int_in(5, 3600), "worker full reconcile interval")
+    renew_mode: str = setting("batch", choice("batch", "single"), "PartiQL batch or one by one")
     # What a worker does with a message whose handler calls all failed: park the stream on it
     # (nothing lost), or skip it to an on-failure SQS queue the fleet then creates.
-    handler_on_failure: str = _setting(names.HANDLER_ON_FAILURE_PARK,
-                                       _choice(*names.HANDLER_ON_FAILURE_POLICIES),
+    handler_on_failure: str = setting(names.HANDLER_ON_FAILURE_PARK,
+                                       choice(*names.HANDLER_ON_FAILURE_POLICIES),
                                        "after the last handler attempt: park or skip (to a queue)")
     # Worker service.
-    max_connections_per_task: int = _setting(500, _int(1, 50_000), "connections one task holds")
+    max_connections_per_task: int = setting(500, int_in(1, 50_000), "connections one task holds")
     # Rebalancing (README "Rebalancing"): the fleet-wide budget of upstream connects per
     # second (each task takes its share; 0: no limit), and how long a moved stream stays put.
-    connect_rate: int = _setting(1000, _int(0, 1_000_000),
+    connect_rate: int = setting(1000, int_in(0, 1_000_000),
                                  "fleet-wide upstream connects per second (0: no limit)")
-    rebalance_cooldown_seconds: int = _setting(
-        60, _int(0, 86_400), "a stream whose owner changed is not moved again for this long")
-    target_utilization_percent: int = _setting(
-        70, _int(10, 100), "scale to keep average connections per task at this % of the max")
-    min_tasks: int = _setting(2, _int(1, 1000), "fewest worker tasks (>= 2 survives one loss)")
-    max_tasks: int = _setting(10, _int(1, 1000), "most worker tasks")
-    task_cpu: int = _setting(512, _int(256, 16384), "Fargate CPU units per task")
-    task_memory_mib: int = _setting(1024, _int(512, 122_880), "Fargate memory per task")
-    worker_architecture: str = _setting("arm64", _choice("arm64", "x86_64"), "task CPU type")
-    stop_timeout_seconds: int = _setting(
-        120, _int(10, _MAX_STOP_TIMEOUT_S), "SIGTERM -> SIGKILL grace for releasing leases")
-    worker_image: str | None = _setting(
-        None, _text, "prebuilt worker image URI (default: build ./Dockerfile)")
-    allowed_hosts: str | None = _setting(None, _text, "upstream host allow-list for ws_url")
-    upstream_ports: tuple[int, ...] = _setting(
-        (443,), _ports, "TCP ports workers may dial upstreams on (443 is open for AWS anyway)")
-    handler: str | None = _setting(None, _text, "module:callable handling upstream messages")
+    rebalance_cooldown_seconds: int = setting(
+        60, int_in(0, 86_400), "a stream whose owner changed is not moved again for this long")
+    target_utilization_percent: int = setting(
+        70, int_in(10, 100), "scale to keep average connections per task at this % of the max")
+    min_tasks: int = setting(2, int_in(1, 1000), "fewest worker tasks (>= 2 survives one loss)")
+    max_tasks: int = setting(10, int_in(1, 1000), "most worker tasks")
+    task_cpu: int = setting(512, int_in(256, 16384), "Fargate CPU units per task")
+    task_memory_mib: int = setting(1024, int_in(512, 122_880), "Fargate memory per task")
+    worker_architecture: str = setting("arm64", choice("arm64", "x86_64"), "task CPU type")
+    stop_timeout_seconds: int = setting(
+        120, int_in(10, _MAX_STOP_TIMEOUT_S), "SIGTERM -> SIGKILL grace for releasing leases")
+    worker_image: str | None = setting(
+        None, text, "prebuilt worker image URI (default: build ./Dockerfile)")
+    allowed_hosts: str | None = setting(None, text, "upstream host allow-list for ws_url")
+    upstream_ports: tuple[int, ...] = setting(
+        (443,), tcp_ports, "TCP ports workers may dial upstreams on (443 is open for AWS anyway)")
+    handler: str | None = setting(None, text, "module:callable handling upstream messages")
     # Lease table.
-    table_name: str | None = _setting(
-        None, _matching(_TABLE_RE, "a DynamoDB table name of at most 246 characters"),
+    table_name: str | None = setting(
+        None, matching(_TABLE_RE, "a DynamoDB table name of at most 246 characters"),
         "physical lease table name (default: generated)")
-    table_billing: str = _setting("on-demand", _choice("on-demand", "provisioned"),
+    table_billing: str = setting("on-demand", choice("on-demand", "provisioned"),
                                   "table capacity mode")
-    table_read_min: int = _setting(5, _int(1, 40_000), "provisioned: min read capacity")
-    table_read_max: int = _setting(100, _int(1, 40_000), "provisioned: max read capacity")
-    table_write_min: int = _setting(5, _int(1, 40_000), "provisioned: min write capacity")
-    table_write_max: int = _setting(200, _int(1, 40_000), "provisioned: max write capacity")
-    deletion_protection: bool = _setting(True, _bool, "table deletion protection")
-    removal_policy: str = _setting("retain", _choice("retain", "destroy"),
+    table_read_min: int = setting(5, int_in(1, 40_000), "provisioned: min read capacity")
+    table_read_max: int = setting(100, int_in(1, 40_000), "provisioned: max read capacity")
+    table_write_min: int = setting(5, int_in(1, 40_000), "provisioned: min write capacity")
+    table_write_max: int = setting(200, int_in(1, 40_000), "provisioned: max write capacity")
+    deletion_protection: bool = setting(True, boolean, "table deletion protection")
+    removal_policy: str = setting("retain", choice("retain", "destroy"),
                                    "what `cdk destroy` does to the table, queues and logs")
     # Network.
-    vpc_id: str | None = _setting(None, _matching(_VPC_RE, "a VPC id like vpc-0123abcd"),
+    vpc_id: str | None = setting(None, matching(_VPC_RE, "a VPC id like vpc-0123abcd"),
                                   "existing VPC (needs CDK_DEFAULT_ACCOUNT/REGION)")
-    worker_subnets: str = _setting("private", _choice("private", "public"),
+    worker_subnets: str = setting("private", choice("private", "public"),
                                    "private (egress via NAT) or public (public IP, no NAT)")
-    nat_gateways: int = _setting(1, _int(1, 3), "new VPC with private subnets: NAT gateways")
-    vpc_flow_logs: bool = _setting(True, _bool, "new VPC: flow logs to CloudWatch")
+    nat_gateways: int = setting(1, int_in(1, 3), "new VPC with private subnets: NAT gateways")
+    vpc_flow_logs: bool = setting(True, boolean, "new VPC: flow logs to CloudWatch")
     # Router and sweeper.
-    powertools_layer_version: int = _setting(38, _int(1, 1000), "AWS Powertools layer version")
-    router_batch_size: int = _setting(100, _int(1, 10_000), "stream records per invocation")
-    router_batching_window_seconds: int = _setting(0, _int(0, 300), "wait to fill a batch")
-    router_retry_attempts: int = _setting(10, _int(0, 10_000), "retries of a failing batch")
-    router_parallelization_factor: int = _setting(1, _int(1, 10), "batches per shard at once")
-    sweeper_reserve_concurrency: bool = _setting(
-        True, _bool, "reserve 1 concurrency so sweeps never overlap")
+    powertools_layer_version: int = setting(38, int_in(1, 1000), "AWS Powertools layer version")
+    router_batch_size: int = setting(100, int_in(1, 10_000), "stream records per invocation")
+    router_batching_window_seconds: int = setting(0, int_in(0, 300), "wait to fill a batch")
+    router_retry_attempts: int = setting(10, int_in(0, 10_000), "retries of a failing batch")
+    router_parallelization_factor: int = setting(1, int_in(1, 10), "batches per shard at once")
+    sweeper_reserve_concurrency: bool = setting(
+        True, boolean, "reserve 1 concurrency so sweeps never overlap")
     # Tracing costs money (X-Ray traces, a sidecar per task): off unless asked for.
-    tracing: str = _setting(
-        "off", _tracing, "off, or xray: OpenTelemetry traces of each acquisition to X-Ray "
+    tracing: str = setting(
+        "off", tracing_mode, "off, or xray: OpenTelemetry traces of each acquisition to X-Ray "
         "(ADOT layer on the Lambdas, ADOT collector sidecar in each task)")
-    adot_layer_arn: str | None = _setting(
-        None, _text, "tracing=xray: the ADOT Python Lambda layer ARN (default: "
+    adot_layer_arn: str | None = setting(
+        None, text, "tracing=xray: the ADOT Python Lambda layer ARN (default: "
         "aws-otel-python-arm64 in the stack's region, see infra/function.py)")
-    collector_image: str = _setting(
-        "public.ecr.aws/aws-observability/aws-otel-collector:v0.43.3", _text,
+    collector_image: str = setting(
+        "public.ecr.aws/aws-observability/aws-otel-collector:v0.43.3", text,
         "tracing=xray: the worker tasks' ADOT collector sidecar image")
     # Operations.
-    log_retention_days: int = _setting(30, _int(1, 3653), "days CloudWatch keeps every log")
-    alarm_email: str | None = _setting(None, _matching(_EMAIL_RE, "an e-mail address"),
+    log_retention_days: int = setting(30, int_in(1, 3653), "days CloudWatch keeps every log")
+    alarm_email: str | None = setting(None, matching(_EMAIL_RE, "an e-mail address"),
                                        "subscribe this address to the alarm topic")
 
     def __post_init__(self) -> None:
