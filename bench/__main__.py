@@ -74,7 +74,8 @@ from bench.scenarios import handover, start_latency, steady_cost, stop_latency
 from bench.start_burst import start_burst
 from bench.throttle import throttle_production
 from holdfast.fleet.deploy import STYLES
-from holdfast.fleet.procs import REPO_ROOT, FleetTiming
+from holdfast.fleet.procs import REPO_ROOT
+from holdfast.fleet.timing import FleetTiming
 
 __all__ = ["main"]
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from bench.harness import BenchFleet, dist
 from bench.scenarios import handover
 from holdfast.fleet.deploy import added_delays, delivery_gaps
-from holdfast.fleet.procs import FleetTiming
 from holdfast.fleet.recorder import read_records
+from holdfast.fleet.timing import FleetTiming
 
 __all__ = ["main"]
 

@@ -23,8 +23,8 @@ from bench.harness import BenchFleet, dist, now_ms
 from bench.scenarios import _retire
 from bench.start_burst import _insert_at_once, first_logged
 from holdfast.core.sessions import SessionItem, SessionStore
-from holdfast.fleet.procs import FleetTiming
 from holdfast.fleet.recorder import RECORD_WRAPS_ENV
+from holdfast.fleet.timing import FleetTiming
 
 __all__ = ["BLOCKED_TARGET_S", "blocked_handler", "blocked_handler_md"]
 

@@ -22,7 +22,7 @@ from bench.meter import window
 from holdfast.core.rules import default_margin_ms
 from holdfast.core.schema import STOPPED
 from holdfast.core.table import set_desired_state
-from holdfast.fleet.procs import FleetTiming
+from holdfast.fleet.timing import FleetTiming
 
 __all__ = ["PRODUCTION", "ProductionTiming", "production_cost"]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from bench.harness import BenchFleet
 from bench.scenarios import handover
-from holdfast.fleet.procs import FleetTiming
+from holdfast.fleet.timing import FleetTiming
 
 __all__ = ["CRASH_TARGET_S", "CrashPlan", "crash_production", "detection", "plan_for",
            "verdict"]

@@ -25,7 +25,7 @@ from typing import Any
 from bench.harness import BenchFleet, dist, now_ms
 from holdfast.chaos.evidence import ConnSpan
 from holdfast.core.schema import ATTR, pk_for
-from holdfast.fleet.procs import FleetTiming
+from holdfast.fleet.timing import FleetTiming
 
 __all__ = ["UNOWNED_TARGET_S", "forced_release", "forced_release_md"]
 

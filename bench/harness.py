@@ -16,7 +16,8 @@ from holdfast.chaos.evidence import ConnSpan, load_conn_log
 from holdfast.chaos.fleetctl import ProxiedFleet
 from holdfast.core import names
 from holdfast.core.table import create_stream
-from holdfast.fleet.procs import FleetTiming, Proc
+from holdfast.fleet.procs import Proc
+from holdfast.fleet.timing import FleetTiming
 
 __all__ = ["BASELINE_RECONCILE_S", "BenchFleet", "HandledLog", "dist", "now_ms"]
 

@@ -37,8 +37,8 @@ from bench.scenarios import loss
 from holdfast.core.model import LeaseItem
 from holdfast.core.table import scan_items
 from holdfast.fleet.deploy import added_delays, delivery_gaps
-from holdfast.fleet.procs import FleetTiming
 from holdfast.fleet.recorder import read_records
+from holdfast.fleet.timing import FleetTiming
 
 __all__ = ["BALANCE_TARGET_S", "UNOWNED_TARGET_S", "LogEvent", "Variant", "balanced",
            "claim_counts", "held_by_worker", "max_in_motion", "min_moves", "moved_twice", "moves",

@@ -26,7 +26,7 @@ from typing import Any
 from bench.harness import BenchFleet, dist, now_ms
 from bench.scenarios import _retire
 from holdfast.core.table import create_stream
-from holdfast.fleet.procs import FleetTiming
+from holdfast.fleet.timing import FleetTiming
 
 __all__ = ["BEHIND_KEY", "BURST_SIZES", "BURST_TARGETS_S", "COLD_KEY", "bursts", "first_logged",
            "router_arrivals", "start_burst", "verdicts"]

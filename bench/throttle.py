@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from holdfast.chaos.throttle import ThrottlePlan, one_worker_run, tolerated
-from holdfast.fleet.procs import FleetTiming
+from holdfast.fleet.timing import FleetTiming
 
 __all__ = ["STREAMS", "throttle_md", "throttle_production"]
 

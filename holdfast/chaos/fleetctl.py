@@ -13,8 +13,9 @@ from holdfast.chaos.consumed import index_keys_of
 from holdfast.chaos.launch import OFFSET_ENV
 from holdfast.chaos.proxy import FaultProxy
 from holdfast.core.schema import table_definition
-from holdfast.fleet.procs import REPO_ROOT, Fleet, FleetTiming, Proc, client_for_env
+from holdfast.fleet.procs import REPO_ROOT, Fleet, Proc, client_for_env
 from holdfast.fleet.recorder import RECORD_DIR_ENV
+from holdfast.fleet.timing import FleetTiming
 
 __all__ = ["ProxiedFleet"]
 

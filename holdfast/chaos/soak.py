@@ -31,8 +31,8 @@ from holdfast.chaos.sampler import Sampler
 from holdfast.chaos.throttle import ThrottlePlan, judge_throttle, run_throttle
 from holdfast.core.schema import STARTED, STOPPED
 from holdfast.core.table import create_stream, set_desired_state
-from holdfast.fleet.procs import FleetTiming
 from holdfast.fleet.recorder import read_records
+from holdfast.fleet.timing import FleetTiming
 
 __all__ = ["SoakConfig", "SoakResult", "hostile_items", "recheck", "run_soak"]
 

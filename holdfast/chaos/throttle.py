@@ -25,7 +25,7 @@ from holdfast.chaos.invariants import Verdict, Violation
 from holdfast.chaos.proxy import FaultProxy, FaultWindow
 from holdfast.core import rules
 from holdfast.core.table import create_stream
-from holdfast.fleet.procs import FleetTiming
+from holdfast.fleet.timing import FleetTiming
 
 __all__ = ["BASELINE_SPANS", "FENCE_MESSAGES", "ThrottlePlan", "fences_in", "judge_throttle",
            "one_worker_run", "owners", "run_throttle", "throttle_figures", "tolerated"]

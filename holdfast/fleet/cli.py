@@ -26,11 +26,12 @@ from holdfast.fleet.deploy import STYLES, DeployReport
 from holdfast.fleet.deploy_scenario import NEW_VERSION, OLD_VERSION, run_deploy
 from holdfast.fleet.deploy_table import deploy_table
 from holdfast.fleet.platform import PlatformReporter, Report
-from holdfast.fleet.procs import Fleet, FleetError, FleetTiming
+from holdfast.fleet.procs import Fleet, FleetError
 from holdfast.fleet.recorder import read_records
 from holdfast.fleet.report import Incident, check_seqs, summary_rows, summary_table
 from holdfast.fleet.scenario import ScenarioFailed, failover
 from holdfast.fleet.session import Interrupted, Session
+from holdfast.fleet.timing import FleetTiming
 from holdfast.fleet.traces import moved_path, read_spans
 from holdfast.fleet.view import View, make_view
 from holdfast.localaws import LocalAwsError

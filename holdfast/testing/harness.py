@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING
 from holdfast.core.model import LeaseItem
 from holdfast.core.schema import STOPPED
 from holdfast.core.table import create_stream, set_desired_state
-from holdfast.fleet.procs import Fleet, FleetError, FleetTiming, Proc, client_for_env
+from holdfast.fleet.procs import Fleet, FleetError, Proc, client_for_env
 from holdfast.fleet.recorder import Handled, read_records
 from holdfast.fleet.report import SeqCheck, check_seqs
 from holdfast.fleet.scenario import open_connections
+from holdfast.fleet.timing import FleetTiming
 from holdfast.testing.checks import failing_streams, sink_problems
 
 if TYPE_CHECKING:

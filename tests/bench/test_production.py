@@ -12,17 +12,7 @@ from bench.density_cpu import burst_excess, kept_up, summarize
 from bench.density_cpu import verdict as cpu_verdict
 from bench.report import markdown
 from bench.report_production import per_round
-from holdfast.fleet.procs import FleetTiming
-
-
-def test_production_timing_leaves_the_defaults_alone() -> None:
-    """``FleetTiming.production()`` has the worker's defaults; ``FleetTiming()`` is unchanged."""
-    p = FleetTiming.production()
-    assert (p.lease_s, p.heartbeat_s, p.checkpoint_s, p.skew_ms, p.margin_ms,
-            p.sweep_interval_ms) == (4.0, 1.0, 20.0, 250, 400, 1000)
-    assert p.rate == FleetTiming().rate and FleetTiming().lease_s == 4.0
-    assert FleetTiming.production(lease_s=20.0, heartbeat_s=5.0).margin_ms == 1000
-    assert FleetTiming.production(lease_s=20.0, heartbeat_s=5.0, skew_ms=1000).skew_ms == 1000
+from holdfast.fleet.timing import FleetTiming
 
 
 def test_crash_verdict() -> None:

@@ -8,7 +8,8 @@ import pytest
 
 from bench.harness import BenchFleet
 from holdfast.chaos.fleetctl import ProxiedFleet
-from holdfast.fleet.procs import Fleet, FleetTiming
+from holdfast.fleet.procs import Fleet
+from holdfast.fleet.timing import FleetTiming
 
 BACKEND = {"AWS_ENDPOINT_URL_DYNAMODB": "http://127.0.0.1:1", "HOLDFAST_TABLE": "leases",
            "AWS_ENDPOINT_URL_SQS": "http://127.0.0.1:2"}

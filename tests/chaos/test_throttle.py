@@ -9,7 +9,7 @@ import pytest
 from holdfast.chaos.proxy import FaultProxy, FaultWindow
 from holdfast.chaos.throttle import ThrottlePlan, one_worker_run, throttle_figures, tolerated
 from holdfast.core import rules
-from holdfast.fleet.procs import FleetTiming
+from holdfast.fleet.timing import FleetTiming
 
 # Usable window 7 s, one heartbeat 1.5 s: a 2 s full throttle must fence nothing. The window
 # is wider than ``tolerated`` needs because the half-throttled phase before the full one can add

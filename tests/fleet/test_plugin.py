@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from holdfast.fleet.procs import REPO_ROOT, Fleet, FleetTiming
+from holdfast.fleet.procs import REPO_ROOT, Fleet
 from holdfast.fleet.recorder import Handled
+from holdfast.fleet.timing import FleetTiming
 from holdfast.localaws import LocalAws
 from holdfast.testing import LocalFleet
 from holdfast.testing.checks import failing_streams
