@@ -52,7 +52,9 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
                                                height=4))
     dashboard.add_widgets(
         _graph("Active connections",
-               [w(names.METRIC_ACTIVE_CONNECTIONS, "Sum", "fleet total")],
+               # A per-minute sum of each task's gauge: approximate (a task whose flush drifts
+               # across a minute counts twice or not at all in it).
+               [w(names.METRIC_ACTIVE_CONNECTIONS, "Sum", "fleet total (approx.)")],
                [w(names.METRIC_ACTIVE_CONNECTIONS, "Average", "per task (avg)")]),
         _graph("Claims and losses",
                [w(names.METRIC_CLAIMS), w(names.METRIC_CLAIM_CONFLICTS),
@@ -77,7 +79,10 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
                 holdfast_metric(names.METRIC_REPORTED_DEAD_SESSIONS,
                                 parts.service_names["taskstopped"],
                                 label="died, reported by ECS"),
-                holdfast_metric(names.METRIC_STREAMS_REAPED, sweeper, label="streams reaped")],
+                holdfast_metric(names.METRIC_STREAMS_REAPED, sweeper,
+                                label="streams reaped (sweeper)"),
+                holdfast_metric(names.METRIC_STREAMS_REAPED, parts.service_names["taskstopped"],
+                                label="streams reaped (ECS report)")],
                [w(names.METRIC_SESSION_RENEW_FAILURES, label="heartbeat failures")]),
         _graph("DynamoDB throttles",
                [throttle_events(t, kind, f"{t.label} {kind.lower()}s")
@@ -88,7 +93,9 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
         _graph("Nudges", [nudges_sent(router, "by router"), nudges_sent(sweeper, "by sweeper"),
                           q.metric_number_of_messages_deleted(period=MINUTE, label="consumed"),
                           holdfast_metric(names.METRIC_NUDGES_FAILED, router,
-                                          label="router send failures")]),
+                                          label="router send failures"),
+                          holdfast_metric(names.METRIC_NUDGES_FAILED, sweeper,
+                                          label="sweeper send failures")]),
         _graph("Nudge queue",
                [peak(q.metric_approximate_number_of_messages_visible, "visible"),
                 peak(q.metric_approximate_number_of_messages_not_visible, "in flight")],
@@ -138,8 +145,22 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
                [w(names.METRIC_NUDGES_HANDED_ON, label="nudges handed on")], width=24),
     )
     dashboard.add_widgets(
+        # What reached the handler, and what did not: frames out of the seq contract or not
+        # parseable, handler calls that timed out, were retried, or failed every attempt.
+        _graph("Delivery",
+               [w(names.METRIC_FRAMES_SKIPPED, label="frames not handled (seq contract)"),
+                w(names.METRIC_MALFORMED_FRAMES, label="frames not parseable (no seq)"),
+                w(names.METRIC_HANDLER_TIMEOUTS), w(names.METRIC_HANDLER_RETRIES),
+                w(names.METRIC_HANDLER_FAILURES_PARKED, label="failed: stream parked"),
+                w(names.METRIC_HANDLER_FAILURES_SENT_TO_QUEUE, label="failed: skipped to queue")],
+               [w(names.METRIC_MESSAGES_HANDLED, label="messages handled")], width=24),
+    )
+    dashboard.add_widgets(
         _graph("Upstream", [w(names.METRIC_RECONNECTS), w(names.METRIC_HANDLER_ERRORS),
-                            w(names.METRIC_UPSTREAM_GIVE_UPS)]),
+                            w(names.METRIC_UPSTREAM_GIVE_UPS),
+                            w(names.METRIC_CONNECTS_DELAYED, label="connects delayed (budget)"),
+                            w(names.METRIC_CLAIMS_PAUSED_LAGGING,
+                              label="claims paused (loop lagging)")]),
         _graph("Worker tasks", [running_tasks(svc)]),
         _graph("Worker CPU and memory (%)",
                [svc.metric_cpu_utilization(period=MINUTE),

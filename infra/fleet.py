@@ -226,7 +226,11 @@ class HoldfastFleet(Construct):
                              router=self.router.function, sweeper=self.sweeper.function,
                              task_stopped=self.task_stopped.function,
                              service=self.workers.service, service_names=service_names,
-                             lease_table=table, session_table=sessions))
+                             lease_table=table, session_table=sessions,
+                             handler_failures=self.handler_failures.queue
+                             if self.handler_failures else None,
+                             handler_failures_dlq=self.handler_failures.dlq
+                             if self.handler_failures else None))
         self.alarm_topic: sns.ITopic = self.monitoring.topic
         acknowledge_findings(router=self.router, sweeper=self.sweeper, workers=self.workers,
                              queues=self.queues, network=self.network, tracing=s.xray)

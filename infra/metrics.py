@@ -44,6 +44,9 @@ class FleetParts:
     service_names: dict[str, str]
     lease_table: dynamodb.ITable
     session_table: dynamodb.ITable
+    # The handler's on-failure queue and its DLQ (``handlerOnFailure=skip`` only).
+    handler_failures: sqs.IQueue | None = None
+    handler_failures_dlq: sqs.IQueue | None = None
 
     def throttle_watches(self) -> list[TableWatch]:
         """Every table and index whose throttling hurts: each lease index separately, since

@@ -53,6 +53,7 @@ class Monitoring(Construct):
             self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
         self.alarms = [*self._pipeline_alarms(parts, lease_ms),
                        *self._worker_alarms(parts, lease_ms),
+                       *self._handler_failure_alarms(parts),
                        *self._throttle_alarms(parts)]
         action = cw_actions.SnsAction(self.topic)
         for alarm in self.alarms:
@@ -64,10 +65,12 @@ class Monitoring(Construct):
             Aws.REGION, "#dashboards:name=", self.dashboard.dashboard_name])
 
     def _alarm(self, alarm_id: str, description: str, metric: cw.IMetric, threshold: float, *,
-               periods: int = 1, comparison: cw.ComparisonOperator = _GTE,
+               periods: int = 1, of: int | None = None,
+               comparison: cw.ComparisonOperator = _GTE,
                missing: cw.TreatMissingData = cw.TreatMissingData.NOT_BREACHING) -> cw.Alarm:
+        """Alarm when ``periods`` datapoints of the last ``of`` (default: ``periods``) breach."""
         return cw.Alarm(self, alarm_id, alarm_description=description, metric=metric,
-                        threshold=threshold, evaluation_periods=periods,
+                        threshold=threshold, evaluation_periods=of or periods,
                         datapoints_to_alarm=periods, comparison_operator=comparison,
                         treat_missing_data=missing)
 
@@ -108,11 +111,30 @@ class Monitoring(Construct):
                         "The router is more than a minute behind the lease table's stream.",
                         p.router.metric("IteratorAge", period=MINUTE, statistic="Maximum"),
                         60_000, periods=3),
+            # The sweeper reports once per run (~59.5 s), so a minute can have no datapoint
+            # when a run's end crosses a minute boundary: 2 of 3, not 2 in a row. A run whose
+            # sweeps all failed reports no age at all (SweepsFailing covers it).
             self._alarm("StreamsUnowned",
                         "A wanted (STARTED) stream has had no owner, or an owner whose "
                         "session is not live (stranded), for longer than a lease.",
                         holdfast_metric(names.METRIC_OLDEST_ORPHAN_AGE, sweeper, "Maximum"),
-                        lease_ms, periods=2, comparison=_GT),
+                        lease_ms, periods=2, of=3, comparison=_GT),
+            self._alarm(
+                "SweepsFailing",
+                "Over 5 minutes at least as many of the sweeper's sweeps failed as completed: "
+                "it may not see unowned streams, dead sessions or stranded ones (and the "
+                "StreamsUnowned alarm cannot fire without its measurement). The sweeper logs "
+                "say \"sweep failed\" with the error (permissions, a missing index, "
+                "throttling).",
+                cw.MathExpression(
+                    expression="IF(FILL(failed, 0) > 0 AND FILL(failed, 0) >= FILL(done, 0), "
+                               "1, 0)",
+                    using_metrics={
+                        "failed": holdfast_metric(names.METRIC_SWEEP_ERRORS, sweeper).with_(
+                            period=ALARM_WINDOW),
+                        "done": holdfast_metric(names.METRIC_SWEEPS, sweeper).with_(
+                            period=ALARM_WINDOW)},
+                    label="sweeps mostly failing", period=ALARM_WINDOW), 1),
             # One item the sweeper cannot write (validation, size, malformed) is skipped and
             # retried every pass, never stopping the others: the alarm is how it gets fixed.
             self._any("ItemErrors",
@@ -165,6 +187,21 @@ class Monitoring(Construct):
                       "A worker stopped using streams it could no longer prove it held "
                       "(renewals too slow or failing): expect reconnects and replays.",
                       holdfast_metric(names.METRIC_LEASES_FENCED, worker)),
+            # A stream released after its upstream failed repeatedly (or parked on a message
+            # its handler failed on every attempt) waits out a back-off of up to 15 minutes:
+            # not unowned in the sweeper's sense, so StreamsUnowned never sees it.
+            self._any("StreamsGivingUp",
+                      "A stream gave up: its upstream failed to connect or dropped it "
+                      "repeatedly, or its handler failed a message on every attempt and the "
+                      "stream parked on it. It is retried after a back-off (up to 15 min). "
+                      "The worker logs say \"stream handed back after errors\" with the "
+                      "stream and the error.",
+                      holdfast_metric(names.METRIC_UPSTREAM_GIVE_UPS, worker)),
+            self._any("FramesNotHandled",
+                      "Frames broke the seq contract (a seq that went back, jumped too far, or "
+                      "a stream that stalled) and were not handled: the upstream or its "
+                      "protocol plug-in is misbehaving. The worker logs name the stream.",
+                      holdfast_metric(names.METRIC_FRAMES_SKIPPED, worker)),
             self._any("RenewFailures",
                       "Worker renewals failed (DynamoDB errors or throttling): streams are at "
                       "risk of being fenced.",
@@ -181,6 +218,22 @@ class Monitoring(Construct):
                             period=ALARM_WINDOW),
                         unowned_time_threshold_ms(lease_ms), comparison=_GT),
         ]
+
+    def _handler_failure_alarms(self, p: FleetParts) -> list[cw.Alarm]:
+        """With ``handlerOnFailure=skip``: messages skipped to the on-failure queue wait for
+        someone to act on them, and those its reader kept failing on sit in its DLQ."""
+        return [
+            self._alarm(alarm_id, description, queue.metric_approximate_number_of_messages_visible(
+                period=MINUTE, statistic="Maximum"), 1)
+            for alarm_id, description, queue in (
+                ("HandlerFailuresWaiting",
+                 "Messages the handler failed on every attempt were skipped to the on-failure "
+                 "queue (output HandlerFailuresQueueUrl): they wait there, up to 14 days, for "
+                 "a reader or a redrive.", p.handler_failures),
+                ("HandlerFailuresDeadLetters",
+                 "The on-failure queue's reader failed on messages repeatedly: they moved to "
+                 "its dead-letter queue.", p.handler_failures_dlq))
+            if queue is not None]
 
     def _throttle_alarms(self, p: FleetParts) -> list[cw.Alarm]:
         """Any DynamoDB throttling of either table or a lease index, reads and writes apart."""

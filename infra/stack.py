@@ -75,6 +75,10 @@ class HoldfastStack(Stack):
             ("WorkerLogGroup", self.workers.log_group.log_group_name, "Worker logs"),
             ("RouterLogGroup", self.router.handler.log_group.log_group_name, "Router logs"),
             ("SweeperLogGroup", self.sweeper.handler.log_group.log_group_name, "Sweeper logs"),
+            ("TaskStoppedLogGroup", self.task_stopped.handler.log_group.log_group_name,
+             "Task-stopped function logs (stopped tasks reported by ECS)"),
+            ("RouterFailuresQueueUrl", self.queues.router_failures.queue_url,
+             "Stream records the router gave up on after every retry"),
         ):
             CfnOutput(self, output_id, value=value, description=description)
         if self.fleet.handler_failures is not None:

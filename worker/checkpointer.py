@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from aws_lambda_powertools import Logger
 
-from holdfast.core import rules
+from holdfast.core import names, rules
 from holdfast.core.aws import recently_throttled
 from holdfast.core.batch import RenewMode, RenewRequest, renew_many
 from holdfast.core.exceptions import HoldfastError, LeaseLost, LossReason
@@ -183,7 +183,7 @@ class Checkpointer:
                                                  pool=self.chunk_pool))
         except HoldfastError as exc:  # e.g. ConfigError: table gone, credentials refused
             logger.error(f"{source} write failed", error=str(exc)[:500], streams=len(held))
-            self.metrics.incr("RenewFailures", len(held))
+            self.metrics.incr(names.METRIC_RENEW_FAILURES, len(held))
             return
         took = self.mono() - sent
         self.metrics.renew_latency(took)
@@ -198,7 +198,7 @@ class Checkpointer:
             elif isinstance(result.error, LeaseLost):
                 self.on_lost(conn, result.error, source)
             else:
-                self.metrics.incr("RenewFailures")
+                self.metrics.incr(names.METRIC_RENEW_FAILURES)
                 conn.log("warning", f"{source} write failed, trying again next round",
                          error=str(result.error)[:300])
 
@@ -215,7 +215,7 @@ class Checkpointer:
         else:
             # LOST/DELETED/REGRESSION/INVALID: someone else may hold it now; no more handler
             # calls and no more bytes from this connection.
-            self.metrics.incr("LeasesLost")
+            self.metrics.incr(names.METRIC_LEASES_LOST)
             current = lost.current
             conn.log("warning", "lease lost, closing at once", reason=str(reason),
                      owner=current.lease_owner if current else None,
@@ -231,7 +231,7 @@ class Checkpointer:
             for conn in list(self.streams.values()):
                 deadline = conn.held.deadline()
                 if now >= deadline and conn.held.live:
-                    self.metrics.incr("LeasesFenced")
+                    self.metrics.incr(names.METRIC_LEASES_FENCED)
                     conn.log("error", "self-fencing: not renewed in time, stream stopped",
                              late_ms=now - deadline)
                     conn.fence()

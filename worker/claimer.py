@@ -286,7 +286,7 @@ class Claimer:
         try:
             nudge = parse_nudge(body if isinstance(body, str) else "")
         except ValueError as exc:
-            self.metrics.incr("PoisonMessages")
+            self.metrics.incr(names.METRIC_POISON_MESSAGES)
             logger.warning("poison nudge deleted", error=str(exc)[:200],
                            message_id=message.get("MessageId"), body=str(body)[:200])
             return None

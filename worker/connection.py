@@ -199,7 +199,7 @@ class Connection:
                                 f"row), not skipped: {error}. Fix the upstream, raise "
                                 f"{names.ENV_MAX_FRAME_BYTES} if the frame is only too big, or "
                                 "skip it: holdfast resume <id> --now --after-seq <its seq>")
-                self.ctx.metrics.incr("Reconnects")
+                self.ctx.metrics.incr(names.METRIC_RECONNECTS)
                 if self.ctx.backoff.give_up(failures):
                     self.log("warning", "upstream failing, giving the stream back",
                              error=error, failures=failures)

@@ -81,7 +81,7 @@ class Endings:
             return
         if error is not None and not held.stopping:
             self.counts["gave_up"] += 1
-            self.metrics.incr("UpstreamGiveUps")
+            self.metrics.incr(names.METRIC_UPSTREAM_GIVE_UPS)
             before = errors_before(held.lease.error_count, held.cursor.handled)
             retry_s = self.backoff.retry_after_s(before + 1)
             await self._release(conn, error=error, retry_at_ms=self.wall() + round(

@@ -83,7 +83,7 @@ class Handling:
             # Past the fence (the process was paused: SIGSTOP, a stalled VM): another worker
             # may hold the lease by now, and frames buffered during the pause must not reach
             # the handler before the fence watcher runs. Found by the chaos soak.
-            conn.ctx.metrics.incr("LeasesFenced")
+            conn.ctx.metrics.incr(names.METRIC_LEASES_FENCED)
             conn.log("error", "self-fencing: past the fence deadline, frame not handled",
                      seq=seq)
             conn.fence()
@@ -95,7 +95,7 @@ class Handling:
         if not await self._until_done(message):
             return  # stopped meanwhile: not handled, the checkpoint stays before it
         held.cursor.done(seq)
-        conn.ctx.metrics.incr("MessagesHandled")
+        conn.ctx.metrics.incr(names.METRIC_MESSAGES_HANDLED)
         if conn.trace is not None:  # the first handled message ends the trace; then nothing
             conn.trace.close()
             conn.trace = None

@@ -192,7 +192,7 @@ class Holdings:
                 # are its holder, so we release it.
                 await self.endings.let_go(exc.current, owner)
                 return Claim.CONFLICT
-            self.metrics.incr("ClaimConflicts")
+            self.metrics.incr(names.METRIC_CLAIM_CONFLICTS)
             logger.debug("claim refused", conn_id=conn_id, worker_id=self.config.worker_id,
                          reason=str(exc.reason), source=source)
             return later_for(exc, self.config.timing.skew_ms, self.wall()) or Claim.CONFLICT
@@ -232,7 +232,7 @@ class Holdings:
             if warm is not None:
                 warm.ws.transport.abort()
             return
-        self.metrics.incr("Claims")
+        self.metrics.incr(names.METRIC_CLAIMS)
         self.balancing.claimed(conn_id)
         self.counts["claimed"] += 1
         held = HeldStream(lease, fence_mono_ms=self.checkpointer.fence_after(sent),

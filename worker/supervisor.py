@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
+from holdfast.core import names
 from holdfast.core.exceptions import SessionLost
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.orders import Order
@@ -221,7 +222,7 @@ class Supervisor:
         self.counts["sessions_lost"] += 1
         for conn in list(self.streams.values()):
             if conn.held.live:
-                self.metrics.incr("LeasesLost")
+                self.metrics.incr(names.METRIC_LEASES_LOST)
                 conn.log("warning", "session lost, closing at once", why=lost.why)
                 conn.lose("session")
         if self.handoffs is not None:

@@ -13,6 +13,7 @@ from holdfast.core import urls
 
 __all__ = [
     "DIMENSION_REASON",
+    "DIMENSION_RESULT",
     "DIMENSION_SERVICE",
     "ENV_ALLOWED_HOSTS",
     "ENV_BALANCE",
@@ -86,8 +87,11 @@ __all__ = [
     "METRIC_NUDGES_FAILED",
     "METRIC_NUDGES_HANDED_ON",
     "METRIC_OLDEST_ORPHAN_AGE",
+    "METRIC_ORDER_QUEUE_SENDS",
     "METRIC_POISON_MESSAGES",
     "METRIC_RECONNECTS",
+    "METRIC_RECORDS",
+    "METRIC_RECORDS_SKIPPED",
     "METRIC_RENEW_FAILURES",
     "METRIC_RENEW_LATENCY",
     "METRIC_REPORTED_DEAD_SESSIONS",
@@ -262,6 +266,12 @@ DIMENSION_REASON: Final = "reason"
 METRIC_NUDGES_FAILED: Final = "NudgesFailed"
 METRIC_MALFORMED_RECORDS: Final = "MalformedRecords"
 METRIC_NORMALISED: Final = "Normalised"
+# Router, per invocation: stream records received and those it had nothing to do for; stop
+# orders sent to a worker's order queue, one metric per ``result`` (extra dimension).
+METRIC_RECORDS: Final = "Records"
+METRIC_RECORDS_SKIPPED: Final = "RecordsSkipped"
+METRIC_ORDER_QUEUE_SENDS: Final = "OrderQueueSends"
+DIMENSION_RESULT: Final = "result"
 # Sweeper, per invocation: sweeps run, sweeps that failed, and the age (now - expiry, ms) of
 # the longest-expired STARTED lease it found unowned. The "wanted but unowned" alarm watches
 # that age.

@@ -280,13 +280,15 @@ def _normalise(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -
 def _emit_metrics(plan: _Plan, n_records: int) -> None:
     if not metrics_enabled():
         return
-    for name, value in {"Records": n_records, "RecordsSkipped": plan.counts[Outcome.SKIP.value],
-                        "MalformedRecords": plan.counts[Outcome.MALFORMED.value],
-                        "NudgesFailed": plan.counts["send_failed"],
-                        "Normalised": plan.counts["normalised"]}.items():
+    for name, value in {names.METRIC_RECORDS: n_records,
+                        names.METRIC_RECORDS_SKIPPED: plan.counts[Outcome.SKIP.value],
+                        names.METRIC_MALFORMED_RECORDS: plan.counts[Outcome.MALFORMED.value],
+                        names.METRIC_NUDGES_FAILED: plan.counts["send_failed"],
+                        names.METRIC_NORMALISED: plan.counts["normalised"]}.items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
-    emit_counts_by("OrderQueueSends", "result", {k[12:]: n for k, n in plan.counts.items()
-                                                 if k.startswith("order_queue_")},
+    emit_counts_by(names.METRIC_ORDER_QUEUE_SENDS, names.DIMENSION_RESULT,
+                   {k[12:]: n for k, n in plan.counts.items() if k.startswith("order_queue_")},
                    service=SERVICE)
-    emit_counts_by("Nudges", "reason", {k[5:]: n for k, n in plan.counts.items()
-                                        if k.startswith("sent:")}, service=SERVICE)
+    emit_counts_by(names.METRIC_NUDGES, names.DIMENSION_REASON,
+                   {k[5:]: n for k, n in plan.counts.items() if k.startswith("sent:")},
+                   service=SERVICE)

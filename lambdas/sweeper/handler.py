@@ -105,18 +105,23 @@ def _invoke(context: LambdaContext) -> dict[str, Any]:
 
 def _emit(stats: SweepStats) -> None:
     values: dict[str, float] = {
-        "Sweeps": stats.sweeps, "SweepErrors": stats.errors, "NudgesFailed": stats.failed,
-        # A stream stranded with a non-live owner is as unowned as an orphan: one age, one alarm.
-        "OldestOrphanAge": max(stats.oldest_age_ms, stats.oldest_stranded_ms),
+        names.METRIC_SWEEPS: stats.sweeps, names.METRIC_SWEEP_ERRORS: stats.errors,
+        names.METRIC_NUDGES_FAILED: stats.failed,
         names.METRIC_STRANDED_STREAMS: stats.stranded,
         names.METRIC_STRANDED_RELEASED: stats.stranded_released,
         names.METRIC_ITEM_ERRORS: stats.item_errors,
         names.METRIC_DEAD_SESSIONS: stats.dead_sessions,
-        names.METRIC_STREAMS_REAPED: stats.reaped, "Normalised": stats.normalised,
+        names.METRIC_STREAMS_REAPED: stats.reaped, names.METRIC_NORMALISED: stats.normalised,
         names.METRIC_BALANCE_TARGETS: stats.balance_targets}
+    if stats.sweeps:
+        # A stream stranded with a non-live owner is as unowned as an orphan: one age, one
+        # alarm. Measured only by a sweep that completed: a run whose sweeps all failed saw
+        # nothing, and a 0 would read as "none unowned" (the SweepsFailing alarm says it).
+        values[names.METRIC_OLDEST_ORPHAN_AGE] = max(stats.oldest_age_ms,
+                                                     stats.oldest_stranded_ms)
     if stats.balance_rounds:  # no decision (turned off, no sessions): no imbalance to report
         values[names.METRIC_IMBALANCE] = stats.imbalance
     for name, value in values.items():
         metrics.add_metric(name=name, value=value, unit=MetricUnit.Milliseconds
-                           if name == "OldestOrphanAge" else MetricUnit.Count)
-    emit_counts_by("Nudges", "reason", stats.nudged, service=SERVICE)
+                           if name == names.METRIC_OLDEST_ORPHAN_AGE else MetricUnit.Count)
+    emit_counts_by(names.METRIC_NUDGES, names.DIMENSION_REASON, stats.nudged, service=SERVICE)

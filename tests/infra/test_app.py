@@ -98,7 +98,8 @@ def test_outputs_name_everything_an_operator_needs(template: Any) -> None:
     outputs = template.to_json()["Outputs"]
     assert outputs["SessionTableName"]["Value"] == {"Ref": session_table_id(template.to_json())}
     assert {"TableName", "SessionTableName", "QueueUrl", "ServiceName", "DashboardUrl",
-            "ClusterName", "WorkerLogGroup", "RouterLogGroup", "SweeperLogGroup"} <= set(outputs)
+            "ClusterName", "WorkerLogGroup", "RouterLogGroup", "SweeperLogGroup",
+            "TaskStoppedLogGroup", "RouterFailuresQueueUrl"} <= set(outputs)
     url = json.dumps(outputs["DashboardUrl"]["Value"])
     assert "console.aws.amazon.com/cloudwatch" in url and "#dashboards:name=" in url
 

@@ -114,3 +114,19 @@ def test_skip_policy_gets_its_queue_env_and_send_grant(fleets: dict[str, dict[st
     assert sends
     assert names.ENV_HANDLER_ON_FAILURE not in _worker_env(park)
     assert names.ENV_FAILURE_QUEUE_URL not in _worker_env(park)
+
+
+def test_skip_policy_alarms_on_its_queue_and_dlq(fleets: dict[str, dict[str, Any]]) -> None:
+    """handler_on_failure=skip: a message waiting in the on-failure queue or its DLQ alarms
+    (max visible >= 1 per minute); park has no such alarm."""
+    def visible_alarms(template: dict[str, Any]) -> set[str]:
+        return {a["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
+                for a in resources(template, "AWS::CloudWatch::Alarm").values()
+                if a["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"}
+
+    skip = fleets[names.HANDLER_ON_FAILURE_SKIP]
+    failure_queues = {k for k, q in resources(skip, "AWS::SQS::Queue").items()
+                      if k.startswith("FleetHandlerFailures")}
+    assert len(failure_queues) == 2
+    assert visible_alarms(skip) - visible_alarms(fleets[names.HANDLER_ON_FAILURE_PARK]) \
+        == failure_queues

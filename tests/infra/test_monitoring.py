@@ -23,6 +23,8 @@ def test_required_alarms_exist(template_json: dict[str, Any]) -> None:
     unowned = alarms[names.METRIC_OLDEST_ORPHAN_AGE]
     assert unowned["Namespace"] == names.NAMESPACE
     assert unowned["Threshold"] == 4_000  # one lease
+    # Once per ~59.5 s run: a minute may have no datapoint, so 2 of 3 minutes, not 2 in a row.
+    assert (unowned["DatapointsToAlarm"], unowned["EvaluationPeriods"]) == (2, 3)
     assert unowned["Dimensions"] == [{"Name": names.DIMENSION_SERVICE,
                                       "Value": "holdfast-sweeper"}]
     visible = [a for a in resources(template_json, "AWS::CloudWatch::Alarm").values()
@@ -38,9 +40,10 @@ def test_every_operational_alarm_notifies_the_topic(template_json: dict[str, Any
                                                       "AWS::CloudWatch::Alarm").values()
                    if "AlarmActions" in a["Properties"] and
                    {"Ref": topic} in a["Properties"]["AlarmActions"]]
-    # Nine pipeline and worker alarms, three session/fencing ones, the unowned-time one,
-    # the sweeper's item errors, eight throttle alarms.
-    assert len(operational) == 22
+    # Ten pipeline and worker alarms, three session/fencing ones, the unowned-time one,
+    # the sweeper's item errors, two on streams giving up and frames not handled, eight
+    # throttle alarms.
+    assert len(operational) == 25
     assert all({"Ref": topic} in a["OKActions"] for a in operational)
 
 
@@ -84,11 +87,13 @@ def alarm_metrics(template_json: dict[str, Any]) -> dict[tuple[str, str], list[d
 
 
 def test_sessions_and_fencing_alarm_on_any_occurrence(template_json: dict[str, Any]) -> None:
-    """DeadSessions and ItemErrors (sweeper), LeasesFenced and RenewFailures (worker): sum > 0
-    in 5 minutes."""
+    """ItemErrors (sweeper); LeasesFenced, streams giving up, frames not handled and
+    RenewFailures (worker): sum > 0 in 5 minutes."""
     alarms = alarm_metrics(template_json)
     for metric, service in ((names.METRIC_ITEM_ERRORS, "holdfast-sweeper"),
                             (names.METRIC_LEASES_FENCED, "holdfast-worker"),
+                            (names.METRIC_UPSTREAM_GIVE_UPS, "holdfast-worker"),
+                            (names.METRIC_FRAMES_SKIPPED, "holdfast-worker"),
                             (names.METRIC_RENEW_FAILURES, "holdfast-worker")):
         (alarm,) = alarms[(names.NAMESPACE, metric)]
         assert alarm["Dimensions"] == [{"Name": names.DIMENSION_SERVICE, "Value": service}]
@@ -194,3 +199,46 @@ def test_the_dashboard_has_a_handoff_panel(template_json: dict[str, Any]) -> Non
     metrics = panel["properties"]["metrics"]
     assert any(names.METRIC_STREAMS_SHED in m for m in metrics)
     assert all("holdfast-worker" in m for m in metrics)
+
+
+def test_sweeps_failing_alarms_when_as_many_failed_as_completed(
+        template_json: dict[str, Any]) -> None:
+    """SweepsFailing: over 5 minutes, failed sweeps > 0 and >= completed ones (a blind sweeper
+    reports no orphan age, so StreamsUnowned alone would stay OK)."""
+    (alarm,) = [a["Properties"] for a in resources(template_json,
+                                                   "AWS::CloudWatch::Alarm").values()
+                if "sweeps failed" in a["Properties"].get("AlarmDescription", "")]
+    (expr,) = [q["Expression"] for q in alarm["Metrics"] if "Expression" in q]
+    assert "IF(" in expr and ">= FILL(done, 0)" in expr
+    stats = {q["Id"]: q["MetricStat"] for q in alarm["Metrics"] if "MetricStat" in q}
+    assert {k: (s["Metric"]["MetricName"], s["Stat"], s["Period"]) for k, s in stats.items()} \
+        == {"failed": (names.METRIC_SWEEP_ERRORS, "Sum", 300),
+            "done": (names.METRIC_SWEEPS, "Sum", 300)}
+    assert all(s["Metric"]["Dimensions"] == [{"Name": names.DIMENSION_SERVICE,
+                                              "Value": "holdfast-sweeper"}]
+               for s in stats.values())
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == (
+        "GreaterThanOrEqualToThreshold", 1)
+
+
+def test_dashboard_shows_delivery_and_both_reapers_and_senders(
+        template_json: dict[str, Any]) -> None:
+    """A Delivery panel (handled, frames not handled, handler failures); streams reaped by the
+    sweeper and by the task-stopped function; send failures of the router and the sweeper."""
+    body = "".join(str(part) for part in one_resource(
+        template_json, "AWS::CloudWatch::Dashboard")["Properties"]["DashboardBody"]["Fn::Join"][1])
+    widgets = json.loads(body)["widgets"]
+
+    def services_of(metric: str) -> set[str]:
+        return {m[m.index(names.DIMENSION_SERVICE) + 1] for w in widgets
+                for m in w.get("properties", {}).get("metrics", [])
+                if metric in m and names.DIMENSION_SERVICE in m}
+
+    (delivery,) = [w for w in widgets if w.get("properties", {}).get("title") == "Delivery"]
+    shown = {n for m in delivery["properties"]["metrics"] for n in m if isinstance(n, str)}
+    assert {names.METRIC_MESSAGES_HANDLED, names.METRIC_FRAMES_SKIPPED,
+            names.METRIC_MALFORMED_FRAMES, names.METRIC_HANDLER_FAILURES_PARKED,
+            names.METRIC_HANDLER_FAILURES_SENT_TO_QUEUE, names.METRIC_HANDLER_TIMEOUTS} <= shown
+    assert services_of(names.METRIC_STREAMS_REAPED) == {"holdfast-sweeper",
+                                                         "holdfast-taskstopped"}
+    assert services_of(names.METRIC_NUDGES_FAILED) == {"holdfast-router", "holdfast-sweeper"}

@@ -79,7 +79,7 @@ def emitted(capsys: pytest.CaptureFixture[str],
     router._emit_metrics(router._Plan(), 0)
     router.metrics.flush_metrics()
     sweeper.metrics.clear_metrics()
-    sweeper._emit(SweepStats(nudged={"expired": 0}))
+    sweeper._emit(SweepStats(sweeps=1, nudged={"expired": 0}))
     sweeper.metrics.flush_metrics()
     taskstopped.metrics.clear_metrics()
     taskstopped._emit(taskstopped.Outcome("w1", declared_dead=True))

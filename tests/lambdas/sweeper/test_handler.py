@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
+from holdfast.core import names
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream
 from holdfast.lambdas.sweeper import handler
+from holdfast.lambdas.sweeper.results import SweepStats
 from holdfast.localaws import LocalAws
 from holdfast.runner.context import LocalContext
 from tests.conftest import own_tables
@@ -71,3 +73,19 @@ def test_bad_setting_is_a_clear_error(aws_env: dict[str, str],
     with pytest.raises(ConfigError, match="HOLDFAST_SWEEP_INTERVAL_MS"):
         handler.lambda_handler({}, LocalContext("holdfast-sweeper"))
     handler.configure(None)
+
+
+def test_no_orphan_age_is_reported_without_a_completed_sweep() -> None:
+    """A run whose sweeps all failed reports no OldestOrphanAge (a 0 would read as "none
+    unowned" while the sweeper was blind), only its failures; a completed sweep reports it."""
+    handler.metrics.clear_metrics()
+    try:
+        handler._emit(SweepStats(errors=3))
+        emitted = handler.metrics.metric_set
+        assert names.METRIC_OLDEST_ORPHAN_AGE not in emitted
+        assert emitted[names.METRIC_SWEEP_ERRORS]["Value"] == [3.0]
+        handler.metrics.clear_metrics()
+        handler._emit(SweepStats(sweeps=1, oldest_age_ms=50, oldest_stranded_ms=70))
+        assert handler.metrics.metric_set[names.METRIC_OLDEST_ORPHAN_AGE]["Value"] == [70.0]
+    finally:
+        handler.metrics.clear_metrics()
