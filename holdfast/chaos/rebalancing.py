@@ -34,7 +34,8 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from holdfast.chaos.evidence import Action, Evidence, Sample
-from holdfast.chaos.invariants import Limits, Verdict, Violation, _fault_extension
+from holdfast.chaos.timeliness import fault_extension
+from holdfast.chaos.verdict import Limits, Verdict, Violation
 from holdfast.core.directives import drain_body
 from holdfast.core.handoff import WARM_TIMEOUT_MS
 from holdfast.core.sessions import SessionStore
@@ -176,7 +177,7 @@ def check_drains(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict) 
         held = {s.conn_id for w in walls if drain.wall_ms - limits.scan_ms <= w
                 <= drain.wall_ms + grace for s in scans[w] if s.live_owner() == owner}
         deadline = drain.wall_ms + grace + DRAIN_EMPTY_MS
-        deadline += _fault_extension(ev.faults, drain.wall_ms, deadline - drain.wall_ms, 0)
+        deadline += fault_extension(ev.faults, drain.wall_ms, deadline - drain.wall_ms, 0)
         deadline += WARM_TIMEOUT_MS * len({a.target for a in ev.actions if (
             a.kind in ("sigkill", "sigstop") and a.target != _worker(owner)
             and drain.wall_ms - limits.lease_ms - limits.skew_ms <= a.wall_ms <= deadline)})

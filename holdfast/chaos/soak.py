@@ -25,11 +25,12 @@ from holdfast.chaos.evidence import Action, Evidence, load_conn_log
 from holdfast.chaos.exceptions import SoakAborted
 from holdfast.chaos.fleetctl import ProxiedFleet
 from holdfast.chaos.hostile import hostile_items
-from holdfast.chaos.invariants import Limits, Verdict, check
+from holdfast.chaos.invariants import check
 from holdfast.chaos.proxy import FaultKind, FaultWindow
 from holdfast.chaos.rebalancing import Rebalancing
 from holdfast.chaos.sampler import Sampler
 from holdfast.chaos.throttle import ThrottlePlan, judge_throttle, run_throttle
+from holdfast.chaos.verdict import Limits, Verdict
 from holdfast.core.schema import STARTED, STOPPED
 from holdfast.core.table import create_stream, set_desired_state
 from holdfast.fleet.recorder import read_records

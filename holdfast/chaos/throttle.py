@@ -21,8 +21,8 @@ from datetime import datetime
 from pathlib import Path
 
 from holdfast.chaos.fleetctl import ProxiedFleet
-from holdfast.chaos.invariants import Verdict, Violation
 from holdfast.chaos.proxy import FaultProxy, FaultWindow
+from holdfast.chaos.verdict import Verdict, Violation
 from holdfast.core import rules
 from holdfast.core.table import create_stream
 from holdfast.fleet.timing import FleetTiming

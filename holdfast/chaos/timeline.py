@@ -4,7 +4,7 @@ workers handled, in one list sorted by time (seconds relative to the violation).
 from __future__ import annotations
 
 from holdfast.chaos.evidence import Evidence
-from holdfast.chaos.invariants import Violation
+from holdfast.chaos.verdict import Violation
 
 __all__ = ["timeline"]
 

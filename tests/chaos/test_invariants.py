@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from holdfast.chaos.evidence import Action, ConnSpan, Evidence, Sample
-from holdfast.chaos.invariants import Limits, check
+from holdfast.chaos.invariants import check
 from holdfast.chaos.pauses import IN_FLIGHT_WAKE_MS
 from holdfast.chaos.proxy import FaultWindow
 from holdfast.chaos.timeline import timeline
+from holdfast.chaos.verdict import Limits
 from holdfast.fleet.recorder import Handled
 
 LIMITS = Limits(lease_ms=4000, heartbeat_ms=1000, skew_ms=500, sweep_ms=500)
