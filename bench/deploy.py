@@ -46,8 +46,9 @@ from bench.harness import BenchFleet, now_ms
 from bench.rebalance import LogEvent, parse_log
 from holdfast.core import names
 from holdfast.core.sessions import SessionItem
-from holdfast.fleet.deploy import STYLES, Claim, DeployReport, delivery_gaps, deploy_report
+from holdfast.fleet.deploy import STYLES, DeployReport, delivery_gaps, deploy_report
 from holdfast.fleet.deploy_scenario import NEW_VERSION, OLD_VERSION, run_deploy
+from holdfast.fleet.moves import Claim
 from holdfast.fleet.recorder import read_records
 from holdfast.fleet.session import Session
 from holdfast.fleet.view import Snapshot

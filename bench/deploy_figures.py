@@ -14,8 +14,8 @@ from typing import Any
 
 from bench.harness import dist
 from bench.rebalance import LogEvent
-from holdfast.fleet.deploy import Claim, DeployReport, Gap
-from holdfast.fleet.moves import json_records
+from holdfast.fleet.deploy import DeployReport, Gap
+from holdfast.fleet.moves import Claim, json_records
 
 __all__ = ["STOP_LINE", "WINDOW_OPEN", "compact", "deploy_window", "handoff_figures",
            "seed_claims"]

@@ -28,24 +28,15 @@ from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from holdfast.fleet.moves import CLAIMED_MESSAGE, json_records, log_wall_ms, percentile
+from holdfast.fleet.moves import Claim, percentile
 from holdfast.fleet.recorder import Handled
 
-__all__ = ["STYLES", "Claim", "DeployReport", "Gap", "OwnerChange", "added_delays",
-           "claims_from_logs", "delivery_gaps", "deploy_report",
+__all__ = ["STYLES", "DeployReport", "Gap", "OwnerChange", "added_delays",
+           "delivery_gaps", "deploy_report",
            "duplicate_deliveries", "last_deliverers", "lost_seqs", "moves_per_stream", "onto_old",
            "owner_changes", "steady_gaps", "usual_spacing_ms"]
 
 STYLES = ("one-at-a-time", "new-first")
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """``worker`` claimed ``conn_id`` at ``wall_ms`` (its "claimed" log line)."""
-
-    conn_id: str
-    worker: str
-    wall_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,19 +64,6 @@ class Gap:
     def seconds(self) -> float:
         """The gap in seconds."""
         return (self.first_ms - self.last_ms) / 1000
-
-
-def claims_from_logs(lines: Iterable[str]) -> list[Claim]:
-    """The "claimed" lines among the workers' JSON log lines, in time order."""
-    out: list[Claim] = []
-    for rec in json_records(lines, f'"{CLAIMED_MESSAGE}"'):
-        if rec.get("message") != CLAIMED_MESSAGE:
-            continue
-        conn, worker = rec.get("conn_id"), rec.get("worker_id")
-        at = log_wall_ms(rec.get("timestamp"))
-        if isinstance(conn, str) and isinstance(worker, str) and at is not None:
-            out.append(Claim(conn, worker, at))
-    return sorted(out, key=lambda c: (c.wall_ms, c.conn_id, c.worker))
 
 
 def owner_changes(claims: Iterable[Claim], start_ms: int, end_ms: int) -> list[OwnerChange]:

@@ -22,10 +22,10 @@ from holdfast.core import names
 from holdfast.fleet.deploy import (
     STYLES,
     DeployReport,
-    claims_from_logs,
     deploy_report,
     last_deliverers,
 )
+from holdfast.fleet.moves import claims_from_logs
 from holdfast.fleet.recorder import read_records
 from holdfast.fleet.scenario import ScenarioFailed, balance_now, worker_log_lines
 from holdfast.fleet.session import Session

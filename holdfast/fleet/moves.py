@@ -28,8 +28,10 @@ from typing import Any
 from holdfast.core.balance import BalancePolicy, Member, fair_shares
 from holdfast.fleet.recorder import Handled
 
-__all__ = ["Balance", "Move", "balance_of", "duplicates_across", "json_records", "log_wall_ms",
-           "moves_from_logs", "percentile", "unowned_stats"]
+__all__ = ["Balance", "Claim", "Move", "balance_of", "claims_from_logs", "cut_short_note",
+           "duplicates_across",
+           "json_records", "log_wall_ms", "logged_unowned_s", "moves_from_logs", "percentile",
+           "unowned_stats"]
 
 SHED_MESSAGE = "shedding stream"
 CLAIMED_MESSAGE = "claimed"
@@ -120,10 +122,23 @@ def _opt_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def moves_from_logs(lines: Iterable[str]) -> list[Move]:
-    """The moves in the workers' JSON log lines (any order, any mix of workers)."""
-    sheds: list[tuple[int, str, str, str]] = []  # (ms, worker, conn, reason)
-    claims: dict[str, list[tuple[int, str, int | None, int | None]]] = {}
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """``worker`` claimed ``conn_id`` at ``wall_ms`` (its "claimed" log line), the stream
+    unowned ``unowned_ms`` before (from its release; 0 for a warm handoff)."""
+
+    conn_id: str
+    worker: str
+    wall_ms: int
+    unowned_ms: int | None = None
+    moved_at_ms: int | None = None
+
+
+def _parse(lines: Iterable[str]) -> tuple[list[tuple[int, str, str, str]], list[Claim],
+                                          dict[str, list[tuple[int, str]]]]:
+    """(sheds as (ms, worker, conn, reason), claims in time order, let-go lines by stream)."""
+    sheds: list[tuple[int, str, str, str]] = []
+    claims: list[Claim] = []
     let_go: dict[str, list[tuple[int, str]]] = {}  # conn -> (ms, worker)
     for rec in json_records(lines, '"message"'):
         msg, conn, worker = rec.get("message"), rec.get("conn_id"), rec.get("worker_id")
@@ -135,24 +150,57 @@ def moves_from_logs(lines: Iterable[str]) -> list[Move]:
             reason = "draining" if "draining" in msg else "rebalancing"
             sheds.append((at, worker, conn, reason))
         elif msg == CLAIMED_MESSAGE:
-            claims.setdefault(conn, []).append((at, worker, _opt_int(rec.get("unowned_ms")),
-                                                _opt_int(rec.get("moved_at_ms"))))
+            claims.append(Claim(conn, worker, at, _opt_int(rec.get("unowned_ms")),
+                                _opt_int(rec.get("moved_at_ms"))))
         elif msg in LET_GO_MESSAGES:
             let_go.setdefault(conn, []).append((at, worker))
+    claims.sort(key=lambda c: (c.wall_ms, c.conn_id, c.worker))
+    return sheds, claims, let_go
+
+
+def claims_from_logs(lines: Iterable[str]) -> list[Claim]:
+    """The "claimed" lines among the workers' JSON log lines, in time order."""
+    return _parse(lines)[1]
+
+
+def logged_unowned_s(claims: Iterable[Claim], conn_id: str, *, not_by: str,
+                     since_ms: int) -> float | None:
+    """Seconds ``conn_id`` was unowned before its first claim at or after ``since_ms`` by a
+    worker other than ``not_by``, as that claim logged it (release to claim: 0 for a warm
+    handoff); None if no such claim logged it."""
+    taken = [c for c in claims if c.conn_id == conn_id and c.worker != not_by
+             and c.wall_ms >= since_ms]
+    first = min(taken, key=lambda c: c.wall_ms, default=None)
+    return None if first is None or first.unowned_ms is None else first.unowned_ms / 1000
+
+
+def moves_from_logs(lines: Iterable[str]) -> list[Move]:
+    """The moves in the workers' JSON log lines (any order, any mix of workers)."""
+    sheds, claims, let_go = _parse(lines)
+    by_conn: dict[str, list[Claim]] = {}
+    for c in claims:
+        by_conn.setdefault(c.conn_id, []).append(c)
     moves: list[Move] = []
     for at, worker, conn, reason in sorted(sheds):
-        later = sorted(c for c in claims.get(conn, []) if c[0] >= at)
-        if not later or later[0][1] == worker:
+        later = [c for c in by_conn.get(conn, []) if c.wall_ms >= at]
+        if not later or later[0].worker == worker:
             continue  # never claimed again (yet), or it came back: not a move
-        claimed, dst, unowned, moved_at = later[0]
+        first = later[0]
         # The holder's let-go may be logged after the successor's claim (its write returns
         # later), but not after the holder claims the stream again (a later holding's).
-        back = min((c[0] for c in later if c[1] == worker), default=None)
+        back = min((c.wall_ms for c in later if c.worker == worker), default=None)
         completed = any(w == worker and t >= at and (back is None or t < back)
                         for t, w in let_go.get(conn, []))
-        moves.append(Move(conn, worker, dst, reason, at, claimed, unowned, moved_at,
-                          completed=completed))
+        moves.append(Move(conn, worker, first.worker, reason, at, first.wall_ms,
+                          first.unowned_ms, first.moved_at_ms, completed=completed))
     return moves
+
+
+def cut_short_note(moves: Iterable[Move]) -> str:
+    """What a summary says of the moves a failure cut short ("" if none)."""
+    cut = sorted({m.conn_id for m in moves if not m.completed})
+    return (f"{len(cut)} more cut short by a failure (the holder never let go; failover "
+            f"claimed the stream): {', '.join(cut)}") if cut else ""
 
 
 def duplicates_across(move: Move, records: Iterable[Handled]) -> int:

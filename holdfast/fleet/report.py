@@ -127,8 +127,6 @@ def _balance_rows(inc: Incident, seqs: dict[str, SeqCheck]) -> list[dict[str, An
     cut_short = sorted({m.conn_id for m in inc.moves or [] if not m.completed})
     stats = unowned_stats(moves)
     moved = sorted({m.conn_id for m in moves})
-    note = inc.note + (f"; {len(cut_short)} more cut short by a failure (its holder never let "
-                       f"go; failover claimed it): {', '.join(cut_short)}" if cut_short else "")
     rows: list[dict[str, Any]] = [{
         "event": f"rebalancing: {len(moves)} moves", "kind": "moves", "moves": len(moves),
         "cut_short": cut_short,
@@ -138,7 +136,7 @@ def _balance_rows(inc: Incident, seqs: dict[str, SeqCheck]) -> list[dict[str, An
         "duplicates": sum(m.duplicates or 0 for m in moves),
         "by_reason": {r: sum(1 for m in moves if m.reason == r)
                       for r in sorted({m.reason for m in moves})},
-        "note": note}]
+        "note": inc.note}]
     b = inc.balance
     if b is not None:
         rows.append({

@@ -24,7 +24,17 @@ from pathlib import Path
 
 from holdfast.core.schema import STOPPED
 from holdfast.core.table import set_desired_state
-from holdfast.fleet.moves import Balance, Move, balance_of, duplicates_across, moves_from_logs
+from holdfast.fleet.moves import (
+    Balance,
+    Claim,
+    Move,
+    balance_of,
+    claims_from_logs,
+    cut_short_note,
+    duplicates_across,
+    logged_unowned_s,
+    moves_from_logs,
+)
 from holdfast.fleet.recorder import read_records
 from holdfast.fleet.report import Incident
 from holdfast.fleet.session import Session
@@ -59,15 +69,24 @@ def open_connections(conn_log: Path) -> dict[str, int]:
     return out
 
 
-def _gap_s(s: Session, conn_id: str, victim: str, ev_wall: int, graceful: bool) -> float | None:
-    """Seconds ``conn_id`` had no serving owner after the victim was signalled at ``ev_wall``."""
+def _gap_s(s: Session, conn_id: str, victim: str, ev_wall: int,
+           logged: list[Claim] | None = None) -> float | None:
+    """Seconds ``conn_id`` had no serving owner after the victim was signalled at ``ev_wall``.
+
+    ``logged``: for a graceful stop, the claims as the workers logged them. The holder
+    serves until it lets go, so what counts is its new owner's ``unowned_ms`` (release to
+    claim; 0 for a warm handoff, which never leaves the stream unowned), not the time since the
+    signal: those seconds it was still delivering."""
     claims = [at for owner, at in s.claimed_wall.get(conn_id, []) if owner != victim
               and at >= ev_wall - 1000]
     if not claims:
         return None
-    claimed = min(claims)
-    start = ev_wall
-    if graceful:  # a graceful holder serves until it releases: count from the release
+    claimed, start = min(claims), ev_wall
+    if logged is not None:
+        unowned = logged_unowned_s(logged, conn_id, not_by=victim, since_ms=ev_wall - 1000)
+        if unowned is not None:
+            return unowned
+        # Not in the logs: from the last release the table showed.
         releases = [at for at in s.released_wall.get(conn_id, []) if ev_wall <= at <= claimed]
         start = max(releases) if releases else ev_wall
     return max(0.0, (claimed - start) / 1000)
@@ -94,7 +113,8 @@ def _disrupt(s: Session, name: str, victim: str, sig: signal.Signals,
         s.wait_until(recovered, timeout_s)
     finally:
         s.poll_s = saved
-    inc.recovered = {c: _gap_s(s, c, victim, ev_wall, sig == signal.SIGTERM) for c in affected
+    logged = claims_from_logs(worker_log_lines(s)) if sig == signal.SIGTERM else None
+    inc.recovered = {c: _gap_s(s, c, victim, ev_wall, logged) for c in affected
                      if (o := s.observer.worker_of(c)) and o != victim}
     proc = s.fleet.workers[victim]
     if sig == signal.SIGSTOP:
@@ -229,10 +249,10 @@ def _rebalance(s: Session, timeout_s: float) -> Incident:
     inc.affected = sorted({m.conn_id for m in moves})
     inc.note = (f"balanced after {took:.1f} s: {balance.describe()}" if balance.balanced
                 else f"NOT balanced within {timeout_s:g} s: {balance.describe()}")
-    done = sum(1 for m in moves if m.completed)
-    s.say(f"rebalancing: {done} moves"
-          + (f" (and {len(moves) - done} cut short by a failure)" if done < len(moves) else "")
-          + f"; {inc.note}", "green" if balance.balanced else "red")
+    if cut := cut_short_note(moves):
+        inc.note += f"; {cut}"
+    s.say(f"rebalancing: {sum(1 for m in moves if m.completed)} moves; {inc.note}",
+          "green" if balance.balanced else "red")
     return inc
 
 

@@ -11,12 +11,10 @@ from pathlib import Path
 import pytest
 
 from holdfast.fleet.deploy import (
-    Claim,
     DeployReport,
     Gap,
     OwnerChange,
     added_delays,
-    claims_from_logs,
     delivery_gaps,
     deploy_report,
     duplicate_deliveries,
@@ -27,6 +25,7 @@ from holdfast.fleet.deploy import (
     owner_changes,
     steady_gaps,
 )
+from holdfast.fleet.moves import Claim, claims_from_logs
 from holdfast.fleet.procs import REPO_ROOT
 from holdfast.fleet.recorder import Handled
 from tests.conftest import TIMEOUT_SCALE

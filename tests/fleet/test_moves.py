@@ -9,7 +9,10 @@ from rich.console import Console
 from holdfast.fleet.moves import (
     Move,
     balance_of,
+    claims_from_logs,
+    cut_short_note,
     duplicates_across,
+    logged_unowned_s,
     moves_from_logs,
     percentile,
     unowned_stats,
@@ -114,4 +117,23 @@ def test_a_cut_short_move_stays_out_of_the_rebalancing_row() -> None:
     inc.note = "balanced"
     row = summary_rows([inc], seqs)[0]
     assert (row["moves"], row["max_unowned_s"], row["duplicates"]) == (1, 0.0, 0)
-    assert row["cut_short"] == ["a"] and "1 more cut short by a failure" in row["note"]
+    assert row["cut_short"] == ["a"]
+    assert cut_short_note(inc.moves) == ("1 more cut short by a failure (the holder never let "
+                                         "go; failover claimed the stream): a")
+    assert cut_short_note(inc.moves[1:]) == ""
+
+
+def test_a_graceful_stop_counts_the_new_owners_logged_unowned_time() -> None:
+    """After a SIGTERM, the first claim by another worker says how long the stream was
+    unowned (0: a warm handoff), not the time since the signal; None if not logged."""
+    claims = claims_from_logs([
+        line("claimed", "w1", "a", 1_000, unowned_ms=0),
+        line("claimed", "w2", "a", 9_000, unowned_ms=0),
+        line("claimed", "w3", "a", 12_000, unowned_ms=700),
+        line("claimed", "w2", "b", 9_500, unowned_ms=250),
+        line("claimed", "w2", "c", 9_500)])
+    t0 = claims[0].wall_ms - 1_000  # the lines' clock: ms after a minute began
+    assert logged_unowned_s(claims, "a", not_by="w1", since_ms=t0 + 5_000) == 0.0
+    assert logged_unowned_s(claims, "b", not_by="w1", since_ms=t0 + 5_000) == 0.25
+    assert logged_unowned_s(claims, "c", not_by="w1", since_ms=t0 + 5_000) is None
+    assert logged_unowned_s(claims, "a", not_by="w1", since_ms=t0 + 10_000) == 0.7
