@@ -18,12 +18,11 @@ import argparse
 import os
 import sys
 
-from holdfast.cli.opscommon import EXIT_AWS, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from holdfast.cli.opscommon import EXIT_AWS, EXIT_FAILED, EXIT_OK, EXIT_USAGE, worker_id_arg
 from holdfast.core import settings as S
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.directives import drain_body
 from holdfast.core.exceptions import ConfigError, HoldfastError, StoreUnavailable
-from holdfast.core.model import validate_worker_id
 from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionStore
 
@@ -46,7 +45,7 @@ def _fail(code: int, message: str) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        worker_id = validate_worker_id(args.worker_id)
+        worker_id = worker_id_arg(args.worker_id)
     except ValueError as exc:
         return _fail(EXIT_USAGE, str(exc))
     table = S.SESSION_TABLE.get(os.environ)
@@ -72,7 +71,8 @@ def _run(args: argparse.Namespace) -> int:
     queued = _queue(item.owner, draining)
     what = ("draining: it sheds its streams and claims none" if draining
             else "drain cancelled: it claims streams again")
-    print(f"{item.owner}: {what} (holds {item.held} streams now; {queued})")
+    print(f"{item.owner}: {what} (holds {item.held} stream{'s' * (item.held != 1)} now; "
+          f"{queued})")
     return EXIT_OK
 
 

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape as esc
+from rich.markup import escape
 from rich.table import Table
 
 from holdfast.cli.fleetstate import (
@@ -33,6 +33,7 @@ from holdfast.cli.opscommon import (
     add_table_option,
     guard,
     ops_ddb,
+    printable,
     table_name,
 )
 from holdfast.core import rules
@@ -40,7 +41,7 @@ from holdfast.core import settings as S
 from holdfast.core.aws import call, client_config, sqs_client
 from holdfast.core.exceptions import ConfigError, MalformedItem
 from holdfast.core.model import LeaseItem
-from holdfast.core.schema import ATTR, STARTED, STOPPED
+from holdfast.core.schema import ATTR, STARTED, STOPPED, LeaseStatus
 from holdfast.core.sessions import SessionItem, SessionStore
 from holdfast.core.urls import log_paths_from_env
 
@@ -82,6 +83,21 @@ def _secs(ms: int | None) -> str:
     return "-" if ms is None else f"{ms / 1000:.1f}s"
 
 
+def esc(text: str) -> str:
+    """Item text as shown: rich reads "[...]" as markup (a "[/]" anyone can write in an owner
+    or an error failed the whole listing), and a terminal obeys the escape sequences in it."""
+    return escape(printable(text))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def _console() -> Console:
+    # Piped (``| less``, ``| cat``): 120 columns at least, not the 80 rich assumes.
+    return Console(width=max(Console().width, 120) if not sys.stdout.isatty() else None)
+
+
 def _run_ls(args: argparse.Namespace) -> int:
     name = table_name(args)  # "no table" (usage) before any AWS configuration
     items, _ = scan_all(ops_ddb(), name)
@@ -109,21 +125,22 @@ def _run_ls(args: argparse.Namespace) -> int:
                   box=None, header_style="bold")
     for r in rows:
         state = r.desired_state if r.desired_state == STOPPED else f"[green]{STARTED}[/]"
-        # Every text from an item escaped: rich reads "[...]" as markup, and a "[/]" in an
-        # owner or an error (anyone can write one) failed the whole listing.
+        # Every text from an item through ``esc``.
         owner = esc(r.owner or "") or ("[red]unowned[/]" if r.desired_state == STARTED else "-")
         if r.stranded:
             owner = f"[red]stranded[/] {esc(r.owner or '')} ({esc(r.stranded[:60])})"
-        detail = esc((r.status or "-") + (f": {r.last_error[:60]}" if r.last_error else ""))
+        # A RUNNING stream's last_error is history (left from an earlier failure): --json has it.
+        shown_error = r.last_error if r.status != LeaseStatus.RUNNING else None
+        detail = esc((r.status or "-") + (f": {shown_error[:120]}" if shown_error else ""))
         left = (f"? (backstop {_secs(r.lease_left_ms)})" if r.backstop
                 else _secs(r.lease_left_ms))
         table.add_row(esc(r.conn_id), state, owner, left,
                       "-" if r.last_seq is None else str(r.last_seq), detail)
-    console = Console(width=max(Console().width, 120) if not sys.stdout.isatty() else None)
+    console = _console()
     console.print(table)
     for b in bad:
         console.print(f"[yellow]malformed[/] {esc(b.key)}: {esc(b.reason)}")
-    console.print(f"{len(rows)} streams")
+    console.print(_plural(len(rows), "stream"))
     for note in notes:
         console.print(f"[yellow]note[/] {esc(note)}")
     return EXIT_OK
@@ -191,7 +208,7 @@ def _run_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(st.to_json()))
         return EXIT_OK
-    console = Console()
+    console = _console()
     for r in st.sessions:
         color = {"ALIVE": "green", "SILENT": "red", "DEAD": "red"}.get(r.state, "yellow")
         console.print(f"  session [{color}]{r.state}[/] {esc(r.owner)}"
@@ -208,10 +225,10 @@ def _run_status(args: argparse.Namespace) -> int:
                       + ", ".join(f"{esc(v) or 'unknown'} ({w} worker{'s' * (w != 1)}, {n} "
                                   f"stream{'s' * (n != 1)})" for v, (w, n) in versions.items()))
     # Owners of leases (a live worker holding nothing is in the session lines above only).
-    console.print(f"[bold]{len(st.workers)} workers holding leases[/], {st.streams} streams "
-                  f"({st.started} started, {st.stopped} stopped)")
+    console.print(f"[bold]{_plural(len(st.workers), 'worker')} holding leases[/], "
+                  f"{_plural(st.streams, 'stream')} ({st.started} started, {st.stopped} stopped)")
     for owner, n in st.workers.items():
-        console.print(f"  {esc(owner)}: {n} leases")
+        console.print(f"  {esc(owner)}: {_plural(n, 'lease')}")
     color = "red" if st.unowned_started else "green"
     console.print(f"[{color}]unowned STARTED streams: {len(st.unowned_started)}[/]"
                   + (f" (oldest {_secs(st.oldest_unowned_ms)})" if st.oldest_unowned_ms

@@ -64,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
-    result: int = args.run(args)
+    try:
+        result: int = args.run(args)
+    except KeyboardInterrupt:  # Ctrl-C: the shell's exit code for SIGINT, not a traceback
+        return 130
     return result
 
 

@@ -7,6 +7,7 @@ The ``--table`` option, exit codes and error handling are those of every operato
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -21,6 +22,7 @@ from holdfast.cli.opscommon import (
     add_table_option,
     guard,
     ops_ddb,
+    printable,
     table_name,
 )
 from holdfast.cli.urlinput import UrlInputError, read_url
@@ -28,7 +30,7 @@ from holdfast.core.aws import call
 from holdfast.core.exceptions import MalformedItem, StreamHeld
 from holdfast.core.model import MAX_SEQ, LeaseItem, validate_conn_id
 from holdfast.core.redact import redact
-from holdfast.core.schema import ATTR, STARTED, STOPPED, pk_for
+from holdfast.core.schema import ATTR, PK_PREFIX, STARTED, STOPPED, pk_for
 from holdfast.core.store import wall_clock_ms
 from holdfast.core.table import create_stream, delete_stream, restart_now, set_desired_state
 from holdfast.core.urls import UrlPolicy, check_url, policy_from_env
@@ -43,7 +45,30 @@ def _id(text: str) -> str:
     try:
         return validate_conn_id(text)
     except ValueError as exc:
+        bare = text.removeprefix(PK_PREFIX)
+        if bare != text and _valid_id(bare):  # the item's key, as the table shows it
+            raise OpsExit(EXIT_USAGE, f"invalid id {text[:80]!r}: give the stream id without "
+                          f"the {PK_PREFIX!r} prefix: {bare}") from None
         raise OpsExit(EXIT_USAGE, f"invalid id {text[:80]!r}: {exc}") from None
+
+
+def _valid_id(text: str) -> bool:
+    try:
+        validate_conn_id(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _seconds(text: str) -> float:
+    """A ``--wait``: a finite number of seconds, 0 or more (argparse's ``type``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r} is not a number of seconds >= 0")
+    return value
 
 
 def _add_start(p: argparse.ArgumentParser) -> None:
@@ -87,7 +112,7 @@ def _run_start(args: argparse.Namespace) -> int:
 
 def _add_stop(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="stream (connection) id")
-    p.add_argument("--wait", type=float, default=0, metavar="SECONDS",
+    p.add_argument("--wait", type=_seconds, default=0, metavar="SECONDS",
                    help="wait until its holder has released the lease")
     add_table_option(p)
 
@@ -113,8 +138,8 @@ def _run_stop(args: argparse.Namespace) -> int:
             print(f"{conn_id}: lease released (last_seq {item.last_seq if item else None})")
             break
         if time.monotonic() > deadline:
-            raise OpsExit(EXIT_FAILED, f"{conn_id}: still held by {item.lease_owner} after "
-                          f"{args.wait:g} s")
+            raise OpsExit(EXIT_FAILED, f"{conn_id}: still held by "
+                          f"{printable(item.lease_owner)} after {args.wait:g} s")
         time.sleep(0.2)
     return EXIT_OK
 
@@ -133,41 +158,65 @@ def _add_resume(p: argparse.ArgumentParser) -> None:
 
 def _run_resume(args: argparse.Namespace) -> int:
     conn_id, table, client = _id(args.id), table_name(args), ops_ddb()
+    if args.after_seq is not None and not (args.now and 0 <= args.after_seq <= MAX_SEQ):
+        raise OpsExit(EXIT_USAGE, f"--after-seq needs --now and a seq in 0..{MAX_SEQ}")
+    # Read before the write: what the operator is told is what the stream was (started
+    # already? its checkpoint before --after-seq moved it); the write changes nothing else shown.
+    try:
+        before: LeaseItem | MalformedItem | None = _get(client, table, conn_id)
+    except MalformedItem as bad:  # started all the same; the worker will say why it cannot
+        before = bad
+    if before is None:
+        raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
     if args.after_seq is not None:
-        if not args.now or not 0 <= args.after_seq <= MAX_SEQ:
-            raise OpsExit(EXIT_USAGE, f"--after-seq needs --now and a seq in 0..{MAX_SEQ}")
         if not restart_now(client, table, conn_id, after_seq=args.after_seq):
             # Its checkpoint is its holder's: never moved under it.
             raise OpsExit(EXIT_FAILED, f"{conn_id!r} is held or unknown: stop it first "
                           "(`holdfast stop --wait 30`), then resume it --after-seq")
-    elif not (args.now and restart_now(client, table, conn_id)) and not set_desired_state(
-            client, table, conn_id, STARTED):
-        raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
-    try:
-        item = _get(client, table, conn_id)
-    except MalformedItem as bad:  # started all the same; the worker will say why it cannot
-        print(f"resumed {conn_id} (its item is malformed: {bad.reason[:200]})")
-        return EXIT_OK
-    if item is None:  # deleted in between
-        raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
-    where = "its start" if item.last_seq is None else f"after last_seq {item.last_seq}"
-    said = f"resumed {conn_id} from {where}"
+        restarted = True
+    else:
+        restarted = args.now and restart_now(client, table, conn_id)
+        if not restarted and not set_desired_state(client, table, conn_id, STARTED):
+            raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
+    if isinstance(before, MalformedItem):
+        print(f"resumed {conn_id} (its item is malformed: {printable(before.reason[:200])})")
+    else:
+        print(_resumed(before, restarted=restarted, after_seq=args.after_seq))
+    return EXIT_OK
+
+
+def _resumed(item: LeaseItem, *, restarted: bool, after_seq: int | None) -> str:
+    """The line ``resume`` prints, from the item as it was before the write."""
+    conn_id, seq = item.conn_id, item.last_seq if after_seq is None else after_seq
+    where = "its start" if seq is None else f"after last_seq {seq}"
+    # Only the desired state was written, and it was STARTED: nothing changed.
+    verb = "already started" if item.started and not restarted else "resumed"
+    said = f"{verb} {conn_id} from {where}"
+    was = item.last_seq
+    if after_seq is not None and was != after_seq:
+        # The checkpoint moved: said, so a step back (messages delivered again) is not silent.
+        if was is None:
+            said += f" (it had no checkpoint: messages up to {after_seq} skipped)"
+        elif was > after_seq:
+            said += f" (was {was}: messages {after_seq + 1}-{was} will be delivered again)"
+        else:
+            said += f" (was {was}: messages {was + 1}-{after_seq} skipped)"
     left_s = ((item.lease_expires_at_ms or 0) - wall_clock_ms()) / 1000
     if item.lease_owner:
-        said += f"; held by {item.lease_owner}"
-    elif left_s > 0:
+        said += f"; held by {printable(item.lease_owner)}"
+    elif left_s > 0 and not restarted:
         # A give-up's back-off outlives a stop (only a holder's release ends one), so the
         # operator is told, with the way to end it.
-        said += (f"; in back-off for {left_s:.0f} s more ({item.status or 'BACKOFF'}"
-                 f"{': ' + item.last_error[:200] if item.last_error else ''}); "
+        error = printable(item.last_error[:200]) if item.last_error else ""
+        said += (f"; in back-off for {left_s:.0f} s more ({printable(item.status or 'BACKOFF')}"
+                 f"{': ' + error if error else ''}); "
                  f"`holdfast resume {conn_id} --now` retries at once")
-    print(said)
-    return EXIT_OK
+    return said
 
 
 def _add_rm(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="stream (connection) id")
-    p.add_argument("--wait", type=float, default=30, metavar="SECONDS",
+    p.add_argument("--wait", type=_seconds, default=30, metavar="SECONDS",
                    help="for a held stream: how long to wait for its holder to release it "
                         "after the stop (default 30)")
     p.add_argument("--force", action="store_true",
@@ -186,11 +235,13 @@ def _run_rm(args: argparse.Namespace) -> int:
             break
         except StreamHeld as held:
             # Stopped first, deleted once its holder let go: only then can the same id be
-            # created again without two deliverers (docs/concepts/protocol.md).
-            if time.monotonic() > deadline:
-                raise OpsExit(EXIT_FAILED, f"{conn_id}: still held by {held.owner} after "
-                              f"{args.wait:g} s (stopped; run rm again, or --force)") from None
+            # created again without two deliverers (docs/concepts/protocol.md). Stopped before
+            # the deadline is looked at: even a --wait 0 leaves it stopped, as it says.
             set_desired_state(client, table, conn_id, STOPPED)
+            if time.monotonic() >= deadline:
+                raise OpsExit(EXIT_FAILED, f"{conn_id}: still held by {printable(held.owner)} "
+                              f"after {args.wait:g} s (stopped; run rm again, or --force)"
+                              ) from None
             time.sleep(0.2)
     print(f"removed {conn_id}")
     return EXIT_OK

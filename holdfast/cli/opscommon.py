@@ -10,6 +10,7 @@ scripts (``holdfast drain`` and ``holdfast task-stopped`` use them too):
     1  the operation failed: unknown id, id already exists, ``stop --wait`` timed out
     2  usage: bad arguments, an invalid id, a refused (hostile) URL, no table named
     3  AWS or configuration: table missing, credentials refused or absent, AWS unreachable
+  130  interrupted (Ctrl-C; ``holdfast.cli.main``)
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 from holdfast.core import settings as S
 from holdfast.core.aws import client_config, dynamodb_client
 from holdfast.core.exceptions import ConfigError, HoldfastError, StoreUnavailable
+from holdfast.core.liveness import session_owner
+from holdfast.core.model import validate_worker_id
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -35,10 +38,15 @@ __all__ = [
     "add_table_option",
     "guard",
     "ops_ddb",
+    "printable",
     "table_name",
+    "worker_id_arg",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AWS = 0, 1, 2, 3
+# C0, DEL and C1 control characters, shown as \xNN: table text is anyone's to write, and
+# an escape sequence printed as written retitles or clears the operator's terminal.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
 
 
 class OpsExit(Exception):
@@ -47,6 +55,24 @@ class OpsExit(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters shown as ``\\xNN`` (printable unicode kept)."""
+    return text.translate(_CONTROLS)
+
+
+def worker_id_arg(text: str) -> str:
+    """``text`` as a worker id, else ``ValueError``; for a session owner as ``ls`` and
+    ``status`` show it (``w1#<incarnation>``) the message says what to type instead."""
+    try:
+        return validate_worker_id(text)
+    except ValueError:
+        owner = session_owner(text)
+        if owner is None:
+            raise
+        raise ValueError(f"invalid worker id {text[:80]!r}: give the worker id without its "
+                         f"'#<incarnation>' suffix: {owner[0]}") from None
 
 
 def add_table_option(p: argparse.ArgumentParser) -> None:
@@ -63,7 +89,8 @@ def table_name(args: argparse.Namespace) -> str:
 
 
 def ops_ddb() -> DynamoDBClient:
-    # An operator waits for an answer; two attempts with short timeouts say "unreachable" fast.
+    # An operator waits for an answer; three attempts (``retries=2``: two after the first)
+    # with short timeouts say "unreachable" fast.
     return dynamodb_client(client_config(read_timeout=5, retries=2))
 
 

@@ -80,8 +80,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
     else:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text, encoding="utf-8")
+        # No parent made: a mistyped directory is refused, not created.
+        try:
+            args.output.write_text(text, encoding="utf-8")
+        except OSError as exc:  # a directory, a missing parent, no permission
+            print(f"holdfast settings: cannot write {args.output}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 2
     return 0
 
 

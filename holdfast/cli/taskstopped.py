@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from holdfast.cli.opscommon import EXIT_AWS, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from holdfast.cli.opscommon import EXIT_AWS, EXIT_FAILED, EXIT_OK, EXIT_USAGE, worker_id_arg
 from holdfast.core.exceptions import (
     ConfigError,
     HoldfastError,
     SessionStillLive,
     StoreUnavailable,
 )
+from holdfast.core.reaping import NO_SESSION_ITEM
 
 __all__ = ["TASKSTOPPED_COMMANDS"]
 
@@ -43,7 +44,8 @@ def _run(args: argparse.Namespace) -> int:
         return code
 
     try:
-        out = report_stopped(args.worker_id, reason=args.reason, force=args.force)
+        out = report_stopped(worker_id_arg(args.worker_id), reason=args.reason,
+                             force=args.force)
     except ValueError as exc:  # ConfigError is not one: it is caught below
         return fail(EXIT_USAGE, str(exc))
     except SessionStillLive as exc:
@@ -55,7 +57,16 @@ def _run(args: argparse.Namespace) -> int:
         return fail(EXIT_AWS, f"cannot reach DynamoDB: {exc}")
     except HoldfastError as exc:
         return fail(EXIT_FAILED, str(exc))
-    print(out.describe())
+    # An unknown id fails as in every operator command; the other skips (already reaped, a
+    # newer process) are done already.
+    if out.skipped == NO_SESSION_ITEM:
+        return fail(EXIT_FAILED, f"unknown worker {out.worker_id!r}: {out.skipped}")
+    if out.skipped is not None:
+        print(out.describe())
+    else:
+        print(f"{out.worker_id}: session "
+              + ("declared dead" if out.declared_dead else "was no longer alive")
+              + f", {out.released} stream{'s' * (out.released != 1)} released")
     return EXIT_OK
 
 

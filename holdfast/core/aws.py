@@ -131,12 +131,17 @@ def worst_call_ms(config: Config) -> int:
 
 
 def _new_client(service: str, config: Config) -> Any:
+    session = new_session()
+    # botocore reads AWS_DEFAULT_REGION and the profile, not AWS_REGION, which the AWS CLI, the
+    # CDK and our deploy docs use: honoured too, after botocore's own sources.
+    region = None if session.region_name else os.environ.get("AWS_REGION") or None
     try:
-        return new_session().client(service, config=config)  # type: ignore[call-overload]
+        return session.client(service, config=config,  # type: ignore[call-overload]
+                              region_name=region)
     except NoRegionError:
         # botocore's own message names no setting; ours is one line an operator can act on.
-        raise ConfigError(f"{service}: no AWS region: set AWS_REGION (or a profile with a "
-                          "region)") from None
+        raise ConfigError(f"{service}: no AWS region: set AWS_DEFAULT_REGION or AWS_REGION, or "
+                          "use a profile with a region") from None
 
 
 def dynamodb_client(config: Config | None = None) -> DynamoDBClient:

@@ -41,8 +41,10 @@ if TYPE_CHECKING:
 
     from holdfast.core.sessions import ReportedDeath, SessionItem
 
-__all__ = ["REAPED_TTL_S", "REPORT_READS", "Reaper"]
+__all__ = ["NO_SESSION_ITEM", "REAPED_TTL_S", "REPORT_READS", "Reaper"]
 
+# Why a report of a worker nobody knows did nothing (the operator command says "unknown").
+NO_SESSION_ITEM = "no session item for this worker id"
 # How long a reaped session item stays visible (holdfast status: recent deaths) before TTL.
 REAPED_TTL_S = 86_400
 REAP_PARALLEL = 8  # releases (single) or batches of them of one dead session in flight at once
@@ -133,7 +135,7 @@ class Reaper:
 
         item = self.get(validate_worker_id(worker_id), only=REPORT_READS)
         if item is None:
-            return ReportedDeath(False, 0, "no session item for this worker id")
+            return ReportedDeath(False, 0, NO_SESSION_ITEM)
         if stopped_at_ms is not None and item.started_at_ms > stopped_at_ms:
             return ReportedDeath(False, 0, f"session {item.owner} started after the task "
                                            "stopped (a newer process under the same id)")

@@ -5,6 +5,8 @@ only when:
 
 - its scheme is ``ws://`` or ``wss://`` and its host a valid name or IP address (decimal, hex
   and octal IPv4 forms are read as the resolver reads them: ``0xA9FEA9FE`` is 169.254.169.254);
+- the worker's WebSocket client (websockets' ``parse_uri``) accepts it: no fragment, no user
+  name without a password;
 - no address it stands for (IPv4 addresses embedded in IPv6 ones are unwrapped) is an instance
   or task metadata address: never, whatever the settings;
 - no such address is in a non-public range (loopback, ``0.0.0.0/8``, RFC 1918, ``100.64/10``,
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlsplit
@@ -203,6 +205,7 @@ def check_url(url: str, policy: UrlPolicy | None = None) -> CheckedUrl:
         raise refuse("the host is not a valid host name")
     if address is None and "[" in parts.netloc.rpartition("@")[2]:
         raise refuse("the host in brackets is not an IPv6 address")
+    _check_websocket_uri(url, refuse)
     name_ok = address is None and policy.name_allowed(host)
     if address is not None:
         check_address(address, policy, url=url)
@@ -212,6 +215,23 @@ def check_url(url: str, policy: UrlPolicy | None = None) -> CheckedUrl:
         raise refuse("the host is not in the allow-list")
     return CheckedUrl(url, scheme, host, port or (443 if scheme == "wss" else 80), address,
                       name_ok)
+
+
+def _check_websocket_uri(url: str, refuse: Callable[[str], UnsafeUrl]) -> None:
+    """Refuse what the worker's websockets client refuses (a fragment, a user without a
+    password, user info that is not UTF-8): ``holdfast start`` then refuses it too, instead of
+    storing a stream that can only fail."""
+    # Imported here: the Lambda asset carries holdfast.core without websockets, and no Lambda
+    # checks a URL.
+    from websockets.exceptions import InvalidURI
+    from websockets.uri import parse_uri
+
+    try:
+        parse_uri(url)
+    except InvalidURI as exc:  # its str() holds the URL: only the reason is shown
+        raise refuse(f"not a valid WebSocket URI ({exc.msg})") from None
+    except ValueError:  # user info percent-decoded strictly: UnicodeDecodeError
+        raise refuse("not a valid WebSocket URI (its user info is not valid UTF-8)") from None
 
 
 def check_address(address: IPAddress | str, policy: UrlPolicy | None = None, *,

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import sys
 from pathlib import Path
 
 from holdfast.upstream.server import UpstreamServer
@@ -13,9 +14,20 @@ from holdfast.upstream.server import UpstreamServer
 __all__ = ["COMMAND", "add_arguments", "run"]
 
 
+def _port(text: str) -> int:
+    """A TCP port, 0-65535 (argparse's ``type``: out of range is a usage error, exit 2)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r} is not a port (0-65535)")
+    return port
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
-    p.add_argument("--port", type=int, default=8765, help="TCP port, 0 for any free one")
+    p.add_argument("--port", type=_port, default=8765, help="TCP port, 0 for any free one")
     p.add_argument("--rate", type=float, default=10.0, help="messages per second per stream")
     p.add_argument("--conn-log", type=Path, help="append connection opens/closes to this JSONL")
     p.add_argument("--compression", action="store_true", help="offer permessage-deflate")
@@ -39,8 +51,12 @@ def run(args: argparse.Namespace) -> int:
     if args.rate <= 0:
         print("error: --rate must be positive")
         return 2
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_serve(args))
+    except OSError as exc:  # the port in use, an address not on this host: one line, not a trace
+        print(f"holdfast upstream: cannot start: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

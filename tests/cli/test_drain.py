@@ -71,11 +71,12 @@ def test_cancel_clears_the_flag(ddb_local: LocalAws, aws_env: dict[str, str], un
 def test_without_an_order_queue_the_flag_is_still_set(
         ddb_local: LocalAws, aws_env: dict[str, str], unique_id: str,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """No queue for the session (or no prefix named): exit 0, the heartbeat carries the flag."""
+    """No queue for the session (or no prefix named): exit 0, the heartbeat carries the flag;
+    its one stream is said in the singular."""
     store = store_of(ddb_local)
     live(store, unique_id, held=1)
     code, out, err = run(capsys, "drain", unique_id)
-    assert (code, err) == (0, "") and "next heartbeat" in out
+    assert (code, err) == (0, "") and "next heartbeat" in out and "(holds 1 stream now;" in out
     item = store.get(unique_id)
     assert item is not None and item.draining
 
@@ -102,6 +103,13 @@ def test_a_bad_id_exits_2(aws_env: dict[str, str], bad: str,
     assert code == 2 and "invalid worker id" in err
 
 
+def test_the_owner_form_is_refused_saying_what_to_type(
+        aws_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`w1#<incarnation>` (the owner ls and status show) exits 2 naming the id to type."""
+    code, _, err = run(capsys, "drain", "w1#031ad8a24a3c")
+    assert code == 2 and "give the worker id without its '#<incarnation>' suffix: w1" in err
+
+
 def test_no_session_table_in_the_environment_exits_2(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Without HOLDFAST_SESSION_TABLE it says which variable to set."""
@@ -122,7 +130,7 @@ def test_unreachable_dynamodb_exits_3(aws_env: dict[str, str], monkeypatch: pyte
 
 def test_no_region_exits_3(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
                            tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """No AWS region anywhere: exit 3 naming AWS_REGION, not a traceback."""
+    """No AWS region anywhere: exit 3 naming the region variable, not a traceback."""
     for key in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))

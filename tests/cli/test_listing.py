@@ -142,3 +142,71 @@ def test_ls_and_status_show_markup_in_items_as_written(
     assert code == 0 and "w[/]#1" in out and "x [/b]" in out and f"{unique_id}[/]" in out
     code, out, _ = run(capsys, "status")
     assert code == 0 and "w[/]#1" in out
+
+
+def _set(aws_env: dict[str, str], ddb_local: LocalAws, sid: str, **attrs: str) -> None:
+    """Write string attributes of ``sid``'s item as another writer of the table would."""
+    names = {f"#a{i}": k for i, k in enumerate(attrs)}
+    client_for(ddb_local, "dynamodb").update_item(
+        TableName=aws_env["HOLDFAST_TABLE"], Key={"Pk": {"S": f"CONN#{sid}"}},
+        UpdateExpression="SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(attrs))),
+        ExpressionAttributeNames=names,
+        ExpressionAttributeValues={f":v{i}": {"S": v} for i, v in enumerate(attrs.values())})
+
+
+@pytest.mark.usefixtures("own_tables_env")  # status lists the first ten stranded streams
+def test_ls_and_status_never_print_control_characters_from_items(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An owner and an error holding terminal escapes (retitle, clear the screen) are shown as
+    \\xNN text, the rest of them kept; --json keeps them as written."""
+    sid, error = f"{unique_id}-esc", "\x1b]0;pwned\x07\x1b[2Jboom \u00e9\u2713"
+    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/x")[0] == 0
+    _set(aws_env, ddb_local, sid, lease_owner="w\x1b[2J#1", last_error=error,
+         status="BACKOFF")
+    for command in ("ls", "status"):
+        code, out, _ = run(capsys, command)
+        assert code == 0 and "w\\x1b[2J#1" in out
+        assert not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) < 0xA0 for c in out)
+    code, out, _ = run(capsys, "ls")
+    assert "\\x1b]0;pwned\\x07\\x1b[2Jboom \u00e9\u2713" in out
+    assert ls_json(capsys, unique_id)[sid]["last_error"] == error
+
+
+@pytest.mark.usefixtures("own_tables_env")
+def test_ls_shows_last_error_only_when_not_running(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A RUNNING stream's last_error (left from an earlier failure) is not shown, --json keeps
+    it; another status shows it, past its 60th character."""
+    sid = f"{unique_id}-run"
+    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/x")[0] == 0
+    error = "stale " * 12 + "TAILMARK"  # 80 characters
+    _set(aws_env, ddb_local, sid, last_error=error, status="RUNNING")
+    code, out, _ = run(capsys, "ls")
+    assert code == 0 and "stale" not in out and "RUNNING" in out
+    assert ls_json(capsys, unique_id)[sid]["last_error"] == error
+    _set(aws_env, ddb_local, sid, status="BACKOFF")
+    code, out, _ = run(capsys, "ls")
+    assert code == 0 and "stale" in out and "TAILMARK" in out
+
+
+@pytest.mark.usefixtures("own_tables_env")
+def test_status_piped_is_as_wide_as_ls_and_counts_in_words(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Piped, status uses 120 columns as ls does (not rich's 80), and says "1 worker",
+    "1 stream", "1 lease"."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    sid = f"{unique_id}-one"
+    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/x")[0] == 0
+    owner = _session_store(aws_env, ddb_local, wall_clock_ms()).start(unique_id, 10).owner
+    LeaseStore(client_for(ddb_local, "dynamodb"), aws_env["HOLDFAST_TABLE"],
+               lease_ms=3_600_000, skew_ms=0).acquire(sid, owner)
+    monkeypatch.delenv("HOLDFAST_SESSION_TABLE")  # its note is one long line
+    code, out, _ = run(capsys, "status")
+    assert code == 0 and max(len(line) for line in out.splitlines()) > 80
+    assert "1 worker holding leases, 1 stream (1 started, 0 stopped)" in out
+    assert f"{owner}: 1 lease\n" in out
+    code, out, _ = run(capsys, "ls")
+    assert code == 0 and "\n1 stream\n" in out

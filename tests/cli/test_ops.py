@@ -271,3 +271,62 @@ def test_resume_after_a_seq_skips_a_poison_message_of_a_parked_stream(
     code, _, err = run(capsys, "resume", sid, "--now", "--after-seq", "50")
     assert code == 1 and "held" in err
     assert _images(ddb, ddb_local.table, sid)["last_seq"] == {"N": "42"}
+
+
+def test_start_refuses_a_url_the_worker_refuses(aws_env: dict[str, str], unique_id: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A fragment (websockets refuses it at connect) exits 2 and creates nothing."""
+    code, _, err = run(capsys, "start", unique_id, "ws://127.0.0.1:9000/s/f1#frag")
+    assert code == 2 and "refused URL" in err and "fragment" in err
+    assert unique_id not in ls_json(capsys, unique_id)
+
+
+def test_rm_wait_0_of_a_held_stream_leaves_it_stopped(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """rm --wait 0 of a held stream fails saying "stopped", and it is: STOPPED was written."""
+    ddb, store = _started(capsys, ddb_local, f"{unique_id}-z")
+    store.acquire(f"{unique_id}-z", "w#a")
+    code, _, err = run(capsys, "rm", f"{unique_id}-z", "--wait", "0")
+    assert code == 1 and "still held by w#a after 0 s (stopped" in err
+    assert _images(ddb, ddb_local.table, f"{unique_id}-z")["desired_state"] == {"S": "STOPPED"}
+
+
+def test_resume_of_a_started_held_stream_says_already_started(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """resume of a stream STARTED and held exits 0 saying it was already started, and by whom."""
+    sid = f"{unique_id}-s"
+    _, store = _started(capsys, ddb_local, sid)
+    store.acquire(sid, "w#a")
+    code, out, _ = run(capsys, "resume", sid)
+    assert code == 0 and f"already started {sid}" in out and "held by w#a" in out
+    assert "resumed" not in out
+
+
+def test_resume_after_seq_says_the_checkpoint_it_replaced(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--after-seq below the checkpoint says what it was and which messages come again."""
+    sid = f"{unique_id}-p"
+    _given_up(capsys, ddb_local, sid)  # checkpoint 41
+    code, out, _ = run(capsys, "resume", sid, "--now", "--after-seq", "5")
+    assert code == 0 and (f"resumed {sid} from after last_seq 5 (was 41: messages 6-41 will "
+                          "be delivered again)") in out
+
+
+def test_the_table_key_form_of_an_id_is_refused_saying_what_to_type(
+        aws_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`stop CONN#cam-17` (the key deploy.md shows) exits 2 naming the id to type instead."""
+    code, _, err = run(capsys, "stop", "CONN#cam-17")
+    assert code == 2 and "give the stream id without the 'CONN#' prefix: cam-17" in err
+
+
+@pytest.mark.parametrize("wait", ["-5", "nan", "inf"])
+def test_wait_must_be_a_finite_number_of_seconds(wait: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """stop and rm --wait refuse a negative, NaN or infinite wait at parsing: exit 2."""
+    for cmd in ("stop", "rm"):
+        with pytest.raises(SystemExit) as exited:
+            run(capsys, cmd, "cam-17", "--wait", wait)
+        assert exited.value.code == 2 and "--wait" in capsys.readouterr().err

@@ -53,8 +53,8 @@ def test_no_credentials_exits_3(aws_env: dict[str, str], monkeypatch: pytest.Mon
 def test_no_region_exits_3_and_no_table_still_2(
         aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
         capsys: pytest.CaptureFixture[str], command: str) -> None:
-    """No AWS region anywhere: exit 3 naming AWS_REGION, not botocore's traceback; with no
-    table named either, the usage error (exit 2) comes first."""
+    """No AWS region anywhere: exit 3 naming the region variable, not botocore's traceback;
+    with no table named either, the usage error (exit 2) comes first."""
     for key in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))

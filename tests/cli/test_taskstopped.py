@@ -55,11 +55,32 @@ def test_a_worker_that_heartbeated_within_its_ttl_is_refused_without_force(
     assert leases.get(f"{unique_id}-a").lease_owner == session.owner  # type: ignore[union-attr]
 
 
-def test_an_unknown_worker_is_a_no_op_that_says_so(aws_env: dict[str, str], unique_id: str,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """No session of that id: exit 0, nothing done, and why."""
-    code, out, _ = run(capsys, "task-stopped", unique_id)
-    assert code == 0 and "no session item" in out
+def test_an_unknown_worker_exits_1(aws_env: dict[str, str], unique_id: str,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """No session of that id: exit 1 (an unknown id, as drain says it), nothing done, and why."""
+    code, out, err = run(capsys, "task-stopped", unique_id)
+    assert code == 1 and out == "" and "unknown worker" in err and "no session item" in err
+
+
+def test_one_stream_released_is_said_in_the_singular(
+        ddb_local: LocalAws, aws_env: dict[str, str], unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A worker holding one stream: "1 stream released"."""
+    ddb = client_for(ddb_local, "dynamodb")
+    session = SessionStore(ddb, ddb_local.session_table, ddb_local.table, ttl_ms=60_000,
+                           skew_ms=1_000).start(unique_id, capacity=2)
+    assert create_stream(ddb, ddb_local.table, f"{unique_id}-a", "ws://127.0.0.1:9/x")
+    LeaseStore(ddb, ddb_local.table, lease_ms=BACKSTOP_MS, skew_ms=1_000).acquire(
+        f"{unique_id}-a", session.owner)
+    code, out, _ = run(capsys, "task-stopped", unique_id, "--force")
+    assert code == 0 and out.strip() == f"{unique_id}: session declared dead, 1 stream released"
+
+
+def test_the_owner_form_is_refused_saying_what_to_type(
+        aws_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`w1#<incarnation>` (the owner ls and status show) exits 2 naming the id to type."""
+    code, _, err = run(capsys, "task-stopped", "w1#031ad8a24a3c")
+    assert code == 2 and "without its '#<incarnation>' suffix: w1" in err
 
 
 @pytest.mark.parametrize("bad", ["a/b", "has space", ""])

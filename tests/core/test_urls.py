@@ -43,6 +43,20 @@ def test_refuses_malformed_urls(url: str, why: str) -> None:
         check_url(url)
 
 
+@pytest.mark.parametrize(("url", "why"), [
+    ("wss://example.com/s/f1#frag-secret", "fragment"),
+    ("ws://user-secret@example.com/s/1", "without password"),
+    ("ws://%ff-secret:pw-secret@example.com/s/1", "not valid UTF-8"),
+])
+def test_refuses_what_the_websocket_client_refuses(url: str, why: str) -> None:
+    """A URL websockets' parse_uri refuses (the worker could never connect) is refused here,
+    the reason said without the URL's secrets; an empty fragment, which it accepts, passes."""
+    with pytest.raises(UnsafeUrl, match=f"not a valid WebSocket URI.*{why}") as err:
+        check_url(url)
+    assert "secret" not in str(err.value) and "example.com" in str(err.value)
+    assert check_url("wss://example.com/s/f1#").host == "example.com"
+
+
 # Every example of the issue, and one of each kind of non-public range.
 PRIVATE = [
     ("ws://10.0.0.2/", "private"), ("ws://172.16.5.4/", "private"),
