@@ -32,7 +32,13 @@ from holdfast.core.model import MAX_SEQ, LeaseItem, validate_conn_id
 from holdfast.core.redact import redact
 from holdfast.core.schema import ATTR, PK_PREFIX, STARTED, STOPPED, pk_for
 from holdfast.core.store import wall_clock_ms
-from holdfast.core.table import create_stream, delete_stream, restart_now, set_desired_state
+from holdfast.core.table import (
+    create_stream,
+    delete_stream,
+    restart_now,
+    set_desired_state,
+    swap_desired_state,
+)
 from holdfast.core.urls import UrlPolicy, check_url, policy_from_env
 
 if TYPE_CHECKING:
@@ -126,9 +132,10 @@ def _get(client: DynamoDBClient, table: str, conn_id: str) -> LeaseItem | None:
 
 def _run_stop(args: argparse.Namespace) -> int:
     conn_id, table, client = _id(args.id), table_name(args), ops_ddb()
-    if not set_desired_state(client, table, conn_id, STOPPED):
+    before = swap_desired_state(client, table, conn_id, STOPPED)
+    if before is None:
         raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
-    print(f"stopped {conn_id}")
+    print(f"{'already stopped' if before == STOPPED else 'stopped'} {conn_id}")
     deadline = time.monotonic() + args.wait
     while args.wait > 0:
         item = _get(client, table, conn_id)

@@ -39,6 +39,7 @@ __all__ = [
     "restart_now",
     "scan_items",
     "set_desired_state",
+    "swap_desired_state",
 ]
 
 log = logging.getLogger(__name__)
@@ -115,20 +116,28 @@ def create_stream(client: DynamoDBClient, table: str, conn_id: str, ws_url: str,
 
 def set_desired_state(client: DynamoDBClient, table: str, conn_id: str, state: str) -> bool:
     """Set STARTED or STOPPED on an existing item; False if there is no such item."""
+    return swap_desired_state(client, table, conn_id, state) is not None
+
+
+def swap_desired_state(client: DynamoDBClient, table: str, conn_id: str,
+                       state: str) -> str | None:
+    """Set STARTED or STOPPED on an existing item; the desired state it had ("" if none), or
+    None if there is no such item."""
     if state not in (STARTED, STOPPED):
         raise ValueError(f"desired state must be STARTED or STOPPED, not {state!r}")
     try:
-        call("set_desired_state", client.update_item, TableName=table,
-             Key={ATTR.pk: {"S": pk_for(conn_id)}},
-             # if_not_exists keeps a never-claimed item visible to the orphan index.
-             UpdateExpression="SET #ds = :s, #exp = if_not_exists(#exp, :zero)",
-             ConditionExpression="attribute_exists(#pk)",
-             ExpressionAttributeNames={"#ds": ATTR.desired_state, "#pk": ATTR.pk,
-                                       "#exp": ATTR.lease_expires_at_ms},
-             ExpressionAttributeValues={":s": {"S": state}, ":zero": {"N": "0"}})
+        resp = call("set_desired_state", client.update_item, TableName=table,
+                    Key={ATTR.pk: {"S": pk_for(conn_id)}},
+                    # if_not_exists keeps a never-claimed item visible to the orphan index.
+                    UpdateExpression="SET #ds = :s, #exp = if_not_exists(#exp, :zero)",
+                    ConditionExpression="attribute_exists(#pk)",
+                    ExpressionAttributeNames={"#ds": ATTR.desired_state, "#pk": ATTR.pk,
+                                              "#exp": ATTR.lease_expires_at_ms},
+                    ExpressionAttributeValues={":s": {"S": state}, ":zero": {"N": "0"}},
+                    ReturnValues="ALL_OLD")
     except ConditionFailed:
-        return False
-    return True
+        return None
+    return str(resp.get("Attributes", {}).get(ATTR.desired_state, {}).get("S", ""))
 
 
 def restart_now(client: DynamoDBClient, table: str, conn_id: str, *,

@@ -330,3 +330,13 @@ def test_wait_must_be_a_finite_number_of_seconds(wait: str,
         with pytest.raises(SystemExit) as exited:
             run(capsys, cmd, "cam-17", "--wait", wait)
         assert exited.value.code == 2 and "--wait" in capsys.readouterr().err
+
+
+def test_stop_of_a_stopped_stream_says_already_stopped(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The first stop says "stopped", a second one "already stopped" (exit 0 both)."""
+    sid = f"{unique_id}-t"
+    _started(capsys, ddb_local, sid)
+    assert run(capsys, "stop", sid)[:2] == (0, f"stopped {sid}\n")
+    assert run(capsys, "stop", sid)[:2] == (0, f"already stopped {sid}\n")

@@ -14,6 +14,7 @@ from holdfast.core.table import (
     find_orphans,
     scan_items,
     set_desired_state,
+    swap_desired_state,
 )
 from holdfast.localaws import LocalAws
 from tests.conftest import client_for
@@ -75,6 +76,10 @@ def test_stop_start_delete_and_scan(any_aws: LocalAws, ddb: Any, unique_id: str)
     put_raw(ddb, any_aws.table, unique_id)
     put_raw(ddb, any_aws.table, f"{unique_id}-bad", desired_state={"S": "MAYBE"})
     assert set_desired_state(ddb, any_aws.table, unique_id, "STOPPED")
+    # The state it replaced: what an operator command says it changed.
+    assert swap_desired_state(ddb, any_aws.table, unique_id, "STOPPED") == "STOPPED"
+    assert swap_desired_state(ddb, any_aws.table, unique_id, "STARTED") == "STOPPED"
+    assert swap_desired_state(ddb, any_aws.table, f"{unique_id}-none", "STARTED") is None
     with pytest.raises(ValueError):
         set_desired_state(ddb, any_aws.table, unique_id, "PAUSED")
     seen = [x for x in scan_items(ddb, any_aws.table)
