@@ -46,8 +46,11 @@ __all__ = ["CONNECT_FIRST_TIMEOUT_MS", "FIRST_FRAME_WAIT_MS", "Prestart", "prest
 logger = Logger(service="holdfast-worker", child=True)
 
 # How long the claim waits for the first frame: a feed that says something on connect does so
-# within milliseconds; a quiet one is claimed anyway and anchored when it speaks.
-FIRST_FRAME_WAIT_MS: Final = 150
+# within milliseconds; a quiet one is claimed anyway and anchored when it speaks. Under a
+# 300-stream insert burst on the local fleet (2 cores, a frame every 100 ms per stream), 150 ms
+# missed the first frame of 3-15 streams a run, each then waiting on a separate anchor write
+# (3.7 s p99 in one run, DynamoDB Local stalled); 300 ms missed 0 and 3 (2026-12-07).
+FIRST_FRAME_WAIT_MS: Final = 300
 # The connect's bound before the claim goes ahead without it (the connection's own connect,
 # after the claim, has the full open timeout and the reconnect back-off).
 CONNECT_FIRST_TIMEOUT_MS: Final = 1_000
