@@ -42,6 +42,7 @@ from holdfast.worker.checkpointer import Checkpointer
 from holdfast.worker.claimer import SOURCE_HANDOFF, Claimer
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection
+from holdfast.worker.gathered import STOP_CALLS_IN_FLIGHT
 from holdfast.worker.handler import Handler, Message, default_handler
 from holdfast.worker.handoff import Handoffs
 from holdfast.worker.health import HealthServer
@@ -307,6 +308,8 @@ class Supervisor:
             logger.info("stopping: no more claims, draining streams", worker_id=self.worker_id,
                         streams=len(self.streams))
             self.stopping = True
+            # No more claims: the releases may have their threads.
+            self.holdings.endings.releases.widen(STOP_CALLS_IN_FLIGHT)
             stop_t0 = time.monotonic()
             for task in claiming:
                 task.cancel()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from typing import Any
 
 import pytest
@@ -112,3 +113,34 @@ def test_a_call_that_raises_answers_every_caller_with_its_error() -> None:
     first, *rest = asyncio.run(asyncio.wait_for(run(), 10))
     assert isinstance(first, HoldfastError) and "KeyError" in str(first)
     assert [type(e) for e in rest] == [StoreUnavailable, StoreUnavailable]
+
+
+def test_widening_sends_what_waits_at_once() -> None:
+    """With one call allowed, the others wait for it; widened (the worker stops claiming),
+    they are sent at once, each its own call beside the first."""
+    started: list[list[int]] = []
+    release = threading.Event()
+
+    def slow(requests: Any) -> list[int]:
+        started.append(list(requests))
+        release.wait(10)
+        return list(requests)
+
+    gathered: Gathered[int, int] = Gathered(slow, lambda q, error: -1, mode="single",
+                                            calls_in_flight=1)
+    gathered.calls_in_flight = 1  # "single" allows the IO pool's threads: one, for this test
+
+    async def run() -> list[int]:
+        writes = [asyncio.ensure_future(gathered.write(i)) for i in range(3)]
+        await asyncio.sleep(0.2)
+        assert started == [[0]]  # the others wait for the one call allowed
+        gathered.widen(3)
+        for _ in range(100):
+            if len(started) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert sorted(started) == [[0], [1], [2]]
+        release.set()
+        return list(await asyncio.gather(*writes))
+
+    assert asyncio.run(asyncio.wait_for(run(), 10)) == [0, 1, 2]
