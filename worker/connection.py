@@ -68,9 +68,8 @@ class Connection:
         # (``Endings.pass_on``; a stream allowing one connection at a time excepted).
         self.on_drained: Callable[[Connection], Awaitable[None]] | None = None
         # The handoff's transfer: "passing" while in flight, then its outcome; or a release
-        # before the close: "releasing", then "released" (``releasing``: its write).
+        # before the close: "releasing", then "released".
         self.passed: str | None = None
-        self.releasing: asyncio.Future[str] | None = None
         self.handling = Handling(self)  # each frame: the delivery rules, the handler calls
         # A drain waiting for the next frame (``drain_after_frame``): its reason and the timer
         # that drains anyway.

@@ -92,10 +92,6 @@ class Endings:
         # Make-before-break, the successor is warm: passed on already before the close, or
         # now (it stopped between two connections). Or released before the close already.
         await self.pass_on(conn)
-        if conn.releasing is not None:
-            # Shielded: cancelled meanwhile (the stop's end), the release still lands.
-            await asyncio.shield(conn.releasing)  # counted by ``_release_drained``
-            return
         if conn.passed is not None and conn.passed != "failed":
             return  # counted when its transfer ends (it may still be "passing" after an abort)
         await self._release_drained(conn)
@@ -145,13 +141,12 @@ class Endings:
             if conn.passed == "transferred":
                 conn.held.close()  # not ours: no checkpoint of it from here on
         elif socket_open and conn.passed is None and conn.held.live:
-            # Sent, not awaited: the closing handshake goes on beside it, and the stream's
-            # end (``finish``) waits for it, writing nothing more. The connection task thus
-            # ends with its close as before (a stop's deadline aborts only streams still
-            # delivering or closing, not those whose release is on its way).
+            # Shielded like a transfer: an abort meanwhile leaves the release to land, and the
+            # stream's end (``finish``) finds it "releasing" and writes nothing more.
             conn.passed = "releasing"
-            conn.releasing = asyncio.ensure_future(self._release_drained(conn))
-            conn.releasing.add_done_callback(functools.partial(self._released_early, conn))
+            releasing = asyncio.ensure_future(self._release_drained(conn))
+            releasing.add_done_callback(functools.partial(self._released_early, conn))
+            await asyncio.shield(releasing)
 
     @staticmethod
     def _released_early(conn: Connection, releasing: asyncio.Future[str]) -> None:
