@@ -64,11 +64,9 @@ class Connection:
         # Set by a handoff in progress (``worker.handoff``): the successor it drains for.
         self.handoff_to: str | None = None
         # Called once a drain has stopped delivery, before the socket's closing handshake:
-        # the lease is passed (a handoff) or released here, so nobody waits for the close
-        # (``Endings.pass_on``; a stream allowing one connection at a time excepted).
+        # a handoff passes the lease here, so the successor never waits for the close.
         self.on_drained: Callable[[Connection], Awaitable[None]] | None = None
-        # The handoff's transfer: "passing" while in flight, then its outcome; or a release
-        # before the close: "releasing", then "released".
+        # The handoff's transfer: "passing" while in flight, then its outcome.
         self.passed: str | None = None
         self.handling = Handling(self)  # each frame: the delivery rules, the handler calls
         # A drain waiting for the next frame (``drain_after_frame``): its reason and the timer

@@ -90,16 +90,10 @@ class Endings:
                      retry_in_s=round(retry_s, 1))
             return
         # Make-before-break, the successor is warm: passed on already before the close, or
-        # now (it stopped between two connections). Or released before the close already.
+        # now (it stopped between two connections).
         await self.pass_on(conn)
         if conn.passed is not None and conn.passed != "failed":
             return  # counted when its transfer ends (it may still be "passing" after an abort)
-        await self._release_drained(conn)
-
-    async def _release_drained(self, conn: Connection) -> str:
-        """The release of a stream that stopped delivering (drained, aborted, or ended), to
-        the successor the decider named, if any; counted here."""
-        held = conn.held
         moved = held.stop_reason in (SHED, HANDOFF)  # a move: starts its cool-down
         # A move or a stop of ours is handed to the successor the decider named, if any
         # ("": decided already, nobody).
@@ -116,16 +110,11 @@ class Endings:
         if moved and outcome == "released":
             self.counts["shed"] += 1
             self.balancing.moved(conn.conn_id)
-        return outcome
 
     async def pass_on(self, conn: Connection, *, socket_open: bool = False) -> None:
         """A drained stream: a handoff passes the lease now; a warm one with the socket still
         open (no reconnect in the gap), one connection at a time only once it is closed
-        (the successor connects on TAKE). Any other drained stream is released now too, its
-        closing handshake still to come: the release needs only that delivery stopped, and
-        a stop's releases waited behind a thousand handshakes (a worker of 1,000 streams
-        closed them 1-3.4 s after its SIGTERM, and released them up to 5.4 s after each
-        close)."""
+        (the successor connects on TAKE)."""
         if socket_open and one_connection_only(conn.held.lease.single_connection,
                                                self.single_connection):
             return
@@ -140,21 +129,6 @@ class Endings:
             await asyncio.shield(passing)
             if conn.passed == "transferred":
                 conn.held.close()  # not ours: no checkpoint of it from here on
-        elif socket_open and conn.passed is None and conn.held.live:
-            # Shielded like a transfer: an abort meanwhile leaves the release to land, and the
-            # stream's end (``finish``) finds it "releasing" and writes nothing more.
-            conn.passed = "releasing"
-            releasing = asyncio.ensure_future(self._release_drained(conn))
-            releasing.add_done_callback(functools.partial(self._released_early, conn))
-            await asyncio.shield(releasing)
-
-    @staticmethod
-    def _released_early(conn: Connection, releasing: asyncio.Future[str]) -> None:
-        """A release before the close has been written (or given up: counted as such by
-        ``_release_drained``): no checkpoint of the stream from here on, nothing more to
-        write at its end."""
-        conn.passed = "released"
-        conn.held.close()
 
     def _passed(self, conn: Connection, passing: asyncio.Future[str]) -> None:
         """The transfer's outcome on its stream ("failed" if it raised or was cancelled),

@@ -8,9 +8,9 @@
    as long as an offer can still end before the drain deadline (``DRAIN_SHARE`` of the
    budget); the streams at the queue's end that the offers will not reach at their pace so far
    (``beyond_warm_reach``) go to step 2 at once;
-2. drain the rest: the handler call in flight finishes, then the lease is released with its
-   final checkpoint, naming the successor if there is one, and the connection closes (a
-   stream allowing one connection at a time: closes, then is released) (``worker.endings``);
+2. drain the rest: the handler call in flight finishes, the connection closes, then the lease
+   is released with its final checkpoint, naming the successor if there is one
+   (``worker.endings``);
 3. what has not drained by the drain deadline is aborted (the call in flight is not
    checkpointed) and released all the same; releases still hanging half a second before the
    budget ends are cancelled (their leases are reaped once the session ends).

@@ -76,11 +76,8 @@ class ConnLog:
         with self._lock:
             return sum(1 for r in self._records if r.closed_ns is None)
 
-    def overlaps(self, *, closing_grace_ms: int = 0) -> list[Overlap]:
-        """Every pair of connections to the same stream whose open intervals intersect, but for
-        those whose first closed within ``closing_grace_ms`` of the second's opening (a holder
-        releases a stream that allows two connections before its closing handshake, and its
-        successor may connect meanwhile)."""
+    def overlaps(self) -> list[Overlap]:
+        """Every pair of connections to the same stream whose open intervals intersect."""
         by_stream: dict[str, list[ConnRecord]] = {}
         for rec in self.records():
             by_stream.setdefault(rec.stream_id, []).append(rec)
@@ -91,9 +88,6 @@ class ConnLog:
                 for b in recs[i + 1:]:
                     if a.closed_ns is not None and b.opened_ns >= a.closed_ns:
                         break
-                    if (a.closed_ns is not None
-                            and a.closed_ns - b.opened_ns <= closing_grace_ms * 1_000_000):
-                        continue
                     found.append(Overlap(stream_id, a, b))
         return found
 

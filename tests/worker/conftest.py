@@ -38,11 +38,6 @@ from tests.conftest import TIMEOUT_SCALE, client_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# A released stream that allows two connections may be connected by its successor while its
-# old holder's closing handshake still runs (the release comes first: ``Endings.pass_on``);
-# the handshake ends within websockets' close timeout (2 s), plus a loaded machine's slack.
-CLOSING_GRACE_MS = 3_000
-
 # Short lease timings: fencing at lease - skew - margin = 3000 - 300 - 300 = 2.4 s.
 FAST = {
     "HOLDFAST_LEASE_SECONDS": "3",

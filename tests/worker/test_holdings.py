@@ -7,15 +7,8 @@ back its release's answer: the write lands, the caller hears of it later).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import threading
-import time
-from collections.abc import AsyncIterator
 from typing import Any
-
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
 
 from holdfast.core.exceptions import LossReason
 from holdfast.core.model import Lease
@@ -23,7 +16,7 @@ from holdfast.core.store import LeaseStore
 from holdfast.worker.balancing import SHED
 from holdfast.worker.claimer import Claim
 from holdfast.worker.held import monotonic_ms
-from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, worker_config
+from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
 from tests.worker.helpers import Recorder, holdings_alone, running_worker
 
 
@@ -171,54 +164,3 @@ async def test_a_nudge_for_a_stream_of_ours_past_its_fence_is_handed_on(
     assert await holdings.claim(conn_id, "nudge") is Claim.REFUSED
     holdings.streams[conn_id].drain_to(None, SHED)
     await async_wait_until(lambda: not holdings.streams, 5, "the stream let go")
-
-
-@contextlib.asynccontextmanager
-async def deaf_upstream(frames: int) -> AsyncIterator[tuple[str, list[ServerConnection]]]:
-    """An upstream that sends ``frames`` seqs, then stops reading: a client's Close frame is
-    never read nor answered, so its closing handshake lasts the whole close timeout (2 s)."""
-    conns: list[ServerConnection] = []
-
-    async def handle(ws: ServerConnection) -> None:
-        conns.append(ws)
-        for n in range(1, frames + 1):
-            await ws.send(json.dumps({"seq": n}))
-        ws.transport.pause_reading()
-        with contextlib.suppress(ConnectionClosed):
-            await ws.wait_closed()
-
-    async with serve(handle, "127.0.0.1", 0) as server:
-        port = next(iter(server.sockets)).getsockname()[1]
-        yield f"ws://127.0.0.1:{port}/s", conns
-
-
-async def _release_took_s(fleet: Fleet, conn_id: str, config: Any) -> float:
-    """Claim ``conn_id`` on holdings of ``config``, drain it once delivering; seconds from the
-    drain until its lease has no owner."""
-    alone = holdings_alone(fleet, config=config)
-    holdings, rec = alone.holdings, alone.rec
-    assert await holdings.claim(conn_id) is Claim.CLAIMED
-    await async_wait_until(lambda: rec.seqs(conn_id) == [1, 2, 3], 10, "delivering")
-    t0 = time.monotonic()
-    holdings.streams[conn_id].drain_to(None, SHED)
-    await async_wait_until(lambda: "lease_owner" not in fleet.item(conn_id), 10, "released",
-                           interval=0.02)
-    took = time.monotonic() - t0
-    await async_wait_until(lambda: not holdings.streams, 10, "the stream let go")
-    return took
-
-
-async def test_a_drained_stream_is_released_before_its_closing_handshake(
-        fleet: Fleet, unique_id: str) -> None:
-    """Delivery stopped is all a release needs: it lands while the closing handshake with an
-    upstream that does not answer it still waits (2 s), so a stop's releases do not queue
-    behind a thousand handshakes; a stream allowing one connection at a time is released
-    only once its socket is closed."""
-    async with deaf_upstream(3) as (url, _):
-        conn_id = f"{unique_id}-deaf"
-        fleet.create(conn_id, f"{url}/{conn_id}")
-        assert await _release_took_s(fleet, conn_id, worker_config(fleet)) < 1.0
-        single = f"{unique_id}-deaf1"
-        fleet.create(single, f"{url}/{single}")
-        config = worker_config(fleet, HOLDFAST_SINGLE_CONNECTION="true")
-        assert await _release_took_s(fleet, single, config) >= 1.5

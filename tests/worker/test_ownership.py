@@ -30,7 +30,6 @@ from holdfast.worker.connection import Connection
 from holdfast.worker.reconciler import Strays
 from tests.conftest import TIMEOUT_SCALE
 from tests.worker.conftest import (
-    CLOSING_GRACE_MS,
     ROOT,
     Fleet,
     UpstreamThread,
@@ -233,7 +232,7 @@ def test_a_forced_release_gives_no_second_deliverer(
     assert ordered >= set(conns)
     assert not a.messages("lease lost, closing at once")
     assert not a.messages("session lost, closing at once")
-    assert upstream.server.connlog.overlaps(closing_grace_ms=CLOSING_GRACE_MS) == []
+    assert upstream.server.connlog.overlaps() == []
     fleet.sqs.delete_queue(QueueUrl=a_queue)
 
 
