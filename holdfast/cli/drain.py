@@ -18,7 +18,14 @@ import argparse
 import os
 import sys
 
-from holdfast.cli.opscommon import EXIT_AWS, EXIT_FAILED, EXIT_OK, EXIT_USAGE, worker_id_arg
+from holdfast.cli.opscommon import (
+    EXIT_AWS,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    printable,
+    worker_id_arg,
+)
 from holdfast.core import settings as S
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.directives import drain_body
@@ -71,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     queued = _queue(item.owner, draining)
     what = ("draining: it sheds its streams and claims none" if draining
             else "drain cancelled: it claims streams again")
-    print(f"{item.owner}: {what} (holds {item.held} stream{'s' * (item.held != 1)} now; "
+    print(f"{printable(item.owner)}: {what} (holds {item.held} stream{'s' * (item.held != 1)} now; "
           f"{queued})")
     return EXIT_OK
 

@@ -61,12 +61,7 @@ def _run(args: argparse.Namespace) -> int:
     # newer process) are done already.
     if out.skipped == NO_SESSION_ITEM:
         return fail(EXIT_FAILED, f"unknown worker {out.worker_id!r}: {out.skipped}")
-    if out.skipped is not None:
-        print(out.describe())
-    else:
-        print(f"{out.worker_id}: session "
-              + ("declared dead" if out.declared_dead else "was no longer alive")
-              + f", {out.released} stream{'s' * (out.released != 1)} released")
+    print(out.describe())
     return EXIT_OK
 
 

@@ -49,7 +49,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.rate <= 0:
-        print("error: --rate must be positive")
+        print("holdfast upstream: --rate must be positive", file=sys.stderr)
         return 2
     try:
         with contextlib.suppress(KeyboardInterrupt):

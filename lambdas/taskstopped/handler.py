@@ -80,7 +80,7 @@ class Outcome:
             return f"{self.worker_id or 'event'}: nothing done: {self.skipped}"
         return (f"{self.worker_id}: session "
                 + ("declared dead" if self.declared_dead else "was no longer alive")
-                + f", {self.released} streams released")
+                + f", {self.released} stream{'s' * (self.released != 1)} released")
 
 
 def _client_for(env: Mapping[str, str], service: str = "dynamodb") -> Any:

@@ -27,3 +27,10 @@ def test_a_port_out_of_range_is_a_usage_error(port: str,
     with pytest.raises(SystemExit) as exited:
         main(["upstream", "--port", port])
     assert exited.value.code == 2 and "--port" in capsys.readouterr().err
+
+
+def test_a_rate_not_above_zero_is_one_line_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    """--rate 0: one line on stderr (not stdout, where the URL goes), exit 2."""
+    code = main(["upstream", "--rate", "0"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err == "holdfast upstream: --rate must be positive\n"
