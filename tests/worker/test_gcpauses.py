@@ -14,7 +14,9 @@ def test_freezing_moves_the_heap_out_of_collections() -> None:
     """After freeze_startup_heap the objects alive now are skipped by every collection."""
     try:
         frozen = gcpauses.freeze_startup_heap()
-        assert frozen > 1000 and gc.get_freeze_count() == frozen
+        # Not "== frozen": a frozen object freed by its refcount (another thread's) leaves
+        # the permanent generation meanwhile (25 of 378,025 once in a loaded suite).
+        assert frozen > 1000 and 0.9 * frozen < gc.get_freeze_count() <= frozen
         assert sum(gc.get_count()) < frozen  # what collections still walk is what came later
     finally:
         gc.unfreeze()
