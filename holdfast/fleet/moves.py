@@ -28,10 +28,9 @@ from typing import Any
 from holdfast.core.balance import BalancePolicy, Member, fair_shares
 from holdfast.fleet.recorder import Handled
 
-__all__ = ["Balance", "Claim", "Move", "balance_of", "claims_from_logs", "cut_short_note",
-           "duplicates_across",
-           "json_records", "log_wall_ms", "logged_unowned_s", "moves_from_logs", "percentile",
-           "unowned_stats"]
+__all__ = ["Balance", "Claim", "Move", "balance_of", "claims_from_logs", "cut_short",
+           "cut_short_note", "duplicates_across", "json_records", "log_wall_ms",
+           "logged_unowned_s", "moves_from_logs", "percentile", "unowned_stats"]
 
 SHED_MESSAGE = "shedding stream"
 CLAIMED_MESSAGE = "claimed"
@@ -196,9 +195,14 @@ def moves_from_logs(lines: Iterable[str]) -> list[Move]:
     return moves
 
 
+def cut_short(moves: Iterable[Move]) -> list[str]:
+    """The streams whose move a failure cut short (the holder never let go), sorted."""
+    return sorted({m.conn_id for m in moves if not m.completed})
+
+
 def cut_short_note(moves: Iterable[Move]) -> str:
     """What a summary says of the moves a failure cut short ("" if none)."""
-    cut = sorted({m.conn_id for m in moves if not m.completed})
+    cut = cut_short(moves)
     return (f"{len(cut)} more cut short by a failure (the holder never let go; failover "
             f"claimed the stream): {', '.join(cut)}") if cut else ""
 

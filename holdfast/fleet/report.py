@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
-from holdfast.fleet.moves import Balance, Move, unowned_stats
+from holdfast.fleet.moves import Balance, Move, cut_short, unowned_stats
 from holdfast.fleet.recorder import Handled
 
 __all__ = ["Incident", "SeqCheck", "check_seqs", "summary_rows", "summary_table"]
@@ -124,12 +124,12 @@ def _balance_rows(inc: Incident, seqs: dict[str, SeqCheck]) -> list[dict[str, An
     # A move its holder never finished (it crashed or hung mid-move) was failover's: its
     # unowned time and replays belong to that failure's row, not to rebalancing's figures.
     moves = [m for m in inc.moves or [] if m.completed]
-    cut_short = sorted({m.conn_id for m in inc.moves or [] if not m.completed})
+    cut = cut_short(inc.moves or [])
     stats = unowned_stats(moves)
     moved = sorted({m.conn_id for m in moves})
     rows: list[dict[str, Any]] = [{
         "event": f"rebalancing: {len(moves)} moves", "kind": "moves", "moves": len(moves),
-        "cut_short": cut_short,
+        "cut_short": cut,
         "affected": len(moved), "max_unowned_s": stats["max"], "p50_unowned_s": stats["p50"],
         "p99_unowned_s": stats["p99"], "unrecovered": [],
         "missed": sum(len(seqs[c].missing) for c in moved if c in seqs),
