@@ -226,7 +226,8 @@ SWEEP_UNCLAIMED_GRACE_MS: Final = Integer(
                     "may go to a crashed worker's pending long poll: then the sweeper's).")
 SWEEP_MARGIN_MS: Final = Integer(
     name="HOLDFAST_SWEEP_MARGIN_MS", unit="ms", default=3000, lo=0, hi=600_000, readers=_S,
-    doc="Stop looping this long before the Lambda timeout.")
+    doc="Start no sweep that could end later than this before the Lambda timeout "
+        "(the longest sweep so far counts as its length).")
 SWEEP_MAX_RUN_MS: Final = Integer(
     name="HOLDFAST_SWEEP_MAX_RUN_MS", unit="ms", default=59_500, lo=0, hi=900_000, readers=_S,
     doc="One invocation loops at most this long (less than the schedule).")

@@ -258,6 +258,7 @@ def run_sweeps(deps: SweepDeps, memory: NudgeMemory, *, should_stop: Callable[[]
     errors_in_row = 0
     while not should_stop():
         wait_ms = interval
+        started = deps.clock()
         try:
             result = sweep_once(deps, memory)
         except (HoldfastError, BotoCoreError, ClientError) as exc:
@@ -272,5 +273,7 @@ def run_sweeps(deps: SweepDeps, memory: NudgeMemory, *, should_stop: Callable[[]
             log_result(logger, result)
             if result.next_due_ms is not None:
                 wait_ms = min(interval, result.next_due_ms - deps.clock())
+        finally:
+            stats.longest_ms = max(stats.longest_ms, deps.clock() - started)
         deps.sleep(max(MIN_WAIT_MS, wait_ms) / 1000)
     return stats

@@ -52,6 +52,9 @@ class SweepStats:
     stranded_released: int = 0  # streams of non-live owners released by the owner audit
     stranded: int = 0  # owned by a non-live session, not yet released, at the last audit
     oldest_stranded_ms: int = 0
+    # The longest one sweep took, failed or not (``run_sweeps``): a run starts no sweep that,
+    # as long, would end past its time (``handler.sweep_for``).
+    longest_ms: int = 0
 
     def add(self, result: SweepResult) -> None:
         self.sweeps += 1

@@ -89,3 +89,30 @@ def test_no_orphan_age_is_reported_without_a_completed_sweep() -> None:
         assert handler.metrics.metric_set[names.METRIC_OLDEST_ORPHAN_AGE]["Value"] == [70.0]
     finally:
         handler.metrics.clear_metrics()
+
+
+def test_no_sweep_is_begun_that_would_outlast_the_invocation(
+        sweeper_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a slow sweep (a throttled table's, 4 s) the loop starts no sweep that, as long,
+    would end past the timeout less the margin: every sweep ends within the invocation."""
+    from holdfast.core.exceptions import StoreUnavailable
+    from holdfast.lambdas.settings import Settings
+    from holdfast.lambdas.sweeper import loop
+    from holdfast.lambdas.sweeper.dedup import NudgeMemory
+
+    now = [1_000_000]
+    ends: list[int] = []
+
+    def slow_failing_sweep(deps: Any, memory: Any) -> Any:
+        now[0] += 4_000
+        ends.append(now[0] - 1_000_000)
+        raise StoreUnavailable("Query", "throttled")
+
+    monkeypatch.setattr(loop, "sweep_once", slow_failing_sweep)
+    settings = Settings.from_env()
+    deps = loop.SweepDeps(None, None, settings, clock=lambda: now[0],  # type: ignore[arg-type]
+                          sleep=lambda s: now.__setitem__(0, now[0] + round(s * 1000)))
+    handler.configure(deps, NudgeMemory())
+    stats = handler.sweep_for(600_000, lambda: 20_000 - (now[0] - 1_000_000))
+    assert stats.errors == len(ends) == 4 and stats.longest_ms == 4_000
+    assert max(ends) <= 20_000 - settings.sweep_margin_ms
