@@ -1,4 +1,5 @@
-"""Claims: acquire a lease, start its connection, and run it until it ends.
+"""Claims: acquire a lease (the write: ``worker.acquiring``), start its connection, and run it
+until it ends.
 
 Each held stream is a ``Connection`` (the I/O) with its ``HeldStream`` (the lease state) in
 ``streams``, from the acquire until its last write (``worker.endings``: a release or a
@@ -16,26 +17,15 @@ from typing import TYPE_CHECKING, Final
 from aws_lambda_powertools import Logger
 
 from holdfast.core import names, tracing
-from holdfast.core.exceptions import (
-    AcquireFailed,
-    HoldfastError,
-    LossReason,
-    StoreUnavailable,
-)
+from holdfast.core.exceptions import HoldfastError
 from holdfast.core.model import Lease
 from holdfast.core.orders import Order
 from holdfast.core.store import LeaseStore
+from holdfast.worker.acquiring import Acquired, Acquirer
 from holdfast.worker.balancing import Balancing
 from holdfast.worker.checkpointer import Checkpointer
-from holdfast.worker.claimer import (
-    SOURCE_HANDOFF,
-    SOURCE_INSERTED,
-    SOURCE_MOVED,
-    Claim,
-    Later,
-    logs_failure,
-)
-from holdfast.worker.claimrules import Ours, Seen, later_for, refusal
+from holdfast.worker.claimer import SOURCE_HANDOFF, SOURCE_MOVED, Claim, Later, logs_failure
+from holdfast.worker.claimrules import Ours, Seen, refusal
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection
 from holdfast.worker.context import ConnectionContext
@@ -45,7 +35,6 @@ from holdfast.worker.held import SHUTDOWN, HeldStream, ordered_reason
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.prefetch import Prefetched
-from holdfast.worker.prestart import Prestart, prestart
 from holdfast.worker.protocol import ResumeProtocol
 
 if TYPE_CHECKING:
@@ -92,6 +81,8 @@ class Holdings:
                                single_connection=config.single_connection, metrics=metrics,
                                counts=counts, wall=wall, mono=mono,
                                release_mode=config.renew_mode)
+        self.acquirer = Acquirer(config, store, self.ctx, self.endings, metrics=metrics,
+                                 wall=wall, mono=mono, stopping=stopping)
         # The streams a handoff is bringing us (each holds a slot; set by the supervisor).
         self.incoming: Callable[[], set[str]] = set
         self._ordered: dict[str, Order] = {}  # see ``order_on_start``
@@ -168,50 +159,13 @@ class Holdings:
         # acquire, and a second nudge seen then re-acquired the stream under a new epoch.
         self._claiming.add(conn_id)
         try:
-            return await self._acquire_and_start(conn_id, owner, source, span, ws_url)
+            got = await self.acquirer.acquire(conn_id, owner, source, ws_url)
+            if not isinstance(got, Acquired):
+                return got
+            self._start(got.lease, got.sent, source, span=span, warm=got.warm)
+            return Claim.CLAIMED
         finally:
             self._claiming.discard(conn_id)
-
-    async def _acquire_and_start(self, conn_id: str, owner: str, source: str,
-                                 span: Span | None, ws_url: str | None) -> Claim | Later:
-        early: Prestart | None = None
-        lease: Lease | None = None
-        try:
-            if source == SOURCE_INSERTED:
-                early = await prestart(conn_id, owner, self.store, self.ctx, ws_url=ws_url,
-                                       single_connection=self.config.single_connection)
-                if self.stopping():
-                    return Claim.NO_CAPACITY  # the stop began while we connected: hand it on
-            sent = self.mono()
-            lease = await on_io_threads(self.store.acquire, conn_id, owner, first_checkpoint=(
-                None if early is None else early.first_checkpoint))
-        except AcquireFailed as exc:
-            if exc.reason is LossReason.STOPPED and exc.current is not None and (
-                    exc.current.lease_owner == owner):
-                # Ours but STOPPED (its stop order was missed, or its release failed): we
-                # are its holder, so we release it.
-                await self.endings.let_go(exc.current, owner)
-                return Claim.CONFLICT
-            self.metrics.incr(names.METRIC_CLAIM_CONFLICTS)
-            logger.debug("claim refused", conn_id=conn_id, worker_id=self.config.worker_id,
-                         reason=str(exc.reason), source=source)
-            return later_for(exc, self.config.timing.skew_ms, self.wall()) or Claim.CONFLICT
-        except StoreUnavailable as exc:
-            logger.warning("claim failed, DynamoDB unavailable", conn_id=conn_id,
-                           worker_id=self.config.worker_id, error=str(exc)[:300])
-            return Claim.UNAVAILABLE
-        except HoldfastError as exc:
-            logger.error("claim failed", conn_id=conn_id, worker_id=self.config.worker_id,
-                         error=str(exc)[:300])
-            return Claim.UNAVAILABLE
-        finally:
-            if early is not None and lease is None:
-                await early.close()
-        if lease.unowned_ms is not None:
-            self.metrics.unowned_time(lease.unowned_ms)
-        warm = None if early is None else await early.taken_by(lease)
-        self._start(lease, sent, source, span=span, warm=warm)
-        return Claim.CLAIMED
 
     def start_warm(self, lease: Lease, warm: Prefetched | None) -> None:
         """Hold a stream passed to us by a handoff (``worker.warmups``): the lease names us

@@ -30,7 +30,6 @@ import concurrent.futures
 import contextlib
 import random
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,29 +38,18 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from holdfast.core import names, rules
-from holdfast.core.aws import throttled_at_s
 from holdfast.core.directives import Directive
 from holdfast.core.exceptions import HoldfastError, SessionLost
 from holdfast.core.orders import Order, parse_order
 from holdfast.core.sessions import Beat, Session, SessionStore
 from holdfast.worker.backoff import retry_before_s
+from holdfast.worker.beatrules import LoopSilence, heartbeat_period_ms, loop_bound_ms
 from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.metrics import WorkerMetrics
 
-__all__ = ["SessionKeeper", "loop_bound_ms"]
+__all__ = ["SessionKeeper"]
 
 logger = Logger(service="holdfast-worker", child=True)
-
-
-def loop_bound_ms(timing: rules.LeaseTiming) -> int:
-    """How long the loop may go without publishing before its session stops being renewed.
-
-    10 s (or 2 x TTL if longer): past what a busy but live loop lags (a loop more than 1 s
-    behind claims nothing more, ``worker.holdings``: a 5,000-stream claim storm that lagged 9 s
-    without that now stays within it), short enough that a stuck loop's streams move on within
-    ``10 s + usable window`` (the watchdog ends the process at its fence). A process that stops
-    as a whole (crash, SIGSTOP, a frozen VM) stops this thread too: its TTL rules."""
-    return max(10_000, 2 * timing.lease_ms)
 
 
 @dataclass
@@ -95,7 +83,7 @@ class SessionKeeper:
     _done: frozenset[str] = frozenset()
     _loop: asyncio.AbstractEventLoop | None = None
     _given_up: Session | None = None  # the incarnation the loop was told is over
-    _stalled: bool = False
+    _silence: LoopSilence = field(default_factory=LoopSilence)
     _failed_mono_ms: int | None = None  # the last failed attempt (``period_ms``)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -111,11 +99,6 @@ class SessionKeeper:
             self.fence_mono_ms = rules.fence_deadline_mono_ms(sent_mono_ms, self.timing)
             self.last_ok_mono_ms = sent_mono_ms
         self.publish()
-
-    @staticmethod
-    def publish_ms(timing: rules.LeaseTiming) -> int:
-        """How often the loop stamps its clock: a quarter heartbeat, at most 250 ms."""
-        return min(250, timing.heartbeat_ms // 4)
 
     def publish(self, *, snapshot: bool = True) -> None:
         """The loop is alive now (called on the loop); with ``snapshot``, holding this much."""
@@ -172,20 +155,9 @@ class SessionKeeper:
             anchor = max(started, self.last_ok_mono_ms or started)
             self._stop.wait(max(0.0, (self.period_ms() - (self.mono() - anchor)) / 1000))
 
-    def _throttled_mono_ms(self) -> int | None:
-        """When any DynamoDB call of this process was last refused as throttled (a checkpoint
-        or a claim often meets a wave before the heartbeat does), on ``mono``'s clock."""
-        at_s = throttled_at_s()
-        return None if at_s is None else self.mono() - round(1000 * (time.monotonic() - at_s))
-
     def period_ms(self) -> int:
-        """The heartbeat period; ``rules.throttled_heartbeat_ms`` for two periods after any
-        refused call (throttling comes in waves: a partial phase before a full one), so a
-        full outage of ``rules.OUTAGE_TOLERANCE_MS`` fences nothing. Two periods, not longer:
-        once DynamoDB is back the worker's call rate is too."""
-        refused = [t for t in (self._failed_mono_ms, self._throttled_mono_ms()) if t is not None]
-        troubled = bool(refused) and self.mono() - max(refused) < 2 * self.timing.heartbeat_ms
-        return rules.throttled_heartbeat_ms(self.timing) if troubled else self.timing.heartbeat_ms
+        """The heartbeat period now (``worker.beatrules.heartbeat_period_ms``)."""
+        return heartbeat_period_ms(self.timing, self.mono, self._failed_mono_ms)
 
     def beat(self) -> None:
         """Renew once, retrying until it lands, the session is lost, or the fence passes."""
@@ -212,7 +184,8 @@ class SessionKeeper:
                 self._lost(session, SessionLost(session.worker_id, session.incarnation,
                                                 "fenced: not renewed within TTL - skew - margin"))
                 return
-            if self._loop_stuck(sent):
+            if self._silence.stuck(sent, self.clock.stamp_ms, loop_bound_ms(self.timing),
+                                   self.fence_mono_ms):
                 return  # not renewed: the fence passes, the watchdog ends the process
             held, load = self._snapshot
             call = self.executor.submit(self.store.heartbeat_full, session, held=held,
@@ -259,18 +232,6 @@ class SessionKeeper:
         """How long before ``sent`` the last renewal (or the start) was sent: an attempt that
         began late (the thread waited) is told apart from one that hung."""
         return None if self.last_ok_mono_ms is None else sent - self.last_ok_mono_ms
-
-    def _loop_stuck(self, now: int) -> bool:
-        stale_ms = max(0, now - self.clock.stamp_ms)
-        stuck = stale_ms > loop_bound_ms(self.timing)
-        if stuck != self._stalled:
-            self._stalled = stuck
-            if stuck:
-                logger.error("event loop silent: no longer renewing the session",
-                             silent_ms=stale_ms, fence_in_ms=self.fence_mono_ms - now)
-            else:
-                logger.warning("event loop back: renewing the session again")
-        return stuck
 
     def _renewed(self, session: Session, beat: Beat, sent: int) -> None:
         with self._lock:

@@ -1,5 +1,5 @@
 """The supervisor: owns the session and the held streams, runs claimer, sweep, checkpoints,
-metrics and health.
+metrics and health (``worker.services``).
 
 Shutdown is a parameter (an awaitable that completes when the worker must stop), as in hypercorn.
 The stop is bounded by ``shutdown_s`` so that it fits ECS's stop timeout:
@@ -21,11 +21,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
-import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
@@ -37,15 +36,15 @@ from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.worker.balancing import Balancing, owned_elsewhere_by
+from holdfast.worker.beatrules import publish_ms
 from holdfast.worker.budget import ConnectBudget
 from holdfast.worker.checkpointer import Checkpointer
-from holdfast.worker.claimer import SOURCE_HANDOFF, Claimer
+from holdfast.worker.claimer import SOURCE_HANDOFF
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection
 from holdfast.worker.gathered import STOP_CALLS_IN_FLIGHT
-from holdfast.worker.handler import Handler, Message, default_handler
+from holdfast.worker.handler import Handler, default_handler
 from holdfast.worker.handoff import Handoffs
-from holdfast.worker.health import HealthServer
 from holdfast.worker.held import NO_FENCE_MS, monotonic_ms, ordered_reason
 from holdfast.worker.holdings import Holdings
 from holdfast.worker.incarnation import start_incarnation
@@ -55,10 +54,9 @@ from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.orders import OrderInbox
 from holdfast.worker.outbox import Outbox
 from holdfast.worker.protocol import QueryParamProtocol, ResumeProtocol
-from holdfast.worker.reconciler import Reconciler, Strays
+from holdfast.worker.services import Services, guard
 from holdfast.worker.session import SessionKeeper
 from holdfast.worker.stopping import goodbye, goodbye_s, stop_streams, wait_tasks
-from holdfast.worker.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -67,8 +65,6 @@ if TYPE_CHECKING:
 __all__ = ["Supervisor"]
 
 logger = Logger(service="holdfast-worker", child=True)
-
-_Loop = Callable[[], Coroutine[Any, Any, None]]
 
 
 class Supervisor:
@@ -88,7 +84,7 @@ class Supervisor:
         self.ddb, self.sqs = ddb, sqs
         self.wall, self.mono = wall, mono
         # The loop's one clock: the session keeper stamps it, everyone else reads it.
-        self.loop_clock = LoopClock(mono, tick_ms=SessionKeeper.publish_ms(config.timing))
+        self.loop_clock = LoopClock(mono, tick_ms=publish_ms(config.timing))
         self.metrics = metrics or WorkerMetrics()
         # A stream's own expiry is a far backstop; the session keeps it alive.
         self.store = LeaseStore(ddb, config.table, lease_ms=BACKSTOP_MS,
@@ -154,17 +150,6 @@ class Supervisor:
 
     def free_capacity(self) -> int:
         return self.holdings.free_capacity()
-
-    def _park_stuck(self, message: Message, error: str) -> None:
-        """The watchdog's park of the stream whose handler call blocks the loop (its thread)."""
-        conn = self.streams.get(message.conn_id)
-        if conn is not None and conn.held.lease.epoch == message.epoch:
-            self.holdings.endings.park_stuck(conn, error)
-
-    def earliest_fence(self) -> int:
-        """The first fence deadline (monotonic ms) among the streams still handling frames."""
-        return min((c.held.deadline() for c in self.streams.values() if c.held.live),
-                   default=NO_FENCE_MS)
 
     # -- the session ----------------------------------------------------------------------
     async def _start_session(self) -> None:
@@ -232,53 +217,16 @@ class Supervisor:
         if not self.stopping:
             await self._start_session()
 
-    # -- the service loops --------------------------------------------------------------------
-    async def _guard(self, name: str, coro: _Loop) -> None:
-        """Run a service loop; an unexpected crash is logged and the loop restarted."""
-        while True:
-            try:
-                await coro()
-                return
-            except Exception:
-                logger.exception("service loop crashed, restarting", loop=name,
-                                 worker_id=self.worker_id)
-                await asyncio.sleep(1.0)
-
-    async def _metrics_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.metrics_s)
-            self.flush_metrics()
-
+    # -- the run (its service loops: ``worker.services``) -------------------------------------
     def flush_metrics(self) -> None:
         self.metrics.active = len(self.streams)
         self.metrics.flush()
-
-    def _claiming_loops(self, claimer: Claimer) -> list[tuple[str, _Loop]]:
-        """The loops that take streams on (or shed them): all cancelled when the stop begins."""
-        cfg = self.config
-        loops: list[tuple[str, _Loop]] = [("claimer", claimer.run)]
-        if cfg.reconcile_s > 0:
-            loops.append(("reconcile", Reconciler(
-                self.ddb, cfg.table, cfg.timing.skew_ms, self.holdings.claim,
-                self.free_capacity, cfg.reconcile_s, self.wall, rand=random.random,
-                sessions=self.sweep_sessions, fleet=self.budget.set_fleet).run))
-        loops.append(("strays", Strays(self.sweep_sessions, lambda: self.owner,
-                                       self.holdings.claim, self.holdings.busy,
-                                       self.holdings.release_stray).run))
-        loops.append(("balancing", self.balancing.run))
-        return loops
 
     async def run(self, shutdown_trigger: Callable[[], Awaitable[object]]) -> Counter[str]:
         """Hold streams until ``shutdown_trigger`` completes, then stop gracefully."""
         cfg = self.config
         started = time.monotonic()
-        claimer = Claimer(self.sqs, cfg.queue_url, self.holdings.claim, self.free_capacity,
-                          self.metrics, poll_s=cfg.poll_s, pollers=cfg.pollers,
-                          visibility_s=cfg.nudge_visibility_s, wall=self.wall)
-        health = HealthServer(cfg.health_port, self, self.loop_clock) if cfg.health_port else None
-        # A handler blocking the loop past a fence ends the process (``worker.watchdog``).
-        watchdog = Watchdog(self.earliest_fence, self.loop_clock,
-                            park=self._park_stuck) if cfg.watchdog else None
+        services = Services(self)
         await self._start_session()
         keeper = self.keeper
         assert keeper is not None  # the session has started
@@ -288,17 +236,12 @@ class Supervisor:
                     heartbeat_ms=cfg.heartbeat_ms, renew_mode=cfg.renew_mode,
                     checkpoint_ms=cfg.checkpoint_ms, owner=self.owner)
         async with asyncio.TaskGroup() as tg:
-            claiming = [tg.create_task(self._guard(name, loop))
-                        for name, loop in self._claiming_loops(claimer)]
-            keeping: list[tuple[str, _Loop | None]] = [
-                ("checkpoints", self.checkpointer.run), ("session", keeper.run),
-                ("fence", self.checkpointer.fence_watch), ("metrics", self._metrics_loop),
-                ("orders", self.inbox.run if self.inbox is not None else None),
-                ("handoffs", self.handoffs.run if self.handoffs is not None else None),
-                ("health", health.run if health is not None else None)]
-            keep = [tg.create_task(self._guard(name, loop)) for name, loop in keeping if loop]
-            if watchdog is not None:
-                watchdog.start()
+            claiming = [tg.create_task(guard(name, loop, self.worker_id))
+                        for name, loop in services.claiming()]
+            keep = [tg.create_task(guard(name, loop, self.worker_id))
+                    for name, loop in services.keeping(keeper) if loop]
+            if services.watchdog is not None:
+                services.watchdog.start()
             await shutdown_trigger()
             # The stop's burst of allocations (a cancellation, a close and a release per stream)
             # tends to set off a full collection, most of all in a worker that took over many
@@ -320,12 +263,13 @@ class Supervisor:
             steps = {"streams": time.monotonic()}
             left_s = cfg.shutdown_s - goodbye_s(cfg.shutdown_s) - (steps["streams"] - stop_t0)
             steps |= await goodbye(
-                outbox=self.outbox, claimer=claimer, keeper=keeper, sessions=self.sessions,
-                inbox=self.inbox, polls_s=min(cfg.poll_drain_s, max(0.0, left_s)),
+                outbox=self.outbox, claimer=services.claimer, keeper=keeper,
+                sessions=self.sessions, inbox=self.inbox,
+                polls_s=min(cfg.poll_drain_s, max(0.0, left_s)),
                 releases_settled=self.holdings.endings.releases.settled,
                 streams_running=lambda: sum(not t.done() for t in self.tasks))
-            if watchdog is not None:
-                watchdog.stop()
+            if services.watchdog is not None:
+                services.watchdog.stop()
             for task in keep:
                 task.cancel()
         for pool in (keeper.executor, self.checkpointer.executor, self.checkpointer.chunk_pool):

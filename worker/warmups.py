@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
@@ -55,6 +55,7 @@ from holdfast.core.model import Lease, LeaseItem, StoredItem, one_connection_onl
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.looks import Looks
 from holdfast.worker.prefetch import Prefetch, Prefetched
+from holdfast.worker.warmup import WarmUp
 
 if TYPE_CHECKING:
     from holdfast.core.store import LeaseStore
@@ -64,35 +65,6 @@ if TYPE_CHECKING:
 __all__ = ["WarmUps"]
 
 logger = Logger(service="holdfast-worker", child=True)
-
-
-@dataclass
-class _Warm:
-    prefetch: Prefetch | None  # None: reserved (one connection at a time), connected on TAKE
-    holder: str
-    epoch: int
-    deadline_ms: int
-    stored: StoredItem  # as the warm-up read it: what TAKE does not say
-    owner: str  # our session's owner it was for: a TAKE to it is no TAKE to a newer one
-    check_ms: int = 0  # when to look in the table for a TAKE that has not come
-
-    @property
-    def usable(self) -> bool:
-        """A reservation, or a warm-up whose socket is still open."""
-        return self.prefetch is None or self.prefetch.ws is not None
-
-    async def taken(self) -> Prefetched | None:
-        """The warm socket and its frames (None for a reservation: the stream connects)."""
-        return None if self.prefetch is None else await self.prefetch.take()
-
-    async def close(self) -> None:
-        if self.prefetch is not None:
-            await self.prefetch.close()
-
-    def abort(self) -> None:
-        """Drop the socket now, no closing handshake (``close`` then only cleans up)."""
-        if self.prefetch is not None and self.prefetch.ws is not None:
-            self.prefetch.ws.transport.abort()
 
 
 class WarmUps:
@@ -109,9 +81,9 @@ class WarmUps:
         self.single_connection = single_connection  # the fleet default
         self.owner, self.room, self.start, self.claim = owner, room, start, claim
         self.mono, self._send, self._spawn, self.sleep = mono, send, spawn, sleep
-        self.warming: dict[str, _Warm] = {}
+        self.warming: dict[str, WarmUp] = {}
         self._taking: set[str] = set()  # TAKE received, the item being read back
-        self.looks = Looks[_Warm](
+        self.looks = Looks[WarmUp](
             read=lambda ids: on_io_threads(read_raw_many, self.store, ids),
             current=self.warming.get, found=self._judge, last_found=self._last_look,
             mono=mono, spawn=spawn, sleep=sleep, every_ms=TAKE_LOOK_EVERY_MS)
@@ -141,8 +113,8 @@ class WarmUps:
             if step.kind != RESERVE:
                 prefetch = Prefetch.for_stream(step.conn_id, item.ws_url, step.seq, self.ctx)
             deadline = self.mono() + TAKE_TIMEOUT_MS
-            self.warming[step.conn_id] = _Warm(prefetch, step.peer, step.epoch, deadline,
-                                               stored, me, check_ms=deadline)
+            self.warming[step.conn_id] = WarmUp(prefetch, step.peer, step.epoch, deadline,
+                                                stored, me, check_ms=deadline)
             if prefetch is not None:
                 await prefetch.open(WARM_TIMEOUT_MS / 1000)
         except Exception as exc:  # whatever it was, it costs a fallback, never the worker
@@ -221,7 +193,7 @@ class WarmUps:
         self.start(stored.lease(me, unowned_ms=0), await warm.taken())
         return False
 
-    async def _judge(self, conn_id: str, warm: _Warm, raw: Mapping[str, Any] | None) -> None:
+    async def _judge(self, conn_id: str, warm: WarmUp, raw: Mapping[str, Any] | None) -> None:
         """What a look found in the table (``raw``: the item as stored, None: none)."""
         try:
             stored = StoredItem.of(raw) if raw is not None else None
@@ -267,7 +239,7 @@ class WarmUps:
                         conn_id=conn_id, holder=holder)
             await self.claim(conn_id)
 
-    async def _dropped(self, conn_id: str, warm: _Warm) -> None:
+    async def _dropped(self, conn_id: str, warm: WarmUp) -> None:
         """A warm-up dropped (ABORT, or past its deadline): closed, and one last look."""
         await warm.close()
         self.looks.last(conn_id, warm.holder)

@@ -102,6 +102,18 @@ class Proc:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         return ""
 
+    def worker_started(self) -> bool:
+        """A worker: True once its log holds its "worker started" line (False: no log yet)."""
+        try:
+            return b'"worker started"' in self.log_path.read_bytes()
+        except OSError:
+            return False
+
+    def crash_line(self) -> str:
+        """A child that exited on its own: its name, exit code, log file and the log's tail."""
+        return (f"{self.name} exited on its own with code {self.returncode()} (log "
+                f"{self.log_path}):\n{self.tail()}")
+
 
 def client_for_env(env: Mapping[str, str], service: str, *, read_timeout: float = 5,
                    retries: int = 3) -> Any:

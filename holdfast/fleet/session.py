@@ -34,13 +34,6 @@ _STYLE = {"claimed": "green", "moved": "cyan", "released": "yellow", "expired": 
           "removed": "magenta", "action": "bold", "crash": "bold red"}
 
 
-def _started(log: Path) -> bool:
-    try:
-        return b'"worker started"' in log.read_bytes()
-    except OSError:
-        return False
-
-
 def stream_url(base_url: str, conn_id: str) -> str:
     """The demo upstream's ``<base>/s/<id>``, or a user's template with ``{id}`` replaced."""
     if "{id}" in base_url:
@@ -121,7 +114,7 @@ class Session:
     def wait_workers_ready(self, timeout_s: float = 30) -> bool:
         """Until every worker logged "worker started" (claims made before are all one's)."""
         def ready() -> bool:
-            return all(_started(p.log_path) for p in self.fleet.workers.values() if p.alive())
+            return all(p.worker_started() for p in self.fleet.workers.values() if p.alive())
         return self.wait_until(ready, timeout_s)
 
     def create_streams_named(self, ids: list[str], base_url: str,

@@ -7,6 +7,7 @@ Installed with Holdfast as a pytest plugin (entry point ``pytest11``); see
 from __future__ import annotations
 
 from holdfast.fleet.timing import FleetTiming
-from holdfast.testing.harness import FAST_TIMING, FleetOptions, LocalFleet, Setup
+from holdfast.testing.harness import LocalFleet
+from holdfast.testing.options import FAST_TIMING, FleetOptions, Setup
 
 __all__ = ["FAST_TIMING", "FleetOptions", "FleetTiming", "LocalFleet", "Setup"]

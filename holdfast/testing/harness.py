@@ -14,8 +14,7 @@ import signal
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -23,40 +22,17 @@ from typing import TYPE_CHECKING
 from holdfast.core.model import LeaseItem
 from holdfast.core.schema import STOPPED
 from holdfast.core.table import create_stream, set_desired_state
-from holdfast.fleet.procs import Fleet, FleetError, Proc, client_for_env
+from holdfast.fleet.procs import Fleet, FleetError, client_for_env
 from holdfast.fleet.recorder import Handled, read_records
 from holdfast.fleet.report import SeqCheck, check_seqs
 from holdfast.fleet.scenario import open_connections
-from holdfast.fleet.timing import FleetTiming
 from holdfast.testing.checks import failing_streams, sink_problems
+from holdfast.testing.options import FleetOptions
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["FAST_TIMING", "FleetOptions", "LocalFleet", "Setup"]
-
-# Short timings so that a SIGKILL failover takes ~4 s: session TTL 3 s, skew 300 ms, sweep
-# every 500 ms; checkpoints every 0.5 s keep the replay after a crash short.
-FAST_TIMING = FleetTiming(lease_s=3.0, heartbeat_s=0.5, checkpoint_s=0.5, skew_ms=300,
-                          margin_ms=300, sweep_interval_ms=500, rate=20.0, shutdown_s=6.0,
-                          cooldown_s=5.0, balance_interval_ms=500)
-
-# Called once the local AWS is up, before any worker starts, with the fleet's environment
-# (endpoints, credentials, table names); returns extra environment for the workers (or None).
-Setup = Callable[[Mapping[str, str]], Mapping[str, str] | None]
-
-
-@dataclass(frozen=True)
-class FleetOptions:
-    """What to start. Equal options share one fleet (``holdfast_fleet`` reuses it)."""
-
-    handler: str | None = None  # "package.module:function"; None: the recorder alone
-    workers: int = 2
-    timing: FleetTiming = FAST_TIMING
-    pythonpath: tuple[Path, ...] = ()  # where the workers import the handler from
-    worker_env: Mapping[str, str] = field(default_factory=dict)
-    setup: Setup | None = None
-    backend: str = "auto"  # "dynamodb-local" (needs Java), "moto", or auto
+__all__ = ["LocalFleet"]
 
 
 def _wait(pred: Callable[[], object], timeout_s: float, what: str) -> None:
@@ -268,15 +244,15 @@ class LocalFleet:
 
     def collect_crashes(self) -> list[str]:
         """Add children that exited on their own since the last call to ``crashes``."""
-        self.crashes += [_crash_line(proc) for proc in self.fleet.crashed()]
+        self.crashes += [proc.crash_line() for proc in self.fleet.crashed()]
         return self.crashes
 
     def wait_workers_ready(self, timeout_s: float = 30) -> None:
         """Until every live worker logged "worker started"; FleetError if one died."""
         def ready() -> bool:
             for proc in self.fleet.crashed():
-                raise FleetError(_crash_line(proc))
-            return all(_started(p) for p in self.fleet.workers.values() if p.alive())
+                raise FleetError(proc.crash_line())
+            return all(p.worker_started() for p in self.fleet.workers.values() if p.alive())
         _wait(ready, timeout_s * self.scale, "the workers to start")
 
     # -- verdicts ----------------------------------------------------------------------------
@@ -311,14 +287,3 @@ class LocalFleet:
         assert not problems, "; ".join(problems)
         return checks
 
-
-def _started(proc: Proc) -> bool:
-    try:
-        return b'"worker started"' in proc.log_path.read_bytes()
-    except OSError:
-        return False
-
-
-def _crash_line(proc: Proc) -> str:
-    return (f"{proc.name} exited on its own with code {proc.returncode()} (log "
-            f"{proc.log_path}):\n{proc.tail()}")

@@ -29,7 +29,8 @@ import pytest
 
 if TYPE_CHECKING:
     from holdfast.localaws import LocalAws
-    from holdfast.testing.harness import FleetOptions, LocalFleet
+    from holdfast.testing.harness import LocalFleet
+    from holdfast.testing.options import FleetOptions
 
 __all__ = ["default_paths", "fallback_warning", "holdfast_fleet", "holdfast_options",
            "pytest_addoption"]
@@ -48,7 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture(scope="session")
 def holdfast_options(pytestconfig: pytest.Config) -> FleetOptions:
     """What ``holdfast_fleet`` starts, from the ini options; override it to change more."""
-    from holdfast.testing.harness import FleetOptions
+    from holdfast.testing.options import FleetOptions
 
     handler = (pytestconfig.getoption("holdfast_handler")
                or str(pytestconfig.getini("holdfast_handler")) or None)

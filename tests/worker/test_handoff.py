@@ -25,7 +25,7 @@ from holdfast.core.sessions import SessionItem
 from holdfast.core.store import wall_clock_ms
 from holdfast.worker.handler import Message
 from holdfast.worker.prefetch import Prefetch
-from holdfast.worker.warmups import _Warm
+from holdfast.worker.warmup import WarmUp
 from tests.worker.conftest import (
     Fleet,
     RouterSim,
@@ -410,8 +410,8 @@ async def test_a_lost_session_closes_its_warm_ups(fleet: Fleet, upstream: Upstre
         prefetch = Prefetch.for_stream(conn, item.ws_url, None, ctx)
         await prefetch.open()
         warming = run.worker.handoffs.warm_ups.warming
-        warming[conn] = _Warm(prefetch, "holder#1", 1, 2**62, StoredItem(item, fleet.item(conn)),
-                              run.worker.owner or "")
+        warming[conn] = WarmUp(prefetch, "holder#1", 1, 2**62,
+                               StoredItem(item, fleet.item(conn)), run.worker.owner or "")
         run.worker.stopping = True  # no new incarnation after it: the old one is live here
         await run.worker._session_lost(SessionLost(ctx.worker_id, "old", "test"))
         assert not warming

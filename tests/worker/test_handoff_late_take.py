@@ -21,7 +21,7 @@ from holdfast.core.table import set_desired_state
 from holdfast.worker import warmups
 from holdfast.worker.claimer import Claim
 from holdfast.worker.prefetch import Prefetch
-from holdfast.worker.warmups import _Warm
+from holdfast.worker.warmup import WarmUp
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
 from tests.worker.helpers import Recorder, Running, running_worker, set_attr
 
@@ -44,7 +44,7 @@ async def _warm_for_holder(fleet: Fleet, upstream: UpstreamThread, run: Running,
         prefetch = Prefetch.for_stream(conn, lease.ws_url, 1, run.worker.holdings.ctx)
         await prefetch.open()
     # The deadline far away: without the look, nothing would end this warm-up in the test.
-    run.worker.handoffs.warm_ups.warming[conn] = _Warm(
+    run.worker.handoffs.warm_ups.warming[conn] = WarmUp(
         prefetch, holder, lease.epoch, 2**62,
         StoredItem(LeaseItem.from_ddb(fleet.item(conn)), fleet.item(conn)),
         run.worker.owner or "")

@@ -16,10 +16,11 @@ from holdfast.core import aws, names, rules
 from holdfast.core.exceptions import SessionLost, StoreUnavailable
 from holdfast.core.orders import Order
 from holdfast.core.sessions import Beat, Session
+from holdfast.worker.beatrules import loop_bound_ms, publish_ms
 from holdfast.worker.held import monotonic_ms
 from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.metrics import WorkerMetrics
-from holdfast.worker.session import SessionKeeper, loop_bound_ms
+from holdfast.worker.session import SessionKeeper
 
 
 @pytest.fixture(autouse=True)
@@ -67,7 +68,7 @@ def _keeper(store: Store, lost: list[SessionLost], timing: rules.LeaseTiming = T
     keeper = SessionKeeper(store, Session("w1", "i1", 0), timing, WorkerMetrics(),  # type: ignore[arg-type]
                            held=lambda: 0, capacity=4, stop_stream=stop_stream,
                            on_lost=on_lost, mono=monotonic_ms,
-                           clock=LoopClock(monotonic_ms, SessionKeeper.publish_ms(timing)))
+                           clock=LoopClock(monotonic_ms, publish_ms(timing)))
     keeper.started(keeper.session, monotonic_ms())
     return keeper
 
@@ -268,10 +269,3 @@ async def test_the_period_halves_for_a_ttl_after_a_failed_attempt() -> None:
     assert keeper.period_ms() == TIMING.heartbeat_ms
     keeper.executor.shutdown(wait=False)
 
-
-async def test_a_throttled_call_elsewhere_halves_the_period_too() -> None:
-    """A checkpoint or claim refused as throttled puts the heartbeat on its short period."""
-    keeper = _keeper(Store(), [])
-    assert keeper.period_ms() == TIMING.heartbeat_ms
-    aws.note_throttled()
-    assert keeper.period_ms() == rules.throttled_heartbeat_ms(TIMING)
