@@ -211,9 +211,12 @@ def _run_status(args: argparse.Namespace) -> int:
     console = _console()
     for r in st.sessions:
         color = {"ALIVE": "green", "SILENT": "red", "DEAD": "red"}.get(r.state, "yellow")
+        # A session that is not renewing says how much it held when it last did: read as
+        # "now", a dead worker's count long after its streams moved on looked like a leak.
         console.print(f"  session [{color}]{r.state}[/] {esc(r.owner)}"
                       + (f" ({esc(r.version)})" if r.version else "") + f": {r.held}/{r.capacity} "
-                      f"streams, heartbeat {_secs(r.heartbeat_age_ms)} ago"
+                      + ("streams" if r.state == "ALIVE" else "streams at its last heartbeat")
+                      + f", heartbeat {_secs(r.heartbeat_age_ms)} ago"
                       + (f", expires in {_secs(r.expires_in_ms)}" if r.state == "ALIVE" else "")
                       + ("" if r.reaped or r.state == "ALIVE" else ", streams being released")
                       + (", draining" if r.draining else "")

@@ -69,7 +69,8 @@ def test_status_shows_streams_of_dead_and_unknown_owners_as_stranded(
         aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
         capsys: pytest.CaptureFixture[str]) -> None:
     """A STARTED stream owned by a DEAD session or by an owner no session names, expiry an hour
-    ahead, is not held: status counts it unowned and lists it stranded with owner and reason."""
+    ahead, is not held: status counts it unowned and lists it stranded with owner and reason;
+    the DEAD session's count is said to be its last heartbeat's."""
     dead_id, ghost_id = f"{unique_id}-dead", f"{unique_id}-ghost"
     for sid in (dead_id, ghost_id):
         assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/x")[0] == 0
@@ -99,6 +100,8 @@ def test_status_shows_streams_of_dead_and_unknown_owners_as_stranded(
     assert rows[dead_id]["lease_left_ms"] is None and not rows[dead_id]["held"]
     code, out, _ = run(capsys, "status")
     assert code == 0 and f"stranded {dead_id}: owned by {session.owner}" in out
+    # Its count is the last heartbeat's, not a count of now (its streams may have moved on).
+    assert f"{session.owner}: 0/10 streams at its last heartbeat, heartbeat" in out
 
 
 def test_ls_without_sessions_says_the_expiry_is_a_backstop(
