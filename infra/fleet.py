@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from aws_cdk import Duration, RemovalPolicy, Stack, Tags
+from aws_cdk import Duration, RemovalPolicy, Stack, Tags, Token
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
@@ -78,17 +78,39 @@ def worker_environment(s: Settings, *, table_name: str, session_table_name: str,
     return env
 
 
-def _one_fleet_per_name(fleet: Construct, fleet_name: str) -> None:
-    """Two fleets of one stack must have names of their own: the name keys their metrics'
-    ``service``, their alarms and their order queues' prefix (shared, each sweeper would
-    delete the other's queues)."""
-    for other in Stack.of(fleet).node.find_all():
-        if (other is not fleet and isinstance(other, HoldfastFleet)
-                and other.settings.fleet_name == fleet_name):
+def _same_place(a: Stack, b: Stack) -> bool:
+    """Two stacks that may deploy to one account and region (an environment-agnostic one may
+    go anywhere): there, fleet names and order-queue prefixes must not meet."""
+    def differ(x: str, y: str) -> bool:
+        return not Token.is_unresolved(x) and not Token.is_unresolved(y) and x != y
+    return not (differ(a.account, b.account) or differ(a.region, b.region))
+
+
+def _one_fleet_per_name(fleet: Construct, fleet_name: str, prefix: str) -> None:
+    """Two fleets of one app that may share an account and region must have names of their
+    own: the name keys their metrics' ``service`` (two stacks with the default name each
+    scaled on both fleets' connections) and their alarms. Nor may one's order-queue prefix
+    begin the other's (``Feeds-orders-`` and ``Feeds-orders-orders-``): each sweeper deletes
+    the queues under its prefix that no session of its own reads."""
+    stack = Stack.of(fleet)
+    for other in fleet.node.root.node.find_all():
+        # (Not one whose construction failed: it is in the tree, without settings.)
+        if (other is fleet or not isinstance(other, HoldfastFleet)
+                or not hasattr(other, "orders_queue_prefix")
+                or not _same_place(stack, Stack.of(other))):
+            continue
+        if other.settings.fleet_name == fleet_name:
             raise SettingsError(
-                f"HoldfastFleet {fleet.node.path!r}: {other.node.path!r} in the same stack is "
-                f"named {fleet_name!r} too; give each fleet its own fleet_name (context key "
-                "fleetName): it keys their metrics, alarms and order queues")
+                f"HoldfastFleet {fleet.node.path!r}: {other.node.path!r} is named "
+                f"{fleet_name!r} too and may deploy to the same account and region; give each "
+                "fleet its own fleet_name (context key fleetName): it keys their metrics, "
+                "alarms and order queues")
+        theirs = other.orders_queue_prefix
+        if theirs.startswith(prefix) or prefix.startswith(theirs):
+            raise SettingsError(
+                f"HoldfastFleet {fleet.node.path!r}: its order queues' prefix {prefix!r} and "
+                f"{other.node.path!r}'s {theirs!r} begin alike, and each fleet's sweeper "
+                "would delete the other's queues; rename a stack or a fleet")
 
 
 class HoldfastFleet(Construct):
@@ -124,7 +146,8 @@ class HoldfastFleet(Construct):
         if worker_image_directory is not None and s.worker_image:
             raise SettingsError("HoldfastFleet: give worker_image or worker_image_directory, "
                                 "not both")
-        _one_fleet_per_name(self, s.fleet_name)
+        _one_fleet_per_name(self, s.fleet_name,
+                            orders_queue_prefix(Stack.of(self).stack_name, s.fleet_name))
         self.settings = s
         # Every taggable resource (tasks too, via the service) carries its fleet: cost
         # allocation and IAM conditions can tell fleets apart.

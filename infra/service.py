@@ -15,13 +15,15 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from holdfast.core import names, schema
+from holdfast.core import settings as S
 from holdfast.infra.logs import retention
 from holdfast.infra.orders import WORKER_ORDER_ACTIONS, order_queue_statement
 from holdfast.infra.tracing import add_collector, grant_xray, tracing_environment
 
-__all__ = ["CONTAINER_NAME", "WORKER_INDEX_ACTIONS", "WORKER_LEASE_ATTRIBUTES",
-           "WORKER_QUEUE_ACTIONS", "WORKER_SESSION_ACTIONS", "WORKER_SESSION_ATTRIBUTES",
-           "WORKER_TABLE_ACTIONS", "WorkerService", "conditioned_update"]
+__all__ = ["CONTAINER_NAME", "WORKER_BATCH_ACTIONS", "WORKER_INDEX_ACTIONS",
+           "WORKER_LEASE_ATTRIBUTES", "WORKER_QUEUE_ACTIONS", "WORKER_SESSION_ACTIONS",
+           "WORKER_SESSION_ATTRIBUTES", "WORKER_TABLE_ACTIONS", "WorkerService",
+           "conditioned_update"]
 
 CONTAINER_NAME: Final = "worker"
 # Everything the worker's lease calls do (holdfast/core/store.py, batch.py, batch_reads.py,
@@ -34,11 +36,15 @@ WORKER_TABLE_ACTIONS: Final = (
     # A successor's looks for its transfers and a batch release's read-back of the statements
     # whose outcome it does not know (holdfast/core/batch_reads.py): GetItem does not cover it.
     "dynamodb:BatchGetItem",
-    "dynamodb:PartiQLUpdate",  # BatchExecuteStatement renewals are authorised per statement
 )
+# With renewMode=batch only: BatchExecuteStatement renewals and releases are authorised per
+# statement. IAM documents no attribute condition for PartiQL, so this grant is not pinned
+# like UpdateItem's: with it, code running as the task role could change any lease
+# attribute, ``ws_url`` too. renewMode=single leaves it out.
+WORKER_BATCH_ACTIONS: Final = ("dynamodb:PartiQLUpdate",)
 # Every lease attribute a worker's UpdateItem names (acquire, renew, checkpoint, release,
-# quarantine, releasing a dead session's streams): all but ``ws_url``, so a worker can never
-# point a stream at another upstream.
+# quarantine, releasing a dead session's streams): all but ``ws_url``, so a worker's
+# UpdateItem can never point a stream at another upstream.
 WORKER_LEASE_ATTRIBUTES: Final = (
     schema.PARTITION_KEY, schema.ATTR.desired_state, schema.ATTR.lease_owner,
     schema.ATTR.lease_expires_at_ms, schema.ATTR.last_seq, schema.ATTR.epoch,
@@ -115,7 +121,8 @@ class WorkerService(Construct):
                     **(tracing_environment() if traced else {})}, stop_timeout)
         self.collector = (add_collector(self.task_definition, collector_image, self.log_group)
                           if collector_image is not None else None)
-        self._grant(table, index_arns, session_table, queue)
+        self._grant(table, index_arns, session_table, queue,
+                    batch=S.RENEW_MODE.read(environment) == "batch")
         # Its session's order queue: created at start, long-polled, deleted at a graceful stop.
         self.task_definition.task_role.add_to_principal_policy(order_queue_statement(
             self, orders_queue_prefix, WORKER_ORDER_ACTIONS))
@@ -157,10 +164,13 @@ class WorkerService(Construct):
         return container
 
     def _grant(self, table: dynamodb.ITable, index_arns: Sequence[str],
-               session_table: dynamodb.ITable, queue: sqs.IQueue) -> None:
+               session_table: dynamodb.ITable, queue: sqs.IQueue, *, batch: bool) -> None:
         role = self.task_definition.task_role
+        actions = list(WORKER_TABLE_ACTIONS)
+        if batch:
+            actions += WORKER_BATCH_ACTIONS
         role.add_to_principal_policy(iam.PolicyStatement(
-            actions=list(WORKER_TABLE_ACTIONS), resources=[table.table_arn]))
+            actions=actions, resources=[table.table_arn]))
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=list(WORKER_INDEX_ACTIONS), resources=list(index_arns)))
         role.add_to_principal_policy(conditioned_update(

@@ -27,6 +27,7 @@ from holdfast.core.schema import ATTR, SESSION
 from holdfast.core.sessions import REPORT_READS
 from holdfast.infra.function import FunctionDefaults, HoldfastFunction, lease_environment
 from holdfast.infra.nag import acknowledge
+from holdfast.lambdas.taskstopped.limits import FUNCTION_TIMEOUT_S
 
 __all__ = ["TASKSTOPPED_HANDLER", "TASKSTOPPED_LEASE_ATTRIBUTES",
            "TASKSTOPPED_SESSION_READS", "TASKSTOPPED_SESSION_WRITES", "TaskStopped"]
@@ -93,7 +94,7 @@ class TaskStopped(Construct):
             environment=lease_environment(
                 table_name=table.table_name, session_table_name=session_table.table_name,
                 queue_url=queue.queue_url, timing=timing, service_name=service_name),
-            timeout=Duration.seconds(30), memory_mib=256)
+            timeout=Duration.seconds(FUNCTION_TIMEOUT_S), memory_mib=256)
         self.function = self.handler.function
         role = self.handler.role
         role.add_to_policy(_pinned(["dynamodb:GetItem"], session_table.table_arn,

@@ -36,7 +36,13 @@ from holdfast.core.bundles import in_bundles, packed, send_bundled
 from holdfast.core.exceptions import HoldfastError, MalformedItem
 from holdfast.core.liveness import session_owner
 from holdfast.core.nudge import Nudge
-from holdfast.core.orders import Order, is_missing_queue, order_queue_name, order_queue_url
+from holdfast.core.orders import (
+    ORDERS_MARK,
+    Order,
+    is_missing_queue,
+    order_queue_name,
+    order_queue_url,
+)
 from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionStore
 
@@ -183,10 +189,21 @@ def queue_handoffs(sqs: SQSClient, nudge_queue_url: str, prefix: str,
 
 def queues_to_delete(queue_urls: Iterable[str], live_owners: Iterable[str],
                      prefix: str) -> list[str]:
-    """The listed order-queue URLs whose name belongs to none of ``live_owners``."""
+    """The listed order-queue URLs whose name belongs to none of ``live_owners``.
+
+    Not a name with another prefix's mark (``-orders-``) after ours: every prefix ends so, and
+    another fleet's that begins with ours (``Feeds-orders-orders-`` under ``Feeds-orders-``,
+    deployed from another app, where synth could not refuse it) names queues of sessions we
+    do not know. At worst a dead queue of a worker whose id holds ``-orders-`` stays."""
     keep = {order_queue_name(prefix, owner) for owner in live_owners}
-    return [url for url in queue_urls
-            if url.rsplit("/", 1)[-1].startswith(prefix) and url.rsplit("/", 1)[-1] not in keep]
+    out = []
+    for url in queue_urls:
+        name = url.rsplit("/", 1)[-1]
+        # From our prefix's last "-": "Feeds-orders-" + "orders-w9_c" holds the mark there.
+        if (name.startswith(prefix) and name not in keep
+                and ORDERS_MARK not in name[len(prefix) - 1:]):
+            out.append(url)
+    return out
 
 
 @dataclass

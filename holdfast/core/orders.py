@@ -33,6 +33,7 @@ from botocore.exceptions import ClientError
 
 __all__ = [
     "MAX_PREFIX_LEN",
+    "ORDERS_MARK",
     "ORDER_RELEASE",
     "ORDER_STOP",
     "Order",
@@ -48,6 +49,8 @@ ORDER_STOP: Final = "stop"
 ORDER_RELEASE: Final = "release"
 _VERBS = frozenset({ORDER_STOP, ORDER_RELEASE})
 MAX_PREFIX_LEN: Final = 40
+# Every prefix ends with it (``prefix_for``): a collector tells another fleet's queues by it.
+ORDERS_MARK: Final = "-orders-"
 _MAX_NAME = 80  # SQS: 1-80 of [A-Za-z0-9_-]
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _PREFIX = re.compile(rf"^[A-Za-z0-9_-]{{1,{MAX_PREFIX_LEN}}}$")
@@ -111,10 +114,10 @@ def prefix_for(base: str) -> str:
     names share their first 32 characters must not share a prefix, or each one's sweeper would
     delete the other's queues (they belong to no session of its own).
     """
-    safe, room = _UNSAFE.sub("-", base), MAX_PREFIX_LEN - len("-orders-")
+    safe, room = _UNSAFE.sub("-", base), MAX_PREFIX_LEN - len(ORDERS_MARK)
     if safe != base or len(safe) > room:
         safe = f"{safe[:room - 7]}-{hashlib.sha256(base.encode()).hexdigest()[:6]}"
-    return validate_prefix(safe + "-orders-")
+    return validate_prefix(safe + ORDERS_MARK)
 
 
 def order_queue_name(prefix: str, owner: str) -> str:

@@ -36,6 +36,7 @@ from holdfast.core.sessions import SessionStore, SweepLog
 from holdfast.core.store import wall_clock_ms
 from holdfast.lambdas.metrics import METRICS_NAMESPACE, metrics_enabled, service_name
 from holdfast.lambdas.taskstopped.events import HandledTasks, Skip, parse_event, task_stopped_event
+from holdfast.lambdas.taskstopped.limits import DDB_CONFIG
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -86,7 +87,7 @@ class Outcome:
 def _client_for(env: Mapping[str, str], service: str = "dynamodb") -> Any:
     """The sweeper's client (short timeouts, few retries) on the endpoint ``env`` names."""
     if env is os.environ:
-        return (dynamodb_client(client_config(read_timeout=2.0)) if service == "dynamodb"
+        return (dynamodb_client(DDB_CONFIG) if service == "dynamodb"
                 else sqs_client(client_config(read_timeout=3.0, retries=2)))
 
     session = new_session(
@@ -97,7 +98,7 @@ def _client_for(env: Mapping[str, str], service: str = "dynamodb") -> Any:
     endpoint = (env.get(f"AWS_ENDPOINT_URL_{service.upper()}") or env.get("AWS_ENDPOINT_URL")
                 or None)
     return session.client(service, endpoint_url=endpoint,  # type: ignore[call-overload]
-                          config=client_config(read_timeout=2.0))
+                          config=DDB_CONFIG)
 
 
 def deps_for_env(env: Mapping[str, str] | None = None, *,

@@ -179,6 +179,70 @@ def test_two_fleets_in_one_stack_have_their_own_order_queues() -> None:
         HoldfastFleet(stack, "Again", worker_image="example/worker:1", fleet_name="staging")
 
 
+def test_fleets_of_two_stacks_that_may_share_an_account_are_named_apart() -> None:
+    """Two stacks of one app, environment-agnostic, each with the default fleet name: refused
+    at synth (their metrics' service would be one, each scaling on both); in two regions, or
+    with a fleet name each, accepted."""
+    import aws_cdk as cdk
+
+    from holdfast.cdk import HoldfastFleet
+    from holdfast.infra.exceptions import SettingsError
+
+    app = cdk.App()
+    HoldfastFleet(cdk.Stack(app, "Staging"), "Fleet", worker_image="example/worker:1")
+    with pytest.raises(SettingsError, match="fleetName"):
+        HoldfastFleet(cdk.Stack(app, "Prod"), "Fleet", worker_image="example/worker:1")
+    HoldfastFleet(cdk.Stack(app, "Prod2"), "Fleet", worker_image="example/worker:1",
+                  fleet_name="prod")
+    app = cdk.App()
+    for region in ("eu-west-1", "us-east-1"):
+        HoldfastFleet(cdk.Stack(app, f"In-{region}", env=cdk.Environment(
+            account="123456789012", region=region)), "Fleet", worker_image="example/worker:1")
+
+
+def test_no_fleet_s_order_queue_prefix_begins_another_s() -> None:
+    """A stack's default fleet (prefix Feeds-orders-) beside a fleet named "orders"
+    (Feeds-orders-orders-): refused at synth, since the first fleet's sweeper would delete the
+    second's queues."""
+    import aws_cdk as cdk
+
+    from holdfast.cdk import HoldfastFleet
+    from holdfast.infra.exceptions import SettingsError
+
+    stack = cdk.Stack(cdk.App(), "Feeds")
+    HoldfastFleet(stack, "Main", worker_image="example/worker:1")
+    with pytest.raises(SettingsError, match="begin alike"):
+        HoldfastFleet(stack, "Orders", worker_image="example/worker:1", fleet_name="orders")
+
+
+def test_the_task_role_may_run_partiql_updates_only_in_batch_mode() -> None:
+    """PartiQLUpdate (its statements cannot be pinned to attributes as UpdateItem is) is
+    granted to the worker's task role with renewMode=batch, not with single."""
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+
+    from holdfast.cdk import HoldfastFleet
+    from holdfast.infra.settings import Settings
+
+    def task_role_actions(mode: str) -> set[str]:
+        stack = cdk.Stack(cdk.App(), f"Renew{mode}")
+        fleet = HoldfastFleet(stack, "Fleet", worker_image="example/worker:1",
+                              settings=Settings().with_values(renew_mode=mode))
+        role_id = stack.get_logical_id(
+            fleet.worker_task_role.node.default_child)  # type: ignore[arg-type]
+        actions: set[str] = set()
+        for policy in Template.from_stack(stack).find_resources("AWS::IAM::Policy").values():
+            if {"Ref": role_id} in policy["Properties"]["Roles"]:
+                for st in policy["Properties"]["PolicyDocument"]["Statement"]:
+                    act = st["Action"]
+                    actions |= {act} if isinstance(act, str) else set(act)
+        return actions
+
+    assert "dynamodb:PartiQLUpdate" in task_role_actions("batch")
+    single = task_role_actions("single")
+    assert "dynamodb:PartiQLUpdate" not in single and "dynamodb:UpdateItem" in single
+
+
 def test_importing_holdfast_cdk_first_quiets_the_node_20_banner() -> None:
     """`import holdfast.cdk` before aws_cdk: no end-of-life banner from jsii on Node 20."""
     env = {k: v for k, v in cli_env().items()

@@ -69,6 +69,16 @@ def test_its_environment_names_both_tables_and_its_own_service(
             env[names.ENV_SKEW_MS]) == ("4", "1", "250")
 
 
+def test_its_timeout_holds_two_calls_at_their_worst(template_json: dict[str, Any]) -> None:
+    """The function's timeout leaves room for two DynamoDB calls at their worst through its
+    client (one call's worst, as it was, a slow table could pass)."""
+    from holdfast.core.aws import worst_call_ms
+    from holdfast.lambdas.taskstopped.limits import DDB_CONFIG
+
+    timeout_s = _function(template_json)[1]["Properties"]["Timeout"]
+    assert timeout_s * 1000 >= 2 * worst_call_ms(DDB_CONFIG)
+
+
 def test_its_role_may_only_read_and_kill_sessions_and_release_leases(
         template_json: dict[str, Any]) -> None:
     """Projected session GetItem, pinned UpdateItems, the owner index, nudges: nothing else."""

@@ -21,6 +21,16 @@ def test_only_queues_of_no_live_owner_and_of_our_prefix_are_doomed() -> None:
     assert queues_to_delete(urls, ["w1#a"], "p-") == [urls[1]]
 
 
+def test_a_queue_of_a_fleet_whose_prefix_begins_with_ours_is_not_ours() -> None:
+    """Feeds-orders-orders-<owner> (a fleet named "orders" beside the stack's default, from
+    another app) is under our prefix Feeds-orders- but not ours: kept; our dead one goes."""
+    ours, theirs = prefix_for("Feeds"), prefix_for("Feeds-orders")
+    assert theirs.startswith(ours)
+    urls = [f"http://q/1/{order_queue_name(theirs, 'w9#c')}",
+            f"http://q/1/{order_queue_name(ours, 'w2#b')}"]
+    assert queues_to_delete(urls, ["w1#a"], ours) == [urls[1]]
+
+
 def test_collector_deletes_a_dead_sessions_queue_and_keeps_a_live_ones(
         ddb: Any, sqs: Any) -> None:
     """One collection deletes the queue of an ended session, keeps the live one's, then waits."""
