@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from aws_cdk import Duration, RemovalPolicy, Stack, Tags, Token
+from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack, Tags, Token
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
@@ -34,6 +34,7 @@ from holdfast.infra.metrics import FleetParts
 from holdfast.infra.monitoring import Monitoring
 from holdfast.infra.nag import acknowledge_findings
 from holdfast.infra.network import Network
+from holdfast.infra.outputs import add_outputs
 from holdfast.infra.queue import NudgeQueues
 from holdfast.infra.router import Router, orders_queue_prefix
 from holdfast.infra.scaling import WorkerScaling
@@ -257,6 +258,12 @@ class HoldfastFleet(Construct):
         self.alarm_topic: sns.ITopic = self.monitoring.topic
         acknowledge_findings(router=self.router, sweeper=self.sweeper, workers=self.workers,
                              queues=self.queues, network=self.network, tracing=s.xray)
+
+    def add_outputs(self, *, prefix: str = "") -> list[CfnOutput]:
+        """The stack outputs an operator reads back (``TableName``, ``QueueUrl``, the log
+        groups...: ``holdfast.infra.outputs``), each id after ``prefix`` (a second fleet in
+        the stack needs one)."""
+        return add_outputs(self, prefix=prefix)
 
 
 # <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:<tag>|@<digest>]

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from aws_cdk import CfnOutput, Environment, Stack
+from aws_cdk import Environment, Stack
 from constructs import Construct
 
 import holdfast.infra
@@ -59,29 +59,4 @@ class HoldfastStack(Stack):
         self.router, self.sweeper, self.network = f.router, f.sweeper, f.network
         self.workers, self.task_stopped, self.monitoring = f.workers, f.task_stopped, f.monitoring
         self.orders_queue_prefix = f.orders_queue_prefix
-        self._outputs()
-
-    def _outputs(self) -> None:
-        for output_id, value, description in (
-            ("TableName", self.table.table.table_name, "Lease table (insert items here)"),
-            ("SessionTableName", self.sessions.table.table_name,
-             "Session table (one item per worker: liveness and stop orders)"),
-            ("QueueUrl", self.queues.queue.queue_url, "Nudge queue"),
-            ("DeadLetterQueueUrl", self.queues.dlq.queue_url, "Nudges parked for an operator"),
-            ("ClusterName", self.workers.cluster.cluster_name, "ECS cluster of the workers"),
-            ("ServiceName", self.workers.service.service_name, "ECS service of the workers"),
-            ("DashboardUrl", self.monitoring.dashboard_url, "CloudWatch dashboard"),
-            ("AlarmTopicArn", self.monitoring.topic.topic_arn, "SNS topic of every alarm"),
-            ("WorkerLogGroup", self.workers.log_group.log_group_name, "Worker logs"),
-            ("RouterLogGroup", self.router.handler.log_group.log_group_name, "Router logs"),
-            ("SweeperLogGroup", self.sweeper.handler.log_group.log_group_name, "Sweeper logs"),
-            ("TaskStoppedLogGroup", self.task_stopped.handler.log_group.log_group_name,
-             "Task-stopped function logs (stopped tasks reported by ECS)"),
-            ("RouterFailuresQueueUrl", self.queues.router_failures.queue_url,
-             "Stream records the router gave up on after every retry"),
-        ):
-            CfnOutput(self, output_id, value=value, description=description)
-        if self.fleet.handler_failures is not None:
-            CfnOutput(self, "HandlerFailuresQueueUrl",
-                      value=self.fleet.handler_failures.queue.queue_url,
-                      description="Messages whose handler calls all failed (policy skip)")
+        self.fleet.add_outputs()

@@ -243,6 +243,23 @@ def test_the_task_role_may_run_partiql_updates_only_in_batch_mode() -> None:
     assert "dynamodb:PartiQLUpdate" not in single and "dynamodb:UpdateItem" in single
 
 
+def test_a_user_stack_gets_our_outputs_when_it_asks(template_json: dict[str, Any]) -> None:
+    """fleet.add_outputs() gives a user's stack the outputs our stack has (TableName, ...,
+    what the deploy docs read back); a second fleet's, after a prefix."""
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+
+    from holdfast.cdk import HoldfastFleet
+
+    stack = cdk.Stack(cdk.App(), "Mine")
+    HoldfastFleet(stack, "Fleet", worker_image="example/worker:1").add_outputs()
+    HoldfastFleet(stack, "Staging", worker_image="example/worker:1",
+                  fleet_name="staging").add_outputs(prefix="Staging")
+    outputs = set(Template.from_stack(stack).to_json()["Outputs"])
+    ours = set(template_json["Outputs"])
+    assert ours and ours <= outputs and {f"Staging{o}" for o in ours} <= outputs
+
+
 def test_importing_holdfast_cdk_first_quiets_the_node_20_banner() -> None:
     """`import holdfast.cdk` before aws_cdk: no end-of-life banner from jsii on Node 20."""
     env = {k: v for k, v in cli_env().items()
