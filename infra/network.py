@@ -10,6 +10,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from holdfast.infra.limits import VPC_AZS
 from holdfast.infra.logs import retention
 
 __all__ = ["AWS_API_PORT", "Network"]
@@ -61,7 +62,7 @@ class Network(Construct):
         if not public_only:
             subnets.append(ec2.SubnetConfiguration(
                 name="Workers", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=20))
-        vpc = ec2.Vpc(self, "Vpc", max_azs=2, subnet_configuration=subnets,
+        vpc = ec2.Vpc(self, "Vpc", max_azs=VPC_AZS, subnet_configuration=subnets,
                       nat_gateways=0 if public_only else nat_gateways)
         # Every heartbeat is a DynamoDB call: the gateway endpoint is free and keeps them off the
         # NAT gateway (and its per-GB charge).

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields, replace
 from typing import Any, Final
 
 from holdfast.core import names
-from holdfast.core.exceptions import ConfigError
-from holdfast.core.framebuffers import check_buffers_fit
+from holdfast.core import settings as worker_settings
 from holdfast.core.rules import (
     DEFAULT_HEARTBEAT_MS,
     DEFAULT_LEASE_MS,
@@ -26,35 +25,29 @@ from holdfast.core.rules import (
     LeaseTiming,
     throttled_heartbeat_ms,
 )
-from holdfast.infra.exceptions import SettingsError
+from holdfast.core.urls import policy_from_env
+from holdfast.infra.crosschecks import check_cross_field
+from holdfast.infra.limits import (
+    MAX_STOP_TIMEOUT_S,
+    VPC_AZS,
+)
 from holdfast.infra.parsers import (
     boolean,
+    check_key_spelling,
     choice,
+    context_keys,
+    image_uri,
     int_in,
+    layer_arn,
     matching,
     setting,
     tcp_ports,
-    text,
     tracing_mode,
+    worker_check,
 )
 
-__all__ = ["DEFAULT_FLEET_NAME", "LOG_RETENTION_DAYS", "Settings", "context_key"]
+__all__ = ["DEFAULT_FLEET_NAME", "Settings", "context_key"]
 
-# The values CloudWatch Logs accepts for a retention period.
-LOG_RETENTION_DAYS: Final = frozenset({
-    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
-    3288, 3653,
-})
-# Fargate CPU units -> the memory sizes (MiB) allowed with them.
-_FARGATE_MEMORY: Final[dict[int, range]] = {
-    256: range(512, 2049, 512),
-    512: range(1024, 4097, 1024),
-    1024: range(2048, 8193, 1024),
-    2048: range(4096, 16385, 1024),
-    4096: range(8192, 30721, 1024),
-    8192: range(16384, 61441, 4096),
-    16384: range(32768, 122881, 8192),
-}
 DEFAULT_FLEET_NAME: Final = "holdfast"
 _STACK_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
 _FLEET_RE: Final = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
@@ -64,7 +57,6 @@ _EMAIL_RE: Final = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _SESSION_SUFFIX: Final = "-sessions"
 _TABLE_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{3,246}$")
 # ECS stops a task with SIGKILL this long after SIGTERM at most (the ECS maximum is 120 s).
-_MAX_STOP_TIMEOUT_S: Final = 120
 
 
 def context_key(name: str) -> str:
@@ -115,13 +107,20 @@ class Settings:
     task_memory_mib: int = setting(1024, int_in(512, 122_880), "Fargate memory per task")
     worker_architecture: str = setting("arm64", choice("arm64", "x86_64"), "task CPU type")
     stop_timeout_seconds: int = setting(
-        120, int_in(10, _MAX_STOP_TIMEOUT_S), "SIGTERM -> SIGKILL grace for releasing leases")
+        120, int_in(10, MAX_STOP_TIMEOUT_S), "SIGTERM -> SIGKILL grace for releasing leases")
     worker_image: str | None = setting(
-        None, text, "prebuilt worker image URI (default: build ./Dockerfile)")
-    allowed_hosts: str | None = setting(None, text, "upstream host allow-list for ws_url")
+        None, image_uri, "prebuilt worker image URI (default: build ./Dockerfile)")
+    # Checked as the worker reads them at start (it would exit, and ECS roll the deploy back).
+    allowed_hosts: str | None = setting(
+        None, worker_check(worker_settings.ALLOWED_HOSTS.name, policy_from_env,
+                           worker_settings.ALLOWED_HOSTS.shape),
+        "upstream host allow-list for ws_url")
     upstream_ports: tuple[int, ...] = setting(
         (443,), tcp_ports, "TCP ports workers may dial upstreams on (443 is open for AWS anyway)")
-    handler: str | None = setting(None, text, "module:callable handling upstream messages")
+    handler: str | None = setting(
+        None, worker_check(worker_settings.HANDLER.name, worker_settings.HANDLER.get,
+                           worker_settings.HANDLER.shape),
+        "module:callable handling upstream messages")
     # Lease table.
     table_name: str | None = setting(
         None, matching(_TABLE_RE, "a DynamoDB table name of at most 246 characters"),
@@ -140,7 +139,8 @@ class Settings:
                                   "existing VPC (needs CDK_DEFAULT_ACCOUNT/REGION)")
     worker_subnets: str = setting("private", choice("private", "public"),
                                    "private (egress via NAT) or public (public IP, no NAT)")
-    nat_gateways: int = setting(1, int_in(1, 3), "new VPC with private subnets: NAT gateways")
+    nat_gateways: int = setting(1, int_in(1, VPC_AZS),
+                                f"new VPC with private subnets: NAT gateways (its {VPC_AZS} AZs)")
     vpc_flow_logs: bool = setting(True, boolean, "new VPC: flow logs to CloudWatch")
     # Router and sweeper.
     powertools_layer_version: int = setting(38, int_in(1, 1000), "AWS Powertools layer version")
@@ -155,10 +155,10 @@ class Settings:
         "off", tracing_mode, "off, or xray: OpenTelemetry traces of each acquisition to X-Ray "
         "(ADOT layer on the Lambdas, ADOT collector sidecar in each task)")
     adot_layer_arn: str | None = setting(
-        None, text, "tracing=xray: the ADOT Python Lambda layer ARN (default: "
+        None, layer_arn, "tracing=xray: the ADOT Python Lambda layer ARN (default: "
         "aws-otel-python-arm64 in the stack's region, see infra/function.py)")
     collector_image: str = setting(
-        "public.ecr.aws/aws-observability/aws-otel-collector:v0.43.3", text,
+        "public.ecr.aws/aws-observability/aws-otel-collector:v0.43.3", image_uri,
         "tracing=xray: the worker tasks' ADOT collector sidecar image")
     # Operations.
     log_retention_days: int = setting(30, int_in(1, 3653), "days CloudWatch keeps every log")
@@ -172,7 +172,7 @@ class Settings:
             value = getattr(self, f.name)
             if value is not None and value != f.default:
                 object.__setattr__(self, f.name, f.metadata["parse"](f.name, value))
-        self._check_cross_field()
+        check_cross_field(self, context_key)
 
     def with_values(self, **values: Any) -> Settings:
         """A copy with ``values`` (None: keep this one's), validated like the rest."""
@@ -180,8 +180,15 @@ class Settings:
         return replace(self, **given) if given else self
 
     @classmethod
-    def from_context(cls, lookup: Callable[[str], Any]) -> Settings:
-        """Build from CDK context (``node.try_get_context``); None means "use the default"."""
+    def from_context(cls, lookup: Callable[[str], Any],
+                     keys: Iterable[str] | None = None) -> Settings:
+        """Build from CDK context (``node.try_get_context``); None means "use the default".
+
+        A context key (``keys``, default: every key of ``lookup``'s node or mapping) that is not
+        a setting but close to one is refused as a misspelling (``parsers.check_key_spelling``).
+        """
+        check_key_spelling(context_keys(lookup) if keys is None else keys,
+                           {context_key(f.name) for f in fields(cls)})
         values: dict[str, Any] = {}
         for f in fields(cls):
             key = context_key(f.name)
@@ -251,47 +258,3 @@ class Settings:
     def target_connections_per_task(self) -> int:
         """The average ActiveConnections per task that target tracking aims for."""
         return max(1, self.max_connections_per_task * self.target_utilization_percent // 100)
-
-    def _check_cross_field(self) -> None:
-        k = context_key
-        try:
-            LeaseTiming.from_env(self.timing_environment)  # as the worker and Lambdas read it
-        except ConfigError as exc:
-            raise SettingsError(f"{k('lease_seconds')}/{k('heartbeat_seconds')}/"
-                                f"{k('skew_ms')}: {exc}") from None
-        if self.min_tasks > self.max_tasks:
-            raise SettingsError(f"{k('min_tasks')}={self.min_tasks} is above "
-                                f"{k('max_tasks')}={self.max_tasks}")
-        memory = _FARGATE_MEMORY.get(self.task_cpu)
-        if memory is None:
-            raise SettingsError(f"{k('task_cpu')}={self.task_cpu}: Fargate allows "
-                                f"{', '.join(map(str, _FARGATE_MEMORY))}")
-        if self.task_memory_mib not in memory:
-            raise SettingsError(
-                f"{k('task_memory_mib')}={self.task_memory_mib}: with {self.task_cpu} CPU units "
-                f"Fargate allows {memory.start}..{memory.stop - 1} MiB in steps of {memory.step}")
-        try:  # the worker's own check, on what the stack gives it (it would exit 2 at start)
-            check_buffers_fit({names.ENV_MAX_CONNECTIONS: str(self.max_connections_per_task),
-                               names.ENV_TASK_MEMORY_MIB: str(self.task_memory_mib)})
-        except ConfigError as exc:
-            raise SettingsError(f"{k('max_connections_per_task')}/{k('task_memory_mib')}: "
-                                f"{exc}") from None
-        if self.log_retention_days not in LOG_RETENTION_DAYS:
-            raise SettingsError(f"{k('log_retention_days')}={self.log_retention_days}: "
-                                f"CloudWatch allows {sorted(LOG_RETENTION_DAYS)}")
-        # A graceful stop checkpoints and releases every lease within shutdown_seconds; ECS
-        # must not SIGKILL before that (10 s for exit and log flush), or the task's leases wait
-        # out a full expiry instead of moving at once.
-        need = self.shutdown_seconds + 10
-        if self.stop_timeout_seconds < need:
-            raise SettingsError(
-                f"{k('stop_timeout_seconds')}={self.stop_timeout_seconds}: must be at least "
-                f"the stop budget (max(25, {k('lease_seconds')} + {k('heartbeat_seconds')})) "
-                f"+ 10 = {need} s")
-        if self.table_read_min > self.table_read_max:
-            raise SettingsError(f"{k('table_read_min')} is above {k('table_read_max')}")
-        if self.table_write_min > self.table_write_max:
-            raise SettingsError(f"{k('table_write_min')} is above {k('table_write_max')}")
-        if self.removal_policy == "destroy" and self.deletion_protection:
-            raise SettingsError(f"{k('removal_policy')}=destroy needs "
-                                f"{k('deletion_protection')}=false, or the delete would fail")

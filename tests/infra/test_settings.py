@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
+from holdfast.core import settings as worker_settings
 from holdfast.core.exceptions import ConfigError
+from holdfast.core.urls import parse_allow_list
 from holdfast.infra.exceptions import SettingsError
 from holdfast.infra.settings import Settings, context_key
 from tests.infra.conftest import cdk_json
@@ -71,6 +74,7 @@ def test_context_keys_are_camel_case() -> None:
     ("checkpointSeconds", 1201, "between 1 and 1200"),
     ("checkpointSeconds", "often", "expected an integer"),
     ("tableName", "x" * 247, "at most 246"),
+    ("natGateways", 3, "between 1 and 2"),  # the new VPC spans two AZs
 ])
 def test_bad_values_name_the_key_and_what_is_allowed(key: str, value: Any, needle: str) -> None:
     """A bad context value fails with a message naming the key and the allowed values."""
@@ -98,6 +102,9 @@ def test_lease_timing_is_checked_with_the_core_rules() -> None:
     ({"stopTimeoutSeconds": 34}, "at least"),  # < the 25 s stop budget + 10
     # The worker would refuse to start: 2000 x 256 KiB x 5 of frame buffers in 1 GiB.
     ({"maxConnectionsPerTask": 2000}, "maxConnectionsPerTask/taskMemoryMib: .*does not fit"),
+    # A stop budget ECS's longest stop timeout cannot hold: the lease is what to change.
+    ({"leaseSeconds": 110, "heartbeatSeconds": 5}, "leaseSeconds=110/heartbeatSeconds=5: .*at "
+                                                   "most 110 s together"),
 ])
 def test_inconsistent_combinations_are_refused(values: dict[str, Any], needle: str) -> None:
     """Values fine alone but contradictory together fail at synth, not mid-deployment."""
@@ -167,3 +174,111 @@ def test_cdk_json_shows_the_code_defaults() -> None:
     shown = {k: v for k, v in context.items() if k in defaults}
     assert {"leaseSeconds", "heartbeatSeconds", "checkpointSeconds"} <= set(shown)
     assert {k: v for k, v in shown.items() if v != defaults[k]} == {}
+
+
+@pytest.mark.parametrize("handler", ["myapp", "myapp.handlers:", "my app:handle", "a:b:c",
+                                     "myapp.handlers:on_message", "transcripts.handler:handle"])
+def test_handler_is_checked_by_the_workers_own_rule(handler: str) -> None:
+    """handler passes synth exactly when the worker's HOLDFAST_HANDLER check accepts it; a
+    refusal names the key (or the prop) and the 'package.module:function' shape."""
+    try:
+        worker_settings.HANDLER.get({worker_settings.HANDLER.name: handler})
+    except ConfigError:
+        with pytest.raises(SettingsError, match=r"^handler=.*'package\.module:function'"):
+            from_context(handler=handler)
+        with pytest.raises(SettingsError, match=r"^handler=.*the worker would refuse it"):
+            Settings().with_values(handler=handler)  # HoldfastFleet's handler= prop
+    else:
+        assert from_context(handler=handler).handler == handler
+        assert Settings(handler=handler).handler == handler
+
+
+@pytest.mark.parametrize("hosts", ["10.0.0.0/33", "::::", "feeds example.com", "169.254.169.254",
+                                   "feeds.example.com", ".example.org,*.example.net,10.0.0.0/8",
+                                   "2001:db8::/32, feeds.example.com"])
+def test_allowed_hosts_are_parsed_as_the_worker_parses_them(hosts: str) -> None:
+    """allowedHosts passes synth exactly when the worker's parse_allow_list accepts it; a
+    refusal names the key and the entry the worker would refuse at start."""
+    try:
+        parse_allow_list(hosts)
+    except ValueError as exc:
+        with pytest.raises(SettingsError) as err:
+            from_context(allowedHosts=hosts)
+        assert str(err.value).startswith(f"allowedHosts={hosts!r}: expected host names")
+        assert str(exc) in str(err.value)
+        with pytest.raises(SettingsError, match=r"^allowed_hosts="):
+            Settings(allowed_hosts=hosts)
+    else:
+        assert from_context(allowedHosts=hosts).allowed_hosts == hosts
+
+
+@pytest.mark.parametrize(("key", "value", "needle"), [
+    ("workerImage", "my worker:1", "expected an image URI"),
+    ("workerImage", "Acme/Worker:1", "expected an image URI"),
+    ("collectorImage", "otel collector", "expected an image URI"),
+    ("adotLayerArn", "arn:aws:lambda:eu-west-1:901920570463:layer:otel",
+     "expected a Lambda layer version ARN"),
+    ("adotLayerArn", "aws-otel-python-arm64", "expected a Lambda layer version ARN"),
+])
+def test_images_and_layer_arns_of_impossible_shape_fail_synth(key: str, value: str,
+                                                               needle: str) -> None:
+    """A worker/collector image or ADOT layer ARN no registry or Lambda would take is refused,
+    as context (naming the key) or as a prop (naming the field)."""
+    with pytest.raises(SettingsError, match=re.escape(f"{key}={value!r}: {needle}")):
+        from_context(**{key: value})
+    field = {"workerImage": "worker_image", "collectorImage": "collector_image",
+             "adotLayerArn": "adot_layer_arn"}[key]
+    with pytest.raises(SettingsError, match=f"^{field}="):
+        Settings().with_values(**{field: value})
+
+
+def test_usual_images_layer_arns_and_tokens_pass() -> None:
+    """Registry/repo:tag and @sha256 images, a layer version ARN, and prop values holding CDK
+    tokens (resolved at deploy) are accepted as given."""
+    ecr = "${Token[AWS.AccountId.7]}.dkr.ecr.${Token[AWS.Region.10]}.amazonaws.com/w:1"
+    s = from_context(workerImage="123456789012.dkr.ecr.eu-west-1.amazonaws.com/transcripts:1",
+                     collectorImage="ghcr.io/acme/collector@sha256:" + "ab" * 32,
+                     adotLayerArn="arn:aws:lambda:eu-west-1:901920570463:layer:otel-py:3")
+    assert s.worker_image == "123456789012.dkr.ecr.eu-west-1.amazonaws.com/transcripts:1"
+    assert s.adot_layer_arn == "arn:aws:lambda:eu-west-1:901920570463:layer:otel-py:3"
+    tokens = Settings(worker_image=ecr, handler="${Token[TOKEN.3]}",
+                      allowed_hosts="${Token[TOKEN.4]}")
+    assert (tokens.worker_image, tokens.handler) == (ecr, "${Token[TOKEN.3]}")
+
+
+@pytest.mark.parametrize(("key", "meant"), [
+    ("minTask", "minTasks"), ("MinTasks", "minTasks"), ("min_tasks", "minTasks"),
+    ("workerimage", "workerImage"), ("leaseSecond", "leaseSeconds"), ("handlers", "handler"),
+])
+def test_misspelt_context_keys_are_refused(key: str, meant: str) -> None:
+    """A context key close to a setting's (case aside) fails synth naming the setting meant,
+    instead of leaving that setting at its default."""
+    with pytest.raises(SettingsError,
+                       match=rf"^unknown context key {key!r}: did you mean {meant!r}\?$"):
+        from_context(**{key: 3})
+
+
+def test_other_context_keys_are_left_to_the_app() -> None:
+    """Keys far from every setting, and keys with ':' or '@' (CDK flags, lookups), pass."""
+    s = from_context(**{"minTasks": 3, "myTeam": "feeds", "cli-telemetry": False,
+                        "acknowledged-issue-numbers": [1], "aws:cdk:minTask": 1,
+                        "@aws-cdk/core:minTask": True, "availability-zones:account=1:region=x": []})
+    assert s.min_tasks == 3
+
+
+def test_keys_of_any_lookup_can_be_checked() -> None:
+    """keys= checks the keys behind a lookup that is neither a mapping's nor a node's."""
+    with pytest.raises(SettingsError, match="did you mean 'maxTasks'"):
+        Settings.from_context(lambda key: None, keys=["maxTask"])
+    assert Settings.from_context(lambda key: None) == Settings()
+
+
+def test_a_cdk_apps_context_keys_are_checked() -> None:
+    """Settings.from_context(app.node.try_get_context), as app.py calls it, sees every key of
+    the app's context (cdk.json and -c alike) and refuses a misspelt one."""
+    import aws_cdk as cdk
+
+    with pytest.raises(SettingsError, match="'minTask': did you mean 'minTasks'"):
+        Settings.from_context(cdk.App(context={"minTask": 3}).node.try_get_context)
+    app = cdk.App(context={"minTasks": "3", "myTeam": "feeds"})
+    assert Settings.from_context(app.node.try_get_context).min_tasks == 3
