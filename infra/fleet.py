@@ -13,12 +13,9 @@ field parser and cross-field checks as its context key, so an error names the pr
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
 
 from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack, Tags, Token
-from aws_cdk import aws_ecr as ecr
-from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sns as sns
@@ -29,6 +26,7 @@ from holdfast.infra.exceptions import SettingsError
 from holdfast.infra.failures import HandlerFailures
 from holdfast.infra.flags import FEATURE_FLAGS
 from holdfast.infra.function import FunctionDefaults
+from holdfast.infra.image import container_image
 from holdfast.infra.lambda_asset import lambda_code
 from holdfast.infra.metrics import FleetParts
 from holdfast.infra.monitoring import Monitoring
@@ -46,11 +44,6 @@ from holdfast.infra.table import LeaseTable
 from holdfast.infra.taskstopped import TaskStopped
 
 __all__ = ["HoldfastFleet", "worker_environment"]
-
-_NO_IMAGE = ("HoldfastFleet needs a worker image: worker_image='<registry>/<repo>:<tag>' (an "
-             "image you built and pushed; context key workerImage) or "
-             "worker_image_directory='<folder with your Dockerfile>' (built by `cdk deploy`)")
-
 
 def worker_environment(s: Settings, *, table_name: str, session_table_name: str,
                        queue_url: str, service_name: str) -> dict[str, str]:
@@ -119,7 +112,9 @@ class HoldfastFleet(Construct):
 
     ``HoldfastFleet(self, "Fleet", handler="myapp.handler:handle", worker_image=uri)``.
     ``settings`` carries every other setting (``Settings(min_tasks=4, ...)``); a keyword prop
-    given here wins over the same field of ``settings``. What a user extends is public:
+    given here wins over the same field of ``settings``. ``vpc``: a VPC of the app's own (made
+    in the same app; ``vpc_id`` looks one up instead, which needs the stack's account and
+    region), none: a new two-AZ VPC. What a user extends is public:
     ``table`` (the lease table), ``worker_task_role``, ``worker_container``, ``queue`` and
     ``dead_letter_queue``, ``alarm_topic``; the building blocks as ``leases``, ``sessions``,
     ``queues``, ``router``, ``sweeper``, ``network``, ``workers``, ``monitoring``.
@@ -134,7 +129,8 @@ class HoldfastFleet(Construct):
                  min_tasks: int | None = None,
                  max_tasks: int | None = None,
                  max_connections_per_task: int | None = None,
-                 alarm_email: str | None = None) -> None:
+                 alarm_email: str | None = None,
+                 vpc: ec2.IVpc | None = None) -> None:
         super().__init__(scope, construct_id)
         # The flags this subtree relies on, whatever the user's app (or cdk.json) says: they
         # must be set before the first child exists (children read them on creation).
@@ -147,13 +143,16 @@ class HoldfastFleet(Construct):
         if worker_image_directory is not None and s.worker_image:
             raise SettingsError("HoldfastFleet: give worker_image or worker_image_directory, "
                                 "not both")
+        if vpc is not None and s.vpc_id:
+            raise SettingsError("HoldfastFleet: give vpc or vpc_id (context key vpcId), not both")
+        self._vpc = vpc
         _one_fleet_per_name(self, s.fleet_name,
                             orders_queue_prefix(Stack.of(self).stack_name, s.fleet_name))
         self.settings = s
         # Every taggable resource (tasks too, via the service) carries its fleet: cost
         # allocation and IAM conditions can tell fleets apart.
         Tags.of(self).add("holdfast:fleet", s.fleet_name)
-        image = _worker_image(self, s.worker_image, worker_image_directory,
+        image = container_image(self, s.worker_image, worker_image_directory,
                               s.worker_architecture == "arm64")
         self._build(s, image)
 
@@ -201,7 +200,7 @@ class HoldfastFleet(Construct):
             self, "Network", vpc_id=s.vpc_id, public_subnets=s.worker_subnets == "public",
             nat_gateways=s.nat_gateways, flow_logs=s.vpc_flow_logs,
             log_retention_days=s.log_retention_days, removal_policy=removal,
-            upstream_ports=s.upstream_ports)
+            upstream_ports=s.upstream_ports, vpc=self._vpc)
         # The on-failure queue exists only where the policy sends to it: no resource (and no
         # send permission) that nothing uses.
         self.handler_failures = (
@@ -264,35 +263,3 @@ class HoldfastFleet(Construct):
         groups...: ``holdfast.infra.outputs``), each id after ``prefix`` (a second fleet in
         the stack needs one)."""
         return add_outputs(self, prefix=prefix)
-
-
-# <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:<tag>|@<digest>]
-_ECR_URI = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/"
-                      r"([a-z0-9][a-z0-9._/-]*)(?::([\w][\w.-]{0,127})|@(sha256:[0-9a-f]{64}))?$")
-
-
-def _worker_image(scope: Construct, uri: str | None, directory: str | os.PathLike[str] | None,
-                  arm64: bool) -> ecs.ContainerImage:
-    """A prebuilt image, or ``directory``'s Dockerfile built by ``cdk deploy`` (synth itself
-    needs no Docker). Neither is an error here, at synth, naming both.
-
-    A private ECR image goes through its repository, so the task's execution role is granted
-    the pull (``from_registry`` grants nothing: the task would fail to start)."""
-    if uri:
-        ecr_uri = _ECR_URI.match(uri)
-        if ecr_uri is None:
-            return ecs.ContainerImage.from_registry(uri)
-        account, region, name, tag, digest = ecr_uri.groups()
-        repo = ecr.Repository.from_repository_attributes(
-            scope, "WorkerImageRepository", repository_name=name,
-            repository_arn=f"arn:{Stack.of(scope).partition}:ecr:{region}:{account}:"
-                           f"repository/{name}")
-        return ecs.ContainerImage.from_ecr_repository(repo, tag=digest or tag or "latest")
-    if directory is None:
-        raise SettingsError(_NO_IMAGE)
-    folder = Path(directory).resolve()
-    if not (folder / "Dockerfile").is_file():
-        raise SettingsError(f"worker_image_directory={str(directory)!r}: no Dockerfile in "
-                            f"{folder}. {_NO_IMAGE}")
-    platform = ecr_assets.Platform.LINUX_ARM64 if arm64 else ecr_assets.Platform.LINUX_AMD64
-    return ecs.ContainerImage.from_asset(str(folder), platform=platform)

@@ -29,13 +29,16 @@ class Network(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, vpc_id: str | None,
                  public_subnets: bool, nat_gateways: int, flow_logs: bool,
                  log_retention_days: int, removal_policy: RemovalPolicy,
-                 upstream_ports: Sequence[int] = (AWS_API_PORT,)) -> None:
+                 upstream_ports: Sequence[int] = (AWS_API_PORT,),
+                 vpc: ec2.IVpc | None = None) -> None:
         super().__init__(scope, construct_id)
         self.assign_public_ip = public_subnets
         # True when this construct made a VPC without flow logs (the operator's choice).
-        self.flow_logs_disabled = vpc_id is None and not flow_logs
+        self.flow_logs_disabled = vpc_id is None and vpc is None and not flow_logs
         self.vpc: ec2.IVpc
-        if vpc_id is not None:
+        if vpc is not None:  # the app's own (its routes, endpoints and logs are the app's)
+            self.vpc = vpc
+        elif vpc_id is not None:
             self.vpc = ec2.Vpc.from_lookup(self, "Vpc", vpc_id=vpc_id)
         else:
             vpc = self._new_vpc(public_subnets, nat_gateways)

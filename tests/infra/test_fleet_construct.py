@@ -260,6 +260,29 @@ def test_a_user_stack_gets_our_outputs_when_it_asks(template_json: dict[str, Any
     assert ours and ours <= outputs and {f"Staging{o}" for o in ours} <= outputs
 
 
+def test_a_vpc_of_the_app_s_own_is_used_as_given() -> None:
+    """vpc=<a Vpc made in the same app>: the fleet makes no VPC of its own and puts its
+    workers' security group in that one; vpc with vpc_id as well is refused."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_ec2 as ec2
+    from aws_cdk.assertions import Template
+
+    from holdfast.cdk import HoldfastFleet, Settings
+    from holdfast.infra.exceptions import SettingsError
+
+    stack = cdk.Stack(cdk.App(), "Shared")
+    vpc = ec2.Vpc(stack, "AppVpc", max_azs=2)
+    HoldfastFleet(stack, "Fleet", worker_image="example/worker:1", vpc=vpc)
+    template = Template.from_stack(stack)
+    template.resource_count_is("AWS::EC2::VPC", 1)
+    template.has_resource_properties("AWS::EC2::SecurityGroup", {
+        "GroupDescription": cdk.assertions.Match.string_like_regexp("Holdfast workers"),
+        "VpcId": {"Ref": stack.get_logical_id(vpc.node.default_child)}})  # type: ignore[arg-type]
+    with pytest.raises(SettingsError, match="vpc or vpc_id"):
+        HoldfastFleet(cdk.Stack(cdk.App(), "Both"), "Fleet", worker_image="example/worker:1",
+                      vpc=vpc, settings=Settings(vpc_id="vpc-0123abcd"))
+
+
 def test_importing_holdfast_cdk_first_quiets_the_node_20_banner() -> None:
     """`import holdfast.cdk` before aws_cdk: no end-of-life banner from jsii on Node 20."""
     env = {k: v for k, v in cli_env().items()
