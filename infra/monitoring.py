@@ -202,10 +202,15 @@ class Monitoring(Construct):
                       "a stream that stalled) and were not handled: the upstream or its "
                       "protocol plug-in is misbehaving. The worker logs name the stream.",
                       holdfast_metric(names.METRIC_FRAMES_SKIPPED, worker)),
-            self._any("RenewFailures",
-                      "Worker renewals failed (DynamoDB errors or throttling): streams are at "
-                      "risk of being fenced.",
-                      holdfast_metric(names.METRIC_RENEW_FAILURES, worker)),
+            # A failed checkpoint round is retried at the next; one alone (a timed-out call)
+            # is no risk, and a page for it would teach people to ignore the alarm. Failures in two
+            # of three minutes are: LeasesFenced follows if they go on.
+            self._alarm("RenewFailures",
+                        "Worker renewals kept failing (DynamoDB errors or throttling, in 2 of 3 "
+                        "minutes): streams are at risk of being fenced.",
+                        holdfast_metric(names.METRIC_RENEW_FAILURES, worker).with_(
+                            period=MINUTE, statistic="Sum"),
+                        0, periods=2, of=3, comparison=_GT),
             # p99, not Maximum: a stream stuck unowned is StreamsUnowned's (it fires while the
             # stream waits, this one only after its claim), and one odd sample (a stream
             # stopped and started in the instant it was unowned) should not page anyone.

@@ -86,15 +86,23 @@ def alarm_metrics(template_json: dict[str, Any]) -> dict[tuple[str, str], list[d
     return out
 
 
+def test_renew_failures_alarm_when_they_go_on(template_json: dict[str, Any]) -> None:
+    """RenewFailures pages on failures in 2 of 3 one-minute periods, not on one failed round
+    (the next round retries it)."""
+    (alarm,) = alarm_metrics(template_json)[(names.NAMESPACE, names.METRIC_RENEW_FAILURES)]
+    assert (alarm["Statistic"], alarm["Period"], alarm["Threshold"]) == ("Sum", 60, 0)
+    assert (alarm["DatapointsToAlarm"], alarm["EvaluationPeriods"]) == (2, 3)
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+
+
 def test_sessions_and_fencing_alarm_on_any_occurrence(template_json: dict[str, Any]) -> None:
-    """ItemErrors (sweeper); LeasesFenced, streams giving up, frames not handled and
-    RenewFailures (worker): sum > 0 in 5 minutes."""
+    """ItemErrors (sweeper); LeasesFenced, streams giving up and frames not handled (worker):
+    sum > 0 in 5 minutes."""
     alarms = alarm_metrics(template_json)
     for metric, service in ((names.METRIC_ITEM_ERRORS, "holdfast-sweeper"),
                             (names.METRIC_LEASES_FENCED, "holdfast-worker"),
                             (names.METRIC_UPSTREAM_GIVE_UPS, "holdfast-worker"),
-                            (names.METRIC_FRAMES_SKIPPED, "holdfast-worker"),
-                            (names.METRIC_RENEW_FAILURES, "holdfast-worker")):
+                            (names.METRIC_FRAMES_SKIPPED, "holdfast-worker")):
         (alarm,) = alarms[(names.NAMESPACE, metric)]
         assert alarm["Dimensions"] == [{"Name": names.DIMENSION_SERVICE, "Value": service}]
         assert (alarm["Statistic"], alarm["Period"]) == ("Sum", 300), metric
