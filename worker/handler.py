@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger
 
 from holdfast.core import aws, names
+from holdfast.core import settings as S
 from holdfast.core.exceptions import ConfigError
 from holdfast.worker.iothreads import on_io_threads
 
@@ -76,6 +77,10 @@ def load_handler(spec: str | None) -> Handler:
     """Import ``package.module:function``; ``HandlerLoadError`` if it is missing or not async."""
     if not spec:
         return default_handler
+    try:  # the setting's own shape first: "myapp.handlers" tried getattr(module, "")
+        S.HANDLER.get({S.HANDLER.name: spec})
+    except ConfigError as exc:
+        raise HandlerLoadError(str(exc)) from None
     module_name, _, attr = spec.partition(":")
     try:
         obj: object = importlib.import_module(module_name)

@@ -122,8 +122,9 @@ class Handling:
                 return True
             ctx.metrics.incr(names.METRIC_HANDLER_TIMEOUTS if failed.timed_out
                              else names.METRIC_HANDLER_ERRORS)
-            conn.log("error", "handler timed out, call cancelled" if failed.timed_out
-                     else "handler raised", seq=message.seq, attempt=attempt, error=failed.error,
+            conn.log("error", names.LOG_HANDLER_TIMED_OUT if failed.timed_out
+                     else names.LOG_HANDLER_RAISED, seq=message.seq, attempt=attempt,
+                     error=failed.error,
                      # Where in the handler it failed, once per message (not per retry).
                      **({"exc_info": failed.exc} if failed.exc is not None and attempt == 1
                         else {}))

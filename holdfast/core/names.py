@@ -62,6 +62,8 @@ __all__ = [
     "HANDLER_ON_FAILURE_PARK",
     "HANDLER_ON_FAILURE_POLICIES",
     "HANDLER_ON_FAILURE_SKIP",
+    "LOG_HANDLER_RAISED",
+    "LOG_HANDLER_TIMED_OUT",
     "METRIC_ACTIVE_CONNECTIONS",
     "METRIC_BALANCE_TARGETS",
     "METRIC_CLAIMS",
@@ -297,6 +299,11 @@ METRIC_TASK_EVENTS_SKIPPED: Final = "TaskEventsSkipped"
 METRIC_TASK_EVENTS_MALFORMED: Final = "TaskEventsMalformed"
 # Its ``service`` suffix (``<fleet>-taskstopped``), like ``service_names`` gives the others.
 TASKSTOPPED_SERVICE: Final = "taskstopped"
+
+# A stream's handler call that failed: the worker's error line (with ``seq`` and ``error``),
+# which the test harness quotes when a wait times out (``holdfast.testing``).
+LOG_HANDLER_RAISED: Final = "handler raised"
+LOG_HANDLER_TIMED_OUT: Final = "handler timed out, call cancelled"
 
 # The container health check: exits 0 while the worker's supervisor loop is alive.
 WORKER_HEALTH_COMMAND: Final = ("python", "-m", "holdfast.worker.health")

@@ -3,12 +3,14 @@ functions of the recorder's records and the seq checks."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 
+from holdfast.core.names import LOG_HANDLER_RAISED, LOG_HANDLER_TIMED_OUT
 from holdfast.fleet.recorder import Handled
 from holdfast.fleet.report import SeqCheck
 
-__all__ = ["failing_streams", "sink_problems"]
+__all__ = ["failing_streams", "last_handler_error", "sink_problems"]
 
 
 def failing_streams(records: Iterable[Handled], conn_ids: Iterable[str]) -> list[str]:
@@ -40,3 +42,21 @@ def sink_problems(checks: dict[str, SeqCheck],
                 f"{conn_id}: the sink lacks {len(lacks)} seq(s) the checkpoint "
                 f"{check.checkpoint} says were handled (from {check.first}): {lacks[:10]}")
     return problems
+
+
+def last_handler_error(lines: Iterable[str], conn_id: str) -> str | None:
+    """The last handler failure the workers' JSON log ``lines`` record for ``conn_id``, as
+    "seq N: error", or None: a test that timed out says why, not only where the logs are
+    (pytest's temporary folder, gone a few runs later)."""
+    found = None
+    for line in lines:
+        if conn_id not in line or "handler" not in line:
+            continue  # most lines: no JSON parsed
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if (isinstance(rec, dict) and rec.get("conn_id") == conn_id
+                and rec.get("message") in (LOG_HANDLER_RAISED, LOG_HANDLER_TIMED_OUT)):
+            found = f"seq {rec.get('seq')}: {str(rec.get('error'))[:300]}"
+    return found

@@ -16,7 +16,7 @@ from holdfast.fleet.recorder import Handled
 from holdfast.fleet.timing import FleetTiming
 from holdfast.localaws import LocalAws
 from holdfast.testing import LocalFleet
-from holdfast.testing.checks import failing_streams
+from holdfast.testing.checks import failing_streams, last_handler_error
 from holdfast.testing.plugin import fallback_warning
 from tests.conftest import TIMEOUT_SCALE
 
@@ -91,8 +91,10 @@ def test_no_loss_fails_a_stream_whose_handler_always_raised(holdfast_fleet: Loca
     with pytest.raises(AssertionError, match=rf"{conn}: every one of its \d+ handler calls "
                                              r"raised \(seqs \d+-\d+\) \(its errors: "):
         holdfast_fleet.assert_no_loss([conn])
-    # A wait that times out says what did arrive.
-    with pytest.raises(AssertionError, match=r"\d+ handler calls so far \(\d+ raised, seqs "):
+    # A wait that times out says what did arrive, and the handler's last error.
+    with pytest.raises(AssertionError, match=r"\d+ handler calls so far \(\d+ raised, seqs "
+                                             r"\d+-\d+; the last: seq \d+: ConnectionError: "
+                                             r"downstream down\); worker logs: "):
         holdfast_fleet.wait_handled(conn, 1000, timeout_s=0.5)
     holdfast_fleet.stop_stream(conn, wait=False)
 
@@ -105,6 +107,20 @@ def test_failing_streams_names_only_streams_with_no_call_done() -> None:
                Handled("c", 1, "w1", 5, raised=True)]
     assert failing_streams(records, ["a", "b"]) == [
         "b: every one of its 2 handler calls raised (seqs 7-8)"]
+
+
+def test_the_last_handler_error_of_a_stream_is_read_from_the_worker_logs() -> None:
+    """The last "handler raised" or "timed out" line of the stream, as "seq N: error"; other
+    streams' lines, other messages and lines that are not JSON are passed over."""
+    lines = ['{"message": "handler raised", "conn_id": "a", "seq": 3, "error": "E: one"}',
+             'not json, handler a',
+             '{"message": "claimed", "conn_id": "a", "seq": 9, "error": "no handler"}',
+             '{"message": "handler timed out, call cancelled", "conn_id": "a", "seq": 4, '
+             '"error": "TimeoutError"}',
+             '{"message": "handler raised", "conn_id": "b", "seq": 5, "error": "E: b"}']
+    assert last_handler_error(lines, "a") == "seq 4: TimeoutError"
+    assert last_handler_error(lines[:3], "a") == "seq 3: E: one"
+    assert last_handler_error(lines, "c") is None
 
 
 def test_next_test_gets_its_workers_back(holdfast_fleet: LocalFleet) -> None:

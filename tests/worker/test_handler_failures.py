@@ -107,7 +107,7 @@ async def test_a_failed_calls_first_error_line_carries_where_the_handler_failed(
     async with scripted_upstream(lambda _: FIVE) as up:
         runner = connection(lease_for(fleet, f"{unique_id}-t", up.url), _ctx(sink))
         assert await run_until(runner, lambda: sink.stored == [1, 2, 3, 4, 5], 10) is None
-    raised = [r for r in caplog.records if r.getMessage() == "handler raised"]
+    raised = [r for r in caplog.records if r.getMessage() == names.LOG_HANDLER_RAISED]
     assert len(raised) == 2 and raised[0].exc_info and raised[1].exc_info is None
     assert raised[0].exc_info[2] is not None and "raise ConnectionError" in "".join(
         traceback.format_tb(raised[0].exc_info[2]))
