@@ -80,7 +80,7 @@ def _same_place(a: Stack, b: Stack) -> bool:
     return not (differ(a.account, b.account) or differ(a.region, b.region))
 
 
-def _one_fleet_per_name(fleet: Construct, fleet_name: str, prefix: str) -> None:
+def _fleets_apart(fleet: Construct, fleet_name: str, prefix: str) -> None:
     """Two fleets of one app that may share an account and region must have names of their
     own: the name keys their metrics' ``service`` (two stacks with the default name each
     scaled on both fleets' connections) and their alarms. Nor may one's order-queue prefix
@@ -145,8 +145,7 @@ class HoldfastFleet(Construct):
                                 "not both")
         if vpc is not None and s.vpc_id:
             raise SettingsError("HoldfastFleet: give vpc or vpc_id (context key vpcId), not both")
-        self._vpc = vpc
-        _one_fleet_per_name(self, s.fleet_name,
+        _fleets_apart(self, s.fleet_name,
                             orders_queue_prefix(Stack.of(self).stack_name, s.fleet_name))
         self.settings = s
         # Every taggable resource (tasks too, via the service) carries its fleet: cost
@@ -154,9 +153,9 @@ class HoldfastFleet(Construct):
         Tags.of(self).add("holdfast:fleet", s.fleet_name)
         image = container_image(self, s.worker_image, worker_image_directory,
                               s.worker_architecture == "arm64")
-        self._build(s, image)
+        self._build(s, image, vpc)
 
-    def _build(self, s: Settings, image: ecs.ContainerImage) -> None:
+    def _build(self, s: Settings, image: ecs.ContainerImage, vpc: ec2.IVpc | None) -> None:
         removal = RemovalPolicy.DESTROY if s.removal_policy == "destroy" else RemovalPolicy.RETAIN
         service_names = names.service_names(s.fleet_name)
         defaults = FunctionDefaults(code=lambda_code(),
@@ -200,7 +199,7 @@ class HoldfastFleet(Construct):
             self, "Network", vpc_id=s.vpc_id, public_subnets=s.worker_subnets == "public",
             nat_gateways=s.nat_gateways, flow_logs=s.vpc_flow_logs,
             log_retention_days=s.log_retention_days, removal_policy=removal,
-            upstream_ports=s.upstream_ports, vpc=self._vpc)
+            upstream_ports=s.upstream_ports, vpc=vpc)
         # The on-failure queue exists only where the policy sends to it: no resource (and no
         # send permission) that nothing uses.
         self.handler_failures = (

@@ -19,7 +19,7 @@ from holdfast.infra.exceptions import SettingsError
 
 __all__ = ["IMAGE_URI_RE", "LAYER_ARN_RE", "MAX_PORTS", "boolean", "check_key_spelling", "choice",
            "context_keys", "image_uri", "int_in", "layer_arn", "matching", "setting", "tcp_ports",
-           "text", "tracing_mode", "worker_check"]
+           "tracing_mode", "worker_check"]
 
 # Upstream ports the workers may dial: each is one egress rule of a security group (60 max).
 MAX_PORTS: Final = 20
@@ -136,11 +136,6 @@ def tcp_ports(key: str, raw: Any) -> tuple[int, ...]:
     if not 1 <= len(ports) <= MAX_PORTS:
         raise SettingsError(f"{key}={raw!r}: expected 1 to {MAX_PORTS} ports")
     return tuple(ports)
-
-
-def text(key: str, raw: Any) -> str | None:
-    value = str(raw).strip()
-    return value or None
 
 
 def context_keys(lookup: Callable[[str], Any]) -> list[str]:

@@ -27,7 +27,7 @@ from holdfast.fleet.deploy import (
 )
 from holdfast.fleet.moves import claims_from_logs
 from holdfast.fleet.recorder import read_records
-from holdfast.fleet.scenario import ScenarioFailed, balance_now, worker_log_lines
+from holdfast.fleet.scenario import ScenarioFailed, balance_now
 from holdfast.fleet.session import Session
 
 __all__ = ["NEW_VERSION", "OLD_VERSION", "run_deploy"]
@@ -164,7 +164,7 @@ def run_deploy(s: Session, ids: list[str], start_worker: Callable[[str], str], *
             + f": {balance_now(s).describe()}" + ("" if all_ok else "; a step timed out"))
     report = deploy_report(
         style=style, conn_ids=ids, versions=versions, old_version=OLD_VERSION,
-        claims=claims_from_logs(worker_log_lines(s)),
+        claims=claims_from_logs(s.fleet.worker_log_lines()),
         records=list(read_records(s.fleet.record_dir)),
         start_ms=start_ms, end_ms=end_ms, last_stop_ms=last_stop_ms,
         unowned_at_end=[c for c in ids if (o := s.observer.worker_of(c)) is None or o in old],

@@ -241,6 +241,16 @@ class Fleet:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(f"{k}={v}\n" for k, v in sorted(self.env.items())))
 
+    def worker_log_lines(self) -> list[str]:
+        """Every line every worker of the run has logged so far (unreadable logs left out)."""
+        lines: list[str] = []
+        for proc in self.workers.values():
+            try:
+                lines += proc.log_path.read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+        return lines
+
     def crashed(self) -> list[Proc]:
         """Children that exited on their own since the last call (each reported once)."""
         out = []

@@ -39,8 +39,7 @@ from holdfast.fleet.recorder import read_records
 from holdfast.fleet.report import Incident
 from holdfast.fleet.session import Session
 
-__all__ = ["ScenarioFailed", "balance_now", "failover", "open_connections", "run_moves",
-           "worker_log_lines"]
+__all__ = ["ScenarioFailed", "balance_now", "failover", "open_connections", "run_moves"]
 
 
 class ScenarioFailed(Exception):
@@ -113,7 +112,7 @@ def _disrupt(s: Session, name: str, victim: str, sig: signal.Signals,
         s.wait_until(recovered, timeout_s)
     finally:
         s.poll_s = saved
-    logged = claims_from_logs(worker_log_lines(s)) if sig == signal.SIGTERM else None
+    logged = claims_from_logs(s.fleet.worker_log_lines()) if sig == signal.SIGTERM else None
     inc.recovered = {c: _gap_s(s, c, victim, ev_wall, logged) for c in affected
                      if (o := s.observer.worker_of(c)) and o != victim}
     proc = s.fleet.workers[victim]
@@ -210,21 +209,10 @@ def balance_now(s: Session) -> Balance:
     return balance_of(s.observer.loads(), _live(s), unowned=len(s.unowned_started()))
 
 
-def worker_log_lines(s: Session) -> list[str]:
-    """Every line every worker of the run has logged so far (unreadable logs left out)."""
-    lines: list[str] = []
-    for proc in s.fleet.workers.values():
-        try:
-            lines += proc.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-    return lines
-
-
 def run_moves(s: Session) -> list[Move]:
     """Every rebalancing move so far (the workers' logs), with seqs handled twice across it
     (the handler's records) and its time on the run's clock."""
-    moves = moves_from_logs(worker_log_lines(s))
+    moves = moves_from_logs(s.fleet.worker_log_lines())
     records = list(read_records(s.fleet.record_dir))
     wall_now = time.time() * 1000
     for m in moves:

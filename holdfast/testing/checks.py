@@ -3,10 +3,10 @@ functions of the recorder's records and the seq checks."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 
 from holdfast.core.names import LOG_HANDLER_RAISED, LOG_HANDLER_TIMED_OUT
+from holdfast.fleet.moves import json_records
 from holdfast.fleet.recorder import Handled
 from holdfast.fleet.report import SeqCheck
 
@@ -49,14 +49,8 @@ def last_handler_error(lines: Iterable[str], conn_id: str) -> str | None:
     "seq N: error", or None: a test that timed out says why, not only where the logs are
     (pytest's temporary folder, gone a few runs later)."""
     found = None
-    for line in lines:
-        if conn_id not in line or "handler" not in line:
-            continue  # most lines: no JSON parsed
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if (isinstance(rec, dict) and rec.get("conn_id") == conn_id
+    for rec in json_records(lines, conn_id):
+        if (rec.get("conn_id") == conn_id
                 and rec.get("message") in (LOG_HANDLER_RAISED, LOG_HANDLER_TIMED_OUT)):
             found = f"seq {rec.get('seq')}: {str(rec.get('error'))[:300]}"
     return found

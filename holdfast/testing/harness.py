@@ -14,7 +14,7 @@ import signal
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -210,16 +210,10 @@ class LocalFleet:
             got = self.handled(conn_id)
             raised = sum(h.raised for h in got)
             seqs = f", seqs {min(h.seq for h in got)}-{max(h.seq for h in got)}" if got else ""
-            why = last_handler_error(self._log_lines(), conn_id) if raised else None
+            why = last_handler_error(self.fleet.worker_log_lines(), conn_id) if raised else None
             raise AssertionError(f"{exc}: {len(got)} handler calls so far ({raised} raised"
                                  f"{seqs}{f'; the last: {why}' if why else ''}); worker logs: "
                                  f"{self.fleet.run_dir}") from None
-
-    def _log_lines(self) -> Iterator[str]:
-        """Every line of every worker's log (one that cannot be read: none of it)."""
-        for proc in self.fleet.workers.values():
-            with contextlib.suppress(OSError):
-                yield from proc.log_path.read_text(errors="replace").splitlines()
 
     def start_worker(self, *, wait: bool = True) -> str:
         while f"w{self._next}" in self.fleet.workers:

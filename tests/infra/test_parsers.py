@@ -18,7 +18,6 @@ from holdfast.infra.parsers import (
     layer_arn,
     matching,
     tcp_ports,
-    text,
     tracing_mode,
     worker_check,
 )
@@ -42,8 +41,8 @@ def test_booleans_and_tracing_accept_the_usual_spellings() -> None:
             parse("k", "maybe")
 
 
-def test_choices_patterns_and_text() -> None:
-    """A choice is normalised to lowercase; an empty match clears the setting; text strips."""
+def test_choices_and_patterns() -> None:
+    """A choice is normalised to lowercase; an empty match clears the setting."""
     assert choice("a", "b")("k", " B ") == "b"
     with pytest.raises(SettingsError, match="one of a, b"):
         choice("a", "b")("k", "c")
@@ -51,7 +50,6 @@ def test_choices_patterns_and_text() -> None:
     assert digits("k", " 12 ") == "12" and digits("k", "") is None
     with pytest.raises(SettingsError, match="expected digits"):
         digits("k", "x")
-    assert text("k", "  ") is None and text("k", " a ") == "a"
 
 
 def test_ports_are_distinct_and_bounded() -> None:
