@@ -6,16 +6,19 @@ of the reconnect budget, dials and starts reading into a buffer; ``take`` stops 
 hands the open socket and the buffer to the stream's ``Connection``, which delivers what is
 above the holder's last seq and goes on reading. Nothing here calls the handler.
 
-Reading stops at ``BUFFER_MAX_FRAMES``: the rest waits in the socket (the library's queue,
-then TCP back-pressure on the upstream), so a long wait costs memory up to the bound, never
-frames. A socket the upstream closes during the warm-up is handed over closed: the connection
-reconnects from its checkpoint as after any drop.
+Reading stops at ``BUFFER_MAX_FRAMES`` or once the buffer holds
+``holdfast.core.framebuffers.warm_up_buffer_bytes`` (half the frame limit, counted as memory):
+the rest waits in the socket (the library's queue, then TCP back-pressure on the upstream), so
+a long wait or a flood of large frames costs memory up to the bound the worker's memory check
+counts, never frames. A socket the upstream closes during the warm-up is handed over closed:
+the connection reconnects from its checkpoint as after any drop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import WebSocketException
 
+from holdfast.core.framebuffers import warm_up_buffer_bytes
 from holdfast.core.handoff import BUFFER_MAX_FRAMES
 from holdfast.core.urls import UrlPolicy, check_url
 from holdfast.worker.dial import ConnectOptions, Resolver, dial, resolve_checked
@@ -57,8 +61,10 @@ class Prefetch:
     resolve: Resolver
     worker_id: str
     max_frames: int = BUFFER_MAX_FRAMES
+    max_bytes: int | None = None  # None: ``warm_up_buffer_bytes`` of the options' frame limit
     admit: Callable[[], Awaitable[float]] | None = None  # the fleet's connect budget
     frames: list[str | bytes] = field(default_factory=list)
+    buffered_bytes: int = 0  # the buffer's memory (``sys.getsizeof``, not the wire's length)
     ws: ClientConnection | None = None
     _reader: asyncio.Task[None] | None = None
     _read_one: asyncio.Event = field(default_factory=asyncio.Event)  # a frame, or the end
@@ -89,12 +95,16 @@ class Prefetch:
         self._reader = asyncio.get_running_loop().create_task(self._read(self.ws))
 
     async def _read(self, ws: ClientConnection) -> None:
+        max_bytes = (warm_up_buffer_bytes(self.options.max_size) if self.max_bytes is None
+                     else self.max_bytes)
         try:
             with contextlib.suppress(WebSocketException, OSError):
                 async for frame in ws:
                     self.frames.append(frame)
+                    self.buffered_bytes += sys.getsizeof(frame)
                     self._read_one.set()
-                    if len(self.frames) >= self.max_frames:
+                    if (len(self.frames) >= self.max_frames
+                            or self.buffered_bytes >= max_bytes):
                         return  # the rest waits in the socket until the takeover
         finally:
             self._read_one.set()  # closed by the upstream: no frame is coming

@@ -110,7 +110,7 @@ TASK_MEMORY_MIB: Final = Integer(
     name=names.ENV_TASK_MEMORY_MIB, unit="MiB", lo=1, hi=10**7, readers=_W,
     default_doc="unset: not checked",
     doc="The task's memory (the stack sets it): the worker refuses to start when "
-        "MAX_CONNECTIONS x MAX_FRAME_BYTES x (MAX_QUEUE + 3) does not fit it minus 256 MiB.")
+        "MAX_CONNECTIONS x MAX_FRAME_BYTES x (MAX_QUEUE + 3.5) does not fit it minus 256 MiB.")
 MAX_SEQ_JUMP: Final = Integer(name=names.ENV_MAX_SEQ_JUMP, default=1_000_000, lo=0, hi=2**63,
                               readers=_W,
                               doc="A seq more than this past the checkpoint is not handled "

@@ -116,7 +116,7 @@ def test_more_connections_with_more_memory_are_accepted() -> None:
     """2,000 connections per task synthesize once the task has the memory their frame
     buffers need (what the deploy guide shows)."""
     assert from_context(maxConnectionsPerTask=2000, taskCpu=1024,
-                        taskMemoryMib=3072).max_connections_per_task == 2000
+                        taskMemoryMib=4096).max_connections_per_task == 2000
 
 
 def test_checkpoint_range_edges_are_accepted() -> None:

@@ -51,7 +51,7 @@ def test_the_stacks_default_task_fits_its_frame_buffers() -> None:
     {"HOLDFAST_MAX_CONNECTIONS": "1000"},
 ])
 def test_frame_buffers_that_cannot_fit_the_task_are_refused(env: dict[str, str]) -> None:
-    """connections x frame size x (queue + 3) over the task memory is a ConfigError naming all."""
+    """connections x frame size x (queue + 3.5) over the task memory is a ConfigError naming all."""
     with pytest.raises(ConfigError) as err:
         load_config({**BASE, "HOLDFAST_MAX_CONNECTIONS": "500",
                      "HOLDFAST_TASK_MEMORY_MIB": "1024", **env})
