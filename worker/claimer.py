@@ -44,6 +44,7 @@ from holdfast.core.nudge import (
     traceparent_of,
     url_if_fresh,
 )
+from holdfast.core.redact import redact_urls_in
 from holdfast.core.store import wall_clock_ms
 from holdfast.worker.backoff import claim_retry_s, jittered
 from holdfast.worker.iothreads import on_io_threads
@@ -288,7 +289,8 @@ class Claimer:
         except ValueError as exc:
             self.metrics.incr(names.METRIC_POISON_MESSAGES)
             logger.warning("poison nudge deleted", error=str(exc)[:200],
-                           message_id=message.get("MessageId"), body=str(body)[:200])
+                           message_id=message.get("MessageId"),
+                           body=redact_urls_in(str(body)[:1000])[:200])
             return None
         # Each message is its own task (gather): the claim span's parent is this nudge's.
         # A moved stream's nudge may be handed on by a worker above its share (a few hops).

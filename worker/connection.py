@@ -22,7 +22,7 @@ from websockets.exceptions import InvalidURI, WebSocketException
 from holdfast.core import names
 from holdfast.core.exceptions import UnsafeUrl
 from holdfast.core.tracing import StreamTrace
-from holdfast.core.urls import check_url, redact
+from holdfast.core.urls import RESUME_URL_MAX_LEN, check_url, redact
 from holdfast.worker.context import ConnectionContext
 from holdfast.worker.dial import (
     close_reading,
@@ -230,7 +230,7 @@ class Connection:
         next_seq = self.held.cursor.next_seq
         proto = self.ctx.protocol
         url = proto.url(self.held.lease.ws_url, next_seq)
-        checked = check_url(url, self.ctx.policy)
+        checked = check_url(url, self.ctx.policy, max_len=RESUME_URL_MAX_LEN)
         if self.trace is not None:
             self.trace.connecting()
         address = await resolve_checked(checked, self.ctx.policy, self.ctx.resolve)

@@ -28,7 +28,7 @@ from websockets.exceptions import WebSocketException
 
 from holdfast.core.framebuffers import warm_up_buffer_bytes
 from holdfast.core.handoff import BUFFER_MAX_FRAMES
-from holdfast.core.urls import UrlPolicy, check_url
+from holdfast.core.urls import RESUME_URL_MAX_LEN, UrlPolicy, check_url
 from holdfast.worker.dial import ConnectOptions, Resolver, dial, resolve_checked
 from holdfast.worker.protocol import ResumeProtocol
 
@@ -84,7 +84,7 @@ class Prefetch:
         if self.admit is not None:
             await self.admit()
         url = self.protocol.url(self.ws_url, self.from_seq)
-        checked = check_url(url, self.policy)
+        checked = check_url(url, self.policy, max_len=RESUME_URL_MAX_LEN)
         async with asyncio.timeout(timeout_s):
             address = await resolve_checked(checked, self.policy, self.resolve)
             self.ws = await dial(url, address, checked.port,

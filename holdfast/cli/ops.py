@@ -29,7 +29,7 @@ from holdfast.cli.urlinput import UrlInputError, read_url
 from holdfast.core.aws import call
 from holdfast.core.exceptions import MalformedItem, StreamHeld
 from holdfast.core.model import MAX_SEQ, LeaseItem, validate_conn_id
-from holdfast.core.redact import redact
+from holdfast.core.redact import redact, scrub
 from holdfast.core.schema import ATTR, PK_PREFIX, STARTED, STOPPED, pk_for
 from holdfast.core.store import wall_clock_ms
 from holdfast.core.table import (
@@ -214,7 +214,7 @@ def _resumed(item: LeaseItem, *, restarted: bool, after_seq: int | None) -> str:
     elif left_s > 0 and not restarted:
         # A give-up's back-off outlives a stop (only a holder's release ends one), so the
         # operator is told, with the way to end it.
-        error = printable(item.last_error[:200]) if item.last_error else ""
+        error = printable(scrub(item.last_error, item.ws_url)[:200]) if item.last_error else ""
         said += (f"; in back-off for {left_s:.0f} s more ({printable(item.status or 'BACKOFF')}"
                  f"{': ' + error if error else ''}); "
                  f"`holdfast resume {conn_id} --now` retries at once")

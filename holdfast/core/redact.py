@@ -12,14 +12,19 @@ still masked. ``scrub`` removes a URL's secrets from any text (an exception mess
 from __future__ import annotations
 
 import hashlib
+import re
 from urllib.parse import parse_qsl, quote, urlsplit
 
-__all__ = ["MASK", "path_hash", "redact", "scrub"]
+from holdfast.core.model import MAX_URL_LEN
+
+__all__ = ["MASK", "path_hash", "redact", "redact_urls_in", "scrub"]
 
 MASK = "***"
-_MAX_URL = 4096
 _MAX_KEY = 64
 _MIN_SECRET = 4  # shorter values are replaced only where the whole URL appears
+# A WebSocket URL inside free text (a message body that could not be parsed): up to a
+# quote, a backslash or whitespace, the ends of a URL inside JSON.
+_URL_IN_TEXT = re.compile(r"wss?://[^\s\"'\\]+", re.IGNORECASE)
 
 
 def path_hash(path: str) -> str:
@@ -35,7 +40,7 @@ def redact(url: str, *, paths: bool = False) -> str:
     ``wss://feed.example.com:8443/cam/17;sid=***?token=***``).
     """
     try:
-        parts = urlsplit(str(url)[:_MAX_URL])
+        parts = urlsplit(str(url)[:MAX_URL_LEN])
         host = parts.netloc.rpartition("@")[2]
         head = f"{parts.scheme.lower()}://{host}" if parts.netloc or parts.scheme in (
             "ws", "wss") else (f"{parts.scheme.lower()}:" if parts.scheme else "")
@@ -69,10 +74,13 @@ def scrub(text: str, url: str, *, paths: bool = False) -> str:
     if not text or not url:
         return text
     try:
-        parts = urlsplit(url[:_MAX_URL])
+        parts = urlsplit(url[:MAX_URL_LEN])
         userinfo = parts.netloc.rpartition("@")[0]
         secrets = [userinfo, *userinfo.split(":"), parts.fragment]
         secrets += [v for _, v in parse_qsl(parts.query, keep_blank_values=True)]
+        # As written too: decoding turns "+" into a space, so a base64 signature's decoded
+        # form never matched the text an error quotes.
+        secrets += [c.partition("=")[2] for c in parts.query.split("&") if "=" in c]
         secrets += [c for c in parts.query.split("&") if c and "=" not in c]
         for segment in parts.path.split("/"):
             secrets += [p.partition("=")[2] or p for p in segment.split(";")[1:]]
@@ -91,3 +99,9 @@ def scrub(text: str, url: str, *, paths: bool = False) -> str:
         return out
     except Exception:  # a log helper must not fail on garbage
         return "<error text withheld: it could not be scrubbed>"
+
+
+def redact_urls_in(text: str, *, paths: bool = False) -> str:
+    """``text`` with every ws:// or wss:// URL in it shown as ``redact`` shows it: for text
+    whose URL is not known apart (a nudge that could not be parsed)."""
+    return _URL_IN_TEXT.sub(lambda m: redact(m.group(0), paths=paths), text)

@@ -40,12 +40,14 @@ from holdfast.core.addresses import (
     parse_host_address,
 )
 from holdfast.core.exceptions import UnsafeUrl
+from holdfast.core.model import MAX_URL_LEN
 from holdfast.core.redact import redact, scrub
 
 __all__ = [
     "ENV_ALLOWED_HOSTS",
     "ENV_LOG_URL_PATHS",
     "LOOPBACK_ALLOW_LIST",
+    "RESUME_URL_MAX_LEN",
     "CheckedUrl",
     "UrlPolicy",
     "check_address",
@@ -62,7 +64,11 @@ ENV_LOG_URL_PATHS: Final = "HOLDFAST_LOG_URL_PATHS"
 # What the local fleet (demo upstream, chaos soak, bench, tests) allows: loopback only.
 LOOPBACK_ALLOW_LIST: Final = "127.0.0.0/8,::1/128"
 _SCHEMES: Final = ("ws", "wss")
-_MAX_URL: Final = 4096
+# The URL a worker connects to: the stored one (at most ``MAX_URL_LEN``, the item's rule) with
+# the resume parameter its protocol appends (``&from_seq=`` and up to 19 digits). Checked
+# against the stored URL's own limit, a URL of nearly 4,096 characters (a long token) connected
+# once and then never again once it had a checkpoint.
+RESUME_URL_MAX_LEN: Final = MAX_URL_LEN + 64
 _TRUE: Final = ("1", "true", "yes", "on")
 _FALSE: Final = ("0", "false", "no", "off", "")
 # Names that are loopback by definition (RFC 6761), judged as 127.0.0.1 without DNS.
@@ -173,11 +179,16 @@ def log_paths_from_env(env: Mapping[str, str]) -> bool:
     return paths in _TRUE
 
 
-def check_url(url: str, policy: UrlPolicy | None = None) -> CheckedUrl:
-    """Accept ``url`` as written or raise ``UnsafeUrl`` (its message never holds secrets)."""
+def check_url(url: str, policy: UrlPolicy | None = None, *,
+              max_len: int = MAX_URL_LEN) -> CheckedUrl:
+    """Accept ``url`` as written or raise ``UnsafeUrl`` (its message never holds secrets).
+    ``max_len``: a stored URL's limit; ``RESUME_URL_MAX_LEN`` for one a worker resumes with."""
     policy = policy or UrlPolicy()
-    if not isinstance(url, str) or not url or len(url) > _MAX_URL:
-        raise UnsafeUrl("ws_url refused: it is empty or too long")
+    if not isinstance(url, str) or not url:
+        raise UnsafeUrl("ws_url refused: it is empty")
+    if len(url) > max_len:
+        raise UnsafeUrl(f"ws_url refused: it is {len(url)} characters long, the most is "
+                        f"{max_len}")
 
     def refuse(why: str) -> UnsafeUrl:
         return UnsafeUrl(f"ws_url refused: {why}: {redact(url, paths=policy.log_paths)}")

@@ -221,6 +221,25 @@ def test_resume_starts_a_stopped_stream_again_from_its_checkpoint(
     assert code == 1 and "holdfast resume" in err
 
 
+def test_resume_shows_a_back_offs_error_without_url_secrets(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """resume quotes a back-off's last_error scrubbed of the URL's secrets, as ls does (one
+    written by an older worker or by hand quotes the URL whole)."""
+    assert run(capsys, "start", unique_id, SECRET_URL)[0] == 0
+    ddb = client_for(ddb_local, "dynamodb")
+    store = LeaseStore(ddb, ddb_local.table, lease_ms=60_000, skew_ms=1_000)
+    assert store.release(store.acquire(unique_id, "w#a"), 3, error="refused",
+                         retry_at_ms=store.clock() + 60_000) is None
+    assert run(capsys, "stop", unique_id)[0] == 0
+    ddb.update_item(TableName=aws_env["HOLDFAST_TABLE"], Key={"Pk": {"S": f"CONN#{unique_id}"}},
+                    UpdateExpression="SET last_error = :e",
+                    ExpressionAttributeValues={":e": {"S": f"refused: {SECRET_URL}"}})
+    code, out, _ = run(capsys, "resume", unique_id)
+    assert code == 0 and "in back-off for" in out and "refused: ws://127.0.0.1:9/<" in out
+    assert "secret" not in out
+
+
 def test_resume_of_a_given_up_stream_says_its_back_off_and_now_ends_it(
         aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
         capsys: pytest.CaptureFixture[str]) -> None:

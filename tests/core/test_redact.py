@@ -42,6 +42,15 @@ def test_scrub_removes_the_url_and_its_secrets_from_any_text() -> None:
     assert scrub("HTTP 503", FULL) == "HTTP 503" and scrub("", FULL) == ""
 
 
+def test_scrub_removes_a_query_value_as_written_with_plus_signs() -> None:
+    """A base64 signature ("+" decodes to a space) is scrubbed as the error text quotes it,
+    also from the URL the worker resumed with (its own ``from_seq`` in place of the stored)."""
+    url = "wss://h.example.com/feed?from_seq=3&sig=abc+def/ghi=="
+    assert "abc+def" not in scrub("signature abc+def/ghi== rejected", url)
+    assert "abc+def" not in scrub(
+        "connect failed for wss://h.example.com/feed?from_seq=7&sig=abc+def/ghi==", url)
+
+
 @given(user=st.text(min_size=1, max_size=20), secret=st.text(min_size=4, max_size=30),
        value=st.text(min_size=4, max_size=30), segment=st.text(min_size=4, max_size=30))
 def test_redact_never_leaks(user: str, secret: str, value: str, segment: str) -> None:

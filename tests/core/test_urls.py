@@ -9,8 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from holdfast.core.exceptions import UnsafeUrl
+from holdfast.core.model import MAX_URL_LEN
 from holdfast.core.urls import (
     LOOPBACK_ALLOW_LIST,
+    RESUME_URL_MAX_LEN,
     check_address,
     check_url,
     parse_allow_list,
@@ -33,7 +35,7 @@ def test_accepts_public_ws_urls(url: str) -> None:
     ("http://example.com/", "scheme"), ("https://example.com/", "scheme"),
     ("file:///etc/passwd", "scheme"), ("javascript:alert(1)", "scheme"),
     ("ws:///nohost", "no host"), ("ws://exa mple.com/", "whitespace"),
-    ("", "empty"), ("ws://" + "a" * 5000, "too long"), ("ws://host:99999/", "not a valid"),
+    ("", "empty"), ("ws://" + "a" * 5000, "characters long"), ("ws://host:99999/", "not a valid"),
     ("ws://host:0/", "port 0"), ("ws://bad_host!/", "host name"),
     ("ws://1.2.3.256/", "not a valid IPv4"), ("ws://example.123/", "not a valid IPv4"),
 ])
@@ -41,6 +43,18 @@ def test_refuses_malformed_urls(url: str, why: str) -> None:
     """Other schemes and malformed URLs raise UnsafeUrl saying why."""
     with pytest.raises(UnsafeUrl, match=why):
         check_url(url)
+
+
+def test_the_longest_stored_url_is_accepted_with_its_resume_parameter() -> None:
+    """A stored URL of the most characters allowed is connected to again after a checkpoint
+    (the resume parameter appended); one character more is refused, saying how long it is."""
+    stored = "ws://feed.example.com/?token=" + "t" * (MAX_URL_LEN - 29)
+    assert len(stored) == MAX_URL_LEN
+    check_url(stored)
+    resumed = f"{stored}&from_seq={2**63 - 1}"  # what the query protocol appends
+    assert check_url(resumed, max_len=RESUME_URL_MAX_LEN).url == resumed
+    with pytest.raises(UnsafeUrl, match=f"{MAX_URL_LEN + 1} characters long, the most is "):
+        check_url(stored + "t")
 
 
 @pytest.mark.parametrize(("url", "why"), [

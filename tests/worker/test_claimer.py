@@ -63,6 +63,26 @@ async def test_outcomes_decide_each_message(queue: Any) -> None:
     assert visible(sqs, url) == ["c", "d"]
 
 
+async def test_a_poison_nudge_is_logged_without_url_secrets(
+        queue: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A nudge that cannot be parsed is deleted and logged with its body, any WebSocket URL in
+    it redacted (a nudge may carry the stream's URL)."""
+    sqs, url = queue
+
+    async def claim(conn_id: str, source: str, *, ws_url: str | None = None) -> Claim:
+        raise AssertionError("a poison nudge is not claimed")
+
+    claimer = Claimer(sqs, url, claim, lambda: 10, WorkerMetrics(), poll_s=1, retry_delay_s=2)
+    sqs.send_message(QueueUrl=url, MessageBody='{"conn_id": "c1", "url": '
+                                                 '"wss://h.example.com/feed?token=TOKEN-SECRET"')
+    resp = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    await claimer.handle([dict(m) for m in resp["Messages"]])
+    await asyncio.gather(*claimer._settling)
+    logged = [vars(r) for r in caplog.records if r.getMessage() == "poison nudge deleted"]
+    assert len(logged) == 1 and "wss://h.example.com/<" in logged[0]["body"]
+    assert "TOKEN-SECRET" not in caplog.text and visible(sqs, url) == []
+
+
 async def test_a_claim_that_raises_costs_only_its_own_message(queue: Any) -> None:
     """A bug in one claim (it raises): that nudge comes back later, the others of the batch
     are settled as they came out (one raising used to leave the whole batch unsettled)."""
