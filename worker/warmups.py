@@ -96,6 +96,7 @@ class WarmUps:
             self._send(step.peer, HandoffStep(ABORT, step.conn_id, step.epoch, None, me or ""))
             return
         prefetch: Prefetch | None = None
+        warm: WarmUp | None = None
         try:
             stored = await on_io_threads(self.store.read, step.conn_id)
             if self.owner() != me:
@@ -113,19 +114,29 @@ class WarmUps:
             if step.kind != RESERVE:
                 prefetch = Prefetch.for_stream(step.conn_id, item.ws_url, step.seq, self.ctx)
             deadline = self.mono() + TAKE_TIMEOUT_MS
-            self.warming[step.conn_id] = WarmUp(prefetch, step.peer, step.epoch, deadline,
-                                                stored, me, check_ms=deadline)
+            warm = WarmUp(prefetch, step.peer, step.epoch, deadline, stored, me,
+                          check_ms=deadline)
+            self.warming[step.conn_id] = warm
             if prefetch is not None:
                 await prefetch.open(WARM_TIMEOUT_MS / 1000)
         except Exception as exc:  # whatever it was, it costs a fallback, never the worker
-            self.warming.pop(step.conn_id, None)
             if prefetch is not None:
                 await prefetch.close()
+            if warm is not None and self.warming.get(step.conn_id) is not warm:
+                return  # dropped while it connected (ABORT, its deadline, a lost session)
+            self.warming.pop(step.conn_id, None)
             logger.info("handoff: cannot warm up", conn_id=step.conn_id, holder=step.peer,
                         error=f"{type(exc).__name__}: {exc}"[:300])
             self._send(step.peer, HandoffStep(ABORT, step.conn_id, step.epoch, None, me))
             return
-        if (warm := self.warming.get(step.conn_id)) is not None:  # not aborted meanwhile
+        if self.warming.get(step.conn_id) is not warm:
+            # Dropped while it connected (ABORT, its deadline, a lost session), or replaced
+            # by a new offer's warm-up: whoever dropped it closed it before the socket was
+            # open, so the socket is closed here, or it stayed open for the process's life.
+            if prefetch is not None:
+                await prefetch.close()
+            return
+        if warm is not None:
             logger.info("handoff: warmed up" if prefetch is not None else
                         "handoff: slot reserved", conn_id=step.conn_id, holder=step.peer,
                         from_seq=step.seq)
