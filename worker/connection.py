@@ -35,13 +35,16 @@ from holdfast.worker.handling import GiveUp, Handling
 from holdfast.worker.held import HeldStream
 from holdfast.worker.prefetch import Prefetched
 
-__all__ = ["FRAMES_PER_TURN", "LOG_EVERY_MS", "Connection"]
+__all__ = ["FRAMES_PER_TURN", "LOG_EVERY_MS", "STABLE_CONNECTION_MS", "Connection"]
 
 logger = Logger(service="holdfast-worker", child=True)
 # Buffered frames delivered before the stream gives the loop a turn (see ``_session``): a loop
 # round with every stream replaying is at most this many handler calls per stream.
 FRAMES_PER_TURN = 8
 LOG_EVERY_MS = 60_000  # a per-frame warning is logged at most this often per stream and kind
+# A connection that stayed up this long was not flapping, whatever it delivered (an upstream
+# without seqs): its drop starts the back-off again from the base delay.
+STABLE_CONNECTION_MS = 10_000
 
 
 class Connection:
@@ -167,7 +170,8 @@ class Connection:
         held.started()  # a no-op if it stopped before it started (shutdown, session lost)
         try:
             while not held.stopping:
-                before, killed = held.cursor.handled, False
+                before, killed = held.cursor.checkpoint, False
+                began_ms = self.ctx.mono()
                 try:
                     await self._session()
                     error = "upstream closed the connection"
@@ -186,7 +190,12 @@ class Connection:
                     error, killed = describe(exc), killed_by_a_frame(exc)
                 if held.stopping:
                     break
-                failures = 1 if held.cursor.handled > before else failures + 1
+                # Progress is a seq handled past the checkpoint, or a connection that held:
+                # a seq-less frame alone (a hello, an upstream's error text) is not, or an
+                # upstream that sends one and closes was reconnected every 0.5 s for ever.
+                progressed = (held.cursor.checkpoint != before
+                              or self.ctx.mono() - began_ms >= STABLE_CONNECTION_MS)
+                failures = 1 if progressed else failures + 1
                 if killed:  # by a frame; again at the same resume point: the same frame
                     deaths = deaths + 1 if held.cursor.next_seq == poison_at else 1
                     poison_at = held.cursor.next_seq
@@ -283,5 +292,9 @@ async def _chain(buffered: Sequence[str | bytes], ws: ClientConnection,
                  ) -> AsyncIterator[str | bytes]:
     for frame in buffered:
         yield frame
+    if isinstance(buffered, list):
+        # Delivered: the warm-up's frames would otherwise stay referenced (here, and by the
+        # caller's Prefetched) for as long as the connection lives, days on a quiet stream.
+        buffered.clear()
     async for frame in ws:
         yield frame

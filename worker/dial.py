@@ -7,9 +7,12 @@ Split from ``worker.connection`` (the connection task) to keep that module to th
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Final
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosedError, WebSocketException
@@ -18,13 +21,20 @@ from websockets.protocol import State
 
 from holdfast.core.framebuffers import MAX_UNSENT_BYTES
 from holdfast.core.urls import CheckedUrl, UrlPolicy, check_address
-from holdfast.worker.iothreads import on_io_threads
 
-__all__ = ["BoundedConnection", "ConnectOptions", "NoRedirects", "Resolver",
+__all__ = ["RESOLVER_THREADS", "RESOLVE_TIMEOUT_S", "BoundedConnection", "ConnectOptions",
+           "NoRedirects", "Resolver",
            "close_reading", "describe", "dial", "getaddrinfo", "killed_by_a_frame",
            "resolve_checked"]
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+# Lookups side by side; more wait (and time out) behind a resolver that does not answer,
+# without holding anything else of the worker.
+RESOLVER_THREADS: Final = 8
+RESOLVE_TIMEOUT_S: Final = 5.0
+_RESOLVER_POOL: Final = ThreadPoolExecutor(max_workers=RESOLVER_THREADS,
+                                           thread_name_prefix="holdfast-dns")
 
 
 # An upstream that does not read what we send: websockets answers each of its pings with a
@@ -102,10 +112,15 @@ def dial(url: str, address: str, port: int, headers: dict[str, str], opts: Conne
 
 
 async def getaddrinfo(host: str, port: int) -> list[str]:
-    """The addresses of ``host``, resolved on the worker's own threads: the loop's
-    ``getaddrinfo`` runs on its default executor, which a handler's ``asyncio.to_thread``
-    calls can fill, and every connect to a host name would wait behind them."""
-    infos = await on_io_threads(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+    """The addresses of ``host``, resolved on threads of their own within
+    ``RESOLVE_TIMEOUT_S`` (a ``TimeoutError``, an ``OSError``: the connect fails, the stream
+    backs off). Not the loop's default executor, which a handler's ``asyncio.to_thread`` calls
+    can fill; not the worker's I/O threads either: a name whose servers do not answer blocks
+    its thread for the OS resolver's whole timeout, and a few such streams on their back-off
+    held every claim, release and handoff transfer of the worker behind them."""
+    call = functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+    async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+        infos = await asyncio.get_running_loop().run_in_executor(_RESOLVER_POOL, call)
     return [str(info[4][0]) for info in infos]
 
 

@@ -23,6 +23,7 @@ from holdfast.worker.context import ConnectionContext
 from holdfast.worker.dial import ConnectOptions, close_reading
 from holdfast.worker.held import NO_FENCE_MS, HeldStream
 from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.prefetch import Prefetch
 from holdfast.worker.protocol import QueryParamProtocol
 from tests.worker.conftest import (
     LOOPBACK_POLICY,
@@ -118,6 +119,46 @@ async def test_oversized_frames_are_refused_and_isolated(
     assert ctx.metrics.totals["Reconnects"] >= 2
     assert not missing_seqs(rec.seqs(big)) and not missing_seqs(rec.seqs(ok))
     assert all(len(m.data) < 64 * 1024 for m in rec.calls)
+
+
+async def test_an_upstream_that_says_hello_and_closes_is_given_up(fleet: Fleet,
+                                                                  unique_id: str) -> None:
+    """A frame without a seq is not progress: an upstream that sends one (a hello, an error
+    text) and closes, every time, is given up after the back-off's failures, not reconnected
+    for ever at the base delay."""
+    connects = 0
+
+    async def hello_and_close(ws: ServerConnection) -> None:
+        nonlocal connects
+        connects += 1
+        await ws.send('{"type": "hello"}')
+        await ws.close()
+
+    rec = Recorder()
+    async with serve(hello_and_close, "127.0.0.1", 0) as server:
+        url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/feed"
+        runner = connection(lease_for(fleet, f"{unique_id}-hello", url), context(rec))
+        error = await asyncio.wait_for(runner.run(), 10)
+    assert error is not None and "3 connection failures" in error
+    assert connects == 3 and len(rec.calls) == 3
+
+
+async def test_a_warm_sockets_buffer_is_let_go_once_delivered(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A stream started on a warm socket delivers the warm-up's buffer, then drops it: the
+    frames are not kept for the connection's life."""
+    conn, rec = f"{unique_id}-warm", Recorder()
+    lease = lease_for(fleet, conn, upstream.url(conn))
+    ctx = context(rec)
+    prefetch = Prefetch.for_stream(conn, lease.ws_url, None, ctx)
+    await prefetch.open(5)
+    await async_wait_until(lambda: len(prefetch.frames) >= 3, 5, "frames buffered")
+    taken = await prefetch.take()
+    buffered = len(taken.frames)
+    runner = connection(lease, ctx)
+    runner.prefetched = taken
+    await run_until(runner, lambda: len(rec.calls) >= buffered + 3, 10)
+    assert taken.frames == [] and not missing_seqs(rec.seqs(conn))
 
 
 async def test_host_resolving_to_metadata_is_refused(fleet: Fleet, unique_id: str) -> None:

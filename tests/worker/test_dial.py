@@ -6,13 +6,17 @@ import asyncio
 import base64
 import hashlib
 import socket
+import threading
 import time
+from typing import Any
 
 import pytest
 from websockets.exceptions import ConnectionClosed
 
 from holdfast.core.framebuffers import MAX_UNSENT_BYTES
-from holdfast.worker.dial import ConnectOptions, dial
+from holdfast.worker import dial as dial_module
+from holdfast.worker.dial import ConnectOptions, dial, getaddrinfo
+from holdfast.worker.iothreads import IO_THREADS, on_io_threads
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -86,3 +90,31 @@ async def test_a_frame_that_fails_the_connection_ends_it_within_the_close_timeou
     finally:
         server.close()
     assert time.monotonic() - started < opts.close_timeout_s + 1.5
+
+
+async def test_names_that_do_not_resolve_hold_no_io_thread_and_time_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lookups blocked in the OS resolver (a name whose servers never answer), more of them
+    than there are I/O threads, leave the worker's I/O threads free for claims and releases,
+    and each fails within the resolve timeout."""
+    real = socket.getaddrinfo
+    release = threading.Event()
+
+    def stalled(host: str, *args: Any, **kwargs: Any) -> Any:
+        if host == "stalled.example":
+            release.wait(10)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", stalled)
+    monkeypatch.setattr(dial_module, "RESOLVE_TIMEOUT_S", 0.5, raising=False)
+    lookups = [asyncio.create_task(getaddrinfo("stalled.example", 443))
+               for _ in range(IO_THREADS + 4)]
+    try:
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        assert await on_io_threads(lambda: 42) == 42
+        assert time.monotonic() - t0 < 0.4
+        results = await asyncio.wait_for(asyncio.gather(*lookups, return_exceptions=True), 3)
+        assert all(isinstance(r, TimeoutError) for r in results)
+    finally:
+        release.set()
