@@ -53,8 +53,8 @@ class Handling:
             parsed = Parsed(None, frame, malformed=True)
         if parsed.malformed:
             conn.ctx.metrics.incr(names.METRIC_MALFORMED_FRAMES)
-            conn.log_limited("malformed", "warning",
-                             "frame not parseable, handed on without seq", size=len(frame))
+            conn.log_limited("malformed", "warning", "frame out of contract, handed on "
+                             "without seq", why=parsed.why or "not parseable", size=len(frame))
         seq = parsed.seq
         self.after_seq = seq is not None
         anchor = held.cursor.anchor_for(seq)

@@ -29,19 +29,22 @@ __all__ = [
 ]
 
 _MAX_SEQ = 2**63 - 1
+_NOT_JSON = "not JSON"
 
 
 @dataclass(frozen=True, slots=True)
 class Parsed:
     """A frame as the handler sees it: ``seq`` None when the frame carries no integer seq.
 
-    ``malformed``: a text frame that is not JSON at all (or nests too deep to parse); it is
-    still handed on, with seq None, and the connection counts it (``MalformedFrames``).
+    ``malformed``: a text frame that is not JSON at all (or nests too deep to parse), or whose
+    seq is there but not a sequence number (``"42"``, ``42.0``, ``-3``); it is still handed
+    on, with seq None, and the connection counts it (``MalformedFrames``) and logs ``why``.
     """
 
     seq: int | None
     data: str | bytes
     malformed: bool = False
+    why: str = ""
 
 
 @runtime_checkable
@@ -88,18 +91,26 @@ def parse_json_seq(frame: str | bytes, key: str = "seq") -> Parsed:
     """
     if isinstance(frame, bytes):
         return Parsed(None, frame)
-    if not frame.startswith("{"):
-        # Only an object can carry a seq; the cheap test spares parsing arrays and scalars.
-        return Parsed(None, frame, malformed=not _looks_like_json(frame))
+    # Only an object can carry a seq; the cheap test spares parsing arrays and scalars (JSON
+    # may begin with whitespace: an object after a newline carries its seq too).
+    if not frame.startswith("{") and not (frame[:1].isspace() and
+                                          frame.lstrip().startswith("{")):
+        malformed = not _looks_like_json(frame)
+        return Parsed(None, frame, malformed=malformed, why=_NOT_JSON if malformed else "")
     try:
         obj = jsontext.loads(frame)
     except ValueError:
-        return Parsed(None, frame, malformed=True)
+        return Parsed(None, frame, malformed=True, why=_NOT_JSON)
     seq = obj.get(key) if isinstance(obj, dict) else None
+    if seq is None:  # no seq, or a null one (a control frame)
+        return Parsed(None, frame)
     # bool is an int subclass: {"seq": true} is not a sequence number.
     if isinstance(seq, int) and not isinstance(seq, bool) and 0 <= seq <= _MAX_SEQ:
         return Parsed(seq, frame)
-    return Parsed(None, frame)
+    # Present but not a sequence number ("42", 42.0, -3): silently seq-less, such a stream
+    # never had a checkpoint and resumed wherever the upstream was after every drop.
+    return Parsed(None, frame, malformed=True,
+                  why=f"its {key!r} is not an integer from 0 to 2**63-1: {str(seq)[:20]!r}")
 
 
 def _looks_like_json(frame: str) -> bool:

@@ -68,6 +68,23 @@ def test_unparseable_frames_never_raise(frame: str | bytes, malformed: bool) -> 
     assert parsed.seq == (3 if frame == '{"seq": 3}' else None)
 
 
+@pytest.mark.parametrize("frame", ['{"seq": "42"}', '{"seq": 42.0}', '{"seq": -3}',
+                                   '{"seq": true}', '{"seq": 99999999999999999999}'])
+def test_a_seq_that_is_not_a_sequence_number_is_malformed_and_says_why(frame: str) -> None:
+    """A seq present but not an integer from 0 to 2**63-1 is out of contract: counted and
+    logged with why (silently seq-less, such a stream never had a checkpoint)."""
+    parsed = parse_json_seq(frame)
+    assert parsed.seq is None and parsed.malformed and "'seq' is not an integer" in parsed.why
+
+
+def test_an_object_after_whitespace_carries_its_seq() -> None:
+    """JSON may begin with whitespace: a newline before the object does not lose its seq; an
+    object without a seq (or with a null one: a control frame) is not malformed."""
+    assert parse_json_seq('\n {"seq": 42}').seq == 42
+    assert not parse_json_seq('{"type": "hello"}').malformed
+    assert not parse_json_seq('{"type": "ping", "seq": null}').malformed
+
+
 def test_load_protocol() -> None:
     """Built-in names and module:factory load; anything else is a clear error."""
     assert isinstance(load_protocol(None), QueryParamProtocol)
