@@ -34,7 +34,7 @@ from holdfast.core.handoff import STEPS, HandoffStep, parse_step
 from holdfast.core.liveness import session_owner
 from holdfast.core.nudge import Nudge, parse_nudge
 from holdfast.core.orders import Order, parse_order
-from holdfast.core.schema import SESSION, SessionState, session_pk_for
+from holdfast.core.schema import SESSION, SESSION_IS_LIVE, session_guard_terms, session_pk_for
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -195,14 +195,13 @@ class Directing:
         if parsed is None:
             return False
         worker_id, incarnation = parsed
+        guard_names, guard_values = session_guard_terms(incarnation)
         try:
             call(op, self.client.update_item, TableName=self.table,
                  Key={SESSION.pk: {"S": session_pk_for(worker_id)}}, UpdateExpression=update,
-                 ConditionExpression="#inc = :inc AND #state = :alive",
-                 ExpressionAttributeNames={**names, "#inc": SESSION.incarnation,
-                                           "#state": SESSION.state},
-                 ExpressionAttributeValues={**values, ":inc": {"S": incarnation},
-                                            ":alive": {"S": SessionState.ALIVE}})
+                 ConditionExpression=SESSION_IS_LIVE,
+                 ExpressionAttributeNames={**names, **guard_names},
+                 ExpressionAttributeValues={**values, **guard_values})
         except (ConditionFailed, ValueError):
             return False
         return True

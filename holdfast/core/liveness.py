@@ -12,7 +12,9 @@ Once per ``interval_ms`` it reads the owner index whole (keys only, paginated) a
 every owner that is not among the sessions the sweep saw alive:
 
 - LIVE (ALIVE, that incarnation, within TTL + skew): nothing to do;
-- SILENT (ALIVE but past TTL + skew): left to the sweeper, the only one that declares death;
+- SILENT (ALIVE but past TTL + skew): left to ``Reaper.mark_dead``, the one write that declares
+  death (``docs/concepts/protocol.md`` names who calls it: the session sweep, a successor
+  incarnation, a platform report), never the audit's;
 - GONE because the session is DEAD, ENDED or replaced by a newer incarnation: released now
   (nothing of that incarnation can still deliver: it was declared dead past its TTL, said
   goodbye, or was replaced only after it was dead);
@@ -67,7 +69,7 @@ class Liveness(StrEnum):
     """What a stream owner's session says about its streams (``owner_liveness``)."""
 
     LIVE = "live"  # ALIVE, that incarnation, within TTL + skew: it keeps the stream
-    SILENT = "silent"  # ALIVE but silent past TTL + skew: the sweeper declares it dead
+    SILENT = "silent"  # ALIVE but silent past TTL + skew: left to ``Reaper.mark_dead``
     GONE = "gone"  # DEAD, ENDED or replaced: nobody serves the stream
     UNKNOWN = "unknown"  # no session item names it: gone once seen so for TTL + skew
 

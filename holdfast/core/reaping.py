@@ -1,4 +1,9 @@
-"""The sweeper's side of sessions: dead sessions, reaping, platform-reported deaths.
+"""The reaper's side of sessions: dead sessions, reaping, platform-reported deaths.
+
+Not the sweeper's alone: ``mark_dead`` and ``reap`` are called by every session sweep
+(``sweep_sessions``: the sweeper's, and each worker's reconcile), by ``SessionStore.start``
+over its own silent or ended predecessor, and by ``report_dead``; the one condition of each
+write makes any of them right, and the first to land wins.
 
 ``Reaper`` is the base class of ``SessionStore`` (``holdfast.core.sessions``, which re-exports
 this module's public names and imports this one at import time: this one imports it back only
@@ -29,9 +34,12 @@ from holdfast.core.schema import (
     ATTR,
     OWNER_INDEX_NAME,
     SESSION,
+    SESSION_IS_LIVE,
+    SESSION_IS_OVER,
     SessionState,
     conn_id_from_pk,
     pk_for,
+    session_guard_terms,
     session_pk_for,
 )
 from holdfast.core.store import wall_clock_ms
@@ -96,12 +104,11 @@ class Reaper:
         """The write that ends an ALIVE incarnation (DEAD, or ENDED by its own goodbye); False
         if it is not ALIVE, not that incarnation, (``cutoff_ms``) expires after it, or
         (``stopped_at_ms``) started after or heartbeated more than the skew after it."""
-        cond = "#inc = :inc AND #state = :alive"
-        names = {"#state": SESSION.state, "#at": SESSION.ended_at_ms, "#why": SESSION.end_reason,
-                 "#inc": SESSION.incarnation}
+        cond = SESSION_IS_LIVE
+        guard_names, guard_values = session_guard_terms(incarnation)
+        names = {**guard_names, "#at": SESSION.ended_at_ms, "#why": SESSION.end_reason}
         values = {":new": {"S": state}, ":now": num(self.clock()),
-                  ":why": {"S": reason[:200]}, ":inc": {"S": incarnation},
-                  ":alive": {"S": SessionState.ALIVE}}
+                  ":why": {"S": reason[:200]}, **guard_values}
         if cutoff_ms is not None:
             cond += " AND #exp <= :cutoff"
             names["#exp"] = SESSION.expires_at_ms
@@ -149,9 +156,9 @@ class Reaper:
             return ReportedDeath(False, 0, f"session {item.owner} is already reaped")
         if stopped_at_ms is None and item.state is SessionState.ALIVE:
             # Without a stop time the report proves nothing about when the process went
-            # silent: an ALIVE session is the sweeper's to declare dead, once silent past its
-            # TTL (one writer of that decision; and the reporter's IAM policy names no expiry,
-            # not even for a condition to read).
+            # silent: an ALIVE session is left to the session sweep (the sweeper's, or any
+            # worker's reconcile), whose ``mark_dead`` needs it silent past its TTL (the
+            # reporter's IAM policy names no expiry, not even for a condition to read).
             return ReportedDeath(False, 0, f"session {item.owner} is alive and the report has "
                                            "no stop time: left to its TTL (the sweeper)")
         declared = stopped_at_ms is not None and self.mark_dead(
@@ -159,7 +166,7 @@ class Reaper:
         if declared:
             item = item.as_dead()
         elif item.state is SessionState.ALIVE:
-            # Lost a race: re-read. Another reporter or the sweeper made it DEAD (reap it), or
+            # Lost a race: re-read. Another reporter or a sweep made it DEAD (reap it), or
             # a newer incarnation took the id (leave it alone).
             again = self.get(worker_id, only=REPORT_READS)
             if again is None or again.incarnation != item.incarnation:
@@ -274,16 +281,15 @@ class Reaper:
         # stream the session acquired before it stopped being ALIVE, and then shows none.
         settled = item.ended_at_ms > 0 and now - item.ended_at_ms >= REAP_SETTLE_MS
         if not released and not errors and settled and not self.owned_by(item.owner):
+            guard_names, guard_values = session_guard_terms(item.incarnation)
             with contextlib.suppress(ConditionFailed):
                 call("reaped_session", self.client.update_item, TableName=self.table,
                      Key=self._key(item.worker_id),
                      UpdateExpression="SET #reaped = :now, #ttl = :ttl",
-                     ConditionExpression="#inc = :inc AND #state <> :alive",
+                     ConditionExpression=SESSION_IS_OVER,
                      ExpressionAttributeNames={"#reaped": SESSION.reaped_at_ms,
-                                               "#ttl": SESSION.ttl, "#inc": SESSION.incarnation,
-                                               "#state": SESSION.state},
+                                               "#ttl": SESSION.ttl, **guard_names},
                      ExpressionAttributeValues={":now": num(now),
                                                 ":ttl": num(now // 1000 + REAPED_TTL_S),
-                                                ":inc": {"S": item.incarnation},
-                                                ":alive": {"S": SessionState.ALIVE}})
+                                                **guard_values})
         return released, errors

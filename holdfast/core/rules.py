@@ -44,6 +44,7 @@ __all__ = [
     "is_expired",
     "meets",
     "next_checkpoint",
+    "next_epoch",
     "release_landed",
     "renew_due_mono_ms",
     "session_action",
@@ -274,3 +275,10 @@ def session_action(state: str, expires_at_ms: int, reaped: bool, now_wall_ms: in
     if state == SessionState.ALIVE:
         return "declare_dead" if is_expired(expires_at_ms, now_wall_ms, skew_ms) else "wait"
     return "none" if reaped else "reap"
+
+
+def next_epoch(now_ms: int, *stored: int) -> int:
+    """The epoch of a new holding, the acquire's and the transfer's: ``max(stored + 1, now)``
+    over every stored epoch seen. Above them, so it only goes up; the clock the floor, so a
+    deleted and re-created item or a restored table does not start again low."""
+    return max((now_ms, *(epoch + 1 for epoch in stored)))

@@ -27,6 +27,8 @@ __all__ = [
     "PK_PREFIX",
     "QUEUE_VISIBILITY_TIMEOUT_S",
     "SESSION",
+    "SESSION_IS_LIVE",
+    "SESSION_IS_OVER",
     "SESSION_PREFIX",
     "STARTED",
     "STOPPED",
@@ -38,6 +40,7 @@ __all__ = [
     "conn_id_from_pk",
     "owner_for",
     "pk_for",
+    "session_guard_terms",
     "session_of_owner",
     "session_pk_for",
     "session_table_definition",
@@ -142,7 +145,7 @@ class SessionAttributes:
     worker_version: str = "worker_version"  # HOLDFAST_WORKER_VERSION (absent: not known)
     held: str = "held"  # streams held at the last heartbeat
     capacity: str = "capacity"  # HOLDFAST_MAX_CONNECTIONS
-    orders: str = "orders"  # string set of orders for this worker ("stop:<conn id>")
+    orders: str = "orders"  # string set of orders: "<verb>#<epoch>:<conn id>" (orders.py)
     ended_at_ms: str = "ended_at_ms"
     end_reason: str = "end_reason"
     reaped_at_ms: str = "reaped_at_ms"  # all its streams released: nothing left to do
@@ -161,6 +164,21 @@ class SessionAttributes:
 
 
 SESSION: Final = SessionAttributes()
+
+# The two conditions that pin a session write to one incarnation, with the names and values of
+# ``session_guard_terms``. While it is ALIVE: every write to a live session (heartbeat, end,
+# DEAD, orders, targets, drain), so none lands on a successor or revives a dead one. Once it
+# is not: what follows its end (a new incarnation written over it, the reaped mark), so none
+# lands on a session that came back or on a newer incarnation.
+SESSION_IS_LIVE: Final = "#inc = :inc AND #state = :alive"
+SESSION_IS_OVER: Final = "#inc = :inc AND #state <> :alive"
+
+
+def session_guard_terms(incarnation: str) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """The expression names and values of ``SESSION_IS_LIVE`` and ``SESSION_IS_OVER`` for
+    ``incarnation``."""
+    return ({"#inc": SESSION.incarnation, "#state": SESSION.state},
+            {":inc": {"S": incarnation}, ":alive": {"S": SessionState.ALIVE}})
 
 
 def session_pk_for(worker_id: str) -> str:

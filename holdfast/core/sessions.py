@@ -5,13 +5,13 @@ worker process. Streams are owned by ``owner_for(worker id, incarnation)``, so a
 process (same id, new incarnation) never matches its predecessor's streams.
 
 - ``start``: write a new incarnation. A live one under the same id refuses (``SessionConflict``);
-  a silent or ended one is reaped first (its streams released), so none of them is left owned
-  by a session that nobody serves.
+  a silent one is declared DEAD (``mark_dead``, the sweep's own write) and it, or an ended one,
+  reaped first (its streams released), so none is left owned by a session nobody serves.
 - ``heartbeat_full``: one conditional write (``incarnation`` and ALIVE) that extends the session
   and returns pending orders; a DEAD or replaced session raises ``SessionLost``.
 
 Here: the session item types, their parsing, and the worker's own side of ``SessionStore``
-(scan, start, heartbeat_full, end, add_orders). The sweeper's side (``mark_dead``, ``reap``,
+(scan, start, heartbeat_full, end, add_orders). The reaper's side (``mark_dead``, ``reap``,
 ``report_dead``) and ``get`` live in ``holdfast.core.reaping``, in ``Reaper``, the base class
 of ``SessionStore``; the sweep over sessions (``sweep_sessions``) in
 ``holdfast.core.session_sweep``. Their public names are re-exported from here.
@@ -40,8 +40,11 @@ from holdfast.core.model import (
 from holdfast.core.reaping import REAPED_TTL_S, REPORT_READS, Reaper
 from holdfast.core.schema import (
     SESSION,
+    SESSION_IS_LIVE,
+    SESSION_IS_OVER,
     SessionState,
     owner_for,
+    session_guard_terms,
     worker_of_session_pk,
 )
 from holdfast.core.session_sweep import SessionSweep, SweepLog, sweep_sessions
@@ -212,12 +215,11 @@ class SessionStore(Reaper, Directing):
                 SESSION.heartbeat_at_ms: num(now), SESSION.started_at_ms: num(now),
                 SESSION.held: num(0), SESSION.capacity: num(capacity),
                 **({SESSION.worker_version: {"S": version}} if version else {})}
-        cond, names, values = "attribute_not_exists(#pk)", {"#pk": SESSION.pk}, {}
+        cond, names = "attribute_not_exists(#pk)", {"#pk": SESSION.pk}
+        values: dict[str, dict[str, str]] = {}
         if old is not None:
             # Only over the predecessor we looked at: a concurrent starter wins or loses whole.
-            cond = "#inc = :old AND #state <> :alive"
-            names = {"#inc": SESSION.incarnation, "#state": SESSION.state}
-            values = {":old": {"S": old.incarnation}, ":alive": {"S": SessionState.ALIVE}}
+            cond, (names, values) = SESSION_IS_OVER, session_guard_terms(old.incarnation)
         try:
             call("start_session", self.client.put_item, TableName=self.table, Item=item,
                  ConditionExpression=cond, ExpressionAttributeNames=names,
@@ -236,13 +238,13 @@ class SessionStore(Reaper, Directing):
         now = self.clock()
         expires = now + self.ttl_ms
         update = "SET #exp = :exp, #hb = :now, #held = :held, #cap = :cap, #load = :load"
+        guard_names, guard_values = session_guard_terms(session.incarnation)
         values: dict[str, Any] = {":exp": num(expires), ":now": num(now), ":held": num(held),
-                                  ":cap": num(capacity), ":inc": {"S": session.incarnation},
-                                  ":load": Directive.number(held if load is None else load),
-                                  ":alive": {"S": SessionState.ALIVE}}
+                                  ":cap": num(capacity), **guard_values,
+                                  ":load": Directive.number(held if load is None else load)}
         names = {"#exp": SESSION.expires_at_ms, "#hb": SESSION.heartbeat_at_ms,
-                 "#held": SESSION.held, "#cap": SESSION.capacity, "#inc": SESSION.incarnation,
-                 "#state": SESSION.state, "#load": SESSION.load}
+                 "#held": SESSION.held, "#cap": SESSION.capacity, **guard_names,
+                 "#load": SESSION.load}
         if done:
             update += " DELETE #orders :done"
             values[":done"] = {"SS": sorted(done)}
@@ -253,7 +255,7 @@ class SessionStore(Reaper, Directing):
             # our fence passed.
             resp = call("session_heartbeat", self.client.update_item, TableName=self.table,
                         Key=self._key(session.worker_id), UpdateExpression=update,
-                        ConditionExpression="#inc = :inc AND #state = :alive AND #exp <= :exp",
+                        ConditionExpression=f"{SESSION_IS_LIVE} AND #exp <= :exp",
                         ExpressionAttributeNames=names, ExpressionAttributeValues=values,
                         ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD")
         except ConditionFailed as failed:

@@ -101,7 +101,7 @@ class LeaseStore:
         One conditional UpdateItem. Only an unowned item can be taken: an item that names an
         owner is freed by that owner's release or by the reaper of its dead session, never by
         an acquire (``docs/concepts/protocol.md``), so a forced write of the expiry cannot give a
-        stream a second deliverer. The new epoch is ``max(stored + 1, now)``: it only goes up, also
+        stream a second deliverer. The new epoch is ``rules.next_epoch``'s: it only goes up, also
         across a delete and re-create or a table restore (the clock is the floor). An item
         already owned by ``owner`` (an acquire whose answer was lost, a release that failed)
         is taken back under a new epoch.
@@ -110,8 +110,10 @@ class LeaseStore:
         stream connected before its claim, ``worker.prestart``): its anchor in the same write.
         """
         now = self.clock()
-        epoch, adopt = now, False
+        seen: list[int] = []  # the stored epochs a refused or unanswered write showed
+        adopt = False
         for _ in range(4):
+            epoch = rules.next_epoch(now, *seen)  # a clock behind a stored epoch: above it
             try:
                 old = self._acquire_write(conn_id, owner, now, epoch, adopt,
                                           first_checkpoint=first_checkpoint)
@@ -127,8 +129,7 @@ class LeaseStore:
                 if not ours and not (current.lease_owner is None and blocker is None):
                     raise AcquireFailed(conn_id, blocker or LossReason.HELD, current) from None
                 adopt = adopt or ours
-                if current.epoch >= epoch:
-                    epoch = current.epoch + 1  # a clock behind the stored epoch: the floor wins
+                seen.append(current.epoch)
                 continue
             except InvalidRequest as bad:
                 self.quarantine(conn_id, owner, f"cannot acquire: {bad.message}")
@@ -136,8 +137,8 @@ class LeaseStore:
             except StoreUnavailable:
                 # No answer. If the item is ours now, take it back under a new epoch (whether
                 # it was this write or an older holding of ours, a new epoch is right).
-                stored = self._acquire_unknown(conn_id, owner)
-                adopt, epoch = True, max(epoch, stored + 1)
+                seen.append(self._acquire_unknown(conn_id, owner))
+                adopt = True
                 continue
             new = {**old, ATTR.lease_owner: string(owner), ATTR.epoch: num(epoch),
                    ATTR.lease_expires_at_ms: num(now + self.lease_ms)}
@@ -242,8 +243,8 @@ class LeaseStore:
                      now: int) -> Lease:
         """The successor's lease once ``transfer`` at ``now`` has landed."""
         seq = rules.next_checkpoint(lease.last_seq, handled_seq)
-        return Lease(lease.conn_id, to_owner, max(lease.epoch + 1, now), now + self.lease_ms,
-                     lease.ws_url, seq if seq is not None else lease.last_seq,
+        return Lease(lease.conn_id, to_owner, rules.next_epoch(now, lease.epoch),
+                     now + self.lease_ms, lease.ws_url, seq if seq is not None else lease.last_seq,
                      lease.error_count, weight=lease.weight, moved_at_ms=now,
                      single_connection=lease.single_connection)
 
