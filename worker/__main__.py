@@ -1,7 +1,12 @@
 """``python -m worker``: run one worker until SIGTERM/SIGINT (a second signal exits at once).
 
 Exit codes: 0 after a graceful stop, 2 for a configuration error (the message names the
-variable), 1 for a forced exit on the second signal.
+variable), 1 for a forced exit on the second signal, 3 after a graceful stop because a lost
+session could not be started again (``worker.incarnation``: the platform replaces the worker).
+
+Once the graceful stop is done the process exits within ``EXIT_WITHIN_S``, with the same code:
+what is left (``asyncio.run`` waiting for a handler's task that swallows its cancellation, the
+interpreter waiting for a thread blocked in ``asyncio.to_thread``) is not waited for.
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Mapping
+from typing import Final
 
 from aws_lambda_powertools import Logger
 
@@ -25,7 +32,12 @@ from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.protocol import load_protocol
 from holdfast.worker.supervisor import Supervisor
 
-__all__ = ["build_worker", "main"]
+__all__ = ["EXIT_WITHIN_S", "build_worker", "main"]
+
+# After the graceful stop (releases written, the session ended or left to expire): the loop's
+# and the interpreter's teardown, and tracing's last export, get this long.
+EXIT_WITHIN_S: Final = 2.0
+EXIT_SESSION_NOT_RESTARTED: Final = 3
 
 
 def build_worker(config: WorkerConfig) -> Supervisor:
@@ -50,7 +62,22 @@ def build_worker(config: WorkerConfig) -> Supervisor:
                       protocol=load_protocol(config.protocol), session_ddb=session_ddb)
 
 
-async def _serve(worker: Supervisor, logger: Logger) -> None:
+def _exit_after(seconds: float, code: int, logger: Logger) -> None:
+    """Exit with ``code`` in ``seconds`` unless the process has ended by then (see the module)."""
+
+    def exit_now() -> None:
+        logger.warning("process teardown still waiting (a task or thread that would not stop): "
+                       "exiting now", waited_s=seconds, exit_code=code)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(code)
+
+    timer = threading.Timer(seconds, exit_now)
+    timer.daemon = True  # never what the interpreter waits for
+    timer.start()
+
+
+async def _serve(worker: Supervisor, logger: Logger) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
@@ -77,9 +104,12 @@ async def _serve(worker: Supervisor, logger: Logger) -> None:
     # The process's own heap policy (not the in-process tests'): see ``worker.gcpauses``.
     frozen = asyncio.create_task(gcpauses.keep_frozen())
     try:
-        await worker.run(stop.wait)
+        counts = await worker.run(stop.wait)
     finally:
         frozen.cancel()
+    code = EXIT_SESSION_NOT_RESTARTED if counts["session_not_restarted"] else 0
+    _exit_after(EXIT_WITHIN_S, code, logger)
+    return code
 
 
 _USAGE = f"""usage: python -m holdfast.worker
@@ -114,7 +144,7 @@ def main(env: Mapping[str, str] | None = None, argv: list[str] | None = None) ->
         gcpauses.watch(lambda generation, ms, collected: logger.warning(
             "slow garbage collection: every thread stopped meanwhile", generation=generation,
             took_ms=round(ms), collected=collected))
-        asyncio.run(_serve(worker, logger))
+        code = asyncio.run(_serve(worker, logger))
     except ConfigError as exc:
         print(f"holdfast worker: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -124,7 +154,7 @@ def main(env: Mapping[str, str] | None = None, argv: list[str] | None = None) ->
         return 2
     finally:
         tracing.shutdown()  # export what is buffered (otlp) after the graceful stop
-    return 0
+    return code
 
 
 if __name__ == "__main__":

@@ -7,38 +7,74 @@ by its supervisor) stops counting as alive ``TTL + skew`` after its last heartbe
 the worker does not start. A table that does not answer is retried. Every retry is jittered,
 so a fleet restarted after a regional problem does not retry in step. Clock, sleep and jitter
 are parameters (tests run without waiting).
+
+A running worker whose session was lost starts a new one with ``restart_incarnation``: what
+``start_incarnation`` does not retry (refused credentials, a missing table, a malformed item, a
+twin past its wait) is logged and tried again, jittered, for ``RESTART_WINDOWS`` conflict
+windows; then the worker gives up and stops (its exit code tells the platform to replace it):
+without a session it holds and claims nothing, and a new process may fare better.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 from aws_lambda_powertools import Logger
 
-from holdfast.core.exceptions import SessionConflict, StoreUnavailable
+from holdfast.core.exceptions import HoldfastError, SessionConflict, StoreUnavailable
 from holdfast.core.rules import LeaseTiming
 from holdfast.core.sessions import Session, SessionStore
+from holdfast.worker.backoff import Backoff
 from holdfast.worker.iothreads import on_io_threads
 
-__all__ = ["start_incarnation"]
+__all__ = ["RESTART_BACKOFF", "RESTART_WINDOWS", "conflict_window_ms", "restart_for_ms",
+           "restart_incarnation", "start_incarnation"]
 
 logger = Logger(service="holdfast-worker", child=True)
+
+# How long a lost session's restart is retried, in conflict windows (``conflict_window_ms``:
+# the longest one start waits out a predecessor): a table briefly missing or credentials
+# being rotated get a few tries; past that a replacement process comes sooner than a recovery.
+RESTART_WINDOWS: Final = 4
+RESTART_BACKOFF: Final = Backoff(base_s=1.0, cap_s=10.0)
+
+
+def conflict_window_ms(timing: LeaseTiming) -> int:
+    """How long a start waits for a predecessor with our id before refusing it as a twin."""
+    return timing.lease_ms + timing.skew_ms + 2 * timing.heartbeat_ms
+
+
+def restart_for_ms(timing: LeaseTiming) -> int:
+    """How long ``restart_incarnation`` tries before giving up (``RESTART_WINDOWS``)."""
+    return RESTART_WINDOWS * conflict_window_ms(timing)
 
 
 async def start_incarnation(sessions: SessionStore, worker_id: str, *, capacity: int,
                             version: str, timing: LeaseTiming, mono: Callable[[], int],
                             sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                            rand: Callable[[], float] = random.random) -> tuple[Session, int]:
-    """The new incarnation and when its write was sent (``mono`` ms; see the module)."""
-    deadline = mono() + timing.lease_ms + timing.skew_ms + 2 * timing.heartbeat_ms
+                            rand: Callable[[], float] = random.random,
+                            stopping: Callable[[], bool] = lambda: False,
+                            ) -> tuple[Session, int] | None:
+    """The new incarnation and when its write was sent (``mono`` ms; see the module); None
+    once ``stopping()`` (the worker's stop began): no attempt is made, and one that landed
+    meanwhile is ended at once (it holds nothing; the goodbye may have stopped the keeper)."""
+    deadline = mono() + conflict_window_ms(timing)
     warned = False
     while True:
+        if stopping():
+            return None
         sent = mono()
         try:
             session = await on_io_threads(sessions.start, worker_id, capacity, version=version)
-            return session, sent
+            if not stopping():
+                return session, sent
+            with contextlib.suppress(HoldfastError):  # left to expire: nothing is held
+                await on_io_threads(sessions.end, session, "stopping")
+            return None
         except SessionConflict as conflict:
             if mono() >= deadline:
                 raise
@@ -50,3 +86,30 @@ async def start_incarnation(sessions: SessionStore, worker_id: str, *, capacity:
         except StoreUnavailable as exc:
             logger.warning("cannot start the session yet", error=str(exc)[:300])
         await sleep(min(1.0, timing.heartbeat_ms / 1000) * (0.5 + rand()))
+
+
+async def restart_incarnation(start: Callable[[], Awaitable[None]], *, for_ms: int,
+                              mono: Callable[[], int], stopping: Callable[[], bool],
+                              sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                              rand: Callable[[], float] = random.random) -> bool:
+    """Run ``start`` (a new session, after the last was lost) until it returns or
+    ``stopping()``; each failure logged and retried after ``RESTART_BACKOFF`` for ``for_ms``
+    (``mono`` ms). False if it gave up (see the module)."""
+    deadline = mono() + for_ms
+    failures = 0
+    while not stopping():
+        try:
+            await start()
+            return True
+        except Exception as exc:  # anything: a worker with no session must not go on silently
+            failures += 1
+            give_up = mono() >= deadline
+            # Ours (refused, missing, malformed) in one line; anything else with its traceback.
+            logger.error("cannot start a new session" + (
+                ": giving up" if give_up else "; retrying"), attempts=failures,
+                error=f"{type(exc).__name__}: {exc}"[:300],
+                exc_info=not isinstance(exc, HoldfastError))
+            if give_up:
+                return False
+        await sleep(RESTART_BACKOFF.delay_s(failures, rand))
+    return True

@@ -149,7 +149,16 @@ class SessionKeeper:
         body)."""
         while not self._stop.is_set() and generation == self._generation:
             started = self.mono()
-            self.beat()
+            try:
+                self.beat()
+            except Exception:
+                # A bug, or an error no rule above names: said, and beaten again (sooner, as
+                # after a refusal). If it goes on, nothing lands, the fence passes and the next
+                # beat ends the incarnation, as for any other failure: never a thread that died
+                # with the session still counting on it.
+                self._failed_mono_ms = self.mono()
+                logger.exception("session heartbeat crashed; beating again",
+                                 owner=self.session.owner)
             # The next one is a period after the attempt that landed: a heartbeat that needed
             # retries (throttled) is not followed at once by another one.
             anchor = max(started, self.last_ok_mono_ms or started)
@@ -255,8 +264,10 @@ class SessionKeeper:
         self._on_loop(self._report_lost, lost)
 
     def _report_lost(self, lost: SessionLost) -> None:
-        # Kept: the loop holds only a weak reference to a task.
+        # Kept: the loop holds only a weak reference to a task. Nobody awaits it: its failure
+        # is logged by its done-callback, never lost.
         self._lost_task = asyncio.ensure_future(self.on_lost(lost))
+        self._lost_task.add_done_callback(_log_failure)
 
     def _on_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop: streams, balancing and metrics belong to it."""
@@ -287,3 +298,11 @@ class SessionKeeper:
             logger.info("order", verb=parsed.verb, conn_id=parsed.conn_id, epoch=parsed.epoch,
                         held=acted, via="session")
         return orders
+
+
+def _log_failure(task: asyncio.Future[None]) -> None:
+    """The lost session's handling ended with an error (the worker may be left without a
+    session): said, with its traceback."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.error("handling the lost session failed",
+                     error=f"{type(exc).__name__}: {exc}"[:300], exc_info=exc)

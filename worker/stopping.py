@@ -19,7 +19,10 @@ Then the goodbye (``goodbye``): the releases still being sent (their callers can
 budget's end) given up to ``RELEASES_SETTLE_S`` to land, the last handoff messages, the nudges
 of our last polls handed back, the session ended (the sweeper then releases whatever we could
 not, without waiting a TTL), the order queue deleted. The wait for our last polls leaves it
-the budget's last ``goodbye_s``.
+the budget's last ``goodbye_s``. Each wait on SQS (the last messages, our last polls, the order
+queue's deletion) ends with the budget, the ones before the session's end ``SESSION_END_S``
+before it: an SQS that does not answer (25 s read timeout, retries) must not keep the session
+from being ended before the platform's SIGKILL.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Awaitable, Callable, Collection
-from typing import TYPE_CHECKING, Final
+from collections.abc import Awaitable, Callable, Collection, Coroutine
+from typing import TYPE_CHECKING, Any, Final
 
 from aws_lambda_powertools import Logger
 
@@ -47,10 +50,11 @@ if TYPE_CHECKING:
     from holdfast.worker.outbox import Outbox
     from holdfast.worker.session import SessionKeeper
 
-__all__ = ["DRAIN_SHARE", "GOODBYE_S", "RELEASES_SETTLE_S", "WARM_AT_ONCE_AIM",
-           "WARM_AT_ONCE_AT_STOP", "WARM_AT_ONCE_LEAST", "WARM_CYCLE_MS", "WARM_PACE_AFTER_MS",
-           "WARM_REACH_SLACK", "WARM_SLOTS_AIM", "beyond_warm_reach", "goodbye", "goodbye_s",
-           "stop_streams", "wait_tasks", "warm_at_once", "warm_pace", "warm_slots"]
+__all__ = ["DRAIN_SHARE", "GOODBYE_S", "RELEASES_SETTLE_S", "SESSION_END_S", "SQS_WAIT_LEAST_S",
+           "WARM_AT_ONCE_AIM", "WARM_AT_ONCE_AT_STOP", "WARM_AT_ONCE_LEAST", "WARM_CYCLE_MS",
+           "WARM_PACE_AFTER_MS", "WARM_REACH_SLACK", "WARM_SLOTS_AIM", "beyond_warm_reach",
+           "goodbye", "goodbye_s", "stop_streams", "wait_tasks", "warm_at_once", "warm_pace",
+           "warm_slots"]
 
 logger = Logger(service="holdfast-worker", child=True)
 
@@ -67,6 +71,12 @@ GOODBYE_S: Final = 1.0
 # batch of 25 releases was still out).
 # Past the budget, but the platform's SIGKILL comes at least 10 s after it (the stack's).
 RELEASES_SETTLE_S: Final = 1.0
+# Kept before the budget's end for the session's end (one DynamoDB write, tens of ms) when the
+# goodbye's SQS waits are bounded; and the least each of those waits gets (a healthy SQS answers
+# in tens of ms), so a stop whose releases used its whole budget still sends its last handoff
+# messages: past the budget, within the platform's grace (at least 10 s, as above).
+SESSION_END_S: Final = 0.5
+SQS_WAIT_LEAST_S: Final = 0.25
 # Warm handoffs a stopping worker has in flight at once (``warm_at_once``, ``warm_slots``); it
 # offers the next as one ends, for as long as an offer can still end before the drain
 # deadline, and releases the rest break-before-make, still to their named successors. 100
@@ -208,14 +218,29 @@ async def stop_streams(streams: dict[str, Connection], tasks: set[asyncio.Task[N
         asking.cancel()  # the mark hanging on DynamoDB: the session ends anyway
 
 
+async def _bounded(what: str, wait: Coroutine[Any, Any, object], ends_at: float | None,
+                   room_s: float = 0.0) -> None:
+    """Await ``wait`` until ``room_s`` before ``ends_at`` (``time.monotonic``; None: no end),
+    at least ``SQS_WAIT_LEAST_S``; cut short with a log line naming ``what``."""
+    if ends_at is None:
+        await wait
+        return
+    timeout_s = max(SQS_WAIT_LEAST_S, ends_at - room_s - time.monotonic())
+    try:
+        await asyncio.wait_for(wait, timeout_s)
+    except TimeoutError:
+        logger.warning(f"stop budget spent: {what} cut short", waited_s=round(timeout_s, 3))
+
+
 async def goodbye(*, outbox: Outbox, claimer: Claimer, keeper: SessionKeeper,
                   sessions: SessionStore, inbox: OrderInbox | None, polls_s: float,
                   releases_settled: Callable[[], Awaitable[None]] | None = None,
                   streams_running: Callable[[], int] = lambda: 0,
-                  ) -> dict[str, float]:
+                  ends_at: float | None = None) -> dict[str, float]:
     """After the streams: the releases still being sent (``releases_settled``, at most
     ``RELEASES_SETTLE_S``), the last messages, our last polls (at most ``polls_s``), the
-    session's end, the order queue; when each step ended (``time.monotonic``). With
+    session's end, the order queue; when each step ended (``time.monotonic``). The SQS waits
+    end with the stop budget (``ends_at``, ``time.monotonic``; see the module). With
     ``streams_running()`` still above 0 (a handler that would not stop, even cancelled) the
     session is not ended but left to expire: ended, the sweeper releases its streams at once,
     and the next holder would deliver beside that handler."""
@@ -228,9 +253,11 @@ async def goodbye(*, outbox: Outbox, claimer: Claimer, keeper: SessionKeeper,
                            waited_s=RELEASES_SETTLE_S)
         steps["releases"] = time.monotonic()
     # The handoff messages of the last releases and transfers go before the goodbye.
-    await outbox.drain()
+    await _bounded("sending the last messages", outbox.drain(), ends_at, SESSION_END_S)
     steps["messages"] = time.monotonic()
     # Nudges for the streams just released may sit in our own last polls: hand them on.
+    if ends_at is not None:
+        polls_s = min(polls_s, max(0.0, ends_at - SESSION_END_S - time.monotonic()))
     await claimer.finish_polls(polls_s)
     steps["polls"] = time.monotonic()
     # Goodbye: the sweeper releases whatever we could not, without waiting a TTL.
@@ -246,6 +273,6 @@ async def goodbye(*, outbox: Outbox, claimer: Claimer, keeper: SessionKeeper,
             logger.warning("cannot end the session; it will expire", error=str(exc)[:300])
     steps["session"] = time.monotonic()
     if inbox is not None:
-        await inbox.close()
+        await _bounded("deleting the order queue", inbox.close(), ends_at)
     steps["inbox"] = time.monotonic()
     return steps

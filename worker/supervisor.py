@@ -1,7 +1,8 @@
 """The supervisor: owns the session and the held streams, runs claimer, sweep, checkpoints,
 metrics and health (``worker.services``).
 
-Shutdown is a parameter (an awaitable that completes when the worker must stop), as in hypercorn.
+Shutdown is a parameter (an awaitable that completes when the worker must stop), as in hypercorn;
+a lost session that cannot be started again stops the worker the same way.
 The stop is bounded by ``shutdown_s`` so that it fits ECS's stop timeout:
 
 1. stop claiming (nudges received in flight go back to the queue at once; a claim whose
@@ -47,7 +48,7 @@ from holdfast.worker.handler import Handler, default_handler
 from holdfast.worker.handoff import Handoffs
 from holdfast.worker.held import NO_FENCE_MS, monotonic_ms, ordered_reason
 from holdfast.worker.holdings import Holdings
-from holdfast.worker.incarnation import start_incarnation
+from holdfast.worker.incarnation import restart_for_ms, restart_incarnation, start_incarnation
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.metrics import WorkerMetrics
@@ -113,6 +114,10 @@ class Supervisor:
         # None: no live session, claim nothing.
         self.owner: str | None = None
         self.stopping = False
+        # A lost session that could not be started again (``worker.incarnation``): the
+        # worker stops as if told to, and ``run`` counts ``session_not_restarted``.
+        self.restart_for_ms = restart_for_ms(config.timing)
+        self.restart_failed = asyncio.Event()
         self.counts: Counter[str] = Counter()
         self.checkpointer = Checkpointer(self.store, self.streams, config.timing, self.metrics,
                                          config.renew_mode, mono=mono,
@@ -155,9 +160,13 @@ class Supervisor:
     async def _start_session(self) -> None:
         """Start a new incarnation (``worker.incarnation``) and renew it from now on."""
         timing = self.config.timing
-        session, sent = await start_incarnation(
+        started = await start_incarnation(
             self.sessions, self.worker_id, capacity=self.config.max_connections,
-            version=self.config.version, timing=timing, mono=self.mono)
+            version=self.config.version, timing=timing, mono=self.mono,
+            stopping=lambda: self.stopping)
+        if started is None:
+            return  # a restart the stop overtook: no new incarnation, nothing kept alive
+        session, sent = started
         if self.keeper is None:
             self.keeper = SessionKeeper(
                 self.sessions, session, timing, self.metrics, held=lambda: len(self.streams),
@@ -214,13 +223,27 @@ class Supervisor:
         if self.handoffs is not None:
             await self.handoffs.warm_ups.close_all()
         await wait_tasks(self.tasks, 5.0)
-        if not self.stopping:
-            await self._start_session()
+        if not await restart_incarnation(self._start_session, for_ms=self.restart_for_ms,
+                                         mono=self.mono, stopping=lambda: self.stopping):
+            self.counts["session_not_restarted"] += 1
+            self.restart_failed.set()
 
     # -- the run (its service loops: ``worker.services``) -------------------------------------
     def flush_metrics(self) -> None:
         self.metrics.active = len(self.streams)
         self.metrics.flush()
+
+    async def _until_stop(self, shutdown_trigger: Callable[[], Awaitable[object]]) -> None:
+        """Until ``shutdown_trigger`` completes or no session could be started again."""
+        waits = (asyncio.ensure_future(shutdown_trigger()),
+                 asyncio.ensure_future(self.restart_failed.wait()))
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        for ended in done:
+            ended.result()  # a trigger that failed says so, as it did when awaited alone
 
     async def run(self, shutdown_trigger: Callable[[], Awaitable[object]]) -> Counter[str]:
         """Hold streams until ``shutdown_trigger`` completes, then stop gracefully."""
@@ -242,14 +265,15 @@ class Supervisor:
                     for name, loop in services.keeping(keeper) if loop]
             if services.watchdog is not None:
                 services.watchdog.start()
-            await shutdown_trigger()
+            await self._until_stop(shutdown_trigger)
             # The stop's burst of allocations (a cancellation, a close and a release per stream)
             # tends to set off a full collection, most of all in a worker that took over many
             # streams a moment ago: 100-470 ms with the loop frozen, while every stream's
             # frames pile up unread. What lives now lives until exit: keep it out of the scans.
             gc.freeze()
             logger.info("stopping: no more claims, draining streams", worker_id=self.worker_id,
-                        streams=len(self.streams))
+                        streams=len(self.streams),
+                        session_not_restarted=self.restart_failed.is_set() or None)
             self.stopping = True
             # No more claims: the releases may have their threads.
             self.holdings.endings.releases.widen(STOP_CALLS_IN_FLIGHT)
@@ -266,6 +290,7 @@ class Supervisor:
                 outbox=self.outbox, claimer=services.claimer, keeper=keeper,
                 sessions=self.sessions, inbox=self.inbox,
                 polls_s=min(cfg.poll_drain_s, max(0.0, left_s)),
+                ends_at=stop_t0 + cfg.shutdown_s,
                 releases_settled=self.holdings.endings.releases.settled,
                 streams_running=lambda: sum(not t.done() for t in self.tasks))
             if services.watchdog is not None:

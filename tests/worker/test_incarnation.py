@@ -1,5 +1,6 @@
 """A worker's new incarnation waits out a crashed predecessor with its id, refuses a live
-twin, and retries a table that does not answer; on DynamoDB Local, with no real waiting."""
+twin, and retries a table that does not answer; a lost session's restart is retried, then
+given up; on DynamoDB Local, with no real waiting."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import pytest
 
 from holdfast.core.exceptions import SessionConflict, StoreUnavailable
 from holdfast.core.rules import LeaseTiming
+from holdfast.core.schema import SessionState, session_table_definition
 from holdfast.core.sessions import SessionStore
 from holdfast.localaws import LocalAws
-from holdfast.worker.incarnation import start_incarnation
+from holdfast.worker.incarnation import restart_incarnation, start_incarnation
 from tests.conftest import client_for, own_tables
 from tests.core.test_store import Clock
 
@@ -94,3 +96,74 @@ async def test_a_table_that_does_not_answer_is_retried(sessions: SessionStore, t
     session, _ = await _start(sessions, unique_id, t)
     assert session.worker_id == unique_id and len(calls) == 3
     assert t.slept == [1.0, 1.0]  # min(1 s, heartbeat) x (0.5 + 0.5)
+
+
+def _sessions_on(ddb_local: LocalAws, table: str, t: Time) -> SessionStore:
+    lease_table, _ = own_tables(ddb_local)
+    return SessionStore(client_for(ddb_local, "dynamodb"), table, lease_table,
+                        ttl_ms=TIMING.lease_ms, skew_ms=TIMING.skew_ms, clock=t.wall)
+
+
+async def _restart(sessions: SessionStore, worker_id: str, t: Time) -> bool:
+    async def start() -> None:
+        await _start(sessions, worker_id, t)
+
+    return await restart_incarnation(start, for_ms=10_000, mono=t.mono,
+                                     stopping=lambda: False, sleep=t.sleep, rand=lambda: 0.5)
+
+
+async def test_a_restart_that_keeps_failing_is_said_retried_and_given_up(
+        ddb_local: LocalAws, t: Time, unique_id: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A session table that is gone (ConfigError, which the start does not retry): each try
+    logs an ERROR naming it, the next comes after a doubling back-off, and once the restart's
+    time is up it gives up (False) instead of leaving the worker without a session forever."""
+    sessions = _sessions_on(ddb_local, f"gone-{unique_id}", t)
+    assert await _restart(sessions, unique_id, t) is False
+    assert t.slept == [0.75, 1.5, 3.0, 6.0]  # RESTART_BACKOFF at rand 0.5, then 10 s are up
+    tries = [r for r in caplog.records if r.getMessage().startswith("cannot start a new session")]
+    assert [r.levelname for r in tries] == ["ERROR"] * 5
+    assert all("ConfigError" in getattr(r, "error", "") for r in tries)
+    assert tries[-1].getMessage() == "cannot start a new session: giving up"
+
+
+async def test_a_restart_lands_once_the_table_is_back(ddb_local: LocalAws, t: Time,
+                                                     unique_id: str) -> None:
+    """The session table restored during the back-off: the next try starts the session."""
+    table = f"restored-{unique_id}"
+    sessions = _sessions_on(ddb_local, table, t)
+    ddb = client_for(ddb_local, "dynamodb")
+    t.on_sleep = lambda: (len(t.slept) == 2 and ddb.create_table(
+        **session_table_definition(table)))
+    assert await _restart(sessions, unique_id, t) is True
+    assert len(t.slept) == 2
+    item = sessions.get(unique_id)
+    assert item is not None and item.state is SessionState.ALIVE
+
+
+async def test_a_stop_during_the_start_leaves_no_live_incarnation(
+        sessions: SessionStore, t: Time, unique_id: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's stop began while the start's write was out: that incarnation is ended at
+    once and none is returned (nothing keeps it alive); once stopping, no write is made."""
+    stopping = False
+    start, calls = sessions.start, []
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        nonlocal stopping
+        calls.append(args)
+        session = start(*args, **kwargs)
+        stopping = True  # SIGTERM meanwhile
+        return session
+
+    monkeypatch.setattr(sessions, "start", racing)
+
+    async def starting() -> Any:
+        return await start_incarnation(sessions, unique_id, capacity=10, version="v1",
+                                       timing=TIMING, mono=t.mono, sleep=t.sleep,
+                                       stopping=lambda: stopping)
+
+    assert await starting() is None
+    item = sessions.get(unique_id)
+    assert item is not None and item.state is SessionState.ENDED
+    assert await starting() is None and len(calls) == 1  # stopping: not even tried

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import signal
 import time
 from collections.abc import Callable
 
 import pytest
 
+from holdfast.core.schema import session_table_definition
+from holdfast.worker.handler import Message
 from tests.worker.conftest import (
     Fleet,
     RouterSim,
@@ -17,6 +21,7 @@ from tests.worker.conftest import (
     seqs_by_stream,
     wait_until,
 )
+from tests.worker.recording_handler import record
 
 
 def test_claims_on_nudge_and_handles_messages(fleet: Fleet, upstream: UpstreamThread,
@@ -242,3 +247,68 @@ def test_nudges_caught_by_the_last_polls_are_handed_back(
     assert time.monotonic() - t0 < 3.5  # the poll returned with the nudge, ending the wait
     got = fleet.sqs.receive_message(QueueUrl=fleet.queue_url, WaitTimeSeconds=2)
     assert got.get("Messages"), "the nudge stayed invisible"
+
+
+async def swallows_its_cancellation(message: Message) -> None:
+    """A handler plug-in (``HOLDFAST_HANDLER``): from seq 3 on it waits for ever, shrugging
+    off every cancellation (``asyncio.run``'s teardown waits for such a task)."""
+    await record(message)
+    if message.seq == 3:
+        while True:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(3600)
+
+
+async def blocks_a_thread(message: Message) -> None:
+    """A handler plug-in: at seq 3 it blocks a thread of ``asyncio.to_thread`` for an hour (the
+    default executor's shutdown, and the interpreter's exit, wait for it)."""
+    await record(message)
+    if message.seq == 3:
+        await asyncio.to_thread(time.sleep, 3600)
+
+
+def test_a_handler_that_will_not_stop_does_not_hold_the_exit(
+        fleet: Fleet, upstream: UpstreamThread, spawn: Callable[..., WorkerProc],
+        unique_id: str) -> None:
+    """After the graceful stop, a handler's task that swallows its cancellation or its thread
+    blocked in asyncio.to_thread holds the process's exit EXIT_WITHIN_S (2 s) at most, not
+    until SIGKILL; the exit code is still 0."""
+    workers = []
+    for handler in ("swallows_its_cancellation", "blocks_a_thread"):
+        conn = f"{unique_id}-{handler[:6]}"
+        fleet.create(conn, upstream.url(conn))
+        # One stream each: a full worker polls no more, so the next stream is the next one's.
+        w = spawn(fleet.env, HOLDFAST_HANDLER=f"tests.worker.test_process:{handler}",
+                  HOLDFAST_MAX_CONNECTIONS="1", HOLDFAST_SHUTDOWN_SECONDS="3")
+        wait_until(lambda w=w: w.messages("worker started"), 15, "worker up")
+        fleet.nudge(conn)
+        wait_until(lambda w=w, c=conn: 3 in seqs_by_stream(w.handled()).get(c, []), 15,
+                   f"{handler} stuck at seq 3")
+        workers.append(w)
+    t0 = time.monotonic()
+    for w in workers:
+        w.signal(signal.SIGTERM)
+    for w in workers:
+        assert w.wait(15) == 0
+        assert w.messages("worker stopped")
+        assert w.messages("process teardown still waiting (a task or thread that would not "
+                          "stop): exiting now")
+    # The 3 s budget, the goodbye's bounded second, then 2 s of teardown at most (and slack).
+    assert time.monotonic() - t0 < 3 + 1 + 2 + 2
+
+
+def test_a_worker_that_cannot_start_a_new_session_exits_3(
+        fleet: Fleet, spawn: Callable[..., WorkerProc], unique_id: str) -> None:
+    """Its session table deleted under it: the session fences, every restart fails and is
+    said (ConfigError), and after the restart's time (4 conflict windows, 6 s at a 1 s lease)
+    the worker stops gracefully and exits 3, so that the platform replaces it."""
+    table = f"{fleet.table}-own-sessions"
+    fleet.ddb.create_table(**session_table_definition(table))
+    w = spawn(fleet.env, HOLDFAST_SESSION_TABLE=table, HOLDFAST_LEASE_SECONDS="1",
+              HOLDFAST_HEARTBEAT_SECONDS="0.2", HOLDFAST_SKEW_MS="100", HOLDFAST_MARGIN_MS="100")
+    wait_until(lambda: w.messages("worker started"), 15, "worker up")
+    fleet.ddb.delete_table(TableName=table)
+    assert w.wait(30) == 3
+    gave_up = w.messages("cannot start a new session: giving up")
+    assert gave_up and "ConfigError" in gave_up[0]["error"]
+    assert w.messages("worker stopped")[0]["session_not_restarted"] == 1

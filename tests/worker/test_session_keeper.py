@@ -269,3 +269,50 @@ async def test_the_period_halves_for_a_ttl_after_a_failed_attempt() -> None:
     assert keeper.period_ms() == TIMING.heartbeat_ms
     keeper.executor.shutdown(wait=False)
 
+
+
+async def test_a_heartbeat_that_crashes_is_said_and_beaten_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An error no rule names (a bug) escapes a heartbeat: it is logged with its traceback and
+    the keep-alive thread beats again, renewing the session, instead of dying silently."""
+    lost: list[SessionLost] = []
+
+    class Crashes(Store):
+        def heartbeat_full(self, session: Session, **kwargs: Any) -> Beat:
+            if not self.calls:
+                self.calls += 1
+                raise KeyError("expires_at_ms")
+            return super().heartbeat_full(session, **kwargs)
+
+    store = Crashes()
+    keeper = _keeper(store, lost, FAST)
+    fence = keeper.fence_mono_ms
+    keeper.begin()
+    await asyncio.sleep(0.3)  # three periods
+    keeper.stop()
+    assert store.calls >= 2 and keeper.fence_mono_ms > fence and not lost
+    crashed = [r for r in caplog.records if r.getMessage().startswith("session heartbeat crashed")]
+    assert len(crashed) == 1 and crashed[0].exc_info is not None
+    keeper.executor.shutdown(wait=False)
+
+
+async def test_a_lost_session_whose_handling_fails_is_said(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The loop's handling of a lost session raises (nobody awaits its task): the error is
+    logged at once, not left in a task nobody looks at."""
+
+    class Lost(Store):
+        def heartbeat_full(self, session: Session, **_: Any) -> Beat:
+            raise SessionLost(session.worker_id, session.incarnation, "session is DEAD")
+
+    keeper = _keeper(Lost(), [])
+
+    async def failing(lost: SessionLost) -> None:
+        raise RuntimeError("no new session")
+
+    keeper.on_lost = failing
+    await _beat(keeper)
+    said = [r for r in caplog.records if r.getMessage() == "handling the lost session failed"]
+    assert len(said) == 1 and said[0].levelname == "ERROR"
+    assert "RuntimeError: no new session" in getattr(said[0], "error", "")
+    keeper.executor.shutdown(wait=False)

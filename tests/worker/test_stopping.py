@@ -4,6 +4,7 @@ the goodbye's order."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -153,3 +154,29 @@ async def test_a_stream_still_running_leaves_the_session_to_expire() -> None:
 
     await _goodbye(steps, settle, running=1)
     assert "heartbeat stopped" in steps.said and "session ended" not in steps.said
+
+
+async def test_an_sqs_that_does_not_answer_cannot_keep_the_session_from_ending(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The last messages and the order queue's deletion hang on SQS: each wait ends with the
+    stop budget (the messages' SESSION_END_S before it), each said, and the session is ended
+    inside the budget."""
+
+    class Hanging(_Steps):
+        async def drain(self) -> None:
+            await asyncio.sleep(60)
+
+        async def close(self) -> None:
+            await asyncio.sleep(60)
+
+    steps = Hanging()
+    t0 = time.monotonic()
+    ended = await goodbye(outbox=steps, claimer=steps, keeper=steps,  # type: ignore[arg-type]
+                          sessions=steps, inbox=steps, polls_s=5.0,  # type: ignore[arg-type]
+                          ends_at=t0 + stopping.SESSION_END_S + 0.3)
+    assert steps.said == ["polls", "heartbeat stopped", "session ended"]
+    assert ended["session"] - t0 < stopping.SESSION_END_S  # room left for it
+    assert time.monotonic() - t0 < stopping.SESSION_END_S + 0.3 + 0.2
+    cut = [r.getMessage() for r in caplog.records if "cut short" in r.getMessage()]
+    assert cut == ["stop budget spent: sending the last messages cut short",
+                   "stop budget spent: deleting the order queue cut short"]

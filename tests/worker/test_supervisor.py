@@ -9,6 +9,7 @@ import pytest
 
 from holdfast.core import names
 from holdfast.core.boto import new_session
+from holdfast.core.schema import session_table_definition
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import delete_stream, set_desired_state
 from holdfast.worker.claimer import Claimer
@@ -409,3 +410,25 @@ async def test_the_stop_keeps_the_end_of_its_budget_for_the_goodbye(
     # goodbye_s(4 s) is 0.4 s: the wait ends that much before the budget, less the moment the
     # stop takes to begin (0.2 s allowed for a loaded machine).
     assert len(waits) == 1 and waits[0] <= budget - 0.2, waits
+
+
+async def test_a_worker_that_cannot_start_a_new_session_stops_itself(
+        fleet: Fleet, unique_id: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Its session table deleted: the session fences, its restart fails (ConfigError, said at
+    ERROR) until the restart's time is up, and the worker then stops by itself through its
+    graceful stop, counting ``session_not_restarted`` (a worker with no session claims
+    nothing: left running, it would be a silent zombie)."""
+    table = f"{fleet.table}-own-sessions"
+    fleet.ddb.create_table(**session_table_definition(table))
+    async with running_worker(fleet, Recorder(), HOLDFAST_SESSION_TABLE=table) as run:
+        await async_wait_until(lambda: run.worker.owner is not None, 10, "a session")
+        run.worker.restart_for_ms = 500  # a try or two (the restart's own clock, ``mono``)
+        fleet.ddb.delete_table(TableName=table)
+        counts = await asyncio.wait_for(asyncio.shield(run.task), 20)
+    assert counts["sessions_lost"] == 1 and counts["session_not_restarted"] == 1
+    assert run.worker.owner is None
+    tries = [r for r in caplog.records if r.getMessage().startswith("cannot start a new session")]
+    assert tries and tries[-1].getMessage() == "cannot start a new session: giving up"
+    assert all(r.levelname == "ERROR" and "ConfigError" in getattr(r, "error", "")
+               for r in tries)
+    assert [r for r in caplog.records if r.getMessage() == "worker stopped"]
