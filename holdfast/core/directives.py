@@ -34,6 +34,7 @@ from holdfast.core.handoff import STEPS, HandoffStep, parse_step
 from holdfast.core.liveness import session_owner
 from holdfast.core.nudge import Nudge, parse_nudge
 from holdfast.core.orders import Order, parse_order
+from holdfast.core.placement import MAX_SUCCESSORS
 from holdfast.core.schema import SESSION, SESSION_IS_LIVE, session_guard_terms, session_pk_for
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ __all__ = ["MAX_SUCCESSORS", "Directing", "Directive", "drain_body", "float_attr
            "parse_inbox_body"]
 
 _MAX = 10**9
-MAX_SUCCESSORS = 32  # successors named in one directive (the session item stays small)
 # Each field of a directive and its session-item attribute (its queue message uses the fields).
 _ITEM_NAMES = (("share", SESSION.target_share), ("ceiling", SESSION.target_ceiling),
                ("shed_at_once", SESSION.shed_at_once), ("until_ms", SESSION.target_until_ms),

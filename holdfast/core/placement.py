@@ -36,7 +36,13 @@ from collections.abc import Mapping, Sequence
 
 from holdfast.core.balance import BalancePolicy, Member, Plan, Target, plan, split_moves
 
-__all__ = ["fill", "new_version", "place"]
+__all__ = ["MAX_SUCCESSORS", "fill", "new_version", "place"]
+
+# Successors one target names at most (its session item stays small; the directive's reader
+# keeps no more). Past it, the streams go to the receivers already named, least loaded first:
+# a list one stream per receiver over 50 new workers was cut to its first 32 when read back,
+# so a third of a deploy's streams went unnamed and the target never read back as written.
+MAX_SUCCESSORS = 32
 
 
 def new_version(members: Sequence[Member]) -> str | None:
@@ -51,20 +57,22 @@ def new_version(members: Sequence[Member]) -> str | None:
 
 
 def fill(loads: dict[str, float], caps: Mapping[str, float], count: int, *, turn: int = 0,
-         ) -> tuple[tuple[str, int], ...]:
-    """Give ``count`` streams, one at a time, to the least loaded of ``loads`` below its cap;
-    ``loads`` is updated. Ties go round in owner order starting ``turn`` places on, so lists
-    made from the same loads do not all leave their odd streams with the same receivers.
-    Returns (owner, how many), most first."""
+         most: int = MAX_SUCCESSORS) -> tuple[tuple[str, int], ...]:
+    """Give ``count`` streams, one at a time, to the least loaded of ``loads`` below its cap,
+    naming at most ``most`` receivers; ``loads`` is updated. Ties go round in owner order
+    starting ``turn`` places on, so lists made from the same loads do not all leave their odd
+    streams with the same receivers. Returns (owner, how many), most first."""
     order = sorted(loads)
     rank = {o: (i - turn) % max(1, len(order)) for i, o in enumerate(order)}
     heap = [(load, rank[o], o) for o, load in loads.items() if load + 1 <= caps[o] + 1e-9]
     heapq.heapify(heap)
     given: dict[str, int] = {}
-    for _ in range(count):
-        if not heap:
-            break
+    left = count
+    while left > 0 and heap:
         load, r, owner = heapq.heappop(heap)
+        if owner not in given and len(given) >= most:
+            continue  # a list names ``most`` receivers: the rest of it goes to them
+        left -= 1
         given[owner] = given.get(owner, 0) + 1
         loads[owner] = load + 1
         if load + 2 <= caps[owner] + 1e-9:

@@ -4,7 +4,8 @@ once, onto a new-version worker (pure: no clock, no I/O)."""
 from __future__ import annotations
 
 from holdfast.core.balance import Member, Plan
-from holdfast.core.placement import fill, new_version, place
+from holdfast.core.directives import Directive
+from holdfast.core.placement import MAX_SUCCESSORS, fill, new_version, place
 
 
 def _m(owner: str, held: int, version: str = "v1", started: int = 0, cap: int = 100,
@@ -35,6 +36,28 @@ def test_fill_gives_the_least_loaded_first_and_keeps_the_caps() -> None:
     assert fill(loads, {"x": 4.0, "y": 4.0}, 5) == (("x", 4), ("y", 1))
     assert loads == {"x": 4.0, "y": 4.0}
     assert fill(loads, {"x": 4.0, "y": 4.0}, 3) == ()
+
+
+def test_fill_names_at_most_the_successors_a_directive_keeps() -> None:
+    """100 streams over 50 empty receivers: 32 are named (the directive's reader keeps no
+    more), and every stream goes to one of them."""
+    loads = {f"w{i:02d}#a": 0.0 for i in range(50)}
+    given = fill(loads, dict.fromkeys(loads, 100.0), 100)
+    assert len(given) == MAX_SUCCESSORS and sum(n for _, n in given) == 100
+    assert sum(loads.values()) == 100
+
+
+def test_a_large_deploys_targets_read_back_as_written() -> None:
+    """50 old workers of 100 streams and 50 new, empty: each old worker's list names every one
+    of its streams within 32 successors, and reads back from the session item as written."""
+    members = [_m(f"o{i:02d}#a", 100) for i in range(50)]
+    members += [_m(f"n{i:02d}#b", 0, "v2", 10, cap=200) for i in range(50)]
+    for t in place(members).targets:
+        if t.owner.startswith("o"):
+            assert len(t.successors) <= MAX_SUCCESSORS
+            assert sum(n for _, n in t.successors) == 100
+        directive = Directive(t.share, t.ceiling, t.shed_at_once, 10**6, 100, 1, t.successors)
+        assert Directive.from_item(directive.attributes()) == directive
 
 
 def test_during_a_deploy_nothing_sheds_and_old_workers_take_no_moves() -> None:
