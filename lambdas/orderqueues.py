@@ -23,7 +23,6 @@ not looked at this time.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -41,9 +40,11 @@ from holdfast.core.orders import (
     Order,
     is_missing_queue,
     order_queue_name,
+    order_queue_names_start,
     order_queue_url,
 )
-from holdfast.core.schema import SessionState
+from holdfast.core.schema import SessionState, worker_of_session_pk
+from holdfast.core.session_sweep import SweepLog
 from holdfast.core.sessions import SessionStore
 
 if TYPE_CHECKING:
@@ -188,19 +189,22 @@ def queue_handoffs(sqs: SQSClient, nudge_queue_url: str, prefix: str,
 
 
 def queues_to_delete(queue_urls: Iterable[str], live_owners: Iterable[str],
-                     prefix: str) -> list[str]:
-    """The listed order-queue URLs whose name belongs to none of ``live_owners``.
+                     prefix: str, unknown_workers: Iterable[str] = ()) -> list[str]:
+    """The listed order-queue URLs whose name belongs to none of ``live_owners``, nor to any
+    session of ``unknown_workers`` (whose session item does not parse: alive or not, we
+    cannot tell, so its queues stay).
 
     Not a name with another prefix's mark (``-orders-``) after ours: every prefix ends so, and
     another fleet's that begins with ours (``Feeds-orders-orders-`` under ``Feeds-orders-``,
     deployed from another app, where synth could not refuse it) names queues of sessions we
     do not know. At worst a dead queue of a worker whose id holds ``-orders-`` stays."""
     keep = {order_queue_name(prefix, owner) for owner in live_owners}
+    unknown = tuple(order_queue_names_start(prefix, w) for w in unknown_workers)
     out = []
     for url in queue_urls:
         name = url.rsplit("/", 1)[-1]
         # From our prefix's last "-": "Feeds-orders-" + "orders-w9_c" holds the mark there.
-        if (name.startswith(prefix) and name not in keep
+        if (name.startswith(prefix) and name not in keep and not name.startswith(unknown)
                 and ORDERS_MARK not in name[len(prefix) - 1:]):
             out.append(url)
     return out
@@ -214,6 +218,9 @@ class QueueCollector:
     every_ms: int = COLLECT_EVERY_MS
     next_ms: int = 0
     deleted: int = 0
+    # The sweeper's Powertools logger: a module logger's info lines never reach CloudWatch
+    # (the Lambda runtime's root logger is at WARNING).
+    log: SweepLog = log
 
     def step(self, sqs: SQSClient, sessions: SessionStore, now_ms: int) -> int:
         """Collect if due; returns the number of queues deleted (errors are logged)."""
@@ -229,17 +236,33 @@ class QueueCollector:
             # Consistent: "listed before scanned" holds only if the Scan sees every session
             # written before it began (an eventually consistent one could miss a new worker's
             # and delete its queue).
-            live = [s.owner for s in sessions.scan(consistent=True)
-                    if not isinstance(s, MalformedItem) and s.state is SessionState.ALIVE]
+            scanned = list(sessions.scan(consistent=True))
         except (BotoCoreError, ClientError, HoldfastError) as exc:
-            log.warning("order queues not collected: %s", exc)
+            self.log.error("order queues not collected: %s", exc)
             return 0
-        doomed = queues_to_delete(urls, live, self.prefix)
-        for url in doomed:
-            # Already gone (a worker's own close raced us) is as good as deleted.
-            with contextlib.suppress(BotoCoreError, ClientError):
+        live = [s.owner for s in scanned
+                if not isinstance(s, MalformedItem) and s.state is SessionState.ALIVE]
+        unknown = [w for bad in scanned if isinstance(bad, MalformedItem)
+                   if (w := _worker_of(bad.key)) is not None]
+        deleted = 0
+        for url in queues_to_delete(urls, live, self.prefix, unknown):
+            try:
                 sqs.delete_queue(QueueUrl=url)
-        if doomed:
-            log.info("deleted %d order queues without a live session", len(doomed))
-        self.deleted += len(doomed)
-        return len(doomed)
+            except (BotoCoreError, ClientError) as exc:
+                # Already gone (a worker's own close raced us) is as good as deleted; anything
+                # else (AccessDenied) is said: the queues would pile up unseen.
+                if not is_missing_queue(exc):
+                    self.log.error("order queue not deleted: %s: %s", url, exc)
+                continue
+            deleted += 1
+            self.log.info("deleted an order queue without a live session: %s", url)
+        self.deleted += deleted
+        return deleted
+
+
+def _worker_of(session_pk: str) -> str | None:
+    """The worker id of a session item's key (None: not one)."""
+    try:
+        return worker_of_session_pk(session_pk)
+    except ValueError:
+        return None

@@ -39,6 +39,7 @@ __all__ = [
     "Order",
     "is_missing_queue",
     "order_queue_name",
+    "order_queue_names_start",
     "order_queue_url",
     "parse_order",
     "prefix_for",
@@ -129,6 +130,14 @@ def order_queue_name(prefix: str, owner: str) -> str:
         digest = hashlib.sha256(owner.encode()).hexdigest()[:12]
         name = f"{name[:_MAX_NAME - 13]}-{digest}"
     return name
+
+
+def order_queue_names_start(prefix: str, worker_id: str) -> str:
+    """What the name of every order queue of ``worker_id``'s sessions begins with, whatever
+    the incarnation (``order_queue_name``: the owner's "#" is never safe, so the name is
+    shortened to make room for its digest)."""
+    validate_prefix(prefix)
+    return (prefix + _UNSAFE.sub("_", f"{worker_id}#"))[:_MAX_NAME - 13]
 
 
 def order_queue_url(nudge_queue_url: str, prefix: str, owner: str) -> str:

@@ -233,7 +233,7 @@ def _orders_step(deps: SweepDeps, now: int) -> int:
     if prefix is None or deps.sessions is None:
         return 0
     if deps.orders is None:
-        deps.orders = QueueCollector(prefix)
+        deps.orders = QueueCollector(prefix, log=deps.log or log)
     return deps.orders.step(deps.sqs, deps.sessions, now)
 
 

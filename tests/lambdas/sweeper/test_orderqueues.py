@@ -96,3 +96,38 @@ def test_the_collector_reads_the_sessions_consistently(ddb: Any, sqs: Any) -> No
     sqs.create_queue(QueueName=order_queue_name(prefix, alive.owner))
     assert QueueCollector(prefix).step(sqs, store, now_ms=1_000) == 0
     assert [s.get("ConsistentRead") for s in recorded.scans] == [True]
+
+
+class _Lines:
+    """A SweepLog that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def info(self, msg: object, *args: object, extra: Any = None) -> None:
+        self.lines.append(("info", str(msg) % args))
+
+    def error(self, msg: object, *args: object, extra: Any = None) -> None:
+        self.lines.append(("error", str(msg) % args))
+
+
+def test_a_worker_whose_session_item_does_not_parse_keeps_its_queue(ddb: Any, sqs: Any) -> None:
+    """A session item that does not parse may be a live worker's: its queues stay; an ended
+    session's queue goes, and the deletion is said through the sweeper's logger, naming it."""
+    table = f"hf-oq-{uuid.uuid4().hex[:8]}"
+    ddb.create_table(**session_table_definition(f"{table}-sessions"))
+    store = SessionStore(ddb, f"{table}-sessions", table, ttl_ms=10_000, skew_ms=500)
+    odd, ended = store.start("w-odd", 10), store.start("w-gone", 10)
+    assert store.end(ended)
+    ddb.update_item(TableName=f"{table}-sessions", Key={"Pk": {"S": "WORKER#w-odd"}},
+                    UpdateExpression="SET #s = :x", ExpressionAttributeNames={"#s": "state"},
+                    ExpressionAttributeValues={":x": {"S": "HALF-ALIVE"}})
+    prefix = prefix_for(table)
+    for owner in (odd.owner, ended.owner):
+        sqs.create_queue(QueueName=order_queue_name(prefix, owner))
+    said = _Lines()
+    assert QueueCollector(prefix, log=said).step(sqs, store, now_ms=1_000) == 1
+    left = sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls", [])
+    assert [u.rsplit("/", 1)[1] for u in left] == [order_queue_name(prefix, odd.owner)]
+    assert [level for level, line in said.lines
+            if order_queue_name(prefix, ended.owner) in line] == ["info"]
