@@ -175,8 +175,8 @@ class Reaper:
                 return ReportedDeath(False, 0, f"session {item.owner} heartbeated meanwhile: "
                                                "alive, left to its TTL")
             item = again
-        ids = self.reap(item)[0]
-        return ReportedDeath(declared, len(ids), None, tuple(ids))
+        ids, errors = self.reap(item)
+        return ReportedDeath(declared, len(ids), None, tuple(ids), tuple(errors))
 
     def get(self, worker_id: str, *, only: tuple[str, ...] = ()) -> SessionItem | None:
         """The session item of ``worker_id`` (strongly consistent), or None; with ``only``,

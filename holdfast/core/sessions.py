@@ -71,6 +71,7 @@ class ReportedDeath:
     released: int
     skipped_reason: str | None = None
     released_ids: tuple[str, ...] = ()  # the streams this call released
+    not_released: tuple[tuple[str, str], ...] = ()  # (conn id, error): left to the sweeper
 
 
 @dataclass(frozen=True, slots=True)

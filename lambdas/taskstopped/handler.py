@@ -136,6 +136,14 @@ def handle(event: object, deps: TaskStoppedDeps) -> Outcome:
                   extra={"worker_id": stop.worker_id, "declared_dead": done.declared_dead,
                          "released": done.released, "skipped": done.skipped_reason or "",
                          "stopped_reason": stop.reason})
+    if done.not_released:
+        # The sweeper reaps the rest within a sweep or two (the session stays DEAD, not
+        # reaped); said here, or a throttled table's failures left no trace.
+        conn_id, error = done.not_released[0]
+        deps.log.error("task stopped: %d of its streams not released, left to the sweeper "
+                       "(first: %s: %s)", len(done.not_released), conn_id, error[:200],
+                       extra={"worker_id": stop.worker_id,
+                              "not_released": len(done.not_released)})
     return out
 
 

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from botocore.exceptions import EndpointConnectionError
 
 from holdfast.core.exceptions import ConfigError
 from holdfast.core.schema import BACKSTOP_MS, SessionState
@@ -155,3 +156,32 @@ def test_the_session_ttl_comes_from_the_workers_lease_seconds(ddb_local: LocalAw
     assert (tuned.ttl_ms, tuned.skew_ms) == (3_000, 300)
     with pytest.raises(ConfigError, match="HOLDFAST_LEASE_SECONDS"):
         deps_for_env({**env, "HOLDFAST_LEASE_SECONDS": "soon"})
+
+
+def test_streams_the_report_could_not_release_are_said(
+        deps: TaskStoppedDeps, unique_id: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Releases refused by the table (throttled) are logged as an error with how many were
+    left to the sweeper, not dropped without a trace; the session is DEAD all the same."""
+    _, ids = _worker(deps, unique_id, 3)
+    client, lease_table = deps.sessions.client, deps.sessions.lease_table
+
+    def refuse_lease_writes(params: dict[str, Any], **_: Any) -> None:
+        statements = params.get("Statements") or [{}]
+        if params.get("TableName") == lease_table or any(
+                lease_table in s.get("Statement", "") for s in statements):
+            raise EndpointConnectionError(endpoint_url="http://throttled")
+
+    writes = [f"provide-client-params.dynamodb.{op}" for op in ("UpdateItem",
+                                                                "BatchExecuteStatement")]
+    for event in writes:
+        client.meta.events.register(event, refuse_lease_writes)
+    try:
+        out = handle(task_stopped_event(unique_id, stopped_at_ms=wall_clock_ms()), deps)
+    finally:
+        for event in writes:
+            client.meta.events.unregister(event, refuse_lease_writes)
+    assert out.declared_dead and out.released == 0
+    said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("3 of its streams not released, left to the sweeper" in m for m in said)
+    owners = _owners(deps, ids)  # still the dead session's: the sweeper's to release
+    assert len(set(owners)) == 1 and owners[0] not in (None, "<gone>")
