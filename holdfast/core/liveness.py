@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from holdfast.core import rules
 from holdfast.core.aws import pages
-from holdfast.core.exceptions import HoldfastError, MalformedItem
+from holdfast.core.exceptions import HoldfastError, MalformedItem, StoreUnavailable
 from holdfast.core.model import validate_worker_id
 from holdfast.core.schema import (
     ATTR,
@@ -144,6 +144,7 @@ class OwnerAudit:
         out = AuditResult()
         verdicts: dict[str, tuple[Liveness, str]] = {}
         seen: set[tuple[str, str]] = set()
+        refused = False
         for conn_id, owner in owned_streams(sessions.client, sessions.lease_table):
             if owner in alive:
                 continue
@@ -168,9 +169,17 @@ class OwnerAudit:
                 if sessions.release_owned(conn_id, owner, f"owner {owner}: {why}",
                                           unowned_since_ms=since):
                     out.released.append((conn_id, owner, why))
+            except StoreUnavailable as exc:
+                # The table refuses (throttled) or does not answer: each further release would
+                # retry for seconds, one stream after another, holding the sweep (and its
+                # timeout's margin) for minutes. The rest waits for the next pass.
+                out.errors.append((conn_id, str(exc)[:300]))
+                refused = True
+                break
             except HoldfastError as exc:  # this item's trouble, never the pass's
                 out.errors.append((conn_id, str(exc)[:300]))
-        self.first_seen = {k: v for k, v in self.first_seen.items() if k in seen}
+        # Cut short: the streams not looked at keep when they were first seen.
+        self.first_seen = {k: v for k, v in self.first_seen.items() if refused or k in seen}
         return out
 
     def _judge(self, sessions: SessionStore, owner: str, now_ms: int) -> tuple[Liveness, str]:

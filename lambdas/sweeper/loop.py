@@ -109,13 +109,6 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     if sessions.dead or sessions.released:
         deps.last_reap_ms = now
     _nudge_live(deps, sessions, [Nudge(c, REASON_REAPED) for c in sessions.released])
-    # Neither without the live sessions: the audit would read every owner's session (on a
-    # table that just refused a Scan), the balancer would see no worker.
-    audit = _guarded(deps, failed_steps, "owner audit", lambda: _audit_step(deps, sessions, now),
-                     None) if swept is not None else None
-    normalised = _guarded(deps, failed_steps, "unindexed items",
-                          lambda: _unindexed_step(deps, now), 0)
-    _guarded(deps, failed_steps, "order queues", lambda: _orders_step(deps, now), 0)
     items = list(islice(find_orphans(deps.ddb, s.table, now_ms=now + s.sweep_interval_ms,
                                      skew_ms=s.skew_ms, page_size=PAGE_SIZE), MAX_SCAN))
     cutoff = rules.acquire_cutoff_ms(now, s.skew_ms)
@@ -139,7 +132,16 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     if deps.last_reap_ms is not None and now - deps.last_reap_ms <= PENDING_POLLS_MS:
         reaped = set(sessions.released)  # on a live queue a moment ago
         _nudge_live(deps, sessions, [n for n in report.sent if n.conn_id not in reaped])
-    # After the nudges (they are what claims wait on); ``due`` are the unowned STARTED streams.
+    # After the nudges, which claims wait on: on a throttled table these steps' calls retry
+    # for seconds each, and ahead of the nudges they held every re-nudge of a lost stream.
+    # The audit not without the live sessions: it would read every owner's session (on a
+    # table that just refused a Scan), as the balancer would see no worker.
+    audit = _guarded(deps, failed_steps, "owner audit", lambda: _audit_step(deps, sessions, now),
+                     None) if swept is not None else None
+    normalised = _guarded(deps, failed_steps, "unindexed items",
+                          lambda: _unindexed_step(deps, now), 0)
+    _guarded(deps, failed_steps, "order queues", lambda: _orders_step(deps, now), 0)
+    # ``due`` are the unowned STARTED streams.
     balance = _balance_step(deps, sessions, len(due), now) if swept is not None else None
     complete = len(items) < MAX_SCAN
     if complete:
@@ -190,7 +192,8 @@ def _nudge_live(deps: SweepDeps, sessions: SessionSweep, shared: list[Nudge]) ->
     caps = {m.owner: float(m.capacity) if m.capacity > 0 else math.inf for m in live}
     each = iter(shared)
     nudges = [dataclasses.replace(nudge, to=owner)
-              for owner, n in fill(loads, caps, len(shared)) for nudge in islice(each, n)]
+              for owner, n in fill(loads, caps, len(shared), most=len(loads))
+              for nudge in islice(each, n)]
     sent, failed = queue_handoffs(deps.sqs, deps.settings.queue_url, prefix, nudges)
     if failed:  # the shared queue's nudges still stand
         (deps.log or log).info("%s streams not nudged on a live worker's queue: %d (%s)",

@@ -200,3 +200,32 @@ async def test_a_bad_item_does_not_stop_the_reconcile_sweep(tables: Tables,
     t.clock.now += 5_000
     await reconciler.sweep()  # and again: the bad item is retried, nothing raised
     assert owner_of(t, bad) == owner
+
+
+def test_a_refusing_table_ends_the_audits_releases_for_this_pass(tables: Tables,
+                                                                 unique_id: str) -> None:
+    """A release the table refuses (throttled: botocore has retried it for seconds) ends this
+    pass's releases, not one retried release per stranded stream; the next pass releases them
+    all, their unowned time still counted from when they were first seen."""
+    t = tables
+    ghost = f"{unique_id}-ghost#abc123"
+    ids = [f"{unique_id}-{i}" for i in range(5)]
+    owned(t, ghost, ids)
+    audit = OwnerAudit(interval_ms=2_000, ttl_ms=TTL_MS, skew_ms=SKEW_MS)
+    audit.run(t.sessions, set(), t.clock())
+    first_seen = dict(audit.first_seen)
+    release, calls = t.sessions.release_owned, []
+
+    def refused(*args: Any, **kw: Any) -> bool:
+        calls.append(args[0])
+        raise StoreUnavailable("release_dead", "ProvisionedThroughputExceededException")
+
+    t.sessions.release_owned = refused  # type: ignore[method-assign]
+    t.clock.now += TTL_MS + SKEW_MS
+    out = audit.run(t.sessions, set(), t.clock())
+    assert len(calls) == 1 and len(out.errors) == 1 and not out.released
+    assert audit.first_seen == first_seen
+    t.sessions.release_owned = release  # type: ignore[method-assign]
+    t.clock.now += 2_000
+    again = audit.run(t.sessions, set(), t.clock())
+    assert sorted(c for c, _, _ in again.released) == sorted(ids)

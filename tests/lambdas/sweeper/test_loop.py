@@ -145,7 +145,10 @@ def test_item_whose_router_record_was_lost_is_found_by_the_slow_pass(
     assert item["lease_expires_at_ms"] == {"N": "0"}
     stopped = ddb.get_item(TableName=table, Key={"Pk": {"S": f"CONN#{unique_id}-stopped"}})
     assert "lease_expires_at_ms" not in stopped["Item"]
-    now[0] += 300  # past the unclaimed grace (200 ms)
+    # The pass comes after the sweep's orphans query: the next sweep sees it, and nudges it
+    # once past the unclaimed grace (200 ms).
+    assert not sweep_once(deps, memory).nudged
+    now[0] += 300
     assert [n.conn_id for n in sweep_once(deps, memory).nudged] == [unique_id]
     assert sweep_once(deps, memory).normalised == 0  # the next pass waits out its period
 
@@ -313,3 +316,27 @@ def test_a_failing_step_before_the_orphans_query_does_not_stop_the_nudges(
     result = sweep_once(deps, memory)
     assert [n.conn_id for n in result.nudged] == [unique_id]
     assert result.step_errors == 1  # counted with the sweep's errors (SweepErrors)
+
+
+def test_the_orphans_are_nudged_before_the_slow_steps_run(
+        ddb: Any, sqs: Any, table: str, queue_url: str, store: Store, memory: NudgeMemory,
+        unique_id: str) -> None:
+    """The slow pass, the audit and the queue collection come after the nudges: on a
+    throttled table each of their calls retries for seconds, and ahead of the nudges they
+    held every re-nudge of a lost stream."""
+    seen_by_the_slow_pass: list[list[dict[str, Any]]] = []
+
+    class AfterTheNudges(UnindexedPass):
+        def step(self, ddb: Any, table: str, now_ms: int, normalise: Any) -> int:
+            seen_by_the_slow_pass.append(receive_nudges(sqs, queue_url, expect=1, timeout_s=1))
+            return 0
+
+    store.release(store.take(unique_id, "w1"))
+    now = [wall_clock_ms()]
+    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url), clock=lambda: now[0],
+                     unindexed=AfterTheNudges(60_000))
+    sweep_once(deps, memory)  # first sight: the unclaimed grace begins
+    now[0] += 300
+    assert [n.conn_id for n in sweep_once(deps, memory).nudged] == [unique_id]
+    assert seen_by_the_slow_pass[-1] == [
+        {"conn_id": unique_id, "reason": "unclaimed", "epoch": None}]
