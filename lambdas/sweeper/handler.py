@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -22,6 +23,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from holdfast.core import names, tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
+from holdfast.core.store import wall_clock_ms
 from holdfast.lambdas.metrics import (
     METRICS_NAMESPACE,
     emit_counts_by,
@@ -36,7 +38,7 @@ from holdfast.lambdas.sweeper.results import SweepStats
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-__all__ = ["configure", "lambda_handler", "sweep_for"]
+__all__ = ["configure", "lambda_handler", "run_ms_for", "sweep_for"]
 
 SERVICE = service_name("holdfast-sweeper")
 logger = Logger(service=SERVICE)
@@ -90,14 +92,29 @@ def sweep_for(run_ms: int, remaining_ms: Callable[[], int] | None = None) -> Swe
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point (EventBridge schedule, every minute)."""
     try:
-        return _invoke(context)
+        return _invoke(event, context)
     finally:
         tracing.flush()  # a frozen sandbox exports nothing until its next invocation
 
 
-def _invoke(context: LambdaContext) -> dict[str, Any]:
+def run_ms_for(event: object, max_run_ms: int, now_ms: int) -> int:
+    """How long this invocation sweeps: ``max_run_ms`` from its schedule's tick (the event's
+    ``time``), not from now. Counted from now, a cold start or a run that began late (a
+    throttled retry of a tick) ran into the next tick's, which reserved concurrency 1 throttles
+    and retries later still: the runs drift, and an event older than its maximum age is
+    dropped (a minute without sweeps). Without a usable ``time``: ``max_run_ms``."""
+    stamp = event.get("time") if isinstance(event, dict) else None
+    try:
+        tick_ms = round(datetime.fromisoformat(str(stamp)).timestamp() * 1000)
+    except ValueError:
+        return max_run_ms
+    return max(0, min(max_run_ms, tick_ms + max_run_ms - now_ms))
+
+
+def _invoke(event: object, context: LambdaContext) -> dict[str, Any]:
     deps, _ = _current()
-    stats = sweep_for(deps.settings.sweep_max_run_ms, context.get_remaining_time_in_millis)
+    run_ms = run_ms_for(event, deps.settings.sweep_max_run_ms, wall_clock_ms())
+    stats = sweep_for(run_ms, context.get_remaining_time_in_millis)
     if metrics_enabled():
         _emit(stats)
     summary = {"sweeps": stats.sweeps, "errors": stats.errors, "nudged": stats.nudged,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -116,3 +117,26 @@ def test_no_sweep_is_begun_that_would_outlast_the_invocation(
     stats = handler.sweep_for(600_000, lambda: 20_000 - (now[0] - 1_000_000))
     assert stats.errors == len(ends) == 4 and stats.longest_ms == 4_000
     assert max(ends) <= 20_000 - settings.sweep_margin_ms
+
+
+def test_an_invocation_sweeps_until_its_ticks_run_time_ends_not_its_own() -> None:
+    """A run that began 10 s after its schedule's tick (a cold start, a throttled retry)
+    sweeps 49.5 s, so it ends before the next tick; past the tick's whole run time, not at
+    all; an event without a usable time, the full run time."""
+    tick = "2026-12-07T05:40:00Z"
+    tick_ms = 1_796_622_000_000
+    assert handler.run_ms_for({"time": tick}, 59_500, tick_ms + 10_000) == 49_500
+    assert handler.run_ms_for({"time": tick}, 59_500, tick_ms + 70_000) == 0
+    assert handler.run_ms_for({"time": tick}, 59_500, tick_ms - 1_000) == 59_500
+    assert handler.run_ms_for({}, 59_500, tick_ms) == 59_500
+    assert handler.run_ms_for({"time": "soon"}, 59_500, tick_ms) == 59_500
+
+
+def test_an_invocation_whose_tick_has_passed_its_run_time_ends_at_once(
+        sweeper_env: dict[str, str]) -> None:
+    """Invoked for a tick older than its run time (1.5 s here): it ends without a second
+    sweep, however much of its timeout is left (the next tick's run is under way)."""
+    tick = datetime.fromtimestamp(time.time() - 5, tz=UTC).isoformat()
+    summary = handler.lambda_handler({"source": "aws.events", "time": tick},
+                                     LocalContext("holdfast-sweeper", timeout_ms=60_000))
+    assert summary["sweeps"] <= 1, summary
