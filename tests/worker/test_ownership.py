@@ -23,6 +23,7 @@ from typing import Any, cast
 import pytest
 
 from holdfast.core.model import Lease
+from holdfast.core.nudge import URL_FRESH_MS
 from holdfast.core.store import LeaseStore
 from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORDER_SPEC, Handled, read_records
 from holdfast.worker.claimer import Claim
@@ -191,6 +192,12 @@ def test_a_forced_release_gives_no_second_deliverer(
             {"conn_id": c, "reason": "test", "epoch": None}))
     wait_until(lambda: all(len(handled(recorded, c, a.name)) >= 5 for c in conns), 20,
                "worker a to hold and deliver every stream")
+    # The router's nudges of the new streams wait on the shared queue for b: received while
+    # fresh, they carry the URL and b would connect before its claim (``worker.prestart``),
+    # a brief second connection beside a's (by design for a new stream, not the handover
+    # tested here; seen when a loaded machine's router sent them late).
+    wait_until(lambda: fleet.queue_depth() >= len(conns), 10, "the new streams' nudges")
+    time.sleep(URL_FRESH_MS / 1000 + 0.2)
     b = start_worker(spawn, fleet, recorded, f"b-{unique_id}", **slow_checkpoints)
     time.sleep(0.5)
     old = {c: fleet.item(c) for c in conns}
