@@ -20,6 +20,7 @@ from holdfast.core.table import create_stream
 from holdfast.lambdas.settings import Settings
 from holdfast.lambdas.sweeper.dedup import NudgeMemory, RenudgePolicy
 from holdfast.lambdas.sweeper.loop import SweepDeps, run_sweeps, sweep_once
+from holdfast.lambdas.sweeper.results import SweepResult
 from holdfast.lambdas.sweeper.unindexed import UnindexedPass
 from holdfast.localaws import LocalAws
 from tests.conftest import TIMEOUT_SCALE
@@ -307,15 +308,24 @@ def test_a_failing_step_before_the_orphans_query_does_not_stop_the_nudges(
         unique_id: str) -> None:
     """The slow pass's Scan failing every sweep: the orphans are still nudged (the sweep
     raised, and no re-nudge went out while the Scan kept failing)."""
+    result = _a_released_stream_swept_twice(ddb, sqs, table, queue_url, store, memory,
+                                            unique_id, ScanRefused(60_000))
+    assert [n.conn_id for n in result.nudged] == [unique_id]
+    assert result.step_errors == 1  # counted with the sweep's errors (SweepErrors)
+
+
+def _a_released_stream_swept_twice(ddb: Any, sqs: Any, table: str, queue_url: str,
+                                   store: Store, memory: NudgeMemory, unique_id: str,
+                                   unindexed: UnindexedPass) -> SweepResult:
+    """``unique_id`` released, then two sweeps 300 ms apart (the first sees it, the second is
+    past the unclaimed grace and nudges it), with ``unindexed`` as the slow pass."""
     store.release(store.take(unique_id, "w1"))
     now = [wall_clock_ms()]
     deps = SweepDeps(ddb, sqs, settings_for(table, queue_url), clock=lambda: now[0],
-                     unindexed=ScanRefused(60_000))
+                     unindexed=unindexed)
     sweep_once(deps, memory)  # first sight: the unclaimed grace begins
     now[0] += 300
-    result = sweep_once(deps, memory)
-    assert [n.conn_id for n in result.nudged] == [unique_id]
-    assert result.step_errors == 1  # counted with the sweep's errors (SweepErrors)
+    return sweep_once(deps, memory)
 
 
 def test_the_orphans_are_nudged_before_the_slow_steps_run(
@@ -331,12 +341,8 @@ def test_the_orphans_are_nudged_before_the_slow_steps_run(
             seen_by_the_slow_pass.append(receive_nudges(sqs, queue_url, expect=1, timeout_s=1))
             return 0
 
-    store.release(store.take(unique_id, "w1"))
-    now = [wall_clock_ms()]
-    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url), clock=lambda: now[0],
-                     unindexed=AfterTheNudges(60_000))
-    sweep_once(deps, memory)  # first sight: the unclaimed grace begins
-    now[0] += 300
-    assert [n.conn_id for n in sweep_once(deps, memory).nudged] == [unique_id]
+    result = _a_released_stream_swept_twice(ddb, sqs, table, queue_url, store, memory,
+                                            unique_id, AfterTheNudges(60_000))
+    assert [n.conn_id for n in result.nudged] == [unique_id]
     assert seen_by_the_slow_pass[-1] == [
         {"conn_id": unique_id, "reason": "unclaimed", "epoch": None}]
