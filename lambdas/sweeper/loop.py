@@ -96,7 +96,9 @@ def memory_for(settings: Settings) -> NudgeMemory:
 
 def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     """One sweep; raises ``HoldfastError`` if DynamoDB did not answer the orphans' query (a step
-    before it that fails is logged and skipped; SQS errors are reported)."""
+    that fails is logged and skipped; SQS errors are reported). The owner audit, the slow pass
+    and the queue collection come after the nudges, so a sweep whose orphans' query failed
+    (the same table, refusing) runs none of them."""
     s = deps.settings
     now = deps.clock()
     # The steps before the orphans' query are guarded: one failing (a throttled Scan, a
