@@ -53,8 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["DRAIN_SHARE", "GOODBYE_S", "RELEASES_SETTLE_S", "SESSION_END_S", "SQS_WAIT_LEAST_S",
            "WARM_AT_ONCE_AIM", "WARM_AT_ONCE_AT_STOP", "WARM_AT_ONCE_LEAST", "WARM_CYCLE_MS",
            "WARM_PACE_AFTER_MS", "WARM_REACH_SLACK", "WARM_SLOTS_AIM", "beyond_warm_reach",
-           "goodbye", "goodbye_s", "stop_streams", "wait_tasks", "warm_at_once", "warm_pace",
-           "warm_slots"]
+           "goodbye", "goodbye_s", "stop_streams", "until_first", "wait_tasks", "warm_at_once",
+           "warm_pace", "warm_slots"]
 
 logger = Logger(service="holdfast-worker", child=True)
 
@@ -276,3 +276,16 @@ async def goodbye(*, outbox: Outbox, claimer: Claimer, keeper: SessionKeeper,
         await _bounded("deleting the order queue", inbox.close(), ends_at)
     steps["inbox"] = time.monotonic()
     return steps
+
+
+async def until_first(*waits: Callable[[], Awaitable[object]]) -> None:
+    """Until the first of ``waits`` completes (the others are cancelled); one that failed
+    raises here, as it would have awaited alone."""
+    futures = [asyncio.ensure_future(wait()) for wait in waits]
+    try:
+        done, _ = await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for future in futures:
+            future.cancel()
+    for ended in done:
+        ended.result()

@@ -57,7 +57,7 @@ from holdfast.worker.outbox import Outbox
 from holdfast.worker.protocol import QueryParamProtocol, ResumeProtocol
 from holdfast.worker.services import Services, guard
 from holdfast.worker.session import SessionKeeper
-from holdfast.worker.stopping import goodbye, goodbye_s, stop_streams, wait_tasks
+from holdfast.worker.stopping import goodbye, goodbye_s, stop_streams, until_first, wait_tasks
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -233,18 +233,6 @@ class Supervisor:
         self.metrics.active = len(self.streams)
         self.metrics.flush()
 
-    async def _until_stop(self, shutdown_trigger: Callable[[], Awaitable[object]]) -> None:
-        """Until ``shutdown_trigger`` completes or no session could be started again."""
-        waits = (asyncio.ensure_future(shutdown_trigger()),
-                 asyncio.ensure_future(self.restart_failed.wait()))
-        try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in waits:
-                waiting.cancel()
-        for ended in done:
-            ended.result()  # a trigger that failed says so, as it did when awaited alone
-
     async def run(self, shutdown_trigger: Callable[[], Awaitable[object]]) -> Counter[str]:
         """Hold streams until ``shutdown_trigger`` completes, then stop gracefully."""
         cfg = self.config
@@ -265,7 +253,8 @@ class Supervisor:
                     for name, loop in services.keeping(keeper) if loop]
             if services.watchdog is not None:
                 services.watchdog.start()
-            await self._until_stop(shutdown_trigger)
+            # Told to stop, or no session could be started again.
+            await until_first(shutdown_trigger, self.restart_failed.wait)
             # The stop's burst of allocations (a cancellation, a close and a release per stream)
             # tends to set off a full collection, most of all in a worker that took over many
             # streams a moment ago: 100-470 ms with the loop frozen, while every stream's
