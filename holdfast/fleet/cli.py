@@ -77,8 +77,12 @@ def _add_up(p: argparse.ArgumentParser) -> None:
 def _install_signals(stop: threading.Event) -> None:
     def handler(signum: int, _frame: object) -> None:
         stop.set()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handler)
+    # A closed terminal or a dropped SSH session (SIGHUP) and Ctrl-\ (SIGQUIT) stop the fleet
+    # too: the children run in sessions of their own, so nothing else reaches them, and they
+    # went on streaming for good.
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"):
+        if (sig := getattr(signal, name, None)) is not None:
+            signal.signal(sig, handler)
 
 
 def _verdict(console: Console, session: Session, incidents: list[Incident],
@@ -258,11 +262,21 @@ def _run_up(args: argparse.Namespace) -> int:
     if args.url and not args.url.startswith(("ws://", "wss://")):
         print("holdfast up: --url must be a ws:// or wss:// URL template", file=sys.stderr)
         return 2
+    if args.run_dir is not None and args.run_dir.exists() and any(args.run_dir.iterdir()):
+        # Every log is appended to: an old run's lines would pass this run's readiness waits
+        # and mix its seqs and connections into this verdict.
+        print(f"holdfast up: --run-dir {args.run_dir} is not empty: give a new or empty folder",
+              file=sys.stderr)
+        return 2
     # The user's package: importable from where they run `holdfast up` (as `python -m` would).
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="holdfast-up-"))
+    # Spans for a scenario's acquisition path only: a watch runs until Ctrl-C, and the
+    # runner's polls alone wrote ~40 KB of spans a second (3 GB a day, often on a RAM /tmp).
+    # Every child dies with this process (Linux): a SIGKILL or a crash of it left them all.
     fleet = Fleet(run_dir, FleetTiming(rate=args.rate), backend=args.backend,
                   handler=args.handler, pythonpath=[Path.cwd()] if args.handler else [],
-                  trace_file=run_dir / SPANS_FILE)
+                  trace_file=run_dir / SPANS_FILE if args.scenario else None,
+                  die_with_parent=True)
     why = fleet.check_handler()
     if why:
         print(f"holdfast up: --handler {args.handler}: {why}", file=sys.stderr)

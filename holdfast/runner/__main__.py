@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import logging
 import os
 import signal
 import sys
 import threading
 import warnings
+from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from holdfast.core import tracing
 from holdfast.core.exceptions import HoldfastError
 
-__all__ = ["main"]
+__all__ = ["main", "not_local"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,11 +37,43 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--emit-metrics", action="store_true",
                    help="print the Lambdas' EMF metric lines (off by default: noisy locally)")
     p.add_argument("--log-level", default="INFO", help="runner log level (default INFO)")
+    p.add_argument("--against-aws", action="store_true",
+                   help="run even though DynamoDB or SQS is not on this machine (real AWS: a "
+                        "second router and sweeper beside the deployed ones)")
     return p
+
+
+# The endpoints the runner must find on this machine (``holdfast localaws`` prints them).
+_LOCAL_ENDPOINTS = ("AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS",
+                    "AWS_ENDPOINT_URL_SQS")
+
+
+def not_local(env: Mapping[str, str]) -> list[str]:
+    """The endpoint variables of ``env`` that do not point at this machine (unset: real AWS).
+    The runner stands in for Lambda on the local fleet; a shell set up for the operator
+    commands against a real table (``HOLDFAST_TABLE`` exported) would otherwise run it there,
+    reading a day of stream records and sending nudges and orders to the real queues."""
+    out = []
+    for name in _LOCAL_ENDPOINTS:
+        url = env.get(name) or env.get("AWS_ENDPOINT_URL") or ""
+        host = urlsplit(url).hostname or ""
+        try:
+            local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            local = False
+        if not local:
+            out.append(name)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if not args.against_aws and (remote := not_local(os.environ)):
+        print(f"holdfast runner: {', '.join(remote)} not on this machine (unset: real AWS). "
+              "The runner stands in for Lambda on the local fleet: run `holdfast localaws` "
+              "and use the environment it prints, or pass --against-aws to run beside a "
+              "deployed stack", file=sys.stderr)
+        return 2
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.emit_metrics:

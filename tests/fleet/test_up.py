@@ -85,6 +85,37 @@ def test_env_file_mode_serves_a_worker_we_bring(tmp_path: Path) -> None:
     assert not _listening(env["AWS_ENDPOINT_URL_SQS"])
 
 
+def test_a_closed_terminal_stops_the_fleet_as_ctrl_c_does(tmp_path: Path) -> None:
+    """SIGHUP (a closed terminal, a dropped SSH session) stops every child and exits 0: the
+    children run in sessions of their own, and before they went on for good."""
+    env_file = tmp_path / "fleet.env"
+    up = subprocess.Popen(_cmd("--workers", "0", "--streams", "0", "--env-file", str(env_file),
+                               "--run-dir", str(tmp_path / "run")), cwd=REPO_ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL)
+    try:
+        assert _wait(env_file.exists, 60), "env file never written"
+        env = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
+    finally:
+        up.send_signal(signal.SIGHUP)
+        out = up.communicate(timeout=60)[0].decode()
+    assert up.returncode == 0, out
+    assert "local AWS stopped" in out and "runner stopped" in out
+    assert not _listening(env["AWS_ENDPOINT_URL_DYNAMODB"])
+
+
+def test_a_run_dir_in_use_is_refused(tmp_path: Path) -> None:
+    """--run-dir holding an earlier run is refused (its logs would pass this run's readiness
+    waits and mix into its verdict), exit 2, nothing started."""
+    used = tmp_path / "run"
+    used.mkdir()
+    (used / "worker-w1.log").write_text('{"message": "worker started"}\n')
+    proc = subprocess.run(_cmd("--run-dir", str(used)), cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+    assert proc.returncode == 2 and "is not empty" in proc.stderr
+    assert "local AWS" not in proc.stdout
+
+
 def test_failover_scenario_passes(tmp_path: Path) -> None:
     """With a user handler: exit 0, summary, PASS, PNG, and the handler saw every message; the
     reported crash and the TTL-found hang both moved streams, the woken worker fenced, and the

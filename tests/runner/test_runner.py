@@ -15,6 +15,8 @@ import pytest
 from holdfast.core.schema import ATTR, pk_for
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream
+from holdfast.runner.__main__ import main as runner_main
+from holdfast.runner.__main__ import not_local
 from holdfast.runner.config import RunnerConfig
 from tests.conftest import TIMEOUT_SCALE
 from tests.lambdas.helpers import receive_nudges
@@ -254,3 +256,22 @@ def test_a_slow_batch_and_a_busy_sweeper_delay_no_other_stream(
         slow_done = wait_for(lambda: runner.stats.esm.invocations >= 2)
     assert slow_done
     assert latency < 0.5 * TIMEOUT_SCALE, runner.stats.summary()
+
+
+def test_the_runner_refuses_to_run_against_real_aws(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A shell set up for the operator commands against a real table (no local endpoints) does
+    not start a second router and sweeper there: exit 2, saying what to do; local endpoints
+    (or --against-aws) pass the check."""
+    local = {"AWS_ENDPOINT_URL_DYNAMODB": "http://127.0.0.1:8000",
+             "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": "http://localhost:8000",
+             "AWS_ENDPOINT_URL_SQS": "http://[::1]:9324"}
+    assert not_local(local) == []
+    assert not_local({**local, "AWS_ENDPOINT_URL_SQS": "https://sqs.eu-west-1.amazonaws.com"}) \
+        == ["AWS_ENDPOINT_URL_SQS"]
+    assert not_local({"AWS_ENDPOINT_URL": "http://127.0.0.1:4566"}) == []
+    for name in (*local, "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOLDFAST_TABLE", "production-leases")
+    assert runner_main(["--no-sweeper"]) == 2
+    assert "not on this machine" in capsys.readouterr().err
