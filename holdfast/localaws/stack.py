@@ -31,7 +31,7 @@ from holdfast.core.schema import (
     table_definition,
 )
 from holdfast.core.urls import ENV_ALLOWED_HOSTS, LOOPBACK_ALLOW_LIST
-from holdfast.localaws.dynamodb_local import find_dynamodb_local, missing_hint
+from holdfast.localaws.dynamodb_local import find_dynamodb_local, java_unusable, missing_hint
 from holdfast.localaws.processes import Child, free_port, wait_for_port
 
 __all__ = ["Backend", "LocalAws", "LocalAwsError", "find_dynamodb_local"]
@@ -102,17 +102,20 @@ class LocalAws:
     def _start_dynamodb(self, moto_url: str) -> str:
         jar_dir = find_dynamodb_local()
         java = shutil.which("java")
-        if self.requested == "moto" or (self.requested == "auto" and not (jar_dir and java)):
+        java_problem = None if self.requested == "moto" else java_unusable(java)
+        if self.requested == "moto" or (self.requested == "auto"
+                                        and not (jar_dir and java_problem is None)):
             if self.requested == "auto":
                 log.warning(
                     "DynamoDB Local unavailable (%s): falling back to moto for DynamoDB, which is "
                     "slower and whose streams differ (an UpdateItem that creates an item emits "
-                    "two INSERT records)", "no java on PATH" if not java else missing_hint())
+                    "two INSERT records)", java_problem or missing_hint())
             self.backend = "moto"
             return moto_url
-        if not (jar_dir and java):
-            raise LocalAwsError("DynamoDB Local needs java (17+) on PATH" if not java
-                                else missing_hint())
+        if java_problem is not None:
+            raise LocalAwsError(f"DynamoDB Local needs Java 17 or later: {java_problem}")
+        if not jar_dir or java is None:
+            raise LocalAwsError(missing_hint())
         port = free_port()
         # -disableTelemetry: without it DynamoDB Local tries to reach the internet.
         # -sharedDb: otherwise it keeps one database per access key and region, and a client

@@ -83,6 +83,22 @@ def test_explicit_dynamodb_local_without_java_fails_clearly(
         LocalAws(backend="dynamodb-local", workdir=tmp_path).start()
 
 
+def test_a_java_too_old_for_dynamodb_local_is_found_out_before_it_is_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A Java 11 on PATH (Debian 11's and Ubuntu 22.04's default): 'auto' falls back to moto
+    saying why; an explicit DynamoDB Local is refused in one line naming the version (it was
+    run, and failed with UnsupportedClassVersionError)."""
+    java = tmp_path / "java"
+    java.write_text('#!/bin/sh\necho \'openjdk version "11.0.21" 2023-10-17\' >&2\n')
+    java.chmod(0o755)
+    monkeypatch.setattr(stack_module.shutil, "which", lambda _name: str(java))
+    with caplog.at_level(logging.WARNING), LocalAws(workdir=tmp_path / "auto") as aws:
+        assert aws.backend == "moto"
+    assert "is Java 11, DynamoDB Local needs 17 or later" in caplog.text
+    with pytest.raises(LocalAwsError, match=r"needs Java 17 or later: .* is Java 11"):
+        LocalAws(backend="dynamodb-local", workdir=tmp_path / "explicit").start()
+
+
 def test_command_once_prints_environment(tmp_path: Path) -> None:
     """`python -m holdfast.localaws --once` prints exports and writes the env file."""
     env_file = tmp_path / "local.env"
