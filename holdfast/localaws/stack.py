@@ -10,10 +10,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
@@ -34,11 +36,12 @@ from holdfast.core.urls import ENV_ALLOWED_HOSTS, LOOPBACK_ALLOW_LIST
 from holdfast.localaws.dynamodb_local import find_dynamodb_local, java_unusable, missing_hint
 from holdfast.localaws.processes import Child, free_port, wait_for_port
 
-__all__ = ["Backend", "LocalAws", "LocalAwsError", "find_dynamodb_local"]
+__all__ = ["Backend", "LocalAws", "LocalAwsError", "find_dynamodb_local", "no_proxy_with_loopback"]
 
 log = logging.getLogger(__name__)
 Backend = Literal["auto", "dynamodb-local", "moto"]
 REGION = "us-east-1"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class LocalAwsError(RuntimeError):
@@ -69,6 +72,10 @@ class LocalAws:
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> LocalAws:
+        # A user behind a proxy (HTTP_PROXY set, loopback not in NO_PROXY): every call to the
+        # local endpoints, ours here and the fleet's children's, went to the proxy, and the
+        # fleet failed after 30 s with a traceback. Loopback is never proxied for us.
+        os.environ["NO_PROXY"] = os.environ["no_proxy"] = no_proxy_with_loopback(os.environ)
         try:
             moto_url = self._start_moto()
             self.sqs_url = moto_url
@@ -197,9 +204,20 @@ class LocalAws:
         path.write_text("".join(f"{k}={v}\n" for k, v in sorted(self.env().items())))
 
 
+def no_proxy_with_loopback(env: Mapping[str, str]) -> str:
+    """``env``'s NO_PROXY (the lower-case one first, as urllib reads it) with the loopback
+    names added."""
+    hosts = [h.strip() for h in (env.get("no_proxy") or env.get("NO_PROXY") or "").split(",")
+             if h.strip()]
+    return ",".join(hosts + [h for h in _LOOPBACK if h not in hosts])
+
+
 def _aws_settings(dynamodb_url: str, sqs_url: str) -> dict[str, str]:
-    """boto3's standard variables for a local AWS: its endpoints, region, dummy credentials."""
+    """boto3's standard variables for a local AWS: its endpoints, region, dummy credentials,
+    and loopback kept off any proxy."""
+    no_proxy = no_proxy_with_loopback(os.environ)
     return {"AWS_ENDPOINT_URL_DYNAMODB": dynamodb_url,
             "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": dynamodb_url, "AWS_ENDPOINT_URL_SQS": sqs_url,
             "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION,
-            "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+            "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
+            "NO_PROXY": no_proxy, "no_proxy": no_proxy}

@@ -99,6 +99,21 @@ def test_a_java_too_old_for_dynamodb_local_is_found_out_before_it_is_run(
         LocalAws(backend="dynamodb-local", workdir=tmp_path / "explicit").start()
 
 
+def test_a_proxy_in_the_environment_is_not_used_for_the_local_endpoints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP_PROXY set and loopback not in NO_PROXY (a user behind a corporate proxy): the
+    local AWS starts, and the environment it gives the fleet's processes keeps loopback off
+    the proxy too (the calls went to the proxy, and the fleet failed with a traceback)."""
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "corp.example")
+    monkeypatch.delenv("no_proxy", raising=False)
+    with LocalAws(backend="moto", workdir=tmp_path) as aws:
+        assert aws.queue_url
+        no_proxy = aws.env()["no_proxy"].split(",")
+    assert no_proxy[0] == "corp.example" and "127.0.0.1" in no_proxy
+
+
 def test_command_once_prints_environment(tmp_path: Path) -> None:
     """`python -m holdfast.localaws --once` prints exports and writes the env file."""
     env_file = tmp_path / "local.env"
