@@ -7,7 +7,6 @@ Split from ``worker.connection`` (the connection task) to keep that module to th
 from __future__ import annotations
 
 import asyncio
-import functools
 import socket
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +20,7 @@ from websockets.protocol import State
 
 from holdfast.core.framebuffers import MAX_UNSENT_BYTES
 from holdfast.core.urls import CheckedUrl, UrlPolicy, check_address
+from holdfast.worker.iothreads import on_pool
 
 __all__ = ["RESOLVER_THREADS", "RESOLVE_TIMEOUT_S", "BoundedConnection", "ConnectOptions",
            "NoRedirects", "Resolver",
@@ -118,9 +118,9 @@ async def getaddrinfo(host: str, port: int) -> list[str]:
     can fill; not the worker's I/O threads either: a name whose servers do not answer blocks
     its thread for the OS resolver's whole timeout, and a few such streams on their back-off
     held every claim, release and handoff transfer of the worker behind them."""
-    call = functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
     async with asyncio.timeout(RESOLVE_TIMEOUT_S):
-        infos = await asyncio.get_running_loop().run_in_executor(_RESOLVER_POOL, call)
+        infos = await on_pool(_RESOLVER_POOL, socket.getaddrinfo, host, port,
+                              type=socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
 
 

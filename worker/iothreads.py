@@ -14,10 +14,10 @@ import asyncio
 import contextvars
 import functools
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Final, ParamSpec, TypeVar
 
-__all__ = ["IO_THREADS", "on_io_threads"]
+__all__ = ["IO_THREADS", "on_io_threads", "on_pool"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -30,5 +30,12 @@ _POOL: Final = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="ho
 
 async def on_io_threads(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """``asyncio.to_thread``, on the worker's own pool (context variables kept: tracing)."""
+    return await on_pool(_POOL, fn, *args, **kwargs)
+
+
+async def on_pool(pool: Executor, fn: Callable[P, T], /, *args: P.args,
+                  **kwargs: P.kwargs) -> T:
+    """``asyncio.to_thread`` on ``pool`` (context variables kept): for calls that must not
+    take the I/O threads either (the resolver's, ``worker.dial``)."""
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(_POOL, call)
+    return await asyncio.get_running_loop().run_in_executor(pool, call)

@@ -53,6 +53,7 @@ MAX_PREFIX_LEN: Final = 40
 # Every prefix ends with it (``prefix_for``): a collector tells another fleet's queues by it.
 ORDERS_MARK: Final = "-orders-"
 _MAX_NAME = 80  # SQS: 1-80 of [A-Za-z0-9_-]
+_SHORTENED = _MAX_NAME - 13  # a changed or long name's kept part, then "-" and a 12-hex digest
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _PREFIX = re.compile(rf"^[A-Za-z0-9_-]{{1,{MAX_PREFIX_LEN}}}$")
 # The Query protocol's code, and the JSON protocol's (newer botocore speaks JSON to SQS).
@@ -128,16 +129,16 @@ def order_queue_name(prefix: str, owner: str) -> str:
     name = prefix + safe
     if safe != owner or len(name) > _MAX_NAME:
         digest = hashlib.sha256(owner.encode()).hexdigest()[:12]
-        name = f"{name[:_MAX_NAME - 13]}-{digest}"
+        name = f"{name[:_SHORTENED]}-{digest}"
     return name
 
 
 def order_queue_names_start(prefix: str, worker_id: str) -> str:
     """What the name of every order queue of ``worker_id``'s sessions begins with, whatever
-    the incarnation (``order_queue_name``: the owner's "#" is never safe, so the name is
-    shortened to make room for its digest)."""
+    the incarnation: an owner holds "#", never safe, so ``order_queue_name`` always shortens
+    it to ``_SHORTENED`` before its digest."""
     validate_prefix(prefix)
-    return (prefix + _UNSAFE.sub("_", f"{worker_id}#"))[:_MAX_NAME - 13]
+    return (prefix + _UNSAFE.sub("_", f"{worker_id}#"))[:_SHORTENED]
 
 
 def order_queue_url(nudge_queue_url: str, prefix: str, owner: str) -> str:

@@ -52,6 +52,7 @@ __all__ = [
     "UrlPolicy",
     "check_address",
     "check_url",
+    "is_loopback_host",
     "log_paths_from_env",
     "parse_allow_list",
     "policy_from_env",
@@ -278,6 +279,16 @@ def check_address(address: IPAddress | str, policy: UrlPolicy | None = None, *,
 
 def _inside(candidate: IPAddress, ip: IPAddress) -> str:
     return "" if candidate == ip else f" (embedded in {ip})"
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a URL host is this machine: a loopback name (``localhost``, ``*.localhost``) or
+    a loopback address in any form ``check_url`` reads (``127.1``, ``[::1]``)."""
+    try:
+        address = parse_host_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback if address is not None else _loopback_name(host)
 
 
 def _loopback_name(host: str) -> bool:

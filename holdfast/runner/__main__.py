@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import ipaddress
 import logging
 import os
 import signal
@@ -20,6 +19,7 @@ from urllib.parse import urlsplit
 
 from holdfast.core import tracing
 from holdfast.core.exceptions import HoldfastError
+from holdfast.core.urls import is_loopback_host
 
 __all__ = ["main", "not_local"]
 
@@ -56,12 +56,7 @@ def not_local(env: Mapping[str, str]) -> list[str]:
     out = []
     for name in _LOCAL_ENDPOINTS:
         url = env.get(name) or env.get("AWS_ENDPOINT_URL") or ""
-        host = urlsplit(url).hostname or ""
-        try:
-            local = host == "localhost" or ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            local = False
-        if not local:
+        if not is_loopback_host(urlsplit(url).hostname or ""):
             out.append(name)
     return out
 

@@ -166,3 +166,12 @@ def test_held_by_needs_the_owner_and_the_epoch() -> None:
     assert not rules.held_by(item, "w1", 8)
     assert not rules.held_by(item, "w2", 7)
     assert not rules.held_by({}, "w1", 7)
+
+
+def test_next_epoch_is_above_every_stored_epoch_and_never_below_the_clock() -> None:
+    """The acquire's and the transfer's one epoch rule: max(stored + 1, now)."""
+    assert rules.next_epoch(1_000) == 1_000
+    assert rules.next_epoch(1_000, 5) == 1_000
+    assert rules.next_epoch(1_000, 999) == 1_000
+    assert rules.next_epoch(1_000, 1_000) == 1_001
+    assert rules.next_epoch(1_000, 3, 2_000, 7) == 2_001

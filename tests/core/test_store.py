@@ -128,15 +128,6 @@ def test_epoch_floor_is_the_stored_value_when_the_clock_is_behind(
     assert store.acquire(unique_id, "w1").epoch == ahead + 1
 
 
-def test_next_epoch_is_above_every_stored_epoch_and_never_below_the_clock() -> None:
-    """The acquire's and the transfer's one epoch rule: max(stored + 1, now)."""
-    assert rules.next_epoch(1_000) == 1_000
-    assert rules.next_epoch(1_000, 5) == 1_000
-    assert rules.next_epoch(1_000, 999) == 1_000
-    assert rules.next_epoch(1_000, 1_000) == 1_001
-    assert rules.next_epoch(1_000, 3, 2_000, 7) == 2_001
-
-
 @pytest.mark.parametrize(("setup", "reason"), [
     ("stopped", LossReason.STOPPED), ("missing", LossReason.DELETED),
     ("backoff", LossReason.BACKOFF)])
