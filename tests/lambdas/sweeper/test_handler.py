@@ -55,11 +55,18 @@ def test_invocation_sweeps_until_its_run_time_ends(
     assert receive_nudges(sqs, queue_url, expect=1)[0]["conn_id"] == unique_id
 
 
-def test_invocation_stops_before_the_lambda_timeout(sweeper_env: dict[str, str]) -> None:
+def test_invocation_stops_before_the_lambda_timeout(
+        sweeper_env: dict[str, str], ddb_local: LocalAws, monkeypatch: pytest.MonkeyPatch) -> None:
     """The loop ends when the remaining time drops under the margin, before max run time:
     with 1.3 s left and a 1 s margin, at most the sweeps of its first 0.3 s (one every 0.2 s;
     none if a loaded machine took that long to start), not the 1.5 s run's six. Counted, not
     timed: a loaded machine only sweeps fewer."""
+    # Tables of its own: other tests' sessions falling due make the loop sweep sooner than
+    # its interval (``next_due_ms``), three sweeps in 0.3 s in one CI run.
+    table, sessions = own_tables(ddb_local)
+    monkeypatch.setenv("HOLDFAST_TABLE", table)
+    monkeypatch.setenv("HOLDFAST_SESSION_TABLE", sessions)
+    handler.configure(None)
     summary = handler.lambda_handler({}, LocalContext("holdfast-sweeper", timeout_ms=1_300))
     assert summary["sweeps"] <= 2, summary
 
