@@ -7,14 +7,17 @@ FROM python:3.12-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 # The project's own metadata first, then the code: `pip install .` installs the one
-# `holdfast` package (holdfast/worker, /lambdas and /infra are links to the folders beside it)
-# with [project.dependencies] only; the cdk/local/dev extras (aws-cdk-lib, ...) stay out.
-COPY pyproject.toml README.md ./
+# `holdfast` package (holdfast/worker and /lambdas are links to the folders beside it) with
+# [project.dependencies] only; the cdk/local/dev extras (aws-cdk-lib, ...) stay out. infra/
+# (the CDK constructs) is not in the context (see .dockerignore): its link dangles and the
+# package is built without it. The metadata's long description is an empty README for the
+# same reason: neither may change the image, or every infra or README edit is a deploy.
+COPY pyproject.toml LICENSE ./
 COPY holdfast ./holdfast
 COPY worker ./worker
 COPY lambdas ./lambdas
-COPY infra ./infra
-RUN python -m venv /opt/holdfast \
+RUN touch README.md \
+ && python -m venv /opt/holdfast \
  && /opt/holdfast/bin/pip install . \
  && /opt/holdfast/bin/python -c "import holdfast.core, holdfast.worker, holdfast.runner"
 

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 from tests.infra.conftest import REPO
 
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 # What the image is built from: the metadata and the holdfast package (with the folders its
-# links point to).
-PACKAGE_FILES = {"pyproject.toml", "README.md", "holdfast", "worker", "lambdas", "infra"}
+# links point to), not infra/ or README.md: the context is the image asset's hash.
+PACKAGE_FILES = {"pyproject.toml", "LICENSE", "holdfast", "worker", "lambdas"}
 
 
-def dockerignore_allows() -> set[str]:
+def dockerignore_allows(folder: Path = REPO) -> set[str]:
     """The top-level names the allow-list lets into the build context."""
-    lines = [ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines()
+    lines = [ln.strip() for ln in (folder / ".dockerignore").read_text().splitlines()
              if ln.strip() and not ln.startswith("#")]
     assert lines[0] == "*"
     return {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
@@ -82,6 +86,28 @@ def test_image_asset_context_excludes_everything_else(cli_assembly: Path) -> Non
     assert not list(context.rglob("tests")) and not list(context.rglob("__pycache__"))
 
 
+def test_the_staged_context_builds_the_worker_package(cli_assembly: Path,
+                                                      tmp_path: Path) -> None:
+    """The image's context, without infra/ or README.md (so neither changes the image asset's
+    hash: an alarm's threshold is not a deploy), still builds the package the way the
+    Dockerfile does: worker and Lambdas in, the CDK constructs out, the license shipped."""
+    assert "touch README.md" in " ".join(a for w, a in instructions(DOCKERFILE) if w == "RUN")
+    assets = json.loads((cli_assembly / "Holdfast.assets.json").read_text())
+    (image,) = assets["dockerImages"].values()
+    context = tmp_path / "context"
+    shutil.copytree(cli_assembly / image["source"]["directory"], context, symlinks=True)
+    (context / "README.md").touch()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", ".", "-w", str(tmp_path / "out")],
+                   cwd=context, check=True, timeout=120)
+    (wheel,) = (tmp_path / "out").glob("holdfast-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "holdfast/worker/__main__.py" in names
+    assert "holdfast/lambdas/router/handler.py" in names
+    assert not [n for n in names if n.startswith("holdfast/infra/")]
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names[-8:]
+
+
 def test_example_dockerfile_is_a_users_own() -> None:
     """The example's Dockerfile: python:3.12-slim, pip installs the Holdfast wheel beside it or
     the one HOLDFAST names (no extras; never "holdfast" from PyPI, an unrelated project) and the
@@ -99,3 +125,10 @@ def test_example_dockerfile_is_a_users_own() -> None:
     assert user.split(":")[0].isdigit() and user.split(":")[0] != "0"
     (entry,) = [arg for word, arg in steps if word == "ENTRYPOINT"]
     assert json.loads(entry) == ["python", "-m", "holdfast.worker"]
+
+
+def test_example_context_is_only_what_its_image_installs() -> None:
+    """The example's allow-list: its package, its metadata and the Holdfast wheel; app.py,
+    tests and README stay out of the image asset's hash (an app edit is not a deploy)."""
+    folder = REPO / "examples" / "transcripts"
+    assert dockerignore_allows(folder) == {"pyproject.toml", "transcripts", "holdfast-*.whl"}
