@@ -216,7 +216,11 @@ def _aws_settings(dynamodb_url: str, sqs_url: str) -> dict[str, str]:
     """boto3's standard variables for a local AWS: its endpoints, region, dummy credentials,
     and loopback kept off any proxy."""
     no_proxy = no_proxy_with_loopback(os.environ)
-    return {"AWS_ENDPOINT_URL_DYNAMODB": dynamodb_url,
+    # A shell with AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true (set for tools that must reach AWS
+    # whatever a profile says) made boto3 skip these endpoints: the fleet's calls went to
+    # AWS with the dummy credentials and failed far from the cause.
+    return {"AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "false",
+            "AWS_ENDPOINT_URL_DYNAMODB": dynamodb_url,
             "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": dynamodb_url, "AWS_ENDPOINT_URL_SQS": sqs_url,
             "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION,
             "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",

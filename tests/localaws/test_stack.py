@@ -114,6 +114,20 @@ def test_a_proxy_in_the_environment_is_not_used_for_the_local_endpoints(
     assert no_proxy[0] == "corp.example" and "127.0.0.1" in no_proxy
 
 
+def test_a_shell_that_ignores_configured_endpoints_still_reaches_the_local_aws(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true in the user's shell: a client built in the
+    environment the fleet's processes get still goes to the local endpoints (it went to AWS
+    with the dummy credentials)."""
+    from holdfast.core.boto import new_session
+
+    monkeypatch.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
+    for key, value in LocalAws.placeholder_env().items():
+        monkeypatch.setenv(key, value)
+    client = new_session().client("dynamodb")
+    assert client.meta.endpoint_url == "http://127.0.0.1:9"
+
+
 def test_command_once_prints_environment(tmp_path: Path) -> None:
     """`python -m holdfast.localaws --once` prints exports and writes the env file."""
     env_file = tmp_path / "local.env"
