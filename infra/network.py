@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import CfnResource, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -19,6 +19,11 @@ __all__ = ["AWS_API_PORT", "Network"]
 # AWS APIs (DynamoDB, SQS, CloudWatch, ECR and S3 for the image) are all HTTPS. DNS to the
 # VPC resolver and the task metadata endpoint are not filtered by security groups.
 AWS_API_PORT: Final = 443
+
+# The construct the CDK adds to a stack for ``ec2.Vpc``'s restrictDefaultSecurityGroup, and
+# the log group we give its function.
+_DEFAULT_GROUP_PROVIDER: Final = "Custom::VpcRestrictDefaultSGCustomResourceProvider"
+_DEFAULT_GROUP_LOGS: Final = "HoldfastLogs"
 
 
 class Network(Construct):
@@ -41,7 +46,8 @@ class Network(Construct):
         elif vpc_id is not None:
             self.vpc = ec2.Vpc.from_lookup(self, "Vpc", vpc_id=vpc_id)
         else:
-            vpc = self._new_vpc(public_subnets, nat_gateways)
+            vpc = self._new_vpc(public_subnets, nat_gateways, log_retention_days,
+                                removal_policy)
             if flow_logs:
                 self._add_flow_logs(vpc, log_retention_days, removal_policy)
             self.vpc = vpc
@@ -59,7 +65,8 @@ class Network(Construct):
                 self.security_group.add_egress_rule(peer, ec2.Port.tcp(port),
                                                     f"{what} on TCP {port}")
 
-    def _new_vpc(self, public_only: bool, nat_gateways: int) -> ec2.Vpc:
+    def _new_vpc(self, public_only: bool, nat_gateways: int, retention_days: int,
+                 removal_policy: RemovalPolicy) -> ec2.Vpc:
         subnets = [ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC,
                                            cidr_mask=24)]
         if not public_only:
@@ -67,11 +74,27 @@ class Network(Construct):
                 name="Workers", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=20))
         vpc = ec2.Vpc(self, "Vpc", max_azs=VPC_AZS, subnet_configuration=subnets,
                       nat_gateways=0 if public_only else nat_gateways)
+        self._keep_default_group_logs(retention_days, removal_policy)
         # Every heartbeat is a DynamoDB call: the gateway endpoint is free and keeps them off the
         # NAT gateway (and its per-GB charge).
         vpc.add_gateway_endpoint("DynamoDb",
                                  service=ec2.GatewayVpcEndpointAwsService.DYNAMODB)
         return vpc
+
+    def _keep_default_group_logs(self, retention_days: int,
+                                 removal_policy: RemovalPolicy) -> None:
+        """The CDK's function that empties the new VPC's default security group logs to a
+        group Lambda creates on first run, kept for ever and left behind by ``cdk destroy``:
+        give it one with the fleet's retention. The function is one per stack (shared with
+        any other VPC of the app's stack), so is its group."""
+        provider = Stack.of(self).node.try_find_child(_DEFAULT_GROUP_PROVIDER)
+        handler = provider.node.try_find_child("Handler") if provider else None
+        if not isinstance(handler, CfnResource) or not isinstance(provider, Construct) \
+                or provider.node.try_find_child(_DEFAULT_GROUP_LOGS) is not None:
+            return  # no such function (a newer CDK's flags) or already given its group
+        group = logs.LogGroup(provider, _DEFAULT_GROUP_LOGS, retention=retention(retention_days),
+                              removal_policy=removal_policy)
+        handler.add_property_override("LoggingConfig.LogGroup", group.log_group_name)
 
     def _add_flow_logs(self, vpc: ec2.Vpc, log_retention_days: int,
                        removal_policy: RemovalPolicy) -> None:

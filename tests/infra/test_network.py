@@ -125,3 +125,16 @@ def test_existing_vpc_is_looked_up_not_created() -> None:
     template.resource_count_is("AWS::EC2::FlowLog", 0)
     template.has_resource_properties("AWS::EC2::SecurityGroup", {"VpcId": vpc_id})
     assert not network.flow_logs_disabled  # not our VPC: no VPC7 acknowledgement either
+
+
+def test_every_function_logs_to_a_group_that_expires(template_json: dict[str, Any]) -> None:
+    """Each Lambda function of the stack, the CDK's own that empties the new VPC's default
+    security group too, writes to a log group of the stack with the fleet's retention (the
+    CDK's went to a group kept for ever and left behind by `cdk destroy`)."""
+    functions = resources(template_json, "AWS::Lambda::Function")
+    assert len(functions) >= 4
+    for name, fn in functions.items():
+        group = fn["Properties"].get("LoggingConfig", {}).get("LogGroup", {}).get("Ref")
+        assert group, name
+        props = template_json["Resources"][group]["Properties"]
+        assert props["RetentionInDays"] == 30, name
