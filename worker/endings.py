@@ -143,8 +143,11 @@ class Endings:
         """The give-up of a stream whose handler blocked the event loop past the fence, written
         synchronously from the watchdog's thread (the loop cannot run it; the process exits
         next): like any give-up, with ``error``, its back-off and the checkpoint before the
-        stuck message. Its next holder resumes from that message only after the back-off."""
+        stuck message. Its next holder resumes from that message only after the back-off.
+        Counted as any give-up (the watchdog flushes the metrics before the exit)."""
         held = conn.held
+        self.counts["gave_up"] += 1
+        self.metrics.incr(names.METRIC_UPSTREAM_GIVE_UPS)
         before = errors_before(held.lease.error_count, held.cursor.handled)
         retry_s = self.backoff.retry_after_s(before + 1)
         self.store.release(dataclasses.replace(held.lease, error_count=before), held.checkpoint,

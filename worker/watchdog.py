@@ -61,9 +61,12 @@ class Watchdog:
     def __init__(self, deadline: Callable[[], int], clock: LoopClock, *,
                  stall_ms: int = 1000, check_s: float = 0.1,
                  exit: Callable[[int], object] = _exit,
-                 park: Callable[[Message, str], object] | None = None) -> None:
+                 park: Callable[[Message, str], object] | None = None,
+                 flush: Callable[[], object] | None = None) -> None:
         self.deadline, self.clock, self.mono, self.exit = deadline, clock, clock.mono, exit
-        self.park = park
+        # ``flush``: the worker's metrics, printed before the exit (what was counted since
+        # the last flush, the park's give-up with it, would die with the process).
+        self.park, self.flush = park, flush
         self.stall_ms, self.check_s = stall_ms, check_s
         self._resumed_ms = clock.mono()  # the whole process last came back from a pause
         self._checked_ms: int | None = None  # when the thread last looked
@@ -100,6 +103,11 @@ class Watchdog:
         message = stuck_in_call(frame)
         if message is not None and self.park is not None:
             self._park(message, stuck_ms, where)
+        if self.flush is not None:
+            try:
+                self.flush()
+            except Exception as exc:  # the exit goes on
+                sys.stderr.write(f"holdfast watchdog: metrics not flushed: {exc!r}\n")
         self.exit(EXIT_CODE)
         return True
 

@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Callable
 
+from holdfast.core import names
 from holdfast.worker.backoff import Backoff
 from holdfast.worker.handler import Message
 from holdfast.worker.held import NO_FENCE_MS
@@ -100,7 +101,8 @@ def test_a_handler_blocking_the_loop_past_the_fence_ends_the_process(
         fleet: Fleet, spawn: Callable[..., WorkerProc], unique_id: str) -> None:
     """time.sleep in the handler past the fence: the watchdog exits 70 mid-call, and its line
     shows where the loop was stuck (the handler's frame); the stream is parked first, on the
-    stuck seq with that line, so its next holder does not die on the same message."""
+    stuck seq with that line, so its next holder does not die on the same message; the give-up
+    is counted and the metrics flushed before the exit."""
     async def serve_and_wait() -> int:
         frames = [json.dumps({"seq": n}) for n in range(1, 10)]
         async with scripted_upstream(lambda _: frames) as up:
@@ -120,6 +122,11 @@ def test_a_handler_blocking_the_loop_past_the_fence_ends_the_process(
             assert "lease_owner" not in item and "blocked the event loop" in (
                 item["last_error"]["S"]) and "seq 3" in item["last_error"]["S"]
             assert int(item["lease_expires_at_ms"]["N"]) > time.time() * 1000 + 20_000
+            # Counted as a give-up, and printed before the exit (StreamsGivingUp sees it).
+            records = [json.loads(line) for line in log.splitlines()
+                       if line.startswith("{") and '"_aws"' in line]
+            counted = [r.get(names.METRIC_UPSTREAM_GIVE_UPS, 0) for r in records]
+            assert sum(sum(c) if isinstance(c, list) else c for c in counted) == 1, counted
             return code
 
     assert asyncio.run(serve_and_wait()) == EXIT_CODE
