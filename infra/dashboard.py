@@ -158,12 +158,20 @@ def build_dashboard(scope: Construct, construct_id: str, *, parts: FleetParts,
     dashboard.add_widgets(
         _graph("Upstream", [w(names.METRIC_RECONNECTS), w(names.METRIC_HANDLER_ERRORS),
                             w(names.METRIC_UPSTREAM_GIVE_UPS),
+                            w(names.METRIC_STREAMS_QUARANTINED,
+                              label="streams quarantined (malformed item)"),
                             w(names.METRIC_CONNECTS_DELAYED, label="connects delayed (budget)"),
                             w(names.METRIC_CLAIMS_PAUSED_LAGGING,
                               label="claims paused (loop lagging)")]),
         _graph("Worker tasks", [running_tasks(svc)]),
+        # The busiest task's beside the average: one CPU-bound task (its loop lagging, its
+        # heartbeats late) hides in an average over many.
         _graph("Worker CPU and memory (%)",
-               [svc.metric_cpu_utilization(period=MINUTE),
-                svc.metric_memory_utilization(period=MINUTE)]),
+               [svc.metric_cpu_utilization(period=MINUTE, label="CPU, average"),
+                svc.metric_cpu_utilization(period=MINUTE, statistic="Maximum",
+                                           label="CPU, busiest task"),
+                svc.metric_memory_utilization(period=MINUTE, label="memory, average"),
+                svc.metric_memory_utilization(period=MINUTE, statistic="Maximum",
+                                              label="memory, fullest task")]),
     )
     return dashboard

@@ -247,6 +247,7 @@ class HoldfastFleet(Construct):
                              router_failures=self.queues.router_failures,
                              router=self.router.function, sweeper=self.sweeper.function,
                              task_stopped=self.task_stopped.function,
+                             task_stopped_failures=self.task_stopped.failures,
                              service=self.workers.service, service_names=service_names,
                              lease_table=table, session_table=sessions,
                              handler_failures=self.handler_failures.queue

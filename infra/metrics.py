@@ -40,6 +40,9 @@ class FleetParts:
     router: lambda_.IFunction
     sweeper: lambda_.IFunction
     task_stopped: lambda_.IFunction
+    # Task-stopped events EventBridge could not deliver, or the function failed on after its
+    # retries (its DLQ and on-failure destination).
+    task_stopped_failures: sqs.IQueue
     service: ecs.FargateService
     service_names: dict[str, str]
     lease_table: dynamodb.ITable

@@ -105,6 +105,14 @@ class Monitoring(Construct):
                 "The router gave up on stream records after every retry (see the queue).",
                 p.router_failures.metric_approximate_number_of_messages_visible(
                     period=MINUTE, statistic="Maximum"), 1),
+            self._alarm(
+                "TaskStoppedFailuresNotEmpty",
+                "Task-stopped events were not delivered to the task-stopped function, or it "
+                "failed on them after its retries (see the queue): those stopped tasks' "
+                "sessions waited for the sweeper (a lease) instead of being declared dead at "
+                "once. TaskStoppedErrors does not see an event EventBridge could not deliver.",
+                p.task_stopped_failures.metric_approximate_number_of_messages_visible(
+                    period=MINUTE, statistic="Maximum"), 1),
             self._alarm("RouterErrors", "The router function failed whole batches.",
                         p.router.metric_errors(period=Duration.minutes(5), statistic="Sum"), 1),
             self._alarm("RouterIteratorAge",
@@ -123,9 +131,10 @@ class Monitoring(Construct):
                 "SweepsFailing",
                 "Over 5 minutes at least as many of the sweeper's sweeps failed as completed: "
                 "it may not see unowned streams, dead sessions or stranded ones (and the "
-                "StreamsUnowned alarm cannot fire without its measurement). The sweeper logs "
-                "say \"sweep failed\" with the error (permissions, a missing index, "
-                "throttling).",
+                "StreamsUnowned alarm cannot fire when no sweep completes, without its "
+                "measurement). A failure is a whole sweep's (the sweeper logs \"sweep "
+                "failed\") or one of its steps' (\"sweep step failed, the sweep goes on\"), "
+                "with the error (permissions, a missing index, throttling).",
                 cw.MathExpression(
                     expression="IF(FILL(failed, 0) > 0 AND FILL(failed, 0) >= FILL(done, 0), "
                                "1, 0)",
@@ -137,10 +146,14 @@ class Monitoring(Construct):
                     label="sweeps mostly failing", period=ALARM_WINDOW), 1),
             # One item the sweeper cannot write (validation, size, malformed) is skipped and
             # retried every pass, never stopping the others: the alarm is how it gets fixed.
+            # A throttled or silent table counts too (the write is retried next pass): the
+            # throttle alarms then fire with it, which tells the two apart.
             self._any("ItemErrors",
-                      "The sweeper could not write a stream item (validation, size or "
-                      "malformed item): that stream is not released or re-nudged until the "
-                      "item is fixed. The sweeper logs name the item and the error.",
+                      "The sweeper could not write a stream or session item: the item's own "
+                      "fault (validation, size, malformed: that stream is not released or "
+                      "re-nudged until the item is fixed), or the table refused or did not "
+                      "answer (throttling: a throttle alarm fires with this one; retried next "
+                      "pass). The sweeper logs name the item and the error.",
                       holdfast_metric(names.METRIC_ITEM_ERRORS, sweeper)),
             self._alarm("SweeperErrors", "The sweeper function failed.",
                         p.sweeper.metric_errors(period=Duration.minutes(5), statistic="Sum"),
@@ -150,11 +163,15 @@ class Monitoring(Construct):
                         "the sweeper (a lease) instead of being declared dead at once.",
                         p.task_stopped.metric_errors(period=Duration.minutes(5),
                                                      statistic="Sum"), 1),
-            self._alarm("SweeperNotRunning",
-                        "The sweeper has not run for 5 minutes: dead sessions and expired "
-                        "leases are not being found.",
-                        p.sweeper.metric_invocations(period=Duration.minutes(5),
-                                                     statistic="Sum"), 1,
+            # On its completed sweeps, not its invocations: a run that began too late to
+            # sweep, or metrics that stopped arriving (POWERTOOLS_METRICS_DISABLED), leave
+            # every alarm on the sweeper's measurements quiet while Lambda counts runs.
+            self._alarm("SweeperNotSweeping",
+                        "The sweeper completed no sweep in 5 minutes (not invoked, every sweep "
+                        "failed, or its metrics are not arriving): dead sessions and expired "
+                        "leases are not being found, and StreamsUnowned cannot fire.",
+                        holdfast_metric(names.METRIC_SWEEPS, sweeper).with_(
+                            period=ALARM_WINDOW, statistic="Sum"), 1,
                         comparison=_LT, missing=cw.TreatMissingData.BREACHING),
         ]
 
@@ -197,17 +214,28 @@ class Monitoring(Construct):
                       "The worker logs say \"stream handed back after errors\" with the "
                       "stream and the error.",
                       holdfast_metric(names.METRIC_UPSTREAM_GIVE_UPS, worker)),
+            # Parked again at every quarantine (5 min) and found again by the sweeper, such a
+            # stream is never old enough for StreamsUnowned: this count is how it is noticed.
+            self._any("StreamsQuarantined",
+                      "A stream's item breaks the schema (a mistyped attribute, written by "
+                      "hand or by an app): a worker parked it as INVALID, with the reason in "
+                      "its last_error, and it is not delivered until the item is fixed or "
+                      "deleted. `holdfast ls` shows it; the worker logs \"claim refused: the "
+                      "stream's item is malformed\".",
+                      holdfast_metric(names.METRIC_STREAMS_QUARANTINED, worker)),
             self._any("FramesNotHandled",
                       "Frames broke the seq contract (a seq that went back, jumped too far, or "
                       "a stream that stalled) and were not handled: the upstream or its "
                       "protocol plug-in is misbehaving. The worker logs name the stream.",
                       holdfast_metric(names.METRIC_FRAMES_SKIPPED, worker)),
             # A failed checkpoint round is retried at the next; one alone (a timed-out call)
-            # is no risk, and a page for it would teach people to ignore the alarm. Failures in two
-            # of three minutes are: LeasesFenced follows if they go on.
+            # is no risk, and a page for it would teach people to ignore the alarm. Failures in
+            # two of three minutes are. (A stream's fence follows its session's heartbeats,
+            # SessionRenewFailures: a checkpoint moves only its one-hour backstop.)
             self._alarm("RenewFailures",
-                        "Worker renewals kept failing (DynamoDB errors or throttling, in 2 of 3 "
-                        "minutes): streams are at risk of being fenced.",
+                        "Worker checkpoint writes kept failing (DynamoDB errors or throttling, "
+                        "in 2 of 3 minutes): the stored resume points fall behind, so a move or "
+                        "a crash replays more messages from further back.",
                         holdfast_metric(names.METRIC_RENEW_FAILURES, worker).with_(
                             period=MINUTE, statistic="Sum"),
                         0, periods=2, of=3, comparison=_GT),

@@ -18,7 +18,7 @@ from aws_lambda_powertools import Logger
 from holdfast.core import names
 from holdfast.core.exceptions import AcquireFailed, HoldfastError, LossReason, StoreUnavailable
 from holdfast.core.model import Lease
-from holdfast.core.store import LeaseStore
+from holdfast.core.store import QUARANTINE_MS, LeaseStore
 from holdfast.worker.claimer import SOURCE_INSERTED, Claim, Later
 from holdfast.worker.claimrules import later_for
 from holdfast.worker.config import WorkerConfig
@@ -74,7 +74,15 @@ class Acquirer:
                 # are its holder, so we release it.
                 await self.endings.let_go(exc.current, owner)
                 return Claim.CONFLICT
-            self.metrics.incr(names.METRIC_CLAIM_CONFLICTS)
+            if exc.reason is LossReason.INVALID:
+                # Not a race: the item breaks the schema and was parked (store.quarantine).
+                self.metrics.incr(names.METRIC_STREAMS_QUARANTINED)
+                logger.warning(f"claim refused: the stream's item is malformed, parked as "
+                               f"INVALID for {QUARANTINE_MS // 60_000} min (its last_error "
+                               "says why: fix or delete the item)",
+                               conn_id=conn_id, worker_id=self.config.worker_id)
+            else:
+                self.metrics.incr(names.METRIC_CLAIM_CONFLICTS)
             logger.debug("claim refused", conn_id=conn_id, worker_id=self.config.worker_id,
                          reason=str(exc.reason), source=source)
             return later_for(exc, self.config.timing.skew_ms, self.wall()) or Claim.CONFLICT

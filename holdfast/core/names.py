@@ -101,6 +101,7 @@ __all__ = [
     "METRIC_STRANDED_RELEASED",
     "METRIC_STRANDED_STREAMS",
     "METRIC_STREAMS_HANDED_OFF",
+    "METRIC_STREAMS_QUARANTINED",
     "METRIC_STREAMS_REAPED",
     "METRIC_STREAMS_SHED",
     "METRIC_SWEEPS",
@@ -235,6 +236,10 @@ METRIC_UNOWNED_TIME: Final = "UnownedTime"
 METRIC_RECONNECTS: Final = "Reconnects"
 METRIC_HANDLER_ERRORS: Final = "HandlerErrors"
 METRIC_UPSTREAM_GIVE_UPS: Final = "UpstreamGiveUps"
+# Claims refused because the stream's item breaks the schema: the worker parks it as INVALID
+# (the reason in last_error) and the sweeper finds it again every quarantine (5 min), so the
+# orphan age never grows: this count is how such a stream is noticed.
+METRIC_STREAMS_QUARANTINED: Final = "StreamsQuarantined"
 # Text frames that are not JSON (handed on without a seq); frames not delivered (a seq that went
 # back below the checkpoint or jumped past HOLDFAST_MAX_SEQ_JUMP); handler calls cut by the
 # timeout.

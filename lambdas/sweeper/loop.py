@@ -152,7 +152,9 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
         memory.prune(now)
     # An expired lease is unowned since its expiry; a released or never-claimed one (expiry 0)
     # since this sweeper first saw it: a lower bound after a cold start, but never "not at all",
-    # so a stream that no worker can take still raises the orphan-age alarm.
+    # so a stream that no worker can take still raises the orphan-age alarm. (Not one whose
+    # item is malformed: parked again at every claim, its expiry moves on; the worker's
+    # StreamsQuarantined count is its alarm.)
     ages = [now - (o.expires_at_ms if o.expires_at_ms > 0 else
                    (memory.unowned_since_ms(o) or now)) for o in due]
     next_claimable = rules.claimable_at_ms(min(upcoming), s.skew_ms) if upcoming else None

@@ -29,7 +29,8 @@ def test_required_alarms_exist(template_json: dict[str, Any]) -> None:
                                       "Value": "holdfast-sweeper"}]
     visible = [a for a in resources(template_json, "AWS::CloudWatch::Alarm").values()
                if a["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"]
-    assert len(visible) == 2  # the nudge DLQ and the router's failure queue
+    # The nudge DLQ, the router's failure queue and the task-stopped function's.
+    assert len(visible) == 3
     assert all(a["Properties"]["Threshold"] == 1 for a in visible)
 
 
@@ -40,10 +41,10 @@ def test_every_operational_alarm_notifies_the_topic(template_json: dict[str, Any
                                                       "AWS::CloudWatch::Alarm").values()
                    if "AlarmActions" in a["Properties"] and
                    {"Ref": topic} in a["Properties"]["AlarmActions"]]
-    # Ten pipeline and worker alarms, three session/fencing ones, the unowned-time one,
-    # the sweeper's item errors, two on streams giving up and frames not handled, eight
-    # throttle alarms.
-    assert len(operational) == 25
+    # Eleven pipeline and worker alarms, three session/fencing ones, the unowned-time one,
+    # the sweeper's item errors, three on streams giving up, quarantined and frames not
+    # handled, eight throttle alarms.
+    assert len(operational) == 27
     assert all({"Ref": topic} in a["OKActions"] for a in operational)
 
 
@@ -86,6 +87,17 @@ def alarm_metrics(template_json: dict[str, Any]) -> dict[tuple[str, str], list[d
     return out
 
 
+def test_a_sweeper_that_completes_no_sweep_alarms(template_json: dict[str, Any]) -> None:
+    """On its completed sweeps, not its invocations: fewer than 1 in 5 minutes, and no data
+    (metrics not arriving, never invoked) is breaching."""
+    (alarm,) = alarm_metrics(template_json)[(names.NAMESPACE, names.METRIC_SWEEPS)]
+    assert (alarm["Statistic"], alarm["Period"], alarm["Threshold"]) == ("Sum", 300, 1)
+    assert alarm["ComparisonOperator"] == "LessThanThreshold"
+    assert alarm["TreatMissingData"] == "breaching"
+    assert alarm["Dimensions"] == [{"Name": names.DIMENSION_SERVICE,
+                                    "Value": "holdfast-sweeper"}]
+
+
 def test_renew_failures_alarm_when_they_go_on(template_json: dict[str, Any]) -> None:
     """RenewFailures pages on failures in 2 of 3 one-minute periods, not on one failed round
     (the next round retries it)."""
@@ -96,12 +108,13 @@ def test_renew_failures_alarm_when_they_go_on(template_json: dict[str, Any]) -> 
 
 
 def test_sessions_and_fencing_alarm_on_any_occurrence(template_json: dict[str, Any]) -> None:
-    """ItemErrors (sweeper); LeasesFenced, streams giving up and frames not handled (worker):
-    sum > 0 in 5 minutes."""
+    """ItemErrors (sweeper); LeasesFenced, streams giving up or quarantined and frames not
+    handled (worker): sum > 0 in 5 minutes."""
     alarms = alarm_metrics(template_json)
     for metric, service in ((names.METRIC_ITEM_ERRORS, "holdfast-sweeper"),
                             (names.METRIC_LEASES_FENCED, "holdfast-worker"),
                             (names.METRIC_UPSTREAM_GIVE_UPS, "holdfast-worker"),
+                            (names.METRIC_STREAMS_QUARANTINED, "holdfast-worker"),
                             (names.METRIC_FRAMES_SKIPPED, "holdfast-worker")):
         (alarm,) = alarms[(names.NAMESPACE, metric)]
         assert alarm["Dimensions"] == [{"Name": names.DIMENSION_SERVICE, "Value": service}]

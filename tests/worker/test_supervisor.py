@@ -194,6 +194,28 @@ async def test_poison_and_conflicting_nudges_are_deleted(
     assert item_attr(fleet.item(held), "lease_owner") == "someone-else"
 
 
+async def test_a_malformed_item_is_parked_and_counted_as_quarantined(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A stream whose item breaks the schema (a mistyped epoch): the claim parks it INVALID
+    with the reason, and counts it as StreamsQuarantined, not as a race (ClaimConflicts):
+    the sweeper finds it again every 5 min, so its orphan age never shows it."""
+    conn = f"{unique_id}-bad"
+    fleet.create(conn, upstream.url(conn))
+    fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn}"}},
+                          UpdateExpression="SET lease_epoch = :bad",
+                          ExpressionAttributeValues={":bad": {"S": "oops"}})
+    rec = Recorder()
+    async with running_worker(fleet, rec) as run:
+        fleet.nudge(conn)
+        await async_wait_until(lambda: item_attr(fleet.item(conn), "status") == "INVALID",
+                               10, "parked")
+        await async_wait_until(
+            lambda: run.worker.metrics.totals["StreamsQuarantined"] == 1, 5, "counted")
+        assert run.worker.metrics.totals["ClaimConflicts"] == 0 and not run.worker.streams
+    assert "malformed item" in item_attr(fleet.item(conn), "last_error")
+    assert not rec.calls
+
+
 async def test_hostile_urls_are_refused_and_recorded(fleet: Fleet, unique_id: str) -> None:
     """Bad schemes, private and metadata addresses: BACKOFF at once, no connect, reason kept."""
     urls = {"http": "http://127.0.0.1:1/x", "imds": "ws://169.254.169.254/latest/meta-data",
