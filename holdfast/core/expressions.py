@@ -175,7 +175,10 @@ def release_clauses(lease: Lease, now: int, seq: int | None, *, error: str | Non
     return WriteClauses(
         sets=(*sets, *_final_checkpoint(seq)), copies=copies,
         equals=_held_by(lease, started=False), at_most_or_missing=_final_checkpoint(seq),
-        removes=(ATTR.lease_owner,) if handoff else (ATTR.lease_owner, ATTR.successor))
+        # A clean release ends the error streak (error_count 0) and its text with it: left,
+        # an old "session ... dead" read as the reason for an operator's stop in `ls`.
+        removes=(ATTR.lease_owner, *(() if handoff else (ATTR.successor,)),
+                 *(() if error is not None else (ATTR.last_error,))))
 
 
 def transfer_clauses(lease: Lease, passed: Lease, seq: int | None) -> WriteClauses:

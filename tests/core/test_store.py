@@ -286,7 +286,8 @@ def test_release_by_stale_owner_changes_nothing(store: LeaseStore, clock: Clock,
 
 def test_give_up_release_records_error_and_delays(store: LeaseStore, clock: Clock, ddb: Any,
                                                   unique_id: str) -> None:
-    """A give-up release records the error and blocks claims until the retry time."""
+    """A give-up release records the error and blocks claims until the retry time; a clean
+    release later clears it."""
     put_raw(ddb, store.table, unique_id)
     lease = store.acquire(unique_id, "w1")
     retry_at = clock.now + 30_000
@@ -299,7 +300,14 @@ def test_give_up_release_records_error_and_delays(store: LeaseStore, clock: Cloc
         store.acquire(unique_id, "w2")
     assert info.value.reason is LossReason.BACKOFF
     clock.now = retry_at + SKEW_MS
-    assert store.acquire(unique_id, "w2").error_count == 1
+    again = store.acquire(unique_id, "w2")
+    assert again.error_count == 1
+    # A clean release after it ends the streak, its text with it (`ls` showed the old error
+    # beside a stop as if it were the stop's reason).
+    store.release(again, None)
+    item = store.get(unique_id)
+    assert item is not None
+    assert (item.status, item.last_error, item.error_count) == ("RELEASED", None, 0)
 
 
 def test_give_up_error_never_stores_url_secrets(store: LeaseStore, ddb: Any,
