@@ -185,6 +185,10 @@ class FleetStatus:
     unowned_started: list[str]  # nobody holds them: unowned, or stranded (listed apart too)
     backoff: list[str]
     malformed: list[str]
+    # Parked as INVALID by a claim (the item breaks the schema), until their quarantine ends;
+    # released to a named successor that has not taken them yet (its hold, seconds).
+    quarantined: list[str] = field(default_factory=list)
+    handing_over: list[str] = field(default_factory=list)
     queue_depth: int | None = None
     dlq_depth: int | None = None
     oldest_unowned_ms: int | None = None
@@ -211,6 +215,7 @@ class FleetStatus:
                 "stopped": self.stopped, "unowned_started": self.unowned_started,
                 "stranded": [r.to_json() for r in self.stranded],
                 "oldest_unowned_ms": self.oldest_unowned_ms, "backoff": self.backoff,
+                "quarantined": self.quarantined, "handing_over": self.handing_over,
                 "malformed": self.malformed, "queue_depth": self.queue_depth,
                 "dlq_depth": self.dlq_depth, "notes": self.notes}
 
@@ -218,7 +223,8 @@ class FleetStatus:
 def fleet_status(items: list[LeaseItem | MalformedItem], now_ms: int,
                  updated_ms: dict[str, int] | None = None, *,
                  sessions: Sessions | None = None, skew_ms: int = 0) -> FleetStatus:
-    """Group the items by live owner; list the STARTED ones nobody holds (BACKOFF ones apart).
+    """Group the items by live owner; list the STARTED ones nobody holds (those waiting on
+    purpose apart: BACKOFF, quarantined INVALID, or held for a named successor).
 
     An unowned stream's age counts from its lease expiry, or, for a released or never-claimed
     one (expiry 0), from its last write (``updated_ms``, from ``updated_at_ms``) when known. A
@@ -231,6 +237,9 @@ def fleet_status(items: list[LeaseItem | MalformedItem], now_ms: int,
     stranded: list[StrandedRow] = []
     backoff: list[str] = []
     malformed: list[str] = []
+    # Waiting on purpose until their expiry: the list each goes to, by status (a release that
+    # named a successor is RELEASED with the successor recorded).
+    waiting: dict[str, list[str]] = {"BACKOFF": backoff, "INVALID": [], "successor": []}
     oldest: int | None = None
     started = stopped = 0
     for item in items:
@@ -250,8 +259,9 @@ def fleet_status(items: list[LeaseItem | MalformedItem], now_ms: int,
         expires = item.lease_expires_at_ms or 0
         if h.stranded:
             since = h.since_ms or updated_ms.get(item.conn_id, 0)
-        elif item.status == "BACKOFF" and expires > now_ms:
-            backoff.append(item.conn_id)  # waiting for its retry time on purpose
+        elif expires > now_ms and (item.status in ("BACKOFF", "INVALID") or item.successor):
+            # Waiting for its retry time, its quarantine's end or its successor, on purpose.
+            waiting[item.status if item.status in waiting else "successor"].append(item.conn_id)
             continue
         else:
             since = expires if expires > 0 else updated_ms.get(item.conn_id, 0)
@@ -264,5 +274,7 @@ def fleet_status(items: list[LeaseItem | MalformedItem], now_ms: int,
     return FleetStatus(workers=dict(sorted(workers.items())), streams=started + stopped,
                        started=started, stopped=stopped, unowned_started=sorted(unowned),
                        backoff=sorted(backoff), malformed=sorted(malformed),
+                       quarantined=sorted(waiting["INVALID"]),
+                       handing_over=sorted(waiting["successor"]),
                        oldest_unowned_ms=oldest,
                        stranded=sorted(stranded, key=lambda r: r.conn_id))

@@ -243,8 +243,11 @@ def _run_status(args: argparse.Namespace) -> int:
                       f"{esc(s.reason)}"
                       + (f", for {_secs(s.age_ms)}" if s.age_ms is not None else "")
                       + " (the sweeper releases it)")
-    if st.backoff:
-        console.print(f"in back-off: {len(st.backoff)}: {esc(', '.join(st.backoff[:10]))}")
+    for label, ids in (("in back-off", st.backoff),
+                       ("[yellow]quarantined (malformed item, see ls)[/]", st.quarantined),
+                       ("handing over to a named successor", st.handing_over)):
+        if ids:
+            console.print(f"{label}: {len(ids)}: {esc(', '.join(ids[:10]))}")
     if st.malformed:
         console.print(f"[yellow]malformed items: {len(st.malformed)}[/]")
     console.print(f"nudge queue depth: {'-' if st.queue_depth is None else st.queue_depth}, "

@@ -38,6 +38,20 @@ def test_stopped_backoff_and_malformed_are_apart() -> None:
     assert (st.started, st.stopped) == (1, 1)
 
 
+def test_quarantined_and_handed_over_streams_are_not_unowned() -> None:
+    """An item a claim parked as INVALID, and one released to a named successor within its
+    hold, wait on purpose: listed apart, not as unowned aged 0 s; past their expiry they are
+    unowned again."""
+    parked = item("q", exp=NOW + 300_000, status="INVALID")
+    handed = LeaseItem("h", "STARTED", "ws://h/s", None, NOW + 3000, 5, 1, "RELEASED",
+                       successor="w2")
+    st = fleet_status([parked, handed], NOW)
+    assert st.unowned_started == [] and st.oldest_unowned_ms is None
+    assert (st.quarantined, st.handing_over, st.backoff) == (["q"], ["h"], [])
+    later = fleet_status([parked, handed], NOW + 400_000)
+    assert later.unowned_started == ["h", "q"] and later.quarantined == []
+
+
 def test_stream_row_shows_owner_only_while_live() -> None:
     """ls shows lease time left for a live lease and no owner for an expired one."""
     assert stream_row(item("a", owner="w", exp=NOW + 1500), NOW).lease_left_ms == 1500
