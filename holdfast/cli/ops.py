@@ -138,7 +138,12 @@ def _run_stop(args: argparse.Namespace) -> int:
     print(f"{'already stopped' if before == STOPPED else 'stopped'} {conn_id}")
     deadline = time.monotonic() + args.wait
     while args.wait > 0:
-        item = _get(client, table, conn_id)
+        try:
+            item = _get(client, table, conn_id)
+        except MalformedItem as bad:  # the stop landed: only the watching cannot go on
+            print(f"{conn_id}: malformed item, its release cannot be watched: "
+                  f"{printable(bad.reason)}")
+            break
         # Released means no owner: the holder's own release or the reaper's removes it (an
         # expiry in the past with the owner kept is not a release, the owner still delivers).
         if item is None or not item.lease_owner:
@@ -229,15 +234,38 @@ def _add_rm(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="delete even while held (a stream created again under the same id "
                         "may then be delivered twice until the old holder's stop lands)")
+    p.add_argument("--yes", "-y", action="store_true",
+                   help="do not ask (a terminal is asked to confirm: the checkpoint goes too)")
     add_table_option(p)
+
+
+def _confirm_rm(client: DynamoDBClient, table: str, conn_id: str) -> None:
+    """Show what goes, and ask: a mistyped id loses a stream's checkpoint for good."""
+    raw = call("get", client.get_item, TableName=table, Key={ATTR.pk: {"S": pk_for(conn_id)}},
+               ConsistentRead=True).get("Item")
+    if not raw:
+        raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
+    seq, owner = raw.get(ATTR.last_seq, {}).get("N"), raw.get(ATTR.lease_owner, {}).get("S")
+    print(f"{conn_id}: {printable(raw.get(ATTR.desired_state, {}).get('S', '?'))}, "
+          f"{'held by ' + printable(owner) if owner else 'unowned'}, last_seq "
+          f"{seq or 'none'}")
+    try:
+        answer = input("delete it and its checkpoint? [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        raise OpsExit(EXIT_FAILED, f"{conn_id}: not removed")
 
 
 def _run_rm(args: argparse.Namespace) -> int:
     conn_id, table, client = _id(args.id), table_name(args), ops_ddb()
+    if not args.yes and sys.stdin.isatty():
+        _confirm_rm(client, table, conn_id)
     deadline = time.monotonic() + args.wait
     while True:
         try:
-            if not delete_stream(client, table, conn_id, held_too=args.force):
+            old = delete_stream(client, table, conn_id, held_too=args.force)
+            if not old:
                 raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
             break
         except StreamHeld as held:
@@ -250,7 +278,8 @@ def _run_rm(args: argparse.Namespace) -> int:
                               f"after {args.wait:g} s (stopped; run rm again, or --force)"
                               ) from None
             time.sleep(0.2)
-    print(f"removed {conn_id}")
+    # What went, so a mistake can be undone (start it again, then resume it past that seq).
+    print(f"removed {conn_id} (last_seq was {old.get(ATTR.last_seq, {}).get('N', 'none')})")
     return EXIT_OK
 
 

@@ -188,8 +188,8 @@ def find_unindexed(client: DynamoDBClient, table: str, *, start_key: dict[str, A
 
 
 def delete_stream(client: DynamoDBClient, table: str, conn_id: str, *,
-                  held_too: bool = False) -> bool:
-    """Delete the item; False if there was none.
+                  held_too: bool = False) -> dict[str, Any] | None:
+    """Delete the item; what it was (its raw attributes), or None if there was none.
 
     Only an unowned item, unless ``held_too``: deleting a held stream would free it while its
     holder still delivers until the stop order reaches it, and a stream created again under
@@ -207,7 +207,7 @@ def delete_stream(client: DynamoDBClient, table: str, conn_id: str, *,
     except ConditionFailed as failed:
         owner = (failed.item or {}).get(ATTR.lease_owner, {}).get("S", "?")
         raise StreamHeld(conn_id, str(owner)) from None
-    return bool(resp.get("Attributes"))
+    return resp.get("Attributes") or None
 
 
 def scan_items(client: DynamoDBClient, table: str) -> Iterator[LeaseItem | MalformedItem]:

@@ -359,3 +359,39 @@ def test_stop_of_a_stopped_stream_says_already_stopped(
     _started(capsys, ddb_local, sid)
     assert run(capsys, "stop", sid)[:2] == (0, f"stopped {sid}\n")
     assert run(capsys, "stop", sid)[:2] == (0, f"already stopped {sid}\n")
+
+
+def test_rm_on_a_terminal_asks_showing_the_checkpoint_that_goes(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a terminal rm shows the stream's state and last_seq and deletes only on "y" (a
+    mistyped id lost a checkpoint for good); --yes does not ask; what went is printed."""
+    sid = f"{unique_id}-t"
+    ddb, store = _started(capsys, ddb_local, sid)
+    store.release(store.acquire(sid, "w#a"), 41)
+    answers = iter(["n", "y"])
+    monkeypatch.setattr("sys.stdin", io.StringIO())
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda prompt: next(answers))
+    code, out, err = run(capsys, "rm", sid)
+    assert code == 1 and "unowned, last_seq 41" in out and "not removed" in err
+    assert sid in ls_json(capsys, unique_id)
+    code, out, _ = run(capsys, "rm", sid)
+    assert code == 0 and "removed" in out and "last_seq was 41" in out
+    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/t")[0] == 0
+    code, out, _ = run(capsys, "rm", sid, "--yes")
+    assert code == 0 and "last_seq was none" in out and "[y/N]" not in out
+
+
+def test_stop_wait_of_a_malformed_item_says_the_stop_landed(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """stop --wait on an item that does not parse (a mistyped epoch): the stop is written and
+    the command exits 0 saying its release cannot be watched (it exited 1, read as failed)."""
+    ddb, _ = _started(capsys, ddb_local, f"{unique_id}-m")
+    ddb.update_item(TableName=ddb_local.table, Key={"Pk": {"S": f"CONN#{unique_id}-m"}},
+                    UpdateExpression="SET lease_epoch = :bad",
+                    ExpressionAttributeValues={":bad": {"S": "oops"}})
+    code, out, _ = run(capsys, "stop", f"{unique_id}-m", "--wait", "2")
+    assert code == 0 and "stopped" in out and "cannot be watched" in out
+    assert _images(ddb, ddb_local.table, f"{unique_id}-m")["desired_state"]["S"] == "STOPPED"
