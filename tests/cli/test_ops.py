@@ -367,7 +367,7 @@ def test_rm_on_a_terminal_asks_showing_the_checkpoint_that_goes(
     """From a terminal rm shows the stream's state and last_seq and deletes only on "y" (a
     mistyped id lost a checkpoint for good); --yes does not ask; what went is printed."""
     sid = f"{unique_id}-t"
-    ddb, store = _started(capsys, ddb_local, sid)
+    _, store = _started(capsys, ddb_local, sid)
     store.release(store.acquire(sid, "w#a"), 41)
     answers = iter(["n", "y"])
     monkeypatch.setattr("sys.stdin", io.StringIO())
