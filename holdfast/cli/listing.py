@@ -93,9 +93,18 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
 
 
+class _PipedConsole(Console):
+    """rich's console, but a closed pipe is the CLI's to handle (``cli.main``): rich exits 1
+    on its own, which reads as "the command failed"."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def _console() -> Console:
     # Piped (``| less``, ``| cat``): 120 columns at least, not the 80 rich assumes.
-    return Console(width=max(Console().width, 120) if not sys.stdout.isatty() else None)
+    return _PipedConsole(width=max(Console().width, 120) if not sys.stdout.isatty() else None)
 
 
 def _run_ls(args: argparse.Namespace) -> int:

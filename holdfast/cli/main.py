@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -58,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# 128 + SIGPIPE: what a shell reports for a command whose reader closed the pipe.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -68,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         result: int = args.run(args)
     except KeyboardInterrupt:  # Ctrl-C: the shell's exit code for SIGINT, not a traceback
         return 130
+    except BrokenPipeError:
+        # The reader went away (``holdfast ls | head``): quiet, and the shell's code for
+        # SIGPIPE, as other tools die with, not a traceback and not "failed" (1). Later writes
+        # (the interpreter's final flush) go nowhere instead of failing again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     return result
 
 
