@@ -16,6 +16,7 @@ SIGKILLed worker would lose lines for seqs it had checkpointed (a false "missed 
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import time
@@ -77,19 +78,22 @@ def _inner() -> Callable[[Any], Awaitable[object]] | None:
     return _wrapped[spec]
 
 
-async def handle(message: _Message) -> None:
+async def handle(message: _Message) -> object:
     """Await the wrapped handler (if any), then record (conn_id, seq, worker, time); messages
-    without a seq are not sequenced: not recorded."""
+    without a seq are not sequenced: not recorded. What the wrapped handler returned is
+    returned: one that returns an awaitable (a missing ``await``) fails the call as it does
+    in production (``worker.handler.call_once``), recorded as a raise."""
     inner = _inner()
     if inner is None:
         _record(message)
-        return
+        return None
     try:
-        await inner(message)
+        result = await inner(message)
     except BaseException:
         _record(message, raised=True)
         raise
-    _record(message)
+    _record(message, raised=inspect.isawaitable(result))
+    return result
 
 
 def _record(message: _Message, *, raised: bool = False) -> None:

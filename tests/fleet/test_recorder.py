@@ -57,6 +57,26 @@ def test_wraps_the_users_handler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                            (2, True)]
 
 
+async def _forgot_await(message: Message) -> object:
+    return asyncio.sleep(0)  # the user's mistake: the coroutine returned, never run
+
+
+def test_a_wrapped_handler_that_forgets_await_fails_as_in_production(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's handler returns a coroutine (a missing `await`): the call fails as the
+    worker's does without the recorder, recorded as a raise (the local fleet and the test
+    fixture counted it handled, production refused it)."""
+    from holdfast.worker.handler import call_once
+
+    monkeypatch.setenv(recorder.RECORD_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(recorder.RECORD_WRAPS_ENV, f"{__name__}:_forgot_await")
+    monkeypatch.setattr(recorder, "_fds", {})
+    monkeypatch.setattr(recorder, "_wrapped", {})
+    failed = asyncio.run(call_once(recorder.handle, Message("c1", 1, "{}", "w1"), 5.0))
+    assert failed is not None and "missing `await`" in failed.error
+    assert [(r.seq, r.raised) for r in recorder.read_records(tmp_path)] == [(1, True)]
+
+
 def test_unloadable_wrapped_handler_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     """A wrapped spec that cannot be imported raises the worker's HandlerLoadError."""
     monkeypatch.setenv(recorder.RECORD_WRAPS_ENV, "nosuchpkg.x:y")
