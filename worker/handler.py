@@ -96,6 +96,15 @@ def load_handler(spec: str | None) -> Handler:
             inspect.unwrap(obj) if callable(obj) else None)):
         raise HandlerLoadError(f"HOLDFAST_HANDLER={spec!r} must be an async function "
                                f"(async def), got {type(obj).__name__}")
+    # Called with the message alone: a Lambda habit (``event, context``) failed every call and
+    # parked every stream, long after the fleet had started.
+    try:
+        inspect.signature(obj).bind(object())  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise HandlerLoadError(f"HOLDFAST_HANDLER={spec!r} must take one argument, the "
+                               f"message (async def handle(message)): {exc}") from None
+    except ValueError:  # no signature to read (some C callables): the call will tell
+        pass
     return obj  # type: ignore[return-value]
 
 

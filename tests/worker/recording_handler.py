@@ -47,6 +47,10 @@ def not_async(message: Message) -> None:
     """Not a valid handler: the worker must refuse it at start-up."""
 
 
+async def lambda_style(event: Message, context: object) -> None:
+    """Not a valid handler: it takes a Lambda's (event, context), and is called with one."""
+
+
 async def block_on_3(message: Message) -> None:
     """Blocks the event loop (a synchronous sleep) on seq 3: the watchdog must end the process."""
     await record(message)

@@ -38,12 +38,14 @@ async def test_a_decorated_async_handler_loads_and_its_calls_succeed() -> None:
 
 @pytest.mark.parametrize(("spec", "why"), [
     ("tests.worker.recording_handler:not_async", "async function"),
+    ("tests.worker.recording_handler:lambda_style", "must take one argument, the message"),
     ("tests.worker.recording_handler:missing", "cannot be loaded"),
     ("no_such_module_xyz:f", "cannot be loaded"),
     ("tests.worker.recording_handler", "must be 'package.module:function'"),  # no function
 ])
 def test_bad_handlers_are_refused(spec: str, why: str) -> None:
-    """Missing or synchronous handlers are a HandlerLoadError naming HOLDFAST_HANDLER."""
+    """Missing, synchronous or wrongly shaped handlers (a Lambda's ``event, context``) are a
+    HandlerLoadError naming HOLDFAST_HANDLER."""
     with pytest.raises(HandlerLoadError, match=f"HOLDFAST_HANDLER.*{why}"):
         load_handler(spec)
 
