@@ -153,6 +153,10 @@ def _env_only(console: Console, fleet: Fleet, stop: threading.Event) -> int:
 
 def _start_base(console: Console, fleet: Fleet, args: argparse.Namespace) -> None:
     """Local AWS, runner, and the env file: what even ``--workers 0 --streams 0`` runs."""
+    if args.env_file:
+        # An earlier run's file names endpoints nothing serves: gone until this run's is
+        # written (at once, whole), so a script can wait for it to exist.
+        args.env_file.unlink(missing_ok=True)
     fleet.start_aws()
     assert fleet.aws is not None
     console.print(f"local AWS: DynamoDB ({fleet.aws.backend}) {fleet.aws.dynamodb_url}, "

@@ -237,9 +237,12 @@ class Fleet:
         return proc
 
     def write_env(self, path: Path) -> None:
-        """The environment a worker (or the CLI) needs, as ``KEY=value`` lines."""
+        """The environment a worker (or the CLI) needs, as ``KEY=value`` lines, written whole
+        (renamed into place: a script waiting for the file never reads half of it)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(f"{k}={v}\n" for k, v in sorted(self.env.items())))
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text("".join(f"{k}={v}\n" for k, v in sorted(self.env.items())))
+        os.replace(partial, path)
 
     def worker_log_lines(self) -> list[str]:
         """Every line every worker of the run has logged so far (unreadable logs left out)."""

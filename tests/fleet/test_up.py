@@ -178,3 +178,29 @@ def _assert_trace_linkage(run_dir: Path, out: str) -> None:
             if attrs.get("holdfast.outcome") not in ("refused", "no_capacity"):
                 assert attrs[names.TRACE_ATTR_WORKER_ID] == path.worker_id
     assert "acquisition path of" in out and "nudge queue" in out
+
+
+def test_an_earlier_runs_env_file_is_gone_until_this_runs_is_written(tmp_path: Path) -> None:
+    """`--env-file` naming an earlier run's file: removed before the local AWS starts (a script
+    waiting for the file read the old endpoints), then written whole (renamed into place)."""
+    import argparse
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from holdfast.fleet import cli as fleet_cli
+    from holdfast.fleet.procs import Fleet
+
+    env_file = tmp_path / "fleet.env"
+    env_file.write_text("HOLDFAST_TABLE=from-an-earlier-run\n")
+    seen: list[bool] = []
+    fake = SimpleNamespace(
+        aws=SimpleNamespace(backend="moto", dynamodb_url="-", sqs_url="-"), runner=None,
+        run_dir=tmp_path, env={"HOLDFAST_TABLE": "this-run"},
+        start_aws=lambda: seen.append(env_file.exists()), start_runner=lambda: None)
+    fake.write_env = lambda path: Fleet.write_env(fake, path)  # type: ignore[arg-type]
+    fleet_cli._start_base(Console(file=open(os.devnull, "w")), fake,  # type: ignore[arg-type]
+                          argparse.Namespace(env_file=env_file))
+    assert seen == [False]
+    assert env_file.read_text() == "HOLDFAST_TABLE=this-run\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["fleet.env"]
