@@ -184,6 +184,7 @@ def test_an_earlier_runs_env_file_is_gone_until_this_runs_is_written(tmp_path: P
     """`--env-file` naming an earlier run's file: removed before the local AWS starts (a script
     waiting for the file read the old endpoints), then written whole (renamed into place)."""
     import argparse
+    import io
     from types import SimpleNamespace
 
     from rich.console import Console
@@ -199,7 +200,7 @@ def test_an_earlier_runs_env_file_is_gone_until_this_runs_is_written(tmp_path: P
         run_dir=tmp_path, env={"HOLDFAST_TABLE": "this-run"},
         start_aws=lambda: seen.append(env_file.exists()), start_runner=lambda: None)
     fake.write_env = lambda path: Fleet.write_env(fake, path)  # type: ignore[arg-type]
-    fleet_cli._start_base(Console(file=open(os.devnull, "w")), fake,  # type: ignore[arg-type]
+    fleet_cli._start_base(Console(file=io.StringIO()), fake,  # type: ignore[arg-type]
                           argparse.Namespace(env_file=env_file))
     assert seen == [False]
     assert env_file.read_text() == "HOLDFAST_TABLE=this-run\n"
