@@ -41,6 +41,7 @@ from holdfast.core import settings as S
 from holdfast.core.aws import call, client_config, sqs_client
 from holdfast.core.exceptions import ConfigError, MalformedItem
 from holdfast.core.model import LeaseItem
+from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, STARTED, STOPPED, LeaseStatus
 from holdfast.core.sessions import SessionItem, SessionStore
 from holdfast.core.urls import log_paths_from_env
@@ -171,7 +172,8 @@ def _depth(url: str | None, notes: list[str]) -> int | None:
                                          AttributeNames=["ApproximateNumberOfMessages"])
         return int(attrs["Attributes"]["ApproximateNumberOfMessages"])
     except Exception as exc:  # the queue is a detail of the status: report, do not fail it
-        notes.append(f"queue {url}: {type(exc).__name__}: {str(exc)[:120]}")
+        notes.append(scrub(f"queue {url}: {type(exc).__name__}: {str(exc)[:120]}", url,
+                           paths=True))
         return None
 
 

@@ -25,6 +25,7 @@ from holdfast.core.aws import client_config, dynamodb_client
 from holdfast.core.exceptions import ConfigError, HoldfastError, StoreUnavailable
 from holdfast.core.liveness import session_owner
 from holdfast.core.model import validate_worker_id
+from holdfast.core.redact import scrub
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -112,8 +113,9 @@ def guard(run: Any) -> Any:
         except StoreUnavailable as exc:
             endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or os.environ.get(
                 "AWS_ENDPOINT_URL") or "the AWS endpoint"
-            print(f"holdfast {args.command}: cannot reach DynamoDB at {endpoint}: {exc}",
-                  file=sys.stderr)
+            # An endpoint may carry credentials (a proxy's user info): never printed.
+            print(scrub(f"holdfast {args.command}: cannot reach DynamoDB at {endpoint}: {exc}",
+                        endpoint, paths=True), file=sys.stderr)
             return EXIT_AWS
         except HoldfastError as exc:
             print(f"holdfast {args.command}: {exc}", file=sys.stderr)

@@ -36,6 +36,17 @@ def test_unreachable_endpoint_exits_3(aws_env: dict[str, str], monkeypatch: pyte
     assert code == 3 and url in err
 
 
+def test_an_endpoints_credentials_are_not_printed(
+        aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An endpoint with user info (a proxy's credentials) that cannot be reached: exit 3
+    naming its host and port, never its password."""
+    port = free_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", f"http://admin:hunter2secret@127.0.0.1:{port}")
+    code, _, err = run(capsys, "ls")
+    assert code == 3 and f"127.0.0.1:{port}" in err and "hunter2secret" not in err, err
+
+
 def test_no_credentials_exits_3(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
                                 tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """No credentials anywhere: exit 3 with botocore's message, not a traceback."""
