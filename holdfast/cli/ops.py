@@ -180,16 +180,25 @@ def _run_resume(args: argparse.Namespace) -> int:
         before = bad
     if before is None:
         raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
+    replaced = None
     if args.after_seq is not None:
-        if not restart_now(client, table, conn_id, after_seq=args.after_seq):
+        replaced = restart_now(client, table, conn_id, after_seq=args.after_seq)
+        if replaced is None:
             # Its checkpoint is its holder's: never moved under it.
             raise OpsExit(EXIT_FAILED, f"{conn_id!r} is held or unknown: stop it first "
                           "(`holdfast stop --wait 30`), then resume it --after-seq")
-        restarted = True
-    else:
-        restarted = args.now and restart_now(client, table, conn_id)
-        if not restarted and not set_desired_state(client, table, conn_id, STARTED):
-            raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
+    elif args.now:
+        replaced = restart_now(client, table, conn_id)
+    restarted = replaced is not None
+    if replaced is not None:
+        # The item as the write found it: a release landing between the read and the write
+        # moved its checkpoint (told "was 40" where 60 was replaced).
+        try:
+            before = LeaseItem.from_ddb(replaced)
+        except MalformedItem as bad:
+            before = bad
+    elif not set_desired_state(client, table, conn_id, STARTED):
+        raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
     if isinstance(before, MalformedItem):
         print(f"resumed {conn_id} (its item is malformed: {printable(before.reason[:200])})")
     else:
@@ -216,6 +225,10 @@ def _resumed(item: LeaseItem, *, restarted: bool, after_seq: int | None) -> str:
     left_s = ((item.lease_expires_at_ms or 0) - wall_clock_ms()) / 1000
     if item.lease_owner:
         said += f"; held by {printable(item.lease_owner)}"
+    elif left_s > 0 and item.successor and not restarted:
+        # Released to a named successor, which takes it within its hold: --now would end the
+        # hold and send the stream to whoever polls first.
+        said += (f"; handing over to {printable(item.successor)} (within {left_s:.0f} s)")
     elif left_s > 0 and not restarted:
         # A give-up's back-off outlives a stop (only a holder's release ends one), so the
         # operator is told, with the way to end it.

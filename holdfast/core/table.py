@@ -141,11 +141,12 @@ def swap_desired_state(client: DynamoDBClient, table: str, conn_id: str,
 
 
 def restart_now(client: DynamoDBClient, table: str, conn_id: str, *,
-                after_seq: int | None = None) -> bool:
+                after_seq: int | None = None) -> dict[str, Any] | None:
     """Set an unowned item STARTED with its back-off (or a quarantine's parking) ended: claimable
     at once, from its checkpoint, or with ``after_seq`` from after that seq (its checkpoint set
-    there: past a message that can never be handled). False if there is no such item or it has
-    an owner: a holder's expiry and checkpoint are its own, never an operator's to write
+    there: past a message that can never be handled). The item as it was just before this
+    write (what the checkpoint replaced), or None if there is no such item or it has an owner:
+    a holder's expiry and checkpoint are its own, never an operator's to write
     (``docs/concepts/protocol.md``)."""
     update, values = "SET #ds = :s, #exp = :zero", {":s": {"S": STARTED}, ":zero": {"N": "0"}}
     names = {"#ds": ATTR.desired_state, "#pk": ATTR.pk, "#exp": ATTR.lease_expires_at_ms,
@@ -155,13 +156,14 @@ def restart_now(client: DynamoDBClient, table: str, conn_id: str, *,
         values[":seq"] = {"N": str(after_seq)}
         names["#seq"] = ATTR.last_seq
     try:
-        call("restart_now", client.update_item, TableName=table,
-             Key={ATTR.pk: {"S": pk_for(conn_id)}}, UpdateExpression=update,
-             ConditionExpression="attribute_exists(#pk) AND attribute_not_exists(#owner)",
-             ExpressionAttributeNames=names, ExpressionAttributeValues=values)
+        resp = call("restart_now", client.update_item, TableName=table,
+                    Key={ATTR.pk: {"S": pk_for(conn_id)}}, UpdateExpression=update,
+                    ConditionExpression="attribute_exists(#pk) AND attribute_not_exists(#owner)",
+                    ExpressionAttributeNames=names, ExpressionAttributeValues=values,
+                    ReturnValues="ALL_OLD")
     except ConditionFailed:
-        return False
-    return True
+        return None
+    return resp.get("Attributes") or None
 
 
 def find_unindexed(client: DynamoDBClient, table: str, *, start_key: dict[str, Any] | None,

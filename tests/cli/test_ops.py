@@ -395,3 +395,38 @@ def test_stop_wait_of_a_malformed_item_says_the_stop_landed(
     code, out, _ = run(capsys, "stop", f"{unique_id}-m", "--wait", "2")
     assert code == 0 and "stopped" in out and "cannot be watched" in out
     assert _images(ddb, ddb_local.table, f"{unique_id}-m")["desired_state"]["S"] == "STOPPED"
+
+
+def test_resume_after_seq_reports_the_checkpoint_its_write_replaced(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release landing between resume's read (last_seq 40) and its write (which replaced
+    60): the messages said to be delivered again are 6-60, from what the write replaced."""
+    import dataclasses
+
+    from holdfast.cli import ops
+
+    sid = f"{unique_id}-r"
+    _, store = _started(capsys, ddb_local, sid)
+    store.release(store.acquire(sid, "w#a"), 60)
+    real_get = ops._get
+
+    def read_before_the_release(*args: Any) -> Any:
+        item = real_get(*args)
+        return dataclasses.replace(item, last_seq=40)
+
+    monkeypatch.setattr(ops, "_get", read_before_the_release)
+    code, out, _ = run(capsys, "resume", sid, "--now", "--after-seq", "5")
+    assert code == 0 and "was 60: messages 6-60 will be delivered again" in out, out
+
+
+def test_resume_of_a_stream_handed_to_a_named_successor_says_so(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Released to a named successor, within its hold: resume says it is handing over, not
+    "in back-off" with a --now that would end the hold."""
+    sid = f"{unique_id}-s"
+    _, store = _started(capsys, ddb_local, sid)
+    store.release(store.acquire(sid, "w#a"), 7, successor="w#b")
+    code, out, _ = run(capsys, "resume", sid)
+    assert code == 0 and "handing over to w#b" in out and "--now" not in out, out
