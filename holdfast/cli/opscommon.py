@@ -26,6 +26,7 @@ from holdfast.core.exceptions import ConfigError, HoldfastError, StoreUnavailabl
 from holdfast.core.liveness import session_owner
 from holdfast.core.model import validate_worker_id
 from holdfast.core.redact import scrub
+from holdfast.core.schema import TABLE_NAME_RE
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -86,6 +87,9 @@ def table_name(args: argparse.Namespace) -> str:
     if not table:
         raise OpsExit(EXIT_USAGE, "no table: pass --table or set HOLDFAST_TABLE "
                       "(for the local stack: source the env file `holdfast up` writes)")
+    if not TABLE_NAME_RE.match(table):
+        raise OpsExit(EXIT_USAGE, f"not a DynamoDB table name: {printable(table[:300])} "
+                      "(3-255 of A-Z a-z 0-9 _ . -)")
     return table
 
 

@@ -6,6 +6,7 @@ table cannot drift from the deployed one.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
@@ -33,6 +34,7 @@ __all__ = [
     "STARTED",
     "STOPPED",
     "STREAM_VIEW_TYPE",
+    "TABLE_NAME_RE",
     "Attributes",
     "LeaseStatus",
     "SessionAttributes",
@@ -55,6 +57,8 @@ DEFAULT_SESSION_TABLE_NAME: Final = "holdfast-sessions"
 
 PARTITION_KEY: Final = "Pk"
 PK_PREFIX: Final = "CONN#"
+# DynamoDB's rule for a table's name (checked before a call, so a typo is a usage error).
+TABLE_NAME_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
 GSI_NAME: Final = "desired_state-lease_expires_at_ms-index"
 GSI_PARTITION_KEY: Final = "desired_state"
 GSI_SORT_KEY: Final = "lease_expires_at_ms"

@@ -74,3 +74,12 @@ def test_no_region_exits_3_and_no_table_still_2(
     monkeypatch.delenv("HOLDFAST_TABLE")
     code, _, err = run(capsys, command)
     assert code == 2 and "HOLDFAST_TABLE" in err
+
+
+@pytest.mark.parametrize("name", ["bad name!", "ab", "x" * 256])
+def test_a_table_name_dynamodb_would_refuse_is_a_usage_error(
+        aws_env: dict[str, str], capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """--table that cannot be a DynamoDB table's name: exit 2 (a usage error) saying the
+    rule, before any call (it was DynamoDB's validation error, exit 1)."""
+    code, _, err = run(capsys, "ls", "--table", name)
+    assert code == 2 and "not a DynamoDB table name" in err, err
