@@ -13,6 +13,7 @@ field parser and cross-field checks as its context key, so an error names the pr
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack, Tags, Token
 from aws_cdk import aws_ec2 as ec2
@@ -107,6 +108,21 @@ def _fleets_apart(fleet: Construct, fleet_name: str, prefix: str) -> None:
                 "would delete the other's queues; rename a stack or a fleet")
 
 
+def _given_once(settings: Settings | None, keywords: dict[str, Any]) -> None:
+    """A keyword given beside a different value of the same field in ``settings`` is refused:
+    which one was meant cannot be told (the keyword won, silently)."""
+    if settings is None:
+        return
+    defaults = Settings()
+    twice = [f"{name}={value!r} and settings.{name}={getattr(settings, name)!r}"
+             for name, value in keywords.items()
+             if value is not None and getattr(settings, name) not in (
+                 value, getattr(defaults, name))]
+    if twice:
+        raise SettingsError("HoldfastFleet: given twice, differently: " + "; ".join(twice)
+                            + " (give each once)")
+
+
 class HoldfastFleet(Construct):
     """One Holdfast fleet in the enclosing Stack.
 
@@ -136,10 +152,12 @@ class HoldfastFleet(Construct):
         # must be set before the first child exists (children read them on creation).
         for flag, value in FEATURE_FLAGS.items():
             self.node.set_context(flag, value)
-        s = (settings or Settings()).with_values(
-            handler=handler, worker_image=worker_image, fleet_name=fleet_name,
-            min_tasks=min_tasks, max_tasks=max_tasks,
-            max_connections_per_task=max_connections_per_task, alarm_email=alarm_email)
+        keywords = {"handler": handler, "worker_image": worker_image, "fleet_name": fleet_name,
+                    "min_tasks": min_tasks, "max_tasks": max_tasks,
+                    "max_connections_per_task": max_connections_per_task,
+                    "alarm_email": alarm_email}
+        _given_once(settings, keywords)
+        s = (settings or Settings()).with_values(**keywords)
         if worker_image_directory is not None and s.worker_image:
             raise SettingsError("HoldfastFleet: give worker_image or worker_image_directory, "
                                 "not both")

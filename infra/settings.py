@@ -27,6 +27,7 @@ from holdfast.core.rules import (
 )
 from holdfast.core.urls import policy_from_env
 from holdfast.infra.crosschecks import check_cross_field
+from holdfast.infra.exceptions import SettingsError
 from holdfast.infra.limits import (
     MAX_STOP_TIMEOUT_S,
     VPC_AZS,
@@ -172,7 +173,18 @@ class Settings:
             value = getattr(self, f.name)
             if value is not None and value != f.default:
                 object.__setattr__(self, f.name, f.metadata["parse"](f.name, value))
-        check_cross_field(self, context_key)
+        # The error names context keys (``-c minTasks``); a Python user is told the fields too.
+        named: list[str] = []
+
+        def key(name: str) -> str:
+            named.append(name)
+            return context_key(name)
+
+        try:
+            check_cross_field(self, key)
+        except SettingsError as exc:
+            raise SettingsError(f"{exc} (in Python: Settings/HoldfastFleet "
+                                f"{', '.join(dict.fromkeys(named))})") from None
 
     def with_values(self, **values: Any) -> Settings:
         """A copy with ``values`` (None: keep this one's), validated like the rest."""

@@ -160,6 +160,28 @@ def test_keyword_props_are_validated_like_context() -> None:
         HoldfastFleet(stack, "Fleet", worker_image="example/worker:1", min_tasks=0)
 
 
+def test_a_cross_field_error_names_the_python_fields_and_a_setting_given_twice_is_refused(
+        ) -> None:
+    """min_tasks above max_tasks given in Python: the error names the context keys and the
+    fields (it named minTasks alone); a keyword beside a different value of the same field
+    in settings= is refused naming both (the keyword won, silently)."""
+    import aws_cdk as cdk
+
+    from holdfast.cdk import HoldfastFleet, Settings
+    from holdfast.infra.exceptions import SettingsError
+
+    stack = cdk.Stack(cdk.App(), "Twice")
+    with pytest.raises(SettingsError, match=r"minTasks=5 is above maxTasks=2.*in Python: "
+                                            r"Settings/HoldfastFleet min_tasks, max_tasks"):
+        HoldfastFleet(stack, "A", worker_image="example/worker:1", min_tasks=5, max_tasks=2)
+    with pytest.raises(SettingsError, match=r"min_tasks=2 and settings.min_tasks=4"):
+        HoldfastFleet(stack, "B", worker_image="example/worker:1", min_tasks=2,
+                      settings=Settings(min_tasks=4))
+    # The same value both ways, or the field left at its default in settings=: fine.
+    HoldfastFleet(stack, "C", worker_image="example/worker:1", min_tasks=4,
+                  settings=Settings(min_tasks=4), fleet_name="c")
+
+
 def test_two_fleets_in_one_stack_have_their_own_order_queues() -> None:
     """Two fleets of one stack named apart get order-queue prefixes apart (shared, each
     sweeper deleted the other's queues); the default fleet keeps the stack's prefix; a second
