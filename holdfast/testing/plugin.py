@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from holdfast.testing.options import FleetOptions
 
 __all__ = ["default_paths", "fallback_warning", "holdfast_fleet", "holdfast_options",
-           "pytest_addoption"]
+           "no_handler_warning", "pytest_addoption"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -61,6 +61,15 @@ def default_paths(config: pytest.Config) -> tuple[Path, ...]:
     """Where workers import the user's code from unless told: the rootdir and where pytest
     runs (as the tests import it)."""
     return tuple(dict.fromkeys([config.rootpath, Path.cwd()]))
+
+
+def no_handler_warning() -> str:
+    """What to warn when no handler is given: the fleet runs the recorder alone."""
+    from holdfast.fleet.recorder import RECORDER_SPEC
+
+    return ("holdfast_fleet: no handler given (holdfast_handler in the ini, --holdfast-handler, "
+            "or FleetOptions(handler=...)): the workers run the recorder alone, none of your "
+            f"code; handler={RECORDER_SPEC!r} says so on purpose")
 
 
 def fallback_warning(requested: str, aws: LocalAws | None) -> str | None:
@@ -105,6 +114,10 @@ class _Pool:
         fallback = fallback_warning(options.backend, self.fleet.fleet.aws)
         if fallback:  # a log line pytest shows only on a failure: the warnings summary shows it
             warnings.warn(fallback, RuntimeWarning, stacklevel=1)
+        if options.handler is None:
+            # A forgotten (or misspelled: pytest only warns of an unknown ini key) handler
+            # option passed every test with none of the user's code run.
+            warnings.warn(no_handler_warning(), RuntimeWarning, stacklevel=1)
         return self.fleet
 
     def close(self) -> None:

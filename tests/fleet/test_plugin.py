@@ -249,6 +249,39 @@ def test_a_fallback_to_moto_is_a_warning_pytest_shows(tmp_path: Path,
     assert fallback_warning("moto", on_moto) is None and fallback_warning("auto", None) is None
 
 
+def test_a_fleet_without_a_handler_is_a_warning_pytest_shows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No handler given (a forgotten or misspelled ini option): the fleet runs the recorder
+    alone and pytest's warnings summary says so (every test passed, none of the user's code
+    run); the recorder named on purpose, or a handler, says nothing."""
+    import warnings
+    from types import SimpleNamespace
+
+    from holdfast.fleet.recorder import RECORDER_SPEC
+    from holdfast.testing import FleetOptions, harness
+    from holdfast.testing.plugin import _Pool
+
+    class Started:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            self.fleet = SimpleNamespace(aws=None)
+
+        def start(self) -> Started:
+            return self
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(harness, "LocalFleet", Started)
+    said = {}
+    for handler in (None, RECORDER_SPEC, "myapp.handlers:on_message"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _Pool(tmp_path).get(FleetOptions(handler=handler), handler)
+        said[handler] = [str(w.message) for w in caught]
+    assert len(said[None]) == 1 and "the recorder alone, none of your code" in said[None][0]
+    assert said[RECORDER_SPEC] == [] and said["myapp.handlers:on_message"] == []
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
