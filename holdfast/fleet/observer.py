@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from holdfast.cli.fleetstate import holding
 from holdfast.core.model import LeaseItem
-from holdfast.core.schema import SessionState, session_of_owner
+from holdfast.core.redact import scrub
+from holdfast.core.schema import LeaseStatus, SessionState, session_of_owner
 from holdfast.core.sessions import SessionItem
 
 __all__ = ["Event", "Observer", "Segment", "StreamView", "worker_id_of"]
@@ -145,9 +146,14 @@ class Observer:
                 how = _released_how(prev_owner, sessions) if released else (
                     f"stranded ({h.stranded}), was held by" if h.stranded
                     else "lease expired, was held by")
+                # A give-up says why, here where the user watches (the handler's errors, the
+                # upstream's), not only in the worker logs and `holdfast ls`.
+                why = (f"; gave up: {scrub(item.last_error, item.ws_url)[:200]}"
+                       if released and item.status == LeaseStatus.BACKOFF and item.last_error
+                       else "")
                 new.append(Event(t, kind, item.conn_id,
                                  f"{item.conn_id} {how} {prev_owner} (last_seq "
-                                 f"{item.last_seq})"))
+                                 f"{item.last_seq}{why})"))
         for gone in [c for c in self.streams if c not in seen]:
             if self.streams[gone].owner is not None:
                 self._close(gone, t)

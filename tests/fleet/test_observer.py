@@ -26,6 +26,20 @@ def test_claim_move_release_sequence() -> None:
                                                                  ("w2", 2.0, 3.0)]
 
 
+def test_a_give_up_says_why_in_the_event() -> None:
+    """A release in BACKOFF (the handler failed a message on every attempt, or the upstream
+    kept failing) carries its last_error, the URL's secrets scrubbed: the live view said
+    only "released"."""
+    obs = Observer()
+    obs.observe(0.0, NOW, [item("w1", 1)])
+    parked = LeaseItem("s1", "STARTED", "ws://h/s/s1?token=hunter2", None, NOW + 30_000, 2, 1,
+                       "BACKOFF", last_error="handler failed 5 times on seq 3: ValueError: x "
+                                             "(ws://h/s/s1?token=hunter2)")
+    (event,) = obs.observe(1.0, NOW, [parked])
+    assert "gave up: handler failed 5 times on seq 3: ValueError: x" in event.text
+    assert "hunter2" not in event.text
+
+
 def test_expired_lease_is_not_an_owner() -> None:
     """A lease still naming a (dead) owner but past its expiry reads as 'expired', unowned."""
     obs = Observer()
