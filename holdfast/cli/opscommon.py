@@ -48,7 +48,11 @@ __all__ = [
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AWS = 0, 1, 2, 3
 # C0, DEL and C1 control characters, shown as \xNN: table text is anyone's to write, and
 # an escape sequence printed as written retitles or clears the operator's terminal.
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+# Unicode's bidirectional controls too (shown as \uNNNN): printed raw, they reorder what the
+# terminal shows after them, so a crafted error could make a line read otherwise.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
+    c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F),
+                               *range(0x2066, 0x206A))}
 
 
 class OpsExit(Exception):
@@ -60,7 +64,8 @@ class OpsExit(Exception):
 
 
 def printable(text: str) -> str:
-    """``text`` with its control characters shown as ``\\xNN`` (printable unicode kept)."""
+    """``text`` with its control characters shown as ``\\xNN`` and its bidirectional controls
+    as ``\\uNNNN`` (printable unicode kept)."""
     return text.translate(_CONTROLS)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 import tempfile
@@ -256,7 +257,8 @@ def _drive(run: _Run, args: argparse.Namespace) -> None:
 
 
 def _run_up(args: argparse.Namespace) -> int:
-    if args.workers < 0 or args.streams < 0 or args.rate <= 0 or args.settle < 0:
+    if args.workers < 0 or args.streams < 0 or args.settle < 0 or not (
+            args.rate > 0 and math.isfinite(args.rate)):  # nan passed "<= 0"
         print("holdfast up: --workers/--streams/--settle must be >= 0 and --rate > 0",
               file=sys.stderr)
         return 2

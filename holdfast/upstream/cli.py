@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import signal
 import sys
 from pathlib import Path
@@ -48,8 +49,8 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.rate <= 0:
-        print("holdfast upstream: --rate must be positive", file=sys.stderr)
+    if not (args.rate > 0 and math.isfinite(args.rate)):  # nan passed "<= 0" and sent nothing
+        print("holdfast upstream: --rate must be a positive number", file=sys.stderr)
         return 2
     try:
         with contextlib.suppress(KeyboardInterrupt):

@@ -162,8 +162,9 @@ def test_ls_and_status_never_print_control_characters_from_items(
         aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
         capsys: pytest.CaptureFixture[str]) -> None:
     """An owner and an error holding terminal escapes (retitle, clear the screen) are shown as
-    \\xNN text, the rest of them kept; --json keeps them as written."""
-    sid, error = f"{unique_id}-esc", "\x1b]0;pwned\x07\x1b[2Jboom \u00e9\u2713"
+    \\xNN text, a bidirectional override (which reorders what follows) as \\uNNNN, the rest of
+    them kept; --json keeps them as written."""
+    sid, error = f"{unique_id}-esc", "\x1b]0;pwned\x07\x1b[2Jboom \u00e9\u2713 \u202egnp.exe"
     assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/x")[0] == 0
     _set(aws_env, ddb_local, sid, lease_owner="w\x1b[2J#1", last_error=error,
          status="BACKOFF")
@@ -173,6 +174,7 @@ def test_ls_and_status_never_print_control_characters_from_items(
         assert not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) < 0xA0 for c in out)
     code, out, _ = run(capsys, "ls")
     assert "\\x1b]0;pwned\\x07\\x1b[2Jboom \u00e9\u2713" in out
+    assert "\\u202egnp.exe" in out and "\u202e" not in out
     assert ls_json(capsys, unique_id)[sid]["last_error"] == error
 
 

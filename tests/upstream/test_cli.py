@@ -29,8 +29,12 @@ def test_a_port_out_of_range_is_a_usage_error(port: str,
     assert exited.value.code == 2 and "--port" in capsys.readouterr().err
 
 
-def test_a_rate_not_above_zero_is_one_line_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
-    """--rate 0: one line on stderr (not stdout, where the URL goes), exit 2."""
-    code = main(["upstream", "--rate", "0"])
+@pytest.mark.parametrize("rate", ["0", "nan", "inf", "-1"])
+def test_a_rate_not_a_positive_number_is_one_line_on_stderr(
+        capsys: pytest.CaptureFixture[str], rate: str) -> None:
+    """--rate 0 (or nan, which passed "<= 0" and closed every connection saying nothing):
+    one line on stderr (not stdout, where the URL goes), exit 2."""
+    code = main(["upstream", "--rate", rate])
     out, err = capsys.readouterr()
-    assert code == 2 and out == "" and err == "holdfast upstream: --rate must be positive\n"
+    assert code == 2 and out == ""
+    assert err == "holdfast upstream: --rate must be a positive number\n"
