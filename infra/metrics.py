@@ -98,7 +98,8 @@ def throttle_events(watch: TableWatch, kind: str, label: str | None = None) -> c
     """``ReadThrottleEvents`` or ``WriteThrottleEvents`` (``kind``) of a table or an index,
     summed per minute.
 
-    An index's throttles are reported under the ``GlobalSecondaryIndexName`` dimension only.
+    An index's throttles are reported under the table's ``TableName`` and the index's
+    ``GlobalSecondaryIndexName`` together (the table's own under ``TableName`` alone).
     """
     dimensions = {"TableName": watch.table.table_name}
     if watch.index_name is not None:

@@ -182,6 +182,25 @@ class Monitoring(Construct):
             self._alarm("NoWorkersRunning", "No worker task is running: no stream is being held.",
                         running_tasks(p.service), 1, periods=3, comparison=_LT,
                         missing=cw.TreatMissingData.BREACHING),
+            # Every worker alarm and the scaling policy read the workers' EMF metrics: tasks
+            # running that report none (metrics turned off, the log driver dropping lines, a
+            # namespace or service name overridden) leave them all quiet. Two 5-minute windows:
+            # a task's first report takes up to a minute after it starts.
+            self._alarm("WorkerMetricsMissing",
+                        "Worker tasks are running but none reported its metrics (the "
+                        "ActiveConnections gauge every worker prints each minute) for 10 "
+                        "minutes: the worker alarms and the scaling policy are blind. Check the "
+                        "worker logs for EMF lines and POWERTOOLS_METRICS_DISABLED, the "
+                        "namespace and the service name.",
+                        cw.MathExpression(
+                            expression="IF(FILL(tasks, 0) > 0 AND FILL(samples, 0) == 0, 1, 0)",
+                            using_metrics={
+                                "tasks": running_tasks(p.service).with_(period=ALARM_WINDOW),
+                                "samples": holdfast_metric(
+                                    names.METRIC_ACTIVE_CONNECTIONS, worker,
+                                    "SampleCount").with_(period=ALARM_WINDOW)},
+                            label="tasks running without metrics", period=ALARM_WINDOW),
+                        1, periods=2),
             # A deploy or scale-in ends sessions with a goodbye; only a crash, OOM kill or a
             # worker cut off from DynamoDB for a lease leaves one to be declared dead.
             # Whichever came first declares the death: the sweeper (silent past a lease) or

@@ -41,10 +41,10 @@ def test_every_operational_alarm_notifies_the_topic(template_json: dict[str, Any
                                                       "AWS::CloudWatch::Alarm").values()
                    if "AlarmActions" in a["Properties"] and
                    {"Ref": topic} in a["Properties"]["AlarmActions"]]
-    # Eleven pipeline and worker alarms, three session/fencing ones, the unowned-time one,
+    # Twelve pipeline and worker alarms, three session/fencing ones, the unowned-time one,
     # the sweeper's item errors, three on streams giving up, quarantined and frames not
     # handled, eight throttle alarms.
-    assert len(operational) == 27
+    assert len(operational) == 28
     assert all({"Ref": topic} in a["OKActions"] for a in operational)
 
 
@@ -96,6 +96,23 @@ def test_a_sweeper_that_completes_no_sweep_alarms(template_json: dict[str, Any])
     assert alarm["TreatMissingData"] == "breaching"
     assert alarm["Dimensions"] == [{"Name": names.DIMENSION_SERVICE,
                                     "Value": "holdfast-sweeper"}]
+
+
+def test_tasks_running_without_worker_metrics_alarm(template_json: dict[str, Any]) -> None:
+    """Worker tasks running (Container Insights) with no ActiveConnections sample for two
+    5-minute windows: every worker alarm and the scaling policy would be blind."""
+    (alarm,) = [a["Properties"] for a in resources(template_json,
+                                                   "AWS::CloudWatch::Alarm").values()
+                if "none reported its metrics" in a["Properties"].get("AlarmDescription", "")]
+    stats = {q["MetricStat"]["Metric"]["MetricName"]: (q["MetricStat"]["Stat"],
+                                                       q["MetricStat"]["Period"])
+             for q in alarm["Metrics"] if "MetricStat" in q}
+    assert stats == {"RunningTaskCount": ("Minimum", 300),
+                     names.METRIC_ACTIVE_CONNECTIONS: ("SampleCount", 300)}
+    (expr,) = [q["Expression"] for q in alarm["Metrics"] if "Expression" in q]
+    assert expr == "IF(FILL(tasks, 0) > 0 AND FILL(samples, 0) == 0, 1, 0)"
+    assert (alarm["Threshold"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (
+        1, 2, 2)
 
 
 def test_renew_failures_alarm_when_they_go_on(template_json: dict[str, Any]) -> None:
