@@ -19,6 +19,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from holdfast.core.schema import SESSION_PREFIX
+
 if TYPE_CHECKING:
     from holdfast.core.model import LeaseItem
 
@@ -61,10 +63,12 @@ class ConfigError(HoldfastError):
 
 
 class MalformedItem(HoldfastError):
-    """A lease item breaks the schema; it is reported and skipped, never fatal to the caller."""
+    """A lease or session item breaks the schema; it is reported and skipped, never fatal to
+    the caller."""
 
     def __init__(self, key: str, reason: str) -> None:
-        super().__init__(f"malformed lease item {key!r}: {reason}")
+        what = "session" if key.startswith(SESSION_PREFIX) else "lease"
+        super().__init__(f"malformed {what} item {key!r}: {reason}")
         self.key = key
         self.reason = reason
 

@@ -79,6 +79,14 @@ def test_any_garbage_gives_item_or_malformed(item: dict[str, Any]) -> None:
         assert str(exc).startswith("malformed lease item")
 
 
+def test_a_malformed_session_item_is_called_one() -> None:
+    """A session item that breaks the schema says "session item" (drain on one said "lease
+    item 'WORKER#w6'")."""
+    assert str(MalformedItem("WORKER#w6", "no state")).startswith(
+        "malformed session item 'WORKER#w6'")
+    assert str(MalformedItem("CONN#a", "no state")).startswith("malformed lease item")
+
+
 def test_conn_id_validation() -> None:
     """Connection ids are 1-200 safe characters."""
     assert validate_conn_id("meeting-42.a_b:c") == "meeting-42.a_b:c"
