@@ -29,14 +29,18 @@ def read_url(arg: str | None, url_file: Path | None, stdin: TextIO) -> str:
     if arg is not None and arg != "-":
         return arg
     try:
+        # One character more than kept: an input cut at the limit would be checked (and its
+        # length told) as a URL it is not.
         if url_file is not None:
             with url_file.open(encoding="utf-8") as f:
-                text = f.read(_MAX_INPUT)
+                text = f.read(_MAX_INPUT + 1)
         else:
-            text = stdin.read(_MAX_INPUT)
+            text = stdin.read(_MAX_INPUT + 1)
     except (OSError, UnicodeDecodeError) as exc:
         source = url_file if url_file is not None else "stdin"
         raise UrlInputError(f"cannot read the URL from {source}: {type(exc).__name__}") from None
+    if len(text) > _MAX_INPUT:
+        raise UrlInputError(f"the input is longer than {_MAX_INPUT} characters: not one URL")
     url = text.strip()
     if not url:
         raise UrlInputError(f"no URL in {url_file if url_file is not None else 'stdin'}")

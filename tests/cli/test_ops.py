@@ -123,6 +123,10 @@ def test_start_reads_the_url_from_stdin_or_a_file(
         assert code == 2 and "URL" in err
     monkeypatch.setattr("sys.stdin", io.StringIO(f"{SECRET_URL}\nws://other/\n"))
     assert run(capsys, "start", f"{unique_id}-x", "-")[0] == 2
+    # Longer than is read: said so, not checked cut short (it said "8192 characters long").
+    monkeypatch.setattr("sys.stdin", io.StringIO("ws://127.0.0.1:9/" + "a" * 9000))
+    code, _, err = run(capsys, "start", f"{unique_id}-x", "-")
+    assert code == 2 and "longer than 8192 characters" in err, err
     assert f"{unique_id}-x" not in ls_json(capsys, unique_id)
 
 
