@@ -242,6 +242,9 @@ def _check_websocket_uri(url: str, refuse: Callable[[str], UnsafeUrl]) -> None:
         parse_uri(url)
     except InvalidURI as exc:  # its str() holds the URL: only the reason is shown
         raise refuse(f"not a valid WebSocket URI ({exc.msg})") from None
+    except UnicodeEncodeError:  # a lone surrogate (bytes read with surrogateescape)
+        raise refuse("not a valid WebSocket URI (it holds characters that are not valid "
+                     "Unicode)") from None
     except ValueError:  # user info percent-decoded strictly: UnicodeDecodeError
         raise refuse("not a valid WebSocket URI (its user info is not valid UTF-8)") from None
 

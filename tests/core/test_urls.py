@@ -61,6 +61,8 @@ def test_the_longest_stored_url_is_accepted_with_its_resume_parameter() -> None:
     ("wss://example.com/s/f1#frag-secret", "fragment"),
     ("ws://user-secret@example.com/s/1", "without password"),
     ("ws://%ff-secret:pw-secret@example.com/s/1", "not valid UTF-8"),
+    # A byte read with surrogateescape: not blamed on the user info (there is none).
+    ("ws://example.com/s/\udcff-secret", "characters that are not valid Unicode"),
 ])
 def test_refuses_what_the_websocket_client_refuses(url: str, why: str) -> None:
     """A URL websockets' parse_uri refuses (the worker could never connect) is refused here,
