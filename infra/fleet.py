@@ -128,7 +128,9 @@ class HoldfastFleet(Construct):
 
     ``HoldfastFleet(self, "Fleet", handler="myapp.handler:handle", worker_image=uri)``.
     ``settings`` carries every other setting (``Settings(min_tasks=4, ...)``); a keyword prop
-    given here wins over the same field of ``settings``. ``vpc``: a VPC of the app's own (made
+    and a different value of the same field in ``settings`` is refused (say it once).
+    ``Settings.stack_name`` is the stack's name in our own app only: here the enclosing
+    Stack's name is used. ``vpc``: a VPC of the app's own (made
     in the same app; ``vpc_id`` looks one up instead, which needs the stack's account and
     region), none: a new two-AZ VPC. What a user extends is public:
     ``table`` (the lease table), ``worker_task_role``, ``worker_container``, ``queue`` and

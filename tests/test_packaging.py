@@ -50,3 +50,21 @@ def test_the_local_fleet_without_moto_says_which_extra(monkeypatch: pytest.Monke
                         lambda name, *a: None if name == "moto" else real(name, *a))
     with pytest.raises(LocalAwsError, match=r'"\.\[local\]"'):
         LocalAws(workdir=tmp_path).start()
+
+
+@pytest.mark.parametrize("package", ["holdfast/__init__.py", "worker/__init__.py"])
+def test_lazy_exports_are_hidden_from_type_checkers(package: str) -> None:
+    """The packages' lazy ``__getattr__`` is defined only when not type checking: a module
+    ``__getattr__`` makes mypy accept any name (``from holdfast import Mesage`` passed
+    ``--strict`` as ``Any``); the names themselves are imported under TYPE_CHECKING."""
+    import ast
+
+    tree = ast.parse((ROOT / package).read_text())
+    top = [n for n in tree.body if isinstance(n, ast.Assign)
+           and any(getattr(t, "id", None) == "__getattr__" for t in n.targets)]
+    assert not top, "a module-level __getattr__ a type checker sees"
+    (guard,) = [n for n in tree.body if isinstance(n, ast.If)
+                and getattr(n.test, "id", None) == "TYPE_CHECKING"]
+    assert any(isinstance(n, ast.Assign) and n.targets[0].id == "__getattr__"  # type: ignore[attr-defined]
+               for n in guard.orelse)
+    assert all(isinstance(n, ast.ImportFrom) for n in guard.body)
