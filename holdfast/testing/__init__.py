@@ -6,8 +6,15 @@ Installed with Holdfast as a pytest plugin (entry point ``pytest11``); see
 
 from __future__ import annotations
 
+from holdfast.fleet.procs import FleetError
+from holdfast.fleet.recorder import Handled
+from holdfast.fleet.report import SeqCheck
 from holdfast.fleet.timing import FleetTiming
+from holdfast.localaws.stack import LocalAwsError
 from holdfast.testing.harness import LocalFleet
 from holdfast.testing.options import FAST_TIMING, FleetOptions, Setup
 
-__all__ = ["FAST_TIMING", "FleetOptions", "FleetTiming", "LocalFleet", "Setup"]
+# What a test touches: the fleet and its options, what its methods return (``Handled`` per
+# handler call, ``SeqCheck`` per stream) and what they raise when a part cannot start.
+__all__ = ["FAST_TIMING", "FleetError", "FleetOptions", "FleetTiming", "Handled", "LocalAwsError",
+           "LocalFleet", "SeqCheck", "Setup"]
