@@ -157,6 +157,9 @@ class WorkerService(Construct):
         )
         container.add_ulimits(ecs.Ulimit(name=ecs.UlimitName.NOFILE, soft_limit=_OPEN_FILES,
                                          hard_limit=_OPEN_FILES))
+        # The worker needs no Linux capability (outbound TCP, an unprivileged health port):
+        # none kept, so code in the task (the handler's dependencies too) gets none either.
+        container.linux_parameters.drop_capabilities(ecs.Capability.ALL)  # type: ignore[union-attr]
         # The root filesystem is read-only; /tmp is the one writable place (task storage).
         self.task_definition.add_volume(name="tmp")
         container.add_mount_points(ecs.MountPoint(container_path="/tmp", source_volume="tmp",

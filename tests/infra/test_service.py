@@ -65,6 +65,11 @@ def test_container_stops_gracefully_and_reports_health(template_json: dict[str, 
     assert {"Name": "nofile", "SoftLimit": 65536, "HardLimit": 65536} in c["Ulimits"]
 
 
+def test_the_worker_keeps_no_linux_capability(template_json: dict[str, Any]) -> None:
+    """Every capability dropped (the worker needs none; the handler's code gets none)."""
+    assert container(template_json)["LinuxParameters"]["Capabilities"] == {"Drop": ["ALL"]}
+
+
 def test_container_logs_never_block_the_event_loop(template_json: dict[str, Any]) -> None:
     """awslogs in non-blocking mode to a log group with retention."""
     c = container(template_json)
