@@ -50,6 +50,7 @@ from holdfast.core.handoff import (
     TAKE_TIMEOUT_MS,
     WARM_TIMEOUT_MS,
     HandoffStep,
+    take_says_the_transfer,
 )
 from holdfast.core.model import Lease, LeaseItem, StoredItem, one_connection_only
 from holdfast.worker.iothreads import on_io_threads
@@ -174,8 +175,11 @@ class WarmUps:
         if warm is None and held is not None and held.held.lease.epoch == step.epoch:
             return False  # the look in the table started it at this epoch: nothing to read
         if (warm is not None and me is not None and warm.usable and warm.owner == me
-                and step.peer == warm.holder and step.epoch > warm.epoch
-                and step.at is not None):
+                and step.peer == warm.holder and step.at is not None
+                and take_says_the_transfer(
+                    step, holder_epoch=warm.epoch, checkpoint=warm.stored.item.last_seq,
+                    now_ms=self.store.clock(), lease_ms=self.store.lease_ms,
+                    skew_ms=self.store.skew_ms)):
             # The holder we warmed up for wrote the transfer: no read in the gap; the lease is
             # the warm-up's read with what TAKE says.
             lease = replace(

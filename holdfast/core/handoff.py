@@ -42,13 +42,14 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from holdfast.core import rules
 from holdfast.core.liveness import session_owner
 from holdfast.core.model import validate_conn_id
 
 __all__ = ["ABORT", "BUFFER_MAX_FRAMES", "READY", "RESERVE", "STEPS", "STOP_AFTER_FRAME_WAIT_MS",
            "TAKE", "TAKE_CHECK_MS", "TAKE_LOOK_EVERY_MS", "TAKE_LOOK_FIRST_MS",
            "TAKE_LOOK_FOR_MS", "TAKE_TIMEOUT_MS", "WARM", "WARM_TIMEOUT_MS", "HandoffStep",
-           "parse_step"]
+           "parse_step", "take_says_the_transfer"]
 
 WARM: Final = "warm"
 # WARM for a stream that allows one connection at a time: keep a slot, connect only on TAKE.
@@ -133,6 +134,24 @@ def parse_step(data: dict[str, Any]) -> HandoffStep | None:
     except ValueError:
         return None
     return HandoffStep(kinds[0], conn_id, epoch, seq, peer, at)
+
+
+def take_says_the_transfer(step: HandoffStep, *, holder_epoch: int, checkpoint: int | None,
+                           now_ms: int, lease_ms: int, skew_ms: int) -> bool:
+    """Whether a TAKE says what the holder's transfer of its holding at ``holder_epoch``
+    (``checkpoint``: as the warm-up read it) would have written: the epoch the transfer
+    computes from its time (``rules.next_epoch``), that time within a lease before ``now_ms``
+    (and no further ahead than the clocks' skew), a final checkpoint not behind the one read.
+
+    The successor starts on such a TAKE without reading the table (the handoff's gap has no
+    read in it); any other goes to the read. An order queue's message is anyone's with send
+    permission: a forged TAKE (epoch 2**63-1, seq -1) started a second deliverer and, through
+    the handler's fence, blocked every later holder's writes."""
+    if step.at is None or step.epoch != rules.next_epoch(step.at, holder_epoch):
+        return False
+    if not now_ms - lease_ms <= step.at <= now_ms + skew_ms:
+        return False
+    return checkpoint is None or (step.seq is not None and step.seq >= checkpoint)
 
 
 def _int(x: object) -> bool:

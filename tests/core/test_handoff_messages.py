@@ -49,3 +49,29 @@ def test_any_step_like_body_parses_without_raising(data: dict[str, object]) -> N
     """Whatever a step-like message holds: a HandoffStep or None, never an exception."""
     said = parse_inbox_body(json.dumps({**data, "owner": OWNER}), OWNER)
     assert said is None or isinstance(said, HandoffStep | bool)
+
+
+def test_a_take_starts_without_a_read_only_if_it_says_what_the_transfer_wrote() -> None:
+    """A TAKE whose epoch is the transfer's (next_epoch of its time and the holder's epoch),
+    whose time is within a lease before now (a skew ahead at most) and whose checkpoint is
+    not behind the warm-up's passes; a forged one (epoch 2**63-1, seq -1, a time long past or
+    ahead, an epoch not the transfer's) goes to the read."""
+    from holdfast.core.handoff import take_says_the_transfer
+
+    now, holder = 1_800_000_000_000, 1_799_999_000_000
+    kw = {"holder_epoch": holder, "checkpoint": 41, "now_ms": now, "lease_ms": 4_000,
+          "skew_ms": 250}
+
+    def take(epoch: int, seq: int | None, at: int | None) -> HandoffStep:
+        return HandoffStep(TAKE, "s1", epoch, seq, "w2#abc", at)
+
+    assert take_says_the_transfer(take(now - 5, 44, now - 5), **kw)
+    assert take_says_the_transfer(take(now + 200, 41, now + 200), **kw)  # its clock ahead
+    # A holder's epoch ahead of the clock: the transfer's is one above it.
+    assert take_says_the_transfer(take(now + 1, 44, now - 5),
+                                  **{**kw, "holder_epoch": now})
+    for forged in (take(2**63 - 1, -1, 1), take(now - 5, -1, now - 5),
+                   take(now - 5, None, now - 5), take(now - 9_000, 44, now - 9_000),
+                   take(now + 1_000, 44, now + 1_000), take(now, 44, now - 5),
+                   take(now - 5, 44, None)):
+        assert not take_says_the_transfer(forged, **kw), forged

@@ -343,3 +343,22 @@ async def test_a_take_for_a_warm_up_of_a_replaced_session_is_not_started(
                                         lease.owner, passed.moved_at_ms))
         assert conn not in run.worker.streams and conn not in warm_ups.warming
     assert not rec.calls
+
+
+async def test_a_forged_take_starts_no_second_deliverer(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A TAKE nobody's transfer wrote (an order-queue message is anyone's with send permission:
+    epoch 2**63-1, seq -1) is not taken on trust: the table says the holder still holds it,
+    so the warm socket is closed and nothing is delivered (it started a second deliverer, and
+    its epoch would have fenced every later holder's sink writes)."""
+    rec, conn = Recorder(), f"{unique_id}-forged"
+    async with running_worker(fleet, rec) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        holder_id = f"h-{unique_id}"
+        _, lease = await _warm_for_holder(fleet, upstream, run, conn, holder_id)
+        await run.worker.handoffs.warm_ups.take(
+            HandoffStep(TAKE, conn, 2**63 - 1, -1, lease.owner, at=1))
+        await asyncio.sleep(0.5)
+        assert conn not in run.worker.streams and not rec.seqs(conn)
+        assert conn not in run.worker.handoffs.warm_ups.warming
+    assert LeaseItem.from_ddb(fleet.item(conn)).lease_owner == lease.owner
