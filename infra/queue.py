@@ -59,8 +59,9 @@ class NudgeQueues(Construct):
         A forged nudge is trusted for little (the acquire decides who holds a stream), but not
         nothing: a fresh "inserted" nudge's URL is dialled before the acquire (within the URL
         policy) and its first frame's seq may become a new stream's first checkpoint; and a
-        flood of nudges would hide real work and scale the fleet out. Nobody else needs to send: a nudge older than a day is stale
-        and the sweeper re-finds any lease still unowned, so parked nudges are never redriven.
+        flood of nudges would hide real work and scale the fleet out. Nobody else needs to
+        send: a nudge older than a day is stale and the sweeper re-finds any lease still
+        unowned, so parked nudges are never redriven.
         (``aws:PrincipalArn`` of a role session is the role's ARN.)
         """
         self.queue.add_to_resource_policy(iam.PolicyStatement(

@@ -49,6 +49,11 @@ class FleetTiming:
                    sweep_interval_ms=sweep_interval_ms, cooldown_s=cooldown_s,
                    balance_interval_ms=balance_interval_ms)
 
+    def __post_init__(self) -> None:
+        # Checked as the workers will check them, before a fleet is started on them (a lease
+        # shorter than its heartbeat was found only once the local AWS was up).
+        self.lease_timing()
+
     def lease_timing(self) -> LeaseTiming:
         """These timings as the worker validates and uses them."""
         return LeaseTiming(round(self.lease_s * 1000), round(self.heartbeat_s * 1000),

@@ -286,6 +286,7 @@ class LocalFleet:
             problems += sink_problems(checks, stored)
         self.collect_crashes()
         problems += self.crashes
-        assert not problems, "; ".join(problems)
+        if problems:  # raised, not asserted: ``python -O`` strips an assert
+            raise AssertionError("; ".join(problems))
         return checks
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import get_args
 
 from holdfast.fleet.timing import FleetTiming
+from holdfast.localaws.stack import Backend
 
 __all__ = ["FAST_TIMING", "FleetOptions", "Setup"]
 
@@ -37,4 +39,11 @@ class FleetOptions:
     pythonpath: tuple[Path, ...] = ()  # where the workers import the handler from
     worker_env: Mapping[str, str] = field(default_factory=dict)
     setup: Setup | None = None
-    backend: str = "auto"  # "dynamodb-local" (needs Java), "moto", or auto
+    backend: Backend = "auto"  # "dynamodb-local" (needs Java), "moto", or auto
+
+    def __post_init__(self) -> None:
+        # Here, not once the fleet starts: "Moto" or "dynamodb_local" was run as DynamoDB
+        # Local, and failed saying Java was missing.
+        if self.backend not in get_args(Backend):
+            raise ValueError(f"FleetOptions.backend={self.backend!r}: one of "
+                             f"{', '.join(get_args(Backend))}")

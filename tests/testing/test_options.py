@@ -20,3 +20,20 @@ def test_options_are_equal_by_value() -> None:
     assert a == FleetOptions(handler="m:h", worker_env={"A": "1"})
     assert a != dataclasses.replace(a, worker_env={"A": "2"})
 
+
+
+def test_a_backend_or_timing_the_fleet_would_refuse_is_refused_when_built() -> None:
+    """A misspelled backend ("Moto" ran DynamoDB Local and failed saying Java was missing) and
+    timings the workers would refuse (a heartbeat longer than half the lease) fail where they
+    are written, before a fleet is started on them."""
+    import dataclasses
+
+    import pytest
+
+    from holdfast.core.exceptions import ConfigError
+
+    with pytest.raises(ValueError, match="backend='Moto': one of auto, dynamodb-local, moto"):
+        FleetOptions(backend="Moto")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="too long for lease"):
+        dataclasses.replace(FAST_TIMING, lease_s=1.0, heartbeat_s=2.0)
+    assert FleetOptions(backend="moto").backend == "moto"
