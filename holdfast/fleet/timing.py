@@ -11,7 +11,7 @@ from holdfast.core.rules import LeaseTiming, default_margin_ms
 __all__ = ["FleetTiming"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)  # by name only, as Settings
 class FleetTiming:
     """Short lease timings so that a failover shows in seconds (the worker validates them)."""
 

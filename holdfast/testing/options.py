@@ -29,7 +29,7 @@ FAST_TIMING = FleetTiming(lease_s=3.0, heartbeat_s=0.5, checkpoint_s=0.5, skew_m
 Setup = Callable[[Mapping[str, str]], Mapping[str, str] | None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # by name only: a field added later shifts nobody's
 class FleetOptions:
     """What to start. Equal options share one fleet (``holdfast_fleet`` reuses it)."""
 
