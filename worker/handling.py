@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from holdfast.core import names
 from holdfast.worker.delivery import Step
 from holdfast.worker.handler import Message, call_once, failure_body
-from holdfast.worker.protocol import Parsed
+from holdfast.worker.protocol import Parsed, checked
 
 if TYPE_CHECKING:
     from holdfast.worker.connection import Connection
@@ -48,7 +48,7 @@ class Handling:
         conn = self.conn
         held = conn.held
         try:
-            parsed = conn.ctx.protocol.parse(frame)
+            parsed = checked(conn.ctx.protocol.parse(frame))
         except Exception:  # a plugged-in protocol's bug must not kill the stream on every replay
             parsed = Parsed(None, frame, malformed=True)
         if parsed.malformed:

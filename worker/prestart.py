@@ -34,12 +34,13 @@ from typing import Final
 from aws_lambda_powertools import Logger
 
 from holdfast.core import rules
-from holdfast.core.model import MAX_SEQ, Lease, connects_before_claim
+from holdfast.core.model import Lease, connects_before_claim
 from holdfast.core.store import LeaseStore
 from holdfast.worker.context import ConnectionContext
 from holdfast.worker.delivery import first_checkpoint
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.prefetch import Prefetch, Prefetched
+from holdfast.worker.protocol import checked
 
 __all__ = ["CONNECT_FIRST_TIMEOUT_MS", "FIRST_FRAME_WAIT_MS", "Prestart", "prestart"]
 
@@ -92,9 +93,8 @@ async def prestart(conn_id: str, owner: str, store: LeaseStore, ctx: ConnectionC
     try:
         await prefetch.open(CONNECT_FIRST_TIMEOUT_MS / 1000)
         frame = await prefetch.first_frame(FIRST_FRAME_WAIT_MS / 1000)
-        seq = None if frame is None else ctx.protocol.parse(frame).seq
-        if seq is not None and not 0 <= seq <= MAX_SEQ:
-            seq = None  # a plugged-in protocol's odd seq: anchored the usual way, if at all
+        # A plugged-in protocol's odd seq (-3, True): anchored the usual way, if at all.
+        seq = None if frame is None else checked(ctx.protocol.parse(frame)).seq
     except Exception as exc:  # refused URL, upstream down or slow, a protocol's bug
         await prefetch.close()
         logger.info("connect first: cannot connect before the claim, claiming first",

@@ -15,6 +15,7 @@ from typing import Protocol, runtime_checkable
 from urllib.parse import unquote_plus
 
 from holdfast.core import jsontext
+from holdfast.core.model import MAX_SEQ
 from holdfast.worker.handler import HandlerLoadError
 
 __all__ = [
@@ -23,12 +24,13 @@ __all__ = [
     "Parsed",
     "QueryParamProtocol",
     "ResumeProtocol",
+    "checked",
+    "is_seq",
     "load_protocol",
     "parse_json_seq",
     "with_query_param",
 ]
 
-_MAX_SEQ = 2**63 - 1
 _NOT_JSON = "not JSON"
 
 
@@ -104,13 +106,29 @@ def parse_json_seq(frame: str | bytes, key: str = "seq") -> Parsed:
     seq = obj.get(key) if isinstance(obj, dict) else None
     if seq is None:  # no seq, or a null one (a control frame)
         return Parsed(None, frame)
-    # bool is an int subclass: {"seq": true} is not a sequence number.
-    if isinstance(seq, int) and not isinstance(seq, bool) and 0 <= seq <= _MAX_SEQ:
+    if is_seq(seq):
         return Parsed(seq, frame)
     # Present but not a sequence number ("42", 42.0, -3): silently seq-less, such a stream
     # never had a checkpoint and resumed wherever the upstream was after every drop.
     return Parsed(None, frame, malformed=True,
                   why=f"its {key!r} is not an integer from 0 to 2**63-1: {str(seq)[:20]!r}")
+
+
+def is_seq(value: object) -> bool:
+    """Whether ``value`` is a sequence number: an int from 0 to 2**63-1 (bool is an int
+    subclass: ``True`` is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEQ
+
+
+def checked(parsed: Parsed) -> Parsed:
+    """A plugged-in protocol's ``Parsed`` with its seq checked as the built-in parser checks
+    it: one that is not a sequence number (-3, True, "42") is handed on seq-less and
+    malformed, saying so, never taken as the checkpoint."""
+    if parsed.seq is None or is_seq(parsed.seq):
+        return parsed
+    return Parsed(None, parsed.data, malformed=True,
+                  why=f"the protocol plug-in's seq is not an integer from 0 to 2**63-1: "
+                      f"{str(parsed.seq)[:20]!r}")
 
 
 def _looks_like_json(frame: str) -> bool:

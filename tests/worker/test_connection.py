@@ -24,7 +24,7 @@ from holdfast.worker.dial import ConnectOptions, close_reading
 from holdfast.worker.held import NO_FENCE_MS, HeldStream
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.prefetch import Prefetch
-from holdfast.worker.protocol import QueryParamProtocol
+from holdfast.worker.protocol import Parsed, QueryParamProtocol
 from tests.worker.conftest import (
     LOOPBACK_POLICY,
     Fleet,
@@ -43,8 +43,9 @@ def lease_for(fleet: Fleet, conn: str, url: str) -> Lease:
 def context(rec: Recorder, **kw: object) -> ConnectionContext:
     kw.setdefault("policy", LOOPBACK_POLICY)  # the demo upstream listens on 127.0.0.1
     kw.setdefault("backoff", Backoff(0.01, 0.05, 3))
-    return ConnectionContext(worker_id="me", handler=rec, protocol=QueryParamProtocol(),
-                         metrics=WorkerMetrics(), **kw)  # type: ignore[arg-type]
+    kw.setdefault("protocol", QueryParamProtocol())
+    return ConnectionContext(worker_id="me", handler=rec, metrics=WorkerMetrics(),
+                             **kw)  # type: ignore[arg-type]
 
 
 def connection(lease: Lease, ctx: ConnectionContext) -> Connection:
@@ -102,6 +103,26 @@ async def test_junk_frames_pass_with_no_seq(fleet: Fleet, upstream: UpstreamThre
     assert junk and any(isinstance(m.data, bytes) for m in junk)
     assert not missing_seqs(rec.seqs(conn)) and runner.held.checkpoint == max(rec.seqs(conn))
     assert runner.ctx.metrics.totals["Reconnects"] == 0
+
+
+class _NegatingProtocol(QueryParamProtocol):
+    """A plug-in with a bug: every seq it reads comes back negative."""
+
+    def parse(self, frame: str | bytes) -> Parsed:
+        parsed = super().parse(frame)
+        return Parsed(None if parsed.seq is None else -1 - parsed.seq, parsed.data)
+
+
+async def test_a_protocol_plug_ins_impossible_seq_is_never_a_checkpoint(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A plugged-in protocol returning seq -3 (or True): handed on seq-less and counted
+    malformed, as the built-in parser treats one, not admitted as a sequence number."""
+    conn, rec = f"{unique_id}-neg", Recorder()
+    runner = connection(lease_for(fleet, conn, upstream.url(conn)),
+                        context(rec, protocol=_NegatingProtocol()))
+    await run_until(runner, lambda: len(rec.calls) >= 5, 10)
+    assert all(m.seq is None for m in rec.calls)
+    assert runner.ctx.metrics.totals["MalformedFrames"] >= 5 and runner.held.checkpoint is None
 
 
 async def test_oversized_frames_are_refused_and_isolated(
