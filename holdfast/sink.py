@@ -58,6 +58,11 @@ class StaleEpoch(Exception):
                          f"{'?' if seen is None else seen} (a later holder has written)")
         self.conn_id, self.epoch, self.seen = conn_id, epoch, seen
 
+    def __reduce__(self) -> tuple[type[StaleEpoch], tuple[str, int, int | None]]:
+        # Rebuilt from its fields: pickled (a process pool's worker raising it) with the
+        # message alone as args, it failed to unpickle with a TypeError.
+        return type(self), (self.conn_id, self.epoch, self.seen)
+
 
 def fence_key(conn_id: str, key: str = "pk") -> dict[str, UniversalAttributeValueTypeDef]:
     """The fence item's key in a table whose (string) partition key is ``key``."""

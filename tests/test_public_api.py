@@ -30,3 +30,16 @@ def test_the_api_reference_lists_every_export() -> None:
     """docs/reference/api.md has a row for each name ``holdfast`` exports."""
     text = (ROOT / "docs" / "reference" / "api.md").read_text()
     assert [n for n in holdfast.__all__ if f"| `{n}` |" not in text] == []
+
+
+def test_the_version_is_the_packages() -> None:
+    """holdfast.__version__ (kept in the file: the Lambda asset carries no package metadata)
+    says what pyproject.toml does."""
+    import tomllib
+    from pathlib import Path
+
+    import holdfast
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml")
+                            .read_text())["project"]
+    assert holdfast.__version__ == project["version"]

@@ -131,3 +131,17 @@ def test_a_table_with_a_sort_key_names_the_fence_key(ddb: Any, unique_id: str) -
     assert put(1, EPOCH + 1)
     with pytest.raises(StaleEpoch):
         put(2, EPOCH)
+
+
+def test_stale_epoch_survives_pickling_and_copying() -> None:
+    """StaleEpoch crosses a process pool (pickled) and copy.copy with its fields and message
+    (its own __init__ made both fail with a TypeError)."""
+    import copy
+    import pickle
+
+    from holdfast.sink import StaleEpoch
+
+    error = StaleEpoch("s1", 3, 5)
+    for again in (pickle.loads(pickle.dumps(error)), copy.copy(error)):
+        assert (again.conn_id, again.epoch, again.seen, str(again)) == (
+            "s1", 3, 5, str(error))
