@@ -42,6 +42,7 @@ from holdfast.chaos.pauses import calls_across_pauses, paused_at, pauses_of
 from holdfast.chaos.rebalancing import check_rebalancing
 from holdfast.chaos.timeliness import check_reown, check_stops
 from holdfast.chaos.verdict import Limits, Verdict, Violation
+from holdfast.fleet.recorder import Handled
 from holdfast.fleet.report import check_seqs
 
 __all__ = ["check"]
@@ -82,30 +83,42 @@ def check_conn_overlaps(conns: list[ConnSpan], pauses: dict[str, list[tuple[int,
     verdict.stats["handoff_overlaps"] = handoffs
 
 
-def check_handling(ev: Evidence, verdict: Verdict,
-                   pauses: dict[str, list[tuple[int, int]]] | None = None) -> None:
-    """Each handled message belongs to its worker's latest connection to that stream; the spans
-    (first..last handled) of different workers' connections to one stream must not overlap,
-    but for the calls a pause caught in flight (``calls_across_pauses``, counted)."""
-    across = calls_across_pauses(ev.handled, pauses or {})
-    verdict.stats["handler_calls_across_pauses"] = len(across)
+Tenures = dict[tuple[str, str, int], list[Handled]]
+
+
+def tenures(ev: Evidence, across: set[int]) -> Tenures:
+    """The handled records of each (stream, worker, connection): a record belongs to its
+    worker's latest connection to that stream opened before it (the calls a pause caught in
+    flight, ``across``, left out)."""
     opens: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
     for c in ev.conns:
         opens[(c.stream, c.worker)].append((c.open_ms, c.conn_no))
     for lst in opens.values():
         lst.sort()
-    tenure: dict[tuple[str, str, int], list[int]] = {}
+    out: Tenures = defaultdict(list)
     for n, h in enumerate(ev.handled):
         if n in across:
             continue
         lst = opens.get((h.conn_id, h.worker_id), [])
         i = bisect.bisect_right(lst, (h.wall_ms + 1, 2**62)) - 1
-        key = (h.conn_id, h.worker_id, lst[i][1] if i >= 0 else -1)
-        span = tenure.setdefault(key, [h.wall_ms, h.wall_ms])
-        span[0], span[1] = min(span[0], h.wall_ms), max(span[1], h.wall_ms)
+        out[(h.conn_id, h.worker_id, lst[i][1] if i >= 0 else -1)].append(h)
+    return out
+
+
+def check_handling(ev: Evidence, verdict: Verdict,
+                   pauses: dict[str, list[tuple[int, int]]] | None = None) -> None:
+    """Each handled message belongs to its worker's latest connection to that stream; the spans
+    (first..last handled) of different workers' connections to one stream must not overlap,
+    but for the calls a pause caught in flight (``calls_across_pauses``, counted); and no
+    connection hands on a seq at or below the checkpoint stored before its first call."""
+    across = calls_across_pauses(ev.handled, pauses or {})
+    verdict.stats["handler_calls_across_pauses"] = len(across)
+    held = tenures(ev, across)
+    check_replays(ev, held, verdict)
     by_stream: dict[str, list[tuple[int, int, str, int]]] = defaultdict(list)
-    for (stream, worker, no), (lo, hi) in tenure.items():
-        by_stream[stream].append((lo, hi, worker, no))
+    for (stream, worker, no), records in held.items():
+        times = [h.wall_ms for h in records]
+        by_stream[stream].append((min(times), max(times), worker, no))
     for stream, spans in by_stream.items():
         spans.sort()
         for i, (lo, hi, worker, no) in enumerate(spans):
@@ -117,6 +130,39 @@ def check_handling(ev: Evidence, verdict: Verdict,
                         "handling-overlap", stream, lo2,
                         f"{stream}: {worker} handled messages until {hi} (connection #{no}) "
                         f"while {worker2} handled from {lo2} (connection #{no2})"))
+
+
+def check_replays(ev: Evidence, held: Tenures, verdict: Verdict) -> None:
+    """No connection hands its handler a seq at or below the checkpoint the table held before
+    that connection's first call: the delivery rules never pass one (``worker.delivery``), so
+    a successor resuming below where its predecessor had checkpointed (a stale or zero resume
+    point, a warm socket ignoring the transferred checkpoint) is caught, not only counted as
+    duplicates. A sample can only lag the true checkpoint: no false alarm from its timing."""
+    samples: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for s in ev.samples:
+        if s.last_seq is not None:
+            samples[s.conn_id].append((s.wall_ms, s.last_seq))
+    for lst in samples.values():
+        lst.sort()
+    below = 0
+    for (stream, worker, no), records in held.items():
+        if stream in ev.expected_bad:
+            continue
+        first = min(h.wall_ms for h in records)
+        lst = samples.get(stream, [])
+        i = bisect.bisect_left(lst, (first, -2**63)) - 1
+        if i < 0:
+            continue
+        at, checkpoint = lst[i]
+        replayed = sorted({h.seq for h in records if h.seq <= checkpoint})
+        if replayed:
+            below += len(replayed)
+            verdict.violations.append(Violation(
+                "replayed-below-checkpoint", stream, first,
+                f"{stream}: connection #{no} of {worker} handed on {len(replayed)} seqs at or "
+                f"below the checkpoint {checkpoint} stored before its first call (at {at}): "
+                f"{replayed[:8]}"))
+    verdict.stats["replayed_below_checkpoint"] = below
 
 
 def check_loss(ev: Evidence, final: dict[str, Sample], verdict: Verdict) -> None:

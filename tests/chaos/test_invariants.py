@@ -122,14 +122,28 @@ def test_new_owner_connecting_just_after_sigcont_is_stale() -> None:
 
 
 def test_lost_seq_found_and_duplicates_counted() -> None:
-    """A seq nobody handled is loss; a seq handled twice (sequentially) is only counted."""
+    """A seq nobody handled is loss; a seq handled twice (sequentially, above the checkpoint
+    the successor resumed from: A handled 9 but had checkpointed 5) is only counted."""
     ev = clean()
     ev.handled = [h for h in ev.handled if h.seq != 12]
     assert kinds(ev) == ["lost-messages"]
     ev = clean()
+    ev.samples[1] = _sample(T0 + 1050, "B", T0 + 5000, 5)
     ev.handled.append(Handled("c1", 9, "B", T0 + 1099))
     verdict = check(ev, LIMITS, until_ms=T0 + 3000)
     assert verdict.ok and verdict.stats["duplicates"] == 1
+
+
+def test_a_seq_at_or_below_the_stored_checkpoint_handed_on_again_is_a_violation() -> None:
+    """B's first call comes after the table held checkpoint 9 (A's), and B hands on 8 and 9
+    again: never done by the delivery rules (a stale resume point), a violation, not a
+    duplicate merely counted; a paused worker's call in flight is not judged here."""
+    ev = clean()
+    ev.handled += [Handled("c1", 8, "B", T0 + 1080), Handled("c1", 9, "B", T0 + 1090)]
+    verdict = check(ev, LIMITS, until_ms=T0 + 3000)
+    assert [v.kind for v in verdict.violations] == ["replayed-below-checkpoint"]
+    assert "[8, 9]" in verdict.violations[0].text
+    assert verdict.stats["replayed_below_checkpoint"] == 2
 
 
 def test_checkpoint_beyond_handled_is_loss() -> None:
@@ -149,8 +163,8 @@ def test_last_seq_backwards_found() -> None:
 def test_slow_reown_found_unless_dynamodb_was_down() -> None:
     """A lease free for longer than the bound is a violation, unless a fault window covers it."""
     ev = clean()
-    ev.samples = [_sample(T0, "A", T0 + 100, 0), _sample(T0 + 200, "A", T0 + 100, 0),
-                  _sample(T0 + 2800, None, 0, 0), _sample(T0 + 2900, "B", T0 + 6000, 19)]
+    ev.samples = [_sample(T0, "A", T0 + 100, -1), _sample(T0 + 200, "A", T0 + 100, -1),
+                  _sample(T0 + 2800, None, 0, -1), _sample(T0 + 2900, "B", T0 + 6000, 19)]
     assert kinds(ev) == ["slow-reown"]
     ev.faults = [FaultWindow("error", T0 - 500, T0 + 1500)]
     assert kinds(ev) == []
@@ -192,7 +206,7 @@ def test_crash_reported_and_timeline_rendered() -> None:
 def test_kill_extends_reown_bound_by_nudge_visibility() -> None:
     """A worker killed around the loss may have swallowed a nudge: 2 s more are allowed."""
     ev = clean()
-    ev.samples = [_sample(T0, "A", T0 + 100, 0), _sample(T0 + 200, None, T0 + 100, 0),
+    ev.samples = [_sample(T0, "A", T0 + 100, -1), _sample(T0 + 200, None, T0 + 100, -1),
                   _sample(T0 + 3500, "B", T0 + 6000, 19)]
     assert kinds(ev, until=T0 + 4000) == ["slow-reown"]
     ev.actions = [Action(T0 - 3000, "sigkill", "A")]
