@@ -29,7 +29,9 @@ Tolerances, and why:
 - stop: every connection of a STOPPED stream closed within ``heartbeat + 1 s`` of the write (the
   worker learns it at its next renewal), later if its worker was paused or DynamoDB was faulted;
 - rebalancing (draining claims nothing and ends empty; the fleet ends balanced):
-  ``holdfast.chaos.rebalancing``.
+  ``holdfast.chaos.rebalancing``;
+- progress: a healthy stream held at the end delivered within a lease, the re-own bound and
+  5 s of it (``holdfast.chaos.progress``): owned is not enough.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from collections import defaultdict
 
 from holdfast.chaos.evidence import ConnSpan, Evidence, Sample
 from holdfast.chaos.pauses import calls_across_pauses, paused_at, pauses_of
+from holdfast.chaos.progress import check_progress
 from holdfast.chaos.rebalancing import check_rebalancing
 from holdfast.chaos.timeliness import check_reown, check_stops
 from holdfast.chaos.verdict import Limits, Verdict, Violation
@@ -208,6 +211,7 @@ def check(ev: Evidence, limits: Limits, *, until_ms: int, from_ms: int = 0) -> V
     check_loss(ev, final, verdict)
     check_last_seq(ev.samples, verdict)
     check_reown(ev, limits, until_ms, verdict, from_ms)
+    check_progress(ev, limits, until_ms, verdict)
     check_stops(ev, limits, pauses, verdict)
     check_rebalancing(ev, limits, until_ms, verdict)
     for worker, code in sorted(ev.exits.items()):

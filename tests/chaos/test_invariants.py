@@ -7,7 +7,7 @@ from holdfast.chaos.invariants import check
 from holdfast.chaos.pauses import IN_FLIGHT_WAKE_MS
 from holdfast.chaos.proxy import FaultWindow
 from holdfast.chaos.timeline import timeline
-from holdfast.chaos.verdict import Limits
+from holdfast.chaos.verdict import Limits, Verdict, Violation
 from holdfast.fleet.recorder import Handled
 
 LIMITS = Limits(lease_ms=4000, heartbeat_ms=1000, skew_ms=500, sweep_ms=500)
@@ -35,8 +35,14 @@ def clean() -> Evidence:
     return ev
 
 
-def kinds(ev: Evidence, until: int = T0 + 3000) -> list[str]:
-    return [v.kind for v in check(ev, LIMITS, until_ms=until).violations]
+def kinds(ev: Evidence, until: int = T0 + 3000, *, progress: bool = True) -> list[str]:
+    return [v.kind for v in others(check(ev, LIMITS, until_ms=until), progress=progress)]
+
+
+def others(verdict: Verdict, *, progress: bool = False) -> list[Violation]:
+    """The violations but "no-progress" (``progress=False``): for evidence made to test
+    another check, with no handler calls near its end (the progress check is tested apart)."""
+    return [v for v in verdict.violations if progress or v.kind != "no-progress"]
 
 
 def test_clean_handover_passes() -> None:
@@ -52,7 +58,7 @@ def test_overlapping_connections_found() -> None:
     ev = clean()
     ev.conns[0] = _span(0, "A", T0, T0 + 1001 + LIMITS.handoff_overlap_ms + 1)
     ev.conns[1] = _span(1, "B", T0 + 1001, T0 + 1001 + LIMITS.handoff_overlap_ms + 500)
-    assert kinds(ev, until=T0 + 1001 + LIMITS.handoff_overlap_ms + 500) == [
+    assert kinds(ev, until=T0 + 1001 + LIMITS.handoff_overlap_ms + 500, progress=False) == [
         "connection-overlap"]
 
 
@@ -288,12 +294,12 @@ def test_stream_of_a_non_live_session_past_the_bound_is_slow_reown() -> None:
     stranded = [_owned(T0, "A#1"), _owned(T0 + 500, "A#1", down=T0 + 100),
                 _owned(T0 + 1500, "A#1", down=T0 + 100)]
     ev = Evidence(samples=[*stranded, _owned(T0 + 100 + base + 400, "B#1")])
-    (v,) = check(ev, LIMITS, until_ms=T0 + 9000).violations
+    (v,) = others(check(ev, LIMITS, until_ms=T0 + 9000))
     assert (v.kind, v.at_ms) == ("slow-reown", T0 + 100) and "no live owner" in v.text
     ev = Evidence(samples=[*stranded, _owned(T0 + 100 + base - 100, "B#1")])
-    assert check(ev, LIMITS, until_ms=T0 + 9000).ok
+    assert others(check(ev, LIMITS, until_ms=T0 + 9000)) == []
     ev = Evidence(samples=[*stranded, _owned(T0 + 8000, "A#1", down=T0 + 100)])
-    assert [v.kind for v in check(ev, LIMITS, until_ms=T0 + 9000).violations] == ["slow-reown"]
+    assert [v.kind for v in others(check(ev, LIMITS, until_ms=T0 + 9000))] == ["slow-reown"]
 
 
 def test_stranded_clock_never_starts_before_the_stream_was_last_seen_held() -> None:
@@ -302,5 +308,30 @@ def test_stranded_clock_never_starts_before_the_stream_was_last_seen_held() -> N
     ev = Evidence(samples=[_owned(T0 + 1000, "B#1"), _owned(T0 + 1250, "A#1", down=T0 - 5000),
                            _owned(T0 + 3000, "C#1")])
     verdict = check(ev, LIMITS, until_ms=T0 + 9000)
-    assert verdict.ok and verdict.stats["reown_gaps_ms"] == {"count": 1, "max": 2000,
-                                                             "p50": 2000}
+    assert others(verdict) == [] and verdict.stats["reown_gaps_ms"] == {
+        "count": 1, "max": 2000, "p50": 2000}
+
+
+def test_a_stream_held_at_the_end_that_stopped_delivering_is_no_progress() -> None:
+    """Held by a live owner in the last scan, but its handler's last call long before the end
+    (a connection that died under a live session): "no-progress", which ownership and the
+    seq gaps miss; a call within the allowance, a stream created near the end, one in BACKOFF
+    or STOPPED are fine."""
+    until = T0 + 60_000
+    ev = clean()
+    ev.samples.append(_sample(until - 100, "B", until + 3000, 19))
+    (v,) = check(ev, LIMITS, until_ms=until).violations
+    assert v.kind == "no-progress" and "last call was" in v.text
+    allowed = check(ev, LIMITS, until_ms=until).stats["progress"]["quiet_allowed_ms"]
+    ev.handled.append(Handled("c1", 20, "B", until - allowed + 100))
+    assert check(ev, LIMITS, until_ms=until).ok
+    ev.handled.pop()
+    for late in (Action(until - 1000, "create", "c1"), Action(until - 1000, "start", "c1")):
+        ev.actions = [late]
+        assert check(ev, LIMITS, until_ms=until).ok
+    ev.actions = []
+    for status, state in (("BACKOFF", "STARTED"), ("RUNNING", "STOPPED")):
+        ev.samples[-1] = Sample(until - 100, "c1", state, "B", until + 3000, 19, status, 1,
+                                until - 100)
+        assert [v.kind for v in check(ev, LIMITS, until_ms=until).violations
+                if v.kind == "no-progress"] == []

@@ -31,6 +31,9 @@ def _soak(tmp_path: Path, minutes: float) -> None:
     drains = stats["drain_empty_ms"]
     assert isinstance(drains, dict) and drains["count"], text
     assert "final_balance" in stats, text
+    # Delivery, not only ownership, was judged at the end (holdfast.chaos.progress).
+    progress = stats["progress"]
+    assert isinstance(progress, dict) and progress["judged"], text
     assert not result.evidence.exits, text
     # The throttling scenario ran and was judged (a miss is a violation above).
     throttle = stats["throttle"]
