@@ -183,6 +183,20 @@ def check_loss(ev: Evidence, final: dict[str, Sample], verdict: Verdict) -> None
     verdict.stats.update(handled=handled, duplicates=dups, streams_checked=len(seqs))
 
 
+def check_unusable_left_alone(ev: Evidence, verdict: Verdict) -> None:
+    """The unusable hostile items (``bad-*``, ``holdfast.chaos.hostile``; not the ``x-``
+    streams, usable but misbehaving) are never connected to and never reach a handler:
+    listed with their final status only, a worker delivering one passed."""
+    bad = {c for c in ev.expected_bad if not c.startswith("x-")}
+    for stream in sorted({c.stream for c in ev.conns if c.stream in bad}):
+        verdict.violations.append(Violation(
+            "unusable-item-used", stream, 0, f"{stream}: an unusable item was connected to"))
+    for conn_id in sorted({h.conn_id for h in ev.handled if h.conn_id in bad}):
+        verdict.violations.append(Violation(
+            "unusable-item-used", conn_id, 0,
+            f"{conn_id}: an unusable item's frames reached a handler"))
+
+
 def check_last_seq(samples: list[Sample], verdict: Verdict) -> None:
     best: dict[str, Sample] = {}
     for s in sorted(samples, key=lambda s: s.wall_ms):
@@ -209,6 +223,7 @@ def check(ev: Evidence, limits: Limits, *, until_ms: int, from_ms: int = 0) -> V
     check_conn_overlaps(ev.conns, pauses, limits, verdict)
     check_handling(ev, verdict, pauses)
     check_loss(ev, final, verdict)
+    check_unusable_left_alone(ev, verdict)
     check_last_seq(ev.samples, verdict)
     check_reown(ev, limits, until_ms, verdict, from_ms)
     check_progress(ev, limits, until_ms, verdict)

@@ -335,3 +335,15 @@ def test_a_stream_held_at_the_end_that_stopped_delivering_is_no_progress() -> No
                                 until - 100)
         assert [v.kind for v in check(ev, LIMITS, until_ms=until).violations
                 if v.kind == "no-progress"] == []
+
+
+def test_an_unusable_hostile_item_connected_to_or_handled_is_a_violation() -> None:
+    """A bad-* item (no URL, a metadata address, a mistyped epoch...) must never be connected
+    to or reach a handler; an x- stream (usable, misbehaving) may."""
+    ev = clean()
+    ev.expected_bad = {"bad-state", "x-huge"}
+    ev.conns.append(ConnSpan(9, "bad-state", "A", T0 * 10**6, T0, (T0 + 5) * 10**6, T0 + 5))
+    ev.handled.append(Handled("bad-state", 1, "A", T0 + 2))
+    ev.handled.append(Handled("x-huge", 1, "A", T0 + 2))
+    assert [v.kind for v in check(ev, LIMITS, until_ms=T0 + 3000).violations] == [
+        "unusable-item-used", "unusable-item-used"]
