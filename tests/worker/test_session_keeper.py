@@ -21,6 +21,7 @@ from holdfast.worker.held import monotonic_ms
 from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.session import SessionKeeper
+from tests.worker.conftest import async_wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -87,6 +88,7 @@ async def test_a_throttled_heartbeat_is_retried_before_the_fence(
     lost: list[SessionLost] = []
     store = Store(fail=3)
     keeper = _keeper(store, lost)
+    keeper.rand = lambda: 0.0  # the jitter's shortest draws: 0.6 s of pauses, not up to 1.25
     keeper.started(keeper.session, monotonic_ms() - 500)  # the last renewal: 0.5 s ago
     before = keeper.fence_mono_ms
     sent = monotonic_ms()
@@ -161,8 +163,9 @@ async def test_heartbeats_begin_before_run_and_go_on_after_a_restart() -> None:
     store = Store(hang_s=0.06)  # a thread is mostly inside a call
     keeper = _keeper(store, lost, FAST)
     keeper.begin()
-    await asyncio.sleep(0.15)
-    assert store.calls >= 1  # before any ``run``
+    # Waited for, not slept on: the first beat needs two new threads to get the GIL (249 ms
+    # beside four busy processes).
+    await async_wait_until(lambda: store.calls >= 1, 5, "a beat before any run")
     thread = keeper._thread
     task = asyncio.create_task(keeper.run())
     await asyncio.sleep(0.05)
@@ -172,9 +175,11 @@ async def test_heartbeats_begin_before_run_and_go_on_after_a_restart() -> None:
     task = asyncio.create_task(keeper.run())  # restarted at once
     await asyncio.sleep(0.05)
     calls = store.calls
-    await asyncio.sleep(0.3)
-    assert store.calls >= calls + 2 and not lost
-    assert thread is not None and not thread.is_alive()  # one keep-alive: the old one ended
+    await async_wait_until(lambda: store.calls >= calls + 2, 5, "beats after the restart")
+    assert not lost
+    assert thread is not None
+    await asyncio.to_thread(thread.join, 2)
+    assert not thread.is_alive()  # one keep-alive: the old one ended
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     keeper.executor.shutdown(wait=False)

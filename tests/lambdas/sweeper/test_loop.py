@@ -23,7 +23,7 @@ from holdfast.lambdas.sweeper.loop import SweepDeps, run_sweeps, sweep_once
 from holdfast.lambdas.sweeper.results import SweepResult
 from holdfast.lambdas.sweeper.unindexed import UnindexedPass
 from holdfast.localaws import LocalAws
-from tests.conftest import TIMEOUT_SCALE
+from tests.conftest import TIMEOUT_SCALE, own_tables
 from tests.lambdas.helpers import receive_nudges
 from tests.lambdas.records import image
 
@@ -86,10 +86,11 @@ def test_a_stream_whose_owner_has_no_session_is_released_then_nudged(
     deleted session) is not taken by its expiry: the owner audit releases it once it has been
     so for TTL + skew, and the release is nudged (finding 2)."""
     lease = store.take(unique_id, "dead-worker")
-    sessions = SessionStore(ddb, ddb_local.session_table, table, ttl_ms=LEASE_MS,
-                            skew_ms=SKEW_MS)
-    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url,
-                                            session_table=ddb_local.session_table),
+    # A session table of its own: the shared one holds every session earlier tests left,
+    # each declared dead by this sweep first (how the timeout test failed CI on 2026-12-07).
+    _, session_table = own_tables(ddb_local)
+    sessions = SessionStore(ddb, session_table, table, ttl_ms=LEASE_MS, skew_ms=SKEW_MS)
+    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url, session_table=session_table),
                      sessions=sessions)
     deadline = wall_clock_ms() + (LEASE_MS + SKEW_MS + AUDIT_INTERVAL_MS + 3_000) * TIMEOUT_SCALE
     with Sweeper(deps, memory):
