@@ -47,10 +47,15 @@ def test_user_handler_is_wrapped_and_stop_releases(holdfast_fleet: LocalFleet) -
 def test_failover_loses_nothing(holdfast_fleet: LocalFleet, hard: bool) -> None:
     """Killing the holder (hard or gracefully) moves the stream with no seq missed."""
     conns = [holdfast_fleet.start_stream() for _ in range(3)]
-    owners = {c: holdfast_fleet.wait_owned(c) for c in conns}
-    victim = owners[conns[0]]
+    for c in conns:
+        holdfast_fleet.wait_owned(c)
     before = len(holdfast_fleet.handled(conns[0]))
     holdfast_fleet.wait_handled(conns[0], 5, after=before)
+    # Read just before the kill: the balancer may have moved a stream since its first claim,
+    # and a victim holding nothing of conns[0] would test no failover of it.
+    owners = {c: holdfast_fleet.owner(c) for c in conns}
+    victim = owners[conns[0]]
+    assert victim is not None
     code = holdfast_fleet.kill_worker(victim, hard=hard)
     assert code == (-9 if hard else 0)
     for c in conns:
