@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from holdfast.cli.opscommon import (
     EXIT_FAILED,
@@ -123,10 +123,14 @@ def _add_stop(p: argparse.ArgumentParser) -> None:
     add_table_option(p)
 
 
-def _get(client: DynamoDBClient, table: str, conn_id: str) -> LeaseItem | None:
+def _get_raw(client: DynamoDBClient, table: str, conn_id: str) -> dict[str, Any] | None:
     resp = call("get", client.get_item, TableName=table, Key={ATTR.pk: {"S": pk_for(conn_id)}},
                 ConsistentRead=True)
-    raw = resp.get("Item")
+    return resp.get("Item") or None
+
+
+def _get(client: DynamoDBClient, table: str, conn_id: str) -> LeaseItem | None:
+    raw = _get_raw(client, table, conn_id)
     return LeaseItem.from_ddb(raw) if raw else None
 
 
@@ -254,8 +258,7 @@ def _add_rm(p: argparse.ArgumentParser) -> None:
 
 def _confirm_rm(client: DynamoDBClient, table: str, conn_id: str) -> None:
     """Show what goes, and ask: a mistyped id loses a stream's checkpoint for good."""
-    raw = call("get", client.get_item, TableName=table, Key={ATTR.pk: {"S": pk_for(conn_id)}},
-               ConsistentRead=True).get("Item")
+    raw = _get_raw(client, table, conn_id)  # raw: a malformed item is shown, not refused
     if not raw:
         raise OpsExit(EXIT_FAILED, f"unknown id {conn_id!r}")
     seq, owner = raw.get(ATTR.last_seq, {}).get("N"), raw.get(ATTR.lease_owner, {}).get("S")
