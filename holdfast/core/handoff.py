@@ -44,7 +44,7 @@ from typing import Any, Final
 
 from holdfast.core import rules
 from holdfast.core.liveness import session_owner
-from holdfast.core.model import validate_conn_id
+from holdfast.core.model import MAX_SEQ, validate_conn_id
 
 __all__ = ["ABORT", "BUFFER_MAX_FRAMES", "READY", "RESERVE", "STEPS", "STOP_AFTER_FRAME_WAIT_MS",
            "TAKE", "TAKE_CHECK_MS", "TAKE_LOOK_EVERY_MS", "TAKE_LOOK_FIRST_MS",
@@ -88,7 +88,6 @@ BUFFER_MAX_FRAMES: Final = 10_000
 # at once, somewhere between two frames, left on average half a spacing less room). A stream
 # quiet for this long is stopped anyway: its gap is not waiting on the handoff.
 STOP_AFTER_FRAME_WAIT_MS: Final = 250
-_MAX_SEQ = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,5 +154,5 @@ def take_says_the_transfer(step: HandoffStep, *, holder_epoch: int, checkpoint: 
 
 
 def _int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and -1 <= x <= _MAX_SEQ
+    return isinstance(x, int) and not isinstance(x, bool) and -1 <= x <= MAX_SEQ
 
