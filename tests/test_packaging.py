@@ -21,11 +21,13 @@ def _project() -> dict[str, Any]:
 
 
 def test_the_wheel_is_typed_and_licensed() -> None:
-    """py.typed ships in the package (users' mypy checks their handlers against ours), and the
-    license the metadata names ships as a file."""
+    """py.typed ships in the package (users' mypy checks their handlers against ours), every
+    package-data file exists, and the license the metadata names ships as a file."""
     project = _project()
     assert (ROOT / "holdfast" / "py.typed").is_file()
     assert "py.typed" in project["tool"]["setuptools"]["package-data"]["holdfast"]
+    for name in project["tool"]["setuptools"]["package-data"]["holdfast"]:
+        assert (ROOT / "holdfast" / name).is_file(), name  # DynamoDB Local's launcher source too
     assert project["project"]["license-files"] == ["LICENSE"]
     assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]
 

@@ -34,6 +34,7 @@ from holdfast.core.schema import (
 )
 from holdfast.core.urls import ENV_ALLOWED_HOSTS, LOOPBACK_ALLOW_LIST
 from holdfast.localaws.dynamodb_local import find_dynamodb_local, java_unusable, missing_hint
+from holdfast.localaws.loopback import dynamodb_local_command
 from holdfast.localaws.processes import Child, free_port, wait_for_port
 
 __all__ = ["Backend", "LocalAws", "LocalAwsError", "find_dynamodb_local", "no_proxy_with_loopback"]
@@ -124,18 +125,8 @@ class LocalAws:
         if not jar_dir or java is None:
             raise LocalAwsError(missing_hint())
         port = free_port()
-        # -disableTelemetry: without it DynamoDB Local tries to reach the internet.
-        # -sharedDb: otherwise it keeps one database per access key and region, and a client
-        # with other (dummy) credentials would find no table.
-        # The JVM's default compilers, though the optimising one's threads take CPU for the
-        # first minutes of a fleet (a young fleet's 30-stream start burst: claims 90-160 ms p50
-        # with -XX:TieredStopAtLevel=1, 210-280 ms without): once compiled, a checkpoint of 600
-        # leases in PartiQL batches takes 376 ms, against 627 ms with the client compiler only.
-        # (The test suite's short-lived instances take the client compiler only: tests/conftest.py.)
-        child = Child("dynamodb-local", [
-            java, "-Xms64m", f"-Djava.library.path={jar_dir / 'DynamoDBLocal_lib'}",
-            "-jar", str(jar_dir / "DynamoDBLocal.jar"), "-inMemory", "-sharedDb",
-            "-disableTelemetry", "-port", str(port)], self.workdir / "dynamodb-local.log")
+        child = Child("dynamodb-local", dynamodb_local_command(java, jar_dir, port),
+                      self.workdir / "dynamodb-local.log")
         self.children.append(child)
         if not wait_for_port(port, 60, child.proc):
             raise LocalAwsError(f"DynamoDB Local did not start:\n{child.tail()}")

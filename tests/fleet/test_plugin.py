@@ -19,6 +19,7 @@ from holdfast.testing import LocalFleet
 from holdfast.testing.checks import failing_streams, last_handler_error
 from holdfast.testing.plugin import fallback_warning
 from tests.conftest import TIMEOUT_SCALE
+from tests.listening import descendants, listening_addresses
 
 pytestmark = pytest.mark.slow
 
@@ -27,6 +28,14 @@ def _user_seen(fleet: LocalFleet, conn_id: str) -> set[int]:
     path = fleet.run_dir / "user-handler.log"
     lines = path.read_text().splitlines() if path.exists() else []
     return {int(s) for c, _, s in (line.partition(" ") for line in lines) if c == conn_id}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_every_server_of_the_fleet_listens_on_loopback_only(holdfast_fleet: LocalFleet) -> None:
+    """DynamoDB Local, moto, the demo upstream and the workers accept on 127.0.0.1 only."""
+    listening = listening_addresses(descendants(os.getpid()))
+    assert listening, "found no listening socket: the check would pass on anything"
+    assert {a for addresses in listening.values() for a in addresses} == {"127.0.0.1"}, listening
 
 
 def test_user_handler_is_wrapped_and_stop_releases(holdfast_fleet: LocalFleet) -> None:
