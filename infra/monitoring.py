@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from aws_cdk import Aws, Duration, Fn
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -10,6 +12,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from holdfast.core import names
+from holdfast.core.settings import GIVE_UP_RETRY_CAP_S
 from holdfast.infra.dashboard import build_dashboard
 from holdfast.infra.metrics import (
     MINUTE,
@@ -19,11 +22,15 @@ from holdfast.infra.metrics import (
     throttle_events,
 )
 
-__all__ = ["ALARM_WINDOW", "Monitoring", "unowned_time_threshold_ms"]
+__all__ = ["ALARM_WINDOW", "GIVE_UP_WINDOWS", "Monitoring", "unowned_time_threshold_ms"]
 
 # Alarms on "did this happen at all" sum over this window: one event is worth a look, and a
 # window longer than a minute gives one alarm per incident rather than one that flaps.
 ALARM_WINDOW = Duration.minutes(5)
+# A stream that keeps giving up does so again within its retry cap plus its reconnect attempts
+# (six, a few minutes at most): StreamsGivingUp looks back one window more than the cap, so it
+# stays in ALARM while a stream keeps failing (it notified ALARM and OK at every retry).
+GIVE_UP_WINDOWS = math.ceil(GIVE_UP_RETRY_CAP_S / ALARM_WINDOW.to_seconds()) + 1  # 5-min windows
 _GTE = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
 _GT = cw.ComparisonOperator.GREATER_THAN_THRESHOLD
 _LT = cw.ComparisonOperator.LESS_THAN_THRESHOLD
@@ -75,19 +82,19 @@ class Monitoring(Construct):
                         treat_missing_data=missing)
 
     def _any(self, alarm_id: str, description: str,
-             metric: cw.Metric | cw.MathExpression) -> cw.Alarm:
-        """An alarm on a count that should stay zero: sum > 0 over :data:`ALARM_WINDOW`
-        (an expression's metrics summed each)."""
+             metric: cw.Metric | cw.MathExpression, *, windows: int = 1) -> cw.Alarm:
+        """An alarm on a count that should stay zero: sum > 0 in any of the last ``windows``
+        :data:`ALARM_WINDOW` (an expression's metrics summed each)."""
         if isinstance(metric, cw.MathExpression):
             summed = cw.MathExpression(
                 expression=metric.expression, label=metric.label, period=ALARM_WINDOW,
                 using_metrics={k: m.with_(period=ALARM_WINDOW, statistic="Sum")
                                for k, m in metric.using_metrics.items()
                                if isinstance(m, cw.Metric)})
-            return self._alarm(alarm_id, description, summed, 0, comparison=_GT)
+            return self._alarm(alarm_id, description, summed, 0, of=windows, comparison=_GT)
         return self._alarm(alarm_id, description, metric.with_(period=ALARM_WINDOW,
                                                                statistic="Sum"),
-                           0, comparison=_GT)
+                           0, of=windows, comparison=_GT)
 
     def _pipeline_alarms(self, p: FleetParts, lease_ms: int) -> list[cw.Alarm]:
         """Nudges, router and sweeper: is every wanted stream on its way to an owner?"""
@@ -231,8 +238,10 @@ class Monitoring(Construct):
                       "repeatedly, or its handler failed a message on every attempt and the "
                       "stream parked on it. It is retried after a back-off (up to 15 min). "
                       "The worker logs say \"stream handed back after errors\" with the "
-                      "stream and the error.",
-                      holdfast_metric(names.METRIC_UPSTREAM_GIVE_UPS, worker)),
+                      "stream and the error. The alarm stays on while a stream keeps giving "
+                      f"up, and clears {GIVE_UP_WINDOWS * 5} minutes after the last give-up.",
+                      holdfast_metric(names.METRIC_UPSTREAM_GIVE_UPS, worker),
+                      windows=GIVE_UP_WINDOWS),
             # Parked again at every quarantine (5 min) and found again by the sweeper, such a
             # stream is never old enough for StreamsUnowned: this count is how it is noticed.
             self._any("StreamsQuarantined",

@@ -10,6 +10,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from holdfast.core.settings import GIVE_UP_RETRY_CAP_S
+
 __all__ = ["Backoff", "claim_retry_s", "errors_before", "jittered", "nudge_again_in_s",
            "retry_before_s"]
 
@@ -23,7 +25,7 @@ class Backoff:
     max_failures: int = 6
     # After a give-up the lease is unclaimable for retry_base_s * 2**(error_count-1), capped.
     retry_base_s: float = 30.0
-    retry_cap_s: float = 900.0
+    retry_cap_s: float = GIVE_UP_RETRY_CAP_S
 
     def delay_s(self, failures: int, rand: Callable[[], float] = random.random) -> float:
         """Seconds to wait before reconnect attempt number ``failures`` + 1 (``failures`` >= 1)."""

@@ -17,7 +17,8 @@ from holdfast.core.model import MAX_VERSION_LEN, MAX_WORKER_ID_LEN, VERSION_PATT
 from holdfast.core.orders import validate_prefix
 from holdfast.core.setting_kinds import Choice, Flag, Integer, Number, Setting, Text
 
-__all__ = ["COMPONENTS", "SCHEMA", "Choice", "Flag", "Integer", "Number", "Setting", "Text"]
+__all__ = ["COMPONENTS", "GIVE_UP_RETRY_CAP_S", "SCHEMA", "Choice", "Flag", "Integer", "Number",
+           "Setting", "Text"]
 
 # The components, in the reference's order.
 COMPONENTS: Final = ("worker", "router", "sweeper", "taskstopped", "runner", "cli", "local")
@@ -180,6 +181,9 @@ RECONNECT_BASE_SECONDS: Final = Number(
 RECONNECT_CAP_SECONDS: Final = Number(
     name="HOLDFAST_RECONNECT_CAP_SECONDS", unit="s", default=30, lo=0.01, hi=3600, readers=_W,
     doc="Reconnect back-off (jittered) stops growing here.")
+# The longest a stream that gave up waits before it is claimed again (not a setting: the
+# StreamsGivingUp alarm's window is sized on it, so one that keeps giving up stays in ALARM).
+GIVE_UP_RETRY_CAP_S: Final = 900.0
 RETRY_BASE_SECONDS: Final = Number(
     name="HOLDFAST_RETRY_BASE_SECONDS", unit="s", default=30, lo=0.1, hi=86_400, readers=_W,
     doc="First retry delay after a give-up (doubles per give-up, at most 15 min).")

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 from holdfast.core import names, schema
+from holdfast.core import settings as S
+from holdfast.worker.backoff import Backoff
 from tests.infra.conftest import lease_table_id, one_resource, resources, session_table_id
 
 
@@ -139,6 +141,21 @@ def test_sessions_and_fencing_alarm_on_any_occurrence(template_json: dict[str, A
         assert (alarm["ComparisonOperator"], alarm["Threshold"]) == (
             "GreaterThanThreshold", 0), metric
         assert alarm["TreatMissingData"] == "notBreaching", metric
+
+
+def test_streams_giving_up_stays_in_alarm_while_a_stream_keeps_giving_up(
+        template_json: dict[str, Any]) -> None:
+    """StreamsGivingUp looks back past the longest cycle of a stream that keeps giving up (the
+    retry cap, then six failed connects): it stays in ALARM instead of notifying ALARM and OK at
+    every retry."""
+    (alarm,) = alarm_metrics(template_json)[(names.NAMESPACE, names.METRIC_UPSTREAM_GIVE_UPS)]
+    backoff = Backoff()
+    connects = backoff.max_failures * S.OPEN_TIMEOUT_SECONDS.default + sum(
+        backoff.cap_s for _ in range(backoff.max_failures))  # each delay at most the cap
+    assert alarm["DatapointsToAlarm"] == 1
+    assert alarm["EvaluationPeriods"] * alarm["Period"] > backoff.retry_cap_s + connects
+    assert f"clears {alarm['EvaluationPeriods'] * alarm['Period'] // 60} minutes" in (
+        alarm["AlarmDescription"])
 
 
 def test_dead_sessions_alarm_counts_the_sweepers_and_the_task_reports(
