@@ -65,8 +65,8 @@ class Acquirer:
                 if self.stopping():
                     return Claim.NO_CAPACITY  # the stop began while we connected: hand it on
             sent = self.mono()
-            lease = await on_io_threads(self.store.acquire, conn_id, owner, first_checkpoint=(
-                None if early is None else early.first_checkpoint))
+            lease = await on_io_threads(self.store.acquire, conn_id, owner,
+                                        anchor=None if early is None else early.anchor)
         except AcquireFailed as exc:
             if exc.reason is LossReason.STOPPED and exc.current is not None and (
                     exc.current.lease_owner == owner):

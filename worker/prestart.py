@@ -14,8 +14,8 @@ router adds only for an item it saw claimable, unchecked and not limited to one 
 was 66-102 ms p50 of a 30-stream burst's start), opens the upstream as a handoff's warm-up does
 (``worker.prefetch``: frames are buffered, nothing reaches the handler), waits briefly for the
 first frame, and acquires with that frame's seq - 1 as the first checkpoint
-(``LeaseStore.acquire(first_checkpoint=...)``, written only if the item has none). The stream
-then starts on the open socket with what was buffered.
+(``LeaseStore.acquire(anchor=...)``, written only if the item has none and still names the URL
+connected to). The stream then starts on the open socket with what was buffered.
 
 Any doubt falls back to the usual order (claim, connect, anchor) and costs nothing but the read:
 an item that has a checkpoint or an owner, is not claimable yet, or allows one connection at a
@@ -34,7 +34,7 @@ from typing import Final
 from aws_lambda_powertools import Logger
 
 from holdfast.core import rules
-from holdfast.core.model import Lease, connects_before_claim
+from holdfast.core.model import Anchor, Lease, connects_before_claim
 from holdfast.core.store import LeaseStore
 from holdfast.worker.context import ConnectionContext
 from holdfast.worker.delivery import first_checkpoint
@@ -64,6 +64,12 @@ class Prestart:
     prefetch: Prefetch
     ws_url: str
     first_checkpoint: int | None
+
+    @property
+    def anchor(self) -> Anchor | None:
+        """What the acquire writes as the first checkpoint, with the URL it came from."""
+        return None if self.first_checkpoint is None else Anchor(self.first_checkpoint,
+                                                                 self.ws_url)
 
     async def taken_by(self, lease: Lease) -> Prefetched | None:
         """The socket and its frames if ``lease`` (just acquired) is the stream as read: same

@@ -38,7 +38,7 @@ from holdfast.core.expressions import (
     string,
     transfer_clauses,
 )
-from holdfast.core.model import Lease, LeaseItem, StoredItem, int_attr, lease_of
+from holdfast.core.model import Anchor, Lease, LeaseItem, StoredItem, int_attr, lease_of
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, pk_for
 
@@ -95,7 +95,7 @@ class LeaseStore:
                     ReturnValuesOnConditionCheckFailure="ALL_OLD")
         return dict(resp.get("Attributes") or {})
 
-    def acquire(self, conn_id: str, owner: str, *, first_checkpoint: int | None = None) -> Lease:
+    def acquire(self, conn_id: str, owner: str, *, anchor: Anchor | None = None) -> Lease:
         """Take a STARTED stream that nobody owns (and whose back-off, if any, is over).
 
         One conditional UpdateItem. Only an unowned item can be taken: an item that names an
@@ -106,8 +106,10 @@ class LeaseStore:
         already owned by ``owner`` (an acquire whose answer was lost, a release that failed)
         is taken back under a new epoch.
 
-        ``first_checkpoint`` is written with it if the item has no checkpoint yet (a new
-        stream connected before its claim, ``worker.prestart``): its anchor in the same write.
+        ``anchor``'s seq is written with it if the item has no checkpoint yet (a new stream
+        connected before its claim, ``worker.prestart``): its first checkpoint in the same
+        write, if the item still names the URL the anchor came from; else the acquire goes
+        ahead without it (the stream is anchored when it connects to its own URL).
         """
         now = self.clock()
         seen: list[int] = []  # the stored epochs a refused or unanswered write showed
@@ -115,8 +117,7 @@ class LeaseStore:
         for _ in range(4):
             epoch = rules.next_epoch(now, *seen)  # a clock behind a stored epoch: above it
             try:
-                old = self._acquire_write(conn_id, owner, now, epoch, adopt,
-                                          first_checkpoint=first_checkpoint)
+                old = self._acquire_write(conn_id, owner, now, epoch, adopt, anchor=anchor)
             except ConditionFailed as failed:
                 if failed.item is None:
                     raise AcquireFailed(conn_id, LossReason.DELETED, None) from None
@@ -128,6 +129,8 @@ class LeaseStore:
                 blocker = rules.claim_blocker(current, now, self.skew_ms, owner)
                 if not ours and not (current.lease_owner is None and blocker is None):
                     raise AcquireFailed(conn_id, blocker or LossReason.HELD, current) from None
+                if anchor is not None and current.ws_url != anchor.ws_url:
+                    anchor = None  # its seq is from another URL's upstream: not this stream's
                 adopt = adopt or ours
                 seen.append(current.epoch)
                 continue
@@ -142,8 +145,8 @@ class LeaseStore:
                 continue
             new = {**old, ATTR.lease_owner: string(owner), ATTR.epoch: num(epoch),
                    ATTR.lease_expires_at_ms: num(now + self.lease_ms)}
-            if first_checkpoint is not None and ATTR.last_seq not in old:
-                new[ATTR.last_seq] = num(first_checkpoint)
+            if anchor is not None and ATTR.last_seq not in old:
+                new[ATTR.last_seq] = num(anchor.seq)
             item = self._usable(conn_id, owner, new)  # ours now: parked if we cannot use it
             assert item.lease_expires_at_ms is not None
             unowned_ms = None if adopt else unowned.unowned_time_ms(old, now, self.skew_ms)
@@ -151,11 +154,10 @@ class LeaseStore:
         raise AcquireFailed(conn_id, LossReason.HELD, None)
 
     def _acquire_write(self, conn_id: str, owner: str, now: int, epoch: int,
-                       adopt: bool, *, first_checkpoint: int | None = None
-                       ) -> dict[str, Any]:
+                       adopt: bool, *, anchor: Anchor | None) -> dict[str, Any]:
         """The acquire's one write; returns the item as it was before it (ALL_OLD)."""
         update, condition, values = acquire_expression(
-            owner, now, now + self.lease_ms, epoch, first_checkpoint=first_checkpoint,
+            owner, now, now + self.lease_ms, epoch, anchor=anchor,
             cutoff=None if adopt else rules.acquire_cutoff_ms(now, self.skew_ms))
         return self._update("acquire", conn_id, update, condition, values, returns="ALL_OLD")
 

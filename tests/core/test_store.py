@@ -8,7 +8,7 @@ import pytest
 
 from holdfast.core import rules
 from holdfast.core.exceptions import AcquireFailed, LeaseLost, LossReason, StoreUnavailable
-from holdfast.core.model import Lease
+from holdfast.core.model import Anchor, Lease
 from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream, set_desired_state
@@ -59,10 +59,27 @@ def test_acquire_writes_a_first_checkpoint_only_where_there_is_none(
     fresh, used = f"{unique_id}-new", f"{unique_id}-used"
     put_raw(ddb, store.table, fresh)
     put_raw(ddb, store.table, used, last_seq={"N": "41"}, lease_expires_at_ms={"N": "0"})
-    assert store.acquire(fresh, "w1", first_checkpoint=6).last_seq == 6
+    assert store.acquire(fresh, "w1", anchor=_anchor(6, fresh)).last_seq == 6
     assert store.get(fresh).last_seq == 6  # type: ignore[union-attr]
-    assert store.acquire(used, "w1", first_checkpoint=6).last_seq == 41
+    assert store.acquire(used, "w1", anchor=_anchor(6, used)).last_seq == 41
     assert store.get(used).last_seq == 41  # type: ignore[union-attr]
+
+
+def _anchor(seq: int, conn_id: str) -> Anchor:
+    return Anchor(seq, f"ws://127.0.0.1:9/s/{conn_id}")  # put_raw's URL
+
+
+@pytest.mark.parametrize("owned_by_us", [False, True])
+def test_an_anchor_from_another_url_is_not_written(store: LeaseStore, ddb: Any,
+                                                   unique_id: str, owned_by_us: bool) -> None:
+    """The item's URL changed since its upstream was opened before the claim (or a forged
+    nudge named another): the acquire goes ahead without that upstream's seq as the stream's
+    first checkpoint, also when it takes back a stream of its own."""
+    owner = {ATTR.lease_owner: {"S": "w1"}, ATTR.epoch: {"N": "1"}} if owned_by_us else {}
+    put_raw(ddb, store.table, unique_id, **owner)
+    lease = store.acquire(unique_id, "w1", anchor=Anchor(6, "ws://127.0.0.1:9/s/elsewhere"))
+    assert lease.owner == "w1" and lease.last_seq is None
+    assert store.get(unique_id).last_seq is None  # type: ignore[union-attr]
 
 
 def test_acquire_held_reports_holder(store: LeaseStore, ddb: Any, unique_id: str) -> None:

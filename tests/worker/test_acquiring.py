@@ -8,7 +8,7 @@ from typing import cast
 
 from holdfast.core import names
 from holdfast.core.exceptions import AcquireFailed, LossReason, StoreUnavailable
-from holdfast.core.model import Lease, LeaseItem
+from holdfast.core.model import Anchor, Lease, LeaseItem
 from holdfast.core.store import LeaseStore
 from holdfast.worker.acquiring import Acquired, Acquirer
 from holdfast.worker.claimer import Claim, Later
@@ -28,7 +28,7 @@ class _Store:
         self.answer = answer
         self.calls: list[tuple[str, str]] = []
 
-    def acquire(self, conn_id: str, owner: str, first_checkpoint: int | None = None) -> Lease:
+    def acquire(self, conn_id: str, owner: str, anchor: Anchor | None = None) -> Lease:
         self.calls.append((conn_id, owner))
         if isinstance(self.answer, Exception):
             raise self.answer

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from holdfast.core.exceptions import LossReason
-from holdfast.core.model import Lease
+from holdfast.core.model import Anchor, Lease
 from holdfast.core.store import LeaseStore
 from holdfast.worker.balancing import SHED
 from holdfast.worker.claimer import Claim
@@ -44,8 +44,8 @@ class SlowAcquireAnswer(LeaseStore):
         super().__init__(*args, **kwargs)
         self.landed, self.answer = threading.Event(), threading.Event()
 
-    def acquire(self, conn_id: str, owner: str, *, first_checkpoint: int | None = None) -> Lease:
-        lease = super().acquire(conn_id, owner, first_checkpoint=first_checkpoint)
+    def acquire(self, conn_id: str, owner: str, *, anchor: Anchor | None = None) -> Lease:
+        lease = super().acquire(conn_id, owner, anchor=anchor)
         self.landed.set()
         self.answer.wait(10)
         return lease

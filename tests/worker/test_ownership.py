@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import pytest
 
-from holdfast.core.model import Lease
+from holdfast.core.model import Anchor, Lease
 from holdfast.core.nudge import URL_FRESH_MS
 from holdfast.core.store import LeaseStore
 from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORDER_SPEC, Handled, read_records
@@ -50,8 +50,8 @@ class SessionLostDuringAcquire(LeaseStore):
         super().__init__(*args, **kwargs)
         self.session = session
 
-    def acquire(self, conn_id: str, owner: str, *, first_checkpoint: int | None = None) -> Lease:
-        lease = super().acquire(conn_id, owner, first_checkpoint=first_checkpoint)
+    def acquire(self, conn_id: str, owner: str, *, anchor: Anchor | None = None) -> Lease:
+        lease = super().acquire(conn_id, owner, anchor=anchor)
         self.session["owner"] = f"{owner.partition('#')[0]}#newincarnation"
         return lease
 

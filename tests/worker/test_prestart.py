@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -135,14 +136,19 @@ async def test_a_stream_allowing_two_connections_connects_first_under_a_single_f
 
 async def test_a_nudges_stale_url_is_dropped_for_the_items(
         fleet: Fleet, upstream: UpstreamThread, reads: list[str]) -> None:
-    """A nudge whose URL the item no longer has (changed since the insert) costs one early
-    socket, closed once the acquired lease shows another URL; the stream runs on the item's."""
+    """A nudge whose URL the item no longer has (changed since the insert, or forged) costs one
+    early socket, closed once the acquired lease shows another URL; the stream runs on the
+    item's, from its own first frame: the other upstream's seq is not written as its anchor."""
     rec = Recorder()
+    # The other URL's feed is 100 s old (head ~2,000): its first frame would anchor the stream
+    # far past its own feed's head, skipping (or waiting for) everything up to it.
+    upstream.server._starts["old-url"] = (time.monotonic() - 100, time.time_ns() // 10**6)
     async with running_worker(fleet, rec) as run:
         fleet.create("moved-url", upstream.url("moved-url"))
         inserted(fleet, "moved-url", upstream.url("old-url"))
         await async_wait_until(lambda: len(rec.seqs("moved-url")) >= 3, 10, "3 handled")
         assert run.worker.streams["moved-url"].held.lease.ws_url == upstream.url("moved-url")
+        assert min(rec.seqs("moved-url")) < 100, rec.seqs("moved-url")[:3]
         stale = upstream.server.connlog.records("old-url")
         await async_wait_until(lambda: all(c.closed_wall_ms for c in stale), 5, "closed")
     assert len(stale) == 1 and len(upstream.server.connlog.records("moved-url")) == 1
