@@ -36,6 +36,7 @@ from holdfast.core.model import Lease, LeaseItem, one_connection_only
 from holdfast.core.store import LeaseStore
 from holdfast.worker.backoff import Backoff, errors_before
 from holdfast.worker.balancing import HANDOFF, SHED, Balancing
+from holdfast.worker.claimer import logs_failure
 from holdfast.worker.connection import Connection
 from holdfast.worker.gathered import Gathered
 from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT, HeldState
@@ -68,6 +69,10 @@ class Endings:
         self.transfer: Callable[[Connection], Awaitable[str]] | None = None
         # A release named its successor: tell it at once (``Handoffs.released``).
         self.named_release: Callable[[str, str], None] | None = None
+        # Ended (aborted at the stop's deadline) while their transfer was in flight: finished
+        # when it fails, which leaves them ours (``_passed``); the tasks that do it.
+        self._after_transfer: set[Connection] = set()
+        self._late: set[asyncio.Task[None]] = set()
 
     async def finish(self, conn: Connection, error: str | None) -> None:
         """Write what ``conn``'s end calls for (``error``: why its connection gave up)."""
@@ -92,8 +97,11 @@ class Endings:
         # Make-before-break, the successor is warm: passed on already before the close, or
         # now (it stopped between two connections).
         await self.pass_on(conn)
+        if conn.passed == "passing":  # aborted, its transfer in flight: finished if it fails
+            self._after_transfer.add(conn)
+            return
         if conn.passed is not None and conn.passed != "failed":
-            return  # counted when its transfer ends (it may still be "passing" after an abort)
+            return  # counted when its transfer ended
         moved = held.stop_reason in (SHED, HANDOFF)  # a move: starts its cool-down
         # A move or a stop of ours is handed to the successor the decider named, if any
         # ("": decided already, nobody).
@@ -138,6 +146,13 @@ class Endings:
         conn.passed = passing.result() if ok else "failed"
         if conn.passed != "failed":  # failed: still ours, released and counted as such
             self.counts["handed_over" if conn.passed == "transferred" else "lost"] += 1
+        if conn in self._after_transfer:
+            self._after_transfer.discard(conn)
+            if conn.passed == "failed":  # still ours, and its finish is over: released now
+                task = asyncio.ensure_future(self.finish(conn, None))
+                self._late.add(task)
+                task.add_done_callback(self._late.discard)
+                task.add_done_callback(logs_failure("releasing a stream its transfer failed"))
 
     def park_stuck(self, conn: Connection, error: str) -> None:
         """The give-up of a stream whose handler blocked the event loop past the fence, written

@@ -83,6 +83,9 @@ class WarmUps:
         self.owner, self.room, self.start, self.claim = owner, room, start, claim
         self.mono, self._send, self._spawn, self.sleep = mono, send, spawn, sleep
         self.warming: dict[str, WarmUp] = {}
+        # An offer being checked (its item read): counted as incoming from its room check on,
+        # or offers arriving together (one bundle, holders stopping at once) all fit one slot.
+        self._checking: set[str] = set()
         self._taking: set[str] = set()  # TAKE received, the item being read back
         self.looks = Looks[WarmUp](
             read=lambda ids: on_io_threads(read_raw_many, self.store, ids),
@@ -92,10 +95,17 @@ class WarmUps:
     async def warm_up(self, step: HandoffStep) -> None:
         """WARM: check, connect, answer READY (or ABORT); RESERVE: check, answer READY."""
         me = self.owner()
-        if (me is None or step.conn_id in self.streams or step.conn_id in self.warming
+        if (me is None or step.conn_id in self.streams or step.conn_id in self.incoming()
                 or self.room() <= 0):
             self._send(step.peer, HandoffStep(ABORT, step.conn_id, step.epoch, None, me or ""))
             return
+        self._checking.add(step.conn_id)
+        try:
+            await self._warm_up(step, me)
+        finally:
+            self._checking.discard(step.conn_id)  # in warming by now, or refused
+
+    async def _warm_up(self, step: HandoffStep, me: str) -> None:
         prefetch: Prefetch | None = None
         warm: WarmUp | None = None
         try:
@@ -149,7 +159,7 @@ class WarmUps:
     def incoming(self) -> set[str]:
         """Streams on their way to us by a handoff (warming up, or being taken over): not
         strays, whatever the owner index says, and not to be claimed meanwhile."""
-        return self.warming.keys() | self._taking
+        return self.warming.keys() | self._checking | self._taking
 
     async def take(self, step: HandoffStep) -> None:
         """TAKE: start the stream on its warm socket (see the module). One take of a stream at

@@ -8,6 +8,8 @@ whose messages nobody reads (its steps are given to the holder by hand).
 from __future__ import annotations
 
 import asyncio
+import threading
+from typing import Any
 
 from holdfast.core.handoff import READY, HandoffStep
 from holdfast.core.orders import Order
@@ -15,7 +17,7 @@ from holdfast.core.schema import ATTR, STOPPED
 from holdfast.core.table import set_desired_state
 from holdfast.worker.balancing import SHED
 from holdfast.worker.claimer import Claim
-from holdfast.worker.held import SHUTDOWN
+from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
 from tests.worker.helpers import (
     Recorder,
@@ -112,3 +114,32 @@ async def test_a_shed_withdrawn_at_ready_during_a_stop_goes_the_stops_way(
         handoffs.stop_successor = lambda: "stop-successor#2"
         handoffs.on_step(HandoffStep(READY, conn, held.held.lease.epoch, None, SUCCESSOR))
         assert held.held.stopping and held.handoff_to == "stop-successor#2"
+
+
+async def test_a_stream_aborted_while_its_transfer_is_in_flight_is_released_if_it_fails(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The stop's deadline aborts a stream whose transfer is on its way, and the transfer then
+    fails (here: the stream was stopped meanwhile): the holder still releases it, which left it
+    owned by the holder and held by nobody until its session was reaped."""
+    rec, conn = Recorder(), f"{unique_id}-abort-transfer"
+    gate = threading.Event()
+    async with running_worker(fleet, rec) as run:
+        epoch = await _offered(fleet, upstream, run, rec, conn)
+        store = run.worker.handoffs.store
+        real = store.transfer
+
+        def held_back(*args: Any, **kwargs: Any) -> Any:
+            gate.wait(10)  # the transfer's write, slow to answer
+            return real(*args, **kwargs)
+
+        store.transfer = held_back  # type: ignore[method-assign]
+        held = run.worker.streams[conn]
+        run.worker.handoffs.on_step(HandoffStep(READY, conn, epoch, None, SUCCESSOR))
+        await async_wait_until(lambda: held.passed == "passing", 5, "the transfer sent")
+        held.abort(SHUTDOWN_TIMEOUT)  # the stop's drain deadline
+        await async_wait_until(lambda: conn not in run.worker.streams, 5, "ended")
+        assert set_desired_state(fleet.ddb, fleet.table, conn, STOPPED)
+        gate.set()  # the transfer goes on, and is refused: STOPPED
+        await async_wait_until(lambda: ATTR.lease_owner not in fleet.item(conn), 5,
+                               "released by its holder")
+    assert run.worker.counts["handed_over"] == 0
