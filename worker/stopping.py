@@ -53,8 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["DRAIN_SHARE", "GOODBYE_S", "RELEASES_SETTLE_S", "SESSION_END_S", "SQS_WAIT_LEAST_S",
            "WARM_AT_ONCE_AIM", "WARM_AT_ONCE_AT_STOP", "WARM_AT_ONCE_LEAST", "WARM_CYCLE_MS",
            "WARM_PACE_AFTER_MS", "WARM_REACH_SLACK", "WARM_SLOTS_AIM", "beyond_warm_reach",
-           "goodbye", "goodbye_s", "stop_streams", "until_first", "wait_tasks", "warm_at_once",
-           "warm_pace", "warm_slots"]
+           "goodbye", "goodbye_s", "stop_streams", "unless_told_first", "until_first", "wait_tasks",
+           "warm_at_once", "warm_pace", "warm_slots"]
 
 logger = Logger(service="holdfast-worker", child=True)
 
@@ -289,3 +289,21 @@ async def until_first(*waits: Callable[[], Awaitable[object]]) -> None:
             future.cancel()
     for ended in done:
         ended.result()
+
+
+async def unless_told_first(work: Awaitable[object],
+                            trigger: Callable[[], Awaitable[object]]) -> bool:
+    """Await ``work`` unless ``trigger`` completes first (``work`` is then cancelled): True if
+    ``work`` completed. A start that retries for as long as DynamoDB is unreachable must not
+    outlive a SIGTERM: the platform would kill the process just as its session began."""
+    working, told = asyncio.ensure_future(work), asyncio.ensure_future(trigger())
+    try:
+        await asyncio.wait({working, told}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        told.cancel()
+    if not working.done():
+        working.cancel()
+        await asyncio.gather(working, return_exceptions=True)
+        return False
+    working.result()  # its failure raises here, as it would have awaited alone
+    return True

@@ -57,7 +57,14 @@ from holdfast.worker.outbox import Outbox
 from holdfast.worker.protocol import QueryParamProtocol, ResumeProtocol
 from holdfast.worker.services import Services, guard
 from holdfast.worker.session import SessionKeeper
-from holdfast.worker.stopping import goodbye, goodbye_s, stop_streams, until_first, wait_tasks
+from holdfast.worker.stopping import (
+    goodbye,
+    goodbye_s,
+    stop_streams,
+    unless_told_first,
+    until_first,
+    wait_tasks,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -238,7 +245,9 @@ class Supervisor:
         cfg = self.config
         started = time.monotonic()
         services = Services(self)
-        await self._start_session()
+        if not await unless_told_first(self._start_session(), shutdown_trigger):
+            logger.info("stopped before a session was started", worker_id=self.worker_id)
+            return self.counts  # nothing held, nothing kept alive
         keeper = self.keeper
         assert keeper is not None  # the session has started
         logger.info("worker started", worker_id=self.worker_id, version=cfg.version or None,

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from holdfast.core import names
+from holdfast.core.aws import client_config
 from holdfast.core.boto import new_session
 from holdfast.core.schema import session_table_definition
 from holdfast.core.store import LeaseStore
@@ -18,7 +19,13 @@ from holdfast.worker.holdings import CLAIM_LAG_LIMIT_MS
 from holdfast.worker.orders import OrderInbox
 from holdfast.worker.supervisor import Supervisor
 from tests.conftest import client_for
-from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs
+from tests.worker.conftest import (
+    Fleet,
+    UpstreamThread,
+    async_wait_until,
+    missing_seqs,
+    worker_config,
+)
 from tests.worker.helpers import Recorder, item_attr, nudge_until_backoff, running_worker
 from tests.worker.proxy import CuttableProxy
 
@@ -454,3 +461,28 @@ async def test_a_worker_that_cannot_start_a_new_session_stops_itself(
     assert all(r.levelname == "ERROR" and "ConfigError" in getattr(r, "error", "")
                for r in tries)
     assert [r for r in caplog.records if r.getMessage() == "worker stopped"]
+
+
+async def test_a_stop_while_the_session_cannot_start_is_honoured(fleet: Fleet) -> None:
+    """SIGTERM while DynamoDB is unreachable at the start (the session start retries for as
+    long as it takes): the worker stops at once, without a session; the signal was ignored
+    until DynamoDB answered (the platform then kills the task, maybe as its session began)."""
+    host, port = fleet.env["AWS_ENDPOINT_URL_DYNAMODB"].rsplit("/", 1)[-1].split(":")
+    proxy = CuttableProxy(host, int(port))
+    try:
+        proxy.cut()
+        ddb = new_session().client(
+            "dynamodb", endpoint_url=proxy.url, region_name="us-east-1",
+            aws_access_key_id="local", aws_secret_access_key="local",
+            config=client_config(read_timeout=0.5, retries=1))
+        worker = Supervisor(worker_config(fleet), ddb=ddb, sqs=client_for(fleet.aws, "sqs"),
+                            handler=Recorder())
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop.wait))
+        await asyncio.sleep(0.5)  # the start is retrying meanwhile
+        assert not task.done() and worker.keeper is None
+        stop.set()
+        counts = await asyncio.wait_for(task, 3)
+        assert worker.keeper is None and not counts.get("left_running")
+    finally:
+        proxy.close()
