@@ -46,6 +46,7 @@ from holdfast.core.handoff import (
 from holdfast.core.model import Lease, one_connection_only
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.worker.balancing import HANDOFF, SHED
+from holdfast.worker.claimer import logs_failure
 from holdfast.worker.held import SHUTDOWN
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.prefetch import Prefetched
@@ -281,3 +282,5 @@ class Handoffs:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        # Nobody awaits it: a failure is logged now, not as "exception never retrieved" at GC.
+        task.add_done_callback(logs_failure("a handoff step"))

@@ -9,6 +9,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from holdfast.core import rules
 from holdfast.core.directives import Directive
 from holdfast.core.exceptions import SessionLost
@@ -418,3 +420,18 @@ async def test_a_lost_session_closes_its_warm_ups(fleet: Fleet, upstream: Upstre
         await async_wait_until(lambda: all(
             r.closed_ns is not None for r in upstream.server.connlog.records(conn)), 5,
             "the warm socket closed")
+
+
+async def test_a_handoff_step_that_fails_is_logged(fleet: Fleet,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A spawned handoff step (a TAKE, a warm-up) that raises is logged with its error when it
+    ends: nobody awaits it (it surfaced only as "exception never retrieved" at GC, if at all)."""
+    async def broken() -> None:
+        raise RuntimeError("a bug in a step")
+
+    async with running_worker(fleet, Recorder()) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        run.worker.handoffs._spawn(broken())
+        await async_wait_until(lambda: "a handoff step failed" in caplog.text, 5, "logged")
+    assert [getattr(r, "error", None) for r in caplog.records
+            if r.getMessage() == "a handoff step failed"] == ["RuntimeError: a bug in a step"]
