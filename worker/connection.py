@@ -43,7 +43,9 @@ logger = Logger(service="holdfast-worker", child=True)
 FRAMES_PER_TURN = 8
 LOG_EVERY_MS = 60_000  # a per-frame warning is logged at most this often per stream and kind
 # A connection that stayed up this long was not flapping, whatever it delivered (an upstream
-# without seqs): its drop starts the back-off again from the base delay.
+# without seqs): its drop starts the back-off again from the base delay. Counted from the
+# handshake's end: an attempt that never opened (a handshake that hangs to its timeout, 10 s by
+# default) held nothing, and counted so it was retried for ever, never given up.
 STABLE_CONNECTION_MS = 10_000
 
 
@@ -62,6 +64,7 @@ class Connection:
         # leaving the worker's streams) never ran and the stream stayed held by nobody.
         self.running = False
         self._ws: ClientConnection | None = None
+        self._opened_ms: int | None = None  # when the socket of the current attempt opened
         # A make-before-break handoff's open socket and buffer: the first session uses them.
         self.prefetched: Prefetched | None = None
         # Set by a handoff in progress (``worker.handoff``): the successor it drains for.
@@ -171,7 +174,7 @@ class Connection:
         try:
             while not held.stopping:
                 before, killed = held.cursor.checkpoint, False
-                began_ms = self.ctx.mono()
+                self._opened_ms = None  # set by _read once this attempt's socket is open
                 try:
                     await self._session()
                     error = "upstream closed the connection"
@@ -193,8 +196,9 @@ class Connection:
                 # Progress is a seq handled past the checkpoint, or a connection that held:
                 # a seq-less frame alone (a hello, an upstream's error text) is not, or an
                 # upstream that sends one and closes was reconnected every 0.5 s for ever.
-                progressed = (held.cursor.checkpoint != before
-                              or self.ctx.mono() - began_ms >= STABLE_CONNECTION_MS)
+                progressed = held.cursor.checkpoint != before or (
+                    self._opened_ms is not None
+                    and self.ctx.mono() - self._opened_ms >= STABLE_CONNECTION_MS)
                 failures = 1 if progressed else failures + 1
                 if killed:  # by a frame; again at the same resume point: the same frame
                     deaths = deaths + 1 if held.cursor.next_seq == poison_at else 1
@@ -256,7 +260,7 @@ class Connection:
                     resumed_from: int | None = None) -> None:
         """Deliver ``buffered`` (a warm-up's, ``worker.prefetch``, opened ``resumed_from``
         a seq the holder went on past), then what ``ws`` reads."""
-        self._ws = ws
+        self._ws, self._opened_ms = ws, self.ctx.mono()
         self.held.cursor.connected(resumed_from)
         if self.trace is not None:
             self.trace.connected()

@@ -17,6 +17,7 @@ from holdfast.core.store import LeaseStore
 from holdfast.core.urls import UrlPolicy
 from holdfast.upstream import UpstreamServer
 from holdfast.upstream.feed import frame_for
+from holdfast.worker import connection as connection_module
 from holdfast.worker.backoff import Backoff
 from holdfast.worker.connection import Connection
 from holdfast.worker.context import ConnectionContext
@@ -162,6 +163,32 @@ async def test_an_upstream_that_says_hello_and_closes_is_given_up(fleet: Fleet,
         error = await asyncio.wait_for(runner.run(), 10)
     assert error is not None and "3 connection failures" in error
     assert connects == 3 and len(rec.calls) == 3
+
+
+async def test_a_handshake_that_never_completes_is_given_up(
+        fleet: Fleet, unique_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An upstream that accepts the TCP connection but never answers the handshake (or a host
+    that drops SYNs) fails at the open timeout every time: given up after the back-off's
+    failures. The attempt's time counted as a connection that held (the open timeout equals
+    STABLE_CONNECTION_MS by default), so it was retried for ever, never shown as failing."""
+    monkeypatch.setattr(connection_module, "STABLE_CONNECTION_MS", 100)
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def never_answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # reads nothing, answers nothing
+
+    server = await asyncio.start_server(never_answers, "127.0.0.1", 0)
+    try:
+        url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/feed"
+        ctx = context(Recorder(), options=ConnectOptions(open_timeout_s=0.3))
+        runner = connection(lease_for(fleet, f"{unique_id}-hang", url), ctx)
+        error = await asyncio.wait_for(runner.run(), 10)
+    finally:
+        for writer in accepted:
+            writer.close()
+        server.close()
+    assert error is not None and error.startswith("3 connection failures"), error
+    assert "opening handshake" in error and len(accepted) == 3
 
 
 async def test_a_warm_sockets_buffer_is_let_go_once_delivered(
