@@ -156,12 +156,19 @@ class Monitoring(Construct):
             # A throttled or silent table counts too (the write is retried next pass): the
             # throttle alarms then fire with it, which tells the two apart.
             self._any("ItemErrors",
-                      "The sweeper could not write a stream or session item: the item's own "
-                      "fault (validation, size, malformed: that stream is not released or "
-                      "re-nudged until the item is fixed), or the table refused or did not "
-                      "answer (throttling: a throttle alarm fires with this one; retried next "
-                      "pass). The sweeper logs name the item and the error.",
-                      holdfast_metric(names.METRIC_ITEM_ERRORS, sweeper)),
+                      "The sweeper or the router could not write a stream or session item: "
+                      "the item's own fault (validation, size, malformed: that stream is not "
+                      "released or re-nudged until the item is fixed; the router skips it "
+                      "rather than hold the shard), or, for the sweeper, the table refused or "
+                      "did not answer (throttling: a throttle alarm fires with this one; "
+                      "retried next pass). Their logs name the item and the error.",
+                      cw.MathExpression(
+                          expression="FILL(sweeper, 0) + FILL(router, 0)",
+                          using_metrics={
+                              "sweeper": holdfast_metric(names.METRIC_ITEM_ERRORS, sweeper),
+                              "router": holdfast_metric(names.METRIC_ITEM_ERRORS,
+                                                        p.service_names["router"])},
+                          label="item errors")),
             self._alarm("SweeperErrors", "The sweeper function failed.",
                         p.sweeper.metric_errors(period=Duration.minutes(5), statistic="Sum"),
                         1),

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from holdfast.core.aws import InvalidRequest
 from holdfast.core.bundles import in_bundles, packed, send_bundled
 from holdfast.core.exceptions import HoldfastError, MalformedItem
 from holdfast.core.liveness import session_owner
@@ -146,6 +147,16 @@ def give_orders(decisions: Mapping[str, Decision], sqs: SQSClient,
         # took 7.9 s on a loaded machine, and the records behind it waited).
         try:
             given = sessions.add_orders(owner, [order.encode() for _, order in orders])
+        except InvalidRequest as exc:
+            # The session item's own fault (its orders set mistyped by hand or another
+            # writer): retried, the record held the shard for nothing, its batch's nudges
+            # sent again each time. Not lost: the holder's next checkpoint reads what the
+            # order said (a stop, a release), and the order queue may have carried it already.
+            for _, order in orders:
+                logger.error("order not given: the owner's session item is refused",
+                             conn_id=order.conn_id, owner=owner, error=exc.message[:300])
+            counts["order_refused"] += len(orders)
+            continue
         except HoldfastError as exc:
             for seq, order in orders:
                 logger.error("order not given", conn_id=order.conn_id, owner=owner,

@@ -284,7 +284,11 @@ def _emit_metrics(plan: _Plan, n_records: int) -> None:
                         names.METRIC_RECORDS_SKIPPED: plan.counts[Outcome.SKIP.value],
                         names.METRIC_MALFORMED_RECORDS: plan.counts[Outcome.MALFORMED.value],
                         names.METRIC_NUDGES_FAILED: plan.counts["send_failed"],
-                        names.METRIC_NORMALISED: plan.counts["normalised"]}.items():
+                        names.METRIC_NORMALISED: plan.counts["normalised"],
+                        # Items it could not write for their own fault (alarmed with the
+                        # sweeper's): a stream too big to normalise, a mistyped session item.
+                        names.METRIC_ITEM_ERRORS: (plan.counts["normalise_refused"]
+                                                   + plan.counts["order_refused"])}.items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     emit_counts_by(names.METRIC_ORDER_QUEUE_SENDS, names.DIMENSION_RESULT,
                    {k[12:]: n for k, n in plan.counts.items() if k.startswith("order_queue_")},

@@ -127,11 +127,10 @@ def test_renew_failures_alarm_when_they_go_on(template_json: dict[str, Any]) -> 
 
 
 def test_sessions_and_fencing_alarm_on_any_occurrence(template_json: dict[str, Any]) -> None:
-    """ItemErrors (sweeper); LeasesFenced, streams giving up or quarantined and frames not
-    handled (worker): sum > 0 in 5 minutes."""
+    """LeasesFenced, streams giving up or quarantined and frames not handled (worker): sum > 0
+    in 5 minutes."""
     alarms = alarm_metrics(template_json)
-    for metric, service in ((names.METRIC_ITEM_ERRORS, "holdfast-sweeper"),
-                            (names.METRIC_LEASES_FENCED, "holdfast-worker"),
+    for metric, service in ((names.METRIC_LEASES_FENCED, "holdfast-worker"),
                             (names.METRIC_UPSTREAM_GIVE_UPS, "holdfast-worker"),
                             (names.METRIC_STREAMS_QUARANTINED, "holdfast-worker"),
                             (names.METRIC_FRAMES_SKIPPED, "holdfast-worker")):
@@ -156,6 +155,25 @@ def test_streams_giving_up_stays_in_alarm_while_a_stream_keeps_giving_up(
     assert alarm["EvaluationPeriods"] * alarm["Period"] > backoff.retry_cap_s + connects
     assert f"clears {alarm['EvaluationPeriods'] * alarm['Period'] // 60} minutes" in (
         alarm["AlarmDescription"])
+
+
+def test_item_errors_alarm_counts_the_sweepers_and_the_routers(
+        template_json: dict[str, Any]) -> None:
+    """An item the router could not write for its own fault (skipped rather than retried:
+    it held the shard) pages like one the sweeper could not: both counts summed, > 0 in 5
+    minutes."""
+    (alarm,) = [a["Properties"] for a in resources(template_json,
+                                                   "AWS::CloudWatch::Alarm").values()
+                if "could not write a stream or session item" in a["Properties"].get(
+                    "AlarmDescription", "")]
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanThreshold", 0)
+    assert alarm["TreatMissingData"] == "notBreaching"
+    stats = {(q["MetricStat"]["Metric"]["MetricName"],
+              q["MetricStat"]["Metric"]["Dimensions"][0]["Value"]):
+             (q["MetricStat"]["Stat"], q["MetricStat"]["Period"])
+             for q in alarm["Metrics"] if "MetricStat" in q}
+    assert stats == {(names.METRIC_ITEM_ERRORS, "holdfast-sweeper"): ("Sum", 300),
+                     (names.METRIC_ITEM_ERRORS, "holdfast-router"): ("Sum", 300)}
 
 
 def test_dead_sessions_alarm_counts_the_sweepers_and_the_task_reports(

@@ -1,11 +1,13 @@
-"""The router on a forced release (expiry 0, owner kept): an order to the holder, never a
-nudge (DynamoDB Local and moto SQS)."""
+"""The router's orders to a holder's session item: on a forced release (expiry 0, owner kept)
+an order, never a nudge; a session item that refuses them (DynamoDB Local and moto SQS)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from holdfast.core.schema import ATTR, pk_for
+import pytest
+
+from holdfast.core.schema import ATTR, SESSION, pk_for, session_pk_for
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.lambdas.router.handler import RouterDeps, route
@@ -42,3 +44,27 @@ def test_freed_in_place_orders_the_live_holder_to_release(
     item = ddb.get_item(TableName=ddb_local.table, Key={ATTR.pk: {"S": pk_for(unique_id)}},
                         ConsistentRead=True)["Item"]
     assert item[ATTR.lease_owner] == {"S": owner}
+
+
+def test_an_order_for_a_mistyped_session_item_is_refused_not_retried(
+        ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, unique_id: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A stop for a live session whose orders attribute is not a string set (edited by hand,
+    another writer): logged and counted as the item's fault, and the record is not failed. A
+    retry could never succeed: it held the shard, the batch's other nudges sent every time."""
+    sessions = SessionStore(ddb, ddb_local.session_table, ddb_local.table, ttl_ms=TTL_MS,
+                            skew_ms=SKEW_MS)
+    owner = sessions.start(f"w-{unique_id}", 10).owner
+    ddb.update_item(TableName=sessions.table,
+                    Key={SESSION.pk: {"S": session_pk_for(f"w-{unique_id}")}},
+                    UpdateExpression="SET #o = :s", ExpressionAttributeNames={"#o": SESSION.orders},
+                    ExpressionAttributeValues={":s": {"S": "not a set"}})
+    settings = Settings(table=ddb_local.table, queue_url=queue_url,
+                        session_table=sessions.table, skew_ms=SKEW_MS)
+    store = LeaseStore(ddb, ddb_local.table, lease_ms=20_000, skew_ms=SKEW_MS)
+    deps = RouterDeps(sqs, store, settings, sleep=lambda _s: None, sessions=sessions)
+    held = image(unique_id, owner=owner, expires=wall_clock_ms() + 20_000, epoch=2)
+    stopped = image(unique_id, state="STOPPED", owner=owner, expires=wall_clock_ms() + 20_000,
+                    epoch=2)
+    assert route(event(record("MODIFY", held, stopped)), None, deps) == {"batchItemFailures": []}
+    assert "order not given: the owner's session item is refused" in caplog.text

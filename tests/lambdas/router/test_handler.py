@@ -223,6 +223,7 @@ def test_lambda_handler_from_environment(aws_env: dict[str, str], queue_url: str
                                      by_reason[0]["_aws"]["CloudWatchMetrics"][0]["Dimensions"]]
     totals = [x for x in emf if "Records" in x]
     assert totals and totals[0]["Records"] == [1.0] and totals[0]["MalformedRecords"] == [0.0]
+    assert totals[0]["ItemErrors"] == [0.0]  # alarmed with the sweeper's
 
 
 def test_handlers_import_without_aws_settings(tmp_path: Any) -> None:
