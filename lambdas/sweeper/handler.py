@@ -84,7 +84,9 @@ def sweep_for(run_ms: int, remaining_ms: Callable[[], int] | None = None) -> Swe
             return True
         return time.monotonic() >= end
 
-    return run_sweeps(deps, memory, should_stop=should_stop, stats=stats)
+    return run_sweeps(deps, memory, should_stop=should_stop, stats=stats,
+                      pause_left_s=None if remaining_ms is None
+                      else lambda: (remaining_ms() - margin) / 1000)
 
 
 @metrics.log_metrics

@@ -257,8 +257,11 @@ def _balance_step(deps: SweepDeps, sessions: SessionSweep, unowned: int,
 
 
 def run_sweeps(deps: SweepDeps, memory: NudgeMemory, *, should_stop: Callable[[], bool],
-               stats: SweepStats | None = None) -> SweepStats:
-    """Sweep until ``should_stop()``; errors are logged and retried with a short back-off."""
+               stats: SweepStats | None = None,
+               pause_left_s: Callable[[], float] | None = None) -> SweepStats:
+    """Sweep until ``should_stop()``; errors are logged and retried with a short back-off.
+    ``pause_left_s()``: the longest pause between two sweeps may last from now (the time to
+    the invocation's margin): a back-off after failed sweeps grows to 5 s, past the margin."""
     logger: SweepLog = deps.log or log
     stats = stats if stats is not None else SweepStats()
     interval = deps.settings.sweep_interval_ms
@@ -282,5 +285,10 @@ def run_sweeps(deps: SweepDeps, memory: NudgeMemory, *, should_stop: Callable[[]
                 wait_ms = min(interval, result.next_due_ms - deps.clock())
         finally:
             stats.longest_ms = max(stats.longest_ms, deps.clock() - started)
-        deps.sleep(max(MIN_WAIT_MS, wait_ms) / 1000)
+        if should_stop():
+            break
+        pause_s = max(MIN_WAIT_MS, wait_ms) / 1000
+        if pause_left_s is not None:
+            pause_s = max(0.0, min(pause_s, pause_left_s()))
+        deps.sleep(pause_s)
     return stats

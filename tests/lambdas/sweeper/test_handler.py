@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from holdfast.core import names
+from holdfast.core.exceptions import StoreUnavailable
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream
-from holdfast.lambdas.sweeper import handler
+from holdfast.lambdas.settings import Settings
+from holdfast.lambdas.sweeper import handler, loop
 from holdfast.lambdas.sweeper.results import SweepStats
 from holdfast.localaws import LocalAws
 from holdfast.runner.context import LocalContext
@@ -69,6 +71,37 @@ def test_invocation_stops_before_the_lambda_timeout(
     handler.configure(None)
     summary = handler.lambda_handler({}, LocalContext("holdfast-sweeper", timeout_ms=1_300))
     assert summary["sweeps"] <= 2, summary
+
+
+@pytest.mark.parametrize("sweep_s", [5.0, 6.0, 8.0])
+def test_failing_sweeps_back_off_no_further_than_the_margin(
+        sweep_s: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sweeps failing slowly (a throttled table) on a 70 s timeout, on a fake clock: the loop
+    returns with at least the margin left for the metrics' flush. The back-off after failures
+    (up to 5 s, past the 3 s margin) was slept whole, and the timeout killed the invocation."""
+    now = {"s": 0.0}
+
+    def advance(seconds: float) -> None:
+        now["s"] += seconds
+
+    settings = Settings(table="t", queue_url="http://127.0.0.1:9/q")
+    deps = loop.SweepDeps(None, None, settings, clock=lambda: int(now["s"] * 1000),  # type: ignore[arg-type]
+                          sleep=advance)
+
+    def slow_failure(_deps: Any, _memory: Any) -> Any:
+        advance(sweep_s)
+        raise StoreUnavailable("query", "ProvisionedThroughputExceededException")
+
+    monkeypatch.setattr(loop, "sweep_once", slow_failure)
+    monkeypatch.setattr(handler.time, "monotonic", lambda: now["s"])
+    handler.configure(deps)
+    try:
+        stats = handler.sweep_for(settings.sweep_max_run_ms,
+                                  lambda: int((70.0 - now["s"]) * 1000))
+    finally:
+        handler.configure(None)
+    assert stats.errors >= 3
+    assert 70.0 - now["s"] >= settings.sweep_margin_ms / 1000, now["s"]
 
 
 def test_bad_setting_is_a_clear_error(aws_env: dict[str, str],
