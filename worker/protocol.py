@@ -32,6 +32,9 @@ __all__ = [
 ]
 
 _NOT_JSON = "not JSON"
+_BINARY_JSON = ("a binary frame that looks like JSON with a seq: the built-in protocol reads "
+                "seqs from text frames only, so this stream is never checkpointed (send text "
+                "frames, or plug in a protocol that parses these)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,13 +88,19 @@ def with_query_param(url: str, name: str, value: str) -> str:
 def parse_json_seq(frame: str | bytes, key: str = "seq") -> Parsed:
     """``Parsed(seq, frame)`` for a JSON object frame with an integer ``key``; else seq None.
 
-    Never raises. A binary frame is opaque (no seq, not parsed: its bytes need not be UTF-8).
+    Never raises. A binary frame is opaque (no seq, not parsed: its bytes need not be UTF-8);
+    one that starts like a JSON object naming ``key`` is ``malformed``, saying why.
     A text frame that is not JSON is ``malformed`` (for one that does not start with ``{``,
     judged by its first character); so is one nesting deeper than the
     interpreter's recursion limit (~1000), which ``json.loads`` refuses with RecursionError:
     uncaught, that one frame killed the stream on every replay.
     """
     if isinstance(frame, bytes):
+        # Opaque, but one that looks like a JSON object naming the key says so: an upstream
+        # sending its JSON in binary frames was silently never checkpointed, each reconnect
+        # resuming wherever the upstream was (a quick look at the first bytes, nothing parsed).
+        if frame[:1] == b"{" and f'"{key}"'.encode() in frame[:4096]:
+            return Parsed(None, frame, malformed=True, why=_BINARY_JSON)
         return Parsed(None, frame)
     # Only an object can carry a seq; the cheap test spares parsing arrays and scalars (JSON
     # may begin with whitespace: an object after a newline carries its seq too).

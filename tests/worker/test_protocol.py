@@ -77,6 +77,18 @@ def test_a_seq_that_is_not_a_sequence_number_is_malformed_and_says_why(frame: st
     assert parsed.seq is None and parsed.malformed and "'seq' is not an integer" in parsed.why
 
 
+@pytest.mark.parametrize(("frame", "malformed"), [
+    (b'{"seq": 3, "data": "x"}', True), (b'{"type": "hello"}', False), (b"\x00bin", False),
+    (b'[{"seq": 3}]', False)])
+def test_a_binary_frame_that_looks_like_json_with_a_seq_says_why_it_has_none(
+        frame: bytes, malformed: bool) -> None:
+    """Binary frames stay opaque (seq None, not parsed), but one that starts like a JSON object
+    naming the seq is malformed, saying why: such a stream was silently never checkpointed."""
+    parsed = parse_json_seq(frame)
+    assert parsed.seq is None and parsed.data == frame and parsed.malformed is malformed
+    assert ("reads seqs from text frames only" in parsed.why) is malformed
+
+
 def test_an_object_after_whitespace_carries_its_seq() -> None:
     """JSON may begin with whitespace: a newline before the object does not lose its seq; an
     object without a seq (or with a null one: a control frame) is not malformed."""
