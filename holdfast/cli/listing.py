@@ -49,7 +49,9 @@ from holdfast.core.urls import log_paths_from_env
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["LISTING_COMMANDS", "scan_all"]
+__all__ = ["LISTING_COMMANDS", "SHOWN", "scan_all"]
+
+SHOWN = 10  # streams named per line of `status`; `ls` lists them all
 
 
 def scan_all(client: DynamoDBClient, table: str) -> tuple[list[LeaseItem | MalformedItem],
@@ -247,18 +249,19 @@ def _run_status(args: argparse.Namespace) -> int:
     console.print(f"[{color}]unowned STARTED streams: {len(st.unowned_started)}[/]"
                   + (f" (oldest {_secs(st.oldest_unowned_ms)})" if st.oldest_unowned_ms
                      is not None else "")
-                  + (f": {esc(', '.join(st.unowned_started[:10]))}" if st.unowned_started
-                     else ""))
-    for s in st.stranded[:10]:
+                  + (f": {_first(st.unowned_started)}" if st.unowned_started else ""))
+    for s in st.stranded[:SHOWN]:
         console.print(f"  [red]stranded[/] {esc(s.conn_id)}: owned by {esc(s.owner)}, "
                       f"{esc(s.reason)}"
                       + (f", for {_secs(s.age_ms)}" if s.age_ms is not None else "")
                       + " (the sweeper releases it)")
+    if len(st.stranded) > SHOWN:
+        console.print(f"  [red]and {len(st.stranded) - SHOWN} more stranded[/] (holdfast ls)")
     for label, ids in (("in back-off", st.backoff),
                        ("[yellow]quarantined (malformed item, see ls)[/]", st.quarantined),
                        ("handing over to a named successor", st.handing_over)):
         if ids:
-            console.print(f"{label}: {len(ids)}: {esc(', '.join(ids[:10]))}")
+            console.print(f"{label}: {len(ids)}: {_first(ids)}")
     if st.malformed:
         console.print(f"[yellow]malformed items: {len(st.malformed)}[/]")
     console.print(f"nudge queue depth: {'-' if st.queue_depth is None else st.queue_depth}, "
@@ -266,6 +269,12 @@ def _run_status(args: argparse.Namespace) -> int:
     for note in notes:
         console.print(f"[yellow]note[/] {esc(note)}")
     return EXIT_OK
+
+
+def _first(ids: list[str]) -> str:
+    """The first ``SHOWN`` of ``ids``, escaped, saying how many more there are."""
+    more = len(ids) - SHOWN
+    return esc(", ".join(ids[:SHOWN])) + (f" and {more} more (holdfast ls)" if more > 0 else "")
 
 
 LISTING_COMMANDS = {

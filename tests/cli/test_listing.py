@@ -215,3 +215,15 @@ def test_status_piped_is_as_wide_as_ls_and_counts_in_words(
     assert f"{owner}: 1 lease\n" in out
     code, out, _ = run(capsys, "ls")
     assert code == 0 and "\n1 stream\n" in out
+
+
+@pytest.mark.usefixtures("own_tables_env")
+def test_status_says_how_many_more_streams_than_it_names(
+        unique_id: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """status names the first ten unowned streams and says how many more there are (it
+    printed "12:" beside ten names, the other two nowhere)."""
+    for i in range(12):
+        assert run(capsys, "start", f"{unique_id}-{i:02}", "ws://127.0.0.1:9/s/x")[0] == 0
+    code, out, _ = run(capsys, "status")
+    assert code == 0 and "unowned STARTED streams: 12" in out
+    assert "and 2 more (holdfast ls)" in out
