@@ -34,7 +34,8 @@ from typing import Final
 from aws_lambda_powertools import Logger
 
 from holdfast.core import rules
-from holdfast.core.model import Anchor, Lease, connects_before_claim
+from holdfast.core.anchor import Anchor
+from holdfast.core.model import Lease, connects_before_claim
 from holdfast.core.store import LeaseStore
 from holdfast.worker.context import ConnectionContext
 from holdfast.worker.delivery import first_checkpoint

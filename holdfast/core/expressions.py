@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules, unowned
 from holdfast.core.exceptions import LeaseLost, LossReason, MalformedItem
-from holdfast.core.model import Anchor, Lease, LeaseItem
+from holdfast.core.model import Lease, LeaseItem
 from holdfast.core.schema import ATTR, STARTED, LeaseStatus
 
 if TYPE_CHECKING:
@@ -40,7 +40,6 @@ NAMES = {
     "#moved": ATTR.moved_at_ms,
     "#succ": ATTR.successor,
     "#single": ATTR.single_connection,
-    "#url": ATTR.ws_url,
     **unowned.MARK_NAMES,
 }
 
@@ -282,26 +281,23 @@ _ADOPT_CONDITION = "#ds = :started AND #owner = :me AND #epoch < :epoch"
 
 
 def acquire_expression(owner: str, now: int, expires: int, epoch: int, *, cutoff: int | None,
-                       anchor: Anchor | None) -> tuple[str, str, dict[str, Any]]:
+                       first_checkpoint: int | None) -> tuple[str, str, dict[str, Any]]:
     """The one definition of the acquire's write (``LeaseStore.acquire``): UpdateItem's update,
     condition and values. ``cutoff`` None takes back a stream our session owns already
-    (``_ADOPT_CONDITION``). ``anchor``'s seq is the first checkpoint, written only where there is
-    none (a holder's checkpoint is the truth) and only while the item names the URL it came
-    from: a URL changed since (or a forged nudge's) is another seq space."""
+    (``_ADOPT_CONDITION``); ``first_checkpoint`` is written only where there is none (a
+    holder's checkpoint is the truth)."""
     values = {":me": string(owner), ":exp": num(expires),
               ":running": string(LeaseStatus.RUNNING), ":now": num(now),
               ":epoch": num(epoch), ":started": string(STARTED)}
     if cutoff is not None:
         values[":cutoff"] = num(cutoff)
-    condition = _ADOPT_CONDITION if cutoff is None else _ACQUIRE_CONDITION
-    first = ""
-    if anchor is not None:
-        values[":first"], values[":url"] = num(anchor.seq), string(anchor.ws_url)
-        first = ", #seq = if_not_exists(#seq, :first)"
-        condition = f"{condition} AND #url = :url"
+    anchor = ""
+    if first_checkpoint is not None:
+        values[":first"] = num(first_checkpoint)
+        anchor = ", #seq = if_not_exists(#seq, :first)"
     update = (f"SET #owner = :me, #exp = :exp, #status = :running, #upd = :now, "
-              f"#epoch = :epoch{first} REMOVE #succ")
-    return update, condition, values
+              f"#epoch = :epoch{anchor} REMOVE #succ")
+    return update, _ADOPT_CONDITION if cutoff is None else _ACQUIRE_CONDITION, values
 
 
 def quarantine_expression(owner: str, error: str, now: int,

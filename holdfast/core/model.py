@@ -23,7 +23,6 @@ __all__ = [
     "MAX_WEIGHT",
     "MAX_WORKER_ID_LEN",
     "VERSION_PATTERN",
-    "Anchor",
     "Lease",
     "LeaseItem",
     "StoredItem",
@@ -124,15 +123,6 @@ class LeaseItem:
             error_count=p.opt_int(ATTR.error_count, 0, 10**6) or 0,
             successor=_successor(item),
         )
-
-
-@dataclass(frozen=True, slots=True)
-class Anchor:
-    """A new stream's first checkpoint, from the first frame of the upstream at ``ws_url``
-    (opened before the claim): written by the acquire only while the item names that URL."""
-
-    seq: int
-    ws_url: str
 
 
 @dataclass(frozen=True, slots=True)

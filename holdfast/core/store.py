@@ -16,6 +16,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules, unowned
+from holdfast.core.anchor import Anchor, anchored_elsewhere, unanchor_expression
 from holdfast.core.aws import ConditionFailed, InvalidRequest, call
 from holdfast.core.exceptions import (
     AcquireFailed,
@@ -38,7 +39,7 @@ from holdfast.core.expressions import (
     string,
     transfer_clauses,
 )
-from holdfast.core.model import Anchor, Lease, LeaseItem, StoredItem, int_attr, lease_of
+from holdfast.core.model import Lease, LeaseItem, StoredItem, int_attr, lease_of
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, pk_for
 
@@ -108,8 +109,8 @@ class LeaseStore:
 
         ``anchor``'s seq is written with it if the item has no checkpoint yet (a new stream
         connected before its claim, ``worker.prestart``): its first checkpoint in the same
-        write, if the item still names the URL the anchor came from; else the acquire goes
-        ahead without it (the stream is anchored when it connects to its own URL).
+        write. If the item named another URL than the anchor's, the anchor is removed at once
+        (``holdfast.core.anchor``) and the stream is anchored when it connects to its own.
         """
         now = self.clock()
         seen: list[int] = []  # the stored epochs a refused or unanswered write showed
@@ -129,8 +130,6 @@ class LeaseStore:
                 blocker = rules.claim_blocker(current, now, self.skew_ms, owner)
                 if not ours and not (current.lease_owner is None and blocker is None):
                     raise AcquireFailed(conn_id, blocker or LossReason.HELD, current) from None
-                if anchor is not None and current.ws_url != anchor.ws_url:
-                    anchor = None  # its seq is from another URL's upstream: not this stream's
                 adopt = adopt or ours
                 seen.append(current.epoch)
                 continue
@@ -145,7 +144,14 @@ class LeaseStore:
                 continue
             new = {**old, ATTR.lease_owner: string(owner), ATTR.epoch: num(epoch),
                    ATTR.lease_expires_at_ms: num(now + self.lease_ms)}
-            if anchor is not None and ATTR.last_seq not in old:
+            if anchored_elsewhere(old, anchor):
+                assert anchor is not None
+                # Not that anchor any more (an operator's resume): not ours to undo. No answer
+                # raises: the stream is not started (see holdfast.core.anchor).
+                with contextlib.suppress(ConditionFailed):
+                    self._update("unanchor", conn_id,
+                                 *unanchor_expression(owner, epoch, anchor.seq))
+            elif anchor is not None and ATTR.last_seq not in old:
                 new[ATTR.last_seq] = num(anchor.seq)
             item = self._usable(conn_id, owner, new)  # ours now: parked if we cannot use it
             assert item.lease_expires_at_ms is not None
@@ -157,7 +163,8 @@ class LeaseStore:
                        adopt: bool, *, anchor: Anchor | None) -> dict[str, Any]:
         """The acquire's one write; returns the item as it was before it (ALL_OLD)."""
         update, condition, values = acquire_expression(
-            owner, now, now + self.lease_ms, epoch, anchor=anchor,
+            owner, now, now + self.lease_ms, epoch,
+            first_checkpoint=None if anchor is None else anchor.seq,
             cutoff=None if adopt else rules.acquire_cutoff_ms(now, self.skew_ms))
         return self._update("acquire", conn_id, update, condition, values, returns="ALL_OLD")
 

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from holdfast.core import rules
+from holdfast.core.anchor import Anchor
 from holdfast.core.exceptions import AcquireFailed, LeaseLost, LossReason, StoreUnavailable
-from holdfast.core.model import Anchor, Lease
+from holdfast.core.model import Lease
 from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream, set_desired_state

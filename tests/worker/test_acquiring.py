@@ -7,8 +7,9 @@ from types import SimpleNamespace
 from typing import cast
 
 from holdfast.core import names
+from holdfast.core.anchor import Anchor
 from holdfast.core.exceptions import AcquireFailed, LossReason, StoreUnavailable
-from holdfast.core.model import Anchor, Lease, LeaseItem
+from holdfast.core.model import Lease, LeaseItem
 from holdfast.core.store import LeaseStore
 from holdfast.worker.acquiring import Acquired, Acquirer
 from holdfast.worker.claimer import Claim, Later

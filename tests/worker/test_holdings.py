@@ -10,8 +10,9 @@ import asyncio
 import threading
 from typing import Any
 
+from holdfast.core.anchor import Anchor
 from holdfast.core.exceptions import LossReason
-from holdfast.core.model import Anchor, Lease
+from holdfast.core.model import Lease
 from holdfast.core.store import LeaseStore
 from holdfast.worker.balancing import SHED
 from holdfast.worker.claimer import Claim

@@ -22,7 +22,8 @@ from typing import Any, cast
 
 import pytest
 
-from holdfast.core.model import Anchor, Lease
+from holdfast.core.anchor import Anchor
+from holdfast.core.model import Lease
 from holdfast.core.nudge import URL_FRESH_MS
 from holdfast.core.store import LeaseStore
 from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORDER_SPEC, Handled, read_records
