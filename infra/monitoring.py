@@ -22,7 +22,7 @@ from holdfast.infra.metrics import (
     throttle_events,
 )
 
-__all__ = ["ALARM_WINDOW", "GIVE_UP_WINDOWS", "Monitoring", "unowned_time_threshold_ms"]
+__all__ = ["ALARM_WINDOW", "GIVE_UP_WINDOWS", "Monitoring", "summed", "unowned_time_threshold_ms"]
 
 # Alarms on "did this happen at all" sum over this window: one event is worth a look, and a
 # window longer than a minute gives one alarm per incident rather than one that flaps.
@@ -47,6 +47,13 @@ def unowned_time_threshold_ms(lease_ms: int) -> int:
     behind), not a crash.
     """
     return 2 * lease_ms
+
+
+def summed(label: str, **metrics: cw.Metric) -> cw.MathExpression:
+    """The sum of ``metrics``, each filled with 0 where it has no data (a function that did
+    not run, or had nothing to count, must not hide the other's count)."""
+    return cw.MathExpression(expression=" + ".join(f"FILL({k}, 0)" for k in metrics),
+                             using_metrics=dict(metrics), label=label)
 
 
 class Monitoring(Construct):
@@ -162,13 +169,10 @@ class Monitoring(Construct):
                       "rather than hold the shard), or, for the sweeper, the table refused or "
                       "did not answer (throttling: a throttle alarm fires with this one; "
                       "retried next pass). Their logs name the item and the error.",
-                      cw.MathExpression(
-                          expression="FILL(sweeper, 0) + FILL(router, 0)",
-                          using_metrics={
-                              "sweeper": holdfast_metric(names.METRIC_ITEM_ERRORS, sweeper),
-                              "router": holdfast_metric(names.METRIC_ITEM_ERRORS,
-                                                        p.service_names["router"])},
-                          label="item errors")),
+                      summed("item errors",
+                             sweeper=holdfast_metric(names.METRIC_ITEM_ERRORS, sweeper),
+                             router=holdfast_metric(names.METRIC_ITEM_ERRORS,
+                                                    p.service_names["router"]))),
             self._alarm("SweeperErrors", "The sweeper function failed.",
                         p.sweeper.metric_errors(period=Duration.minutes(5), statistic="Sum"),
                         1),
@@ -225,14 +229,10 @@ class Monitoring(Construct):
                       "silent past a lease, or ECS reported its task stopped first, and its "
                       "streams were released. Look for the stopped task's reason (crash, out "
                       "of memory) in the worker logs and ECS events.",
-                      cw.MathExpression(
-                          expression="FILL(silent, 0) + FILL(reported, 0)",
-                          using_metrics={
-                              "silent": holdfast_metric(names.METRIC_DEAD_SESSIONS, sweeper),
-                              "reported": holdfast_metric(
-                                  names.METRIC_REPORTED_DEAD_SESSIONS,
-                                  p.service_names["taskstopped"])},
-                          label="dead sessions")),
+                      summed("dead sessions",
+                             silent=holdfast_metric(names.METRIC_DEAD_SESSIONS, sweeper),
+                             reported=holdfast_metric(names.METRIC_REPORTED_DEAD_SESSIONS,
+                                                      p.service_names["taskstopped"]))),
             self._any("LeasesFenced",
                       "A worker stopped using streams it could no longer prove it held "
                       "(renewals too slow or failing): expect reconnects and replays.",

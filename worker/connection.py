@@ -177,7 +177,7 @@ class Connection:
                 self._opened_ms = None  # set by _read once this attempt's socket is open
                 try:
                     await self._session()
-                    error = "upstream closed the connection"
+                    error = held.cursor.closed_why(before)
                 except (UnsafeUrl, InvalidURI) as exc:
                     msg = str(exc) if isinstance(exc, UnsafeUrl) else (
                         "ws_url refused: not a valid WebSocket URI: "

@@ -110,7 +110,7 @@ class Delivery:
     """
 
     __slots__ = ("_checkpoint", "_handled", "_in_overlap", "_max_jump", "_overlap",
-                 "_replaying", "_resumed_from", "_stall_after", "_streak")
+                 "_replaying", "_resumed_from", "_stall_after", "_streak", "replayed")
 
     def __init__(self, checkpoint: int | None, *, max_jump: int | None = None,
                  overlap: int = RESUME_OVERLAP, stall_after: int = STALL_AFTER) -> None:
@@ -123,6 +123,7 @@ class Delivery:
         self._replaying = False  # between a replayed seq below the checkpoint and the checkpoint
         self._resumed_from: int | None = None
         self._streak = 0
+        self.replayed = 0  # seqs of this connection skipped as its resume overlap
 
     @property
     def checkpoint(self) -> int | None:
@@ -145,6 +146,18 @@ class Delivery:
         self._replaying = False
         self._resumed_from = resumed_from
         self._streak = 0
+        self.replayed = 0
+
+    def closed_why(self, before: int | None) -> str:
+        """Why a connection the upstream closed failed (``before``: the checkpoint when it
+        opened): saying so when all it sent were seqs at or below the checkpoint. An upstream
+        that restarts near it on every connection, ignoring the resume point, gave up as
+        "closed the connection", its replays skipped without a word."""
+        if self.replayed and self._checkpoint == before:
+            return (f"upstream closed the connection after re-sending only seqs at or below "
+                    f"the checkpoint {before} ({self.replayed} of them): is it ignoring the "
+                    "resume point?")
+        return "upstream closed the connection"
 
     def anchor_for(self, seq: int | None) -> int | None:
         """The first checkpoint (``seq - 1``) a never-checkpointed stream must write before
@@ -170,6 +183,7 @@ class Delivery:
                 and (seq > last - self._overlap or (
                     self._resumed_from is not None and seq >= self._resumed_from))):
             self._replaying = seq < last  # the checkpoint's own seq ends the replay
+            self.replayed += 1
             return Verdict(Step.SKIP_REPLAY)  # hands nothing on: safe past the fence too
         if seq is not None:
             self._replaying = False

@@ -89,6 +89,14 @@ def alarm_metrics(template_json: dict[str, Any]) -> dict[tuple[str, str], list[d
     return out
 
 
+def summed_stats(alarm: dict[str, Any]) -> dict[tuple[str, str], tuple[str, int]]:
+    """(metric, service) -> (statistic, period) of each metric an expression alarm sums."""
+    return {(q["MetricStat"]["Metric"]["MetricName"],
+             q["MetricStat"]["Metric"]["Dimensions"][0]["Value"]):
+            (q["MetricStat"]["Stat"], q["MetricStat"]["Period"])
+            for q in alarm["Metrics"] if "MetricStat" in q}
+
+
 def test_a_sweeper_that_completes_no_sweep_alarms(template_json: dict[str, Any]) -> None:
     """On its completed sweeps, not its invocations: fewer than 1 in 5 minutes, and no data
     (metrics not arriving, never invoked) is breaching."""
@@ -168,12 +176,9 @@ def test_item_errors_alarm_counts_the_sweepers_and_the_routers(
                     "AlarmDescription", "")]
     assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanThreshold", 0)
     assert alarm["TreatMissingData"] == "notBreaching"
-    stats = {(q["MetricStat"]["Metric"]["MetricName"],
-              q["MetricStat"]["Metric"]["Dimensions"][0]["Value"]):
-             (q["MetricStat"]["Stat"], q["MetricStat"]["Period"])
-             for q in alarm["Metrics"] if "MetricStat" in q}
-    assert stats == {(names.METRIC_ITEM_ERRORS, "holdfast-sweeper"): ("Sum", 300),
-                     (names.METRIC_ITEM_ERRORS, "holdfast-router"): ("Sum", 300)}
+    assert summed_stats(alarm) == {
+        (names.METRIC_ITEM_ERRORS, "holdfast-sweeper"): ("Sum", 300),
+        (names.METRIC_ITEM_ERRORS, "holdfast-router"): ("Sum", 300)}
 
 
 def test_dead_sessions_alarm_counts_the_sweepers_and_the_task_reports(
@@ -185,12 +190,9 @@ def test_dead_sessions_alarm_counts_the_sweepers_and_the_task_reports(
                                                    "AWS::CloudWatch::Alarm").values()
                 if "died without saying goodbye" in a["Properties"].get("AlarmDescription", "")]
     assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanThreshold", 0)
-    stats = {(q["MetricStat"]["Metric"]["MetricName"],
-              q["MetricStat"]["Metric"]["Dimensions"][0]["Value"]):
-             (q["MetricStat"]["Stat"], q["MetricStat"]["Period"])
-             for q in alarm["Metrics"] if "MetricStat" in q}
-    assert stats == {(names.METRIC_DEAD_SESSIONS, "holdfast-sweeper"): ("Sum", 300),
-                     (names.METRIC_REPORTED_DEAD_SESSIONS, "holdfast-taskstopped"): ("Sum", 300)}
+    assert summed_stats(alarm) == {
+        (names.METRIC_DEAD_SESSIONS, "holdfast-sweeper"): ("Sum", 300),
+        (names.METRIC_REPORTED_DEAD_SESSIONS, "holdfast-taskstopped"): ("Sum", 300)}
     errors = [a["Properties"] for a in resources(template_json,
                                                  "AWS::CloudWatch::Alarm").values()
               if a["Properties"].get("MetricName") == "Errors"]

@@ -22,6 +22,24 @@ def test_replay_at_or_below_the_checkpoint_is_skipped(seq: int) -> None:
     assert Delivery(4).admit(seq, 0, FAR).step is Step.SKIP_REPLAY
 
 
+def test_a_connection_closed_after_replays_only_says_so() -> None:
+    """A connection that re-sent only seqs at or below the checkpoint and closed: its failure
+    says so (an upstream ignoring the resume point gave up as "closed the connection"); one
+    that delivered, or sent nothing, is a plain close; each connection counts afresh."""
+    cursor = Delivery(300)
+    for seq in range(250, 301):
+        cursor.admit(seq, 0, FAR)
+    assert cursor.closed_why(300) == (
+        "upstream closed the connection after re-sending only seqs at or below the checkpoint "
+        "300 (51 of them): is it ignoring the resume point?")
+    cursor.connected()
+    assert cursor.closed_why(300) == "upstream closed the connection"
+    cursor.admit(300, 0, FAR)
+    cursor.admit(301, 0, FAR)
+    cursor.done(301)
+    assert cursor.closed_why(300) == "upstream closed the connection"
+
+
 def test_gap_is_reported_and_delivered() -> None:
     """A jump past checkpoint + 1 names the expected seq and is delivered all the same."""
     verdict = Delivery(4).admit(9, 0, FAR)
