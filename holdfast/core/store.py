@@ -10,13 +10,14 @@ landed, so a failed condition whose old item shows *us* as holder counts as succ
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules, unowned
-from holdfast.core.anchor import Anchor, anchored_elsewhere, unanchor_expression
+from holdfast.core.anchor import Anchor, Unsettled, anchored_elsewhere
 from holdfast.core.aws import ConditionFailed, InvalidRequest, call
 from holdfast.core.exceptions import (
     AcquireFailed,
@@ -65,6 +66,7 @@ class LeaseStore:
     lease_ms: int
     skew_ms: int
     clock: Callable[[], int] = wall_clock_ms
+    _anchors: Unsettled = field(default_factory=Unsettled, repr=False)  # holdfast.core.anchor
 
     # -- reads ---------------------------------------------------------------------------
     def get_raw(self, conn_id: str) -> dict[str, Any] | None:
@@ -107,14 +109,16 @@ class LeaseStore:
         already owned by ``owner`` (an acquire whose answer was lost, a release that failed)
         is taken back under a new epoch.
 
-        ``anchor``'s seq is written with it if the item has no checkpoint yet (a new stream
-        connected before its claim, ``worker.prestart``): its first checkpoint in the same
-        write. If the item named another URL than the anchor's, the anchor is removed at once
-        (``holdfast.core.anchor``) and the stream is anchored when it connects to its own.
+        ``anchor``: a new stream's first checkpoint, written where there is none; removed at
+        once if the item named another URL (``holdfast.core.anchor``).
         """
         now = self.clock()
         seen: list[int] = []  # the stored epochs a refused or unanswered write showed
         adopt = False
+        # An anchor of ours that may be this stream's wrong checkpoint: an earlier acquire's,
+        # whose removal got no answer, or this call's, once a write of it gets none.
+        unsettled = self._anchors.take(conn_id)
+        check, maybe_written = anchor or unsettled, unsettled is not None
         for _ in range(4):
             epoch = rules.next_epoch(now, *seen)  # a clock behind a stored epoch: above it
             try:
@@ -139,18 +143,17 @@ class LeaseStore:
             except StoreUnavailable:
                 # No answer. If the item is ours now, take it back under a new epoch (whether
                 # it was this write or an older holding of ours, a new epoch is right).
+                maybe_written = maybe_written or anchor is not None
                 seen.append(self._acquire_unknown(conn_id, owner))
                 adopt = True
                 continue
             new = {**old, ATTR.lease_owner: string(owner), ATTR.epoch: num(epoch),
                    ATTR.lease_expires_at_ms: num(now + self.lease_ms)}
-            if anchored_elsewhere(old, anchor):
-                assert anchor is not None
-                # Not that anchor any more (an operator's resume): not ours to undo. No answer
-                # raises: the stream is not started (see holdfast.core.anchor).
-                with contextlib.suppress(ConditionFailed):
-                    self._update("unanchor", conn_id,
-                                 *unanchor_expression(owner, epoch, anchor.seq))
+            if anchored_elsewhere(old, check, maybe_written=maybe_written):
+                assert check is not None
+                self._anchors.remove(functools.partial(self._update, "unanchor", conn_id),
+                                     conn_id, owner, epoch, check)
+                new.pop(ATTR.last_seq, None)
             elif anchor is not None and ATTR.last_seq not in old:
                 new[ATTR.last_seq] = num(anchor.seq)
             item = self._usable(conn_id, owner, new)  # ours now: parked if we cannot use it

@@ -17,6 +17,12 @@ def test_an_anchor_is_elsewhere_only_if_written_for_another_url() -> None:
     assert not anchored_elsewhere(fresh, Anchor(6, URL))
     assert not anchored_elsewhere({**moved, ATTR.last_seq: {"N": "41"}}, Anchor(6, URL))
     assert not anchored_elsewhere(moved, None)
+    # Our own anchor, written by an earlier acquire whose answer was lost: elsewhere only then.
+    ours = {**moved, ATTR.last_seq: {"N": "6"}}
+    assert anchored_elsewhere(ours, Anchor(6, URL), maybe_written=True)
+    assert not anchored_elsewhere(ours, Anchor(6, URL))
+    assert not anchored_elsewhere({**moved, ATTR.last_seq: {"N": "7"}}, Anchor(6, URL),
+                                  maybe_written=True)
 
 
 def test_the_correction_is_its_holders_and_only_of_that_anchor() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from botocore.exceptions import EndpointConnectionError
 
 from holdfast.core import rules
 from holdfast.core.anchor import Anchor
@@ -79,6 +80,42 @@ def test_an_anchor_from_another_url_is_not_written(store: LeaseStore, ddb: Any,
     owner = {ATTR.lease_owner: {"S": "w1"}, ATTR.epoch: {"N": "1"}} if owned_by_us else {}
     put_raw(ddb, store.table, unique_id, **owner)
     lease = store.acquire(unique_id, "w1", anchor=Anchor(6, "ws://127.0.0.1:9/s/elsewhere"))
+    assert lease.owner == "w1" and lease.last_seq is None
+    assert store.get(unique_id).last_seq is None  # type: ignore[union-attr]
+
+
+def test_an_anchor_from_another_url_is_removed_when_the_acquires_answer_was_lost(
+        store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """The anchored acquire landed but its answer was lost: taken back, its answer shows our
+    own anchor as the checkpoint, for another URL: removed all the same."""
+    put_raw(ddb, store.table, unique_id)
+    with lose_response(ddb, "UpdateItem") as hits:
+        lease = store.acquire(unique_id, "w1", anchor=Anchor(6, "ws://127.0.0.1:9/s/elsewhere"))
+    assert hits and lease.owner == "w1" and lease.last_seq is None
+    assert store.get(unique_id).last_seq is None  # type: ignore[union-attr]
+
+
+def test_an_anchor_whose_removal_got_no_answer_is_removed_by_the_next_acquire(
+        store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """The removal of a wrong anchor got no answer: the acquire fails as unavailable (the
+    stream is not started) and the store's next acquire of the stream (the stray pass taking
+    it back) removes the anchor, which it would have started from."""
+    put_raw(ddb, store.table, unique_id)
+    calls: list[int] = []
+
+    def second_update_dropped(**_: Any) -> None:
+        calls.append(1)
+        if len(calls) == 2:  # the removal, right after the acquire
+            raise EndpointConnectionError(endpoint_url="http://dropped-request")
+
+    ddb.meta.events.register("before-call.dynamodb.UpdateItem", second_update_dropped)
+    try:
+        with pytest.raises(StoreUnavailable):
+            store.acquire(unique_id, "w1", anchor=Anchor(6, "ws://127.0.0.1:9/s/elsewhere"))
+    finally:
+        ddb.meta.events.unregister("before-call.dynamodb.UpdateItem", second_update_dropped)
+    assert store.get(unique_id).last_seq == 6  # type: ignore[union-attr]
+    lease = store.acquire(unique_id, "w1")
     assert lease.owner == "w1" and lease.last_seq is None
     assert store.get(unique_id).last_seq is None  # type: ignore[union-attr]
 
