@@ -221,16 +221,18 @@ class Monitoring(Construct):
                         1, periods=2),
             # A deploy or scale-in ends sessions with a goodbye; only a crash, OOM kill or a
             # worker cut off from DynamoDB for a lease leaves one to be declared dead.
-            # Whichever came first declares the death: the sweeper (silent past a lease) or
-            # the task-stopped report (ECS saw the task stop before its goodbye). Alone, the
-            # sweeper's count missed every death the report won, most with a long lease.
+            # Whichever came first declares the death: the sweeper or a worker's reconcile
+            # sweep (silent past a lease), or the task-stopped report (ECS saw the task stop
+            # before its goodbye). Alone, the sweeper's count missed every death the others
+            # won, most with a long lease.
             self._any("DeadSessions",
-                      "A worker died without saying goodbye: the sweeper found its session "
-                      "silent past a lease, or ECS reported its task stopped first, and its "
-                      "streams were released. Look for the stopped task's reason (crash, out "
-                      "of memory) in the worker logs and ECS events.",
+                      "A worker died without saying goodbye: the sweeper or another worker "
+                      "found its session silent past a lease, or ECS reported its task "
+                      "stopped first, and its streams were released. Look for the stopped "
+                      "task's reason (crash, out of memory) in the worker logs and ECS events.",
                       summed("dead sessions",
                              silent=holdfast_metric(names.METRIC_DEAD_SESSIONS, sweeper),
+                             reconciled=holdfast_metric(names.METRIC_DEAD_SESSIONS, worker),
                              reported=holdfast_metric(names.METRIC_REPORTED_DEAD_SESSIONS,
                                                       p.service_names["taskstopped"]))),
             self._any("LeasesFenced",

@@ -75,6 +75,9 @@ class Reconciler:
     sessions: SessionStore | None = None
     # Told how many live sessions the sweep saw (this worker's share of the connect budget).
     fleet: Callable[[int], None] | None = None
+    # Told how many silent sessions it declared dead: counted (DeadSessions) as the sweeper's
+    # and the task-stopped report's are, or a death a worker's sweep declared first paged nobody.
+    declared_dead: Callable[[int], None] | None = None
     throttled: Callable[[], bool] = recently_throttled
 
     async def run(self) -> None:
@@ -89,6 +92,8 @@ class Reconciler:
             if swept.dead or swept.reaped:
                 logger.info("reconcile sweep reaped sessions", dead=len(swept.dead),
                             released=swept.reaped)
+            if self.declared_dead is not None and swept.dead:
+                self.declared_dead(len(swept.dead))
             if self.fleet is not None and swept.alive:
                 self.fleet(len(swept.alive))
         free = self.free_capacity()

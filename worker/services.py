@@ -14,12 +14,14 @@ what runs and how each is built, the part that changes when a loop is added.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
+from holdfast.core import names
 from holdfast.worker.claimer import Claimer
 from holdfast.worker.handler import Message
 from holdfast.worker.health import HealthServer
@@ -85,7 +87,9 @@ class Services:
             loops.append(("reconcile", Reconciler(
                 sup.ddb, cfg.table, cfg.timing.skew_ms, sup.holdings.claim,
                 sup.free_capacity, cfg.reconcile_s, sup.wall, rand=random.random,
-                sessions=sup.sweep_sessions, fleet=sup.budget.set_fleet).run))
+                sessions=sup.sweep_sessions, fleet=sup.budget.set_fleet,
+                declared_dead=functools.partial(sup.metrics.incr,
+                                                names.METRIC_DEAD_SESSIONS)).run))
         loops.append(("strays", Strays(sup.sweep_sessions, lambda: sup.owner,
                                        sup.holdings.claim, sup.holdings.busy,
                                        sup.holdings.release_stray).run))

@@ -184,7 +184,8 @@ def test_one_owners_unread_session_does_not_stop_the_owner_audit(tables: Tables,
 async def test_a_bad_item_does_not_stop_the_reconcile_sweep(tables: Tables,
                                                             unique_id: str) -> None:
     """The worker's reconcile sweep reaps a dead session with a bad stream without raising:
-    the good streams are released, the bad one stays for the next pass."""
+    the good streams are released, the bad one stays for the next pass; the death it declared
+    is counted."""
     t = tables
     owner, (bad, *good) = dead_session_with_a_bad_stream(t, unique_id)
     claimed: list[str] = []
@@ -193,10 +194,12 @@ async def test_a_bad_item_does_not_stop_the_reconcile_sweep(tables: Tables,
         claimed.append(conn_id)
         return Claim.CONFLICT
 
+    declared: list[int] = []
     reconciler = Reconciler(t.ddb, t.leases.table, SKEW_MS, claim, lambda: 10, 1.0, t.clock,
-                            sessions=t.sessions)
+                            sessions=t.sessions, declared_dead=declared.append)
     await reconciler.sweep()
     assert [owner_of(t, c) for c in good] == [None, None] and owner_of(t, bad) == owner
+    assert declared == [1]  # counted (DeadSessions), as the sweeper's deaths are
     t.clock.now += 5_000
     await reconciler.sweep()  # and again: the bad item is retried, nothing raised
     assert owner_of(t, bad) == owner

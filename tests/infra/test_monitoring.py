@@ -183,15 +183,16 @@ def test_item_errors_alarm_counts_the_sweepers_and_the_routers(
 
 def test_dead_sessions_alarm_counts_the_sweepers_and_the_task_reports(
         template_json: dict[str, Any]) -> None:
-    """A death the task-stopped report declared (ECS first) pages like one the sweeper found:
-    the alarm sums both counts over 5 minutes, > 0; the task-stopped function's own errors
-    alarm too."""
+    """A death the task-stopped report (ECS first) or a worker's reconcile sweep declared pages
+    like one the sweeper found: the alarm sums the three counts over 5 minutes, > 0; the
+    task-stopped function's own errors alarm too."""
     (alarm,) = [a["Properties"] for a in resources(template_json,
                                                    "AWS::CloudWatch::Alarm").values()
                 if "died without saying goodbye" in a["Properties"].get("AlarmDescription", "")]
     assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanThreshold", 0)
     assert summed_stats(alarm) == {
         (names.METRIC_DEAD_SESSIONS, "holdfast-sweeper"): ("Sum", 300),
+        (names.METRIC_DEAD_SESSIONS, "holdfast-worker"): ("Sum", 300),
         (names.METRIC_REPORTED_DEAD_SESSIONS, "holdfast-taskstopped"): ("Sum", 300)}
     errors = [a["Properties"] for a in resources(template_json,
                                                  "AWS::CloudWatch::Alarm").values()
