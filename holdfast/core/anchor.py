@@ -62,8 +62,12 @@ class Unsettled:
 
     by_id: dict[str, Anchor] = field(default_factory=dict)
 
-    def take(self, conn_id: str) -> Anchor | None:
-        return self.by_id.pop(conn_id, None)
+    def get(self, conn_id: str) -> Anchor | None:
+        return self.by_id.get(conn_id)
+
+    def settled(self, conn_id: str) -> None:
+        """An acquire of the stream found no wrong anchor to remove."""
+        self.by_id.pop(conn_id, None)
 
     def remove(self, update: Callable[[str, str, dict[str, Any]], object], conn_id: str,
                owner: str, epoch: int, anchor: Anchor) -> None:
@@ -76,3 +80,4 @@ class Unsettled:
         except StoreUnavailable:
             self.by_id[conn_id] = anchor
             raise
+        self.settled(conn_id)

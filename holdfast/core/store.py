@@ -117,8 +117,7 @@ class LeaseStore:
         adopt = False
         # An anchor of ours that may be this stream's wrong checkpoint: an earlier acquire's,
         # whose removal got no answer, or this call's, once a write of it gets none.
-        unsettled = self._anchors.take(conn_id)
-        check, maybe_written = anchor or unsettled, unsettled is not None
+        unsettled, maybe_written = self._anchors.get(conn_id), False
         for _ in range(4):
             epoch = rules.next_epoch(now, *seen)  # a clock behind a stored epoch: above it
             try:
@@ -143,19 +142,22 @@ class LeaseStore:
             except StoreUnavailable:
                 # No answer. If the item is ours now, take it back under a new epoch (whether
                 # it was this write or an older holding of ours, a new epoch is right).
-                maybe_written = maybe_written or anchor is not None
+                maybe_written = anchor is not None
                 seen.append(self._acquire_unknown(conn_id, owner))
                 adopt = True
                 continue
             new = {**old, ATTR.lease_owner: string(owner), ATTR.epoch: num(epoch),
                    ATTR.lease_expires_at_ms: num(now + self.lease_ms)}
-            if anchored_elsewhere(old, check, maybe_written=maybe_written):
-                assert check is not None
+            wrong = next((a for a, written in ((anchor, maybe_written), (unsettled, True))
+                          if anchored_elsewhere(old, a, maybe_written=written)), None)
+            if wrong is not None:
                 self._anchors.remove(functools.partial(self._update, "unanchor", conn_id),
-                                     conn_id, owner, epoch, check)
+                                     conn_id, owner, epoch, wrong)
                 new.pop(ATTR.last_seq, None)
-            elif anchor is not None and ATTR.last_seq not in old:
-                new[ATTR.last_seq] = num(anchor.seq)
+            else:
+                self._anchors.settled(conn_id)
+                if anchor is not None and ATTR.last_seq not in old:
+                    new[ATTR.last_seq] = num(anchor.seq)
             item = self._usable(conn_id, owner, new)  # ours now: parked if we cannot use it
             assert item.lease_expires_at_ms is not None
             unowned_ms = None if adopt else unowned.unowned_time_ms(old, now, self.skew_ms)

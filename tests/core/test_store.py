@@ -95,11 +95,13 @@ def test_an_anchor_from_another_url_is_removed_when_the_acquires_answer_was_lost
     assert store.get(unique_id).last_seq is None  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("again", [None, 7])
 def test_an_anchor_whose_removal_got_no_answer_is_removed_by_the_next_acquire(
-        store: LeaseStore, ddb: Any, unique_id: str) -> None:
+        store: LeaseStore, ddb: Any, unique_id: str, again: int | None) -> None:
     """The removal of a wrong anchor got no answer: the acquire fails as unavailable (the
-    stream is not started) and the store's next acquire of the stream (the stray pass taking
-    it back) removes the anchor, which it would have started from."""
+    stream is not started) and the store's next acquire of the stream removes the anchor,
+    which it would have started from: the stray pass's (no anchor), or the returning nudge's
+    (connected first again, its own anchor another seq)."""
     put_raw(ddb, store.table, unique_id)
     calls: list[int] = []
 
@@ -115,7 +117,8 @@ def test_an_anchor_whose_removal_got_no_answer_is_removed_by_the_next_acquire(
     finally:
         ddb.meta.events.unregister("before-call.dynamodb.UpdateItem", second_update_dropped)
     assert store.get(unique_id).last_seq == 6  # type: ignore[union-attr]
-    lease = store.acquire(unique_id, "w1")
+    lease = store.acquire(unique_id, "w1", anchor=None if again is None else Anchor(
+        again, "ws://127.0.0.1:9/s/elsewhere"))
     assert lease.owner == "w1" and lease.last_seq is None
     assert store.get(unique_id).last_seq is None  # type: ignore[union-attr]
 
