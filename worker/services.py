@@ -66,7 +66,7 @@ class Services:
         # A handler blocking the loop past a fence ends the process (``worker.watchdog``).
         self.watchdog = Watchdog(self.earliest_fence, sup.loop_clock,
                                  park=self.park_stuck, flush=sup.metrics.flush,
-                                 ) if cfg.watchdog else None
+                                 margin_ms=cfg.timing.margin_ms) if cfg.watchdog else None
 
     def park_stuck(self, message: Message, error: str) -> None:
         """The watchdog's park of the stream whose handler call blocks the loop (its thread)."""

@@ -18,7 +18,10 @@ Stuck in a handler call (the loop's stack holds ``handler.call_once``), the stre
 is parked first (``park``: its give-up written from this thread, ``worker.endings``), with the
 stuck seq and the blocking line as ``last_error``: its next holder would otherwise meet the same
 message and die the same way, and the fleet crash-looped one worker after another. The park is
-given ``PARK_WAIT_S`` at most; the exit follows whatever it did.
+given ``PARK_WAIT_S`` at most, and never past the fence's ``margin_ms`` (less one check): from
+there another worker may hold the stream, and the blocked handler must be gone by then (a slow,
+throttled park write kept it running for up to 2 s past the fence). The exit follows whatever
+the park did.
 """
 
 from __future__ import annotations
@@ -62,12 +65,14 @@ class Watchdog:
                  stall_ms: int = 1000, check_s: float = 0.1,
                  exit: Callable[[int], object] = _exit,
                  park: Callable[[Message, str], object] | None = None,
-                 flush: Callable[[], object] | None = None) -> None:
+                 flush: Callable[[], object] | None = None, margin_ms: int = 0) -> None:
         self.deadline, self.clock, self.mono, self.exit = deadline, clock, clock.mono, exit
         # ``flush``: the worker's metrics, printed before the exit (what was counted since
         # the last flush, the park's give-up with it, would die with the process).
         self.park, self.flush = park, flush
         self.stall_ms, self.check_s = stall_ms, check_s
+        # Past fence + margin another worker may deliver the stream (``rules.LeaseTiming``).
+        self.margin_ms = margin_ms
         self._resumed_ms = clock.mono()  # the whole process last came back from a pause
         self._checked_ms: int | None = None  # when the thread last looked
         self._stop = threading.Event()
@@ -102,7 +107,8 @@ class Watchdog:
                          "handler goes on without its lease\n" + where)
         message = stuck_in_call(frame)
         if message is not None and self.park is not None:
-            self._park(message, stuck_ms, where)
+            left_s = (fence + self.margin_ms - now) / 1000 - self.check_s
+            self._park(message, stuck_ms, where, min(PARK_WAIT_S, max(0.0, left_s)))
         if self.flush is not None:
             try:
                 self.flush()
@@ -111,7 +117,7 @@ class Watchdog:
         self.exit(EXIT_CODE)
         return True
 
-    def _park(self, message: Message, stuck_ms: int, where: str) -> None:
+    def _park(self, message: Message, stuck_ms: int, where: str, wait_s: float) -> None:
         last = where.strip().splitlines()[-2:]  # the innermost frame: file, line and code
         why = (f"the handler blocked the event loop for {stuck_ms} ms on seq {message.seq}, "
                f"past the fence; the worker exited {EXIT_CODE}. Blocked at: "
@@ -119,7 +125,7 @@ class Watchdog:
         parking = threading.Thread(target=self._park_now, args=(message, why),
                                    name="holdfast-watchdog-park", daemon=True)
         parking.start()
-        parking.join(PARK_WAIT_S)
+        parking.join(wait_s)
 
     def _park_now(self, message: Message, why: str) -> None:
         try:

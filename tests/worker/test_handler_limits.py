@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable
 
 from holdfast.core import names
 from holdfast.worker.backoff import Backoff
-from holdfast.worker.handler import Message
+from holdfast.worker.handler import Message, call_once
 from holdfast.worker.held import NO_FENCE_MS
 from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.watchdog import EXIT_CODE, Watchdog
@@ -95,6 +96,45 @@ def test_watchdog_spares_a_process_that_was_paused_whole() -> None:
     assert not _run_thread(dog, clock, 7500) and not exits
     # Still not stamping a stall period after the pause: now it is the loop that is stuck.
     assert _run_thread(dog, clock, 9000) and exits == [EXIT_CODE]
+
+
+def test_the_watchdogs_park_never_keeps_a_blocked_handler_past_the_fence_margin() -> None:
+    """A handler blocks the loop past the fence and the park write hangs (a throttled table):
+    the exit comes before fence + margin, where another worker may hold the stream. The park
+    was waited for up to 2 s, the handler running on all that time."""
+    started, release, parking = threading.Event(), threading.Event(), threading.Event()
+
+    async def blocking(message: Message) -> None:
+        started.set()
+        release.wait(10)  # blocks the loop, as a synchronous handler does
+
+    loop_threads: list[int] = []
+
+    def run_loop() -> None:
+        loop_threads.append(threading.get_ident())
+        asyncio.run(call_once(blocking, Message("c", 7, "{}", "w1", epoch=1), 30))
+
+    thread = threading.Thread(target=run_loop, daemon=True)
+    thread.start()
+    try:
+        assert started.wait(5)
+        loop = LoopClock()
+        loop.loop_thread = loop_threads[0]
+        loop.stamp_ms = loop.mono() - 20_000  # not stamped for 20 s
+        fence, exited = loop.mono() - 50, []  # the earliest fence passed 50 ms ago
+
+        def hanging_park(message: Message, why: str) -> None:
+            parking.set()
+            release.wait(10)
+
+        dog = Watchdog(lambda: fence, loop, park=hanging_park, margin_ms=400,
+                       exit=lambda code: exited.append(loop.mono()))
+        dog._resumed_ms = loop.mono() - 20_000  # the watchdog thread ran all along
+        assert dog.check()
+        assert parking.is_set() and exited[0] - fence < 400, exited[0] - fence
+    finally:
+        release.set()
+        thread.join(5)
 
 
 def test_a_handler_blocking_the_loop_past_the_fence_ends_the_process(
