@@ -10,8 +10,11 @@ URL part of its condition: the worker's UpdateItem is pinned to the lease attrib
 ``ws_url`` not among them (``infra/service.py``), and a condition names its attributes too. So
 the acquire's answer (the item before it, ALL_OLD) is checked, and a wrong anchor is removed
 at once by its holder, before anything is delivered: ``unanchor_expression``. An acquire whose
-answer was lost, or a removal that got none, leaves the store to look again at its next
-acquire of the stream (the same call's retry, or the stray pass's taking it back).
+answer was lost (its retry, or botocore's replay, shows our own anchor as the checkpoint), or a
+removal that got none, leaves the store to look again at its next acquire of the stream (the
+same call's retry, the returning nudge's, or the stray pass's taking it back within seconds).
+What is left: that memory is the process's, so a worker that loses its session before then
+(DynamoDB unreachable all along) leaves the wrong anchor to the stream's next holder.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from holdfast.core.aws import ConditionFailed
 from holdfast.core.exceptions import StoreUnavailable
 from holdfast.core.schema import ATTR
 
-__all__ = ["Anchor", "Unsettled", "anchored_elsewhere", "unanchor_expression"]
+__all__ = ["Anchor", "Unsettled", "Watch", "anchored_elsewhere", "unanchor_expression"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,28 +59,60 @@ def unanchor_expression(owner: str, epoch: int, seq: int) -> tuple[str, str, dic
 
 
 @dataclass
+class Watch:
+    """One acquire's view of the anchors that may end up as the stream's wrong checkpoint: its
+    own (``maybe_written`` once a write of it may have landed unseen) and an earlier one."""
+
+    conn_id: str
+    anchor: Anchor | None
+    unsettled: Anchor | None
+    maybe_written: bool = False
+
+    def may_have_landed(self) -> None:
+        """A write of this acquire got no answer, or a refusal showed a write of ours."""
+        self.maybe_written = self.maybe_written or self.anchor is not None
+
+    def wrong(self, old: Mapping[str, Any]) -> Anchor | None:
+        """The anchor that is, or now is, a wrong checkpoint, by the answer ``old``."""
+        return next((a for a, written in ((self.anchor, self.maybe_written),
+                                          (self.unsettled, True))
+                     if anchored_elsewhere(old, a, maybe_written=written)), None)
+
+
+@dataclass
 class Unsettled:
-    """A store's anchors whose removal got no answer, by stream: its next acquire of the
-    stream (the stray pass's taking it back) looks again."""
+    """A store's anchors that may be wrong checkpoints not yet removed (a removal that got no
+    answer, a write that may land yet), by stream: its next acquire looks again."""
 
     by_id: dict[str, Anchor] = field(default_factory=dict)
 
-    def get(self, conn_id: str) -> Anchor | None:
-        return self.by_id.get(conn_id)
+    def watch(self, conn_id: str, anchor: Anchor | None) -> Watch:
+        return Watch(conn_id, anchor, self.by_id.get(conn_id))
 
-    def settled(self, conn_id: str) -> None:
-        """An acquire of the stream found no wrong anchor to remove."""
-        self.by_id.pop(conn_id, None)
+    def keep(self, watch: Watch) -> None:
+        """The acquire ends without an answer: its anchor may land yet."""
+        if watch.anchor is not None:
+            self.by_id[watch.conn_id] = watch.anchor
 
-    def remove(self, update: Callable[[str, str, dict[str, Any]], object], conn_id: str,
-               owner: str, epoch: int, anchor: Anchor) -> None:
-        """Remove ``anchor`` with ``update`` (the store's conditional UpdateItem of the
-        stream); no answer raises, and it is kept for the next acquire."""
+    def settle(self, watch: Watch, old: Mapping[str, Any], new: dict[str, Any], *,
+               update: Callable[[str, str, dict[str, Any]], object], owner: str,
+               epoch: int) -> None:
+        """After the acquire's write landed (``old``: the item before it; ``new``: the item as
+        it is believed now): a wrong anchor removed with ``update`` (the store's conditional
+        UpdateItem of the stream), or the anchor written taken as the checkpoint. No answer to
+        the removal raises, and the anchor is kept for the next acquire."""
+        wrong = watch.wrong(old)
+        if wrong is None:
+            self.by_id.pop(watch.conn_id, None)
+            if watch.anchor is not None and ATTR.last_seq not in old:
+                new[ATTR.last_seq] = {"N": str(watch.anchor.seq)}
+            return
+        new.pop(ATTR.last_seq, None)
         try:
-            update(*unanchor_expression(owner, epoch, anchor.seq))
+            update(*unanchor_expression(owner, epoch, wrong.seq))
         except ConditionFailed:
             pass  # not that anchor any more (an operator's resume): not ours to undo
         except StoreUnavailable:
-            self.by_id[conn_id] = anchor
+            self.by_id[watch.conn_id] = wrong
             raise
-        self.settled(conn_id)
+        self.by_id.pop(watch.conn_id, None)

@@ -17,7 +17,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules, unowned
-from holdfast.core.anchor import Anchor, Unsettled, anchored_elsewhere
+from holdfast.core.anchor import Anchor, Unsettled
 from holdfast.core.aws import ConditionFailed, InvalidRequest, call
 from holdfast.core.exceptions import (
     AcquireFailed,
@@ -115,9 +115,7 @@ class LeaseStore:
         now = self.clock()
         seen: list[int] = []  # the stored epochs a refused or unanswered write showed
         adopt = False
-        # An anchor of ours that may be this stream's wrong checkpoint: an earlier acquire's,
-        # whose removal got no answer, or this call's, once a write of it gets none.
-        unsettled, maybe_written = self._anchors.get(conn_id), False
+        watch = self._anchors.watch(conn_id, anchor)  # a wrong checkpoint it may leave
         for _ in range(4):
             epoch = rules.next_epoch(now, *seen)  # a clock behind a stored epoch: above it
             try:
@@ -134,6 +132,8 @@ class LeaseStore:
                 if not ours and not (current.lease_owner is None and blocker is None):
                     raise AcquireFailed(conn_id, blocker or LossReason.HELD, current) from None
                 adopt = adopt or ours
+                if ours:  # this call's write, maybe, replayed by botocore after a lost answer
+                    watch.may_have_landed()
                 seen.append(current.epoch)
                 continue
             except InvalidRequest as bad:
@@ -142,22 +142,18 @@ class LeaseStore:
             except StoreUnavailable:
                 # No answer. If the item is ours now, take it back under a new epoch (whether
                 # it was this write or an older holding of ours, a new epoch is right).
-                maybe_written = anchor is not None
-                seen.append(self._acquire_unknown(conn_id, owner))
+                watch.may_have_landed()
+                try:
+                    seen.append(self._acquire_unknown(conn_id, owner))
+                except StoreUnavailable:
+                    self._anchors.keep(watch)  # it may land yet: the next acquire looks again
+                    raise
                 adopt = True
                 continue
             new = {**old, ATTR.lease_owner: string(owner), ATTR.epoch: num(epoch),
                    ATTR.lease_expires_at_ms: num(now + self.lease_ms)}
-            wrong = next((a for a, written in ((anchor, maybe_written), (unsettled, True))
-                          if anchored_elsewhere(old, a, maybe_written=written)), None)
-            if wrong is not None:
-                self._anchors.remove(functools.partial(self._update, "unanchor", conn_id),
-                                     conn_id, owner, epoch, wrong)
-                new.pop(ATTR.last_seq, None)
-            else:
-                self._anchors.settled(conn_id)
-                if anchor is not None and ATTR.last_seq not in old:
-                    new[ATTR.last_seq] = num(anchor.seq)
+            self._anchors.settle(watch, old, new, owner=owner, epoch=epoch,
+                                 update=functools.partial(self._update, "unanchor", conn_id))
             item = self._usable(conn_id, owner, new)  # ours now: parked if we cannot use it
             assert item.lease_expires_at_ms is not None
             unowned_ms = None if adopt else unowned.unowned_time_ms(old, now, self.skew_ms)

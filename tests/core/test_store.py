@@ -14,7 +14,7 @@ from holdfast.core.model import Lease
 from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream, set_desired_state
-from tests.core.faults import drop_request, lose_response
+from tests.core.faults import drop_request, lose_response, replayed_after_a_lost_answer
 
 LEASE_MS = 10_000
 SKEW_MS = 1_000
@@ -92,6 +92,17 @@ def test_an_anchor_from_another_url_is_removed_when_the_acquires_answer_was_lost
     with lose_response(ddb, "UpdateItem") as hits:
         lease = store.acquire(unique_id, "w1", anchor=Anchor(6, "ws://127.0.0.1:9/s/elsewhere"))
     assert hits and lease.owner == "w1" and lease.last_seq is None
+    assert store.get(unique_id).last_seq is None  # type: ignore[union-attr]
+
+
+def test_an_anchor_from_another_url_is_removed_when_botocore_replayed_the_acquire(
+        store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """The anchored acquire landed, its answer was lost and botocore sent it again: refused on
+    our own write, adopted, the adopt's answer shows our anchor: removed all the same."""
+    put_raw(ddb, store.table, unique_id)
+    with replayed_after_a_lost_answer(ddb, "UpdateItem") as sent:
+        lease = store.acquire(unique_id, "w1", anchor=Anchor(6, "ws://127.0.0.1:9/s/elsewhere"))
+    assert sent == [200] and lease.owner == "w1" and lease.last_seq is None
     assert store.get(unique_id).last_seq is None  # type: ignore[union-attr]
 
 
