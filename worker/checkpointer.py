@@ -82,7 +82,7 @@ class Checkpointer:
     # thousands of streams are written in a few round-trip times, not one per 25 streams.
     chunk_pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=4, thread_name_prefix="holdfast-checkpoint-chunk"))
-    _anchors: list[tuple[Connection, int, asyncio.Future[None]]] = field(default_factory=list)
+    _anchors: list[tuple[Connection, int, asyncio.Future[bool]]] = field(default_factory=list)
     _put_off: set[str] = field(default_factory=set)  # streams the last throttled round put off
     _anchoring: asyncio.Task[None] | None = None
 
@@ -150,32 +150,34 @@ class Checkpointer:
                 if c.held.lease.conn_id not in later]
         return [c for c, _ in kept], [r for _, r in kept]
 
-    async def anchor(self, conn: Connection, seq: int) -> None:
+    async def anchor(self, conn: Connection, seq: int) -> bool:
         """Write ``seq`` as the first checkpoint of a never-checkpointed stream, batched with
-        every other anchor asked for meanwhile; returns once written (or given up on: the next
-        round of checkpoints writes it then)."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        every other anchor asked for meanwhile; True once written, False if it was not (the
+        caller tries again: nothing may be handled before it lands)."""
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._anchors.append((conn, seq, done))
         if self._anchoring is None or self._anchoring.done():
             self._anchoring = asyncio.create_task(self._write_anchors())
-        await done
+        return await done
 
     async def _write_anchors(self) -> None:
         while self._anchors:
             await asyncio.sleep(0)  # the anchors asked for in this loop pass go together
             batch, self._anchors = self._anchors, []
+            landed: list[bool] | None = None
             try:
-                await self._renew([c for c, _, _ in batch],
-                                  [RenewRequest(c.held.lease, seq, extend=False)
-                                   for c, seq, _ in batch], "first checkpoint")
+                landed = await self._renew([c for c, _, _ in batch],
+                                           [RenewRequest(c.held.lease, seq, extend=False)
+                                            for c, seq, _ in batch], "first checkpoint")
             finally:
-                for _, _, done in batch:
-                    if not done.done():
-                        done.set_result(None)
+                for i, (_, _, done) in enumerate(batch):
+                    if not done.done():  # not landed if the write did not answer at all
+                        done.set_result(bool(landed and i < len(landed) and landed[i]))
 
     async def _renew(self, held: list[Connection], requests: list[RenewRequest],
-                     source: str) -> None:
-        """One ``renew_many`` for ``held``, then each stream acts on its own outcome."""
+                     source: str) -> list[bool]:
+        """One ``renew_many`` for ``held``, then each stream acts on its own outcome; which
+        writes landed."""
         sent = self.mono()
         try:
             results = await asyncio.get_running_loop().run_in_executor(
@@ -184,7 +186,7 @@ class Checkpointer:
         except HoldfastError as exc:  # e.g. ConfigError: table gone, credentials refused
             logger.error(f"{source} write failed", error=str(exc)[:500], streams=len(held))
             self.metrics.incr(names.METRIC_RENEW_FAILURES, len(held))
-            return
+            return [False] * len(held)
         took = self.mono() - sent
         self.metrics.renew_latency(took)
         if took > self.timing.heartbeat_ms:
@@ -201,6 +203,7 @@ class Checkpointer:
                 self.metrics.incr(names.METRIC_RENEW_FAILURES)
                 conn.log("warning", f"{source} write failed, trying again next round",
                          error=str(result.error)[:300])
+        return [result.lease is not None for result in results]
 
     def on_lost(self, conn: Connection, lost: LeaseLost, source: str = "checkpoint") -> None:
         """Act on a stream found lost: drain a STOPPED stream, stop any other at once."""

@@ -40,7 +40,7 @@ class ConnectionContext:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     # Writes a first checkpoint (seq - 1) before a never-checkpointed stream's first handler
     # call, so a crash before the first heartbeat cannot skip what this worker handled.
-    anchor: Callable[[Connection, int], Awaitable[None]] | None = None
+    anchor: Callable[[Connection, int], Awaitable[bool]] | None = None
     mono: Callable[[], int] = monotonic_ms  # the clock of fence deadlines
     # A handler call longer than this is cancelled and counted as failed (``HandlerTimeouts``).
     # The fence deadline is the other bound: the fence watcher cancels the call at it.
@@ -58,7 +58,7 @@ class ConnectionContext:
 
     @classmethod
     def for_worker(cls, config: WorkerConfig, *, handler: Handler, protocol: ResumeProtocol,
-                   metrics: WorkerMetrics, anchor: Callable[[Connection, int], Awaitable[None]],
+                   metrics: WorkerMetrics, anchor: Callable[[Connection, int], Awaitable[bool]],
                    mono: Callable[[], int],
                    admit_connect: Callable[[], Awaitable[float]] | None) -> ConnectionContext:
         """The context of a worker run with ``config``."""

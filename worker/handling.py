@@ -20,7 +20,11 @@ from holdfast.worker.protocol import Parsed, checked
 if TYPE_CHECKING:
     from holdfast.worker.connection import Connection
 
-__all__ = ["GiveUp", "Handling"]
+__all__ = ["ANCHOR_RETRY_S", "GiveUp", "Handling"]
+
+# Between two tries of a first checkpoint that did not land (each a DynamoDB write with its
+# own retries): the stream waits, unhandled, until it lands or the stream is fenced.
+ANCHOR_RETRY_S = 0.2
 
 
 class GiveUp(Exception):
@@ -60,8 +64,13 @@ class Handling:
         anchor = held.cursor.anchor_for(seq)
         if anchor is not None:
             # No checkpoint anywhere yet: the stream starts here for whoever holds it next.
-            if conn.ctx.anchor is not None:
-                await conn.ctx.anchor(conn, anchor)
+            # Nothing is handled before it is stored: a crash would leave the next holder to
+            # start wherever the upstream is then. Tried again until it lands, or the stream
+            # is fenced (its session failing too), aborted or lost.
+            while conn.ctx.anchor is not None and not await conn.ctx.anchor(conn, anchor):
+                if not held.live:
+                    return
+                await conn.ctx.sleep(ANCHOR_RETRY_S)
             held.cursor.anchored(anchor)
         if not held.live:
             return  # aborted, fenced or lost meanwhile: no more handler calls

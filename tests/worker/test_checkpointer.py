@@ -101,13 +101,14 @@ async def test_anchors_asked_for_together_are_written_in_one_call(
     calls = []
     real = writer._renew
 
-    async def counting(held: list[Connection], *args: object) -> None:
+    async def counting(held: list[Connection], *args: object) -> list[bool]:
         calls.append(len(held))
-        await real(held, *args)  # type: ignore[arg-type]
+        return await real(held, *args)  # type: ignore[arg-type]
 
     writer._renew = counting  # type: ignore[method-assign]
-    await asyncio.gather(*(writer.anchor(c, 5 + i) for i, c in enumerate(conns.values())))
-    assert calls == [40]
+    landed = await asyncio.gather(*(writer.anchor(c, 5 + i)
+                                    for i, c in enumerate(conns.values())))
+    assert calls == [40] and all(landed)
     for i, conn in enumerate(conns):
         assert item_attr(fleet.item(conn), "last_seq") == 5 + i
         assert conns[conn].held.lease.last_seq == 5 + i
@@ -144,11 +145,12 @@ def written_ticks(writer: Checkpointer, ticks: Ticks, write: bool = False) -> di
     written: dict[str, list[int]] = {}
     real = writer._renew
 
-    async def record(held: list[Connection], *args: object) -> None:
+    async def record(held: list[Connection], *args: object) -> list[bool]:
         for c in held:
             written.setdefault(c.held.lease.conn_id, []).append(ticks.tick)
         if write:
-            await real(held, *args)  # type: ignore[arg-type]
+            return await real(held, *args)  # type: ignore[arg-type]
+        return [True] * len(held)
 
     writer._renew = record  # type: ignore[method-assign]
     return written

@@ -33,11 +33,11 @@ from tests.worker.helpers import Recorder, running_worker, set_attr
 def anchors(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
     """Every anchor the checkpointer is asked to write, as (conn_id, checkpoint)."""
     asked: list[tuple[str, int]] = []
-    real: Callable[[Checkpointer, Connection, int], Awaitable[None]] = Checkpointer.anchor
+    real: Callable[[Checkpointer, Connection, int], Awaitable[bool]] = Checkpointer.anchor
 
-    async def counting(self: Checkpointer, conn: Connection, seq: int) -> None:
+    async def counting(self: Checkpointer, conn: Connection, seq: int) -> bool:
         asked.append((conn.held.lease.conn_id, seq))
-        await real(self, conn, seq)
+        return await real(self, conn, seq)
 
     monkeypatch.setattr(Checkpointer, "anchor", counting)
     yield asked

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
+from botocore.exceptions import EndpointConnectionError
 
 from holdfast.core import names
 from holdfast.core.aws import client_config
@@ -411,6 +413,37 @@ async def test_first_checkpoint_is_written_before_the_first_handler_call(
         await async_wait_until(lambda: seen, 10, "first message")
     first_seq, stored = seen[0]
     assert first_seq is not None and stored == first_seq - 1
+
+
+async def test_nothing_is_handled_before_the_first_checkpoint_is_stored(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The first checkpoint's write fails (DynamoDB unreachable for a moment): it is tried
+    again, and the first handler call waits for it. The handler was called at once, and a
+    crash before the next checkpoint left the next holder to start wherever the upstream was."""
+    conn = f"{unique_id}-first-fails"
+    fleet.create(conn, upstream.url(conn))
+    seen: list[tuple[int | None, object]] = []
+
+    async def handler(message: Message) -> None:
+        if not seen:
+            seen.append((message.seq, item_attr(fleet.item(conn), "last_seq")))
+
+    dropped: list[str] = []
+
+    def drop_two_checkpoints(params: dict[str, Any], **_: Any) -> None:
+        # The stream's writes other than its acquire (which names the owner): its checkpoints.
+        if (params.get("Key", {}).get("Pk") == {"S": f"CONN#{conn}"} and len(dropped) < 2
+                and "#owner = :me" not in params.get("UpdateExpression", "")):
+            dropped.append(params["UpdateExpression"])
+            raise EndpointConnectionError(endpoint_url="http://dropped-request")
+
+    async with running_worker(fleet, handler) as run:
+        run.worker.ddb.meta.events.register("provide-client-params.dynamodb.UpdateItem",
+                                            drop_two_checkpoints)
+        fleet.nudge(conn)
+        await async_wait_until(lambda: seen, 10, "first message")
+    first_seq, stored = seen[0]
+    assert len(dropped) == 2 and first_seq is not None and stored == first_seq - 1
 
 
 async def test_the_stop_keeps_the_end_of_its_budget_for_the_goodbye(
