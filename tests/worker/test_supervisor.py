@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -397,16 +398,24 @@ async def test_nudge_for_a_stream_in_backoff_returns_when_it_ends(
     assert item_attr(fleet.item(conn), "error_count") == 0  # a clean release resets it
 
 
-async def test_first_checkpoint_is_written_before_the_first_handler_call(
-        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
-    """A never-checkpointed stream records its start, so a crash right after cannot skip it."""
-    conn = f"{unique_id}-first"
-    fleet.create(conn, upstream.url(conn))
+def first_call_and_checkpoint(
+        fleet: Fleet, conn: str,
+) -> tuple[list[tuple[int | None, object]], Callable[[Message], Awaitable[None]]]:
+    """A handler that records the first message's seq and the checkpoint stored at its call."""
     seen: list[tuple[int | None, object]] = []
 
     async def handler(message: Message) -> None:
         if not seen:
             seen.append((message.seq, item_attr(fleet.item(conn), "last_seq")))
+    return seen, handler
+
+
+async def test_first_checkpoint_is_written_before_the_first_handler_call(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A never-checkpointed stream records its start, so a crash right after cannot skip it."""
+    conn = f"{unique_id}-first"
+    fleet.create(conn, upstream.url(conn))
+    seen, handler = first_call_and_checkpoint(fleet, conn)
 
     async with running_worker(fleet, handler):
         fleet.nudge(conn)
@@ -422,11 +431,7 @@ async def test_nothing_is_handled_before_the_first_checkpoint_is_stored(
     crash before the next checkpoint left the next holder to start wherever the upstream was."""
     conn = f"{unique_id}-first-fails"
     fleet.create(conn, upstream.url(conn))
-    seen: list[tuple[int | None, object]] = []
-
-    async def handler(message: Message) -> None:
-        if not seen:
-            seen.append((message.seq, item_attr(fleet.item(conn), "last_seq")))
+    seen, handler = first_call_and_checkpoint(fleet, conn)
 
     dropped: list[str] = []
 
