@@ -78,8 +78,20 @@ def scan_all(client: DynamoDBClient, table: str) -> tuple[list[LeaseItem | Malfo
 
 
 def _add_ls(p: argparse.ArgumentParser) -> None:
+    p.add_argument("ids", nargs="*", metavar="ID",
+                   help="only these streams, with their last errors in full")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     add_table_option(p)
+
+
+ERROR_SHOWN = 120  # characters of a last error in a row of the whole listing
+
+
+def _error_shown(error: str, whole: bool) -> str:
+    """A last error as a row shows it: cut in the whole listing, saying where it is whole."""
+    if whole or len(error) <= ERROR_SHOWN:
+        return error
+    return f"{error[:ERROR_SHOWN]}... (holdfast ls ID: in full)"
 
 
 def _secs(ms: int | None) -> str:
@@ -125,6 +137,10 @@ def _run_ls(args: argparse.Namespace) -> int:
                    for i in items if isinstance(i, LeaseItem)),
                   key=lambda r: r.conn_id)
     bad = [i for i in items if isinstance(i, MalformedItem)]
+    if args.ids:
+        wanted = set(args.ids)
+        notes += [f"no stream {i!r}" for i in sorted(wanted - {r.conn_id for r in rows})]
+        rows, bad = [r for r in rows if r.conn_id in wanted], []
     if args.json:
         print(json.dumps({"streams": [r.to_json() for r in rows],
                           "malformed": [{"key": b.key, "reason": b.reason} for b in bad],
@@ -143,7 +159,8 @@ def _run_ls(args: argparse.Namespace) -> int:
             owner = f"[red]stranded[/] {esc(r.owner or '')} ({esc(r.stranded[:60])})"
         # A RUNNING stream's last_error is history (left from an earlier failure): --json has it.
         shown_error = r.last_error if r.status != LeaseStatus.RUNNING else None
-        detail = esc((r.status or "-") + (f": {shown_error[:120]}" if shown_error else ""))
+        detail = esc((r.status or "-") + (
+            f": {_error_shown(shown_error, bool(args.ids))}" if shown_error else ""))
         left = (f"? (backstop {_secs(r.lease_left_ms)})" if r.backstop
                 else _secs(r.lease_left_ms))
         table.add_row(esc(r.conn_id), state, owner, left,

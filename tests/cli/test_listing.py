@@ -227,3 +227,28 @@ def test_status_says_how_many_more_streams_than_it_names(
     code, out, _ = run(capsys, "status")
     assert code == 0 and "unowned STARTED streams: 12" in out
     assert "and 2 more (holdfast ls)" in out
+
+
+@pytest.mark.usefixtures("own_tables_env")
+def test_ls_of_some_streams_shows_their_last_errors_in_full(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The whole listing cuts a long last error (its fix hint at the end was only in --json)
+    and says where it is whole; `ls ID` lists that stream alone, its error in full, and names
+    an id it does not know."""
+    conn = f"{unique_id}-long"
+    assert run(capsys, "start", conn, "ws://127.0.0.1:9/s/x")[0] == 0
+    error = "x" * 150 + " skip it: holdfast resume ID --now --after-seq 41"
+    client_for(ddb_local, "dynamodb").update_item(
+        TableName=aws_env["HOLDFAST_TABLE"], Key={"Pk": {"S": f"CONN#{conn}"}},
+        UpdateExpression="SET #s = :s, #e = :e",
+        ExpressionAttributeNames={"#s": "status", "#e": "last_error"},
+        ExpressionAttributeValues={":s": {"S": "BACKOFF"}, ":e": {"S": error}})
+    assert run(capsys, "start", f"{unique_id}-other", "ws://127.0.0.1:9/s/x")[0] == 0
+    code, out, _ = run(capsys, "ls")
+    flat = " ".join(out.split())
+    assert code == 0 and "--after-seq 41" not in flat and "holdfast ls ID: in full" in flat
+    code, out, _ = run(capsys, "ls", conn, f"{unique_id}-nope")
+    flat = "".join(out.split())
+    assert code == 0 and "--after-seq41" in flat and f"{unique_id}-other" not in flat
+    assert f"nostream'{unique_id}-nope'" in flat
