@@ -66,9 +66,10 @@ class Handling:
             # No checkpoint anywhere yet: the stream starts here for whoever holds it next.
             # Nothing is handled before it is stored: a crash would leave the next holder to
             # start wherever the upstream is then. Tried again until it lands, or the stream
-            # is fenced (its session failing too), aborted or lost.
+            # is fenced (its session failing too), aborted, lost, or stopping (STOPPED meanwhile:
+            # the write is refused for good, and the stop waits for this frame to end).
             while conn.ctx.anchor is not None and not await conn.ctx.anchor(conn, anchor):
-                if not held.live:
+                if not held.live or held.stopping:
                     return
                 await conn.ctx.sleep(ANCHOR_RETRY_S)
             held.cursor.anchored(anchor)
