@@ -73,10 +73,16 @@ class Watch:
         self.maybe_written = self.maybe_written or self.anchor is not None
 
     def wrong(self, old: Mapping[str, Any]) -> Anchor | None:
-        """The anchor that is, or now is, a wrong checkpoint, by the answer ``old``."""
-        return next((a for a, written in ((self.anchor, self.maybe_written),
-                                          (self.unsettled, True))
-                     if anchored_elsewhere(old, a, maybe_written=written)), None)
+        """The anchor that is, or now is, a wrong checkpoint, by the answer ``old``: this
+        acquire's (written now where there was none, or by a write of it that landed unseen),
+        or the earlier one only if it is the stored checkpoint (it never landed, else)."""
+        if anchored_elsewhere(old, self.anchor, maybe_written=self.maybe_written):
+            return self.anchor
+        stored = old.get(ATTR.last_seq, {}).get("N")
+        if (self.unsettled is not None and stored == str(self.unsettled.seq)
+                and anchored_elsewhere(old, self.unsettled, maybe_written=True)):
+            return self.unsettled
+        return None
 
 
 @dataclass

@@ -134,6 +134,19 @@ def test_an_anchor_whose_removal_got_no_answer_is_removed_by_the_next_acquire(
     assert store.get(unique_id).last_seq is None  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("first_seq", [0, 5])
+def test_a_kept_anchor_that_never_landed_leaves_the_right_one_alone(
+        store: LeaseStore, ddb: Any, unique_id: str, first_seq: int) -> None:
+    """An anchored acquire for a stale URL never reached the table (kept, as it might land
+    yet); the stream's next acquire, on its own URL, anchors it right: that anchor is kept in
+    the table and in the lease (it was removed, or left out of the lease, and seqs skipped)."""
+    put_raw(ddb, store.table, unique_id)
+    with drop_request(ddb, "UpdateItem"), pytest.raises(StoreUnavailable):
+        store.acquire(unique_id, "w1", anchor=Anchor(first_seq, "ws://127.0.0.1:9/s/stale"))
+    lease = store.acquire(unique_id, "w1", anchor=_anchor(0, unique_id))
+    assert lease.last_seq == 0 and store.get(unique_id).last_seq == 0  # type: ignore[union-attr]
+
+
 def test_acquire_held_reports_holder(store: LeaseStore, ddb: Any, unique_id: str) -> None:
     """A live lease cannot be taken; the failure names its holder from ALL_OLD."""
     put_raw(ddb, store.table, unique_id)
