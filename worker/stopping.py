@@ -299,6 +299,9 @@ async def unless_told_first(work: Awaitable[object],
     working, told = asyncio.ensure_future(work), asyncio.ensure_future(trigger())
     try:
         await asyncio.wait({working, told}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # cancelled itself: the work must not run on without its caller
+        working.cancel()
+        raise
     finally:
         told.cancel()
     if not working.done():

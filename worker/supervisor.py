@@ -20,6 +20,7 @@ One log line at the end counts what happened.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import time
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools import Logger
 
 from holdfast.core import names
-from holdfast.core.exceptions import SessionLost
+from holdfast.core.exceptions import HoldfastError, SessionLost
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.orders import Order
 from holdfast.core.schema import BACKSTOP_MS
@@ -247,7 +248,11 @@ class Supervisor:
         services = Services(self)
         if not await unless_told_first(self._start_session(), shutdown_trigger):
             logger.info("stopped before a session was started", worker_id=self.worker_id)
-            return self.counts  # nothing held, nothing kept alive
+            if self.keeper is not None:  # written, and kept alive, before the stop came
+                self.keeper.stop()
+                with contextlib.suppress(HoldfastError):
+                    await on_io_threads(self.sessions.end, self.keeper.session)
+            return self.counts  # nothing held
         keeper = self.keeper
         assert keeper is not None  # the session has started
         logger.info("worker started", worker_id=self.worker_id, version=cfg.version or None,

@@ -180,3 +180,25 @@ async def test_an_sqs_that_does_not_answer_cannot_keep_the_session_from_ending(
     cut = [r.getMessage() for r in caplog.records if "cut short" in r.getMessage()]
     assert cut == ["stop budget spent: sending the last messages cut short",
                    "stop budget spent: deleting the order queue cut short"]
+
+
+async def test_unless_told_first_cancels_its_work_with_itself() -> None:
+    """The work ends when the trigger comes first (False), completes when it comes first
+    (True), and is cancelled when the caller is: it ran on, starting what nobody would stop."""
+    told, never = asyncio.Event(), asyncio.Event()
+    told.set()
+    assert not await stopping.unless_told_first(never.wait(), told.wait)
+    assert await stopping.unless_told_first(asyncio.sleep(0), never.wait)
+    finished: list[bool] = []
+
+    async def work() -> None:
+        await asyncio.sleep(0.2)
+        finished.append(True)
+
+    caller = asyncio.create_task(stopping.unless_told_first(work(), never.wait))
+    await asyncio.sleep(0.01)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await asyncio.sleep(0.3)
+    assert not finished
