@@ -20,11 +20,13 @@ from holdfast.worker.protocol import Parsed, checked
 if TYPE_CHECKING:
     from holdfast.worker.connection import Connection
 
-__all__ = ["ANCHOR_RETRY_S", "GiveUp", "Handling"]
+__all__ = ["ANCHOR_RETRY_S", "ANCHOR_TRIES", "GiveUp", "Handling"]
 
 # Between two tries of a first checkpoint that did not land (each a DynamoDB write with its
-# own retries): the stream waits, unhandled, until it lands or the stream is fenced.
+# own retries): the stream waits, unhandled, until it lands or the stream is fenced; past
+# ANCHOR_TRIES (a refusal for good, the item's own fault, with the session healthy) it gives up.
 ANCHOR_RETRY_S = 0.2
+ANCHOR_TRIES = 50
 
 
 class GiveUp(Exception):
@@ -68,9 +70,14 @@ class Handling:
             # start wherever the upstream is then. Tried again until it lands, or the stream
             # is fenced (its session failing too), aborted, lost, or stopping (STOPPED meanwhile:
             # the write is refused for good, and the stop waits for this frame to end).
+            tries = 0
             while conn.ctx.anchor is not None and not await conn.ctx.anchor(conn, anchor):
                 if not held.live or held.stopping:
                     return
+                tries += 1
+                if tries >= ANCHOR_TRIES:
+                    raise GiveUp(f"the first checkpoint could not be stored ({tries} tries, "
+                                 "see the worker's log): nothing handled")
                 await conn.ctx.sleep(ANCHOR_RETRY_S)
             held.cursor.anchored(anchor)
         if not held.live:

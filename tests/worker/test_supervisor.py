@@ -13,9 +13,10 @@ from botocore.exceptions import EndpointConnectionError
 from holdfast.core import names
 from holdfast.core.aws import client_config
 from holdfast.core.boto import new_session
-from holdfast.core.schema import session_table_definition
+from holdfast.core.schema import SESSION, session_pk_for, session_table_definition
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import delete_stream, set_desired_state
+from holdfast.worker import handling
 from holdfast.worker.claimer import Claimer
 from holdfast.worker.handler import Message
 from holdfast.worker.holdings import CLAIM_LAG_LIMIT_MS
@@ -449,6 +450,57 @@ async def test_nothing_is_handled_before_the_first_checkpoint_is_stored(
         await async_wait_until(lambda: seen, 10, "first message")
     first_seq, stored = seen[0]
     assert len(dropped) == 2 and first_seq is not None and stored == first_seq - 1
+
+
+async def test_a_first_checkpoint_refused_every_time_gives_the_stream_up(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every try of the first checkpoint fails while the session stays healthy (the item's
+    own fault): after ANCHOR_TRIES the stream is given up with that reason, nothing handled,
+    instead of tried every 0.2 s for ever."""
+    monkeypatch.setattr(handling, "ANCHOR_TRIES", 3)
+    conn = f"{unique_id}-first-refused"
+    fleet.create(conn, upstream.url(conn))
+    seen, handler = first_call_and_checkpoint(fleet, conn)
+
+    def refuse_first_checkpoints(params: dict[str, Any], **_: Any) -> None:
+        if (params.get("Key", {}).get("Pk") == {"S": f"CONN#{conn}"}
+                and params.get("UpdateExpression", "").startswith("SET #upd = :set_upd, #seq")):
+            raise EndpointConnectionError(endpoint_url="http://dropped-request")
+
+    async with running_worker(fleet, handler) as run:
+        run.worker.ddb.meta.events.register("provide-client-params.dynamodb.UpdateItem",
+                                            refuse_first_checkpoints)
+        fleet.nudge(conn)
+        await async_wait_until(lambda: "first checkpoint could not be stored" in str(
+            fleet.item(conn).get("last_error")), 10, "given up")
+    assert not seen
+
+
+async def test_a_stop_while_the_start_opens_the_order_queue_ends_the_session(
+        fleet: Fleet) -> None:
+    """SIGTERM after the session was written and kept alive, while the start still opens its
+    order queue (seconds on a loaded machine): the session is ended and no longer beaten.
+    It was left ALIVE and heartbeating, to be declared dead (a page for a clean stop)."""
+    worker = Supervisor(worker_config(fleet, HOLDFAST_ORDERS_QUEUE_PREFIX="hfstop-orders-"),
+                        ddb=fleet.ddb, sqs=client_for(fleet.aws, "sqs"), handler=Recorder())
+    assert worker.inbox is not None
+
+    async def slow_open(owner: str) -> bool:
+        await asyncio.sleep(30)  # a loaded machine's first SQS call
+        return True
+
+    worker.inbox.open = slow_open  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop.wait))
+    await async_wait_until(lambda: worker.keeper is not None, 5, "the session written")
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert worker.keeper is not None
+    raw = fleet.ddb.get_item(TableName=fleet.session_table,
+                             Key={SESSION.pk: {"S": session_pk_for(worker.worker_id)}},
+                             ConsistentRead=True)["Item"]
+    assert raw[SESSION.state]["S"] != "ALIVE" and SESSION.ended_at_ms in raw, raw
 
 
 async def test_the_stop_keeps_the_end_of_its_budget_for_the_goodbye(
