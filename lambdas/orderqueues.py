@@ -150,8 +150,9 @@ def give_orders(decisions: Mapping[str, Decision], sqs: SQSClient,
         except InvalidRequest as exc:
             # The session item's own fault (its orders set mistyped by hand or another
             # writer): retried, the record held the shard for nothing, its batch's nudges
-            # sent again each time. Not lost: the holder's next checkpoint reads what the
-            # order said (a stop, a release), and the order queue may have carried it already.
+            # sent again each time. A stop is not lost (the holder's next checkpoint finds
+            # STOPPED), and the order queue may have carried the order already; a forced
+            # release (expiry 0, owner kept) waits for the holder's own end (ItemErrors says so).
             for _, order in orders:
                 logger.error("order not given: the owner's session item is refused",
                              conn_id=order.conn_id, owner=owner, error=exc.message[:300])

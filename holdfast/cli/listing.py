@@ -42,7 +42,7 @@ from holdfast.core.aws import call, client_config, sqs_client
 from holdfast.core.exceptions import ConfigError, MalformedItem
 from holdfast.core.model import LeaseItem
 from holdfast.core.redact import scrub
-from holdfast.core.schema import ATTR, STARTED, STOPPED, LeaseStatus
+from holdfast.core.schema import ATTR, PK_PREFIX, STARTED, STOPPED, LeaseStatus, pk_for
 from holdfast.core.sessions import SessionItem, SessionStore
 from holdfast.core.urls import log_paths_from_env
 
@@ -139,8 +139,10 @@ def _run_ls(args: argparse.Namespace) -> int:
     bad = [i for i in items if isinstance(i, MalformedItem)]
     if args.ids:
         wanted = set(args.ids)
-        notes += [f"no stream {i!r}" for i in sorted(wanted - {r.conn_id for r in rows})]
-        rows, bad = [r for r in rows if r.conn_id in wanted], []
+        bad = [b for b in bad if b.key in {pk_for(i) for i in wanted}]  # named, with its reason
+        found = {r.conn_id for r in rows} | {b.key.removeprefix(PK_PREFIX) for b in bad}
+        notes += [f"no stream {i!r}" for i in sorted(wanted - found)]
+        rows = [r for r in rows if r.conn_id in wanted]
     if args.json:
         print(json.dumps({"streams": [r.to_json() for r in rows],
                           "malformed": [{"key": b.key, "reason": b.reason} for b in bad],

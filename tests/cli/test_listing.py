@@ -252,3 +252,9 @@ def test_ls_of_some_streams_shows_their_last_errors_in_full(
     flat = "".join(out.split())
     assert code == 0 and "--after-seq41" in flat and f"{unique_id}-other" not in flat
     assert f"nostream'{unique_id}-nope'" in flat
+    bad = f"{unique_id}-bad"  # a malformed item asked for by name: shown with its reason
+    client_for(ddb_local, "dynamodb").put_item(TableName=aws_env["HOLDFAST_TABLE"], Item={
+        "Pk": {"S": f"CONN#{bad}"}, "desired_state": {"S": "PAUSED"}})
+    code, out, _ = run(capsys, "ls", bad)
+    flat = "".join(out.split())
+    assert code == 0 and f"malformedCONN#{bad}" in flat and "nostream" not in flat
