@@ -30,6 +30,7 @@ __all__ = ["LAUNCHER_CLASS", "LAUNCHER_SOURCE", "dynamodb_local_command", "find_
 log = logging.getLogger(__name__)
 LAUNCHER_CLASS: Final = "LoopbackDynamoDBLocal"
 LAUNCHER_SOURCE: Final = Path(__file__).with_name(f"{LAUNCHER_CLASS}.java")
+_UNWRITABLE: Final = "cannot write"
 
 
 def find_javac(java: str) -> str | None:
@@ -54,7 +55,7 @@ def _compile(javac: str, jar: Path, target: Path) -> str | None:
         target.parent.mkdir(parents=True, exist_ok=True)
         building = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
     except OSError as exc:
-        return f"cannot write {target.parent}: {exc}"
+        return f"{_UNWRITABLE} {target.parent}: {exc}"
     try:
         proc = subprocess.run(
             # The jar's manifest names its libraries (Jetty among them): javac follows it.
@@ -97,6 +98,10 @@ def dynamodb_local_command(java: str, jar_dir: Path, port: int,
         javac = find_javac(java)
         problem = ("no javac beside java or on PATH (a JRE only)" if javac is None
                    else _compile(javac, jar, built))
+        if javac is not None and problem is not None and problem.startswith(_UNWRITABLE):
+            # No usable cache (a read-only home): built for this start alone, in a temp dir.
+            built = Path(tempfile.mkdtemp(prefix="holdfast-launcher-")) / "classes"
+            problem = _compile(javac, jar, built)
     if problem is None:
         return [*jvm, "-cp", os.pathsep.join((str(built), str(jar))), LAUNCHER_CLASS, *options]
     log.warning("DynamoDB Local will listen on every interface, not only 127.0.0.1: its loopback "

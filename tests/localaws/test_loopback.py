@@ -65,3 +65,15 @@ def test_without_a_launcher_it_says_it_listens_everywhere(
     assert argv[argv.index("-jar") + 1].endswith("DynamoDBLocal.jar")
     assert "every interface" in caplog.text and "JDK" in caplog.text
     assert ("a JRE only" if javac is None else "javac failed (exit 1)") in caplog.text
+
+
+def test_an_unwritable_cache_builds_the_launcher_for_this_start_alone(tmp_path: Path) -> None:
+    """The cache cannot be written (a read-only home): the launcher is built in a temp dir for
+    this start, still bound to loopback, not run as shipped on every interface."""
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")  # the cache's parent is a file: nothing can be made under it
+    argv = dynamodb_local_command("/usr/bin/java", _jar_dir(), 8000,
+                                  {"XDG_CACHE_HOME": str(blocked)})
+    assert LAUNCHER_CLASS in argv and "-jar" not in argv
+    classes = Path(argv[argv.index("-cp") + 1].split(os.pathsep)[0])
+    assert (classes / f"{LAUNCHER_CLASS}.class").is_file() and blocked not in classes.parents
