@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -29,6 +30,13 @@ def test_the_local_aws_listens_on_loopback_only(ddb_local: LocalAws) -> None:
         assert listening.get(port) == {"127.0.0.1"}, (url, listening.get(port))
 
 
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no java on PATH")
+    return java
+
+
 def _jar_dir() -> Path:
     jar_dir = find_dynamodb_local()
     if jar_dir is None:
@@ -41,7 +49,7 @@ def test_the_launcher_is_compiled_once_per_jar(tmp_path: Path,
     """The first command compiles the launcher into the cache; later ones run the cached
     class without javac (a start costs what -jar does)."""
     env = {"XDG_CACHE_HOME": str(tmp_path)}
-    java = "/usr/bin/java"
+    java = _java()
     argv = dynamodb_local_command(java, _jar_dir(), 8000, env)
     built = launcher_dir(_jar_dir(), env)
     assert (built / f"{LAUNCHER_CLASS}.class").is_file()
@@ -72,7 +80,7 @@ def test_an_unwritable_cache_builds_the_launcher_for_this_start_alone(tmp_path: 
     this start, still bound to loopback, not run as shipped on every interface."""
     blocked = tmp_path / "not-a-dir"
     blocked.write_text("")  # the cache's parent is a file: nothing can be made under it
-    argv = dynamodb_local_command("/usr/bin/java", _jar_dir(), 8000,
+    argv = dynamodb_local_command(_java(), _jar_dir(), 8000,
                                   {"XDG_CACHE_HOME": str(blocked)})
     assert LAUNCHER_CLASS in argv and "-jar" not in argv
     classes = Path(argv[argv.index("-cp") + 1].split(os.pathsep)[0])
