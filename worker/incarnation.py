@@ -2,11 +2,12 @@
 
 A crashed predecessor (the same worker id: an ECS task restarted in place, a process restarted
 by its supervisor) stops counting as alive ``TTL + skew`` after its last heartbeat: until then
-``SessionStore.start`` refuses, and we wait, saying so once. One that still heartbeats after
-``TTL + skew + 2 heartbeats`` is a second live process with our id: the refusal is raised and
-the worker does not start. A table that does not answer is retried. Every retry is jittered,
-so a fleet restarted after a regional problem does not retry in step. Clock, sleep and jitter
-are parameters (tests run without waiting).
+``SessionStore.retire_predecessor`` refuses, and we wait, saying so once; then it is reaped,
+and our incarnation written after the reap (its TTL is not spent on it). One that still
+heartbeats after ``TTL + skew + 2 heartbeats`` is a second live process with our id: the
+refusal is raised and the worker does not start. A table that does not answer is retried.
+Every retry is jittered, so a fleet restarted after a regional problem does not retry in step.
+Clock, sleep and jitter are parameters (tests run without waiting).
 
 A running worker whose session was lost starts a new one with ``restart_incarnation``: what
 ``start_incarnation`` does not retry (refused credentials, a missing table, a malformed item, a
@@ -27,7 +28,7 @@ from aws_lambda_powertools import Logger
 
 from holdfast.core.exceptions import HoldfastError, SessionConflict, StoreUnavailable
 from holdfast.core.rules import LeaseTiming
-from holdfast.core.sessions import Session, SessionStore
+from holdfast.core.sessions import Session, SessionStore, new_incarnation
 from holdfast.worker.backoff import Backoff
 from holdfast.worker.iothreads import on_io_threads
 
@@ -67,9 +68,14 @@ async def start_incarnation(sessions: SessionStore, worker_id: str, *, capacity:
     while True:
         if stopping():
             return None
-        sent = mono()
         try:
-            session = await on_io_threads(sessions.start, worker_id, capacity, version=version)
+            incarnation = new_incarnation()
+            old = await on_io_threads(sessions.retire_predecessor, worker_id, incarnation)
+            if stopping():
+                return None
+            sent = mono()  # after the reap (seconds for thousands of streams): see ``begin``
+            session = await on_io_threads(sessions.begin, worker_id, capacity, incarnation, old,
+                                          version=version)
             if not stopping():
                 return session, sent
             with contextlib.suppress(HoldfastError):  # left to expire: nothing is held

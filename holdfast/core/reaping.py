@@ -42,12 +42,12 @@ from holdfast.core.schema import (
     session_guard_terms,
     session_pk_for,
 )
+from holdfast.core.session_items import ReportedDeath, SessionItem
 from holdfast.core.store import wall_clock_ms
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from holdfast.core.sessions import ReportedDeath, SessionItem
 
 __all__ = ["NO_SESSION_ITEM", "REAPED_TTL_S", "REPORT_READS", "Reaper"]
 
@@ -138,8 +138,6 @@ class Reaper:
         session started after the stop is a newer process under the same id, and stays.
         ``ValueError`` for an invalid worker id.
         """
-        from holdfast.core.sessions import ReportedDeath  # not at module level: a cycle
-
         item = self.get(validate_worker_id(worker_id), only=REPORT_READS)
         if item is None:
             return ReportedDeath(False, 0, NO_SESSION_ITEM)

@@ -6,46 +6,45 @@ process (same id, new incarnation) never matches its predecessor's streams.
 
 - ``start``: write a new incarnation. A live one under the same id refuses (``SessionConflict``);
   a silent one is declared DEAD (``mark_dead``, the sweep's own write) and it, or an ended one,
-  reaped first (its streams released), so none is left owned by a session nobody serves.
+  reaped first (its streams released), so none is left owned by a session nobody serves
+  (``retire_predecessor``, then ``begin``: the new TTL counts from after the reap).
 - ``heartbeat_full``: one conditional write (``incarnation`` and ALIVE) that extends the session
   and returns pending orders; a DEAD or replaced session raises ``SessionLost``.
 
-Here: the session item types, their parsing, and the worker's own side of ``SessionStore``
-(scan, start, heartbeat_full, end, add_orders). The reaper's side (``mark_dead``, ``reap``,
-``report_dead``) and ``get`` live in ``holdfast.core.reaping``, in ``Reaper``, the base class
-of ``SessionStore``; the sweep over sessions (``sweep_sessions``) in
-``holdfast.core.session_sweep``. Their public names are re-exported from here.
+Here: the worker's own side of ``SessionStore`` (scan, start, heartbeat_full, end,
+add_orders). The session item types and their parsing are in ``holdfast.core.session_items``;
+the reaper's side (``mark_dead``, ``reap``, ``report_dead``) and ``get`` in
+``holdfast.core.reaping``, in ``Reaper``, the base class of ``SessionStore``; the sweep over
+sessions (``sweep_sessions``) in ``holdfast.core.session_sweep``. Their public names are
+re-exported from here.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import secrets
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from holdfast.core import rules
 from holdfast.core.aws import ConditionFailed, call, pages
-from holdfast.core.directives import Directing, Directive, float_attr
+from holdfast.core.directives import Directing, Directive
 from holdfast.core.exceptions import MalformedItem, SessionConflict, SessionLost
 from holdfast.core.expressions import num
-from holdfast.core.model import (
-    MAX_TIMESTAMP_MS,
-    VERSION_PATTERN,
-    int_attr,
-    str_attr,
-    validate_worker_id,
-)
+from holdfast.core.model import int_attr, str_attr
 from holdfast.core.reaping import REAPED_TTL_S, REPORT_READS, Reaper
 from holdfast.core.schema import (
     SESSION,
     SESSION_IS_LIVE,
     SESSION_IS_OVER,
     SessionState,
-    owner_for,
     session_guard_terms,
-    worker_of_session_pk,
+)
+from holdfast.core.session_items import (
+    Beat,
+    ReportedDeath,
+    Session,
+    SessionItem,
+    draining_of,
+    new_incarnation,
 )
 from holdfast.core.session_sweep import SessionSweep, SweepLog, sweep_sessions
 
@@ -59,122 +58,9 @@ __all__ = [
     "SessionStore",
     "SessionSweep",
     "SweepLog",
+    "new_incarnation",
     "sweep_sessions",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class ReportedDeath:
-    """What ``report_dead`` did: declared the session DEAD, streams released, or why not."""
-
-    declared_dead: bool
-    released: int
-    skipped_reason: str | None = None
-    released_ids: tuple[str, ...] = ()  # the streams this call released
-    not_released: tuple[tuple[str, str], ...] = ()  # (conn id, error): left to the sweeper
-
-
-@dataclass(frozen=True, slots=True)
-class Beat:
-    """What one heartbeat returned: the renewed session, its pending orders, its rebalancing
-    target (None: none written, or lapsed ones too) and whether it is to drain."""
-
-    session: Session
-    orders: frozenset[str]
-    directive: Directive | None = None
-    draining: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Session:
-    """A session as its own process knows it."""
-
-    worker_id: str
-    incarnation: str
-    expires_at_ms: int
-
-    @property
-    def owner(self) -> str:
-        return owner_for(self.worker_id, self.incarnation)
-
-
-@dataclass(frozen=True, slots=True)
-class SessionItem:
-    """A session item as read; ``MalformedItem`` for anything else in the table."""
-
-    worker_id: str
-    incarnation: str
-    state: SessionState
-    expires_at_ms: int
-    heartbeat_at_ms: int = 0
-    held: int = 0
-    capacity: int = 0
-    orders: frozenset[str] = field(default_factory=frozenset)
-    reaped: bool = False
-    started_at_ms: int = 0  # 0: not recorded
-    load: float | None = None  # None: not reported (a version before weights): = held
-    directive: Directive | None = None
-    draining: bool = False
-    ended_at_ms: int = 0  # when it stopped being ALIVE (DEAD or ENDED); 0: still ALIVE
-    version: str = ""  # HOLDFAST_WORKER_VERSION ("": not known, or not a version)
-
-    @property
-    def owner(self) -> str:
-        return owner_for(self.worker_id, self.incarnation)
-
-    def as_dead(self) -> SessionItem:
-        """This item as it is once declared DEAD (the write that did it returns nothing)."""
-        return dataclasses.replace(self, state=SessionState.DEAD)
-
-    @classmethod
-    def from_ddb(cls, raw: Mapping[str, Any]) -> SessionItem:
-        pk = str_attr(raw, SESSION.pk) or "<no Pk>"
-        try:
-            worker_id = validate_worker_id(worker_of_session_pk(pk))
-        except ValueError as exc:
-            raise MalformedItem(pk, str(exc)) from None
-        incarnation = str_attr(raw, SESSION.incarnation)
-        if not incarnation or len(incarnation) > 64 or "#" in incarnation:
-            raise MalformedItem(pk, f"{SESSION.incarnation} is missing or invalid")
-        try:
-            state = SessionState(str_attr(raw, SESSION.state) or "")
-        except ValueError:
-            raise MalformedItem(pk, f"{SESSION.state} is not one of "
-                                    f"{', '.join(SessionState)}") from None
-        expires = _n(raw, SESSION.expires_at_ms, pk)
-        if expires is None:
-            raise MalformedItem(pk, f"{SESSION.expires_at_ms} is missing")
-        orders = raw.get(SESSION.orders, {}).get("SS", []) if isinstance(
-            raw.get(SESSION.orders), Mapping) else []
-        return cls(worker_id, incarnation, state, expires,
-                   _n(raw, SESSION.heartbeat_at_ms, pk) or 0, _n(raw, SESSION.held, pk) or 0,
-                   _n(raw, SESSION.capacity, pk) or 0,
-                   frozenset(o for o in orders if isinstance(o, str)),
-                   _n(raw, SESSION.reaped_at_ms, pk) is not None,
-                   _n(raw, SESSION.started_at_ms, pk) or 0,
-                   float_attr(raw.get(SESSION.load)),
-                   Directive.from_item(raw), _draining(raw),
-                   _n(raw, SESSION.ended_at_ms, pk) or 0, _version(raw))
-
-
-def _version(raw: Mapping[str, Any]) -> str:
-    # Informational: an odd value is not a reason to skip (and so never reap) the session.
-    version = str_attr(raw, SESSION.worker_version) or ""
-    return version if VERSION_PATTERN.fullmatch(version) else ""
-
-
-def _draining(raw: Mapping[str, Any]) -> bool:
-    value = raw.get(SESSION.draining)
-    return isinstance(value, Mapping) and value.get("BOOL") is True
-
-
-def _n(raw: Mapping[str, Any], name: str, key: str) -> int | None:
-    if raw.get(name) is None:
-        return None
-    number = int_attr(raw, name)
-    if number is None or not 0 <= number <= MAX_TIMESTAMP_MS:
-        raise MalformedItem(key, f"{name} must be a non-negative integer")
-    return number
 
 
 class SessionStore(Reaper, Directing):
@@ -196,20 +82,18 @@ class SessionStore(Reaper, Directing):
     # -- the worker's own session ----------------------------------------------------------
     def start(self, worker_id: str, capacity: int, incarnation: str | None = None, *,
               version: str = "") -> Session:
-        """Begin a new incarnation of ``worker_id``; reap a silent predecessor first.
+        """Begin a new incarnation of ``worker_id``: ``retire_predecessor``, then ``begin``.
+        ``SessionConflict`` if a live session (heartbeat within TTL + skew) holds the id."""
+        incarnation = incarnation or new_incarnation()
+        return self.begin(worker_id, capacity, incarnation,
+                          self.retire_predecessor(worker_id, incarnation), version=version)
 
-        ``SessionConflict`` if a live session (heartbeat within TTL + skew) holds the id.
-        """
-        incarnation = incarnation or secrets.token_hex(6)
-        old = self.get(worker_id)
-        now = self.clock()
-        if old is not None and old.state is SessionState.ALIVE and not rules.is_expired(
-                old.expires_at_ms, now, self.skew_ms):
-            raise SessionConflict(worker_id, old.incarnation, old.expires_at_ms - now)
-        if old is not None and not old.reaped:
-            if self.mark_dead(old, reason=f"replaced by incarnation {incarnation}"):
-                old = old.as_dead()
-            self.reap(old)
+    def begin(self, worker_id: str, capacity: int, incarnation: str,
+              predecessor: SessionItem | None, *, version: str = "") -> Session:
+        """Write ``incarnation`` over ``predecessor``, as ``retire_predecessor`` returned it.
+        Its TTL counts from this write: a reap of thousands of streams takes seconds, and
+        counted from before it, a new session was born fenced."""
+        old, now = predecessor, self.clock()
         expires = now + self.ttl_ms
         item = {**self._key(worker_id), SESSION.incarnation: {"S": incarnation},
                 SESSION.state: {"S": SessionState.ALIVE}, SESSION.expires_at_ms: num(expires),
@@ -230,6 +114,19 @@ class SessionStore(Reaper, Directing):
             raise SessionConflict(worker_id, current.incarnation if current else "?",
                                   0) from None
         return Session(worker_id, incarnation, expires)
+
+    def retire_predecessor(self, worker_id: str, incarnation: str) -> SessionItem | None:
+        """The session item under ``worker_id``, declared dead (if silent) and reaped before
+        ``incarnation`` replaces it; ``SessionConflict`` if it is live."""
+        old, now = self.get(worker_id), self.clock()
+        if old is not None and old.state is SessionState.ALIVE and not rules.is_expired(
+                old.expires_at_ms, now, self.skew_ms):
+            raise SessionConflict(worker_id, old.incarnation, old.expires_at_ms - now)
+        if old is not None and not old.reaped:
+            if self.mark_dead(old, reason=f"replaced by incarnation {incarnation}"):
+                old = old.as_dead()
+            self.reap(old)
+        return old
 
     def heartbeat_full(self, session: Session, *, held: int, capacity: int,
                        done: frozenset[str] = frozenset(), load: float | None = None) -> Beat:
@@ -289,7 +186,7 @@ def _beat_of(session: Session, raw: Mapping[str, Any], expires_at_ms: int) -> Be
     """What a heartbeat's answer ``raw`` (the session item) says."""
     orders = raw.get(SESSION.orders, {}).get("SS", [])
     return Beat(Session(session.worker_id, session.incarnation, expires_at_ms),
-                frozenset(orders), Directive.from_item(raw), _draining(raw))
+                frozenset(orders), Directive.from_item(raw), draining_of(raw))
 
 
 def _why_lost(raw: Mapping[str, Any] | None, incarnation: str) -> str:

@@ -131,6 +131,29 @@ def test_restart_with_same_id_reaps_the_predecessor(sessions: SessionStore, leas
         sessions.heartbeat_full(old, held=3, capacity=5)
 
 
+def test_a_new_incarnations_ttl_counts_from_after_the_predecessors_reap(
+        sessions: SessionStore, leases: LeaseStore, clock: Clock, unique_id: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reap that takes longer than the TTL does not leave the new session born expired: its
+    expiry and heartbeat time are those of its own write, after the reap."""
+    old = sessions.start(unique_id, capacity=5)
+    held = held_streams(leases, old.owner, [f"{unique_id}-{i}" for i in range(2)])
+    clock.now += TTL_MS + SKEW_MS + 1
+    reap = sessions.reap
+
+    def slow_reap(item: Any) -> Any:
+        clock.now += TTL_MS + 1_000  # thousands of releases
+        return reap(item)
+
+    monkeypatch.setattr(sessions, "reap", slow_reap)
+    new = sessions.start(unique_id, capacity=5)
+    assert new.expires_at_ms == clock.now + TTL_MS
+    item = sessions.get(unique_id)
+    assert item is not None and item.heartbeat_at_ms == clock.now
+    assert all(leases.get(lease.conn_id).lease_owner is None  # type: ignore[union-attr]
+               for lease in held)
+
+
 def test_dead_only_after_ttl_and_skew_and_a_late_heartbeat_cannot_undo_it(
         sessions: SessionStore, clock: Clock, unique_id: str) -> None:
     """mark_dead refuses a session inside TTL + skew; once dead, its heartbeat is refused."""

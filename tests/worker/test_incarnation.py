@@ -69,6 +69,23 @@ async def test_a_crashed_predecessor_is_waited_out(sessions: SessionStore, t: Ti
     assert caplog.text.count("worker id in use by a live session") == 1
 
 
+async def test_the_send_time_is_taken_after_the_predecessors_reap(
+        sessions: SessionStore, t: Time, unique_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A predecessor whose reap takes longer than a TTL (thousands of streams): the send time
+    the keeper counts the new session's fence from is after the reap, not before it."""
+    sessions.start(unique_id, 10)
+    reap = sessions.reap
+
+    def slow_reap(item: Any) -> Any:
+        t.wall.now += TIMING.lease_ms + 1_000  # the reap's releases take this long
+        return reap(item)
+
+    monkeypatch.setattr(sessions, "reap", slow_reap)
+    session, sent = await _start(sessions, unique_id, t)
+    assert sent == t.mono()
+    assert session.expires_at_ms == t.wall.now + TIMING.lease_ms
+
+
 async def test_a_live_twin_is_refused(sessions: SessionStore, t: Time, unique_id: str) -> None:
     """A second process with our id that keeps heartbeating: refused after TTL + skew + two
     heartbeats, not waited for forever."""
@@ -84,15 +101,15 @@ async def test_a_table_that_does_not_answer_is_retried(sessions: SessionStore, t
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """StoreUnavailable (throttled, timed out) twice, then the start lands: retried with a
     jittered pause of about a heartbeat (at most a second), never raised."""
-    start, calls = sessions.start, []
+    begin, calls = sessions.begin, []
 
     def flaky(*args: Any, **kwargs: Any) -> Any:
         calls.append(args)
         if len(calls) <= 2:
             raise StoreUnavailable("PutItem", "throttled")
-        return start(*args, **kwargs)
+        return begin(*args, **kwargs)
 
-    monkeypatch.setattr(sessions, "start", flaky)
+    monkeypatch.setattr(sessions, "begin", flaky)
     session, _ = await _start(sessions, unique_id, t)
     assert session.worker_id == unique_id and len(calls) == 3
     assert t.slept == [1.0, 1.0]  # min(1 s, heartbeat) x (0.5 + 0.5)
@@ -147,16 +164,16 @@ async def test_a_stop_during_the_start_leaves_no_live_incarnation(
     """The worker's stop began while the start's write was out: that incarnation is ended at
     once and none is returned (nothing keeps it alive); once stopping, no write is made."""
     stopping = False
-    start, calls = sessions.start, []
+    begin, calls = sessions.begin, []
 
     def racing(*args: Any, **kwargs: Any) -> Any:
         nonlocal stopping
         calls.append(args)
-        session = start(*args, **kwargs)
+        session = begin(*args, **kwargs)
         stopping = True  # SIGTERM meanwhile
         return session
 
-    monkeypatch.setattr(sessions, "start", racing)
+    monkeypatch.setattr(sessions, "begin", racing)
 
     async def starting() -> Any:
         return await start_incarnation(sessions, unique_id, capacity=10, version="v1",
