@@ -22,7 +22,6 @@ The reconcile sweep (``worker.reconciler``) is the safety net for a router that 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
 import random
 import threading
@@ -47,7 +46,7 @@ from holdfast.core.nudge import (
 from holdfast.core.redact import redact_urls_in
 from holdfast.core.store import wall_clock_ms
 from holdfast.worker.backoff import claim_retry_s, jittered
-from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.iothreads import in_daemon_thread, logs_failure, on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.settle import hand_on, hops, receives, sent_ms, settle
 
@@ -55,7 +54,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 __all__ = ["MAX_HOPS", "SOURCE_HANDOFF", "SOURCE_INSERTED", "SOURCE_MOVED", "Claim", "ClaimFn",
-           "Claimer", "Later", "in_daemon_thread", "logs_failure"]
+           "Claimer", "Later"]
 
 logger = Logger(service="holdfast-worker", child=True)
 T = TypeVar("T")
@@ -93,32 +92,6 @@ class ClaimFn(Protocol):
 
     def __call__(self, conn_id: str, source: str = ..., *,
                  ws_url: str | None = ...) -> Awaitable[Claim | Later]: ...
-
-
-def in_daemon_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
-    """Run blocking ``fn`` in a daemon thread: a 20 s long poll must not delay process exit
-    (the default executor's threads are joined at exit; ``wrap_future`` drops a late answer)."""
-    done: concurrent.futures.Future[T] = concurrent.futures.Future()
-    awaited = asyncio.wrap_future(done)
-
-    def work() -> None:
-        if done.set_running_or_notify_cancel():
-            try:
-                done.set_result(fn())
-            except BaseException as exc:  # handed to the awaiting coroutine
-                done.set_exception(exc)
-
-    threading.Thread(target=work, name="holdfast-sqs-poll", daemon=True).start()
-    return awaited
-
-
-def logs_failure(what: str) -> Callable[[asyncio.Task[Any]], None]:
-    """A done-callback for a task whose outcome nobody awaits: logs ``what`` failed, if so."""
-
-    def done(task: asyncio.Task[Any]) -> None:
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            logger.error(f"{what} failed", error=f"{type(exc).__name__}: {exc}"[:300])
-    return done
 
 
 @dataclass
@@ -165,8 +138,12 @@ class Claimer:
                 await self.sleep(self.idle_s)  # full: leave the queue to other workers
                 continue
             self._reserved += want
+            got: list[dict[str, Any]] = []  # the receive's messages, once its thread has them
             try:
-                messages = await in_daemon_thread(functools.partial(self._receive, want))
+                messages = await in_daemon_thread(functools.partial(self._receive, want, got))
+            except asyncio.CancelledError:
+                self._abandon_polls(got)
+                raise
             except HoldfastError as exc:
                 logger.warning("cannot poll the nudge queue", error=str(exc)[:300])
                 await self.sleep(jittered(2.0))
@@ -197,7 +174,27 @@ class Claimer:
         finally:
             self._reserved -= len(messages)
 
-    def _receive(self, n: int) -> list[dict[str, Any]]:
+    def _abandon_polls(self, got: list[dict[str, Any]]) -> None:
+        """Our poll was cancelled (a stop, a lost session): every receive from now on hands
+        its messages on, and this one's, if its thread returned them in the very instant of
+        the cancellation (they had nowhere to go), are handed on too, not hidden 5 s."""
+        with self._lock:
+            self._abandon.set()
+            late = list(got)
+            self._polls_in_flight += bool(late)  # ``finish_polls`` waits for it as for a poll
+        if late:
+            in_daemon_thread(functools.partial(self._hand_on, late))
+
+    def _hand_on(self, messages: list[dict[str, Any]]) -> None:
+        try:
+            hand_on(self.sqs, self.queue_url, messages)
+        except Exception as exc:  # nobody awaits this thread: said here, or never
+            logger.warning("cannot hand on a cancelled poll's nudges", error=str(exc)[:300])
+        finally:
+            with self._lock:
+                self._polls_in_flight -= 1
+
+    def _receive(self, n: int, got: list[dict[str, Any]]) -> list[dict[str, Any]]:
         with self._lock:
             self._polls_in_flight += 1
         # The sender's trace context is only asked for when this worker traces.
@@ -209,7 +206,11 @@ class Claimer:
                         VisibilityTimeout=self.visibility_s,
                         AttributeNames=["ApproximateReceiveCount", "SentTimestamp"], **extra)
             messages = [dict(m) for m in resp.get("Messages", [])]
-            if messages and self._abandon.is_set():
+            with self._lock:  # against ``_abandon_polls``: exactly one of us hands them on
+                abandoned = self._abandon.is_set()
+                if not abandoned:
+                    got.extend(messages)
+            if messages and abandoned:
                 # The worker stopped while this poll was in flight: hand them on at once.
                 hand_on(self.sqs, self.queue_url, messages)
                 return []

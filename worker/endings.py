@@ -36,11 +36,10 @@ from holdfast.core.model import Lease, LeaseItem, one_connection_only
 from holdfast.core.store import LeaseStore
 from holdfast.worker.backoff import Backoff, errors_before
 from holdfast.worker.balancing import HANDOFF, SHED, Balancing
-from holdfast.worker.claimer import logs_failure
 from holdfast.worker.connection import Connection
 from holdfast.worker.gathered import Gathered
 from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT, HeldState
-from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.iothreads import logs_failure, on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
 
 __all__ = ["Endings"]

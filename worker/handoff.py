@@ -46,9 +46,8 @@ from holdfast.core.handoff import (
 from holdfast.core.model import Lease, one_connection_only
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.worker.balancing import HANDOFF, SHED
-from holdfast.worker.claimer import logs_failure
 from holdfast.worker.held import SHUTDOWN
-from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.iothreads import logs_failure, on_io_threads
 from holdfast.worker.prefetch import Prefetched
 from holdfast.worker.stopping import warm_pace
 from holdfast.worker.warmups import WarmUps

@@ -24,7 +24,7 @@ from holdfast.core.store import LeaseStore
 from holdfast.worker.acquiring import Acquired, Acquirer
 from holdfast.worker.balancing import Balancing
 from holdfast.worker.checkpointer import Checkpointer
-from holdfast.worker.claimer import SOURCE_HANDOFF, SOURCE_MOVED, Claim, Later, logs_failure
+from holdfast.worker.claimer import SOURCE_HANDOFF, SOURCE_MOVED, Claim, Later
 from holdfast.worker.claimrules import Ours, Seen, refusal
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection
@@ -32,7 +32,7 @@ from holdfast.worker.context import ConnectionContext
 from holdfast.worker.endings import Endings
 from holdfast.worker.handler import Handler
 from holdfast.worker.held import SHUTDOWN, HeldStream, ordered_reason
-from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.iothreads import logs_failure, on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.prefetch import Prefetched
 from holdfast.worker.protocol import ResumeProtocol

@@ -11,13 +11,19 @@ the checkpoints have their own small pools already (``worker.session``,
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
+import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Final, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
-__all__ = ["IO_THREADS", "on_io_threads", "on_pool"]
+from aws_lambda_powertools import Logger
+
+__all__ = ["IO_THREADS", "in_daemon_thread", "logs_failure", "on_io_threads", "on_pool"]
+
+logger = Logger(service="holdfast-worker", child=True)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -39,3 +45,29 @@ async def on_pool(pool: Executor, fn: Callable[P, T], /, *args: P.args,
     take the I/O threads either (the resolver's, ``worker.dial``)."""
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
     return await asyncio.get_running_loop().run_in_executor(pool, call)
+
+
+def in_daemon_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
+    """Run blocking ``fn`` in a daemon thread: a 20 s long poll must not delay process exit
+    (the default executor's threads are joined at exit; ``wrap_future`` drops a late answer)."""
+    done: concurrent.futures.Future[T] = concurrent.futures.Future()
+    awaited = asyncio.wrap_future(done)
+
+    def work() -> None:
+        if done.set_running_or_notify_cancel():
+            try:
+                done.set_result(fn())
+            except BaseException as exc:  # handed to the awaiting coroutine
+                done.set_exception(exc)
+
+    threading.Thread(target=work, name="holdfast-sqs-poll", daemon=True).start()
+    return awaited
+
+
+def logs_failure(what: str) -> Callable[[asyncio.Task[Any]], None]:
+    """A done-callback for a task whose outcome nobody awaits: logs ``what`` failed, if so."""
+
+    def done(task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.error(f"{what} failed", error=f"{type(exc).__name__}: {exc}"[:300])
+    return done

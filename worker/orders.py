@@ -38,7 +38,7 @@ from holdfast.core.directives import Directive, parse_inbox_body
 from holdfast.core.handoff import HandoffStep
 from holdfast.core.nudge import Nudge
 from holdfast.core.orders import Order, is_missing_queue, order_queue_name
-from holdfast.worker.claimer import in_daemon_thread
+from holdfast.worker.iothreads import in_daemon_thread
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
+import time
 from typing import Any
 
 import pytest
 
 from holdfast.core.nudge import HOPS
 from holdfast.localaws import LocalAws
-from holdfast.worker.claimer import MAX_HOPS, Claim, Claimer, Later, in_daemon_thread
+from holdfast.worker.claimer import MAX_HOPS, Claim, Claimer, Later
+from holdfast.worker.iothreads import in_daemon_thread
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.settle import hand_on
 from tests.conftest import client_for
@@ -157,7 +160,7 @@ async def test_stopping_worker_hands_caught_nudges_on(queue: Any) -> None:
     stopping = Claimer(sqs, url, never, lambda: 10, WorkerMetrics(), poll_s=2)
     stopping._abandon.set()  # the worker stopped while this poll was in flight
     send(sqs, url, "handed-on")
-    assert await in_daemon_thread(lambda: stopping._receive(1)) == []
+    assert await in_daemon_thread(lambda: stopping._receive(1, [])) == []
     assert visible(sqs, url) == ["handed-on"]
 
 
@@ -244,6 +247,48 @@ async def test_a_stop_cancels_the_polling_not_the_claims_in_flight(queue: Any) -
     assert not claimer._handling
     await asyncio.gather(*claimer._settling)
     assert visible(sqs, url) == ["next"]
+
+
+class HeldReceive:
+    """The moto client, whose ReceiveMessage waits for ``go`` before it is sent."""
+
+    def __init__(self, sqs: Any) -> None:
+        self._sqs, self.entered, self.go = sqs, threading.Event(), threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sqs, name)
+
+    def receive_message(self, **kwargs: Any) -> Any:
+        self.entered.set()
+        self.go.wait(5)
+        return self._sqs.receive_message(**kwargs)
+
+
+async def test_nudges_received_in_the_instant_of_a_stop_are_handed_on(queue: Any) -> None:
+    """A receive whose answer reaches the loop just as the polling is cancelled: its nudges
+    are handed on at once, not hidden for the visibility timeout (5 s)."""
+    sqs, url = queue
+    held, claimed = HeldReceive(sqs), []
+
+    async def claim(conn_id: str, source: str, *, ws_url: str | None = None) -> Claim:
+        claimed.append(conn_id)
+        return Claim.CLAIMED
+
+    claimer = Claimer(held, url, claim, lambda: 10, WorkerMetrics(), poll_s=1, pollers=1)
+    task = asyncio.create_task(claimer.run())
+    await async_wait_until(held.entered.is_set, 5, "a receive in flight")
+    send(sqs, url, "caught")
+    held.go.set()
+    # The loop is blocked (no await) until the thread has the answer: it has nowhere to go.
+    deadline = time.monotonic() + 5
+    while claimer._polls_in_flight and time.monotonic() < deadline:
+        time.sleep(0.005)  # noqa: ASYNC251 (the loop must not run meanwhile)
+    time.sleep(0.05)  # noqa: ASYNC251 (likewise: the answer reaches the loop first)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert await claimer.finish_polls(5) == 0
+    assert visible(sqs, url) == ["caught"] and claimed == []
 
 
 class FailsEntriesAfterTheFirst:
