@@ -23,6 +23,7 @@ from holdfast.core import names
 from holdfast.core.exceptions import UnsafeUrl
 from holdfast.core.tracing import StreamTrace
 from holdfast.core.urls import RESUME_URL_MAX_LEN, check_url, redact
+from holdfast.worker.backoff import Drops
 from holdfast.worker.context import ConnectionContext
 from holdfast.worker.dial import (
     close_reading,
@@ -43,9 +44,9 @@ logger = Logger(service="holdfast-worker", child=True)
 FRAMES_PER_TURN = 8
 LOG_EVERY_MS = 60_000  # a per-frame warning is logged at most this often per stream and kind
 # A connection that stayed up this long was not flapping, whatever it delivered (an upstream
-# without seqs): its drop starts the back-off again from the base delay. Counted from the
-# handshake's end: an attempt that never opened (a handshake that hangs to its timeout, 10 s by
-# default) held nothing, and counted so it was retried for ever, never given up.
+# without seqs): its drop resets the back-off to the base delay (``Drops``; a shorter one's
+# progress only bounds it). From the handshake's end: an attempt that never opened (a handshake
+# hanging to its timeout, 10 s by default) held nothing, and counted it was retried for ever.
 STABLE_CONNECTION_MS = 10_000
 
 
@@ -167,7 +168,7 @@ class Connection:
     async def run(self) -> str | None:
         """Hold the stream until stopped (returns None) or given up (returns the error)."""
         self.running = True
-        failures = deaths = 0
+        drops, deaths = Drops(), 0
         poison_at: int | None = None  # the resume point of the last death by a frame
         held = self.held
         held.started()  # a no-op if it stopped before it started (shutdown, session lost)
@@ -196,10 +197,8 @@ class Connection:
                 # Progress is a seq handled past the checkpoint, or a connection that held:
                 # a seq-less frame alone (a hello, an upstream's error text) is not, or an
                 # upstream that sends one and closes was reconnected every 0.5 s for ever.
-                progressed = held.cursor.checkpoint != before or (
-                    self._opened_ms is not None
-                    and self.ctx.mono() - self._opened_ms >= STABLE_CONNECTION_MS)
-                failures = 1 if progressed else failures + 1
+                drops = drops.after(held.cursor.checkpoint != before, self._opened_ms is not None
+                                    and self.ctx.mono() - self._opened_ms >= STABLE_CONNECTION_MS)
                 if killed:  # by a frame; again at the same resume point: the same frame
                     deaths = deaths + 1 if held.cursor.next_seq == poison_at else 1
                     poison_at = held.cursor.next_seq
@@ -213,13 +212,13 @@ class Connection:
                                 f"{names.ENV_MAX_FRAME_BYTES} if the frame is only too big, or "
                                 "skip it: holdfast resume <id> --now --after-seq <its seq>")
                 self.ctx.metrics.incr(names.METRIC_RECONNECTS)
-                if self.ctx.backoff.give_up(failures):
+                if self.ctx.backoff.give_up(drops.failures):
                     self.log("warning", "upstream failing, giving the stream back",
-                             error=error, failures=failures)
-                    return f"{failures} connection failures, last: {error}"
-                delay = self.ctx.backoff.delay_s(failures)
+                             error=error, failures=drops.failures)
+                    return f"{drops.failures} connection failures, last: {error}"
+                delay = self.ctx.backoff.reconnect_s(drops)
                 self.log("info", "upstream dropped, reconnecting", error=error,
-                         failures=failures, delay_s=round(delay, 3))
+                         failures=drops.failures, short=drops.short, delay_s=round(delay, 3))
                 await self.ctx.sleep(delay)
         except asyncio.CancelledError:
             if not held.stopping:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from holdfast.worker.backoff import Backoff, errors_before, jittered, nudge_again_in_s
+from holdfast.worker.backoff import Backoff, Drops, errors_before, jittered, nudge_again_in_s
 
 
 def test_delays_grow_then_cap() -> None:
@@ -20,6 +20,62 @@ def test_delay_bounds(n: int, r: float) -> None:
     """Any failure count gives a delay within [base/2, cap]."""
     b = Backoff()
     assert b.base_s / 2 <= b.delay_s(n, lambda: r) <= b.cap_s
+
+
+def drops_of(*kinds: str) -> Drops:
+    """The counts after drops of kind "fail" (no progress), "short" (progress, not stable) or
+    "stable", in order."""
+    drops = Drops()
+    for kind in kinds:
+        drops = drops.after(progressed=kind != "fail", stable=kind == "stable")
+    return drops
+
+
+def test_short_connections_that_deliver_grow_the_delay_to_a_lower_bound() -> None:
+    """Short connections that delivered: 0.5, 1, 2, 4 s, then 4 s; never a give-up."""
+    b, delays = Backoff(), []
+    for n in range(1, 9):
+        drops = drops_of(*["short"] * n)
+        assert drops.failures == 1 and not b.give_up(drops.failures)
+        delays.append(b.reconnect_s(drops, lambda: 1.0))
+    assert delays == [0.5, 1, 2, 4, 4, 4, 4, 4]
+
+
+def test_plain_failures_keep_their_growth_to_the_cap_and_their_give_up() -> None:
+    """Drops without progress: the delays and give-up of ``delay_s`` and ``give_up`` alone."""
+    b = Backoff()
+    for n in range(1, 12):
+        drops = drops_of(*["fail"] * n)
+        assert drops.failures == n and b.give_up(drops.failures) == b.give_up(n)
+        assert b.reconnect_s(drops, lambda: 1.0) == b.delay_s(n, lambda: 1.0)
+    assert b.reconnect_s(drops_of(*["fail"] * 11), lambda: 1.0) == b.cap_s
+
+
+def test_only_a_stable_connection_resets_the_delay() -> None:
+    """A stable connection's drop starts again from the base delay; a short one's progress
+    resets the give-up count only, and failures after short ones start from their delay."""
+    b = Backoff()
+    assert b.reconnect_s(drops_of(*["short"] * 5, "stable"), lambda: 1.0) == 0.5
+    assert b.reconnect_s(drops_of("fail", "fail", "stable"), lambda: 1.0) == 0.5
+    assert drops_of("fail", "fail", "short").failures == 1
+    assert b.reconnect_s(drops_of("fail", "fail", "short"), lambda: 1.0) == 2
+    assert b.reconnect_s(drops_of(*["short"] * 4, "fail"), lambda: 1.0) == 4
+    assert b.reconnect_s(drops_of(*["fail"] * 5, "short"), lambda: 1.0) == 4
+
+
+@given(kinds=st.lists(st.sampled_from(["fail", "short", "stable"]), min_size=1, max_size=40),
+       r=st.floats(0, 1))
+def test_reconnect_delay_bounds(kinds: list[str], r: float) -> None:
+    """Any run of drops waits within [base/2, cap], at least half the short bound's delay of
+    the drops since the last stable connection, and within that bound while all delivered."""
+    b = Backoff()
+    delay = b.reconnect_s(drops_of(*kinds), lambda: r)
+    assert b.base_s / 2 <= delay <= b.cap_s
+    since_stable = kinds[::-1].index("stable") if "stable" in kinds else len(kinds)
+    short_ceiling = b.base_s * 2 ** min(max(0, since_stable - 1), b.short_doublings)
+    assert delay >= short_ceiling / 2
+    if "fail" not in kinds:
+        assert delay <= b.base_s * 2**b.short_doublings
 
 
 def test_give_up_and_retry_later() -> None:

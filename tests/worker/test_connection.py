@@ -165,6 +165,31 @@ async def test_an_upstream_that_says_hello_and_closes_is_given_up(fleet: Fleet,
     assert connects == 3 and len(rec.calls) == 3
 
 
+async def test_an_upstream_that_delivers_one_message_a_connection_is_slowed_not_given_up(
+        fleet: Fleet, unique_id: str) -> None:
+    """An upstream that sends one new seq and closes, every connection, is never given up (it
+    delivers) but is reconnected ever later, up to the bound for short connections (4 s at
+    the 0.5 s base), not at the base delay for ever: thousands of such streams were a storm."""
+    delays: list[float] = []
+
+    async def one_and_close(ws: ServerConnection) -> None:
+        await ws.send(frame_for("one", len(delays), 0, 10.0))  # the seq after the last handled
+        await ws.close()
+
+    async def recorded(seconds: float) -> None:
+        delays.append(seconds)  # asked for, not waited
+
+    conn, rec = f"{unique_id}-one", Recorder()
+    async with serve(one_and_close, "127.0.0.1", 0) as server:
+        url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/feed"
+        ctx = context(rec, backoff=Backoff(0.5, 30.0, 3), sleep=recorded)
+        runner = connection(lease_for(fleet, conn, url), ctx)
+        assert await run_until(runner, lambda: len(delays) >= 8, 10) is None  # not given up
+    ceilings = [0.5, 1, 2, 4, 4, 4, 4, 4]
+    assert all(c / 2 <= d <= c for c, d in zip(ceilings, delays[:8], strict=True)), delays
+    assert rec.seqs(conn) == list(range(len(rec.seqs(conn)))) and len(rec.seqs(conn)) >= 8
+
+
 async def test_a_handshake_that_never_completes_is_given_up(
         fleet: Fleet, unique_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """An upstream that accepts the TCP connection but never answers the handshake (or a host
