@@ -59,10 +59,12 @@ async def start_incarnation(sessions: SessionStore, worker_id: str, *, capacity:
                             sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                             rand: Callable[[], float] = random.random,
                             stopping: Callable[[], bool] = lambda: False,
+                            declared_dead: Callable[[], None] = lambda: None,
                             ) -> tuple[Session, int] | None:
     """The new incarnation and when its write was sent (``mono`` ms; see the module); None
     once ``stopping()`` (the worker's stop began): no attempt is made, and one that landed
-    meanwhile is ended at once (it holds nothing; the goodbye may have stopped the keeper)."""
+    meanwhile is ended at once (it holds nothing; the goodbye may have stopped the keeper).
+    ``declared_dead`` is called when our start declared a silent predecessor dead."""
     deadline = mono() + conflict_window_ms(timing)
     warned = False
     while True:
@@ -70,7 +72,10 @@ async def start_incarnation(sessions: SessionStore, worker_id: str, *, capacity:
             return None
         try:
             incarnation = new_incarnation()
-            old = await on_io_threads(sessions.retire_predecessor, worker_id, incarnation)
+            old, declared = await on_io_threads(sessions.retire_predecessor, worker_id,
+                                                incarnation)
+            if declared:
+                declared_dead()  # our own crashed predecessor: a death, as any other
             if stopping():
                 return None
             sent = mono()  # after the reap (seconds for thousands of streams): see ``begin``

@@ -34,7 +34,7 @@ COUNTERS = (names.METRIC_CLAIMS, names.METRIC_CLAIM_CONFLICTS, names.METRIC_LEAS
             names.METRIC_STREAMS_HANDED_OFF,
             names.METRIC_HANDLER_RETRIES, names.METRIC_HANDLER_FAILURES_PARKED,
             names.METRIC_HANDLER_FAILURES_SENT_TO_QUEUE,
-            names.METRIC_DEAD_SESSIONS)  # declared by its reconcile sweep
+            names.METRIC_DEAD_SESSIONS)  # declared by its reconcile sweep, or its start
 _COUNTERS = frozenset(COUNTERS)
 _MAX_SAMPLES = 100  # EMF accepts at most 100 values per metric in one record
 # Unowned times are not cut at one record: a dead worker's streams are all claimed within

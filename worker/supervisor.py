@@ -171,7 +171,8 @@ class Supervisor:
         started = await start_incarnation(
             self.sessions, self.worker_id, capacity=self.config.max_connections,
             version=self.config.version, timing=timing, mono=self.mono,
-            stopping=lambda: self.stopping)
+            stopping=lambda: self.stopping,
+            declared_dead=functools.partial(self.metrics.incr, names.METRIC_DEAD_SESSIONS))
         if started is None:
             return  # a restart the stop overtook: no new incarnation, nothing kept alive
         session, sent = started

@@ -85,8 +85,8 @@ class SessionStore(Reaper, Directing):
         """Begin a new incarnation of ``worker_id``: ``retire_predecessor``, then ``begin``.
         ``SessionConflict`` if a live session (heartbeat within TTL + skew) holds the id."""
         incarnation = incarnation or new_incarnation()
-        return self.begin(worker_id, capacity, incarnation,
-                          self.retire_predecessor(worker_id, incarnation), version=version)
+        old, _ = self.retire_predecessor(worker_id, incarnation)
+        return self.begin(worker_id, capacity, incarnation, old, version=version)
 
     def begin(self, worker_id: str, capacity: int, incarnation: str,
               predecessor: SessionItem | None, *, version: str = "") -> Session:
@@ -115,18 +115,21 @@ class SessionStore(Reaper, Directing):
                                   0) from None
         return Session(worker_id, incarnation, expires)
 
-    def retire_predecessor(self, worker_id: str, incarnation: str) -> SessionItem | None:
+    def retire_predecessor(self, worker_id: str,
+                           incarnation: str) -> tuple[SessionItem | None, bool]:
         """The session item under ``worker_id``, declared dead (if silent) and reaped before
-        ``incarnation`` replaces it; ``SessionConflict`` if it is live."""
+        ``incarnation`` replaces it, and whether this call declared it dead (a death nobody
+        else saw: counted as one). ``SessionConflict`` if it is live."""
         old, now = self.get(worker_id), self.clock()
         if old is not None and old.state is SessionState.ALIVE and not rules.is_expired(
                 old.expires_at_ms, now, self.skew_ms):
             raise SessionConflict(worker_id, old.incarnation, old.expires_at_ms - now)
+        declared = False
         if old is not None and not old.reaped:
-            if self.mark_dead(old, reason=f"replaced by incarnation {incarnation}"):
+            if declared := self.mark_dead(old, reason=f"replaced by incarnation {incarnation}"):
                 old = old.as_dead()
             self.reap(old)
-        return old
+        return old, declared
 
     def heartbeat_full(self, session: Session, *, held: int, capacity: int,
                        done: frozenset[str] = frozenset(), load: float | None = None) -> Beat:

@@ -69,6 +69,25 @@ async def test_a_crashed_predecessor_is_waited_out(sessions: SessionStore, t: Ti
     assert caplog.text.count("worker id in use by a live session") == 1
 
 
+async def test_a_predecessor_our_start_declares_dead_is_counted_once(
+        sessions: SessionStore, t: Time, unique_id: str) -> None:
+    """Our silent predecessor, declared dead by our start, is a death (``DeadSessions``);
+    one that said goodbye (ENDED) is not."""
+    deaths: list[str] = []
+
+    async def start() -> Any:
+        return await start_incarnation(sessions, unique_id, capacity=10, version="v1",
+                                       timing=TIMING, mono=t.mono, sleep=t.sleep,
+                                       rand=lambda: 0.5, declared_dead=lambda: deaths.append(""))
+
+    sessions.start(unique_id, 10)  # crashed: never heard of again
+    session, _ = await start()
+    assert len(deaths) == 1
+    sessions.end(session, "stopping")
+    await start()
+    assert len(deaths) == 1
+
+
 async def test_the_send_time_is_taken_after_the_predecessors_reap(
         sessions: SessionStore, t: Time, unique_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A predecessor whose reap takes longer than a TTL (thousands of streams): the send time
