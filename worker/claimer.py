@@ -121,17 +121,19 @@ class Claimer:
 
     async def run(self) -> None:
         """Poll and claim until cancelled; a message received after cancellation is put back."""
-        self._abandon.clear()  # a restart after a crash polls for real again
+        # This run's own: a restart after a crash polls for real again, while a poll of the
+        # run before, still in flight, keeps the set one it was given and hands its nudges on.
+        abandon = self._abandon = threading.Event()
         try:
             # A second poller claims the next batch while the first one's claims are written:
             # a scale-in's burst of released streams is taken up twice as fast.
             async with asyncio.TaskGroup() as tg:
                 for _ in range(self.pollers):
-                    tg.create_task(self._poll_loop(concurrent=True))
+                    tg.create_task(self._poll_loop(abandon, concurrent=True))
         finally:
-            self._abandon.set()
+            abandon.set()
 
-    async def _poll_loop(self, *, concurrent: bool = False) -> None:
+    async def _poll_loop(self, abandon: threading.Event, *, concurrent: bool = False) -> None:
         while True:
             want = min(10, self.free_capacity() - self._reserved)
             if want <= 0:
@@ -140,9 +142,10 @@ class Claimer:
             self._reserved += want
             got: list[dict[str, Any]] = []  # the receive's messages, once its thread has them
             try:
-                messages = await in_daemon_thread(functools.partial(self._receive, want, got))
+                messages = await in_daemon_thread(
+                    functools.partial(self._receive, want, got, abandon))
             except asyncio.CancelledError:
-                self._abandon_polls(got)
+                self._abandon_polls(got, abandon)
                 raise
             except HoldfastError as exc:
                 logger.warning("cannot poll the nudge queue", error=str(exc)[:300])
@@ -174,12 +177,12 @@ class Claimer:
         finally:
             self._reserved -= len(messages)
 
-    def _abandon_polls(self, got: list[dict[str, Any]]) -> None:
-        """Our poll was cancelled (a stop, a lost session): every receive from now on hands
-        its messages on, and this one's, if its thread returned them in the very instant of
-        the cancellation (they had nowhere to go), are handed on too, not hidden 5 s."""
+    def _abandon_polls(self, got: list[dict[str, Any]], abandon: threading.Event) -> None:
+        """Our poll was cancelled (the worker's stop, a sibling poller's crash): every receive
+        of this run from now on hands its messages on, and this one's, if its thread returned
+        them in the very instant of the cancellation (nowhere to go), are handed on too."""
         with self._lock:
-            self._abandon.set()
+            abandon.set()
             late = list(got)
             self._polls_in_flight += bool(late)  # ``finish_polls`` waits for it as for a poll
         if late:
@@ -194,7 +197,8 @@ class Claimer:
             with self._lock:
                 self._polls_in_flight -= 1
 
-    def _receive(self, n: int, got: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _receive(self, n: int, got: list[dict[str, Any]],
+                 abandon: threading.Event) -> list[dict[str, Any]]:
         with self._lock:
             self._polls_in_flight += 1
         # The sender's trace context is only asked for when this worker traces.
@@ -207,7 +211,7 @@ class Claimer:
                         AttributeNames=["ApproximateReceiveCount", "SentTimestamp"], **extra)
             messages = [dict(m) for m in resp.get("Messages", [])]
             with self._lock:  # against ``_abandon_polls``: exactly one of us hands them on
-                abandoned = self._abandon.is_set()
+                abandoned = abandon.is_set()
                 if not abandoned:
                     got.extend(messages)
             if messages and abandoned:

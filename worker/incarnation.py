@@ -64,18 +64,20 @@ async def start_incarnation(sessions: SessionStore, worker_id: str, *, capacity:
     """The new incarnation and when its write was sent (``mono`` ms; see the module); None
     once ``stopping()`` (the worker's stop began): no attempt is made, and one that landed
     meanwhile is ended at once (it holds nothing; the goodbye may have stopped the keeper).
-    ``declared_dead`` is called when our start declared a silent predecessor dead."""
+    ``declared_dead`` is called when our start declared a silent predecessor dead: not one
+    of our own attempts (written, its answer lost), which is no death."""
     deadline = mono() + conflict_window_ms(timing)
-    warned = False
+    warned, tried = False, set[str]()
     while True:
         if stopping():
             return None
         try:
             incarnation = new_incarnation()
+            tried.add(incarnation)
             old, declared = await on_io_threads(sessions.retire_predecessor, worker_id,
                                                 incarnation)
-            if declared:
-                declared_dead()  # our own crashed predecessor: a death, as any other
+            if declared and old is not None and old.incarnation not in tried:
+                declared_dead()  # a crashed predecessor with our id: a death, as any other
             if stopping():
                 return None
             sent = mono()  # after the reap (seconds for thousands of streams): see ``begin``

@@ -172,7 +172,9 @@ class Supervisor:
             self.sessions, self.worker_id, capacity=self.config.max_connections,
             version=self.config.version, timing=timing, mono=self.mono,
             stopping=lambda: self.stopping,
-            declared_dead=functools.partial(self.metrics.incr, names.METRIC_DEAD_SESSIONS))
+            # A process's first start only: a restart's predecessor is our own lost session.
+            declared_dead=functools.partial(self.metrics.incr, names.METRIC_DEAD_SESSIONS)
+            if self.keeper is None else lambda: None)
         if started is None:
             return  # a restart the stop overtook: no new incarnation, nothing kept alive
         session, sent = started

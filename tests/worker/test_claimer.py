@@ -160,7 +160,7 @@ async def test_stopping_worker_hands_caught_nudges_on(queue: Any) -> None:
     stopping = Claimer(sqs, url, never, lambda: 10, WorkerMetrics(), poll_s=2)
     stopping._abandon.set()  # the worker stopped while this poll was in flight
     send(sqs, url, "handed-on")
-    assert await in_daemon_thread(lambda: stopping._receive(1, [])) == []
+    assert await in_daemon_thread(lambda: stopping._receive(1, [], stopping._abandon)) == []
     assert visible(sqs, url) == ["handed-on"]
 
 
@@ -289,6 +289,35 @@ async def test_nudges_received_in_the_instant_of_a_stop_are_handed_on(queue: Any
         await task
     assert await claimer.finish_polls(5) == 0
     assert visible(sqs, url) == ["caught"] and claimed == []
+
+
+async def test_a_poll_of_a_crashed_run_still_in_flight_hands_its_nudges_on(
+        queue: Any) -> None:
+    """The claimer restarted (after a crash) while a poll of its last run is still in flight:
+    that poll's nudges are handed on when it returns, not hidden for the visibility timeout."""
+    sqs, url = queue
+    held, room = HeldReceive(sqs), [10]
+
+    async def claim(conn_id: str, source: str, *, ws_url: str | None = None) -> Claim:
+        return Claim.CLAIMED
+
+    claimer = Claimer(held, url, claim, lambda: room[0], WorkerMetrics(), poll_s=1, pollers=1,
+                      idle_s=0.05)
+    first = asyncio.create_task(claimer.run())
+    await async_wait_until(held.entered.is_set, 5, "a receive in flight")
+    first.cancel()  # what a sibling poller's crash does to it
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    room[0] = 0  # the restarted run does not poll: only the old receive can get the nudge
+    restarted = asyncio.create_task(claimer.run())
+    await asyncio.sleep(0.1)
+    send(sqs, url, "in-flight")
+    held.go.set()
+    await async_wait_until(lambda: claimer._polls_in_flight == 0, 5, "the old poll's end")
+    restarted.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await restarted
+    assert visible(sqs, url) == ["in-flight"]
 
 
 class FailsEntriesAfterTheFirst:

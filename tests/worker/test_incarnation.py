@@ -88,6 +88,26 @@ async def test_a_predecessor_our_start_declares_dead_is_counted_once(
     assert len(deaths) == 1
 
 
+async def test_our_own_start_whose_answer_was_lost_is_no_death(
+        sessions: SessionStore, t: Time, unique_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start write that landed but whose answer was lost (a timeout): the next attempt
+    waits that incarnation out and replaces it, without counting it as a dead worker."""
+    begin, deaths = sessions.begin, []
+
+    def lost_answer(*args: Any, **kwargs: Any) -> Any:
+        begin(*args, **kwargs)
+        monkeypatch.setattr(sessions, "begin", begin)
+        raise StoreUnavailable("PutItem", "read timeout")
+
+    monkeypatch.setattr(sessions, "begin", lost_answer)
+    session, _ = await start_incarnation(sessions, unique_id, capacity=10, version="v1",
+                                         timing=TIMING, mono=t.mono, sleep=t.sleep,
+                                         rand=lambda: 0.5,
+                                         declared_dead=lambda: deaths.append(""))
+    item = sessions.get(unique_id)
+    assert item is not None and item.incarnation == session.incarnation and deaths == []
+
+
 async def test_the_send_time_is_taken_after_the_predecessors_reap(
         sessions: SessionStore, t: Time, unique_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A predecessor whose reap takes longer than a TTL (thousands of streams): the send time

@@ -364,6 +364,38 @@ async def test_self_fencing_when_dynamodb_is_unreachable(
         proxy.close()
 
 
+async def test_a_worker_started_again_after_fencing_itself_counts_no_death(
+        fleet: Fleet) -> None:
+    """A worker cut off from DynamoDB fences itself and, once it answers again, starts a new
+    session over its own lost one: no worker died, so ``DeadSessions`` counts nothing."""
+    ddb_url = fleet.env["AWS_ENDPOINT_URL_DYNAMODB"]
+    host, port = ddb_url.removeprefix("http://").split(":")
+    proxy = CuttableProxy(host, int(port))
+    try:
+        config = __import__("tests.worker.conftest", fromlist=["x"]).worker_config(
+            fleet, HOLDFAST_RECONCILE_SECONDS="0")  # no sweep of ours declaring it first
+        ddb = new_session().client(
+            "dynamodb", endpoint_url=proxy.url, region_name="us-east-1",
+            aws_access_key_id="local", aws_secret_access_key="local",
+            config=__import__("holdfast.core.aws", fromlist=["x"]).client_config(
+                read_timeout=0.5, retries=1))
+        worker = Supervisor(config, ddb=ddb, sqs=client_for(fleet.aws, "sqs"),
+                            handler=Recorder())
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop.wait))
+        await async_wait_until(lambda: worker.owner, 10, "a session")
+        first = worker.owner
+        proxy.cut()
+        await async_wait_until(lambda: worker.counts["sessions_lost"], 10, "the session lost")
+        proxy.heal()
+        await async_wait_until(lambda: worker.owner not in (None, first), 20, "a new session")
+        assert worker.metrics.totals[names.METRIC_DEAD_SESSIONS] == 0
+        stop.set()
+        await asyncio.wait_for(task, 15)
+    finally:
+        proxy.close()
+
+
 async def test_works_on_moto_with_single_renewals(moto_local: object, upstream: UpstreamThread,
                                                   unique_id: str) -> None:
     """On moto (whose PartiQL ignores conditions) the worker renews one item at a time."""
