@@ -233,6 +233,19 @@ class Holdings:
         self._ordered[order.conn_id] = order
         return True
 
+    async def settled(self) -> None:
+        """What a stop's goodbye waits for before the session ends: the claims in flight (one
+        that lands is handed straight back, ``_start``), the streams they started, then the
+        releases being sent. Not waited for, such a stream stayed owned by the ended session
+        until the sweeper reaped it."""
+        claiming = set(self._claiming)
+        if self._claims:
+            await asyncio.wait(list(self._claims))
+        started = [c.task for i in claiming if (c := self.streams.get(i)) and c.task]
+        if started:
+            await asyncio.wait(started)
+        await self.endings.releases.settled()
+
     def busy(self) -> set[str]:
         """The streams held, being claimed or coming by a handoff: not strays, whatever the
         owner index says."""

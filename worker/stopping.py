@@ -237,8 +237,8 @@ async def goodbye(*, outbox: Outbox, claimer: Claimer, keeper: SessionKeeper,
                   releases_settled: Callable[[], Awaitable[None]] | None = None,
                   streams_running: Callable[[], int] = lambda: 0,
                   ends_at: float | None = None) -> dict[str, float]:
-    """After the streams: the releases still being sent (``releases_settled``, at most
-    ``RELEASES_SETTLE_S``), the last messages, our last polls (at most ``polls_s``), the
+    """After the streams: the claims and releases still being sent (``releases_settled``, at
+    most ``RELEASES_SETTLE_S``), the last messages, our last polls (at most ``polls_s``), the
     session's end, the order queue; when each step ended (``time.monotonic``). The SQS waits
     end with the stop budget (``ends_at``, ``time.monotonic``; see the module). With
     ``streams_running()`` still above 0 (a handler that would not stop, even cancelled) the

@@ -297,7 +297,7 @@ class Supervisor:
                 sessions=self.sessions, inbox=self.inbox,
                 polls_s=min(cfg.poll_drain_s, max(0.0, left_s)),
                 ends_at=stop_t0 + cfg.shutdown_s,
-                releases_settled=self.holdings.endings.releases.settled,
+                releases_settled=self.holdings.settled,
                 streams_running=lambda: sum(not t.done() for t in self.tasks))
             if services.watchdog is not None:
                 services.watchdog.stop()

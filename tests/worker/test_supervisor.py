@@ -396,6 +396,36 @@ async def test_a_worker_started_again_after_fencing_itself_counts_no_death(
         proxy.close()
 
 
+async def test_a_claim_in_flight_at_the_stop_is_handed_back_before_the_session_ends(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim whose acquire lands during the stop: the goodbye waits for it and for its
+    release before ending the session (a process that exits then left the stream owned by
+    an ended session until the sweeper reaped it)."""
+    conn = f"{unique_id}-late"
+    fleet.create(conn, upstream.url(conn))
+    # No wait for our last nudge polls, which would cover the claim by chance.
+    config = __import__("tests.worker.conftest", fromlist=["x"]).worker_config(
+        fleet, HOLDFAST_POLL_DRAIN_SECONDS="0")
+    worker = Supervisor(config, ddb=client_for(fleet.aws, "dynamodb"),
+                        sqs=client_for(fleet.aws, "sqs"), handler=Recorder())
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop.wait))
+    await async_wait_until(lambda: worker.owner, 10, "a session")
+    acquire = LeaseStore.acquire
+
+    def slow(store: LeaseStore, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.4)  # on its way while the stop runs
+        return acquire(store, *args, **kwargs)
+
+    monkeypatch.setattr(LeaseStore, "acquire", slow)
+    claim = asyncio.create_task(worker.holdings.claim(conn))
+    await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.wait_for(task, 20)
+    assert claim.done() and "lease_owner" not in fleet.item(conn)
+
+
 async def test_works_on_moto_with_single_renewals(moto_local: object, upstream: UpstreamThread,
                                                   unique_id: str) -> None:
     """On moto (whose PartiQL ignores conditions) the worker renews one item at a time."""
