@@ -1,7 +1,8 @@
 """Operator commands that change streams: ``start``, ``stop``, ``resume``, ``rm``.
 
 The ``--table`` option, exit codes and error handling are those of every operator command
-(``holdfast.cli.opscommon``); ``ls`` and ``status`` are in ``holdfast.cli.listing``.
+(``holdfast.cli.opscommon``); ``ls`` and ``status`` are in ``holdfast.cli.listing``. The line
+``resume`` prints (what the stream was, what its write changed) is ``holdfast.cli.resumeline``'s.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from holdfast.cli.opscommon import (
     printable,
     table_name,
 )
+from holdfast.cli.resumeline import resume_line
 from holdfast.cli.urlinput import UrlInputError, read_url
 from holdfast.core.aws import call
 from holdfast.core.exceptions import MalformedItem, StreamHeld
 from holdfast.core.model import MAX_SEQ, LeaseItem, validate_conn_id
-from holdfast.core.redact import redact, scrub
+from holdfast.core.redact import redact
 from holdfast.core.schema import ATTR, PK_PREFIX, STARTED, STOPPED, pk_for
 from holdfast.core.store import wall_clock_ms
 from holdfast.core.table import (
@@ -206,41 +208,8 @@ def _run_resume(args: argparse.Namespace) -> int:
     if isinstance(before, MalformedItem):
         print(f"resumed {conn_id} (its item is malformed: {printable(before.reason[:200])})")
     else:
-        print(_resumed(before, restarted=restarted, after_seq=args.after_seq))
+        print(resume_line(before, restarted=restarted, after_seq=args.after_seq))
     return EXIT_OK
-
-
-def _resumed(item: LeaseItem, *, restarted: bool, after_seq: int | None) -> str:
-    """The line ``resume`` prints, from the item as it was before the write."""
-    conn_id, seq = item.conn_id, item.last_seq if after_seq is None else after_seq
-    where = "its start" if seq is None else f"after last_seq {seq}"
-    # Only the desired state was written, and it was STARTED: nothing changed.
-    verb = "already started" if item.started and not restarted else "resumed"
-    said = f"{verb} {conn_id} from {where}"
-    was = item.last_seq
-    if after_seq is not None and was != after_seq:
-        # The checkpoint moved: said, so a step back (messages delivered again) is not silent.
-        if was is None:
-            said += f" (it had no checkpoint: messages up to {after_seq} skipped)"
-        elif was > after_seq:
-            said += f" (was {was}: messages {after_seq + 1}-{was} will be delivered again)"
-        else:
-            said += f" (was {was}: messages {was + 1}-{after_seq} skipped)"
-    left_s = ((item.lease_expires_at_ms or 0) - wall_clock_ms()) / 1000
-    if item.lease_owner:
-        said += f"; held by {printable(item.lease_owner)}"
-    elif left_s > 0 and item.successor and not restarted:
-        # Released to a named successor, which takes it within its hold: --now would end the
-        # hold and send the stream to whoever polls first.
-        said += (f"; handing over to {printable(item.successor)} (within {left_s:.0f} s)")
-    elif left_s > 0 and not restarted:
-        # A give-up's back-off outlives a stop (only a holder's release ends one), so the
-        # operator is told, with the way to end it.
-        error = printable(scrub(item.last_error, item.ws_url)[:200]) if item.last_error else ""
-        said += (f"; in back-off for {left_s:.0f} s more ({printable(item.status or 'BACKOFF')}"
-                 f"{': ' + error if error else ''}); "
-                 f"`holdfast resume {conn_id} --now` retries at once")
-    return said
 
 
 def _add_rm(p: argparse.ArgumentParser) -> None:

@@ -1,5 +1,9 @@
 """The one place that makes lease calls to DynamoDB: acquire, renew+checkpoint, release.
 
+``LeaseStore`` is every lease call's entry point; the transfer to a successor
+(``LeaseStore.transfer``) has its outcome handling in ``holdfast.core.transfer``, and goes
+through this store's conditional write and read like every other call.
+
 Every write is a single conditional UpdateItem. A failed condition returns the old item
 (``ReturnValuesOnConditionCheckFailure=ALL_OLD``) so the caller learns why without a read. A
 timeout or 5xx is an unknown outcome: we re-read and decide by owner and epoch instead of
@@ -38,11 +42,11 @@ from holdfast.core.expressions import (
     renew_clauses,
     renewed,
     string,
-    transfer_clauses,
 )
 from holdfast.core.model import Lease, LeaseItem, StoredItem, int_attr, lease_of
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, pk_for
+from holdfast.core.transfer import transfer_lease
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -249,50 +253,12 @@ class LeaseStore:
             return None if rules.release_landed(raw, successor) else LossReason.LOST
         return None
 
-    def _transferred(self, lease: Lease, handled_seq: int | None, to_owner: str,
-                     now: int) -> Lease:
-        """The successor's lease once ``transfer`` at ``now`` has landed."""
-        seq = rules.next_checkpoint(lease.last_seq, handled_seq)
-        return Lease(lease.conn_id, to_owner, rules.next_epoch(now, lease.epoch),
-                     now + self.lease_ms, lease.ws_url, seq if seq is not None else lease.last_seq,
-                     lease.error_count, weight=lease.weight, moved_at_ms=now,
-                     single_connection=lease.single_connection)
-
     def transfer(self, lease: Lease, handled_seq: int | None, to_owner: str) -> Lease:
-        """Pass ``lease`` straight to ``to_owner`` (a make-before-break handoff,
-        ``holdfast.core.handoff``): final checkpoint, owner, a new epoch, one conditional write.
-
-        Only the holder writes it, after it stopped delivering; the condition is the release's
-        (owner and epoch are ours, the checkpoint never backwards). Returns the successor's
-        lease; ``LeaseLost`` if the stream was not ours any more; ``StoreUnavailable`` if it is
-        still ours and not passed on (the caller releases it instead).
-        """
-        now = self.clock()
-        seq = rules.next_checkpoint(lease.last_seq, handled_seq)
-        passed = self._transferred(lease, handled_seq, to_owner, now)
-        update, condition, values = transfer_clauses(lease, passed, seq).update_expression()
-
-        def landed(raw: dict[str, Any]) -> bool:
-            return rules.held_by(raw, to_owner, passed.epoch)
-
-        try:
-            self._update("transfer", lease.conn_id, update, condition, values)
-        except ConditionFailed as failed:
-            if failed.item and landed(failed.item):
-                # botocore's retry of a write that landed but whose answer timed out (measured:
-                # DynamoDB Local past the 3 s read timeout in a deploy): that is done.
-                return passed
-            raise LeaseLost(lease.conn_id, loss_of(lease, failed.item) or
-                            LossReason.REGRESSION, parse_or_none(failed.item)) from None
-        except StoreUnavailable:
-            raw = self.get_raw(lease.conn_id) or {}
-            if landed(raw):
-                return passed  # it landed; only the answer was lost
-            if loss_of(lease, raw or None) is None:
-                raise  # still ours: not passed on
-            raise LeaseLost(lease.conn_id, loss_of(lease, raw or None) or LossReason.LOST,
-                            parse_or_none(raw or None)) from None
-        return passed
+        """Pass ``lease`` straight to ``to_owner`` in one conditional write: the successor's
+        lease, ``LeaseLost`` or ``StoreUnavailable`` (``holdfast.core.transfer``)."""
+        return transfer_lease(lease, handled_seq, to_owner, now=self.clock(),
+                              lease_ms=self.lease_ms, read=self.get_raw,
+                              update=functools.partial(self._update, "transfer", lease.conn_id))
 
     def quarantine(self, conn_id: str, owner: str, reason: str) -> None:
         """Park a malformed STARTED item out of the sweep's sight, with the reason recorded."""
