@@ -49,7 +49,7 @@ from holdfast.worker.balancing import HANDOFF, SHED
 from holdfast.worker.held import SHUTDOWN
 from holdfast.worker.iothreads import logs_failure, on_io_threads
 from holdfast.worker.prefetch import Prefetched
-from holdfast.worker.stopping import warm_pace
+from holdfast.worker.warmpace import warm_pace
 from holdfast.worker.warmups import WarmUps
 
 if TYPE_CHECKING:
@@ -119,10 +119,10 @@ class Handoffs:
                             *, until_ms: int, at_once: int,
                             awaiting: Callable[[], bool] = lambda: False) -> list[Connection]:
         """A stop: offer ``conns`` warm to the successors the decider named, ``at_once`` in
-        flight (more if the pace needs them, ``stopping.warm_pace``), the next as one ends,
+        flight (more if the pace needs them, ``warmpace.warm_pace``), the next as one ends,
         until ``until_ms`` (monotonic). A stream that cannot go
         warm is drained for its named successor at once, and so is the queue's tail that the
-        offers will not reach at their pace (``stopping.warm_pace``). None named while
+        offers will not reach at their pace (``warmpace.warm_pace``). None named while
         ``awaiting`` (the decider's answer to our drain mark, ``worker.successors``): the
         offers wait for it. Returns those not reached (the caller drains them): each waits
         delivering, so waiting is no gap."""

@@ -2,7 +2,8 @@
 metrics and health (``worker.services``).
 
 Shutdown is a parameter (an awaitable that completes when the worker must stop), as in hypercorn;
-a lost session that cannot be started again stops the worker the same way.
+a lost session that cannot be started again stops the worker the same way. The session's start,
+its loss and its restart are ``worker.sessionlife``.
 The stop is bounded by ``shutdown_s`` so that it fits ECS's stop timeout:
 
 1. stop claiming (nudges received in flight go back to the queue at once; a claim whose
@@ -30,7 +31,6 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
-from holdfast.core import names
 from holdfast.core.exceptions import HoldfastError, SessionLost
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.orders import Order
@@ -49,7 +49,7 @@ from holdfast.worker.handler import Handler, default_handler
 from holdfast.worker.handoff import Handoffs
 from holdfast.worker.held import NO_FENCE_MS, monotonic_ms, ordered_reason
 from holdfast.worker.holdings import Holdings
-from holdfast.worker.incarnation import restart_for_ms, restart_incarnation, start_incarnation
+from holdfast.worker.incarnation import restart_for_ms
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.metrics import WorkerMetrics
@@ -58,13 +58,13 @@ from holdfast.worker.outbox import Outbox
 from holdfast.worker.protocol import QueryParamProtocol, ResumeProtocol
 from holdfast.worker.services import Services, guard
 from holdfast.worker.session import SessionKeeper
+from holdfast.worker.sessionlife import lose_session, start_session
 from holdfast.worker.stopping import (
     goodbye,
     goodbye_s,
     stop_streams,
     unless_told_first,
     until_first,
-    wait_tasks,
 )
 
 if TYPE_CHECKING:
@@ -164,37 +164,7 @@ class Supervisor:
     def free_capacity(self) -> int:
         return self.holdings.free_capacity()
 
-    # -- the session ----------------------------------------------------------------------
-    async def _start_session(self) -> None:
-        """Start a new incarnation (``worker.incarnation``) and renew it from now on."""
-        timing = self.config.timing
-        started = await start_incarnation(
-            self.sessions, self.worker_id, capacity=self.config.max_connections,
-            version=self.config.version, timing=timing, mono=self.mono,
-            stopping=lambda: self.stopping,
-            # A process's first start only: a restart's predecessor is our own lost session.
-            declared_dead=functools.partial(self.metrics.incr, names.METRIC_DEAD_SESSIONS)
-            if self.keeper is None else lambda: None)
-        if started is None:
-            return  # a restart the stop overtook: no new incarnation, nothing kept alive
-        session, sent = started
-        if self.keeper is None:
-            self.keeper = SessionKeeper(
-                self.sessions, session, timing, self.metrics, held=lambda: len(self.streams),
-                capacity=self.config.max_connections, stop_stream=self._order,
-                on_lost=self._session_lost, mono=self.mono, clock=self.loop_clock,
-                load=self.balancing.load, on_beat=self.balancing.update)
-        self.keeper.started(session, sent)
-        # Renewed from now on, before the rest of the start: the session's fence counts from
-        # its start write, and a new process's first SQS call (the order queue's creation)
-        # took seconds on a loaded machine (a worker fenced itself 1.25 s after its start,
-        # its first heartbeat sent 0.25 s before the fence).
-        self.keeper.begin()
-        self.owner = session.owner
-        if self.inbox is not None:
-            await self.inbox.open(session.owner)
-        logger.info("session started", worker_id=self.worker_id, owner=session.owner)
-
+    # -- the session: its orders and nudges (its start and loss: ``worker.sessionlife``) ------
     def _order(self, order: Order) -> bool:
         """Carry out an order (stop, release): the holder stops delivering and releases the
         stream itself, the only way a live holding ends (docs/concepts/protocol.md)."""
@@ -223,21 +193,8 @@ class Supervisor:
         task.add_done_callback(self._handoffs.discard)
 
     async def _session_lost(self, lost: SessionLost) -> None:
-        """Our session is dead or replaced: nothing of it may be used any more."""
-        self.owner = None
-        self.counts["sessions_lost"] += 1
-        for conn in list(self.streams.values()):
-            if conn.held.live:
-                self.metrics.incr(names.METRIC_LEASES_LOST)
-                conn.log("warning", "session lost, closing at once", why=lost.why)
-                conn.lose("session")
-        if self.handoffs is not None:
-            await self.handoffs.warm_ups.close_all()
-        await wait_tasks(self.tasks, 5.0)
-        if not await restart_incarnation(self._start_session, for_ms=self.restart_for_ms,
-                                         mono=self.mono, stopping=lambda: self.stopping):
-            self.counts["session_not_restarted"] += 1
-            self.restart_failed.set()
+        """Our session is dead or replaced (``sessionlife.lose_session``)."""
+        await lose_session(self, lost)
 
     # -- the run (its service loops: ``worker.services``) -------------------------------------
     def flush_metrics(self) -> None:
@@ -249,7 +206,7 @@ class Supervisor:
         cfg = self.config
         started = time.monotonic()
         services = Services(self)
-        if not await unless_told_first(self._start_session(), shutdown_trigger):
+        if not await unless_told_first(start_session(self), shutdown_trigger):
             logger.info("stopped before a session was started", worker_id=self.worker_id)
             if self.keeper is not None:  # written, and kept alive, before the stop came
                 self.keeper.stop()

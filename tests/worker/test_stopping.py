@@ -10,12 +10,11 @@ from typing import Any
 import pytest
 
 from holdfast.worker import stopping
-from holdfast.worker.stopping import (
+from holdfast.worker.stopping import goodbye, goodbye_s
+from holdfast.worker.warmpace import (
     WARM_AT_ONCE_AT_STOP,
     WARM_AT_ONCE_LEAST,
     beyond_warm_reach,
-    goodbye,
-    goodbye_s,
     warm_at_once,
     warm_pace,
     warm_slots,
