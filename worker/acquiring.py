@@ -19,8 +19,8 @@ from holdfast.core import names
 from holdfast.core.exceptions import AcquireFailed, HoldfastError, LossReason, StoreUnavailable
 from holdfast.core.model import Lease
 from holdfast.core.store import QUARANTINE_MS, LeaseStore
-from holdfast.worker.claimer import SOURCE_INSERTED, Claim, Later
 from holdfast.worker.claimrules import later_for
+from holdfast.worker.claims import SOURCE_INSERTED, Claim, Later
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.context import ConnectionContext
 from holdfast.worker.endings import Endings

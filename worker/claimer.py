@@ -16,7 +16,8 @@ happens to each message:
   at once to another worker;
 - poison (not JSON, no valid ``conn_id``): deleted with a log line.
 
-The reconcile sweep (``worker.reconciler``) is the safety net for a router that is down.
+The reconcile sweep (``worker.reconciler``) is the safety net for a router that is down. What a
+claim is asked and answers (its sources, ``Claim``, ``Later``, ``ClaimFn``) is ``worker.claims``.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ import random
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aws_lambda_powertools import Logger
 
@@ -46,6 +46,7 @@ from holdfast.core.nudge import (
 from holdfast.core.redact import redact_urls_in
 from holdfast.core.store import wall_clock_ms
 from holdfast.worker.backoff import claim_retry_s, jittered
+from holdfast.worker.claims import SOURCE_INSERTED, SOURCE_MOVED, Claim, ClaimFn, Later
 from holdfast.worker.iothreads import in_daemon_thread, logs_failure, on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.settle import hand_on, hops, receives, sent_ms, settle
@@ -53,8 +54,7 @@ from holdfast.worker.settle import hand_on, hops, receives, sent_ms, settle
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["MAX_HOPS", "SOURCE_HANDOFF", "SOURCE_INSERTED", "SOURCE_MOVED", "Claim", "ClaimFn",
-           "Claimer", "Later"]
+__all__ = ["MAX_HOPS", "Claimer"]
 
 logger = Logger(service="holdfast-worker", child=True)
 T = TypeVar("T")
@@ -62,36 +62,6 @@ T = TypeVar("T")
 # move at a worker at its share): each hop lands on a random waiting poll, so 10 hops make
 # "only ever the wrong workers" a one-in-a-thousand case when half the pollers would refuse.
 MAX_HOPS = 10
-SOURCE_MOVED = "moved"  # the claim's source for a moved stream's nudge (worker.holdings)
-SOURCE_HANDOFF = "handoff"  # a stream released to us by name, from our order queue
-SOURCE_INSERTED = "inserted"  # a new stream's nudge: connected before its claim (worker.prestart)
-
-
-class Claim(Enum):
-    """The outcome of one claim attempt, as the message handling needs it."""
-
-    CLAIMED = "claimed"
-    CONFLICT = "conflict"  # definitive no: delete the nudge
-    UNAVAILABLE = "unavailable"  # try again later: redeliver after a delay
-    NO_CAPACITY = "no_capacity"  # full or stopping: hand the nudge to another worker now
-    # Not ours to take now: we shed it a moment ago (never take it back), our release of it
-    # is still being answered, or we hold it past its fence (``worker.claimrules``). Handed on;
-    # after ``MAX_HOPS`` it waits a second instead.
-    REFUSED = "refused"
-
-
-@dataclass(frozen=True, slots=True)
-class Later:
-    """Not claimable yet (in back-off) but soon: show the nudge again in ``seconds``."""
-
-    seconds: int
-
-
-class ClaimFn(Protocol):
-    """``Holdings.claim``: (conn_id, source, the inserted nudge's URL) -> outcome."""
-
-    def __call__(self, conn_id: str, source: str = ..., *,
-                 ws_url: str | None = ...) -> Awaitable[Claim | Later]: ...
 
 
 @dataclass

@@ -15,7 +15,7 @@ from holdfast.core import rules
 from holdfast.core.exceptions import AcquireFailed, LossReason
 from holdfast.core.nudge import MAX_DELAY_S
 from holdfast.worker.backoff import nudge_again_in_s
-from holdfast.worker.claimer import Claim, Later
+from holdfast.worker.claims import Claim, Later
 
 __all__ = ["Ours", "Seen", "later_for", "refusal"]
 

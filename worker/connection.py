@@ -6,13 +6,15 @@ connect, read, reconnect, and the supervisor's controls (drain, abort, fence, lo
 retried with jittered back-off while the lease is kept. A stream that cannot make progress
 (``max_failures`` drops in a row, ``poison_replays`` deaths by one frame, a stall on broken
 seqs, a handler that keeps failing under the park policy) is given up: ``run`` returns the
-error and the supervisor hands the lease back (BACKOFF, ``last_error``).
+error and the supervisor hands the lease back (BACKOFF, ``last_error``). Dialling, what a drop
+means (and a frame that keeps killing the connection), and the frames a session reads (a warm-up's
+buffer, then the socket) are ``worker.dial``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -29,6 +31,8 @@ from holdfast.worker.dial import (
     close_reading,
     describe,
     dial,
+    frames_of,
+    killed_again,
     killed_by_a_frame,
     resolve_checked,
 )
@@ -205,12 +209,7 @@ class Connection:
                     if deaths >= self.ctx.poison_replays:  # given up, never skipped unhandled
                         self.log("error", "a frame keeps killing the connection, giving the "
                                  "stream back", from_seq=poison_at, deaths=deaths, error=error)
-                        where = ("before the first seq" if poison_at is None
-                                 else f"resuming from seq {poison_at}")
-                        return (f"a frame kills the connection {where} ({deaths} times in a "
-                                f"row), not skipped: {error}. Fix the upstream, raise "
-                                f"{names.ENV_MAX_FRAME_BYTES} if the frame is only too big, or "
-                                "skip it: holdfast resume <id> --now --after-seq <its seq>")
+                        return killed_again(poison_at, deaths, error)
                 self.ctx.metrics.incr(names.METRIC_RECONNECTS)
                 if self.ctx.backoff.give_up(drops.failures):
                     self.log("warning", "upstream failing, giving the stream back",
@@ -268,7 +267,7 @@ class Connection:
                 await ws.send(frame)
             try:
                 n = 0
-                async for frame in _chain(buffered, ws):
+                async for frame in frames_of(buffered, ws):
                     await self.handling.frame(frame)
                     if self._drain_next is not None and self._at_stop_point():
                         self._drain_waiting(True)
@@ -290,14 +289,3 @@ class Connection:
                 await close_reading(ws)
         finally:
             self._ws = None
-
-async def _chain(buffered: Sequence[str | bytes], ws: ClientConnection,
-                 ) -> AsyncIterator[str | bytes]:
-    for frame in buffered:
-        yield frame
-    if isinstance(buffered, list):
-        # Delivered: the warm-up's frames would otherwise stay referenced (here, and by the
-        # caller's Prefetched) for as long as the connection lives, days on a quiet stream.
-        buffered.clear()
-    async for frame in ws:
-        yield frame

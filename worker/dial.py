@@ -1,5 +1,6 @@
 """Dialling an upstream: the checked address to connect to, no redirects, the options of a
-connection, what a drop means, and the closing handshake of a drained one.
+connection, the frames a session reads, what a drop means (and the error of a stream given back
+because a frame keeps killing its connection), and the closing handshake of a drained one.
 
 Split from ``worker.connection`` (the connection task) to keep that module to the task itself.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
@@ -18,14 +19,15 @@ from websockets.exceptions import ConnectionClosedError, WebSocketException
 from websockets.frames import CloseCode
 from websockets.protocol import State
 
+from holdfast.core import names
 from holdfast.core.framebuffers import MAX_UNSENT_BYTES
 from holdfast.core.urls import CheckedUrl, UrlPolicy, check_address
 from holdfast.worker.iothreads import on_pool
 
 __all__ = ["RESOLVER_THREADS", "RESOLVE_TIMEOUT_S", "BoundedConnection", "ConnectOptions",
            "NoRedirects", "Resolver",
-           "close_reading", "describe", "dial", "getaddrinfo", "killed_by_a_frame",
-           "resolve_checked"]
+           "close_reading", "describe", "dial", "frames_of", "getaddrinfo", "killed_again",
+           "killed_by_a_frame", "resolve_checked"]
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -149,6 +151,15 @@ def killed_by_a_frame(exc: BaseException) -> bool:
                                               CloseCode.INVALID_DATA)
 
 
+def killed_again(resume_at: int | None, deaths: int, error: str) -> str:
+    """The stream's ``last_error`` once a frame has killed its connection ``deaths`` times in a
+    row from ``resume_at``: never skipped unhandled, so it says how to get past it."""
+    where = "before the first seq" if resume_at is None else f"resuming from seq {resume_at}"
+    return (f"a frame kills the connection {where} ({deaths} times in a row), not skipped: "
+            f"{error}. Fix the upstream, raise {names.ENV_MAX_FRAME_BYTES} if the frame is "
+            "only too big, or skip it: holdfast resume <id> --now --after-seq <its seq>")
+
+
 def describe(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}"[:500]
@@ -172,3 +183,16 @@ async def close_reading(ws: ClientConnection) -> None:
         closing.cancel()  # cancelled again (the stop's deadline): the caller's exit closes
         raise
     await closing
+
+
+async def frames_of(buffered: Sequence[str | bytes], ws: ClientConnection,
+                    ) -> AsyncIterator[str | bytes]:
+    """A warm-up's buffered frames (``worker.prefetch``), then what ``ws`` reads."""
+    for frame in buffered:
+        yield frame
+    if isinstance(buffered, list):
+        # Delivered: the warm-up's frames would otherwise stay referenced (here, and by the
+        # caller's Prefetched) for as long as the connection lives, days on a quiet stream.
+        buffered.clear()
+    async for frame in ws:
+        yield frame

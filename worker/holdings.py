@@ -24,8 +24,8 @@ from holdfast.core.store import LeaseStore
 from holdfast.worker.acquiring import Acquired, Acquirer
 from holdfast.worker.balancing import Balancing
 from holdfast.worker.checkpointer import Checkpointer
-from holdfast.worker.claimer import SOURCE_HANDOFF, SOURCE_MOVED, Claim, Later
 from holdfast.worker.claimrules import Ours, Seen, refusal
+from holdfast.worker.claims import SOURCE_HANDOFF, SOURCE_MOVED, Claim, Later
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection
 from holdfast.worker.context import ConnectionContext

@@ -22,7 +22,7 @@ from holdfast.core.exceptions import HoldfastError
 from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.table import find_orphans
 from holdfast.worker.backoff import jittered
-from holdfast.worker.claimer import Claim, ClaimFn
+from holdfast.worker.claims import Claim, ClaimFn
 from holdfast.worker.iothreads import on_io_threads
 
 if TYPE_CHECKING:

@@ -21,6 +21,10 @@ Each heartbeat is one conditional write of the session item (its incarnation, AL
   slow call cannot carry a renewal past it, and a throttle shorter than the usable window minus
   one heartbeat fences nothing. At the fence the streams stop (the loop's fence watcher), before
   the sweeper may declare the session dead (TTL + skew after the last renewal).
+
+Here: the ``SessionKeeper`` (its state, the keep-alive thread, the hand-over to the loop). What
+the loop then does needing none of its state (a heartbeat's orders carried out, a failed
+handling of the loss said) is ``worker.beatnews``; the keep-alive's rules, ``worker.beatrules``.
 """
 
 from __future__ import annotations
@@ -40,9 +44,10 @@ from aws_lambda_powertools import Logger
 from holdfast.core import names, rules
 from holdfast.core.directives import Directive
 from holdfast.core.exceptions import HoldfastError, SessionLost
-from holdfast.core.orders import Order, parse_order
+from holdfast.core.orders import Order
 from holdfast.core.sessions import Beat, Session, SessionStore
 from holdfast.worker.backoff import retry_before_s
+from holdfast.worker.beatnews import act_on_orders, log_failure
 from holdfast.worker.beatrules import LoopSilence, heartbeat_period_ms, loop_bound_ms
 from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.metrics import WorkerMetrics
@@ -267,7 +272,7 @@ class SessionKeeper:
         # Kept: the loop holds only a weak reference to a task. Nobody awaits it: its failure
         # is logged by its done-callback, never lost.
         self._lost_task = asyncio.ensure_future(self.on_lost(lost))
-        self._lost_task.add_done_callback(_log_failure)
+        self._lost_task.add_done_callback(log_failure)
 
     def _on_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop: streams, balancing and metrics belong to it."""
@@ -277,32 +282,12 @@ class SessionKeeper:
         with contextlib.suppress(RuntimeError):  # the loop has closed: the process exits
             loop.call_soon_threadsafe(fn, *args)
 
-    # -- back on the loop ---------------------------------------------------------------------
+    # -- back on the loop (what needs none of this state: ``worker.beatnews``) ----------------
     def _apply(self, beat: Beat, took_ms: int) -> None:
         """A renewal's news, on the loop: carry out its orders, hand on its directive."""
         self.metrics.renew_latency(took_ms)
         if beat.session.incarnation != self.session.incarnation:
             return  # from an incarnation that has ended since
-        self._done = self._act_on(beat.orders)
+        self._done = act_on_orders(beat.orders, self._done, self.stop_stream)
         if self.on_beat is not None:
             self.on_beat(beat.directive, beat.draining)
-
-    def _act_on(self, orders: frozenset[str]) -> frozenset[str]:
-        """Carry out every order once; all of them are acknowledged with the next heartbeat."""
-        for order in sorted(orders - self._done):
-            parsed = parse_order(order)
-            if parsed is None:
-                logger.warning("unknown order ignored", order=order[:200])
-                continue
-            acted = self.stop_stream(parsed)
-            logger.info("order", verb=parsed.verb, conn_id=parsed.conn_id, epoch=parsed.epoch,
-                        held=acted, via="session")
-        return orders
-
-
-def _log_failure(task: asyncio.Future[None]) -> None:
-    """The lost session's handling ended with an error (the worker may be left without a
-    session): said, with its traceback."""
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        logger.error("handling the lost session failed",
-                     error=f"{type(exc).__name__}: {exc}"[:300], exc_info=exc)

@@ -41,7 +41,7 @@ from holdfast.worker.balancing import Balancing, owned_elsewhere_by
 from holdfast.worker.beatrules import publish_ms
 from holdfast.worker.budget import ConnectBudget
 from holdfast.worker.checkpointer import Checkpointer
-from holdfast.worker.claimer import SOURCE_HANDOFF
+from holdfast.worker.claims import SOURCE_HANDOFF
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.connection import Connection
 from holdfast.worker.gathered import STOP_CALLS_IN_FLIGHT

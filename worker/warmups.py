@@ -14,7 +14,9 @@ Right after READY the successor also looks for the transfer in the table, every
 ``TAKE_LOOK_EVERY_MS`` for ``TAKE_LOOK_FOR_MS`` (a read is faster than the TAKE message on a
 loaded machine); then, a TAKE late by ``TAKE_CHECK_MS`` after READY is looked for once per
 ``TAKE_CHECK_MS``. Both are windows of one look loop (``worker.looks``): one read for every
-warm-up due (``holdfast.core.batch_reads``), one judgement (``_judge``). What a look finds:
+warm-up due (``holdfast.core.batch_reads``), one judgement (``worker.warmlooks``: ``judge``,
+and ``last_look`` for a dropped warm-up; this module keeps the warm-ups, the loop, the
+windows and the deadlines). What a look finds:
 the item names us past that epoch (the transfer landed; TAKE is on its way, was lost, or the
 holder died right after writing it): taken as if TAKE had come (TAKE, when it comes, finds the
 stream started at its epoch and is dropped); nobody (the holder died before its transfer and
@@ -30,9 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
@@ -42,7 +45,6 @@ from holdfast.core.handoff import (
     ABORT,
     READY,
     RESERVE,
-    TAKE,
     TAKE_CHECK_MS,
     TAKE_LOOK_EVERY_MS,
     TAKE_LOOK_FIRST_MS,
@@ -52,10 +54,11 @@ from holdfast.core.handoff import (
     HandoffStep,
     take_says_the_transfer,
 )
-from holdfast.core.model import Lease, LeaseItem, StoredItem, one_connection_only
+from holdfast.core.model import Lease, one_connection_only
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.looks import Looks
 from holdfast.worker.prefetch import Prefetch, Prefetched
+from holdfast.worker.warmlooks import judge, last_look
 from holdfast.worker.warmup import WarmUp
 
 if TYPE_CHECKING:
@@ -89,7 +92,8 @@ class WarmUps:
         self._taking: set[str] = set()  # TAKE received, the item being read back
         self.looks = Looks[WarmUp](
             read=lambda ids: on_io_threads(read_raw_many, self.store, ids),
-            current=self.warming.get, found=self._judge, last_found=self._last_look,
+            current=self.warming.get, found=functools.partial(judge, self),
+            last_found=functools.partial(last_look, self),
             mono=mono, spawn=spawn, sleep=sleep, every_ms=TAKE_LOOK_EVERY_MS)
 
     async def warm_up(self, step: HandoffStep) -> None:
@@ -218,66 +222,10 @@ class WarmUps:
         self.start(stored.lease(me, unowned_ms=0), await warm.taken())
         return False
 
-    async def _judge(self, conn_id: str, warm: WarmUp, raw: Mapping[str, Any] | None) -> None:
-        """What a look found in the table (``raw``: the item as stored, None: none)."""
-        try:
-            stored = StoredItem.of(raw) if raw is not None else None
-        except MalformedItem as exc:
-            logger.debug("handoff: a malformed item where a transfer was looked for",
-                         conn_id=conn_id, error=str(exc)[:300])
-            return  # looked for again: the window's next look, or ``tick``'s
-        item = stored.item if stored is not None else None
-        me = self.owner()
-        if self.warming.get(conn_id) is not warm or me is None:
-            return  # taken, aborted or timed out meanwhile
-        if item is not None and item.started and item.lease_owner == warm.holder and (
-                item.epoch == warm.epoch):
-            return  # still the holder's: its TAKE may yet come
-        if (item is not None and item.started and item.lease_owner == me
-                and item.epoch > warm.epoch):
-            # The usual way now (the look after READY beats the message): no line of its own,
-            # the stream's "claimed" says it came by a handoff.
-            logger.debug("handoff: the transfer found in the table", conn_id=conn_id,
-                         holder=warm.holder, epoch=item.epoch)
-            # ``at`` from the item: taken with no second read, as from a TAKE.
-            await self.take(HandoffStep(TAKE, conn_id, item.epoch, item.last_seq,
-                                        warm.holder, stored.moved_at_ms if stored else None))
-            return
-        del self.warming[conn_id]
-        await warm.close()
-        await self._claim_if_let_go(conn_id, item, warm.holder)
-
-    async def _claim_if_let_go(self, conn_id: str, item: LeaseItem | None, holder: str) -> None:
-        """Claim ``conn_id`` if ``item`` says its holder let it go to nobody (it died and was
-        reaped, or released it): the nudge of that release came while we warmed up for the
-        stream, and was refused; nothing else would nudge it before the sweep. Or if it was
-        passed to us and stopped since: the claim of a stopped stream of ours releases it."""
-        me = self.owner()
-        if item is None or me is None or conn_id in self.warming:
-            return
-        if item.started and item.lease_owner is None:
-            logger.info("handoff: the holder let go without a take (it died and was reaped, "
-                        "or released it); claiming it", conn_id=conn_id, holder=holder)
-            await self.claim(conn_id)
-        elif not item.started and item.lease_owner == me:
-            logger.info("handoff: passed to us and stopped since; releasing it",
-                        conn_id=conn_id, holder=holder)
-            await self.claim(conn_id)
-
     async def _dropped(self, conn_id: str, warm: WarmUp) -> None:
         """A warm-up dropped (ABORT, or past its deadline): closed, and one last look."""
         await warm.close()
         self.looks.last(conn_id, warm.holder)
-
-    async def _last_look(self, conn_id: str, holder: str, raw: Mapping[str, Any] | None) -> None:
-        """What a dropped warm-up's last look found (``raw``: the item, None: none)."""
-        try:
-            item = StoredItem.of(raw).item if raw is not None else None
-        except MalformedItem as exc:
-            logger.debug("handoff: no last look at a dropped warm-up", conn_id=conn_id,
-                         error=str(exc)[:300])
-            return  # the sweep finds it if it needs one
-        await self._claim_if_let_go(conn_id, item, holder)
 
     def abort(self, conn_id: str) -> None:
         """ABORT from the holder: drop the warm-up."""

@@ -24,7 +24,7 @@ from holdfast.core.sessions import SessionStore, sweep_sessions
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
-from holdfast.worker.claimer import Claim
+from holdfast.worker.claims import Claim
 from holdfast.worker.reconciler import Reconciler
 from tests.conftest import client_for
 from tests.core.test_store import Clock

@@ -12,7 +12,7 @@ from holdfast.core.exceptions import AcquireFailed, LossReason, StoreUnavailable
 from holdfast.core.model import Lease, LeaseItem
 from holdfast.core.store import LeaseStore
 from holdfast.worker.acquiring import Acquired, Acquirer
-from holdfast.worker.claimer import Claim, Later
+from holdfast.worker.claims import Claim, Later
 from holdfast.worker.config import WorkerConfig
 from holdfast.worker.context import ConnectionContext
 from holdfast.worker.endings import Endings

@@ -13,7 +13,8 @@ import pytest
 
 from holdfast.core.nudge import HOPS
 from holdfast.localaws import LocalAws
-from holdfast.worker.claimer import MAX_HOPS, Claim, Claimer, Later
+from holdfast.worker.claimer import MAX_HOPS, Claimer
+from holdfast.worker.claims import Claim, Later
 from holdfast.worker.iothreads import in_daemon_thread
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.settle import hand_on

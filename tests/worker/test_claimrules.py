@@ -7,8 +7,8 @@ import pytest
 
 from holdfast.core.exceptions import AcquireFailed, LossReason
 from holdfast.core.model import LeaseItem
-from holdfast.worker.claimer import Claim, Later
 from holdfast.worker.claimrules import Ours, Seen, later_for, refusal
+from holdfast.worker.claims import Claim, Later
 
 
 @pytest.mark.parametrize(("seen", "outcome"), [

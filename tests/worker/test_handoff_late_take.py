@@ -19,7 +19,7 @@ from holdfast.core.schema import ATTR, STOPPED
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import set_desired_state
 from holdfast.worker import warmups
-from holdfast.worker.claimer import Claim
+from holdfast.worker.claims import Claim
 from holdfast.worker.prefetch import Prefetch
 from holdfast.worker.warmup import WarmUp
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until, missing_seqs

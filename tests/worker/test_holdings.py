@@ -15,7 +15,7 @@ from holdfast.core.exceptions import LossReason
 from holdfast.core.model import Lease
 from holdfast.core.store import LeaseStore
 from holdfast.worker.balancing import SHED
-from holdfast.worker.claimer import Claim
+from holdfast.worker.claims import Claim
 from holdfast.worker.held import monotonic_ms
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
 from tests.worker.helpers import Recorder, holdings_alone, running_worker

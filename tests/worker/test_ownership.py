@@ -27,7 +27,7 @@ from holdfast.core.model import Lease
 from holdfast.core.nudge import URL_FRESH_MS
 from holdfast.core.store import LeaseStore
 from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORDER_SPEC, Handled, read_records
-from holdfast.worker.claimer import Claim
+from holdfast.worker.claims import Claim
 from holdfast.worker.connection import Connection
 from holdfast.worker.reconciler import Strays
 from tests.conftest import TIMEOUT_SCALE

@@ -22,7 +22,7 @@ from holdfast.core.nudge import REASON_INSERTED, Nudge
 from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
 from holdfast.worker.checkpointer import Checkpointer
-from holdfast.worker.claimer import SOURCE_INSERTED, Claim
+from holdfast.worker.claims import SOURCE_INSERTED, Claim
 from holdfast.worker.connection import Connection
 from holdfast.worker.prestart import Prestart
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until

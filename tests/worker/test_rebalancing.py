@@ -9,7 +9,7 @@ from holdfast.core.directives import Directive, drain_body
 from holdfast.core.nudge import REASON_MOVED
 from holdfast.core.orders import order_queue_url
 from holdfast.core.store import wall_clock_ms
-from holdfast.worker.claimer import Claim
+from holdfast.worker.claims import Claim
 from tests.worker.conftest import (
     Fleet,
     RouterSim,

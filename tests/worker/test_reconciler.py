@@ -10,7 +10,7 @@ import pytest
 from holdfast.core.sessions import SessionStore
 from holdfast.core.table import create_stream
 from holdfast.localaws import LocalAws
-from holdfast.worker.claimer import Claim
+from holdfast.worker.claims import Claim
 from holdfast.worker.reconciler import STRAY_SCAN_S, Strays
 from tests.worker.conftest import async_wait_until
 

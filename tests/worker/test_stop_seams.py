@@ -16,7 +16,7 @@ from holdfast.core.orders import Order
 from holdfast.core.schema import ATTR, STOPPED
 from holdfast.core.table import set_desired_state
 from holdfast.worker.balancing import SHED
-from holdfast.worker.claimer import Claim
+from holdfast.worker.claims import Claim
 from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
 from tests.worker.helpers import (

@@ -6,7 +6,8 @@ import random
 from typing import Any
 
 from holdfast.worker.backoff import claim_retry_s, retry_before_s
-from holdfast.worker.claimer import Claim, Claimer
+from holdfast.worker.claimer import Claimer
+from holdfast.worker.claims import Claim
 from holdfast.worker.metrics import WorkerMetrics
 
 
