@@ -234,7 +234,9 @@ def _runners(args: argparse.Namespace, run_dir: Path, say: Any, *,
     return {
         "start-burst": lambda: start_burst(run_dir, say),
         "blocked-handler": lambda: blocked_handler(run_dir, say),
-        "throttle": lambda: throttle_production(run_dir, runs=3 if args.quick else 5, say=say),
+        "throttle": lambda: throttle_production(run_dir, runs=3 if args.quick else 5,
+                                                checkpoint_s=args.throttle_checkpoint_s,
+                                                say=say),
         "crash-production": lambda: crash_production(
             run_dir, streams=args.crash_streams, rounds=1 if quick else args.crash_rounds,
             modes=tuple(modes), say=say),
@@ -283,6 +285,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--crash-streams", type=int, default=20,
                    help="streams the killed worker holds in the production crash failover "
                         "(default 20; 150: the issue's 2 workers x 150)")
+    p.add_argument("--throttle-checkpoint-seconds", dest="throttle_checkpoint_s", type=float,
+                   default=2.0, metavar="S",
+                   help="the throttle scenario's checkpoint period (default 2: calls besides "
+                        "the heartbeat to throttle; 20: the production default)")
     p.add_argument("--density-cpu-only", metavar="SIZES",
                    help="only the liveness/checkpoint CPU at these sizes (comma-separated)")
     p.add_argument("--density-cpu-seconds", type=float, default=60.0,
