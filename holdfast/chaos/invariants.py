@@ -15,7 +15,8 @@ Tolerances, and why:
   the seq after the worker's last one (or that seq again) is taken for it; any other record
   after the wake is a violation;
 - re-ownership (``holdfast.chaos.timeliness``, as the stop's): measured from the moment the
-  lease ended (its expiry, or the release write), or, for a stream owned by a session that is
+  lease ended (its expiry, or the release write; a release naming a successor reserves the
+  stream for it until the hold's end, its expiry, which a successor that died costs), or, for a stream owned by a session that is
   not live (stranded: DEAD, ENDED, replaced, silent past its TTL, or no session item), from when
   that owner stopped being live (the sampler's ``owner_down_ms``; never before the stream was
   last seen held), allowed ``skew + sweep interval + scan period + 1 s`` (the claim rule waits

@@ -73,7 +73,12 @@ def check_reown(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict,
                 # A scan reads an item up to a scan period after the time it is stamped with.
                 made = max((t for t in started[conn_id] if t <= s.wall_ms + limits.scan_ms),
                            default=0)
-                free_since = max(min(ended, s.wall_ms), made, from_ms)
+                # Released to a named successor: its lease ends for anyone else at the hold's
+                # end (the expiry written, ``rules.HANDOFF_HOLD_MS``), which a successor that
+                # died meanwhile costs the stream.
+                held_for_successor = not s.owner and ended > s.wall_ms
+                free_since = max(ended if held_for_successor else min(ended, s.wall_ms), made,
+                                 from_ms)
         if free_since is not None and samples:
             _judge(ev, limits, base, conn_id, free_since=free_since,
                    seen_ms=samples[-1].wall_ms, verdict=verdict, final=True)

@@ -176,6 +176,18 @@ def test_slow_reown_found_unless_dynamodb_was_down() -> None:
     assert kinds(ev) == []
 
 
+def test_a_named_successors_hold_is_not_counted_against_the_reown_bound() -> None:
+    """A release naming a successor (no owner, expiry in the future: its hold) is judged
+    from the hold's end, where anyone may claim it; past the bound from there, still slow."""
+    hold_end = T0 + 3000
+    ev = clean()
+    ev.samples = [_sample(T0, "A", T0 + 4000, -1), _sample(T0 + 200, None, hold_end, -1),
+                  _sample(hold_end + 1500, "B", T0 + 9000, 19)]
+    assert kinds(ev, until=hold_end + 1600) == []
+    ev.samples[-1] = _sample(hold_end + 3500, "B", T0 + 9000, 19)
+    assert kinds(ev, until=hold_end + 3600) == ["slow-reown"]
+
+
 def test_unowned_at_the_end_is_slow_reown() -> None:
     """A STARTED stream never owned again before the end is reported."""
     ev = clean()
