@@ -16,17 +16,18 @@ Tolerances, and why:
   after the wake is a violation;
 - re-ownership (``holdfast.chaos.timeliness``, as the stop's): measured from the moment the
   lease ended (its expiry, or the release write; a release naming a successor reserves the
-  stream for it until the hold's end, its expiry, which a successor that died costs), or, for a stream owned by a session that is
-  not live (stranded: DEAD, ENDED, replaced, silent past its TTL, or no session item), from when
-  that owner stopped being live (the sampler's ``owner_down_ms``; never before the stream was
-  last seen held), allowed ``skew + sweep interval + scan period + 1 s`` (the claim rule waits
-  out the skew, the sweeper runs every interval, the checker sees the table once per scan).
-  Since a lease ends at most ``lease`` after its owner's last renewal, this is "owned again
-  within lease + skew + sweep + 1 s of losing its owner". If a DynamoDB fault window overlaps,
-  the clock starts at the end of the window instead, plus the up to 4 s (jittered) after which a
-  refused nudge comes back. If a worker was killed or paused meanwhile, add the nudge visibility
-  timeout (2 s in the fleet): a nudge that worker had just received stays invisible that long
-  before another worker (or the sweeper's re-nudge) gets it;
+  stream for it until the hold's end, its expiry, which a successor that died costs), or, for a
+  stream owned by a session that is not live (stranded: DEAD, ENDED, replaced, silent past its
+  TTL, or no session item), from when that owner stopped being live (the sampler's
+  ``owner_down_ms``; never before the stream was last seen held), allowed ``skew + sweep
+  interval + scan period + 1 s`` (the claim rule waits out the skew, the sweeper runs every
+  interval, the checker sees the table once per scan). Since a lease ends at most ``lease``
+  after its owner's last renewal, this is "owned again within lease + skew + sweep + 1 s of
+  losing its owner". If a DynamoDB fault window overlaps, the clock starts at the end of the
+  window instead, plus the up to 4 s (jittered) after which a refused nudge comes back. If a
+  worker was killed or paused meanwhile, add the nudge visibility timeout (2 s in the fleet): a
+  nudge that worker had just received stays invisible that long before another worker (or the
+  sweeper's re-nudge) gets it;
 - stop: every connection of a STOPPED stream closed within ``heartbeat + 1 s`` of the write (the
   worker learns it at its next renewal), later if its worker was paused or DynamoDB was faulted;
 - rebalancing (draining claims nothing and ends empty; the fleet ends balanced):
