@@ -1,24 +1,19 @@
-"""What the session keep-alive hands back to the loop (``worker.session``): a heartbeat's
-orders carried out, and the lost session's handling said if it fails.
+"""What the loop does with a heartbeat's orders (``worker.session``): ``act_on_orders``
+carries out each once (``stop_stream``).
 
 Apart from ``worker.session``, whose ``SessionKeeper`` beats on its thread and hands each
-renewal (``_apply``) and each loss (``_report_lost``) to the loop: these are what the loop
-then does that needs none of the keeper's state, so each is tested, and read, alone.
-
-- ``act_on_orders``: carry out each order of a heartbeat once (``stop_stream``);
-- ``log_failure``: the done-callback of the lost session's handling, which nobody awaits.
+renewal (``_apply``) to the loop: this needs none of the keeper's state.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from aws_lambda_powertools import Logger
 
 from holdfast.core.orders import Order, parse_order
 
-__all__ = ["act_on_orders", "log_failure"]
+__all__ = ["act_on_orders"]
 
 logger = Logger(service="holdfast-worker", child=True)
 
@@ -37,10 +32,3 @@ def act_on_orders(orders: frozenset[str], done: frozenset[str],
                     held=acted, via="session")
     return orders
 
-
-def log_failure(task: asyncio.Future[None]) -> None:
-    """The lost session's handling ended with an error (the worker may be left without a
-    session): said, with its traceback."""
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        logger.error("handling the lost session failed",
-                     error=f"{type(exc).__name__}: {exc}"[:300], exc_info=exc)

@@ -172,7 +172,7 @@ class Checkpointer:
             finally:
                 for i, (_, _, done) in enumerate(batch):
                     if not done.done():  # not landed if the write did not answer at all
-                        done.set_result(bool(landed and i < len(landed) and landed[i]))
+                        done.set_result(bool(landed and landed[i]))
 
     async def _renew(self, held: list[Connection], requests: list[RenewRequest],
                      source: str) -> list[bool]:

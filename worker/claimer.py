@@ -160,9 +160,7 @@ class Claimer:
 
     def _hand_on(self, messages: list[dict[str, Any]]) -> None:
         try:
-            hand_on(self.sqs, self.queue_url, messages)
-        except Exception as exc:  # nobody awaits this thread: said here, or never
-            logger.warning("cannot hand on a cancelled poll's nudges", error=str(exc)[:300])
+            settle(self.sqs, self.queue_url, [], [], hand=messages)  # a failure is logged
         finally:
             with self._lock:
                 self._polls_in_flight -= 1

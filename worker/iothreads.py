@@ -64,10 +64,13 @@ def in_daemon_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
     return awaited
 
 
-def logs_failure(what: str) -> Callable[[asyncio.Task[Any]], None]:
-    """A done-callback for a task whose outcome nobody awaits: logs ``what`` failed, if so."""
+def logs_failure(what: str, *,
+                 traceback: bool = False) -> Callable[[asyncio.Future[Any]], None]:
+    """A done-callback for a task whose outcome nobody awaits: logs ``what`` failed, if so
+    (with its traceback if ``traceback``)."""
 
-    def done(task: asyncio.Task[Any]) -> None:
+    def done(task: asyncio.Future[Any]) -> None:
         if not task.cancelled() and (exc := task.exception()) is not None:
-            logger.error(f"{what} failed", error=f"{type(exc).__name__}: {exc}"[:300])
+            logger.error(f"{what} failed", error=f"{type(exc).__name__}: {exc}"[:300],
+                         exc_info=exc if traceback else None)
     return done

@@ -47,8 +47,9 @@ from holdfast.core.exceptions import HoldfastError, SessionLost
 from holdfast.core.orders import Order
 from holdfast.core.sessions import Beat, Session, SessionStore
 from holdfast.worker.backoff import retry_before_s
-from holdfast.worker.beatnews import act_on_orders, log_failure
+from holdfast.worker.beatnews import act_on_orders
 from holdfast.worker.beatrules import LoopSilence, heartbeat_period_ms, loop_bound_ms
+from holdfast.worker.iothreads import logs_failure
 from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.metrics import WorkerMetrics
 
@@ -272,7 +273,8 @@ class SessionKeeper:
         # Kept: the loop holds only a weak reference to a task. Nobody awaits it: its failure
         # is logged by its done-callback, never lost.
         self._lost_task = asyncio.ensure_future(self.on_lost(lost))
-        self._lost_task.add_done_callback(log_failure)
+        self._lost_task.add_done_callback(
+            logs_failure("handling the lost session", traceback=True))
 
     def _on_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop: streams, balancing and metrics belong to it."""

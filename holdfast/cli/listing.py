@@ -139,7 +139,8 @@ def _run_ls(args: argparse.Namespace) -> int:
     bad = [i for i in items if isinstance(i, MalformedItem)]
     if args.ids:
         wanted = set(args.ids)
-        bad = [b for b in bad if b.key in {pk_for(i) for i in wanted}]  # named, with its reason
+        keys = {pk_for(i) for i in wanted}
+        bad = [b for b in bad if b.key in keys]  # named, with its reason
         found = {r.conn_id for r in rows} | {b.key.removeprefix(PK_PREFIX) for b in bad}
         notes += [f"no stream {i!r}" for i in sorted(wanted - found)]
         rows = [r for r in rows if r.conn_id in wanted]

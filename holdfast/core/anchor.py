@@ -25,6 +25,8 @@ from typing import Any
 
 from holdfast.core.aws import ConditionFailed
 from holdfast.core.exceptions import StoreUnavailable
+from holdfast.core.expressions import num, string
+from holdfast.core.model import int_attr, str_attr
 from holdfast.core.schema import ATTR
 
 __all__ = ["Anchor", "Unsettled", "Watch", "anchored_elsewhere", "unanchor_expression"]
@@ -44,18 +46,18 @@ def anchored_elsewhere(old: Mapping[str, Any], anchor: Anchor | None, *,
     URL, by the acquire whose answer is ``old`` (the item before it: it wrote the anchor where
     there was no checkpoint) or, if ``maybe_written``, by an earlier acquire of ours whose
     answer was lost (its anchor is the checkpoint ``old`` shows) or whose removal failed."""
-    if anchor is None or old.get(ATTR.ws_url, {}).get("S") == anchor.ws_url:
+    if anchor is None or str_attr(old, ATTR.ws_url) == anchor.ws_url:
         return False
     if ATTR.last_seq not in old:
         return True
-    return maybe_written and old[ATTR.last_seq].get("N") == str(anchor.seq)
+    return maybe_written and int_attr(old, ATTR.last_seq) == anchor.seq
 
 
 def unanchor_expression(owner: str, epoch: int, seq: int) -> tuple[str, str, dict[str, Any]]:
     """The write that takes back an anchor written by ``owner``'s acquire at ``epoch``: only
     while that holding lasts and the checkpoint is still that anchor."""
     return ("REMOVE #seq", "#owner = :me AND #epoch = :epoch AND #seq = :first",
-            {":me": {"S": owner}, ":epoch": {"N": str(epoch)}, ":first": {"N": str(seq)}})
+            {":me": string(owner), ":epoch": num(epoch), ":first": num(seq)})
 
 
 @dataclass
@@ -78,8 +80,7 @@ class Watch:
         or the earlier one only if it is the stored checkpoint (it never landed, else)."""
         if anchored_elsewhere(old, self.anchor, maybe_written=self.maybe_written):
             return self.anchor
-        stored = old.get(ATTR.last_seq, {}).get("N")
-        if (self.unsettled is not None and stored == str(self.unsettled.seq)
+        if (self.unsettled is not None and int_attr(old, ATTR.last_seq) == self.unsettled.seq
                 and anchored_elsewhere(old, self.unsettled, maybe_written=True)):
             return self.unsettled
         return None
@@ -111,7 +112,7 @@ class Unsettled:
         if wrong is None:
             self.by_id.pop(watch.conn_id, None)
             if watch.anchor is not None and ATTR.last_seq not in old:
-                new[ATTR.last_seq] = {"N": str(watch.anchor.seq)}
+                new[ATTR.last_seq] = num(watch.anchor.seq)
             return
         new.pop(ATTR.last_seq, None)
         try:

@@ -324,22 +324,30 @@ async def test_reconcile_sweep_claims_orphans(fleet: Fleet, upstream: UpstreamTh
         await async_wait_until(lambda: len(run.worker.streams) == 3, 10, "sweep claims")
 
 
+def dynamodb_proxy(fleet: Fleet) -> CuttableProxy:
+    """A proxy in front of the fleet's DynamoDB that a test can cut and heal."""
+    host, port = fleet.env["AWS_ENDPOINT_URL_DYNAMODB"].removeprefix("http://").split(":")
+    return CuttableProxy(host, int(port))
+
+
+def client_through(proxy: CuttableProxy) -> Any:
+    """A DynamoDB client through ``proxy`` that gives up fast (one retry, 0.5 s reads)."""
+    return new_session().client(
+        "dynamodb", endpoint_url=proxy.url, region_name="us-east-1",
+        aws_access_key_id="local", aws_secret_access_key="local",
+        config=client_config(read_timeout=0.5, retries=1))
+
+
 async def test_self_fencing_when_dynamodb_is_unreachable(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
     """A worker cut off from DynamoDB stops its stream before the lease could expire."""
     conn, rec = f"{unique_id}-f", Recorder()
     fleet.create(conn, upstream.url(conn))
-    ddb_url = fleet.env["AWS_ENDPOINT_URL_DYNAMODB"]
-    host, port = ddb_url.removeprefix("http://").split(":")
-    proxy = CuttableProxy(host, int(port))
+    proxy = dynamodb_proxy(fleet)
     try:
-        config = __import__("tests.worker.conftest", fromlist=["x"]).worker_config(fleet)
-        ddb = new_session().client(
-            "dynamodb", endpoint_url=proxy.url, region_name="us-east-1",
-            aws_access_key_id="local", aws_secret_access_key="local",
-            config=__import__("holdfast.core.aws", fromlist=["x"]).client_config(
-                read_timeout=0.5, retries=1))
-        worker = Supervisor(config, ddb=ddb, sqs=client_for(fleet.aws, "sqs"), handler=rec)
+        config = worker_config(fleet)
+        worker = Supervisor(config, ddb=client_through(proxy),
+                            sqs=client_for(fleet.aws, "sqs"), handler=rec)
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop.wait))
         fleet.nudge(conn)
@@ -368,19 +376,12 @@ async def test_a_worker_started_again_after_fencing_itself_counts_no_death(
         fleet: Fleet) -> None:
     """A worker cut off from DynamoDB fences itself and, once it answers again, starts a new
     session over its own lost one: no worker died, so ``DeadSessions`` counts nothing."""
-    ddb_url = fleet.env["AWS_ENDPOINT_URL_DYNAMODB"]
-    host, port = ddb_url.removeprefix("http://").split(":")
-    proxy = CuttableProxy(host, int(port))
+    proxy = dynamodb_proxy(fleet)
     try:
-        config = __import__("tests.worker.conftest", fromlist=["x"]).worker_config(
-            fleet, HOLDFAST_RECONCILE_SECONDS="0")  # no sweep of ours declaring it first
-        ddb = new_session().client(
-            "dynamodb", endpoint_url=proxy.url, region_name="us-east-1",
-            aws_access_key_id="local", aws_secret_access_key="local",
-            config=__import__("holdfast.core.aws", fromlist=["x"]).client_config(
-                read_timeout=0.5, retries=1))
-        worker = Supervisor(config, ddb=ddb, sqs=client_for(fleet.aws, "sqs"),
-                            handler=Recorder())
+        # No reconcile sweep of ours declaring the lost session dead first.
+        config = worker_config(fleet, HOLDFAST_RECONCILE_SECONDS="0")
+        worker = Supervisor(config, ddb=client_through(proxy),
+                            sqs=client_for(fleet.aws, "sqs"), handler=Recorder())
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop.wait))
         await async_wait_until(lambda: worker.owner, 10, "a session")
@@ -405,8 +406,7 @@ async def test_a_claim_in_flight_at_the_stop_is_handed_back_before_the_session_e
     conn = f"{unique_id}-late"
     fleet.create(conn, upstream.url(conn))
     # No wait for our last nudge polls, which would cover the claim by chance.
-    config = __import__("tests.worker.conftest", fromlist=["x"]).worker_config(
-        fleet, HOLDFAST_POLL_DRAIN_SECONDS="0")
+    config = worker_config(fleet, HOLDFAST_POLL_DRAIN_SECONDS="0")
     worker = Supervisor(config, ddb=client_for(fleet.aws, "dynamodb"),
                         sqs=client_for(fleet.aws, "sqs"), handler=Recorder())
     stop = asyncio.Event()
