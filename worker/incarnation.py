@@ -19,7 +19,6 @@ without a session it holds and claims nothing, and a new process may fare better
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from collections.abc import Awaitable, Callable
 from typing import Final
@@ -28,12 +27,13 @@ from aws_lambda_powertools import Logger
 
 from holdfast.core.exceptions import HoldfastError, SessionConflict, StoreUnavailable
 from holdfast.core.rules import LeaseTiming
+from holdfast.core.session_items import ENDED_BEFORE_START
 from holdfast.core.sessions import Session, SessionStore, new_incarnation
 from holdfast.worker.backoff import Backoff
 from holdfast.worker.iothreads import on_io_threads
 
-__all__ = ["RESTART_BACKOFF", "RESTART_WINDOWS", "conflict_window_ms", "restart_for_ms",
-           "restart_incarnation", "start_incarnation"]
+__all__ = ["RESTART_BACKOFF", "RESTART_WINDOWS", "conflict_window_ms", "end_incarnation",
+           "restart_for_ms", "restart_incarnation", "start_incarnation"]
 
 logger = Logger(service="holdfast-worker", child=True)
 
@@ -42,6 +42,22 @@ logger = Logger(service="holdfast-worker", child=True)
 # being rotated get a few tries; past that a replacement process comes sooner than a recovery.
 RESTART_WINDOWS: Final = 4
 RESTART_BACKOFF: Final = Backoff(base_s=1.0, cap_s=10.0)
+
+
+async def end_incarnation(sessions: SessionStore, session: Session, *, reason: str) -> bool:
+    """End our own session (ENDED, ``SessionStore.end``): the worker's one goodbye write, so
+    the sweeper releases at once what it still owns instead of after a TTL. False, logged, if
+    the write failed or found the session no longer ours and ALIVE: it then expires."""
+    try:
+        ended = await on_io_threads(sessions.end, session, reason)
+    except HoldfastError as exc:
+        logger.warning("cannot end the session; it will expire", reason=reason,
+                       error=str(exc)[:300])
+        return False
+    if not ended:
+        logger.info("session not ended: no longer ours and alive", reason=reason,
+                    incarnation=session.incarnation)
+    return ended
 
 
 def conflict_window_ms(timing: LeaseTiming) -> int:
@@ -85,8 +101,7 @@ async def start_incarnation(sessions: SessionStore, worker_id: str, *, capacity:
                                           version=version)
             if not stopping():
                 return session, sent
-            with contextlib.suppress(HoldfastError):  # left to expire: nothing is held
-                await on_io_threads(sessions.end, session, "stopping")
+            await end_incarnation(sessions, session, reason=ENDED_BEFORE_START)
             return None
         except SessionConflict as conflict:
             if mono() >= deadline:

@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aws_lambda_powertools import Logger
 
-from holdfast.core.exceptions import HoldfastError
 from holdfast.core.handoff import WARM_TIMEOUT_MS
+from holdfast.core.session_items import ENDED_AT_STOP
 from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT
-from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.incarnation import end_incarnation
 from holdfast.worker.warmpace import warm_at_once
 
 if TYPE_CHECKING:
@@ -180,10 +180,7 @@ async def goodbye(*, outbox: Outbox, claimer: Claimer, keeper: SessionKeeper,
         logger.warning("streams still running at the session's end (a handler that would not "
                        "stop): the session is left to expire, not ended", streams=running)
     else:
-        try:
-            await on_io_threads(sessions.end, keeper.session)
-        except HoldfastError as exc:
-            logger.warning("cannot end the session; it will expire", error=str(exc)[:300])
+        await end_incarnation(sessions, keeper.session, reason=ENDED_AT_STOP)
     steps["session"] = time.monotonic()
     if inbox is not None:
         await _bounded("deleting the order queue", inbox.close(), ends_at)

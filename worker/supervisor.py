@@ -21,7 +21,6 @@ One log line at the end counts what happened.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import gc
 import time
@@ -31,10 +30,11 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
-from holdfast.core.exceptions import HoldfastError, SessionLost
+from holdfast.core.exceptions import SessionLost
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.orders import Order
 from holdfast.core.schema import BACKSTOP_MS
+from holdfast.core.session_items import ENDED_BEFORE_START
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.worker.balancing import Balancing, owned_elsewhere_by
@@ -49,7 +49,7 @@ from holdfast.worker.handler import Handler, default_handler
 from holdfast.worker.handoff import Handoffs
 from holdfast.worker.held import NO_FENCE_MS, monotonic_ms, ordered_reason
 from holdfast.worker.holdings import Holdings
-from holdfast.worker.incarnation import restart_for_ms
+from holdfast.worker.incarnation import end_incarnation, restart_for_ms
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.metrics import WorkerMetrics
@@ -210,8 +210,8 @@ class Supervisor:
             logger.info("stopped before a session was started", worker_id=self.worker_id)
             if self.keeper is not None:  # written, and kept alive, before the stop came
                 self.keeper.stop()
-                with contextlib.suppress(HoldfastError):
-                    await on_io_threads(self.sessions.end, self.keeper.session)
+                await end_incarnation(self.sessions, self.keeper.session,
+                                      reason=ENDED_BEFORE_START)
             return self.counts  # nothing held
         keeper = self.keeper
         assert keeper is not None  # the session has started

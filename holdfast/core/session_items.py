@@ -8,7 +8,7 @@ import dataclasses
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from holdfast.core.directives import Directive, float_attr
 from holdfast.core.exceptions import MalformedItem
@@ -21,7 +21,13 @@ from holdfast.core.model import (
 )
 from holdfast.core.schema import SESSION, SessionState, owner_for, worker_of_session_pk
 
-__all__ = ["Beat", "ReportedDeath", "Session", "SessionItem", "draining_of", "new_incarnation"]
+__all__ = ["ENDED_AT_STOP", "ENDED_BEFORE_START", "Beat", "ReportedDeath", "Session", "SessionItem",
+           "draining_of", "new_incarnation"]
+
+# An ENDED session's ``end_reason`` (for an operator reading the item): its goodbye after a stop,
+# or a stop that came while it was being started (it held nothing).
+ENDED_AT_STOP: Final = "shutdown"
+ENDED_BEFORE_START: Final = "stopped before its start"
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from holdfast.core.schema import (
     session_guard_terms,
 )
 from holdfast.core.session_items import (
+    ENDED_AT_STOP,
     Beat,
     ReportedDeath,
     Session,
@@ -170,7 +171,7 @@ class SessionStore(Reaper, Directing):
             return _beat_of(session, old, int_attr(old, SESSION.expires_at_ms) or expires)
         return _beat_of(session, resp.get("Attributes", {}), expires)
 
-    def end(self, session: Session, reason: str = "shutdown") -> bool:
+    def end(self, session: Session, reason: str = ENDED_AT_STOP) -> bool:
         """Say goodbye (ENDED): the sweeper reaps whatever the process could not release."""
         return self._leave_alive("end_session", session.worker_id, session.incarnation,
                                  SessionState.ENDED, reason)

@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 
 from holdfast.core.exceptions import SessionConflict, StoreUnavailable
+from holdfast.core.model import str_attr
 from holdfast.core.rules import LeaseTiming
-from holdfast.core.schema import SessionState, session_table_definition
+from holdfast.core.schema import SESSION, SessionState, session_table_definition
+from holdfast.core.session_items import ENDED_AT_STOP, ENDED_BEFORE_START
 from holdfast.core.sessions import SessionStore
 from holdfast.localaws import LocalAws
-from holdfast.worker.incarnation import restart_incarnation, start_incarnation
+from holdfast.worker.incarnation import end_incarnation, restart_incarnation, start_incarnation
 from tests.conftest import client_for, own_tables
 from tests.core.test_store import Clock
 
@@ -222,4 +224,30 @@ async def test_a_stop_during_the_start_leaves_no_live_incarnation(
     assert await starting() is None
     item = sessions.get(unique_id)
     assert item is not None and item.state is SessionState.ENDED
+    assert _end_reason(sessions, unique_id) == ENDED_BEFORE_START
     assert await starting() is None and len(calls) == 1  # stopping: not even tried
+
+
+def _end_reason(sessions: SessionStore, worker_id: str) -> str | None:
+    raw = sessions.client.get_item(TableName=sessions.table, Key=sessions._key(worker_id),
+                                   ConsistentRead=True)["Item"]
+    return str_attr(raw, SESSION.end_reason)
+
+
+async def test_ending_our_session_says_why_and_a_failed_end_is_logged(
+        sessions: SessionStore, unique_id: str, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``end_incarnation`` writes ENDED with its reason; a session no longer ours and ALIVE
+    is not ended (False); a table that does not answer is logged and left to expire (False)."""
+    session = sessions.start(unique_id, 10)
+    assert await end_incarnation(sessions, session, reason=ENDED_AT_STOP)
+    assert _end_reason(sessions, unique_id) == ENDED_AT_STOP
+    assert not await end_incarnation(sessions, session, reason=ENDED_AT_STOP)
+    assert "session not ended" in caplog.text
+
+    def unreachable(*args: Any, **kwargs: Any) -> bool:
+        raise StoreUnavailable("UpdateItem", "connection refused")
+
+    monkeypatch.setattr(sessions, "end", unreachable)
+    assert not await end_incarnation(sessions, session, reason=ENDED_AT_STOP)
+    assert "cannot end the session; it will expire" in caplog.text

@@ -104,8 +104,9 @@ class _Steps:
     def stop(self) -> None:
         self.said.append("heartbeat stopped")
 
-    def end(self, session: Any) -> None:
+    def end(self, session: Any, reason: str) -> bool:
         self.said.append("session ended")
+        return True
 
 
 async def _goodbye(steps: _Steps, settle: Any, running: int = 0) -> dict[str, float]:
