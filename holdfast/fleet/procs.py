@@ -23,7 +23,7 @@ from holdfast.core.boto import new_session
 from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORD_WRAPS_ENV, RECORDER_SPEC
 from holdfast.fleet.timing import FleetTiming
 from holdfast.localaws import LocalAws
-from holdfast.localaws.processes import _die_with_parent, free_port, wait_for_port
+from holdfast.localaws.processes import _die_with_parent, listen_on_free_port
 
 __all__ = ["REPO_ROOT", "Fleet", "Proc", "client_for_env"]
 
@@ -212,14 +212,19 @@ class Fleet:
                     die_with_parent=self.die_with_parent)
 
     def start_upstream(self) -> str:
-        self.upstream_port = free_port()
-        self.upstream = self._proc("upstream", [
-            sys.executable, "-m", "holdfast.cli.main", "upstream", "--port",
-            str(self.upstream_port), "--rate", f"{self.timing.rate:g}",
-            "--conn-log", str(self.conn_log)], self.run_dir / "upstream.log", {}).start()
-        if not wait_for_port(self.upstream_port, 20, self.upstream.proc):
-            raise FleetError(f"the demo upstream did not start; see {self.upstream.log_path}:\n"
-                             f"{self.upstream.tail()}")
+        def start(port: int) -> Proc:
+            if self.upstream is not None:  # an earlier try, dead: its log closed
+                self.upstream.stop(0)
+            self.upstream = self._proc("upstream", [
+                sys.executable, "-m", "holdfast.cli.main", "upstream", "--port", str(port),
+                "--rate", f"{self.timing.rate:g}", "--conn-log", str(self.conn_log)],
+                self.run_dir / "upstream.log", {}).start()
+            return self.upstream
+
+        upstream, self.upstream_port, up = listen_on_free_port(start, lambda p: p.proc, 20)
+        if not up:
+            raise FleetError(f"the demo upstream did not start; see {upstream.log_path}:\n"
+                             f"{upstream.tail()}")
         return f"ws://127.0.0.1:{self.upstream_port}"
 
     def start_worker(self, worker_id: str, *, version: str | None = None) -> Proc:

@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Final, TypeVar
 
-__all__ = ["Child", "free_port", "wait_for_port"]
+log = logging.getLogger(__name__)
+
+_P = TypeVar("_P")
+
+__all__ = ["PORT_ATTEMPTS", "Child", "free_port", "listen_on_free_port", "wait_for_port"]
 
 _PR_SET_PDEATHSIG = 1
+# How many ports a server is started on before its failure is final: ``free_port``'s port is
+# free when probed, not when the child binds it (another test's server, or any outbound
+# connection's ephemeral port, may take it in between); the child then dies at once.
+PORT_ATTEMPTS: Final = 3
 
 
 # Loaded before any fork: the child must not dlopen between fork and exec.
@@ -47,6 +56,30 @@ def wait_for_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes] | N
             return True
         time.sleep(0.05)
     return False
+
+
+def listen_on_free_port(start: Callable[[int], _P],
+                        proc_of: Callable[[_P], subprocess.Popen[bytes] | None],
+                        timeout_s: float, *, attempts: int = PORT_ATTEMPTS,
+                        pick: Callable[[], int] = free_port) -> tuple[_P, int, bool]:
+    """Start a server with ``start(port)`` on a port ``pick`` found free, and wait until it
+    accepts: (server, port, True). A server that died before it accepted (most likely: the
+    port was taken meanwhile) is started again on another port, ``attempts`` times; one
+    still running but not accepting after ``timeout_s`` is not (its log says why). The last
+    try's server comes back with False."""
+    if attempts < 1:
+        raise ValueError(f"attempts must be at least 1, not {attempts}")
+    for attempt in range(1, attempts + 1):
+        port = pick()
+        server = start(port)
+        proc = proc_of(server)
+        if wait_for_port(port, timeout_s, proc):
+            return server, port, True
+        if attempt == attempts or proc is None or proc.poll() is None:
+            return server, port, False
+        log.warning("a local server exited before listening on port %d (taken meanwhile?): "
+                    "trying another port", port)
+    raise AssertionError("unreachable: the last attempt returns")
 
 
 class Child:

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +36,7 @@ from holdfast.core.schema import (
 from holdfast.core.urls import ENV_ALLOWED_HOSTS, LOOPBACK_ALLOW_LIST
 from holdfast.localaws.dynamodb_local import find_dynamodb_local, java_unusable, missing_hint
 from holdfast.localaws.loopback import dynamodb_local_command
-from holdfast.localaws.processes import Child, free_port, wait_for_port
+from holdfast.localaws.processes import Child, listen_on_free_port
 
 __all__ = ["Backend", "LocalAws", "LocalAwsError", "find_dynamodb_local", "no_proxy_with_loopback"]
 
@@ -96,14 +97,13 @@ class LocalAws:
         if importlib.util.find_spec("moto") is None:  # the base install: say which extra
             raise LocalAwsError('the local fleet needs moto: pip install ".[local]" in a Holdfast '
                                 "checkout (moto[server], matplotlib)")
-        port = free_port()
         # moto's server with its per-request dispatch and per-message scans taken out
         # (``holdfast.localaws.moto_server``: moto served 5-10 SQS requests a second in a
         # 300-stream burst without it).
-        child = Child("moto", [sys.executable, "-m", "holdfast.localaws.moto_server",
-                               "-H", "127.0.0.1", "-p", str(port)], self.workdir / "moto.log")
-        self.children.append(child)
-        if not wait_for_port(port, 30, child.proc):
+        child, port, up = listen_on_free_port(lambda port: self._child("moto", [
+            sys.executable, "-m", "holdfast.localaws.moto_server", "-H", "127.0.0.1",
+            "-p", str(port)], self.workdir / "moto.log"), _proc_of, 30)
+        if not up:
             raise LocalAwsError(f"moto server did not start:\n{child.tail()}")
         return f"http://127.0.0.1:{port}"
 
@@ -124,14 +124,19 @@ class LocalAws:
             raise LocalAwsError(f"DynamoDB Local needs Java 17 or later: {java_problem}")
         if not jar_dir or java is None:
             raise LocalAwsError(missing_hint())
-        port = free_port()
-        child = Child("dynamodb-local", dynamodb_local_command(java, jar_dir, port),
-                      self.workdir / "dynamodb-local.log")
-        self.children.append(child)
-        if not wait_for_port(port, 60, child.proc):
+        child, port, up = listen_on_free_port(lambda port: self._child(
+            "dynamodb-local", dynamodb_local_command(java, jar_dir, port),
+            self.workdir / "dynamodb-local.log"), _proc_of, 60)
+        if not up:
             raise LocalAwsError(f"DynamoDB Local did not start:\n{child.tail()}")
         self.backend = "dynamodb-local"
         return f"http://127.0.0.1:{port}"
+
+    def _child(self, name: str, argv: list[str], log_path: Path) -> Child:
+        """A server process, stopped with the others (``stop``) whether or not it came up."""
+        child = Child(name, argv, log_path)
+        self.children.append(child)
+        return child
 
     def _client(self, service: Literal["dynamodb", "sqs"]):  # type: ignore[no-untyped-def]
         url = self.dynamodb_url if service == "dynamodb" else self.sqs_url
@@ -216,3 +221,7 @@ def _aws_settings(dynamodb_url: str, sqs_url: str) -> dict[str, str]:
             "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION,
             "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
             "NO_PROXY": no_proxy, "no_proxy": no_proxy}
+
+
+def _proc_of(child: Child) -> subprocess.Popen[bytes]:
+    return child.proc
