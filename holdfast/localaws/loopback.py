@@ -11,7 +11,9 @@ cannot be built: DynamoDB Local then runs as Amazon ships it, with a warning tha
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -30,7 +32,10 @@ __all__ = ["LAUNCHER_CLASS", "LAUNCHER_SOURCE", "dynamodb_local_command", "find_
 log = logging.getLogger(__name__)
 LAUNCHER_CLASS: Final = "LoopbackDynamoDBLocal"
 LAUNCHER_SOURCE: Final = Path(__file__).with_name(f"{LAUNCHER_CLASS}.java")
-_UNWRITABLE: Final = "cannot write"
+
+
+class _Unwritable(OSError):
+    """The launcher's folder cannot be made (a read-only home): build it elsewhere."""
 
 
 def find_javac(java: str) -> str | None:
@@ -50,12 +55,13 @@ def launcher_dir(jar_dir: Path, environ: Mapping[str, str] = os.environ) -> Path
 
 
 def _compile(javac: str, jar: Path, target: Path) -> str | None:
-    """Compile the launcher into ``target``; None, or why it could not be."""
+    """Compile the launcher into ``target``; None, or why it could not be. ``_Unwritable``
+    if ``target``'s folder cannot be made."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         building = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
     except OSError as exc:
-        return f"{_UNWRITABLE} {target.parent}: {exc}"
+        raise _Unwritable(f"cannot write {target.parent}: {exc}") from exc
     try:
         proc = subprocess.run(
             # The jar's manifest names its libraries (Jetty among them): javac follows it.
@@ -77,6 +83,23 @@ def _compile(javac: str, jar: Path, target: Path) -> str | None:
             shutil.rmtree(building)
 
 
+def _build(javac: str, jar: Path, cached: Path) -> tuple[Path, str | None]:
+    """Build the launcher in the cache (``cached``) or, with no usable cache (a read-only
+    home), for this start alone in a temp dir removed when this process exits (DynamoDB
+    Local, its child, with it): where it was built, and None or why it could not be."""
+    try:
+        return cached, _compile(javac, jar, cached)
+    except _Unwritable:
+        pass
+    try:
+        scratch = tempfile.mkdtemp(prefix="holdfast-launcher-")
+        atexit.register(functools.partial(shutil.rmtree, scratch, ignore_errors=True))
+        built = Path(scratch) / "classes"
+        return built, _compile(javac, jar, built)
+    except OSError as exc:  # no temp dir either (``_Unwritable`` is one)
+        return cached, f"cannot write a temp dir: {exc}"
+
+
 def dynamodb_local_command(java: str, jar_dir: Path, port: int,
                            environ: Mapping[str, str] = os.environ) -> list[str]:
     """The argv that runs DynamoDB Local (in memory, one shared database, no telemetry) on
@@ -92,16 +115,13 @@ def dynamodb_local_command(java: str, jar_dir: Path, port: int,
     # in PartiQL batches takes 376 ms, against 627 ms with the client compiler only. (The test
     # suite's short-lived instances take the client compiler only: tests/conftest.py.)
     jvm = [java, "-Xms64m", f"-Djava.library.path={jar_dir / 'DynamoDBLocal_lib'}"]
-    built = launcher_dir(jar_dir, environ)
-    problem = None
+    built, problem = launcher_dir(jar_dir, environ), None
     if not (built / f"{LAUNCHER_CLASS}.class").is_file():
         javac = find_javac(java)
-        problem = ("no javac beside java or on PATH (a JRE only)" if javac is None
-                   else _compile(javac, jar, built))
-        if javac is not None and problem is not None and problem.startswith(_UNWRITABLE):
-            # No usable cache (a read-only home): built for this start alone, in a temp dir.
-            built = Path(tempfile.mkdtemp(prefix="holdfast-launcher-")) / "classes"
-            problem = _compile(javac, jar, built)
+        if javac is None:
+            problem = "no javac beside java or on PATH (a JRE only)"
+        else:
+            built, problem = _build(javac, jar, built)
     if problem is None:
         return [*jvm, "-cp", os.pathsep.join((str(built), str(jar))), LAUNCHER_CLASS, *options]
     log.warning("DynamoDB Local will listen on every interface, not only 127.0.0.1: its loopback "

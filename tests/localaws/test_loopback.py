@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -75,9 +76,13 @@ def test_without_a_launcher_it_says_it_listens_everywhere(
     assert ("a JRE only" if javac is None else "javac failed (exit 1)") in caplog.text
 
 
-def test_an_unwritable_cache_builds_the_launcher_for_this_start_alone(tmp_path: Path) -> None:
+def test_an_unwritable_cache_builds_the_launcher_for_this_start_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cache cannot be written (a read-only home): the launcher is built in a temp dir for
-    this start, still bound to loopback, not run as shipped on every interface."""
+    this start, still bound to loopback, not run as shipped on every interface; the temp dir
+    is removed when the process exits."""
+    at_exit: list[Callable[[], object]] = []
+    monkeypatch.setattr(loopback.atexit, "register", at_exit.append)
     blocked = tmp_path / "not-a-dir"
     blocked.write_text("")  # the cache's parent is a file: nothing can be made under it
     argv = dynamodb_local_command(_java(), _jar_dir(), 8000,
@@ -85,3 +90,6 @@ def test_an_unwritable_cache_builds_the_launcher_for_this_start_alone(tmp_path: 
     assert LAUNCHER_CLASS in argv and "-jar" not in argv
     classes = Path(argv[argv.index("-cp") + 1].split(os.pathsep)[0])
     assert (classes / f"{LAUNCHER_CLASS}.class").is_file() and blocked not in classes.parents
+    assert len(at_exit) == 1
+    at_exit[0]()
+    assert not classes.parent.exists()
