@@ -194,7 +194,7 @@ class Endings:
             except HoldfastError as exc:
                 conn.log("error", "release failed", error=str(exc)[:300])
                 return "failed"
-            if lost is not None and lost is not LossReason.STOPPED:
+            if lost is not None:
                 return f"not_ours_{lost}"
             conn.log("info", "released", checkpoint=held.checkpoint, handled=held.cursor.handled,
                      successor=successor)

@@ -9,8 +9,8 @@ a call, 4 calls at a time, 40 calls, 1.1 s and 0.14-0.16 s (``python -m bench.re
 Each statement is ``LeaseStore.release``'s write (``expressions.release_clauses``, rendered
 for PartiQL) and fails on its own. A statement applied is released. Those whose condition
 failed or whose outcome is unknown are read back in one ``BatchGetItem`` and settled by the
-store's rules (``rules.release_landed``: our replayed release, or the named successor holds it
-already; ``rules.held_by``: still ours, to try again; otherwise lost). One that DynamoDB refused as
+store's rules (``rules.release_found``: landed, our replayed release or the named successor
+holding it already; still ours, to try again; otherwise lost). One that DynamoDB refused as
 invalid (an item missing what the unowned marker copies, one near 400 KB), or one the read did
 not return, is released again alone by ``LeaseStore.release``, which writes the marker's
 defaults: one set of rules. A throttled one comes back as ``StoreUnavailable`` for the caller
@@ -113,14 +113,15 @@ def _read_back(store: LeaseStore, requests: Sequence[ReleaseRequest]
 def _settle(store: LeaseStore, r: ReleaseRequest, outcome: str,
             read: dict[str, dict[str, Any] | None]) -> ReleaseResult:
     """One unsettled statement's result from its item as read back (``LeaseStore.release``'s
-    rules: ``rules.release_landed``, ``rules.held_by``)."""
+    rules: ``rules.release_found``)."""
     conn_id = r.lease.conn_id
     if conn_id not in read:
         return _alone(store, r)  # not read: the store's one UpdateItem decides
     raw = read[conn_id]
-    if raw is None or rules.release_landed(raw, r.successor):
+    found = rules.release_found(raw, r.lease.owner, r.lease.epoch, r.successor)
+    if found is rules.ReleaseFound.LANDED:
         return ReleaseResult(conn_id)
-    if rules.held_by(raw, r.lease.owner, r.lease.epoch):
+    if found is rules.ReleaseFound.STILL_OURS:
         if outcome == "failed":  # not written: the caller tries again
             return ReleaseResult(conn_id, error=StoreUnavailable(
                 "release_many", "outcome unknown and the lease is still ours"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Final
 
 from holdfast.core import names, settings
@@ -31,6 +32,7 @@ __all__ = [
     "STILL_STARTED",
     "Condition",
     "LeaseTiming",
+    "ReleaseFound",
     "acquire_cutoff_ms",
     "checkpoint_slice",
     "checkpoint_slices",
@@ -45,7 +47,7 @@ __all__ = [
     "meets",
     "next_checkpoint",
     "next_epoch",
-    "release_landed",
+    "release_found",
     "renew_due_mono_ms",
     "session_action",
     "throttled_heartbeat_ms",
@@ -157,13 +159,29 @@ def classify_loss(raw: Mapping[str, Any] | None, owner: str,
     return None
 
 
-def release_landed(raw: Mapping[str, Any], successor: str | None) -> bool:
-    """Whether ``raw`` (the item as a release's condition found it, or as read after a release
-    whose answer was lost) shows that release done: no owner, or the successor it named holds
-    the stream already (it acquires within a second of a handoff's release: a botocore retry of
-    a release that landed, sent after the read timeout, found the successor's lease)."""
-    owner = str_attr(raw, ATTR.lease_owner)
-    return owner is None or (successor is not None and owner == successor)
+class ReleaseFound(Enum):
+    """What the item says of a release whose write was refused or whose answer was lost."""
+
+    LANDED = "landed"  # no owner (or no item), or the successor it named holds it already
+    STILL_OURS = "still ours"  # the releasing owner and epoch: not released
+    LOST = "lost"  # another owner or epoch: not ours to release any more
+
+
+def release_found(raw: Mapping[str, Any] | None, owner: str, epoch: int,
+                  successor: str | None) -> ReleaseFound:
+    """What ``raw`` (the item as a release's condition found it, or as read after a release
+    whose answer was lost) says of the release by (``owner``, ``epoch``) naming
+    ``successor``: the one judgement of a lone release and of a batch's statements. A
+    botocore retry of a release that landed finds no owner, or the named successor's lease
+    (it acquires within a second of a handoff's release); one still ours was not written."""
+    if not raw:
+        return ReleaseFound.LANDED  # nothing left to hold
+    holder = str_attr(raw, ATTR.lease_owner)
+    if holder is None or (successor is not None and holder == successor):
+        return ReleaseFound.LANDED
+    if held_by(raw, owner, epoch):
+        return ReleaseFound.STILL_OURS
+    return ReleaseFound.LOST
 
 
 # One condition of a holder's write, (attribute, value): the one definition of what DynamoDB

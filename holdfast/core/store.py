@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = ["QUARANTINE_MS", "LeaseStore", "wall_clock_ms"]
+
+log = logging.getLogger(__name__)
 
 # How long a malformed STARTED item is parked before the sweep looks at it again.
 QUARANTINE_MS = 300_000
@@ -236,22 +239,43 @@ class LeaseStore:
         """
         # Whatever wrote the error text, the URL's secrets never reach the item.
         text = None if error is None else scrub(error, lease.ws_url)[:1000]
+        seq = rules.next_checkpoint(lease.last_seq, handled_seq)
         update, condition, values = release_clauses(
-            lease, self.clock(), rules.next_checkpoint(lease.last_seq, handled_seq), error=text,
-            retry_at_ms=retry_at_ms, moved=moved, successor=successor).update_expression()
+            lease, self.clock(), seq, error=text, retry_at_ms=retry_at_ms, moved=moved,
+            successor=successor).update_expression()
         try:
             self._update("release", lease.conn_id, update, condition, values)
         except ConditionFailed as failed:
-            # Our own replayed release (botocore's retry of one that landed): that is done.
-            if not failed.item or rules.release_landed(failed.item, successor):
-                return None
-            return loss_of(lease, failed.item)
+            found = self._release_found(lease, failed.item, successor)
+            if found is rules.ReleaseFound.STILL_OURS and seq is not None:
+                # Ours at our epoch: only the checkpoint's never-backwards clause refused. The
+                # stored checkpoint is ahead of ours (written by someone else: an edit); the
+                # stream is released keeping it, not left owned by a holder that has ended.
+                log.warning("release of %s: the stored checkpoint is ahead of ours (%d); "
+                            "released keeping it", lease.conn_id, seq)
+                return self.release(lease, None, error=error, retry_at_ms=retry_at_ms,
+                                    moved=moved, successor=successor)
+            return self._release_loss(lease, failed.item, found)
         except StoreUnavailable:
-            raw = self.get_raw(lease.conn_id) or {}
-            if rules.held_by(raw, lease.owner, lease.epoch):
-                raise  # still ours: not released
-            return None if rules.release_landed(raw, successor) else LossReason.LOST
+            raw = self.get_raw(lease.conn_id)
+            found = self._release_found(lease, raw, successor)
+            if found is rules.ReleaseFound.STILL_OURS:
+                raise  # not written: the caller tries again
+            return self._release_loss(lease, raw, found)
         return None
+
+    @staticmethod
+    def _release_found(lease: Lease, raw: dict[str, Any] | None,
+                       successor: str | None) -> rules.ReleaseFound:
+        return rules.release_found(raw, lease.owner, lease.epoch, successor)
+
+    @staticmethod
+    def _release_loss(lease: Lease, raw: dict[str, Any] | None,
+                      found: rules.ReleaseFound) -> LossReason | None:
+        """A release's result from what its item showed: None (released) or why not ours."""
+        if found is rules.ReleaseFound.LANDED:
+            return None
+        return loss_of(lease, raw) or LossReason.LOST
 
     def transfer(self, lease: Lease, handled_seq: int | None, to_owner: str) -> Lease:
         """Pass ``lease`` straight to ``to_owner`` in one conditional write: the successor's

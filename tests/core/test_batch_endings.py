@@ -91,6 +91,21 @@ def test_a_replayed_release_in_a_batch_is_done_not_lost(
     assert [(r.lost, r.error) for r in results] == [(None, None), (None, None)]
 
 
+def test_a_checkpoint_moved_past_ours_in_a_batch_is_released_keeping_it(
+        pair: tuple[Any, LeaseStore, LeaseStore]) -> None:
+    """One stream's stored checkpoint moved past ours by someone else: its statement fails
+    while the stream is still ours; released all the same, keeping that checkpoint."""
+    ddb, _, store = pair
+    leases = [_held(ddb, store, f"c{i}") for i in range(2)]
+    ddb.update_item(TableName=store.table, Key={ATTR.pk: {"S": pk_for("c1")}},
+                    UpdateExpression="SET last_seq = :s",
+                    ExpressionAttributeValues={":s": {"N": "100"}})
+    results = release_many(store, [ReleaseRequest(lease, 5) for lease in leases])
+    assert [(r.lost, r.error) for r in results] == [(None, None), (None, None)]
+    assert ATTR.lease_owner not in _item(ddb, store, "c1")
+    assert _item(ddb, store, "c1")[ATTR.last_seq] == {"N": "100"}
+
+
 def _calls(ddb: Any, ops: tuple[str, ...]) -> tuple[list[str], Any]:
     """Count ``ops`` on ``ddb`` (the list), and the handler to unregister."""
     seen: list[str] = []

@@ -151,12 +151,17 @@ def test_claimable_at_is_where_expiry_ends(expires: int, skew: int, offset: int)
 
 
 def test_a_release_has_landed_with_no_owner_or_with_the_successor_it_named() -> None:
-    """No owner, or the named successor holding it: landed; anyone else: not."""
+    """No item, no owner, or the named successor holding it: landed; the releasing owner at
+    its epoch: still ours; anyone else, or ours at another epoch: lost."""
+    found = rules.ReleaseFound
     owned = {ATTR.lease_owner: {"S": "w2"}, ATTR.epoch: {"N": "7"}}
-    assert rules.release_landed({ATTR.epoch: {"N": "7"}}, None)
-    assert rules.release_landed(owned, "w2")
-    assert not rules.release_landed(owned, "w3")
-    assert not rules.release_landed(owned, None)
+    assert rules.release_found(None, "w1", 7, None) is found.LANDED
+    assert rules.release_found({ATTR.epoch: {"N": "7"}}, "w1", 7, None) is found.LANDED
+    assert rules.release_found(owned, "w1", 7, "w2") is found.LANDED
+    assert rules.release_found(owned, "w1", 7, "w3") is found.LOST
+    assert rules.release_found(owned, "w1", 7, None) is found.LOST
+    assert rules.release_found(owned, "w2", 7, None) is found.STILL_OURS
+    assert rules.release_found(owned, "w2", 6, None) is found.LOST
 
 
 def test_held_by_needs_the_owner_and_the_epoch() -> None:

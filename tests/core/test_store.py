@@ -353,6 +353,22 @@ def test_release_checkpoints_and_frees(store: LeaseStore, clock: Clock, ddb: Any
     assert store.acquire(unique_id, "w2").last_seq == 9
 
 
+@pytest.mark.parametrize("desired_state", ["STARTED", "STOPPED"])
+def test_a_release_under_a_checkpoint_moved_past_ours_frees_the_stream_keeping_it(
+        store: LeaseStore, ddb: Any, unique_id: str, desired_state: str) -> None:
+    """Someone moved the stored checkpoint past ours while we held the stream (started or
+    stopped since): the release still frees it, keeping their checkpoint, and says released;
+    it is not left owned by a holder that has ended."""
+    put_raw(ddb, store.table, unique_id)
+    lease = store.acquire(unique_id, "w1")
+    ddb.update_item(TableName=store.table, Key={"Pk": {"S": f"CONN#{unique_id}"}},
+                    UpdateExpression="SET last_seq = :s, desired_state = :d",
+                    ExpressionAttributeValues={":s": {"N": "100"}, ":d": {"S": desired_state}})
+    assert store.release(lease, 7) is None
+    item = store.get(unique_id)
+    assert item is not None and (item.lease_owner, item.last_seq) == (None, 100)
+
+
 def test_release_by_stale_owner_changes_nothing(store: LeaseStore, clock: Clock, ddb: Any,
                                                 unique_id: str) -> None:
     """A stale holder's release fails and leaves the new owner's lease intact."""
