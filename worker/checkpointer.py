@@ -112,7 +112,7 @@ class Checkpointer:
 
     def fence_after(self, sent: int) -> int:
         """The own fence deadline of a stream whose backstop was written at ``sent`` (mono)."""
-        return sent + BACKSTOP_MS - self.timing.skew_ms - self.timing.margin_ms
+        return rules.fence_deadline_mono_ms(sent, self.timing, length_ms=BACKSTOP_MS)
 
     async def write(self) -> None:
         """Write every held stream's checkpoint once (batched) and act on each outcome."""

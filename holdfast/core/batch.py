@@ -141,8 +141,7 @@ def _renew_chunk(store: LeaseStore, chunk: Sequence[RenewRequest],
     now = store.clock()
     built = []
     for r in chunk:
-        expires = now + store.lease_ms if r.extend else None
-        seq = rules.next_checkpoint(r.lease.last_seq, r.handled_seq)
+        expires, seq = store.renewal_terms(r.lease, r.handled_seq, extend=r.extend, now=now)
         clauses = renew_clauses(r.lease, now, expires, seq)
         statement = clauses.partiql(store.table, pk_for(r.lease.conn_id))
         # A refused statement then says why itself (a lost lease is known in this call even

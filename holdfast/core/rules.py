@@ -95,7 +95,12 @@ class LeaseTiming:
     @property
     def usable_ms(self) -> int:
         """How long after sending a renewal the holder may keep using the lease."""
-        return self.lease_ms - self.skew_ms - self.margin_ms
+        return self.usable_for(self.lease_ms)
+
+    def usable_for(self, length_ms: int) -> int:
+        """How long after sending a write of an expiry ``length_ms`` ahead the holder may
+        keep using what it holds: that less the skew and the margin."""
+        return length_ms - self.skew_ms - self.margin_ms
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LeaseTiming:
@@ -211,9 +216,13 @@ def held_by(raw: Mapping[str, Any], owner: str, epoch: int) -> bool:
     return meets(raw, fencing_pair(owner, epoch))
 
 
-def fence_deadline_mono_ms(renew_sent_mono_ms: int, timing: LeaseTiming) -> int:
-    """Monotonic time after which the holder must stop using a lease it last renewed then."""
-    return renew_sent_mono_ms + timing.usable_ms
+def fence_deadline_mono_ms(renew_sent_mono_ms: int, timing: LeaseTiming, *,
+                           length_ms: int | None = None) -> int:
+    """Monotonic time after which the holder must stop using a lease it last renewed then:
+    the lease's length (``timing.lease_ms``, or ``length_ms``: a stream's backstop expiry)
+    less the skew and the margin."""
+    return renew_sent_mono_ms + timing.usable_for(
+        timing.lease_ms if length_ms is None else length_ms)
 
 
 # How long a handoff's release keeps a stream for the successor it names: the router's record,

@@ -195,6 +195,14 @@ class LeaseStore:
             raise StoreUnavailable("acquire", "no answer, and the stream is not ours on re-read")
         return item.epoch
 
+    def renewal_terms(self, lease: Lease, handled_seq: int | None, *, extend: bool,
+                      now: int) -> tuple[int | None, int | None]:
+        """What a renewal at ``now`` writes: the new expiry (None: not extended) and the
+        checkpoint (None: not moved). The one definition for a lone renewal and a batch's
+        statements (``holdfast.core.batch``)."""
+        return (now + self.lease_ms if extend else None,
+                rules.next_checkpoint(lease.last_seq, handled_seq))
+
     def renew(self, lease: Lease, handled_seq: int | None = None, *,
               extend: bool = True) -> Lease:
         """Extend ``lease`` and checkpoint ``handled_seq`` in one write; ``LeaseLost`` if lost.
@@ -203,8 +211,7 @@ class LeaseStore:
         no index key moves, and nothing is written at all if the checkpoint did not move.
         """
         now = self.clock()
-        expires = now + self.lease_ms if extend else None
-        seq = rules.next_checkpoint(lease.last_seq, handled_seq)
+        expires, seq = self.renewal_terms(lease, handled_seq, extend=extend, now=now)
         if expires is None and seq is None:
             return lease
         clauses = renew_clauses(lease, now, expires, seq)

@@ -10,7 +10,7 @@ from holdfast.core import rules
 from holdfast.core.exceptions import ConfigError, LossReason
 from holdfast.core.model import LeaseItem
 from holdfast.core.rules import LeaseTiming
-from holdfast.core.schema import ATTR
+from holdfast.core.schema import ATTR, BACKSTOP_MS
 
 
 def item(**kw: object) -> LeaseItem:
@@ -39,6 +39,15 @@ def test_default_timing_is_the_production_default() -> None:
     assert (t.lease_ms, t.heartbeat_ms, t.skew_ms, t.margin_ms) == (4_000, 1_000, 250, 400)
     assert t.usable_ms == 3_350
     assert LeaseTiming.from_env({}) == t
+
+
+def test_a_fence_is_the_length_written_less_the_skew_and_the_margin() -> None:
+    """A renewal's fence: the lease's usable window after the send; a stream's backstop
+    (an hour): the backstop less the same skew and margin."""
+    t = LeaseTiming()
+    assert rules.fence_deadline_mono_ms(1_000, t) == 1_000 + 3_350
+    assert rules.fence_deadline_mono_ms(1_000, t, length_ms=BACKSTOP_MS) == (
+        1_000 + BACKSTOP_MS - 250 - 400)
 
 
 def test_timing_from_env_reads_seconds_and_scales_the_margin() -> None:
