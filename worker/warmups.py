@@ -55,6 +55,7 @@ from holdfast.core.handoff import (
     take_says_the_transfer,
 )
 from holdfast.core.model import Lease, one_connection_only
+from holdfast.core.transfer import transferred
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.looks import Looks
 from holdfast.worker.prefetch import Prefetch, Prefetched
@@ -195,11 +196,12 @@ class WarmUps:
                     now_ms=self.store.clock(), lease_ms=self.store.lease_ms,
                     skew_ms=self.store.skew_ms)):
             # The holder we warmed up for wrote the transfer: no read in the gap; the lease is
-            # the warm-up's read with what TAKE says.
-            lease = replace(
-                warm.stored.lease(me, unowned_ms=0), epoch=step.epoch,
-                expires_at_ms=step.at + self.store.lease_ms, last_seq=step.seq,
-                moved_at_ms=step.at)
+            # what that transfer wrote (``transferred``: the holder's own rule) over the
+            # warm-up's read of the holder's lease, at TAKE's time and checkpoint. Not unowned
+            # for a moment.
+            lease = replace(transferred(
+                replace(warm.stored.lease(warm.holder), epoch=warm.epoch), step.seq, me,
+                step.at, self.store.lease_ms), unowned_ms=0)
             self.start(lease, await warm.taken())
             return False
         try:

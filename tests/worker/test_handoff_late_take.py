@@ -323,6 +323,32 @@ async def test_a_warm_up_whose_session_changed_while_it_read_is_refused(
         assert [s.kind for s in sent] == [ABORT] and conn not in warm_ups.warming
 
 
+async def test_a_take_starts_the_stream_on_the_lease_the_transfer_wrote(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """A TAKE that says the holder's transfer: the stream starts without a read, on the
+    lease the transfer wrote (owner, epoch, expiry, checkpoint, move time, weight) and as
+    not unowned at all."""
+    rec, conn = Recorder(), f"{unique_id}-take-lease"
+    async with running_worker(fleet, rec) as run:
+        await async_wait_until(lambda: run.worker.owner, 5, "a session")
+        me = run.worker.owner
+        assert me
+        store, lease = await _warm_for_holder(fleet, upstream, run, conn, f"h-{unique_id}")
+        set_attr(fleet, conn, ATTR.weight, {"N": "3"})
+        lease = dataclasses.replace(lease, weight=3.0)
+        run.worker.handoffs.warm_ups.warming[conn] = dataclasses.replace(
+            run.worker.handoffs.warm_ups.warming[conn], stored=StoredItem(
+                LeaseItem.from_ddb(fleet.item(conn)), fleet.item(conn)))
+        passed = store.transfer(lease, 4, me)
+        await run.worker.handoffs.warm_ups.take(HandoffStep(
+            TAKE, conn, passed.epoch, passed.last_seq, lease.owner, passed.moved_at_ms))
+        started = run.worker.streams[conn].held.lease
+        assert started == dataclasses.replace(passed, unowned_ms=0)
+        item = store.get(conn)
+        assert item is not None and (item.lease_owner, item.epoch, item.last_seq) == (
+            me, started.epoch, 4)
+
+
 async def test_a_take_for_a_warm_up_of_a_replaced_session_is_not_started(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
     """A warm-up for our old owner, its TAKE read from the old queue after a new session
