@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from holdfast.core.settings import GIVE_UP_RETRY_CAP_S
 
-__all__ = ["Backoff", "Drops", "claim_retry_s", "errors_before", "jittered", "nudge_again_in_s",
+__all__ = ["Backoff", "Drops", "claim_retry_s", "errors_before", "jittered",
            "retry_before_s"]
 
 
@@ -103,13 +103,3 @@ def claim_retry_s(receives: int, base_s: float = 2.0, cap_s: float = 4.0,
     in one herd when DynamoDB recovers."""
     ceiling = min(cap_s, base_s * 2.0 ** min(60, max(0, receives - 1)))
     return max(1, round(1 + (ceiling - 1) * rand()))
-
-
-def nudge_again_in_s(wait_ms: int, max_delay_s: int) -> int | None:
-    """Whole seconds (SQS visibility) before the nudge of a stream refused for its back-off
-    comes back, the back-off ending ``wait_ms`` from now: rounded up, plus a second for clock
-    jitter; at least a second, when the refusal's answer came after the back-off ended (a
-    deleted nudge then left the stream to the sweep); None past ``max_delay_s`` (the sweep
-    finds it then)."""
-    seconds = -(-wait_ms // 1000) + 1
-    return max(1, seconds) if seconds <= max_delay_s else None

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 from holdfast.core import rules
 from holdfast.core.exceptions import AcquireFailed, LossReason
-from holdfast.core.nudge import MAX_DELAY_S
-from holdfast.worker.backoff import nudge_again_in_s
+from holdfast.core.nudge import nudge_delay_s
 from holdfast.worker.claims import Claim, Later
 
 __all__ = ["Ours", "Seen", "later_for", "refusal"]
@@ -77,6 +76,6 @@ def later_for(exc: AcquireFailed, skew_ms: int, now_wall_ms: int) -> Later | Non
     if exc.reason is not LossReason.BACKOFF or current is None or (
             current.lease_expires_at_ms is None):
         return None
-    seconds = nudge_again_in_s(rules.claimable_at_ms(current.lease_expires_at_ms, skew_ms)
-                               - now_wall_ms, MAX_DELAY_S)
+    seconds = nudge_delay_s(rules.claimable_at_ms(current.lease_expires_at_ms, skew_ms)
+                            - now_wall_ms, slack_s=1, least_s=1)
     return None if seconds is None else Later(seconds)

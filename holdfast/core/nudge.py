@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["HOPS", "MAX_DELAY_S", "MAX_URL_CHARS", "REASON_HANDOFF", "REASON_INSERTED",
            "REASON_MOVED", "REASON_REAPED", "SEND_CONCURRENCY", "SQS_BATCH_LIMIT", "TO",
            "TRACE_ATTRIBUTE", "URL_FRESH_MS", "WS_URL", "Nudge", "Outgoing", "SendReport",
-           "delay_until", "parse_nudge", "send_nudges", "trace_attributes", "traceparent_of",
+           "nudge_delay_s", "parse_nudge", "send_nudges", "trace_attributes", "traceparent_of",
            "url_if_fresh"]
 
 MAX_DELAY_S = 900  # SQS's maximum DelaySeconds
@@ -171,9 +171,15 @@ def parse_nudge(body: str) -> Nudge:
                  else None)
 
 
-def delay_until(target_ms: int, now_ms: int) -> int:
-    """Whole seconds to wait from ``now_ms`` until ``target_ms`` (rounded up), within SQS limits."""
-    return max(0, min(MAX_DELAY_S, math.ceil((target_ms - now_ms) / 1000)))
+def nudge_delay_s(wait_ms: int, *, slack_s: int = 0, least_s: int = 0) -> int | None:
+    """Whole seconds (SQS's ``DelaySeconds``, or a received nudge's visibility) before the
+    nudge of a stream claimable ``wait_ms`` from now should come: rounded up (never early),
+    plus ``slack_s``, at least ``least_s``; None past ``MAX_DELAY_S`` (the sweeper nudges it
+    then). The one rule of the router's delayed nudges (no slack: the claimable time
+    carries the skew) and a worker's nudge refused for a back-off (``slack_s=1``, for the
+    clocks' jitter; at least a second: a visibility of 0 would redeliver it at once)."""
+    seconds = math.ceil(wait_ms / 1000) + slack_s
+    return None if seconds > MAX_DELAY_S else max(least_s, seconds)
 
 
 class Outgoing(Protocol):

@@ -71,14 +71,13 @@ from holdfast.core.model import (
     str_attr,
 )
 from holdfast.core.nudge import (
-    MAX_DELAY_S,
     MAX_URL_CHARS,
     REASON_HANDOFF,
     REASON_INSERTED,
     REASON_MOVED,
     URL_FRESH_MS,
     Nudge,
-    delay_until,
+    nudge_delay_s,
 )
 from holdfast.core.orders import ORDER_RELEASE, ORDER_STOP, Order
 from holdfast.core.schema import ATTR, STOPPED, LeaseStatus, conn_id_from_pk
@@ -263,12 +262,12 @@ def _nudge(new: LeaseItem, reason: Reason, now_ms: int, skew_ms: int,
     if not rules.is_expired(expires, now_ms, skew_ms):
         assert expires is not None  # is_expired(None, ...) is True
         # Claimable once a challenger's clock passes expiry + skew (the acquire condition).
-        claimable_at = rules.claimable_at_ms(expires, skew_ms)
-        wait_ms = claimable_at - now_ms
-        if wait_ms > MAX_DELAY_S * 1000:
+        wait_ms = rules.claimable_at_ms(expires, skew_ms) - now_ms
+        delay = nudge_delay_s(wait_ms)
+        if delay is None:
             return Decision(Outcome.SKIP, Reason.DEFERRED, new.conn_id, new.epoch,
                             detail=f"claimable in {wait_ms // 1000} s; the sweeper nudges it")
-        delay_s = delay_until(claimable_at, now_ms)
+        delay_s = delay
     return Decision(Outcome.NUDGE, reason, new.conn_id, new.epoch, delay_s, normalise)
 
 

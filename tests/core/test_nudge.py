@@ -11,7 +11,7 @@ from holdfast.core.nudge import (
     MAX_URL_CHARS,
     URL_FRESH_MS,
     Nudge,
-    delay_until,
+    nudge_delay_s,
     parse_nudge,
     url_if_fresh,
 )
@@ -65,12 +65,28 @@ def test_delay_is_bounded() -> None:
         Nudge("", "x")
 
 
-@pytest.mark.parametrize(("target", "now", "expected"), [
-    (10_000, 10_000, 0), (10_001, 10_000, 1), (11_000, 10_000, 1), (11_001, 10_000, 2),
-    (5_000, 10_000, 0), (10_000 + 3_600_000, 10_000, MAX_DELAY_S)])
-def test_delay_until_rounds_up_and_clamps(target: int, now: int, expected: int) -> None:
-    """Delays round up (never early) and clamp to SQS's limits."""
-    assert delay_until(target, now) == expected
+@pytest.mark.parametrize(("wait", "expected"), [
+    (0, 0), (1, 1), (1_000, 1), (1_001, 2), (-5_000, 0), (900_000, MAX_DELAY_S),
+    (900_001, None), (3_600_000, None)])
+def test_a_router_nudge_is_delayed_to_the_claimable_second_never_early(
+        wait: int, expected: int | None) -> None:
+    """Delays round up (never early); past SQS's limit none (the sweeper nudges it)."""
+    assert nudge_delay_s(wait) == expected
+
+
+def test_a_back_off_nudge_comes_back_when_it_ends_and_never_is_deleted_for_being_late() -> None:
+    """A worker's refused nudge: rounded up plus a second; at least a second when the back-off
+    ended before the answer came (a visibility of 0 redelivers at once); None past SQS's
+    limit."""
+    def again(wait: int) -> int | None:
+        return nudge_delay_s(wait, slack_s=1, least_s=1)
+
+    assert again(2_500) == 4
+    assert again(0) == 1
+    assert again(-1_000) == 1
+    assert again(-30_000) == 1
+    assert again(899_000) == 900
+    assert again(900_001) is None
 
 
 def test_an_inserted_nudges_url_round_trips_and_a_bad_one_is_dropped() -> None:

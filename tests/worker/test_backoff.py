@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from holdfast.worker.backoff import Backoff, Drops, errors_before, jittered, nudge_again_in_s
+from holdfast.worker.backoff import Backoff, Drops, errors_before, jittered
 
 
 def test_delays_grow_then_cap() -> None:
@@ -90,17 +90,6 @@ def test_give_up_and_retry_later() -> None:
 def test_jittered_period() -> None:
     """A jittered period stays within +/- a quarter of itself by default."""
     assert jittered(60, lambda: 0.0) == 45 and jittered(60, lambda: 1.0) == 75
-
-
-def test_a_back_off_nudge_comes_back_when_it_ends_and_never_is_deleted_for_being_late() -> None:
-    """Rounded up plus a second; at least a second when the back-off ended before the answer
-    came (it was None, and the nudge deleted); None past SQS's delay limit."""
-    assert nudge_again_in_s(2_500, 900) == 4
-    assert nudge_again_in_s(0, 900) == 1
-    assert nudge_again_in_s(-1_000, 900) == 1
-    assert nudge_again_in_s(-30_000, 900) == 1
-    assert nudge_again_in_s(899_000, 900) == 900
-    assert nudge_again_in_s(900_001, 900) is None
 
 
 def test_a_give_up_after_progress_counts_from_zero() -> None:
