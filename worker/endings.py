@@ -38,7 +38,7 @@ from holdfast.worker.backoff import Backoff, errors_before
 from holdfast.worker.balancing import HANDOFF, SHED, Balancing
 from holdfast.worker.connection import Connection
 from holdfast.worker.gathered import Gathered
-from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT, HeldState
+from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT, HeldState, HeldStream
 from holdfast.worker.iothreads import logs_failure, on_io_threads
 from holdfast.worker.metrics import WorkerMetrics
 
@@ -84,14 +84,11 @@ class Endings:
             await self._release(conn, attempts=1)  # best effort: it may be ours still
             return
         if error is not None and not held.stopping:
-            self.counts["gave_up"] += 1
-            self.metrics.incr(names.METRIC_UPSTREAM_GIVE_UPS)
-            before = errors_before(held.lease.error_count, held.cursor.handled)
-            retry_s = self.backoff.retry_after_s(before + 1)
-            await self._release(conn, error=error, retry_at_ms=self.wall() + round(
-                retry_s * 1000), prior_errors=before)
+            lease, retry_at_ms = self._give_up(held)
+            retry_in_s = round((retry_at_ms - self.wall()) / 1000, 1)
+            await self._release(conn, error=error, retry_at_ms=retry_at_ms, lease=lease)
             conn.log("warning", "stream handed back after errors", error=error,
-                     retry_in_s=round(retry_s, 1))
+                     retry_in_s=retry_in_s)
             return
         # Make-before-break, the successor is warm: passed on already before the close, or
         # now (it stopped between two connections).
@@ -159,20 +156,26 @@ class Endings:
         next): like any give-up, with ``error``, its back-off and the checkpoint before the
         stuck message. Its next holder resumes from that message only after the back-off.
         Counted as any give-up (the watchdog flushes the metrics before the exit)."""
-        held = conn.held
+        lease, retry_at_ms = self._give_up(conn.held)
+        self.store.release(lease, conn.held.checkpoint, error=error, retry_at_ms=retry_at_ms)
+
+    def _give_up(self, held: HeldStream) -> tuple[Lease, int]:
+        """A give-up's terms, counted: the lease with the give-ups in a row before this one
+        (``backoff.errors_before``: the release records one more) and the end of its
+        back-off (wall ms). The one place for ``finish``'s and ``park_stuck``'s."""
         self.counts["gave_up"] += 1
         self.metrics.incr(names.METRIC_UPSTREAM_GIVE_UPS)
         before = errors_before(held.lease.error_count, held.cursor.handled)
         retry_s = self.backoff.retry_after_s(before + 1)
-        self.store.release(dataclasses.replace(held.lease, error_count=before), held.checkpoint,
-                           error=error, retry_at_ms=self.wall() + round(retry_s * 1000))
+        return (dataclasses.replace(held.lease, error_count=before),
+                self.wall() + round(retry_s * 1000))
 
     async def _release(self, conn: Connection, *, attempts: int = 20,
                        error: str | None = None, retry_at_ms: int | None = None,
                        moved: bool = False, successor: str | None = None,
-                       prior_errors: int | None = None) -> str:
-        """Write the holding's release; a give-up (``error``) records ``prior_errors`` + 1
-        give-ups in a row (``backoff.errors_before``; the lease's own count if None)."""
+                       lease: Lease | None = None) -> str:
+        """Write the holding's release; a give-up (``error``) releases ``lease`` (``_give_up``'s;
+        the holding's own if None), which records one more give-up in a row."""
         held = conn.held
         for attempt in range(attempts):
             try:
@@ -180,10 +183,9 @@ class Endings:
                     lost = await self._release_gathered(ReleaseRequest(
                         held.lease, held.checkpoint, moved=moved, successor=successor))
                 else:  # a give-up: rare, alone
-                    lease = held.lease if prior_errors is None else dataclasses.replace(
-                        held.lease, error_count=prior_errors)
-                    lost = await on_io_threads(self.store.release, lease, held.checkpoint,
-                                               error=error, retry_at_ms=retry_at_ms)
+                    lost = await on_io_threads(self.store.release, lease or held.lease,
+                                               held.checkpoint, error=error,
+                                               retry_at_ms=retry_at_ms)
             except StoreUnavailable as exc:
                 if attempt + 1 < attempts and self.mono() < held.fence_mono_ms:
                     await asyncio.sleep(0.2 * (attempt + 1))
