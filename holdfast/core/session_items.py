@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from holdfast.core import rules
 from holdfast.core.directives import Directive, float_attr
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.model import (
@@ -88,6 +89,13 @@ class SessionItem:
     @property
     def owner(self) -> str:
         return owner_for(self.worker_id, self.incarnation)
+
+    def live(self, now_ms: int, skew_ms: int) -> bool:
+        """ALIVE and not silent past its TTL + skew (``rules.is_expired``) at ``now_ms``: it
+        holds its streams, a new incarnation with its id waits for it, an operator's report of
+        its death is refused. The one test of it (``liveness.owner_liveness`` says why not)."""
+        return self.state is SessionState.ALIVE and not rules.is_expired(
+            self.expires_at_ms, now_ms, skew_ms)
 
     def as_dead(self) -> SessionItem:
         """This item as it is once declared DEAD (the write that did it returns nothing)."""

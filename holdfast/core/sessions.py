@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from holdfast.core import rules
 from holdfast.core.aws import ConditionFailed, call, pages
 from holdfast.core.directives import Directing, Directive
 from holdfast.core.exceptions import MalformedItem, SessionConflict, SessionLost
@@ -122,8 +121,7 @@ class SessionStore(Reaper, Directing):
         ``incarnation`` replaces it, and whether this call declared it dead (a death nobody
         else saw: counted as one). ``SessionConflict`` if it is live."""
         old, now = self.get(worker_id), self.clock()
-        if old is not None and old.state is SessionState.ALIVE and not rules.is_expired(
-                old.expires_at_ms, now, self.skew_ms):
+        if old is not None and old.live(now, self.skew_ms):
             raise SessionConflict(worker_id, old.incarnation, old.expires_at_ms - now)
         declared = False
         if old is not None and not old.reaped:

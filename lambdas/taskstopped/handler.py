@@ -30,8 +30,7 @@ from holdfast.core.boto import new_session
 from holdfast.core.exceptions import SessionStillLive
 from holdfast.core.model import validate_worker_id
 from holdfast.core.nudge import Nudge, send_nudges
-from holdfast.core.rules import LeaseTiming, is_expired
-from holdfast.core.schema import SessionState
+from holdfast.core.rules import LeaseTiming
 from holdfast.core.sessions import SessionStore, SweepLog
 from holdfast.core.store import wall_clock_ms
 from holdfast.lambdas.metrics import METRICS_NAMESPACE, metrics_enabled, service_name
@@ -186,8 +185,7 @@ def report_stopped(worker_id: str, env: Mapping[str, str] | None = None, *,
         # within its TTL is refused unless forced (``SessionStillLive`` says what force risks).
         item = deps.sessions.get(worker_id)
         now = wall_clock_ms()
-        if item is not None and item.state is SessionState.ALIVE and not is_expired(
-                item.expires_at_ms, now, deps.sessions.skew_ms):
+        if item is not None and item.live(now, deps.sessions.skew_ms):
             raise SessionStillLive(worker_id, now - item.heartbeat_at_ms)
     event = task_stopped_event(worker_id, stopped_at_ms=stopped_at_ms or wall_clock_ms(),
                                reason=reason)
