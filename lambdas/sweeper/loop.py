@@ -168,7 +168,8 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     return SweepResult(due, report.sent, report.failed, min(wake, default=None), complete,
                        max(ages, default=0), sessions.dead, sessions.reaped, sessions.malformed,
                        normalised, balance, audit,
-                       sessions.item_errors + (len(audit.errors) if audit else 0),
+                       sessions.item_errors + (len(audit.errors) if audit else 0)
+                       + (deps.unindexed.refused if deps.unindexed else 0),
                        len(failed_steps))
 
 

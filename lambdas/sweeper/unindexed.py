@@ -38,12 +38,14 @@ class UnindexedPass:
     next_pass_ms: int = 0  # the first sweep of a process starts a pass
     start_key: dict[str, Any] | None = None
     in_pass: bool = False
+    refused: int = 0  # items DynamoDB refused to normalise in the last step (``ItemErrors``)
 
     def step(self, ddb: DynamoDBClient, table: str, now_ms: int,
              normalise: Callable[[str], bool]) -> int:
         """One page of the pass if one is due; normalises what it finds. Returns how many it
         fixed. DynamoDB errors propagate (the sweep loop backs off); the pass resumes where it
         was."""
+        self.refused = 0
         if self.period_ms <= 0 or not (self.in_pass or now_ms >= self.next_pass_ms):
             return 0
         found, next_key = find_unindexed(ddb, table, start_key=self.start_key)
@@ -58,6 +60,7 @@ class UnindexedPass:
                 log.error("cannot normalise %s (the sweeper cannot see it until its item is "
                           "fixed): %s", conn_id, exc.message[:300],
                           extra={"conn_id": conn_id})
+                self.refused += 1
                 continue
             if changed:
                 fixed += 1

@@ -159,7 +159,7 @@ def test_an_item_refused_by_the_slow_pass_is_logged_and_passed_over(
         ddb: Any, table: str, unique_id: str) -> None:
     """One unindexed item DynamoDB refuses to normalise (too big to take an expiry): the pass
     goes on with the others of its page and ends (raised, it failed that page on every sweep
-    and hid every unindexed item after it)."""
+    and hid every unindexed item after it); the refusal is counted (``ItemErrors``)."""
     bad, good = f"{unique_id}-big", f"{unique_id}-ok"
     for conn in (bad, good):
         ddb.put_item(TableName=table, Item=image(conn))
@@ -172,12 +172,13 @@ def test_an_item_refused_by_the_slow_pass_is_logged_and_passed_over(
         return conn_id == good
 
     unindexed = UnindexedPass(period_ms=60_000)
-    fixed = 0
+    fixed = refused = 0
     while True:
         fixed += unindexed.step(ddb, table, wall_clock_ms(), normalise)
+        refused += unindexed.refused
         if not unindexed.in_pass:
             break
-    assert {bad, good} <= set(seen) and fixed == 1
+    assert {bad, good} <= set(seen) and (fixed, refused) == (1, 1)
 
 
 def test_orphan_age_counts_released_and_never_claimed_items(
