@@ -10,7 +10,6 @@ fleet could not start, 130 interrupted during a scenario.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import signal
 import sys
@@ -19,28 +18,22 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from holdfast.fleet.deploy import STYLES, DeployReport
 from holdfast.fleet.deploy_scenario import NEW_VERSION, OLD_VERSION, run_deploy
-from holdfast.fleet.deploy_table import deploy_table
 from holdfast.fleet.platform import PlatformReporter, Report
 from holdfast.fleet.procs import Fleet, FleetError
-from holdfast.fleet.recorder import read_records
-from holdfast.fleet.report import Incident, check_seqs, summary_rows, summary_table
+from holdfast.fleet.report import Incident
 from holdfast.fleet.scenario import ScenarioFailed, failover
 from holdfast.fleet.session import Interrupted, Session
 from holdfast.fleet.timing import FleetTiming
-from holdfast.fleet.traces import moved_path, read_spans
+from holdfast.fleet.verdict import SPANS_FILE, verdict
 from holdfast.fleet.view import View, make_view
 from holdfast.localaws import LocalAwsError
 
 __all__ = ["FLEET_COMMANDS"]
-
-
-SPANS_FILE = "spans.jsonl"  # every process of the run appends its spans (OTLP JSON lines)
 
 
 def _add_up(p: argparse.ArgumentParser) -> None:
@@ -86,61 +79,6 @@ def _install_signals(stop: threading.Event) -> None:
             signal.signal(sig, handler)
 
 
-def _verdict(console: Console, session: Session, incidents: list[Incident],
-             run_dir: Path, deploy: DeployReport | None = None) -> int:
-    """Summary table, seq check, timeline; 0 if every stream recovered and no seq was missed
-    (and, after a deploy, none was lost or delivered twice across it)."""
-    checkpoints = {c: i.last_seq for c, i in session.items.items()}
-    seqs = check_seqs(read_records(session.fleet.record_dir), checkpoints)
-    rows = summary_rows(incidents, seqs)
-    console.print()
-    failures: list[str] = []
-    if deploy is not None:
-        console.print(deploy_table(deploy))
-        if deploy.note:
-            console.print(f"  {deploy.note}")
-        failures += deploy.failures()
-    console.print(summary_table(rows, title="Holdfast run summary" if deploy else None))
-    for inc in incidents:
-        if inc.note:
-            console.print(f"  {inc.name}: {inc.note}")
-        if inc.unrecovered():
-            failures.append(f"{inc.name}: never recovered: {', '.join(inc.unrecovered())}")
-    for check in seqs.values():
-        if check.missing:
-            failures.append(f"{check.conn_id}: {len(check.missing)} seqs missed "
-                            f"(first {check.missing[:5]})")
-        if check.handled == 0:
-            failures.append(f"{check.conn_id}: no message handled at all")
-    failures += session.crashes
-    (run_dir / "summary.json").write_text(json.dumps({
-        "rows": rows, "failures": failures, "seqs": {c: _seq_json(s) for c, s in seqs.items()},
-        **({"deploy": deploy.to_json()} if deploy else {})}, indent=1))
-    try:
-        from holdfast.fleet.timeline import write_timeline
-        png = write_timeline(run_dir / "timeline.png", session.observer, incidents,
-                             session.now())
-        console.print(f"timeline: {png}")
-    except Exception as exc:  # a missing plot must not hide the verdict
-        console.print(f"[yellow]timeline not written: {type(exc).__name__}: {exc}[/]")
-    path = moved_path(read_spans(run_dir / SPANS_FILE))
-    if path is not None:
-        console.print(f"acquisition path of {path.describe()}")
-        console.print(f"spans: {run_dir / SPANS_FILE}")
-    console.print(f"summary: {run_dir / 'summary.json'}")
-    if failures:
-        for f in failures:
-            console.print(f"[red]FAIL[/] {f}")
-        return 1
-    console.print("[green]PASS[/]: every stream recovered, no sequence number missed")
-    return 0
-
-
-def _seq_json(s: Any) -> dict[str, Any]:
-    return {"first": s.first, "last": s.last, "handled": s.handled,
-            "missing": s.missing[:100], "duplicates": s.duplicates, "checkpoint": s.checkpoint}
-
-
 def _env_only(console: Console, fleet: Fleet, stop: threading.Event) -> int:
     console.print("local AWS and runner up (no workers, no streams); Ctrl-C to stop",
                   highlight=False)
@@ -184,7 +122,7 @@ def _shutdown(run: _Run, rc: int) -> int:
             session.tick_final()
         except Exception as exc:
             console.print(f"[yellow]final scan failed: {exc}[/]")
-        rc = rc or _verdict(console, session, run.incidents or [], fleet.run_dir, run.deploy)
+        rc = rc or verdict(console, session, run.incidents or [], fleet.run_dir, run.deploy)
     for line in fleet.close():
         console.print(f"  {line}")
     console.print(f"stopped in {time.monotonic() - t0:.1f} s; logs in {fleet.run_dir}")
