@@ -218,7 +218,6 @@ class Checkpointer:
         else:
             # LOST/DELETED/REGRESSION/INVALID: someone else may hold it now; no more handler
             # calls and no more bytes from this connection.
-            self.metrics.incr(names.METRIC_LEASES_LOST)
             current = lost.current
             conn.log("warning", "lease lost, closing at once", reason=str(reason),
                      owner=current.lease_owner if current else None,
@@ -234,7 +233,6 @@ class Checkpointer:
             for conn in list(self.streams.values()):
                 deadline = conn.held.deadline()
                 if now >= deadline and conn.held.live:
-                    self.metrics.incr(names.METRIC_LEASES_FENCED)
                     conn.log("error", "self-fencing: not renewed in time, stream stopped",
                              late_ms=now - deadline)
                     conn.fence()

@@ -136,13 +136,17 @@ class Connection:
         self._kill()
 
     def fence(self) -> None:
-        """Past the fence deadline: stop now, someone else may hold the lease."""
-        self.held.fence()
+        """Past the fence deadline: stop now, someone else may hold the lease. Counted
+        (``LeasesFenced``) here, once, whoever found it."""
+        if self.held.fence():
+            self.ctx.metrics.incr(names.METRIC_LEASES_FENCED)
         self._kill()
 
     def lose(self, why: str) -> None:
-        """Not ours any more: stop now."""
-        self.held.lose(why)
+        """Not ours any more: stop now. Counted (``LeasesLost``) here, once, whoever found
+        it."""
+        if self.held.lose(why):
+            self.ctx.metrics.incr(names.METRIC_LEASES_LOST)
         self._kill()
 
     def _kill(self) -> None:

@@ -100,7 +100,6 @@ class Handling:
             # Past the fence (the process was paused: SIGSTOP, a stalled VM): another worker
             # may hold the lease by now, and frames buffered during the pause must not reach
             # the handler before the fence watcher runs. Found by the chaos soak.
-            conn.ctx.metrics.incr(names.METRIC_LEASES_FENCED)
             conn.log("error", "self-fencing: past the fence deadline, frame not handled",
                      seq=seq)
             conn.fence()
@@ -164,7 +163,6 @@ class Handling:
         conn, held = self.conn, self.conn.held
         if not held.live or conn.ctx.mono() < held.deadline():
             return False
-        conn.ctx.metrics.incr(names.METRIC_LEASES_FENCED)
         conn.log("error", f"self-fencing: past the fence deadline, {what}", seq=message.seq)
         conn.fence()
         return True

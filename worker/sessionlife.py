@@ -48,8 +48,8 @@ async def start_session(sup: Supervisor) -> None:
     if sup.keeper is None:
         sup.keeper = SessionKeeper(
             sup.sessions, session, timing, sup.metrics, held=lambda: len(sup.streams),
-            capacity=sup.config.max_connections, stop_stream=sup._order,
-            on_lost=sup._session_lost, mono=sup.mono, clock=sup.loop_clock,
+            capacity=sup.config.max_connections, stop_stream=sup.carry_out,
+            on_lost=sup.session_lost, mono=sup.mono, clock=sup.loop_clock,
             load=sup.balancing.load, on_beat=sup.balancing.update)
     sup.keeper.started(session, sent)
     # Renewed from now on, before the rest of the start: the session's fence counts from
@@ -69,7 +69,6 @@ async def lose_session(sup: Supervisor, lost: SessionLost) -> None:
     sup.counts["sessions_lost"] += 1
     for conn in list(sup.streams.values()):
         if conn.held.live:
-            sup.metrics.incr(names.METRIC_LEASES_LOST)
             conn.log("warning", "session lost, closing at once", why=lost.why)
             conn.lose("session")
     if sup.handoffs is not None:
