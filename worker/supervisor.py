@@ -115,7 +115,7 @@ class Supervisor:
             owned_elsewhere=owned_elsewhere_by(self.store, lambda: self.owner))
         self.keeper: SessionKeeper | None = None  # from the first session start on
         # Stop orders sent straight to us (sub-second); the session item stays their backstop.
-        self.inbox = OrderInbox(sqs, config.orders_queue_prefix, self._order,
+        self.inbox = OrderInbox(sqs, config.orders_queue_prefix, self.carry_out,
                                 directive=self.balancing.news, handoff=self._handoff) if (
             config.orders_queue_prefix) else None
         # lease_owner of what we acquire: our session's owner (worker id and incarnation).
@@ -165,7 +165,7 @@ class Supervisor:
         return self.holdings.free_capacity()
 
     # -- the session: its orders and nudges (its start and loss: ``worker.sessionlife``) ------
-    def _order(self, order: Order) -> bool:
+    def carry_out(self, order: Order) -> bool:
         """Carry out an order (stop, release): the holder stops delivering and releases the
         stream itself, the only way a live holding ends (docs/concepts/protocol.md)."""
         conn = self.streams.get(order.conn_id)
@@ -192,7 +192,7 @@ class Supervisor:
         self._handoffs.add(task)
         task.add_done_callback(self._handoffs.discard)
 
-    async def _session_lost(self, lost: SessionLost) -> None:
+    async def session_lost(self, lost: SessionLost) -> None:
         """Our session is dead or replaced (``sessionlife.lose_session``)."""
         await lose_session(self, lost)
 

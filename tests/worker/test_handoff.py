@@ -415,7 +415,7 @@ async def test_a_lost_session_closes_its_warm_ups(fleet: Fleet, upstream: Upstre
         warming[conn] = WarmUp(prefetch, "holder#1", 1, 2**62,
                                StoredItem(item, fleet.item(conn)), run.worker.owner or "")
         run.worker.stopping = True  # no new incarnation after it: the old one is live here
-        await run.worker._session_lost(SessionLost(ctx.worker_id, "old", "test"))
+        await run.worker.session_lost(SessionLost(ctx.worker_id, "old", "test"))
         assert not warming
         await async_wait_until(lambda: all(
             r.closed_ns is not None for r in upstream.server.connlog.records(conn)), 5,

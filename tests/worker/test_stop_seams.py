@@ -53,7 +53,7 @@ async def test_a_stop_order_after_ready_releases_to_nobody(
         epoch = await _offered(fleet, upstream, run, rec, conn)
         assert set_desired_state(fleet.ddb, fleet.table, conn, STOPPED)
         run.worker.handoffs.on_step(HandoffStep(READY, conn, epoch, None, SUCCESSOR))
-        assert run.worker._order(Order.stop(conn, epoch))
+        assert run.worker.carry_out(Order.stop(conn, epoch))
         await async_wait_until(lambda: conn not in run.worker.streams, 5, "released")
     item = fleet.item(conn)
     assert ATTR.lease_owner not in item and ATTR.successor not in item, item
