@@ -420,3 +420,23 @@ async def test_drain_after_frame_stops_a_quiet_stream_in_time(fleet: Fleet,
         assert runner.task is not None
         await asyncio.wait_for(runner.task, 5)
     assert rec.seqs(conn) == [0] and runner.held.stop_reason == "handoff"
+
+
+def test_a_fence_or_a_loss_is_counted_once_per_stream_whoever_finds_it() -> None:
+    """``LeasesFenced`` and ``LeasesLost`` count streams, not findings: fenced twice (the fence
+    watcher and a frame past the deadline), then found lost, is one fence and no loss; lost
+    twice is one loss."""
+    def runner(conn: str) -> tuple[Connection, ConnectionContext]:
+        ctx = context(Recorder())
+        lease = Lease(conn, "me", 1, 0, "ws://127.0.0.1:9/s/x", None)
+        return Connection(HeldStream(lease, fence_mono_ms=NO_FENCE_MS), ctx), ctx
+
+    fenced, ctx = runner("fenced")
+    fenced.fence()
+    fenced.fence()
+    fenced.lose("lost")
+    assert (ctx.metrics.totals["LeasesFenced"], ctx.metrics.totals["LeasesLost"]) == (1, 0)
+    lost, ctx = runner("lost")
+    lost.lose("lost")
+    lost.lose("session")
+    assert (ctx.metrics.totals["LeasesFenced"], ctx.metrics.totals["LeasesLost"]) == (0, 1)
