@@ -84,11 +84,10 @@ class Endings:
             await self._release(conn, attempts=1)  # best effort: it may be ours still
             return
         if error is not None and not held.stopping:
-            lease, retry_at_ms = self._give_up(held)
-            retry_in_s = round((retry_at_ms - self.wall()) / 1000, 1)
+            lease, retry_at_ms, retry_s = self._give_up(held)
             await self._release(conn, error=error, retry_at_ms=retry_at_ms, lease=lease)
             conn.log("warning", "stream handed back after errors", error=error,
-                     retry_in_s=retry_in_s)
+                     retry_in_s=round(retry_s, 1))
             return
         # Make-before-break, the successor is warm: passed on already before the close, or
         # now (it stopped between two connections).
@@ -156,19 +155,19 @@ class Endings:
         next): like any give-up, with ``error``, its back-off and the checkpoint before the
         stuck message. Its next holder resumes from that message only after the back-off.
         Counted as any give-up (the watchdog flushes the metrics before the exit)."""
-        lease, retry_at_ms = self._give_up(conn.held)
+        lease, retry_at_ms, _ = self._give_up(conn.held)
         self.store.release(lease, conn.held.checkpoint, error=error, retry_at_ms=retry_at_ms)
 
-    def _give_up(self, held: HeldStream) -> tuple[Lease, int]:
+    def _give_up(self, held: HeldStream) -> tuple[Lease, int, float]:
         """A give-up's terms, counted: the lease with the give-ups in a row before this one
-        (``backoff.errors_before``: the release records one more) and the end of its
-        back-off (wall ms). The one place for ``finish``'s and ``park_stuck``'s."""
+        (``backoff.errors_before``: the release records one more), the end of its back-off
+        (wall ms) and its length (s). The one place for ``finish``'s and ``park_stuck``'s."""
         self.counts["gave_up"] += 1
         self.metrics.incr(names.METRIC_UPSTREAM_GIVE_UPS)
         before = errors_before(held.lease.error_count, held.cursor.handled)
         retry_s = self.backoff.retry_after_s(before + 1)
         return (dataclasses.replace(held.lease, error_count=before),
-                self.wall() + round(retry_s * 1000))
+                self.wall() + round(retry_s * 1000), retry_s)
 
     async def _release(self, conn: Connection, *, attempts: int = 20,
                        error: str | None = None, retry_at_ms: int | None = None,
@@ -183,7 +182,8 @@ class Endings:
                     lost = await self._release_gathered(ReleaseRequest(
                         held.lease, held.checkpoint, moved=moved, successor=successor))
                 else:  # a give-up: rare, alone
-                    lost = await on_io_threads(self.store.release, lease or held.lease,
+                    lost = await on_io_threads(self.store.release,
+                                               held.lease if lease is None else lease,
                                                held.checkpoint, error=error,
                                                retry_at_ms=retry_at_ms)
             except StoreUnavailable as exc:

@@ -10,7 +10,9 @@ Each statement is ``LeaseStore.release``'s write (``expressions.release_clauses`
 for PartiQL) and fails on its own. A statement applied is released. Those whose condition
 failed or whose outcome is unknown are read back in one ``BatchGetItem`` and settled by the
 store's rules (``rules.release_found``: landed, our replayed release or the named successor
-holding it already; still ours, to try again; otherwise lost). One that DynamoDB refused as
+holding it already; still ours: an unknown outcome tried again by the caller, a refused one
+released alone, where the store releases it without the checkpoint that refused it;
+otherwise lost). One that DynamoDB refused as
 invalid (an item missing what the unowned marker copies, one near 400 KB), or one the read did
 not return, is released again alone by ``LeaseStore.release``, which writes the marker's
 defaults: one set of rules. A throttled one comes back as ``StoreUnavailable`` for the caller
@@ -32,7 +34,7 @@ from holdfast.core.aws import note_throttled
 from holdfast.core.batch import BATCH_LIMIT, run_statements
 from holdfast.core.batch_reads import read_raw_many
 from holdfast.core.exceptions import HoldfastError, LossReason, StoreUnavailable
-from holdfast.core.expressions import release_clauses
+from holdfast.core.expressions import release_clauses, release_loss
 from holdfast.core.model import Lease
 from holdfast.core.schema import pk_for
 from holdfast.core.store import LeaseStore
@@ -126,4 +128,4 @@ def _settle(store: LeaseStore, r: ReleaseRequest, outcome: str,
             return ReleaseResult(conn_id, error=StoreUnavailable(
                 "release_many", "outcome unknown and the lease is still ours"))
         return _alone(store, r)  # its condition failed while ours: the store's rules decide
-    return ReleaseResult(conn_id, LossReason.LOST)
+    return ReleaseResult(conn_id, release_loss(r.lease, raw, found))

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["NAMES", "WriteClauses", "acquire_expression", "dead_release_clauses", "loss_of",
            "names_for", "num", "overtaken", "parse_or_none", "quarantine_expression",
-           "refused_renewal", "release_clauses", "renew_clauses", "renewed", "string",
-           "transfer_clauses"]
+           "refused_renewal", "release_clauses", "release_loss", "renew_clauses", "renewed",
+           "string", "transfer_clauses"]
 
 # Expression attribute names used by every lease write (``status`` is a reserved word).
 NAMES = {
@@ -242,6 +242,15 @@ def loss_of(lease: Lease, raw: Mapping[str, Any] | None) -> LossReason | None:
     except MalformedItem:
         return LossReason.INVALID
     return rules.classify_loss(raw, lease.owner, lease.epoch)
+
+
+def release_loss(lease: Lease, raw: Mapping[str, Any] | None,
+                 found: rules.ReleaseFound) -> LossReason | None:
+    """A release's result from what its item showed (``rules.release_found``): None
+    (released) or why not ours. The one answer of a lone release and a batch's statements."""
+    if found is rules.ReleaseFound.LANDED:
+        return None
+    return loss_of(lease, raw) or LossReason.LOST
 
 
 def refused_renewal(lease: Lease, raw: dict[str, Any] | None, expires: int | None,

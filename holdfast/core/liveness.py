@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from holdfast.core import rules
 from holdfast.core.aws import pages
 from holdfast.core.exceptions import HoldfastError, MalformedItem, StoreUnavailable
 from holdfast.core.model import validate_worker_id
@@ -97,12 +96,12 @@ def owner_liveness(owner: str, session: SessionItem | None, now_ms: int,
         return Liveness.UNKNOWN, "no session item"
     if session.incarnation != parsed[1]:
         return Liveness.GONE, f"replaced by incarnation {session.incarnation[:64]}"
+    if session.live(now_ms, skew_ms):
+        return Liveness.LIVE, "session alive"
     if session.state is not SessionState.ALIVE:
         return Liveness.GONE, f"session {session.state.value}"
-    if rules.is_expired(session.expires_at_ms, now_ms, skew_ms):
-        return Liveness.SILENT, (f"silent {now_ms - session.expires_at_ms} ms past its TTL; "
-                                 "the sweeper declares it dead and reaps it")
-    return Liveness.LIVE, "session alive"
+    return Liveness.SILENT, (f"silent {now_ms - session.expires_at_ms} ms past its TTL; "
+                             "the sweeper declares it dead and reaps it")
 
 
 def owned_streams(client: DynamoDBClient, table: str) -> Iterator[tuple[str, str]]:

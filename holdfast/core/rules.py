@@ -181,11 +181,13 @@ def release_found(raw: Mapping[str, Any] | None, owner: str, epoch: int,
     (it acquires within a second of a handoff's release); one still ours was not written."""
     if not raw:
         return ReleaseFound.LANDED  # nothing left to hold
+    if held_by(raw, owner, epoch):
+        # First: a release naming its own holder (no handoff) still ours is not landed; a
+        # successor's lease always has a newer epoch.
+        return ReleaseFound.STILL_OURS
     holder = str_attr(raw, ATTR.lease_owner)
     if holder is None or (successor is not None and holder == successor):
         return ReleaseFound.LANDED
-    if held_by(raw, owner, epoch):
-        return ReleaseFound.STILL_OURS
     return ReleaseFound.LOST
 
 

@@ -40,6 +40,7 @@ from holdfast.core.expressions import (
     quarantine_expression,
     refused_renewal,
     release_clauses,
+    release_loss,
     renew_clauses,
     renewed,
     string,
@@ -243,6 +244,10 @@ class LeaseStore:
         (a rebalancing move) also stamps ``moved_at_ms``, which starts the stream's cool-down.
         ``successor`` makes it a handoff: the stream is kept for that owner alone for
         ``rules.HANDOFF_HOLD_MS`` (the expiry), then anyone may take it.
+
+        A release refused while the stream is still ours at our epoch can only have met its
+        never-backwards checkpoint (someone moved the stored one past ours): it is released
+        again without a checkpoint, keeping theirs.
         """
         # Whatever wrote the error text, the URL's secrets never reach the item.
         text = None if error is None else scrub(error, lease.ws_url)[:1000]
@@ -258,31 +263,24 @@ class LeaseStore:
                 # Ours at our epoch: only the checkpoint's never-backwards clause refused. The
                 # stored checkpoint is ahead of ours (written by someone else: an edit); the
                 # stream is released keeping it, not left owned by a holder that has ended.
-                log.warning("release of %s: the stored checkpoint is ahead of ours (%d); "
-                            "released keeping it", lease.conn_id, seq)
+                log.warning("release of %s (epoch %d): the stored checkpoint %s is ahead of "
+                            "ours, %d; released keeping it", lease.conn_id, lease.epoch,
+                            int_attr(failed.item or {}, ATTR.last_seq), seq)
                 return self.release(lease, None, error=error, retry_at_ms=retry_at_ms,
                                     moved=moved, successor=successor)
-            return self._release_loss(lease, failed.item, found)
+            return release_loss(lease, failed.item, found)
         except StoreUnavailable:
             raw = self.get_raw(lease.conn_id)
             found = self._release_found(lease, raw, successor)
             if found is rules.ReleaseFound.STILL_OURS:
                 raise  # not written: the caller tries again
-            return self._release_loss(lease, raw, found)
+            return release_loss(lease, raw, found)
         return None
 
     @staticmethod
     def _release_found(lease: Lease, raw: dict[str, Any] | None,
                        successor: str | None) -> rules.ReleaseFound:
         return rules.release_found(raw, lease.owner, lease.epoch, successor)
-
-    @staticmethod
-    def _release_loss(lease: Lease, raw: dict[str, Any] | None,
-                      found: rules.ReleaseFound) -> LossReason | None:
-        """A release's result from what its item showed: None (released) or why not ours."""
-        if found is rules.ReleaseFound.LANDED:
-            return None
-        return loss_of(lease, raw) or LossReason.LOST
 
     def transfer(self, lease: Lease, handled_seq: int | None, to_owner: str) -> Lease:
         """Pass ``lease`` straight to ``to_owner`` in one conditional write: the successor's

@@ -83,6 +83,7 @@ def _compile(javac: str, jar: Path, target: Path) -> str | None:
             shutil.rmtree(building)
 
 
+@functools.cache  # once a process: a server started again on another port reuses it
 def _build(javac: str, jar: Path, cached: Path) -> tuple[Path, str | None]:
     """Build the launcher in the cache (``cached``) or, with no usable cache (a read-only
     home), for this start alone in a temp dir removed when this process exits (DynamoDB

@@ -23,8 +23,10 @@ __all__ = ["PORT_ATTEMPTS", "Child", "free_port", "listen_on_free_port", "wait_f
 
 _PR_SET_PDEATHSIG = 1
 # How many ports a server is started on before its failure is final: ``free_port``'s port is
-# free when probed, not when the child binds it (another test's server, or any outbound
-# connection's ephemeral port, may take it in between); the child then dies at once.
+# free when probed, not when the child binds it (an outbound connection's ephemeral port, or a
+# socket another process bound, may take it in between); the child then dies at once. Not
+# covered: a port taken by another *listening* server (two parallel picks of one port by the
+# kernel's random choice): it answers ``wait_for_port`` for our child.
 PORT_ATTEMPTS: Final = 3
 
 

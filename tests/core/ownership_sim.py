@@ -3,7 +3,7 @@
 Time is simulated: ``Fleet.now`` is true time; every actor reads its own wall clock (true time
 plus a fixed skew within the allowance) and every write really runs on DynamoDB Local through
 the product's own stores. What is simulated is only what the asyncio worker does around them
-(``worker/session.py``, ``worker/holdings.py``, ``worker/supervisor.py`` ``_order``): its
+(``worker/session.py``, ``worker/holdings.py``, ``worker/supervisor.py`` ``carry_out``): its
 session fence (send time of its last landed heartbeat + TTL - skew - margin, on its monotonic
 clock, which runs at true rate), the admit check before each handler call, order handling
 (the holder stops delivering and releases itself) and the fenced best-effort release.
@@ -284,7 +284,7 @@ class Fleet:
             pass  # "release failed: the lease will expire instead" (the reaper or Strays)
 
     def order(self, i: int, order: Order) -> None:
-        """``Supervisor._order``: the holder stops delivering and releases the stream."""
+        """``Supervisor.carry_out``: the holder stops delivering and releases the stream."""
         w = self.workers[i]
         hold = w.holds.get(order.conn_id)
         if hold is None or not order.applies_to(hold.lease.epoch):

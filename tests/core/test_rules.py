@@ -171,6 +171,7 @@ def test_a_release_has_landed_with_no_owner_or_with_the_successor_it_named() -> 
     assert rules.release_found(owned, "w1", 7, None) is found.LOST
     assert rules.release_found(owned, "w2", 7, None) is found.STILL_OURS
     assert rules.release_found(owned, "w2", 6, None) is found.LOST
+    assert rules.release_found(owned, "w2", 7, "w2") is found.STILL_OURS  # named itself
 
 
 def test_held_by_needs_the_owner_and_the_epoch() -> None:

@@ -340,8 +340,15 @@ async def test_a_take_starts_the_stream_on_the_lease_the_transfer_wrote(
             run.worker.handoffs.warm_ups.warming[conn], stored=StoredItem(
                 LeaseItem.from_ddb(fleet.item(conn)), fleet.item(conn)))
         passed = store.transfer(lease, 4, me)
-        await run.worker.handoffs.warm_ups.take(HandoffStep(
-            TAKE, conn, passed.epoch, passed.last_seq, lease.owner, passed.moved_at_ms))
+
+        def no_read(*_: Any) -> Any:
+            raise AssertionError("the take read the table")
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(store, "read", no_read)
+            mp.setattr(store, "get_raw", no_read)
+            await run.worker.handoffs.warm_ups.take(HandoffStep(
+                TAKE, conn, passed.epoch, passed.last_seq, lease.owner, passed.moved_at_ms))
         started = run.worker.streams[conn].held.lease
         assert started == dataclasses.replace(passed, unowned_ms=0)
         item = store.get(conn)

@@ -24,6 +24,7 @@ from holdfast.lambdas.sweeper.results import SweepResult
 from holdfast.lambdas.sweeper.unindexed import UnindexedPass
 from holdfast.localaws import LocalAws
 from tests.conftest import TIMEOUT_SCALE, own_tables
+from tests.core.test_batch_invalid import fill_to_the_limit
 from tests.lambdas.helpers import receive_nudges
 from tests.lambdas.records import image
 
@@ -179,6 +180,18 @@ def test_an_item_refused_by_the_slow_pass_is_logged_and_passed_over(
         if not unindexed.in_pass:
             break
     assert {bad, good} <= set(seen) and (fixed, refused) == (1, 1)
+
+
+def test_an_item_too_big_to_normalise_is_counted_in_the_sweeps_item_errors(
+        ddb: Any, sqs: Any, table: str, queue_url: str, memory: NudgeMemory,
+        unique_id: str) -> None:
+    """An unindexed item at DynamoDB's size limit (no room for an expiry): the sweep's
+    result counts it in ``item_errors`` (the ``ItemErrors`` metric), as the router does."""
+    ddb.put_item(TableName=table, Item=image(unique_id))
+    fill_to_the_limit(ddb, table, unique_id)
+    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url, unindexed_scan_ms=60_000))
+    result = sweep_once(deps, memory)
+    assert (result.normalised, result.item_errors) == (0, 1)
 
 
 def test_orphan_age_counts_released_and_never_claimed_items(
