@@ -14,7 +14,10 @@ same server) queued behind them, and on AWS a spike of write capacity every 20 s
 provisioned table. Outcomes per stream:
 
 - written: the checkpoint is stored; a refreshed backstop also moves the stream's own fence;
-- LOST, DELETED, REGRESSION, INVALID: stop it at once (another worker may already hold it);
+- LOST, DELETED, INVALID: stop it at once (another worker may already hold it);
+- REGRESSION (still ours: someone moved the stored checkpoint past ours): stop it at once (the
+  seqs in between are theirs to skip) and release it, keeping their checkpoint
+  (``LeaseStore.release``), so the next holder resumes from it now, not after our strays pass;
 - STOPPED: drain it (finish the handler call, close) and release with the final checkpoint;
 - StoreUnavailable: keep it; the next round writes the checkpoint again.
 
@@ -52,7 +55,7 @@ from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.worker.balancing import HANDOFF
 from holdfast.worker.connection import Connection
-from holdfast.worker.held import STOPPED, monotonic_ms
+from holdfast.worker.held import REGRESSED, STOPPED, monotonic_ms
 from holdfast.worker.metrics import WorkerMetrics
 
 __all__ = ["Checkpointer"]
@@ -215,9 +218,16 @@ class Checkpointer:
                 return
             conn.log("info", "stream STOPPED, closing")
             conn.drain_to(None, STOPPED)  # to nobody, whatever a handoff's READY named
+        elif reason is LossReason.REGRESSION:
+            # Still ours (the owner and epoch matched): no more handler calls, then released
+            # (``Endings.finish``) without overwriting the checkpoint someone moved.
+            conn.log("warning", "stored checkpoint moved past ours: stopping and releasing",
+                     stored_seq=lost.current.last_seq if lost.current else None,
+                     checkpoint=conn.held.checkpoint, source=source)
+            conn.abort(REGRESSED)
         else:
-            # LOST/DELETED/REGRESSION/INVALID: someone else may hold it now; no more handler
-            # calls and no more bytes from this connection.
+            # LOST/DELETED/INVALID: someone else may hold it now; no more handler calls and
+            # no more bytes from this connection.
             current = lost.current
             conn.log("warning", "lease lost, closing at once", reason=str(reason),
                      owner=current.lease_owner if current else None,

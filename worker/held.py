@@ -30,7 +30,7 @@ from holdfast.core.model import Lease
 from holdfast.core.orders import ORDER_STOP, Order
 from holdfast.worker.delivery import Delivery, Verdict
 
-__all__ = ["NO_FENCE_MS", "RELEASE_ORDERED", "SHUTDOWN", "SHUTDOWN_TIMEOUT", "STOPPED",
+__all__ = ["NO_FENCE_MS", "REGRESSED", "RELEASE_ORDERED", "SHUTDOWN", "SHUTDOWN_TIMEOUT", "STOPPED",
            "HeldState", "HeldStream", "monotonic_ms", "ordered_reason"]
 
 NO_FENCE_MS = 2**62  # a deadline that never comes (no session fence yet)
@@ -41,6 +41,8 @@ SHUTDOWN_TIMEOUT = "shutdown-timeout"
 # or a release order.
 STOPPED = "stopped"
 RELEASE_ORDERED = "release ordered"
+# Why a stream still ours stops when someone moved its stored checkpoint past ours: released.
+REGRESSED = "checkpoint moved past ours"
 
 
 def ordered_reason(order: Order) -> str:

@@ -17,7 +17,7 @@ from holdfast.worker.balancing import HANDOFF
 from holdfast.worker.checkpointer import Checkpointer
 from holdfast.worker.connection import Connection
 from holdfast.worker.context import ConnectionContext
-from holdfast.worker.held import NO_FENCE_MS, HeldState, HeldStream
+from holdfast.worker.held import NO_FENCE_MS, REGRESSED, HeldState, HeldStream
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.protocol import QueryParamProtocol
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
@@ -37,8 +37,10 @@ def runner_for(fleet: Fleet, conn: str, checkpoint: int) -> tuple[Checkpointer, 
     return writer, runner
 
 
-async def test_foreign_checkpoint_is_a_loss(fleet: Fleet, unique_id: str) -> None:
-    """A stored checkpoint ahead of anything we handled means someone else wrote it: stop."""
+async def test_a_foreign_checkpoint_stops_the_stream_still_ours(fleet: Fleet,
+                                                                unique_id: str) -> None:
+    """A stored checkpoint ahead of anything we handled means someone else wrote it: stop
+    at once, not as a loss (the owner and epoch are ours: its release follows)."""
     conn = f"{unique_id}-b"
     writer, runner = runner_for(fleet, conn, 7)
     fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn}"}},
@@ -46,8 +48,8 @@ async def test_foreign_checkpoint_is_a_loss(fleet: Fleet, unique_id: str) -> Non
                           ExpressionAttributeValues={":s": {"N": "1000"}})
     # The real path: the checkpoint write fails, the store classifies it, on_lost acts.
     await writer.write()
-    assert runner.held.state is HeldState.LOST and runner.held.stop_reason == "lost:regression"
-    assert writer.metrics.totals["LeasesLost"] == 1
+    assert runner.held.state is HeldState.ABORTED and runner.held.stop_reason == REGRESSED
+    assert not writer.metrics.totals["LeasesLost"]
     assert item_attr(fleet.item(conn), "last_seq") == 1000  # nothing written over it
 
 
@@ -67,9 +69,10 @@ async def test_a_stream_draining_for_its_handoff_is_not_checkpointed_nor_lost(
     assert runner.held.state is not HeldState.LOST and not writer.metrics.totals["LeasesLost"]
 
 
-async def test_checkpoint_moved_ahead_by_an_operator_stops_the_stream(
+async def test_checkpoint_moved_ahead_by_an_operator_stops_and_releases_the_stream(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
-    """An edit that moves last_seq past the holder's checkpoint makes the holder stop."""
+    """An edit that moves last_seq past the holder's checkpoint makes the holder stop and
+    release the stream at once, keeping the edit (it waited for the strays pass, owned)."""
     conn, rec = f"{unique_id}-op", Recorder()
     fleet.create(conn, upstream.url(conn))
     async with running_worker(fleet, rec) as run:
@@ -79,7 +82,8 @@ async def test_checkpoint_moved_ahead_by_an_operator_stops_the_stream(
                               UpdateExpression="SET last_seq = :s",
                               ExpressionAttributeValues={":s": {"N": "1000000"}})
         await async_wait_until(lambda: conn not in run.worker.streams, 5, "stream stopped")
-        await asyncio.sleep(0)
+        await async_wait_until(lambda: item_attr(fleet.item(conn), "lease_owner") is None, 5,
+                               "released")
     assert item_attr(fleet.item(conn), "last_seq") == 1000000
 
 
