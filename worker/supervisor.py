@@ -33,7 +33,6 @@ from aws_lambda_powertools import Logger
 from holdfast.core.exceptions import SessionLost
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.orders import Order
-from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.session_items import ENDED_BEFORE_START
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
@@ -95,9 +94,8 @@ class Supervisor:
         # The loop's one clock: the session keeper stamps it, everyone else reads it.
         self.loop_clock = LoopClock(mono, tick_ms=publish_ms(config.timing))
         self.metrics = metrics or WorkerMetrics()
-        # A stream's own expiry is a far backstop; the session keeps it alive.
-        self.store = LeaseStore(ddb, config.table, lease_ms=BACKSTOP_MS,
-                                skew_ms=config.timing.skew_ms, clock=wall)
+        # A stream's own expiry is the store's far backstop; the session keeps it alive.
+        self.store = LeaseStore(ddb, config.table, skew_ms=config.timing.skew_ms, clock=wall)
         # The session's own calls (start, heartbeat, end) may have a client of their own
         # (``session_ddb``): under throttling the heartbeat is the one call that must not queue
         # behind the shared rate limiter of everything else; it bounds its own retries by its

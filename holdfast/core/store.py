@@ -47,7 +47,7 @@ from holdfast.core.expressions import (
 )
 from holdfast.core.model import Lease, LeaseItem, StoredItem, int_attr, lease_of
 from holdfast.core.redact import scrub
-from holdfast.core.schema import ATTR, pk_for
+from holdfast.core.schema import ATTR, BACKSTOP_MS, pk_for
 from holdfast.core.transfer import transfer_lease
 
 if TYPE_CHECKING:
@@ -66,13 +66,15 @@ def wall_clock_ms() -> int:
 
 @dataclass(eq=False)
 class LeaseStore:
-    """Lease operations on one table. ``clock`` returns wall-clock milliseconds."""
+    """Lease operations on one table. ``clock`` returns wall-clock milliseconds; ``lease_ms``
+    is the expiry a holder's writes set: the backstop (``schema.BACKSTOP_MS``; a session
+    keeps its streams alive, ``holdfast.core.sessions``), shorter only in tests."""
 
     client: DynamoDBClient
     table: str
     _: KW_ONLY
-    lease_ms: int
     skew_ms: int
+    lease_ms: int = BACKSTOP_MS
     clock: Callable[[], int] = wall_clock_ms
     _anchors: Unsettled = field(default_factory=Unsettled, repr=False)  # holdfast.core.anchor
 

@@ -49,8 +49,7 @@ class RouterDeps:
     def from_env(cls) -> RouterDeps:
         settings = Settings.from_env()
         ddb = dynamodb_client(DDB_CONFIG)
-        store = LeaseStore(ddb, settings.table, lease_ms=settings.lease_ms,
-                           skew_ms=settings.skew_ms)
+        store = LeaseStore(ddb, settings.table, skew_ms=settings.skew_ms)
         sqs = sqs_client(SQS_CONFIG)
         return cls(sqs, store, settings, sessions=session_store_for(ddb, settings))
 

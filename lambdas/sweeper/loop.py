@@ -232,7 +232,7 @@ def _unindexed_step(deps: SweepDeps, now: int) -> int:
     s = deps.settings
     if deps.unindexed is None:
         deps.unindexed = UnindexedPass(s.unindexed_scan_ms)
-    store = LeaseStore(deps.ddb, s.table, lease_ms=s.lease_ms, skew_ms=s.skew_ms)
+    store = LeaseStore(deps.ddb, s.table, skew_ms=s.skew_ms)
     return deps.unindexed.step(deps.ddb, s.table, now, store.normalise)
 
 
