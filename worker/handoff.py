@@ -181,11 +181,13 @@ class Handoffs:
                                          successor)
         except LeaseLost as lost:
             self._send(successor, HandoffStep(ABORT, conn.conn_id, held.lease.epoch, None, me))
-            if lost.reason is LossReason.STOPPED:
-                # Stopped by its operator meanwhile (a transfer needs STARTED): still ours,
-                # so we release it, to nobody, as any stopped stream; "lost" wrote nothing
-                # and left it owned by us and held by nobody.
-                conn.log("info", "handoff: the stream was stopped meanwhile; releasing it")
+            if lost.reason in (LossReason.STOPPED, LossReason.REGRESSION):
+                # Still ours: stopped by its operator meanwhile (a transfer needs STARTED), or
+                # its stored checkpoint moved past ours by someone else (the release keeps
+                # theirs, ``LeaseStore.release``). Released, to nobody; "lost" wrote nothing
+                # and left it owned by us and held by nobody until our strays pass.
+                conn.log("info", "handoff: the stream is still ours but cannot be passed on; "
+                         "releasing it", reason=lost.reason)
                 conn.handoff_to = ""
                 return "failed"
             conn.log("warning", "handoff: the stream was not ours any more", reason=lost.reason)

@@ -11,6 +11,8 @@ import asyncio
 import threading
 from typing import Any
 
+import pytest
+
 from holdfast.core.handoff import READY, HandoffStep
 from holdfast.core.orders import Order
 from holdfast.core.schema import ATTR, STOPPED
@@ -116,10 +118,12 @@ async def test_a_shed_withdrawn_at_ready_during_a_stop_goes_the_stops_way(
         assert held.held.stopping and held.handoff_to == "stop-successor#2"
 
 
+@pytest.mark.parametrize("meanwhile", ["stopped", "checkpoint moved"])
 async def test_a_stream_aborted_while_its_transfer_is_in_flight_is_released_if_it_fails(
-        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str, meanwhile: str) -> None:
     """The stop's deadline aborts a stream whose transfer is on its way, and the transfer then
-    fails (here: the stream was stopped meanwhile): the holder still releases it, which left it
+    fails, the stream still ours (stopped meanwhile, or its checkpoint moved past ours by
+    someone else): the holder still releases it (keeping a moved checkpoint), which left it
     owned by the holder and held by nobody until its session was reaped."""
     rec, conn = Recorder(), f"{unique_id}-abort-transfer"
     gate = threading.Event()
@@ -138,8 +142,13 @@ async def test_a_stream_aborted_while_its_transfer_is_in_flight_is_released_if_i
         await async_wait_until(lambda: held.passed == "passing", 5, "the transfer sent")
         held.abort(SHUTDOWN_TIMEOUT)  # the stop's drain deadline
         await async_wait_until(lambda: conn not in run.worker.streams, 5, "ended")
-        assert set_desired_state(fleet.ddb, fleet.table, conn, STOPPED)
-        gate.set()  # the transfer goes on, and is refused: STOPPED
+        if meanwhile == "stopped":
+            assert set_desired_state(fleet.ddb, fleet.table, conn, STOPPED)
+        else:
+            set_attr(fleet, conn, ATTR.last_seq, {"N": "1000000"})
+        gate.set()  # the transfer goes on, and is refused
         await async_wait_until(lambda: ATTR.lease_owner not in fleet.item(conn), 5,
                                "released by its holder")
     assert run.worker.counts["handed_over"] == 0
+    if meanwhile != "stopped":
+        assert fleet.item(conn)[ATTR.last_seq] == {"N": "1000000"}
