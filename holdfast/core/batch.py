@@ -3,7 +3,7 @@
 Each statement carries the same condition as a single renew (owner, epoch, STARTED, checkpoint
 never backwards) and fails on its own, so one lost lease does not fail the other 24. A statement
 that fails on its condition comes back with the item as it was (ALL_OLD, per statement) and is
-judged by the same rule as a single renew (``expressions.refused_renewal``), with no call of its
+judged by the same rule as a single renew (``judgements.refused_renewal``), with no call of its
 own: under throttling a lost lease is known in the batch's call, not a checkpoint later. One
 refused without the item (gone, or a backend that does not return it) is settled by a single
 ``LeaseStore.renew``.
@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from holdfast.core import rules
 from holdfast.core.aws import THROTTLING_CODES, InvalidRequest, call, note_throttled
 from holdfast.core.exceptions import HoldfastError, LeaseError, StoreUnavailable
-from holdfast.core.expressions import refused_renewal, renew_clauses, renewed
+from holdfast.core.expressions import renew_clauses
+from holdfast.core.judgements import refused_renewal, renewed
 from holdfast.core.model import Lease
 from holdfast.core.schema import pk_for
 from holdfast.core.store import LeaseStore

@@ -34,7 +34,8 @@ from holdfast.core.aws import note_throttled
 from holdfast.core.batch import BATCH_LIMIT, run_statements
 from holdfast.core.batch_reads import read_raw_many
 from holdfast.core.exceptions import HoldfastError, LossReason, StoreUnavailable
-from holdfast.core.expressions import release_clauses, release_loss
+from holdfast.core.expressions import release_clauses
+from holdfast.core.judgements import release_loss
 from holdfast.core.model import Lease
 from holdfast.core.schema import pk_for
 from holdfast.core.store import LeaseStore

@@ -33,17 +33,19 @@ from holdfast.core.exceptions import (
 )
 from holdfast.core.expressions import (
     acquire_expression,
-    loss_of,
     names_for,
     num,
-    parse_or_none,
     quarantine_expression,
-    refused_renewal,
     release_clauses,
-    release_loss,
     renew_clauses,
-    renewed,
     string,
+)
+from holdfast.core.judgements import (
+    loss_of,
+    parse_or_none,
+    refused_renewal,
+    release_loss,
+    renewed,
 )
 from holdfast.core.model import Lease, LeaseItem, StoredItem, int_attr, lease_of
 from holdfast.core.redact import scrub

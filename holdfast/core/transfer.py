@@ -15,7 +15,8 @@ from typing import Any
 from holdfast.core import rules
 from holdfast.core.aws import ConditionFailed
 from holdfast.core.exceptions import LeaseLost, LossReason, StoreUnavailable
-from holdfast.core.expressions import loss_of, parse_or_none, transfer_clauses
+from holdfast.core.expressions import transfer_clauses
+from holdfast.core.judgements import loss_of, parse_or_none
 from holdfast.core.model import Lease
 
 __all__ = ["transfer_lease", "transferred"]

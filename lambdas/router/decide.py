@@ -62,7 +62,7 @@ from typing import Any
 
 from holdfast.core import rules
 from holdfast.core.exceptions import MalformedItem
-from holdfast.core.expressions import parse_or_none
+from holdfast.core.judgements import parse_or_none
 from holdfast.core.model import (
     LeaseItem,
     bool_attr,
