@@ -39,8 +39,11 @@ class HandlerFailures(Construct):
                                   dead_letters=self.dlq)
 
     def grant_send(self, role: iam.IGrantable) -> iam.Grant:
-        """Let ``role`` (the worker's task role) send to the queue, and nothing else on it."""
-        return self.queue.grant_send_messages(role)
+        """Let ``role`` (the worker's task role) send to the queue, and nothing else on it:
+        ``grant_send_messages`` would add GetQueueAttributes and GetQueueUrl, which the
+        worker never calls (it is given the URL)."""
+        return iam.Grant.add_to_principal(grantee=role, actions=["sqs:SendMessage"],
+                                          resource_arns=[self.queue.queue_arn])
 
     def worker_environment(self) -> dict[str, str]:
         """What the worker container needs to skip to this queue."""

@@ -59,7 +59,8 @@ def acknowledge_findings(*, router: Router, sweeper: Sweeper, workers: WorkerSer
     acknowledge(workers.task_definition.task_role.node.find_child("DefaultPolicy"),
                 _order_queues(router.orders_queue_prefix),
                 "each worker session creates, long-polls and at a graceful stop deletes an "
-                f"order queue of its own; {_ORDER_QUEUES}")
+                "order queue of its own, and sends a make-before-break handoff's messages to "
+                f"another session's; {_ORDER_QUEUES}")
     acknowledge(sweeper.handler.role.node.find_child("DefaultPolicy"),
                 _order_queues(router.orders_queue_prefix),
                 "sqs:SendMessage of rebalancing directives, and of nudges for a dead worker's "

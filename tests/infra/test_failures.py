@@ -100,7 +100,8 @@ def _worker_env(template_json: dict[str, Any]) -> dict[str, Any]:
 
 def test_skip_policy_gets_its_queue_env_and_send_grant(fleets: dict[str, dict[str, Any]]) -> None:
     """handler_on_failure=skip: two more queues, the worker told to skip to one of them and
-    allowed to send to it; park (the default) creates none and sets nothing."""
+    allowed to send to it and nothing else; park (the default) creates none and sets
+    nothing."""
     park, skip = fleets[names.HANDLER_ON_FAILURE_PARK], fleets[names.HANDLER_ON_FAILURE_SKIP]
     assert len(resources(skip, "AWS::SQS::Queue")) == len(resources(park, "AWS::SQS::Queue")) + 2
     env = _worker_env(skip)
@@ -108,10 +109,10 @@ def test_skip_policy_gets_its_queue_env_and_send_grant(fleets: dict[str, dict[st
     queue_id = env[names.ENV_FAILURE_QUEUE_URL]["Ref"]
     assert queue_id in resources(skip, "AWS::SQS::Queue")
     assert queue_id not in resources(park, "AWS::SQS::Queue")
-    sends = [s for p in resources(skip, "AWS::IAM::Policy").values()
-             for s in p["Properties"]["PolicyDocument"]["Statement"]
-             if "sqs:SendMessage" in str(s["Action"]) and queue_id in str(s["Resource"])]
-    assert sends
+    on_queue = [s for p in resources(skip, "AWS::IAM::Policy").values()
+                for s in p["Properties"]["PolicyDocument"]["Statement"]
+                if queue_id in str(s["Resource"])]
+    assert [s["Action"] for s in on_queue] == ["sqs:SendMessage"]  # and nothing else on it
     assert names.ENV_HANDLER_ON_FAILURE not in _worker_env(park)
     assert names.ENV_FAILURE_QUEUE_URL not in _worker_env(park)
 
