@@ -104,14 +104,17 @@ class SessionRow:
                 "version": self.version or None}
 
 
-def session_rows(items: list[SessionItem | MalformedItem], now_ms: int) -> list[SessionRow]:
-    """Sessions, live ones first; malformed session items are left out (the sweeper logs them)."""
+def session_rows(items: list[SessionItem | MalformedItem], now_ms: int, *,
+                 skew_ms: int = 0) -> list[SessionRow]:
+    """Sessions, live ones first; malformed session items are left out (the sweeper logs them).
+    An ALIVE one silent past its TTL and the skew (``SessionItem.live``, the test every other
+    reader applies: its streams are listed as held until then) shows as SILENT."""
     rows = []
     for item in items:
         if isinstance(item, MalformedItem):
             continue
         state = item.state.value
-        if state == "ALIVE" and item.expires_at_ms <= now_ms:
+        if item.state is SessionState.ALIVE and not item.live(now_ms, skew_ms):
             state = "SILENT"
         target = item.directive.share if item.directive is not None and item.directive.live(
             now_ms) else None

@@ -229,13 +229,14 @@ def _run_status(args: argparse.Namespace) -> int:
     items, updated = scan_all(ops_ddb(), name)
     notes: list[str] = []
     sessions = _read_sessions(notes)
-    now = int(time.time() * 1000)
-    st = fleet_status(items, now, updated, skew_ms=_skew_ms(),
+    now, skew_ms = int(time.time() * 1000), _skew_ms()
+    st = fleet_status(items, now, updated, skew_ms=skew_ms,
                       sessions=None if sessions is None else sessions_by_worker(sessions))
     # Unchecked: a status reports what it can reach rather than refuse a malformed URL.
     queue = args.queue_url or S.QUEUE_URL.raw(os.environ)
     dlq = args.dlq_url or S.DLQ_URL.raw(os.environ)
-    rows: list[SessionRow] = [] if sessions is None else session_rows(sessions, now)
+    rows: list[SessionRow] = [] if sessions is None else session_rows(sessions, now,
+                                                                      skew_ms=skew_ms)
     st = dataclasses.replace(st, queue_depth=_depth(queue, notes),
                              dlq_depth=_depth(dlq, notes), notes=notes, sessions=rows)
     if args.json:

@@ -76,6 +76,20 @@ def test_session_rows_tell_alive_silent_and_dead_apart() -> None:
     assert rows[0].expires_in_ms == 5_000 and rows[0].heartbeat_age_ms == 1_000
 
 
+def test_a_session_within_the_skew_of_its_expiry_is_still_alive() -> None:
+    """Past its expiry by less than the skew a session still holds its streams (``ls`` lists
+    them as held): status does not call it SILENT until the skew has passed too."""
+    from holdfast.cli.fleetstate import session_rows
+    from holdfast.core.schema import SessionState
+    from holdfast.core.sessions import SessionItem
+
+    now = 1_000_000
+    rows = session_rows([SessionItem("a", "i1", SessionState.ALIVE, now - 100, now - 1_100, 1, 10),
+                         SessionItem("b", "i2", SessionState.ALIVE, now - 300, now - 1_300, 1, 10)],
+                        now, skew_ms=250)
+    assert [(r.owner, r.state) for r in rows] == [("a#i1", "ALIVE"), ("b#i2", "SILENT")]
+
+
 def test_session_rows_show_draining_and_a_live_rebalancing_target() -> None:
     """status says which worker drains and which one a live target is moving (lapsed: not)."""
     from holdfast.cli.fleetstate import session_rows
