@@ -70,7 +70,8 @@ def check_cross_field(s: Settings, k: Callable[[str], str]) -> None:
     if s.stop_timeout_seconds < need:
         raise SettingsError(
             f"{k('stop_timeout_seconds')}={s.stop_timeout_seconds}: must be at least "
-            f"the stop budget (max(25, {k('lease_seconds')} + {k('heartbeat_seconds')})) "
+            f"the stop budget ({s.shutdown_seconds} s: the worker's default or "
+            f"{k('lease_seconds')} + {k('heartbeat_seconds')}, the larger) "
             f"+ {STOP_EXIT_S} = {need} s")
     if s.table_read_min > s.table_read_max:
         raise SettingsError(f"{k('table_read_min')} is above {k('table_read_max')}")

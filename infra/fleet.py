@@ -59,7 +59,6 @@ def worker_environment(s: Settings, *, table_name: str, session_table_name: str,
         names.ENV_TASK_MEMORY_MIB: str(s.task_memory_mib),  # the worker checks its buffers fit
         names.ENV_RECONCILE_SECONDS: str(s.reconcile_seconds),
         names.ENV_CONNECT_RATE: str(s.connect_rate),
-        names.ENV_CONNECT_BURST: str(max(1, s.connect_rate)),
         names.ENV_REBALANCE_COOLDOWN_SECONDS: str(s.rebalance_cooldown_seconds),
         names.ENV_SHUTDOWN_SECONDS: str(s.shutdown_seconds),
         names.ENV_RENEW_MODE: s.renew_mode,

@@ -60,6 +60,12 @@ _TABLE_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{3,246}$")
 # ECS stops a task with SIGKILL this long after SIGTERM at most (the ECS maximum is 120 s).
 
 
+def _worker_default(number: worker_settings.Number) -> int:
+    """The worker's own default of ``number`` (``holdfast.core.settings``), whole: the stack
+    sets what the worker would assume, and a changed worker default changes the stack's."""
+    return round(number.read({}))
+
+
 def context_key(name: str) -> str:
     """The CDK context key of a settings field: ``lease_seconds`` -> ``leaseSeconds``."""
     head, *rest = name.split("_")
@@ -83,10 +89,15 @@ class Settings:
     heartbeat_seconds: int = setting(DEFAULT_HEARTBEAT_MS // 1000, int_in(1, 100),
                                       "session heartbeat interval (per worker)")
     checkpoint_seconds: int = setting(
-        20, int_in(1, 1200), "how often a stream's position is saved (replay window on a crash)")
+        _worker_default(worker_settings.CHECKPOINT_SECONDS),
+        int_in(1, round(worker_settings.CHECKPOINT_SECONDS.hi)),
+        "how often a stream's position is saved (replay window on a crash)")
     skew_ms: int = setting(DEFAULT_SKEW_MS, int_in(0, 10_000), "clock-skew allowance between hosts")
-    reconcile_seconds: int = setting(60, int_in(5, 3600), "worker full reconcile interval")
-    renew_mode: str = setting("batch", choice("batch", "single"), "PartiQL batch or one by one")
+    reconcile_seconds: int = setting(_worker_default(worker_settings.RECONCILE_SECONDS),
+                                     int_in(5, 3600), "worker full reconcile interval")
+    renew_mode: str = setting(worker_settings.RENEW_MODE.default,
+                              choice(*worker_settings.RENEW_MODE.choices),
+                              "PartiQL batch or one by one")
     # What a worker does with a message whose handler calls all failed: park the stream on it
     # (nothing lost), or skip it to an on-failure SQS queue the fleet then creates.
     handler_on_failure: str = setting(names.HANDLER_ON_FAILURE_PARK,
@@ -96,10 +107,13 @@ class Settings:
     max_connections_per_task: int = setting(500, int_in(1, 50_000), "connections one task holds")
     # Rebalancing (README "Rebalancing"): the fleet-wide budget of upstream connects per
     # second (each task takes its share; 0: no limit), and how long a moved stream stays put.
-    connect_rate: int = setting(1000, int_in(0, 1_000_000),
+    connect_rate: int = setting(_worker_default(worker_settings.CONNECT_RATE),
+                                 int_in(0, round(worker_settings.CONNECT_RATE.hi)),
                                  "fleet-wide upstream connects per second (0: no limit)")
     rebalance_cooldown_seconds: int = setting(
-        60, int_in(0, 86_400), "a stream whose owner changed is not moved again for this long")
+        _worker_default(worker_settings.REBALANCE_COOLDOWN_SECONDS),
+        int_in(0, round(worker_settings.REBALANCE_COOLDOWN_SECONDS.hi)),
+        "a stream whose owner changed is not moved again for this long")
     target_utilization_percent: int = setting(
         70, int_in(10, 100), "scale to keep average connections per task at this % of the max")
     min_tasks: int = setting(2, int_in(1, 1000), "fewest worker tasks (>= 2 survives one loss)")
@@ -243,7 +257,8 @@ class Settings:
         180 of 300 over warm and released the rest in a burst (gap p99 10.0 s, stops 8.8-9.3
         s); at 25 s all 300 went warm (gap p99 1.4 s) and the stops took 5.7-6.2 s.
         """
-        return max(25, self.lease_seconds + self.heartbeat_seconds)
+        return max(_worker_default(worker_settings.SHUTDOWN_SECONDS),
+                   self.lease_seconds + self.heartbeat_seconds)
 
     @property
     def session_table_name(self) -> str | None:

@@ -282,3 +282,20 @@ def test_a_cdk_apps_context_keys_are_checked() -> None:
         Settings.from_context(cdk.App(context={"minTask": 3}).node.try_get_context)
     app = cdk.App(context={"minTasks": "3", "myTeam": "feeds"})
     assert Settings.from_context(app.node.try_get_context).min_tasks == 3
+
+
+def test_the_stack_sets_the_workers_own_defaults() -> None:
+    """By default the stack gives the worker exactly what the worker would assume alone
+    (``holdfast.core.settings``), so a changed worker default is the stack's too; only the
+    connections per task differ, sized to the task."""
+    from holdfast.infra.fleet import worker_environment
+
+    env = worker_environment(Settings(), table_name="t", session_table_name="s",
+                             queue_url="q", service_name="w")
+    for setting in (worker_settings.LEASE_SECONDS, worker_settings.HEARTBEAT_SECONDS,
+                    worker_settings.SKEW_MS, worker_settings.CHECKPOINT_SECONDS,
+                    worker_settings.RECONCILE_SECONDS, worker_settings.CONNECT_RATE,
+                    worker_settings.REBALANCE_COOLDOWN_SECONDS,
+                    worker_settings.SHUTDOWN_SECONDS, worker_settings.RENEW_MODE):
+        assert setting.read(env) == setting.read({}), setting.name
+    assert worker_settings.CONNECT_BURST.name not in env  # the worker's own rule decides
