@@ -30,6 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from holdfast.core.nudge import REASON_EXPIRED  # noqa: E402
 from holdfast.core.store import LeaseStore  # noqa: E402
 from holdfast.core.table import create_stream  # noqa: E402
 from holdfast.localaws import LocalAws  # noqa: E402
@@ -176,7 +177,7 @@ def expiries(args: argparse.Namespace, table: str, ddb: Any, inbox: Inbox,
         time.sleep(0.137)  # spread the expiries over the sweep interval
     after_expiry, after_claimable = [], []
     for lease in leases:
-        at = inbox.wait_for(lease.conn_id, timeout=args.lease_ms / 1000 + 10, reason="expired")
+        at = inbox.wait_for(lease.conn_id, timeout=args.lease_ms / 1000 + 10, reason=REASON_EXPIRED)
         after_expiry.append(at * 1000 - lease.expires_at_ms)
         after_claimable.append(at * 1000 - lease.expires_at_ms - skew)
     return {"expiry_to_nudge_ms": summary(after_expiry),

@@ -53,11 +53,33 @@ from holdfast.core.model import validate_conn_id
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["HOPS", "MAX_DELAY_S", "MAX_URL_CHARS", "REASON_HANDOFF", "REASON_INSERTED",
-           "REASON_MOVED", "REASON_REAPED", "SEND_CONCURRENCY", "SQS_BATCH_LIMIT", "TO",
-           "TRACE_ATTRIBUTE", "URL_FRESH_MS", "WS_URL", "Nudge", "Outgoing", "SendReport",
-           "nudge_delay_s", "parse_nudge", "send_nudges", "trace_attributes", "traceparent_of",
-           "url_if_fresh"]
+__all__ = [
+    "HOPS",
+    "MAX_DELAY_S",
+    "MAX_URL_CHARS",
+    "REASON_EXPIRED",
+    "REASON_HANDOFF",
+    "REASON_INSERTED",
+    "REASON_MOVED",
+    "REASON_REAPED",
+    "REASON_REPORTED",
+    "REASON_UNCLAIMED",
+    "SEND_CONCURRENCY",
+    "SQS_BATCH_LIMIT",
+    "TO",
+    "TRACE_ATTRIBUTE",
+    "URL_FRESH_MS",
+    "WS_URL",
+    "Nudge",
+    "Outgoing",
+    "SendReport",
+    "nudge_delay_s",
+    "parse_nudge",
+    "send_nudges",
+    "trace_attributes",
+    "traceparent_of",
+    "url_if_fresh",
+]
 
 MAX_DELAY_S = 900  # SQS's maximum DelaySeconds
 SQS_BATCH_LIMIT = 10  # SQS's maximum entries per SendMessageBatch
@@ -81,6 +103,12 @@ REASON_HANDOFF = "handoff"
 # shared queue: a killed worker's long polls still pending on the shared queue can swallow a
 # nudge there until its visibility timeout (measured: 5 s late, one stream in 60).
 REASON_REAPED = "reaped"
+# The sweeper's nudge of an orphan: never claimed (or released: expiry 0), or its lease expired;
+# the platform report's nudge of a stopped task's streams. Informational (the ``Nudges`` metric's
+# reason, the worker's logs, the benches): a worker claims them all alike.
+REASON_UNCLAIMED = "unclaimed"
+REASON_EXPIRED = "expired"
+REASON_REPORTED = "reported"
 TRACE_ATTRIBUTE = "traceparent"  # the SQS message attribute (W3C trace context)
 
 

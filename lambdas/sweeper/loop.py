@@ -25,7 +25,7 @@ from holdfast.core import names, rules, tracing
 from holdfast.core import settings as S
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.liveness import AUDIT_INTERVAL_MS, AuditResult, OwnerAudit
-from holdfast.core.nudge import REASON_REAPED, Nudge, send_nudges
+from holdfast.core.nudge import REASON_EXPIRED, REASON_REAPED, REASON_UNCLAIMED, Nudge, send_nudges
 from holdfast.core.placement import fill, new_version
 from holdfast.core.sessions import SessionStore, SessionSweep, SweepLog, sweep_sessions
 from holdfast.core.store import LeaseStore, wall_clock_ms
@@ -119,7 +119,8 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     chosen = memory.select(due, now)
     by_id = {o.conn_id: o for o in chosen}
     # KEYS_ONLY index: expiry 0 means released or never claimed, anything else expired.
-    nudges = [Nudge(o.conn_id, "unclaimed" if o.expires_at_ms == 0 else "expired", None)
+    nudges = [Nudge(o.conn_id, REASON_UNCLAIMED if o.expires_at_ms == 0 else REASON_EXPIRED,
+                    None)
               for o in chosen]
     spans = [tracing.start_span(names.SPAN_SWEEP, n.conn_id) for n in nudges]
     if tracing.enabled():  # each orphan's acquisition trace starts at the sweep that found it

@@ -29,7 +29,7 @@ from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.boto import new_session
 from holdfast.core.exceptions import SessionStillLive
 from holdfast.core.model import validate_worker_id
-from holdfast.core.nudge import Nudge, send_nudges
+from holdfast.core.nudge import REASON_REPORTED, Nudge, send_nudges
 from holdfast.core.rules import LeaseTiming
 from holdfast.core.sessions import SessionStore, SweepLog
 from holdfast.core.store import wall_clock_ms
@@ -159,7 +159,7 @@ def _nudge_released(deps: TaskStoppedDeps, conn_ids: tuple[str, ...]) -> None:
         return
     # Now, and again a second later (SQS's shortest delay): by then the dead polls have
     # returned, so the late round reaches a live worker whatever the first rounds met.
-    nudges = [Nudge(c, "reported", None, delay) for delay in (0, 1) for c in conn_ids]
+    nudges = [Nudge(c, REASON_REPORTED, None, delay) for delay in (0, 1) for c in conn_ids]
     report = send_nudges(deps.sqs, deps.queue_url, nudges, attempts=2)
     for nudge, error in report.failed:  # the router's nudge and the sweeper still cover it
         deps.log.error("reported-death nudge not sent for %s: %s", nudge.conn_id, error,
