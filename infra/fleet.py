@@ -250,7 +250,6 @@ class HoldfastFleet(Construct):
             self, "Scaling", service=self.workers.service, queue=queue,
             service_name=service_names["worker"], min_tasks=s.min_tasks, max_tasks=s.max_tasks,
             target_connections_per_task=s.target_connections_per_task)
-        service_names["taskstopped"] = f"{s.fleet_name}-{names.TASKSTOPPED_SERVICE}"
         # ECS reports a stopped task at once: its session is declared dead without the TTL.
         self.task_stopped = TaskStopped(
             self, "TaskStopped", defaults=defaults, cluster=self.workers.cluster,

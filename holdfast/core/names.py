@@ -320,4 +320,5 @@ def service_names(fleet: str) -> dict[str, str]:
     Two fleets in one account and region (staging, prod) must not average each other's
     connections, so the fleet name is part of every service name.
     """
-    return {part: f"{fleet}-{part}" for part in ("worker", "router", "sweeper")}
+    return {part: f"{fleet}-{part}"
+            for part in ("worker", "router", "sweeper", TASKSTOPPED_SERVICE)}

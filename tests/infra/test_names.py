@@ -14,8 +14,7 @@ import pytest
 
 from holdfast.core import names
 
-SERVICE = {**names.service_names("holdfast"),
-           "taskstopped": f"holdfast-{names.TASKSTOPPED_SERVICE}"}
+SERVICE = names.service_names("holdfast")
 _DASHBOARD_METRIC = re.compile(r'\["' + re.escape(names.NAMESPACE)
                                + r'","([A-Za-z]+)"((?:,"[^"]*")*)')
 
@@ -109,3 +108,4 @@ def test_service_names_carry_the_fleet_name() -> None:
     """Two fleets in one account get distinct service dimensions."""
     assert names.service_names("holdfast")["worker"] == "holdfast-worker"
     assert names.service_names("staging")["router"] == "staging-router"
+    assert names.service_names("staging")[names.TASKSTOPPED_SERVICE] == "staging-taskstopped"
