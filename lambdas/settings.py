@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from holdfast.core import settings as S
@@ -48,7 +48,7 @@ class Settings:
     balance_motion: float = S.BALANCE_MOTION.read(_UNSET)
     balance_target_ttl_ms: int = S.BALANCE_TARGET_TTL_MS.read(_UNSET)
     # How a dead session's streams are released (``SessionStore.reap_mode``); batch on AWS.
-    renew_mode: RenewMode = "batch"
+    renew_mode: RenewMode = field(default_factory=lambda: _renew_mode(_UNSET))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -75,8 +75,13 @@ class Settings:
             balance_band_min=S.BALANCE_BAND_MIN.read(e),
             balance_motion=S.BALANCE_MOTION.read(e),
             balance_target_ttl_ms=ttl,
-            renew_mode="single" if S.RENEW_MODE.read(e) == "single" else "batch",
+            renew_mode=_renew_mode(e),
         )
+
+
+def _renew_mode(e: Mapping[str, str]) -> RenewMode:
+    """``HOLDFAST_RENEW_MODE`` (its schema's default if unset), typed."""
+    return "single" if S.RENEW_MODE.read(e) == "single" else "batch"
 
 
 def _balance_timing(e: Mapping[str, str]) -> tuple[int, int]:
