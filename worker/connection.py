@@ -131,7 +131,8 @@ class Connection:
             self.drain(reason)
 
     def abort(self, reason: str) -> None:
-        """Stop now (the shutdown budget ran out)."""
+        """Stop now, no more handler calls (the shutdown budget ran out, or its checkpoint was
+        moved past ours): still ours, so its end releases it."""
         self.held.abort(reason)
         self._kill()
 

@@ -262,7 +262,7 @@ class LeaseStore:
         try:
             self._update("release", lease.conn_id, update, condition, values)
         except ConditionFailed as failed:
-            found = self._release_found(lease, failed.item, successor)
+            found = rules.release_found(failed.item, lease.owner, lease.epoch, successor)
             if found is rules.ReleaseFound.STILL_OURS and seq is not None:
                 # Ours at our epoch: only the checkpoint's never-backwards clause refused. The
                 # stored checkpoint is ahead of ours (written by someone else: an edit); the
@@ -275,16 +275,11 @@ class LeaseStore:
             return release_loss(lease, failed.item, found)
         except StoreUnavailable:
             raw = self.get_raw(lease.conn_id)
-            found = self._release_found(lease, raw, successor)
+            found = rules.release_found(raw, lease.owner, lease.epoch, successor)
             if found is rules.ReleaseFound.STILL_OURS:
                 raise  # not written: the caller tries again
             return release_loss(lease, raw, found)
         return None
-
-    @staticmethod
-    def _release_found(lease: Lease, raw: dict[str, Any] | None,
-                       successor: str | None) -> rules.ReleaseFound:
-        return rules.release_found(raw, lease.owner, lease.epoch, successor)
 
     def transfer(self, lease: Lease, handled_seq: int | None, to_owner: str) -> Lease:
         """Pass ``lease`` straight to ``to_owner`` in one conditional write: the successor's
