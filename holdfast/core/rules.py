@@ -21,7 +21,7 @@ from typing import Any, Final
 from holdfast.core import names, settings
 from holdfast.core.exceptions import ConfigError, LossReason
 from holdfast.core.model import LeaseItem, int_attr, str_attr
-from holdfast.core.schema import ATTR, STARTED, SessionState
+from holdfast.core.schema import ATTR, STARTED
 
 __all__ = [
     "DEFAULT_HEARTBEAT_MS",
@@ -49,7 +49,6 @@ __all__ = [
     "next_epoch",
     "release_found",
     "renew_due_mono_ms",
-    "session_action",
     "throttled_heartbeat_ms",
     "tolerated_outage_ms",
 ]
@@ -292,18 +291,6 @@ def checkpoint_slice(conn_id: str, slices: int) -> int:
     could skip a stream for a round or write it twice). crc32, not ``hash()``: the latter is
     salted per process. Each slice holds about a ``1/slices`` share of the streams."""
     return zlib.crc32(conn_id.encode()) % slices
-
-
-def session_action(state: str, expires_at_ms: int, reaped: bool, now_wall_ms: int,
-                   skew_ms: int) -> str:
-    """What the sweeper does with a session: "declare_dead", "reap", "wait" or "none".
-
-    ALIVE and silent past TTL + skew: declare it dead (then reap). ALIVE otherwise: wait for
-    its expiry. DEAD or ENDED and not yet reaped: release what it still owns.
-    """
-    if state == SessionState.ALIVE:
-        return "declare_dead" if is_expired(expires_at_ms, now_wall_ms, skew_ms) else "wait"
-    return "none" if reaped else "reap"
 
 
 def next_epoch(now_ms: int, *stored: int) -> int:

@@ -97,6 +97,16 @@ class SessionItem:
         return self.state is SessionState.ALIVE and not rules.is_expired(
             self.expires_at_ms, now_ms, skew_ms)
 
+    def sweep_action(self, now_ms: int, skew_ms: int) -> str:
+        """What the sweeper does with this session: "declare_dead", "reap", "wait" or "none".
+
+        ALIVE and silent past TTL + skew (not ``live``): declare it dead (then reap). ALIVE
+        otherwise: wait for its expiry. DEAD or ENDED and not yet reaped: release what it
+        still owns."""
+        if self.state is SessionState.ALIVE:
+            return "wait" if self.live(now_ms, skew_ms) else "declare_dead"
+        return "none" if self.reaped else "reap"
+
     def as_dead(self) -> SessionItem:
         """This item as it is once declared DEAD (the write that did it returns nothing)."""
         return dataclasses.replace(self, state=SessionState.DEAD)

@@ -72,8 +72,7 @@ def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
 def _one(store: SessionStore, item: SessionItem, out: SessionSweep, *, now: int, skew_ms: int,
          logger: SweepLog) -> None:
     """One session of the sweep: alive, declared dead, or reaped (into ``out``)."""
-    action = rules.session_action(item.state, item.expires_at_ms, item.reaped,
-                                  now, skew_ms)
+    action = item.sweep_action(now, skew_ms)
     if action == "wait":  # ALIVE within TTL + skew (the only sessions that wait)
         out.alive.append(item)
         due = rules.claimable_at_ms(item.expires_at_ms, skew_ms)
