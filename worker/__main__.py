@@ -12,7 +12,6 @@ interpreter waiting for a thread blocked in ``asyncio.to_thread``) is not waited
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
 import sys
@@ -22,13 +21,14 @@ from typing import Final
 
 from aws_lambda_powertools import Logger
 
-from holdfast.core import names, tracing
+from holdfast.core import tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import ConfigError, HoldfastError, SessionConflict
 from holdfast.worker import gcpauses
 from holdfast.worker.config import WorkerConfig, load_config
 from holdfast.worker.handler import load_handler
 from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.logs import service_of, worker_logger
 from holdfast.worker.protocol import load_protocol
 from holdfast.worker.supervisor import Supervisor
 
@@ -128,16 +128,11 @@ def main(env: Mapping[str, str] | None = None, argv: list[str] | None = None) ->
         config = load_config(env)
         source = os.environ if env is None else env
         # Off by default; on, every span of this process is "<service>" in the backend.
-        tracing.setup(source.get(names.ENV_SERVICE_NAME) or "holdfast-worker", source)
+        tracing.setup(service_of(source), source)
     except (ConfigError, ValueError) as exc:
         print(f"holdfast worker: configuration error: {exc}", file=sys.stderr)
         return 2
-    logger = Logger(service="holdfast-worker", level=config.log_level)
-    logger.append_keys(worker_id=config.worker_id)
-    # Powertools child loggers pin their own level at import: let them follow the parent's.
-    for name, child in list(logging.root.manager.loggerDict.items()):
-        if name.startswith("holdfast-worker.") and isinstance(child, logging.Logger):
-            child.setLevel(logging.NOTSET)
+    logger = worker_logger(source, level=config.log_level, worker_id=config.worker_id)
     try:
         worker = build_worker(config)
         logger.debug("startup heap frozen", objects=gcpauses.freeze_startup_heap())

@@ -25,13 +25,14 @@ from holdfast.worker.config import WorkerConfig
 from holdfast.worker.context import ConnectionContext
 from holdfast.worker.endings import Endings
 from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.prefetch import Prefetched
 from holdfast.worker.prestart import Prestart, prestart
 
 __all__ = ["Acquired", "Acquirer"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from holdfast.core.balance import HeldView, pick_sheds
 from holdfast.core.directives import Directive
 from holdfast.core.schema import ATTR, STARTED
 from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.successors import Successors
 
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HANDOFF", "SHED", "Balancing", "owned_elsewhere_by"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 SHED = "shed"  # the drain reason of a stream handed on by rebalancing or draining
 HANDOFF = "handoff"  # the drain reason of a stream whose successor has warmed up
 _STEP_S = 0.5  # look again this often even without news (cool-downs end, sheds land)

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from aws_lambda_powertools import Logger
 
 from holdfast.core.orders import Order, parse_order
+from holdfast.worker.logs import WORKER_LOGGER
 
 __all__ = ["act_on_orders"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 
 def act_on_orders(orders: frozenset[str], done: frozenset[str],

@@ -17,11 +17,12 @@ from aws_lambda_powertools import Logger
 
 from holdfast.core import rules
 from holdfast.core.aws import throttled_at_s
+from holdfast.worker.logs import WORKER_LOGGER
 
 __all__ = ["LoopSilence", "heartbeat_period_ms", "loop_bound_ms", "publish_ms",
            "throttled_mono_ms"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 
 def publish_ms(timing: rules.LeaseTiming) -> int:

@@ -48,6 +48,7 @@ from holdfast.core.store import wall_clock_ms
 from holdfast.worker.backoff import claim_retry_s, jittered
 from holdfast.worker.claims import SOURCE_INSERTED, SOURCE_MOVED, Claim, ClaimFn, Later
 from holdfast.worker.iothreads import in_daemon_thread, logs_failure, on_io_threads
+from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.settle import hand_on, hops, receives, sent_ms, settle
 
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_HOPS", "Claimer"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 T = TypeVar("T")
 # Hand-ons of a refused nudge before it waits a second (a shed stream) or is simply claimed (a
 # move at a worker at its share): each hop lands on a random waiting poll, so 10 hops make

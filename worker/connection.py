@@ -38,11 +38,12 @@ from holdfast.worker.dial import (
 )
 from holdfast.worker.handling import GiveUp, Handling
 from holdfast.worker.held import HeldStream
+from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.prefetch import Prefetched
 
 __all__ = ["FRAMES_PER_TURN", "LOG_EVERY_MS", "STABLE_CONNECTION_MS", "Connection"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 # Buffered frames delivered before the stream gives the loop a turn (see ``_session``): a loop
 # round with every stream replaying is at most this many handler calls per stream.
 FRAMES_PER_TURN = 8

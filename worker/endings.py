@@ -40,11 +40,12 @@ from holdfast.worker.connection import Connection
 from holdfast.worker.gathered import Gathered
 from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT, HeldState, HeldStream
 from holdfast.worker.iothreads import logs_failure, on_io_threads
+from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.metrics import WorkerMetrics
 
 __all__ = ["Endings"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 
 class Endings:

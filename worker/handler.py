@@ -38,6 +38,7 @@ from holdfast.core import aws, names
 from holdfast.core import settings as S
 from holdfast.core.exceptions import ConfigError
 from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.logs import WORKER_LOGGER
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["CallFailed", "FailureQueue", "Handler", "HandlerLoadError", "Message", "call_once",
            "default_handler", "failure_body", "load_handler"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 
 class HandlerLoadError(ConfigError):

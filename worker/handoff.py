@@ -48,6 +48,7 @@ from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.worker.balancing import HANDOFF, SHED
 from holdfast.worker.held import SHUTDOWN
 from holdfast.worker.iothreads import logs_failure, on_io_threads
+from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.prefetch import Prefetched
 from holdfast.worker.warmpace import warm_pace
 from holdfast.worker.warmups import WarmUps
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Handoffs"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 _TICK_S = 0.2
 _AWAIT_S = 0.05  # how often a stop waiting for successors looks again
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools import Logger
 
 from holdfast.core import settings as S
+from holdfast.worker.logs import WORKER_LOGGER
 
 if TYPE_CHECKING:
     from holdfast.worker.loopclock import LoopClock
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HealthServer", "main", "probe"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 
 class HealthServer:

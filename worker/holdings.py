@@ -33,6 +33,7 @@ from holdfast.worker.endings import Endings
 from holdfast.worker.handler import Handler
 from holdfast.worker.held import SHUTDOWN, HeldStream, ordered_reason
 from holdfast.worker.iothreads import logs_failure, on_io_threads
+from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.prefetch import Prefetched
 from holdfast.worker.protocol import ResumeProtocol
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CLAIM_LAG_LIMIT_MS", "Holdings"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 # A loop this far behind is overloaded: it takes nothing more until it catches up. Claiming on
 # regardless, a 5,000-stream claim storm on 2 shared cores lagged the loop 9 s (frames, handler

@@ -31,11 +31,12 @@ from holdfast.core.session_items import ENDED_BEFORE_START
 from holdfast.core.sessions import Session, SessionStore, new_incarnation
 from holdfast.worker.backoff import Backoff
 from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.logs import WORKER_LOGGER
 
 __all__ = ["RESTART_BACKOFF", "RESTART_WINDOWS", "conflict_window_ms", "end_incarnation",
            "restart_for_ms", "restart_incarnation", "start_incarnation"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 # How long a lost session's restart is retried, in conflict windows (``conflict_window_ms``:
 # the longest one start waits out a predecessor): a table briefly missing or credentials

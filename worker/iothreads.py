@@ -21,9 +21,11 @@ from typing import Any, Final, ParamSpec, TypeVar
 
 from aws_lambda_powertools import Logger
 
+from holdfast.worker.logs import WORKER_LOGGER
+
 __all__ = ["IO_THREADS", "in_daemon_thread", "logs_failure", "on_io_threads", "on_pool"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 P = ParamSpec("P")
 T = TypeVar("T")

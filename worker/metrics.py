@@ -16,6 +16,7 @@ from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
 )
 
 from holdfast.core import names
+from holdfast.worker.logs import service_of
 
 __all__ = ["COUNTERS", "NAMESPACE", "WorkerMetrics"]
 
@@ -53,8 +54,7 @@ class WorkerMetrics:
     what its scaling policy and alarms query.
     """
 
-    service: str = field(default_factory=lambda: os.environ.get(names.ENV_SERVICE_NAME)
-                         or "holdfast-worker")
+    service: str = field(default_factory=lambda: service_of(os.environ))
     namespace: str = field(default_factory=lambda: os.environ.get(names.ENV_METRICS_NAMESPACE)
                            or NAMESPACE)
     counts: Counter[str] = field(default_factory=Counter)

@@ -39,13 +39,14 @@ from holdfast.core.handoff import HandoffStep
 from holdfast.core.nudge import Nudge
 from holdfast.core.orders import Order, is_missing_queue, order_queue_name
 from holdfast.worker.iothreads import in_daemon_thread
+from holdfast.worker.logs import WORKER_LOGGER
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 __all__ = ["QUEUE_ATTRIBUTES", "OrderInbox"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 # 60 s is SQS's shortest retention; server-side encryption as for every queue of the stack.
 QUEUE_ATTRIBUTES = {"MessageRetentionPeriod": "60", "SqsManagedSseEnabled": "true",

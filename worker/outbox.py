@@ -28,13 +28,14 @@ from holdfast.core.bundles import send_bundled
 from holdfast.core.nudge import Outgoing
 from holdfast.core.orders import order_queue_url
 from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.logs import WORKER_LOGGER
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 __all__ = ["FLUSHES_IN_FLIGHT", "Outbox"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 # Sends out at once; the io threads (``worker.iothreads``) also carry the transfers they
 # announce, so a stop's sends must not take them all.
 FLUSHES_IN_FLIGHT: Final = 4

@@ -40,12 +40,13 @@ from holdfast.core.store import LeaseStore
 from holdfast.worker.context import ConnectionContext
 from holdfast.worker.delivery import first_checkpoint
 from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.prefetch import Prefetch, Prefetched
 from holdfast.worker.protocol import checked
 
 __all__ = ["CONNECT_FIRST_TIMEOUT_MS", "FIRST_FRAME_WAIT_MS", "Prestart", "prestart"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 # How long the claim waits for the first frame: a feed that says something on connect does so
 # within milliseconds; a quiet one is claimed anyway and anchored when it speaks. Under a

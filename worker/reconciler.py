@@ -24,6 +24,7 @@ from holdfast.core.table import find_orphans
 from holdfast.worker.backoff import jittered
 from holdfast.worker.claims import Claim, ClaimFn
 from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.logs import WORKER_LOGGER
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -34,7 +35,7 @@ __all__ = ["STRAY_SCAN_S", "Reconciler", "Strays"]
 # index Query (keys only, usually half a read unit) per worker per pass.
 STRAY_SCAN_S = 5.0
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 
 async def _every(period_s: float, once: Callable[[], Awaitable[int]], failed: str, *,

@@ -26,6 +26,7 @@ from holdfast.worker.claimer import Claimer
 from holdfast.worker.handler import Message
 from holdfast.worker.health import HealthServer
 from holdfast.worker.held import NO_FENCE_MS
+from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.reconciler import Reconciler, Strays
 from holdfast.worker.watchdog import Watchdog
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Loop", "Services", "guard"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 Loop = Callable[[], Coroutine[Any, Any, None]]
 

@@ -50,12 +50,13 @@ from holdfast.worker.backoff import retry_before_s
 from holdfast.worker.beatnews import act_on_orders
 from holdfast.worker.beatrules import LoopSilence, heartbeat_period_ms, loop_bound_ms
 from holdfast.worker.iothreads import logs_failure
+from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.metrics import WorkerMetrics
 
 __all__ = ["SessionKeeper"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 
 @dataclass

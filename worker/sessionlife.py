@@ -20,6 +20,7 @@ from aws_lambda_powertools import Logger
 
 from holdfast.core import names
 from holdfast.worker.incarnation import restart_incarnation, start_incarnation
+from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.session import SessionKeeper
 from holdfast.worker.stopping import wait_tasks
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["lose_session", "start_session"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 
 async def start_session(sup: Supervisor) -> None:

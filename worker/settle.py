@@ -15,13 +15,14 @@ from aws_lambda_powertools import Logger
 from holdfast.core.aws import call
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.nudge import parse_nudge, trace_attributes, traceparent_of
+from holdfast.worker.logs import WORKER_LOGGER
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 __all__ = ["change_visibility", "copy_of", "hand_on", "hops", "receives", "sent_ms", "settle"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 
 def settle(sqs: SQSClient, queue_url: str, delete: list[dict[str, Any]],

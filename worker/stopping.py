@@ -38,6 +38,7 @@ from holdfast.core.handoff import WARM_TIMEOUT_MS
 from holdfast.core.session_items import ENDED_AT_STOP
 from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT
 from holdfast.worker.incarnation import end_incarnation
+from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.warmpace import warm_at_once
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ __all__ = ["DRAIN_SHARE", "GOODBYE_S", "RELEASES_SETTLE_S", "SESSION_END_S", "SQ
            "goodbye", "goodbye_s", "stop_streams", "unless_told_first", "until_first",
            "wait_tasks"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 DRAIN_SHARE: Final = 0.6  # of the stop budget; the rest is for releases
 # The end of the budget our last polls' wait leaves for the goodbye (the last handoff

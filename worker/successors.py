@@ -27,10 +27,11 @@ from aws_lambda_powertools import Logger
 
 from holdfast.core.directives import Directive
 from holdfast.core.exceptions import HoldfastError
+from holdfast.worker.logs import WORKER_LOGGER
 
 __all__ = ["ASK_WAIT_MS", "Successors"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 # How long a stop waits for the decider's answer to its drain mark: its next sweep (1 s at the
 # default) and the directive on our order queue. A decider down or turned off costs the stop

@@ -50,6 +50,7 @@ from holdfast.worker.held import NO_FENCE_MS, monotonic_ms, ordered_reason
 from holdfast.worker.holdings import Holdings
 from holdfast.worker.incarnation import end_incarnation, restart_for_ms
 from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.loopclock import LoopClock
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.orders import OrderInbox
@@ -72,7 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Supervisor"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 
 class Supervisor:

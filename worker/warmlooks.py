@@ -20,6 +20,7 @@ from aws_lambda_powertools import Logger
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.handoff import TAKE, HandoffStep
 from holdfast.core.model import LeaseItem, StoredItem
+from holdfast.worker.logs import WORKER_LOGGER
 
 if TYPE_CHECKING:
     from holdfast.worker.warmup import WarmUp
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["claim_if_let_go", "judge", "last_look"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 
 async def judge(ups: WarmUps, conn_id: str, warm: WarmUp,

@@ -57,6 +57,7 @@ from holdfast.core.handoff import (
 from holdfast.core.model import Lease, one_connection_only
 from holdfast.core.transfer import transferred
 from holdfast.worker.iothreads import on_io_threads
+from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.looks import Looks
 from holdfast.worker.prefetch import Prefetch, Prefetched
 from holdfast.worker.warmlooks import judge, last_look
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
 
 __all__ = ["WarmUps"]
 
-logger = Logger(service="holdfast-worker", child=True)
+logger = Logger(service=WORKER_LOGGER, child=True)
 
 
 class WarmUps:
