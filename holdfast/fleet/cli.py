@@ -125,6 +125,8 @@ def _shutdown(run: _Run, rc: int) -> int:
         rc = rc or verdict(console, session, run.incidents or [], fleet.run_dir, run.deploy)
     for line in fleet.close():
         console.print(f"  {line}")
+    if run.env_file is not None:  # it names endpoints nothing serves any more
+        run.env_file.unlink(missing_ok=True)
     console.print(f"stopped in {time.monotonic() - t0:.1f} s; logs in {fleet.run_dir}")
     return rc
 
@@ -142,6 +144,7 @@ class _Run:
     incidents: list[Incident] | None = None
     reporter: PlatformReporter | None = None
     deploy: DeployReport | None = None
+    env_file: Path | None = None  # --env-file: removed at the end, as the servers it names
 
     def reported(self, report: Report) -> None:
         """Say what the platform report did (from the reporter's thread)."""
@@ -233,7 +236,7 @@ def _run_up(args: argparse.Namespace) -> int:
     if not console.is_terminal:  # CI logs and pipes: wide enough for the summary table
         console = Console(highlight=False, width=120)
     console.print(f"run directory (logs, results): {run_dir}")
-    run = _Run(console, fleet, stop, bool(args.scenario))
+    run = _Run(console, fleet, stop, bool(args.scenario), env_file=args.env_file)
     rc = 0
     try:
         _start_base(console, run.fleet, args)

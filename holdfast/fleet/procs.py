@@ -24,6 +24,7 @@ from holdfast.fleet.recorder import RECORD_DIR_ENV, RECORD_WRAPS_ENV, RECORDER_S
 from holdfast.fleet.timing import FleetTiming
 from holdfast.localaws import LocalAws
 from holdfast.localaws.processes import _die_with_parent, listen_on_free_port
+from holdfast.localaws.stack import write_env_file
 
 __all__ = ["REPO_ROOT", "Fleet", "Proc", "client_for_env"]
 
@@ -242,12 +243,8 @@ class Fleet:
         return proc
 
     def write_env(self, path: Path) -> None:
-        """The environment a worker (or the CLI) needs, as ``KEY=value`` lines, written whole
-        (renamed into place: a script waiting for the file never reads half of it)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.partial")
-        partial.write_text("".join(f"{k}={v}\n" for k, v in sorted(self.env.items())))
-        os.replace(partial, path)
+        """The environment a worker (or the CLI) needs, as a shell-sourceable file."""
+        write_env_file(path, self.env)
 
     def worker_log_lines(self) -> list[str]:
         """Every line every worker of the run has logged so far (unreadable logs left out)."""

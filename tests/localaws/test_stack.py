@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -136,3 +137,23 @@ def test_command_once_prints_environment(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert "export AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:" in out
     assert "HOLDFAST_TABLE=holdfast-leases" in env_file.read_text()
+
+
+def test_command_removes_its_env_file_when_it_stops(tmp_path: Path) -> None:
+    """`python -m holdfast.localaws --env-file F` until SIGTERM: an earlier run's F is replaced
+    by this run's, and F is gone once it stops (a script waiting for it read dead ports)."""
+    env_file = tmp_path / "local.env"
+    env_file.write_text("HOLDFAST_TABLE=from-an-earlier-run\n")
+    proc = subprocess.Popen([sys.executable, "-m", "holdfast.localaws", "--backend", "moto",
+                             "--env-file", str(env_file)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("# environment written"):
+                break
+        assert "HOLDFAST_TABLE=holdfast-leases" in env_file.read_text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0 and "local AWS stopped" in out
+    assert not env_file.exists()
