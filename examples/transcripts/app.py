@@ -31,7 +31,8 @@ app = cdk.App()
 settings = Settings.from_context(app.node.try_get_context)
 if not settings.worker_image:
     raise SystemExit("app.py: pass -c workerImage=<uri> (examples/transcripts/Dockerfile, "
-                     "built and pushed)")
+                     "built and pushed), or give HoldfastFleet worker_image_directory=\".\" "
+                     "here to let cdk deploy build it")
 stack = cdk.Stack(app, settings.stack_name,
                   description="Holdfast transcripts example: segments from WebSocket feeds",
                   env=cdk.Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"),

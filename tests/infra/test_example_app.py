@@ -76,3 +76,14 @@ def test_example_gets_the_fleets_security_settings(example_template: dict[str, A
     assert types.count("Custom::VpcRestrictDefaultSG") == 1
     assert "@aws-cdk/aws-ec2:restrictDefaultSecurityGroup" not in json.loads(
         (EXAMPLE / "cdk.json").read_text())["context"]
+
+
+def test_the_example_configures_its_own_async_tests() -> None:
+    """Copied out of the checkout (as its README says), its async tests still run: its own
+    pyproject.toml sets what the checkout's does (without it pytest skipped two as unsupported)."""
+    import tomllib
+
+    own = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["tool"]["pytest"]
+    checkout = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]
+    for key in ("asyncio_mode", "asyncio_default_fixture_loop_scope"):
+        assert own["ini_options"][key] == checkout["ini_options"][key]
