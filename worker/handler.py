@@ -137,17 +137,27 @@ async def call_once(handler: Handler, message: Message, timeout_s: float) -> Cal
         task = asyncio.current_task()
         if task is None or task.cancelling():
             raise  # ours: the stream stops
-        return CallFailed(f"CancelledError raised by the handler: {exc}"[:500], False, exc)
+        return CallFailed(f"CancelledError raised by the handler: {_text(exc)}"[:500], False,
+                          exc)
     except BaseException as exc:  # a handler's exit is its call's failure (see above)
         if isinstance(exc, TimeoutError) and limit.expired():
             return CallFailed(f"handler timed out after {timeout_s:g} s", timed_out=True)
-        return CallFailed(f"{type(exc).__name__}: {exc}"[:500], False, exc)
+        return CallFailed(f"{type(exc).__name__}: {_text(exc)}"[:500], False, exc)
     if inspect.isawaitable(result):
         if inspect.iscoroutine(result):
             result.close()  # never run: no "never awaited" warning far from the cause
         return CallFailed(f"the handler returned {type(result).__name__} {result!r:.100} "
                           "instead of awaiting it (a missing `await`?): not handled", False)
     return None
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or why not: the user's exception class may fail its own ``__str__``, and
+    that must stay this call's failure (retried, then skipped or parked), not end the stream."""
+    try:
+        return str(exc)
+    except Exception as broken:  # any failure of the user's code, described
+        return f"<its message could not be formatted: {type(broken).__name__}>"
 
 
 def failure_body(message: Message, error: str, attempts: int,

@@ -81,6 +81,28 @@ async def test_a_handlers_own_exit_or_cancellation_is_its_calls_failure(
     assert type(exc).__name__ in failed.error
 
 
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        return str(self.detail)  # type: ignore[attr-defined]  # never set: its own bug
+
+
+class _UnprintableCancel(asyncio.CancelledError):
+    __str__ = _Unprintable.__str__
+
+
+@pytest.mark.parametrize("exc", [_Unprintable(), _UnprintableCancel()])
+async def test_an_exception_whose_message_fails_is_still_the_calls_failure(
+        exc: BaseException) -> None:
+    """A handler's exception whose ``__str__`` raises fails its call, saying so (retried,
+    then skipped or parked), instead of ending the stream as the worker's own error."""
+    async def raises(_m: Message) -> None:
+        raise exc
+
+    failed = await call_once(raises, MSG, 1.0)
+    assert failed is not None and failed.exc is exc
+    assert "could not be formatted: AttributeError" in failed.error
+
+
 async def test_a_cancellation_from_outside_still_stops_the_call() -> None:
     """A stop's cancellation of the stream's task is not swallowed as a failed call."""
     async def slow(_m: Message) -> None:
