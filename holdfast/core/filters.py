@@ -9,7 +9,8 @@ heartbeat, checkpoint or acquisition can produce (those keep STARTED and a non-z
 expiry exactly 0 with an owner, the seed's ``release_lease`` and an operator's forced handover,
 which the router turns into a release order to the holder. DynamoDB streams carry numbers as
 canonical strings, so ``{"N": ["0"]}`` is an exact string match (never ``numeric``, which does
-not apply to a string). Two more pass a held stream's stop and deletion (orders too).
+not apply to a string). Two more pass a held stream's stop and deletion (orders too), the
+second also a write that removed a holding outside the protocol (put back).
 
 Lambda allows 5 filters per event source mapping by default; these are 4.
 
@@ -52,10 +53,12 @@ FILTER_PATTERNS: Final[tuple[dict[str, Any], ...]] = (
             ATTR.lease_owner: {"S": [{"exists": True}]},
         }},
     },
-    # A held stream deleted: the same order. Only REMOVE records have no new image.
+    # A held stream deleted (a REMOVE record has no new image), or its holding removed: a
+    # release, or a write outside the protocol over it (an app's PutItem of the whole item,
+    # STOPPED too, put back by the router: ``holdfast.core.overwrites``).
     {
         "dynamodb": {"OldImage": {ATTR.lease_owner: {"S": [{"exists": True}]}},
-                     "NewImage": {ATTR.pk: {"S": [{"exists": False}]}}},
+                     "NewImage": {ATTR.lease_owner: {"S": [{"exists": False}]}}},
     },
 )
 

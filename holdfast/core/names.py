@@ -77,6 +77,7 @@ __all__ = [
     "METRIC_HANDLER_FAILURES_SENT_TO_QUEUE",
     "METRIC_HANDLER_RETRIES",
     "METRIC_HANDLER_TIMEOUTS",
+    "METRIC_HOLDINGS_PUT_BACK",
     "METRIC_IMBALANCE",
     "METRIC_ITEM_ERRORS",
     "METRIC_LEASES_FENCED",
@@ -273,6 +274,7 @@ DIMENSION_REASON: Final = "reason"
 METRIC_NUDGES_FAILED: Final = "NudgesFailed"
 METRIC_MALFORMED_RECORDS: Final = "MalformedRecords"
 METRIC_NORMALISED: Final = "Normalised"
+METRIC_HOLDINGS_PUT_BACK: Final = "HoldingsPutBack"  # router: ``holdfast.core.overwrites``
 # Router, per invocation: stream records received and those it had nothing to do for; stop
 # orders sent to a worker's order queue, one metric per ``result`` (extra dimension).
 METRIC_RECORDS: Final = "Records"

@@ -214,7 +214,7 @@ class Reaper:
             call("release_dead", self.client.update_item, TableName=self.lease_table,
                  Key={ATTR.pk: {"S": pk_for(conn_id)}}, UpdateExpression=update,
                  ConditionExpression=condition,
-                 ExpressionAttributeNames=names_for(update + condition),
+                 ExpressionAttributeNames=names_for(f"{update} {condition}"),
                  ExpressionAttributeValues=values)
         except ConditionFailed:
             return False  # released already, or the stream moved on

@@ -48,6 +48,7 @@ from holdfast.core.judgements import (
     renewed,
 )
 from holdfast.core.model import Lease, LeaseItem, StoredItem, int_attr, lease_of
+from holdfast.core.overwrites import Overwrite, put_back_clauses
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, BACKSTOP_MS, pk_for
 from holdfast.core.transfer import transfer_lease
@@ -105,7 +106,7 @@ class LeaseStore:
         resp = call(op, self.client.update_item, TableName=self.table,
                     Key={ATTR.pk: string(pk_for(conn_id))}, UpdateExpression=update,
                     ConditionExpression=condition,
-                    ExpressionAttributeNames=names_for(update + condition),
+                    ExpressionAttributeNames=names_for(f"{update} {condition}"),
                     ExpressionAttributeValues=values, ReturnValues=returns,
                     ReturnValuesOnConditionCheckFailure="ALL_OLD")
         return dict(resp.get("Attributes") or {})
@@ -302,6 +303,15 @@ class LeaseStore:
             self._update("normalise", conn_id, "SET #exp = :zero",
                          "attribute_exists(#ds) AND attribute_not_exists(#exp)",
                          {":zero": num(0)})
+        except ConditionFailed:
+            return False
+        return True
+
+    def put_back(self, overwrite: Overwrite) -> bool:
+        """Put back the holding a write outside the protocol removed (the router's,
+        ``holdfast.core.overwrites``); False if the stream was claimed or deleted since."""
+        try:
+            self._update("put_back", overwrite.conn_id, *put_back_clauses(overwrite))
         except ConditionFailed:
             return False
         return True

@@ -171,6 +171,13 @@ CASES: list[tuple[str, str, Any, Any, Outcome, Reason, int, bool]] = [
     ("no new image", "MODIFY", HELD, None, Outcome.MALFORMED, Reason.MALFORMED, 0, False),
     ("unknown event name", "UPSERT", None, image(C, expires=0), Outcome.MALFORMED,
      Reason.MALFORMED, 0, False),
+    # An app's PutItem of the whole item over a held stream: epoch and owner gone.
+    ("put of the whole item over a holding", "MODIFY", HELD, image(C, expires=0),
+     Outcome.PUT_BACK, Reason.OVERWRITTEN, 0, False),
+    ("put of the whole item, no expiry", "MODIFY", HELD, image(C), Outcome.PUT_BACK,
+     Reason.OVERWRITTEN, 0, False),
+    ("put of the whole item, STOPPED", "MODIFY", HELD, image(C, state="STOPPED"),
+     Outcome.PUT_BACK, Reason.OVERWRITTEN, 0, False),
 ]
 
 
@@ -213,7 +220,7 @@ def test_hostile_key_is_not_echoed_unbounded() -> None:
 
 def test_delay_includes_skew() -> None:
     """A back-off nudge arrives no earlier than a challenger may acquire (expiry + skew)."""
-    d = decide("MODIFY", HELD, image(C, expires=NOW + 10_000, status="BACKOFF"), NOW,
+    d = decide("MODIFY", HELD, image(C, expires=NOW + 10_000, epoch=3, status="BACKOFF"), NOW,
                skew_ms=2_500)
     assert d.delay_s == 13
 
@@ -317,3 +324,10 @@ def test_a_held_item_deleted_or_stopped_with_a_malformed_image_still_orders_its_
     unowned = {k: v for k, v in held.items() if k != "lease_owner"}
     assert decide("REMOVE", unowned, None, NOW).outcome is Outcome.SKIP
     assert decide("MODIFY", HELD, held, NOW).outcome is Outcome.MALFORMED  # still STARTED
+
+
+def test_an_overwrite_names_the_holding_to_put_back() -> None:
+    """The decision carries the holder, its epoch and checkpoint, and is no nudge."""
+    d = decide("MODIFY", HELD, image(C, expires=0), NOW)
+    assert d.overwrite is not None and d.nudge() is None and d.acts
+    assert (d.owner, d.epoch, d.overwrite.last_seq) == ("w1", 3, 7)

@@ -88,7 +88,8 @@ def test_sqs_down_reports_failed_records_by_sequence_number(
     a, b = f"{unique_id}-a", f"{unique_id}-b"
     records = [record("INSERT", None, image(a, expires=0), seq="101"),
                record("MODIFY", held(a), held(a), seq="102"),
-               record("MODIFY", held(b), image(b, expires=0, status="RELEASED"), seq="103"),
+               record("MODIFY", held(b), image(b, expires=0, epoch=2, status="RELEASED"),
+                      seq="103"),
                record("INSERT", None, {"Pk": {"S": "nonsense"}}, seq="104")]
     resp = route(event(*records), None, deps)
     assert resp == {"batchItemFailures": [{"itemIdentifier": "101"},

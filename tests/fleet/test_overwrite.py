@@ -1,0 +1,47 @@
+"""An app's PutItem of the whole item over a held stream, on a real local fleet: the router puts
+the holding back (``holdfast.core.overwrites``), so one worker delivers and nothing is lost."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from holdfast.core.schema import ATTR, pk_for
+from holdfast.testing import LocalFleet
+from tests.conftest import TIMEOUT_SCALE
+
+pytestmark = pytest.mark.slow
+
+
+def _until(done: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s * TIMEOUT_SCALE
+    while not done():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_an_apps_put_over_a_held_stream_keeps_one_deliverer_and_loses_nothing(
+        holdfast_fleet: LocalFleet) -> None:
+    """The app re-puts its stream's row (``Pk``, STARTED, ``ws_url``): the same holder keeps
+    it under the same epoch, no other worker handles a seq of it, and no seq is skipped
+    (before, another worker claimed it at once, or its holder lost its checkpoint)."""
+    fleet = holdfast_fleet
+    conn = fleet.start_stream()
+    owner = fleet.wait_owned(conn)
+    fleet.wait_new_seqs(conn, 10)
+    _until(lambda: (fleet.item(conn) or None) is not None and fleet.item(conn).last_seq,
+           10, "a checkpoint")
+    before = fleet.item(conn)
+    assert before is not None and before.lease_owner is not None
+    fleet.ddb.put_item(TableName=fleet.table, Item={
+        ATTR.pk: {"S": pk_for(conn)}, ATTR.desired_state: {"S": "STARTED"},
+        ATTR.ws_url: {"S": fleet.url(conn)}, ATTR.lease_expires_at_ms: {"N": "0"}})
+    _until(lambda: (item := fleet.item(conn)) is not None
+           and (item.lease_owner, item.epoch) == (before.lease_owner, before.epoch),
+           10, "the holding to be put back")
+    fleet.wait_new_seqs(conn, 30)
+    workers = {h.worker_id for h in fleet.handled(conn)}
+    assert workers == {owner}, f"handled by {sorted(workers)}: a second deliverer"
+    fleet.assert_no_loss([conn])
