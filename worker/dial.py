@@ -8,7 +8,9 @@ Split from ``worker.connection`` (the connection task) to keep that module to th
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,12 +33,17 @@ __all__ = ["RESOLVER_THREADS", "RESOLVE_TIMEOUT_S", "BoundedConnection", "Connec
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
-# Lookups side by side; more wait (and time out) behind a resolver that does not answer,
-# without holding anything else of the worker.
-RESOLVER_THREADS: Final = 8
+# Lookups side by side, at most one per host name (``getaddrinfo``): a name whose servers never
+# answer holds one thread until the OS gives up, however often its streams retry, and never
+# makes other names' lookups queue behind it. Threads are made only when every one is busy.
+RESOLVER_THREADS: Final = 64
 RESOLVE_TIMEOUT_S: Final = 5.0
 _RESOLVER_POOL: Final = ThreadPoolExecutor(max_workers=RESOLVER_THREADS,
                                            thread_name_prefix="holdfast-dns")
+# The lookup in flight of each (host, port), per event loop (a test may run several loops).
+_Lookups = dict[tuple[str, int], "asyncio.Future[list[str]]"]
+_IN_FLIGHT: Final[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lookups]] = (
+    weakref.WeakKeyDictionary())
 
 
 # An upstream that does not read what we send: websockets answers each of its pings with a
@@ -115,15 +122,42 @@ def dial(url: str, address: str, port: int, headers: dict[str, str], opts: Conne
 
 async def getaddrinfo(host: str, port: int) -> list[str]:
     """The addresses of ``host``, resolved on threads of their own within
-    ``RESOLVE_TIMEOUT_S`` (a ``TimeoutError``, an ``OSError``: the connect fails, the stream
-    backs off). Not the loop's default executor, which a handler's ``asyncio.to_thread`` calls
-    can fill; not the worker's I/O threads either: a name whose servers do not answer blocks
-    its thread for the OS resolver's whole timeout, and a few such streams on their back-off
-    held every claim, release and handoff transfer of the worker behind them."""
-    async with asyncio.timeout(RESOLVE_TIMEOUT_S):
-        infos = await on_pool(_RESOLVER_POOL, socket.getaddrinfo, host, port,
-                              type=socket.SOCK_STREAM)
+    ``RESOLVE_TIMEOUT_S``; an ``OSError`` saying why not (the connect fails, the stream backs
+    off). Not the loop's default executor, which a handler's ``asyncio.to_thread`` calls can
+    fill; not the worker's I/O threads either: a name whose servers do not answer blocks its
+    thread for the OS resolver's whole timeout, and a few such streams on their back-off held
+    every claim, release and handoff transfer of the worker behind them. One lookup per name
+    at a time, shared by every stream asking meanwhile: ten such names, each retried, took
+    every thread of a pool of 8 and other names' lookups timed out behind them."""
+    lookups = _IN_FLIGHT.setdefault(asyncio.get_running_loop(), {})
+    lookup = lookups.get((host, port))
+    if lookup is None:
+        if len(lookups) >= RESOLVER_THREADS:
+            raise OSError(f"{len(lookups)} lookups unanswered, e.g. of "
+                          f"{', '.join(sorted({h for h, _ in lookups})[:3])}: not queued "
+                          "behind them")
+        lookup = asyncio.ensure_future(_lookup(host, port))
+        lookups[(host, port)] = lookup
+        lookup.add_done_callback(functools.partial(_done, lookups, (host, port)))
+    try:
+        async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+            return await asyncio.shield(lookup)  # one caller's timeout ends no other's wait
+    except TimeoutError:
+        raise OSError(f"no answer within {RESOLVE_TIMEOUT_S:g} s") from None
+
+
+async def _lookup(host: str, port: int) -> list[str]:
+    infos = await on_pool(_RESOLVER_POOL, socket.getaddrinfo, host, port,
+                          type=socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
+
+
+def _done(lookups: _Lookups, key: tuple[str, int], lookup: asyncio.Future[list[str]]) -> None:
+    """The next ask of ``key`` looks up again; an error nobody waited for any more is read."""
+    if lookups.get(key) is lookup:
+        del lookups[key]
+    if not lookup.cancelled():
+        lookup.exception()
 
 
 async def resolve_checked(checked: CheckedUrl, policy: UrlPolicy, resolve: Resolver) -> str:

@@ -115,6 +115,38 @@ async def test_names_that_do_not_resolve_hold_no_io_thread_and_time_out(
         assert await on_io_threads(lambda: 42) == 42
         assert time.monotonic() - t0 < 0.4
         results = await asyncio.wait_for(asyncio.gather(*lookups, return_exceptions=True), 3)
-        assert all(isinstance(r, TimeoutError) for r in results)
+        assert all(isinstance(r, OSError) and "no answer within 0.5 s" in str(r)
+                   for r in results), results
+    finally:
+        release.set()
+
+
+async def test_names_that_never_answer_do_not_hold_up_other_names(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ten names whose servers never answer, each asked again and again (streams on their
+    back-off), are looked up once each at a time: another name still resolves at once (with
+    a pool of 8 threads it queued behind them and timed out)."""
+    real = socket.getaddrinfo
+    release = threading.Event()
+    calls: list[str] = []
+
+    def stalled(host: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(host)
+        if host.startswith("stalled"):
+            release.wait(10)
+        return real("localhost" if host.startswith("stalled") else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", stalled)
+    monkeypatch.setattr(dial_module, "RESOLVE_TIMEOUT_S", 0.3, raising=False)
+    try:
+        for _ in range(3):  # three rounds of retries of every stalled name
+            tries = [asyncio.create_task(getaddrinfo(f"stalled-{i}.example", 443))
+                     for i in range(10) for _ in range(2)]
+            await asyncio.gather(*tries, return_exceptions=True)
+        t0 = time.monotonic()
+        assert await getaddrinfo("localhost", 443)
+        assert time.monotonic() - t0 < 0.25
+        assert sorted(c for c in calls if c.startswith("stalled")) == sorted(
+            f"stalled-{i}.example" for i in range(10))
     finally:
         release.set()
