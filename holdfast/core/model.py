@@ -106,6 +106,11 @@ class LeaseItem:
         except ValueError as exc:
             raise MalformedItem(key, str(exc)) from None
         p = _Parser(key, item)
+        # Not carried here (read from the raw item where used), but a mistyped one is the
+        # item's error: read as unset, a single_connection of {"S": "yes"} let a second
+        # connection open, the very thing it forbids.
+        p.check_bool(ATTR.single_connection)
+        p.check_number(ATTR.weight)
         state = p.req_str(ATTR.desired_state, 16)
         if state not in (STARTED, STOPPED):
             raise MalformedItem(
@@ -153,7 +158,8 @@ MAX_WEIGHT = 1_000_000.0
 
 
 def weight_of(item: Mapping[str, Any]) -> float:
-    """A stream's ``weight`` (default 1); a missing, malformed or absurd one counts as 1."""
+    """A stream's ``weight`` (default 1); a missing or absurd one counts as 1 (one that is not
+    a number makes the item malformed: ``LeaseItem.from_ddb``)."""
     value = item.get(ATTR.weight)
     n = value.get("N") if isinstance(value, Mapping) else None
     try:
@@ -268,6 +274,25 @@ class _Parser:
         if len(s) > max_len:
             raise MalformedItem(self.key, f"{name} is longer than {max_len} characters")
         return s
+
+    def check_bool(self, name: str) -> None:
+        """A boolean, or absent: a typo (``{"S": "yes"}``) is an error, not the default."""
+        raw = self._raw(name)
+        if raw is not None and not isinstance(raw.get("BOOL"), bool):
+            raise MalformedItem(self.key, f'{name} must be a boolean ({{"BOOL": true}}), got '
+                                          f"{_type_of(raw)}")
+
+    def check_number(self, name: str) -> None:
+        """A number, or absent (its range is the reader's: ``weight_of``)."""
+        raw = self._raw(name)
+        if raw is None:
+            return
+        n = raw.get("N")
+        try:
+            float(n) if isinstance(n, str) else float("")
+        except ValueError:
+            raise MalformedItem(self.key, f"{name} must be a number, got {_type_of(raw)}"
+                                + (f" {n[:30]!r}" if isinstance(n, str) else "")) from None
 
     def req_str(self, name: str, max_len: int) -> str:
         s = self.opt_str(name, max_len)

@@ -51,6 +51,10 @@ def test_full_item_parses() -> None:
     ({"lease_epoch": {"N": str(2**60)}}, "outside"),
     ({"lease_owner": {"N": "7"}}, "lease_owner must be a string"),
     ({"ws_url": "not-an-attribute-value"}, "not a DynamoDB attribute value"),
+    ({"single_connection": {"S": "yes"}}, "single_connection must be a boolean"),
+    ({"single_connection": {"N": "1"}}, "single_connection must be a boolean"),
+    ({"weight": {"S": "heavy"}}, "weight must be a number"),
+    ({"weight": {"N": "heavy"}}, "weight must be a number"),
 ])
 def test_malformed_items_name_item_and_attribute(overrides: dict[str, Any], message: str) -> None:
     """Each kind of bad attribute raises MalformedItem with a message naming the problem."""
@@ -63,6 +67,14 @@ def test_null_attribute_counts_as_missing() -> None:
     assert LeaseItem.from_ddb(raw(lease_owner={"NULL": True})).lease_owner is None
 
 
+def test_a_well_typed_weight_or_single_connection_parses() -> None:
+    """A boolean ``single_connection`` and a numeric ``weight`` (any range: ``weight_of``
+    counts an absurd one as 1), or NULL ones, are valid."""
+    for overrides in ({"single_connection": {"BOOL": True}}, {"weight": {"N": "2.5"}},
+                      {"weight": {"N": "-1"}}, {"single_connection": {"NULL": True}}):
+        assert LeaseItem.from_ddb(raw(**overrides)).conn_id == "abc"
+
+
 _attr = st.one_of(st.none(), st.fixed_dictionaries({"S": st.text(max_size=30)}),
                   st.fixed_dictionaries({"N": st.text(max_size=12)}),
                   st.fixed_dictionaries({"BOOL": st.booleans()}), st.integers(), st.text())
@@ -70,7 +82,8 @@ _attr = st.one_of(st.none(), st.fixed_dictionaries({"S": st.text(max_size=30)}),
 
 @given(st.dictionaries(st.sampled_from(["Pk", "desired_state", "ws_url", "lease_owner",
                                         "lease_expires_at_ms", "last_seq", "lease_epoch",
-                                        "status", "error_count"]), _attr))
+                                        "status", "error_count", "weight",
+                                        "single_connection"]), _attr))
 def test_any_garbage_gives_item_or_malformed(item: dict[str, Any]) -> None:
     """Arbitrary input parses or raises MalformedItem, never anything else."""
     try:

@@ -521,6 +521,19 @@ def test_mistyped_epoch_is_quarantined(store: LeaseStore, ddb: Any, unique_id: s
     assert raw is not None and raw["status"] == {"S": "INVALID"} and "lease_owner" not in raw
 
 
+def test_a_mistyped_single_connection_is_quarantined_not_read_as_unset(
+        store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """``single_connection`` as the string "yes": parked INVALID with that reason, not claimed
+    with the fleet default (which may let a second connection open, the very thing it forbids)."""
+    put_raw(ddb, store.table, unique_id, single_connection={"S": "yes"})
+    with pytest.raises(AcquireFailed) as info:
+        store.acquire(unique_id, "w1")
+    assert info.value.reason is LossReason.INVALID
+    raw = store.get_raw(unique_id)
+    assert raw is not None and raw["status"] == {"S": "INVALID"} and "lease_owner" not in raw
+    assert "single_connection must be a boolean" in raw["last_error"]["S"]
+
+
 def test_normalise_only_items_without_expiry(store: LeaseStore, ddb: Any, unique_id: str) -> None:
     """normalise sets expiry 0 once on a never-claimed item and leaves others alone."""
     put_raw(ddb, store.table, unique_id)
