@@ -75,12 +75,17 @@ class Acquirer:
                 # are its holder, so we release it.
                 await self.endings.let_go(exc.current, owner)
                 return Claim.CONFLICT
-            if exc.reason is LossReason.INVALID:
+            if exc.reason is LossReason.INVALID and exc.parked:
                 # Not a race: the item breaks the schema and was parked (store.quarantine).
                 self.metrics.incr(names.METRIC_STREAMS_QUARANTINED)
                 logger.warning(f"claim refused: the stream's item is malformed, parked as "
                                f"INVALID for {QUARANTINE_MS // 60_000} min (its last_error "
                                "says why: fix or delete the item)",
+                               conn_id=conn_id, worker_id=self.config.worker_id)
+            elif exc.reason is LossReason.INVALID:
+                logger.warning("claim refused: the stream's item is malformed and could not "
+                               "be parked (held by another worker, STOPPED, or DynamoDB "
+                               "refused the write): fix or delete the item",
                                conn_id=conn_id, worker_id=self.config.worker_id)
             else:
                 self.metrics.incr(names.METRIC_CLAIM_CONFLICTS)

@@ -93,12 +93,14 @@ class LeaseError(HoldfastError):
 class AcquireFailed(LeaseError):
     """The lease could not be taken; ``current`` is the item as DynamoDB held it (if any)."""
 
-    def __init__(self, conn_id: str, reason: LossReason, current: LeaseItem | None) -> None:
+    def __init__(self, conn_id: str, reason: LossReason, current: LeaseItem | None, *,
+                 parked: bool = False) -> None:
         holder = f" (held by {current.lease_owner})" if current and current.lease_owner else ""
         super().__init__(f"cannot acquire {conn_id!r}: {reason}{holder}")
         self.conn_id = conn_id
         self.reason = reason
         self.current = current
+        self.parked = parked  # INVALID: the item was parked with its reason (else not written)
 
 
 class LeaseLost(LeaseError):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.core import rules, unowned
 from holdfast.core.model import Lease
-from holdfast.core.schema import ATTR, STARTED, LeaseStatus
+from holdfast.core.schema import ATTR, STARTED, STOPPED, LeaseStatus
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import BatchStatementRequestTypeDef
@@ -237,13 +237,14 @@ def acquire_expression(owner: str, now: int, expires: int, epoch: int, *, cutoff
 
 def quarantine_expression(owner: str, error: str, now: int,
                           until: int) -> tuple[str, str, dict[str, Any]]:
-    """The one definition of the write that parks a malformed STARTED item until ``until``
-    with ``error`` recorded (``LeaseStore.quarantine``)."""
+    """The one definition of the write that parks a malformed item until ``until`` with
+    ``error`` recorded (``LeaseStore.quarantine``): STARTED, or a ``desired_state`` that is
+    neither (a "stopped" typed on a held stream, which no claim could take or park)."""
     return ("SET #status = :invalid, #err = :err, #exp = :until, #upd = :now "
             "REMOVE #owner, #succ",  # no handoff's successor gets round the quarantine
             # Never over another owner's holding, whatever its expiry says: only its holder
             # or the reaper of a dead session ends that (docs/concepts/protocol.md).
-            "#ds = :started AND (attribute_not_exists(#owner) OR #owner = :me)",
+            "#ds <> :stopped AND (attribute_not_exists(#owner) OR #owner = :me)",
             {":invalid": string(LeaseStatus.INVALID), ":err": string(error),
              ":until": num(until), ":now": num(now), ":me": string(owner),
-             ":started": string(STARTED)})
+             ":stopped": string(STOPPED)})

@@ -13,7 +13,6 @@ landed, so a failed condition whose old item shows *us* as holder counts as succ
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
@@ -150,8 +149,8 @@ class LeaseStore:
                 seen.append(current.epoch)
                 continue
             except InvalidRequest as bad:
-                self.quarantine(conn_id, owner, f"cannot acquire: {bad.message}")
-                raise AcquireFailed(conn_id, LossReason.INVALID, None) from None
+                parked = self.quarantine(conn_id, owner, f"cannot acquire: {bad.message}")
+                raise AcquireFailed(conn_id, LossReason.INVALID, None, parked=parked) from None
             except StoreUnavailable:
                 # No answer. If the item is ours now, take it back under a new epoch (whether
                 # it was this write or an older holding of ours, a new epoch is right).
@@ -188,8 +187,8 @@ class LeaseStore:
         try:
             return LeaseItem.from_ddb(raw)
         except MalformedItem as bad:
-            self.quarantine(conn_id, owner, bad.reason)
-            raise AcquireFailed(conn_id, LossReason.INVALID, None) from bad
+            parked = self.quarantine(conn_id, owner, bad.reason)
+            raise AcquireFailed(conn_id, LossReason.INVALID, None, parked=parked) from bad
 
     def _acquire_unknown(self, conn_id: str, owner: str) -> int:
         """After an acquire without an answer: the stored epoch if the item is ours now,
@@ -289,13 +288,17 @@ class LeaseStore:
                               lease_ms=self.lease_ms, read=self.get_raw,
                               update=functools.partial(self._update, "transfer", lease.conn_id))
 
-    def quarantine(self, conn_id: str, owner: str, reason: str) -> None:
-        """Park a malformed STARTED item out of the sweep's sight, with the reason recorded."""
+    def quarantine(self, conn_id: str, owner: str, reason: str) -> bool:
+        """Park a malformed item out of the sweep's sight, with the reason recorded; False
+        if not written (best effort: someone else holds or fixed it, it is STOPPED, or the
+        next claim tries again)."""
         now = self.clock()
-        # Best effort: someone else holds or fixed it, or the next sweep tries again.
-        with contextlib.suppress(ConditionFailed, InvalidRequest, StoreUnavailable):
+        try:
             self._update("quarantine", conn_id, *quarantine_expression(
                 owner, f"malformed item: {reason}"[:1000], now, now + QUARANTINE_MS))
+        except (ConditionFailed, InvalidRequest, StoreUnavailable):
+            return False
+        return True
 
     def normalise(self, conn_id: str) -> bool:
         """Give an item without ``lease_expires_at_ms`` the value 0, so the GSI sees it."""

@@ -534,6 +534,36 @@ def test_a_mistyped_single_connection_is_quarantined_not_read_as_unset(
     assert "single_connection must be a boolean" in raw["last_error"]["S"]
 
 
+def test_a_held_stream_whose_desired_state_is_mistyped_is_parked_by_its_holder(
+        store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """``desired_state`` typed "stopped" over a held stream: its holder's next claim of its
+    own stray parks it INVALID with the reason (before, the STARTED condition refused the
+    park, the owner stayed, and every claim said "parked" again, for ever)."""
+    put_raw(ddb, store.table, unique_id, lease_expires_at_ms={"N": "0"})
+    store.acquire(unique_id, "w1")
+    ddb.update_item(TableName=store.table, Key={"Pk": {"S": f"CONN#{unique_id}"}},
+                    UpdateExpression="SET desired_state = :s",
+                    ExpressionAttributeValues={":s": {"S": "stopped"}})  # an app's typo
+    with pytest.raises(AcquireFailed) as info:
+        store.acquire(unique_id, "w1")
+    assert info.value.reason is LossReason.INVALID and info.value.parked
+    raw = store.get_raw(unique_id)
+    assert raw is not None and raw["status"] == {"S": "INVALID"} and "lease_owner" not in raw
+    assert "desired_state must be STARTED or STOPPED" in raw["last_error"]["S"]
+
+
+def test_a_malformed_stopped_item_is_not_parked_and_says_so(
+        store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """A STOPPED item is never parked (an operator's stop stands): the refusal says the
+    item was not written."""
+    put_raw(ddb, store.table, unique_id, desired_state={"S": "STOPPED"}, ws_url={"N": "1"})
+    with pytest.raises(AcquireFailed) as info:
+        store.acquire(unique_id, "w1")
+    assert info.value.reason is LossReason.INVALID and not info.value.parked
+    raw = store.get_raw(unique_id)
+    assert raw is not None and "status" not in raw
+
+
 def test_normalise_only_items_without_expiry(store: LeaseStore, ddb: Any, unique_id: str) -> None:
     """normalise sets expiry 0 once on a never-claimed item and leaves others alone."""
     put_raw(ddb, store.table, unique_id)

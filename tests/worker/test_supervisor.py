@@ -227,6 +227,27 @@ async def test_a_malformed_item_is_parked_and_counted_as_quarantined(
     assert not rec.calls
 
 
+async def test_a_malformed_item_that_cannot_be_parked_is_not_said_parked(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A malformed STOPPED item (never parked: the operator's stop stands) nudged: the claim
+    says it could not be parked and counts no quarantine (it said "parked" every time)."""
+    caplog.set_level("WARNING", logger="holdfast-worker.holdfast.worker.acquiring")
+    conn = f"{unique_id}-bad-stopped"
+    fleet.create(conn, upstream.url(conn))
+    fleet.ddb.update_item(TableName=fleet.table, Key={"Pk": {"S": f"CONN#{conn}"}},
+                          UpdateExpression="SET lease_epoch = :bad, desired_state = :s",
+                          ExpressionAttributeValues={":bad": {"S": "oops"},
+                                                     ":s": {"S": "STOPPED"}})
+    rec = Recorder()
+    async with running_worker(fleet, rec) as run:
+        fleet.nudge(conn)
+        await async_wait_until(lambda: any("could not be parked" in r.getMessage()
+                                           for r in caplog.records), 10, "the refusal")
+        assert run.worker.metrics.totals["StreamsQuarantined"] == 0 and not run.worker.streams
+    assert item_attr(fleet.item(conn), "status") is None
+
+
 async def test_hostile_urls_are_refused_and_recorded(fleet: Fleet, unique_id: str) -> None:
     """Bad schemes, private and metadata addresses: BACKOFF at once, no connect, reason kept."""
     urls = {"http": "http://127.0.0.1:1/x", "imds": "ws://169.254.169.254/latest/meta-data",
