@@ -20,7 +20,7 @@ from aws_lambda_powertools import Logger
 from holdfast.core.aws import recently_throttled
 from holdfast.core.exceptions import HoldfastError
 from holdfast.core.sessions import SessionStore, sweep_sessions
-from holdfast.core.table import find_orphans
+from holdfast.core.table import Orphan, find_orphans
 from holdfast.worker.backoff import jittered
 from holdfast.worker.claims import Claim, ClaimFn
 from holdfast.worker.iothreads import on_io_threads
@@ -100,10 +100,11 @@ class Reconciler:
         free = self.free_capacity()
         if free <= 0:
             return 0
-        # Read a little more than fits: other workers race for the same orphans.
+        # Read a little more than fits: other workers race for the same orphans. An entry
+        # no stream could have is the sweeper's to report (``find_orphans``).
         orphans = await on_io_threads(lambda: [o.conn_id for o in itertools.islice(
             find_orphans(self.ddb, self.table, now_ms=self.wall_ms(), skew_ms=self.skew_ms),
-            free * 2)])
+            free * 2) if isinstance(o, Orphan)])
         random.shuffle(orphans)  # workers sweeping at once should not all fight for the first
         claimed = 0
         for conn_id in orphans:

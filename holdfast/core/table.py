@@ -54,8 +54,10 @@ class Orphan:
 
 
 def find_orphans(client: DynamoDBClient, table: str, *, now_ms: int, skew_ms: int,
-                 page_size: int = 200) -> Iterator[Orphan]:
-    """Every STARTED lease expired for a challenger at ``now_ms``, oldest first, paginated."""
+                 page_size: int = 200) -> Iterator[Orphan | MalformedItem]:
+    """Every STARTED lease expired for a challenger at ``now_ms``, oldest first, paginated;
+    an index entry no stream could have (a key without ``CONN#``, an invalid id) is a
+    ``MalformedItem``: the caller counts and reports it (it stays in the index until fixed)."""
     kwargs: dict[str, Any] = {
         "TableName": table, "IndexName": GSI_NAME, "Limit": page_size,
         "KeyConditionExpression": "#ds = :started AND #exp <= :cutoff",
@@ -70,7 +72,9 @@ def find_orphans(client: DynamoDBClient, table: str, *, now_ms: int, skew_ms: in
                 conn_id = validate_conn_id(conn_id_from_pk(raw[ATTR.pk]["S"]))
                 expires = int(raw[ATTR.lease_expires_at_ms]["N"])
             except (KeyError, TypeError, ValueError) as exc:
-                log.warning("skipping malformed index entry %r: %s", str(raw)[:200], exc)
+                key = raw.get(ATTR.pk) if isinstance(raw, dict) else None
+                yield MalformedItem(str(key.get("S") if isinstance(key, dict) else raw)[:200],
+                                    str(exc)[:300])
                 continue
             yield Orphan(conn_id, expires)
 

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, TypeVar
 
@@ -23,7 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from holdfast.core import names, rules, tracing
 from holdfast.core import settings as S
-from holdfast.core.exceptions import HoldfastError
+from holdfast.core.exceptions import HoldfastError, MalformedItem
 from holdfast.core.liveness import AUDIT_INTERVAL_MS, AuditResult, OwnerAudit
 from holdfast.core.nudge import REASON_EXPIRED, REASON_REAPED, REASON_UNCLAIMED, Nudge, send_nudges
 from holdfast.core.placement import fill, new_version
@@ -77,6 +77,8 @@ class SweepDeps:
     # When this sweeper last reaped a session (wall ms): its worker's long polls may still be
     # pending on the shared queue (``PENDING_POLLS_MS``).
     last_reap_ms: int | None = None
+    # Keys of malformed index entries already logged (``_report_foreign``).
+    reported_keys: set[str] = field(default_factory=set)
 
 
 def session_store_for(ddb: DynamoDBClient, settings: Settings) -> SessionStore | None:
@@ -111,8 +113,10 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     if sessions.dead or sessions.released:
         deps.last_reap_ms = now
     _nudge_live(deps, sessions, [Nudge(c, REASON_REAPED) for c in sessions.released])
-    items = list(islice(find_orphans(deps.ddb, s.table, now_ms=now + s.sweep_interval_ms,
+    found = list(islice(find_orphans(deps.ddb, s.table, now_ms=now + s.sweep_interval_ms,
                                      skew_ms=s.skew_ms, page_size=PAGE_SIZE), MAX_SCAN))
+    items = [o for o in found if not isinstance(o, MalformedItem)]
+    foreign = _report_foreign(deps, [o for o in found if isinstance(o, MalformedItem)])
     cutoff = rules.acquire_cutoff_ms(now, s.skew_ms)
     due = [o for o in items if o.expires_at_ms <= cutoff]
     upcoming = [o.expires_at_ms for o in items if o.expires_at_ms > cutoff]
@@ -146,7 +150,7 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     _guarded(deps, failed_steps, "order queues", lambda: _orders_step(deps, now), 0)
     # ``due`` are the unowned STARTED streams.
     balance = _balance_step(deps, sessions, len(due), now) if swept is not None else None
-    complete = len(items) < MAX_SCAN
+    complete = len(found) < MAX_SCAN
     if complete:
         memory.retain_only(due)
     else:
@@ -170,7 +174,7 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
                        max(ages, default=0), sessions.dead, sessions.reaped, sessions.malformed,
                        normalised, balance, audit,
                        sessions.item_errors + (len(audit.errors) if audit else 0)
-                       + (deps.unindexed.refused if deps.unindexed else 0),
+                       + (deps.unindexed.refused if deps.unindexed else 0) + foreign,
                        len(failed_steps))
 
 
@@ -205,6 +209,19 @@ def _nudge_live(deps: SweepDeps, sessions: SessionSweep, shared: list[Nudge]) ->
         (deps.log or log).info("%s streams not nudged on a live worker's queue: %d (%s)",
                                shared[0].reason, len(failed), failed[0][1])
     return len(sent)
+
+
+def _report_foreign(deps: SweepDeps, entries: list[MalformedItem]) -> int:
+    """Index entries no stream could have (counted in ``ItemErrors`` every pass, as they stay
+    until fixed); each logged once a sandbox, not every sweep: 86,000 lines a day each."""
+    for entry in entries:
+        if entry.key not in deps.reported_keys:
+            if len(deps.reported_keys) >= 10_000:
+                deps.reported_keys.clear()
+            deps.reported_keys.add(entry.key)
+            (deps.log or log).error("a STARTED item of the lease table is no stream's, fix or "
+                                    "delete it (counted in ItemErrors every pass): %s", entry)
+    return len(entries)
 
 
 def _guarded(deps: SweepDeps, failed: list[str], step: str, run: Callable[[], T],

@@ -9,6 +9,7 @@ import pytest
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import (
+    Orphan,
     create_stream,
     delete_stream,
     find_orphans,
@@ -28,7 +29,8 @@ def ddb(any_aws: LocalAws) -> Any:
 
 def orphan_ids(ddb: Any, table: str, now: int, prefix: str, page_size: int = 200) -> set[str]:
     return {o.conn_id for o in find_orphans(ddb, table, now_ms=now, skew_ms=SKEW_MS,
-                                            page_size=page_size) if o.conn_id.startswith(prefix)}
+                                            page_size=page_size)
+            if isinstance(o, Orphan) and o.conn_id.startswith(prefix)}
 
 
 def test_orphans_are_expired_released_or_never_claimed(any_aws: LocalAws, ddb: Any,

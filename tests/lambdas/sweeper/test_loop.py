@@ -194,6 +194,25 @@ def test_an_item_too_big_to_normalise_is_counted_in_the_sweeps_item_errors(
     assert (result.normalised, result.item_errors) == (0, 1)
 
 
+def test_an_index_entry_no_stream_could_have_is_counted_every_pass_and_logged_once(
+        ddb: Any, sqs: Any, table: str, queue_url: str, memory: NudgeMemory,
+        unique_id: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A STARTED item whose key is no stream's (no ``CONN#``): in ``item_errors`` at each
+    sweep, as it stays until fixed, but one error line naming it, not one a sweep (86,000 a
+    day), and the real orphans beside it are still found."""
+    ddb.put_item(TableName=table, Item={"Pk": {"S": f"OTHER#{unique_id}"},
+                                        "desired_state": {"S": "STARTED"},
+                                        "lease_expires_at_ms": {"N": "0"}})
+    ddb.put_item(TableName=table, Item=image(f"{unique_id}-ok", expires=0))
+    deps = SweepDeps(ddb, sqs, settings_for(table, queue_url))
+    with caplog.at_level("ERROR"):
+        results = [sweep_once(deps, memory) for _ in range(3)]
+    assert [r.item_errors for r in results] == [1, 1, 1]
+    assert [o.conn_id for o in results[0].due] == [f"{unique_id}-ok"]
+    lines = [r for r in caplog.records if f"OTHER#{unique_id}" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in lines]
+
+
 def test_orphan_age_counts_released_and_never_claimed_items(
         ddb: Any, sqs: Any, table: str, queue_url: str, store: Store, memory: NudgeMemory,
         unique_id: str) -> None:
