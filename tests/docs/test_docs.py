@@ -65,3 +65,13 @@ def test_docs_build_strictly(tmp_path: Path) -> None:
                            str(tmp_path / "site")], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started/handler.md"])
+def test_the_handler_a_page_defines_is_the_one_its_commands_run(page: str) -> None:
+    """Copied as they are, the page's code and commands fit: every ``myapp.handlers:NAME``
+    names the function its example defines (a new user got exit 2 from the README's)."""
+    text = (REPO / page).read_text()
+    defined = set(re.findall(r"^async def (\w+)\(message: Message\)", text, re.MULTILINE))
+    named = set(re.findall(r"myapp\.handlers:(\w+)", text))
+    assert defined and named and named <= defined, (defined, named)
