@@ -19,6 +19,7 @@ import os
 import sys
 
 from holdfast.cli.opscommon import (
+    ENV_HINT,
     EXIT_AWS,
     EXIT_FAILED,
     EXIT_OK,
@@ -34,9 +35,6 @@ from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionStore
 
 __all__ = ["DRAIN_COMMANDS"]
-
-_ENV_HINT = "for the local stack: source the env file `holdfast up` writes"
-
 
 def _add(p: argparse.ArgumentParser) -> None:
     p.add_argument("worker_id", metavar="WORKER_ID",
@@ -57,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(EXIT_USAGE, str(exc))
     table = S.SESSION_TABLE.get(os.environ)
     if not table:
-        return _fail(EXIT_USAGE, f"{S.SESSION_TABLE.name} is not set ({_ENV_HINT})")
+        return _fail(EXIT_USAGE, f"{S.SESSION_TABLE.name} is not set ({ENV_HINT})")
     draining = not args.cancel
     # Only the session table is read and written: no lease table, TTL or skew is needed.
     try:
@@ -70,7 +68,7 @@ def _run(args: argparse.Namespace) -> int:
         if not store.set_draining(item.owner, draining):
             return _fail(EXIT_FAILED, f"session {item.owner} ended or was replaced meanwhile")
     except ConfigError as exc:
-        return _fail(EXIT_AWS, f"{exc} ({_ENV_HINT})")
+        return _fail(EXIT_AWS, f"{exc} ({ENV_HINT})")
     except StoreUnavailable as exc:
         return _fail(EXIT_AWS, f"cannot reach DynamoDB: {exc}")
     except HoldfastError as exc:

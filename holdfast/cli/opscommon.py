@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from holdfast.core import settings as S
 from holdfast.core.aws import client_config, dynamodb_client
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = [
+    "ENV_HINT",
     "EXIT_AWS",
     "EXIT_FAILED",
     "EXIT_OK",
@@ -46,6 +47,9 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AWS = 0, 1, 2, 3
+# Where a command run by hand against the local fleet finds its environment.
+ENV_HINT: Final = ("for the local fleet: `holdfast up --env-file .holdfast.env`, then "
+                   "`set -a; . ./.holdfast.env; set +a`")
 # C0, DEL and C1 control characters, shown as \xNN: table text is anyone's to write, and
 # an escape sequence printed as written retitles or clears the operator's terminal.
 # Unicode's bidirectional controls too (shown as \uNNNN): printed raw, they reorder what the
@@ -90,8 +94,7 @@ def add_table_option(p: argparse.ArgumentParser) -> None:
 def table_name(args: argparse.Namespace) -> str:
     table: str = args.table or S.TABLE.get(os.environ) or ""
     if not table:
-        raise OpsExit(EXIT_USAGE, "no table: pass --table or set HOLDFAST_TABLE "
-                      "(for the local stack: source the env file `holdfast up` writes)")
+        raise OpsExit(EXIT_USAGE, f"no table: pass --table or set HOLDFAST_TABLE ({ENV_HINT})")
     if not TABLE_NAME_RE.match(table):
         raise OpsExit(EXIT_USAGE, f"not a DynamoDB table name: {printable(table[:300])} "
                       "(3-255 of A-Z a-z 0-9 _ . -)")

@@ -14,7 +14,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from holdfast.cli.opscommon import EXIT_AWS, EXIT_FAILED, EXIT_OK, EXIT_USAGE, worker_id_arg
+from holdfast.cli.opscommon import (
+    ENV_HINT,
+    EXIT_AWS,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    worker_id_arg,
+)
 from holdfast.core.exceptions import (
     ConfigError,
     HoldfastError,
@@ -52,7 +59,7 @@ def _run(args: argparse.Namespace) -> int:
         return fail(EXIT_USAGE, f"refused: {exc}")
     except ConfigError as exc:
         return fail(EXIT_USAGE if "is not set" in str(exc) else EXIT_AWS,
-                    f"{exc} (for the local stack: source the env file `holdfast up` writes)")
+                    f"{exc} ({ENV_HINT})")
     except StoreUnavailable as exc:
         return fail(EXIT_AWS, f"cannot reach DynamoDB: {exc}")
     except HoldfastError as exc:

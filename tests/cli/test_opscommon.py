@@ -74,6 +74,8 @@ def test_no_region_exits_3_and_no_table_still_2(
     monkeypatch.delenv("HOLDFAST_TABLE")
     code, _, err = run(capsys, command)
     assert code == 2 and "HOLDFAST_TABLE" in err
+    # How to get one locally: `holdfast up` writes no env file unless told to.
+    assert "holdfast up --env-file" in err
 
 
 @pytest.mark.parametrize("name", ["bad name!", "ab", "x" * 256])
