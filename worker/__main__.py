@@ -21,6 +21,7 @@ from typing import Final
 
 from aws_lambda_powertools import Logger
 
+from holdfast.core import settings as S
 from holdfast.core import tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.exceptions import ConfigError, HoldfastError, SessionConflict
@@ -133,6 +134,9 @@ def main(env: Mapping[str, str] | None = None, argv: list[str] | None = None) ->
         print(f"holdfast worker: configuration error: {exc}", file=sys.stderr)
         return 2
     logger = worker_logger(source, level=config.log_level, worker_id=config.worker_id)
+    if not config.handler:  # the demo's default; in an app's fleet, a setting left out
+        logger.warning(f"{S.HANDLER.name} is not set: each message is only logged at debug "
+                       "level, then checkpointed (no code of yours runs)")
     try:
         worker = build_worker(config)
         logger.debug("startup heap frozen", objects=gcpauses.freeze_startup_heap())

@@ -215,7 +215,7 @@ class Supervisor:
         keeper = self.keeper
         assert keeper is not None  # the session has started
         logger.info("worker started", worker_id=self.worker_id, version=cfg.version or None,
-                    table=cfg.table,
+                    table=cfg.table, handler=cfg.handler or "none (messages only logged)",
                     max_connections=cfg.max_connections, lease_ms=cfg.lease_ms,
                     heartbeat_ms=cfg.heartbeat_ms, renew_mode=cfg.renew_mode,
                     checkpoint_ms=cfg.checkpoint_ms, owner=self.owner)

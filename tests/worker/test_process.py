@@ -312,3 +312,15 @@ def test_a_worker_that_cannot_start_a_new_session_exits_3(
     gave_up = w.messages("cannot start a new session: giving up")
     assert gave_up and "ConfigError" in gave_up[0]["error"]
     assert w.messages("worker stopped")[0]["session_not_restarted"] == 1
+
+
+def test_a_worker_without_a_handler_says_so(fleet: Fleet, spawn: Callable[..., WorkerProc]
+                                            ) -> None:
+    """HOLDFAST_HANDLER left out: a warning that no code of the user's runs, and the start
+    line names no handler (a new user's worker checkpointed every message silently)."""
+    w = spawn(fleet.env, HOLDFAST_HANDLER="")
+    wait_until(lambda: w.messages("worker started"), 15, "worker up")
+    assert w.messages("worker started")[0]["handler"].startswith("none")
+    assert any("HOLDFAST_HANDLER is not set" in r.get("message", "") for r in w.logs())
+    w.signal(signal.SIGTERM)
+    assert w.wait(15) == 0
