@@ -41,6 +41,19 @@ def _released_how(owner: str, sessions: Mapping[str, SessionItem] | None) -> str
     return "released by"
 
 
+def _gone(owner: str, sessions: Mapping[str, SessionItem] | None, wall_ms: int,
+          skew_ms: int) -> bool:
+    """Whether ``owner``'s session is known to have died (DEAD, silent past its TTL, or
+    replaced by a new incarnation): its streams moved by failover, not by its own handoff
+    (an ENDED one said goodbye after handing them over)."""
+    parsed = session_of_owner(owner)
+    session = sessions.get(parsed[0]) if sessions is not None and parsed else None
+    if parsed is None or session is None:
+        return False
+    return session.incarnation != parsed[1] or session.state is SessionState.DEAD or (
+        session.state is SessionState.ALIVE and not session.live(wall_ms, skew_ms))
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """One line of the event log."""
@@ -135,8 +148,11 @@ class Observer:
                 self._open[item.conn_id] = seg = Segment(item.conn_id, owner, t)
                 self.segments.append(seg)
                 if prev_owner is not None and prev_owner != owner:
+                    # Between two scans: a handoff, or a claim after its holder went silent.
+                    verb = ("failed over" if _gone(prev_owner, sessions, wall_ms, skew_ms)
+                            else "moved")
                     new.append(Event(t, "moved", item.conn_id,
-                                     f"{item.conn_id} moved {prev_owner} -> {owner}{resume}"))
+                                     f"{item.conn_id} {verb} {prev_owner} -> {owner}{resume}"))
                 else:
                     new.append(Event(t, "claimed", item.conn_id,
                                      f"{item.conn_id} claimed by {owner}{resume}"))

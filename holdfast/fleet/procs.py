@@ -47,6 +47,7 @@ class Proc:
     expected_exit: bool = False
     reported: bool = False
     termed: bool = False  # a second SIGTERM makes a worker exit at once: send only one
+    paused: bool = False  # SIGSTOPped and not yet SIGCONTed: alive but silent, not stopping
     die_with_parent: bool = False  # Linux: SIGTERMed if the parent dies, even by SIGKILL
     started_at: float = field(default_factory=time.monotonic)
     _log: IO[bytes] | None = None
@@ -78,6 +79,8 @@ class Proc:
             if self.termed:
                 return
             self.termed = True
+        if sig in (signal.SIGSTOP, signal.SIGCONT):
+            self.paused = sig == signal.SIGSTOP
         if self.alive():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, sig)

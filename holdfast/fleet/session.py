@@ -175,6 +175,7 @@ class Session:
         for wid, proc in self.fleet.workers.items():
             code = proc.returncode()
             states[wid] = ("running" if code is None and not proc.expected_exit else
+                           "paused" if code is None and proc.paused else
                            "stopping" if code is None else f"exited {code}")
         return Snapshot(self.now(), states, self.observer.loads(),
                         list(self.observer.streams.values()), self.title)

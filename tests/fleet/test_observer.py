@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from holdfast.core.model import LeaseItem
+from holdfast.core.schema import SessionState
+from holdfast.core.session_items import SessionItem
 from holdfast.fleet.observer import Observer
 
 NOW = 10_000
@@ -24,6 +26,25 @@ def test_claim_move_release_sequence() -> None:
     assert [e.kind for e in obs.observe(3.0, NOW, [item(None, 2, seq=50)])] == ["released"]
     assert [(s.owner, s.start, s.end) for s in obs.segments] == [("w1", 1.0, 2.0),
                                                                  ("w2", 2.0, 3.0)]
+
+
+def test_a_move_off_a_dead_or_silent_session_is_called_a_failover() -> None:
+    """Between two scans the owner changed: "moved" if its old session is alive or said
+    goodbye, "failed over" if it is DEAD, silent past its TTL, or a new incarnation's."""
+    def moved_text(state: SessionState, incarnation: str = "a", expires: int = NOW + 4000
+                   ) -> str:
+        obs = Observer()
+        obs.observe(0.0, NOW, [item("w1#a", 1)])
+        sessions = {"w1": SessionItem("w1", incarnation, state, expires_at_ms=expires),
+                    "w2": SessionItem("w2", "b", SessionState.ALIVE, expires_at_ms=NOW + 4000)}
+        (event,) = obs.observe(1.0, NOW, [item("w2#b", 2)], sessions, skew_ms=500)
+        return event.text
+
+    assert " moved w1#a -> w2#b" in moved_text(SessionState.ALIVE)
+    assert " moved w1#a -> w2#b" in moved_text(SessionState.ENDED)
+    assert " failed over w1#a -> w2#b" in moved_text(SessionState.DEAD)
+    assert " failed over w1#a -> w2#b" in moved_text(SessionState.ALIVE, expires=NOW - 600)
+    assert " failed over w1#a -> w2#b" in moved_text(SessionState.ALIVE, incarnation="z")
 
 
 def test_a_give_up_says_why_in_the_event() -> None:

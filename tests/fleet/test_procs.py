@@ -1,8 +1,11 @@
-"""What the fleet reads of a child process: a worker's start line, and the report of a crash
-(a process record and a log file only: nothing is started)."""
+"""What the fleet reads of a child process: a worker's start line, the report of a crash (a
+process record and a log file only), and whether it is paused."""
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from pathlib import Path
 
 from holdfast.fleet.procs import Proc
@@ -28,3 +31,19 @@ def test_a_crash_line_names_the_worker_its_code_log_and_tail(tmp_path: Path) -> 
     line = proc.crash_line()
     assert line.startswith(f"w1 exited on its own with code None (log {proc.log_path}):\n")
     assert line.endswith("line 19") and "line 12" in line and "line 11" not in line
+
+
+def test_a_sigstopped_process_is_paused_until_sigcont(tmp_path: Path) -> None:
+    """SIGSTOP marks it paused (the live view said "stopping" of a hung worker), SIGCONT
+    clears it."""
+    proc = Proc("w1", [sys.executable, "-c", "import time; time.sleep(30)"],
+                tmp_path / "w1.log", dict(os.environ)).start()
+    try:
+        proc.signal(signal.SIGSTOP)
+        assert proc.paused and proc.alive()
+        proc.signal(signal.SIGCONT)
+        assert not proc.paused
+    finally:
+        proc.signal(signal.SIGKILL)
+        assert proc.proc is not None
+        proc.proc.wait(10)
