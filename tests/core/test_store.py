@@ -510,28 +510,22 @@ def test_malformed_item_is_quarantined_not_fatal(store: LeaseStore, ddb: Any, cl
     assert int(raw["lease_expires_at_ms"]["N"]) > clock.now
 
 
-def test_mistyped_epoch_is_quarantined(store: LeaseStore, ddb: Any, unique_id: str) -> None:
+@pytest.mark.parametrize(("attr", "value", "reason"), [
+    ("lease_epoch", {"S": "one"}, "lease_epoch must be a number"),
+    ("single_connection", {"S": "yes"}, "single_connection must be a boolean")])
+def test_a_mistyped_attribute_is_quarantined(store: LeaseStore, ddb: Any, unique_id: str,
+                                             attr: str, value: Any, reason: str) -> None:
     """An epoch stored as a string makes the acquire fail: reported as INVALID and the item
-    quarantined (out of the sweep's sight with the reason), not nudged and counted for ever."""
-    put_raw(ddb, store.table, unique_id, lease_epoch={"S": "one"})
+    quarantined (out of the sweep's sight with the reason), not nudged and counted for ever;
+    the same for ``single_connection`` as the string "yes", not claimed with the fleet
+    default (which may let a second connection open, the very thing it forbids)."""
+    put_raw(ddb, store.table, unique_id, **{attr: value})
     with pytest.raises(AcquireFailed) as info:
         store.acquire(unique_id, "w1")
     assert info.value.reason is LossReason.INVALID
     raw = store.get_raw(unique_id)
     assert raw is not None and raw["status"] == {"S": "INVALID"} and "lease_owner" not in raw
-
-
-def test_a_mistyped_single_connection_is_quarantined_not_read_as_unset(
-        store: LeaseStore, ddb: Any, unique_id: str) -> None:
-    """``single_connection`` as the string "yes": parked INVALID with that reason, not claimed
-    with the fleet default (which may let a second connection open, the very thing it forbids)."""
-    put_raw(ddb, store.table, unique_id, single_connection={"S": "yes"})
-    with pytest.raises(AcquireFailed) as info:
-        store.acquire(unique_id, "w1")
-    assert info.value.reason is LossReason.INVALID
-    raw = store.get_raw(unique_id)
-    assert raw is not None and raw["status"] == {"S": "INVALID"} and "lease_owner" not in raw
-    assert "single_connection must be a boolean" in raw["last_error"]["S"]
+    assert reason in raw["last_error"]["S"]
 
 
 def test_a_held_stream_whose_desired_state_is_mistyped_is_parked_by_its_holder(

@@ -34,6 +34,13 @@ def _deps(ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str,
     return RouterDeps(sqs, store, settings, sleep=lambda _s: None, sessions=sessions)
 
 
+def _route(ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, sessions: SessionStore,
+           old: dict[str, Any], new: dict[str, Any]) -> None:
+    """The router on the write's one record, which it answers with no failure."""
+    deps = _deps(ddb_local, ddb, sqs, queue_url, sessions)
+    assert route(event(record("MODIFY", old, new)), None, deps) == {"batchItemFailures": []}
+
+
 def _item(ddb: Any, table: str, conn_id: str) -> dict[str, Any]:
     return dict(ddb.get_item(TableName=table, Key={ATTR.pk: {"S": pk_for(conn_id)}},
                              ConsistentRead=True).get("Item") or {})
@@ -58,9 +65,7 @@ def test_a_put_over_a_held_stream_is_put_back_and_nudges_nobody(
     says what happened, and the holder gets no order."""
     owner = sessions.start(f"w-{unique_id}", 10).owner
     held, written = _overwrite(ddb, ddb_local.table, unique_id, owner, ws_url="wss://o.t/new")
-    deps = _deps(ddb_local, ddb, sqs, queue_url, sessions)
-    assert route(event(record("MODIFY", held, written)), None, deps) == {
-        "batchItemFailures": []}
+    _route(ddb_local, ddb, sqs, queue_url, sessions, held, written)
     item = _item(ddb, ddb_local.table, unique_id)
     assert (item[ATTR.lease_owner], item[ATTR.epoch], item[ATTR.last_seq]) == (
         {"S": owner}, {"N": "5"}, {"N": "41"})
@@ -80,9 +85,7 @@ def test_a_put_over_a_stream_claimed_meanwhile_tells_its_old_holder_to_stop(
     held, written = _overwrite(ddb, ddb_local.table, unique_id, owner)
     store = LeaseStore(ddb, ddb_local.table, lease_ms=20_000, skew_ms=SKEW_MS)
     taken = store.acquire(unique_id, "w-other#b")
-    deps = _deps(ddb_local, ddb, sqs, queue_url, sessions)
-    assert route(event(record("MODIFY", held, written)), None, deps) == {
-        "batchItemFailures": []}
+    _route(ddb_local, ddb, sqs, queue_url, sessions, held, written)
     assert _item(ddb, ddb_local.table, unique_id)[ATTR.lease_owner] == {"S": taken.owner}
     session = sessions.get(f"w-{unique_id}")
     assert session is not None and session.orders == {f"stop#5:{unique_id}"}
@@ -95,9 +98,7 @@ def test_a_stopping_put_over_a_held_stream_is_put_back_and_its_holder_stops_it(
     checkpoint) and the holder is ordered to stop, as for an UpdateItem to STOPPED."""
     owner = sessions.start(f"w-{unique_id}", 10).owner
     held, written = _overwrite(ddb, ddb_local.table, unique_id, owner, state="STOPPED")
-    deps = _deps(ddb_local, ddb, sqs, queue_url, sessions)
-    assert route(event(record("MODIFY", held, written)), None, deps) == {
-        "batchItemFailures": []}
+    _route(ddb_local, ddb, sqs, queue_url, sessions, held, written)
     item = _item(ddb, ddb_local.table, unique_id)
     assert (item[ATTR.lease_owner], item[ATTR.desired_state]) == ({"S": owner},
                                                                   {"S": "STOPPED"})
