@@ -18,6 +18,8 @@ provisioned table. Outcomes per stream:
 - REGRESSION (still ours: someone moved the stored checkpoint past ours): stop it at once (the
   seqs in between are theirs to skip) and release it, keeping their checkpoint
   (``LeaseStore.release``), so the next holder resumes from it now, not after our strays pass;
+- OVERWRITTEN (no owner, our epoch gone: an app's PutItem of the whole item): take it back
+  with our owner, epoch and checkpoint (``retake``) and go on; stopped if that is refused;
 - STOPPED: drain it (finish the handler call, close) and release with the final checkpoint;
 - StoreUnavailable: keep it; the next round writes the checkpoint again.
 
@@ -89,6 +91,7 @@ class Checkpointer:
     _anchors: list[tuple[Connection, int, asyncio.Future[bool]]] = field(default_factory=list)
     _put_off: set[str] = field(default_factory=set)  # streams the last throttled round put off
     _anchoring: asyncio.Task[None] | None = None
+    _retakes: dict[str, asyncio.Task[bool]] = field(default_factory=dict)  # by conn id
 
     async def run(self) -> None:
         """Write one slice of the checkpoints every ``checkpoint_ms / slices`` until cancelled:
@@ -219,6 +222,8 @@ class Checkpointer:
                 return
             conn.log("info", "stream STOPPED, closing")
             conn.drain_to(None, STOPPED)  # to nobody, whatever a handoff's READY named
+        elif reason is LossReason.OVERWRITTEN:
+            self.retake_soon(conn, source)  # delivers meanwhile: nobody else holds it yet
         elif reason is LossReason.REGRESSION:
             # Still ours (the owner and epoch matched): no more handler calls, then released
             # (``Endings.finish``) without overwriting the checkpoint someone moved.
@@ -236,6 +241,42 @@ class Checkpointer:
                      stored_seq=current.last_seq if current else None,
                      checkpoint=conn.held.checkpoint, source=source)
             conn.lose(str(reason))
+
+    def retake_soon(self, conn: Connection, source: str) -> None:
+        """Take back ``conn`` (``retake``) unless a take-back of it is under way already."""
+        conn_id = conn.held.lease.conn_id
+        if conn_id not in self._retakes:
+            task = asyncio.get_running_loop().create_task(self.retake(conn, source))
+            self._retakes[conn_id] = task
+            task.add_done_callback(lambda _t: self._retakes.pop(conn_id, None))
+
+    async def retake(self, conn: Connection, source: str) -> bool:
+        """Take back a stream whose holding a write outside the protocol removed (an app's
+        PutItem of the whole item, ``holdfast.core.overwrites``; found by a checkpoint, or
+        the router's order): our owner, epoch and checkpoint written back, and the stream
+        goes on; stopped at once if someone claimed it meanwhile."""
+        if not conn.held.live or conn.held.stop_reason == HANDOFF:
+            return False
+        sent = self.mono()
+        try:
+            lease = await asyncio.get_running_loop().run_in_executor(
+                self.executor, self.store.retake, conn.held.lease, conn.held.checkpoint)
+        except LeaseLost as lost:
+            if lost.reason is LossReason.OVERWRITTEN:  # not ours to take after all: stop
+                lost = LeaseLost(lost.conn_id, LossReason.LOST, lost.current)
+            self.on_lost(conn, lost, "take-back")
+            return False
+        except HoldfastError as exc:  # e.g. throttled: the next checkpoint finds it again
+            conn.log("warning", "cannot take back a stream written over yet",
+                     error=str(exc)[:300], source=source)
+            return False
+        conn.held.renewed(lease, self.fence_after(sent))
+        self.metrics.incr(names.METRIC_HOLDINGS_TAKEN_BACK)
+        conn.log("error", "the stream's item was written over outside the protocol (an app's "
+                 "PutItem of the whole item?): our holding and checkpoint written back; "
+                 "update stream items with UpdateItem", checkpoint=conn.held.checkpoint,
+                 source=source)
+        return True
 
     async def fence_watch(self, tick_s: float = 0.05) -> None:
         """Abort every stream whose fence deadline has passed; runs until cancelled."""

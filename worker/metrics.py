@@ -24,7 +24,8 @@ NAMESPACE = "Holdfast"
 # Every counter the worker emits; ``incr`` refuses any other name, so a counter that the
 # dashboard or an alarm watches can never be counted and then silently left out of the EMF.
 COUNTERS = (names.METRIC_CLAIMS, names.METRIC_CLAIM_CONFLICTS, names.METRIC_LEASES_LOST,
-            names.METRIC_LEASES_FENCED, names.METRIC_RECONNECTS, names.METRIC_HANDLER_ERRORS,
+            names.METRIC_LEASES_FENCED, names.METRIC_HOLDINGS_TAKEN_BACK,
+            names.METRIC_RECONNECTS, names.METRIC_HANDLER_ERRORS,
             names.METRIC_MESSAGES_HANDLED, names.METRIC_UPSTREAM_GIVE_UPS,
             names.METRIC_STREAMS_QUARANTINED,
             names.METRIC_POISON_MESSAGES, names.METRIC_RENEW_FAILURES,

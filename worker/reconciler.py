@@ -103,8 +103,9 @@ class Reconciler:
         # Read a little more than fits: other workers race for the same orphans. An entry
         # no stream could have is the sweeper's to report (``find_orphans``).
         orphans = await on_io_threads(lambda: [o.conn_id for o in itertools.islice(
-            find_orphans(self.ddb, self.table, now_ms=self.wall_ms(), skew_ms=self.skew_ms),
-            free * 2) if isinstance(o, Orphan)])
+            (o for o in find_orphans(self.ddb, self.table, now_ms=self.wall_ms(),
+                                     skew_ms=self.skew_ms) if isinstance(o, Orphan)),
+            free * 2)])
         random.shuffle(orphans)  # workers sweeping at once should not all fight for the first
         claimed = 0
         for conn_id in orphans:

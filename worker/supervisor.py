@@ -32,7 +32,7 @@ from aws_lambda_powertools import Logger
 
 from holdfast.core.exceptions import SessionLost
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
-from holdfast.core.orders import Order
+from holdfast.core.orders import ORDER_RETAKE, Order
 from holdfast.core.session_items import ENDED_BEFORE_START
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
@@ -166,8 +166,15 @@ class Supervisor:
     # -- the session: its orders and nudges (its start and loss: ``worker.sessionlife``) ------
     def carry_out(self, order: Order) -> bool:
         """Carry out an order (stop, release): the holder stops delivering and releases the
-        stream itself, the only way a live holding ends (docs/concepts/protocol.md)."""
+        stream itself, the only way a live holding ends (docs/concepts/protocol.md). A
+        ``retake``: the holder writes back the holding a write outside the protocol removed
+        (``Checkpointer.retake``)."""
         conn = self.streams.get(order.conn_id)
+        if order.verb == ORDER_RETAKE:
+            if conn is None or order.epoch != conn.held.lease.epoch:
+                return False  # not ours (any more): its holder, if any, finds it itself
+            self.checkpointer.retake_soon(conn, "order")
+            return True
         if conn is None:
             # On its way here (an acquire or a transfer that landed before the order was
             # written, its answer or TAKE not yet handled): carried out at its start.

@@ -51,6 +51,9 @@ class LossReason(StrEnum):
     DELETED = "deleted"  # the item is gone
     BACKOFF = "backoff"  # released after upstream errors; not claimable before its retry time
     REGRESSION = "regression"  # the stored checkpoint is ahead of ours (someone edited it)
+    # Our holding removed by a write outside the protocol (an app's PutItem of the whole item:
+    # no owner, the epoch gone or below ours, STARTED): ours to write back (``overwrites``).
+    OVERWRITTEN = "overwritten"
     INVALID = "invalid"  # the item is malformed
 
 

@@ -244,7 +244,8 @@ def quarantine_expression(owner: str, error: str, now: int,
             "REMOVE #owner, #succ",  # no handoff's successor gets round the quarantine
             # Never over another owner's holding, whatever its expiry says: only its holder
             # or the reaper of a dead session ends that (docs/concepts/protocol.md).
-            "#ds <> :stopped AND (attribute_not_exists(#owner) OR #owner = :me)",
+            "attribute_exists(#ds) AND #ds <> :stopped AND "
+            "(attribute_not_exists(#owner) OR #owner = :me)",
             {":invalid": string(LeaseStatus.INVALID), ":err": string(error),
              ":until": num(until), ":now": num(now), ":me": string(owner),
              ":stopped": string(STOPPED)})

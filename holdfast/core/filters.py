@@ -10,7 +10,8 @@ expiry exactly 0 with an owner, the seed's ``release_lease`` and an operator's f
 which the router turns into a release order to the holder. DynamoDB streams carry numbers as
 canonical strings, so ``{"N": ["0"]}`` is an exact string match (never ``numeric``, which does
 not apply to a string). Two more pass a held stream's stop and deletion (orders too), the
-second also a write that removed a holding outside the protocol (put back).
+second also a write that removed a holding outside the protocol (its holder is ordered to
+take it back, or to stop).
 
 Lambda allows 5 filters per event source mapping by default; these are 4.
 
@@ -55,7 +56,7 @@ FILTER_PATTERNS: Final[tuple[dict[str, Any], ...]] = (
     },
     # A held stream deleted (a REMOVE record has no new image), or its holding removed: a
     # release, or a write outside the protocol over it (an app's PutItem of the whole item,
-    # STOPPED too, put back by the router: ``holdfast.core.overwrites``).
+    # STOPPED too: its holder is ordered to take it back or stop, ``core.overwrites``).
     {
         "dynamodb": {"OldImage": {ATTR.lease_owner: {"S": [{"exists": True}]}},
                      "NewImage": {ATTR.lease_owner: {"S": [{"exists": False}]}}},

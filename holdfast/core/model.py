@@ -108,9 +108,9 @@ class LeaseItem:
         p = _Parser(key, item)
         # Not carried here (read from the raw item where used), but a mistyped one is the
         # item's error: read as unset, a single_connection of {"S": "yes"} let a second
-        # connection open, the very thing it forbids.
+        # connection open, the very thing it forbids. (A weight that is not a number only
+        # counts as 1: ``weight_of``.)
         p.check_bool(ATTR.single_connection)
-        p.check_number(ATTR.weight)
         state = p.req_str(ATTR.desired_state, 16)
         if state not in (STARTED, STOPPED):
             raise MalformedItem(
@@ -158,8 +158,7 @@ MAX_WEIGHT = 1_000_000.0
 
 
 def weight_of(item: Mapping[str, Any]) -> float:
-    """A stream's ``weight`` (default 1); a missing or absurd one counts as 1 (one that is not
-    a number makes the item malformed: ``LeaseItem.from_ddb``)."""
+    """A stream's ``weight`` (default 1); a missing, malformed or absurd one counts as 1."""
     value = item.get(ATTR.weight)
     n = value.get("N") if isinstance(value, Mapping) else None
     try:
@@ -281,18 +280,6 @@ class _Parser:
         if raw is not None and not isinstance(raw.get("BOOL"), bool):
             raise MalformedItem(self.key, f'{name} must be a boolean ({{"BOOL": true}}), got '
                                           f"{_type_of(raw)}")
-
-    def check_number(self, name: str) -> None:
-        """A number, or absent (its range is the reader's: ``weight_of``)."""
-        raw = self._raw(name)
-        if raw is None:
-            return
-        n = raw.get("N")
-        try:
-            float(n) if isinstance(n, str) else float("")
-        except ValueError:
-            raise MalformedItem(self.key, f"{name} must be a number, got {_type_of(raw)}"
-                                + (f" {n[:30]!r}" if isinstance(n, str) else "")) from None
 
     def req_str(self, name: str, max_len: int) -> str:
         s = self.opt_str(name, max_len)

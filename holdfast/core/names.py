@@ -77,7 +77,7 @@ __all__ = [
     "METRIC_HANDLER_FAILURES_SENT_TO_QUEUE",
     "METRIC_HANDLER_RETRIES",
     "METRIC_HANDLER_TIMEOUTS",
-    "METRIC_HOLDINGS_PUT_BACK",
+    "METRIC_HOLDINGS_TAKEN_BACK",
     "METRIC_IMBALANCE",
     "METRIC_ITEM_ERRORS",
     "METRIC_LEASES_FENCED",
@@ -228,6 +228,8 @@ METRIC_ACTIVE_CONNECTIONS: Final = "ActiveConnections"
 METRIC_CLAIMS: Final = "Claims"
 METRIC_CLAIM_CONFLICTS: Final = "ClaimConflicts"
 METRIC_LEASES_LOST: Final = "LeasesLost"
+# A holding a write outside the protocol removed, written back by its holder (``overwrites``).
+METRIC_HOLDINGS_TAKEN_BACK: Final = "HoldingsTakenBack"
 METRIC_LEASES_FENCED: Final = "LeasesFenced"
 METRIC_RENEW_FAILURES: Final = "RenewFailures"
 METRIC_RENEW_LATENCY: Final = "RenewLatency"
@@ -274,7 +276,6 @@ DIMENSION_REASON: Final = "reason"
 METRIC_NUDGES_FAILED: Final = "NudgesFailed"
 METRIC_MALFORMED_RECORDS: Final = "MalformedRecords"
 METRIC_NORMALISED: Final = "Normalised"
-METRIC_HOLDINGS_PUT_BACK: Final = "HoldingsPutBack"  # router: ``holdfast.core.overwrites``
 # Router, per invocation: stream records received and those it had nothing to do for; stop
 # orders sent to a worker's order queue, one metric per ``result`` (extra dimension).
 METRIC_RECORDS: Final = "Records"

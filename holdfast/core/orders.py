@@ -35,6 +35,7 @@ __all__ = [
     "MAX_PREFIX_LEN",
     "ORDERS_MARK",
     "ORDER_RELEASE",
+    "ORDER_RETAKE",
     "ORDER_STOP",
     "Order",
     "is_missing_queue",
@@ -48,7 +49,9 @@ __all__ = [
 
 ORDER_STOP: Final = "stop"
 ORDER_RELEASE: Final = "release"
-_VERBS = frozenset({ORDER_STOP, ORDER_RELEASE})
+# Take back a holding a write outside the protocol removed (``holdfast.core.overwrites``).
+ORDER_RETAKE: Final = "retake"
+_VERBS = frozenset({ORDER_STOP, ORDER_RELEASE, ORDER_RETAKE})
 MAX_PREFIX_LEN: Final = 40
 # Every prefix ends with it (``prefix_for``): a collector tells another fleet's queues by it.
 ORDERS_MARK: Final = "-orders-"
@@ -62,7 +65,8 @@ _MISSING_QUEUE = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoe
 
 @dataclass(frozen=True, slots=True)
 class Order:
-    """One order to a worker: ``verb`` (``stop`` or ``release``) for ``conn_id`` at ``epoch``."""
+    """One order to a worker: ``verb`` (``stop``, ``release`` or ``retake``) for ``conn_id``
+    at ``epoch``."""
 
     verb: str
     conn_id: str

@@ -51,6 +51,7 @@ __all__ = [
     "renew_due_mono_ms",
     "throttled_heartbeat_ms",
     "tolerated_outage_ms",
+    "written_over",
 ]
 
 
@@ -157,7 +158,8 @@ def classify_loss(raw: Mapping[str, Any] | None, owner: str,
     if raw is None:
         return LossReason.DELETED
     if not meets(raw, fencing_pair(owner, epoch)):
-        return LossReason.LOST
+        return (LossReason.OVERWRITTEN if written_over(raw, epoch) and meets(
+            raw, (STILL_STARTED,)) else LossReason.LOST)
     if not meets(raw, (STILL_STARTED,)):
         return LossReason.STOPPED
     return None
@@ -210,6 +212,14 @@ def meets(raw: Mapping[str, Any], conditions: tuple[Condition, ...]) -> bool:
     """Whether the item ``raw`` has each (attribute, value) of ``conditions``."""
     return all((str_attr(raw, a) if isinstance(v, str) else int_attr(raw, a)) == v
                for a, v in conditions)
+
+
+def written_over(raw: Mapping[str, Any], epoch: int) -> bool:
+    """Whether the item ``raw`` lost a holding under ``epoch`` to a write outside the
+    protocol: no owner and its epoch gone or lower. No writer of the protocol removes or
+    lowers the epoch (a release and a reap keep it, an acquire and a transfer raise it), so
+    only a write of the whole item (an app's PutItem) leaves it so (``core.overwrites``)."""
+    return str_attr(raw, ATTR.lease_owner) is None and (int_attr(raw, ATTR.epoch) or 0) < epoch
 
 
 def held_by(raw: Mapping[str, Any], owner: str, epoch: int) -> bool:

@@ -47,7 +47,7 @@ from holdfast.core.judgements import (
     renewed,
 )
 from holdfast.core.model import Lease, LeaseItem, StoredItem, int_attr, lease_of
-from holdfast.core.overwrites import Overwrite, put_back_clauses
+from holdfast.core.overwrites import retake_clauses
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, BACKSTOP_MS, pk_for
 from holdfast.core.transfer import transfer_lease
@@ -310,11 +310,17 @@ class LeaseStore:
             return False
         return True
 
-    def put_back(self, overwrite: Overwrite) -> bool:
-        """Put back the holding a write outside the protocol removed (the router's,
-        ``holdfast.core.overwrites``); False if the stream was claimed or deleted since."""
+    def retake(self, lease: Lease, seq: int | None) -> Lease:
+        """Take back ``lease`` after a write outside the protocol removed it (the holder's,
+        ``holdfast.core.overwrites``): owner and epoch as they were, a new backstop, the
+        checkpoint ``seq``; ``LeaseLost`` if someone claimed it, or it is gone or STOPPED."""
+        now = self.clock()
+        expires = now + self.lease_ms
         try:
-            self._update("put_back", overwrite.conn_id, *put_back_clauses(overwrite))
-        except ConditionFailed:
-            return False
-        return True
+            self._update("retake", lease.conn_id, *retake_clauses(lease, seq, now, expires))
+        except ConditionFailed as failed:
+            if failed.item is not None and rules.held_by(failed.item, lease.owner, lease.epoch):
+                return lease  # ours already: taken back by an earlier call (an order twice)
+            raise LeaseLost(lease.conn_id, loss_of(lease, failed.item) or LossReason.LOST,
+                            parse_or_none(failed.item)) from None
+        return renewed(lease, expires, seq)

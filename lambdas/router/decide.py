@@ -29,10 +29,11 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
                                                                     a gone owner's stream is
                                                                     freed by the owner audit
     MODIFY -> STOPPED while owned (a stop of a held stream)      -> order "stop" to the owner
-    MODIFY owner -> no owner, epoch gone or lowered (a write     -> put the holding back
-      outside the protocol: an app's PutItem of the whole item)     (``core.overwrites``); its
-                                                                    holder is told to stop if
-                                                                    that fails or it is STOPPED
+    MODIFY owner -> no owner, epoch gone or lowered (a write     -> order "retake" to the
+      outside the protocol: an app's PutItem of the whole item)     owner, no nudge: it writes
+                                                                    its holding back
+                                                                    (``core.overwrites``);
+                                                                    "stop" if it is STOPPED
     REMOVE of an owned item (``holdfast rm`` of a held stream)   -> order "stop" to the owner
       (also with an image otherwise malformed: the order is
       built from its raw key, owner and epoch, and the record
@@ -83,8 +84,8 @@ from holdfast.core.nudge import (
     Nudge,
     nudge_delay_s,
 )
-from holdfast.core.orders import ORDER_RELEASE, ORDER_STOP, Order
-from holdfast.core.overwrites import Overwrite, overwritten_holding
+from holdfast.core.orders import ORDER_RELEASE, ORDER_RETAKE, ORDER_STOP, Order
+from holdfast.core.overwrites import overwritten_holding
 from holdfast.core.schema import ATTR, STOPPED, LeaseStatus, conn_id_from_pk
 
 __all__ = ["Decision", "Outcome", "Reason", "decide"]
@@ -102,7 +103,6 @@ RECORD_FRESH_MS = 60_000 + URL_FRESH_MS
 class Outcome(StrEnum):
     NUDGE = "nudge"
     ORDER = "order"  # an order to the session that owns the stream
-    PUT_BACK = "put_back"  # a holding a write outside the protocol removed (then maybe a stop)
     SKIP = "skip"
     MALFORMED = "malformed"
 
@@ -121,8 +121,7 @@ class Reason(StrEnum):
     # Why an order is given (the order's verb, ``holdfast.core.orders``).
     STOP = ORDER_STOP
     RELEASE = ORDER_RELEASE
-    # Why a holding is put back (``holdfast.core.overwrites``).
-    OVERWRITTEN = "overwritten"
+    RETAKE = ORDER_RETAKE  # a holding a write outside the protocol removed (``core.overwrites``)
     # Why a record is skipped.
     OWNED = "owned"
     NOT_STARTED = "not_started"
@@ -148,12 +147,11 @@ class Decision:
     successor: str | None = None  # with NUDGE "handoff": the owner the release named
     ws_url: str | None = None  # with NUDGE "inserted": the URL to connect before the claim
     malformed: bool = False  # an ORDER built from a malformed image's raw attributes
-    overwrite: Overwrite | None = None  # with PUT_BACK: the holding to put back
 
     @property
     def acts(self) -> bool:
         """True if the router may write anything (nudge, order, release, normalisation)."""
-        return self.outcome in (Outcome.NUDGE, Outcome.ORDER, Outcome.PUT_BACK) or self.normalise
+        return self.outcome in (Outcome.NUDGE, Outcome.ORDER) or self.normalise
 
     def order(self) -> Order | None:
         """The order this decision gives its owner (None: not an order)."""
@@ -199,8 +197,11 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
             new_image, bad.reason)
     overwrite = overwritten_holding(old_image, new_image) if event_name == "MODIFY" else None
     if overwrite is not None:  # never a release: the holder may still be delivering
-        return Decision(Outcome.PUT_BACK, Reason.OVERWRITTEN, new.conn_id, overwrite.epoch,
-                        owner=overwrite.owner, overwrite=overwrite)
+        # Normalised too (the write may have left no expiry): should its holder be gone, the
+        # sweeper's index finds the stream.
+        return Decision(Outcome.ORDER, Reason.RETAKE if overwrite.started else Reason.STOP,
+                        new.conn_id, overwrite.epoch, owner=overwrite.owner,
+                        normalise=new.started and new.lease_expires_at_ms is None)
     if not new.started:
         old_state = parse_or_none(old_image)
         if new.lease_owner is not None and (old_state is None or old_state.started):

@@ -2,14 +2,13 @@
 
 Each invocation (1) decides every record with the pure ``decide``, (2) sends all nudges in
 ``SendMessageBatch`` calls of 10 (one nudge per connection and delay, however many records
-asked), (3) puts back a holding a write outside the protocol removed
-(``holdfast.core.overwrites``) and gives orders (stop, release) to a stream's holder: first a
-message on the owner's order queue when ``HOLDFAST_ORDERS_QUEUE_PREFIX`` is set
-(``orderqueues``, best effort), then the durable order in its session item, (4) normalises
-items that lack an expiry, then (5) lets Powertools' ``BatchProcessor`` turn the outcome into a
-partial batch response: a record whose nudge, session order, put-back or normalisation failed
-is reported by sequence number so Lambda retries from it; a malformed record is logged,
-counted and skipped, so it never blocks the shard.
+asked), (3) gives orders (stop, release, retake) to a stream's holder: first a message on the
+owner's order queue when ``HOLDFAST_ORDERS_QUEUE_PREFIX`` is set (``orderqueues``, best
+effort), then the durable order in its session item, (4) normalises items that lack an
+expiry, then (5) lets Powertools' ``BatchProcessor`` turn the outcome into a partial batch
+response: a record whose nudge, session order or normalisation failed is reported by sequence
+number so Lambda retries from it; a malformed record is logged, counted and skipped, so it
+never blocks the shard.
 
 Clients are built on first use from the standard environment (``AWS_ENDPOINT_URL_*``), so the
 module imports without AWS settings (``router.deps``); ``configure()`` injects dependencies in
@@ -48,7 +47,7 @@ from holdfast.lambdas.metrics import (
     service_name,
 )
 from holdfast.lambdas.orderqueues import give_orders, queue_handoffs
-from holdfast.lambdas.router.decide import Decision, Outcome, Reason, decide
+from holdfast.lambdas.router.decide import Decision, Outcome, decide
 from holdfast.lambdas.router.deps import SEND_RESERVE_MS, RouterDeps, configure, current_deps
 
 if TYPE_CHECKING:
@@ -105,7 +104,6 @@ def route(event: dict[str, Any], context: LambdaContext | None,
     plan.start_ns = time.time_ns()
     out_of_time = _out_of_time(context)
     _send(plan, deps, out_of_time)
-    _put_back(plan, deps, out_of_time)
     _order(plan, deps, out_of_time)
     _normalise(plan, deps, out_of_time)
     _emit_metrics(plan, len(records))
@@ -238,44 +236,6 @@ def _hand_off(plan: _Plan, deps: RouterDeps, wanted: dict[tuple[str, int], Nudge
                     successor=nudge.to)
 
 
-def _put_back(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> None:
-    """Put back each holding a write outside the protocol removed (``core.overwrites``). Its
-    holder is told to stop (``_order``) where that failed (claimed or deleted meanwhile: two
-    deliverers until it stops) or the write also stopped the stream."""
-    for seq, decision in plan.decisions.items():
-        overwrite = decision.overwrite
-        if overwrite is None:
-            continue
-        if out_of_time():
-            plan.failures[seq] = "out of time before putting its holding back"
-            continue
-        fields = {"conn_id": overwrite.conn_id, "owner": overwrite.owner,
-                  "epoch": overwrite.epoch, "last_seq": overwrite.last_seq}
-        try:
-            put_back = deps.store.put_back(overwrite)
-        except InvalidRequest as exc:
-            logger.error("cannot put back a holding written over: its holder is told to stop",
-                         extra={**fields, "error": exc.message[:300]})
-            plan.counts["put_back_refused"] += 1
-            put_back = False
-        except HoldfastError as exc:
-            logger.error("putting back a holding written over failed",
-                         extra={**fields, "error": str(exc)[:300]})
-            plan.failures[seq] = f"put back failed: {exc}"
-            continue
-        plan.counts["put_back"] += int(put_back)
-        if put_back:
-            logger.error("a write outside the protocol removed the holding of a stream (an "
-                         "app's PutItem of the whole item?): put back, the app's attributes "
-                         "kept; update items with UpdateItem", extra=fields)
-        else:
-            logger.error("a write outside the protocol removed the holding of a stream, which "
-                         "was claimed or deleted since: its holder is told to stop", extra=fields)
-        if not (put_back and overwrite.started):
-            plan.decisions[seq] = dataclasses.replace(
-                decision, outcome=Outcome.ORDER, reason=Reason.STOP, overwrite=None)
-
-
 def _order(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> None:
     """Give each order (stop, release) to its owner (``orderqueues.give_orders``): its order
     queue first (fast, best effort), then its session item (durable). An owner with no live
@@ -328,10 +288,8 @@ def _emit_metrics(plan: _Plan, n_records: int) -> None:
                         names.METRIC_NORMALISED: plan.counts["normalised"],
                         # Items it could not write for their own fault (alarmed with the
                         # sweeper's): a stream too big to normalise, a mistyped session item.
-                        names.METRIC_HOLDINGS_PUT_BACK: plan.counts["put_back"],
                         names.METRIC_ITEM_ERRORS: (plan.counts["normalise_refused"]
-                                                   + plan.counts["order_refused"]
-                                                   + plan.counts["put_back_refused"])}.items():
+                                                   + plan.counts["order_refused"])}.items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     emit_counts_by(names.METRIC_ORDER_QUEUE_SENDS, names.DIMENSION_RESULT,
                    {k[12:]: n for k, n in plan.counts.items() if k.startswith("order_queue_")},

@@ -22,10 +22,12 @@ ID_CHARS = st.text(alphabet="abcXYZ019._:@/+=-", min_size=1, max_size=200)
 SQS_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 
 
-@given(ID_CHARS, st.none() | st.integers(min_value=0, max_value=10**12))
-def test_an_order_round_trips_through_the_session_set(conn_id: str, epoch: int | None) -> None:
-    """Every stop order, with or without an epoch, parses back to itself."""
-    order = Order.stop(conn_id, epoch)
+@given(st.sampled_from(["stop", "release", "retake"]), ID_CHARS,
+       st.none() | st.integers(min_value=0, max_value=10**12))
+def test_an_order_round_trips_through_the_session_set(verb: str, conn_id: str,
+                                                      epoch: int | None) -> None:
+    """Every order (stop, release, retake), with or without an epoch, parses back to itself."""
+    order = Order(verb, conn_id, epoch)
     assert parse_order(order.encode()) == order
 
 

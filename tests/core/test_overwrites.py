@@ -1,5 +1,5 @@
 """A held stream's item written over outside the protocol (``holdfast.core.overwrites``): told
-apart from a release, and put back, on DynamoDB Local and on moto."""
+apart from a release, and taken back by its holder, on DynamoDB Local and on moto."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from holdfast.core.overwrites import PROTOCOL_ATTRIBUTES, overwritten_holding
+from holdfast.core import rules
+from holdfast.core.exceptions import LeaseLost, LossReason
+from holdfast.core.overwrites import overwritten_holding
 from holdfast.core.schema import ATTR
 from holdfast.core.store import LeaseStore
 from tests.core.test_store import put_raw
@@ -30,13 +32,13 @@ HELD = {**_user_put("c1"), ATTR.lease_owner: {"S": "w1#a"}, ATTR.epoch: {"N": "7
 
 
 def test_a_put_of_the_whole_item_over_a_holding_is_an_overwrite() -> None:
-    """Owner and epoch gone: the holding as it was, to put back, and what the write added."""
-    found = overwritten_holding(HELD, _user_put("c1", lease_expires_at_ms={"N": "0"},
-                                                weight={"N": "2"}))
+    """Owner and epoch gone: the holder, its epoch and checkpoint, and whether it is STARTED."""
+    found = overwritten_holding(HELD, _user_put("c1", lease_expires_at_ms={"N": "0"}))
     assert found is not None
     assert (found.conn_id, found.owner, found.epoch, found.last_seq) == ("c1", "w1#a", 7, 41)
-    assert dict(found.put_back) == {a: HELD[a] for a in PROTOCOL_ATTRIBUTES if a in HELD}
-    assert found.removes == () and found.started
+    assert found.started
+    stopped = overwritten_holding(HELD, _user_put("c1", desired_state={"S": "STOPPED"}))
+    assert stopped is not None and not stopped.started
 
 
 @pytest.mark.parametrize("after", [
@@ -54,56 +56,77 @@ def test_the_protocols_own_writes_are_no_overwrite(after: dict[str, Any]) -> Non
     assert overwritten_holding(HELD, new) is None
 
 
+def test_a_holding_whose_item_broke_the_schema_is_still_taken_back() -> None:
+    """The old image need not parse (a mistyped attribute an app set on a held stream):
+    its owner and epoch are read one by one."""
+    broken = {**HELD, ATTR.single_connection: {"S": "yes"}}
+    found = overwritten_holding(broken, _user_put("c1"))
+    assert found is not None and (found.owner, found.epoch) == ("w1#a", 7)
+
+
 def test_an_unowned_item_written_over_is_no_overwrite() -> None:
-    """No holding before: nothing to put back (the router nudges it as before)."""
+    """No holding before: nothing to take back (the router nudges it as before)."""
     before = {k: v for k, v in HELD.items() if k != ATTR.lease_owner}
     assert overwritten_holding(before, _user_put("c1")) is None
 
 
-def test_a_stopping_write_over_a_holding_is_an_overwrite_to_stop() -> None:
-    """Written over as STOPPED: put back too, so its holder stops it with its checkpoint."""
-    found = overwritten_holding(HELD, _user_put("c1", desired_state={"S": "STOPPED"},
-                                                status={"S": "x"}))
-    assert found is not None and not found.started
+@pytest.mark.parametrize(("item", "reason"), [
+    (_user_put("c1"), LossReason.OVERWRITTEN),
+    (_user_put("c1", lease_epoch={"N": "3"}), LossReason.OVERWRITTEN),
+    (_user_put("c1", desired_state={"S": "STOPPED"}), LossReason.LOST),
+    ({**HELD, ATTR.lease_owner: None}, LossReason.LOST),  # released: the epoch kept
+    ({**HELD, ATTR.lease_owner: {"S": "w2#b"}, ATTR.epoch: {"N": "8"}}, LossReason.LOST),
+], ids=["no-epoch", "lower-epoch", "stopped", "released", "taken"])
+def test_a_holder_refused_by_a_write_over_its_holding_is_told_so(
+        item: dict[str, Any], reason: LossReason) -> None:
+    """The holder's refused write reads OVERWRITTEN (its to take back) only for a STARTED
+    item with no owner and an epoch gone or below its own; anything else is lost."""
+    raw = {k: v for k, v in item.items() if v is not None}
+    assert rules.classify_loss(raw, "w1#a", 7) is reason
 
 
-def test_put_back_restores_the_holding_and_keeps_the_apps_attributes(
+def test_the_holder_takes_back_its_holding_and_keeps_the_apps_attributes(
         store: LeaseStore, ddb: Any, unique_id: str) -> None:
-    """The owner, epoch, expiry and checkpoint come back; the app's new URL and weight stay;
-    what the write added of the protocol's (a status) is removed."""
+    """Owner, epoch and the holder's checkpoint are written back, the app's new URL and
+    weight stay, and the holder's next checkpoint lands as if nothing happened."""
     put_raw(ddb, store.table, unique_id, lease_expires_at_ms={"N": "0"})
-    lease = store.acquire(unique_id, "w1#a")
-    lease = store.renew(lease, 41)
-    held = _get(ddb, store.table, unique_id)
+    lease = store.renew(store.acquire(unique_id, "w1#a"), 41)
     ddb.put_item(TableName=store.table, Item=_user_put(
         unique_id, ws_url={"S": "ws://127.0.0.1:9/new"}, weight={"N": "2"},
-        lease_expires_at_ms={"N": "0"}, error_count={"N": "3"}))
-    found = overwritten_holding(held, _get(ddb, store.table, unique_id))
-    assert found is not None
-    assert store.put_back(found)
+        lease_expires_at_ms={"N": "0"}))
+    with pytest.raises(LeaseLost) as refused:
+        store.renew(lease, 45)
+    assert refused.value.reason is LossReason.OVERWRITTEN
+    lease = store.retake(lease, 45)
     after = _get(ddb, store.table, unique_id)
-    assert {a: after.get(a) for a in PROTOCOL_ATTRIBUTES} == {
-        a: held.get(a) for a in PROTOCOL_ATTRIBUTES}
+    assert (after[ATTR.lease_owner], after[ATTR.epoch], after[ATTR.last_seq]) == (
+        {"S": "w1#a"}, {"N": str(lease.epoch)}, {"N": "45"})
     assert after[ATTR.ws_url] == {"S": "ws://127.0.0.1:9/new"}
     assert after[ATTR.weight] == {"N": "2"}
-    store.renew(lease, 45)  # the holder goes on as if nothing happened
-    assert _get(ddb, store.table, unique_id)[ATTR.last_seq] == {"N": "45"}
+    assert store.retake(lease, 45) == lease  # a second take-back (an order twice): ours
+    store.renew(lease, 50)
+    assert _get(ddb, store.table, unique_id)[ATTR.last_seq] == {"N": "50"}
 
 
-def test_put_back_is_refused_once_the_stream_was_claimed_or_deleted(
+def test_a_take_back_is_refused_once_the_stream_was_claimed_stopped_or_deleted(
         store: LeaseStore, ddb: Any, unique_id: str) -> None:
-    """Claimed since (a claim sets owner and a higher epoch) or deleted: False, nothing
-    written over the new holder's."""
+    """Claimed since (a claim sets owner and a higher epoch), stopped or deleted: lost,
+    nothing written over the new holder's."""
     put_raw(ddb, store.table, unique_id, lease_expires_at_ms={"N": "0"})
-    store.acquire(unique_id, "w1#a")
-    held = _get(ddb, store.table, unique_id)
+    lease = store.acquire(unique_id, "w1#a")
     ddb.put_item(TableName=store.table, Item=_user_put(unique_id,
                                                        lease_expires_at_ms={"N": "0"}))
-    found = overwritten_holding(held, _get(ddb, store.table, unique_id))
-    assert found is not None
     taken = store.acquire(unique_id, "w2#b")
-    assert not store.put_back(found)
+    with pytest.raises(LeaseLost) as claimed:
+        store.retake(lease, 3)
+    assert claimed.value.reason is LossReason.LOST
     assert _get(ddb, store.table, unique_id)[ATTR.lease_owner] == {"S": taken.owner}
+    ddb.put_item(TableName=store.table, Item=_user_put(unique_id,
+                                                       desired_state={"S": "STOPPED"}))
+    with pytest.raises(LeaseLost):
+        store.retake(lease, 3)
     ddb.delete_item(TableName=store.table, Key={ATTR.pk: {"S": f"CONN#{unique_id}"}})
-    assert not store.put_back(found)
+    with pytest.raises(LeaseLost) as deleted:
+        store.retake(lease, 3)
+    assert deleted.value.reason is LossReason.DELETED
     assert _get(ddb, store.table, unique_id) == {}

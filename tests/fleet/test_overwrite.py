@@ -1,4 +1,4 @@
-"""An app's PutItem of the whole item over a held stream, on a real local fleet: the router puts
+"""An app's PutItem of the whole item over a held stream, on a real local fleet: its holder takes
 the holding back (``holdfast.core.overwrites``), so one worker delivers and nothing is lost."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def test_an_apps_put_over_a_held_stream_keeps_one_deliverer_and_loses_nothing(
         ATTR.ws_url: {"S": fleet.url(conn)}, ATTR.lease_expires_at_ms: {"N": "0"}})
     _until(lambda: (item := fleet.item(conn)) is not None
            and (item.lease_owner, item.epoch) == (before.lease_owner, before.epoch),
-           10, "the holding to be put back")
+           10, "the holding to be taken back")
     fleet.wait_new_seqs(conn, 30)
     workers = {h.worker_id for h in fleet.handled(conn)}
     assert workers == {owner}, f"handled by {sorted(workers)}: a second deliverer"

@@ -53,6 +53,41 @@ async def test_a_foreign_checkpoint_stops_the_stream_still_ours(fleet: Fleet,
     assert item_attr(fleet.item(conn), "last_seq") == 1000  # nothing written over it
 
 
+async def test_a_stream_whose_item_was_written_over_is_taken_back_and_goes_on(
+        fleet: Fleet, unique_id: str) -> None:
+    """An app's PutItem of the whole item over a held stream: the refused checkpoint reads
+    OVERWRITTEN and the holder writes back its owner, epoch and checkpoint, the stream still
+    running (it was lost: stopped, and another claim resumed without the checkpoint)."""
+    conn = f"{unique_id}-over"
+    writer, runner = runner_for(fleet, conn, 7)
+    fleet.ddb.put_item(TableName=fleet.table, Item={
+        "Pk": {"S": f"CONN#{conn}"}, "desired_state": {"S": "STARTED"},
+        "ws_url": {"S": "ws://127.0.0.1:1/s/x"}, "lease_expires_at_ms": {"N": "0"}})
+    await writer.write()
+    await async_wait_until(lambda: writer.metrics.totals["HoldingsTakenBack"] == 1, 5,
+                           "taken back")
+    assert runner.held.live and not writer.metrics.totals["LeasesLost"]
+    item = fleet.item(conn)
+    assert (item_attr(item, "lease_owner"), item_attr(item, "lease_epoch"),
+            item_attr(item, "last_seq")) == ("me", runner.held.lease.epoch, 7)
+
+
+async def test_a_take_back_refused_for_a_claim_meanwhile_stops_the_stream(
+        fleet: Fleet, unique_id: str) -> None:
+    """Claimed by another worker between the write over it and the take-back: lost, stopped
+    at once, nothing written over the new holder's."""
+    conn = f"{unique_id}-over-taken"
+    writer, runner = runner_for(fleet, conn, 7)
+    fleet.ddb.put_item(TableName=fleet.table, Item={
+        "Pk": {"S": f"CONN#{conn}"}, "desired_state": {"S": "STARTED"},
+        "ws_url": {"S": "ws://127.0.0.1:1/s/x"}, "lease_expires_at_ms": {"N": "0"}})
+    other = LeaseStore(fleet.ddb, fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
+    taken = other.acquire(conn, "other")
+    assert not await writer.retake(runner, "test")
+    assert not runner.held.live and writer.metrics.totals["LeasesLost"] == 1
+    assert item_attr(fleet.item(conn), "lease_owner") == taken.owner
+
+
 async def test_a_stream_draining_for_its_handoff_is_not_checkpointed_nor_lost(
         fleet: Fleet, unique_id: str) -> None:
     """Between READY and its transfer a stream is not checkpointed (the transfer writes the

@@ -13,6 +13,7 @@ from botocore.exceptions import EndpointConnectionError
 from holdfast.core import names
 from holdfast.core.aws import client_config
 from holdfast.core.boto import new_session
+from holdfast.core.orders import Order
 from holdfast.core.schema import SESSION, session_pk_for, session_table_definition
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import delete_stream, set_desired_state
@@ -225,6 +226,30 @@ async def test_a_malformed_item_is_parked_and_counted_as_quarantined(
         assert run.worker.metrics.totals["ClaimConflicts"] == 0 and not run.worker.streams
     assert "malformed item" in item_attr(fleet.item(conn), "last_error")
     assert not rec.calls
+
+
+async def test_a_retake_order_takes_back_a_stream_written_over_before_its_checkpoint(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The router's ``retake`` order for a stream an app's PutItem wrote over: the holder
+    writes its owner, epoch and checkpoint back at once (its next checkpoint is a minute
+    away), and the stream goes on; one for another epoch is not ours."""
+    conn = f"{unique_id}-over"
+    fleet.create(conn, upstream.url(conn))
+    rec = Recorder()
+    async with running_worker(fleet, rec, HOLDFAST_CHECKPOINT_SECONDS="60") as run:
+        fleet.nudge(conn)
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 5, 10, "delivering")
+        epoch = run.worker.streams[conn].held.lease.epoch
+        fleet.ddb.put_item(TableName=fleet.table, Item={
+            "Pk": {"S": f"CONN#{conn}"}, "desired_state": {"S": "STARTED"},
+            "ws_url": {"S": upstream.url(conn)}, "lease_expires_at_ms": {"N": "0"}})
+        assert not run.worker.carry_out(Order("retake", conn, epoch - 1))
+        assert run.worker.carry_out(Order("retake", conn, epoch))
+        await async_wait_until(lambda: item_attr(fleet.item(conn), "lease_epoch") == epoch,
+                               5, "taken back")
+        assert run.worker.streams[conn].held.live
+        assert run.worker.metrics.totals["HoldingsTakenBack"] == 1
+        assert item_attr(fleet.item(conn), "lease_owner") == run.worker.owner
 
 
 async def test_a_malformed_item_that_cannot_be_parked_is_not_said_parked(

@@ -8,6 +8,7 @@ import pytest
 
 from holdfast.core.liveness import Liveness, owner_liveness
 from holdfast.core.nudge import Nudge
+from holdfast.core.orders import Order
 from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionItem
 from holdfast.lambdas.router.decide import Outcome, Reason, decide
@@ -173,11 +174,11 @@ CASES: list[tuple[str, str, Any, Any, Outcome, Reason, int, bool]] = [
      Reason.MALFORMED, 0, False),
     # An app's PutItem of the whole item over a held stream: epoch and owner gone.
     ("put of the whole item over a holding", "MODIFY", HELD, image(C, expires=0),
-     Outcome.PUT_BACK, Reason.OVERWRITTEN, 0, False),
-    ("put of the whole item, no expiry", "MODIFY", HELD, image(C), Outcome.PUT_BACK,
-     Reason.OVERWRITTEN, 0, False),
+     Outcome.ORDER, Reason.RETAKE, 0, False),
+    ("put of the whole item, no expiry", "MODIFY", HELD, image(C), Outcome.ORDER,
+     Reason.RETAKE, 0, True),
     ("put of the whole item, STOPPED", "MODIFY", HELD, image(C, state="STOPPED"),
-     Outcome.PUT_BACK, Reason.OVERWRITTEN, 0, False),
+     Outcome.ORDER, Reason.STOP, 0, False),
 ]
 
 
@@ -326,8 +327,8 @@ def test_a_held_item_deleted_or_stopped_with_a_malformed_image_still_orders_its_
     assert decide("MODIFY", HELD, held, NOW).outcome is Outcome.MALFORMED  # still STARTED
 
 
-def test_an_overwrite_names_the_holding_to_put_back() -> None:
-    """The decision carries the holder, its epoch and checkpoint, and is no nudge."""
+def test_an_overwrite_orders_its_holder_to_take_it_back() -> None:
+    """The decision is an order to the holder under its epoch, and no nudge."""
     d = decide("MODIFY", HELD, image(C, expires=0), NOW)
-    assert d.overwrite is not None and d.nudge() is None and d.acts
-    assert (d.owner, d.epoch, d.overwrite.last_seq) == ("w1", 3, 7)
+    assert d.nudge() is None and d.acts and d.owner == "w1"
+    assert d.order() == Order("retake", C, 3)

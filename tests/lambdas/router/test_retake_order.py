@@ -1,0 +1,71 @@
+"""The router's answer to a write outside the protocol over a held stream (an app's PutItem of
+the whole item), on DynamoDB Local and moto SQS: no nudge, no write of its own (its IAM role
+writes no ownership), and an order to the holder to take the stream back, or to stop it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from holdfast.core.schema import ATTR, pk_for
+from holdfast.core.sessions import SessionStore
+from holdfast.core.store import LeaseStore, wall_clock_ms
+from holdfast.lambdas.router.handler import RouterDeps, route
+from holdfast.lambdas.settings import Settings
+from holdfast.localaws import LocalAws
+from tests.lambdas.helpers import receive_nudges
+from tests.lambdas.records import event, image, record
+
+TTL_MS, SKEW_MS = 4_000, 1_000
+
+
+@pytest.fixture
+def sessions(ddb_local: LocalAws, ddb: Any) -> SessionStore:
+    return SessionStore(ddb, ddb_local.session_table, ddb_local.table, ttl_ms=TTL_MS,
+                        skew_ms=SKEW_MS)
+
+
+def _route_overwrite(ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str,
+                     sessions: SessionStore, conn_id: str, owner: str,
+                     **put: Any) -> dict[str, Any]:
+    """A held item, the app's PutItem of the whole item over it, and the router on that
+    write's record (answered with no failure); the item as it is after."""
+    held = image(conn_id, owner=owner, expires=wall_clock_ms() + 20_000, epoch=5,
+                 status="RUNNING", last_seq=41)
+    written = image(conn_id, expires=0, **put)
+    ddb.put_item(TableName=ddb_local.table, Item=written)
+    settings = Settings(table=ddb_local.table, queue_url=queue_url,
+                        session_table=sessions.table, skew_ms=SKEW_MS)
+    store = LeaseStore(ddb, ddb_local.table, lease_ms=20_000, skew_ms=SKEW_MS)
+    deps = RouterDeps(sqs, store, settings, sleep=lambda _s: None, sessions=sessions)
+    assert route(event(record("MODIFY", held, written)), None, deps) == {
+        "batchItemFailures": []}
+    return dict(ddb.get_item(TableName=ddb_local.table, Key={ATTR.pk: {"S": pk_for(conn_id)}},
+                             ConsistentRead=True)["Item"])
+
+
+def test_a_put_over_a_held_stream_orders_its_holder_to_take_it_back(
+        ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, sessions: SessionStore,
+        unique_id: str) -> None:
+    """No nudge goes out (another worker's claim would make a second deliverer), the router
+    writes nothing to the item, and the holder is ordered to take it back under its epoch."""
+    owner = sessions.start(f"w-{unique_id}", 10).owner
+    item = _route_overwrite(ddb_local, ddb, sqs, queue_url, sessions, unique_id, owner)
+    assert ATTR.lease_owner not in item and ATTR.epoch not in item
+    assert not receive_nudges(sqs, queue_url, expect=1, timeout_s=0.5)
+    session = sessions.get(f"w-{unique_id}")
+    assert session is not None and session.orders == {f"retake#5:{unique_id}"}
+
+
+def test_a_stopping_put_over_a_held_stream_orders_its_holder_to_stop(
+        ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, sessions: SessionStore,
+        unique_id: str) -> None:
+    """Written over as STOPPED: its holder is ordered to stop (no nudge), as for an
+    UpdateItem to STOPPED."""
+    owner = sessions.start(f"w-{unique_id}", 10).owner
+    _route_overwrite(ddb_local, ddb, sqs, queue_url, sessions, unique_id, owner,
+                     state="STOPPED")
+    assert not receive_nudges(sqs, queue_url, expect=1, timeout_s=0.5)
+    session = sessions.get(f"w-{unique_id}")
+    assert session is not None and session.orders == {f"stop#5:{unique_id}"}
