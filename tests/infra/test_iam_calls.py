@@ -4,11 +4,12 @@ its synthesized role, and no role grants what nothing calls.
 One module-scoped scenario drives each component through its real code paths with
 ``HOLDFAST_RECORD_AWS_CALLS`` set: a real ``python -m worker`` process (reaping a silent
 predecessor, claims from nudges and the reconcile sweep, a nudge put back for a stream in
-back-off, batched checkpoints, session heartbeats, a stop order, a stream shed for a
-rebalancing target, release and nudge hand-on at shutdown), the router handler (insert ->
-normalise + nudge, stop order on the order queue and the session, a restart whose old session
-is gone -> session read + release) and the sweeper handler (dead session -> reap, expired lease
--> nudge, the unindexed pass, rebalancing targets).
+back-off, a stream taken back after an app's PutItem over it, batched checkpoints, session
+heartbeats, a stop order, a stream shed for a rebalancing target, release and nudge hand-on
+at shutdown), the router handler (insert -> normalise + nudge, stop order on the order queue
+and the session, a restart whose old session is gone -> session read + release) and the
+sweeper handler (dead session -> reap, expired lease -> nudge, the unindexed pass,
+rebalancing targets).
 Nothing in the local AWS enforces IAM; this test replays what was called against the template.
 """
 
@@ -30,7 +31,7 @@ import pytest
 from holdfast.core import names, schema
 from holdfast.core.directives import Directive
 from holdfast.core.handoff import WARM, HandoffStep
-from holdfast.core.orders import order_queue_name, prefix_for
+from holdfast.core.orders import ORDER_RETAKE, Order, order_queue_name, prefix_for
 from holdfast.core.sessions import Session, SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import set_desired_state
@@ -174,6 +175,16 @@ def _drive_worker(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> s
                                 skew_ms=300)
         me = sessions.get(wid)
         assert me is not None
+        # c written over by an app's PutItem, then the router's retake order: the worker
+        # writes back its owner, epoch and checkpoint (UpdateItem).
+        c, c_before = f"{tag}-c", fleet.item(f"{tag}-c")
+        fleet.ddb.put_item(TableName=fleet.table, Item={
+            "Pk": {"S": schema.pk_for(c)}, "desired_state": {"S": schema.STARTED},
+            "ws_url": {"S": up.url("c")}, "lease_expires_at_ms": {"N": "0"}})
+        assert sessions.add_orders(me.owner, [Order(
+            ORDER_RETAKE, c, int(c_before[schema.ATTR.epoch]["N"])).encode()])
+        wait_until(lambda: fleet.item(c).get(schema.ATTR.epoch) == c_before[schema.ATTR.epoch],
+                   10, "c taken back")
         holder = _ask_warm_up(fleet, up, tag, me.owner)
         wait_until(lambda: _seen(folder, "worker", "BatchGetItem"), 10,
                    "the successor's look for its transfer")
