@@ -58,6 +58,7 @@ from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.worker.balancing import HANDOFF
 from holdfast.worker.connection import Connection
 from holdfast.worker.held import REGRESSED, STOPPED, monotonic_ms
+from holdfast.worker.iothreads import logs_failure
 from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.metrics import WorkerMetrics
 
@@ -222,8 +223,11 @@ class Checkpointer:
                 return
             conn.log("info", "stream STOPPED, closing")
             conn.drain_to(None, STOPPED)  # to nobody, whatever a handoff's READY named
-        elif reason is LossReason.OVERWRITTEN:
-            self.retake_soon(conn, source)  # delivers meanwhile: nobody else holds it yet
+        elif reason is LossReason.OVERWRITTEN and not conn.held.stopping and (
+                lost.current is None or lost.current.ws_url == conn.held.lease.ws_url):
+            # Delivers meanwhile: nobody else holds it yet. (Another URL: a new stream under
+            # the same id, deleted and created again; stopping: its release settles it.)
+            self.retake_soon(conn, source)
         elif reason is LossReason.REGRESSION:
             # Still ours (the owner and epoch matched): no more handler calls, then released
             # (``Endings.finish``) without overwriting the checkpoint someone moved.
@@ -249,27 +253,34 @@ class Checkpointer:
             task = asyncio.get_running_loop().create_task(self.retake(conn, source))
             self._retakes[conn_id] = task
             task.add_done_callback(lambda _t: self._retakes.pop(conn_id, None))
+            task.add_done_callback(logs_failure("take-back"))
 
     async def retake(self, conn: Connection, source: str) -> bool:
         """Take back a stream whose holding a write outside the protocol removed (an app's
         PutItem of the whole item, ``holdfast.core.overwrites``; found by a checkpoint, or
         the router's order): our owner, epoch and checkpoint written back, and the stream
         goes on; stopped at once if someone claimed it meanwhile."""
-        if not conn.held.live or conn.held.stop_reason == HANDOFF:
-            return False
         sent = self.mono()
+        if (not conn.held.live or conn.held.stopping or sent >= conn.held.deadline()
+                or conn.held.stop_reason == HANDOFF):
+            return False  # ended, ending, or past its fence (its session may be dead)
         try:
             lease = await asyncio.get_running_loop().run_in_executor(
-                self.executor, self.store.retake, conn.held.lease, conn.held.checkpoint)
+                self.executor, self.store.retake, conn.held.lease)
         except LeaseLost as lost:
             if lost.reason is LossReason.OVERWRITTEN:  # not ours to take after all: stop
                 lost = LeaseLost(lost.conn_id, LossReason.LOST, lost.current)
             self.on_lost(conn, lost, "take-back")
             return False
-        except HoldfastError as exc:  # e.g. throttled: the next checkpoint finds it again
-            conn.log("warning", "cannot take back a stream written over yet",
+        except HoldfastError as exc:
+            # Unowned meanwhile, so another worker may claim it any moment: stop, as a
+            # refused checkpoint did (the sweeper's nudge finds it a holder).
+            conn.log("warning", "cannot take back a stream written over: stopping it",
                      error=str(exc)[:300], source=source)
+            conn.lose("written over, not taken back")
             return False
+        if lease is None:
+            return True  # taken back already (an order twice: its queue and its session)
         conn.held.renewed(lease, self.fence_after(sent))
         self.metrics.incr(names.METRIC_HOLDINGS_TAKEN_BACK)
         conn.log("error", "the stream's item was written over outside the protocol (an app's "

@@ -37,7 +37,9 @@ class Overwrite:
     owner: str
     epoch: int
     last_seq: int | None
-    started: bool  # the write left it STARTED (else its holder is to stop it)
+    # The write left it STARTED on the same URL: its holder takes it back (else it stops it:
+    # a stream on another URL is another stream, whose seqs ours must not be written over).
+    retake: bool
 
 
 def overwritten_holding(old_image: Mapping[str, Any] | None,
@@ -54,7 +56,8 @@ def overwritten_holding(old_image: Mapping[str, Any] | None,
             or not rules.written_over(new_image, epoch)):
         return None
     return Overwrite(conn_id=new.conn_id, owner=owner, epoch=epoch,
-                     last_seq=int_attr(old_image or {}, ATTR.last_seq), started=new.started)
+                     last_seq=int_attr(old_image or {}, ATTR.last_seq),
+                     retake=new.started and str_attr(old_image or {}, ATTR.ws_url) == new.ws_url)
 
 
 def retake_clauses(lease: Lease, seq: int | None, now: int,

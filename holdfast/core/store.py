@@ -310,17 +310,20 @@ class LeaseStore:
             return False
         return True
 
-    def retake(self, lease: Lease, seq: int | None) -> Lease:
+    def retake(self, lease: Lease) -> Lease | None:
         """Take back ``lease`` after a write outside the protocol removed it (the holder's,
-        ``holdfast.core.overwrites``): owner and epoch as they were, a new backstop, the
-        checkpoint ``seq``; ``LeaseLost`` if someone claimed it, or it is gone or STOPPED."""
+        ``holdfast.core.overwrites``): owner and epoch as they were, a new backstop, and its
+        last stored checkpoint (the live one could race a checkpoint write in flight); None
+        if it is ours already (an earlier call's write: nothing written); ``LeaseLost`` if
+        someone claimed it, or it is gone or STOPPED."""
         now = self.clock()
         expires = now + self.lease_ms
         try:
-            self._update("retake", lease.conn_id, *retake_clauses(lease, seq, now, expires))
+            self._update("retake", lease.conn_id,
+                         *retake_clauses(lease, lease.last_seq, now, expires))
         except ConditionFailed as failed:
             if failed.item is not None and rules.held_by(failed.item, lease.owner, lease.epoch):
-                return lease  # ours already: taken back by an earlier call (an order twice)
+                return None
             raise LeaseLost(lease.conn_id, loss_of(lease, failed.item) or LossReason.LOST,
                             parse_or_none(failed.item)) from None
-        return renewed(lease, expires, seq)
+        return renewed(lease, expires, None)

@@ -34,6 +34,7 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
                                                                     its holding back
                                                                     (``core.overwrites``);
                                                                     "stop" if it is STOPPED
+                                                                    or names another URL
     REMOVE of an owned item (``holdfast rm`` of a held stream)   -> order "stop" to the owner
       (also with an image otherwise malformed: the order is
       built from its raw key, owner and epoch, and the record
@@ -51,10 +52,12 @@ sweeper's (its owner audit, ``holdfast.core.liveness``, within 2 s for a gone se
 A STARTED, unowned item without ``lease_expires_at_ms`` is invisible to the sweeper's index, so
 the decision also asks for ``normalise`` (set it to 0). That normalising write produces a MODIFY
 (no expiry -> 0, no owner) which is skipped as "normalised": the record that caused it has
-already nudged, so it causes no second nudge. A back-off longer than SQS's 15-minute maximum
-delay is left to the sweeper ("deferred"). A new image that breaks the schema is "malformed":
-logged, counted and skipped, never retried, so it cannot block the shard (one that is STOPPED
-and names an owner still gets its stop order, from the raw attributes, as a deleted one does).
+already nudged (or ordered a holder written over to take it back: the sweeper's index then
+finds the stream should that holder be gone), so it causes no second nudge. A back-off
+longer than SQS's 15-minute maximum delay is left to the sweeper ("deferred"). A new image
+that breaks the schema is "malformed": logged, counted and skipped, never retried, so it
+cannot block the shard (one that is STOPPED and names an owner still gets its stop order,
+from the raw attributes, as a deleted one does).
 """
 
 from __future__ import annotations
@@ -199,7 +202,7 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
     if overwrite is not None:  # never a release: the holder may still be delivering
         # Normalised too (the write may have left no expiry): should its holder be gone, the
         # sweeper's index finds the stream.
-        return Decision(Outcome.ORDER, Reason.RETAKE if overwrite.started else Reason.STOP,
+        return Decision(Outcome.ORDER, Reason.RETAKE if overwrite.retake else Reason.STOP,
                         new.conn_id, overwrite.epoch, owner=overwrite.owner,
                         normalise=new.started and new.lease_expires_at_ms is None)
     if not new.started:

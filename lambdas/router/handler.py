@@ -237,9 +237,9 @@ def _hand_off(plan: _Plan, deps: RouterDeps, wanted: dict[tuple[str, int], Nudge
 
 
 def _order(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> None:
-    """Give each order (stop, release) to its owner (``orderqueues.give_orders``): its order
-    queue first (fast, best effort), then its session item (durable). An owner with no live
-    session to take it is the sweeper's: its owner audit releases that stream
+    """Give each order (stop, release, retake) to its owner (``orderqueues.give_orders``):
+    its order queue first (fast, best effort), then its session item (durable). An owner
+    with no live session to take it is the sweeper's: its owner audit releases that stream
     (``holdfast.core.liveness``). Within the invocation's time: what is left once it runs
     short goes back as record failures, retried alone."""
     counts, failures = give_orders(plan.decisions, deps.sqs, deps.sessions,

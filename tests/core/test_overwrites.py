@@ -36,9 +36,18 @@ def test_a_put_of_the_whole_item_over_a_holding_is_an_overwrite() -> None:
     found = overwritten_holding(HELD, _user_put("c1", lease_expires_at_ms={"N": "0"}))
     assert found is not None
     assert (found.conn_id, found.owner, found.epoch, found.last_seq) == ("c1", "w1#a", 7, 41)
-    assert found.started
-    stopped = overwritten_holding(HELD, _user_put("c1", desired_state={"S": "STOPPED"}))
-    assert stopped is not None and not stopped.started
+    assert found.retake
+
+
+@pytest.mark.parametrize("put", [{"desired_state": {"S": "STOPPED"}},
+                                 {"ws_url": {"S": "ws://127.0.0.1:9/elsewhere"}}],
+                         ids=["stopped", "another-url"])
+def test_an_overwrite_stopped_or_on_another_url_is_not_to_take_back(put: dict[str, Any]
+                                                                      ) -> None:
+    """STOPPED, or another URL (another stream under the same id: our seqs are not its):
+    its holder is to stop, not take it back."""
+    found = overwritten_holding(HELD, _user_put("c1", **put))
+    assert found is not None and not found.retake
 
 
 @pytest.mark.parametrize("after", [
@@ -87,24 +96,23 @@ def test_a_holder_refused_by_a_write_over_its_holding_is_told_so(
 
 def test_the_holder_takes_back_its_holding_and_keeps_the_apps_attributes(
         store: LeaseStore, ddb: Any, unique_id: str) -> None:
-    """Owner, epoch and the holder's checkpoint are written back, the app's new URL and
-    weight stay, and the holder's next checkpoint lands as if nothing happened."""
+    """Owner, epoch and the holder's last stored checkpoint are written back, the app's
+    weight stays, and the holder's next checkpoint lands as if nothing happened."""
     put_raw(ddb, store.table, unique_id, lease_expires_at_ms={"N": "0"})
     lease = store.renew(store.acquire(unique_id, "w1#a"), 41)
     ddb.put_item(TableName=store.table, Item=_user_put(
-        unique_id, ws_url={"S": "ws://127.0.0.1:9/new"}, weight={"N": "2"},
-        lease_expires_at_ms={"N": "0"}))
+        unique_id, weight={"N": "2"}, lease_expires_at_ms={"N": "0"}))
     with pytest.raises(LeaseLost) as refused:
         store.renew(lease, 45)
     assert refused.value.reason is LossReason.OVERWRITTEN
-    lease = store.retake(lease, 45)
+    taken = store.retake(lease)
+    assert taken is not None
     after = _get(ddb, store.table, unique_id)
     assert (after[ATTR.lease_owner], after[ATTR.epoch], after[ATTR.last_seq]) == (
-        {"S": "w1#a"}, {"N": str(lease.epoch)}, {"N": "45"})
-    assert after[ATTR.ws_url] == {"S": "ws://127.0.0.1:9/new"}
+        {"S": "w1#a"}, {"N": str(lease.epoch)}, {"N": "41"})  # its last stored one
     assert after[ATTR.weight] == {"N": "2"}
-    assert store.retake(lease, 45) == lease  # a second take-back (an order twice): ours
-    store.renew(lease, 50)
+    assert store.retake(taken) is None  # a second take-back (an order twice): ours already
+    store.renew(taken, 50)
     assert _get(ddb, store.table, unique_id)[ATTR.last_seq] == {"N": "50"}
 
 
@@ -118,15 +126,15 @@ def test_a_take_back_is_refused_once_the_stream_was_claimed_stopped_or_deleted(
                                                        lease_expires_at_ms={"N": "0"}))
     taken = store.acquire(unique_id, "w2#b")
     with pytest.raises(LeaseLost) as claimed:
-        store.retake(lease, 3)
+        store.retake(lease)
     assert claimed.value.reason is LossReason.LOST
     assert _get(ddb, store.table, unique_id)[ATTR.lease_owner] == {"S": taken.owner}
     ddb.put_item(TableName=store.table, Item=_user_put(unique_id,
                                                        desired_state={"S": "STOPPED"}))
     with pytest.raises(LeaseLost):
-        store.retake(lease, 3)
+        store.retake(lease)
     ddb.delete_item(TableName=store.table, Key={ATTR.pk: {"S": f"CONN#{unique_id}"}})
     with pytest.raises(LeaseLost) as deleted:
-        store.retake(lease, 3)
+        store.retake(lease)
     assert deleted.value.reason is LossReason.DELETED
     assert _get(ddb, store.table, unique_id) == {}

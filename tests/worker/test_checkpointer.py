@@ -68,8 +68,25 @@ async def test_a_stream_whose_item_was_written_over_is_taken_back_and_goes_on(
                            "taken back")
     assert runner.held.live and not writer.metrics.totals["LeasesLost"]
     item = fleet.item(conn)
-    assert (item_attr(item, "lease_owner"), item_attr(item, "lease_epoch"),
-            item_attr(item, "last_seq")) == ("me", runner.held.lease.epoch, 7)
+    assert (item_attr(item, "lease_owner"), item_attr(item, "lease_epoch")) == (
+        "me", runner.held.lease.epoch)
+    await writer.write()  # the next round writes its checkpoint as before
+    assert item_attr(fleet.item(conn), "last_seq") == 7
+
+
+async def test_a_stream_written_over_with_another_url_is_stopped_not_taken_back(
+        fleet: Fleet, unique_id: str) -> None:
+    """Another URL under the same id (deleted and created again, or an app's new URL): a
+    new stream, whose seqs ours must not be written over: stopped, not taken back."""
+    conn = f"{unique_id}-over-url"
+    writer, runner = runner_for(fleet, conn, 7)
+    fleet.ddb.put_item(TableName=fleet.table, Item={
+        "Pk": {"S": f"CONN#{conn}"}, "desired_state": {"S": "STARTED"},
+        "ws_url": {"S": "ws://127.0.0.1:1/s/new"}, "lease_expires_at_ms": {"N": "0"}})
+    await writer.write()
+    assert not runner.held.live and writer.metrics.totals["LeasesLost"] == 1
+    assert not writer.metrics.totals["HoldingsTakenBack"]
+    assert item_attr(fleet.item(conn), "lease_owner") is None
 
 
 async def test_a_take_back_refused_for_a_claim_meanwhile_stops_the_stream(

@@ -179,6 +179,9 @@ CASES: list[tuple[str, str, Any, Any, Outcome, Reason, int, bool]] = [
      Reason.RETAKE, 0, True),
     ("put of the whole item, STOPPED", "MODIFY", HELD, image(C, state="STOPPED"),
      Outcome.ORDER, Reason.STOP, 0, False),
+    ("put of the whole item, another URL", "MODIFY", HELD,
+     image(C, expires=0, ws_url="wss://feeds.example.test/other"), Outcome.ORDER, Reason.STOP,
+     0, False),
 ]
 
 
