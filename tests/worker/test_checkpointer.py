@@ -89,6 +89,25 @@ async def test_a_stream_written_over_with_another_url_is_stopped_not_taken_back(
     assert item_attr(fleet.item(conn), "lease_owner") is None
 
 
+async def test_a_take_back_that_gets_no_answer_stops_the_stream(fleet: Fleet,
+                                                                unique_id: str) -> None:
+    """The take-back's write fails (DynamoDB unreachable): the stream, unowned meanwhile and
+    so claimable by another worker, stops at once, as a refused checkpoint did."""
+    from botocore.config import Config
+
+    from holdfast.core.boto import new_session
+
+    conn = f"{unique_id}-over-dead"
+    writer, runner = runner_for(fleet, conn, 7)
+    writer.store = LeaseStore(new_session().client(
+        "dynamodb", endpoint_url="http://127.0.0.1:1", region_name="us-east-1",
+        aws_access_key_id="x", aws_secret_access_key="x",
+        config=Config(connect_timeout=0.2, read_timeout=0.2, retries={"max_attempts": 1})),
+        fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
+    assert not await writer.retake(runner, "test")
+    assert not runner.held.live and not writer.metrics.totals["HoldingsTakenBack"]
+
+
 async def test_a_take_back_refused_for_a_claim_meanwhile_stops_the_stream(
         fleet: Fleet, unique_id: str) -> None:
     """Claimed by another worker between the write over it and the take-back: lost, stopped
