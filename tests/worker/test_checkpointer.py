@@ -53,6 +53,13 @@ async def test_a_foreign_checkpoint_stops_the_stream_still_ours(fleet: Fleet,
     assert item_attr(fleet.item(conn), "last_seq") == 1000  # nothing written over it
 
 
+def written_over(fleet: Fleet, conn: str, url: str = "ws://127.0.0.1:1/s/x") -> None:
+    """An app's PutItem of the stream's whole item (``Pk``, STARTED, ``url``)."""
+    fleet.ddb.put_item(TableName=fleet.table, Item={
+        "Pk": {"S": f"CONN#{conn}"}, "desired_state": {"S": "STARTED"},
+        "ws_url": {"S": url}, "lease_expires_at_ms": {"N": "0"}})
+
+
 async def test_a_stream_whose_item_was_written_over_is_taken_back_and_goes_on(
         fleet: Fleet, unique_id: str) -> None:
     """An app's PutItem of the whole item over a held stream: the refused checkpoint reads
@@ -60,9 +67,7 @@ async def test_a_stream_whose_item_was_written_over_is_taken_back_and_goes_on(
     running (it was lost: stopped, and another claim resumed without the checkpoint)."""
     conn = f"{unique_id}-over"
     writer, runner = runner_for(fleet, conn, 7)
-    fleet.ddb.put_item(TableName=fleet.table, Item={
-        "Pk": {"S": f"CONN#{conn}"}, "desired_state": {"S": "STARTED"},
-        "ws_url": {"S": "ws://127.0.0.1:1/s/x"}, "lease_expires_at_ms": {"N": "0"}})
+    written_over(fleet, conn)
     await writer.write()
     await async_wait_until(lambda: writer.metrics.totals["HoldingsTakenBack"] == 1, 5,
                            "taken back")
@@ -80,9 +85,7 @@ async def test_a_stream_written_over_with_another_url_is_stopped_not_taken_back(
     new stream, whose seqs ours must not be written over: stopped, not taken back."""
     conn = f"{unique_id}-over-url"
     writer, runner = runner_for(fleet, conn, 7)
-    fleet.ddb.put_item(TableName=fleet.table, Item={
-        "Pk": {"S": f"CONN#{conn}"}, "desired_state": {"S": "STARTED"},
-        "ws_url": {"S": "ws://127.0.0.1:1/s/new"}, "lease_expires_at_ms": {"N": "0"}})
+    written_over(fleet, conn, "ws://127.0.0.1:1/s/new")
     await writer.write()
     assert not runner.held.live and writer.metrics.totals["LeasesLost"] == 1
     assert not writer.metrics.totals["HoldingsTakenBack"]
@@ -114,9 +117,7 @@ async def test_a_take_back_refused_for_a_claim_meanwhile_stops_the_stream(
     at once, nothing written over the new holder's."""
     conn = f"{unique_id}-over-taken"
     writer, runner = runner_for(fleet, conn, 7)
-    fleet.ddb.put_item(TableName=fleet.table, Item={
-        "Pk": {"S": f"CONN#{conn}"}, "desired_state": {"S": "STARTED"},
-        "ws_url": {"S": "ws://127.0.0.1:1/s/x"}, "lease_expires_at_ms": {"N": "0"}})
+    written_over(fleet, conn)
     other = LeaseStore(fleet.ddb, fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
     taken = other.acquire(conn, "other")
     assert not await writer.retake(runner, "test")
