@@ -30,13 +30,12 @@ __all__ = ["Overwrite", "overwritten_holding", "retake_clauses"]
 
 @dataclass(frozen=True, slots=True)
 class Overwrite:
-    """A held stream's item written over: its holder and the holding's epoch and checkpoint
-    as the record's old image had them."""
+    """A held stream's item written over: its holder and the holding's epoch as the record's
+    old image had them."""
 
     conn_id: str
     owner: str
     epoch: int
-    last_seq: int | None
     # The write left it STARTED on the same URL: its holder takes it back (else it stops it:
     # a stream on another URL is another stream, whose seqs ours must not be written over).
     retake: bool
@@ -56,7 +55,6 @@ def overwritten_holding(old_image: Mapping[str, Any] | None,
             or not rules.written_over(new_image, epoch)):
         return None
     return Overwrite(conn_id=new.conn_id, owner=owner, epoch=epoch,
-                     last_seq=int_attr(old_image or {}, ATTR.last_seq),
                      retake=new.started and str_attr(old_image or {}, ATTR.ws_url) == new.ws_url)
 
 
