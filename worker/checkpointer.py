@@ -19,7 +19,8 @@ provisioned table. Outcomes per stream:
   seqs in between are theirs to skip) and release it, keeping their checkpoint
   (``LeaseStore.release``), so the next holder resumes from it now, not after our strays pass;
 - OVERWRITTEN (no owner, our epoch gone: an app's PutItem of the whole item): take it back
-  with our owner, epoch and checkpoint (``retake``) and go on; stopped if that is refused;
+  with our owner, epoch and checkpoint (``retake``) and go on (drained and released if the
+  write set STOPPED); stopped if that is refused;
 - STOPPED: drain it (finish the handler call, close) and release with the final checkpoint;
 - StoreUnavailable: keep it; the next round writes the checkpoint again.
 
@@ -265,7 +266,7 @@ class Checkpointer:
                 or conn.held.stop_reason == HANDOFF):
             return False  # ended, ending, or past its fence (its session may be dead)
         try:
-            lease = await asyncio.get_running_loop().run_in_executor(
+            taken = await asyncio.get_running_loop().run_in_executor(
                 self.executor, self.store.retake, conn.held.lease)
         except LeaseLost as lost:
             if lost.reason is LossReason.OVERWRITTEN:  # not ours to take after all: stop
@@ -279,14 +280,17 @@ class Checkpointer:
                      error=str(exc)[:300], source=source)
             conn.lose("written over, not taken back")
             return False
-        if lease is None:
+        if taken is None:
             return True  # taken back already (an order twice: its queue and its session)
+        lease, stopped = taken
         conn.held.renewed(lease, self.fence_after(sent))
         self.metrics.incr(names.METRIC_HOLDINGS_TAKEN_BACK)
         conn.log("error", "the stream's item was written over outside the protocol (an app's "
                  "PutItem of the whole item?): our holding and checkpoint written back; "
                  "update stream items with UpdateItem", checkpoint=conn.held.checkpoint,
-                 source=source)
+                 source=source, stopped=stopped)
+        if stopped:  # the write set STOPPED: released now with our checkpoint
+            conn.drain_to(None, STOPPED)
         return True
 
     async def fence_watch(self, tick_s: float = 0.05) -> None:

@@ -52,7 +52,8 @@ class LossReason(StrEnum):
     BACKOFF = "backoff"  # released after upstream errors; not claimable before its retry time
     REGRESSION = "regression"  # the stored checkpoint is ahead of ours (someone edited it)
     # Our holding removed by a write outside the protocol (an app's PutItem of the whole item:
-    # no owner, the epoch gone or below ours, STARTED): ours to write back (``overwrites``).
+    # no owner, the epoch gone or below ours): ours to write back (``overwrites``), then to
+    # stop if the write set STOPPED.
     OVERWRITTEN = "overwritten"
     INVALID = "invalid"  # the item is malformed
 

@@ -23,7 +23,7 @@ from holdfast.core import rules
 from holdfast.core.expressions import num, string
 from holdfast.core.judgements import parse_or_none
 from holdfast.core.model import Lease, int_attr, str_attr
-from holdfast.core.schema import ATTR, STARTED, LeaseStatus
+from holdfast.core.schema import ATTR, LeaseStatus
 
 __all__ = ["Overwrite", "overwritten_holding", "retake_clauses"]
 
@@ -36,8 +36,9 @@ class Overwrite:
     conn_id: str
     owner: str
     epoch: int
-    # The write left it STARTED on the same URL: its holder takes it back (else it stops it:
-    # a stream on another URL is another stream, whose seqs ours must not be written over).
+    # The write left the same URL: its holder takes it back (then stops it if the write set
+    # STOPPED, releasing with its checkpoint); else it stops it: a stream on another URL is
+    # another stream, whose seqs ours must not be written over.
     retake: bool
 
 
@@ -55,7 +56,7 @@ def overwritten_holding(old_image: Mapping[str, Any] | None,
             or not rules.written_over(new_image, epoch)):
         return None
     return Overwrite(conn_id=new.conn_id, owner=owner, epoch=epoch,
-                     retake=new.started and str_attr(old_image or {}, ATTR.ws_url) == new.ws_url)
+                     retake=str_attr(old_image or {}, ATTR.ws_url) == new.ws_url)
 
 
 def retake_clauses(lease: Lease, seq: int | None, now: int,
@@ -63,14 +64,15 @@ def retake_clauses(lease: Lease, seq: int | None, now: int,
     """(UpdateExpression, ConditionExpression, values), with ``expressions.NAMES``
     placeholders, of the holder's write that takes back ``lease`` after a write over it:
     owner and epoch as they were, a new backstop ``expires``, RUNNING, the checkpoint ``seq``.
-    Its condition: STARTED, no owner and an epoch below ours (``rules.written_over``): nobody
-    claimed it since (a claim sets both) and it was not deleted or stopped."""
+    Its condition: the item exists, no owner and an epoch below ours (``rules.written_over``):
+    nobody claimed it since (a claim sets both) and it was not deleted. STARTED or STOPPED:
+    a STOPPED one is taken back to be released with the holder's checkpoint."""
     update = "SET #owner = :me, #epoch = :epoch, #exp = :exp, #status = :running, #upd = :now"
     values: dict[str, Any] = {":me": string(lease.owner), ":epoch": num(lease.epoch),
                               ":exp": num(expires), ":running": string(LeaseStatus.RUNNING),
-                              ":now": num(now), ":started": string(STARTED)}
+                              ":now": num(now)}
     if seq is not None:
         update += ", #seq = :seq"
         values[":seq"] = num(seq)
-    return (update, "#ds = :started AND attribute_not_exists(#owner) AND "
+    return (update, "attribute_exists(#ds) AND attribute_not_exists(#owner) AND "
                     "(attribute_not_exists(#epoch) OR #epoch < :epoch)", values)

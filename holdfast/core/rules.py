@@ -158,8 +158,7 @@ def classify_loss(raw: Mapping[str, Any] | None, owner: str,
     if raw is None:
         return LossReason.DELETED
     if not meets(raw, fencing_pair(owner, epoch)):
-        return (LossReason.OVERWRITTEN if written_over(raw, epoch) and meets(
-            raw, (STILL_STARTED,)) else LossReason.LOST)
+        return LossReason.OVERWRITTEN if written_over(raw, epoch) else LossReason.LOST
     if not meets(raw, (STILL_STARTED,)):
         return LossReason.STOPPED
     return None

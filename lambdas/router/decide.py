@@ -32,9 +32,10 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
     MODIFY owner -> no owner, epoch gone or lowered (a write     -> order "retake" to the
       outside the protocol: an app's PutItem of the whole item)     owner, no nudge: it writes
                                                                     its holding back
-                                                                    (``core.overwrites``);
-                                                                    "stop" if it is STOPPED
-                                                                    or names another URL
+                                                                    (``core.overwrites``),
+                                                                    then stops it if it is
+                                                                    STOPPED; "stop" if it
+                                                                    names another URL
     REMOVE of an owned item (``holdfast rm`` of a held stream)   -> order "stop" to the owner
       (also with an image otherwise malformed: the order is
       built from its raw key, owner and epoch, and the record

@@ -39,15 +39,14 @@ def test_a_put_of_the_whole_item_over_a_holding_is_an_overwrite() -> None:
     assert found.retake
 
 
-@pytest.mark.parametrize("put", [{"desired_state": {"S": "STOPPED"}},
-                                 {"ws_url": {"S": "ws://127.0.0.1:9/elsewhere"}}],
-                         ids=["stopped", "another-url"])
-def test_an_overwrite_stopped_or_on_another_url_is_not_to_take_back(put: dict[str, Any]
-                                                                      ) -> None:
-    """STOPPED, or another URL (another stream under the same id: our seqs are not its):
-    its holder is to stop, not take it back."""
-    found = overwritten_holding(HELD, _user_put("c1", **put))
+def test_an_overwrite_on_another_url_is_not_to_take_back() -> None:
+    """Another URL (another stream under the same id: our seqs are not its): its holder is
+    to stop, not take it back; a STOPPED one on the same URL is taken back (to be released
+    with its checkpoint)."""
+    found = overwritten_holding(HELD, _user_put("c1", ws_url={"S": "ws://127.0.0.1:9/other"}))
     assert found is not None and not found.retake
+    stopped = overwritten_holding(HELD, _user_put("c1", desired_state={"S": "STOPPED"}))
+    assert stopped is not None and stopped.retake
 
 
 @pytest.mark.parametrize("after", [
@@ -82,14 +81,15 @@ def test_an_unowned_item_written_over_is_no_overwrite() -> None:
 @pytest.mark.parametrize(("item", "reason"), [
     (_user_put("c1"), LossReason.OVERWRITTEN),
     (_user_put("c1", lease_epoch={"N": "3"}), LossReason.OVERWRITTEN),
-    (_user_put("c1", desired_state={"S": "STOPPED"}), LossReason.LOST),
+    (_user_put("c1", desired_state={"S": "STOPPED"}), LossReason.OVERWRITTEN),
     ({**HELD, ATTR.lease_owner: None}, LossReason.LOST),  # released: the epoch kept
     ({**HELD, ATTR.lease_owner: {"S": "w2#b"}, ATTR.epoch: {"N": "8"}}, LossReason.LOST),
 ], ids=["no-epoch", "lower-epoch", "stopped", "released", "taken"])
 def test_a_holder_refused_by_a_write_over_its_holding_is_told_so(
         item: dict[str, Any], reason: LossReason) -> None:
-    """The holder's refused write reads OVERWRITTEN (its to take back) only for a STARTED
-    item with no owner and an epoch gone or below its own; anything else is lost."""
+    """The holder's refused write reads OVERWRITTEN (its to take back) only for an item with
+    no owner and an epoch gone or below its own (STOPPED too: taken back to be released);
+    anything else is lost."""
     raw = {k: v for k, v in item.items() if v is not None}
     assert rules.classify_loss(raw, "w1#a", 7) is reason
 
@@ -105,8 +105,9 @@ def test_the_holder_takes_back_its_holding_and_keeps_the_apps_attributes(
     with pytest.raises(LeaseLost) as refused:
         store.renew(lease, 45)
     assert refused.value.reason is LossReason.OVERWRITTEN
-    taken = store.retake(lease)
-    assert taken is not None
+    retaken = store.retake(lease)
+    assert retaken is not None and not retaken[1]  # STARTED: it goes on
+    taken = retaken[0]
     after = _get(ddb, store.table, unique_id)
     assert (after[ATTR.lease_owner], after[ATTR.epoch], after[ATTR.last_seq]) == (
         {"S": "w1#a"}, {"N": str(lease.epoch)}, {"N": "41"})  # its last stored one
@@ -116,10 +117,25 @@ def test_the_holder_takes_back_its_holding_and_keeps_the_apps_attributes(
     assert _get(ddb, store.table, unique_id)[ATTR.last_seq] == {"N": "50"}
 
 
-def test_a_take_back_is_refused_once_the_stream_was_claimed_stopped_or_deleted(
+def test_a_stopped_write_over_a_holding_is_taken_back_to_be_released(
         store: LeaseStore, ddb: Any, unique_id: str) -> None:
-    """Claimed since (a claim sets owner and a higher epoch), stopped or deleted: lost,
-    nothing written over the new holder's."""
+    """Written over as STOPPED: taken back, said STOPPED, and the holder's release then
+    writes its final checkpoint (the write had removed it)."""
+    put_raw(ddb, store.table, unique_id, lease_expires_at_ms={"N": "0"})
+    lease = store.renew(store.acquire(unique_id, "w1#a"), 41)
+    ddb.put_item(TableName=store.table, Item=_user_put(unique_id,
+                                                       desired_state={"S": "STOPPED"}))
+    retaken = store.retake(lease)
+    assert retaken is not None and retaken[1]
+    store.release(retaken[0], 45)
+    after = _get(ddb, store.table, unique_id)
+    assert ATTR.lease_owner not in after and after[ATTR.last_seq] == {"N": "45"}
+
+
+def test_a_take_back_is_refused_once_the_stream_was_claimed_or_deleted(
+        store: LeaseStore, ddb: Any, unique_id: str) -> None:
+    """Claimed since (a claim sets owner and a higher epoch) or deleted: lost, nothing
+    written over the new holder's."""
     put_raw(ddb, store.table, unique_id, lease_expires_at_ms={"N": "0"})
     lease = store.acquire(unique_id, "w1#a")
     ddb.put_item(TableName=store.table, Item=_user_put(unique_id,
@@ -129,10 +145,6 @@ def test_a_take_back_is_refused_once_the_stream_was_claimed_stopped_or_deleted(
         store.retake(lease)
     assert claimed.value.reason is LossReason.LOST
     assert _get(ddb, store.table, unique_id)[ATTR.lease_owner] == {"S": taken.owner}
-    ddb.put_item(TableName=store.table, Item=_user_put(unique_id,
-                                                       desired_state={"S": "STOPPED"}))
-    with pytest.raises(LeaseLost):
-        store.retake(lease)
     ddb.delete_item(TableName=store.table, Key={ATTR.pk: {"S": f"CONN#{unique_id}"}})
     with pytest.raises(LeaseLost) as deleted:
         store.retake(lease)

@@ -17,7 +17,7 @@ from holdfast.worker.balancing import HANDOFF
 from holdfast.worker.checkpointer import Checkpointer
 from holdfast.worker.connection import Connection
 from holdfast.worker.context import ConnectionContext
-from holdfast.worker.held import NO_FENCE_MS, REGRESSED, HeldState, HeldStream
+from holdfast.worker.held import NO_FENCE_MS, REGRESSED, STOPPED, HeldState, HeldStream
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.protocol import QueryParamProtocol
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
@@ -77,6 +77,23 @@ async def test_a_stream_whose_item_was_written_over_is_taken_back_and_goes_on(
         "me", runner.held.lease.epoch)
     await writer.write()  # the next round writes its checkpoint as before
     assert item_attr(fleet.item(conn), "last_seq") == 7
+
+
+async def test_a_stream_written_over_as_stopped_is_taken_back_and_drained(
+        fleet: Fleet, unique_id: str) -> None:
+    """Written over as STOPPED: taken back, then drained (its release writes the final
+    checkpoint the write removed) instead of lost with it."""
+    conn = f"{unique_id}-over-stopped"
+    writer, runner = runner_for(fleet, conn, 7)
+    fleet.ddb.put_item(TableName=fleet.table, Item={
+        "Pk": {"S": f"CONN#{conn}"}, "desired_state": {"S": "STOPPED"},
+        "ws_url": {"S": "ws://127.0.0.1:1/s/x"}})
+    await writer.write()
+    await async_wait_until(lambda: writer.metrics.totals["HoldingsTakenBack"] == 1, 5,
+                           "taken back")
+    assert runner.held.stopping and runner.held.stop_reason == STOPPED
+    assert not writer.metrics.totals["LeasesLost"]
+    assert item_attr(fleet.item(conn), "lease_owner") == "me"
 
 
 async def test_a_stream_written_over_with_another_url_is_stopped_not_taken_back(

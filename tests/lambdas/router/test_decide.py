@@ -178,7 +178,7 @@ CASES: list[tuple[str, str, Any, Any, Outcome, Reason, int, bool]] = [
     ("put of the whole item, no expiry", "MODIFY", HELD, image(C), Outcome.ORDER,
      Reason.RETAKE, 0, True),
     ("put of the whole item, STOPPED", "MODIFY", HELD, image(C, state="STOPPED"),
-     Outcome.ORDER, Reason.STOP, 0, False),
+     Outcome.ORDER, Reason.RETAKE, 0, False),
     ("put of the whole item, another URL", "MODIFY", HELD,
      image(C, expires=0, ws_url="wss://feeds.example.test/other"), Outcome.ORDER, Reason.STOP,
      0, False),

@@ -58,14 +58,16 @@ def test_a_put_over_a_held_stream_orders_its_holder_to_take_it_back(
     assert session is not None and session.orders == {f"retake#5:{unique_id}"}
 
 
-def test_a_stopping_put_over_a_held_stream_orders_its_holder_to_stop(
+@pytest.mark.parametrize(("put", "verb"), [
+    ({"state": "STOPPED"}, "retake"),
+    ({"ws_url": "wss://feeds.example.test/other"}, "stop")], ids=["stopped", "another-url"])
+def test_a_stopping_put_or_one_on_another_url_is_ordered_as_such(
         ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, sessions: SessionStore,
-        unique_id: str) -> None:
-    """Written over as STOPPED: its holder is ordered to stop (no nudge), as for an
-    UpdateItem to STOPPED."""
+        unique_id: str, put: dict[str, Any], verb: str) -> None:
+    """Written over as STOPPED: taken back (then released with its checkpoint by the
+    holder); with another URL (another stream under the same id): stopped. No nudge."""
     owner = sessions.start(f"w-{unique_id}", 10).owner
-    _route_overwrite(ddb_local, ddb, sqs, queue_url, sessions, unique_id, owner,
-                     state="STOPPED")
+    _route_overwrite(ddb_local, ddb, sqs, queue_url, sessions, unique_id, owner, **put)
     assert not receive_nudges(sqs, queue_url, expect=1, timeout_s=0.5)
     session = sessions.get(f"w-{unique_id}")
-    assert session is not None and session.orders == {f"stop#5:{unique_id}"}
+    assert session is not None and session.orders == {f"{verb}#5:{unique_id}"}
