@@ -3,23 +3,13 @@ the holding back (``holdfast.core.overwrites``), so one worker delivers and noth
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from holdfast.core.schema import ATTR, pk_for
 from holdfast.testing import LocalFleet
-from tests.conftest import TIMEOUT_SCALE
+from tests.worker.conftest import wait_until
 
 pytestmark = pytest.mark.slow
-
-
-def _until(done: object, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s * TIMEOUT_SCALE
-    while not done():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_an_apps_put_over_a_held_stream_keeps_one_deliverer_and_loses_nothing(
@@ -31,16 +21,16 @@ def test_an_apps_put_over_a_held_stream_keeps_one_deliverer_and_loses_nothing(
     conn = fleet.start_stream()
     owner = fleet.wait_owned(conn)
     fleet.wait_new_seqs(conn, 10)
-    _until(lambda: (fleet.item(conn) or None) is not None and fleet.item(conn).last_seq,
-           10, "a checkpoint")
+    wait_until(lambda: (item := fleet.item(conn)) is not None and item.last_seq, 10,
+               "a checkpoint")
     before = fleet.item(conn)
     assert before is not None and before.lease_owner is not None
     fleet.ddb.put_item(TableName=fleet.table, Item={
         ATTR.pk: {"S": pk_for(conn)}, ATTR.desired_state: {"S": "STARTED"},
         ATTR.ws_url: {"S": fleet.url(conn)}, ATTR.lease_expires_at_ms: {"N": "0"}})
-    _until(lambda: (item := fleet.item(conn)) is not None
-           and (item.lease_owner, item.epoch) == (before.lease_owner, before.epoch),
-           10, "the holding to be taken back")
+    wait_until(lambda: (item := fleet.item(conn)) is not None
+               and (item.lease_owner, item.epoch) == (before.lease_owner, before.epoch),
+               10, "the holding to be taken back")
     fleet.wait_new_seqs(conn, 30)
     workers = {h.worker_id for h in fleet.handled(conn)}
     assert workers == {owner}, f"handled by {sorted(workers)}: a second deliverer"
