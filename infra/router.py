@@ -43,7 +43,8 @@ def orders_queue_prefix(stack_name: str, fleet_name: str = DEFAULT_FLEET_NAME) -
 
 
 def normalise_statement(table_arn: str) -> iam.PolicyStatement:
-    """The one write the router may make: ``LeaseStore.normalise`` (SET lease_expires_at_ms = 0).
+    """The one write the router may make: ``LeaseStore.normalise`` (SET lease_expires_at_ms: 0,
+    or a stream written over held for its holder's take-back).
 
     IAM cannot say "only this update expression", but it can pin what the request touches:
     - ``dynamodb:Attributes`` (ForAllValues): only the key, the attribute the condition reads

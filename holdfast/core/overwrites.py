@@ -10,7 +10,8 @@ apart from a release by its epoch alone (``rules.written_over``): the router see
 record (``overwritten_holding``), nudges nobody and orders the holder to take the stream back
 (``ORDER_RETAKE``); the holder writes its own holding and checkpoint back (``retake_clauses``,
 ``LeaseStore.retake``), keeping the app's attributes, unless someone claimed it meanwhile. The
-router writes no ownership itself: its IAM role cannot.
+router writes no ownership itself (its IAM role cannot); it holds the stream out of claims
+until then, for a session TTL (``LeaseStore.normalise`` with a floor).
 """
 
 from __future__ import annotations

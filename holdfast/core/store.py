@@ -300,12 +300,15 @@ class LeaseStore:
             return False
         return True
 
-    def normalise(self, conn_id: str) -> bool:
-        """Give an item without ``lease_expires_at_ms`` the value 0, so the GSI sees it."""
+    def normalise(self, conn_id: str, at_least_ms: int = 0) -> bool:
+        """Give an item without ``lease_expires_at_ms`` the value 0, so the GSI sees it; with
+        ``at_least_ms``, also raise a lower one to it (never lower it: a holder's backstop
+        or a back-off stays), so no worker claims the stream before (the router's hold of a
+        stream written over, for its holder's take-back). Whether it wrote."""
         try:
-            self._update("normalise", conn_id, "SET #exp = :zero",
-                         "attribute_exists(#ds) AND attribute_not_exists(#exp)",
-                         {":zero": num(0)})
+            self._update("normalise", conn_id, "SET #exp = :exp",
+                         "attribute_exists(#ds) AND (attribute_not_exists(#exp) OR #exp < :exp)",
+                         {":exp": num(at_least_ms)})
         except ConditionFailed:
             return False
         return True

@@ -34,7 +34,9 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
                                                                     its holding back
                                                                     (``core.overwrites``),
                                                                     then stops it if it is
-                                                                    STOPPED; "stop" if it
+                                                                    STOPPED, and a STARTED
+                                                                    one is held out of claims
+                                                                    meanwhile; "stop" if it
                                                                     names another URL
     REMOVE of an owned item (``holdfast rm`` of a held stream)   -> order "stop" to the owner
       (also with an image otherwise malformed: the order is
@@ -65,8 +67,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from holdfast.core import rules
@@ -79,18 +79,10 @@ from holdfast.core.model import (
     int_attr,
     str_attr,
 )
-from holdfast.core.nudge import (
-    MAX_URL_CHARS,
-    REASON_HANDOFF,
-    REASON_INSERTED,
-    REASON_MOVED,
-    URL_FRESH_MS,
-    Nudge,
-    nudge_delay_s,
-)
-from holdfast.core.orders import ORDER_RELEASE, ORDER_RETAKE, ORDER_STOP, Order
+from holdfast.core.nudge import MAX_URL_CHARS, URL_FRESH_MS, nudge_delay_s
 from holdfast.core.overwrites import overwritten_holding
 from holdfast.core.schema import ATTR, STOPPED, LeaseStatus, conn_id_from_pk
+from holdfast.lambdas.router.decision import Decision, Outcome, Reason
 
 __all__ = ["Decision", "Outcome", "Reason", "decide"]
 
@@ -104,77 +96,12 @@ Image = Mapping[str, Any]
 RECORD_FRESH_MS = 60_000 + URL_FRESH_MS
 
 
-class Outcome(StrEnum):
-    NUDGE = "nudge"
-    ORDER = "order"  # an order to the session that owns the stream
-    SKIP = "skip"
-    MALFORMED = "malformed"
-
-
-class Reason(StrEnum):
-    # Why a nudge is sent.
-    INSERTED = REASON_INSERTED  # the worker may connect before claiming (worker.prestart)
-    STARTED = "started"
-    RELEASED = "released"
-    GAVE_UP = "gave_up"
-    QUARANTINED = "quarantined"
-    REARMED = "rearmed"
-    CHANGED = "changed"
-    MOVED = REASON_MOVED  # a rebalancing move's release
-    HANDOFF = REASON_HANDOFF  # a release that named its successor
-    # Why an order is given (the order's verb, ``holdfast.core.orders``).
-    STOP = ORDER_STOP
-    RELEASE = ORDER_RELEASE
-    RETAKE = ORDER_RETAKE  # a holding a write outside the protocol removed (``core.overwrites``)
-    # Why a record is skipped.
-    OWNED = "owned"
-    NOT_STARTED = "not_started"
-    REMOVED = "removed"
-    UNCHANGED = "unchanged"
-    NORMALISED = "normalised"
-    DEFERRED = "deferred"
-    MALFORMED = "malformed"
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What to do with one record. ``normalise``: give the item ``lease_expires_at_ms = 0``."""
-
-    outcome: Outcome
-    reason: Reason
-    conn_id: str | None = None
-    epoch: int | None = None
-    delay_s: int = 0
-    normalise: bool = False
-    detail: str = ""
-    owner: str | None = None  # with ORDER: the lease_owner concerned
-    successor: str | None = None  # with NUDGE "handoff": the owner the release named
-    ws_url: str | None = None  # with NUDGE "inserted": the URL to connect before the claim
-    malformed: bool = False  # an ORDER built from a malformed image's raw attributes
-
-    @property
-    def acts(self) -> bool:
-        """True if the router may write anything (nudge, order, release, normalisation)."""
-        return self.outcome in (Outcome.NUDGE, Outcome.ORDER) or self.normalise
-
-    def order(self) -> Order | None:
-        """The order this decision gives its owner (None: not an order)."""
-        if self.outcome is not Outcome.ORDER or self.conn_id is None:
-            return None
-        return Order(self.reason.value, self.conn_id, self.epoch)
-
-    def nudge(self) -> Nudge | None:
-        if self.outcome is not Outcome.NUDGE or self.conn_id is None:
-            return None
-        return Nudge(self.conn_id, self.reason.value, self.epoch, self.delay_s,
-                     ws_url=self.ws_url)
-
-
 def decide(event_name: str | None, old_image: Image | None, new_image: Image | None,
            now_ms: int, *, skew_ms: int = rules.DEFAULT_SKEW_MS,
-           created_ms: int | None = None) -> Decision:
+           lease_ms: int = rules.DEFAULT_LEASE_MS, created_ms: int | None = None) -> Decision:
     """Decide for one stream record (low-level DynamoDB JSON images); never raises.
-    ``created_ms``: the record's ``ApproximateCreationDateTime``, if known."""
+    ``created_ms``: the record's ``ApproximateCreationDateTime``, if known; ``lease_ms``: the
+    session TTL."""
     for name, given in (("OldImage", old_image), ("NewImage", new_image)):
         if given is not None and not isinstance(given, Mapping):
             # A hand-built or corrupted record: its own verdict, not the batch's exception.
@@ -201,11 +128,18 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
             new_image, bad.reason)
     overwrite = overwritten_holding(old_image, new_image) if event_name == "MODIFY" else None
     if overwrite is not None:  # never a release: the holder may still be delivering
-        # Normalised too (the write may have left no expiry): should its holder be gone, the
+        # Held out of every claim until its holder's take-back lands (a sweeper's nudge or a
+        # reconcile would make a second deliverer), for a session TTL: a live holder hears
+        # within a heartbeat, a dead one's stream is claimable when its session would have
+        # expired. Not from a record read late: it could hold a stream released since.
+        hold = (now_ms + lease_ms if overwrite.retake and new.started
+                and _fresh(now_ms, created_ms) else None)
+        # Else normalised (the write may have left no expiry): should its holder be gone, the
         # sweeper's index finds the stream.
         return Decision(Outcome.ORDER, Reason.RETAKE if overwrite.retake else Reason.STOP,
                         new.conn_id, overwrite.epoch, owner=overwrite.owner,
-                        normalise=new.started and new.lease_expires_at_ms is None)
+                        normalise=new.started and new.lease_expires_at_ms is None,
+                        hold_until_ms=hold)
     if not new.started:
         old_state = parse_or_none(old_image)
         if new.lease_owner is not None and (old_state is None or old_state.started):
@@ -218,9 +152,8 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
         return _owned(event_name, old_image, new, now_ms, skew_ms)
     normalise = new.lease_expires_at_ms is None
     if event_name == "INSERT":
-        fresh = created_ms is None or now_ms - created_ms <= RECORD_FRESH_MS
         decision = _nudge(new, Reason.INSERTED, now_ms, skew_ms, normalise)
-        return _inserted(decision, new, new_image) if fresh else decision
+        return _inserted(decision, new, new_image) if _fresh(now_ms, created_ms) else decision
     old = parse_or_none(old_image)
     if old is None:
         return _nudge(new, Reason.CHANGED, now_ms, skew_ms, normalise)
@@ -271,6 +204,10 @@ def _release_reason(new: LeaseItem) -> Reason:
     if new.status == LeaseStatus.INVALID:
         return Reason.QUARANTINED
     return Reason.RELEASED
+
+
+def _fresh(now_ms: int, created_ms: int | None) -> bool:
+    return created_ms is None or now_ms - created_ms <= RECORD_FRESH_MS
 
 
 def _nudge(new: LeaseItem, reason: Reason, now_ms: int, skew_ms: int,

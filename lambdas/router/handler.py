@@ -2,13 +2,14 @@
 
 Each invocation (1) decides every record with the pure ``decide``, (2) sends all nudges in
 ``SendMessageBatch`` calls of 10 (one nudge per connection and delay, however many records
-asked), (3) gives orders (stop, release, retake) to a stream's holder: first a message on the
-owner's order queue when ``HOLDFAST_ORDERS_QUEUE_PREFIX`` is set (``orderqueues``, best
-effort), then the durable order in its session item, (4) normalises items that lack an
-expiry, then (5) lets Powertools' ``BatchProcessor`` turn the outcome into a partial batch
-response: a record whose nudge, session order or normalisation failed is reported by sequence
-number so Lambda retries from it; a malformed record is logged, counted and skipped, so it
-never blocks the shard.
+asked), (3) normalises items that lack an expiry, and holds a stream written over out of
+claims until its holder takes it back (``core.overwrites``), (4) gives orders (stop,
+release, retake) to a stream's holder: first a message on the owner's order queue when
+``HOLDFAST_ORDERS_QUEUE_PREFIX`` is set (``orderqueues``, best effort), then the durable order
+in its session item, then (5) lets Powertools' ``BatchProcessor`` turn the outcome into a
+partial batch response: a record whose nudge, normalisation or session order failed is
+reported by sequence number so Lambda retries from it; a malformed record is logged, counted
+and skipped, so it never blocks the shard.
 
 Clients are built on first use from the standard environment (``AWS_ENDPOINT_URL_*``), so the
 module imports without AWS settings (``router.deps``); ``configure()`` injects dependencies in
@@ -104,8 +105,9 @@ def route(event: dict[str, Any], context: LambdaContext | None,
     plan.start_ns = time.time_ns()
     out_of_time = _out_of_time(context)
     _send(plan, deps, out_of_time)
-    _order(plan, deps, out_of_time)
+    # Before the orders: a take-back's hold should land before anyone could claim the stream.
     _normalise(plan, deps, out_of_time)
+    _order(plan, deps, out_of_time)
     _emit_metrics(plan, len(records))
 
     def record_handler(record: DynamoDBRecord) -> None:
@@ -139,7 +141,8 @@ def _decide_all(records: list[dict[str, Any]], deps: RouterDeps) -> _Plan:
         created = dynamodb.get("ApproximateCreationDateTime")
         decision = decide(event_name if isinstance(event_name, str) else None,
                           dynamodb.get("OldImage"), dynamodb.get("NewImage"), now,
-                          skew_ms=deps.settings.skew_ms, created_ms=(
+                          skew_ms=deps.settings.skew_ms, lease_ms=deps.settings.lease_ms,
+                          created_ms=(
                               round(created * 1000) if isinstance(created, int | float)
                               and not isinstance(created, bool) else None))
         if seq.startswith("#") and decision.acts:
@@ -159,7 +162,8 @@ def _decide_all(records: list[dict[str, Any]], deps: RouterDeps) -> _Plan:
                            extra={**fields, "owner": decision.owner, "detail": decision.detail})
         else:
             logger.info("router decision", extra={
-                **fields, "delay_s": decision.delay_s, "normalise": decision.normalise})
+                **fields, "delay_s": decision.delay_s, "normalise": decision.normalise,
+                "hold_until_ms": decision.hold_until_ms})
     return plan
 
 
@@ -253,14 +257,15 @@ def _order(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> No
 def _normalise(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> None:
     done: set[str] = set()
     for seq, decision in plan.decisions.items():
-        if (not decision.normalise or decision.conn_id is None or seq in plan.failures
-                or decision.conn_id in done):
+        hold = decision.hold_until_ms
+        if ((not decision.normalise and hold is None) or decision.conn_id is None
+                or seq in plan.failures or decision.conn_id in done):
             continue
         if out_of_time():
             plan.failures[seq] = "out of time before its normalisation"  # retried alone
             continue
         try:
-            changed = deps.store.normalise(decision.conn_id)
+            changed = deps.store.normalise(decision.conn_id, hold or 0)
         except InvalidRequest as exc:
             # The item's own fault (too big to take an expiry): retrying the record would
             # hold the shard for nothing; the sweeper's unindexed pass logs it too.
@@ -274,6 +279,10 @@ def _normalise(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -
             plan.failures[seq] = f"normalise failed: {exc}"
             continue
         done.add(decision.conn_id)
+        if hold is not None:  # not a normalisation: no worker claims it before ``hold``
+            logger.info("held for its holder's take-back", conn_id=decision.conn_id,
+                        until_ms=hold, changed=changed)
+            continue
         plan.counts["normalised"] += int(changed)
         logger.info("normalised", conn_id=decision.conn_id, changed=changed)
 

@@ -169,7 +169,7 @@ def test_an_item_refused_normalisation_is_not_retried(
         deps: RouterDeps, unique_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """DynamoDB refuses the item itself (too big to take an expiry): logged and counted, the
     record not failed (retrying it held the shard for nothing, ten times)."""
-    def refuse(conn_id: str) -> bool:
+    def refuse(conn_id: str, at_least_ms: int = 0) -> bool:
         raise InvalidRequest("Item size has exceeded the maximum allowed size")
 
     monkeypatch.setattr(deps.store, "normalise", refuse)

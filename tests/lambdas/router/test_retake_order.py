@@ -1,6 +1,7 @@
 """The router's answer to a write outside the protocol over a held stream (an app's PutItem of
-the whole item), on DynamoDB Local and moto SQS: no nudge, no write of its own (its IAM role
-writes no ownership), and an order to the holder to take the stream back, or to stop it."""
+the whole item), on DynamoDB Local and moto SQS: no nudge, no write of ownership (its IAM role
+writes none), the stream held out of claims, and an order to the holder to take the stream
+back, or to stop it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from typing import Any
 
 import pytest
 
+from holdfast.core.exceptions import AcquireFailed, LossReason
+from holdfast.core.model import Lease
+from holdfast.core.rules import DEFAULT_LEASE_MS
 from holdfast.core.schema import ATTR, pk_for
 from holdfast.core.sessions import SessionStore
 from holdfast.core.store import LeaseStore, wall_clock_ms
@@ -49,13 +53,30 @@ def test_a_put_over_a_held_stream_orders_its_holder_to_take_it_back(
         ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, sessions: SessionStore,
         unique_id: str) -> None:
     """No nudge goes out (another worker's claim would make a second deliverer), the router
-    writes nothing to the item, and the holder is ordered to take it back under its epoch."""
+    writes no ownership, and the holder is ordered to take it back under its epoch."""
     owner = sessions.start(f"w-{unique_id}", 10).owner
     item = _route_overwrite(ddb_local, ddb, sqs, queue_url, sessions, unique_id, owner)
     assert ATTR.lease_owner not in item and ATTR.epoch not in item
     assert not receive_nudges(sqs, queue_url, expect=1, timeout_s=0.5)
     session = sessions.get(f"w-{unique_id}")
     assert session is not None and session.orders == {f"retake#5:{unique_id}"}
+
+
+def test_a_stream_written_over_is_held_for_its_holders_take_back(
+        ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, sessions: SessionStore,
+        unique_id: str) -> None:
+    """Until its holder takes it back, no other worker can claim the stream (the router holds
+    it for a session TTL, as a crashed holder's would be), and the take-back lands."""
+    owner = sessions.start(f"w-{unique_id}", 10).owner
+    before = wall_clock_ms()
+    item = _route_overwrite(ddb_local, ddb, sqs, queue_url, sessions, unique_id, owner)
+    assert int(item[ATTR.lease_expires_at_ms]["N"]) >= before + DEFAULT_LEASE_MS
+    store = LeaseStore(ddb, ddb_local.table, lease_ms=20_000, skew_ms=SKEW_MS)
+    with pytest.raises(AcquireFailed) as refused:
+        store.acquire(unique_id, "w-other#x")
+    assert refused.value.reason is LossReason.BACKOFF
+    taken = store.retake(Lease(unique_id, owner, 5, 0, "wss://feeds.example.test/x", 41))
+    assert taken is not None and taken[0].owner == owner
 
 
 @pytest.mark.parametrize(("put", "verb"), [
