@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools import Logger
     from mypy_boto3_sqs import SQSClient
 
-    from holdfast.lambdas.router.decide import Decision
+    from holdfast.lambdas.router.decision import Decision
 
 __all__ = ["COLLECT_EVERY_MS", "QueueCollector", "give_orders", "queue_handoffs", "queue_orders",
            "queues_to_delete", "send_body"]

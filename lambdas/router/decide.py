@@ -131,9 +131,9 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
         # Held out of every claim until its holder's take-back lands (a sweeper's nudge or a
         # reconcile would make a second deliverer), for a session TTL: a live holder hears
         # within a heartbeat, a dead one's stream is claimable when its session would have
-        # expired. Not from a record read late: it could hold a stream released since.
-        hold = (now_ms + lease_ms if overwrite.retake and new.started
-                and _fresh(now_ms, created_ms) else None)
+        # expired. A STOPPED one too: the app may start it again before the take-back. Not
+        # from a record read late: it could hold a stream released since.
+        hold = now_ms + lease_ms if overwrite.retake and _fresh(now_ms, created_ms) else None
         # Else normalised (the write may have left no expiry): should its holder be gone, the
         # sweeper's index finds the stream.
         return Decision(Outcome.ORDER, Reason.RETAKE if overwrite.retake else Reason.STOP,

@@ -38,8 +38,7 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
 from holdfast.core import names, tracing
-from holdfast.core.aws import InvalidRequest
-from holdfast.core.exceptions import HoldfastError, NudgeNotSent
+from holdfast.core.exceptions import NudgeNotSent
 from holdfast.core.nudge import Nudge, send_nudges
 from holdfast.lambdas.metrics import (
     METRICS_NAMESPACE,
@@ -50,6 +49,7 @@ from holdfast.lambdas.metrics import (
 from holdfast.lambdas.orderqueues import give_orders, queue_handoffs
 from holdfast.lambdas.router.decide import Decision, Outcome, decide
 from holdfast.lambdas.router.deps import SEND_RESERVE_MS, RouterDeps, configure, current_deps
+from holdfast.lambdas.router.expiries import write_expiries
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -178,9 +178,19 @@ def _send(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> Non
     # One nudge per (connection, delay): a burst of records about one item nudges it once.
     wanted: dict[tuple[str, int], Nudge] = {}
     records_of: dict[tuple[str, int], list[str]] = {}
+    held: set[str | None] = set()
     for seq, decision in plan.decisions.items():
         nudge = decision.nudge()
-        if nudge is not None:
+        if decision.hold_until_ms is not None:
+            held.add(decision.conn_id)
+        elif nudge is not None and nudge.conn_id in held:
+            # Written over earlier in this batch (then started again): its holder takes it
+            # back, and a claim now would make a second deliverer. The hold's end is the
+            # sweeper's to nudge, should the holder be gone.
+            plan.counts["nudge_withheld"] += 1
+            logger.info("nudge withheld: held for its holder's take-back",
+                        conn_id=nudge.conn_id, reason=nudge.reason)
+        elif nudge is not None:
             key = (nudge.conn_id, nudge.delay_s)
             wanted[key] = nudge  # the latest record's reason and epoch win
             records_of.setdefault(key, []).append(seq)
@@ -255,36 +265,10 @@ def _order(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> No
 
 
 def _normalise(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> None:
-    done: set[str] = set()
-    for seq, decision in plan.decisions.items():
-        hold = decision.hold_until_ms
-        if ((not decision.normalise and hold is None) or decision.conn_id is None
-                or seq in plan.failures or decision.conn_id in done):
-            continue
-        if out_of_time():
-            plan.failures[seq] = "out of time before its normalisation"  # retried alone
-            continue
-        try:
-            changed = deps.store.normalise(decision.conn_id, hold or 0)
-        except InvalidRequest as exc:
-            # The item's own fault (too big to take an expiry): retrying the record would
-            # hold the shard for nothing; the sweeper's unindexed pass logs it too.
-            logger.error("cannot normalise: the item is refused", conn_id=decision.conn_id,
-                         error=exc.message[:300])
-            plan.counts["normalise_refused"] += 1
-            continue
-        except HoldfastError as exc:
-            # Until it has an expiry the sweeper cannot see it: retry the record.
-            logger.error("normalise failed", conn_id=decision.conn_id, error=str(exc))
-            plan.failures[seq] = f"normalise failed: {exc}"
-            continue
-        done.add(decision.conn_id)
-        if hold is not None:  # not a normalisation: no worker claims it before ``hold``
-            logger.info("held for its holder's take-back", conn_id=decision.conn_id,
-                        until_ms=hold, changed=changed)
-            continue
-        plan.counts["normalised"] += int(changed)
-        logger.info("normalised", conn_id=decision.conn_id, changed=changed)
+    counts, failures = write_expiries(plan.decisions, plan.failures, deps.store, logger=logger,
+                                      out_of_time=out_of_time)
+    plan.counts.update(counts)
+    plan.failures.update(failures)
 
 
 def _emit_metrics(plan: _Plan, n_records: int) -> None:

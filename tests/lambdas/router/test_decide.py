@@ -338,16 +338,15 @@ def test_an_overwrite_orders_its_holder_to_take_it_back() -> None:
 
 
 def test_an_overwrite_holds_the_stream_out_of_claims_for_a_session_ttl() -> None:
-    """A STARTED stream written over on its own URL is held until now + the session TTL (no
-    worker claims it before its holder takes it back); one stopped, on another URL or from a
-    record read late (it could hold a stream released since) is not."""
+    """A stream written over on its own URL is held until now + the session TTL (no worker
+    claims it before its holder takes it back), STOPPED too (the app may start it again
+    first); one on another URL or from a record read late (it could hold a stream released
+    since) is not."""
     fresh = {"skew_ms": SKEW, "lease_ms": 4_000, "created_ms": NOW - 1_000}
-    assert decide("MODIFY", HELD, image(C, expires=0), NOW, **fresh).hold_until_ms == (
-        NOW + 4_000)
-    assert decide("MODIFY", HELD, image(C), NOW, **fresh).hold_until_ms == NOW + 4_000
-    for written in (image(C, state="STOPPED"),
-                    image(C, expires=0, ws_url="wss://feeds.example.test/other")):
-        assert decide("MODIFY", HELD, written, NOW, **fresh).hold_until_ms is None
+    for written in (image(C, expires=0), image(C), image(C, state="STOPPED")):
+        assert decide("MODIFY", HELD, written, NOW, **fresh).hold_until_ms == NOW + 4_000
+    other_url = image(C, expires=0, ws_url="wss://feeds.example.test/other")
+    assert decide("MODIFY", HELD, other_url, NOW, **fresh).hold_until_ms is None
     late = decide("MODIFY", HELD, image(C), NOW, skew_ms=SKEW, lease_ms=4_000,
                   created_ms=NOW - 600_000)
     assert (late.hold_until_ms, late.normalise, late.reason) == (None, True, Reason.RETAKE)

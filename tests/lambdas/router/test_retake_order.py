@@ -92,3 +92,27 @@ def test_a_stopping_put_or_one_on_another_url_is_ordered_as_such(
     assert not receive_nudges(sqs, queue_url, expect=1, timeout_s=0.5)
     session = sessions.get(f"w-{unique_id}")
     assert session is not None and session.orders == {f"{verb}#5:{unique_id}"}
+
+
+def test_a_stream_written_over_stopped_then_started_in_one_batch_is_not_nudged(
+        ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, sessions: SessionStore,
+        unique_id: str) -> None:
+    """Two whole-item writes routed together, STOPPED then STARTED again: the second is not
+    nudged (a claim would race the holder's take-back), the stream is held, and its holder
+    takes it back and goes on."""
+    owner = sessions.start(f"w-{unique_id}", 10).owner
+    held = image(unique_id, owner=owner, expires=wall_clock_ms() + 20_000, epoch=5,
+                 status="RUNNING", last_seq=41)
+    stopped, started = image(unique_id, state="STOPPED", expires=0), image(unique_id, expires=0)
+    ddb.put_item(TableName=ddb_local.table, Item=started)
+    settings = Settings(table=ddb_local.table, queue_url=queue_url,
+                        session_table=sessions.table, skew_ms=SKEW_MS)
+    store = LeaseStore(ddb, ddb_local.table, lease_ms=20_000, skew_ms=SKEW_MS)
+    deps = RouterDeps(sqs, store, settings, sleep=lambda _s: None, sessions=sessions)
+    assert route(event(record("MODIFY", held, stopped), record("MODIFY", stopped, started)),
+                 None, deps) == {"batchItemFailures": []}
+    assert not receive_nudges(sqs, queue_url, expect=1, timeout_s=0.5)
+    with pytest.raises(AcquireFailed):
+        store.acquire(unique_id, "w-other#x")
+    taken = store.retake(Lease(unique_id, owner, 5, 0, "wss://feeds.example.test/x", 41))
+    assert taken is not None and taken[1] is False  # STARTED: it goes on
