@@ -19,7 +19,7 @@ provisioned table. Outcomes per stream:
   seqs in between are theirs to skip) and release it, keeping their checkpoint
   (``LeaseStore.release``), so the next holder resumes from it now, not after our strays pass;
 - OVERWRITTEN (no owner, our epoch gone: an app's PutItem of the whole item): take it back
-  with our owner, epoch and checkpoint (``retake``) and go on (drained and released if the
+  with our owner, epoch and checkpoint (``worker.takeback``) and go on (drained and released if the
   write set STOPPED); stopped if that is refused;
 - STOPPED: drain it (finish the handler call, close) and release with the final checkpoint;
 - StoreUnavailable: keep it; the next round writes the checkpoint again.
@@ -59,9 +59,9 @@ from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.worker.balancing import HANDOFF
 from holdfast.worker.connection import Connection
 from holdfast.worker.held import REGRESSED, STOPPED, monotonic_ms
-from holdfast.worker.iothreads import logs_failure
 from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.takeback import TakeBack, ours_to_take
 
 __all__ = ["Checkpointer"]
 
@@ -93,7 +93,10 @@ class Checkpointer:
     _anchors: list[tuple[Connection, int, asyncio.Future[bool]]] = field(default_factory=list)
     _put_off: set[str] = field(default_factory=set)  # streams the last throttled round put off
     _anchoring: asyncio.Task[None] | None = None
-    _retakes: dict[str, asyncio.Task[bool]] = field(default_factory=dict)  # by conn id
+    takeback: TakeBack = field(init=False)  # a stream an app wrote over (``worker.takeback``)
+
+    def __post_init__(self) -> None:
+        self.takeback = TakeBack(self)
 
     async def run(self) -> None:
         """Write one slice of the checkpoints every ``checkpoint_ms / slices`` until cancelled:
@@ -224,11 +227,10 @@ class Checkpointer:
                 return
             conn.log("info", "stream STOPPED, closing")
             conn.drain_to(None, STOPPED)  # to nobody, whatever a handoff's READY named
-        elif reason is LossReason.OVERWRITTEN and not conn.held.stopping and (
-                lost.current is None or lost.current.ws_url == conn.held.lease.ws_url):
+        elif ours_to_take(conn, lost) and not conn.held.stopping:
             # Delivers meanwhile: nobody else holds it yet. (Another URL: a new stream under
             # the same id, deleted and created again; stopping: its release settles it.)
-            self.retake_soon(conn, source)
+            self.takeback.soon(conn, source)
         elif reason is LossReason.REGRESSION:
             # Still ours (the owner and epoch matched): no more handler calls, then released
             # (``Endings.finish``) without overwriting the checkpoint someone moved.
@@ -246,52 +248,6 @@ class Checkpointer:
                      stored_seq=current.last_seq if current else None,
                      checkpoint=conn.held.checkpoint, source=source)
             conn.lose(str(reason))
-
-    def retake_soon(self, conn: Connection, source: str) -> None:
-        """Take back ``conn`` (``retake``) unless a take-back of it is under way already."""
-        conn_id = conn.held.lease.conn_id
-        if conn_id not in self._retakes:
-            task = asyncio.get_running_loop().create_task(self.retake(conn, source))
-            self._retakes[conn_id] = task
-            task.add_done_callback(lambda _t: self._retakes.pop(conn_id, None))
-            task.add_done_callback(logs_failure("take-back"))
-
-    async def retake(self, conn: Connection, source: str) -> bool:
-        """Take back a stream whose holding a write outside the protocol removed (an app's
-        PutItem of the whole item, ``holdfast.core.overwrites``; found by a checkpoint, or
-        the router's order): our owner, epoch and checkpoint written back, and the stream
-        goes on; stopped at once if someone claimed it meanwhile."""
-        sent = self.mono()
-        if (not conn.held.live or conn.held.stopping or sent >= conn.held.deadline()
-                or conn.held.stop_reason == HANDOFF):
-            return False  # ended, ending, or past its fence (its session may be dead)
-        try:
-            taken = await asyncio.get_running_loop().run_in_executor(
-                self.executor, self.store.retake, conn.held.lease)
-        except LeaseLost as lost:
-            if lost.reason is LossReason.OVERWRITTEN:  # not ours to take after all: stop
-                lost = LeaseLost(lost.conn_id, LossReason.LOST, lost.current)
-            self.on_lost(conn, lost, "take-back")
-            return False
-        except HoldfastError as exc:
-            # Unowned meanwhile, so another worker may claim it any moment: stop, as a
-            # refused checkpoint did (the sweeper's nudge finds it a holder).
-            conn.log("warning", "cannot take back a stream written over: stopping it",
-                     error=str(exc)[:300], source=source)
-            conn.lose("written over, not taken back")
-            return False
-        if taken is None:
-            return True  # taken back already (an order twice: its queue and its session)
-        lease, stopped = taken
-        conn.held.renewed(lease, self.fence_after(sent))
-        self.metrics.incr(names.METRIC_HOLDINGS_TAKEN_BACK)
-        conn.log("error", "the stream's item was written over outside the protocol (an app's "
-                 "PutItem of the whole item?): our holding and checkpoint written back; "
-                 "update stream items with UpdateItem", checkpoint=conn.held.checkpoint,
-                 source=source, stopped=stopped)
-        if stopped:  # the write set STOPPED: released now with our checkpoint
-            conn.drain_to(None, STOPPED)
-        return True
 
     async def fence_watch(self, tick_s: float = 0.05) -> None:
         """Abort every stream whose fence deadline has passed; runs until cancelled."""

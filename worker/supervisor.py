@@ -149,7 +149,8 @@ class Supervisor:
             start=self.holdings.start_warm,
             claim=lambda conn_id: self.holdings.claim(conn_id, SOURCE_HANDOFF), mono=mono,
             single_connection=config.single_connection,
-            withdraws=self.balancing.withdraws) if self.inbox is not None and (
+            withdraws=self.balancing.withdraws,
+            take_back=self.checkpointer.takeback.before_release) if self.inbox is not None and (
             config.orders_queue_prefix) else None
         if self.handoffs is not None:
             assert self.inbox is not None
@@ -168,12 +169,12 @@ class Supervisor:
         """Carry out an order (stop, release): the holder stops delivering and releases the
         stream itself, the only way a live holding ends (docs/concepts/protocol.md). A
         ``retake``: the holder writes back the holding a write outside the protocol removed
-        (``Checkpointer.retake``)."""
+        (``worker.takeback``)."""
         conn = self.streams.get(order.conn_id)
         if order.verb == ORDER_RETAKE:
             if conn is None or order.epoch != conn.held.lease.epoch:
                 return False  # not ours (any more): its holder, if any, finds it itself
-            self.checkpointer.retake_soon(conn, "order")
+            self.checkpointer.takeback.soon(conn, "order")
             return True
         if conn is None:
             # On its way here (an acquire or a transfer that landed before the order was

@@ -36,6 +36,7 @@ __all__ = [
     "delete_stream",
     "find_orphans",
     "find_unindexed",
+    "inserted_item",
     "restart_now",
     "scan_items",
     "set_desired_state",
@@ -98,6 +99,14 @@ def count_owned(client: DynamoDBClient, table: str, owner: str) -> int:
         ExpressionAttributeValues={":owner": {"S": owner}}))
 
 
+def inserted_item(conn_id: str, ws_url: str) -> dict[str, Any]:
+    """A new STARTED stream's whole item (the seed schema plus expiry 0), as ``create_stream``
+    writes it; written over a held stream it is what the protocol takes back
+    (``holdfast.core.overwrites``)."""
+    return {ATTR.pk: {"S": pk_for(conn_id)}, ATTR.desired_state: {"S": STARTED},
+            ATTR.ws_url: {"S": ws_url}, ATTR.lease_expires_at_ms: {"N": "0"}}
+
+
 def create_stream(client: DynamoDBClient, table: str, conn_id: str, ws_url: str, *,
                   created_at_ms: int | None = None) -> bool:
     """Insert a STARTED item (seed schema plus expiry 0); False if the id already exists.
@@ -108,11 +117,10 @@ def create_stream(client: DynamoDBClient, table: str, conn_id: str, ws_url: str,
     validate_conn_id(conn_id)
     marker = {} if created_at_ms is None else unowned.creation_marker(created_at_ms)
     try:
-        call("create_stream", client.put_item, TableName=table, Item={
-            ATTR.pk: {"S": pk_for(conn_id)}, ATTR.desired_state: {"S": STARTED},
-            ATTR.ws_url: {"S": ws_url}, ATTR.lease_expires_at_ms: {"N": "0"}, **marker,
-        }, ConditionExpression="attribute_not_exists(#pk)",
-            ExpressionAttributeNames={"#pk": ATTR.pk})
+        call("create_stream", client.put_item, TableName=table,
+             Item={**inserted_item(conn_id, ws_url), **marker},
+             ConditionExpression="attribute_not_exists(#pk)",
+             ExpressionAttributeNames={"#pk": ATTR.pk})
     except ConditionFailed:
         return False
     return True

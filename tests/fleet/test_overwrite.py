@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from holdfast.core.schema import ATTR, pk_for
+from holdfast.core.table import inserted_item
 from holdfast.testing import LocalFleet
 from tests.worker.conftest import wait_until
 
@@ -25,9 +25,7 @@ def test_an_apps_put_over_a_held_stream_keeps_one_deliverer_and_loses_nothing(
                "a checkpoint")
     before = fleet.item(conn)
     assert before is not None and before.lease_owner is not None
-    fleet.ddb.put_item(TableName=fleet.table, Item={
-        ATTR.pk: {"S": pk_for(conn)}, ATTR.desired_state: {"S": "STARTED"},
-        ATTR.ws_url: {"S": fleet.url(conn)}, ATTR.lease_expires_at_ms: {"N": "0"}})
+    fleet.ddb.put_item(TableName=fleet.table, Item=inserted_item(conn, fleet.url(conn)))
     wait_until(lambda: (item := fleet.item(conn)) is not None
                and (item.lease_owner, item.epoch) == (before.lease_owner, before.epoch),
                10, "the holding to be taken back")

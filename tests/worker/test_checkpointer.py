@@ -17,7 +17,7 @@ from holdfast.worker.balancing import HANDOFF
 from holdfast.worker.checkpointer import Checkpointer
 from holdfast.worker.connection import Connection
 from holdfast.worker.context import ConnectionContext
-from holdfast.worker.held import NO_FENCE_MS, REGRESSED, STOPPED, HeldState, HeldStream
+from holdfast.worker.held import NO_FENCE_MS, REGRESSED, HeldState, HeldStream
 from holdfast.worker.metrics import WorkerMetrics
 from holdfast.worker.protocol import QueryParamProtocol
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
@@ -51,95 +51,6 @@ async def test_a_foreign_checkpoint_stops_the_stream_still_ours(fleet: Fleet,
     assert runner.held.state is HeldState.ABORTED and runner.held.stop_reason == REGRESSED
     assert not writer.metrics.totals["LeasesLost"]
     assert item_attr(fleet.item(conn), "last_seq") == 1000  # nothing written over it
-
-
-def written_over(fleet: Fleet, conn: str, url: str = "ws://127.0.0.1:1/s/x") -> None:
-    """An app's PutItem of the stream's whole item (``Pk``, STARTED, ``url``)."""
-    fleet.ddb.put_item(TableName=fleet.table, Item={
-        "Pk": {"S": f"CONN#{conn}"}, "desired_state": {"S": "STARTED"},
-        "ws_url": {"S": url}, "lease_expires_at_ms": {"N": "0"}})
-
-
-async def test_a_stream_whose_item_was_written_over_is_taken_back_and_goes_on(
-        fleet: Fleet, unique_id: str) -> None:
-    """An app's PutItem of the whole item over a held stream: the refused checkpoint reads
-    OVERWRITTEN and the holder writes back its owner, epoch and checkpoint, the stream still
-    running (it was lost: stopped, and another claim resumed without the checkpoint)."""
-    conn = f"{unique_id}-over"
-    writer, runner = runner_for(fleet, conn, 7)
-    written_over(fleet, conn)
-    await writer.write()
-    await async_wait_until(lambda: writer.metrics.totals["HoldingsTakenBack"] == 1, 5,
-                           "taken back")
-    assert runner.held.live and not writer.metrics.totals["LeasesLost"]
-    item = fleet.item(conn)
-    assert (item_attr(item, "lease_owner"), item_attr(item, "lease_epoch")) == (
-        "me", runner.held.lease.epoch)
-    await writer.write()  # the next round writes its checkpoint as before
-    assert item_attr(fleet.item(conn), "last_seq") == 7
-
-
-async def test_a_stream_written_over_as_stopped_is_taken_back_and_drained(
-        fleet: Fleet, unique_id: str) -> None:
-    """Written over as STOPPED: taken back, then drained (its release writes the final
-    checkpoint the write removed) instead of lost with it."""
-    conn = f"{unique_id}-over-stopped"
-    writer, runner = runner_for(fleet, conn, 7)
-    fleet.ddb.put_item(TableName=fleet.table, Item={
-        "Pk": {"S": f"CONN#{conn}"}, "desired_state": {"S": "STOPPED"},
-        "ws_url": {"S": "ws://127.0.0.1:1/s/x"}})
-    await writer.write()
-    await async_wait_until(lambda: writer.metrics.totals["HoldingsTakenBack"] == 1, 5,
-                           "taken back")
-    assert runner.held.stopping and runner.held.stop_reason == STOPPED
-    assert not writer.metrics.totals["LeasesLost"]
-    assert item_attr(fleet.item(conn), "lease_owner") == "me"
-
-
-async def test_a_stream_written_over_with_another_url_is_stopped_not_taken_back(
-        fleet: Fleet, unique_id: str) -> None:
-    """Another URL under the same id (deleted and created again, or an app's new URL): a
-    new stream, whose seqs ours must not be written over: stopped, not taken back."""
-    conn = f"{unique_id}-over-url"
-    writer, runner = runner_for(fleet, conn, 7)
-    written_over(fleet, conn, "ws://127.0.0.1:1/s/new")
-    await writer.write()
-    assert not runner.held.live and writer.metrics.totals["LeasesLost"] == 1
-    assert not writer.metrics.totals["HoldingsTakenBack"]
-    assert item_attr(fleet.item(conn), "lease_owner") is None
-
-
-async def test_a_take_back_that_gets_no_answer_stops_the_stream(fleet: Fleet,
-                                                                unique_id: str) -> None:
-    """The take-back's write fails (DynamoDB unreachable): the stream, unowned meanwhile and
-    so claimable by another worker, stops at once, as a refused checkpoint did."""
-    from botocore.config import Config
-
-    from holdfast.core.boto import new_session
-
-    conn = f"{unique_id}-over-dead"
-    writer, runner = runner_for(fleet, conn, 7)
-    writer.store = LeaseStore(new_session().client(
-        "dynamodb", endpoint_url="http://127.0.0.1:1", region_name="us-east-1",
-        aws_access_key_id="x", aws_secret_access_key="x",
-        config=Config(connect_timeout=0.2, read_timeout=0.2, retries={"max_attempts": 1})),
-        fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
-    assert not await writer.retake(runner, "test")
-    assert not runner.held.live and not writer.metrics.totals["HoldingsTakenBack"]
-
-
-async def test_a_take_back_refused_for_a_claim_meanwhile_stops_the_stream(
-        fleet: Fleet, unique_id: str) -> None:
-    """Claimed by another worker between the write over it and the take-back: lost, stopped
-    at once, nothing written over the new holder's."""
-    conn = f"{unique_id}-over-taken"
-    writer, runner = runner_for(fleet, conn, 7)
-    written_over(fleet, conn)
-    other = LeaseStore(fleet.ddb, fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
-    taken = other.acquire(conn, "other")
-    assert not await writer.retake(runner, "test")
-    assert not runner.held.live and writer.metrics.totals["LeasesLost"] == 1
-    assert item_attr(fleet.item(conn), "lease_owner") == taken.owner
 
 
 async def test_a_stream_draining_for_its_handoff_is_not_checkpointed_nor_lost(

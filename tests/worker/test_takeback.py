@@ -1,0 +1,119 @@
+"""The holder's take-back of a stream whose item an app's PutItem wrote over (``worker.takeback``):
+found by a refused checkpoint or a handoff's refused transfer, on DynamoDB Local."""
+
+from __future__ import annotations
+
+from holdfast.core.handoff import READY, HandoffStep
+from holdfast.core.schema import ATTR, BACKSTOP_MS
+from holdfast.core.store import LeaseStore
+from holdfast.core.table import inserted_item
+from holdfast.worker.held import STOPPED
+from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
+from tests.worker.helpers import Recorder, item_attr, running_worker
+from tests.worker.test_checkpointer import runner_for
+from tests.worker.test_stop_seams import SUCCESSOR, _offered
+
+
+def written_over(fleet: Fleet, conn: str, url: str = "ws://127.0.0.1:1/s/x") -> None:
+    """An app's PutItem of the stream's whole item (``Pk``, STARTED, ``url``)."""
+    fleet.ddb.put_item(TableName=fleet.table, Item=inserted_item(conn, url))
+
+
+async def test_a_stream_whose_item_was_written_over_is_taken_back_and_goes_on(
+        fleet: Fleet, unique_id: str) -> None:
+    """An app's PutItem of the whole item over a held stream: the refused checkpoint reads
+    OVERWRITTEN and the holder writes back its owner, epoch and checkpoint, the stream still
+    running (it was lost: stopped, and another claim resumed without the checkpoint)."""
+    conn = f"{unique_id}-over"
+    writer, runner = runner_for(fleet, conn, 7)
+    written_over(fleet, conn)
+    await writer.write()
+    await async_wait_until(lambda: writer.metrics.totals["HoldingsTakenBack"] == 1, 5,
+                           "taken back")
+    assert runner.held.live and not writer.metrics.totals["LeasesLost"]
+    item = fleet.item(conn)
+    assert (item_attr(item, "lease_owner"), item_attr(item, "lease_epoch")) == (
+        "me", runner.held.lease.epoch)
+    await writer.write()  # the next round writes its checkpoint as before
+    assert item_attr(fleet.item(conn), "last_seq") == 7
+
+
+async def test_a_stream_written_over_as_stopped_is_taken_back_and_drained(
+        fleet: Fleet, unique_id: str) -> None:
+    """Written over as STOPPED: taken back, then drained (its release writes the final
+    checkpoint the write removed) instead of lost with it."""
+    conn = f"{unique_id}-over-stopped"
+    writer, runner = runner_for(fleet, conn, 7)
+    fleet.ddb.put_item(TableName=fleet.table, Item={
+        "Pk": {"S": f"CONN#{conn}"}, "desired_state": {"S": "STOPPED"},
+        "ws_url": {"S": "ws://127.0.0.1:1/s/x"}})
+    await writer.write()
+    await async_wait_until(lambda: writer.metrics.totals["HoldingsTakenBack"] == 1, 5,
+                           "taken back")
+    assert runner.held.stopping and runner.held.stop_reason == STOPPED
+    assert not writer.metrics.totals["LeasesLost"]
+    assert item_attr(fleet.item(conn), "lease_owner") == "me"
+
+
+async def test_a_stream_written_over_with_another_url_is_stopped_not_taken_back(
+        fleet: Fleet, unique_id: str) -> None:
+    """Another URL under the same id (deleted and created again, or an app's new URL): a
+    new stream, whose seqs ours must not be written over: stopped, not taken back."""
+    conn = f"{unique_id}-over-url"
+    writer, runner = runner_for(fleet, conn, 7)
+    written_over(fleet, conn, "ws://127.0.0.1:1/s/new")
+    await writer.write()
+    assert not runner.held.live and writer.metrics.totals["LeasesLost"] == 1
+    assert not writer.metrics.totals["HoldingsTakenBack"]
+    assert item_attr(fleet.item(conn), "lease_owner") is None
+
+
+async def test_a_take_back_that_gets_no_answer_stops_the_stream(fleet: Fleet,
+                                                                unique_id: str) -> None:
+    """The take-back's write fails (DynamoDB unreachable): the stream, unowned meanwhile and
+    so claimable by another worker, stops at once, as a refused checkpoint did."""
+    from botocore.config import Config
+
+    from holdfast.core.boto import new_session
+
+    conn = f"{unique_id}-over-dead"
+    writer, runner = runner_for(fleet, conn, 7)
+    writer.store = LeaseStore(new_session().client(
+        "dynamodb", endpoint_url="http://127.0.0.1:1", region_name="us-east-1",
+        aws_access_key_id="x", aws_secret_access_key="x",
+        config=Config(connect_timeout=0.2, read_timeout=0.2, retries={"max_attempts": 1})),
+        fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
+    assert not await writer.takeback.retake(runner, "test")
+    assert not runner.held.live and not writer.metrics.totals["HoldingsTakenBack"]
+
+
+async def test_a_take_back_refused_for_a_claim_meanwhile_stops_the_stream(
+        fleet: Fleet, unique_id: str) -> None:
+    """Claimed by another worker between the write over it and the take-back: lost, stopped
+    at once, nothing written over the new holder's."""
+    conn = f"{unique_id}-over-taken"
+    writer, runner = runner_for(fleet, conn, 7)
+    written_over(fleet, conn)
+    other = LeaseStore(fleet.ddb, fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
+    taken = other.acquire(conn, "other")
+    assert not await writer.takeback.retake(runner, "test")
+    assert not runner.held.live and writer.metrics.totals["LeasesLost"] == 1
+    assert item_attr(fleet.item(conn), "lease_owner") == taken.owner
+
+
+async def test_a_stream_written_over_during_its_handoff_is_released_with_its_checkpoint(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The app's PutItem lands while the stream is handed over: the transfer is refused, and
+    the holder takes the stream back and releases it with its checkpoint (treated as lost,
+    it wrote nothing, and the next holder started at the upstream's head: seqs skipped)."""
+    rec, conn = Recorder(), f"{unique_id}-over-handoff"
+    async with running_worker(fleet, rec) as run:
+        epoch = await _offered(fleet, upstream, run, rec, conn)
+        written_over(fleet, conn, upstream.url(conn))
+        run.worker.handoffs.on_step(HandoffStep(READY, conn, epoch, None, SUCCESSOR))
+        await async_wait_until(lambda: conn not in run.worker.streams, 5, "released")
+        assert run.worker.metrics.totals["HoldingsTakenBack"] == 1
+        handled = max(rec.seqs(conn))
+    item = fleet.item(conn)
+    assert ATTR.lease_owner not in item and ATTR.successor not in item, item
+    assert item_attr(item, ATTR.last_seq) == handled
