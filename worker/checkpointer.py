@@ -248,6 +248,8 @@ class Checkpointer:
                      stored_seq=current.last_seq if current else None,
                      checkpoint=conn.held.checkpoint, source=source)
             conn.lose(str(reason))
+            if reason is LossReason.OVERWRITTEN:  # stopping, or another URL: see give_back
+                self.takeback.give_back_soon(conn, source)
 
     async def fence_watch(self, tick_s: float = 0.05) -> None:
         """Abort every stream whose fence deadline has passed; runs until cancelled."""

@@ -69,6 +69,9 @@ class Endings:
         self.transfer: Callable[[Connection], Awaitable[str]] | None = None
         # A release named its successor: tell it at once (``Handoffs.released``).
         self.named_release: Callable[[str, str], None] | None = None
+        # A release found the item written over: take it back for its checkpoint
+        # (``TakeBack.give_back_soon``).
+        self.give_back: Callable[[Connection, str], None] | None = None
         # Ended (aborted at the stop's deadline) while their transfer was in flight: finished
         # when it fails, which leaves them ours (``_passed``); the tasks that do it.
         self._after_transfer: set[Connection] = set()
@@ -198,6 +201,8 @@ class Endings:
                 conn.log("error", "release failed", error=str(exc)[:300])
                 return "failed"
             if lost is not None:
+                if lost is LossReason.OVERWRITTEN and self.give_back is not None:
+                    self.give_back(conn, "release")
                 return f"not_ours_{lost}"
             conn.log("info", "released", checkpoint=held.checkpoint, handled=held.cursor.handled,
                      successor=successor)

@@ -62,8 +62,6 @@ if TYPE_CHECKING:
 __all__ = ["Handoffs"]
 
 logger = Logger(service=WORKER_LOGGER, child=True)
-# ``TakeBack.before_release``: (stream, the transfer's refusal, source) -> taken back.
-TakeBackFn = Callable[["Connection", LeaseLost, str], Awaitable[bool]]
 _TICK_S = 0.2
 _AWAIT_S = 0.05  # how often a stop waiting for successors looks again
 
@@ -87,13 +85,13 @@ class Handoffs:
                  claim: Callable[[str], Awaitable[object]],
                  mono: Callable[[], int], single_connection: bool,
                  withdraws: Callable[[str, str], bool] = lambda _conn, _to: False,
-                 take_back: TakeBackFn | None = None) -> None:
+                 give_back: Callable[[Connection, str], None] | None = None) -> None:
         self.outbox = outbox
         self.store, self.streams, self.ctx = store, streams, ctx
         self.owner, self.room, self.start, self.claim = owner, room, start, claim
         self.mono, self.single_connection = mono, single_connection
         self.withdraws = withdraws  # a shed whose successor the decider dropped (at READY)
-        self.take_back = take_back  # a transfer found the item written over (worker.takeback)
+        self.give_back = give_back  # a transfer found the item written over (worker.takeback)
         self.offers: dict[str, _Offer] = {}
         # Whom a stop hands a stream to (its pinned successors; None: not stopping).
         self.stop_successor: Callable[[], str | None] | None = None
@@ -186,13 +184,11 @@ class Handoffs:
                                          successor)
         except LeaseLost as lost:
             self._send(successor, HandoffStep(ABORT, conn.conn_id, held.lease.epoch, None, me))
-            if self.take_back is not None and await self.take_back(conn, lost, "handoff"):
+            if lost.reason is LossReason.OVERWRITTEN and self.give_back is not None:
                 # An app's PutItem of the whole item removed our holding and checkpoint:
-                # written back, and released to nobody with that checkpoint (the successor
-                # that connected from it may claim it), or its next holder would start at
-                # the upstream's head.
-                conn.handoff_to = ""
-                return "failed"
+                # taken back and released with that checkpoint (``worker.takeback``), or its
+                # next holder would start at the upstream's head.
+                self.give_back(conn, "handoff")
             if lost.reason in (LossReason.STOPPED, LossReason.REGRESSION):
                 # Still ours: stopped by its operator meanwhile (a transfer needs STARTED), or
                 # its stored checkpoint moved past ours by someone else (the release keeps

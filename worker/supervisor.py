@@ -140,6 +140,7 @@ class Supervisor:
             admit_connect=self.budget.admit,
             loop_lag_ms=self.loop_clock.lag_ms)
         self.tasks = self.holdings.tasks  # the connection tasks, awaited by the stop
+        self.holdings.endings.give_back = self.checkpointer.takeback.give_back_soon
         # Make-before-break handoffs: they need order queues (ours and the successor's).
         self.outbox = Outbox(sqs=sqs, queue_url=config.queue_url,  # unused without handoffs
                              prefix=config.orders_queue_prefix or "")
@@ -150,7 +151,7 @@ class Supervisor:
             claim=lambda conn_id: self.holdings.claim(conn_id, SOURCE_HANDOFF), mono=mono,
             single_connection=config.single_connection,
             withdraws=self.balancing.withdraws,
-            take_back=self.checkpointer.takeback.before_release) if self.inbox is not None and (
+            give_back=self.checkpointer.takeback.give_back_soon) if self.inbox is not None and (
             config.orders_queue_prefix) else None
         if self.handoffs is not None:
             assert self.inbox is not None

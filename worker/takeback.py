@@ -6,9 +6,12 @@ whose refused checkpoint finds it, as the router's ``retake`` order does.
   stream delivers on (drained and released if the write set STOPPED); stopped at once if the
   write is refused (someone claimed it meanwhile) or gets no answer (unowned, it is
   claimable any moment);
-- **ending** (``before_release``): a stream on its way out whose last write found it written
-  over (a handoff's transfer) is taken back only so that its release can write the
-  checkpoint the write removed: its next holder resumes there, not at the upstream's head.
+- **giving back** (``give_back_soon``): a stream that stops delivering without having taken
+  it back (the take-back got no answer; a handoff's transfer, a release or a checkpoint of a
+  stopping stream found the item written over) is taken back only to be released at once
+  with its checkpoint, which the write removed: its next holder resumes there, not at the
+  upstream's head (seqs skipped). Tried again while DynamoDB does not answer, for a session
+  TTL: as long as the router holds such a stream out of claims.
 
 Only on the stream's own URL (``ours_to_take``): an item naming another is another stream
 under the same id, whose seqs ours must not be written over.
@@ -17,10 +20,14 @@ under the same id, whose seqs ours must not be written over.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import itertools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from holdfast.core import names
-from holdfast.core.exceptions import HoldfastError, LeaseLost, LossReason
+from holdfast.core import names, rules
+from holdfast.core.exceptions import HoldfastError, LeaseLost, LossReason, StoreUnavailable
+from holdfast.core.model import str_attr
+from holdfast.core.schema import ATTR
 from holdfast.worker.balancing import HANDOFF
 from holdfast.worker.connection import Connection
 from holdfast.worker.held import STOPPED
@@ -31,11 +38,19 @@ if TYPE_CHECKING:
 
 __all__ = ["TakeBack", "ours_to_take"]
 
+T = TypeVar("T")
+
 
 def ours_to_take(conn: Connection, lost: LeaseLost) -> bool:
     """``lost`` says the stream was written over on ``conn``'s own URL."""
     return lost.reason is LossReason.OVERWRITTEN and (
-        lost.current is None or lost.current.ws_url == conn.held.lease.ws_url)
+        lost.current is None or _our_url(conn, lost.current.ws_url))
+
+
+def _our_url(conn: Connection, url: str | None) -> bool:
+    # Another URL under our id is another stream (deleted and created again, or an app's new
+    # URL): its seqs are not ours, and ours must not be written over it.
+    return url == conn.held.lease.ws_url
 
 
 class TakeBack:
@@ -44,6 +59,7 @@ class TakeBack:
     def __init__(self, checkpointer: Checkpointer) -> None:
         self.cp = checkpointer
         self._running: dict[str, asyncio.Task[bool]] = {}  # by conn id
+        self._giving: dict[str, asyncio.Task[bool]] = {}  # by conn id
 
     def soon(self, conn: Connection, source: str) -> None:
         """Take back ``conn`` (``retake``) unless a take-back of it is under way already."""
@@ -57,7 +73,7 @@ class TakeBack:
     async def retake(self, conn: Connection, source: str) -> bool:
         """Take back a stream that goes on (found by a checkpoint, or the router's order)."""
         if conn.held.stopping or conn.held.stop_reason == HANDOFF:
-            return False  # ending: its release settles it (a transfer's, ``before_release``)
+            return False  # ending: given back by whatever finds it (``give_back_soon``)
         try:
             stopped = await self._write(conn, source)
         except LeaseLost as lost:
@@ -66,28 +82,63 @@ class TakeBack:
             self.cp.on_lost(conn, lost, "take-back")
             return False
         except HoldfastError as exc:
-            # Unowned meanwhile, so another worker may claim it any moment: stop, as a
-            # refused checkpoint did (the sweeper's nudge finds it a holder).
+            # Unowned meanwhile, so another worker may claim it once the router's hold ends:
+            # stop at once, and give it back with our checkpoint if DynamoDB answers in time.
             conn.log("warning", "cannot take back a stream written over: stopping it",
                      error=str(exc)[:300], source=source)
             conn.lose("written over, not taken back")
+            self.give_back_soon(conn, source)
             return False
         if stopped:  # the write set STOPPED: released now with our checkpoint
             conn.drain_to(None, STOPPED)
         return stopped is not None
 
-    async def before_release(self, conn: Connection, lost: LeaseLost, source: str) -> bool:
-        """Take back a stream on its way out whose write ``lost`` found written over, so that
-        its release (the caller's, to nobody) writes its checkpoint; False if it is not
-        ours to take or the write failed (the caller treats it as lost)."""
-        if not ours_to_take(conn, lost):
-            return False
-        try:
-            return await self._write(conn, source) is not None
-        except HoldfastError as exc:
-            conn.log("warning", "cannot take back a stream written over: not released",
-                     error=str(exc)[:300], source=source)
-            return False
+    def give_back_soon(self, conn: Connection, source: str) -> None:
+        """Take back ``conn``, which no longer delivers, and release it with its checkpoint
+        (``give_back``), unless that is under way already."""
+        conn_id = conn.held.lease.conn_id
+        if conn_id not in self._giving:
+            task = asyncio.get_running_loop().create_task(self.give_back(conn, source))
+            self._giving[conn_id] = task
+            task.add_done_callback(lambda _t: self._giving.pop(conn_id, None))
+            task.add_done_callback(logs_failure("giving back"))
+
+    async def give_back(self, conn: Connection, source: str) -> bool:
+        """Take back a stream written over that delivers no more and release it with its
+        checkpoint; False if it was not ours to take (claimed since, another URL, past its
+        fence) or DynamoDB did not answer for a session TTL."""
+        cp, held = self.cp, conn.held
+        lease, checkpoint = held.lease, held.checkpoint
+        until = cp.mono() + cp.timing.lease_ms
+        for attempt in itertools.count():
+            sent = cp.mono()
+            if sent >= held.deadline() or sent >= until:
+                conn.log("warning", "a stream written over was not given back: its next "
+                         "holder starts without its checkpoint", source=source)
+                return False
+            try:
+                raw = await self._run(cp.store.get_raw, lease.conn_id)
+                if raw is None or not rules.written_over(raw, lease.epoch) or not _our_url(
+                        conn, str_attr(raw, ATTR.ws_url)):
+                    return False  # gone, claimed since, or another stream under our id
+                taken = await self._run(cp.store.retake, lease)
+                if taken is not None:
+                    self._taken(conn, checkpoint, source)
+                    lease = taken[0]
+                lost = await self._run(cp.store.release, lease, checkpoint)
+            except LeaseLost:
+                return False  # claimed meanwhile: not ours to give back
+            except StoreUnavailable:
+                await asyncio.sleep(0.2 * min(attempt + 1, 5))
+                continue
+            except HoldfastError as exc:
+                conn.log("warning", "cannot give back a stream written over",
+                         error=str(exc)[:300], source=source)
+                return False
+            conn.log("info", "a stream written over given back with its checkpoint",
+                     checkpoint=checkpoint, lost=str(lost) if lost else None)
+            return lost is None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _write(self, conn: Connection, source: str) -> bool | None:
         """The take-back's write: whether the write over it set STOPPED (logged and counted;
@@ -97,15 +148,21 @@ class TakeBack:
         sent = cp.mono()
         if not held.live or sent >= held.deadline():
             return None  # ended, or past its fence (its session may be dead)
-        taken = await asyncio.get_running_loop().run_in_executor(
-            cp.executor, cp.store.retake, held.lease)
+        taken = await self._run(cp.store.retake, held.lease)
         if taken is None:
             return False  # ours already: nothing written
         lease, stopped = taken
         held.renewed(lease, cp.fence_after(sent))
-        cp.metrics.incr(names.METRIC_HOLDINGS_TAKEN_BACK)
+        self._taken(conn, held.checkpoint, source, stopped=stopped)
+        return stopped
+
+    def _taken(self, conn: Connection, checkpoint: int | None, source: str,
+               **fields: object) -> None:
+        self.cp.metrics.incr(names.METRIC_HOLDINGS_TAKEN_BACK)
         conn.log("error", "the stream's item was written over outside the protocol (an app's "
                  "PutItem of the whole item?): our holding and checkpoint written back; "
-                 "update stream items with UpdateItem", checkpoint=held.checkpoint,
-                 source=source, stopped=stopped)
-        return stopped
+                 "update stream items with UpdateItem", checkpoint=checkpoint, source=source,
+                 **fields)
+
+    async def _run(self, call: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.cp.executor, call, *args)

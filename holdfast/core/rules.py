@@ -178,7 +178,9 @@ def release_found(raw: Mapping[str, Any] | None, owner: str, epoch: int,
     whose answer was lost) says of the release by (``owner``, ``epoch``) naming
     ``successor``: the one judgement of a lone release and of a batch's statements. A
     botocore retry of a release that landed finds no owner, or the named successor's lease
-    (it acquires within a second of a handoff's release); one still ours was not written."""
+    (it acquires within a second of a handoff's release); one still ours was not written;
+    one with no owner and our epoch gone or lowered was written over outside the protocol
+    (``written_over``: lost, so its holder can take it back for its checkpoint)."""
     if not raw:
         return ReleaseFound.LANDED  # nothing left to hold
     if held_by(raw, owner, epoch):
@@ -186,7 +188,8 @@ def release_found(raw: Mapping[str, Any] | None, owner: str, epoch: int,
         # successor's lease always has a newer epoch.
         return ReleaseFound.STILL_OURS
     holder = str_attr(raw, ATTR.lease_owner)
-    if holder is None or (successor is not None and holder == successor):
+    if (holder is None and not written_over(raw, epoch)) or (
+            successor is not None and holder == successor):
         return ReleaseFound.LANDED
     return ReleaseFound.LOST
 

@@ -174,6 +174,17 @@ def test_a_release_has_landed_with_no_owner_or_with_the_successor_it_named() -> 
     assert rules.release_found(owned, "w2", 7, "w2") is found.STILL_OURS  # named itself
 
 
+def test_a_release_finding_the_item_written_over_has_not_landed() -> None:
+    """No owner and our epoch gone or lowered (an app's PutItem of the whole item): lost,
+    so its holder gives it back with its checkpoint (taken as landed, the checkpoint the
+    write removed stayed removed); the epoch kept (our own release): landed."""
+    found = rules.ReleaseFound
+    assert rules.release_found({ATTR.desired_state: {"S": "STARTED"}}, "w1", 7,
+                               None) is found.LOST
+    assert rules.release_found({ATTR.epoch: {"N": "6"}}, "w1", 7, None) is found.LOST
+    assert rules.release_found({ATTR.epoch: {"N": "7"}}, "w1", 7, None) is found.LANDED
+
+
 def test_held_by_needs_the_owner_and_the_epoch() -> None:
     """Still held: the same owner under the same epoch."""
     item = {ATTR.lease_owner: {"S": "w1"}, ATTR.epoch: {"N": "7"}}

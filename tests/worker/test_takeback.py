@@ -3,13 +3,16 @@ found by a refused checkpoint or a handoff's refused transfer, on DynamoDB Local
 
 from __future__ import annotations
 
+from holdfast.core.exceptions import StoreUnavailable
 from holdfast.core.handoff import READY, HandoffStep
+from holdfast.core.model import Lease
+from holdfast.core.orders import Order
 from holdfast.core.schema import ATTR, BACKSTOP_MS
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import inserted_item
 from holdfast.worker.held import STOPPED
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
-from tests.worker.helpers import Recorder, item_attr, running_worker
+from tests.worker.helpers import Recorder, item_attr, running_worker, start_held
 from tests.worker.test_checkpointer import runner_for
 from tests.worker.test_stop_seams import SUCCESSOR, _offered
 
@@ -111,9 +114,57 @@ async def test_a_stream_written_over_during_its_handoff_is_released_with_its_che
         epoch = await _offered(fleet, upstream, run, rec, conn)
         written_over(fleet, conn, upstream.url(conn))
         run.worker.handoffs.on_step(HandoffStep(READY, conn, epoch, None, SUCCESSOR))
-        await async_wait_until(lambda: conn not in run.worker.streams, 5, "released")
-        assert run.worker.metrics.totals["HoldingsTakenBack"] == 1
+        await async_wait_until(lambda: run.worker.metrics.totals["HoldingsTakenBack"] == 1
+                               and ATTR.last_seq in fleet.item(conn), 5, "given back")
         handled = max(rec.seqs(conn))
     item = fleet.item(conn)
     assert ATTR.lease_owner not in item and ATTR.successor not in item, item
     assert item_attr(item, ATTR.last_seq) == handled
+
+
+async def test_a_stopping_stream_whose_release_finds_it_written_over_is_given_back(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """Written over while it drains for a stop: its release (no owner found) was taken as
+    landed, and the checkpoint the write removed stayed removed; now it is taken back and
+    released with it."""
+    rec, conn = Recorder(), f"{unique_id}-over-release"
+    async with running_worker(fleet, rec) as run:
+        await start_held(fleet, upstream, run, [conn])
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 2, 5, "messages")
+        epoch = run.worker.streams[conn].held.lease.epoch
+        written_over(fleet, conn, upstream.url(conn))
+        assert run.worker.carry_out(Order.stop(conn, epoch))
+        await async_wait_until(lambda: run.worker.metrics.totals["HoldingsTakenBack"] == 1
+                               and ATTR.last_seq in fleet.item(conn), 5, "given back")
+        handled = max(rec.seqs(conn))
+    item = fleet.item(conn)
+    assert ATTR.lease_owner not in item and item_attr(item, ATTR.last_seq) == handled
+
+
+class _NoAnswerOnce(LeaseStore):
+    """DynamoDB does not answer the first take-back."""
+
+    failed = False
+
+    def retake(self, lease: Lease) -> tuple[Lease, bool] | None:
+        if not self.failed:
+            self.failed = True
+            raise StoreUnavailable("retake", "no answer")
+        return super().retake(lease)
+
+
+async def test_a_take_back_without_an_answer_gives_the_stream_back_with_its_checkpoint(
+        fleet: Fleet, unique_id: str) -> None:
+    """The take-back gets no answer: the stream stops at once (unowned, it is claimable once
+    the router's hold ends), and is given back with its checkpoint when DynamoDB answers
+    (it was left with none: its next holder started at the upstream's head)."""
+    conn = f"{unique_id}-over-retry"
+    writer, runner = runner_for(fleet, conn, 7)
+    writer.store = _NoAnswerOnce(fleet.ddb, fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
+    written_over(fleet, conn)
+    assert not await writer.takeback.retake(runner, "test")
+    assert not runner.held.live
+    await async_wait_until(lambda: ATTR.last_seq in fleet.item(conn), 5, "given back")
+    item = fleet.item(conn)
+    assert ATTR.lease_owner not in item and item_attr(item, ATTR.last_seq) == 7
+    assert writer.metrics.totals["HoldingsTakenBack"] == 1
