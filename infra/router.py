@@ -44,12 +44,14 @@ def orders_queue_prefix(stack_name: str, fleet_name: str = DEFAULT_FLEET_NAME) -
 
 def normalise_statement(table_arn: str) -> iam.PolicyStatement:
     """The one write the router may make: ``LeaseStore.normalise`` (SET lease_expires_at_ms: 0,
-    or a stream written over held for its holder's take-back).
+    or a stream written over held for its holder's take-back, conditioned on no ``status``).
 
     IAM cannot say "only this update expression", but it can pin what the request touches:
-    - ``dynamodb:Attributes`` (ForAllValues): only the key, the attribute the condition reads
-      and the one it sets; an update naming any other attribute (owner, epoch, checkpoint) is
-      denied, so a bug or a hijacked router cannot steal or corrupt a lease.
+    - ``dynamodb:Attributes`` (ForAllValues): only the key, the attributes the condition
+      reads and the one it sets (IAM cannot tell a condition's from a write's: a router could
+      set ``status``, which frees and claims nothing); an update naming any other attribute
+      (owner, epoch, checkpoint) is denied, so a bug or a hijacked router cannot steal or
+      corrupt a lease.
     - ``dynamodb:ReturnValues`` = NONE: the router never reads items back through a write.
     - ``dynamodb:LeadingKeys`` (ForAllValues, ``CONN#*``): only lease items.
     """
@@ -59,6 +61,7 @@ def normalise_statement(table_arn: str) -> iam.PolicyStatement:
         conditions={
             "ForAllValues:StringEquals": {"dynamodb:Attributes": [
                 schema.PARTITION_KEY, schema.ATTR.desired_state, schema.ATTR.lease_expires_at_ms,
+                schema.ATTR.status,
             ]},
             "StringEqualsIfExists": {"dynamodb:ReturnValues": "NONE"},
             "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{schema.PK_PREFIX}*"]},

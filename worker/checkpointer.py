@@ -229,7 +229,7 @@ class Checkpointer:
             conn.drain_to(None, STOPPED)  # to nobody, whatever a handoff's READY named
         elif ours_to_take(conn, lost) and not conn.held.stopping:
             # Delivers meanwhile: nobody else holds it yet. (Another URL: a new stream under
-            # the same id, deleted and created again; stopping: its release settles it.)
+            # the same id, deleted and created again; stopping: given back, below.)
             self.takeback.soon(conn, source)
         elif reason is LossReason.REGRESSION:
             # Still ours (the owner and epoch matched): no more handler calls, then released

@@ -26,7 +26,7 @@ from holdfast.core.judgements import parse_or_none
 from holdfast.core.model import Lease, int_attr, str_attr
 from holdfast.core.schema import ATTR, LeaseStatus
 
-__all__ = ["Overwrite", "overwritten_holding", "retake_clauses"]
+__all__ = ["Overwrite", "overwritten_holding", "retake_clauses", "take_back_hold"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,16 @@ def overwritten_holding(old_image: Mapping[str, Any] | None,
         return None
     return Overwrite(conn_id=new.conn_id, owner=owner, epoch=epoch,
                      retake=str_attr(old_image or {}, ATTR.ws_url) == new.ws_url)
+
+
+def take_back_hold(image: Mapping[str, Any] | None, now_ms: int, skew_ms: int) -> int | None:
+    """The end of the router's hold on ``image`` (an item written over, held out of claims
+    for its holder's take-back: unowned, no ``status``, which every write of the protocol
+    sets, and an expiry still to come), or None."""
+    if not image or str_attr(image, ATTR.lease_owner) is not None or ATTR.status in image:
+        return None
+    expires = int_attr(image, ATTR.lease_expires_at_ms)
+    return None if expires is None or rules.is_expired(expires, now_ms, skew_ms) else expires
 
 
 def retake_clauses(lease: Lease, seq: int | None, now: int,

@@ -304,10 +304,13 @@ class LeaseStore:
         """Give an item without ``lease_expires_at_ms`` the value 0, so the GSI sees it; with
         ``at_least_ms``, also raise a lower one to it (never lower it: a holder's backstop
         or a back-off stays), so no worker claims the stream before (the router's hold of a
-        stream written over, for its holder's take-back). Whether it wrote."""
+        stream written over, for its holder's take-back: only while no write of the protocol
+        came since, each of which sets a ``status``). Whether it wrote."""
+        condition = "attribute_exists(#ds) AND (attribute_not_exists(#exp) OR #exp < :exp)"
+        if at_least_ms:
+            condition += " AND attribute_not_exists(#status)"
         try:
-            self._update("normalise", conn_id, "SET #exp = :exp",
-                         "attribute_exists(#ds) AND (attribute_not_exists(#exp) OR #exp < :exp)",
+            self._update("normalise", conn_id, "SET #exp = :exp", condition,
                          {":exp": num(at_least_ms)})
         except ConditionFailed:
             return False

@@ -47,6 +47,8 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
     new image not STARTED (STARTED -> STOPPED, ...)              -> skip "not_started"
     REMOVE (delete, TTL delete)                                  -> skip "removed"
     no owner before and after, nothing newly claimable           -> skip "unchanged"/"normalised"
+    an item held for its holder's take-back written again        -> skip "held", held again
+      before the take-back landed                                   until the same end
 
 The router never frees an owned stream: only its holder (told by an order) or the reaper of a
 dead session may (``docs/concepts/protocol.md``). A stream whose owner is not a live session is the
@@ -80,7 +82,7 @@ from holdfast.core.model import (
     str_attr,
 )
 from holdfast.core.nudge import MAX_URL_CHARS, URL_FRESH_MS, nudge_delay_s
-from holdfast.core.overwrites import overwritten_holding
+from holdfast.core.overwrites import overwritten_holding, take_back_hold
 from holdfast.core.schema import ATTR, STOPPED, LeaseStatus, conn_id_from_pk
 from holdfast.lambdas.router.decision import Decision, Outcome, Reason
 
@@ -140,6 +142,13 @@ def decide(event_name: str | None, old_image: Image | None, new_image: Image | N
                         new.conn_id, overwrite.epoch, owner=overwrite.owner,
                         normalise=new.started and new.lease_expires_at_ms is None,
                         hold_until_ms=hold)
+    held_until = take_back_hold(old_image, now_ms, skew_ms) if event_name == "MODIFY" else None
+    if (held_until is not None and new.lease_owner is None and ATTR.status not in new_image
+            and (new.lease_expires_at_ms or 0) < held_until):
+        # Written over again (or set STARTED again) before its holder took it back: held
+        # again until the same end, and no nudge (a claim now would be a second deliverer).
+        return Decision(Outcome.SKIP, Reason.HELD, new.conn_id, new.epoch,
+                        hold_until_ms=held_until)
     if not new.started:
         old_state = parse_or_none(old_image)
         if new.lease_owner is not None and (old_state is None or old_state.started):

@@ -39,6 +39,7 @@ class Reason(StrEnum):
     REMOVED = "removed"
     UNCHANGED = "unchanged"
     NORMALISED = "normalised"
+    HELD = "held"  # written again while held for its holder's take-back (``core.overwrites``)
     DEFERRED = "deferred"
     MALFORMED = "malformed"
 
@@ -67,6 +68,14 @@ class Decision:
         """True if the router may write anything (nudge, order, release, normalisation)."""
         return (self.outcome in (Outcome.NUDGE, Outcome.ORDER) or self.normalise
                 or self.hold_until_ms is not None)
+
+    @property
+    def outside_protocol(self) -> bool:
+        """A nudge for a write of an app or an operator (an insert, a start, a change, a
+        back-off cleared), not a holder's release: withheld while the stream is held for
+        its holder's take-back."""
+        return self.reason in (Reason.INSERTED, Reason.STARTED, Reason.CHANGED,
+                               Reason.REARMED)
 
     def order(self) -> Order | None:
         """The order this decision gives its owner (None: not an order)."""

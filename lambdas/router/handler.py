@@ -178,15 +178,14 @@ def _send(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> Non
     # One nudge per (connection, delay): a burst of records about one item nudges it once.
     wanted: dict[tuple[str, int], Nudge] = {}
     records_of: dict[tuple[str, int], list[str]] = {}
-    held: set[str | None] = set()
+    held = {d.conn_id for d in plan.decisions.values() if d.hold_until_ms is not None}
     for seq, decision in plan.decisions.items():
         nudge = decision.nudge()
-        if decision.hold_until_ms is not None:
-            held.add(decision.conn_id)
-        elif nudge is not None and nudge.conn_id in held:
-            # Written over earlier in this batch (then started again): its holder takes it
-            # back, and a claim now would make a second deliverer. The hold's end is the
-            # sweeper's to nudge, should the holder be gone.
+        if nudge is not None and nudge.conn_id in held and decision.outside_protocol:
+            # Written over in this batch (and written again, before or after): its holder
+            # takes it back, and a claim now would make a second deliverer (a holder's
+            # release still nudges). The hold's end is the sweeper's to nudge, should the
+            # holder be gone.
             plan.counts["nudge_withheld"] += 1
             logger.info("nudge withheld: held for its holder's take-back",
                         conn_id=nudge.conn_id, reason=nudge.reason)

@@ -142,7 +142,7 @@ def test_router_role_reads_the_stream_sends_normalises_and_orders_stops(
         s["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"])): s["Condition"]
         for s in statements if s["Action"] == "dynamodb:UpdateItem"}
     normalise = (schema.PARTITION_KEY, schema.ATTR.desired_state,
-                 schema.ATTR.lease_expires_at_ms)
+                 schema.ATTR.lease_expires_at_ms, schema.ATTR.status)
     assert set(updates) == {(leases, normalise), (sessions, ROUTER_SESSION_ATTRIBUTES)}
     assert schema.SESSION.orders in ROUTER_SESSION_ATTRIBUTES
     # Never the heartbeat, expiry or TTL: a router cannot keep a session alive or kill it.

@@ -3,6 +3,8 @@ found by a refused checkpoint or a handoff's refused transfer, on DynamoDB Local
 
 from __future__ import annotations
 
+import pytest
+
 from holdfast.core.exceptions import StoreUnavailable
 from holdfast.core.handoff import READY, HandoffStep
 from holdfast.core.model import Lease
@@ -104,13 +106,16 @@ async def test_a_take_back_refused_for_a_claim_meanwhile_stops_the_stream(
     assert item_attr(fleet.item(conn), "lease_owner") == taken.owner
 
 
+@pytest.mark.parametrize("single", [False, True], ids=["warm", "one-connection"])
 async def test_a_stream_written_over_during_its_handoff_is_released_with_its_checkpoint(
-        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
-    """The app's PutItem lands while the stream is handed over: the transfer is refused, and
-    the holder takes the stream back and releases it with its checkpoint (treated as lost,
-    it wrote nothing, and the next holder started at the upstream's head: seqs skipped)."""
-    rec, conn = Recorder(), f"{unique_id}-over-handoff"
-    async with running_worker(fleet, rec) as run:
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str, single: bool) -> None:
+    """The app's PutItem lands while the stream is handed over (its socket open, or closed
+    first where one connection at a time is required): the transfer is refused, and the
+    holder takes the stream back and releases it with its checkpoint (treated as lost, it
+    wrote nothing, and the next holder started at the upstream's head: seqs skipped)."""
+    rec, conn = Recorder(), f"{unique_id}-over-handoff-{single}"
+    async with running_worker(fleet, rec,
+                              HOLDFAST_SINGLE_CONNECTION="true" if single else "false") as run:
         epoch = await _offered(fleet, upstream, run, rec, conn)
         written_over(fleet, conn, upstream.url(conn))
         run.worker.handoffs.on_step(HandoffStep(READY, conn, epoch, None, SUCCESSOR))

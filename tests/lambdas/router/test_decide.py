@@ -351,3 +351,17 @@ def test_an_overwrite_holds_the_stream_out_of_claims_for_a_session_ttl() -> None
                   created_ms=NOW - 600_000)
     assert (late.hold_until_ms, late.normalise, late.reason) == (None, True, Reason.RETAKE)
     assert decide("MODIFY", STARTED_FREE, image(C, expires=0), NOW).hold_until_ms is None
+
+
+def test_an_item_held_for_a_take_back_and_written_again_is_held_again() -> None:
+    """Held for its holder's take-back (no owner, no status, expiry to come) and written
+    again with expiry 0, STARTED or from STOPPED: no nudge, held until the same end; a
+    back-off cleared (it has a status) is still rearmed."""
+    hold = NOW + 3_000
+    for held in (image(C, expires=hold), image(C, state="STOPPED", expires=hold)):
+        d = decide("MODIFY", held, image(C, expires=0), NOW, skew_ms=SKEW)
+        assert (d.outcome, d.reason, d.hold_until_ms, d.nudge()) == (
+            Outcome.SKIP, Reason.HELD, hold, None)
+    backoff = image(C, expires=hold, status="BACKOFF")
+    assert decide("MODIFY", backoff, image(C, expires=0, status="BACKOFF"), NOW,
+                  skew_ms=SKEW).reason is Reason.REARMED

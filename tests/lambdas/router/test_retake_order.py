@@ -30,23 +30,35 @@ def sessions(ddb_local: LocalAws, ddb: Any) -> SessionStore:
                         skew_ms=SKEW_MS)
 
 
+def _router(ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str,
+            sessions: SessionStore) -> RouterDeps:
+    settings = Settings(table=ddb_local.table, queue_url=queue_url,
+                        session_table=sessions.table, skew_ms=SKEW_MS)
+    store = LeaseStore(ddb, ddb_local.table, lease_ms=20_000, skew_ms=SKEW_MS)
+    return RouterDeps(sqs, store, settings, sleep=lambda _s: None, sessions=sessions)
+
+
+def _item(ddb_local: LocalAws, ddb: Any, conn_id: str) -> dict[str, Any]:
+    return dict(ddb.get_item(TableName=ddb_local.table, Key={ATTR.pk: {"S": pk_for(conn_id)}},
+                             ConsistentRead=True)["Item"])
+
+
+def _held(conn_id: str, owner: str) -> dict[str, Any]:
+    return image(conn_id, owner=owner, expires=wall_clock_ms() + 20_000, epoch=5,
+                 status="RUNNING", last_seq=41)
+
+
 def _route_overwrite(ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str,
                      sessions: SessionStore, conn_id: str, owner: str,
                      **put: Any) -> dict[str, Any]:
     """A held item, the app's PutItem of the whole item over it, and the router on that
     write's record (answered with no failure); the item as it is after."""
-    held = image(conn_id, owner=owner, expires=wall_clock_ms() + 20_000, epoch=5,
-                 status="RUNNING", last_seq=41)
     written = image(conn_id, expires=0, **put)
     ddb.put_item(TableName=ddb_local.table, Item=written)
-    settings = Settings(table=ddb_local.table, queue_url=queue_url,
-                        session_table=sessions.table, skew_ms=SKEW_MS)
-    store = LeaseStore(ddb, ddb_local.table, lease_ms=20_000, skew_ms=SKEW_MS)
-    deps = RouterDeps(sqs, store, settings, sleep=lambda _s: None, sessions=sessions)
-    assert route(event(record("MODIFY", held, written)), None, deps) == {
+    deps = _router(ddb_local, ddb, sqs, queue_url, sessions)
+    assert route(event(record("MODIFY", _held(conn_id, owner), written)), None, deps) == {
         "batchItemFailures": []}
-    return dict(ddb.get_item(TableName=ddb_local.table, Key={ATTR.pk: {"S": pk_for(conn_id)}},
-                             ConsistentRead=True)["Item"])
+    return _item(ddb_local, ddb, conn_id)
 
 
 def test_a_put_over_a_held_stream_orders_its_holder_to_take_it_back(
@@ -101,18 +113,67 @@ def test_a_stream_written_over_stopped_then_started_in_one_batch_is_not_nudged(
     nudged (a claim would race the holder's take-back), the stream is held, and its holder
     takes it back and goes on."""
     owner = sessions.start(f"w-{unique_id}", 10).owner
-    held = image(unique_id, owner=owner, expires=wall_clock_ms() + 20_000, epoch=5,
-                 status="RUNNING", last_seq=41)
     stopped, started = image(unique_id, state="STOPPED", expires=0), image(unique_id, expires=0)
     ddb.put_item(TableName=ddb_local.table, Item=started)
-    settings = Settings(table=ddb_local.table, queue_url=queue_url,
-                        session_table=sessions.table, skew_ms=SKEW_MS)
-    store = LeaseStore(ddb, ddb_local.table, lease_ms=20_000, skew_ms=SKEW_MS)
-    deps = RouterDeps(sqs, store, settings, sleep=lambda _s: None, sessions=sessions)
-    assert route(event(record("MODIFY", held, stopped), record("MODIFY", stopped, started)),
+    deps = _router(ddb_local, ddb, sqs, queue_url, sessions)
+    store = deps.store
+    assert route(event(record("MODIFY", _held(unique_id, owner), stopped),
+                       record("MODIFY", stopped, started)),
                  None, deps) == {"batchItemFailures": []}
     assert not receive_nudges(sqs, queue_url, expect=1, timeout_s=0.5)
     with pytest.raises(AcquireFailed):
         store.acquire(unique_id, "w-other#x")
     taken = store.retake(Lease(unique_id, owner, 5, 0, "wss://feeds.example.test/x", 41))
     assert taken is not None and taken[1] is False  # STARTED: it goes on
+
+
+def test_a_stream_written_over_again_before_its_take_back_stays_held(
+        ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, sessions: SessionStore,
+        unique_id: str) -> None:
+    """A second whole-item write, routed in a later batch before the take-back landed, puts
+    the expiry back to 0: not nudged (it was: "rearmed", a claim racing the take-back), and
+    held again until the same end."""
+    owner = sessions.start(f"w-{unique_id}", 10).owner
+    first = _route_overwrite(ddb_local, ddb, sqs, queue_url, sessions, unique_id, owner)
+    again = image(unique_id, expires=0)
+    ddb.put_item(TableName=ddb_local.table, Item=again)
+    deps = _router(ddb_local, ddb, sqs, queue_url, sessions)
+    assert route(event(record("MODIFY", first, again)), None, deps) == {"batchItemFailures": []}
+    assert not receive_nudges(sqs, queue_url, expect=1, timeout_s=0.5)
+    assert _item(ddb_local, ddb, unique_id)[ATTR.lease_expires_at_ms] == first[
+        ATTR.lease_expires_at_ms]
+
+
+def test_a_stream_taken_back_and_released_in_the_same_batch_is_not_held(
+        ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, sessions: SessionStore,
+        unique_id: str) -> None:
+    """The holder took the stream back and released it before the router saw the write over
+    it: the hold is not written over the release (claimable at once), and the release's
+    nudge goes out."""
+    owner = sessions.start(f"w-{unique_id}", 10).owner
+    held, written = _held(unique_id, owner), image(unique_id, expires=0)
+    released = image(unique_id, expires=0, epoch=5, status="RELEASED", last_seq=41)
+    ddb.put_item(TableName=ddb_local.table, Item=released)
+    deps = _router(ddb_local, ddb, sqs, queue_url, sessions)
+    assert route(event(record("MODIFY", held, written), record("MODIFY", written, held),
+                       record("MODIFY", held, released)), None, deps) == {
+        "batchItemFailures": []}
+    assert [n["reason"] for n in receive_nudges(sqs, queue_url, expect=1)] == ["released"]
+    assert _item(ddb_local, ddb, unique_id)[ATTR.lease_expires_at_ms] == {"N": "0"}
+
+
+def test_a_stream_inserted_and_written_over_in_one_batch_is_held(
+        ddb_local: LocalAws, ddb: Any, sqs: Any, queue_url: str, sessions: SessionStore,
+        unique_id: str) -> None:
+    """An insert without expiry (normalised), its claim and a write over it, routed together:
+    held (normalising it once per stream skipped the hold), and no nudge (the insert's)."""
+    owner = sessions.start(f"w-{unique_id}", 10).owner
+    inserted, held, written = image(unique_id), _held(unique_id, owner), image(unique_id)
+    ddb.put_item(TableName=ddb_local.table, Item=written)
+    deps = _router(ddb_local, ddb, sqs, queue_url, sessions)
+    before = wall_clock_ms()
+    assert route(event(record("INSERT", None, inserted), record("MODIFY", inserted, held),
+                       record("MODIFY", held, written)), None, deps) == {"batchItemFailures": []}
+    assert not receive_nudges(sqs, queue_url, expect=1, timeout_s=0.5)
+    expires = int(_item(ddb_local, ddb, unique_id)[ATTR.lease_expires_at_ms]["N"])
+    assert expires >= before + DEFAULT_LEASE_MS
