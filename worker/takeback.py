@@ -10,8 +10,10 @@ whose refused checkpoint finds it, as the router's ``retake`` order does.
   it back (the take-back got no answer; a handoff's transfer, a release or a checkpoint of a
   stopping stream found the item written over) is taken back only to be released at once
   with its checkpoint, which the write removed: its next holder resumes there, not at the
-  upstream's head (seqs skipped). Tried again while DynamoDB does not answer, for a session
-  TTL: as long as the router holds such a stream out of claims.
+  upstream's head (seqs skipped). Tried again while DynamoDB does not answer, for up to
+  ``GIVE_BACK_MS`` while our session lives: past the router's hold (a session TTL) another
+  worker may claim it first (then the take-back is refused and nothing is written), but
+  while DynamoDB is down for everyone, the first write to land after it is often ours.
 
 Only on the stream's own URL (``ours_to_take``): an item naming another is another stream
 under the same id, whose seqs ours must not be written over.
@@ -36,9 +38,10 @@ from holdfast.worker.iothreads import logs_failure
 if TYPE_CHECKING:
     from holdfast.worker.checkpointer import Checkpointer
 
-__all__ = ["TakeBack", "ours_to_take"]
+__all__ = ["GIVE_BACK_MS", "TakeBack", "ours_to_take"]
 
 T = TypeVar("T")
+GIVE_BACK_MS = 60_000
 
 
 def ours_to_take(conn: Connection, lost: LeaseLost) -> bool:
@@ -60,6 +63,11 @@ class TakeBack:
         self.cp = checkpointer
         self._running: dict[str, asyncio.Task[bool]] = {}  # by conn id
         self._giving: dict[str, asyncio.Task[bool]] = {}  # by conn id
+
+    def cancel(self) -> None:
+        """Stop every take-back and give-back under way (a worker's exit does it anyway)."""
+        for task in (*self._running.values(), *self._giving.values()):
+            task.cancel()
 
     def soon(self, conn: Connection, source: str) -> None:
         """Take back ``conn`` (``retake``) unless a take-back of it is under way already."""
@@ -106,10 +114,10 @@ class TakeBack:
     async def give_back(self, conn: Connection, source: str) -> bool:
         """Take back a stream written over that delivers no more and release it with its
         checkpoint; False if it was not ours to take (claimed since, another URL, past its
-        fence) or DynamoDB did not answer for a session TTL."""
+        fence) or DynamoDB did not answer for ``GIVE_BACK_MS``."""
         cp, held = self.cp, conn.held
         lease, checkpoint = held.lease, held.checkpoint
-        until = cp.mono() + cp.timing.lease_ms
+        until = cp.mono() + GIVE_BACK_MS
         for attempt in itertools.count():
             sent = cp.mono()
             if sent >= held.deadline() or sent >= until:

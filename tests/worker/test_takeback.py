@@ -90,6 +90,7 @@ async def test_a_take_back_that_gets_no_answer_stops_the_stream(fleet: Fleet,
         fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
     assert not await writer.takeback.retake(runner, "test")
     assert not runner.held.live and not writer.metrics.totals["HoldingsTakenBack"]
+    writer.takeback.cancel()  # its give-back would try for a minute
 
 
 async def test_a_take_back_refused_for_a_claim_meanwhile_stops_the_stream(
