@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 
 from holdfast.chaos.exceptions import SoakAborted
-from holdfast.chaos.soak import SoakConfig, SoakResult, recheck, run_soak
+from holdfast.chaos.recheck import recheck
+from holdfast.chaos.soak import SoakConfig, SoakResult, run_soak
 from holdfast.chaos.timeline import timeline
 
 __all__ = ["main", "render"]

@@ -2,7 +2,8 @@
 
 Actions (seeded, one every ``interval_s``): SIGKILL / SIGTERM a worker (a replacement starts),
 SIGSTOP one past its lease then SIGCONT, DynamoDB faults through the proxy (errors, timeouts,
-lost responses, latency), streams stopped / restarted / created, hostile items inserted, a worker
+lost responses, latency), streams stopped / restarted / created, a held stream's whole item
+written over by an app's PutItem (its holder takes it back), hostile items inserted, a worker
 added (scale-out) or drained (``holdfast.chaos.rebalancing``); at the end the fleet must be
 balanced. First
 of all, on a quiet fleet, the throttling scenario (``holdfast.chaos.throttle``: 50 % of calls
@@ -32,11 +33,11 @@ from holdfast.chaos.sampler import Sampler
 from holdfast.chaos.throttle import ThrottlePlan, judge_throttle, run_throttle
 from holdfast.chaos.verdict import Limits, Verdict
 from holdfast.core.schema import STARTED, STOPPED
-from holdfast.core.table import create_stream, set_desired_state
+from holdfast.core.table import create_stream, inserted_item, set_desired_state
 from holdfast.fleet.recorder import read_records
 from holdfast.fleet.timing import FleetTiming
 
-__all__ = ["SoakConfig", "SoakResult", "recheck", "run_soak"]
+__all__ = ["SoakConfig", "SoakResult", "run_soak"]
 
 
 def _ms() -> int:
@@ -71,6 +72,7 @@ class Soak:
         self.actions: list[Action] = []
         self.exits: dict[str, int | None] = {}
         self.good: list[str] = []
+        self.urls: dict[str, str] = {}
         self.stopped: set[str] = set()
         self.bad: set[str] = set()
         self.paused: dict[str, float] = {}  # worker -> monotonic time to SIGCONT
@@ -111,6 +113,7 @@ class Soak:
             create_stream(self.ddb, self.pf.table, cid, url)
             self.act("create", cid, at=at)
             self.good.append(cid)
+            self.urls[cid] = url
         for kind in ("reject", "huge"):
             cid = f"x-{kind}"
             create_stream(self.ddb, self.pf.table, cid, f"{base}/{kind}/{cid}")
@@ -130,7 +133,7 @@ class Soak:
 
     def step(self) -> None:
         choices = ["sigkill", "sigterm", "sigstop", "fault", "fault", "stop", "start", "create",
-                   "scaleout", "drain"]
+                   "scaleout", "drain", "overwrite"]
         # A draining worker is left to finish its drain (the drain's end stops it or not).
         live = [w for w in self.live() if w not in self.rebalancing.draining]
         # The first disturbance is always a pause past the TTL: even the shortest soak must
@@ -179,9 +182,16 @@ class Soak:
         elif kind == "create":
             cid = f"n{len(self.good):02d}-s"
             at = _ms()
-            create_stream(self.ddb, self.pf.table, cid, f"{self.pf.base_url}/s/{cid}")
+            self.urls[cid] = f"{self.pf.base_url}/s/{cid}"
+            create_stream(self.ddb, self.pf.table, cid, self.urls[cid])
             self.good.append(cid)
             self.act("create", cid, at=at)
+        elif kind == "overwrite":
+            # An app writing its row whole, as it inserted it: owner, epoch and checkpoint go.
+            cid = self.rng.choice([c for c in self.good if c not in self.stopped])
+            at = _ms()
+            self.ddb.put_item(TableName=self.pf.table, Item=inserted_item(cid, self.urls[cid]))
+            self.act("overwrite", cid, "PutItem of the whole item", at=at)
 
     def housekeeping(self) -> None:
         now = time.monotonic()
@@ -313,19 +323,3 @@ def run_soak(cfg: SoakConfig, run_dir: Path, say: Any = print) -> SoakResult:
     finally:
         soak.close()
 
-
-def recheck(run_dir: Path) -> SoakResult:
-    """Judge a finished soak again from its files (after a checker change, or to inspect)."""
-    from holdfast.chaos.evidence import load_samples
-    from holdfast.chaos.proxy import FaultWindow
-    saved = json.loads((run_dir / "verdict.json").read_text())
-    ev = Evidence(conns=load_conn_log(run_dir / "upstream-connections.jsonl"),
-                  handled=list(read_records(run_dir / "handled")),
-                  samples=load_samples(run_dir / "samples.jsonl"),
-                  actions=[Action(**a) for a in saved["actions"]],
-                  faults=[FaultWindow(**f) for f in saved.get("faults", [])],
-                  exits={a["target"]: None for a in saved["actions"] if a["kind"] == "crash"},
-                  expected_bad=set(saved.get("hostile", {})))
-    verdict = check(ev, Limits(**saved["limits"]), until_ms=saved["until_ms"],
-                    from_ms=saved.get("from_ms", 0))
-    return SoakResult(verdict, ev, run_dir, saved.get("hostile", {}))

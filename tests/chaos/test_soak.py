@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from holdfast.chaos.__main__ import render
-from holdfast.chaos.soak import SoakConfig, recheck, run_soak
+from holdfast.chaos.recheck import recheck
+from holdfast.chaos.soak import SoakConfig, run_soak
 
 UNUSABLE = ("bad-no-url", "bad-url-type", "bad-metadata", "bad-file", "bad-http",
             "bad-seq-type", "bad id spaces", "x-reject")
