@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from holdfast.core import names, rules
@@ -71,12 +71,7 @@ class TakeBack:
 
     def soon(self, conn: Connection, source: str) -> None:
         """Take back ``conn`` (``retake``) unless a take-back of it is under way already."""
-        conn_id = conn.held.lease.conn_id
-        if conn_id not in self._running:
-            task = asyncio.get_running_loop().create_task(self.retake(conn, source))
-            self._running[conn_id] = task
-            task.add_done_callback(lambda _t: self._running.pop(conn_id, None))
-            task.add_done_callback(logs_failure("take-back"))
+        self._once(self._running, conn, self.retake(conn, source), "take-back")
 
     async def retake(self, conn: Connection, source: str) -> bool:
         """Take back a stream that goes on (found by a checkpoint, or the router's order)."""
@@ -104,12 +99,20 @@ class TakeBack:
     def give_back_soon(self, conn: Connection, source: str) -> None:
         """Take back ``conn``, which no longer delivers, and release it with its checkpoint
         (``give_back``), unless that is under way already."""
+        self._once(self._giving, conn, self.give_back(conn, source), "giving back")
+
+    @staticmethod
+    def _once(tasks: dict[str, asyncio.Task[bool]], conn: Connection,
+              work: Coroutine[Any, Any, bool], what: str) -> None:
+        """Run ``work`` for ``conn`` unless ``tasks`` has one for it under way."""
         conn_id = conn.held.lease.conn_id
-        if conn_id not in self._giving:
-            task = asyncio.get_running_loop().create_task(self.give_back(conn, source))
-            self._giving[conn_id] = task
-            task.add_done_callback(lambda _t: self._giving.pop(conn_id, None))
-            task.add_done_callback(logs_failure("giving back"))
+        if conn_id in tasks:
+            work.close()  # never awaited: not started
+            return
+        task = asyncio.get_running_loop().create_task(work)
+        tasks[conn_id] = task
+        task.add_done_callback(lambda _t: tasks.pop(conn_id, None))
+        task.add_done_callback(logs_failure(what))
 
     async def give_back(self, conn: Connection, source: str) -> bool:
         """Take back a stream written over that delivers no more and release it with its
