@@ -129,18 +129,20 @@ class TakeBack:
                 return False
             try:
                 raw = await self._run(cp.store.get_raw, lease.conn_id)
-                if raw is None or not rules.written_over(raw, lease.epoch) or not _our_url(
-                        conn, str_attr(raw, ATTR.ws_url)):
-                    return False  # gone, claimed since, or another stream under our id
-                taken = await self._run(cp.store.retake, lease)
-                if taken is not None:
-                    self._taken(conn, checkpoint, source)
-                    lease = taken[0]
+                # Ours already: an earlier attempt's take-back landed, its release did not.
+                if raw is None or not rules.held_by(raw, lease.owner, lease.epoch):
+                    if raw is None or not rules.written_over(raw, lease.epoch) or not (
+                            _our_url(conn, str_attr(raw, ATTR.ws_url))):
+                        return False  # gone, claimed since, or another stream under our id
+                    taken = await self._run(cp.store.retake, lease)
+                    if taken is not None:
+                        self._taken(conn, checkpoint, source)
+                        lease = taken[0]
                 lost = await self._run(cp.store.release, lease, checkpoint)
             except LeaseLost:
                 return False  # claimed meanwhile: not ours to give back
             except StoreUnavailable:
-                await asyncio.sleep(0.2 * min(attempt + 1, 5))
+                await cp.sleep(0.2 * min(attempt + 1, 5))
                 continue
             except HoldfastError as exc:
                 conn.log("warning", "cannot give back a stream written over",

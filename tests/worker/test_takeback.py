@@ -3,9 +3,11 @@ found by a refused checkpoint or a handoff's refused transfer, on DynamoDB Local
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from holdfast.core.exceptions import StoreUnavailable
+from holdfast.core.exceptions import LossReason, StoreUnavailable
 from holdfast.core.handoff import READY, HandoffStep
 from holdfast.core.model import Lease
 from holdfast.core.orders import Order
@@ -148,25 +150,40 @@ async def test_a_stopping_stream_whose_release_finds_it_written_over_is_given_ba
 
 
 class _NoAnswerOnce(LeaseStore):
-    """DynamoDB does not answer the first take-back."""
+    """DynamoDB does not answer the first take-back (and, with ``release_too``, the first
+    release: after its take-back landed)."""
 
-    failed = False
+    release_too = False
+    failed: set[str]
+
+    def _once(self, call: str) -> None:
+        if call not in self.failed:
+            self.failed.add(call)
+            raise StoreUnavailable(call, "no answer")
 
     def retake(self, lease: Lease) -> tuple[Lease, bool] | None:
-        if not self.failed:
-            self.failed = True
-            raise StoreUnavailable("retake", "no answer")
+        self._once("retake")
         return super().retake(lease)
 
+    def release(self, lease: Lease, handled_seq: int | None = None,
+                **kwargs: Any) -> LossReason | None:
+        if self.release_too:
+            self._once("release")
+        return super().release(lease, handled_seq, **kwargs)
 
+
+@pytest.mark.parametrize("release_too", [False, True], ids=["take-back", "and-release"])
 async def test_a_take_back_without_an_answer_gives_the_stream_back_with_its_checkpoint(
-        fleet: Fleet, unique_id: str) -> None:
+        fleet: Fleet, unique_id: str, release_too: bool) -> None:
     """The take-back gets no answer: the stream stops at once (unowned, it is claimable once
     the router's hold ends), and is given back with its checkpoint when DynamoDB answers
-    (it was left with none: its next holder started at the upstream's head)."""
-    conn = f"{unique_id}-over-retry"
+    (it was left with none: its next holder started at the upstream's head); also when the
+    give-back's own release gets no answer after its take-back landed (it is ours then)."""
+    conn = f"{unique_id}-over-retry-{release_too}"
     writer, runner = runner_for(fleet, conn, 7)
-    writer.store = _NoAnswerOnce(fleet.ddb, fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
+    writer.store = store = _NoAnswerOnce(fleet.ddb, fleet.table, lease_ms=BACKSTOP_MS,
+                                         skew_ms=300)
+    store.failed, store.release_too = set(), release_too
     written_over(fleet, conn)
     assert not await writer.takeback.retake(runner, "test")
     assert not runner.held.live
