@@ -78,6 +78,16 @@ class TakeBack:
         if conn.held.stopping or conn.held.stop_reason == HANDOFF:
             return False  # ending: given back by whatever finds it (``give_back_soon``)
         try:
+            # The order was given for the write it saw; a later one may have named another
+            # URL, which the take-back's condition cannot see (a worker's writes may not name
+            # ``ws_url``): read it first (a checkpoint's refusal read it already, but this is
+            # rare).
+            raw = await self._run(self.cp.store.get_raw, conn.held.lease.conn_id)
+            if raw is not None and not _our_url(conn, str_attr(raw, ATTR.ws_url)):
+                conn.log("warning", "written over with another URL: another stream under our "
+                         "id, not taken back; stopping ours", source=source)
+                conn.lose("written over with another URL")
+                return False
             stopped = await self._write(conn, source)
         except LeaseLost as lost:
             if lost.reason is LossReason.OVERWRITTEN:  # not ours to take after all: stop

@@ -75,6 +75,19 @@ async def test_a_stream_written_over_with_another_url_is_stopped_not_taken_back(
     assert item_attr(fleet.item(conn), "lease_owner") is None
 
 
+async def test_an_ordered_take_back_of_a_stream_on_another_url_stops_it(
+        fleet: Fleet, unique_id: str) -> None:
+    """The router's order came for a write on our URL, and a later one named another (a new
+    stream under our id) before the take-back: not taken back (our owner and checkpoint on
+    the new stream, our socket on the old upstream), stopped."""
+    conn = f"{unique_id}-order-url"
+    writer, runner = runner_for(fleet, conn, 7)
+    written_over(fleet, conn, "ws://127.0.0.1:1/s/new")
+    assert not await writer.takeback.retake(runner, "order")
+    assert not runner.held.live and not writer.metrics.totals["HoldingsTakenBack"]
+    assert item_attr(fleet.item(conn), "lease_owner") is None
+
+
 async def test_a_take_back_that_gets_no_answer_stops_the_stream(fleet: Fleet,
                                                                 unique_id: str) -> None:
     """The take-back's write fails (DynamoDB unreachable): the stream, unowned meanwhile and
