@@ -162,6 +162,12 @@ class Supervisor:
             self.holdings.incoming = self.handoffs.warm_ups.incoming
         self._handoffs: set[asyncio.Task[object]] = set()  # claims of handoffs in flight
 
+    async def _settled(self) -> None:
+        """What the goodbye waits for before the session ends: the claims and releases in
+        flight, then the give-backs of streams written over (``worker.takeback``)."""
+        await self.holdings.settled()
+        await self.checkpointer.takeback.settled()
+
     def free_capacity(self) -> int:
         return self.holdings.free_capacity()
 
@@ -262,12 +268,13 @@ class Supervisor:
                 sessions=self.sessions, inbox=self.inbox,
                 polls_s=min(cfg.poll_drain_s, max(0.0, left_s)),
                 ends_at=stop_t0 + cfg.shutdown_s,
-                releases_settled=self.holdings.settled,
+                releases_settled=self._settled,
                 streams_running=lambda: sum(not t.done() for t in self.tasks))
             if services.watchdog is not None:
                 services.watchdog.stop()
             for task in keep:
                 task.cancel()
+        self.checkpointer.takeback.cancel()
         for pool in (keeper.executor, self.checkpointer.executor, self.checkpointer.chunk_pool):
             pool.shutdown(wait=False, cancel_futures=True)
         self.flush_metrics()

@@ -61,11 +61,18 @@ class TakeBack:
 
     def __init__(self, checkpointer: Checkpointer) -> None:
         self.cp = checkpointer
-        self._running: dict[str, asyncio.Task[bool]] = {}  # by conn id
-        self._giving: dict[str, asyncio.Task[bool]] = {}  # by conn id
+        self._running: dict[str, asyncio.Task[bool]] = {}  # by holding: "<conn id>#<epoch>"
+        self._giving: dict[str, asyncio.Task[bool]] = {}
+
+    async def settled(self) -> None:
+        """The give-backs under way, done: a stop's goodbye waits for them (within its
+        bound) before the session ends, since its releases are theirs."""
+        if self._giving:
+            await asyncio.wait(list(self._giving.values()))
 
     def cancel(self) -> None:
-        """Stop every take-back and give-back under way (a worker's exit does it anyway)."""
+        """Stop every take-back and give-back under way (at a stop, once its goodbye is
+        over: their threads go next)."""
         for task in (*self._running.values(), *self._giving.values()):
             task.cancel()
 
@@ -114,14 +121,15 @@ class TakeBack:
     @staticmethod
     def _once(tasks: dict[str, asyncio.Task[bool]], conn: Connection,
               work: Coroutine[Any, Any, bool], what: str) -> None:
-        """Run ``work`` for ``conn`` unless ``tasks`` has one for it under way."""
-        conn_id = conn.held.lease.conn_id
-        if conn_id in tasks:
+        """Run ``work`` for ``conn`` unless ``tasks`` has one for its holding under way (by id
+        and epoch: a later holding of the same id is another's)."""
+        key = f"{conn.held.lease.conn_id}#{conn.held.lease.epoch}"
+        if key in tasks:
             work.close()  # never awaited: not started
             return
         task = asyncio.get_running_loop().create_task(work)
-        tasks[conn_id] = task
-        task.add_done_callback(lambda _t: tasks.pop(conn_id, None))
+        tasks[key] = task
+        task.add_done_callback(lambda _t: tasks.pop(key, None))
         task.add_done_callback(logs_failure(what))
 
     async def give_back(self, conn: Connection, source: str) -> bool:

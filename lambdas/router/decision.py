@@ -69,14 +69,6 @@ class Decision:
         return (self.outcome in (Outcome.NUDGE, Outcome.ORDER) or self.normalise
                 or self.hold_until_ms is not None)
 
-    @property
-    def outside_protocol(self) -> bool:
-        """A nudge for a write of an app or an operator (an insert, a start, a change, a
-        back-off cleared), not a holder's release: withheld while the stream is held for
-        its holder's take-back."""
-        return self.reason in (Reason.INSERTED, Reason.STARTED, Reason.CHANGED,
-                               Reason.REARMED)
-
     def order(self) -> Order | None:
         """The order this decision gives its owner (None: not an order)."""
         if self.outcome is not Outcome.ORDER or self.conn_id is None:

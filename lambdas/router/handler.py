@@ -2,8 +2,8 @@
 
 Each invocation (1) decides every record with the pure ``decide``, (2) sends all nudges in
 ``SendMessageBatch`` calls of 10 (one nudge per connection and delay, however many records
-asked), (3) normalises items that lack an expiry, and holds a stream written over out of
-claims until its holder takes it back (``core.overwrites``), (4) gives orders (stop,
+asked; before them, a stream written over is held out of claims until its holder takes it
+back, ``core.overwrites``), (3) normalises items that lack an expiry, (4) gives orders (stop,
 release, retake) to a stream's holder: first a message on the owner's order queue when
 ``HOLDFAST_ORDERS_QUEUE_PREFIX`` is set (``orderqueues``, best effort), then the durable order
 in its session item, then (5) lets Powertools' ``BatchProcessor`` turn the outcome into a
@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from holdfast.core import names, tracing
 from holdfast.core.exceptions import NudgeNotSent
 from holdfast.core.nudge import Nudge, send_nudges
+from holdfast.core.schema import ATTR
 from holdfast.lambdas.metrics import (
     METRICS_NAMESPACE,
     emit_counts_by,
@@ -49,7 +50,7 @@ from holdfast.lambdas.metrics import (
 from holdfast.lambdas.orderqueues import give_orders, queue_handoffs
 from holdfast.lambdas.router.decide import Decision, Outcome, decide
 from holdfast.lambdas.router.deps import SEND_RESERVE_MS, RouterDeps, configure, current_deps
-from holdfast.lambdas.router.expiries import write_expiries
+from holdfast.lambdas.router.expiries import ExpiryTarget, expiry_targets, write_expiries
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -72,6 +73,8 @@ class _Plan:
     """Per-invocation results: decisions by record, and failures by sequence number."""
 
     decisions: dict[str, Decision] = field(default_factory=dict)
+    # Records whose new image names an owner or a status: written by the protocol.
+    by_holder: dict[str, bool] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
     start_ns: int = 0
@@ -104,9 +107,14 @@ def route(event: dict[str, Any], context: LambdaContext | None,
     plan = _decide_all(records, deps)
     plan.start_ns = time.time_ns()
     out_of_time = _out_of_time(context)
-    _send(plan, deps, out_of_time)
-    # Before the orders: a take-back's hold should land before anyone could claim the stream.
-    _normalise(plan, deps, out_of_time)
+    targets = expiry_targets(plan.decisions, plan.by_holder)
+    # A take-back's hold before any nudge of this batch: none may claim the stream first.
+    _normalise(plan, deps, targets, out_of_time, holds=True)
+    # A hold not written (throttled, out of time): its stream's nudges wait for the retry.
+    unheld = {conn_id for conn_id, target in targets.items() if target.hold is not None
+              and any(seq in plan.failures for seq in target.seqs)}
+    _send(plan, deps, out_of_time, unheld)
+    _normalise(plan, deps, targets, out_of_time, holds=False)
     _order(plan, deps, out_of_time)
     _emit_metrics(plan, len(records))
 
@@ -149,6 +157,9 @@ def _decide_all(records: list[dict[str, Any]], deps: RouterDeps) -> _Plan:
             # Without a sequence number a failure could not be reported; say so loudly.
             logger.error("stream record has no SequenceNumber", conn_id=decision.conn_id)
         plan.decisions[seq] = decision
+        new_image = dynamodb.get("NewImage")
+        plan.by_holder[seq] = isinstance(new_image, dict) and bool(
+            {ATTR.lease_owner, ATTR.status} & new_image.keys())
         plan.counts[decision.outcome.value] += 1
         fields = {"conn_id": decision.conn_id, "outcome": decision.outcome.value,
                   "reason": decision.reason.value, "event_name": event_name,
@@ -174,21 +185,15 @@ def _out_of_time(context: LambdaContext | None) -> Callable[[], bool]:
     return lambda: context.get_remaining_time_in_millis() < SEND_RESERVE_MS
 
 
-def _send(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> None:
+def _send(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool],
+          unheld: set[str]) -> None:
     # One nudge per (connection, delay): a burst of records about one item nudges it once.
     wanted: dict[tuple[str, int], Nudge] = {}
     records_of: dict[tuple[str, int], list[str]] = {}
-    held = {d.conn_id for d in plan.decisions.values() if d.hold_until_ms is not None}
     for seq, decision in plan.decisions.items():
         nudge = decision.nudge()
-        if nudge is not None and nudge.conn_id in held and decision.outside_protocol:
-            # Written over in this batch (and written again, before or after): its holder
-            # takes it back, and a claim now would make a second deliverer (a holder's
-            # release still nudges). The hold's end is the sweeper's to nudge, should the
-            # holder be gone.
-            plan.counts["nudge_withheld"] += 1
-            logger.info("nudge withheld: held for its holder's take-back",
-                        conn_id=nudge.conn_id, reason=nudge.reason)
+        if nudge is not None and nudge.conn_id in unheld:
+            plan.failures.setdefault(seq, "its stream's take-back hold was not written")
         elif nudge is not None:
             key = (nudge.conn_id, nudge.delay_s)
             wanted[key] = nudge  # the latest record's reason and epoch win
@@ -263,9 +268,10 @@ def _order(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> No
     plan.failures.update(failures)
 
 
-def _normalise(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> None:
-    counts, failures = write_expiries(plan.decisions, plan.failures, deps.store, logger=logger,
-                                      out_of_time=out_of_time)
+def _normalise(plan: _Plan, deps: RouterDeps, targets: Mapping[str, ExpiryTarget],
+               out_of_time: Callable[[], bool], *, holds: bool) -> None:
+    counts, failures = write_expiries(targets, plan.failures, deps.store, holds=holds,
+                                      logger=logger, out_of_time=out_of_time)
     plan.counts.update(counts)
     plan.failures.update(failures)
 

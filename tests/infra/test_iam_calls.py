@@ -233,7 +233,8 @@ def _lambda_env(aws: LocalAws, fleet: Fleet, folder: Path) -> dict[str, str]:
 def _drive_router(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> None:
     """One batch: an insert without expiry (normalise + nudge), a held stream stopped (order
     queue + session order), a stream restarted while its old session is gone (session
-    read + release), and a handoff to a live worker (its order queue)."""
+    read + release), a handoff to a live worker (its order queue), and a held stream's
+    whole item written over (the take-back's hold, conditioned on no status)."""
     from holdfast.lambdas.router import handler as router
 
     n, a, r = f"{tag}-n", f"{tag}-a", f"{tag}-r"
@@ -251,10 +252,14 @@ def _drive_router(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> N
     successor = before[schema.ATTR.lease_owner]["S"]  # a live worker, with an order queue
     handed = image(f"{tag}-h", expires=wall_clock_ms() + 3_000, epoch=5, status="RELEASED",
                    **{schema.ATTR.successor: {"S": successor}})
+    over = image(f"{tag}-o", expires=0, ws_url=up.url("o"))
+    fleet.ddb.put_item(TableName=fleet.table, Item=over)
     batch = event(record("INSERT", None, image(n, ws_url=up.url("n"))),
                   record("MODIFY", before, after), record("MODIFY", stopped, restarted),
                   record("MODIFY", image(f"{tag}-h", owner=f"gone-{tag}#abc123", epoch=5),
-                         handed))
+                         handed),
+                  record("MODIFY", image(f"{tag}-o", owner=successor, epoch=5,
+                                         ws_url=up.url("o")), over))
     with pytest.MonkeyPatch.context() as mp:
         for key, value in _lambda_env(fleet.aws, fleet, folder).items():
             mp.setenv(key, value)
@@ -264,6 +269,8 @@ def _drive_router(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> N
         finally:
             router.configure(None)
     assert resp == {"batchItemFailures": []}
+    held = fleet.item(f"{tag}-o")[schema.ATTR.lease_expires_at_ms]
+    assert int(held["N"]) > wall_clock_ms()  # the hold was written (and recorded)
 
 
 def _drive_sweeper(fleet: Fleet, up: UpstreamThread, folder: Path, tag: str) -> None:

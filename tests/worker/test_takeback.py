@@ -3,6 +3,7 @@ found by a refused checkpoint or a handoff's refused transfer, on DynamoDB Local
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from holdfast.core.orders import Order
 from holdfast.core.schema import ATTR, BACKSTOP_MS
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import inserted_item
-from holdfast.worker.held import STOPPED
+from holdfast.worker.held import SHUTDOWN, STOPPED
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
 from tests.worker.helpers import Recorder, item_attr, running_worker, start_held
 from tests.worker.test_checkpointer import runner_for
@@ -204,3 +205,40 @@ async def test_a_take_back_without_an_answer_gives_the_stream_back_with_its_chec
     item = fleet.item(conn)
     assert ATTR.lease_owner not in item and item_attr(item, ATTR.last_seq) == 7
     assert writer.metrics.totals["HoldingsTakenBack"] == 1
+
+
+class _SlowRetake(LeaseStore):
+    """A take-back that takes a while."""
+
+    def retake(self, lease: Lease) -> tuple[Lease, bool] | None:
+        time.sleep(0.3)
+        return super().retake(lease)
+
+
+async def test_a_stop_can_wait_for_its_give_backs(fleet: Fleet, unique_id: str) -> None:
+    """``settled`` returns once the give-backs under way have released their streams: a
+    stop's goodbye waits for it before the session ends and the threads go (a give-back
+    cut off there left the checkpoint the write removed removed)."""
+    conn = f"{unique_id}-over-settle"
+    writer, runner = runner_for(fleet, conn, 7)
+    writer.store = _SlowRetake(fleet.ddb, fleet.table, lease_ms=BACKSTOP_MS, skew_ms=300)
+    written_over(fleet, conn)
+    runner.lose("test")
+    writer.takeback.give_back_soon(runner, "test")
+    await writer.takeback.settled()
+    assert item_attr(fleet.item(conn), ATTR.last_seq) == 7
+
+
+async def test_a_draining_stream_whose_checkpoint_finds_it_written_over_is_given_back(
+        fleet: Fleet, unique_id: str) -> None:
+    """Written over while it drains (for a stop): its refused checkpoint does not take it
+    back to go on, and it is not dropped either (its release would find no owner): given
+    back with its checkpoint."""
+    conn = f"{unique_id}-over-draining"
+    writer, runner = runner_for(fleet, conn, 7)
+    runner.drain_to(None, SHUTDOWN)
+    written_over(fleet, conn)
+    await writer.write()
+    await async_wait_until(lambda: ATTR.last_seq in fleet.item(conn), 5, "given back")
+    item = fleet.item(conn)
+    assert ATTR.lease_owner not in item and item_attr(item, ATTR.last_seq) == 7
