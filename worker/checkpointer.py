@@ -232,6 +232,12 @@ class Checkpointer:
             # the same id, deleted and created again; stopping: given back, below.)
             self.takeback.soon(conn, source)
         elif reason is LossReason.REGRESSION:
+            stored = lost.current.last_seq if lost.current else None
+            if stored is not None and conn.held.checkpoint is not None and (
+                    stored <= conn.held.checkpoint):
+                # Not past what we handled: our own later write stored it (a take-back's, which
+                # writes our live checkpoint), overtaking this one: nothing moved past ours.
+                return
             # Still ours (the owner and epoch matched): no more handler calls, then released
             # (``Endings.finish``) without overwriting the checkpoint someone moved.
             conn.log("warning", "stored checkpoint moved past ours: stopping and releasing",

@@ -152,7 +152,7 @@ class TakeBack:
                     if raw is None or not rules.written_over(raw, lease.epoch) or not (
                             _our_url(conn, str_attr(raw, ATTR.ws_url))):
                         return False  # gone, claimed since, or another stream under our id
-                    taken = await self._run(cp.store.retake, lease)
+                    taken = await self._run(cp.store.retake, lease, checkpoint)
                     if taken is not None:
                         self._taken(conn, checkpoint, source)
                         lease = taken[0]
@@ -179,7 +179,7 @@ class TakeBack:
         sent = cp.mono()
         if not held.live or sent >= held.deadline():
             return None  # ended, or past its fence (its session may be dead)
-        taken = await self._run(cp.store.retake, held.lease)
+        taken = await self._run(cp.store.retake, held.lease, held.checkpoint)
         if taken is None:
             return False  # ours already: nothing written
         lease, stopped = taken

@@ -186,9 +186,14 @@ class Soak:
             create_stream(self.ddb, self.pf.table, cid, self.urls[cid])
             self.good.append(cid)
             self.act("create", cid, at=at)
-        elif kind == "overwrite":
+        elif kind == "overwrite" and (held := [
+                c for c in self.good if c not in self.stopped
+                and (s := self.sampler.latest.get(c)) is not None
+                and (owner := s.live_owner()) and owner.partition("#")[0] not in self.paused]):
             # An app writing its row whole, as it inserted it: owner, epoch and checkpoint go.
-            cid = self.rng.choice([c for c in self.good if c not in self.stopped])
+            # Over a live holding: over a dead holder's the checkpoint is gone with both (its
+            # next holder starts at the upstream's head), a loss the app's write makes.
+            cid = self.rng.choice(held)
             at = _ms()
             self.ddb.put_item(TableName=self.pf.table, Item=inserted_item(cid, self.urls[cid]))
             self.act("overwrite", cid, "PutItem of the whole item", at=at)

@@ -316,22 +316,23 @@ class LeaseStore:
             return False
         return True
 
-    def retake(self, lease: Lease) -> tuple[Lease, bool] | None:
+    def retake(self, lease: Lease, handled_seq: int | None = None) -> tuple[Lease, bool] | None:
         """Take back ``lease`` after a write outside the protocol removed it (the holder's,
         ``holdfast.core.overwrites``): owner and epoch as they were, a new backstop, and its
-        last stored checkpoint (the live one could race a checkpoint write in flight). The
-        lease and whether the write left the stream STOPPED (its holder then stops it); None
-        if it is ours already (an earlier call's write: nothing written); ``LeaseLost`` if
-        someone claimed it, or it is gone."""
+        checkpoint: ``handled_seq``, the holder's live one, if past the lease's (the last
+        stored as the holder knows it, which misses a write whose answer was lost: the
+        stored checkpoint went back). The lease and whether the write left the stream
+        STOPPED (its holder then stops it); None if it is ours already (an earlier call's
+        write: nothing written); ``LeaseLost`` if someone claimed it, or it is gone."""
         now = self.clock()
         expires = now + self.lease_ms
+        seq = max((s for s in (lease.last_seq, handled_seq) if s is not None), default=None)
         try:
             item = self._update("retake", lease.conn_id,
-                                *retake_clauses(lease, lease.last_seq, now, expires),
-                                returns="ALL_NEW")
+                                *retake_clauses(lease, seq, now, expires), returns="ALL_NEW")
         except ConditionFailed as failed:
             if failed.item is not None and rules.held_by(failed.item, lease.owner, lease.epoch):
                 return None
             raise LeaseLost(lease.conn_id, loss_of(lease, failed.item) or LossReason.LOST,
                             parse_or_none(failed.item)) from None
-        return renewed(lease, expires, None), not rules.meets(item, (rules.STILL_STARTED,))
+        return renewed(lease, expires, seq), not rules.meets(item, (rules.STILL_STARTED,))

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from holdfast.core.exceptions import LossReason, StoreUnavailable
+from holdfast.core.exceptions import LeaseLost, LossReason, StoreUnavailable
 from holdfast.core.handoff import READY, HandoffStep
-from holdfast.core.model import Lease
+from holdfast.core.model import Lease, LeaseItem
 from holdfast.core.orders import Order
 from holdfast.core.schema import ATTR, BACKSTOP_MS
 from holdfast.core.store import LeaseStore
@@ -137,7 +137,8 @@ async def test_a_stream_written_over_during_its_handoff_is_released_with_its_che
         written_over(fleet, conn, upstream.url(conn))
         run.worker.handoffs.on_step(HandoffStep(READY, conn, epoch, None, SUCCESSOR))
         await async_wait_until(lambda: run.worker.metrics.totals["HoldingsTakenBack"] == 1
-                               and ATTR.last_seq in fleet.item(conn), 5, "given back")
+                               and ATTR.last_seq in (item := fleet.item(conn))
+                               and ATTR.lease_owner not in item, 5, "given back")
         handled = max(rec.seqs(conn))
     item = fleet.item(conn)
     assert ATTR.lease_owner not in item and ATTR.successor not in item, item
@@ -157,7 +158,8 @@ async def test_a_stopping_stream_whose_release_finds_it_written_over_is_given_ba
         written_over(fleet, conn, upstream.url(conn))
         assert run.worker.carry_out(Order.stop(conn, epoch))
         await async_wait_until(lambda: run.worker.metrics.totals["HoldingsTakenBack"] == 1
-                               and ATTR.last_seq in fleet.item(conn), 5, "given back")
+                               and ATTR.last_seq in (item := fleet.item(conn))
+                               and ATTR.lease_owner not in item, 5, "given back")
         handled = max(rec.seqs(conn))
     item = fleet.item(conn)
     assert ATTR.lease_owner not in item and item_attr(item, ATTR.last_seq) == handled
@@ -175,9 +177,10 @@ class _NoAnswerOnce(LeaseStore):
             self.failed.add(call)
             raise StoreUnavailable(call, "no answer")
 
-    def retake(self, lease: Lease) -> tuple[Lease, bool] | None:
+    def retake(self, lease: Lease, handled_seq: int | None = None
+               ) -> tuple[Lease, bool] | None:
         self._once("retake")
-        return super().retake(lease)
+        return super().retake(lease, handled_seq)
 
     def release(self, lease: Lease, handled_seq: int | None = None,
                 **kwargs: Any) -> LossReason | None:
@@ -201,7 +204,8 @@ async def test_a_take_back_without_an_answer_gives_the_stream_back_with_its_chec
     written_over(fleet, conn)
     assert not await writer.takeback.retake(runner, "test")
     assert not runner.held.live
-    await async_wait_until(lambda: ATTR.last_seq in fleet.item(conn), 5, "given back")
+    await async_wait_until(lambda: ATTR.last_seq in (item := fleet.item(conn))
+                           and ATTR.lease_owner not in item, 5, "given back")
     item = fleet.item(conn)
     assert ATTR.lease_owner not in item and item_attr(item, ATTR.last_seq) == 7
     assert writer.metrics.totals["HoldingsTakenBack"] == 1
@@ -210,9 +214,10 @@ async def test_a_take_back_without_an_answer_gives_the_stream_back_with_its_chec
 class _SlowRetake(LeaseStore):
     """A take-back that takes a while."""
 
-    def retake(self, lease: Lease) -> tuple[Lease, bool] | None:
+    def retake(self, lease: Lease, handled_seq: int | None = None
+               ) -> tuple[Lease, bool] | None:
         time.sleep(0.3)
-        return super().retake(lease)
+        return super().retake(lease, handled_seq)
 
 
 async def test_a_stop_can_wait_for_its_give_backs(fleet: Fleet, unique_id: str) -> None:
@@ -239,6 +244,32 @@ async def test_a_draining_stream_whose_checkpoint_finds_it_written_over_is_given
     runner.drain_to(None, SHUTDOWN)
     written_over(fleet, conn)
     await writer.write()
-    await async_wait_until(lambda: ATTR.last_seq in fleet.item(conn), 5, "given back")
+    await async_wait_until(lambda: ATTR.last_seq in (item := fleet.item(conn))
+                           and ATTR.lease_owner not in item, 5, "given back")
     item = fleet.item(conn)
     assert ATTR.lease_owner not in item and item_attr(item, ATTR.last_seq) == 7
+
+
+async def test_a_take_back_writes_the_live_checkpoint(fleet: Fleet, unique_id: str) -> None:
+    """The take-back writes what the holder handled, not the last checkpoint it knows was
+    stored: a checkpoint whose answer was lost is newer than that one, and the stored
+    checkpoint went back (seen in a soak)."""
+    conn = f"{unique_id}-over-live"
+    writer, runner = runner_for(fleet, conn, 7)
+    assert runner.held.lease.last_seq is None  # as the holder knows it
+    written_over(fleet, conn)
+    assert await writer.takeback.retake(runner, "test")
+    assert item_attr(fleet.item(conn), ATTR.last_seq) == 7
+
+
+async def test_a_checkpoint_overtaken_by_our_take_back_is_not_a_regression(
+        fleet: Fleet, unique_id: str) -> None:
+    """A checkpoint sent before the take-back and refused after it (the stored one, ours,
+    is ahead of it): the stream goes on (it was stopped as if someone had moved it)."""
+    conn = f"{unique_id}-over-race"
+    writer, runner = runner_for(fleet, conn, 7)
+    written_over(fleet, conn)
+    assert await writer.takeback.retake(runner, "test")
+    current = LeaseItem.from_ddb(fleet.item(conn))
+    writer.on_lost(runner, LeaseLost(conn, LossReason.REGRESSION, current), "checkpoint")
+    assert runner.held.live and not runner.held.stopping
