@@ -15,12 +15,14 @@ provisioned table. Outcomes per stream:
 
 - written: the checkpoint is stored; a refreshed backstop also moves the stream's own fence;
 - LOST, DELETED, INVALID: stop it at once (another worker may already hold it);
-- REGRESSION (still ours: someone moved the stored checkpoint past ours): stop it at once (the
+- REGRESSION (still ours: someone moved the stored checkpoint past ours; not when the stored
+  one is not past what we handled: our own take-back wrote it): stop it at once (the
   seqs in between are theirs to skip) and release it, keeping their checkpoint
   (``LeaseStore.release``), so the next holder resumes from it now, not after our strays pass;
 - OVERWRITTEN (no owner, our epoch gone: an app's PutItem of the whole item): take it back
-  with our owner, epoch and checkpoint (``worker.takeback``) and go on (drained and released if the
-  write set STOPPED); stopped if that is refused;
+  with our owner, epoch and checkpoint (``worker.takeback``) and go on (drained and released
+  if the write set STOPPED); stopped if that is refused; given back (taken back only to be
+  released with its checkpoint) if it was stopping already;
 - STOPPED: drain it (finish the handler call, close) and release with the final checkpoint;
 - StoreUnavailable: keep it; the next round writes the checkpoint again.
 

@@ -34,9 +34,9 @@ A STARTED item needs a nudge when a change leaves it with no live owner:
                                                                     its holding back
                                                                     (``core.overwrites``),
                                                                     then stops it if it is
-                                                                    STOPPED, and a STARTED
-                                                                    one is held out of claims
-                                                                    meanwhile; "stop" if it
+                                                                    STOPPED; held out of
+                                                                    claims meanwhile (before
+                                                                    any nudge); "stop" if it
                                                                     names another URL
     REMOVE of an owned item (``holdfast rm`` of a held stream)   -> order "stop" to the owner
       (also with an image otherwise malformed: the order is
