@@ -127,7 +127,8 @@ def test_router_may_send_only_to_its_own_order_queues(template_json: dict[str, A
 
 def test_router_frees_no_owned_stream(template_json: dict[str, Any]) -> None:
     """No session read and no lease write but the normalisation (Pk, desired_state, expiry,
-    no values returned): the router can order a holder, never free its stream."""
+    and status for the take-back hold's condition; no values returned): the router can order
+    a holder, never free its stream nor touch its owner, epoch or checkpoint."""
     statements = _router_statements(template_json)
     leases = lease_table_id(template_json)
     assert not [s for s in statements if s["Action"] == "dynamodb:GetItem"]
@@ -135,7 +136,7 @@ def test_router_frees_no_owned_stream(template_json: dict[str, Any]) -> None:
                and arn_name(s["Resource"]) == leases]
     assert [tuple(s["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"])
             for s in updates] == [(schema.PARTITION_KEY, schema.ATTR.desired_state,
-                                   schema.ATTR.lease_expires_at_ms)]
+                                   schema.ATTR.lease_expires_at_ms, schema.ATTR.status)]
     assert updates[0]["Condition"]["StringEqualsIfExists"] == {"dynamodb:ReturnValues": "NONE"}
 
 
