@@ -189,10 +189,11 @@ class Soak:
         elif kind == "overwrite" and (held := [
                 c for c in self.good if c not in self.stopped
                 and (s := self.sampler.latest.get(c)) is not None
-                and (owner := s.live_owner()) and owner.partition("#")[0] not in self.paused]):
+                and (owner := s.live_owner()) and owner.partition("#")[0] in live]):
             # An app writing its row whole, as it inserted it: owner, epoch and checkpoint go.
-            # Over a live holding: over a dead holder's the checkpoint is gone with both (its
-            # next holder starts at the upstream's head), a loss the app's write makes.
+            # Over a running holder's: over a dead one's (killed, its session not expired yet)
+            # the checkpoint is gone with both (its next holder starts at the upstream's
+            # head), a loss the app's write makes (docs/concepts/protocol.md).
             cid = self.rng.choice(held)
             at = _ms()
             self.ddb.put_item(TableName=self.pf.table, Item=inserted_item(cid, self.urls[cid]))
