@@ -109,12 +109,12 @@ def route(event: dict[str, Any], context: LambdaContext | None,
     out_of_time = _out_of_time(context)
     targets = expiry_targets(plan.decisions, plan.by_holder)
     # A take-back's hold before any nudge of this batch: none may claim the stream first.
-    _normalise(plan, deps, targets, out_of_time, holds=True)
+    _expiries(plan, deps, targets, out_of_time, holds=True)
     # A hold not written (throttled, out of time): its stream's nudges wait for the retry.
     unheld = {conn_id for conn_id, target in targets.items() if target.hold is not None
               and any(seq in plan.failures for seq in target.seqs)}
     _send(plan, deps, out_of_time, unheld)
-    _normalise(plan, deps, targets, out_of_time, holds=False)
+    _expiries(plan, deps, targets, out_of_time, holds=False)
     _order(plan, deps, out_of_time)
     _emit_metrics(plan, len(records))
 
@@ -268,8 +268,8 @@ def _order(plan: _Plan, deps: RouterDeps, out_of_time: Callable[[], bool]) -> No
     plan.failures.update(failures)
 
 
-def _normalise(plan: _Plan, deps: RouterDeps, targets: Mapping[str, ExpiryTarget],
-               out_of_time: Callable[[], bool], *, holds: bool) -> None:
+def _expiries(plan: _Plan, deps: RouterDeps, targets: Mapping[str, ExpiryTarget],
+              out_of_time: Callable[[], bool], *, holds: bool) -> None:
     counts, failures = write_expiries(targets, plan.failures, deps.store, holds=holds,
                                       logger=logger, out_of_time=out_of_time)
     plan.counts.update(counts)
