@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from holdfast.cli.fleetstate import holding
+from holdfast.core.liveness import Liveness, owner_liveness
 from holdfast.core.model import LeaseItem
 from holdfast.core.redact import scrub
 from holdfast.core.schema import LeaseStatus, SessionState, session_of_owner
@@ -30,12 +31,11 @@ def _released_how(owner: str, sessions: Mapping[str, SessionItem] | None) -> str
     """Who wrote a release the scan saw: the holder itself, unless its session was already
     dead (a SIGKILL the platform reported, a hang past its TTL): a dead process writes nothing,
     so the reaper (taskstopped or the sweeper) freed the stream from that session."""
-    parsed = session_of_owner(owner)
-    session = sessions.get(parsed[0]) if sessions is not None and parsed else None
-    if parsed is None or session is None:
+    session = _session(owner, sessions)
+    if session is None:
         return "released by"
-    if session.incarnation != parsed[1]:
-        return f"freed by {parsed[0]}'s next incarnation from its predecessor"
+    if session.owner != owner:
+        return f"freed by {session.worker_id}'s next incarnation from its predecessor"
     if session.state is SessionState.DEAD:
         return "freed by the reaper (taskstopped or sweeper) from the dead session of"
     return "released by"
@@ -46,12 +46,18 @@ def _gone(owner: str, sessions: Mapping[str, SessionItem] | None, wall_ms: int,
     """Whether ``owner``'s session is known to have died (DEAD, silent past its TTL, or
     replaced by a new incarnation): its streams moved by failover, not by its own handoff
     (an ENDED one said goodbye after handing them over)."""
+    session = _session(owner, sessions)
+    verdict, _ = owner_liveness(owner, session, wall_ms, skew_ms)
+    ended = session is not None and session.owner == owner and (
+        session.state is SessionState.ENDED)
+    return verdict is Liveness.SILENT or (verdict is Liveness.GONE and not ended)
+
+
+def _session(owner: str, sessions: Mapping[str, SessionItem] | None) -> SessionItem | None:
+    """The session item of ``owner``'s worker as the scan read it (maybe a later incarnation's);
+    None: none, or ``owner`` names no session."""
     parsed = session_of_owner(owner)
-    session = sessions.get(parsed[0]) if sessions is not None and parsed else None
-    if parsed is None or session is None:
-        return False
-    return session.incarnation != parsed[1] or session.state is SessionState.DEAD or (
-        session.state is SessionState.ALIVE and not session.live(wall_ms, skew_ms))
+    return sessions.get(parsed[0]) if sessions is not None and parsed else None
 
 
 @dataclass(frozen=True, slots=True)
