@@ -16,17 +16,19 @@ until then, for a session TTL (``LeaseStore.normalise`` with a floor).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from holdfast.core import rules
+from holdfast.core.aws import ConditionFailed
+from holdfast.core.exceptions import LeaseLost, LossReason
 from holdfast.core.expressions import num, string
-from holdfast.core.judgements import parse_or_none
+from holdfast.core.judgements import loss_of, parse_or_none, renewed
 from holdfast.core.model import Lease, int_attr, str_attr
 from holdfast.core.schema import ATTR, LeaseStatus
 
-__all__ = ["Overwrite", "overwritten_holding", "retake_clauses", "take_back_hold"]
+__all__ = ["Overwrite", "overwritten_holding", "retake_clauses", "retake_lease", "take_back_hold"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +89,21 @@ def retake_clauses(lease: Lease, seq: int | None, now: int,
         values[":seq"] = num(seq)
     return (update, "attribute_exists(#ds) AND attribute_not_exists(#owner) AND "
                     "(attribute_not_exists(#epoch) OR #epoch < :epoch)", values)
+
+
+def retake_lease(lease: Lease, handled_seq: int | None, *, now: int, lease_ms: int,
+                 update: Callable[[str, str, dict[str, Any]], dict[str, Any]]
+                 ) -> tuple[Lease, bool] | None:
+    """The take-back's outcome (``LeaseStore.retake``, whose one conditional UpdateItem,
+    returning the item written, is ``update``): the lease and whether the stream is STOPPED,
+    None if it was ours already, ``LeaseLost`` if not ours to take."""
+    expires = now + lease_ms
+    seq = max((s for s in (lease.last_seq, handled_seq) if s is not None), default=None)
+    try:
+        item = update(*retake_clauses(lease, seq, now, expires))
+    except ConditionFailed as failed:
+        if failed.item is not None and rules.held_by(failed.item, lease.owner, lease.epoch):
+            return None
+        raise LeaseLost(lease.conn_id, loss_of(lease, failed.item) or LossReason.LOST,
+                        parse_or_none(failed.item)) from None
+    return renewed(lease, expires, seq), not rules.meets(item, (rules.STILL_STARTED,))

@@ -47,7 +47,7 @@ from holdfast.core.judgements import (
     renewed,
 )
 from holdfast.core.model import Lease, LeaseItem, StoredItem, int_attr, lease_of
-from holdfast.core.overwrites import retake_clauses
+from holdfast.core.overwrites import retake_lease
 from holdfast.core.redact import scrub
 from holdfast.core.schema import ATTR, BACKSTOP_MS, pk_for
 from holdfast.core.transfer import transfer_lease
@@ -324,15 +324,6 @@ class LeaseStore:
         stored checkpoint went back). The lease and whether the write left the stream
         STOPPED (its holder then stops it); None if it is ours already (an earlier call's
         write: nothing written); ``LeaseLost`` if someone claimed it, or it is gone."""
-        now = self.clock()
-        expires = now + self.lease_ms
-        seq = max((s for s in (lease.last_seq, handled_seq) if s is not None), default=None)
-        try:
-            item = self._update("retake", lease.conn_id,
-                                *retake_clauses(lease, seq, now, expires), returns="ALL_NEW")
-        except ConditionFailed as failed:
-            if failed.item is not None and rules.held_by(failed.item, lease.owner, lease.epoch):
-                return None
-            raise LeaseLost(lease.conn_id, loss_of(lease, failed.item) or LossReason.LOST,
-                            parse_or_none(failed.item)) from None
-        return renewed(lease, expires, seq), not rules.meets(item, (rules.STILL_STARTED,))
+        return retake_lease(lease, handled_seq, now=self.clock(), lease_ms=self.lease_ms,
+                            update=functools.partial(self._update, "retake", lease.conn_id,
+                                                     returns="ALL_NEW"))
