@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aws_lambda_powertools import Logger
 
@@ -34,7 +34,10 @@ from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.logs import WORKER_LOGGER
 
 __all__ = ["RESTART_BACKOFF", "RESTART_WINDOWS", "conflict_window_ms", "end_incarnation",
-           "restart_for_ms", "restart_incarnation", "start_incarnation"]
+           "end_kept_session", "restart_for_ms", "restart_incarnation", "start_incarnation"]
+
+if TYPE_CHECKING:
+    from holdfast.worker.session import SessionKeeper
 
 logger = Logger(service=WORKER_LOGGER, child=True)
 
@@ -59,6 +62,18 @@ async def end_incarnation(sessions: SessionStore, session: Session, *, reason: s
         logger.info("session not ended: no longer ours and alive", reason=reason,
                     incarnation=session.incarnation)
     return ended
+
+
+async def end_kept_session(keeper: SessionKeeper, *, reason: str,
+                           leave_to_expire: bool = False) -> bool:
+    """The end of the session ``keeper`` renews, the one way a worker ends its own: no more
+    heartbeats, then ``end_incarnation`` (unless ``leave_to_expire``: a handler that would not
+    stop still runs, and ended, the sweeper would release its streams beside it). Whether the
+    session was ended."""
+    keeper.stop()
+    if leave_to_expire:
+        return False
+    return await end_incarnation(keeper.store, keeper.session, reason=reason)
 
 
 def conflict_window_ms(timing: LeaseTiming) -> int:

@@ -37,12 +37,11 @@ from aws_lambda_powertools import Logger
 from holdfast.core.handoff import WARM_TIMEOUT_MS
 from holdfast.core.session_items import ENDED_AT_STOP
 from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT
-from holdfast.worker.incarnation import end_incarnation
+from holdfast.worker.incarnation import end_kept_session
 from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.warmpace import warm_at_once
 
 if TYPE_CHECKING:
-    from holdfast.core.sessions import SessionStore
     from holdfast.worker.balancing import Balancing
     from holdfast.worker.claimer import Claimer
     from holdfast.worker.connection import Connection
@@ -147,7 +146,7 @@ async def _bounded(what: str, wait: Coroutine[Any, Any, object], ends_at: float 
 
 
 async def goodbye(*, outbox: Outbox, claimer: Claimer, keeper: SessionKeeper,
-                  sessions: SessionStore, inbox: OrderInbox | None, polls_s: float,
+                  inbox: OrderInbox | None, polls_s: float,
                   releases_settled: Callable[[], Awaitable[None]] | None = None,
                   streams_running: Callable[[], int] = lambda: 0,
                   ends_at: float | None = None) -> dict[str, float]:
@@ -175,13 +174,11 @@ async def goodbye(*, outbox: Outbox, claimer: Claimer, keeper: SessionKeeper,
     await claimer.finish_polls(polls_s)
     steps["polls"] = time.monotonic()
     # Goodbye: the sweeper releases whatever we could not, without waiting a TTL.
-    keeper.stop()
     running = streams_running()
     if running:
         logger.warning("streams still running at the session's end (a handler that would not "
                        "stop): the session is left to expire, not ended", streams=running)
-    else:
-        await end_incarnation(sessions, keeper.session, reason=ENDED_AT_STOP)
+    await end_kept_session(keeper, reason=ENDED_AT_STOP, leave_to_expire=running > 0)
     steps["session"] = time.monotonic()
     if inbox is not None:
         await _bounded("deleting the order queue", inbox.close(), ends_at)

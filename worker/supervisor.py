@@ -48,7 +48,7 @@ from holdfast.worker.handler import Handler, default_handler
 from holdfast.worker.handoff import Handoffs
 from holdfast.worker.held import NO_FENCE_MS, monotonic_ms, ordered_reason
 from holdfast.worker.holdings import Holdings
-from holdfast.worker.incarnation import end_incarnation, restart_for_ms
+from holdfast.worker.incarnation import end_kept_session, restart_for_ms
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.loopclock import LoopClock
@@ -223,9 +223,7 @@ class Supervisor:
         if not await unless_told_first(start_session(self), shutdown_trigger):
             logger.info("stopped before a session was started", worker_id=self.worker_id)
             if self.keeper is not None:  # written, and kept alive, before the stop came
-                self.keeper.stop()
-                await end_incarnation(self.sessions, self.keeper.session,
-                                      reason=ENDED_BEFORE_START)
+                await end_kept_session(self.keeper, reason=ENDED_BEFORE_START)
             return self.counts  # nothing held
         keeper = self.keeper
         assert keeper is not None  # the session has started
@@ -265,7 +263,7 @@ class Supervisor:
             left_s = cfg.shutdown_s - goodbye_s(cfg.shutdown_s) - (steps["streams"] - stop_t0)
             steps |= await goodbye(
                 outbox=self.outbox, claimer=services.claimer, keeper=keeper,
-                sessions=self.sessions, inbox=self.inbox,
+                inbox=self.inbox,
                 polls_s=min(cfg.poll_drain_s, max(0.0, left_s)),
                 ends_at=stop_t0 + cfg.shutdown_s,
                 releases_settled=self._settled,

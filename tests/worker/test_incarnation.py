@@ -15,7 +15,12 @@ from holdfast.core.schema import SESSION, SessionState, session_table_definition
 from holdfast.core.session_items import ENDED_AT_STOP, ENDED_BEFORE_START
 from holdfast.core.sessions import SessionStore
 from holdfast.localaws import LocalAws
-from holdfast.worker.incarnation import end_incarnation, restart_incarnation, start_incarnation
+from holdfast.worker.incarnation import (
+    end_incarnation,
+    end_kept_session,
+    restart_incarnation,
+    start_incarnation,
+)
 from tests.conftest import client_for, own_tables
 from tests.core.test_store import Clock
 
@@ -251,3 +256,29 @@ async def test_ending_our_session_says_why_and_a_failed_end_is_logged(
     monkeypatch.setattr(sessions, "end", unreachable)
     assert not await end_incarnation(sessions, session, reason=ENDED_AT_STOP)
     assert "cannot end the session; it will expire" in caplog.text
+
+
+class _Keeper:
+    """The part of a ``SessionKeeper`` a session's end uses: its store, session and stop."""
+
+    def __init__(self, sessions: SessionStore, session: Any) -> None:
+        self.store, self.session, self.stopped = sessions, session, False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+async def test_a_kept_session_ends_after_its_heartbeats_stop(
+        sessions: SessionStore, unique_id: str) -> None:
+    """``end_kept_session`` stops the heartbeats, then writes ENDED with its reason; left to
+    expire (a handler still running), the heartbeats stop and the session stays ALIVE."""
+    kept = _Keeper(sessions, sessions.start(unique_id, 10))
+    assert not await end_kept_session(kept, reason=ENDED_AT_STOP,  # type: ignore[arg-type]
+                                      leave_to_expire=True)
+    item = sessions.get(unique_id)
+    assert kept.stopped and item is not None and item.state is SessionState.ALIVE
+    kept = _Keeper(sessions, kept.session)
+    assert await end_kept_session(kept, reason=ENDED_AT_STOP)  # type: ignore[arg-type]
+    item = sessions.get(unique_id)
+    assert kept.stopped and item is not None and item.state is SessionState.ENDED
+    assert _end_reason(sessions, unique_id) == ENDED_AT_STOP

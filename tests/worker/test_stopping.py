@@ -24,6 +24,7 @@ class _Steps:
     def __init__(self) -> None:
         self.said: list[str] = []
         self.session = "session"
+        self.store = self  # the keeper's session store
 
     async def drain(self) -> None:
         self.said.append("messages")
@@ -42,7 +43,7 @@ class _Steps:
 
 async def _goodbye(steps: _Steps, settle: Any, running: int = 0) -> dict[str, float]:
     return await goodbye(outbox=steps, claimer=steps, keeper=steps,  # type: ignore[arg-type]
-                         sessions=steps, inbox=None, polls_s=0.0,  # type: ignore[arg-type]
+                         inbox=None, polls_s=0.0,
                          releases_settled=settle, streams_running=lambda: running)
 
 
@@ -103,7 +104,7 @@ async def test_an_sqs_that_does_not_answer_cannot_keep_the_session_from_ending(
     steps = Hanging()
     t0 = time.monotonic()
     ended = await goodbye(outbox=steps, claimer=steps, keeper=steps,  # type: ignore[arg-type]
-                          sessions=steps, inbox=steps, polls_s=5.0,  # type: ignore[arg-type]
+                          inbox=steps, polls_s=5.0,  # type: ignore[arg-type]
                           ends_at=t0 + stopping.SESSION_END_S + 0.3)
     assert steps.said == ["polls", "heartbeat stopped", "session ended"]
     assert ended["session"] - t0 < stopping.SESSION_END_S  # room left for it
