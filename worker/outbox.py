@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Final
 from aws_lambda_powertools import Logger
 
 from holdfast.core.bundles import send_bundled
-from holdfast.core.nudge import Outgoing
 from holdfast.core.orders import order_queue_url
+from holdfast.core.sending import Outgoing
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.logs import WORKER_LOGGER
 

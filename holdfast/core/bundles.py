@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from holdfast.core import jsontext
-from holdfast.core.nudge import M, Outgoing, SendReport, send_nudges
+from holdfast.core.sending import M, Outgoing, SendReport, send_nudges
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

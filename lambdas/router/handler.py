@@ -39,8 +39,9 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 
 from holdfast.core import names, tracing
 from holdfast.core.exceptions import NudgeNotSent
-from holdfast.core.nudge import Nudge, send_nudges
+from holdfast.core.nudge import Nudge
 from holdfast.core.schema import ATTR
+from holdfast.core.sending import send_nudges
 from holdfast.lambdas.metrics import (
     METRICS_NAMESPACE,
     emit_counts_by,

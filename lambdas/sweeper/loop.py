@@ -25,8 +25,9 @@ from holdfast.core import names, rules, tracing
 from holdfast.core import settings as S
 from holdfast.core.exceptions import HoldfastError, MalformedItem
 from holdfast.core.liveness import AUDIT_INTERVAL_MS, AuditResult, OwnerAudit
-from holdfast.core.nudge import REASON_EXPIRED, REASON_REAPED, REASON_UNCLAIMED, Nudge, send_nudges
+from holdfast.core.nudge import REASON_EXPIRED, REASON_REAPED, REASON_UNCLAIMED, Nudge
 from holdfast.core.placement import fill, new_version
+from holdfast.core.sending import send_nudges
 from holdfast.core.sessions import SessionStore, SessionSweep, SweepLog, sweep_sessions
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import count_owned, find_orphans

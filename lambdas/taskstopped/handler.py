@@ -29,8 +29,9 @@ from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.boto import new_session
 from holdfast.core.exceptions import SessionStillLive
 from holdfast.core.model import validate_worker_id
-from holdfast.core.nudge import REASON_REPORTED, Nudge, send_nudges
+from holdfast.core.nudge import REASON_REPORTED, Nudge
 from holdfast.core.rules import LeaseTiming
+from holdfast.core.sending import send_nudges
 from holdfast.core.sessions import SessionStore, SweepLog
 from holdfast.core.store import wall_clock_ms
 from holdfast.lambdas.metrics import METRICS_NAMESPACE, metrics_enabled, service_name

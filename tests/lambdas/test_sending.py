@@ -7,7 +7,8 @@ import threading
 import time
 from typing import Any
 
-from holdfast.core.nudge import SEND_CONCURRENCY, Nudge, send_nudges
+from holdfast.core.nudge import Nudge
+from holdfast.core.sending import SEND_CONCURRENCY, send_nudges
 from tests.lambdas.helpers import receive_nudges
 
 
