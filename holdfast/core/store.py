@@ -1,8 +1,10 @@
 """The one place that makes lease calls to DynamoDB: acquire, renew+checkpoint, release.
 
-``LeaseStore`` is every lease call's entry point; the transfer to a successor
-(``LeaseStore.transfer``) has its outcome handling in ``holdfast.core.transfer``, and goes
-through this store's conditional write and read like every other call.
+``LeaseStore`` is every lease call's entry point; the release (``LeaseStore.release``), the
+transfer to a successor (``LeaseStore.transfer``) and the take-back (``LeaseStore.retake``)
+have their outcome handling in ``holdfast.core.releasing``, ``holdfast.core.transfer`` and
+``holdfast.core.overwrites``, and go through this store's conditional write and read like
+every other call.
 
 Every write is a single conditional UpdateItem. A failed condition returns the old item
 (``ReturnValuesOnConditionCheckFailure=ALL_OLD``) so the caller learns why without a read. A
@@ -14,7 +16,6 @@ landed, so a failed condition whose old item shows *us* as holder counts as succ
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
@@ -35,7 +36,6 @@ from holdfast.core.expressions import (
     names_for,
     num,
     quarantine_expression,
-    release_clauses,
     renew_clauses,
     string,
 )
@@ -43,12 +43,11 @@ from holdfast.core.judgements import (
     loss_of,
     parse_or_none,
     refused_renewal,
-    release_loss,
     renewed,
 )
 from holdfast.core.model import Lease, LeaseItem, StoredItem, int_attr, lease_of
 from holdfast.core.overwrites import retake_lease
-from holdfast.core.redact import scrub
+from holdfast.core.releasing import release_lease
 from holdfast.core.schema import ATTR, BACKSTOP_MS, pk_for
 from holdfast.core.transfer import transfer_lease
 
@@ -57,7 +56,6 @@ if TYPE_CHECKING:
 
 __all__ = ["QUARANTINE_MS", "LeaseStore", "wall_clock_ms"]
 
-log = logging.getLogger(__name__)
 
 # How long a malformed STARTED item is parked before the sweep looks at it again.
 QUARANTINE_MS = 300_000
@@ -240,46 +238,13 @@ class LeaseStore:
     def release(self, lease: Lease, handled_seq: int | None = None, *, error: str | None = None,
                 retry_at_ms: int | None = None, moved: bool = False,
                 successor: str | None = None) -> LossReason | None:
-        """Final checkpoint and hand the lease back; None if released, else why it was not ours.
-
-        With ``error`` the release is a give-up after upstream failures: the error is recorded
-        and the lease stays unclaimable until ``retry_at_ms`` (the sweep finds it then).
-        Otherwise it leaves the unowned-since marker (``holdfast.core.unowned``); ``moved``
-        (a rebalancing move) also stamps ``moved_at_ms``, which starts the stream's cool-down.
-        ``successor`` makes it a handoff: the stream is kept for that owner alone for
-        ``rules.HANDOFF_HOLD_MS`` (the expiry), then anyone may take it.
-
-        A release refused while the stream is still ours at our epoch can only have met its
-        never-backwards checkpoint (someone moved the stored one past ours): it is released
-        again without a checkpoint, keeping theirs.
-        """
-        # Whatever wrote the error text, the URL's secrets never reach the item.
-        text = None if error is None else scrub(error, lease.ws_url)[:1000]
-        seq = rules.next_checkpoint(lease.last_seq, handled_seq)
-        update, condition, values = release_clauses(
-            lease, self.clock(), seq, error=text, retry_at_ms=retry_at_ms, moved=moved,
-            successor=successor).update_expression()
-        try:
-            self._update("release", lease.conn_id, update, condition, values)
-        except ConditionFailed as failed:
-            found = rules.release_found(failed.item, lease.owner, lease.epoch, successor)
-            if found is rules.ReleaseFound.STILL_OURS and seq is not None:
-                # Ours at our epoch: only the checkpoint's never-backwards clause refused. The
-                # stored checkpoint is ahead of ours (written by someone else: an edit); the
-                # stream is released keeping it, not left owned by a holder that has ended.
-                log.warning("release of %s (epoch %d): the stored checkpoint %s is ahead of "
-                            "ours, %d; released keeping it", lease.conn_id, lease.epoch,
-                            int_attr(failed.item or {}, ATTR.last_seq), seq)
-                return self.release(lease, None, error=error, retry_at_ms=retry_at_ms,
-                                    moved=moved, successor=successor)
-            return release_loss(lease, failed.item, found)
-        except StoreUnavailable:
-            raw = self.get_raw(lease.conn_id)
-            found = rules.release_found(raw, lease.owner, lease.epoch, successor)
-            if found is rules.ReleaseFound.STILL_OURS:
-                raise  # not written: the caller tries again
-            return release_loss(lease, raw, found)
-        return None
+        """Final checkpoint and hand the lease back; None if released, else why it was not
+        ours (``holdfast.core.releasing``: what ``error``, ``retry_at_ms``, ``moved`` and
+        ``successor`` make of it)."""
+        return release_lease(lease, handled_seq, error=error, retry_at_ms=retry_at_ms,
+                             moved=moved, successor=successor, clock=self.clock,
+                             read=self.get_raw,
+                             update=functools.partial(self._update, "release", lease.conn_id))
 
     def transfer(self, lease: Lease, handled_seq: int | None, to_owner: str) -> Lease:
         """Pass ``lease`` straight to ``to_owner`` in one conditional write: the successor's
