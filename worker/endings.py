@@ -42,6 +42,7 @@ from holdfast.worker.held import SHUTDOWN, SHUTDOWN_TIMEOUT, HeldState, HeldStre
 from holdfast.worker.iothreads import logs_failure, on_io_threads
 from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.takeback import GiveUp
 
 __all__ = ["Endings"]
 
@@ -71,7 +72,7 @@ class Endings:
         self.named_release: Callable[[str, str], None] | None = None
         # A release found the item written over: take it back for its checkpoint
         # (``TakeBack.give_back_soon``).
-        self.give_back: Callable[[Connection, str], None] | None = None
+        self.give_back: Callable[[Connection, str, GiveUp | None], None] | None = None
         # Ended (aborted at the stop's deadline) while their transfer was in flight: finished
         # when it fails, which leaves them ours (``_passed``); the tasks that do it.
         self._after_transfer: set[Connection] = set()
@@ -180,6 +181,8 @@ class Endings:
         """Write the holding's release; a give-up (``error``) releases ``lease`` (``_give_up``'s;
         the holding's own if None), which records one more give-up in a row."""
         held = conn.held
+        give_up = None if error is None or retry_at_ms is None else GiveUp(
+            error, (held.lease if lease is None else lease).error_count, retry_at_ms)
         for attempt in range(attempts):
             try:
                 if error is None:
@@ -202,7 +205,7 @@ class Endings:
                 return "failed"
             if lost is not None:
                 if lost is LossReason.OVERWRITTEN and self.give_back is not None:
-                    self.give_back(conn, "release")
+                    self.give_back(conn, "release", give_up)
                 return f"not_ours_{lost}"
             conn.log("info", "released", checkpoint=held.checkpoint, handled=held.cursor.handled,
                      successor=successor)

@@ -13,7 +13,9 @@ whose refused checkpoint finds it, as the router's ``retake`` order does.
   upstream's head (seqs skipped). Tried again while DynamoDB does not answer, for up to
   ``GIVE_BACK_MS`` while our session lives: past the router's hold (a session TTL) another
   worker may claim it first (then the take-back is refused and nothing is written), but
-  while DynamoDB is down for everyone, the first write to land after it is often ours.
+  while DynamoDB is down for everyone, the first write to land after it is often ours. A
+  give-up's release (``GiveUp``) is given back as the give-up it was: its error, back-off and
+  give-ups in a row, or a broken upstream would be claimed again at once.
 
 Only on the stream's own URL (``ours_to_take``): an item naming another is another stream
 under the same id, whose seqs ours must not be written over.
@@ -22,8 +24,11 @@ under the same id, whose seqs ours must not be written over.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import itertools
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from holdfast.core import names, rules
@@ -38,10 +43,20 @@ from holdfast.worker.iothreads import logs_failure
 if TYPE_CHECKING:
     from holdfast.worker.checkpointer import Checkpointer
 
-__all__ = ["GIVE_BACK_MS", "TakeBack", "ours_to_take"]
+__all__ = ["GIVE_BACK_MS", "GiveUp", "TakeBack", "ours_to_take"]
 
 T = TypeVar("T")
 GIVE_BACK_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """A give-up's release terms (``Endings``): what ``LeaseStore.release`` records, the
+    give-ups in a row before this one (the release adds it), and the back-off's end."""
+
+    error: str
+    errors_before: int
+    retry_at_ms: int
 
 
 def ours_to_take(conn: Connection, lost: LeaseLost) -> bool:
@@ -113,10 +128,11 @@ class TakeBack:
             conn.drain_to(None, STOPPED)
         return stopped is not None
 
-    def give_back_soon(self, conn: Connection, source: str) -> None:
+    def give_back_soon(self, conn: Connection, source: str,
+                       give_up: GiveUp | None = None) -> None:
         """Take back ``conn``, which no longer delivers, and release it with its checkpoint
         (``give_back``), unless that is under way already."""
-        self._once(self._giving, conn, self.give_back(conn, source), "giving back")
+        self._once(self._giving, conn, self.give_back(conn, source, give_up), "giving back")
 
     @staticmethod
     def _once(tasks: dict[str, asyncio.Task[bool]], conn: Connection,
@@ -132,12 +148,16 @@ class TakeBack:
         task.add_done_callback(lambda _t: tasks.pop(key, None))
         task.add_done_callback(logs_failure(what))
 
-    async def give_back(self, conn: Connection, source: str) -> bool:
+    async def give_back(self, conn: Connection, source: str,
+                        give_up: GiveUp | None = None) -> bool:
         """Take back a stream written over that delivers no more and release it with its
-        checkpoint; False if it was not ours to take (claimed since, another URL, past its
-        fence) or DynamoDB did not answer for ``GIVE_BACK_MS``."""
+        checkpoint (as ``give_up``, if its release was one); False if it was not ours to take
+        (claimed since, another URL, past its fence) or DynamoDB did not answer for
+        ``GIVE_BACK_MS``."""
         cp, held = self.cp, conn.held
         lease, checkpoint = held.lease, held.checkpoint
+        release = cp.store.release if give_up is None else functools.partial(
+            cp.store.release, error=give_up.error, retry_at_ms=give_up.retry_at_ms)
         until = cp.mono() + GIVE_BACK_MS
         for attempt in itertools.count():
             sent = cp.mono()
@@ -156,7 +176,9 @@ class TakeBack:
                     if taken is not None:
                         self._taken(conn, checkpoint, source)
                         lease = taken[0]
-                lost = await self._run(cp.store.release, lease, checkpoint)
+                if give_up is not None:  # the take-back read the app's item: no streak
+                    lease = dataclasses.replace(lease, error_count=give_up.errors_before)
+                lost = await self._run(release, lease, checkpoint)
             except LeaseLost:
                 return False  # claimed meanwhile: not ours to give back
             except StoreUnavailable:
@@ -167,7 +189,8 @@ class TakeBack:
                          error=str(exc)[:300], source=source)
                 return False
             conn.log("info", "a stream written over given back with its checkpoint",
-                     checkpoint=checkpoint, lost=str(lost) if lost else None)
+                     checkpoint=checkpoint, lost=str(lost) if lost else None,
+                     gave_up=give_up is not None or None)
             return lost is None
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -15,9 +15,16 @@ from holdfast.core.orders import Order
 from holdfast.core.schema import ATTR, BACKSTOP_MS
 from holdfast.core.store import LeaseStore
 from holdfast.core.table import inserted_item
+from holdfast.worker.handler import Message
 from holdfast.worker.held import SHUTDOWN, STOPPED
 from tests.worker.conftest import Fleet, UpstreamThread, async_wait_until
-from tests.worker.helpers import Recorder, item_attr, running_worker, start_held
+from tests.worker.helpers import (
+    Recorder,
+    item_attr,
+    nudge_until_backoff,
+    running_worker,
+    start_held,
+)
 from tests.worker.test_checkpointer import runner_for
 from tests.worker.test_stop_seams import SUCCESSOR, _offered
 
@@ -163,6 +170,29 @@ async def test_a_stopping_stream_whose_release_finds_it_written_over_is_given_ba
         handled = max(rec.seqs(conn))
     item = fleet.item(conn)
     assert ATTR.lease_owner not in item and item_attr(item, ATTR.last_seq) == handled
+
+
+async def test_a_give_up_whose_release_finds_it_written_over_is_given_back_as_a_give_up(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """Written over just before its handler's last failure: the park's release finds no owner
+    and gives it back with its checkpoint and as the give-up it was (BACKOFF, the error, one
+    give-up in a row, the back-off's end), not as a release any worker may claim at once."""
+    conn = f"{unique_id}-over-give-up"
+    fleet.create(conn, upstream.url(conn))
+
+    async def fails_at_three(message: Message) -> None:
+        if message.seq == 3:
+            written_over(fleet, conn, upstream.url(conn))
+            raise ConnectionError("downstream down")
+
+    async with running_worker(fleet, fails_at_three, HOLDFAST_HANDLER_ATTEMPTS="1") as run:
+        await nudge_until_backoff(fleet, conn, 10, "parked")
+        assert run.worker.metrics.totals["HoldingsTakenBack"] == 1
+    item = fleet.item(conn)
+    assert ATTR.lease_owner not in item and item_attr(item, ATTR.last_seq) == 2
+    assert "downstream down" in item_attr(item, "last_error")
+    assert item_attr(item, "error_count") == 1
+    assert item_attr(item, ATTR.lease_expires_at_ms) > time.time() * 1000 + 20_000
 
 
 class _NoAnswerOnce(LeaseStore):
