@@ -121,8 +121,10 @@ class LeaseItem:
             ws_url=p.req_str(ATTR.ws_url, MAX_URL_LEN),
             lease_owner=p.opt_str(ATTR.lease_owner, MAX_OWNER_LEN),
             lease_expires_at_ms=p.opt_int(ATTR.lease_expires_at_ms, 0, MAX_TIMESTAMP_MS),
-            last_seq=p.opt_int(ATTR.last_seq, -1, MAX_SEQ),
-            epoch=p.opt_int(ATTR.epoch, 0, MAX_EPOCH) or 0,
+            # Both are compared by the protocol's conditions (``expressions``), which do not
+            # take a NULL for absent.
+            last_seq=p.opt_int(ATTR.last_seq, -1, MAX_SEQ, null_ok=False),
+            epoch=p.opt_int(ATTR.epoch, 0, MAX_EPOCH, null_ok=False) or 0,
             status=p.opt_str(ATTR.status, 64),
             last_error=p.opt_str(ATTR.last_error, 4096),
             error_count=p.opt_int(ATTR.error_count, 0, 10**6) or 0,
@@ -255,9 +257,15 @@ class _Parser:
         self.key = key
         self.item = item
 
-    def _raw(self, name: str) -> Mapping[str, Any] | None:
+    def _raw(self, name: str, *, null_ok: bool = True) -> Mapping[str, Any] | None:
         raw = self.item.get(name)
-        if raw is None or (isinstance(raw, Mapping) and raw.get("NULL") is True):
+        if isinstance(raw, Mapping) and raw.get("NULL") is True:
+            if null_ok:
+                return None
+            # A condition sees it as present and compares it with nothing: read as absent, a
+            # NULL epoch made the stream unclaimable, a NULL checkpoint refused every one.
+            raise MalformedItem(self.key, f"{name} is NULL: write a number, or remove it")
+        if raw is None:
             return None
         if not isinstance(raw, Mapping):
             raise MalformedItem(self.key, f"{name} is not a DynamoDB attribute value")
@@ -287,8 +295,8 @@ class _Parser:
             raise MalformedItem(self.key, f"{name} is missing")
         return s
 
-    def opt_int(self, name: str, lo: int, hi: int) -> int | None:
-        raw = self._raw(name)
+    def opt_int(self, name: str, lo: int, hi: int, *, null_ok: bool = True) -> int | None:
+        raw = self._raw(name, null_ok=null_ok)
         if raw is None:
             return None
         n = raw.get("N")

@@ -512,13 +512,18 @@ def test_malformed_item_is_quarantined_not_fatal(store: LeaseStore, ddb: Any, cl
 
 @pytest.mark.parametrize(("attr", "value", "reason"), [
     ("lease_epoch", {"S": "one"}, "lease_epoch must be a number"),
-    ("single_connection", {"S": "yes"}, "single_connection must be a boolean")])
+    ("single_connection", {"S": "yes"}, "single_connection must be a boolean"),
+    ("lease_epoch", {"NULL": True}, "lease_epoch is NULL"),
+    ("last_seq", {"NULL": True}, "last_seq is NULL")])
 def test_a_mistyped_attribute_is_quarantined(store: LeaseStore, ddb: Any, unique_id: str,
                                              attr: str, value: Any, reason: str) -> None:
     """An epoch stored as a string makes the acquire fail: reported as INVALID and the item
     quarantined (out of the sweep's sight with the reason), not nudged and counted for ever;
     the same for ``single_connection`` as the string "yes", not claimed with the fleet
-    default (which may let a second connection open, the very thing it forbids)."""
+    default (which may let a second connection open, the very thing it forbids); and a NULL
+    epoch or checkpoint (boto3's resource layer writes None so), which the conditions do not
+    read as absent: the stream was never claimed, or every checkpoint refused, and nothing
+    said why."""
     put_raw(ddb, store.table, unique_id, **{attr: value})
     with pytest.raises(AcquireFailed) as info:
         store.acquire(unique_id, "w1")
