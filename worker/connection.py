@@ -180,6 +180,7 @@ class Connection:
         self.running = True
         drops, deaths = Drops(), 0
         poison_at: int | None = None  # the resume point of the last death by a frame
+        poison_handled = -1  # the handler calls done at that death
         held = self.held
         held.started()  # a no-op if it stopped before it started (shutdown, session lost)
         try:
@@ -210,8 +211,12 @@ class Connection:
                 drops = drops.after(held.cursor.checkpoint != before, self._opened_ms is not None
                                     and self.ctx.mono() - self._opened_ms >= STABLE_CONNECTION_MS)
                 if killed:  # by a frame; again at the same resume point: the same frame
-                    deaths = deaths + 1 if held.cursor.next_seq == poison_at else 1
-                    poison_at = held.cursor.next_seq
+                    # A stream without seqs has no resume point: a death is "again" only if
+                    # nothing was handled since the last (or deaths hours apart add up).
+                    again = held.cursor.next_seq == poison_at and (
+                        poison_at is not None or held.cursor.handled == poison_handled)
+                    deaths = deaths + 1 if again else 1
+                    poison_at, poison_handled = held.cursor.next_seq, held.cursor.handled
                     if deaths >= self.ctx.poison_replays:  # given up, never skipped unhandled
                         self.log("error", "a frame keeps killing the connection, giving the "
                                  "stream back", from_seq=poison_at, deaths=deaths, error=error)

@@ -118,8 +118,9 @@ MAX_SEQ_JUMP: Final = Integer(name=names.ENV_MAX_SEQ_JUMP, default=1_000_000, lo
                                   "and does not move it; 0: no bound.")
 POISON_REPLAYS: Final = Integer(
     name=names.ENV_POISON_REPLAYS, default=3, lo=1, hi=1000, readers=_W,
-    doc="Connection deaths in a row at one resume point before the stream goes to BACKOFF "
-        "(nothing is skipped); at most HOLDFAST_UPSTREAM_MAX_FAILURES.")
+    doc="Connection deaths in a row at one resume point (a stream without seqs: with "
+        "nothing handled between) before the stream goes to BACKOFF (nothing is skipped); "
+        "at most HOLDFAST_UPSTREAM_MAX_FAILURES.")
 UPSTREAM_MAX_FAILURES: Final = Integer(
     name="HOLDFAST_UPSTREAM_MAX_FAILURES", default=6, lo=1, hi=1000, readers=_W,
     doc="Consecutive connection failures before the stream is handed back in BACKOFF.")

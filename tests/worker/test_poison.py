@@ -74,6 +74,40 @@ async def test_a_frame_that_keeps_killing_the_connection_gives_the_stream_up(
     assert runner.ctx.metrics.totals["FramesSkipped"] == 0
 
 
+async def test_a_stream_without_seqs_is_not_given_up_for_deaths_it_delivered_between(
+        fleet: Fleet, unique_id: str) -> None:
+    """No seqs, and every connection hands on 20 frames before one over max_size kills it:
+    no death follows another with nothing handled between, so it reconnects on (the third
+    such death gave it up as "a frame kills the connection before the first seq")."""
+    conn, rec = f"{unique_id}-seqless", Recorder()
+    huge = "x" * 100_000
+
+    def frames(_from_seq: int | None) -> list[str]:
+        return [*(f"hello {n}" for n in range(20)), huge]
+
+    async with scripted_upstream(frames) as up:
+        ctx = context(rec, options=ConnectOptions(max_size=64 * 1024),
+                      backoff=Backoff(0.01, 0.05, 20))
+        runner = connection(lease_for(fleet, conn, up.url), ctx)
+        assert await run_until(runner, lambda: len(up.from_seqs) >= 5, 10) is None
+    assert len(rec.calls) >= 80 and runner.ctx.metrics.totals["Reconnects"] >= 4
+
+
+async def test_a_stream_without_seqs_killed_with_nothing_handled_between_is_given_up(
+        fleet: Fleet, unique_id: str) -> None:
+    """No seqs, and every connection opens with a frame over max_size: three deaths with
+    nothing handled between are in a row, and the stream is given up, naming no seq."""
+    conn, rec = f"{unique_id}-seqless-dead", Recorder()
+    async with scripted_upstream(lambda _: ["x" * 100_000]) as up:
+        ctx = context(rec, options=ConnectOptions(max_size=64 * 1024),
+                      backoff=Backoff(0.01, 0.05, 20))
+        runner = connection(lease_for(fleet, conn, up.url), ctx)
+        runner.task = asyncio.create_task(runner.run())
+        error = await asyncio.wait_for(runner.task, 10)
+    assert error is not None and "before the first seq (3 times in a row)" in error
+    assert not rec.calls and len(up.from_seqs) == 3
+
+
 async def test_oversized_first_frames_end_in_backoff_at_the_last_handled_seq(
         fleet: Fleet, unique_id: str) -> None:
     """A restarted upstream that opens every connection with an oversized frame: BACKOFF with
