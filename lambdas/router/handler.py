@@ -22,6 +22,7 @@ the invocation's start to the send, whose ``traceparent`` the nudge carries to t
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -132,6 +133,15 @@ def route(event: dict[str, Any], context: LambdaContext | None,
     return response
 
 
+def _created_ms(created: object) -> int | None:
+    """A record's ``ApproximateCreationDateTime`` (s) in ms; None if it is not a finite number
+    (a hand-built or corrupted record: its decision is made as for a record of unknown age)."""
+    if isinstance(created, bool) or not isinstance(created, int | float) or not math.isfinite(
+            created):
+        return None
+    return round(created * 1000)
+
+
 def _seq(raw: dict[str, Any]) -> str:
     dynamodb = raw.get("dynamodb")
     seq = dynamodb.get("SequenceNumber") if isinstance(dynamodb, dict) else None
@@ -151,9 +161,7 @@ def _decide_all(records: list[dict[str, Any]], deps: RouterDeps) -> _Plan:
         decision = decide(event_name if isinstance(event_name, str) else None,
                           dynamodb.get("OldImage"), dynamodb.get("NewImage"), now,
                           skew_ms=deps.settings.skew_ms, lease_ms=deps.settings.lease_ms,
-                          created_ms=(
-                              round(created * 1000) if isinstance(created, int | float)
-                              and not isinstance(created, bool) else None))
+                          created_ms=_created_ms(created))
         if seq.startswith("#") and decision.acts:
             # Without a sequence number a failure could not be reported; say so loudly.
             logger.error("stream record has no SequenceNumber", conn_id=decision.conn_id)

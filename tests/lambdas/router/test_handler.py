@@ -61,6 +61,21 @@ def test_a_retried_insert_record_is_nudged_without_its_url(
         {"conn_id": unique_id, "reason": "inserted", "epoch": 0}]
 
 
+@pytest.mark.parametrize("created", [float("inf"), float("nan"), "soon", True])
+def test_a_record_of_no_real_age_is_routed_as_one_of_unknown_age(
+        deps: RouterDeps, sqs: Any, queue_url: str, unique_id: str, created: Any) -> None:
+    """An ``ApproximateCreationDateTime`` that is no finite number (a hand-built or corrupted
+    record): the record is decided as one of unknown age (as ``decide`` takes those: fresh,
+    nudged with its URL), not the whole batch failed (``inf`` raised OverflowError and
+    blocked the shard)."""
+    item = image(unique_id, expires=0)
+    odd = record("INSERT", None, item)
+    odd["dynamodb"]["ApproximateCreationDateTime"] = created
+    assert route(event(odd), None, deps) == {"batchItemFailures": []}
+    assert receive_nudges(sqs, queue_url, expect=1) == [
+        {"conn_id": unique_id, "reason": "inserted", "epoch": 0, "ws_url": item["ws_url"]["S"]}]
+
+
 def test_mixed_batch_nudges_only_what_needs_it(deps: RouterDeps, sqs: Any, queue_url: str,
                                                unique_id: str) -> None:
     """Heartbeats, stops, deletes, TTL deletes and malformed records send nothing."""
