@@ -14,6 +14,7 @@ ones nobody holds (stranded ones with their owner and the verdict's reason).
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -23,19 +24,28 @@ from holdfast.core.exceptions import MalformedItem
 from holdfast.core.liveness import Liveness, owner_liveness, session_owner
 from holdfast.core.model import LeaseItem
 from holdfast.core.redact import scrub
-from holdfast.core.schema import SessionState
+from holdfast.core.schema import SessionState, worker_of_session_pk
 from holdfast.core.sessions import SessionItem
 
 __all__ = ["FleetStatus", "Holding", "SessionRow", "StrandedRow", "StreamRow", "fleet_status",
            "holding", "session_rows", "sessions_by_worker", "stream_row"]
 
-Sessions = Mapping[str, SessionItem]  # worker id -> its session item as read
+Sessions = Mapping[str, SessionItem | MalformedItem]  # worker id -> its session item as read
 
 
-def sessions_by_worker(items: Iterable[SessionItem | MalformedItem]) -> dict[str, SessionItem]:
-    """The session items keyed by worker id (malformed ones left out: their owners judge
-    UNKNOWN, as the owner audit would after a wait)."""
-    return {i.worker_id: i for i in items if isinstance(i, SessionItem)}
+def sessions_by_worker(items: Iterable[SessionItem | MalformedItem]
+                       ) -> dict[str, SessionItem | MalformedItem]:
+    """The session items keyed by worker id, a malformed one too (its worker's streams are
+    stranded until it is fixed or deleted: the sweeper cannot judge it); one whose key names
+    no worker is left out."""
+    out: dict[str, SessionItem | MalformedItem] = {}
+    for i in items:
+        if isinstance(i, SessionItem):
+            out[i.worker_id] = i
+        else:
+            with contextlib.suppress(ValueError):
+                out[worker_of_session_pk(i.key)] = i
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +61,9 @@ class Holding:
     # ``left_ms`` is the item's own expiry (sessions not read): while a session holds a stream
     # that is a far backstop (an hour, refreshed), not how long a silent holder keeps it.
     backstop: bool = False
+    # Stranded with nobody to release it: its owner's session item is malformed (the sweeper
+    # cannot judge it, so neither reaps nor audits it away) until it is fixed or deleted.
+    stuck: bool = False
 
 
 def holding(item: LeaseItem, now_ms: int, sessions: Sessions | None,
@@ -65,6 +78,9 @@ def holding(item: LeaseItem, now_ms: int, sessions: Sessions | None,
                 else Holding(False))
     parsed = session_owner(owner)
     session = sessions.get(parsed[0]) if parsed else None
+    if isinstance(session, MalformedItem):
+        return Holding(False, f"{Liveness.SILENT.value}: session item malformed "
+                              f"({session.reason}): fix or delete it", stuck=True)
     verdict, why = owner_liveness(owner, session, now_ms, skew_ms)
     if verdict is Liveness.LIVE and session is not None:
         return Holding(True, left_ms=session.expires_at_ms - now_ms)
@@ -106,7 +122,8 @@ class SessionRow:
 
 def session_rows(items: list[SessionItem | MalformedItem], now_ms: int, *,
                  skew_ms: int = 0) -> list[SessionRow]:
-    """Sessions, live ones first; malformed session items are left out (the sweeper logs them).
+    """Sessions, live ones first; malformed session items are left out (``status`` notes them,
+    the sweeper logs them).
     An ALIVE one silent past its TTL and the skew (``SessionItem.live``, the test every other
     reader applies: its streams are listed as held until then) shows as SILENT."""
     rows = []
@@ -171,10 +188,11 @@ class StrandedRow:
     owner: str
     reason: str  # "<verdict>: <why>" (``owner_liveness``)
     age_ms: int | None  # since its owner stopped being live, when the table says
+    stuck: bool = False  # nobody releases it (``Holding.stuck``)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.conn_id, "owner": self.owner, "reason": self.reason,
-                "age_ms": self.age_ms}
+                "age_ms": self.age_ms, "stuck": self.stuck}
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +289,8 @@ def fleet_status(items: list[LeaseItem | MalformedItem], now_ms: int,
         unowned.append(item.conn_id)
         age = max(0, now_ms - since) if since > 0 else None
         if h.stranded:
-            stranded.append(StrandedRow(item.conn_id, str(item.lease_owner), h.stranded, age))
+            stranded.append(StrandedRow(item.conn_id, str(item.lease_owner), h.stranded, age,
+                                        h.stuck))
         if age is not None:
             oldest = age if oldest is None else max(oldest, age)
     return FleetStatus(workers=dict(sorted(workers.items())), streams=started + stopped,

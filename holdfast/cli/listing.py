@@ -229,6 +229,7 @@ def _run_status(args: argparse.Namespace) -> int:
     items, updated = scan_all(ops_ddb(), name)
     notes: list[str] = []
     sessions = _read_sessions(notes)
+    notes += [f"{m}: fix or delete it" for m in sessions or [] if isinstance(m, MalformedItem)]
     now, skew_ms = int(time.time() * 1000), _skew_ms()
     st = fleet_status(items, now, updated, skew_ms=skew_ms,
                       sessions=None if sessions is None else sessions_by_worker(sessions))
@@ -275,7 +276,8 @@ def _run_status(args: argparse.Namespace) -> int:
         console.print(f"  [red]stranded[/] {esc(s.conn_id)}: owned by {esc(s.owner)}, "
                       f"{esc(s.reason)}"
                       + (f", for {_secs(s.age_ms)}" if s.age_ms is not None else "")
-                      + " (the sweeper releases it)")
+                      + (" (nobody releases it until then)" if s.stuck
+                         else " (the sweeper releases it)"))
     if len(st.stranded) > SHOWN:
         console.print(f"  [red]and {len(st.stranded) - SHOWN} more stranded[/] (holdfast ls)")
     for label, ids in (("in back-off", st.backoff),

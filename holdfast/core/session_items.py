@@ -132,14 +132,16 @@ class SessionItem:
         orders = raw.get(SESSION.orders, {}).get("SS", []) if isinstance(
             raw.get(SESSION.orders), Mapping) else []
         return cls(worker_id, incarnation, state, expires,
-                   _n(raw, SESSION.heartbeat_at_ms, pk) or 0, _n(raw, SESSION.held, pk) or 0,
-                   _n(raw, SESSION.capacity, pk) or 0,
+                   _info(raw, SESSION.heartbeat_at_ms), _info(raw, SESSION.held),
+                   _info(raw, SESSION.capacity),
                    frozenset(o for o in orders if isinstance(o, str)),
-                   _n(raw, SESSION.reaped_at_ms, pk) is not None,
-                   _n(raw, SESSION.started_at_ms, pk) or 0,
+                   # A mistyped mark reads as "not reaped": reaped again (what it still owns
+                   # released, none), and the mark written over it.
+                   _info(raw, SESSION.reaped_at_ms) > 0,
+                   _info(raw, SESSION.started_at_ms),
                    float_attr(raw.get(SESSION.load)),
                    Directive.from_item(raw), draining_of(raw),
-                   _n(raw, SESSION.ended_at_ms, pk) or 0, _version(raw))
+                   _info(raw, SESSION.ended_at_ms), _version(raw))
 
 
 def new_incarnation() -> str:
@@ -157,6 +159,14 @@ def draining_of(raw: Mapping[str, Any]) -> bool:
     """The session item's drain flag (a worker told to hand its streams on)."""
     value = raw.get(SESSION.draining)
     return isinstance(value, Mapping) and value.get("BOOL") is True
+
+
+def _info(raw: Mapping[str, Any], name: str) -> int:
+    # What the item records but its liveness is not judged by (times, counts): a mistyped or
+    # negative one reads as 0 ("not recorded"), as ``_version`` does. Malformed, the item was
+    # skipped by every sweep: never declared dead nor reaped, its streams owned for ever.
+    number = int_attr(raw, name)
+    return number if number is not None and 0 <= number <= MAX_TIMESTAMP_MS else 0
 
 
 def _n(raw: Mapping[str, Any], name: str, key: str) -> int | None:

@@ -17,7 +17,7 @@ from holdfast.core.exceptions import HoldfastError, MalformedItem
 if TYPE_CHECKING:
     from holdfast.core.sessions import SessionItem, SessionStore
 
-__all__ = ["SessionSweep", "SweepLog", "sweep_sessions"]
+__all__ = ["ReportedKeys", "SessionSweep", "SweepLog", "sweep_sessions"]
 
 
 class SweepLog(Protocol):
@@ -28,6 +28,25 @@ class SweepLog(Protocol):
 
     def error(self, msg: object, *args: object,
               extra: Mapping[str, object] | None = None) -> None: ...
+
+
+class ReportedKeys:
+    """The keys of broken items a process (a Lambda sandbox) has logged: an item that stays
+    broken is logged once, not every sweep (86,000 lines a day each at 1 s), and counted
+    every pass all the same. Bounded: past ``limit`` keys it forgets, and logs them again."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._keys: set[str] = set()
+        self.limit = limit
+
+    def first(self, key: str) -> bool:
+        """Whether ``key`` is to be logged now (not logged before), noting it."""
+        if key in self._keys:
+            return False
+        if len(self._keys) >= self.limit:
+            self._keys.clear()
+        self._keys.add(key)
+        return True
 
 
 @dataclass
@@ -44,19 +63,24 @@ class SessionSweep:
     released: list[str] = field(default_factory=list)  # the streams reaped, by id
 
 
-def sweep_sessions(store: SessionStore, now: int, skew_ms: int,
-                   logger: SweepLog) -> SessionSweep:
+def sweep_sessions(store: SessionStore, now: int, skew_ms: int, logger: SweepLog,
+                   reported: ReportedKeys | None = None) -> SessionSweep:
     """Declare silent sessions dead and release the streams of dead or ended ones.
 
     One Scan of the session table (one item per worker). A malformed or foreign item is
-    logged and skipped; it never stops the others from being handled.
+    counted and skipped (logged once in ``reported``'s process, or every time without it); it
+    never stops the others from being handled.
     """
     out = SessionSweep()
     for item in store.scan():
         if isinstance(item, MalformedItem):
             out.malformed += 1
-            logger.error("skipping malformed session item: %s", item,
-                         extra={"key": item.key[:200], "reason": item.reason[:300]})
+            if reported is None or reported.first(item.key):
+                # Never judged, so never declared dead nor reaped: its owners' streams stay
+                # owned (the owner audit cannot judge them either).
+                logger.error("skipping malformed session item: %s; fix or delete it (its "
+                             "worker's streams stay owned until then)", item,
+                             extra={"key": item.key[:200], "reason": item.reason[:300]})
             continue
         try:
             _one(store, item, out, now=now, skew_ms=skew_ms, logger=logger)

@@ -88,7 +88,8 @@ class Session:
         if self._session_store is None:
             self._session_store = SessionStore(self.ddb, table, "", ttl_ms=0, skew_ms=0)
         try:
-            return sessions_by_worker(self._session_store.scan())
+            return {w: item for w, item in sessions_by_worker(self._session_store.scan()).items()
+                    if isinstance(item, SessionItem)}
         except HoldfastError as exc:
             self.say(f"session scan failed: {exc}", "red")
             return None

@@ -28,6 +28,7 @@ from holdfast.core.liveness import AUDIT_INTERVAL_MS, AuditResult, OwnerAudit
 from holdfast.core.nudge import REASON_EXPIRED, REASON_REAPED, REASON_UNCLAIMED, Nudge
 from holdfast.core.placement import fill, new_version
 from holdfast.core.sending import send_nudges
+from holdfast.core.session_sweep import ReportedKeys
 from holdfast.core.sessions import SessionStore, SessionSweep, SweepLog, sweep_sessions
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.core.table import count_owned, find_orphans
@@ -78,8 +79,8 @@ class SweepDeps:
     # When this sweeper last reaped a session (wall ms): its worker's long polls may still be
     # pending on the shared queue (``PENDING_POLLS_MS``).
     last_reap_ms: int | None = None
-    # Keys of malformed index entries already logged (``_report_foreign``).
-    reported_keys: set[str] = field(default_factory=set)
+    # Keys of malformed items already logged: index entries (``_report_foreign``), sessions.
+    reported_keys: ReportedKeys = field(default_factory=ReportedKeys)
 
 
 def session_store_for(ddb: DynamoDBClient, settings: Settings) -> SessionStore | None:
@@ -108,7 +109,7 @@ def sweep_once(deps: SweepDeps, memory: NudgeMemory) -> SweepResult:
     # missing permission) must not stop every re-nudge of a lost nudge's stream.
     failed_steps: list[str] = []
     swept = _guarded(deps, failed_steps, "sessions", lambda: (
-        sweep_sessions(deps.sessions, now, s.skew_ms, deps.log or log)
+        sweep_sessions(deps.sessions, now, s.skew_ms, deps.log or log, deps.reported_keys)
         if deps.sessions is not None else SessionSweep()), None)
     sessions = swept if swept is not None else SessionSweep()
     if sessions.dead or sessions.released:
@@ -216,10 +217,7 @@ def _report_foreign(deps: SweepDeps, entries: list[MalformedItem]) -> int:
     """Index entries no stream could have (counted in ``ItemErrors`` every pass, as they stay
     until fixed); each logged once a sandbox, not every sweep: 86,000 lines a day each."""
     for entry in entries:
-        if entry.key not in deps.reported_keys:
-            if len(deps.reported_keys) >= 10_000:
-                deps.reported_keys.clear()
-            deps.reported_keys.add(entry.key)
+        if deps.reported_keys.first(entry.key):
             (deps.log or log).error("a STARTED item of the lease table is no stream's, fix or "
                                     "delete it (counted in ItemErrors every pass): %s", entry)
     return len(entries)

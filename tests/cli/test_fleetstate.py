@@ -169,3 +169,19 @@ def test_only_a_live_session_holds_and_its_time_left_is_the_sessions() -> None:
     assert (row.owner, row.lease_left_ms, row.stranded) == ("live#i1", 4_000, None)
     row = stream_row(items[2], NOW, sessions=sessions)
     assert (row.owner, row.lease_left_ms, row.stranded) == ("gone#i3", None, "gone: session ENDED")
+
+
+def test_a_stream_whose_owner_has_a_malformed_session_item_is_stranded_and_stuck() -> None:
+    """A malformed session item (kept under its worker id) strands its owner's streams with the
+    reason and as stuck: the sweeper cannot judge it, so nobody releases them until it is
+    fixed or deleted (it read "unknown: no session item", which the sweeper releases)."""
+    from holdfast.cli.fleetstate import sessions_by_worker
+
+    bad = MalformedItem("WORKER#broken", "session_expires_at_ms is missing")
+    sessions = sessions_by_worker([bad, MalformedItem("junk", "not a session item")])
+    assert sessions == {"broken": bad}
+    st = fleet_status([item("a", owner="broken#i1", exp=NOW + 3_600_000)], NOW,
+                      sessions=sessions)
+    (row,) = st.stranded
+    assert row.stuck and row.reason.startswith("silent: session item malformed")
+    assert "session_expires_at_ms is missing" in row.reason

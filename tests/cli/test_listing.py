@@ -104,6 +104,27 @@ def test_status_shows_streams_of_dead_and_unknown_owners_as_stranded(
     assert f"{session.owner}: 0/10 streams at its last heartbeat, heartbeat" in out
 
 
+@pytest.mark.usefixtures("own_tables_env")
+def test_status_says_a_malformed_session_item_strands_its_streams_until_fixed(
+        aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A worker's session item broken (its expiry deleted by hand): its stream is stranded and
+    nobody releases it (the sweeper cannot judge that session), and a note names the item and
+    the fix; it said "unknown: no session item ... (the sweeper releases it)"."""
+    sid = f"{unique_id}-s"
+    assert run(capsys, "start", sid, "ws://127.0.0.1:9/s/x")[0] == 0
+    sessions = _session_store(aws_env, ddb_local, wall_clock_ms())
+    session = sessions.start(unique_id, 10)
+    LeaseStore(client_for(ddb_local, "dynamodb"), aws_env["HOLDFAST_TABLE"],
+               lease_ms=3_600_000, skew_ms=0).acquire(sid, session.owner)
+    sessions.client.update_item(TableName=sessions.table, Key=sessions._key(unique_id),
+                                UpdateExpression="REMOVE session_expires_at_ms")
+    code, out, _ = run(capsys, "status")
+    assert code == 0 and f"stranded {sid}: owned by {session.owner}" in out
+    assert "nobody releases it until then" in out and "the sweeper releases it" not in out
+    assert f"malformed session item 'WORKER#{unique_id}'" in out and "fix or delete it" in out
+
+
 def test_ls_without_sessions_says_the_expiry_is_a_backstop(
         aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

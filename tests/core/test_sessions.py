@@ -249,6 +249,49 @@ def test_malformed_session_items_are_skipped(sessions: SessionStore, ddb: Any, c
     assert any(owner.startswith(f"{unique_id}#") for owner in swept.dead)
 
 
+def test_a_malformed_session_item_is_logged_once_a_process_and_counted_every_sweep(
+        sessions: SessionStore, ddb: Any, unique_id: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """With the process's ``ReportedKeys``, a session item that stays malformed is logged at
+    its first sweep only (at one sweep a second it was 86,000 lines a day), with the fix, and
+    counted every sweep."""
+    from holdfast.core.session_sweep import ReportedKeys
+
+    ddb.put_item(TableName=sessions.table, Item={
+        "Pk": {"S": f"WORKER#{unique_id}-bad"}, "incarnation": {"S": "x"},
+        "session_state": {"S": "ALIVE"}})
+    reported = ReportedKeys()
+    with caplog.at_level(logging.ERROR, logger=LOG.name):
+        counts = [sweep_sessions(sessions, 0, SKEW_MS, LOG, reported).malformed
+                  for _ in range(3)]
+    lines = [r.getMessage() for r in caplog.records if f"{unique_id}-bad" in r.getMessage()]
+    assert counts == [1, 1, 1] and len(lines) == 1, lines
+    assert "fix or delete it" in lines[0]
+
+
+@pytest.mark.parametrize("odd", [
+    {"started_at_ms": {"S": "yesterday"}, "capacity": {"N": "-5"}},
+    {"held": {"N": "1.5"}, "heartbeat_at_ms": {"S": "x"}},
+    {"reaped_at_ms": {"S": "never"}}], ids=["started-capacity", "held-heartbeat", "reaped"])
+def test_a_session_with_an_odd_record_is_still_reaped(
+        sessions: SessionStore, leases: LeaseStore, ddb: Any, clock: Clock, unique_id: str,
+        odd: dict[str, Any]) -> None:
+    """An attribute its liveness is not judged by (a time, a count, the reaped mark),
+    mistyped or negative, reads as not recorded: the silent session is declared dead and its
+    stream released (malformed, every sweep skipped it: owned for ever)."""
+    s = sessions.start(unique_id, capacity=5)
+    (a,) = held_streams(leases, s.owner, [f"{unique_id}-a"])
+    names = {f"#a{i}": k for i, k in enumerate(odd)}
+    ddb.update_item(TableName=sessions.table, Key=sessions._key(unique_id),
+                    UpdateExpression="SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(odd))),
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues={f":v{i}": v for i, v in enumerate(odd.values())})
+    clock.now += TTL_MS + SKEW_MS + 1
+    swept = sweep_sessions(sessions, clock.now, SKEW_MS, LOG)
+    assert not swept.malformed and s.owner in swept.dead and swept.reaped == 1
+    assert leases.get(a.conn_id).lease_owner is None  # type: ignore[union-attr]
+
+
 def test_checkpoint_without_extend_touches_no_index(leases: LeaseStore, ddb: Any,
                                                     unique_id: str) -> None:
     """The checkpoint write consumes 1 write unit and no index unit; a backstop refresh moves
