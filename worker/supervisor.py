@@ -141,6 +141,7 @@ class Supervisor:
             loop_lag_ms=self.loop_clock.lag_ms)
         self.tasks = self.holdings.tasks  # the connection tasks, awaited by the stop
         self.holdings.endings.give_back = self.checkpointer.takeback.give_back_soon
+        self.holdings.endings.unreleased = self.checkpointer.takeback.unreleased
         # Make-before-break handoffs: they need order queues (ours and the successor's).
         self.outbox = Outbox(sqs=sqs, queue_url=config.queue_url,  # unused without handoffs
                              prefix=config.orders_queue_prefix or "")
@@ -179,7 +180,9 @@ class Supervisor:
         (``worker.takeback``)."""
         conn = self.streams.get(order.conn_id)
         if order.verb == ORDER_RETAKE:
-            if conn is None or order.epoch != conn.held.lease.epoch:
+            if conn is None:  # ended: given back if its release got no answer
+                return self.checkpointer.takeback.ordered_back(order.conn_id, order.epoch)
+            if order.epoch != conn.held.lease.epoch:
                 return False  # not ours (any more): its holder, if any, finds it itself
             self.checkpointer.takeback.soon(conn, "order")
             return True

@@ -15,7 +15,10 @@ whose refused checkpoint finds it, as the router's ``retake`` order does.
   worker may claim it first (then the take-back is refused and nothing is written), but
   while DynamoDB is down for everyone, the first write to land after it is often ours. A
   give-up's release (``GiveUp``) is given back as the give-up it was: its error, back-off and
-  give-ups in a row, or a broken upstream would be claimed again at once.
+  give-ups in a row, or a broken upstream would be claimed again at once. A stream that ended
+  with its release unanswered (``unreleased``; often past its fence: DynamoDB was failing) is
+  remembered for ``GIVE_BACK_MS``: the router's ``retake`` order for it proves it was still
+  this holding when written over, and it is given back (``ordered_back``) even past its fence.
 
 Only on the stream's own URL (``ours_to_take``): an item naming another is another stream
 under the same id, whose seqs ours must not be written over.
@@ -65,6 +68,10 @@ def ours_to_take(conn: Connection, lost: LeaseLost) -> bool:
         lost.current is None or _our_url(conn, lost.current.ws_url))
 
 
+def _holding(conn_id: str, epoch: int | None) -> str:
+    return f"{conn_id}#{epoch}"  # a later holding of the same id is another's
+
+
 def _our_url(conn: Connection, url: str | None) -> bool:
     # Another URL under our id is another stream (deleted and created again, or an app's new
     # URL): its seqs are not ours, and ours must not be written over it.
@@ -78,6 +85,8 @@ class TakeBack:
         self.cp = checkpointer
         self._running: dict[str, asyncio.Task[bool]] = {}  # by holding: "<conn id>#<epoch>"
         self._giving: dict[str, asyncio.Task[bool]] = {}
+        # Holdings ended with their release unanswered, and until when (mono ms).
+        self._unreleased: dict[str, tuple[Connection, int]] = {}
 
     async def settled(self) -> None:
         """The give-backs under way, done: a stop's goodbye waits for them (within its
@@ -134,12 +143,33 @@ class TakeBack:
         (``give_back``), unless that is under way already."""
         self._once(self._giving, conn, self.give_back(conn, source, give_up), "giving back")
 
+    def unreleased(self, conn: Connection) -> None:
+        """``conn`` ended and its release got no answer: ours still, perhaps (our stray scan
+        takes it back then), or written over meanwhile, its checkpoint gone with the write;
+        remembered for ``GIVE_BACK_MS`` should the router order it taken back."""
+        now = self.cp.mono()
+        self._unreleased = {k: v for k, v in self._unreleased.items() if v[1] > now}
+        self._unreleased[_holding(conn.held.lease.conn_id, conn.held.lease.epoch)] = (
+            conn, now + GIVE_BACK_MS)
+
+    def ordered_back(self, conn_id: str, epoch: int | None) -> bool:
+        """The router's ``retake`` order for a holding of ours that ended with its release
+        unanswered (``unreleased``): given back with its checkpoint, past its fence too (the
+        order names the owner and epoch the write removed: nobody's but this holding's until
+        then). False if there is none."""
+        conn, until = self._unreleased.pop(_holding(conn_id, epoch), (None, 0))
+        if conn is None or until <= self.cp.mono():
+            return False
+        self._once(self._giving, conn, self.give_back(conn, "order", ordered=True),
+                   "giving back")
+        return True
+
     @staticmethod
     def _once(tasks: dict[str, asyncio.Task[bool]], conn: Connection,
               work: Coroutine[Any, Any, bool], what: str) -> None:
         """Run ``work`` for ``conn`` unless ``tasks`` has one for its holding under way (by id
         and epoch: a later holding of the same id is another's)."""
-        key = f"{conn.held.lease.conn_id}#{conn.held.lease.epoch}"
+        key = _holding(conn.held.lease.conn_id, conn.held.lease.epoch)
         if key in tasks:
             work.close()  # never awaited: not started
             return
@@ -149,11 +179,11 @@ class TakeBack:
         task.add_done_callback(logs_failure(what))
 
     async def give_back(self, conn: Connection, source: str,
-                        give_up: GiveUp | None = None) -> bool:
+                        give_up: GiveUp | None = None, *, ordered: bool = False) -> bool:
         """Take back a stream written over that delivers no more and release it with its
         checkpoint (as ``give_up``, if its release was one); False if it was not ours to take
-        (claimed since, another URL, past its fence) or DynamoDB did not answer for
-        ``GIVE_BACK_MS``."""
+        (claimed since, another URL, past its fence unless ``ordered``: ``ordered_back``) or
+        DynamoDB did not answer for ``GIVE_BACK_MS``."""
         cp, held = self.cp, conn.held
         lease, checkpoint = held.lease, held.checkpoint
         release = cp.store.release if give_up is None else functools.partial(
@@ -161,7 +191,7 @@ class TakeBack:
         until = cp.mono() + GIVE_BACK_MS
         for attempt in itertools.count():
             sent = cp.mono()
-            if sent >= held.deadline() or sent >= until:
+            if (sent >= held.deadline() and not ordered) or sent >= until:
                 conn.log("warning", "a stream written over was not given back: its next "
                          "holder starts without its checkpoint", source=source)
                 return False

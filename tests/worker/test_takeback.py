@@ -195,6 +195,55 @@ async def test_a_give_up_whose_release_finds_it_written_over_is_given_back_as_a_
     assert item_attr(item, ATTR.lease_expires_at_ms) > time.time() * 1000 + 20_000
 
 
+async def test_an_ordered_take_back_of_an_ended_holding_whose_release_got_no_answer(
+        fleet: Fleet, unique_id: str) -> None:
+    """A stream fenced while DynamoDB failed, its release unanswered, then written over: the
+    router's retake order for its epoch gives it back with the checkpoint it handled, past its
+    fence (a soak lost 90 seqs so: the order found nothing held, and the next holder started
+    at the upstream's head); an order for another epoch gives nothing back."""
+    conn = f"{unique_id}-over-unreleased"
+    writer, runner = runner_for(fleet, conn, 7)
+    epoch = runner.held.lease.epoch
+    runner.held.renewed(runner.held.lease, 0)  # its fence long past
+    runner.held.lose("fenced")  # ended: its release got no answer
+    writer.takeback.unreleased(runner)
+    written_over(fleet, conn)
+    assert not writer.takeback.ordered_back(conn, epoch - 1)
+    assert writer.takeback.ordered_back(conn, epoch)
+    await async_wait_until(lambda: ATTR.last_seq in (item := fleet.item(conn))
+                           and ATTR.lease_owner not in item, 5, "given back")
+    assert item_attr(fleet.item(conn), ATTR.last_seq) == 7
+    assert writer.metrics.totals["HoldingsTakenBack"] == 1
+    assert not writer.takeback.ordered_back(conn, epoch)  # once
+
+
+async def test_a_worker_gives_back_a_fenced_stream_it_could_not_release_when_ordered(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The same through a worker: a stream fenced, its release unanswered, then written over;
+    the router's retake order (``carry_out``) gives it back with what it handled."""
+    from holdfast.core.orders import ORDER_RETAKE
+
+    rec, conn = Recorder(), f"{unique_id}-over-fenced"
+    async with running_worker(fleet, rec) as run:
+        await start_held(fleet, upstream, run, [conn])
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 5, "messages")
+        endings, held = run.worker.holdings.endings, run.worker.streams[conn].held
+        epoch = held.lease.epoch
+
+        async def no_answer(request: Any) -> Any:
+            raise StoreUnavailable("release", "no answer")
+
+        endings._release_gathered = no_answer  # type: ignore[method-assign]
+        held.renewed(held.lease, 0)  # DynamoDB failing: its fence passes, it stops
+        await async_wait_until(lambda: conn not in run.worker.streams, 5, "fenced")
+        handled = max(rec.seqs(conn))
+        written_over(fleet, conn, upstream.url(conn))
+        assert run.worker.carry_out(Order(ORDER_RETAKE, conn, epoch))
+        await async_wait_until(lambda: ATTR.last_seq in (item := fleet.item(conn))
+                               and ATTR.lease_owner not in item, 5, "given back")
+    assert item_attr(fleet.item(conn), ATTR.last_seq) == handled
+
+
 class _NoAnswerOnce(LeaseStore):
     """DynamoDB does not answer the first take-back (and, with ``release_too``, the first
     release: after its take-back landed)."""
