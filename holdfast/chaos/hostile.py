@@ -15,7 +15,7 @@ __all__ = ["hostile_items"]
 
 def hostile_items(pk: str, base_url: str) -> dict[str, dict[str, Any]]:
     """Raw items a careless or hostile writer could insert, each with a STARTED-looking face."""
-    def item(cid: str, **attrs: dict[str, str]) -> dict[str, Any]:
+    def item(cid: str, **attrs: dict[str, Any]) -> dict[str, Any]:
         return {"Pk": {"S": f"{pk}{cid}"}, "lease_expires_at_ms": {"N": "0"}, **attrs}
     s = {"S": STARTED}
     return {
@@ -33,6 +33,12 @@ def hostile_items(pk: str, base_url: str) -> dict[str, dict[str, Any]]:
         # (A number in lease_owner is refused by DynamoDB itself: it keys the owner index.)
         "bad-epoch-type": item("bad-epoch-type", desired_state=s, lease_epoch={"S": "one"},
                                ws_url={"S": f"{base_url}/s/bad-epoch-type"}),
+        # NULLs (boto3's resource layer writes None so), which conditions do not read as
+        # absent: never claimable, or every checkpoint refused.
+        "bad-epoch-null": item("bad-epoch-null", desired_state=s, lease_epoch={"NULL": True},
+                               ws_url={"S": f"{base_url}/s/bad-epoch-null"}),
+        "bad-seq-null": item("bad-seq-null", desired_state=s, last_seq={"NULL": True},
+                             ws_url={"S": f"{base_url}/s/bad-seq-null"}),
         "bad id spaces": item("bad id spaces", desired_state=s,
                               ws_url={"S": f"{base_url}/s/spaces"}),
     }

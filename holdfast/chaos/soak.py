@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from holdfast.chaos.appwrites import APP_WRITES, AppWrites
 from holdfast.chaos.evidence import Action, Evidence, load_conn_log
 from holdfast.chaos.exceptions import SoakAborted
 from holdfast.chaos.fleetctl import ProxiedFleet
@@ -32,16 +33,12 @@ from holdfast.chaos.rebalancing import Rebalancing
 from holdfast.chaos.sampler import Sampler
 from holdfast.chaos.throttle import ThrottlePlan, judge_throttle, run_throttle
 from holdfast.chaos.verdict import Limits, Verdict
-from holdfast.core.schema import STARTED, STOPPED
-from holdfast.core.table import create_stream, inserted_item, set_desired_state
+from holdfast.core.store import wall_clock_ms
+from holdfast.core.table import create_stream
 from holdfast.fleet.recorder import read_records
 from holdfast.fleet.timing import FleetTiming
 
 __all__ = ["SoakConfig", "SoakResult", "run_soak"]
-
-
-def _ms() -> int:
-    return time.time_ns() // 10**6
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +84,7 @@ class Soak:
 
     def act(self, kind: str, target: str, detail: str = "", at: int | None = None) -> None:
         """Record an action; ``at``: the wall ms taken just before its write (for writes)."""
-        self.actions.append(Action(_ms() if at is None else at, kind, target, detail))
+        self.actions.append(Action(wall_clock_ms() if at is None else at, kind, target, detail))
         self.say(f"[{time.monotonic() - self.t0:7.2f}s] {kind} {target} {detail}".rstrip())
 
     # -- set-up ------------------------------------------------------------------------------
@@ -102,6 +99,7 @@ class Soak:
                                session_table=self.pf.direct_env["HOLDFAST_SESSION_TABLE"],
                                skew_ms=self.cfg.timing.skew_ms).start()
         self.rebalancing = Rebalancing(self)
+        self.app = AppWrites(self)
         for i in range(self.cfg.workers):
             self.pf.start_worker(clock_offset_ms=self.cfg.skew_ms if i == 1 else 0)
         base = self.pf.base_url
@@ -109,7 +107,7 @@ class Soak:
         for i, kind in enumerate(kinds[:max(self.cfg.streams, 1)]):
             cid = f"c{i:02d}-{kind}"
             url = f"{base}/{kind}/{cid}" + ("?every=40" if kind == "drop" else "")
-            at = _ms()
+            at = wall_clock_ms()
             create_stream(self.ddb, self.pf.table, cid, url)
             self.act("create", cid, at=at)
             self.good.append(cid)
@@ -167,37 +165,8 @@ class Soak:
             assert self.pf.ddb_proxy is not None
             self.pf.ddb_proxy.inject(fk, seconds, delay_s=0.3)
             self.act("fault", "dynamodb", f"{fk} for {seconds:g} s")
-        elif kind == "stop" and len(self.good) - len(self.stopped) > 2:
-            cid = self.rng.choice([c for c in self.good if c not in self.stopped])
-            at = _ms()
-            set_desired_state(self.ddb, self.pf.table, cid, STOPPED)
-            self.stopped.add(cid)
-            self.act("stop", cid, at=at)
-        elif kind == "start" and self.stopped:
-            cid = self.rng.choice(sorted(self.stopped))
-            at = _ms()
-            set_desired_state(self.ddb, self.pf.table, cid, STARTED)
-            self.stopped.discard(cid)
-            self.act("start", cid, at=at)
-        elif kind == "create":
-            cid = f"n{len(self.good):02d}-s"
-            at = _ms()
-            self.urls[cid] = f"{self.pf.base_url}/s/{cid}"
-            create_stream(self.ddb, self.pf.table, cid, self.urls[cid])
-            self.good.append(cid)
-            self.act("create", cid, at=at)
-        elif kind == "overwrite" and (held := [
-                c for c in self.good if c not in self.stopped
-                and (s := self.sampler.latest.get(c)) is not None
-                and (owner := s.live_owner()) and owner.partition("#")[0] in live]):
-            # An app writing its row whole, as it inserted it: owner, epoch and checkpoint go.
-            # Over a running holder's: over a dead one's (killed, its session not expired yet)
-            # the checkpoint is gone with both (its next holder starts at the upstream's
-            # head), a loss the app's write makes (docs/concepts/protocol.md).
-            cid = self.rng.choice(held)
-            at = _ms()
-            self.ddb.put_item(TableName=self.pf.table, Item=inserted_item(cid, self.urls[cid]))
-            self.act("overwrite", cid, "PutItem of the whole item", at=at)
+        elif kind in APP_WRITES:
+            self.app.write(kind, live)
 
     def housekeeping(self) -> None:
         now = time.monotonic()
@@ -245,7 +214,7 @@ class Soak:
         self.sleep(2)
         if not self._wait(self.owned_all, 40):
             raise SoakAborted("the fleet did not own every stream within 40 s of start")
-        self.chaos_from_ms = _ms()
+        self.chaos_from_ms = wall_clock_ms()
         self.insert_hostile()
         chaos_end = time.monotonic() + max(10.0, cfg.minutes * 60 - cfg.settle_s)
         self.throttle()
@@ -263,7 +232,7 @@ class Soak:
         # Balanced after the scale-outs: the last streams moved wait out their cool-down.
         self.rebalancing.wait_balanced(cfg.timing.cooldown_s + cfg.timing.lease_s + 5)
         self.sleep(1)
-        until_ms = _ms()
+        until_ms = wall_clock_ms()
         self.act("shutdown", "fleet", "graceful stop of every worker"
                  + ("" if settled else " (NOT settled)"))
         self.pf.fleet.stop_workers()

@@ -12,7 +12,7 @@ from holdfast.chaos.recheck import recheck
 from holdfast.chaos.soak import SoakConfig, run_soak
 
 UNUSABLE = ("bad-no-url", "bad-url-type", "bad-metadata", "bad-file", "bad-http",
-            "bad-seq-type", "bad id spaces", "x-reject")
+            "bad-seq-type", "bad-epoch-null", "bad-seq-null", "bad id spaces", "x-reject")
 
 
 def _soak(tmp_path: Path, minutes: float) -> None:
