@@ -40,6 +40,7 @@ __all__ = [
     "Plan",
     "Target",
     "fair_shares",
+    "mean_weight",
     "pick_sheds",
     "plan",
     "split_moves",
@@ -106,11 +107,18 @@ class Plan:
     deploying: str | None = None  # the version being rolled out (``holdfast.core.placement``)
 
 
+def mean_weight(members: Sequence[Member]) -> float:
+    """The load of one stream on average (1.0 with no stream held): what turns a capacity
+    (streams) into load, and load into streams."""
+    streams = sum(m.held for m in members)
+    load = sum(m.load for m in members)
+    return load / streams if streams and load > 0 else 1.0
+
+
 def fair_shares(members: Sequence[Member], total: float) -> dict[str, float]:
     """Each member's fair share of ``total`` load, capped by its capacity (see the module)."""
-    streams = sum(m.held for m in members)
-    mean_weight = (sum(m.load for m in members) / streams) if streams else 1.0
-    caps = {m.owner: 0.0 if m.draining else max(0.0, m.capacity * mean_weight)
+    weight = mean_weight(members)
+    caps = {m.owner: 0.0 if m.draining else max(0.0, m.capacity * weight)
             for m in members}
     shares = {m.owner: 0.0 for m in members}
     left, open_ = float(total), sorted((o for o in caps if caps[o] > 0), key=lambda o: caps[o])

@@ -34,7 +34,15 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 
-from holdfast.core.balance import BalancePolicy, Member, Plan, Target, plan, split_moves
+from holdfast.core.balance import (
+    BalancePolicy,
+    Member,
+    Plan,
+    Target,
+    mean_weight,
+    plan,
+    split_moves,
+)
 
 __all__ = ["MAX_SUCCESSORS", "fill", "new_version", "place"]
 
@@ -91,18 +99,22 @@ def place(members: Sequence[Member], *, unowned: int = 0, in_motion: int = 0,
     if decision.balanced:
         return decision
     # Receivers: the members below their ceiling, filled up to it; the shedders' excess first.
+    # Counted in streams (load over the mean weight): a list names streams, one per release,
+    # and ``fill`` gives one at a time (in load, a weight of 10,000 took seconds a decision).
     by_owner = {m.owner: m for m in members}
+    weight = mean_weight(members)
     receiving = {t.owner: t for t in decision.targets
                  if t.shed_at_once == 0 and not by_owner[t.owner].draining}
-    loads = {o: by_owner[o].load for o in receiving}
-    caps = {o: t.ceiling for o, t in receiving.items()}
+    loads = {o: by_owner[o].load / weight for o in receiving}
+    caps = {o: t.ceiling / weight for o, t in receiving.items()}
     targets = []
     for t in sorted(decision.targets, key=lambda t: (-t.shed_at_once, t.owner)):
         m = by_owner[t.owner]
         # A draining member sheds whatever the motion budget says (its worker drains on its
         # own pace): its successors are named even when the budget spent gives it 0 at once,
         # or its streams (and a SIGTERM's wait for successors) went to nobody by name.
-        excess = max(0, round(m.load - t.share)) if t.shed_at_once or m.draining else 0
+        excess = max(0, round((m.load - t.share) / weight)) if (
+            t.shed_at_once or m.draining) else 0
         targets.append(Target(t.owner, t.share, t.ceiling, t.shed_at_once,
                               fill(loads, caps, excess) if excess else ()))
     order = {m.owner: i for i, m in enumerate(members)}
@@ -113,7 +125,8 @@ def place(members: Sequence[Member], *, unowned: int = 0, in_motion: int = 0,
 def _deploy(members: Sequence[Member], version: str, unowned: int, in_motion: int,
             policy: BalancePolicy) -> Plan:
     new = [m for m in members if m.version == version and not m.draining]
-    loads = {m.owner: m.load for m in new}
+    # In streams, as the capacity is (and each list, ``m.held``).
+    loads = {m.owner: float(m.held) for m in new}
     caps = {m.owner: float(m.capacity) for m in new}
     total = sum(m.held for m in members) + unowned
     budget = max(0, policy.motion_bound(total) - in_motion)

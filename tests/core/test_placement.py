@@ -159,3 +159,17 @@ def test_a_draining_member_names_successors_when_the_motion_budget_is_spent() ->
 def test_a_balanced_fleet_names_nobody() -> None:
     """Balanced, one version: no targets at all (nothing written)."""
     assert place([_m("a", 10), _m("b", 10)]).targets == ()
+
+
+def test_successors_are_counted_in_streams_whatever_the_weights() -> None:
+    """Streams of weight 100: a shedder's list names its excess in streams (10 each), not in
+    load (1,000: a decision took seconds at weight 10,000, one unit at a time); during a
+    deploy a new worker's room is its capacity less the streams it holds, not its load."""
+    def heavy(owner: str, held: int, version: str = "v1", started: int = 0,
+              cap: int = 100) -> Member:
+        return Member(owner, 100.0 * held, held, cap, False, version, started)
+
+    decision = place([heavy("a", 30), heavy("b", 0), heavy("c", 30)])
+    assert _target(decision, "a")[3] == {"b": 10} == _target(decision, "c")[3]
+    decision = place([heavy("o1", 20), heavy("n1", 10, "v2", 10, cap=15)])
+    assert _target(decision, "o1")[3] == {"n1": 5}
