@@ -27,7 +27,7 @@ from typing import Any
 from holdfast.core.aws import ConditionFailed, call, pages
 from holdfast.core.directives import Directing, Directive
 from holdfast.core.exceptions import MalformedItem, SessionConflict, SessionLost
-from holdfast.core.expressions import num
+from holdfast.core.expressions import num, string
 from holdfast.core.model import int_attr, str_attr
 from holdfast.core.reaping import REAPED_TTL_S, REPORT_READS, Reaper
 from holdfast.core.schema import (
@@ -149,13 +149,19 @@ class SessionStore(Reaper, Directing):
             update += " DELETE #orders :done"
             values[":done"] = {"SS": sorted(done)}
             names["#orders"] = SESSION.orders
+        # Beyond anything a heartbeat of ours could have written (a wall clock stepped back by
+        # more than a TTL, an expiry set by hand), or not a number: written over. Kept, such
+        # an expiry made every heartbeat a no-op (held, load and the heartbeat time frozen)
+        # and kept a dead worker's streams owned until it passed.
+        values[":far"], values[":number"] = num(now + 2 * self.ttl_ms), string("N")
         try:
             # Never moves the expiry back: a heartbeat applied after a later one of ours (sent
             # again, or delayed on the way) would have the sweeper declare us dead before
             # our fence passed.
             resp = call("session_heartbeat", self.client.update_item, TableName=self.table,
                         Key=self._key(session.worker_id), UpdateExpression=update,
-                        ConditionExpression=f"{SESSION_IS_LIVE} AND #exp <= :exp",
+                        ConditionExpression=f"{SESSION_IS_LIVE} AND (#exp <= :exp OR "
+                                            "#exp > :far OR NOT attribute_type(#exp, :number))",
                         ExpressionAttributeNames=names, ExpressionAttributeValues=values,
                         ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD")
         except ConditionFailed as failed:

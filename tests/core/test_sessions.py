@@ -92,6 +92,26 @@ def test_a_heartbeat_applied_after_a_later_one_never_moves_the_expiry_back(
     assert item.state is SessionState.ALIVE and beat.orders == {"stop:c1"}
 
 
+@pytest.mark.parametrize("stored", [{"N": "9999999999999"}, {"S": "tomorrow"}],
+                         ids=["far-ahead", "not-a-number"])
+def test_a_heartbeat_writes_over_an_expiry_none_of_ours_could_have_written(
+        sessions: SessionStore, ddb: Any, clock: Clock, unique_id: str,
+        stored: dict[str, str]) -> None:
+    """An expiry more than two TTLs ahead of the heartbeat's time (set by hand, or a wall clock
+    stepped back that far), or not a number: the heartbeat writes its own over it, with its
+    held count. Kept, every heartbeat was a no-op and a dead worker's streams stayed owned
+    until that time."""
+    s = sessions.start(unique_id, capacity=10)
+    ddb.update_item(TableName=sessions.table, Key=sessions._key(unique_id),
+                    UpdateExpression="SET session_expires_at_ms = :e",
+                    ExpressionAttributeValues={":e": stored})
+    clock.now += 1_000
+    beat = sessions.heartbeat_full(s, held=4, capacity=10)
+    item = sessions.get(unique_id)
+    assert item is not None and item.expires_at_ms == clock.now + TTL_MS
+    assert beat.session.expires_at_ms == item.expires_at_ms and item.held == 4
+
+
 def test_a_session_records_its_worker_version(sessions: SessionStore, ddb: Any,
                                               unique_id: str) -> None:
     """The version a worker starts with is in its session item; an odd one reads as unknown."""
