@@ -24,7 +24,7 @@ from aws_lambda_powertools import Logger
 from holdfast.core import settings as S
 from holdfast.core import tracing
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
-from holdfast.core.exceptions import ConfigError, HoldfastError, SessionConflict
+from holdfast.core.exceptions import ConfigError, HoldfastError, MalformedItem, SessionConflict
 from holdfast.worker import gcpauses
 from holdfast.worker.config import WorkerConfig, load_config
 from holdfast.worker.handler import load_handler
@@ -150,6 +150,12 @@ def main(env: Mapping[str, str] | None = None, argv: list[str] | None = None) ->
     except SessionConflict as exc:
         logger.error("refusing to start: worker id in use", error=str(exc))
         print(f"holdfast worker: {exc}", file=sys.stderr)
+        return 2
+    except MalformedItem as exc:  # our worker id's session item, broken by hand
+        logger.error("refusing to start: cannot judge the session item of our worker id",
+                     error=str(exc))
+        print(f"holdfast worker: {exc}: fix or delete it (a session of this worker id may "
+              "still be alive)", file=sys.stderr)
         return 2
     finally:
         tracing.shutdown()  # export what is buffered (otlp) after the graceful stop

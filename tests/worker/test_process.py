@@ -145,6 +145,21 @@ def test_bad_configuration_exits_2_naming_the_variable(
         assert "configuration error" in text and why in text and "Traceback" not in text
 
 
+def test_a_broken_session_item_of_its_worker_id_exits_2_saying_what_to_do(
+        fleet: Fleet, spawn: Callable[..., WorkerProc], unique_id: str) -> None:
+    """A session item of the worker's id with no expiry (edited by hand): the worker cannot
+    judge whether a predecessor still lives, and exits 2 saying so and what to do (it ended
+    in a traceback)."""
+    name = f"{unique_id}-broken"
+    fleet.ddb.put_item(TableName=fleet.session_table, Item={
+        "Pk": {"S": f"WORKER#{name}"}, "incarnation": {"S": "abc"},
+        "session_state": {"S": "ALIVE"}})
+    proc = spawn(fleet.env, name=name)
+    assert proc.wait(20) == 2
+    text = proc.log_path.read_text()
+    assert "fix or delete it" in text and "Traceback" not in text
+
+
 def test_second_signal_exits_at_once(fleet: Fleet, upstream: UpstreamThread,
                                      spawn: Callable[..., WorkerProc], unique_id: str) -> None:
     """While a slow handler delays the graceful stop, a second SIGTERM exits immediately."""
