@@ -27,7 +27,7 @@ from holdfast.core import names, tracing
 from holdfast.core import settings as S
 from holdfast.core.aws import client_config, dynamodb_client, sqs_client
 from holdfast.core.boto import new_session
-from holdfast.core.exceptions import SessionStillLive
+from holdfast.core.exceptions import MalformedItem, SessionStillLive
 from holdfast.core.model import validate_worker_id
 from holdfast.core.nudge import REASON_REPORTED, Nudge
 from holdfast.core.rules import LeaseTiming
@@ -117,7 +117,8 @@ def deps_for_env(env: Mapping[str, str] | None = None, *,
 
 
 def handle(event: object, deps: TaskStoppedDeps) -> Outcome:
-    """Handle one event: parse, drop a repeat, report the death. Raises only on AWS errors."""
+    """Handle one event: parse, drop a repeat, report the death. Raises only on AWS errors (a
+    worker's broken session item is logged and skipped: retrying cannot mend it)."""
     stop = parse_event(event)
     if isinstance(stop, Skip):
         if stop.malformed:
@@ -127,8 +128,15 @@ def handle(event: object, deps: TaskStoppedDeps) -> Outcome:
     if stop in deps.memory:
         return Outcome(stop.worker_id, skipped="already handled (a repeated event)",
                        duplicate=True)
-    done = deps.sessions.report_dead(stop.worker_id, stopped_at_ms=stop.stopped_at_ms,
-                                     reason=stop.reason)
+    try:
+        done = deps.sessions.report_dead(stop.worker_id, stopped_at_ms=stop.stopped_at_ms,
+                                         reason=stop.reason)
+    except MalformedItem as bad:  # its session item broken by hand: retried, it stays so
+        deps.memory.add(stop)
+        deps.log.error("task stopped: cannot judge its session item, fix or delete it: %s",
+                       bad, extra={"worker_id": stop.worker_id, "reason": bad.reason[:300]})
+        return Outcome(stop.worker_id, skipped=f"session item malformed: {bad.reason}"[:300],
+                       malformed=True)
     deps.memory.add(stop)
     _nudge_released(deps, done.released_ids)
     out = Outcome(stop.worker_id, done.declared_dead, done.released, done.skipped_reason)

@@ -100,6 +100,20 @@ def test_malformed_event_is_logged_and_skipped(deps: TaskStoppedDeps,
     assert any("malformed task event" in r.getMessage() for r in caplog.records)
 
 
+def test_a_stop_of_a_worker_whose_session_item_is_broken_is_logged_and_skipped(
+        deps: TaskStoppedDeps, unique_id: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Its session item without an expiry (edited by hand): the report cannot judge it, so it
+    is logged as an error with the fix and skipped, not raised (Lambda retried it into the
+    DLQ, though no retry could mend it)."""
+    _worker(deps, unique_id, 1)
+    deps.sessions.client.update_item(TableName=deps.sessions.table,
+                                     Key=deps.sessions._key(unique_id),
+                                     UpdateExpression="REMOVE session_expires_at_ms")
+    out = handle(task_stopped_event(unique_id, stopped_at_ms=wall_clock_ms()), deps)
+    assert out.malformed and out.skipped and "session item malformed" in out.skipped
+    assert any("fix or delete it" in r.getMessage() for r in caplog.records)
+
+
 def test_lambda_entry_point_reads_its_tables_from_the_environment(
         ddb_local: LocalAws, unique_id: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
