@@ -75,7 +75,7 @@ class Endings:
         self.give_back: Callable[[Connection, str, GiveUp | None], None] | None = None
         # A release got no answer: remembered, should the router order it taken back
         # (``TakeBack.unreleased``).
-        self.unreleased: Callable[[Connection], None] | None = None
+        self.unreleased: Callable[[Connection, GiveUp | None], None] | None = None
         # Ended (aborted at the stop's deadline) while their transfer was in flight: finished
         # when it fails, which leaves them ours (``_passed``); the tasks that do it.
         self._after_transfer: set[Connection] = set()
@@ -203,7 +203,7 @@ class Endings:
                 conn.log("warning", "release failed: the lease will expire instead",
                          error=str(exc)[:300])
                 if self.unreleased is not None:
-                    self.unreleased(conn)
+                    self.unreleased(conn, give_up)
                 return "failed"
             except HoldfastError as exc:
                 conn.log("error", "release failed", error=str(exc)[:300])

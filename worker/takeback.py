@@ -85,8 +85,9 @@ class TakeBack:
         self.cp = checkpointer
         self._running: dict[str, asyncio.Task[bool]] = {}  # by holding: "<conn id>#<epoch>"
         self._giving: dict[str, asyncio.Task[bool]] = {}
-        # Holdings ended with their release unanswered, and until when (mono ms).
-        self._unreleased: dict[str, tuple[Connection, int]] = {}
+        # Holdings ended with their release unanswered, its give-up terms if it was one, and
+        # until when they are remembered (mono ms).
+        self._unreleased: dict[str, tuple[Connection, GiveUp | None, int]] = {}
 
     async def settled(self) -> None:
         """The give-backs under way, done: a stop's goodbye waits for them (within its
@@ -143,24 +144,25 @@ class TakeBack:
         (``give_back``), unless that is under way already."""
         self._once(self._giving, conn, self.give_back(conn, source, give_up), "giving back")
 
-    def unreleased(self, conn: Connection) -> None:
-        """``conn`` ended and its release got no answer: ours still, perhaps (our stray scan
-        takes it back then), or written over meanwhile, its checkpoint gone with the write;
-        remembered for ``GIVE_BACK_MS`` should the router order it taken back."""
+    def unreleased(self, conn: Connection, give_up: GiveUp | None = None) -> None:
+        """``conn`` ended and its release (a give-up's, with ``give_up``) got no answer: ours
+        still, perhaps (our stray scan takes it back then), or written over meanwhile, its
+        checkpoint gone with the write; remembered for ``GIVE_BACK_MS`` should the router
+        order it taken back."""
         now = self.cp.mono()
-        self._unreleased = {k: v for k, v in self._unreleased.items() if v[1] > now}
+        self._unreleased = {k: v for k, v in self._unreleased.items() if v[2] > now}
         self._unreleased[_holding(conn.held.lease.conn_id, conn.held.lease.epoch)] = (
-            conn, now + GIVE_BACK_MS)
+            conn, give_up, now + GIVE_BACK_MS)
 
     def ordered_back(self, conn_id: str, epoch: int | None) -> bool:
         """The router's ``retake`` order for a holding of ours that ended with its release
         unanswered (``unreleased``): given back with its checkpoint, past its fence too (the
         order names the owner and epoch the write removed: nobody's but this holding's until
         then). False if there is none."""
-        conn, until = self._unreleased.pop(_holding(conn_id, epoch), (None, 0))
+        conn, give_up, until = self._unreleased.pop(_holding(conn_id, epoch), (None, None, 0))
         if conn is None or until <= self.cp.mono():
             return False
-        self._once(self._giving, conn, self.give_back(conn, "order", ordered=True),
+        self._once(self._giving, conn, self.give_back(conn, "order", give_up, ordered=True),
                    "giving back")
         return True
 
