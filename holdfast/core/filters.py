@@ -11,9 +11,11 @@ which the router turns into a release order to the holder. DynamoDB streams carr
 canonical strings, so ``{"N": ["0"]}`` is an exact string match (never ``numeric``, which does
 not apply to a string). Two more pass a held stream's stop and deletion (orders too), the
 second also a write that removed a holding outside the protocol (its holder is ordered to
-take it back, or to stop).
+take it back, or to stop). The fifth passes such a write repeated as STOPPED while the router
+holds the stream for the take-back (held again).
 
-Lambda allows 5 filters per event source mapping by default; these are 4.
+Lambda allows 5 filters per event source mapping by default; these are 5 (a sixth needs a
+quota increase, or a pattern folded into another).
 
 The pattern deliberately uses only the ``dynamodb`` key of the record (no ``eventName``): AWS
 documents that DynamoDB event source mappings filter on that key, and the router skips an
@@ -60,6 +62,25 @@ FILTER_PATTERNS: Final[tuple[dict[str, Any], ...]] = (
     {
         "dynamodb": {"OldImage": {ATTR.lease_owner: {"S": [{"exists": True}]}},
                      "NewImage": {ATTR.lease_owner: {"S": [{"exists": False}]}}},
+    },
+    # A stream held for its holder's take-back (no owner, no ``status``, which every write of
+    # the protocol sets, and the hold's expiry) written over again as STOPPED: held again
+    # (``core.overwrites.take_back_hold``), or set STARTED before the take-back it would be
+    # nudged at once. A never-claimed stream's expiry is 0 (normalised) or none: it does not
+    # pass.
+    {
+        "dynamodb": {
+            "OldImage": {
+                ATTR.lease_owner: {"S": [{"exists": False}]},
+                ATTR.status: {"S": [{"exists": False}]},
+                ATTR.lease_expires_at_ms: {"N": [{"anything-but": ["0"]}]},
+            },
+            "NewImage": {
+                ATTR.desired_state: {"S": [STOPPED]},
+                ATTR.lease_owner: {"S": [{"exists": False}]},
+                ATTR.status: {"S": [{"exists": False}]},
+            },
+        },
     },
 )
 

@@ -23,7 +23,8 @@ NOW = 1_764_460_800_000
 
 
 def eb_match(pattern: dict[str, Any], event: Any) -> bool:
-    """Minimal EventBridge matching: exact values, exists, nesting (AND over keys)."""
+    """Minimal EventBridge matching: exact values, exists, anything-but (of a present
+    value), nesting (AND over keys)."""
     obj = event if isinstance(event, dict) else {}
     for key, rule in pattern.items():
         if isinstance(rule, dict):
@@ -35,6 +36,8 @@ def eb_match(pattern: dict[str, Any], event: Any) -> bool:
         for allowed in rule:
             if isinstance(allowed, dict) and set(allowed) == {"exists"}:
                 ok = ok or (present is allowed["exists"])
+            elif isinstance(allowed, dict) and set(allowed) == {"anything-but"}:
+                ok = ok or (present and obj[key] not in allowed["anything-but"])
             elif isinstance(allowed, dict):
                 raise AssertionError(f"test matcher does not know {allowed}")
             else:
@@ -211,6 +214,20 @@ def test_runner_matcher_agrees_on_the_new_cases() -> None:
              record("INSERT", None, image("c1", owner="w1", expires=0))]
     assert [runner(r) for r in cases] == [passes_filter(r) for r in cases] == [
         True, False, False, False, False, True, True]
+
+
+@pytest.mark.parametrize("expires", [None, 0], ids=["no-expiry", "expiry-0"])
+def test_a_held_stream_written_over_again_as_stopped_passes_and_is_held_again(
+        expires: int | None) -> None:
+    """A stream the router holds for its holder's take-back (no owner, no status, expiry
+    ahead) written over again as STOPPED: the record passes (no pattern let it through) and is
+    held again, so a restart before the take-back is not nudged at once; both matchers
+    agree."""
+    held_for_take_back = image("c1", expires=NOW + 4_000)
+    rec = record("MODIFY", held_for_take_back, image("c1", state="STOPPED", expires=expires))
+    d = decide("MODIFY", rec["dynamodb"]["OldImage"], rec["dynamodb"]["NewImage"], NOW)
+    assert d.acts and d.reason is Reason.HELD
+    assert passes_filter(rec) and FilterSet(FILTER_PATTERNS)(rec)
 
 
 def test_filters_fit_lambdas_quota() -> None:
