@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from holdfast.chaos.proxy import FaultWindow
+from holdfast.core.schema import LeaseStatus
 from holdfast.fleet.recorder import Handled, read_records
 
 __all__ = ["Action", "ConnSpan", "Evidence", "Sample", "load_conn_log", "load_samples"]
@@ -45,6 +46,13 @@ class Sample:
     # When its owner stopped being a live session, if it was not one at this scan (None: a
     # live owner, no owner, or no session table sampled). See holdfast.chaos.sampler.
     owner_down_ms: int | None = None
+
+    def waiting(self) -> bool:
+        """Unowned on purpose at the scan: parked (BACKOFF, INVALID) until its expiry, the
+        back-off's or the quarantine's end. Past it, the stream is wanted again (its status
+        stays until the next claim): judged as any other."""
+        return (self.status in (LeaseStatus.BACKOFF, LeaseStatus.INVALID)
+                and self.expires_ms is not None and self.expires_ms > self.wall_ms)
 
     def live_owner(self) -> str | None:
         """The owner holding it at the time of the scan: a lease not expired, and an owner

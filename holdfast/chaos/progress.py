@@ -13,6 +13,7 @@ from __future__ import annotations
 from holdfast.chaos.evidence import Evidence, Sample
 from holdfast.chaos.timeliness import fault_extension
 from holdfast.chaos.verdict import Limits, Verdict, Violation
+from holdfast.core.schema import STARTED
 
 __all__ = ["QUIET_SLACK_MS", "check_progress"]
 
@@ -53,7 +54,7 @@ def check_progress(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict
     judged = 0
     for conn_id, s in sorted(last.items()):
         owner = s.live_owner()
-        if (s.state != "STARTED" or s.status in ("BACKOFF", "INVALID") or owner is None
+        if (s.state != STARTED or s.waiting() or owner is None
                 or begun.get(conn_id, 0) > until_ms - allowed):
             continue
         judged += 1

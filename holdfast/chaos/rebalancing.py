@@ -38,6 +38,7 @@ from holdfast.chaos.timeliness import fault_extension
 from holdfast.chaos.verdict import Limits, Verdict, Violation
 from holdfast.core.directives import drain_body
 from holdfast.core.handoff import WARM_TIMEOUT_MS
+from holdfast.core.schema import STARTED
 from holdfast.core.sessions import SessionStore
 from holdfast.fleet.moves import Balance, balance_of
 
@@ -63,8 +64,7 @@ def scan_balance(scan: list[Sample], live: list[str], bad: set[str]) -> Balance:
         owner = s.live_owner()
         if owner:
             loads[_worker(owner)] += 1
-        elif s.state == "STARTED" and s.conn_id not in bad and s.status not in (
-                "BACKOFF", "INVALID"):
+        elif s.state == STARTED and s.conn_id not in bad and not s.waiting():
             unowned += 1
     return balance_of(loads, live, unowned)
 

@@ -10,6 +10,7 @@ from holdfast.chaos.evidence import Evidence, Sample
 from holdfast.chaos.pauses import paused_at
 from holdfast.chaos.proxy import FaultWindow
 from holdfast.chaos.verdict import Limits, Verdict, Violation
+from holdfast.core.schema import STARTED
 
 __all__ = ["NUDGE_RETRY_MS", "check_reown", "check_stops", "fault_extension"]
 
@@ -54,7 +55,7 @@ def check_reown(ev: Evidence, limits: Limits, until_ms: int, verdict: Verdict,
         free_since: int | None = None
         held_at = 0  # the last scan that saw it held
         for s in samples:
-            if s.state != "STARTED" or s.status in ("BACKOFF", "INVALID"):
+            if s.state != STARTED or s.waiting():
                 free_since = None
                 continue
             if s.live_owner():

@@ -196,6 +196,22 @@ def test_unowned_at_the_end_is_slow_reown() -> None:
     assert kinds(ev, until=T0 + 9000) == ["slow-reown"]
 
 
+def test_a_stream_left_unowned_past_its_back_off_is_slow_reown() -> None:
+    """Parked in BACKOFF, a stream is unowned on purpose until its back-off's end (its expiry);
+    still unowned past the bound from there, it is slow. Its status stays BACKOFF until the
+    next claim: read as "on purpose" for ever, one never claimed again went unseen."""
+    backoff_end = T0 + 3000
+
+    def parked(at: int) -> Sample:
+        return Sample(at, "c1", "STARTED", None, backoff_end, -1, "BACKOFF", 1, at)
+
+    ev = Evidence()
+    ev.samples = [_sample(T0, "A", T0 + 4000, -1), parked(T0 + 200), parked(backoff_end + 500)]
+    assert kinds(ev, until=backoff_end + 600) == []
+    ev.samples.append(parked(backoff_end + 9000))
+    assert kinds(ev, until=backoff_end + 9100) == ["slow-reown"]
+
+
 def test_slow_stop_found() -> None:
     """A connection still open heartbeat + 1 s after STOPPED is a violation."""
     ev = clean()
