@@ -56,7 +56,6 @@ from holdfast.core.aws import recently_throttled
 from holdfast.core.batch import RenewMode, RenewRequest, renew_many
 from holdfast.core.exceptions import HoldfastError, LeaseLost, LossReason
 from holdfast.core.model import Lease
-from holdfast.core.schema import BACKSTOP_MS
 from holdfast.core.store import LeaseStore, wall_clock_ms
 from holdfast.worker.balancing import HANDOFF
 from holdfast.worker.connection import Connection
@@ -74,7 +73,7 @@ logger = Logger(service=WORKER_LOGGER, child=True)
 class Checkpointer:
     """Writes the checkpoints of ``streams`` and fences the streams past their deadline."""
 
-    store: LeaseStore  # with lease_ms = BACKSTOP_MS
+    store: LeaseStore  # its lease_ms, the backstop it writes (``BACKSTOP_MS``), is our length
     streams: dict[str, Connection]
     timing: rules.LeaseTiming
     metrics: WorkerMetrics
@@ -122,11 +121,13 @@ class Checkpointer:
         (in its slice), as before, so the refresh comes at most a period (20 s by default) after
         it is due, with about ``BACKSTOP_MS / 2`` (30 min) minus that period left before the
         stream's own fence (``fence_after``)."""
-        return lease.expires_at_ms - self.wall() < BACKSTOP_MS // 2
+        return lease.expires_at_ms - self.wall() < self.store.lease_ms // 2
 
     def fence_after(self, sent: int) -> int:
         """The own fence deadline of a stream whose backstop was written at ``sent`` (mono)."""
-        return rules.fence_deadline_mono_ms(sent, self.timing, length_ms=BACKSTOP_MS)
+        # The length the store wrote (its one definition): a store of a shorter backstop
+        # (tests) got a fence an hour out.
+        return rules.fence_deadline_mono_ms(sent, self.timing, length_ms=self.store.lease_ms)
 
     async def write(self) -> None:
         """Write every held stream's checkpoint once (batched) and act on each outcome."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 
@@ -175,8 +176,10 @@ def fake_stream(conn: str, ctx: ConnectionContext) -> Connection:
 
 def recording_writer(streams: dict[str, Connection], checkpoint_ms: int, ticks: Ticks,
                      ctx: ConnectionContext) -> tuple[Checkpointer, dict[str, list[int]]]:
-    """A writer on fake streams that records what it would write (no store: never called)."""
-    writer = Checkpointer(None, streams, LeaseTiming(3000, 500, 300, 300),  # type: ignore[arg-type]
+    """A writer on fake streams that records what it would write (no store: only its backstop
+    length is read)."""
+    store = SimpleNamespace(lease_ms=BACKSTOP_MS)
+    writer = Checkpointer(store, streams, LeaseTiming(3000, 500, 300, 300),  # type: ignore[arg-type]
                           ctx.metrics, mono=ticks.mono, checkpoint_ms=checkpoint_ms,
                           wall=lambda: 0, sleep=ticks.sleep)
     return writer, written_ticks(writer, ticks)
@@ -273,3 +276,16 @@ async def test_while_the_table_throttles_a_round_puts_off_the_streams_whose_back
         await writer.run()
     assert written == {"c0": [0, 2, 4, 5], "c1": [0, 2, 4, 5], "c2": [0, 2, 4, 5],
                        "c3": [0, 1, 2, 3, 4, 5]}
+
+
+def test_a_streams_fence_follows_the_backstop_its_store_writes() -> None:
+    """A stream's own fence and its backstop refresh follow the length its store writes (the
+    one definition): a store of a 3 s backstop gives a fence 3 s out, not an hour's."""
+    from holdfast.core import rules
+
+    timing = LeaseTiming(3000, 500, 300, 300)
+    writer = Checkpointer(SimpleNamespace(lease_ms=3_000), {}, timing,  # type: ignore[arg-type]
+                          WorkerMetrics(), wall=lambda: 0)
+    assert writer.fence_after(0) == rules.fence_deadline_mono_ms(0, timing, length_ms=3_000)
+    lease = Lease("c", "me", 1, 2_000, "ws://127.0.0.1:1/s/x", None)
+    assert not writer._backstop_due(lease)  # 2 s left of 3: not half gone yet
