@@ -27,6 +27,7 @@ from holdfast.core.schema import ATTR, SESSION
 from holdfast.core.sessions import REPORT_READS
 from holdfast.infra.function import FunctionDefaults, HoldfastFunction, lease_environment
 from holdfast.infra.nag import acknowledge
+from holdfast.lambdas.taskstopped import events as task_events
 from holdfast.lambdas.taskstopped.limits import FUNCTION_TIMEOUT_S
 
 __all__ = ["TASKSTOPPED_HANDLER", "TASKSTOPPED_LEASE_ATTRIBUTES",
@@ -127,8 +128,8 @@ class TaskStopped(Construct):
         self.rule = events.Rule(
             self, "Rule", description="A Holdfast worker task stopped: declare its session dead",
             event_pattern=events.EventPattern(
-                source=["aws.ecs"], detail_type=["ECS Task State Change"],
-                detail={"lastStatus": ["STOPPED"], "clusterArn": [cluster.cluster_arn],
+                source=[task_events.SOURCE], detail_type=[task_events.DETAIL_TYPE],
+                detail={"lastStatus": [task_events.STOPPED], "clusterArn": [cluster.cluster_arn],
                         "group": [f"service:{service.service_name}"]}),
             targets=[targets.LambdaFunction(self.function, retry_attempts=_RETRIES,
                                             max_event_age=_MAX_AGE,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
+from holdfast.core import names
 from holdfast.core.exceptions import SessionLost
 from holdfast.core.nudge import REASON_HANDOFF, Nudge
 from holdfast.core.orders import ORDER_RETAKE, Order
@@ -286,6 +287,6 @@ class Supervisor:
             "stop_s": round(time.monotonic() - stop_t0, 3),
             # Where the stop's time went: each step's end, seconds after the signal.
             "stop_steps_s": {k: round(t - stop_t0, 2) for k, t in steps.items()},
-            "messages": self.metrics.totals["MessagesHandled"],
-            "handler_errors": self.metrics.totals["HandlerErrors"], **self.counts})
+            "messages": self.metrics.totals[names.METRIC_MESSAGES_HANDLED],
+            "handler_errors": self.metrics.totals[names.METRIC_HANDLER_ERRORS], **self.counts})
         return self.counts
