@@ -10,21 +10,30 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from holdfast.core import settings as S
 from holdfast.core.settings import GIVE_UP_RETRY_CAP_S
 
-__all__ = ["Backoff", "Drops", "claim_retry_s", "errors_before", "jittered",
-           "retry_before_s"]
+__all__ = [
+    "Backoff",
+    "Drops",
+    "claim_retry_s",
+    "errors_before",
+    "jittered",
+    "retry_before_s",
+    "unanswered_write_retry_s",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
     """Reconnect after ``failures`` consecutive failures; give up after ``max_failures``."""
 
-    base_s: float = 0.5
-    cap_s: float = 30.0
-    max_failures: int = 6
+    # The defaults are the settings' (``holdfast.core.settings``), the one place they are said.
+    base_s: float = S.RECONNECT_BASE_SECONDS.read({})
+    cap_s: float = S.RECONNECT_CAP_SECONDS.read({})
+    max_failures: int = S.UPSTREAM_MAX_FAILURES.read({})
     # After a give-up the lease is unclaimable for retry_base_s * 2**(error_count-1), capped.
-    retry_base_s: float = 30.0
+    retry_base_s: float = S.RETRY_BASE_SECONDS.read({})
     retry_cap_s: float = GIVE_UP_RETRY_CAP_S
     # Doublings of the reconnect delay for connections that delivered but did not stay up
     # (``Drops.short``): 0.5, 1, 2, 4 s at the default base. 3 cuts an upstream that delivers
@@ -93,6 +102,13 @@ def retry_before_s(failures: int, left_ms: int, base_s: float, cap_s: float,
     not retry in step), and never past the deadline: the last retry still goes out before it.
     """
     return max(0.0, min(Backoff(base_s, cap_s).delay_s(failures, rand), left_ms / 1000 / 2))
+
+
+def unanswered_write_retry_s(attempt: int) -> float:
+    """Pause before retrying, for the ``attempt``-th time (from 0), a holding's last write
+    DynamoDB did not answer (a release, a give-back): 0.2 s longer each time, at most 1 s (the
+    fence or the give-back's minute bounds how long); the one rule of both."""
+    return 0.2 * min(max(0, attempt) + 1, 5)
 
 
 def claim_retry_s(receives: int, base_s: float = 2.0, cap_s: float = 4.0,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from holdfast.core import names
+from holdfast.core import settings as S
 from holdfast.core.urls import UrlPolicy
 from holdfast.worker.backoff import Backoff
 from holdfast.worker.dial import ConnectOptions, Resolver, getaddrinfo
@@ -44,15 +45,16 @@ class ConnectionContext:
     mono: Callable[[], int] = monotonic_ms  # the clock of fence deadlines
     # A handler call longer than this is cancelled and counted as failed (``HandlerTimeouts``).
     # The fence deadline is the other bound: the fence watcher cancels the call at it.
-    handler_timeout_s: float = 30.0
+    handler_timeout_s: float = S.HANDLER_TIMEOUT_SECONDS.read({})  # the settings' defaults
     # The handler contract (``worker.handler``): calls per message, the back-off between them
     # (``delay_s``), then park the stream or send the message to the on-failure queue.
-    handler_attempts: int = 5
-    handler_backoff: Backoff = field(default_factory=lambda: Backoff(1.0, 30.0))
+    handler_attempts: int = S.HANDLER_ATTEMPTS.read({})
+    handler_backoff: Backoff = field(default_factory=lambda: Backoff(
+        S.HANDLER_RETRY_BASE_SECONDS.read({}), S.HANDLER_RETRY_CAP_SECONDS.read({})))
     on_failure: str = names.HANDLER_ON_FAILURE_PARK
     send_failure: Callable[[str], Awaitable[None]] | None = None
     # Connection deaths in a row by a frame at one resume point before the stream is given up.
-    poison_replays: int = 3
+    poison_replays: int = S.POISON_REPLAYS.read({})
     # Waits for a token of the fleet's reconnect budget before each connect (worker.budget).
     admit_connect: Callable[[], Awaitable[float]] | None = None
 

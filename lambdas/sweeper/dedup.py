@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from holdfast.core import settings as S
 from holdfast.core.table import Orphan
 
 __all__ = ["NudgeMemory", "RenudgePolicy"]
@@ -30,9 +31,9 @@ Key = tuple[str, int]
 
 @dataclass(frozen=True, slots=True)
 class RenudgePolicy:
-    first_ms: int = 5_000
-    max_ms: int = 300_000
-    unclaimed_grace_ms: int = 500
+    first_ms: int = S.SWEEP_RENUDGE_MS.read({})  # the settings' defaults: said once
+    max_ms: int = S.SWEEP_RENUDGE_MAX_MS.read({})
+    unclaimed_grace_ms: int = S.SWEEP_UNCLAIMED_GRACE_MS.read({})
 
     def window_ms(self, times_nudged: int) -> int:
         """How long after the last nudge an orphan nudged ``times_nudged`` times waits."""
