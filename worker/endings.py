@@ -34,7 +34,7 @@ from holdfast.core.batch_endings import ReleaseRequest, ReleaseResult, release_m
 from holdfast.core.exceptions import HoldfastError, LossReason, StoreUnavailable
 from holdfast.core.model import Lease, LeaseItem, one_connection_only
 from holdfast.core.store import LeaseStore
-from holdfast.worker.backoff import Backoff, errors_before
+from holdfast.worker.backoff import Backoff, errors_before, unanswered_write_retry_s
 from holdfast.worker.balancing import HANDOFF, SHED, Balancing
 from holdfast.worker.connection import Connection
 from holdfast.worker.gathered import Gathered
@@ -198,7 +198,7 @@ class Endings:
                                                retry_at_ms=retry_at_ms)
             except StoreUnavailable as exc:
                 if attempt + 1 < attempts and self.mono() < held.fence_mono_ms:
-                    await asyncio.sleep(0.2 * (attempt + 1))
+                    await asyncio.sleep(unanswered_write_retry_s(attempt))
                     continue
                 conn.log("warning", "release failed: the lease will expire instead",
                          error=str(exc)[:300])

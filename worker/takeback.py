@@ -38,6 +38,7 @@ from holdfast.core import names, rules
 from holdfast.core.exceptions import HoldfastError, LeaseLost, LossReason, StoreUnavailable
 from holdfast.core.model import str_attr
 from holdfast.core.schema import ATTR
+from holdfast.worker.backoff import unanswered_write_retry_s
 from holdfast.worker.balancing import HANDOFF
 from holdfast.worker.connection import Connection
 from holdfast.worker.held import STOPPED
@@ -214,7 +215,7 @@ class TakeBack:
             except LeaseLost:
                 return False  # claimed meanwhile: not ours to give back
             except StoreUnavailable:
-                await cp.sleep(0.2 * min(attempt + 1, 5))
+                await cp.sleep(unanswered_write_retry_s(attempt))
                 continue
             except HoldfastError as exc:
                 conn.log("warning", "cannot give back a stream written over",

@@ -97,3 +97,12 @@ def test_a_give_up_after_progress_counts_from_zero() -> None:
     assert errors_before(3, handled=0) == 3
     assert errors_before(3, handled=1) == 0
     assert errors_before(0, handled=0) == 0
+
+
+def test_an_unanswered_last_write_is_retried_sooner_than_a_second_later() -> None:
+    """A release or give-back DynamoDB did not answer waits 0.2 s more each time, at most 1 s
+    (the release waited up to 4 s between its last tries, the give-back 1 s: one rule now)."""
+    from holdfast.worker.backoff import unanswered_write_retry_s
+
+    assert [round(unanswered_write_retry_s(n), 3) for n in range(7)] == [
+        0.2, 0.4, 0.6, 0.8, 1.0, 1.0, 1.0]
