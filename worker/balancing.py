@@ -38,7 +38,7 @@ from holdfast.core.schema import ATTR, STARTED
 from holdfast.worker.iothreads import on_io_threads
 from holdfast.worker.logs import WORKER_LOGGER
 from holdfast.worker.metrics import WorkerMetrics
-from holdfast.worker.successors import Successors
+from holdfast.worker.successors import ASK_WAIT_MS, Successors
 
 if TYPE_CHECKING:
     from holdfast.core.store import LeaseStore
@@ -80,6 +80,7 @@ class Balancing:
         self.metrics, self.budget = metrics, budget
         self.directive: Directive | None = None
         self.draining = False
+        self._drain_from: int | None = None  # mono ms the drain flag arrived
         self._claimed_at: dict[str, int] = {}  # conn_id -> wall ms we claimed it
         self._refuse: dict[str, int] = {}  # conn_id -> mono ms until which we do not take it
         self._wake = asyncio.Event()
@@ -108,6 +109,7 @@ class Balancing:
                             load=self.load(), via=via)
         if draining is not None and draining != self.draining:
             self.draining = draining
+            self._drain_from = self.mono() if draining else None
             logger.info("draining" if draining else "draining cancelled", held=len(self.streams),
                         via=via)
         self._wake.set()
@@ -206,6 +208,8 @@ class Balancing:
         now_mono = self.mono()
         self._refuse = {k: v for k, v in self._refuse.items() if v > now_mono}
         d = self.live_directive()
+        if self.draining and self._awaiting_successors(d):
+            return []
         if self.draining:
             share, at_once = 0.0, (d.shed_at_once if d is not None and d.shed_at_once > 0
                                    else self.drain_at_once)
@@ -240,6 +244,19 @@ class Balancing:
                 continue
             conn.drain_to(successor, SHED)
         return picked
+
+    def _awaiting_successors(self, d: Directive | None) -> bool:
+        """A drain that began with no live target naming successors waits for the decider's
+        answer (it decides for a member that begins draining at its next sweep), each stream
+        delivering meanwhile, at most ``ASK_WAIT_MS``, as a stop does (``worker.successors``):
+        shed at once, its streams went to whoever polled first (a soak saw one claimed again
+        by the worker that had just shed it, 2.4 s later). An answer naming nobody (no worker
+        has room) ends the wait."""
+        if self._drain_from is None or self.mono() - self._drain_from >= ASK_WAIT_MS:
+            return False
+        if d is None:
+            return True
+        return not d.successors and not (d.share == 0 and d.ceiling == 0)
 
     async def run(self) -> None:
         """Shed on every piece of news and every half second, until cancelled."""

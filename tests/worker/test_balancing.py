@@ -12,6 +12,7 @@ from holdfast.worker.connection import Connection
 from holdfast.worker.context import ConnectionContext
 from holdfast.worker.held import HeldStream
 from holdfast.worker.metrics import WorkerMetrics
+from holdfast.worker.successors import ASK_WAIT_MS
 
 NOW = 1_000_000
 
@@ -125,9 +126,29 @@ def test_draining_sheds_everything_and_claims_nothing() -> None:
     streams, clock = _streams(5, moved_at_ms=NOW), Clock()
     b = _balancing(streams, clock)
     b.update(draining=True, via="queue")
-    assert b.room() == 0 and len(b.step()) == 3
+    assert b.room() == 0 and b.step() == []  # waiting for the decider's successors
+    clock.mono_ms += ASK_WAIT_MS  # no answer: to whoever has room
+    assert len(b.step()) == 3
     b.update(draining=False)
     assert b.room() is None
+
+
+def test_a_drain_waits_for_the_deciders_successors_and_hands_its_streams_to_them() -> None:
+    """A drain with no live target naming successors sheds nothing until the decider answers
+    (at most ``ASK_WAIT_MS``: its streams deliver meanwhile), then to the successors named, as
+    a stop does; an answer naming nobody (no worker has room) ends the wait. Shed at once, its
+    streams went to whoever polled first."""
+    streams, clock = _streams(5, moved_at_ms=NOW), Clock()
+    b = _balancing(streams, clock)
+    b.update(draining=True, via="queue")
+    assert b.step() == []
+    b.update(Directive(0, 0, 5, NOW + 10_000, 0, NOW, successors=(("w2#x", 5),)))
+    picked = b.step()
+    assert len(picked) == 5 and {streams[c].handoff_to for c in picked} == {"w2#x"}
+    other = _balancing(_streams(5, moved_at_ms=NOW), clock)
+    other.update(draining=True)
+    other.update(Directive(0, 0, 5, NOW + 10_000, 0, NOW))  # decided: nobody has room
+    assert len(other.step()) == 5  # the answer's own bound
 
 
 def test_no_shed_for_balance_while_throttled_but_a_drain_goes_on() -> None:
@@ -141,6 +162,7 @@ def test_no_shed_for_balance_while_throttled_but_a_drain_goes_on() -> None:
     assert len(b.step()) == 2
     draining = _balancing(_streams(5, moved_at_ms=NOW), clock, throttled=lambda: True)
     draining.update(draining=True, via="queue")
+    clock.mono_ms += ASK_WAIT_MS  # past its wait for the decider's successors
     assert len(draining.step()) == 3
 
 
