@@ -80,7 +80,8 @@ async def test_a_shed_stream_is_refused_as_a_move_but_taken_back_in_a_failover(
 
 async def test_drain_by_the_order_queue_empties_a_worker_that_keeps_running(
         fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
-    """A drain message sheds every stream at once (no heartbeat wait); new ones go elsewhere."""
+    """A drain message, then the decider's answer naming B, shed every stream at once (no
+    heartbeat wait: the queue brings both); new ones go elsewhere."""
     rec, conns = Recorder(), [f"{unique_id}-d{i}" for i in range(4)]
     router = RouterSim(fleet)
     slow = {"HOLDFAST_HEARTBEAT_SECONDS": "5", "HOLDFAST_LEASE_SECONDS": "20",
@@ -93,9 +94,16 @@ async def test_drain_by_the_order_queue_empties_a_worker_that_keeps_running(
                 owner = a.worker.owner
                 assert owner is not None
                 assert fleet.sessions().set_draining(owner, True)
-                fleet.sqs.send_message(QueueUrl=order_queue_url(
-                    fleet.queue_url, fleet.env["HOLDFAST_ORDERS_QUEUE_PREFIX"], owner),
-                    MessageBody=drain_body(owner, True))
+                queue = order_queue_url(
+                    fleet.queue_url, fleet.env["HOLDFAST_ORDERS_QUEUE_PREFIX"], owner)
+                fleet.sqs.send_message(QueueUrl=queue, MessageBody=drain_body(owner, True))
+                # The decider's answer for a member that began draining (the sweeper's, not
+                # run here): successors for all it holds; without it the drain waits for one.
+                assert b.worker.owner is not None
+                now = wall_clock_ms()
+                answer = Directive(0, 0, 4, now + 30_000, 2, now,
+                                   successors=((b.worker.owner, 4),))
+                fleet.sqs.send_message(QueueUrl=queue, MessageBody=answer.body(owner))
                 t0 = time.monotonic()
                 await async_wait_until(lambda: not a.worker.streams, 5, "A empty")
                 assert time.monotonic() - t0 < 2.5  # half a heartbeat: the queue did it
