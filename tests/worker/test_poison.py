@@ -8,7 +8,8 @@ import json
 import pytest
 
 from holdfast.worker.backoff import Backoff
-from holdfast.worker.connection import LOG_EVERY_MS
+from holdfast.worker.connection import LOG_EVERY_MS, Connection
+from holdfast.worker.context import ConnectionContext
 from holdfast.worker.delivery import STALL_AFTER
 from holdfast.worker.dial import ConnectOptions
 from tests.worker.conftest import Fleet
@@ -21,6 +22,18 @@ DEEP = '{"a": ' * 20_000 + "1" + "}" * 20_000  # RecursionError in json.loads
 
 def seqs(first: int, last: int) -> list[str]:
     return [json.dumps({"seq": n}) for n in range(first, last + 1)]
+
+
+def _killed_by_big_frames(rec: Recorder, max_failures: int) -> ConnectionContext:
+    """Connections that a frame over 64 KiB kills, reconnected at once."""
+    return context(rec, options=ConnectOptions(max_size=64 * 1024),
+                   backoff=Backoff(0.01, 0.05, max_failures))
+
+
+async def _run_to_its_end(runner: Connection) -> str | None:
+    """The stream run until it ends by itself (given up): its error."""
+    runner.task = asyncio.create_task(runner.run())
+    return await asyncio.wait_for(runner.task, 10)
 
 
 async def test_unparseable_frames_pass_and_later_frames_flow(fleet: Fleet,
@@ -62,11 +75,8 @@ async def test_a_frame_that_keeps_killing_the_connection_gives_the_stream_up(
                                                        strict=True)]
 
     async with scripted_upstream(frames) as up:
-        ctx = context(rec, options=ConnectOptions(max_size=64 * 1024),
-                      backoff=Backoff(0.01, 0.05, 6))
-        runner = connection(lease_for(fleet, conn, up.url), ctx)
-        runner.task = asyncio.create_task(runner.run())
-        error = await asyncio.wait_for(runner.task, 10)
+        runner = connection(lease_for(fleet, conn, up.url), _killed_by_big_frames(rec, 6))
+        error = await _run_to_its_end(runner)
     assert error is not None and "resuming from seq 5 (3 times in a row)" in error
     assert "1009" in error and "not skipped" in error
     assert rec.seqs(conn) == [1, 2, 3, 4] and runner.held.checkpoint == 4
@@ -86,9 +96,7 @@ async def test_a_stream_without_seqs_is_not_given_up_for_deaths_it_delivered_bet
         return [*(f"hello {n}" for n in range(20)), huge]
 
     async with scripted_upstream(frames) as up:
-        ctx = context(rec, options=ConnectOptions(max_size=64 * 1024),
-                      backoff=Backoff(0.01, 0.05, 20))
-        runner = connection(lease_for(fleet, conn, up.url), ctx)
+        runner = connection(lease_for(fleet, conn, up.url), _killed_by_big_frames(rec, 20))
         assert await run_until(runner, lambda: len(up.from_seqs) >= 5, 10) is None
     assert len(rec.calls) >= 80 and runner.ctx.metrics.totals["Reconnects"] >= 4
 
@@ -99,11 +107,8 @@ async def test_a_stream_without_seqs_killed_with_nothing_handled_between_is_give
     nothing handled between are in a row, and the stream is given up, naming no seq."""
     conn, rec = f"{unique_id}-seqless-dead", Recorder()
     async with scripted_upstream(lambda _: ["x" * 100_000]) as up:
-        ctx = context(rec, options=ConnectOptions(max_size=64 * 1024),
-                      backoff=Backoff(0.01, 0.05, 20))
-        runner = connection(lease_for(fleet, conn, up.url), ctx)
-        runner.task = asyncio.create_task(runner.run())
-        error = await asyncio.wait_for(runner.task, 10)
+        runner = connection(lease_for(fleet, conn, up.url), _killed_by_big_frames(rec, 20))
+        error = await _run_to_its_end(runner)
     assert error is not None and "before the first seq (3 times in a row)" in error
     assert not rec.calls and len(up.from_seqs) == 3
 
