@@ -89,6 +89,9 @@ class TakeBack:
         # Holdings ended with their release unanswered, its give-up terms if it was one, and
         # until when they are remembered (mono ms).
         self._unreleased: dict[str, tuple[Connection, GiveUp | None, int]] = {}
+        # Holdings the router ordered taken back while they were ending (their release still
+        # being written), and until when (mono ms): given back should that release fail.
+        self._ordered: dict[str, int] = {}
 
     async def settled(self) -> None:
         """The give-backs under way, done: a stop's goodbye waits for them (within its
@@ -108,7 +111,12 @@ class TakeBack:
 
     async def retake(self, conn: Connection, source: str) -> bool:
         """Take back a stream that goes on (found by a checkpoint, or the router's order)."""
-        if conn.held.stopping or conn.held.stop_reason == HANDOFF:
+        if conn.held.stopping or conn.held.stop_reason == HANDOFF or not conn.held.live:
+            if source == "order":  # its release may yet get no answer: ``unreleased``
+                now = self.cp.mono()
+                self._forget(now)
+                self._ordered[_holding(conn.held.lease.conn_id, conn.held.lease.epoch)] = (
+                    now + GIVE_BACK_MS)
             return False  # ending: given back by whatever finds it (``give_back_soon``)
         try:
             # The order was given for the write it saw; a later one may have named another
@@ -149,19 +157,28 @@ class TakeBack:
         """``conn`` ended and its release (a give-up's, with ``give_up``) got no answer: ours
         still, perhaps (our stray scan takes it back then), or written over meanwhile, its
         checkpoint gone with the write; remembered for ``GIVE_BACK_MS`` should the router
-        order it taken back."""
+        order it taken back, or given back now if it did while the release was written."""
         now = self.cp.mono()
+        self._forget(now)
+        key = _holding(conn.held.lease.conn_id, conn.held.lease.epoch)
+        self._unreleased[key] = (conn, give_up, now + GIVE_BACK_MS)
+        if self._ordered.pop(key, 0) > now:
+            self.ordered_back(conn.held.lease.conn_id, conn.held.lease.epoch)
+
+    def _forget(self, now: int) -> None:
+        """Drop what is remembered past its minute (its ``Connection`` goes with it)."""
         self._unreleased = {k: v for k, v in self._unreleased.items() if v[2] > now}
-        self._unreleased[_holding(conn.held.lease.conn_id, conn.held.lease.epoch)] = (
-            conn, give_up, now + GIVE_BACK_MS)
+        self._ordered = {k: t for k, t in self._ordered.items() if t > now}
 
     def ordered_back(self, conn_id: str, epoch: int | None) -> bool:
         """The router's ``retake`` order for a holding of ours that ended with its release
         unanswered (``unreleased``): given back with its checkpoint, past its fence too (the
         order names the owner and epoch the write removed: nobody's but this holding's until
         then). False if there is none."""
+        now = self.cp.mono()
         conn, give_up, until = self._unreleased.pop(_holding(conn_id, epoch), (None, None, 0))
-        if conn is None or until <= self.cp.mono():
+        self._forget(now)
+        if conn is None or until <= now:
             return False
         self._once(self._giving, conn, self.give_back(conn, "order", give_up, ordered=True),
                    "giving back")

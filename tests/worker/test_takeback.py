@@ -244,6 +244,55 @@ async def test_a_worker_gives_back_a_fenced_stream_it_could_not_release_when_ord
     assert item_attr(fleet.item(conn), ATTR.last_seq) == handled
 
 
+async def test_a_take_back_ordered_while_the_release_is_written_gives_back_when_it_fails(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The order comes while the fenced stream's release is still being tried (it ends only
+    when the release does): noted, and the stream given back once the release got no answer
+    (the order found it ending, did nothing, and none came again)."""
+    import asyncio
+
+    from holdfast.core.orders import ORDER_RETAKE
+
+    rec, conn = Recorder(), f"{unique_id}-over-ordered-early"
+    async with running_worker(fleet, rec) as run:
+        await start_held(fleet, upstream, run, [conn])
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 5, "messages")
+        endings, held = run.worker.holdings.endings, run.worker.streams[conn].held
+        epoch, trying, fail = held.lease.epoch, asyncio.Event(), asyncio.Event()
+
+        async def no_answer(request: Any) -> Any:
+            trying.set()
+            await fail.wait()
+            raise StoreUnavailable("release", "no answer")
+
+        endings._release_gathered = no_answer  # type: ignore[method-assign]
+        held.renewed(held.lease, 0)  # DynamoDB failing: its fence passes, it stops
+        await asyncio.wait_for(trying.wait(), 5)
+        handled = max(rec.seqs(conn))
+        written_over(fleet, conn, upstream.url(conn))
+        assert run.worker.carry_out(Order(ORDER_RETAKE, conn, epoch))  # still ending
+        await asyncio.sleep(0.1)
+        fail.set()
+        await async_wait_until(lambda: ATTR.last_seq in (item := fleet.item(conn))
+                               and ATTR.lease_owner not in item, 5, "given back")
+    assert item_attr(fleet.item(conn), ATTR.last_seq) == handled
+
+
+async def test_holdings_remembered_for_a_give_back_are_forgotten_after_its_minute(
+        fleet: Fleet, unique_id: str) -> None:
+    """What ``unreleased`` remembers (each with its ``Connection``) is dropped once its minute
+    has passed, at the next order too, not only at the next unanswered release."""
+    from holdfast.worker.takeback import GIVE_BACK_MS
+
+    writer, runner = runner_for(fleet, f"{unique_id}-forget", 7)
+    now = [0]
+    writer.mono = lambda: now[0]  # type: ignore[method-assign]
+    writer.takeback.unreleased(runner)
+    now[0] += GIVE_BACK_MS + 1
+    assert not writer.takeback.ordered_back("another", 1)
+    assert not writer.takeback._unreleased
+
+
 class _NoAnswerOnce(LeaseStore):
     """DynamoDB does not answer the first take-back (and, with ``release_too``, the first
     release: after its take-back landed)."""
