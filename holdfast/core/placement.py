@@ -65,14 +65,16 @@ def new_version(members: Sequence[Member]) -> str | None:
 
 
 def fill(loads: dict[str, float], caps: Mapping[str, float], count: int, *, turn: int = 0,
-         most: int = MAX_SUCCESSORS) -> tuple[tuple[str, int], ...]:
-    """Give ``count`` streams, one at a time, to the least loaded of ``loads`` below its cap,
-    naming at most ``most`` receivers; ``loads`` is updated. Ties go round in owner order
-    starting ``turn`` places on, so lists made from the same loads do not all leave their odd
-    streams with the same receivers. Returns (owner, how many), most first."""
+         most: int = MAX_SUCCESSORS, weight: float = 1.0) -> tuple[tuple[str, int], ...]:
+    """Give ``count`` streams of ``weight`` each, one at a time, to the least loaded of
+    ``loads`` with room for one below its cap, naming at most ``most`` receivers; ``loads`` is
+    updated. Ties go round in owner order starting ``turn`` places on, so lists made from the
+    same loads do not all leave their odd streams with the same receivers. Returns (owner,
+    how many streams), most first."""
     order = sorted(loads)
     rank = {o: (i - turn) % max(1, len(order)) for i, o in enumerate(order)}
-    heap = [(load, rank[o], o) for o, load in loads.items() if load + 1 <= caps[o] + 1e-9]
+    heap = [(load, rank[o], o) for o, load in loads.items()
+            if load + weight <= caps[o] + 1e-9]
     heapq.heapify(heap)
     given: dict[str, int] = {}
     left = count
@@ -82,9 +84,9 @@ def fill(loads: dict[str, float], caps: Mapping[str, float], count: int, *, turn
             continue  # a list names ``most`` receivers: the rest of it goes to them
         left -= 1
         given[owner] = given.get(owner, 0) + 1
-        loads[owner] = load + 1
-        if load + 2 <= caps[owner] + 1e-9:
-            heapq.heappush(heap, (load + 1, r, owner))
+        loads[owner] = load + weight
+        if load + 2 * weight <= caps[owner] + 1e-9:
+            heapq.heappush(heap, (load + weight, r, owner))
     return tuple(sorted(given.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
@@ -99,24 +101,26 @@ def place(members: Sequence[Member], *, unowned: int = 0, in_motion: int = 0,
     if decision.balanced:
         return decision
     # Receivers: the members below their ceiling, filled up to it; the shedders' excess first.
-    # Counted in streams (load over the mean weight): a list names streams, one per release,
-    # and ``fill`` gives one at a time (in load, a weight of 10,000 took seconds a decision).
+    # A list names streams, one per release: a shedder's excess is counted in its own streams
+    # (its load over their mean weight), each given as that weight to the receivers' load
+    # (given one load unit at a time, a weight of 10,000 took seconds a decision).
     by_owner = {m.owner: m for m in members}
-    weight = mean_weight(members)
+    fleet_weight = mean_weight(members)
     receiving = {t.owner: t for t in decision.targets
                  if t.shed_at_once == 0 and not by_owner[t.owner].draining}
-    loads = {o: by_owner[o].load / weight for o in receiving}
-    caps = {o: t.ceiling / weight for o, t in receiving.items()}
+    loads = {o: by_owner[o].load for o in receiving}
+    caps = {o: t.ceiling for o, t in receiving.items()}
     targets = []
     for t in sorted(decision.targets, key=lambda t: (-t.shed_at_once, t.owner)):
         m = by_owner[t.owner]
         # A draining member sheds whatever the motion budget says (its worker drains on its
         # own pace): its successors are named even when the budget spent gives it 0 at once,
         # or its streams (and a SIGTERM's wait for successors) went to nobody by name.
+        weight = m.load / m.held if m.held and m.load > 0 else fleet_weight
         excess = max(0, round((m.load - t.share) / weight)) if (
             t.shed_at_once or m.draining) else 0
         targets.append(Target(t.owner, t.share, t.ceiling, t.shed_at_once,
-                              fill(loads, caps, excess) if excess else ()))
+                              fill(loads, caps, excess, weight=weight) if excess else ()))
     order = {m.owner: i for i, m in enumerate(members)}
     targets.sort(key=lambda t: order[t.owner])
     return Plan(decision.shares, False, tuple(targets), decision.excess, decision.budget)

@@ -173,3 +173,15 @@ def test_successors_are_counted_in_streams_whatever_the_weights() -> None:
     assert _target(decision, "a")[3] == {"b": 10} == _target(decision, "c")[3]
     decision = place([heavy("o1", 20), heavy("n1", 10, "v2", 10, cap=15)])
     assert _target(decision, "o1")[3] == {"n1": 5}
+
+
+def test_each_member_counts_its_load_in_its_own_streams() -> None:
+    """Weights that differ between members: a draining member of 3 light streams names
+    successors for its 3 (counted by the fleet's mean weight, 77, it named none, and its
+    drain went to nobody), and a member of heavy streams no more than it holds."""
+    members = [Member("a", 3.0, 3, 100, True), Member("b", 1000.0, 10, 100),
+               Member("c", 0.0, 0, 100)]
+    successors = _target(place(members), "a")[3]
+    assert sum(successors.values()) == 3 and set(successors) == {"c"}
+    members = [Member("a", 1000.0, 10, 100), Member("b", 0.0, 0, 100), Member("c", 0.0, 0, 100)]
+    assert sum(_target(place(members), "a")[3].values()) <= 10
