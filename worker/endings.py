@@ -21,7 +21,6 @@ is released by ``let_go``: only its holder may free it, and that is us.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -92,8 +91,8 @@ class Endings:
             await self._release(conn, attempts=1)  # best effort: it may be ours still
             return
         if error is not None and not held.stopping:
-            lease, retry_at_ms, retry_s = self._give_up(held)
-            await self._release(conn, error=error, retry_at_ms=retry_at_ms, lease=lease)
+            give_up, retry_s = self._give_up(held, error)
+            await self._release(conn, give_up=give_up)
             conn.log("warning", "stream handed back after errors", error=error,
                      retry_in_s=round(retry_s, 1))
             return
@@ -163,39 +162,33 @@ class Endings:
         next): like any give-up, with ``error``, its back-off and the checkpoint before the
         stuck message. Its next holder resumes from that message only after the back-off.
         Counted as any give-up (the watchdog flushes the metrics before the exit)."""
-        lease, retry_at_ms, _ = self._give_up(conn.held)
-        self.store.release(lease, conn.held.checkpoint, error=error, retry_at_ms=retry_at_ms)
+        give_up, _ = self._give_up(conn.held, error)
+        give_up.release(self.store, conn.held.lease, conn.held.checkpoint)
 
-    def _give_up(self, held: HeldStream) -> tuple[Lease, int, float]:
-        """A give-up's terms, counted: the lease with the give-ups in a row before this one
-        (``backoff.errors_before``: the release records one more), the end of its back-off
-        (wall ms) and its length (s). The one place for ``finish``'s and ``park_stuck``'s."""
+    def _give_up(self, held: HeldStream, error: str) -> tuple[GiveUp, float]:
+        """A give-up's terms, counted: ``error``, the give-ups in a row before this one
+        (``backoff.errors_before``: the release records one more) and the end of its back-off
+        (wall ms); and that back-off's length (s). The one place for ``finish``'s and
+        ``park_stuck``'s."""
         self.counts["gave_up"] += 1
         self.metrics.incr(names.METRIC_UPSTREAM_GIVE_UPS)
         before = errors_before(held.lease.error_count, held.cursor.handled)
         retry_s = self.backoff.retry_after_s(before + 1)
-        return (dataclasses.replace(held.lease, error_count=before),
-                self.wall() + round(retry_s * 1000), retry_s)
+        return GiveUp(error, before, self.wall() + round(retry_s * 1000)), retry_s
 
     async def _release(self, conn: Connection, *, attempts: int = 20,
-                       error: str | None = None, retry_at_ms: int | None = None,
-                       moved: bool = False, successor: str | None = None,
-                       lease: Lease | None = None) -> str:
-        """Write the holding's release; a give-up (``error``) releases ``lease`` (``_give_up``'s;
-        the holding's own if None), which records one more give-up in a row."""
+                       give_up: GiveUp | None = None, moved: bool = False,
+                       successor: str | None = None) -> str:
+        """Write the holding's release; as ``give_up`` if it is one (``_give_up``'s terms)."""
         held = conn.held
-        give_up = None if error is None or retry_at_ms is None else GiveUp(
-            error, (held.lease if lease is None else lease).error_count, retry_at_ms)
         for attempt in range(attempts):
             try:
-                if error is None:
+                if give_up is None:
                     lost = await self._release_gathered(ReleaseRequest(
                         held.lease, held.checkpoint, moved=moved, successor=successor))
                 else:  # a give-up: rare, alone
-                    lost = await on_io_threads(self.store.release,
-                                               held.lease if lease is None else lease,
-                                               held.checkpoint, error=error,
-                                               retry_at_ms=retry_at_ms)
+                    lost = await on_io_threads(give_up.release, self.store, held.lease,
+                                               held.checkpoint)
             except StoreUnavailable as exc:
                 if attempt + 1 < attempts and self.mono() < held.fence_mono_ms:
                     await asyncio.sleep(unanswered_write_retry_s(attempt))

@@ -45,6 +45,8 @@ from holdfast.worker.held import STOPPED
 from holdfast.worker.iothreads import logs_failure
 
 if TYPE_CHECKING:
+    from holdfast.core.model import Lease
+    from holdfast.core.store import LeaseStore
     from holdfast.worker.checkpointer import Checkpointer
 
 __all__ = ["GIVE_BACK_MS", "GiveUp", "TakeBack", "ours_to_take"]
@@ -61,6 +63,12 @@ class GiveUp:
     error: str
     errors_before: int
     retry_at_ms: int
+
+    def release(self, store: LeaseStore, lease: Lease,
+                checkpoint: int | None) -> LossReason | None:
+        """``store.release`` of ``lease`` as this give-up (the one way one is written)."""
+        return store.release(dataclasses.replace(lease, error_count=self.errors_before),
+                             checkpoint, error=self.error, retry_at_ms=self.retry_at_ms)
 
 
 def ours_to_take(conn: Connection, lost: LeaseLost) -> bool:
@@ -207,7 +215,7 @@ class TakeBack:
         cp, held = self.cp, conn.held
         lease, checkpoint = held.lease, held.checkpoint
         release = cp.store.release if give_up is None else functools.partial(
-            cp.store.release, error=give_up.error, retry_at_ms=give_up.retry_at_ms)
+            give_up.release, cp.store)
         until = cp.mono() + GIVE_BACK_MS
         for attempt in itertools.count():
             sent = cp.mono()
@@ -226,8 +234,6 @@ class TakeBack:
                     if taken is not None:
                         self._taken(conn, checkpoint, source)
                         lease = taken[0]
-                if give_up is not None:  # the take-back read the app's item: no streak
-                    lease = dataclasses.replace(lease, error_count=give_up.errors_before)
                 lost = await self._run(release, lease, checkpoint)
             except LeaseLost:
                 return False  # claimed meanwhile: not ours to give back
