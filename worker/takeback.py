@@ -81,6 +81,10 @@ def _holding(conn_id: str, epoch: int | None) -> str:
     return f"{conn_id}#{epoch}"  # a later holding of the same id is another's
 
 
+def _holding_of(conn: Connection) -> str:
+    return _holding(conn.held.lease.conn_id, conn.held.lease.epoch)
+
+
 def _our_url(conn: Connection, url: str | None) -> bool:
     # Another URL under our id is another stream (deleted and created again, or an app's new
     # URL): its seqs are not ours, and ours must not be written over it.
@@ -120,11 +124,10 @@ class TakeBack:
     async def retake(self, conn: Connection, source: str) -> bool:
         """Take back a stream that goes on (found by a checkpoint, or the router's order)."""
         if conn.held.stopping or conn.held.stop_reason == HANDOFF or not conn.held.live:
-            if source == "order":  # its release may yet get no answer: ``unreleased``
+            if source == "order":  # its release may yet fail: ``give_back_soon``
                 now = self.cp.mono()
                 self._forget(now)
-                self._ordered[_holding(conn.held.lease.conn_id, conn.held.lease.epoch)] = (
-                    now + GIVE_BACK_MS)
+                self._ordered[_holding_of(conn)] = now + GIVE_BACK_MS
             return False  # ending: given back by whatever finds it (``give_back_soon``)
         try:
             # The order was given for the write it saw; a later one may have named another
@@ -155,11 +158,16 @@ class TakeBack:
             conn.drain_to(None, STOPPED)
         return stopped is not None
 
-    def give_back_soon(self, conn: Connection, source: str,
-                       give_up: GiveUp | None = None) -> None:
+    def give_back_soon(self, conn: Connection, source: str, give_up: GiveUp | None = None,
+                       *, ordered: bool = False) -> None:
         """Take back ``conn``, which no longer delivers, and release it with its checkpoint
-        (``give_back``), unless that is under way already."""
-        self._once(self._giving, conn, self.give_back(conn, source, give_up), "giving back")
+        (``give_back``), unless that is under way already; ``ordered`` (past its fence too)
+        if the router ordered it taken back, now or while it was ending (``retake``)."""
+        now = self.cp.mono()
+        self._forget(now)
+        ordered = self._ordered.pop(_holding_of(conn), 0) > now or ordered
+        self._once(self._giving, conn, self.give_back(conn, source, give_up, ordered=ordered),
+                   "giving back")
 
     def unreleased(self, conn: Connection, give_up: GiveUp | None = None) -> None:
         """``conn`` ended and its release (a give-up's, with ``give_up``) got no answer: ours
@@ -168,10 +176,10 @@ class TakeBack:
         order it taken back, or given back now if it did while the release was written."""
         now = self.cp.mono()
         self._forget(now)
-        key = _holding(conn.held.lease.conn_id, conn.held.lease.epoch)
-        self._unreleased[key] = (conn, give_up, now + GIVE_BACK_MS)
-        if self._ordered.pop(key, 0) > now:
-            self.ordered_back(conn.held.lease.conn_id, conn.held.lease.epoch)
+        if _holding_of(conn) in self._ordered:
+            self.give_back_soon(conn, "order", give_up)
+        else:
+            self._unreleased[_holding_of(conn)] = (conn, give_up, now + GIVE_BACK_MS)
 
     def _forget(self, now: int) -> None:
         """Drop what is remembered past its minute (its ``Connection`` goes with it)."""
@@ -183,13 +191,11 @@ class TakeBack:
         unanswered (``unreleased``): given back with its checkpoint, past its fence too (the
         order names the owner and epoch the write removed: nobody's but this holding's until
         then). False if there is none."""
-        now = self.cp.mono()
-        conn, give_up, until = self._unreleased.pop(_holding(conn_id, epoch), (None, None, 0))
-        self._forget(now)
-        if conn is None or until <= now:
+        self._forget(self.cp.mono())
+        conn, give_up, _ = self._unreleased.pop(_holding(conn_id, epoch), (None, None, 0))
+        if conn is None:
             return False
-        self._once(self._giving, conn, self.give_back(conn, "order", give_up, ordered=True),
-                   "giving back")
+        self.give_back_soon(conn, "order", give_up, ordered=True)
         return True
 
     @staticmethod
@@ -197,7 +203,7 @@ class TakeBack:
               work: Coroutine[Any, Any, bool], what: str) -> None:
         """Run ``work`` for ``conn`` unless ``tasks`` has one for its holding under way (by id
         and epoch: a later holding of the same id is another's)."""
-        key = _holding(conn.held.lease.conn_id, conn.held.lease.epoch)
+        key = _holding_of(conn)
         if key in tasks:
             work.close()  # never awaited: not started
             return

@@ -278,6 +278,41 @@ async def test_a_take_back_ordered_while_the_release_is_written_gives_back_when_
     assert item_attr(fleet.item(conn), ATTR.last_seq) == handled
 
 
+async def test_a_take_back_ordered_while_ending_gives_back_when_the_release_finds_it_over(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+    """The order comes while the fenced stream's release waits to be sent; the release then
+    finds the item written over: given back past the fence, the order noted being its proof
+    (the give-back on the release's finding alone stops at the fence)."""
+    import asyncio
+
+    from holdfast.core.orders import ORDER_RETAKE
+
+    rec, conn = Recorder(), f"{unique_id}-over-ordered-found"
+    async with running_worker(fleet, rec) as run:
+        await start_held(fleet, upstream, run, [conn])
+        await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 5, "messages")
+        endings, held = run.worker.holdings.endings, run.worker.streams[conn].held
+        epoch, waiting, send = held.lease.epoch, asyncio.Event(), asyncio.Event()
+        release = endings._release_gathered
+
+        async def later(request: Any) -> Any:
+            waiting.set()
+            await send.wait()
+            return await release(request)
+
+        endings._release_gathered = later  # type: ignore[method-assign]
+        held.renewed(held.lease, 0)  # DynamoDB failing: its fence passes, it stops
+        await asyncio.wait_for(waiting.wait(), 5)
+        handled = max(rec.seqs(conn))
+        written_over(fleet, conn, upstream.url(conn))
+        assert run.worker.carry_out(Order(ORDER_RETAKE, conn, epoch))  # still ending
+        await asyncio.sleep(0.1)
+        send.set()
+        await async_wait_until(lambda: ATTR.last_seq in (item := fleet.item(conn))
+                               and ATTR.lease_owner not in item, 5, "given back")
+    assert item_attr(fleet.item(conn), ATTR.last_seq) == handled
+
+
 async def test_holdings_remembered_for_a_give_back_are_forgotten_after_its_minute(
         fleet: Fleet, unique_id: str) -> None:
     """What ``unreleased`` remembers (each with its ``Connection``) is dropped once its minute
