@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from holdfast.fleet.deploy import STYLES, DeployReport
 from holdfast.fleet.deploy_scenario import NEW_VERSION, OLD_VERSION, run_deploy
@@ -85,7 +86,8 @@ def _env_only(console: Console, fleet: Fleet, stop: threading.Event) -> int:
     while not stop.wait(0.5):
         for proc in fleet.crashed():
             console.print(f"[red]{proc.name} exited with code {proc.returncode()}; log: "
-                          f"{proc.log_path}[/]\n{proc.tail()}", highlight=False)
+                          f"{escape(str(proc.log_path))}[/]\n{escape(proc.tail())}",
+                          highlight=False)
             return 1
     return 0
 
@@ -102,10 +104,10 @@ def _start_base(console: Console, fleet: Fleet, args: argparse.Namespace) -> Non
                   f"SQS {fleet.aws.sqs_url}")
     fleet.start_runner()
     console.print(f"runner (router + sweeper) pid {fleet.runner.pid if fleet.runner else '-'}"
-                  f"; log {fleet.run_dir / 'runner.log'}")
+                  f"; log {escape(str(fleet.run_dir / 'runner.log'))}")
     if args.env_file:
         fleet.write_env(args.env_file)
-        console.print(f"environment written to {args.env_file}")
+        console.print(f"environment written to {escape(str(args.env_file))}")
 
 
 def _shutdown(run: _Run, rc: int) -> int:
@@ -113,21 +115,23 @@ def _shutdown(run: _Run, rc: int) -> int:
     console, fleet, session = run.console, run.fleet, run.session
     if run.reporter is not None:  # the exits of the shutdown are ours, not crashes
         run.reporter.stop()
-    console.print("stopping: workers first (graceful), then runner, upstream, local AWS")
+    if fleet.workers:  # a fleet that failed to start has nothing of the kind to stop
+        console.print("stopping: workers first (graceful), then runner, upstream, local AWS")
     t0 = time.monotonic()
     for line in fleet.stop_workers():
-        console.print(f"  {line}")
+        console.print(f"  {escape(line)}")
     if session is not None and run.scenario and rc in (0, 1):
         try:
             session.tick_final()
         except Exception as exc:
-            console.print(f"[yellow]final scan failed: {exc}[/]")
+            console.print(f"[yellow]final scan failed: {escape(str(exc))}[/]")
         rc = rc or verdict(console, session, run.incidents or [], fleet.run_dir, run.deploy)
     for line in fleet.close():
-        console.print(f"  {line}")
+        console.print(f"  {escape(line)}")
     if run.env_file is not None:  # it names endpoints nothing serves any more
         run.env_file.unlink(missing_ok=True)
-    console.print(f"stopped in {time.monotonic() - t0:.1f} s; logs in {fleet.run_dir}")
+    console.print(f"stopped in {time.monotonic() - t0:.1f} s; logs in "
+                  f"{escape(str(fleet.run_dir))}")
     return rc
 
 
@@ -161,7 +165,7 @@ def _drive(run: _Run, args: argparse.Namespace) -> None:
     fleet, console = run.fleet, run.console
     if args.url:
         base = args.url
-        console.print(f"streams use your upstream: {base}")
+        console.print(f"streams use your upstream: {escape(base)}")
     else:
         base = fleet.start_upstream()
         console.print(f"demo upstream {base} ({args.rate:g} msgs/s per stream)")
@@ -170,8 +174,9 @@ def _drive(run: _Run, args: argparse.Namespace) -> None:
         fleet.start_worker(f"w{i}", version=version)
     if args.platform_report:
         run.reporter = PlatformReporter(fleet, on_report=run.reported).start()
-    console.print(f"{args.workers} workers (handler {fleet.handler or 'the recorder alone'})"
-                  f"; logs {fleet.run_dir}/worker-*.log")
+    console.print(f"{args.workers} workers (handler "
+                  f"{escape(fleet.handler or 'the recorder alone')}); logs "
+                  f"{escape(str(fleet.run_dir))}/worker-*.log")
     run.view = make_view(console, console.is_terminal and not args.plain)
     run.session = session = Session(fleet, run.view, run.stop,
                                     title=f"holdfast up ({fleet.run_dir})")
@@ -235,7 +240,7 @@ def _run_up(args: argparse.Namespace) -> int:
     console = Console(highlight=False)
     if not console.is_terminal:  # CI logs and pipes: wide enough for the summary table
         console = Console(highlight=False, width=120)
-    console.print(f"run directory (logs, results): {run_dir}")
+    console.print(f"run directory (logs, results): {escape(str(run_dir))}")
     run = _Run(console, fleet, stop, bool(args.scenario), env_file=args.env_file)
     rc = 0
     try:
@@ -247,10 +252,11 @@ def _run_up(args: argparse.Namespace) -> int:
     except Interrupted:
         rc = 130 if args.scenario else 0
     except ScenarioFailed as exc:
-        console.print(f"[red]scenario failed: {exc}[/]")
+        console.print(f"[red]scenario failed: {escape(str(exc))}[/]")
         rc = 1
     except (LocalAwsError, FleetError) as exc:
-        console.print(f"[red]cannot start the fleet: {exc}[/]")
+        # Escaped: the message names extras (``".[local]"``), which markup would eat.
+        console.print(f"[red]cannot start the fleet: {escape(str(exc))}[/]")
         rc = 3
     finally:
         if run.view is not None:

@@ -17,7 +17,11 @@ from holdfast.core.redact import scrub
 from holdfast.core.schema import LeaseStatus, SessionState, session_of_owner
 from holdfast.core.sessions import SessionItem
 
-__all__ = ["Event", "Observer", "Segment", "StreamView", "worker_id_of"]
+__all__ = ["RATE_QUIET_S", "Event", "Observer", "Segment", "StreamView", "worker_id_of"]
+
+# A stream whose checkpoint has not moved for this long, or three of its own intervals if
+# longer, shows 0 checkpointed/s (it stopped delivering, or checkpoints every 20 s).
+RATE_QUIET_S = 5.0
 
 
 def worker_id_of(owner: str) -> str:
@@ -92,7 +96,9 @@ class StreamView:
     lease_left_ms: int | None
     status: str | None
     rate: float = 0.0  # checkpointed messages per second, smoothed
-    seq_at: tuple[float, int] | None = None
+    seq_at: tuple[float, int] | None = None  # when ``last_seq`` was last seen to move
+    rate_from_move: bool = False  # ``seq_at`` is a move seen (not the first sight)
+    move_every_s: float = 0.0  # the time between the last two moves seen
 
 
 @dataclass
@@ -138,6 +144,7 @@ class Observer:
                               item.last_seq, h.left_ms, item.status)
             if old is not None:
                 view.rate, view.seq_at = old.rate, old.seq_at
+                view.rate_from_move, view.move_every_s = old.rate_from_move, old.move_every_s
                 if old.desired_state != item.desired_state:
                     new.append(Event(t, item.desired_state.lower(), item.conn_id,
                                      f"{item.conn_id} set to {item.desired_state}"))
@@ -200,13 +207,23 @@ class Observer:
 
     @staticmethod
     def _rate(view: StreamView, t: float) -> None:
+        """Checkpointed seqs per second, measured from one checkpoint move seen to the next:
+        a checkpoint moves once per interval (2 s in the local fleet), so a fixed 1 s window
+        saw a whole interval's seqs or none and the rate swung between 6.6 and 13.2 on a
+        10 msgs/s feed. One whose checkpoint stands still long enough shows 0 (``RATE_QUIET_S``)."""
         if view.last_seq is None:
             return
         if view.seq_at is None:
             view.seq_at = (t, view.last_seq)
+            view.rate_from_move = False  # seen mid-interval: the first move measures nothing
             return
         t0, s0 = view.seq_at
-        if t - t0 >= 1.0:  # checkpoints move once per heartbeat: measure over >= 1 s
+        if view.last_seq == s0:
+            if t - t0 >= max(RATE_QUIET_S, 3 * view.move_every_s):
+                view.rate = 0.0
+            return
+        if view.rate_from_move and t > t0:
             inst = max(0.0, (view.last_seq - s0) / (t - t0))
-            view.rate = inst if view.rate == 0 else 0.5 * view.rate + 0.5 * inst
-            view.seq_at = (t, view.last_seq)
+            view.rate = inst if view.rate == 0 else 0.7 * view.rate + 0.3 * inst
+            view.move_every_s = t - t0
+        view.seq_at, view.rate_from_move = (t, view.last_seq), True

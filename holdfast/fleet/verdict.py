@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from holdfast.fleet.deploy import DeployReport
 from holdfast.fleet.deploy_table import deploy_table
@@ -34,12 +35,12 @@ def verdict(console: Console, session: Session, incidents: list[Incident],
     if deploy is not None:
         console.print(deploy_table(deploy))
         if deploy.note:
-            console.print(f"  {deploy.note}")
+            console.print(f"  {escape(deploy.note)}")
         failures += deploy.failures()
     console.print(summary_table(rows, title="Holdfast run summary" if deploy else None))
     for inc in incidents:
         if inc.note:
-            console.print(f"  {inc.name}: {inc.note}")
+            console.print(f"  {inc.name}: {escape(inc.note)}")
         if inc.unrecovered():
             failures.append(f"{inc.name}: never recovered: {', '.join(inc.unrecovered())}")
     for check in seqs.values():
@@ -56,17 +57,18 @@ def verdict(console: Console, session: Session, incidents: list[Incident],
         from holdfast.fleet.timeline import write_timeline
         png = write_timeline(run_dir / "timeline.png", session.observer, incidents,
                              session.now())
-        console.print(f"timeline: {png}")
+        console.print(f"timeline: {escape(str(png))}")
     except Exception as exc:  # a missing plot must not hide the verdict
-        console.print(f"[yellow]timeline not written: {type(exc).__name__}: {exc}[/]")
+        console.print(f"[yellow]timeline not written: {type(exc).__name__}: "
+                      f"{escape(str(exc))}[/]")
     path = moved_path(read_spans(run_dir / SPANS_FILE))
     if path is not None:
         console.print(f"acquisition path of {path.describe()}")
-        console.print(f"spans: {run_dir / SPANS_FILE}")
-    console.print(f"summary: {run_dir / 'summary.json'}")
+        console.print(f"spans: {escape(str(run_dir / SPANS_FILE))}")
+    console.print(f"summary: {escape(str(run_dir / 'summary.json'))}")
     if failures:
         for f in failures:
-            console.print(f"[red]FAIL[/] {f}")
+            console.print(f"[red]FAIL[/] {escape(f)}")
         return 1
     console.print("[green]PASS[/]: every stream recovered, no sequence number missed")
     return 0

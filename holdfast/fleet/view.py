@@ -13,6 +13,7 @@ from typing import Protocol
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -51,8 +52,10 @@ class PlainView:
         self._last = -1e9
 
     def line(self, t: float, text: str, style: str = "") -> None:
-        self.console.print(f"{_stamp(t)} {text}", style=style or None, highlight=False,
-                           soft_wrap=True)
+        # ``text`` is plain: an error or a log line may hold "[/]" (markup raised on it) or
+        # "[local]" (markup ate it); the style is the only markup.
+        self.console.print(f"{_stamp(t)} {escape(text)}", style=style or None,
+                           highlight=False, soft_wrap=True)
 
     def refresh(self, snap: Snapshot) -> None:
         if snap.t - self._last < self.every_s:
@@ -63,6 +66,11 @@ class PlainView:
         loads = " ".join(f"{w}={snap.loads.get(w, 0)}({state})"
                          for w, state in snap.workers.items())
         rate = sum(s.rate for s in snap.streams)
+        if snap.workers and "running" not in snap.workers.values():
+            # The last scan, after the stop: every stream was released with its checkpoint.
+            self.line(snap.t, f"status after the stop: {owned}/{len(started)} started streams "
+                      f"owned; workers {loads}")
+            return
         self.line(snap.t, f"status: {owned}/{len(started)} started streams owned; workers "
                   f"{loads or 'none'}; ~{rate:.0f} msgs/s checkpointed")
 
@@ -81,6 +89,7 @@ class LiveView:
         self.live.start()
 
     def line(self, t: float, text: str, style: str = "") -> None:
+        text = escape(text)  # plain, as ``PlainView.line``'s
         self.events.append(f"[{style}]{_stamp(t)} {text}[/]" if style else
                            f"{_stamp(t)} {text}")
 
@@ -90,7 +99,7 @@ class LiveView:
         for w, state in snap.workers.items():
             color = "green" if state == "running" else "yellow" if "stop" in state else "red"
             workers.add_row(w, f"[{color}]{state}[/]", str(snap.loads.get(w, 0)))
-        streams = Table("stream", "state", "owner", "last_seq", "msgs/s", "session left",
+        streams = Table("stream", "state", "owner", "last_seq", "checkpointed/s", "session left",
                         title="streams", title_justify="left", header_style="bold")
         for s in sorted(snap.streams, key=lambda v: v.conn_id):
             owner = s.owner or ("[red]unowned[/]" if s.desired_state == "STARTED" else "-")

@@ -130,3 +130,20 @@ def test_release_of_a_dead_session_names_the_reaper_not_the_holder() -> None:
     obs.observe(2.0, NOW, [item("w2#i2", 2, conn_id="s2")], sessions={"w2": alive})
     (event,) = obs.observe(3.0, NOW, [item(None, 2, conn_id="s2")], sessions={"w2": alive})
     assert "s2 released by w2#i2" in event.text
+
+
+def test_the_rate_is_measured_between_checkpoint_moves() -> None:
+    """A 10 msgs/s stream checkpointing every 2 s, scanned every 0.5 s, shows about 10
+    checkpointed/s at every scan (a fixed 1 s window swung between 6.6 and 13.2), and 0 once
+    its checkpoint stands still for three of its intervals."""
+    obs = Observer()
+    rates = []
+    for n in range(40):  # 20 s of scans
+        t = 0.3 + 0.5 * n
+        seq = 20 * int(t // 2.0)  # the checkpoint moves by 20 every 2 s
+        obs.observe(t, NOW, [item("w1", 1, seq=seq)])
+        rates.append(obs.streams["s1"].rate)
+    assert all(9.0 <= r <= 11.0 for r in rates[8:]), rates
+    for n in range(1, 14):  # the checkpoint stands still from here
+        obs.observe(20.3 + 0.5 * n, NOW, [item("w1", 1, seq=seq)])
+    assert obs.streams["s1"].rate == 0.0
