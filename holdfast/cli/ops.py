@@ -28,6 +28,7 @@ from holdfast.cli.opscommon import (
 )
 from holdfast.cli.resumeline import resume_line
 from holdfast.cli.urlinput import UrlInputError, read_url
+from holdfast.core import names
 from holdfast.core.aws import call
 from holdfast.core.exceptions import MalformedItem, StreamHeld
 from holdfast.core.model import MAX_SEQ, LeaseItem, validate_conn_id
@@ -104,9 +105,17 @@ def _run_start(args: argparse.Namespace) -> int:
     except UrlInputError as exc:
         raise OpsExit(EXIT_USAGE, str(exc)) from None
     try:
-        check_url(url, policy)
+        checked = check_url(url, policy)
     except ValueError as exc:  # UnsafeUrl is a ValueError too; its message is redacted
         raise OpsExit(EXIT_USAGE, f"refused URL: {exc}") from None
+    if checked.address is None and not checked.name_allowed and policy.networks:
+        # Accepted as written, but the workers judge where the name resolves: on the local
+        # fleet (loopback ranges only) a public name was claimed, refused and backed off
+        # with nothing said here.
+        ranges = ", ".join(str(n) for n in policy.networks)
+        print(f"note: {printable(checked.host)} is not named in {names.ENV_ALLOWED_HOSTS}: "
+              f"the workers connect only if it resolves into its address ranges ({ranges})",
+              file=sys.stderr)
     # Marked unowned since now: the first claim is measured like any handover.
     table = table_name(args)  # "no table" (usage) before any AWS configuration
     if not create_stream(ops_ddb(), table, conn_id, url,

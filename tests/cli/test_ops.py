@@ -304,6 +304,22 @@ def test_start_refuses_a_url_the_worker_refuses(aws_env: dict[str, str], unique_
     assert unique_id not in ls_json(capsys, unique_id)
 
 
+def test_start_of_a_name_only_address_ranges_allow_says_so(
+        aws_env: dict[str, str], unique_id: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host name the allow-list does not name, its ranges loopback only (the local fleet's),
+    is started with a note that the workers connect only if it resolves into them; an
+    address, or a name it names, is started without one."""
+    monkeypatch.setenv("HOLDFAST_ALLOWED_HOSTS", "127.0.0.0/8,::1/128,feeds.example.org")
+    code, _, err = run(capsys, "start", f"{unique_id}-n", "wss://feeds.example.com/cam/17")
+    assert code == 0
+    assert ("feeds.example.com is not named in HOLDFAST_ALLOWED_HOSTS: the workers connect "
+            "only if it resolves into its address ranges (127.0.0.0/8, ::1/128)") in err
+    for n, url in enumerate(("ws://127.0.0.1:9/s/a", "wss://feeds.example.org/cam/1")):
+        code, _, err = run(capsys, "start", f"{unique_id}-{n}", url)
+        assert code == 0 and "note" not in err
+
+
 def test_rm_wait_0_of_a_held_stream_leaves_it_stopped(
         aws_env: dict[str, str], ddb_local: LocalAws, unique_id: str,
         capsys: pytest.CaptureFixture[str]) -> None:
