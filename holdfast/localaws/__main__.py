@@ -63,9 +63,9 @@ def run(args: argparse.Namespace) -> int:
                 stop.wait()
                 if args.env_file:  # it names endpoints about to stop serving
                     args.env_file.unlink(missing_ok=True)
-    except LocalAwsError as exc:
+    except LocalAwsError as exc:  # a missing extra or Java: configuration, as `holdfast up`'s
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 3
     print("# local AWS stopped", flush=True)
     return 0
 

@@ -15,6 +15,7 @@ import pytest
 from holdfast.core.schema import GSI_NAME, OWNER_INDEX_NAME
 from holdfast.localaws import LocalAws, LocalAwsError
 from holdfast.localaws import stack as stack_module
+from holdfast.localaws.__main__ import main as localaws_main
 
 
 def pid_alive(pid: int) -> bool:
@@ -82,6 +83,16 @@ def test_explicit_dynamodb_local_without_java_fails_clearly(
     monkeypatch.setattr(stack_module.shutil, "which", lambda _name: None)
     with pytest.raises(LocalAwsError, match="java"):
         LocalAws(backend="dynamodb-local", workdir=tmp_path).start()
+
+
+def test_localaws_that_cannot_start_exits_3_as_holdfast_up_does(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`holdfast localaws` without Java, DynamoDB Local asked for: the error, exit 3 (AWS or
+    configuration, as `holdfast up`'s), not 1 (an operation failed)."""
+    monkeypatch.setattr(stack_module.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(signal, "signal", lambda *_: None)  # not the test process's handlers
+    assert localaws_main(["--backend", "dynamodb-local", "--once"]) == 3
+    assert "error:" in capsys.readouterr().err
 
 
 def test_a_java_too_old_for_dynamodb_local_is_found_out_before_it_is_run(
