@@ -242,6 +242,7 @@ class HoldfastFleet(Construct):
             log_retention_days=s.log_retention_days, removal_policy=removal,
             orders_queue_prefix=self.orders_queue_prefix,
             collector_image=s.collector_image if s.xray else None)
+        self.workers.service.node.add_dependency(self.network.egress_established)
         self.worker_task_role: iam.IRole = self.workers.task_definition.task_role
         self.worker_container: ecs.ContainerDefinition = self.workers.container
         if self.handler_failures is not None:

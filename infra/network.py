@@ -51,9 +51,15 @@ class Network(Construct):
             if flow_logs:
                 self._add_flow_logs(vpc, log_retention_days, removal_policy)
             self.vpc = vpc
-        self.subnets = ec2.SubnetSelection(
-            subnet_type=ec2.SubnetType.PUBLIC if public_subnets
-            else ec2.SubnetType.PRIVATE_WITH_EGRESS)
+        subnet_type = (ec2.SubnetType.PUBLIC if public_subnets
+                       else ec2.SubnetType.PRIVATE_WITH_EGRESS)
+        self.subnets = ec2.SubnetSelection(subnet_type=subnet_type)
+        # What the workers' tasks wait for on a new stack: their subnets' routes out (the NAT
+        # gateways' or the internet gateway's). The ECS service does not wait on its own, so a
+        # first deploy's tasks could start before them, fail to pull their image, and trip the
+        # circuit breaker into a rollback. Nothing for a VPC of the app's (its routes exist).
+        self.egress_established = self.vpc.select_subnets(
+            subnet_type=subnet_type).internet_connectivity_established
         self.security_group = ec2.SecurityGroup(
             self, "WorkerSecurityGroup", vpc=self.vpc, allow_all_outbound=False,
             allow_all_ipv6_outbound=False,

@@ -134,6 +134,10 @@ class WorkerService(Construct):
             assign_public_ip=assign_public_ip,
             min_healthy_percent=100, max_healthy_percent=200,
             circuit_breaker=ecs.DeploymentCircuitBreaker(enable=True, rollback=True),
+            # Said, not left to ECS's default: after an AZ's outage ECS starts tasks in the
+            # recovered AZ and stops as many in the other, each stop a graceful one (its
+            # streams handed over warm, as a scale-in's).
+            availability_zone_rebalancing=ecs.AvailabilityZoneRebalancing.ENABLED,
             enable_ecs_managed_tags=True, propagate_tags=ecs.PropagatedTagSource.SERVICE,
             platform_version=ecs.FargatePlatformVersion.LATEST)
 

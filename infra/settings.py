@@ -154,8 +154,10 @@ class Settings:
                                   "existing VPC (needs CDK_DEFAULT_ACCOUNT/REGION)")
     worker_subnets: str = setting("private", choice("private", "public"),
                                    "private (egress via NAT) or public (public IP, no NAT)")
-    nat_gateways: int = setting(1, int_in(1, VPC_AZS),
-                                f"new VPC with private subnets: NAT gateways (its {VPC_AZS} AZs)")
+    nat_gateways: int = setting(VPC_AZS, int_in(1, VPC_AZS),
+                                f"new VPC with private subnets: NAT gateways, one per AZ (its "
+                                f"{VPC_AZS}) by default; 1 saves one's charge, and an outage "
+                                "of its AZ cuts every worker off its upstreams")
     vpc_flow_logs: bool = setting(True, boolean, "new VPC: flow logs to CloudWatch")
     # Router and sweeper.
     powertools_layer_version: int = setting(38, int_in(1, 1000), "AWS Powertools layer version")

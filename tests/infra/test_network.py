@@ -14,8 +14,9 @@ from tests.infra.conftest import one_resource, resources
 
 def test_new_vpc_has_private_subnets_nat_endpoint_and_flow_logs(
         template_json: dict[str, Any]) -> None:
-    """Two AZs of private worker subnets, one NAT, a DynamoDB gateway endpoint, flow logs."""
-    assert len(resources(template_json, "AWS::EC2::NatGateway")) == 1
+    """Two AZs of private worker subnets, a NAT in each (an outage of one AZ leaves the other's
+    workers their upstreams), a DynamoDB gateway endpoint, flow logs."""
+    assert len(resources(template_json, "AWS::EC2::NatGateway")) == 2
     endpoint = one_resource(template_json, "AWS::EC2::VPCEndpoint")["Properties"]
     assert "dynamodb" in str(endpoint["ServiceName"])
     assert endpoint.get("VpcEndpointType", "Gateway") == "Gateway"

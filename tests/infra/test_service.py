@@ -121,4 +121,18 @@ def test_deployments_roll_forward_safely(template: Any) -> None:
         "DesiredCount": Match.absent(),
         "NetworkConfiguration": {"AwsvpcConfiguration": Match.object_like(
             {"AssignPublicIp": "DISABLED"})},
+        # Said, not ECS's default: tasks move back into a recovered AZ, each stop graceful.
+        "AvailabilityZoneRebalancing": "ENABLED",
     })
+
+
+def test_tasks_wait_for_their_subnets_routes_out(template_json: dict[str, Any]) -> None:
+    """On a new stack the worker service is created after its private subnets' default routes
+    (through the NAT gateways): tasks started before them could not pull their image and
+    tripped the circuit breaker into a rollback of the first deploy."""
+    resources = template_json["Resources"]
+    (service_id,) = [k for k, v in resources.items() if v["Type"] == "AWS::ECS::Service"]
+    routes = {k for k, v in resources.items() if v["Type"] == "AWS::EC2::Route"
+              and "NatGatewayId" in v["Properties"]}
+    assert len(routes) == 2
+    assert routes <= set(resources[service_id].get("DependsOn", []))
