@@ -23,6 +23,7 @@ from holdfast.core.balance import (
     fair_shares,
     pick_sheds,
     plan,
+    split_moves,
 )
 
 EPS = 1e-6
@@ -436,3 +437,64 @@ def test_draining_ignores_the_cooldown_but_not_the_room() -> None:
                       cooldown_ms=COOLDOWN, draining=True) == ["c5", "c4", "c3"]
     assert pick_sheds(held, share=0.0, shed_at_once=4, shedding=4, now_ms=NOW,
                       cooldown_ms=COOLDOWN, draining=True) == []
+
+
+def test_shares_are_rounded_only_when_total_loads_and_capacities_are_whole() -> None:
+    """Whole shares need a whole total, whole loads and whole capacities (x mean weight);
+    otherwise each open member gets the exact water-filling level, and the shares add up."""
+    # Whole loads and total, mean weight 5/3: capacities not whole.
+    weighted = [Member("a", 3, 2, BIG), Member("b", 3, 2, BIG), Member("c", 4, 2, BIG)]
+    assert all(math.isclose(s, 10 / 3) for s in fair_shares(weighted, 10).values())
+    # Whole total and capacities (mean weight 2), loads not whole.
+    halves = [Member("a", 2.5, 1, BIG), Member("b", 2.5, 1, BIG), Member("c", 5, 3, BIG)]
+    assert all(math.isclose(s, 10 / 3) for s in fair_shares(halves, 10).values())
+    # Whole loads and capacities, a total that is not whole.
+    assert fair_shares([Member("a", 1, 1, BIG), Member("b", 1, 1, BIG)], 2.5) == {
+        "a": 1.25, "b": 1.25}
+
+
+def test_rounding_goes_to_who_holds_more_even_at_its_capacity() -> None:
+    """The odd stream goes to the member holding more though its share rounds up to exactly
+    its capacity: no move for the rounding."""
+    members = [Member("a", 5, 5, 5), Member("b", 5, 5, BIG), Member("c", 4, 4, BIG)]
+    assert fair_shares(members, 14) == {"a": 5, "b": 5, "c": 4}
+
+
+def test_moves_are_shared_in_proportion_to_what_each_must_shed() -> None:
+    """Two members equally over their shares split the budget evenly, neither takes it all."""
+    assert split_moves(10, {"a": 10.0, "b": 10.0}) == {"a": 5, "b": 5}
+    assert split_moves(9, {"a": 12.0, "b": 6.0}) == {"a": 6, "b": 3}
+
+
+def test_a_short_budget_gives_one_move_each_to_the_most_over_first() -> None:
+    """A budget too short for everyone goes in order of need, the most over first, each
+    member its proportional part but at least one move, until none is left."""
+    assert split_moves(2, {"a": 10.0, "b": 1.0, "c": 1.0}) == {"a": 1, "b": 1}
+
+
+def test_what_rounding_leaves_of_the_budget_goes_to_the_most_over() -> None:
+    """Moves the proportional split rounded away go to the member most over its share."""
+    assert split_moves(4, {"a": 3.0, "b": 2.0, "c": 2.0}) == {"a": 2, "b": 1, "c": 1}
+
+
+def test_a_draining_worker_sheds_down_to_nothing() -> None:
+    """Draining aims at zero whatever the share: with room for all, its last stream goes too."""
+    held = [HeldView(f"c{i}", 1.0, NOW - i) for i in range(3)]
+    assert pick_sheds(held, share=5.0, shed_at_once=10, shedding=0, now_ms=NOW,
+                      cooldown_ms=COOLDOWN, draining=True) == ["c2", "c1", "c0"]
+
+
+def test_a_stream_exactly_a_cooldown_old_may_be_shed() -> None:
+    """The cool-down covers streams that changed owner less than ``cooldown_ms`` ago: one
+    exactly that old is shed, one a millisecond younger is not."""
+    held = [HeldView("old", 1.0, NOW - COOLDOWN), HeldView("young", 1.0, NOW - COOLDOWN + 1)]
+    assert pick_sheds(held, share=0.0, shed_at_once=5, shedding=0, now_ms=NOW,
+                      cooldown_ms=COOLDOWN) == ["old"]
+
+
+def test_a_stream_leaving_us_exactly_half_its_weight_below_share_is_shed() -> None:
+    """Down to share 10 from 12, a 4-weight stream leaves 8: exactly half its weight below
+    the share, so it goes; the 8-weight one that would leave 4 is kept."""
+    held = [HeldView("four", 4.0, 0), HeldView("eight", 8.0, 1)]
+    assert pick_sheds(held, share=10.0, shed_at_once=5, shedding=0, now_ms=NOW,
+                      cooldown_ms=COOLDOWN) == ["four"]

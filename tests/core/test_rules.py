@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -201,3 +203,103 @@ def test_next_epoch_is_above_every_stored_epoch_and_never_below_the_clock() -> N
     assert rules.next_epoch(1_000, 999) == 1_000
     assert rules.next_epoch(1_000, 1_000) == 1_001
     assert rules.next_epoch(1_000, 3, 2_000, 7) == 2_001
+
+
+@pytest.mark.parametrize("bad", [
+    {"heartbeat_ms": 0}, {"heartbeat_ms": -1}, {"skew_ms": -1}, {"margin_ms": -1}])
+def test_timing_rejects_each_bad_value_alone(bad: dict[str, int]) -> None:
+    """A zero heartbeat, a negative skew or a negative margin is refused on its own, even in
+    a lease the heartbeat fits."""
+    kw = {"lease_ms": 4_000, "heartbeat_ms": 1_000, "skew_ms": 250, "margin_ms": 400, **bad}
+    with pytest.raises(ConfigError, match="positive"):
+        LeaseTiming(**kw)
+
+
+def test_timing_accepts_its_bounds() -> None:
+    """Two heartbeats exactly filling the usable window, zero skew and margin, and a 1 ms
+    heartbeat are all valid timings."""
+    exact = LeaseTiming(lease_ms=4_000, heartbeat_ms=1_000, skew_ms=1_000, margin_ms=1_000)
+    assert exact.usable_ms == 2 * exact.heartbeat_ms
+    assert LeaseTiming(lease_ms=2_000, heartbeat_ms=1_000, skew_ms=0, margin_ms=0).usable_ms == (
+        2_000)
+    assert LeaseTiming(lease_ms=100, heartbeat_ms=1, skew_ms=0, margin_ms=0).heartbeat_ms == 1
+
+
+def test_timing_cannot_be_changed_after_its_checks() -> None:
+    """A LeaseTiming is frozen: no field can be set past the validation of ``__post_init__``."""
+    t = LeaseTiming()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        t.heartbeat_ms = 10_000  # type: ignore[misc]
+
+
+def test_default_margin_is_whole_milliseconds() -> None:
+    """The default margin is a tenth of the lease rounded down to whole ms, at most 1 s."""
+    assert rules.default_margin_ms(4_005) == 400
+    assert isinstance(rules.default_margin_ms(4_005), int)
+    assert rules.default_margin_ms(10_010) == 1_000
+
+
+def test_a_handoffs_hold_blocks_everyone_but_the_successor_it_names() -> None:
+    """An unowned stream held for a named successor until its expiry: that successor may take
+    it now; any other claimer, or one not named, is in back-off; a stop still blocks it."""
+    now = 100_000
+    held = item(lease_expires_at_ms=now + rules.HANDOFF_HOLD_MS, successor="w2")
+    assert rules.claim_blocker(held, now, 1000, claimer="w2") is None
+    assert rules.claim_blocker(held, now, 1000, claimer="w3") is LossReason.BACKOFF
+    assert rules.claim_blocker(held, now, 1000) is LossReason.BACKOFF
+    stopped = item(desired_state="STOPPED", lease_expires_at_ms=now + 5, successor="w2")
+    assert rules.claim_blocker(stopped, now, 1000, claimer="w2") is LossReason.STOPPED
+
+
+def test_another_owner_at_a_lower_epoch_is_lost_not_written_over() -> None:
+    """Written over needs no owner and our epoch gone or lowered; another owner, whatever its
+    epoch, took the lease: LOST (its holder must not take it back as OVERWRITTEN)."""
+    other = {ATTR.lease_owner: {"S": "x"}, ATTR.epoch: {"N": "6"},
+             ATTR.desired_state: {"S": "STARTED"}}
+    assert not rules.written_over(other, 7)
+    assert rules.classify_loss(other, "w", 7) is LossReason.LOST
+    ownerless = {ATTR.epoch: {"N": "6"}, ATTR.desired_state: {"S": "STARTED"}}
+    assert rules.classify_loss(ownerless, "w", 7) is LossReason.OVERWRITTEN
+
+
+def test_the_throttled_heartbeat_halves_only_where_the_outage_window_is_short() -> None:
+    """usable - 1.5 x heartbeat below OUTAGE_TOLERANCE_MS (2 s): half the period (whole ms);
+    at or above it: the period kept."""
+    assert rules.throttled_heartbeat_ms(LeaseTiming()) == 500  # 3,350 - 1,500 = 1,850
+    at = LeaseTiming(lease_ms=4_000, heartbeat_ms=1_000, skew_ms=250, margin_ms=250)
+    assert rules.throttled_heartbeat_ms(at) == 1_000  # 3,500 - 1,500 = 2,000: kept
+    below = LeaseTiming(lease_ms=3_999, heartbeat_ms=1_000, skew_ms=250, margin_ms=250)
+    assert rules.throttled_heartbeat_ms(below) == 500  # 1,999: halved
+    odd_at = LeaseTiming(lease_ms=4_001, heartbeat_ms=1_001, skew_ms=250, margin_ms=250)
+    assert rules.throttled_heartbeat_ms(odd_at) == 1_001  # 3,501 - 1,501 = 2,000: kept
+    odd_below = LeaseTiming(lease_ms=4_000, heartbeat_ms=1_001, skew_ms=250, margin_ms=250)
+    assert rules.throttled_heartbeat_ms(odd_below) == 500  # 1,999: 1,001 // 2
+
+
+def test_the_tolerated_outage_is_the_window_less_a_periods_age_and_a_retry_pause() -> None:
+    """usable - the last renewal's age (the throttled period after refusals, else a whole
+    one) - half a period for the retry pause, in whole ms."""
+    t = LeaseTiming()  # usable 3,350, heartbeat 1,000, throttled 500
+    assert rules.tolerated_outage_ms(t, after_refusals=False) == 3_350 - 1_000 - 500
+    assert rules.tolerated_outage_ms(t, after_refusals=True) == 3_350 - 500 - 500
+    odd = LeaseTiming(lease_ms=4_000, heartbeat_ms=1_001, skew_ms=250, margin_ms=250)
+    assert rules.tolerated_outage_ms(odd, after_refusals=False) == 3_500 - 1_001 - 500
+
+
+@pytest.mark.parametrize(("checkpoint_ms", "slices"), [
+    (0, 1), (3_999, 1), (4_000, 2), (5_999, 2), (20_000, 10), (60_000, 10)])
+def test_a_checkpoint_round_is_cut_into_2_s_slices_one_to_ten(checkpoint_ms: int,
+                                                             slices: int) -> None:
+    """One slice per whole 2 s of the period: at least one (periods under 4 s), at most ten."""
+    assert rules.checkpoint_slices(checkpoint_ms) == slices
+
+
+def test_a_streams_checkpoint_slice_is_stable_in_range_and_spread() -> None:
+    """A stream's slice is in 0..slices-1, the same on every call (crc32, not the salted
+    ``hash()``), and the slices are all used."""
+    ids = [f"conn-{i}" for i in range(200)]
+    got = [rules.checkpoint_slice(c, 10) for c in ids]
+    assert set(got) == set(range(10))
+    assert got == [rules.checkpoint_slice(c, 10) for c in ids]
+    assert {rules.checkpoint_slice(c, 1) for c in ids} == {0}
+    assert rules.checkpoint_slice("a", 10) == 7  # crc32(b"a") = 3904355907

@@ -4,14 +4,18 @@ test starts with no throttled call on record (``tests/conftest.py``)."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from holdfast.core import aws, rules
+from holdfast.worker import beatrules
 from holdfast.worker.beatrules import (
     LoopSilence,
     heartbeat_period_ms,
     loop_bound_ms,
     publish_ms,
+    throttled_mono_ms,
 )
 from holdfast.worker.held import monotonic_ms
 
@@ -62,3 +66,42 @@ def test_a_throttled_call_elsewhere_halves_the_period_too() -> None:
     assert heartbeat_period_ms(TIMING, monotonic_ms, None) == TIMING.heartbeat_ms
     aws.note_throttled()
     assert heartbeat_period_ms(TIMING, monotonic_ms, None) == rules.throttled_heartbeat_ms(TIMING)
+
+
+def test_the_publish_period_is_whole_milliseconds() -> None:
+    """A quarter heartbeat rounded down to whole ms: a 90 ms heartbeat publishes every 22 ms."""
+    timing = rules.LeaseTiming(lease_ms=800, heartbeat_ms=90, skew_ms=100, margin_ms=80)
+    assert publish_ms(timing) == 22
+
+
+def test_going_silent_logs_an_error_and_coming_back_a_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The change to silent is logged as the error "event loop silent", the change back as
+    the warning "event loop back", each at its own change."""
+    silence = LoopSilence()
+    silence.stuck(20_001, 10_000, 10_000, 30_000)
+    assert [(r.levelname, "event loop silent" in r.getMessage()) for r in caplog.records] == [
+        ("ERROR", True)]
+    caplog.clear()
+    silence.stuck(20_001, 20_000, 10_000, 30_000)
+    assert [(r.levelname, "event loop back" in r.getMessage()) for r in caplog.records] == [
+        ("WARNING", True)]
+
+
+def test_the_latest_refusal_counts_when_there_are_two() -> None:
+    """An old failed attempt of the keep-alive and a throttled call just now: the period is
+    the throttled one, counted from the latest of the two."""
+    old = monotonic_ms() - 10 * TIMING.heartbeat_ms
+    assert heartbeat_period_ms(TIMING, monotonic_ms, old) == TIMING.heartbeat_ms
+    aws.note_throttled()
+    assert heartbeat_period_ms(TIMING, monotonic_ms, old) == (
+        rules.throttled_heartbeat_ms(TIMING))
+
+
+def test_a_throttled_call_is_placed_on_the_given_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process's last throttled call, 5 s ago on ``time.monotonic``, is 5,000 ms before
+    now on the keep-alive's own clock; None with none on record."""
+    assert throttled_mono_ms(lambda: 50_000) is None
+    monkeypatch.setattr(beatrules, "throttled_at_s", lambda: 100.0)
+    monkeypatch.setattr(beatrules, "time", types.SimpleNamespace(monotonic=lambda: 105.0))
+    assert throttled_mono_ms(lambda: 50_000) == 45_000

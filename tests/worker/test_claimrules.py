@@ -51,3 +51,9 @@ def test_a_back_offs_nudge_comes_back_when_it_ends_others_are_deleted() -> None:
     assert later_for(_refused(LossReason.BACKOFF, 10_000 + 3_600_000), 250, 10_000) is None
     assert later_for(_refused(LossReason.HELD, 14_500), 250, 10_000) is None
     assert later_for(_refused(LossReason.BACKOFF, None), 250, 10_000) is None
+
+
+def test_a_back_off_that_ended_long_ago_comes_back_in_a_second_not_at_once() -> None:
+    """A back-off that ended seconds ago still comes back in 1 s, never 0 (a visibility of 0
+    would redeliver the nudge at once)."""
+    assert later_for(_refused(LossReason.BACKOFF, 1_000), 250, 10_000) == Later(1)

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from holdfast.core import names
 from holdfast.worker.delivery import Delivery, Step, Verdict
 
 FAR = 2**62  # a fence deadline that never comes
@@ -234,3 +235,53 @@ def test_a_replay_that_ends_without_the_checkpoints_seq_delivers_what_follows() 
     assert cursor.admit(None, 0, FAR).step is Step.DELIVER
     cursor.connected()
     assert cursor.admit(None, 0, FAR).step is Step.DELIVER
+
+
+def test_the_resume_overlap_ends_just_short_of_overlap_below_the_checkpoint() -> None:
+    """A replay within ``overlap`` of the checkpoint, exclusive, is skipped: with overlap 10
+    and checkpoint 500, 491 is a replay, 490 went back."""
+    cursor = Delivery(500, overlap=10)
+    assert cursor.admit(490, 0, FAR) == Verdict(Step.WENT_BACK, expected=501, streak=1)
+    cursor.connected()
+    assert cursor.admit(491, 0, FAR).step is Step.SKIP_REPLAY
+
+
+def test_the_defaults_skip_a_100_seq_overlap_and_stall_on_the_100th_bad_frame() -> None:
+    """By default (RESUME_OVERLAP, STALL_AFTER) a replay less than 100 below the checkpoint
+    is skipped, and the 100th out-of-contract frame in a row stalls the stream."""
+    cursor = Delivery(500)
+    assert cursor.admit(401, 0, FAR).step is Step.SKIP_REPLAY
+    cursor.connected()
+    assert cursor.admit(400, 0, FAR).step is Step.WENT_BACK  # streak 1
+    assert [cursor.admit(1, 0, FAR).step for _ in range(98)] == [Step.WENT_BACK] * 98
+    assert cursor.admit(1, 0, FAR) == Verdict(Step.STALLED, 501, 100, cause=Step.WENT_BACK)
+
+
+def test_a_new_connection_counts_its_out_of_contract_frames_afresh() -> None:
+    """``connected()`` restarts the streak: the new connection's first bad frame is streak 1,
+    and it stalls only after ``stall_after`` bad frames of its own."""
+    cursor = Delivery(500, max_jump=10, stall_after=3)
+    assert cursor.admit(1, 0, FAR).streak == 1
+    assert cursor.admit(2, 0, FAR).streak == 2
+    cursor.connected()
+    assert cursor.admit(10**9, 0, FAR) == Verdict(Step.REFUSED_JUMP, 501, 1)
+    assert cursor.admit(10**9, 0, FAR) == Verdict(Step.REFUSED_JUMP, 501, 2)
+    assert cursor.admit(10**9, 0, FAR) == Verdict(Step.STALLED, 501, 3, cause=Step.REFUSED_JUMP)
+
+
+def test_an_out_of_contract_verdict_explains_itself_to_an_operator() -> None:
+    """A seq that went back (or a stall it caused) names the seq, the checkpoint and an
+    upstream reset; a refused jump (or its stall) names the jump bound's variable."""
+    cursor = Delivery(500, max_jump=10, stall_after=2)
+    went = cursor.admit(3, 0, FAR)
+    what, fix = went.explain(3)
+    assert "went back to 3" in what and "checkpoint 500" in what and "upstream reset?" in fix
+    stalled = cursor.admit(3, 0, FAR)
+    assert stalled.step is Step.STALLED and stalled.explain(3) == (what, fix)
+    cursor.connected()
+    jumped = cursor.admit(10**9, 0, FAR)
+    what, fix = jumped.explain(10**9)
+    assert f"jumps to {10**9}" in what and "checkpoint 500" in what
+    assert names.ENV_MAX_SEQ_JUMP in what and names.ENV_MAX_SEQ_JUMP in fix
+    stalled = cursor.admit(10**9, 0, FAR)
+    assert stalled.step is Step.STALLED and stalled.explain(10**9) == (what, fix)

@@ -106,3 +106,19 @@ def test_the_pace_never_lowers_the_slots_nor_drains_more_than_wait(
     assert warm_slots(waiting, offered, slot_ms, left_ms, at_once) >= at_once
     if elapsed_ms < WARM_PACE_AFTER_MS:
         assert (slots, drained) == (at_once, 0)
+
+
+def test_the_smallest_pace_and_time_left_still_count() -> None:
+    """One offer begun, a 1 ms slot time or 1 ms left is a pace to judge by, not "no pace
+    yet": only zeros keep every stream's turn and the slots as they are."""
+    assert beyond_warm_reach(900, 1, 500, 1_300, 20) == 802  # 20 x (1,300 x 1.5 / 500 + 1)
+    assert beyond_warm_reach(900, 1, 1, 1, 20) == 850  # 20 x (1 x 1.5 / 1 + 1)
+    assert beyond_warm_reach(900, 20, 10_000, 1, 20) == 879  # ceil(20 x 1.003)
+    assert warm_slots(900, 1, 500, 1_300, 6) == 20
+    assert warm_slots(900, 1, 1, 1, 6) == 20
+    assert warm_slots(900, 6, 3_000, 1, 6) == 20
+
+
+def test_a_small_stop_still_hands_over_five_at_once() -> None:
+    """10 streams in a 12 s warm phase would need one slot; the stop runs the least, 5."""
+    assert warm_at_once(10, 12_000) == 5
