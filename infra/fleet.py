@@ -248,8 +248,9 @@ class HoldfastFleet(Construct):
         if self.handler_failures is not None:
             self.handler_failures.grant_send(self.worker_task_role)
         WorkerScaling(
-            self, "Scaling", service=self.workers.service, queue=queue,
-            service_name=service_names["worker"], min_tasks=s.min_tasks, max_tasks=s.max_tasks,
+            self, "Scaling", service=self.workers.service, service_name=service_names["worker"],
+            sweeper_service_name=service_names["sweeper"], min_tasks=s.min_tasks,
+            max_tasks=s.max_tasks,
             target_connections_per_task=s.target_connections_per_task)
         # ECS reports a stopped task at once: its session is declared dead without the TTL.
         self.task_stopped = TaskStopped(
