@@ -56,6 +56,7 @@ class Session:
         self.observer = Observer()
         self.t0 = time.monotonic()
         self.crashes: list[str] = []
+        self._after_stop = False  # ``tick_final``'s scan: the views say so
         self.items: dict[str, LeaseItem] = {}
         self.updated_ms: dict[str, int] = {}
         self._ddb: DynamoDBClient | None = None
@@ -165,6 +166,7 @@ class Session:
         """One last scan after the workers stopped (their final checkpoints), even if stopping."""
         was = self.stop.is_set()
         self.stop.clear()
+        self._after_stop = True
         try:
             self.tick()
         finally:
@@ -179,7 +181,8 @@ class Session:
                            "paused" if code is None and proc.paused else
                            "stopping" if code is None else f"exited {code}")
         return Snapshot(self.now(), states, self.observer.loads(),
-                        list(self.observer.streams.values()), self.title)
+                        list(self.observer.streams.values()), self.title,
+                        after_stop=self._after_stop)
 
     def sleep(self, seconds: float) -> None:
         self.wait_until(lambda: False, seconds)
