@@ -75,11 +75,13 @@ from holdfast.core import rules
 from holdfast.core.exceptions import MalformedItem
 from holdfast.core.judgements import parse_or_none
 from holdfast.core.model import (
+    MAX_OWNER_LEN,
     LeaseItem,
     bool_attr,
     connects_before_claim,
     int_attr,
     str_attr,
+    validate_conn_id,
 )
 from holdfast.core.nudge import MAX_URL_CHARS, URL_FRESH_MS, nudge_delay_s
 from holdfast.core.overwrites import overwritten_holding, take_back_hold
@@ -247,13 +249,27 @@ def _inserted(decision: Decision, new: LeaseItem, new_image: Image) -> Decision:
     return dataclasses.replace(decision, ws_url=new.ws_url)
 
 
-def _conn_id_or_none(image: Image | None) -> str | None:
+def _raw_conn_id(image: Image | None) -> str | None:
+    """The connection id in the image's key, whole (None: no such key)."""
     raw = image.get(ATTR.pk) if image else None
     pk = raw.get("S") if isinstance(raw, Mapping) else None
-    if not isinstance(pk, str):
-        return None
     try:
-        return conn_id_from_pk(pk)[:200]
+        return conn_id_from_pk(pk) if isinstance(pk, str) else None
+    except ValueError:
+        return None
+
+
+def _conn_id_or_none(image: Image | None) -> str | None:
+    """The id a decision reports (cut to 200 characters: a log field, not an address)."""
+    conn_id = _raw_conn_id(image)
+    return None if conn_id is None else conn_id[:200]
+
+
+def _valid_conn_id(image: Image) -> str | None:
+    """The image's connection id, whole, if it is a valid one (else None)."""
+    try:
+        conn_id = _raw_conn_id(image)
+        return None if conn_id is None else validate_conn_id(conn_id)
     except ValueError:
         return None
 
@@ -261,9 +277,13 @@ def _conn_id_or_none(image: Image | None) -> str | None:
 def _stop_raw(image: Image, why: str) -> Decision | None:
     """A stop order for an item deleted or STOPPED whose image is otherwise malformed, built
     from the raw key, owner and epoch: its holder must still hear of it within a second, not
-    at its next checkpoint write (``docs/concepts/protocol.md``). None if no owner is named."""
-    owner, conn_id = str_attr(image, ATTR.lease_owner), _conn_id_or_none(image)
-    if not owner or len(owner) > 200 or conn_id is None:
+    at its next checkpoint write (``docs/concepts/protocol.md``). None if no owner is named,
+    or the key is no valid connection id (no worker holds such a stream; cut to 200
+    characters, a hostile key could name another stream and stop it)."""
+    owner, conn_id = str_attr(image, ATTR.lease_owner), _valid_conn_id(image)
+    # An owner as long as a lease may name (a 200-character worker id and its incarnation):
+    # 200 left a valid holder of a long worker id without its stop.
+    if not owner or len(owner) > MAX_OWNER_LEN or conn_id is None:
         return None
     epoch = int_attr(image, ATTR.epoch)
     return Decision(Outcome.ORDER, Reason.STOP, conn_id,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from holdfast.core.liveness import Liveness, owner_liveness
-from holdfast.core.nudge import Nudge
+from holdfast.core.nudge import MAX_URL_CHARS, URL_FRESH_MS, Nudge
 from holdfast.core.orders import Order
 from holdfast.core.schema import SessionState
 from holdfast.core.sessions import SessionItem
@@ -365,3 +365,122 @@ def test_an_item_held_for_a_take_back_and_written_again_is_held_again() -> None:
     backoff = image(C, expires=hold, status="BACKOFF")
     assert decide("MODIFY", backoff, image(C, expires=0, status="BACKOFF"), NOW,
                   skew_ms=SKEW).reason is Reason.REARMED
+
+
+def test_a_handoff_release_nudges_its_successor_and_a_give_up_does_not() -> None:
+    """A release that names a successor is a "handoff" nudge carrying it, delayed to the
+    hold's end; a give-up that still names one is a plain "gave_up" without it."""
+    successor = {"S": "w-9#ffff"}
+    d = decide("MODIFY", HELD, image(C, expires=NOW + 5_000, epoch=3, status="RELEASED",
+                                     successor=successor), NOW, skew_ms=SKEW)
+    assert (d.outcome, d.reason, d.delay_s, d.successor) == (
+        Outcome.NUDGE, Reason.HANDOFF, 6, "w-9#ffff")
+    gave_up = decide("MODIFY", HELD, image(C, expires=NOW + 5_000, epoch=3, status="BACKOFF",
+                                           successor=successor), NOW, skew_ms=SKEW)
+    assert (gave_up.reason, gave_up.successor) == (Reason.GAVE_UP, None)
+
+
+def test_a_stopped_item_that_names_an_owner_with_no_old_state_orders_its_stop() -> None:
+    """An INSERT (or a MODIFY with a malformed old image) of a STOPPED item naming an owner
+    orders that owner to stop; it never raises."""
+    stopped = image(C, state="STOPPED", owner="w1", expires=LIVE, epoch=3)
+    for event_name, old in (("INSERT", None), ("MODIFY", image(C, state="RUNNING!"))):
+        d = decide(event_name, old, stopped, NOW, skew_ms=SKEW)
+        assert (d.outcome, d.reason, d.owner, d.epoch) == (Outcome.ORDER, Reason.STOP, "w1", 3)
+
+
+def test_a_remove_without_an_old_image_is_skipped() -> None:
+    """A REMOVE record that carries no old image is a skip, never an exception."""
+    d = decide("REMOVE", None, None, NOW)
+    assert (d.outcome, d.reason, d.conn_id) == (Outcome.SKIP, Reason.REMOVED, None)
+
+
+def test_a_held_item_written_again_without_an_expiry_is_held_again() -> None:
+    """Held for its holder's take-back and written over again without any expiry (an app's
+    second PutItem): held until the same end, never an exception."""
+    hold = NOW + 3_000
+    d = decide("MODIFY", image(C, expires=hold), image(C), NOW, skew_ms=SKEW)
+    assert (d.outcome, d.reason, d.hold_until_ms) == (Outcome.SKIP, Reason.HELD, hold)
+
+
+def test_a_write_naming_an_owner_or_a_status_over_a_held_item_is_not_held() -> None:
+    """Over an item held for its holder's take-back, a write that names an owner is that
+    owner's (expiry 0: told to release) and one that sets a status is the protocol's (a
+    back-off cleared: rearmed): neither is held."""
+    held = image(C, expires=NOW + 3_000)
+    owned = decide("MODIFY", held, image(C, owner="w1", expires=0, epoch=3), NOW, skew_ms=SKEW)
+    assert (owned.outcome, owned.reason, owned.hold_until_ms) == (
+        Outcome.ORDER, Reason.RELEASE, None)
+    cleared = decide("MODIFY", held, image(C, expires=0, status="BACKOFF"), NOW, skew_ms=SKEW)
+    assert (cleared.outcome, cleared.reason, cleared.hold_until_ms) == (
+        Outcome.NUDGE, Reason.REARMED, None)
+
+
+def test_an_edit_that_leaves_a_back_off_running_is_not_rearmed() -> None:
+    """An unowned item whose back-off is extended (or edited while it runs) gets no nudge:
+    only an edit that makes it claimable is "rearmed"."""
+    backoff = image(C, expires=NOW + 60_000, epoch=3, status="BACKOFF")
+    for expires in (NOW + 60_000, NOW + 120_000):
+        d = decide("MODIFY", backoff, image(C, expires=expires, epoch=3, status="BACKOFF"), NOW,
+                   skew_ms=SKEW)
+        assert (d.outcome, d.reason, d.nudge()) == (Outcome.SKIP, Reason.UNCHANGED, None)
+
+
+@pytest.mark.parametrize(("raw_epoch", "epoch"), [
+    (-1, None), (0, 0), (10**18 - 1, 10**18 - 1), (10**18, None)])
+def test_a_malformed_deleted_item_orders_its_stop_with_an_epoch_only_in_range(
+        raw_epoch: int, epoch: int | None) -> None:
+    """A stop built from a deleted, malformed image's raw attributes carries its epoch only
+    if it is in 0..10**18 - 1, and says why in its detail."""
+    held = {**image(C, owner="w1", expires=LIVE, status="RUNNING"),
+            "lease_epoch": {"N": str(raw_epoch)}, "ws_url": {"S": ""}}
+    d = decide("REMOVE", held, None, NOW)
+    assert (d.outcome, d.reason, d.owner, d.epoch, d.malformed) == (
+        Outcome.ORDER, Reason.STOP, "w1", epoch, True)
+    assert d.detail.startswith("malformed image, deleted")
+
+
+def test_a_malformed_deleted_item_is_stopped_under_its_whole_id_and_only_when_addressable(
+        ) -> None:
+    """A malformed image's stop names the full id of a 200-character connection and an owner
+    as long as a lease may name; one whose owner is a huge bogus string, or whose key is not
+    a valid connection id (none, or too long: cut, it would name another stream), orders
+    nothing."""
+    long_id = "c" * 200
+    bad = {"ws_url": {"S": ""}}
+    d = decide("REMOVE", {**image(long_id, owner="w1", expires=LIVE, epoch=3), **bad}, None,
+               NOW)
+    assert (d.outcome, d.conn_id, d.owner) == (Outcome.ORDER, long_id, "w1")
+    longest_owner = f"{'w' * 200}#0123456789ab"  # a 200-character worker id's session
+    d = decide("REMOVE", {**image(C, owner=longest_owner, expires=LIVE, epoch=3), **bad}, None,
+               NOW)
+    assert (d.outcome, d.owner) == (Outcome.ORDER, longest_owner)
+    hostile = {**image(C, owner="w" * 10_000, expires=LIVE, epoch=3), **bad}
+    unkeyed = {**image(C, owner="w1", expires=LIVE, epoch=3), **bad, "Pk": {"S": "bogus"}}
+    # Cut to 200 characters this key would name the 200-character stream and stop it.
+    too_long = {**image(long_id + "x" * 50, owner="w1", expires=LIVE, epoch=3), **bad}
+    for old in (hostile, unkeyed, too_long):
+        d = decide("REMOVE", old, None, NOW)
+        assert (d.outcome, d.reason, d.order()) == (Outcome.SKIP, Reason.REMOVED, None)
+
+
+def test_an_insert_read_exactly_at_the_freshness_bound_still_carries_its_url() -> None:
+    """A record read a minute plus the URL's freshness after its write still carries the
+    URL; one a millisecond later does not."""
+    url = "wss://feeds.example.test/new"
+    bound = 60_000 + URL_FRESH_MS
+    for created, carried in ((NOW - bound, url), (NOW - bound + 1, url),
+                             (NOW - bound - 1, None)):
+        nudge = decide("INSERT", None, image(C, expires=0, ws_url=url), NOW, skew_ms=SKEW,
+                       created_ms=created).nudge()
+        assert nudge is not None and nudge.ws_url == carried, created
+
+
+def test_an_inserted_url_of_the_longest_length_a_worker_accepts_is_carried() -> None:
+    """A URL of exactly MAX_URL_CHARS characters (the worker's own bound) is carried; one
+    character more is not."""
+    for extra, carried in ((0, True), (1, False)):
+        url = "wss://h.test/" + "x" * (MAX_URL_CHARS - len("wss://h.test/") + extra)
+        nudge = decide("INSERT", None, image(C, expires=0, ws_url=url), NOW,
+                       skew_ms=SKEW).nudge()
+        assert nudge is not None and (nudge.ws_url == url) is carried
