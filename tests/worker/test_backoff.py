@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from holdfast.worker.backoff import Backoff, Drops, errors_before, jittered
+from holdfast.worker.backoff import Backoff, Drops, errors_before, jittered, retry_before_s
 
 
 def test_delays_grow_then_cap() -> None:
@@ -106,3 +106,24 @@ def test_an_unanswered_last_write_is_retried_sooner_than_a_second_later() -> Non
 
     assert [round(unanswered_write_retry_s(n), 3) for n in range(7)] == [
         0.2, 0.4, 0.6, 0.8, 1.0, 1.0, 1.0]
+
+
+def test_a_stable_connection_resets_both_counts_even_without_progress() -> None:
+    """A connection that stayed up resets the give-up count though it delivered nothing (a
+    quiet upstream), and the delay's count to 0: the next short drop waits the base delay."""
+    assert Drops(failures=4, short=2).after(progressed=False, stable=True) == Drops(1, 0)
+    b = Backoff()
+    assert b.reconnect_s(drops_of(*["short"] * 5, "stable", "short"), lambda: 1.0) == 0.5
+
+
+def test_retry_later_delays_are_a_quarter_jitter_below_their_ceiling() -> None:
+    """A retry-later delay is within [3/4, 1] of its capped ceiling: never above the cap."""
+    b = Backoff(retry_base_s=10, retry_cap_s=60)
+    assert b.retry_after_s(1, lambda: 0.0) == 7.5
+    assert b.retry_after_s(50, lambda: 0.0) == 45
+    assert b.retry_after_s(2, lambda: 0.5) == 17.5
+
+
+def test_a_retry_past_its_deadline_does_not_wait() -> None:
+    """With the deadline already passed the pause is 0, never negative."""
+    assert retry_before_s(3, -500, 0.1, 0.5, rand=lambda: 1.0) == 0.0

@@ -54,3 +54,10 @@ async def test_unavailable_claims_come_back_jittered_and_later_each_time() -> No
         await task
     assert len(set(sqs.visibility)) >= 3  # not one herd
     assert max(sqs.visibility) > 2
+
+
+def test_claim_retry_doubles_per_receive_and_is_never_below_a_second() -> None:
+    """The redelivery ceiling doubles from the first receive (2, 4, 8 s below the cap), and
+    a base under a second still gives at least 1 s (a visibility of 0 is a spin)."""
+    assert [claim_retry_s(n, cap_s=100, rand=lambda: 1.0) for n in (1, 2, 3)] == [2, 4, 8]
+    assert claim_retry_s(1, base_s=0.5, rand=lambda: 1.0) == 1
