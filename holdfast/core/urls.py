@@ -291,7 +291,12 @@ def is_loopback_host(host: str) -> bool:
         address = parse_host_address(host)
     except ValueError:
         return False
-    return address.is_loopback if address is not None else _loopback_name(host)
+    if address is None:
+        return _loopback_name(host)
+    # An IPv4-mapped IPv6 address (``[::ffff:127.0.0.1]``) is the IPv4 one, as ``check_url``
+    # judges it; ``is_loopback`` of the IPv6 form said no before Python 3.13.
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped if mapped is not None else address).is_loopback
 
 
 def _loopback_name(host: str) -> bool:

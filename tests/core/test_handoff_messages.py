@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from holdfast.core.directives import parse_inbox_body
-from holdfast.core.handoff import ABORT, READY, STEPS, TAKE, WARM, HandoffStep
+from holdfast.core.handoff import (
+    ABORT,
+    READY,
+    STEPS,
+    TAKE,
+    WARM,
+    HandoffStep,
+    take_says_the_transfer,
+)
 
 OWNER, PEER = "w-1#abc123", "w-2#def456"
 
@@ -75,3 +83,41 @@ def test_a_take_starts_without_a_read_only_if_it_says_what_the_transfer_wrote() 
                    take(now + 1_000, 44, now + 1_000), take(now, 44, now - 5),
                    take(now - 5, 44, None)):
         assert not take_says_the_transfer(forged, **kw), forged
+
+
+@pytest.mark.parametrize("step", [
+    {"conn_id": 5, "epoch": 5, "seq": 1, "peer": PEER},
+    {"conn_id": "c1", "epoch": -2, "seq": 1, "peer": PEER},
+    {"conn_id": "c1", "epoch": 2**63, "seq": 1, "peer": PEER},
+    {"conn_id": "c1", "epoch": 5, "seq": -2, "peer": PEER},
+    {"conn_id": "c1", "epoch": 5, "seq": 2**63, "peer": PEER},
+    {"conn_id": "c1", "epoch": 5, "seq": 1, "peer": PEER, "at": 2**64},
+])
+def test_a_step_with_a_number_out_of_range_or_a_conn_id_not_text_parses_to_none(
+        step: dict[str, object]) -> None:
+    """An epoch, seq or time below -1 or past 2**63-1, or a conn id that is not a string: None."""
+    assert parse_inbox_body(json.dumps({"owner": OWNER, TAKE: step}), OWNER) is None
+    edge = {**step, "conn_id": "c1", "epoch": 2**63 - 1, "seq": -1, "at": 0}
+    assert parse_inbox_body(json.dumps({"owner": OWNER, TAKE: edge}), OWNER) == HandoffStep(
+        TAKE, "c1", 2**63 - 1, -1, PEER, 0)
+
+
+def test_a_take_for_a_warm_up_without_a_checkpoint_needs_no_seq_check() -> None:
+    """No checkpoint read at the warm-up: a TAKE with the transfer's epoch and time passes,
+    whatever its seq."""
+    now = 1_800_000_000_000
+    for seq in (44, None):
+        assert take_says_the_transfer(HandoffStep(TAKE, "s1", now - 5, seq, PEER, now - 5),
+                                      holder_epoch=now - 1_000_000, checkpoint=None, now_ms=now,
+                                      lease_ms=4_000, skew_ms=250)
+
+
+def test_a_take_at_the_edges_of_its_window_passes() -> None:
+    """A transfer time exactly a lease before now, or exactly the skew ahead of it, passes."""
+    now = 1_800_000_000_000
+    kw = {"holder_epoch": now - 1_000_000, "checkpoint": 41, "now_ms": now, "lease_ms": 4_000,
+          "skew_ms": 250}
+    for at in (now - 4_000, now + 250):
+        assert take_says_the_transfer(HandoffStep(TAKE, "s1", at, 41, PEER, at), **kw), at
+    for at in (now - 4_001, now + 251):
+        assert not take_says_the_transfer(HandoffStep(TAKE, "s1", at, 41, PEER, at), **kw), at

@@ -15,6 +15,7 @@ from holdfast.core.urls import (
     RESUME_URL_MAX_LEN,
     check_address,
     check_url,
+    is_loopback_host,
     parse_allow_list,
     policy_from_env,
     redact,
@@ -224,3 +225,130 @@ def test_check_raises_only_unsafe(text: str) -> None:
     """Arbitrary input: check_url accepts or raises UnsafeUrl, nothing else."""
     with contextlib.suppress(UnsafeUrl):
         check_url(text)
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("localhost", True), ("LocalHost.", True), ("a.b.localhost", True), ("127.0.0.1", True),
+    ("127.1", True), ("2130706433", True), ("[::1]", True), ("[::ffff:127.0.0.1]", True),
+    ("[::ffff:10.0.0.1]", False), ("notlocalhost", False), ("localhost.example.com", False),
+    ("8.8.8.8", False),
+    ("10.0.0.1", False), ("[::2]", False), ("", False), ("1.2.3.256", False),
+])
+def test_is_loopback_host_knows_this_machine_in_any_spelling(host: str, loopback: bool) -> None:
+    """Loopback names and loopback addresses in any form check_url reads are this machine;
+    anything else (a public or private address, another name, garbage) is not."""
+    assert is_loopback_host(host) is loopback
+
+
+def test_a_refused_embedded_address_names_the_address_it_is_embedded_in() -> None:
+    """The refusal of an embedded address says which address it is embedded in; a plain one
+    says nothing of the kind."""
+    with pytest.raises(UnsafeUrl, match=r"10\.1\.2\.3 \(embedded in ::ffff:a01:203\) is "):
+        check_url("ws://[::ffff:10.1.2.3]/")
+    with pytest.raises(UnsafeUrl, match=r"ws_url refused: 10\.0\.0\.2 is ") as err:
+        check_url("ws://10.0.0.2/")
+    assert "embedded" not in str(err.value) and "None" not in str(err.value)
+
+
+@pytest.mark.parametrize("url", [b"ws://example.com/", 123, None])
+def test_a_url_that_is_not_text_is_refused(url: object) -> None:
+    """A ws_url that is not a string (hostile table data) is refused, never a TypeError."""
+    with pytest.raises(UnsafeUrl, match="refused"):
+        check_url(url)  # type: ignore[arg-type]
+
+
+def test_empty_allow_list_entries_are_skipped() -> None:
+    """A trailing comma or an empty entry between two is no entry, not an error."""
+    policy = parse_allow_list("feed.example.com, ,,10.0.0.0/8,")
+    assert policy.names == frozenset({"feed.example.com"}) and len(policy.networks) == 1
+
+
+def test_check_address_without_a_policy_allows_any_public_address() -> None:
+    """check_address with no policy: a public address passes, a private one is refused with
+    the URL shown redacted (and no URL part without one)."""
+    check_address("8.8.8.8")
+    check_address("2606:4700:4700::1111", url="ws://feed.example.com/x")
+    with pytest.raises(UnsafeUrl, match=r"private.*: ws://10\.0\.0\.7/") as err:
+        check_address("10.0.0.7", url="ws://10.0.0.7/x?token=secret")
+    assert "secret" not in str(err.value)
+    with pytest.raises(UnsafeUrl, match=r"HOLDFAST_ALLOWED_HOSTS$"):
+        check_address("10.0.0.7")
+
+
+def test_a_host_name_of_at_most_253_characters_is_valid() -> None:
+    """A host name of 253 characters (labels of 63 at most) is accepted; 254 is refused."""
+    name = ".".join(["a" * 63] * 3 + ["b" * 61])
+    assert len(name) == 253
+    assert check_url(f"ws://{name}/").host == name
+    with pytest.raises(UnsafeUrl, match="not a valid host name"):
+        check_url(f"ws://{name}b/")
+
+
+@pytest.mark.parametrize("allow", ["feed.example.com", ".example.com", "*.example.com"])
+def test_an_allow_list_of_names_or_suffixes_alone_restricts_hosts(allow: str) -> None:
+    """An allow-list of only exact names, or only suffixes, refuses every other host."""
+    policy = parse_allow_list(allow)
+    assert policy.restricted
+    assert check_url("ws://feed.example.com/x", policy).name_allowed
+    with pytest.raises(UnsafeUrl, match="not in the allow-list"):
+        check_url("ws://evil.com/x", policy)
+    with pytest.raises(UnsafeUrl, match="not in the allow-list"):
+        check_address("8.8.8.8", policy, url="ws://evil.com/x")
+
+
+@pytest.mark.parametrize(("url", "port"), [
+    ("ws://example.com/", 80), ("wss://example.com/", 443), ("WSS://example.com/", 443),
+    ("wss://example.com:8443/", 8443), ("ws://[2606:4700:4700::1111]:9000/", 9000)])
+def test_the_port_is_the_urls_or_its_schemes_default(url: str, port: int) -> None:
+    """The checked port is the one written, else 80 for ws and 443 for wss."""
+    assert check_url(url).port == port
+
+
+@pytest.mark.parametrize("url", ["ws://example.com/a\x7fb", "ws://example.com/a\x00b",
+                                 "ws://example.com/a\x1fb"])
+def test_control_characters_anywhere_are_refused(url: str) -> None:
+    """DEL and the C0 control characters are refused, wherever they are in the URL."""
+    with pytest.raises(UnsafeUrl, match="whitespace or control characters"):
+        check_url(url)
+    assert check_url("ws://example.com/a!b").url == "ws://example.com/a!b"
+
+
+def test_a_host_name_in_brackets_is_refused() -> None:
+    """Brackets hold an IPv6 address only: a name in them (an IPvFuture form urlsplit lets
+    through) is refused."""
+    for url in ("ws://[v1.example.com]/", "ws://user:pw@[v1.example.com]:80/"):
+        with pytest.raises(UnsafeUrl, match="in brackets is not an IPv6 address"):
+            check_url(url)
+
+
+@pytest.mark.parametrize("host", ["a", "x.y.example.com", "a-b_c.example.com",
+                                  "x" * 63 + ".com"])
+def test_short_and_long_labels_are_valid(host: str) -> None:
+    """Labels of 1 to 63 characters (letters, digits, '-' and '_') make a valid host name."""
+    assert check_url(f"ws://{host}/").host == host
+    with pytest.raises(UnsafeUrl, match="not a valid host name"):
+        check_url("ws://" + "x" * 64 + ".com/")
+
+
+@pytest.mark.parametrize("host", [
+    "exämple.com", "\uff45\uff58\uff41\uff4d\uff50\uff4c\uff45.com", "١٢٣.com"])
+def test_a_host_name_that_is_not_ascii_is_refused(host: str) -> None:
+    """Non-ASCII letters or digits (IDN forms, fullwidth look-alikes) are not a valid host name:
+    the allow-list compares names as written."""
+    with pytest.raises(UnsafeUrl, match="not a valid host name"):
+        check_url(f"ws://{host}/")
+
+
+def test_a_cidr_entry_with_host_bits_set_is_its_network() -> None:
+    """An allow-list CIDR written with host bits (10.1.2.3/8) stands for its network."""
+    policy = parse_allow_list("10.1.2.3/8")
+    check_url("ws://10.200.0.1/", policy)
+
+
+def test_an_allowed_ipv4_address_does_not_open_a_6to4_address_embedding_it() -> None:
+    """The allow-list is matched against the address a URL reaches: a 6to4 address whose
+    embedded IPv4 address is allowed is itself not in the allow-list."""
+    policy = parse_allow_list("8.8.8.8")
+    check_url("ws://8.8.8.8/", policy)
+    with pytest.raises(UnsafeUrl, match="not in the allow-list"):
+        check_url("ws://[2002:808:808::1]/", policy)
