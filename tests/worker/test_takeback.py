@@ -244,70 +244,41 @@ async def test_a_worker_gives_back_a_fenced_stream_it_could_not_release_when_ord
     assert item_attr(fleet.item(conn), ATTR.last_seq) == handled
 
 
-async def test_a_take_back_ordered_while_the_release_is_written_gives_back_when_it_fails(
-        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
+@pytest.mark.parametrize("answered", [False, True], ids=["no-answer", "found-over"])
+async def test_a_take_back_ordered_while_the_stream_ends_gives_it_back_past_the_fence(
+        fleet: Fleet, upstream: UpstreamThread, unique_id: str, answered: bool) -> None:
     """The order comes while the fenced stream's release is still being tried (it ends only
-    when the release does): noted, and the stream given back once the release got no answer
-    (the order found it ending, did nothing, and none came again)."""
+    when the release does): noted, and the stream given back past the fence, the noted order
+    its proof, whether the release then got no answer (the order found it ending, did nothing,
+    and none came again) or got one finding the item written over (the give-back on the
+    release's finding alone stops at the fence)."""
     import asyncio
 
     from holdfast.core.orders import ORDER_RETAKE
 
-    rec, conn = Recorder(), f"{unique_id}-over-ordered-early"
+    rec, conn = Recorder(), f"{unique_id}-over-ordered-{'found' if answered else 'early'}"
     async with running_worker(fleet, rec) as run:
         await start_held(fleet, upstream, run, [conn])
         await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 5, "messages")
         endings, held = run.worker.holdings.endings, run.worker.streams[conn].held
-        epoch, trying, fail = held.lease.epoch, asyncio.Event(), asyncio.Event()
-
-        async def no_answer(request: Any) -> Any:
-            trying.set()
-            await fail.wait()
-            raise StoreUnavailable("release", "no answer")
-
-        endings._release_gathered = no_answer  # type: ignore[method-assign]
-        held.renewed(held.lease, 0)  # DynamoDB failing: its fence passes, it stops
-        await asyncio.wait_for(trying.wait(), 5)
-        handled = max(rec.seqs(conn))
-        written_over(fleet, conn, upstream.url(conn))
-        assert run.worker.carry_out(Order(ORDER_RETAKE, conn, epoch))  # still ending
-        await asyncio.sleep(0.1)
-        fail.set()
-        await async_wait_until(lambda: ATTR.last_seq in (item := fleet.item(conn))
-                               and ATTR.lease_owner not in item, 5, "given back")
-    assert item_attr(fleet.item(conn), ATTR.last_seq) == handled
-
-
-async def test_a_take_back_ordered_while_ending_gives_back_when_the_release_finds_it_over(
-        fleet: Fleet, upstream: UpstreamThread, unique_id: str) -> None:
-    """The order comes while the fenced stream's release waits to be sent; the release then
-    finds the item written over: given back past the fence, the order noted being its proof
-    (the give-back on the release's finding alone stops at the fence)."""
-    import asyncio
-
-    from holdfast.core.orders import ORDER_RETAKE
-
-    rec, conn = Recorder(), f"{unique_id}-over-ordered-found"
-    async with running_worker(fleet, rec) as run:
-        await start_held(fleet, upstream, run, [conn])
-        await async_wait_until(lambda: len(rec.seqs(conn)) >= 3, 5, "messages")
-        endings, held = run.worker.holdings.endings, run.worker.streams[conn].held
-        epoch, waiting, send = held.lease.epoch, asyncio.Event(), asyncio.Event()
+        epoch, waiting, go_on = held.lease.epoch, asyncio.Event(), asyncio.Event()
         release = endings._release_gathered
 
-        async def later(request: Any) -> Any:
+        async def held_back(request: Any) -> Any:
             waiting.set()
-            await send.wait()
+            await go_on.wait()
+            if not answered:
+                raise StoreUnavailable("release", "no answer")
             return await release(request)
 
-        endings._release_gathered = later  # type: ignore[method-assign]
+        endings._release_gathered = held_back  # type: ignore[method-assign]
         held.renewed(held.lease, 0)  # DynamoDB failing: its fence passes, it stops
         await asyncio.wait_for(waiting.wait(), 5)
         handled = max(rec.seqs(conn))
         written_over(fleet, conn, upstream.url(conn))
         assert run.worker.carry_out(Order(ORDER_RETAKE, conn, epoch))  # still ending
         await asyncio.sleep(0.1)
-        send.set()
+        go_on.set()
         await async_wait_until(lambda: ATTR.last_seq in (item := fleet.item(conn))
                                and ATTR.lease_owner not in item, 5, "given back")
     assert item_attr(fleet.item(conn), ATTR.last_seq) == handled
