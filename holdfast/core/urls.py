@@ -185,7 +185,9 @@ def check_url(url: str, policy: UrlPolicy | None = None, *,
     """Accept ``url`` as written or raise ``UnsafeUrl`` (its message never holds secrets).
     ``max_len``: a stored URL's limit; ``RESUME_URL_MAX_LEN`` for one a worker resumes with."""
     policy = policy or UrlPolicy()
-    if not isinstance(url, str) or not url:
+    if not isinstance(url, str):  # hostile table data: said as what it is, not "empty"
+        raise UnsafeUrl(f"ws_url refused: it is not text but {type(url).__name__}")
+    if not url:
         raise UnsafeUrl("ws_url refused: it is empty")
     if len(url) > max_len:
         raise UnsafeUrl(f"ws_url refused: it is {len(url)} characters long, the most is "
@@ -305,7 +307,8 @@ def _loopback_name(host: str) -> bool:
 
 
 def _valid_name(host: str) -> bool:
-    labels = host.rstrip(".").split(".")
-    return 0 < len(host) <= 253 and all(
+    name = host.rstrip(".")  # the root's dot is no part of a name's 253 characters
+    labels = name.split(".")
+    return 0 < len(name) <= 253 and all(
         0 < len(label) <= 63 and label.replace("-", "").replace("_", "").isalnum()
         and label.isascii() and not label.startswith("-") for label in labels)

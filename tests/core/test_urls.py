@@ -252,8 +252,9 @@ def test_a_refused_embedded_address_names_the_address_it_is_embedded_in() -> Non
 
 @pytest.mark.parametrize("url", [b"ws://example.com/", 123, None])
 def test_a_url_that_is_not_text_is_refused(url: object) -> None:
-    """A ws_url that is not a string (hostile table data) is refused, never a TypeError."""
-    with pytest.raises(UnsafeUrl, match="refused"):
+    """A ws_url that is not a string (hostile table data) is refused saying so, never a
+    TypeError, and not as "empty"."""
+    with pytest.raises(UnsafeUrl, match=f"refused: it is not text but {type(url).__name__}"):
         check_url(url)  # type: ignore[arg-type]
 
 
@@ -276,10 +277,12 @@ def test_check_address_without_a_policy_allows_any_public_address() -> None:
 
 
 def test_a_host_name_of_at_most_253_characters_is_valid() -> None:
-    """A host name of 253 characters (labels of 63 at most) is accepted; 254 is refused."""
+    """A host name of 253 characters (labels of 63 at most) is accepted, written with its root
+    dot too (the dot is no part of the name's length); 254 is refused."""
     name = ".".join(["a" * 63] * 3 + ["b" * 61])
     assert len(name) == 253
     assert check_url(f"ws://{name}/").host == name
+    assert check_url(f"ws://{name}./").host == f"{name}."
     with pytest.raises(UnsafeUrl, match="not a valid host name"):
         check_url(f"ws://{name}b/")
 
