@@ -295,10 +295,10 @@ def is_loopback_host(host: str) -> bool:
         return False
     if address is None:
         return _loopback_name(host)
-    # An IPv4-mapped IPv6 address (``[::ffff:127.0.0.1]``) is the IPv4 one, as ``check_url``
-    # judges it; ``is_loopback`` of the IPv6 form said no before Python 3.13.
-    mapped = getattr(address, "ipv4_mapped", None)
-    return (mapped if mapped is not None else address).is_loopback
+    # The address it reaches, as ``check_url`` judges it (``judged_addresses``): an
+    # IPv4-mapped ``[::ffff:127.0.0.1]`` is 127.0.0.1, which ``is_loopback`` of the IPv6
+    # form denied before Python 3.13.
+    return judged_addresses(address)[0].is_loopback
 
 
 def _loopback_name(host: str) -> bool:
